@@ -1,0 +1,42 @@
+# One entry point per job. `make check` is what CI runs (via .ci/run).
+GO      ?= go
+BIN     ?= bin
+VERSION ?= 0.1.0
+LDFLAGS := -s -w -X github.com/microvms/microvms/agentd.Version=$(VERSION)
+
+.PHONY: all gen drift vet lint test check build bench fuzz clean
+
+all: build
+
+# Regenerate gen/ and docs/schema.json from api/.
+gen:
+	$(GO) run ./schema/cmd/gen
+
+# The drift gate: regenerating must change nothing that is committed, and must
+# leave no generated file git does not know about.
+drift: gen
+	git diff --exit-code -- gen docs
+	@untracked=$$(git ls-files --others --exclude-standard -- gen docs); \
+	if [ -n "$$untracked" ]; then echo "untracked generated files:"; echo "$$untracked"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+lint:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck ./...
+
+test:
+	$(GO) test -count=1 ./...
+
+check: drift vet lint test
+
+# agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/agentd ./cmd/agentd
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf $(BIN)

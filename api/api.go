@@ -1,0 +1,10 @@
+// Package api holds the contracts: the only place a wire field is declared.
+// Everything under gen/ and docs/schema.json is generated from the YAML here.
+package api
+
+import _ "embed"
+
+// OpenAPI is api/openapi.yaml, the OpenAPI 3.0.3 description of agentd protocol v1.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
