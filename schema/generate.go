@@ -87,6 +87,11 @@ func generateOpenAPICode(root string) ([]Output, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: load %s: %w", path, cfg.Spec, err)
 		}
+		if cfg.OutputOptions.ResponseTypeSuffix == "" {
+			// Upstream keeps the last run's suffix in a package variable; naming
+			// the default here keeps each config's output independent of order.
+			cfg.OutputOptions.ResponseTypeSuffix = "Response"
+		}
 		opts := cfg.Configuration.UpdateDefaults()
 		if err := opts.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)

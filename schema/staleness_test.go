@@ -185,3 +185,39 @@ func TestEveryFindingHasItsHeading(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteSlugsAreDeclaredDaemonErrors ties the two YAML files together:
+// every slug a route answers with is a declared daemon error with the same
+// status, and every declared slug is answered by some route. Wrong edit
+// caught: a new slug added to api/openapi.yaml but not to api/errors.yaml (or
+// with a different status), which a client branching on the taxonomy would miss.
+func TestRouteSlugsAreDeclaredDaemonErrors(t *testing.T) {
+	rs, err := schema.Routes(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]int{}
+	for _, d := range taxonomy.DaemonErrors {
+		declared[d.Slug] = d.Status
+	}
+	used := map[string]bool{}
+	for _, r := range rs {
+		for _, s := range r.Statuses {
+			if s.Error == "" {
+				continue
+			}
+			used[s.Error] = true
+			status, ok := declared[s.Error]
+			if !ok {
+				t.Errorf("%s %s answers slug %q, not declared in api/errors.yaml", r.Method, r.Path, s.Error)
+			} else if status != s.Code {
+				t.Errorf("%s %s answers %q with %d; api/errors.yaml says %d", r.Method, r.Path, s.Error, s.Code, status)
+			}
+		}
+	}
+	for slug := range declared {
+		if !used[slug] {
+			t.Errorf("daemon error %q is declared but no route answers it", slug)
+		}
+	}
+}

@@ -181,10 +181,10 @@ type PollResponse struct {
 	// Signal the signal number that ended the child, if any
 	Signal *int32 `json:"signal,omitempty"`
 
-	// Stderr captured stderr, as text
+	// Stderr captured stderr, decoded as UTF-8 with invalid bytes replaced (use the stream for exact bytes)
 	Stderr *string `json:"stderr,omitempty"`
 
-	// Stdout captured stdout, as text
+	// Stdout captured stdout, decoded as UTF-8 with invalid bytes replaced (use the stream for exact bytes)
 	Stdout *string `json:"stdout,omitempty"`
 
 	// Truncated true when a stream reached limits.max_output_bytes and was cut
