@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= 0.1.0
 LDFLAGS := -s -w -X github.com/microvms/microvms/agentd.Version=$(VERSION)
 
-.PHONY: all gen drift vet lint test check build bench fuzz clean
+.PHONY: all gen drift fmt vet lint test check build bench fuzz clean
 
 all: build
 
@@ -19,6 +19,11 @@ drift: gen
 	@untracked=$$(git ls-files --others --exclude-standard -- gen docs); \
 	if [ -n "$$untracked" ]; then echo "untracked generated files:"; echo "$$untracked"; exit 1; fi
 
+# gofmt must have nothing to say about any tracked or new Go file.
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
 vet:
 	$(GO) vet ./...
 
@@ -28,7 +33,7 @@ lint:
 test:
 	$(GO) test -count=1 ./...
 
-check: drift vet lint test
+check: drift fmt vet lint test
 
 # agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
 build:

@@ -11,7 +11,7 @@ import (
 
 type limitRow struct {
 	Ident, Name, Env, Description, Value string
-	IsFloat                                  bool
+	IsFloat                              bool
 }
 
 type eventRow struct{ Ident, Name, Schema string }
@@ -66,8 +66,8 @@ var Limits = []Limit{
 func wireGo(doc map[string]any) ([]byte, error) {
 	data := struct {
 		ProtocolVersion, VersionHeader, HookPrefix, Terminal string
-		Events                                              []eventRow
-		Limits                                              []limitRow
+		Events                                               []eventRow
+		Limits                                               []limitRow
 	}{
 		ProtocolVersion: fmt.Sprint(doc["x-protocol-version"]),
 		VersionHeader:   asString(doc["x-version-header"]),
