@@ -1,0 +1,424 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// NewExecID mints an exec id: an idempotency key, distinct rather than
+// secret, so a retried start with it never spawns a second child.
+func NewExecID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "x-" + hex.EncodeToString(b[:])
+}
+
+// StartOptions shape one exec. The zero value runs argv directly, in the
+// daemon's working directory, with the launch env, no stdin and no timeout.
+type StartOptions struct {
+	ExecID  string            // idempotency key; empty means NewExecID()
+	Shell   bool              // run command[0] through sh -c
+	Cwd     string            // empty means the daemon's own (the image WORKDIR)
+	Env     map[string]string // laid over the launch env
+	User    *uint32           // numeric uid; nil keeps the daemon's
+	Group   *uint32           // numeric gid; nil keeps the daemon's
+	Timeout time.Duration     // the daemon-side wall-clock budget; 0 means none
+	Stdin   bool              // give the child a writable stdin pipe
+}
+
+// Exec addresses one exec by its caller-minted id. The id is the whole
+// handle: rebuild one with Session.Exec after a restart and it still
+// addresses the same server-side record.
+type Exec struct {
+	s  *Session
+	id string
+}
+
+// Exec returns a handle for an existing exec id.
+func (s *Session) Exec(id string) *Exec { return &Exec{s: s, id: id} }
+
+// ID is the exec id.
+func (e *Exec) ID() string { return e.id }
+
+// Start starts command. A retry after a dropped connection reuses the same
+// exec_id, so the daemon never spawns twice.
+func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (*Exec, error) {
+	if len(command) == 0 {
+		return nil, Errorf(taxonomy.KindInvalidArg, "", "an exec needs a command")
+	}
+	id := o.ExecID
+	if id == "" {
+		id = NewExecID()
+	}
+	req := protocol.StartRequest{ExecID: id, Command: command, Shell: o.Shell, Env: o.Env, User: o.User, Group: o.Group, Stdin: o.Stdin}
+	if o.Cwd != "" {
+		req.Cwd = &o.Cwd
+	}
+	if o.Timeout > 0 {
+		sec := o.Timeout.Seconds()
+		req.TimeoutSec = &sec
+	}
+	resp, err := s.send(ctx, call{op: "execStart", bearer: true, retry: true,
+		build: func(server string) (*http.Request, error) { return protocol.NewExecStartRequest(server, req) }})
+	if err != nil {
+		return nil, err
+	}
+	var sr protocol.StartResponse
+	if err := decodeJSON("execStart", resp, &sr); err != nil {
+		return nil, err
+	}
+	return &Exec{s: s, id: id}, nil
+}
+
+// Result is an exec's record: its phase and, once it has exited, its outcome.
+type Result struct {
+	ExecID            string
+	Phase             protocol.Phase
+	ExitCode          *int32 // nil while running, or when a signal ended the child
+	Signal            *int32
+	Stdout, Stderr    string
+	Truncated         bool // a stream reached the daemon's output cap and was cut
+	WritersMayBeAlive bool // a descendant may still hold the pipes
+}
+
+func resultOf(p protocol.PollResponse) Result {
+	r := Result{ExecID: p.ExecID, Phase: p.Phase, ExitCode: p.ExitCode, Signal: p.Signal}
+	if p.Stdout != nil {
+		r.Stdout = *p.Stdout
+	}
+	if p.Stderr != nil {
+		r.Stderr = *p.Stderr
+	}
+	if p.Truncated != nil {
+		r.Truncated = *p.Truncated
+	}
+	if p.WritersMayBeAlive != nil {
+		r.WritersMayBeAlive = *p.WritersMayBeAlive
+	}
+	return r
+}
+
+// Running reports whether the child (or a descendant holding its pipes) is
+// still alive.
+func (r Result) Running() bool { return r.Phase == protocol.PhaseRunning }
+
+// Success reports an exit with status 0.
+func (r Result) Success() bool { return r.ExitCode != nil && *r.ExitCode == 0 && r.Signal == nil }
+
+// Err is nil for a successful exit and an ExecFailed *Error otherwise, so a
+// killed command cannot read as passing.
+func (r Result) Err() error {
+	switch {
+	case r.Running():
+		return Errorf(taxonomy.KindUnexpected, "", "exec %s has not exited", r.ExecID)
+	case r.Success():
+		return nil
+	case r.Signal != nil:
+		return Errorf(taxonomy.KindExecFailed, "", "exec %s was ended by signal %d", r.ExecID, *r.Signal)
+	case r.ExitCode != nil:
+		return Errorf(taxonomy.KindExecFailed, "", "exec %s exited with status %d", r.ExecID, *r.ExitCode)
+	}
+	return Errorf(taxonomy.KindExecFailed, "", "exec %s ended with no status", r.ExecID)
+}
+
+func (e *Exec) record(ctx context.Context, op string, retry bool, build func(string, string) (*http.Request, error)) (Result, error) {
+	resp, err := e.s.send(ctx, call{op: op, bearer: true, retry: retry,
+		build: func(server string) (*http.Request, error) { return build(server, e.id) }})
+	if err != nil {
+		return Result{}, err
+	}
+	var p protocol.PollResponse
+	if err := decodeJSON(op, resp, &p); err != nil {
+		return Result{}, err
+	}
+	return resultOf(p), nil
+}
+
+// Poll reads the exec's record without changing it.
+func (e *Exec) Poll(ctx context.Context) (Result, error) {
+	return e.record(ctx, "execPoll", true, protocol.NewExecPollRequest)
+}
+
+// Ack takes the exec's output and starts the daemon's collection clock. It is
+// the one call that is not repeated after a dropped connection: a second ack
+// answers already_acked and the output would be gone.
+func (e *Exec) Ack(ctx context.Context) (Result, error) {
+	return e.record(ctx, "execAck", false, protocol.NewExecAckRequest)
+}
+
+// Kill signals the exec's process group (SIGTERM, then SIGKILL after the
+// daemon's grace period). It reports false when the group had already gone,
+// which is also success; a repeat is safe.
+func (e *Exec) Kill(ctx context.Context) (bool, error) {
+	resp, err := e.s.send(ctx, call{op: "execKill", bearer: true, retry: true,
+		build: func(server string) (*http.Request, error) { return protocol.NewExecKillRequest(server, e.id) }})
+	if err != nil {
+		return false, err
+	}
+	var k protocol.KillResponse
+	if err := decodeJSON("execKill", resp, &k); err != nil {
+		return false, err
+	}
+	return k.Killed, nil
+}
+
+func (e *Exec) stdin(ctx context.Context, data []byte, eof bool) (protocol.StdinResponse, error) {
+	var req protocol.StdinRequest
+	if len(data) > 0 {
+		s := base64.StdEncoding.EncodeToString(data)
+		req.DataB64 = &s
+	}
+	if eof {
+		s := "eof"
+		req.Signal = &s
+	}
+	var out protocol.StdinResponse
+	// Not retried: a 408 may have written part of the data.
+	resp, err := e.s.send(ctx, call{op: "execStdin", bearer: true,
+		build: func(server string) (*http.Request, error) { return protocol.NewExecStdinRequest(server, e.id, req) }})
+	if err != nil {
+		return out, err
+	}
+	return out, decodeJSON("execStdin", resp, &out)
+}
+
+// WriteStdin writes p to the exec's stdin and reports how many bytes went
+// into the pipe. The exec must have been started with Stdin.
+func (e *Exec) WriteStdin(ctx context.Context, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if len(p) > protocol.DefaultMaxStdinWriteBytes {
+		return 0, Errorf(taxonomy.KindInvalidArg, "", "one stdin write of %d bytes is over the daemon's %d-byte cap; split it", len(p), protocol.DefaultMaxStdinWriteBytes)
+	}
+	r, err := e.stdin(ctx, p, false)
+	return int(r.Written), err
+}
+
+// CloseStdin closes the exec's stdin, so a child reading to EOF can finish.
+func (e *Exec) CloseStdin(ctx context.Context) error {
+	_, err := e.stdin(ctx, nil, true)
+	return err
+}
+
+// RunOptions shape Session.Run.
+type RunOptions struct {
+	StartOptions
+	// Timeout is a client-side deadline. When it passes, Run returns a Timeout
+	// error and leaves the VM and the exec exactly as they were.
+	Timeout time.Duration
+	// Stdout and Stderr, when set, receive output live as it streams.
+	Stdout, Stderr io.Writer
+	// OnGap is called for every range of output lost before it was read.
+	OnGap func(protocol.GapEvent)
+}
+
+// Run starts command, follows it until it exits, acks it and returns its
+// record. A non-zero exit is not an error here; Result.Err classifies it. A
+// cancelled context or the client-side timeout is a Timeout *Error that
+// names the exec id so the caller can reattach.
+func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Result, error) {
+	if o.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+	}
+	e, err := s.Start(ctx, command, o.StartOptions)
+	if err != nil {
+		return Result{}, timeoutOr(ctx, "", err)
+	}
+	st := e.Stream(ctx, 0)
+	for {
+		ev, err := st.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return Result{}, timeoutOr(ctx, e.id, err)
+			}
+			break // the stream gave up; the record still knows the outcome
+		}
+		switch ev.Kind {
+		case EventOutput:
+			w := o.Stdout
+			if ev.Stream == protocol.StreamStderr {
+				w = o.Stderr
+			}
+			if w != nil {
+				if _, err := w.Write(ev.Data); err != nil {
+					st.Close()
+					return Result{}, Errorf(taxonomy.KindUnexpected, "", "exec %s: writing its output: %w", e.id, err)
+				}
+			}
+		case EventGap:
+			if o.OnGap != nil {
+				o.OnGap(ev.Gap)
+			}
+		}
+	}
+	r, err := e.waitAck(ctx)
+	return r, timeoutOr(ctx, e.id, err)
+}
+
+// timeoutOr turns a failure caused by ctx ending into the Timeout kind.
+func timeoutOr(ctx context.Context, id string, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Kind() == taxonomy.KindTimeout {
+		return err
+	}
+	what := "before the exec started"
+	if id != "" {
+		what = fmt.Sprintf("; exec %s was left running (reattach with Session.Exec(%q))", id, id)
+	}
+	return WireErrorf(taxonomy.WireExecTimeout, "client-side deadline: %v %s", ctx.Err(), what).WithCause(ctx.Err())
+}
+
+// waitUntilExited polls with backoff until the record leaves running.
+func (e *Exec) waitUntilExited(ctx context.Context) (Result, error) {
+	delay := 20 * time.Millisecond
+	for {
+		r, err := e.Poll(ctx)
+		if err != nil || !r.Running() {
+			return r, err
+		}
+		if err := sleepCtx(ctx, delay); err != nil {
+			return Result{}, timeoutOr(ctx, e.id, err)
+		}
+		delay = min(delay*2, e.s.pollEvery)
+	}
+}
+
+// waitAck waits for the record to say exited, then acks it. The outcome is
+// read from the record, never inferred from a stream ending.
+func (e *Exec) waitAck(ctx context.Context) (Result, error) {
+	if _, err := e.waitUntilExited(ctx); err != nil {
+		return Result{}, err
+	}
+	return e.Ack(ctx)
+}
+
+// Process is a started exec with its stdout and stderr demultiplexed from the
+// one SSE stream into two readers. Read both (or Close the one you do not
+// want, which discards it) while waiting, as with os/exec pipes: the stream
+// is not read faster than its readers consume it.
+type Process struct {
+	e              *Exec
+	stdout, stderr *io.PipeReader
+	cancel         context.CancelFunc
+	done           chan struct{}
+
+	mu   sync.Mutex
+	gaps []protocol.GapEvent
+	err  error
+}
+
+// Spawn starts command and follows its output in the background.
+func (s *Session) Spawn(ctx context.Context, command []string, o StartOptions) (*Process, error) {
+	e, err := s.Start(ctx, command, o)
+	if err != nil {
+		return nil, err
+	}
+	return e.Attach(ctx, 0), nil
+}
+
+// Attach follows an existing exec's output from offset as a Process. The
+// stream outlives ctx's cancellation (it ends at the exit event or Close).
+func (e *Exec) Attach(ctx context.Context, offset uint64) *Process {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	or, ow := io.Pipe()
+	er, ew := io.Pipe()
+	p := &Process{e: e, stdout: or, stderr: er, cancel: cancel, done: make(chan struct{})}
+	go p.demux(e.Stream(sctx, offset), ow, ew)
+	return p
+}
+
+func (p *Process) demux(st *Stream, ow, ew *io.PipeWriter) {
+	defer close(p.done)
+	outs := map[protocol.StreamKind]*io.PipeWriter{protocol.StreamStdout: ow, protocol.StreamStderr: ew}
+	var err error
+	for {
+		var ev Event
+		ev, err = st.Next()
+		if err != nil {
+			break
+		}
+		switch ev.Kind {
+		case EventOutput:
+			if w := outs[ev.Stream]; w != nil {
+				if _, werr := w.Write(ev.Data); werr != nil {
+					outs[ev.Stream] = nil // the reader was closed: discard from now on
+				}
+			}
+		case EventGap:
+			p.mu.Lock()
+			p.gaps = append(p.gaps, ev.Gap)
+			p.mu.Unlock()
+		}
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	p.mu.Lock()
+	p.err = err
+	p.mu.Unlock()
+	ow.CloseWithError(err)
+	ew.CloseWithError(err)
+}
+
+// Exec is the process's exec handle.
+func (p *Process) Exec() *Exec { return p.e }
+
+// Stdout is the child's stdout. Its reads end with io.EOF after the exit
+// event, or with the stream's error.
+func (p *Process) Stdout() io.ReadCloser { return p.stdout }
+
+// Stderr is the child's stderr.
+func (p *Process) Stderr() io.ReadCloser { return p.stderr }
+
+// Gaps are the ranges of output lost so far, in order.
+func (p *Process) Gaps() []protocol.GapEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]protocol.GapEvent(nil), p.gaps...)
+}
+
+// Kill signals the process group.
+func (p *Process) Kill(ctx context.Context) (bool, error) { return p.e.Kill(ctx) }
+
+// Close stops following the output. The exec is not touched.
+func (p *Process) Close() error {
+	p.cancel()
+	<-p.done
+	return nil
+}
+
+// Wait waits until the exec record says exited and the output has been
+// delivered to the readers, then acks and returns the record: the status comes
+// from the daemon, not from the stream ending. A cancelled ctx returns a
+// Timeout error and leaves the exec running.
+func (p *Process) Wait(ctx context.Context) (Result, error) {
+	if _, err := p.e.waitUntilExited(ctx); err != nil {
+		return Result{}, err
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return Result{}, timeoutOr(ctx, p.e.id, ctx.Err())
+	}
+	return p.e.Ack(ctx)
+}

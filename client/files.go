@@ -1,0 +1,119 @@
+package client
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"net/http"
+	"strconv"
+
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// LineRange selects lines of a file, 1-based and inclusive. Zero Start means
+// line 1; zero End means through the end of the file.
+type LineRange struct {
+	Start, End uint64
+}
+
+// OpenFile streams the file at path (or the selected lines). A missing file
+// is an error for which errors.Is(err, fs.ErrNotExist) holds. The caller must
+// close the reader; nothing is buffered whole.
+func (s *Session) OpenFile(ctx context.Context, path string, lines LineRange) (io.ReadCloser, error) {
+	params := protocol.FsReadFileParams{Path: path}
+	if lines.Start != 0 {
+		params.StartLine = &lines.Start
+	}
+	if lines.End != 0 {
+		params.EndLine = &lines.End
+	}
+	resp, err := s.send(ctx, call{op: "fsReadFile", bearer: true, file: true, retry: true,
+		build: func(server string) (*http.Request, error) { return protocol.NewFsReadFileRequest(server, &params) }})
+	if err != nil {
+		return nil, err
+	}
+	return &transportBody{op: "fsReadFile", rc: resp.Body}, nil
+}
+
+// ReadFile copies the file at path (or the selected lines) to w.
+func (s *Session) ReadFile(ctx context.Context, path string, w io.Writer, lines LineRange) (int64, error) {
+	rc, err := s.OpenFile(ctx, path, lines)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	return io.Copy(w, rc)
+}
+
+// WriteFile streams r into the file at path, creating parents. A zero mode
+// leaves the daemon's default. The body is sent as it is read, so the call
+// is not retried.
+func (s *Session) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	params := protocol.FsWriteFileParams{Path: path}
+	if mode != 0 {
+		m := strconv.FormatUint(uint64(mode.Perm()), 8)
+		params.Mode = &m
+	}
+	resp, err := s.send(ctx, call{op: "fsWriteFile", bearer: true,
+		build: func(server string) (*http.Request, error) {
+			return protocol.NewFsWriteFileRequestWithBody(server, &params, "application/octet-stream", r)
+		}})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// OpenTar streams the directory tree at dir as an uncompressed tar.
+func (s *Session) OpenTar(ctx context.Context, dir string) (io.ReadCloser, error) {
+	params := protocol.FsReadTarParams{Path: dir}
+	resp, err := s.send(ctx, call{op: "fsReadTar", bearer: true, file: true, retry: true,
+		build: func(server string) (*http.Request, error) { return protocol.NewFsReadTarRequest(server, &params) }})
+	if err != nil {
+		return nil, err
+	}
+	return &transportBody{op: "fsReadTar", rc: resp.Body}, nil
+}
+
+// ReadTar copies the tar of dir to w.
+func (s *Session) ReadTar(ctx context.Context, dir string, w io.Writer) (int64, error) {
+	rc, err := s.OpenTar(ctx, dir)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	return io.Copy(w, rc)
+}
+
+// WriteTar streams the uncompressed tar r into dir, where the daemon extracts
+// it confined beneath dir.
+func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
+	params := protocol.FsWriteTarParams{Path: dir}
+	resp, err := s.send(ctx, call{op: "fsWriteTar", bearer: true,
+		build: func(server string) (*http.Request, error) {
+			return protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", r)
+		}})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// transportBody classifies a failure mid-body as a Transport error.
+type transportBody struct {
+	op string
+	rc io.ReadCloser
+}
+
+func (b *transportBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && err != io.EOF {
+		err = WireErrorf(taxonomy.WireTransport, "%s: the body broke after %s: %v", b.op, "the answer started", err).WithCause(err)
+	}
+	return n, err
+}
+
+func (b *transportBody) Close() error { return b.rc.Close() }

@@ -1,0 +1,80 @@
+package client
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/microvms/microvms/gen/protocol"
+)
+
+func validBase64(b []byte) bool {
+	_, err := base64.StdEncoding.DecodeString(string(b))
+	return err == nil
+}
+
+// FuzzSSEParser feeds arbitrary bytes to the frame parser. It must never
+// panic, every output event it returns must decode to bytes, and whenever the
+// allocation-free fast path accepts a payload, encoding/json must read the
+// same offset, stream and base64 from it (a differential check of scanOutput).
+func FuzzSSEParser(f *testing.F) {
+	seeds := []string{
+		outputFrame(0, protocol.StreamStdout, []byte("hello")),
+		outputFrame(5, protocol.StreamStderr, []byte{0, 1, 2, 255}) + gapFrame(9, 100) + exitFrame(1, 100),
+		": keepalive\n\n" + "event: exit\ndata: {\"exit_code\":null,\"signal\":9,\"truncated\":false,\"writers_may_be_alive\":true,\"offset\":0}\n\n",
+		"event: output\r\ndata: {\"offset\":1,\"stream\":\"stdout\",\"output\":\"aGk=\"}\r\n\r\n",
+		"event: output\ndata: {\"output\":\"aGk=\", \"stream\" : \"stderr\",\"offset\":18446744073709551615}\n\n",
+		"event: output\ndata: {\"offset\":1,\"stream\":\"stdout\",\"output\":\"a\\/k=\"}\n\n",
+		"event: output\ndata: {\"offset\":01,\"stream\":\"stdout\",\"output\":\"\"}\n\n",
+		"event: output\ndata: {\"offset\":1,\"stream\":\"stdin\",\"output\":\"\"}\n\n",
+		"event: unknown\ndata: x\n\nevent: gap\ndata: {\"from\":3,\"to\":1}\n\n",
+		"event: output\ndata: {\"offset\":1,\ndata: \"stream\":\"stdout\",\"output\":\"aGk=\"}\n\n",
+		"event: output\ndata: {\"offset\":1,\"stream\":\"stdout\",\"output\":\"!!\"}\n\n",
+		"event: output\ndata: {\"offset\":1,\"stream\":\"stdout\",\"output\":\"aGk=\"",
+		"data: only\n\n:comment\nevent\n\nevent:exit\ndata:{}\n\n",
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p := newSSEParser(bytes.NewReader(in))
+		var ev Event
+		for range 10000 {
+			kind, data, err := p.nextFrame()
+			if err != nil {
+				if err != io.EOF && err != io.ErrUnexpectedEOF {
+					t.Fatalf("unexpected error type %v", err)
+				}
+				break
+			}
+			if kind == EventOutput {
+				if off, stream, b64, ok := scanOutput(data); ok && fastBase64(b64) && validBase64(b64) {
+					var o protocol.OutputEvent
+					if err := json.Unmarshal(data, &o); err != nil {
+						t.Fatalf("fast path accepted %q, json refused: %v", data, err)
+					}
+					if o.Offset != off || o.Stream != stream || o.Output != string(b64) {
+						t.Fatalf("fast path read %d %q %q, json read %d %q %q from %q", off, stream, b64, o.Offset, o.Stream, o.Output, data)
+					}
+				}
+			}
+		}
+		// The full decoder over the same bytes: no panic, and decoded output
+		// is exactly base64 of what the payload said.
+		p = newSSEParser(bytes.NewReader(in))
+		for range 10000 {
+			if err := p.next(&ev); err != nil {
+				break
+			}
+			if ev.Kind == EventOutput {
+				if ev.Stream != protocol.StreamStdout && ev.Stream != protocol.StreamStderr {
+					t.Fatalf("stream %q delivered", ev.Stream)
+				}
+				_ = strings.Clone(base64.StdEncoding.EncodeToString(ev.Data))
+			}
+		}
+	})
+}
