@@ -13,9 +13,8 @@ import (
 // other: a build-sized number in a run-hook field is a compile error, not a
 // launch that fails after the artifact upload.
 
-// hookTimeoutFinding is where the service model's hook ceilings are recorded:
-// the table of model constraints under the runHookPayload ceiling finding.
-const hookTimeoutFinding = taxonomy.FindingRunHookPayloadCeiling
+// hookTimeoutFinding is where the two hook-timeout ceilings are recorded.
+const hookTimeoutFinding = taxonomy.FindingHookTimeoutCeilings
 
 // RunHookTimeout is a timeout for the run, resume, suspend or terminate hook.
 type RunHookTimeout struct{ runSec uint8 }

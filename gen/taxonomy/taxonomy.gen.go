@@ -46,6 +46,7 @@ const (
 	FindingShellEndpoint              FindingID = "shell-endpoint"
 	FindingArm64Only                  FindingID = "arm64-only"
 	FindingAgentPortAgreement         FindingID = "agent-port-agreement"
+	FindingHookTimeoutCeilings        FindingID = "hook-timeout-ceilings"
 )
 
 // Finding is one measured platform behaviour.
@@ -88,6 +89,7 @@ var Findings = []Finding{
 	{ID: FindingShellEndpoint, Title: "The shell endpoint is not part of this client"},
 	{ID: FindingArm64Only, Title: "The platform runs ARM64 guests only"},
 	{ID: FindingAgentPortAgreement, Title: "The image's AGENTD_PORT and the client's port must agree"},
+	{ID: FindingHookTimeoutCeilings, Title: "Run-time hooks allow 60 seconds and build-time hooks 3600"},
 }
 
 // Title is the docs/PLATFORM.md heading of f, or "" for an unknown id.
@@ -362,9 +364,9 @@ const (
 	MaxDurationSec = 28800
 	// MinDurationSec: shortest maximumDurationInSeconds. Finding: max-duration.
 	MinDurationSec = 1
-	// MaxRunHookTimeoutSec: ceiling on a MicroVM (run-time) hook timeout.
+	// MaxRunHookTimeoutSec: ceiling on a MicroVM (run-time) hook timeout. Finding: hook-timeout-ceilings.
 	MaxRunHookTimeoutSec = 60
-	// MaxBuildHookTimeoutSec: ceiling on an image (build-time) hook timeout.
+	// MaxBuildHookTimeoutSec: ceiling on an image (build-time) hook timeout. Finding: hook-timeout-ceilings.
 	MaxBuildHookTimeoutSec = 3600
 	// MaxAuthTokenMinutes: longest expirationInMinutes of a proxy auth token. Finding: endpoint-auth.
 	MaxAuthTokenMinutes = 60
@@ -404,6 +406,8 @@ var ConstantFindings = map[string]FindingID{
 	"DocumentedRunHookPayloadBytes": FindingRunHookPayloadCeiling,
 	"MaxDurationSec":                FindingMaxDuration,
 	"MinDurationSec":                FindingMaxDuration,
+	"MaxRunHookTimeoutSec":          FindingHookTimeoutCeilings,
+	"MaxBuildHookTimeoutSec":        FindingHookTimeoutCeilings,
 	"MaxAuthTokenMinutes":           FindingEndpointAuth,
 	"ProxyAuthHeader":               FindingAuthTokenHeaderMap,
 	"ProxyPortHeader":               FindingAuthTokenHeaderMap,
