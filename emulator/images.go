@@ -1,0 +1,701 @@
+package emulator
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	cp "github.com/microvms/microvms/gen/controlplane"
+)
+
+// image is one custom MicroVM image and its versions, oldest first.
+type image struct {
+	name      string
+	arn       string
+	state     cp.MicrovmImageState
+	createdAt float64
+	updatedAt *float64
+	tags      map[string]string
+	versions  []*version
+	building  *version // the version whose builds are still running, if any
+	active    string
+	failed    string
+}
+
+// version is one image version: the build configuration it was made from,
+// its own state and status, and its builds (one per chipset generation).
+type version struct {
+	id        string
+	spec      cp.UpdateMicrovmImageRequest
+	state     cp.MicrovmImageVersionState
+	status    cp.MicrovmImageVersionStatus
+	createdAt float64
+	updatedAt *float64
+	builds    []*build
+	plan      BuildPlan
+	seen      int
+}
+
+type build struct {
+	id         string
+	generation string
+	state      cp.BuildState
+	reason     *string
+	createdAt  float64
+	snapshot   *cp.SnapshotBuild
+}
+
+// managedVersions are the managed base's versions as its own listing spells
+// them; a custom image's read-back spells the pinned one with a ".0".
+var managedVersions = []string{"1", "0"}
+
+const managedName = "al2023-1"
+
+var imageNameRE = regexp.MustCompile(`^[a-zA-Z0-9-_]+$`)
+
+func (s *Server) managedArn() string {
+	return fmt.Sprintf("arn:aws:lambda:%s:aws:microvm-image:%s", s.opt.Region, managedName)
+}
+
+func (s *Server) imageArn(name string) string {
+	return fmt.Sprintf("arn:aws:lambda:%s:%s:microvm-image:%s", s.opt.Region, s.opt.Account, name)
+}
+
+// resolveImage finds an image by name or colon-form ARN. The slash form is
+// answered the way the service answers it: a 403 that reads like IAM.
+func (s *Server) resolveImage(w http.ResponseWriter, operation, id string) *image {
+	if strings.Contains(id, ":microvm-image/") {
+		writeError(w, http.StatusForbidden, "AccessDeniedException", ptr(fmt.Sprintf(
+			"User: arn:aws:iam::%s:user/emulator is not authorized to perform: lambda:%s on resource: %s because no identity-based policy allows the lambda:%s action",
+			s.opt.Account, operation, id, operation)))
+		return nil
+	}
+	name := id
+	if strings.HasPrefix(id, "arn:") {
+		prefix := s.imageArn("")
+		if !strings.HasPrefix(id, prefix) {
+			notFound(w, "MicroVMImage", id)
+			return nil
+		}
+		name = strings.TrimPrefix(id, prefix)
+	}
+	im := s.images[name]
+	if im == nil {
+		notFound(w, "MicroVMImage", id)
+	}
+	return im
+}
+
+func (im *image) version(id string) *version {
+	for _, v := range im.versions {
+		if v.id == id {
+			return v
+		}
+	}
+	return nil
+}
+
+// observe advances the image's running build by one step.
+func (s *Server) observe(im *image) {
+	v := im.building
+	if v == nil || v.plan.Wedge {
+		return
+	}
+	v.seen++
+	if v.seen <= max(v.plan.Steps, 1) {
+		v.state = cp.MicrovmImageVersionStateINPROGRESS
+		for _, b := range v.builds {
+			b.state = cp.BuildStateINPROGRESS
+		}
+		return
+	}
+	now := s.now()
+	v.updatedAt, im.updatedAt, im.building = &now, &now, nil
+	first := len(im.versions) == 1
+	if v.plan.FailReason != "" {
+		// The reason lives on the builds only; the version says FAILED and
+		// nothing else, and the image cannot say anything.
+		v.state = cp.MicrovmImageVersionStateFAILED
+		for _, b := range v.builds {
+			b.state, b.reason = cp.BuildStateFAILED, ptr(v.plan.FailReason)
+		}
+		im.failed = v.id
+		im.state = map[bool]cp.MicrovmImageState{true: cp.MicrovmImageStateCREATEFAILED, false: cp.MicrovmImageStateUPDATEFAILED}[first]
+		return
+	}
+	v.state = cp.MicrovmImageVersionStateSUCCESSFUL
+	for _, b := range v.builds {
+		b.state = cp.BuildStateSUCCESSFUL
+		b.snapshot = &cp.SnapshotBuild{MemorySnapshotSizeInBytes: ptr[int64](574869504), CodeInstallSizeInBytes: ptr[int64](214093824), DiskSnapshotSizeInBytes: ptr[int64](23474176)}
+	}
+	im.active = v.id
+	im.state = map[bool]cp.MicrovmImageState{true: cp.MicrovmImageStateCREATED, false: cp.MicrovmImageStateUPDATED}[first]
+}
+
+// validateBuildSpec applies the checks the service makes on a build
+// configuration before it creates anything.
+func (s *Server) validateBuildSpec(w http.ResponseWriter, spec *cp.UpdateMicrovmImageRequest) bool {
+	bad := func(msg string) bool {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr(msg))
+		return false
+	}
+	if spec.BaseImageArn != s.managedArn() {
+		return bad(fmt.Sprintf("No managed MicroVM Image with arn %s is available", spec.BaseImageArn))
+	}
+	if v := spec.BaseImageVersion; v != nil && !slices.Contains(managedVersions, *v) {
+		return bad(fmt.Sprintf("No managed MicroVM Image with arn %s and version %s is available", spec.BaseImageArn, *v))
+	}
+	if spec.CodeArtifact.Uri == nil || *spec.CodeArtifact.Uri == "" {
+		return bad("codeArtifact must set exactly one member")
+	}
+	if l := spec.Logging; l != nil && (l.CloudWatch == nil) == (l.Disabled == nil) {
+		return bad("logging must set exactly one member")
+	}
+	if c := spec.EgressNetworkConnectors; c != nil {
+		if len(*c) > 1 {
+			return bad("egressNetworkConnectors: Member must have length less than or equal to 1")
+		}
+		for _, arn := range *c {
+			if !connectorARN(arn) {
+				return bad("Malformed network connector ARN")
+			}
+		}
+	}
+	if spec.ClientToken != nil && (len(*spec.ClientToken) < 1 || len(*spec.ClientToken) > 128) {
+		return bad("clientToken: Member must have length between 1 and 128")
+	}
+	return true
+}
+
+func connectorARN(s string) bool {
+	return strings.HasPrefix(s, "arn:aws:lambda:") && strings.Contains(s, ":network-connector:aws-network-connector:")
+}
+
+// newVersion records a version of im built from spec and starts its builds.
+func (s *Server) newVersion(im *image, spec cp.UpdateMicrovmImageRequest, wedge bool) *version {
+	now := s.now()
+	plan := s.opt.Builds(im.name)
+	plan.Wedge = plan.Wedge || wedge
+	v := &version{
+		id:        fmt.Sprintf("%d.0", len(im.versions)+1),
+		spec:      spec,
+		state:     cp.MicrovmImageVersionStatePENDING,
+		status:    cp.ACTIVE,
+		createdAt: now,
+		plan:      plan,
+	}
+	// The service normalises a pinned base version on the way back, and
+	// records one even when none was pinned.
+	base := "1"
+	if spec.BaseImageVersion != nil {
+		base = *spec.BaseImageVersion
+	}
+	v.spec.BaseImageVersion = ptr(base + ".0")
+	v.spec.ClientToken = nil
+	for _, gen := range []string{"4", "3"} {
+		v.builds = append(v.builds, &build{id: s.nextID(""), generation: gen, state: cp.BuildStatePENDING, createdAt: now})
+	}
+	im.versions = append(im.versions, v)
+	im.building = v
+	return v
+}
+
+// AddImage creates a built image directly, for tests that need many.
+func (s *Server) AddImage(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im := &image{name: name, arn: s.imageArn(name), state: cp.MicrovmImageStateCREATING, createdAt: s.now()}
+	s.images[name] = im
+	v := s.newVersion(im, cp.UpdateMicrovmImageRequest{BaseImageArn: s.managedArn(), BuildRoleArn: "arn:aws:iam::" + s.opt.Account + ":role/build", CodeArtifact: cp.CodeArtifact{Uri: ptr("s3://emulator/" + name + ".zip")}}, false)
+	v.plan = BuildPlan{Steps: 0}
+	s.observe(im)
+	s.observe(im)
+	return im.arn
+}
+
+func (s *Server) CreateMicrovmImage(w http.ResponseWriter, r *http.Request) {
+	if s.fault(w, "CreateMicrovmImage") {
+		return
+	}
+	var req cp.CreateMicrovmImageRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	spec := specOf(req)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !imageNameRE.MatchString(req.Name) || len(req.Name) > 64 {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr("name: Member must satisfy regular expression pattern: [a-zA-Z0-9-_]+"))
+		return
+	}
+	if !s.validateBuildSpec(w, &spec) {
+		return
+	}
+	replay := false
+	if req.ClientToken != nil {
+		if prev, seen := s.tokens[*req.ClientToken]; seen {
+			if im := s.images[prev]; im != nil && prev == req.Name {
+				// An idempotent retry of a create that still exists.
+				writeJSON(w, http.StatusCreated, s.createReply(im, im.versions[0]))
+				return
+			}
+			// The token outlived its image: the service replays the old
+			// create as a no-op and the new image's builds never start.
+			replay = true
+		}
+	}
+	if s.images[req.Name] != nil {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr(fmt.Sprintf("A MicroVM image with the name '%s' already exists in this account", req.Name)))
+		return
+	}
+	if req.ClientToken != nil {
+		s.tokens[*req.ClientToken] = req.Name
+	}
+	im := &image{name: req.Name, arn: s.imageArn(req.Name), state: cp.MicrovmImageStateCREATING, createdAt: s.now()}
+	if req.Tags != nil {
+		im.tags = *req.Tags
+	}
+	s.images[req.Name] = im
+	v := s.newVersion(im, spec, replay)
+	writeJSON(w, http.StatusCreated, s.createReply(im, v))
+}
+
+func specOf(req cp.CreateMicrovmImageRequest) cp.UpdateMicrovmImageRequest {
+	return cp.UpdateMicrovmImageRequest{
+		AdditionalOsCapabilities: req.AdditionalOsCapabilities, BaseImageArn: req.BaseImageArn, BaseImageVersion: req.BaseImageVersion,
+		BuildRoleArn: req.BuildRoleArn, ClientToken: req.ClientToken, CodeArtifact: req.CodeArtifact, CpuConfigurations: req.CpuConfigurations,
+		Description: req.Description, EgressNetworkConnectors: req.EgressNetworkConnectors, EnvironmentVariables: req.EnvironmentVariables,
+		Hooks: req.Hooks, Logging: req.Logging, Resources: req.Resources,
+	}
+}
+
+func (s *Server) createReply(im *image, v *version) cp.CreateMicrovmImageResponse {
+	sp := v.spec
+	return cp.CreateMicrovmImageResponse{
+		AdditionalOsCapabilities: sp.AdditionalOsCapabilities, BaseImageArn: sp.BaseImageArn, BaseImageVersion: sp.BaseImageVersion,
+		BuildRoleArn: sp.BuildRoleArn, CodeArtifact: sp.CodeArtifact, CpuConfigurations: sp.CpuConfigurations, CreatedAt: im.createdAt,
+		Description: sp.Description, EgressNetworkConnectors: sp.EgressNetworkConnectors, EnvironmentVariables: sp.EnvironmentVariables,
+		Hooks: sp.Hooks, ImageArn: im.arn, ImageVersion: v.id, LatestActiveImageVersion: nonEmpty(im.active),
+		LatestFailedImageVersion: nonEmpty(im.failed), Logging: sp.Logging, Name: im.name, Resources: sp.Resources, State: im.state,
+		Tags: tagsPtr(im.tags), UpdatedAt: im.updatedAt,
+	}
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func tagsPtr(t map[string]string) *map[string]string {
+	if len(t) == 0 {
+		return nil
+	}
+	c := make(map[string]string, len(t))
+	for k, v := range t {
+		c[k] = v
+	}
+	return &c
+}
+
+func (s *Server) UpdateMicrovmImage(w http.ResponseWriter, r *http.Request, imageIdentifier string) {
+	if s.fault(w, "UpdateMicrovmImage") {
+		return
+	}
+	var req cp.UpdateMicrovmImageRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im := s.resolveImage(w, "UpdateMicrovmImage", imageIdentifier)
+	if im == nil || !s.validateBuildSpec(w, &req) {
+		return
+	}
+	if im.building != nil {
+		writeError(w, http.StatusConflict, "ConflictException", ptr("The MicroVM image is being built"))
+		return
+	}
+	im.state = cp.MicrovmImageStateUPDATING
+	v := s.newVersion(im, req, false)
+	c := s.createReply(im, v)
+	writeJSON(w, http.StatusOK, cp.UpdateMicrovmImageResponse{
+		AdditionalOsCapabilities: c.AdditionalOsCapabilities, BaseImageArn: c.BaseImageArn, BaseImageVersion: c.BaseImageVersion,
+		BuildRoleArn: c.BuildRoleArn, CodeArtifact: c.CodeArtifact, CpuConfigurations: c.CpuConfigurations, CreatedAt: c.CreatedAt,
+		Description: c.Description, EgressNetworkConnectors: c.EgressNetworkConnectors, EnvironmentVariables: c.EnvironmentVariables,
+		Hooks: c.Hooks, ImageArn: c.ImageArn, ImageVersion: c.ImageVersion, LatestActiveImageVersion: c.LatestActiveImageVersion,
+		LatestFailedImageVersion: c.LatestFailedImageVersion, Logging: c.Logging, Name: c.Name, Resources: c.Resources, State: c.State,
+		UpdatedAt: v.createdAt,
+	})
+}
+
+func (s *Server) GetMicrovmImage(w http.ResponseWriter, r *http.Request, imageIdentifier string) {
+	if s.fault(w, "GetMicrovmImage") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im := s.resolveImage(w, "GetMicrovmImage", imageIdentifier)
+	if im == nil {
+		return
+	}
+	s.observe(im)
+	writeJSON(w, http.StatusOK, cp.GetMicrovmImageOutput{
+		CreatedAt: im.createdAt, ImageArn: im.arn, LatestActiveImageVersion: nonEmpty(im.active),
+		LatestFailedImageVersion: nonEmpty(im.failed), Name: im.name, State: im.state, Tags: tagsPtr(im.tags), UpdatedAt: im.updatedAt,
+	})
+}
+
+func (s *Server) DeleteMicrovmImage(w http.ResponseWriter, r *http.Request, imageIdentifier string) {
+	if s.fault(w, "DeleteMicrovmImage") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im := s.resolveImage(w, "DeleteMicrovmImage", imageIdentifier)
+	if im == nil {
+		return
+	}
+	if im.building != nil {
+		// An image in CREATING cannot be deleted, which is what makes the
+		// replay wedge expensive.
+		writeError(w, http.StatusConflict, "ConflictException", ptr("Cannot delete a MicroVM image while it is being built"))
+		return
+	}
+	delete(s.images, im.name)
+	writeJSON(w, http.StatusOK, cp.DeleteMicrovmImageOutput{ImageIdentifier: imageIdentifier, State: cp.MicrovmImageStateDELETING})
+}
+
+func (s *Server) versionSummary(im *image, v *version) cp.MicrovmImageVersionSummary {
+	sp := v.spec
+	return cp.MicrovmImageVersionSummary{
+		AdditionalOsCapabilities: sp.AdditionalOsCapabilities, BaseImageArn: sp.BaseImageArn, BaseImageVersion: sp.BaseImageVersion,
+		BuildRoleArn: sp.BuildRoleArn, CodeArtifact: sp.CodeArtifact, CpuConfigurations: sp.CpuConfigurations, CreatedAt: v.createdAt,
+		Description: sp.Description, EgressNetworkConnectors: sp.EgressNetworkConnectors, EnvironmentVariables: sp.EnvironmentVariables,
+		Hooks: sp.Hooks, ImageArn: im.arn, ImageVersion: v.id, Logging: sp.Logging, Resources: sp.Resources, State: v.state,
+		Status: v.status, Tags: tagsPtr(im.tags), UpdatedAt: v.updatedAt,
+	}
+}
+
+func (s *Server) ListMicrovmImageVersions(w http.ResponseWriter, r *http.Request, imageIdentifier string, params cp.ListMicrovmImageVersionsParams) {
+	if s.fault(w, "ListMicrovmImageVersions") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im := s.resolveImage(w, "ListMicrovmImageVersions", imageIdentifier)
+	if im == nil {
+		return
+	}
+	s.observe(im)
+	items, next, ok := paginate(w, im.versions, params.MaxResults, params.NextToken)
+	if !ok {
+		return
+	}
+	out := cp.ListMicrovmImageVersionsOutput{Items: []cp.MicrovmImageVersionSummary{}, NextToken: next}
+	for _, v := range items {
+		out.Items = append(out.Items, s.versionSummary(im, v))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) findVersion(w http.ResponseWriter, operation, imageIdentifier, imageVersion string) (*image, *version) {
+	im := s.resolveImage(w, operation, imageIdentifier)
+	if im == nil {
+		return nil, nil
+	}
+	v := im.version(imageVersion)
+	if v == nil {
+		notFound(w, "MicroVMImageVersion", imageIdentifier+" version "+imageVersion)
+		return nil, nil
+	}
+	return im, v
+}
+
+func (s *Server) GetMicrovmImageVersion(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string) {
+	if s.fault(w, "GetMicrovmImageVersion") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, v := s.findVersion(w, "GetMicrovmImageVersion", imageIdentifier, imageVersion)
+	if v == nil {
+		return
+	}
+	s.observe(im)
+	writeJSON(w, http.StatusOK, cp.GetMicrovmImageVersionOutput(s.versionSummary(im, v)))
+}
+
+func (s *Server) UpdateMicrovmImageVersion(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string) {
+	if s.fault(w, "UpdateMicrovmImageVersion") {
+		return
+	}
+	var req cp.UpdateMicrovmImageVersionRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if !req.Status.Valid() {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr("status: Member must satisfy enum value set: [ACTIVE, INACTIVE]"))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, v := s.findVersion(w, "UpdateMicrovmImageVersion", imageIdentifier, imageVersion)
+	if v == nil {
+		return
+	}
+	v.status = req.Status
+	now := s.now()
+	v.updatedAt = &now
+	writeJSON(w, http.StatusOK, cp.UpdateMicrovmImageVersionResponse(s.versionSummary(im, v)))
+}
+
+func (s *Server) DeleteMicrovmImageVersion(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string) {
+	if s.fault(w, "DeleteMicrovmImageVersion") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, v := s.findVersion(w, "DeleteMicrovmImageVersion", imageIdentifier, imageVersion)
+	if v == nil {
+		return
+	}
+	if len(im.versions) == 1 || im.building == v {
+		writeError(w, http.StatusConflict, "ConflictException", ptr("Cannot delete the only version of a MicroVM image, or one that is being built"))
+		return
+	}
+	im.versions = slices.DeleteFunc(im.versions, func(x *version) bool { return x == v })
+	writeJSON(w, http.StatusOK, cp.DeleteMicrovmImageVersionOutput{ImageIdentifier: imageIdentifier, ImageVersion: imageVersion, State: cp.MicrovmImageVersionStateDELETING})
+}
+
+func (s *Server) buildSummary(im *image, v *version, b *build) cp.MicrovmImageBuildSummary {
+	return cp.MicrovmImageBuildSummary{
+		Architecture: cp.ARM64, BuildId: b.id, BuildState: b.state, Chipset: cp.GRAVITON, ChipsetGeneration: b.generation,
+		CreatedAt: b.createdAt, ImageArn: im.arn, ImageVersion: v.id, StateReason: b.reason,
+	}
+}
+
+func (s *Server) ListMicrovmImageBuilds(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string, params cp.ListMicrovmImageBuildsParams) {
+	if s.fault(w, "ListMicrovmImageBuilds") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, v := s.findVersion(w, "ListMicrovmImageBuilds", imageIdentifier, imageVersion)
+	if v == nil {
+		return
+	}
+	s.observe(im)
+	builds := slices.DeleteFunc(slices.Clone(v.builds), func(b *build) bool {
+		return params.ChipsetGeneration != nil && *params.ChipsetGeneration != b.generation
+	})
+	items, next, ok := paginate(w, builds, params.MaxResults, params.NextToken)
+	if !ok {
+		return
+	}
+	out := cp.ListMicrovmImageBuildsOutput{Items: []cp.MicrovmImageBuildSummary{}, NextToken: next}
+	for _, b := range items {
+		out.Items = append(out.Items, s.buildSummary(im, v, b))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) GetMicrovmImageBuild(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string, buildId string) {
+	if s.fault(w, "GetMicrovmImageBuild") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, v := s.findVersion(w, "GetMicrovmImageBuild", imageIdentifier, imageVersion)
+	if v == nil {
+		return
+	}
+	s.observe(im)
+	for _, b := range v.builds {
+		if b.id == buildId {
+			sum := s.buildSummary(im, v, b)
+			writeJSON(w, http.StatusOK, cp.GetMicrovmImageBuildOutput{
+				Architecture: sum.Architecture, BuildId: sum.BuildId, BuildState: sum.BuildState, Chipset: sum.Chipset,
+				ChipsetGeneration: sum.ChipsetGeneration, CreatedAt: sum.CreatedAt, ImageArn: sum.ImageArn,
+				ImageVersion: sum.ImageVersion, SnapshotBuild: b.snapshot, StateReason: sum.StateReason,
+			})
+			return
+		}
+	}
+	notFound(w, "MicroVMImageBuild", buildId)
+}
+
+func (s *Server) ListMicrovmImages(w http.ResponseWriter, r *http.Request, params cp.ListMicrovmImagesParams) {
+	if s.fault(w, "ListMicrovmImages") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.images))
+	for n := range s.images {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	// The service pages over every image and filters each page afterwards,
+	// so a page may come back empty while later pages match.
+	page, next, ok := paginate(w, names, params.MaxResults, params.NextToken)
+	if !ok {
+		return
+	}
+	out := cp.ListMicrovmImagesResponse{Items: []cp.MicrovmImageSummary{}, NextToken: next}
+	for _, n := range page {
+		if params.NameFilter != nil && !strings.Contains(n, *params.NameFilter) {
+			continue
+		}
+		im := s.images[n]
+		out.Items = append(out.Items, cp.MicrovmImageSummary{
+			CreatedAt: im.createdAt, ImageArn: im.arn, LatestActiveImageVersion: nonEmpty(im.active),
+			LatestFailedImageVersion: nonEmpty(im.failed), Name: im.name, State: im.state,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) ListManagedMicrovmImages(w http.ResponseWriter, r *http.Request, params cp.ListManagedMicrovmImagesParams) {
+	if s.fault(w, "ListManagedMicrovmImages") {
+		return
+	}
+	items, next, ok := paginate(w, []string{s.managedArn()}, params.MaxResults, params.NextToken)
+	if !ok {
+		return
+	}
+	out := cp.ListManagedMicrovmImagesOutput{Items: []cp.ManagedMicrovmImageSummary{}, NextToken: next}
+	for _, arn := range items {
+		out.Items = append(out.Items, cp.ManagedMicrovmImageSummary{ImageArn: arn, CreatedAt: 1781654400})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) ListManagedMicrovmImageVersions(w http.ResponseWriter, r *http.Request, imageIdentifier string, params cp.ListManagedMicrovmImageVersionsParams) {
+	if s.fault(w, "ListManagedMicrovmImageVersions") {
+		return
+	}
+	if imageIdentifier != s.managedArn() {
+		notFound(w, "ManagedMicroVMImage", imageIdentifier)
+		return
+	}
+	items, next, ok := paginate(w, managedVersions, params.MaxResults, params.NextToken)
+	if !ok {
+		return
+	}
+	out := cp.ListManagedMicrovmImageVersionsOutput{Items: []cp.ManagedMicrovmImageVersion{}, NextToken: next}
+	for _, v := range items {
+		out.Items = append(out.Items, cp.ManagedMicrovmImageVersion{ImageArn: imageIdentifier, ImageVersion: v, CreatedAt: 1781654400})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// paginate slices items by an opaque cursor. Cursors are URL-safe base64
+// with '=' padding, as the service's are, so a client that does not
+// percent-encode them is caught by gate.
+func paginate[T any](w http.ResponseWriter, items []T, maxResults *int, nextToken *string) ([]T, *string, bool) {
+	size := 50
+	if maxResults != nil {
+		if *maxResults < 1 || *maxResults > 50 {
+			writeError(w, http.StatusBadRequest, "ValidationException", ptr("maxResults: Member must have value between 1 and 50"))
+			return nil, nil, false
+		}
+		size = *maxResults
+	}
+	start := 0
+	if nextToken != nil {
+		raw, err := base64.URLEncoding.DecodeString(*nextToken)
+		n, perr := strconv.Atoi(strings.TrimRight(strings.TrimPrefix(string(raw), "offset:"), "."))
+		if err != nil || perr != nil || n < 0 || n > len(items) {
+			writeError(w, http.StatusBadRequest, "ValidationException", ptr("Invalid pagination token"))
+			return nil, nil, false
+		}
+		start = n
+	}
+	end := min(start+size, len(items))
+	var next *string
+	if end < len(items) {
+		plain := fmt.Sprintf("offset:%d", end)
+		for len(plain)%3 == 0 {
+			plain += "." // keep the encoding padded, as real cursors often are
+		}
+		next = ptr(base64.URLEncoding.EncodeToString([]byte(plain)))
+	}
+	return items[start:end], next, true
+}
+
+var taggableImage = regexp.MustCompile(`^arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:microvm-image:[a-zA-Z0-9-_]+$`)
+
+func (s *Server) taggable(w http.ResponseWriter, resource string) *image {
+	if !taggableImage.MatchString(resource) {
+		// The shared Lambda ARN grammar knows images but not MicroVMs.
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", ptr("1 validation error detected: Value '"+resource+"' at 'resource' failed to satisfy constraint"))
+		return nil
+	}
+	im := s.images[strings.TrimPrefix(resource, s.imageArn(""))]
+	if im == nil {
+		notFound(w, "MicroVMImage", "MicroVMImageID: "+resource)
+	}
+	return im
+}
+
+func (s *Server) TagResource(w http.ResponseWriter, r *http.Request, resource string) {
+	if s.fault(w, "TagResource") {
+		return
+	}
+	var req cp.TagResourceRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im := s.taggable(w, resource)
+	if im == nil {
+		return
+	}
+	if im.tags == nil {
+		im.tags = map[string]string{}
+	}
+	for k, v := range req.Tags {
+		im.tags[k] = v
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) UntagResource(w http.ResponseWriter, r *http.Request, resource string, params cp.UntagResourceParams) {
+	if s.fault(w, "UntagResource") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im := s.taggable(w, resource)
+	if im == nil {
+		return
+	}
+	for _, k := range params.TagKeys {
+		delete(im.tags, k)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) ListTags(w http.ResponseWriter, r *http.Request, resource string) {
+	if s.fault(w, "ListTags") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im := s.taggable(w, resource)
+	if im == nil {
+		return
+	}
+	tags := tagsPtr(im.tags)
+	if tags == nil {
+		tags = &map[string]string{}
+	}
+	writeJSON(w, http.StatusOK, cp.ListTagsResponse{Tags: tags})
+}

@@ -1,0 +1,339 @@
+package emulator
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// microvm is one MicroVM and where its lifecycle stands.
+type microvm struct {
+	id, imageArn, version, endpoint string
+	req                             cp.RunMicrovmRequest
+	state                           cp.MicrovmState
+	reason                          *string
+	startedAt                       float64
+	terminatedAt                    *float64
+	plan                            LaunchPlan
+	seen                            int
+	resumed                         bool
+	tokens                          []string
+}
+
+// observeVM advances a VM one step along the transition it is in.
+func (s *Server) observeVM(vm *microvm) {
+	switch vm.state {
+	case cp.MicrovmStatePENDING:
+		vm.seen++
+		if vm.seen < max(vm.plan.Steps, 1) {
+			return
+		}
+		if vm.plan.DieReason != "" && !vm.resumed {
+			now := s.now()
+			vm.state, vm.reason, vm.terminatedAt = cp.MicrovmStateTERMINATED, ptr(vm.plan.DieReason), &now
+			return
+		}
+		vm.state = cp.MicrovmStateRUNNING
+	case cp.MicrovmStateSUSPENDING:
+		vm.state = cp.MicrovmStateSUSPENDED
+	case cp.MicrovmStateTERMINATING:
+		now := s.now()
+		vm.state, vm.terminatedAt = cp.MicrovmStateTERMINATED, &now
+	}
+}
+
+func (s *Server) vmReply(vm *microvm) cp.GetMicrovmResponse {
+	dur := 28800
+	if vm.req.MaximumDurationInSeconds != nil {
+		dur = *vm.req.MaximumDurationInSeconds
+	}
+	return cp.GetMicrovmResponse{
+		EgressNetworkConnectors: vm.req.EgressNetworkConnectors, Endpoint: vm.endpoint, ExecutionRoleArn: vm.req.ExecutionRoleArn,
+		IdlePolicy: vm.req.IdlePolicy, ImageArn: vm.imageArn, ImageVersion: vm.version,
+		IngressNetworkConnectors: vm.req.IngressNetworkConnectors, MaximumDurationInSeconds: dur, MicrovmId: vm.id,
+		StartedAt: vm.startedAt, State: vm.state, StateReason: vm.reason, TerminatedAt: vm.terminatedAt,
+	}
+}
+
+func (s *Server) findVM(w http.ResponseWriter, id string) *microvm {
+	vm := s.vms[id]
+	if vm == nil {
+		notFound(w, "MicroVM", id)
+	}
+	return vm
+}
+
+func (s *Server) RunMicrovm(w http.ResponseWriter, r *http.Request) {
+	if s.fault(w, "RunMicrovm") {
+		return
+	}
+	var req cp.RunMicrovmRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	bad := func(msg string) { writeError(w, http.StatusBadRequest, "ValidationException", ptr(msg)) }
+	if p := req.RunHookPayload; p != nil && utf8.RuneCountInString(*p) > taxonomy.MaxRunHookPayloadBytes {
+		bad(fmt.Sprintf("1 validation error detected: Value at 'runHookPayload' failed to satisfy constraint: Member must have length less than or equal to %d", taxonomy.MaxRunHookPayloadBytes))
+		return
+	}
+	if d := req.MaximumDurationInSeconds; d != nil && (*d < taxonomy.MinDurationSec || *d > taxonomy.MaxDurationSec) {
+		bad(fmt.Sprintf("1 validation error detected: Value at 'maximumDurationInSeconds' failed to satisfy constraint: Member must have value between %d and %d", taxonomy.MinDurationSec, taxonomy.MaxDurationSec))
+		return
+	}
+	if p := req.IdlePolicy; p != nil && p.MaxIdleDurationSeconds < taxonomy.MinIdleDurationSec {
+		bad("idlePolicy.maxIdleDurationSeconds: Member must have value greater than or equal to 60")
+		return
+	}
+	for _, list := range []*[]string{req.IngressNetworkConnectors, req.EgressNetworkConnectors} {
+		if list == nil {
+			continue
+		}
+		for _, c := range *list {
+			if !connectorARN(c) {
+				bad("Malformed network connector ARN")
+				return
+			}
+		}
+	}
+	if !strings.HasPrefix(req.ImageIdentifier, "arn:") {
+		bad("Malformed ARN - doesn't start with 'arn:'")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.ClientToken != nil {
+		if id, ok := s.runToks[*req.ClientToken]; ok {
+			writeJSON(w, http.StatusOK, cp.RunMicrovmResponse(s.vmReply(s.vms[id])))
+			return
+		}
+	}
+	im := s.resolveImage(w, "RunMicrovm", req.ImageIdentifier)
+	if im == nil {
+		return
+	}
+	var v *version
+	if req.ImageVersion != nil {
+		v = im.version(*req.ImageVersion)
+	} else if im.active != "" {
+		v = im.version(im.active)
+	}
+	if v == nil || v.status != cp.ACTIVE || v.state != cp.MicrovmImageVersionStateSUCCESSFUL {
+		msg := "No active version found for MicroVM image " + im.arn
+		if req.ImageVersion != nil {
+			msg += " and version " + *req.ImageVersion
+		}
+		writeError(w, http.StatusNotFound, "ResourceNotFoundException", ptr(msg))
+		return
+	}
+	id := s.nextID("microvm-")
+	vm := &microvm{
+		id: id, imageArn: im.arn, version: v.id, req: req, state: cp.MicrovmStatePENDING, startedAt: s.now(),
+		endpoint: strings.TrimPrefix(id, "microvm-") + ".lambda-microvm." + s.opt.Region + ".on.aws",
+		plan:     s.opt.Launches(im.arn),
+	}
+	vm.req.RunHookPayload, vm.req.ClientToken = nil, nil // never readable back
+	s.vms[id] = vm
+	s.vmOrder = append(s.vmOrder, id)
+	if req.ClientToken != nil {
+		s.runToks[*req.ClientToken] = id
+	}
+	writeJSON(w, http.StatusOK, cp.RunMicrovmResponse(s.vmReply(vm)))
+}
+
+func (s *Server) GetMicrovm(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
+	if s.fault(w, "GetMicrovm") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm := s.findVM(w, microvmIdentifier)
+	if vm == nil {
+		return
+	}
+	s.observeVM(vm)
+	writeJSON(w, http.StatusOK, s.vmReply(vm))
+}
+
+func (s *Server) ListMicrovms(w http.ResponseWriter, r *http.Request, params cp.ListMicrovmsParams) {
+	if s.fault(w, "ListMicrovms") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := slices.DeleteFunc(slices.Clone(s.vmOrder), func(id string) bool {
+		vm := s.vms[id]
+		if params.ImageIdentifier != nil && *params.ImageIdentifier != vm.imageArn {
+			return true
+		}
+		return params.ImageVersion != nil && *params.ImageVersion != vm.version
+	})
+	page, next, ok := paginate(w, ids, params.MaxResults, params.NextToken)
+	if !ok {
+		return
+	}
+	out := cp.ListMicrovmsResponse{Items: []cp.MicrovmItem{}, NextToken: next}
+	for _, id := range page {
+		vm := s.vms[id]
+		out.Items = append(out.Items, cp.MicrovmItem{ImageArn: vm.imageArn, ImageVersion: vm.version, MicrovmId: vm.id, StartedAt: vm.startedAt, State: vm.state})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) conflict(w http.ResponseWriter, vm *microvm, action string) {
+	writeError(w, http.StatusConflict, "ConflictException", ptr(fmt.Sprintf("Cannot %s MicroVM %s in state %s", action, vm.id, vm.state)))
+}
+
+func (s *Server) SuspendMicrovm(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
+	if s.fault(w, "SuspendMicrovm") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm := s.findVM(w, microvmIdentifier)
+	if vm == nil {
+		return
+	}
+	switch vm.state {
+	case cp.MicrovmStateRUNNING:
+		vm.state = cp.MicrovmStateSUSPENDING
+	case cp.MicrovmStateSUSPENDING, cp.MicrovmStateSUSPENDED:
+	default:
+		s.conflict(w, vm, "suspend")
+		return
+	}
+	writeJSON(w, http.StatusOK, cp.SuspendMicrovmResponse{})
+}
+
+func (s *Server) ResumeMicrovm(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
+	if s.fault(w, "ResumeMicrovm") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm := s.findVM(w, microvmIdentifier)
+	if vm == nil {
+		return
+	}
+	switch vm.state {
+	case cp.MicrovmStateSUSPENDED:
+		vm.state, vm.seen, vm.resumed = cp.MicrovmStatePENDING, 0, true
+	case cp.MicrovmStateRUNNING:
+	default:
+		s.conflict(w, vm, "resume")
+		return
+	}
+	writeJSON(w, http.StatusOK, cp.ResumeMicrovmResponse{})
+}
+
+func (s *Server) TerminateMicrovm(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
+	if s.fault(w, "TerminateMicrovm") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm := s.findVM(w, microvmIdentifier)
+	if vm == nil {
+		return
+	}
+	if vm.state != cp.MicrovmStateTERMINATED {
+		vm.state = cp.MicrovmStateTERMINATING
+	}
+	writeJSON(w, http.StatusOK, cp.TerminateMicrovmResponse{})
+}
+
+// validPorts checks allowedPorts: each entry is a single-key union.
+func validPorts(ports []cp.PortSpecification) string {
+	if len(ports) == 0 {
+		return "allowedPorts: Member must have length greater than or equal to 1"
+	}
+	for _, p := range ports {
+		n := 0
+		if p.Port != nil {
+			n++
+			if *p.Port < 1 || *p.Port > 65535 {
+				return "allowedPorts.port: Member must have value between 1 and 65535"
+			}
+		}
+		if p.Range != nil {
+			n++
+			if p.Range.StartPort < 1 || p.Range.EndPort > 65535 || p.Range.StartPort > p.Range.EndPort {
+				return "allowedPorts.range: startPort and endPort must be ports with startPort <= endPort"
+			}
+		}
+		if p.AllPorts != nil {
+			n++
+		}
+		if n != 1 {
+			return "allowedPorts: each PortSpecification must set exactly one member"
+		}
+	}
+	return ""
+}
+
+func (s *Server) mint(vm *microvm) map[string]string {
+	s.seq++
+	tok := fmt.Sprintf("emulator-token-%s-%d", vm.id, s.seq)
+	vm.tokens = append(vm.tokens, tok)
+	return map[string]string{taxonomy.ProxyAuthHeader: tok}
+}
+
+func (s *Server) CreateMicrovmAuthToken(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
+	if s.fault(w, "CreateMicrovmAuthToken") {
+		return
+	}
+	var req cp.CreateMicrovmAuthTokenRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.ExpirationInMinutes < 1 || req.ExpirationInMinutes > taxonomy.MaxAuthTokenMinutes {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr(fmt.Sprintf("expirationInMinutes must be between 1 and %d", taxonomy.MaxAuthTokenMinutes)))
+		return
+	}
+	if msg := validPorts(req.AllowedPorts); msg != "" {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr(msg))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm := s.findVM(w, microvmIdentifier)
+	if vm == nil {
+		return
+	}
+	if vm.state == cp.MicrovmStateTERMINATED || vm.state == cp.MicrovmStateTERMINATING {
+		s.conflict(w, vm, "mint a token for")
+		return
+	}
+	writeJSON(w, http.StatusOK, cp.CreateMicrovmAuthTokenResponse{AuthToken: s.mint(vm)})
+}
+
+func (s *Server) CreateMicrovmShellAuthToken(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
+	if s.fault(w, "CreateMicrovmShellAuthToken") {
+		return
+	}
+	var req cp.CreateMicrovmShellAuthTokenRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm := s.findVM(w, microvmIdentifier)
+	if vm == nil {
+		return
+	}
+	shell := false
+	if vm.req.IngressNetworkConnectors != nil {
+		for _, c := range *vm.req.IngressNetworkConnectors {
+			shell = shell || strings.HasSuffix(c, ":SHELL_INGRESS")
+		}
+	}
+	if !shell {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr("Shell access requires SHELL_INGRESS network connector to be configured on the MicroVM."))
+		return
+	}
+	writeJSON(w, http.StatusOK, cp.CreateMicrovmShellAuthTokenResponse{AuthToken: s.mint(vm)})
+}

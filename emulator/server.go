@@ -1,0 +1,300 @@
+package emulator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Options configure a Server. The zero value is a working us-east-1 account.
+type Options struct {
+	// Account is the 12-digit account id that appears in ARNs.
+	Account string
+	// Region is the region ARNs and endpoints are minted for. The region a
+	// request is signed for is checked separately, against the supported set.
+	Region string
+	// Now stamps createdAt and friends; nothing waits on it.
+	Now func() time.Time
+	// Builds decides how the builds of a new image version behave.
+	Builds func(imageName string) BuildPlan
+	// Launches decides how a new MicroVM's launch behaves.
+	Launches func(imageArn string) LaunchPlan
+}
+
+// BuildPlan is how one image version's builds progress. Each read of the
+// image, its versions or its builds is one observation.
+type BuildPlan struct {
+	// Steps is how many observations the builds spend IN_PROGRESS (0 means 1).
+	Steps int
+	// FailReason, when set, fails every build with this stateReason; the
+	// version is FAILED with no reason, as measured.
+	FailReason string
+	// Wedge keeps every build PENDING forever, the state a replayed
+	// clientToken produces.
+	Wedge bool
+}
+
+// LaunchPlan is how one MicroVM's launch progresses. Each GetMicrovm is one
+// observation.
+type LaunchPlan struct {
+	// Steps is how many observations the VM spends PENDING (0 means 1).
+	Steps int
+	// DieReason, when set, sends the VM to TERMINATED before RUNNING with
+	// this stateReason, as a failed run hook does.
+	DieReason string
+}
+
+// Fault is a canned failure injected ahead of an operation's real answer.
+type Fault int
+
+// The faults a test can queue with Inject.
+const (
+	// FaultThrottle answers 429 ThrottlingException with Retry-After: 0.
+	FaultThrottle Fault = iota + 1
+	// FaultInternal answers 500 InternalServerException.
+	FaultInternal
+	// FaultGatewayHTML answers 502 with an HTML page, as the gateway in front
+	// of the service does.
+	FaultGatewayHTML
+	// FaultAccessDeniedNull answers 403 AccessDeniedException with a null
+	// message.
+	FaultAccessDeniedNull
+	// FaultValidation answers 400 ValidationException, which is never retried.
+	FaultValidation
+)
+
+// Request is one request as the emulator received it.
+type Request struct {
+	Method   string
+	Host     string
+	Path     string // escaped, exactly as sent
+	RawQuery string
+	Header   http.Header
+	Body     []byte
+}
+
+// Server is the emulated control plane. Its zero value is not usable; call New.
+type Server struct {
+	opt     Options
+	handler http.Handler
+
+	mu       sync.Mutex
+	seq      int
+	images   map[string]*image // by name
+	vms      map[string]*microvm
+	vmOrder  []string
+	tokens   map[string]string // clientToken -> image name, never forgotten
+	runToks  map[string]string // RunMicrovm clientToken -> microvm id
+	faults   map[string][]Fault
+	requests []Request
+}
+
+// New builds a Server.
+func New(opt Options) *Server {
+	if opt.Account == "" {
+		opt.Account = "123456789012"
+	}
+	if opt.Region == "" {
+		opt.Region = "us-east-1"
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Builds == nil {
+		opt.Builds = func(string) BuildPlan { return BuildPlan{} }
+	}
+	if opt.Launches == nil {
+		opt.Launches = func(string) LaunchPlan { return LaunchPlan{} }
+	}
+	s := &Server{
+		opt:     opt,
+		images:  map[string]*image{},
+		vms:     map[string]*microvm{},
+		tokens:  map[string]string{},
+		runToks: map[string]string{},
+		faults:  map[string][]Fault{},
+	}
+	api := controlplane.HandlerWithOptions(s, controlplane.StdHTTPServerOptions{
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, http.StatusBadRequest, "ValidationException", ptr(err.Error()))
+		},
+	})
+	s.handler = s.gate(api)
+	return s
+}
+
+// Handler is the HTTP handler serving the control plane.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// ServeLoopback serves on a fresh 127.0.0.1 port and returns its base URL and
+// a function that stops the server.
+func (s *Server) ServeLoopback() (url string, stop func(), err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// Inject queues faults for operation (its operationId, e.g. "GetMicrovm");
+// each request to it consumes one before any real handling.
+func (s *Server) Inject(operation string, faults ...Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults[operation] = append(s.faults[operation], faults...)
+}
+
+// Requests returns every request received so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// gate records each request and applies the checks the service makes before
+// routing: a SigV4 credential scope for lambda in a region that carries
+// MicroVMs, and cursors whose '=' padding is percent-encoded.
+func (s *Server) gate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "ValidationException", ptr("unreadable body"))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		s.mu.Lock()
+		s.requests = append(s.requests, Request{Method: r.Method, Host: r.Host, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+		s.mu.Unlock()
+
+		region, service, ok := credentialScope(r.Header.Get("Authorization"))
+		switch {
+		case !ok:
+			writeError(w, http.StatusForbidden, "IncompleteSignatureException", ptr("Authorization header requires a SigV4 Credential"))
+			return
+		case service != "lambda":
+			writeError(w, http.StatusForbidden, "InvalidSignatureException", ptr("Credential should be scoped to correct service: 'lambda'."))
+			return
+		case !slices.Contains(taxonomy.Regions, region):
+			// A region without MicroVMs: the measured answer names nothing.
+			writeError(w, http.StatusForbidden, "AccessDeniedException", nil)
+			return
+		}
+		for _, part := range strings.Split(r.URL.RawQuery, "&") {
+			if k, v, _ := strings.Cut(part, "="); k == "nextToken" && strings.Contains(v, "=") {
+				// An unencoded '=' in a cursor is a request the service
+				// cannot parse, and it says nothing about why.
+				writeError(w, http.StatusBadRequest, "ValidationException", nil)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// credentialScope reads region and service from a SigV4 Authorization header.
+func credentialScope(auth string) (region, service string, ok bool) {
+	_, rest, found := strings.Cut(auth, "Credential=")
+	if !found || !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 ") {
+		return "", "", false
+	}
+	cred, _, _ := strings.Cut(rest, ",")
+	parts := strings.Split(cred, "/")
+	if len(parts) != 5 || parts[4] != "aws4_request" {
+		return "", "", false
+	}
+	return parts[2], parts[3], true
+}
+
+// fault answers with the next queued fault for operation, if any.
+func (s *Server) fault(w http.ResponseWriter, operation string) bool {
+	s.mu.Lock()
+	q := s.faults[operation]
+	if len(q) == 0 {
+		s.mu.Unlock()
+		return false
+	}
+	f := q[0]
+	s.faults[operation] = q[1:]
+	s.mu.Unlock()
+	switch f {
+	case FaultThrottle:
+		w.Header().Set("Retry-After", "0")
+		writeError(w, http.StatusTooManyRequests, "ThrottlingException", ptr("Rate exceeded"))
+	case FaultInternal:
+		writeError(w, http.StatusInternalServerError, "InternalServerException", ptr("Internal failure, please retry"))
+	case FaultGatewayHTML:
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n</body>\r\n</html>\r\n")
+	case FaultAccessDeniedNull:
+		writeError(w, http.StatusForbidden, "AccessDeniedException", nil)
+	case FaultValidation:
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr("injected validation failure"))
+	}
+	return true
+}
+
+// writeError writes a restJson1 error: the type in X-Amzn-ErrorType and a body
+// whose message may be null, which the generated types cannot express.
+func writeError(w http.ResponseWriter, status int, errType string, msg *string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Amzn-ErrorType", errType)
+	w.WriteHeader(status)
+	if msg == nil {
+		_, _ = io.WriteString(w, `{"message":null}`)
+		return
+	}
+	b, _ := json.Marshal(controlplane.ValidationException{Message: msg})
+	_, _ = w.Write(b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "InternalServerException", ptr(err.Error()))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// decode reads a JSON body strictly: a member the model does not declare (a
+// union discriminator, a misspelt field) is refused as the service refuses it.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr("Could not parse request body: "+err.Error()))
+		return false
+	}
+	return true
+}
+
+func notFound(w http.ResponseWriter, what, id string) {
+	writeError(w, http.StatusNotFound, "ResourceNotFoundException", ptr(fmt.Sprintf("%s not found for %s", what, id)))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (s *Server) now() float64 {
+	return float64(s.opt.Now().UnixMilli()) / 1000
+}
+
+// nextID returns a deterministic identifier unique within this server.
+func (s *Server) nextID(prefix string) string {
+	s.seq++
+	return fmt.Sprintf("%s%08x-0000-4000-8000-%012x", prefix, s.seq, s.seq)
+}
