@@ -1,0 +1,202 @@
+package build
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/ledger"
+	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Spec is one image build.
+type Spec struct {
+	// Daemon is agentd built for linux/arm64.
+	Daemon []byte
+	// Dockerfile is the caller's; empty generates the stanza with Workdir.
+	Dockerfile string
+	Workdir    string
+	Base       Base
+	// Port is agentd's port and hooks.port; zero means 9000.
+	Port int
+	// IdleTimeout is the session's SSE idle timeout the keepalive must beat.
+	IdleTimeout time.Duration
+
+	// Name is the image name. With Reuse it is instead the prefix of the
+	// content-addressed name <Name>-<hash12>, and an image already under that
+	// exact name is reused rather than built.
+	Name  string
+	Reuse bool
+
+	BuildRoleARN     string
+	BaseImageVersion string
+	Size             client.SizeClass
+	RepairIdentity   bool
+	InternetEgress   bool
+	// ArtifactKeyPrefix is prepended to the S3 key "<name>/<hash>.zip".
+	ArtifactKeyPrefix string
+	// Ready and Validate bound the build-time hooks; Run the run-time ones.
+	Ready, Validate client.BuildHookTimeout
+	Run             client.RunHookTimeout
+
+	Wait control.WaitOptions
+	// Progress, if set, sees the upload and every waiter poll.
+	Progress func(Progress)
+	// Ledger, if set, records the create before it is sent.
+	Ledger *ledger.Record
+}
+
+// Progress is one step of a build a caller may display.
+type Progress struct {
+	Stage      string // "upload" or "build"
+	Sent, Size int64
+	Poll       *control.Progress
+}
+
+// Result is a built (or reused) image.
+type Result struct {
+	Name, ImageARN, Version string
+	Hash                    string
+	ArtifactURI             string
+	LogGroup                string
+	// Reused means no build ran: an image of this exact name existed.
+	Reused bool
+}
+
+// Build preflights, uploads and builds an image, or reuses an identical one.
+// Every local refusal comes before the upload; the only billable call is
+// CreateMicrovmImage, and the waiter fails fast on a wedged build.
+func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result, error) {
+	if s.Base == (Base{}) {
+		s.Base = ManagedBase()
+	}
+	if s.Port == 0 {
+		s.Port = taxonomy.DefaultAgentPort
+	}
+	if s.BuildRoleARN == "" {
+		// Checked here so a missing role costs no upload either.
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "an image build needs a build role ARN")
+	}
+	if err := CheckDaemon(s.Daemon); err != nil {
+		return nil, err
+	}
+	df := s.Dockerfile
+	if df == "" {
+		var err error
+		if df, err = Dockerfile(DockerfileOptions{Base: s.Base, Port: s.Port, Workdir: s.Workdir}); err != nil {
+			return nil, err
+		}
+	}
+	if err := Preflight([]byte(df), Check{Base: s.Base, Port: s.Port, IdleTimeout: s.IdleTimeout}); err != nil {
+		return nil, err
+	}
+	hash := ContentHash(df, s.Daemon)
+	name := s.Name
+	if s.Reuse {
+		var err error
+		if name, err = ReuseName(s.Name, hash); err != nil {
+			return nil, err
+		}
+	}
+	res := &Result{Name: name, Hash: hash, LogGroup: LogGroup(name)}
+
+	// A second create under an existing name is refused by the service, so
+	// look first: with Reuse a match is the same inputs; without it, a clash.
+	existing, err := c.FindImage(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if existing != nil {
+		if !s.Reuse {
+			return nil, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingDuplicateImageName,
+				"an image named %s already exists; choose another name or build with reuse", name)
+		}
+		if slices.Contains(taxonomy.ImageReadyStates, string(existing.State)) && existing.LatestActiveImageVersion != nil {
+			res.ImageARN, res.Version, res.Reused = existing.ImageArn, *existing.LatestActiveImageVersion, true
+			return res, nil
+		}
+		return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingDuplicateImageName,
+			"image %s exists in state %s, so it can be neither reused nor built again under that name; delete it (or wait for its build) and retry", name, existing.State)
+	}
+
+	zip, err := Artifact(df, s.Daemon)
+	if err != nil {
+		return nil, client.Errorf(taxonomy.KindUnexpected, "", "building the artifact: %w", err)
+	}
+	key := s.ArtifactKeyPrefix + name + "/" + hash + ".zip"
+	res.ArtifactURI, err = up.Upload(ctx, key, zip, func(sent, total int64) {
+		if s.Progress != nil {
+			s.Progress(Progress{Stage: "upload", Sent: sent, Size: total})
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	spec := control.ImageSpec{
+		Name: name, BaseImageVersion: s.BaseImageVersion, BuildRoleARN: s.BuildRoleARN,
+		CodeArtifactURI: res.ArtifactURI, InternetEgress: s.InternetEgress, Size: s.Size,
+		RepairIdentity: s.RepairIdentity,
+		Hooks: &control.Hooks{
+			Port:  s.Port,
+			Run:   control.RunHook{Enabled: true, Timeout: s.Run},
+			Ready: control.BuildHook{Enabled: true, Timeout: s.Ready}, Validate: control.BuildHook{Enabled: true, Timeout: s.Validate},
+			// agentd serves these too; enabling them costs nothing and lets
+			// the daemon see a suspend coming.
+			Resume: control.RunHook{Enabled: true, Timeout: s.Run}, Suspend: control.RunHook{Enabled: true, Timeout: s.Run},
+			Terminate: control.RunHook{Enabled: true, Timeout: s.Run},
+		},
+		// Named explicitly so the group teardown deletes is the group the
+		// build wrote to.
+		Logging: &cp.Logging{CloudWatch: &cp.CloudWatchLogging{LogGroup: &res.LogGroup}},
+	}
+	var after func(string, error) error
+	if s.Ledger != nil {
+		if err := s.Ledger.Update(func(r *ledger.Run) {
+			r.Image, r.ArtifactURI, r.LogGroup, r.ImageOwned = name, res.ArtifactURI, res.LogGroup, true
+		}); err != nil {
+			return nil, err
+		}
+		if after, err = s.Ledger.Before("CreateMicrovmImage", name); err != nil {
+			return nil, err
+		}
+	}
+	created, err := c.CreateImage(ctx, spec)
+	if after != nil {
+		arn := ""
+		if created != nil {
+			arn = created.ImageArn
+		}
+		if lerr := after(arn, err); lerr != nil && err == nil {
+			err = lerr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.ImageARN, res.Version = created.ImageArn, created.ImageVersion
+	if s.Ledger != nil {
+		_ = s.Ledger.Update(func(r *ledger.Run) { r.ImageARN = created.ImageArn })
+	}
+	ref, err := control.ParseImageRef(created.ImageArn)
+	if err != nil {
+		return nil, err
+	}
+	w := s.Wait
+	if s.Progress != nil {
+		prev := w.Progress
+		w.Progress = func(p control.Progress) {
+			if prev != nil {
+				prev(p)
+			}
+			s.Progress(Progress{Stage: "build", Poll: &p})
+		}
+	}
+	if _, err := c.WaitImage(ctx, ref, created.ImageVersion, w); err != nil {
+		return res, err
+	}
+	return res, nil
+}

@@ -1,0 +1,203 @@
+// Package ledger is the local run ledger: one JSON file per run under a state
+// directory, naming every resource that run created or may have created. It
+// is written before each billable step and updated after, so a process killed
+// between the two still leaves a record of what may be billing and by what
+// identifier to clean it up.
+//
+// What it must never do: hold a secret (no agent or proxy token, no payload),
+// delete a record that still names a live or unconfirmed resource, or make a
+// caller's operation fail because a cloud call failed — a failed write of the
+// ledger itself is the only error it returns.
+package ledger
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// StepState is where one billable step stands.
+type StepState string
+
+// A step is recorded Started before the call and Done or Failed after. A step
+// left Started means the process died mid-call: the resource may exist.
+const (
+	Started StepState = "started"
+	Done    StepState = "done"
+	Failed  StepState = "failed"
+)
+
+// Step is one billable call and its outcome.
+type Step struct {
+	Op     string    `json:"op"`               // e.g. "CreateMicrovmImage", "RunMicrovm"
+	Target string    `json:"target,omitempty"` // the identifier it acts on, once known
+	State  StepState `json:"state"`
+	Error  string    `json:"error,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Run is one ledger file. Resource fields are filled in as soon as the
+// identifier is known, before the next step starts.
+type Run struct {
+	ID          string    `json:"id"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	Region      string    `json:"region,omitempty"`
+	Image       string    `json:"image,omitempty"`
+	ImageARN    string    `json:"image_arn,omitempty"`
+	ImageOwned  bool      `json:"image_owned,omitempty"` // this run created the image, so its teardown may delete it
+	ArtifactURI string    `json:"artifact_uri,omitempty"`
+	LogGroup    string    `json:"log_group,omitempty"`
+	MicrovmID   string    `json:"microvm_id,omitempty"`
+	Steps       []Step    `json:"steps"`
+	// Leaked names what teardown could not delete.
+	Leaked []string `json:"leaked,omitempty"`
+	// Closed is set once teardown confirmed nothing of this run is left.
+	Closed bool `json:"closed"`
+}
+
+// Ledger is a state directory of run files.
+type Ledger struct {
+	dir string
+	now func() time.Time
+}
+
+// Open uses dir (created 0700 if missing) as the ledger's directory.
+func Open(dir string, now func() time.Time) (*Ledger, error) {
+	if now == nil {
+		now = time.Now
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	return &Ledger{dir: dir, now: now}, nil
+}
+
+// Record is an open run being written.
+type Record struct {
+	l   *Ledger
+	mu  sync.Mutex
+	run Run
+}
+
+// Begin creates a new run file and writes it before returning, so a run
+// exists on disk before its first billable step.
+func (l *Ledger) Begin(region string) (*Record, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	t := l.now().UTC()
+	r := &Record{l: l, run: Run{
+		ID:        t.Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:]),
+		CreatedAt: t, UpdatedAt: t, Region: region, Steps: []Step{},
+	}}
+	return r, r.writeLocked()
+}
+
+// Snapshot is a copy of the run as last written.
+func (r *Record) Snapshot() Run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.run
+	c.Steps = append([]Step(nil), r.run.Steps...)
+	c.Leaked = append([]string(nil), r.run.Leaked...)
+	return c
+}
+
+// Path is the run's file.
+func (r *Record) Path() string { return filepath.Join(r.l.dir, r.run.ID+".json") }
+
+// Update applies f to the run and writes it.
+func (r *Record) Update(f func(*Run)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.run)
+	return r.writeLocked()
+}
+
+// Before records op as started and writes the file; call it before the
+// billable call. The returned after records the outcome and writes again.
+func (r *Record) Before(op, target string) (after func(target string, err error) error, werr error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := len(r.run.Steps)
+	r.run.Steps = append(r.run.Steps, Step{Op: op, Target: target, State: Started, At: r.l.now().UTC()})
+	if err := r.writeLocked(); err != nil {
+		return nil, err
+	}
+	return func(target string, err error) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		s := &r.run.Steps[i]
+		if target != "" {
+			s.Target = target
+		}
+		s.State, s.At = Done, r.l.now().UTC()
+		if err != nil {
+			s.State, s.Error = Failed, err.Error()
+		}
+		return r.writeLocked()
+	}, nil
+}
+
+func (r *Record) writeLocked() error {
+	r.run.UpdatedAt = r.l.now().UTC()
+	b, err := json.MarshalIndent(&r.run, "", "  ")
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	// Write-then-rename, so a crash mid-write leaves the previous version
+	// rather than a truncated file nobody can read.
+	tmp, err := os.CreateTemp(r.l.dir, ".run-*")
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	_, werr := tmp.Write(append(b, '\n'))
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), r.Path()); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return nil
+}
+
+// Open lists the runs not closed, oldest first: what may still be billing.
+func (l *Ledger) Open() ([]Run, error) {
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	var out []Run
+	for _, e := range ents {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(l.dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("ledger: %w", err)
+		}
+		var r Run
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("ledger: %s: %w", e.Name(), err)
+		}
+		if !r.Closed {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}

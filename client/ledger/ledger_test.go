@@ -1,0 +1,56 @@
+package ledger
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A process that dies between Before and after leaves the step "started" on
+// disk and the run listed as open. Catches a wrong edit that writes the
+// ledger only after the call returns (the crash would leave no record).
+func TestBeforeIsOnDiskAndCrashLeavesOpenRun(t *testing.T) {
+	dir := t.TempDir()
+	now := func() time.Time { return time.Unix(1_800_000_000, 0) }
+	l, err := Open(dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.Begin("us-east-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Before("RunMicrovm", "arn:aws:lambda:us-east-1:123456789012:microvm-image:x"); err != nil {
+		t.Fatal(err)
+	}
+	// "Crash": read what a fresh process would find.
+	l2, _ := Open(dir, now)
+	open, err := l2.Open()
+	if err != nil || len(open) != 1 || len(open[0].Steps) != 1 || open[0].Steps[0].State != Started {
+		t.Fatalf("after a crash: %+v %v", open, err)
+	}
+}
+
+// after records the outcome, and a closed run drops out of Open. Catches an
+// edit that marks a failed call done, or lists closed runs as still billing.
+func TestAfterAndClose(t *testing.T) {
+	l, _ := Open(t.TempDir(), nil)
+	r, _ := l.Begin("us-east-1")
+	after, _ := r.Before("CreateMicrovmImage", "img")
+	if err := after("arn:img", errors.New("boom")); err != nil {
+		t.Fatal(err)
+	}
+	s := r.Snapshot()
+	if s.Steps[0].State != Failed || s.Steps[0].Target != "arn:img" || !strings.Contains(s.Steps[0].Error, "boom") {
+		t.Fatalf("step: %+v", s.Steps[0])
+	}
+	r.Update(func(run *Run) { run.Closed = true })
+	if open, _ := l.Open(); len(open) != 0 {
+		t.Fatalf("closed run still open: %+v", open)
+	}
+	if fi, _ := os.Stat(r.Path()); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("ledger file mode %v", fi.Mode().Perm())
+	}
+}
