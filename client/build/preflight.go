@@ -147,8 +147,7 @@ func finalImage(res *parser.Result) (*image, error) {
 }
 
 func fromErr(format string, args ...any) error {
-	// The managed base's docker reference is the constant this finding owns.
-	return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingBaseImagesLackWorkdir, format, args...)
+	return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingBaseImageDockerRef, format, args...)
 }
 
 func checkFrom(img *image, b Base) error {
@@ -239,10 +238,7 @@ func last(img *image, kw string) *parser.Node {
 func isJSON(n *parser.Node) bool { return n.Attributes["json"] }
 
 func checkCmd(img *image) error {
-	// No dedicated finding covers the entrypoint: the measured symptom is the
-	// one agent-port-agreement records, a daemon that never answers the build's
-	// ready hook and a clean log that names nothing.
-	f := taxonomy.FindingAgentPortAgreement
+	f := taxonomy.FindingDaemonIsTheCmd
 	if ep := last(img, "entrypoint"); ep != nil && (!isJSON(ep) || ep.Next != nil) {
 		return client.Errorf(taxonomy.KindInvalidArg, f,
 			"the Dockerfile's %q turns CMD into its arguments, so agentd never starts and the build's ready hook goes unanswered; use ENTRYPOINT [] with CMD [%q]", ep.Original, DaemonPath)
@@ -274,7 +270,6 @@ func checkKeepalive(img *image, idle time.Duration) error {
 		return nil
 	}
 	// Equality is refused too: a keepalive exactly at the timeout races it.
-	// There is no finding for this pair yet; the refusal names the numbers.
-	return client.Errorf(taxonomy.KindInvalidArg, "",
+	return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingKeepaliveUnderIdleTimeout,
 		"the Dockerfile sets AGENTD_SSE_KEEPALIVE_SECS=%s but this client gives up on a silent stream after %s; every quiet exec would look dead. Keep the keepalive under the idle timeout, or raise the client's idle timeout above it", v, idle)
 }

@@ -47,6 +47,9 @@ const (
 	FindingArm64Only                  FindingID = "arm64-only"
 	FindingAgentPortAgreement         FindingID = "agent-port-agreement"
 	FindingHookTimeoutCeilings        FindingID = "hook-timeout-ceilings"
+	FindingBaseImageDockerRef         FindingID = "base-image-docker-ref"
+	FindingDaemonIsTheCmd             FindingID = "daemon-is-the-cmd"
+	FindingKeepaliveUnderIdleTimeout  FindingID = "keepalive-under-idle-timeout"
 )
 
 // Finding is one measured platform behaviour.
@@ -90,6 +93,9 @@ var Findings = []Finding{
 	{ID: FindingArm64Only, Title: "The platform runs ARM64 guests only"},
 	{ID: FindingAgentPortAgreement, Title: "The image's AGENTD_PORT and the client's port must agree"},
 	{ID: FindingHookTimeoutCeilings, Title: "Run-time hooks allow 60 seconds and build-time hooks 3600"},
+	{ID: FindingBaseImageDockerRef, Title: "A managed base image builds from one docker reference"},
+	{ID: FindingDaemonIsTheCmd, Title: "The daemon must be the image's CMD with an empty ENTRYPOINT"},
+	{ID: FindingKeepaliveUnderIdleTimeout, Title: "The SSE keepalive must stay under the client's idle timeout"},
 }
 
 // Title is the docs/PLATFORM.md heading of f, or "" for an unknown id.
@@ -384,7 +390,7 @@ const (
 	MaxNetworkConnectors = 10
 	// ManagedBaseImage: the managed base image id.
 	ManagedBaseImage = "al2023-1"
-	// ManagedBaseDockerRef: docker reference matching the managed base image. Finding: base-images-lack-workdir.
+	// ManagedBaseDockerRef: docker reference matching the managed base image. Finding: base-image-docker-ref.
 	ManagedBaseDockerRef = "public.ecr.aws/amazonlinux/amazonlinux:2023-minimal"
 	// Architecture: the one architecture the platform runs. Finding: arm64-only.
 	Architecture = "ARM_64"
@@ -413,7 +419,7 @@ var ConstantFindings = map[string]FindingID{
 	"ProxyPortHeader":               FindingAuthTokenHeaderMap,
 	"MaxImageVersionLen":            FindingImageVersionForm,
 	"MinIdleDurationSec":            FindingIdlePolicy,
-	"ManagedBaseDockerRef":          FindingBaseImagesLackWorkdir,
+	"ManagedBaseDockerRef":          FindingBaseImageDockerRef,
 	"Architecture":                  FindingArm64Only,
 	"ImageRetentionMinSec":          FindingWhatCostsMoney,
 	"HoursPerMonth":                 FindingWhatCostsMoney,
