@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= 0.1.0
 LDFLAGS := -s -w -X github.com/microvms/microvms/agentd.Version=$(VERSION)
 
-.PHONY: all gen drift fmt vet lint test check build bench fuzz clean
+.PHONY: all gen drift fmt vet lint test check build bench fuzz clean demo
 
 all: build
 
@@ -39,6 +39,11 @@ check: drift fmt vet lint test
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/agentd ./cmd/agentd
+
+# The main job on one machine: agentd on loopback, bootstrapped through its run
+# hook, driven by the microvm CLI.
+demo:
+	bash scripts/demo.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

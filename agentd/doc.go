@@ -1,0 +1,13 @@
+// Package agentd is the daemon baked into a Lambda MicroVM image as its CMD. It
+// serves the platform's lifecycle hooks and the bearer-authenticated control
+// API of protocol v1 (detached idempotent exec with SSE streaming and stdin,
+// file and tar transfer, health and the protocol document), implementing the
+// server interface generated from api/openapi.yaml.
+//
+// It is the only way into the VM: there is no SSH, no console and no
+// supervisor. So it must never drop a connection without an answer (a panic is
+// a 500, a TLS probe a 400), never read a body byte before deciding auth, never
+// hand the agent token or its own environment to a child, never release exec
+// output before the caller acks it, and never buffer an unbounded amount of
+// anything in memory: an OOM-killed daemon leaves an unreachable VM.
+package agentd

@@ -1,0 +1,815 @@
+package agentd
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// execEntry is one exec, keyed by the caller-minted exec_id. The child is
+// owned by its supervise goroutine; handlers only read the log, signal the
+// group, or write stdin.
+type execEntry struct {
+	id   string
+	pgid int // captured at spawn: the child's pid, which is its group's id
+	log  *outputLog
+	// finished closes once the child is reaped and its pipes reached EOF or the
+	// linger deadline passed. Until then the phase is running.
+	finished chan struct{}
+
+	stdinRequested bool
+	stdinMu        sync.Mutex
+	stdin          *os.File // nil when not requested, after eof, or once the child is gone
+
+	// Guarded by registry.mu.
+	acked   bool
+	ackedAt time.Time
+}
+
+func (e *execEntry) isFinished() bool {
+	select {
+	case <-e.finished:
+		return true
+	default:
+		return false
+	}
+}
+
+// registry holds every exec until an ack plus the TTL lets it go.
+type registry struct {
+	cfg     *Config
+	log     *slog.Logger
+	devNull *os.File
+
+	mu       sync.Mutex
+	execs    map[string]*execEntry
+	starting map[string]*startOp
+}
+
+// startOp lets a start that races an in-flight start of the same exec_id wait
+// for that one's outcome instead of spawning a second child.
+type startOp struct {
+	done chan struct{}
+	err  error
+}
+
+func newRegistry(cfg *Config, log *slog.Logger, devNull *os.File) *registry {
+	return &registry{cfg: cfg, log: log, devNull: devNull,
+		execs: map[string]*execEntry{}, starting: map[string]*startOp{}}
+}
+
+func (r *registry) get(id string) *execEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.execs[id]
+}
+
+func (r *registry) phase(e *execEntry) protocol.Phase {
+	r.mu.Lock()
+	acked := e.acked
+	r.mu.Unlock()
+	switch {
+	case acked:
+		return protocol.PhaseAcked
+	case e.isFinished():
+		return protocol.PhaseExited
+	default:
+		return protocol.PhaseRunning
+	}
+}
+
+// activity is health's busy (some child still producing; an exited-but-unacked
+// exec is not busy) and execs (entries in any phase).
+func (r *registry) activity() (busy bool, count int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.execs {
+		if !e.isFinished() {
+			busy = true
+		}
+	}
+	return busy, len(r.execs)
+}
+
+// collectLoop removes acked entries older than the TTL. Only acked entries are
+// ever collected: an unacked one holds output the caller has not read.
+func (r *registry) collectLoop(stop <-chan struct{}) {
+	every := min(max(r.cfg.ExecTTL/4, 10*time.Millisecond), 30*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			r.collect(now)
+		}
+	}
+}
+
+func (r *registry) collect(now time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for id, e := range r.execs {
+		if e.acked && now.Sub(e.ackedAt) >= r.cfg.ExecTTL {
+			delete(r.execs, id)
+			n++
+		}
+	}
+	if n > 0 {
+		r.log.Debug("collected acked execs", "count", n)
+	}
+	return n
+}
+
+// spec is a validated start request, ready to spawn.
+type spec struct {
+	path    string
+	argv    []string
+	env     []string
+	dir     string
+	cred    *syscall.Credential
+	stdin   bool
+	timeout time.Duration // 0: none
+}
+
+// startError carries the status and slug of a refused start.
+type startError struct {
+	status int
+	slug   string
+	detail string
+}
+
+func (e *startError) Error() string { return e.detail }
+
+func malformed(format string, args ...any) *startError {
+	return &startError{http.StatusBadRequest, taxonomy.SlugMalformedRequest, fmt.Sprintf(format, args...)}
+}
+
+// buildSpec validates a start request before anything is spawned.
+func buildSpec(req *protocol.StartRequest, launchEnv map[string]string) (*spec, *startError) {
+	if req.ExecID == "" {
+		return nil, malformed("exec_id must not be empty")
+	}
+	if req.Command == nil {
+		return nil, malformed("command is required: an argv array, or with shell true one script")
+	}
+	sp := &spec{stdin: req.Stdin}
+	if t := req.TimeoutSec; t != nil {
+		// Checked here, not in the waiter: a bad value found after the spawn
+		// would leave a running child nobody reaps.
+		if math.IsNaN(*t) || math.IsInf(*t, 0) || *t <= 0 {
+			return nil, malformed("timeout_sec must be a finite positive number of seconds")
+		}
+		sp.timeout = seconds(*t)
+	}
+	// Launch env first, request env over it, and nothing else: the daemon's own
+	// environment (and so the agent token) never reaches a child.
+	merged := make(map[string]string, len(launchEnv)+len(req.Env))
+	for k, v := range launchEnv {
+		merged[k] = v
+	}
+	for k, v := range req.Env {
+		if !validEnvKey(k) {
+			return nil, malformed("env has a key that is empty or contains '=' or NUL")
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, malformed("env value for %q contains NUL", k)
+		}
+		merged[k] = v
+	}
+	sp.env = make([]string, 0, len(merged))
+	for k, v := range merged {
+		sp.env = append(sp.env, k+"="+v)
+	}
+	if req.Shell {
+		// One argument to sh -c, never a constructed wrapper: a wrapper turns an
+		// empty or comment-terminated script into a syntax error and lets an
+		// unbalanced brace escape it.
+		sp.path = "/bin/sh"
+		sp.argv = []string{"sh", "-c", strings.Join(req.Command, "\n")}
+	} else {
+		if len(req.Command) == 0 {
+			return nil, malformed("command must not be empty when shell is false")
+		}
+		sp.argv = req.Command
+		sp.path = req.Command[0]
+	}
+	for _, a := range sp.argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, malformed("command contains NUL")
+		}
+	}
+	if req.Cwd != nil {
+		// Only when given: an omitted cwd inherits the daemon's, which is the
+		// image WORKDIR because the daemon is the container CMD.
+		sp.dir = *req.Cwd
+	}
+	if req.User != nil || req.Group != nil {
+		uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
+		if req.User != nil {
+			uid = *req.User
+		}
+		if req.Group != nil {
+			gid = *req.Group
+		}
+		// setgroups needs privilege; an unprivileged daemon can only keep its
+		// own groups, and asking would fail every demoting spawn.
+		sp.cred = &syscall.Credential{Uid: uid, Gid: gid, NoSetGroups: os.Getuid() != 0}
+	}
+	return sp, nil
+}
+
+// lookPath resolves argv[0] the way a shell would: a name with a slash is used
+// as given (relative to cwd), otherwise it is searched in the child's PATH, or
+// the daemon's when the child has none.
+func lookPath(name string, env []string, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := ""
+	found := false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path, found = v, true
+		}
+	}
+	if !found {
+		path = os.Getenv("PATH")
+		if path == "" {
+			path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, name)
+		check := p
+		if !filepath.IsAbs(p) && dir != "" {
+			check = filepath.Join(dir, p)
+		}
+		if st, err := os.Stat(check); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: executable file not found in PATH", name)
+}
+
+// start registers and spawns an exec, or returns the phase of the one already
+// under this id. The id is claimed under the registry lock before spawning, so
+// concurrent retries cannot both spawn.
+func (r *registry) start(id string, sp *spec) (protocol.Phase, *startError) {
+	r.mu.Lock()
+	if e, ok := r.execs[id]; ok {
+		r.mu.Unlock()
+		r.log.Info("start retried; not spawning again", "exec_id", id)
+		return r.phase(e), nil
+	}
+	if op, ok := r.starting[id]; ok {
+		r.mu.Unlock()
+		<-op.done
+		if op.err != nil {
+			return "", &startError{http.StatusInternalServerError, taxonomy.SlugSpawnFailed, op.err.Error()}
+		}
+		if e := r.get(id); e != nil {
+			return r.phase(e), nil
+		}
+		return protocol.PhaseRunning, nil
+	}
+	op := &startOp{done: make(chan struct{})}
+	r.starting[id] = op
+	r.mu.Unlock()
+
+	e, err := r.spawn(id, sp)
+
+	r.mu.Lock()
+	delete(r.starting, id)
+	if err == nil {
+		r.execs[id] = e
+	}
+	r.mu.Unlock()
+	op.err = err
+	close(op.done)
+	if err != nil {
+		r.log.Warn("spawn failed", "exec_id", id, "err", err.Error())
+		// 500, deliberately not 404: 404 means an unknown exec.
+		return "", &startError{http.StatusInternalServerError, taxonomy.SlugSpawnFailed, err.Error()}
+	}
+	return protocol.PhaseRunning, nil
+}
+
+// spawn forks the child in its own process group with pipes for stdout and
+// stderr (and stdin when asked), then hands it to supervise. Pipes, not temp
+// files: a grandchild inherits the write end, so EOF comes only when the last
+// writer closes and nothing it writes after the child exits is lost.
+func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
+	path, err := lookPath(sp.path, sp.env, sp.dir)
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	stdinChild := r.devNull
+	var stdinW *os.File
+	if sp.stdin {
+		var stdinR *os.File
+		if stdinR, stdinW, err = os.Pipe(); err != nil {
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return nil, err
+		}
+		stdinChild = stdinR
+		defer stdinR.Close()
+	}
+	// Fd puts the child's ends in blocking mode, which is what a child expects;
+	// the daemon's ends stay non-blocking on the poller.
+	pid, err := syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
+		Dir:   sp.dir,
+		Env:   sp.env,
+		Files: []uintptr{stdinChild.Fd(), outW.Fd(), errW.Fd()},
+		// Its own group, so kill reaches everything the child started.
+		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: sp.cred},
+	})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", sp.argv[0], err)
+	}
+	e := &execEntry{
+		id:             id,
+		pgid:           pid,
+		log:            newOutputLog(r.cfg.StreamReplayBytes, r.cfg.MaxOutputBytes, r.cfg.StreamStallTimeout),
+		finished:       make(chan struct{}),
+		stdinRequested: sp.stdin,
+		stdin:          stdinW,
+	}
+	r.log.Info("exec started", "exec_id", id, "pid", pid, "stdin", sp.stdin)
+	go r.supervise(e, pid, outR, errR, sp.timeout)
+	return e, nil
+}
+
+// supervise drains both pipes while waiting for the child, then lingers up to
+// output_linger for descendants still holding the pipes, then records the end.
+// Draining concurrently with the wait matters: a child that fills a pipe
+// blocks in write forever if nobody reads.
+func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout time.Duration) {
+	var wg sync.WaitGroup
+	var lingered atomic.Bool
+	wg.Add(2)
+	go r.pump(&wg, outR, stdoutKind, e.log, &lingered)
+	go r.pump(&wg, errR, stderrKind, e.log, &lingered)
+
+	var timer *time.Timer
+	if timeout > 0 {
+		timer = time.AfterFunc(timeout, func() {
+			r.log.Warn("exec exceeded its timeout; signalling its process group", "exec_id", e.id)
+			r.escalate(e)
+		})
+	}
+	ws, err := waitChild(pid)
+	if err != nil {
+		r.log.Warn("waiting for exec child failed", "exec_id", e.id, "err", err.Error())
+	}
+	deadline := time.Now().Add(r.cfg.OutputLinger)
+	_ = outR.SetReadDeadline(deadline)
+	_ = errR.SetReadDeadline(deadline)
+	wg.Wait()
+	outR.Close()
+	errR.Close()
+	if timer != nil {
+		timer.Stop()
+	}
+
+	st := exitStatus{writersMayBeAlive: lingered.Load()}
+	switch {
+	case err != nil:
+		// The status is unknown; say so rather than invent a code.
+	case ws.Exited():
+		c := int32(ws.ExitStatus())
+		st.code = &c
+	case ws.Signaled():
+		s := int32(ws.Signal())
+		st.signal = &s
+	}
+	e.log.finish(st)
+	close(e.finished)
+	r.log.Info("exec finished", "exec_id", e.id, "exit_code", derefOr(st.code, -1),
+		"signal", derefOr(st.signal, 0), "writers_may_be_alive", st.writersMayBeAlive)
+	// The child can read no more; our copy of its stdin only pins an fd.
+	go func() {
+		e.stdinMu.Lock()
+		defer e.stdinMu.Unlock()
+		if e.stdin != nil {
+			e.stdin.Close()
+			e.stdin = nil
+		}
+	}()
+}
+
+func derefOr(p *int32, d int32) int32 {
+	if p == nil {
+		return d
+	}
+	return *p
+}
+
+// pumpBuffers holds read buffers only while a read is in progress, so an exec
+// whose child is quiet costs no buffer at all.
+var pumpBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// pump reads one pipe into the log until EOF or the linger deadline.
+func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, log *outputLog, lingered *atomic.Bool) {
+	defer wg.Done()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		r.log.Warn("exec pipe has no raw conn", "err", err.Error())
+		return
+	}
+	for {
+		var n int
+		var rerr error
+		var bp *[]byte
+		cerr := rc.Read(func(fd uintptr) bool {
+			bp = pumpBuffers.Get().(*[]byte)
+			n, rerr = unix.Read(int(fd), *bp)
+			if rerr == unix.EAGAIN {
+				pumpBuffers.Put(bp)
+				bp = nil
+				return false // park on the poller until readable
+			}
+			if rerr == unix.EINTR {
+				pumpBuffers.Put(bp)
+				bp = nil
+				return false
+			}
+			return true
+		})
+		if n > 0 && bp != nil {
+			log.publish(kind, (*bp)[:n])
+		}
+		if bp != nil {
+			pumpBuffers.Put(bp)
+		}
+		switch {
+		case cerr != nil:
+			if errors.Is(cerr, os.ErrDeadlineExceeded) {
+				lingered.Store(true)
+			}
+			return
+		case rerr != nil || n == 0:
+			return // EOF: the last writer closed
+		}
+	}
+}
+
+// waitChild reaps the child. It parks on a pidfd through the runtime poller
+// rather than blocking an OS thread in wait4 for the child's whole life, which
+// keeps a hundred long-running execs from costing a hundred threads.
+func waitChild(pid int) (syscall.WaitStatus, error) {
+	var ws syscall.WaitStatus
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err == nil {
+		f := os.NewFile(uintptr(fd), "pidfd")
+		defer f.Close()
+		if rc, err := f.SyscallConn(); err == nil {
+			var werr error
+			cerr := rc.Read(func(uintptr) bool {
+				var got int
+				got, werr = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+				if werr == syscall.EINTR {
+					return false
+				}
+				return werr != nil || got == pid
+			})
+			if cerr == nil {
+				return ws, werr
+			}
+		}
+	}
+	// Kernels before 5.3 have no pidfd: block a thread, which still works.
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if err != syscall.EINTR {
+			return ws, err
+		}
+	}
+}
+
+// escalate sends SIGTERM to the exec's process group and, if any member is
+// still alive after kill_grace, SIGKILL. It returns whether SIGTERM reached a
+// live group; the escalation runs on its own so the caller is answered now.
+func (r *registry) escalate(e *execEntry) bool {
+	if err := unix.Kill(-e.pgid, unix.SIGTERM); err != nil {
+		if err != unix.ESRCH {
+			r.log.Warn("killpg failed", "exec_id", e.id, "pgid", e.pgid, "err", err.Error())
+		}
+		return false
+	}
+	go func() {
+		grace := time.NewTimer(r.cfg.KillGrace)
+		defer grace.Stop()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-grace.C:
+				if unix.Kill(-e.pgid, 0) == nil {
+					r.log.Warn("process group survived SIGTERM; sending SIGKILL", "exec_id", e.id, "pgid", e.pgid)
+					_ = unix.Kill(-e.pgid, unix.SIGKILL)
+				}
+				return
+			case <-tick.C:
+				if unix.Kill(-e.pgid, 0) == unix.ESRCH {
+					return // the whole group is gone; nothing to escalate
+				}
+			}
+		}
+	}()
+	return true
+}
+
+// writeJSON answers with a JSON body.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "internal error: response encoding failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// writeError answers with the exec routes' JSON ErrorBody. The status is always
+// the caller's choice, never inferred: a bad key must be 400 and an absent id
+// 404, and collapsing them made a protocol typo look like a missing artifact.
+func writeError(w http.ResponseWriter, status int, slug, detail string) {
+	writeJSON(w, status, protocol.ErrorBody{Error: slug, Detail: detail})
+}
+
+// readJSON decodes a capped request body, mapping an over-cap body to 413.
+func readJSON(w http.ResponseWriter, r *http.Request, v any, limit int64, tooLargeSlug string) bool {
+	body := r.Body
+	if limit > 0 {
+		body = http.MaxBytesReader(w, body, limit)
+	}
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			if tooLargeSlug == "" {
+				http.Error(w, bodyTooLargeText(tooLarge.Limit), http.StatusRequestEntityTooLarge)
+			} else {
+				writeError(w, http.StatusRequestEntityTooLarge, tooLargeSlug, fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit))
+			}
+			return false
+		}
+		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, "the request body could not be read")
+		return false
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, "the body is not a valid request: "+jsonFault(err))
+		return false
+	}
+	return true
+}
+
+// jsonFault describes a decode error by position and type, not by quoting input.
+func jsonFault(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return fmt.Sprintf("field %q must be %s, not a JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
+	}
+	var syntaxErr *json.SyntaxError
+	if errors.As(err, &syntaxErr) {
+		return fmt.Sprintf("invalid JSON at byte %d", syntaxErr.Offset)
+	}
+	return "invalid JSON"
+}
+
+// ExecStart starts a command under the caller's exec_id, once.
+func (s *Server) ExecStart(w http.ResponseWriter, r *http.Request) {
+	var req protocol.StartRequest
+	if !readJSON(w, r, &req, 0, "") {
+		return
+	}
+	sp, serr := buildSpec(&req, s.boot.env())
+	if serr != nil {
+		writeError(w, serr.status, serr.slug, serr.detail)
+		return
+	}
+	phase, serr := s.execs.start(req.ExecID, sp)
+	if serr != nil {
+		writeError(w, serr.status, serr.slug, serr.detail)
+		return
+	}
+	writeJSON(w, http.StatusOK, protocol.StartResponse{ExecID: req.ExecID, Phase: phase})
+}
+
+// pollOutcome is the poll/ack body once the child has exited. Not the
+// generated PollResponse: that omits a nil exit_code, and the contract is that
+// a signal-killed child reports exit_code null, while a running poll carries
+// no outcome fields at all.
+type pollOutcome struct {
+	ExecID            string         `json:"exec_id"`
+	Phase             protocol.Phase `json:"phase"`
+	ExitCode          *int32         `json:"exit_code"`
+	Signal            *int32         `json:"signal"`
+	Stdout            string         `json:"stdout"`
+	Stderr            string         `json:"stderr"`
+	Truncated         bool           `json:"truncated"`
+	WritersMayBeAlive bool           `json:"writers_may_be_alive"`
+}
+
+func outcomeOf(id string, phase protocol.Phase, l *outputLog) pollOutcome {
+	stdout, stderr, st, _ := l.outcome()
+	return pollOutcome{
+		ExecID: id, Phase: phase,
+		ExitCode: st.code, Signal: st.signal,
+		// Lossy on purpose: a cap can land mid-character, and a strict decode
+		// would turn "printed a lot" into "lost your output". The stream has
+		// the exact bytes.
+		Stdout:            strings.ToValidUTF8(string(stdout), "\uFFFD"),
+		Stderr:            strings.ToValidUTF8(string(stderr), "\uFFFD"),
+		Truncated:         st.truncated,
+		WritersMayBeAlive: st.writersMayBeAlive,
+	}
+}
+
+func (s *Server) unknownExec(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusNotFound, taxonomy.SlugUnknownExec, "no exec is registered under exec_id "+fmt.Sprintf("%q", id))
+}
+
+// ExecPoll reports an exec's phase and, once exited, its outcome. Read-only.
+func (s *Server) ExecPoll(w http.ResponseWriter, r *http.Request, id protocol.ExecID) {
+	e := s.execs.get(id)
+	if e == nil {
+		s.unknownExec(w, id)
+		return
+	}
+	phase := s.execs.phase(e)
+	if phase != protocol.PhaseExited {
+		// Running: nothing to report yet. Acked: the output was released, and
+		// reporting it again would contradict the phase.
+		writeJSON(w, http.StatusOK, protocol.PollResponse{ExecID: id, Phase: phase})
+		return
+	}
+	writeJSON(w, http.StatusOK, outcomeOf(id, phase, e.log))
+}
+
+// ExecAck hands the output over once and starts the TTL clock.
+func (s *Server) ExecAck(w http.ResponseWriter, r *http.Request, id protocol.ExecID) {
+	e := s.execs.get(id)
+	if e == nil {
+		s.unknownExec(w, id)
+		return
+	}
+	if !e.isFinished() {
+		// Acking now would drop output that is still arriving.
+		writeError(w, http.StatusConflict, taxonomy.SlugStillRunning, "the exec has not exited; its output is still being written")
+		return
+	}
+	s.execs.mu.Lock()
+	already := e.acked
+	if !already {
+		e.acked = true
+		e.ackedAt = time.Now()
+	}
+	s.execs.mu.Unlock()
+	if already {
+		// An empty 200 would read as a command that printed nothing.
+		writeError(w, http.StatusConflict, taxonomy.SlugAlreadyAcked, "an earlier ack already released this exec's output")
+		return
+	}
+	out := outcomeOf(id, protocol.PhaseAcked, e.log)
+	e.log.release()
+	s.log.Info("exec acked; output released", "exec_id", id)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ExecKill signals the exec's whole process group: a shell that backgrounded a
+// server leaves the interesting process outside the child's pid.
+func (s *Server) ExecKill(w http.ResponseWriter, r *http.Request, id protocol.ExecID) {
+	e := s.execs.get(id)
+	if e == nil {
+		s.unknownExec(w, id)
+		return
+	}
+	killed := s.execs.escalate(e)
+	s.log.Info("kill requested", "exec_id", id, "pgid", e.pgid, "signalled", killed)
+	writeJSON(w, http.StatusOK, protocol.KillResponse{ExecID: id, Killed: killed})
+}
+
+// ExecStdin writes to an exec's stdin and/or closes it.
+func (s *Server) ExecStdin(w http.ResponseWriter, r *http.Request, id protocol.ExecID) {
+	// The body is the base64 of at most max_stdin_write_bytes plus JSON framing;
+	// holding a max_body_bytes body in memory for it would be a way to OOM.
+	limit := base64.StdEncoding.EncodedLen(int(s.cfg.MaxStdinWriteBytes)) + 4096
+	var req protocol.StdinRequest
+	if !readJSON(w, r, &req, int64(limit), taxonomy.SlugStdinWriteTooLarge) {
+		return
+	}
+	e := s.execs.get(id)
+	if e == nil {
+		s.unknownExec(w, id)
+		return
+	}
+	if !e.stdinRequested {
+		writeError(w, http.StatusConflict, taxonomy.SlugStdinNotRequested, "this exec was started without stdin: true, so its stdin is /dev/null")
+		return
+	}
+	eof := false
+	if req.Signal != nil {
+		if *req.Signal != "eof" {
+			writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, `signal must be "eof"; no other stdin signal is defined`)
+			return
+		}
+		eof = true
+	}
+	var data []byte
+	if req.DataB64 != nil {
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(*req.DataB64); err != nil {
+			writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, "data_b64 is not valid standard base64")
+			return
+		}
+	}
+	if int64(len(data)) > s.cfg.MaxStdinWriteBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, taxonomy.SlugStdinWriteTooLarge,
+			fmt.Sprintf("%d bytes exceeds the %d-byte stdin write limit; split the write", len(data), s.cfg.MaxStdinWriteBytes))
+		return
+	}
+	e.stdinMu.Lock()
+	defer e.stdinMu.Unlock()
+	if e.stdin == nil {
+		writeError(w, http.StatusGone, taxonomy.SlugStdinClosed, "stdin was already closed by eof, or the child has exited")
+		return
+	}
+	written := 0
+	if len(data) > 0 {
+		// Bounded: a child that stops reading fills the pipe, and an unbounded
+		// write would pin this request and its connection forever.
+		_ = e.stdin.SetWriteDeadline(time.Now().Add(s.cfg.StdinWriteTimeout))
+		n, err := e.stdin.Write(data)
+		written = n
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The pipe stays: the child may drain it, so a retry can succeed.
+			writeError(w, http.StatusRequestTimeout, taxonomy.SlugStdinWriteTimeout,
+				fmt.Sprintf("the child did not read stdin within the write timeout; %d of %d bytes were written", n, len(data)))
+			return
+		case errors.Is(err, syscall.EPIPE):
+			e.stdin.Close()
+			e.stdin = nil
+			writeError(w, http.StatusGone, taxonomy.SlugStdinClosed, "the child is no longer reading stdin")
+			return
+		default:
+			writeError(w, http.StatusInternalServerError, taxonomy.SlugStdinWriteFailed, err.Error())
+			return
+		}
+	}
+	if eof {
+		// Closing our end is the only way the child sees EOF.
+		e.stdin.Close()
+		e.stdin = nil
+	}
+	writeJSON(w, http.StatusOK, protocol.StdinResponse{ExecID: id, Written: uint(written), EOF: eof})
+}
+
+// killGroup SIGKILLs a whole process group at once.
+func killGroup(pgid int) error { return unix.Kill(-pgid, unix.SIGKILL) }

@@ -1,0 +1,616 @@
+package agentd
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/microvms/microvms/agentd/internal/linerange"
+	"github.com/microvms/microvms/agentd/internal/tarx"
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// FSConfig holds the operative limits of the file and tar routes (see
+// protocol.Limits). A zero cap disables that cap; a zero reserve disables
+// the disk guard, as the protocol documents.
+type FSConfig struct {
+	MaxBodyBytes, MaxTarBytes, MaxTarMembers, DiskReserveBytes int64
+}
+
+// FS serves GET/PUT /v1/fs/file and GET/PUT /v1/fs/tar. Authentication,
+// the version header and routing happen before these handlers run.
+//
+// The single-file routes are deliberately not confined to a root: the same
+// token can exec as root, so a prefix would add no security and would break
+// harnesses that write into home directories and /etc. PUT /v1/fs/tar is the
+// one confined path, because there the names come out of an archive rather
+// than from the caller.
+type FS struct {
+	cfg   FSConfig
+	log   *slog.Logger
+	guard diskGuard
+	// spoolDir is where uploads are spooled before extraction; the guard
+	// measures it too, because it is the first filesystem an upload fills.
+	spoolDir string
+	umask    uint32
+	// openat2 lets a test play a kernel without the syscall.
+	openat2 func(dirfd int, path string, how *unix.OpenHow) (int, error)
+}
+
+// NewFS returns the file and tar handlers.
+func NewFS(cfg FSConfig, log *slog.Logger) *FS {
+	if log == nil {
+		log = slog.Default()
+	}
+	reserve := uint64(0)
+	if cfg.DiskReserveBytes > 0 {
+		reserve = uint64(cfg.DiskReserveBytes)
+	}
+	return &FS{
+		cfg:      cfg,
+		log:      log,
+		guard:    diskGuard{probe: availableBytes, reserve: reserve, warn: log.Warn},
+		spoolDir: os.TempDir(),
+		umask:    processUmask(),
+		openat2:  unix.Openat2,
+	}
+}
+
+// DiskHealth measures the daemon's working directory, the filesystem a
+// caller's relative writes land on. nil when statvfs fails: unmeasurable is
+// not the same as full.
+func (f *FS) DiskHealth() *protocol.DiskHealth {
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = "/"
+	}
+	r, err := f.guard.read(wd)
+	if err != nil {
+		return nil
+	}
+	return &protocol.DiskHealth{AvailableBytes: r.Available, ReserveBytes: r.Reserve, UnderPressure: r.underPressure()}
+}
+
+// fsMissingPath is the one body every fs route answers for a request without
+// ?path=. 400, never 404: a client mapping 404 to "file not found" would
+// report a phantom absent artifact for what is a protocol error.
+const fsMissingPath = "path query parameter is required"
+
+// fsFail writes a plain-text error, the body shape every fs route declares.
+func fsFail(w http.ResponseWriter, status int, detail string) {
+	h := w.Header()
+	h.Del("Content-Length")
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, detail)
+}
+
+// ReadFile streams a file, or a 1-based inclusive line window of it.
+func (f *FS) ReadFile(w http.ResponseWriter, r *http.Request, p protocol.FsReadFileParams) {
+	if p.Path == "" {
+		fsFail(w, http.StatusBadRequest, fsMissingPath)
+		return
+	}
+	// The raw query is authoritative when it carries the bounds, so this
+	// handler's refusals are the same whoever decoded the parameters.
+	q := r.URL.Query()
+	_, hasStart := q["start_line"]
+	_, hasEnd := q["end_line"]
+	var rng linerange.Range
+	var ranged bool
+	var err error
+	if hasStart || hasEnd {
+		rng, ranged, err = linerange.Parse(q.Get("start_line"), q.Get("end_line"), hasStart, hasEnd)
+	} else if p.StartLine != nil || p.EndLine != nil {
+		ranged = true
+		rng, err = linerange.FromBounds(p.StartLine, p.EndLine)
+	}
+	if err != nil {
+		// Checked before the file is opened, so a bad range can never be
+		// mistaken for anything about the file.
+		fsFail(w, http.StatusBadRequest, err.Error())
+		return
+	}
+
+	file, err := os.Open(p.Path)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			fsFail(w, http.StatusNotFound, "no such file")
+			return
+		}
+		f.log.Warn("cannot open file for read", "path", p.Path, "err", err)
+		fsFail(w, http.StatusInternalServerError, "cannot read file")
+		return
+	}
+	defer file.Close()
+	info, err := file.Stat()
+	if err != nil {
+		f.log.Warn("cannot stat file for read", "path", p.Path, "err", err)
+		fsFail(w, http.StatusInternalServerError, "cannot read file")
+		return
+	}
+	if info.IsDir() {
+		// A directory opens fine and fails on read, which would surface only
+		// after the 200 is out; refused up front instead.
+		fsFail(w, http.StatusBadRequest, "path is a directory; use /v1/fs/tar")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if ranged {
+		w.WriteHeader(http.StatusOK)
+		if _, err := linerange.Copy(w, file, rng); err != nil {
+			f.log.Warn("ranged read failed mid-stream", "path", p.Path, "err", err)
+		}
+		return
+	}
+	// Without a range the bytes go out untouched. A known length lets the
+	// server use sendfile; files whose stat size is fiction (procfs, sysfs)
+	// are streamed chunked instead.
+	if info.Mode().IsRegular() && info.Size() > 0 && !pseudoFS(file) {
+		w.Header().Set("Content-Length", strconv.FormatInt(info.Size(), 10))
+		w.WriteHeader(http.StatusOK)
+		if _, err := io.CopyN(w, file, info.Size()); err != nil {
+			f.log.Warn("read failed mid-stream", "path", p.Path, "err", err)
+		}
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, file); err != nil {
+		f.log.Warn("read failed mid-stream", "path", p.Path, "err", err)
+	}
+}
+
+func pseudoFS(file *os.File) bool {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(file.Fd()), &st); err != nil {
+		return true
+	}
+	switch st.Type {
+	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.DEBUGFS_MAGIC, unix.TRACEFS_MAGIC,
+		unix.SECURITYFS_MAGIC, unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC:
+		return true
+	}
+	return false
+}
+
+// parseFileMode reads an octal permission string. Always base 8, so "644",
+// "0644" and "0o644" agree; anything above 07777 is refused, since a whole
+// st_mode with type bits is a confused caller.
+func parseFileMode(raw string) (uint32, bool) {
+	s := strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(raw), "0o"), "0O")
+	if s == "" {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v > 0o7777 {
+		return 0, false
+	}
+	return uint32(v), true
+}
+
+// WriteFile streams the body to a temp file beside the target and renames it
+// into place, so a failed upload never leaves a half-written file where the
+// old one was.
+func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWriteFileParams) {
+	if p.Path == "" {
+		fsFail(w, http.StatusBadRequest, fsMissingPath)
+		return
+	}
+	// Parsed before any byte lands, so a bad mode leaves nothing behind.
+	var mode uint32
+	haveMode := p.Mode != nil
+	if haveMode {
+		var ok bool
+		if mode, ok = parseFileMode(*p.Mode); !ok {
+			fsFail(w, http.StatusBadRequest, fmt.Sprintf("mode %s is not a valid octal file mode", *p.Mode))
+			return
+		}
+	}
+	if f.cfg.MaxBodyBytes > 0 && r.ContentLength > f.cfg.MaxBodyBytes {
+		fsFail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes exceeds limits.max_body_bytes (%d)", r.ContentLength, f.cfg.MaxBodyBytes))
+		return
+	}
+	target := resolveWriteTarget(p.Path)
+	existing, err := os.Stat(target)
+	switch {
+	case err == nil && existing.IsDir():
+		fsFail(w, http.StatusBadRequest, "path is a directory; use /v1/fs/tar")
+		return
+	case err != nil:
+		existing = nil
+	}
+	// Before the parent is created, so a refused write leaves nothing — an
+	// empty file at the target would read as a successful empty transfer.
+	if perr := f.guard.preflight(target, r.ContentLength); perr != nil {
+		f.pressure(w, perr)
+		return
+	}
+	dir := filepath.Dir(target)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		f.log.Warn("cannot create parent directory", "path", target, "err", err)
+		fsFail(w, http.StatusInternalServerError, "cannot create parent directory: "+errText(err))
+		return
+	}
+
+	perm := uint32(0o666) &^ f.umask
+	switch {
+	case haveMode:
+		perm = mode
+	case existing != nil:
+		perm = uint32(existing.Mode().Perm()) | unixSpecialBits(existing.Mode())
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(target)+".agentd-*")
+	if err != nil {
+		f.log.Warn("cannot create temp file", "path", target, "err", err)
+		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
+		return
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+
+	body := io.Reader(r.Body)
+	if f.cfg.MaxBodyBytes > 0 {
+		body = http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes)
+	}
+	pace := &diskPacer{guard: f.guard, path: dir, name: target}
+	if _, err := io.CopyBuffer(diskPacedWriter{tmp, pace}, onlyReader{body}, make([]byte, 256<<10)); err != nil {
+		f.copyFailed(w, target, err)
+		return
+	}
+	// Mode is reconciled on the descriptor before the rename, so the file is
+	// never visible at its final name with wider permissions than asked for.
+	if err := tmp.Chmod(os.FileMode(perm&0o777) | specialBitsMode(perm)); err != nil {
+		fsFail(w, http.StatusInternalServerError, "cannot set mode: "+errText(err))
+		return
+	}
+	if existing != nil {
+		// Keep the owner of a file being replaced when we may (we run as
+		// root in the guest); a rename otherwise hands it to the daemon.
+		if st, ok := statOwner(existing); ok {
+			_ = tmp.Chown(st[0], st[1])
+			if haveMode || perm&0o7000 != 0 {
+				// chown clears setuid/setgid; put them back.
+				_ = tmp.Chmod(os.FileMode(perm&0o777) | specialBitsMode(perm))
+			}
+		}
+	}
+	if err := tmp.Sync(); err != nil {
+		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
+		return
+	}
+	if err := tmp.Close(); err != nil {
+		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
+		return
+	}
+	if err := os.Rename(tmp.Name(), target); err != nil {
+		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
+		return
+	}
+	committed = true
+	// The rename is durable only once the directory entry is.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// resolveWriteTarget follows a symlink at the target, so writing
+// /etc/resolv.conf updates the file it points to instead of replacing the
+// link with a regular file (which a plain in-place write would not do).
+func resolveWriteTarget(path string) string {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return path
+	}
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	// Dangling: write where the link points, one hop, as open(O_CREAT) would.
+	link, err := os.Readlink(path)
+	if err != nil {
+		return path
+	}
+	if !filepath.IsAbs(link) {
+		link = filepath.Join(filepath.Dir(path), link)
+	}
+	return link
+}
+
+func (f *FS) copyFailed(w http.ResponseWriter, target string, err error) {
+	var mbe *http.MaxBytesError
+	var perr *PressureError
+	var wer *diskWriteError
+	switch {
+	case errors.As(err, &mbe):
+		fsFail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds limits.max_body_bytes (%d)", mbe.Limit))
+	case errors.As(err, &perr):
+		f.pressure(w, perr)
+	case errors.As(err, &wer):
+		f.log.Warn("write failed mid-stream", "path", target, "err", err)
+		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
+	default:
+		// The network side failed: the client's body was cut short. Nothing
+		// on this side is broken, so not a 500.
+		f.log.Warn("request body failed mid-stream", "path", target, "err", err)
+		fsFail(w, http.StatusBadRequest, "malformed or truncated body")
+	}
+}
+
+func (f *FS) pressure(w http.ResponseWriter, perr *PressureError) {
+	f.log.Warn("refusing a write: the target filesystem is under the disk reserve",
+		"path", perr.Path, "available", perr.Reading.Available, "reserve", perr.Reading.Reserve)
+	fsFail(w, http.StatusInsufficientStorage, perr.Error())
+}
+
+// ReadTar streams the tree at ?path= as an uncompressed tar.
+func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTarParams) {
+	if p.Path == "" {
+		fsFail(w, http.StatusBadRequest, fsMissingPath)
+		return
+	}
+	info, err := os.Stat(p.Path)
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+		fsFail(w, http.StatusNotFound, "no such directory")
+		return
+	case err != nil:
+		f.log.Warn("cannot stat tar root", "path", p.Path, "err", err)
+		fsFail(w, http.StatusInternalServerError, "cannot read directory")
+		return
+	case !info.IsDir():
+		fsFail(w, http.StatusBadRequest, "path is not a directory; use /v1/fs/file")
+		return
+	}
+	// The caller's own path may run through symlinks; the walk below does
+	// not follow any, so it has to start from the real directory.
+	root, err := filepath.EvalSymlinks(p.Path)
+	if err != nil {
+		fsFail(w, http.StatusInternalServerError, "cannot read directory")
+		return
+	}
+	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes}
+	members, size, err := tarx.Measure(root, caps)
+	if err != nil {
+		var le *tarx.LimitError
+		if errors.As(err, &le) {
+			fsFail(w, http.StatusRequestEntityTooLarge, le.Detail)
+			return
+		}
+		f.log.Warn("cannot walk tar root", "path", root, "err", err)
+		fsFail(w, http.StatusInternalServerError, "cannot walk directory: "+errText(err))
+		return
+	}
+	f.log.Info("packing tree", "path", root, "members", members, "bytes", size)
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 256<<10)
+	err = tarx.Pack(bw, root, caps)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		// The status is already out, so the only honest signal left is a
+		// body that does not end cleanly: a truncated tar fails to parse
+		// where a well-formed short one would be silently accepted.
+		f.log.Warn("packing failed mid-stream; aborting the response", "path", root, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// WriteTar spools the uploaded archive to an unlinked temp file, then
+// extracts it under ?path= with the confinement tarx enforces.
+func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWriteTarParams) {
+	if p.Path == "" {
+		fsFail(w, http.StatusBadRequest, fsMissingPath)
+		return
+	}
+	if !filepath.IsAbs(p.Path) {
+		// Relative would mean relative to the daemon's working directory,
+		// which the caller cannot see.
+		fsFail(w, http.StatusBadRequest, "path must be absolute for extraction")
+		return
+	}
+	root := filepath.Clean(p.Path)
+	if f.cfg.MaxBodyBytes > 0 && r.ContentLength > f.cfg.MaxBodyBytes {
+		fsFail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes exceeds limits.max_body_bytes (%d)", r.ContentLength, f.cfg.MaxBodyBytes))
+		return
+	}
+	// Checked against the root before spooling, so an upload aimed at a full
+	// filesystem is refused without spending the wire time to receive it.
+	if perr := f.guard.preflight(root, r.ContentLength); perr != nil {
+		f.pressure(w, perr)
+		return
+	}
+	spool, err := f.spool(w, r, root)
+	if err != nil {
+		f.copyFailed(w, root, err)
+		return
+	}
+	defer spool.Close()
+
+	pace := &diskPacer{guard: f.guard, path: root, name: root}
+	res, err := tarx.Extract(root, bufio.NewReaderSize(spool, 1<<20), tarx.Options{
+		Caps:    tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes},
+		Pace:    pace.add,
+		Log:     f.log,
+		Openat2: f.openat2,
+	})
+	if err != nil {
+		f.extractFailed(w, root, err)
+		return
+	}
+	f.log.Info("archive extracted", "path", root, "members", res.Members, "bytes", res.Bytes)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (f *FS) extractFailed(w http.ResponseWriter, root string, err error) {
+	var me *tarx.MemberError
+	var le *tarx.LimitError
+	var mal *tarx.MalformedError
+	var perr *PressureError
+	switch {
+	case errors.As(err, &me):
+		f.log.Warn("tar member refused", "member", me.Member, "reason", me.Reason)
+		fsFail(w, http.StatusBadRequest, me.Error())
+	case errors.As(err, &le):
+		fsFail(w, http.StatusRequestEntityTooLarge, le.Detail)
+	case errors.As(err, &mal):
+		fsFail(w, http.StatusBadRequest, mal.Error())
+	case errors.As(err, &perr):
+		f.pressure(w, perr)
+	case errors.Is(err, tarx.ErrNoOpenat2):
+		// Never a fallback to a weaker check: the caller cannot see which
+		// confinement ran, so the only honest answer is a refusal.
+		f.log.Error("refusing extraction", "err", err, "finding", taxonomy.FindingGuestKernelOpenat2)
+		fsFail(w, http.StatusInternalServerError, fmt.Sprintf("refusing to extract: %v (finding %s: %s)",
+			err, taxonomy.FindingGuestKernelOpenat2, taxonomy.FindingGuestKernelOpenat2.Title()))
+	default:
+		f.log.Error("extraction failed", "path", root, "err", err)
+		fsFail(w, http.StatusInternalServerError, "extraction failed: "+errText(err))
+	}
+}
+
+// spool copies the body into an anonymous file: never held in memory (an
+// OOM-killed daemon in a MicroVM is unrecoverable) and never named, so a
+// crash mid-upload leaks no path and the kernel reclaims the space.
+func (f *FS) spool(w http.ResponseWriter, r *http.Request, root string) (*os.File, error) {
+	file, err := openAnonymous(f.spoolDir)
+	if err != nil {
+		return nil, &diskWriteError{err}
+	}
+	body := io.Reader(r.Body)
+	if f.cfg.MaxBodyBytes > 0 {
+		body = http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes)
+	}
+	// The spool's filesystem is what this copy fills, and it need not be the
+	// root's; the refusal still names the root the caller asked about.
+	pace := &diskPacer{guard: f.guard, path: f.spoolDir, name: root}
+	if _, err := io.CopyBuffer(diskPacedWriter{file, pace}, onlyReader{body}, make([]byte, 256<<10)); err != nil {
+		file.Close()
+		return nil, err
+	}
+	if _, err := file.Seek(0, io.SeekStart); err != nil {
+		file.Close()
+		return nil, &diskWriteError{err}
+	}
+	return file, nil
+}
+
+// openAnonymous prefers O_TMPFILE, which never has a name; filesystems
+// without it get a create-then-unlink, named for a few microseconds.
+func openAnonymous(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		return os.NewFile(uintptr(fd), filepath.Join(dir, "agentd-spool")), nil
+	}
+	file, err := os.CreateTemp(dir, ".agentd-spool-*")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Remove(file.Name()); err != nil {
+		file.Close()
+		return nil, err
+	}
+	return file, nil
+}
+
+// onlyReader hides WriteTo so io.CopyBuffer uses the given buffer and every
+// write passes through the pacer.
+type onlyReader struct{ io.Reader }
+
+func errText(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func unixSpecialBits(m os.FileMode) uint32 {
+	var b uint32
+	if m&os.ModeSetuid != 0 {
+		b |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		b |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		b |= 0o1000
+	}
+	return b
+}
+
+func specialBitsMode(perm uint32) os.FileMode {
+	var m os.FileMode
+	if perm&0o4000 != 0 {
+		m |= os.ModeSetuid
+	}
+	if perm&0o2000 != 0 {
+		m |= os.ModeSetgid
+	}
+	if perm&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return m
+}
+
+func statOwner(fi os.FileInfo) ([2]int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return [2]int{}, false
+	}
+	return [2]int{int(st.Uid), int(st.Gid)}, true
+}
+
+// processUmask reads the umask without changing it: umask(2) can only be
+// read by setting it, which would race with every other goroutine creating
+// files.
+func processUmask() uint32 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+				if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+					return uint32(m)
+				}
+			}
+		}
+	}
+	return 0o022
+}
+
+// FSParamError answers a query-decoding failure from the generated wrapper
+// on an fs route with the bodies these routes promise: a missing path gets
+// the one missing-path body, and a start_line or end_line that is not an
+// integer says so rather than masquerading as a missing path. The Server's
+// ErrorHandlerFunc calls it for /v1/fs/ requests.
+func FSParamError(w http.ResponseWriter, err error) {
+	var req *protocol.RequiredParamError
+	var inv *protocol.InvalidParamFormatError
+	switch {
+	case errors.As(err, &req) && req.ParamName == "path":
+		fsFail(w, http.StatusBadRequest, fsMissingPath)
+	case errors.As(err, &inv) && (inv.ParamName == "start_line" || inv.ParamName == "end_line"):
+		fsFail(w, http.StatusBadRequest, linerange.ErrNotInteger.Error())
+	default:
+		fsFail(w, http.StatusBadRequest, err.Error())
+	}
+}

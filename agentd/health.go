@@ -1,0 +1,75 @@
+package agentd
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/microvms/microvms/docs"
+	"github.com/microvms/microvms/gen/protocol"
+)
+
+// Health reports liveness for an orchestrator outside the VM. Open, because
+// the platform counts only inbound traffic through its proxy, so an outside
+// poll is both the keepalive and the decision; busy says whether to keep it.
+func (s *Server) Health(w http.ResponseWriter, r *http.Request) {
+	busy, count := s.execs.activity()
+	writeJSON(w, http.StatusOK, protocol.Health{
+		Version:          Version,
+		Bootstrapped:     s.boot.bootstrapped(),
+		Disk:             s.fs.DiskHealth(), // nil when unmeasurable, which is not "full"
+		IdentityDegraded: s.identity.Degraded,
+		IdentityRepaired: s.identity.Repaired,
+		Busy:             busy,
+		Execs:            uint(count),
+	})
+}
+
+// Schema serves docs/schema.json with its limits taken from the running
+// configuration. Open: a client needs the contract before it holds a token.
+func (s *Server) Schema(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(s.schema)
+}
+
+// schemaDocument is docs.SchemaJSON byte for byte when every limit is at its
+// default, and otherwise the same document with its limits object rewritten
+// to the values this daemon is actually running with.
+func schemaDocument(cfg *Config) ([]byte, error) {
+	limits := map[string]float64{}
+	changed := false
+	for _, l := range protocol.Limits {
+		v := l.Default
+		if get, ok := limitGetters[l.Name]; ok && l.Env != "" {
+			v = get(cfg)
+		}
+		if v != l.Default {
+			changed = true
+		}
+		limits[l.Name] = v
+	}
+	if !changed {
+		return docs.SchemaJSON, nil
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(docs.SchemaJSON, &doc); err != nil {
+		return nil, fmt.Errorf("agentd: embedded schema.json is not a JSON object: %w", err)
+	}
+	raw, err := json.Marshal(limits)
+	if err != nil {
+		return nil, err
+	}
+	doc["limits"] = raw
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out, "", "  "); err != nil {
+		return nil, err
+	}
+	pretty.WriteByte('\n')
+	return pretty.Bytes(), nil
+}

@@ -1,0 +1,597 @@
+// Package tarx extracts and packs uncompressed tar archives for agentd's
+// /v1/fs/tar routes.
+//
+// Extraction is confined to one root directory by the kernel, not by string
+// checks alone: the root is opened once and every member is created relative
+// to a directory descriptor that openat2 reached with RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS. A lexical check on member names
+// judges a member at the depth its name implies, while a write lands wherever
+// the filesystem says; once an archive has created its own symlink those two
+// disagree, so only a resolver that refuses to traverse symlinks makes them the
+// same path. On a kernel without openat2 extraction is refused (ErrNoOpenat2):
+// there is deliberately no fallback to a weaker check.
+//
+// The acceptance rules follow the CPython tarfile "data" filter as the
+// reference daemon applies it: in-tree symlinks are kept, absolute link
+// targets are refused, relative targets are resolved lexically (normpath, not
+// realpath) from the symlink's own directory or, for hard links, from the
+// archive root; device and fifo members are refused; member count and total
+// size are capped; modes are masked to 0755 and directory modes are applied
+// only after every member has landed.
+//
+// This package must not know about HTTP: callers map its typed errors to
+// statuses.
+package tarx
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Caps bound one archive. They are checked against what the headers declare,
+// before the member's bytes are written, so a header that lies about a huge
+// size is refused without writing anything for it.
+type Caps struct {
+	MaxMembers int64
+	MaxBytes   int64
+}
+
+// Options configure one extraction.
+type Options struct {
+	Caps Caps
+	// Pace is called after each write of member content with the byte count
+	// just written. A non-nil error stops extraction and is returned wrapped,
+	// so the caller can detect its own type with errors.As (the disk guard).
+	Pace func(n int64) error
+	Log  *slog.Logger
+	// Openat2 replaces unix.Openat2, so a test can play an old kernel.
+	Openat2 func(dirfd int, path string, how *unix.OpenHow) (int, error)
+}
+
+// Result counts what was extracted.
+type Result struct {
+	Members int64
+	Bytes   int64
+}
+
+// MemberError is a member the archive must not contain. The name travels with
+// the refusal because a bare "bad archive" sends the caller re-reading a whole
+// tree.
+type MemberError struct {
+	Member string
+	Reason string
+}
+
+func (e *MemberError) Error() string {
+	return fmt.Sprintf("refused tar member %s: %s", e.Member, e.Reason)
+}
+
+// LimitError is an archive over a cap.
+type LimitError struct{ Detail string }
+
+func (e *LimitError) Error() string { return e.Detail }
+
+// MalformedError is an archive that is truncated or not a tar at all.
+type MalformedError struct{ Err error }
+
+func (e *MalformedError) Error() string {
+	return "malformed or truncated tar archive: " + e.Err.Error()
+}
+func (e *MalformedError) Unwrap() error { return e.Err }
+
+// ErrNoOpenat2 means the kernel answered ENOSYS for openat2 (Linux < 5.6).
+var ErrNoOpenat2 = errors.New("the kernel has no openat2 (Linux 5.6 or newer is required), so confined extraction is impossible")
+
+// confinement is the resolve set every lookup inside the root uses.
+// RESOLVE_BENEATH alone would still follow an in-tree symlink and land a
+// write at the wrong depth; RESOLVE_NO_SYMLINKS is what makes the path the
+// kernel walks the path the lexical check judged. RESOLVE_NO_MAGICLINKS is
+// implied by it and named anyway so the guarantee does not rest on that.
+const confinement = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// maxCachedDirs bounds the directory descriptors kept open between members.
+const maxCachedDirs = 256
+
+// Extract reads an archive from r and creates its members under root,
+// creating root if absent. Members that landed before a refusal stay: the
+// extraction is not transactional, and a retry converges.
+func Extract(root string, r io.Reader, opt Options) (Result, error) {
+	if opt.Openat2 == nil {
+		opt.Openat2 = unix.Openat2
+	}
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	x := &extractor{opt: opt, dirs: map[string]int{}}
+	defer x.close()
+	if err := x.openRoot(root); err != nil {
+		return Result{}, err
+	}
+	return x.run(r)
+}
+
+type extractor struct {
+	opt  Options
+	dirs map[string]int // normalized dir path ("" is the root) → O_PATH fd
+	buf  []byte
+	res  Result
+	// modes of directories, replayed after all content: a 0500 directory
+	// applied at creation would block writes of its own children.
+	dirModes map[string]dirMode
+}
+
+type dirMode struct {
+	parts []string
+	mode  uint32
+}
+
+func (x *extractor) open2(dirfd int, path string, how *unix.OpenHow) (int, error) {
+	// EAGAIN is the kernel declining to vouch for a lookup that raced with a
+	// rename; EINTR is a signal. Both are worth a bounded retry.
+	for i := 0; ; i++ {
+		fd, err := x.opt.Openat2(dirfd, path, how)
+		if (err == unix.EAGAIN || err == unix.EINTR) && i < 8 {
+			continue
+		}
+		return fd, err
+	}
+}
+
+func (x *extractor) openRoot(root string) error {
+	// Probe before creating anything, so an old kernel leaves no directory
+	// behind for a request that is refused.
+	probe := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC}
+	fd, err := x.open2(unix.AT_FDCWD, "/", &probe)
+	if err == unix.ENOSYS {
+		return ErrNoOpenat2
+	}
+	if err == nil {
+		unix.Close(fd)
+	}
+	if err := os.MkdirAll(root, 0o777); err != nil {
+		return fmt.Errorf("create extraction root %s: %w", root, err)
+	}
+	// The root is the caller's own choice, not the archive's, so symlinks on
+	// the way to it are followed; only what lies inside is confined.
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS}
+	fd, err = x.open2(unix.AT_FDCWD, root, &how)
+	if err == unix.ENOSYS {
+		return ErrNoOpenat2
+	}
+	if err != nil {
+		return fmt.Errorf("open extraction root %s: %w", root, err)
+	}
+	x.dirs[""] = fd
+	return nil
+}
+
+func (x *extractor) close() {
+	for k, fd := range x.dirs {
+		unix.Close(fd)
+		delete(x.dirs, k)
+	}
+}
+
+func (x *extractor) run(r io.Reader) (Result, error) {
+	tr := tar.NewReader(r)
+	x.dirModes = map[string]dirMode{}
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		// ErrInsecurePath comes with a usable header when GODEBUG asks for it;
+		// this package applies its own, stricter rules to the name below.
+		if err != nil && !errors.Is(err, tar.ErrInsecurePath) {
+			return x.res, &MalformedError{Err: err}
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		x.res.Members++
+		if x.opt.Caps.MaxMembers > 0 && x.res.Members > x.opt.Caps.MaxMembers {
+			return x.res, &LimitError{Detail: fmt.Sprintf("archive has more than %d members (limits.max_tar_members)", x.opt.Caps.MaxMembers)}
+		}
+		if err := x.member(tr, hdr); err != nil {
+			return x.res, err
+		}
+	}
+	x.applyDirModes()
+	return x.res, nil
+}
+
+func (x *extractor) member(tr *tar.Reader, hdr *tar.Header) error {
+	name := hdr.Name
+	parts, ok := Normalize(name)
+	if !ok {
+		return &MemberError{name, "path escapes the extraction root"}
+	}
+	if len(parts) == 0 {
+		// "./" is how GNU tar and many packers name the top directory; as a
+		// directory it is the root, which exists. Anything else here would
+		// replace the root and redirect every later member.
+		if hdr.Typeflag == tar.TypeDir {
+			return nil
+		}
+		return &MemberError{name, "only a directory member may name the extraction root"}
+	}
+	mode := uint32(hdr.Mode&0o7777) & 0o755
+	switch hdr.Typeflag {
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return &MemberError{name, "device and fifo members are not extractable"}
+	case tar.TypeDir:
+		if _, werr := x.makeDirs(parts, true); werr != nil {
+			return werr.refusal(name, "")
+		}
+		x.dirModes[strings.Join(parts, "/")] = dirMode{parts, mode}
+		return nil
+	case tar.TypeSymlink:
+		return x.symlink(name, parts, hdr.Linkname)
+	case tar.TypeLink:
+		return x.hardlink(name, parts, hdr.Linkname)
+	case tar.TypeReg, '\x00', tar.TypeCont, tar.TypeGNUSparse:
+		return x.file(tr, name, parts, hdr.Size, mode)
+	default:
+		return &MemberError{name, fmt.Sprintf("member type %q is not extractable", hdr.Typeflag)}
+	}
+}
+
+// Normalize splits a member name into components, absorbing "." and empty
+// components and popping on "..", entirely lexically. It refuses a leading
+// "/" rather than stripping it (a rewrite teaches the caller nothing) and a
+// ".." that climbs above the root. An empty result names the root itself.
+func Normalize(name string) ([]string, bool) {
+	if strings.HasPrefix(name, "/") {
+		return nil, false
+	}
+	var parts []string
+	for _, c := range strings.Split(name, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if len(parts) == 0 {
+				return nil, false
+			}
+			parts = parts[:len(parts)-1]
+		default:
+			parts = append(parts, c)
+		}
+	}
+	return parts, true
+}
+
+// TargetInTree reports whether a relative link target, read from a directory
+// baseDepth components below the root, stays at or below the root.
+func TargetInTree(baseDepth int, target string) bool {
+	if strings.HasPrefix(target, "/") {
+		return false
+	}
+	depth := baseDepth
+	for _, c := range strings.Split(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			depth--
+			if depth < 0 {
+				return false
+			}
+		default:
+			depth++
+		}
+	}
+	return true
+}
+
+func (x *extractor) symlink(name string, parts []string, target string) error {
+	if target == "" {
+		return &MemberError{name, "link member has no target"}
+	}
+	if strings.HasPrefix(target, "/") {
+		return &MemberError{name, "absolute link target " + target}
+	}
+	// A symlink is read by the kernel from the directory that holds it.
+	if !TargetInTree(len(parts)-1, target) {
+		return &MemberError{name, "link target " + target + " resolves outside the root"}
+	}
+	parent, leaf, werr := x.parentOf(parts)
+	if werr != nil {
+		return werr.refusal(name, "")
+	}
+	if err := x.clear(parent, leaf); err != nil {
+		return (&walkError{leaf, err}).refusal(name, "")
+	}
+	// Written verbatim and never resolved: a tree may carry a symlink whose
+	// target arrives later, or never, and that is still what the tree was.
+	if err := unix.Symlinkat(target, parent, leaf); err != nil {
+		return (&walkError{leaf, err}).refusal(name, "")
+	}
+	x.forget(parts)
+	return nil
+}
+
+func (x *extractor) hardlink(name string, parts []string, target string) error {
+	if target == "" {
+		return &MemberError{name, "link member has no target"}
+	}
+	if strings.HasPrefix(target, "/") {
+		return &MemberError{name, "absolute link target " + target}
+	}
+	// A hard link's target is a member name, so it is read from the root.
+	src, ok := Normalize(target)
+	if !ok || !TargetInTree(0, target) {
+		return &MemberError{name, "link target " + target + " resolves outside the root"}
+	}
+	if len(src) == 0 {
+		return &MemberError{name, "hard link to the extraction root"}
+	}
+	if strings.Join(src, "/") == strings.Join(parts, "/") {
+		// Replacing the name first would delete the only copy.
+		return &MemberError{name, "hard link to itself"}
+	}
+	srcParent, werr := x.makeDirs(src[:len(src)-1], false)
+	if werr != nil {
+		return werr.refusal(name, "hard link target "+target+": ")
+	}
+	// Duplicated because creating the destination's parents may trim the
+	// cache and close the cached descriptor under us.
+	srcParent, err := unix.FcntlInt(uintptr(srcParent), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("extract %s: %w", name, err)
+	}
+	defer unix.Close(srcParent)
+	srcLeaf := src[len(src)-1]
+	var st unix.Stat_t
+	if err := unix.Fstatat(srcParent, srcLeaf, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err == unix.ENOENT {
+			return &MemberError{name, "hard link target " + target + " is not in the archive"}
+		}
+		return (&walkError{srcLeaf, err}).refusal(name, "hard link target "+target+": ")
+	}
+	// A hard link to a symlink is a second symlink with the same target text
+	// in a different directory, where that text may now climb out of the root.
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return &MemberError{name, "hard link target " + target + " is a symlink"}
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return &MemberError{name, "hard link target " + target + " is a directory"}
+	}
+	parent, leaf, werr := x.parentOf(parts)
+	if werr != nil {
+		return werr.refusal(name, "")
+	}
+	if err := x.clear(parent, leaf); err != nil {
+		return (&walkError{leaf, err}).refusal(name, "")
+	}
+	// No AT_SYMLINK_FOLLOW: the source was just checked not to be a symlink,
+	// and following would leave the confined walk.
+	if err := unix.Linkat(srcParent, srcLeaf, parent, leaf, 0); err != nil {
+		return (&walkError{leaf, err}).refusal(name, "")
+	}
+	return nil
+}
+
+func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64, mode uint32) error {
+	if size < 0 {
+		return &MemberError{name, "negative size"}
+	}
+	if x.opt.Caps.MaxBytes > 0 && (size > x.opt.Caps.MaxBytes || x.res.Bytes+size > x.opt.Caps.MaxBytes) {
+		return &LimitError{Detail: fmt.Sprintf("archive exceeds %d bytes of member content (limits.max_tar_bytes)", x.opt.Caps.MaxBytes)}
+	}
+	parent, leaf, werr := x.parentOf(parts)
+	if werr != nil {
+		return werr.refusal(name, "")
+	}
+	// O_EXCL first: a fresh extraction pays one syscall per file. An existing
+	// name is unlinked rather than truncated so that a pre-existing hard link
+	// is never written through.
+	how := unix.OpenHow{Flags: unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC, Mode: 0o600, Resolve: confinement}
+	fd, err := x.open2(parent, leaf, &how)
+	if err == unix.EEXIST {
+		if cerr := x.clear(parent, leaf); cerr != nil {
+			return (&walkError{leaf, cerr}).refusal(name, "")
+		}
+		x.forget(parts)
+		fd, err = x.open2(parent, leaf, &how)
+	}
+	if err != nil {
+		return (&walkError{leaf, err}).refusal(name, "")
+	}
+	defer unix.Close(fd)
+	if x.buf == nil {
+		x.buf = make([]byte, 1<<20)
+	}
+	var written int64
+	for written < size {
+		want := int64(len(x.buf))
+		if size-written < want {
+			want = size - written
+		}
+		n, rerr := io.ReadFull(tr, x.buf[:want])
+		if n > 0 {
+			if werr := writeAll(fd, x.buf[:n]); werr != nil {
+				return fmt.Errorf("write %s: %w", name, werr)
+			}
+			written += int64(n)
+			x.res.Bytes += int64(n)
+			if x.opt.Pace != nil {
+				if perr := x.opt.Pace(int64(n)); perr != nil {
+					return fmt.Errorf("extracting %s: %w", name, perr)
+				}
+			}
+		}
+		if rerr != nil {
+			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+				return &MalformedError{Err: fmt.Errorf("member %s ends after %d of its %d declared bytes", name, written, size)}
+			}
+			return &MalformedError{Err: rerr}
+		}
+	}
+	// Applied once the content is in: a 0444 file written at 0444 is fine for
+	// this process, but the order keeps one rule for every member kind.
+	if err := unix.Fchmod(fd, mode); err != nil {
+		x.opt.Log.Warn("could not apply archive mode", "member", name, "err", err)
+	}
+	return nil
+}
+
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// clear removes a non-directory name so a link or file can take its place.
+// A directory in the way stays and the caller reports it.
+func (x *extractor) clear(parent int, leaf string) error {
+	err := unix.Unlinkat(parent, leaf, 0)
+	if err == nil || err == unix.ENOENT {
+		return nil
+	}
+	return err
+}
+
+// forget drops a cached descriptor for a name that was just replaced. Names
+// are only cached once verified as directories and directories are never
+// unlinked, so this is belt and braces for the cache's invariant.
+func (x *extractor) forget(parts []string) {
+	key := strings.Join(parts, "/")
+	if fd, ok := x.dirs[key]; ok && key != "" {
+		unix.Close(fd)
+		delete(x.dirs, key)
+	}
+}
+
+func (x *extractor) parentOf(parts []string) (int, string, *walkError) {
+	fd, werr := x.makeDirs(parts[:len(parts)-1], true)
+	return fd, parts[len(parts)-1], werr
+}
+
+// makeDirs returns a descriptor for the directory at parts, walking one
+// component at a time from the nearest cached ancestor so the refusal can
+// name the component the kernel stopped at. With create it makes missing
+// directories (0777 before umask; the archive's mode comes later). The
+// returned descriptor belongs to the cache.
+func (x *extractor) makeDirs(parts []string, create bool) (int, *walkError) {
+	key := strings.Join(parts, "/")
+	if fd, ok := x.dirs[key]; ok {
+		return fd, nil
+	}
+	start := len(parts)
+	var cur int
+	for ; start >= 0; start-- {
+		if fd, ok := x.dirs[strings.Join(parts[:start], "/")]; ok {
+			cur = fd
+			break
+		}
+	}
+	if len(x.dirs)+len(parts)-start > maxCachedDirs {
+		x.trimCache()
+		// The root always survives trimming, so restart from there.
+		start, cur = 0, x.dirs[""]
+	}
+	for i := start; i < len(parts); i++ {
+		if create {
+			if err := unix.Mkdirat(cur, parts[i], 0o777); err != nil && err != unix.EEXIST {
+				return -1, &walkError{parts[i], err}
+			}
+		}
+		how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: confinement}
+		fd, err := x.open2(cur, parts[i], &how)
+		if err != nil {
+			return -1, &walkError{parts[i], err}
+		}
+		x.dirs[strings.Join(parts[:i+1], "/")] = fd
+		cur = fd
+	}
+	return cur, nil
+}
+
+func (x *extractor) trimCache() {
+	for k, fd := range x.dirs {
+		if k != "" {
+			unix.Close(fd)
+			delete(x.dirs, k)
+		}
+	}
+}
+
+// applyDirModes replays directory modes deepest first, so a directory made
+// read-only cannot block the chmod of something beneath it. A failure is
+// logged, not fatal: the content is already right.
+func (x *extractor) applyDirModes() {
+	list := make([]dirMode, 0, len(x.dirModes))
+	for _, d := range x.dirModes {
+		list = append(list, d)
+	}
+	sort.Slice(list, func(i, j int) bool { return len(list[i].parts) > len(list[j].parts) })
+	for _, d := range list {
+		parent, leaf, werr := x.parentOf(d.parts)
+		if werr != nil {
+			x.opt.Log.Warn("could not apply archive mode", "dir", strings.Join(d.parts, "/"), "err", werr.err)
+			continue
+		}
+		how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: confinement}
+		fd, err := x.open2(parent, leaf, &how)
+		if err == nil {
+			err = unix.Fchmod(fd, d.mode)
+			unix.Close(fd)
+		}
+		if err != nil {
+			x.opt.Log.Warn("could not apply archive mode", "dir", strings.Join(d.parts, "/"), "err", err)
+		}
+	}
+}
+
+// walkError is a confined lookup or creation that stopped, and where.
+type walkError struct {
+	component string
+	err       error
+}
+
+// refusal maps the errno to who must act. ELOOP (a symlink on the way),
+// EXDEV (a resolution leaving the root), EACCES, and the type clashes
+// ENOTDIR/EISDIR/EEXIST/EPERM are all the archive's doing and answer 400
+// naming the member; anything else (ENOSPC, EIO, ...) is this machine's and
+// stays an I/O error.
+func (w *walkError) refusal(member, context string) error {
+	var cause string
+	switch w.err {
+	case unix.ELOOP:
+		cause = "a symbolic link is in the way, and extraction never follows one"
+	case unix.EXDEV:
+		cause = "the path resolves outside the extraction root"
+	case unix.EACCES:
+		cause = "directory permissions refuse the write"
+	case unix.ENOTDIR:
+		cause = "a non-directory is in the way"
+	case unix.EISDIR, unix.EEXIST:
+		cause = "a directory is in the way"
+	case unix.EPERM:
+		cause = "the operation is not permitted on this member"
+	case unix.ENOENT:
+		if context != "" {
+			cause = "it is not in the archive"
+			break
+		}
+		return fmt.Errorf("extract %s at %s: %w", member, w.component, w.err)
+	default:
+		return fmt.Errorf("extract %s at %s: %w", member, w.component, w.err)
+	}
+	return &MemberError{member, fmt.Sprintf("%scannot create under %s: %s", context, w.component, cause)}
+}

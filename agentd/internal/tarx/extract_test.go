@@ -1,0 +1,292 @@
+package tarx
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/microvms/microvms/agentd/internal/tartest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// layout is a base dir holding the extraction root and an empty sentinel
+// sibling that must stay empty.
+func layout(t testing.TB) (base, root, outside string) {
+	t.Helper()
+	base = t.TempDir()
+	root = filepath.Join(base, "root")
+	outside = filepath.Join(base, "sentinel")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return base, root, outside
+}
+
+func statusOf(err error) int {
+	var me *MemberError
+	var le *LimitError
+	var mal *MalformedError
+	switch {
+	case err == nil:
+		return 204
+	case errors.As(err, &me), errors.As(err, &mal):
+		return 400
+	case errors.As(err, &le):
+		return 413
+	}
+	return 500
+}
+
+func extract(t testing.TB, root string, archive []byte, caps Caps) error {
+	t.Helper()
+	if caps.MaxMembers == 0 {
+		caps.MaxMembers = 1000
+	}
+	if caps.MaxBytes == 0 {
+		caps.MaxBytes = 1 << 30
+	}
+	_, err := Extract(root, bytes.NewReader(archive), Options{Caps: caps, Log: quiet})
+	return err
+}
+
+// Every hostile archive is refused with the right status and the member's
+// name, and leaves nothing outside the root. Catches: dropping any single
+// lexical rule, the RESOLVE_NO_SYMLINKS flag (symlink-to-dir-then-through and
+// symlink-redirects-depth land writes elsewhere), the hard-link-to-symlink
+// check, the type switch for devices, or the cap checks.
+func TestHostileCorpusIsRefusedAndConfined(t *testing.T) {
+	for _, c := range tartest.Hostile("/placeholder") {
+		t.Run(c.Name, func(t *testing.T) {
+			base, root, outside := layout(t)
+			// Rebuild against this subtest's own sentinel so absolute
+			// members aim at a directory the check can see.
+			var cs tartest.Case
+			for _, cc := range tartest.Hostile(outside) {
+				if cc.Name == c.Name {
+					cs = cc
+				}
+			}
+			err := extract(t, root, cs.Archive, Caps{MaxMembers: cs.MaxMembers, MaxBytes: cs.MaxBytes})
+			if got := statusOf(err); got != cs.Status {
+				t.Fatalf("status %d (%v), want %d", got, err, cs.Status)
+			}
+			if cs.Member != "" && !strings.Contains(err.Error(), cs.Member) {
+				t.Errorf("refusal %q does not name member %q", err, cs.Member)
+			}
+			if err := tartest.Confined(base, root, outside); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Catches an edit that deletes "hardlink to itself" handling: clearing the
+// destination first would delete the only copy of the file.
+func TestHardLinkToItselfKeepsTheFile(t *testing.T) {
+	_, root, _ := layout(t)
+	err := extract(t, root, tartest.Build(tartest.File("f", "data"), tartest.Hardlink("f", "f")), Caps{})
+	if statusOf(err) != 400 {
+		t.Fatalf("got %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "f")); string(b) != "data" {
+		t.Fatalf("f = %q", b)
+	}
+}
+
+// A duplicate member replacing a symlink writes the new file in the link's
+// place, never through it. Catches: opening with O_TRUNC without unlinking
+// (or without RESOLVE_NO_SYMLINKS), which would write into sub/target.
+func TestDuplicateMemberReplacesSymlinkWithoutFollowingIt(t *testing.T) {
+	_, root, _ := layout(t)
+	err := extract(t, root, tartest.Build(
+		tartest.Dir("sub/"), tartest.File("sub/target", "orig"),
+		tartest.Symlink("f", "sub/target"), tartest.File("f", "new")), Caps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "sub/target")); string(b) != "orig" {
+		t.Fatalf("write went through the symlink: sub/target = %q", b)
+	}
+	fi, err := os.Lstat(filepath.Join(root, "f"))
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("f is not a regular file: %v %v", fi, err)
+	}
+}
+
+// A pre-existing hard link inside the root to a file outside it is never
+// written through. Catches: O_TRUNC on the existing name instead of unlink.
+func TestExistingHardLinkIsNotWrittenThrough(t *testing.T) {
+	base, root, _ := layout(t)
+	secret := filepath.Join(base, "secret")
+	os.WriteFile(secret, []byte("keep"), 0o644)
+	os.MkdirAll(root, 0o755)
+	if err := os.Link(secret, filepath.Join(root, "f")); err != nil {
+		t.Skip("cannot hard link here:", err)
+	}
+	if err := extract(t, root, tartest.Build(tartest.File("f", "overwritten")), Caps{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "keep" {
+		t.Fatalf("outside file changed to %q", b)
+	}
+}
+
+// The legitimate shapes a harness packs must all work. Catches an
+// over-tightened rule (refusing every link member, or every ".." target, was
+// a real defect in a predecessor).
+func TestLegitimateArchivesExtract(t *testing.T) {
+	long := strings.Repeat("long-directory-name/", 12) + "file-with-a-long-name.txt"
+	_, root, _ := layout(t)
+	archive := tartest.Build(
+		tartest.Dir("d/"),
+		tartest.File("f.txt", "top"),
+		tartest.Symlink("d/up", "../f.txt"),
+		tartest.Symlink("d/dangling", "later.txt"),
+		tartest.Symlink("d/self", "."),
+		tartest.Hardlink("d/hard", "f.txt"),
+		tartest.Dir("empty/"),
+		tartest.Member{Name: "ro/", Type: tar.TypeDir, Mode: 0o500},
+		tartest.File("ro/child", "written before the mode lands"),
+		tartest.Member{Name: "exe", Type: tar.TypeReg, Body: "#!/bin/sh\n", Mode: 0o755},
+		tartest.Member{Name: "private", Type: tar.TypeReg, Body: "k", Mode: 0o600},
+		tartest.Member{Name: "setuid", Type: tar.TypeReg, Body: "s", Mode: 0o4777},
+		tartest.File(long, "pax"),
+		tartest.File("ünïcødé/日本語.txt", "utf8"),
+		tartest.File("./dot/./slash//name", "normalized"),
+	)
+	if err := extract(t, root, archive, Caps{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(filepath.Join(root, "ro"), 0o755) })
+	mustRead := func(p, want string) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", p, b, err, want)
+		}
+	}
+	mustRead("d/up", "top")
+	mustRead(long, "pax")
+	mustRead("ünïcødé/日本語.txt", "utf8")
+	mustRead("ro/child", "written before the mode lands")
+	mustRead("dot/slash/name", "normalized")
+	if l, _ := os.Readlink(filepath.Join(root, "d/dangling")); l != "later.txt" {
+		t.Errorf("dangling symlink target %q", l)
+	}
+	var a, b unix.Stat_t
+	unix.Stat(filepath.Join(root, "f.txt"), &a)
+	unix.Stat(filepath.Join(root, "d/hard"), &b)
+	if a.Ino != b.Ino {
+		t.Errorf("hard link is a copy, not a link")
+	}
+	if fi, err := os.Stat(filepath.Join(root, "empty")); err != nil || !fi.IsDir() {
+		t.Errorf("empty dir missing")
+	}
+	modes := map[string]os.FileMode{"ro": 0o500, "exe": 0o755, "private": 0o600, "setuid": 0o755}
+	for p, want := range modes {
+		fi, err := os.Lstat(filepath.Join(root, p))
+		if err != nil || fi.Mode().Perm() != want || fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != 0 {
+			t.Errorf("%s mode %v, want %v (masked to 0755)", p, fi.Mode(), want)
+		}
+	}
+}
+
+// Catches an edit that falls back to plain open/mkdir when openat2 is
+// missing: the answer must be ErrNoOpenat2 and nothing may be created.
+func TestNoOpenat2RefusesWithoutFallback(t *testing.T) {
+	_, root, _ := layout(t)
+	_, err := Extract(root, bytes.NewReader(tartest.Build(tartest.File("f", "x"))), Options{
+		Log:     quiet,
+		Openat2: func(int, string, *unix.OpenHow) (int, error) { return -1, unix.ENOSYS },
+	})
+	if !errors.Is(err, ErrNoOpenat2) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Fatalf("root was created on a kernel without openat2")
+	}
+}
+
+// Caps decide at their boundary. Catches an off-by-one in either direction.
+func TestCapsBoundary(t *testing.T) {
+	ten := make([]tartest.Member, 10)
+	for i := range ten {
+		ten[i] = tartest.File(string(rune('a'+i)), "12345")
+	}
+	_, root, _ := layout(t)
+	if err := extract(t, root, tartest.Build(ten...), Caps{MaxMembers: 10, MaxBytes: 50}); err != nil {
+		t.Fatalf("exactly at both caps: %v", err)
+	}
+	_, root2, _ := layout(t)
+	if statusOf(extract(t, root2, tartest.Build(ten...), Caps{MaxMembers: 9, MaxBytes: 50})) != 413 {
+		t.Fatal("one member over the cap was accepted")
+	}
+	_, root3, _ := layout(t)
+	if statusOf(extract(t, root3, tartest.Build(ten...), Caps{MaxMembers: 10, MaxBytes: 49})) != 413 {
+		t.Fatal("one byte over the cap was accepted")
+	}
+}
+
+// The huge declared size is refused before the member's file is created.
+// Catches moving the size check after the create (a 0-byte file would land).
+func TestHugeDeclaredSizeCreatesNothing(t *testing.T) {
+	_, root, _ := layout(t)
+	archive := append(append(tartest.RawHeader("huge.bin", tar.TypeReg, 1<<40), tartest.Pad([]byte("tiny"))...), tartest.End()...)
+	if statusOf(extract(t, root, archive, Caps{MaxBytes: 1 << 30})) != 413 {
+		t.Fatal("huge declared size accepted")
+	}
+	if _, err := os.Lstat(filepath.Join(root, "huge.bin")); !os.IsNotExist(err) {
+		t.Fatal("huge.bin was created before the cap was checked")
+	}
+}
+
+func TestNormalizeAndTargetInTree(t *testing.T) {
+	for name, want := range map[string]string{"a/./b//c/": "a/b/c", "a/../b": "b", "./": "", "": ""} {
+		got, ok := Normalize(name)
+		if !ok || strings.Join(got, "/") != want {
+			t.Errorf("Normalize(%q) = %v %v", name, got, ok)
+		}
+	}
+	for _, bad := range []string{"/a", "..", "a/../../b", "../x"} {
+		if _, ok := Normalize(bad); ok {
+			t.Errorf("Normalize(%q) accepted", bad)
+		}
+	}
+	if !TargetInTree(1, "..") || TargetInTree(1, "../..") || TargetInTree(0, "/x") || !TargetInTree(2, "../../a/../b") {
+		t.Error("TargetInTree depth arithmetic wrong")
+	}
+}
+
+// FuzzExtract: for any bytes, extraction never panics and nothing lands
+// outside the root, and every symlink left inside points inside.
+func FuzzExtract(f *testing.F) {
+	for _, c := range tartest.Hostile("/tmp/fuzz-sentinel") {
+		f.Add(c.Archive)
+	}
+	f.Add(tartest.Build(tartest.Dir("d/"), tartest.Symlink("d/s", ".."), tartest.File("d/s/x", "y")))
+	f.Add(tartest.Build(tartest.Symlink("a", "b"), tartest.Symlink("b", "a"), tartest.File("a/x", "y")))
+	f.Fuzz(func(t *testing.T, archive []byte) {
+		base, root, outside := layout(t)
+		_, _ = Extract(root, bytes.NewReader(archive), Options{Caps: Caps{MaxMembers: 64, MaxBytes: 1 << 20}, Log: quiet})
+		// Restore write permission the archive may have removed, so
+		// TempDir cleanup cannot fail the run for a reason that is not a bug.
+		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(p, 0o755)
+			}
+			return nil
+		})
+		if err := tartest.Confined(base, root, outside); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,331 @@
+package agentd
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// streamKind says which pipe bytes came from; both share one offset space.
+type streamKind uint8
+
+const (
+	stdoutKind streamKind = iota
+	stderrKind
+)
+
+func (k streamKind) String() string {
+	if k == stderrKind {
+		return "stderr"
+	}
+	return "stdout"
+}
+
+// exitStatus is how an exec ended. Written once by finish and never taken, so
+// "is it over" and "how did it end" stay answerable after an ack releases the
+// output.
+type exitStatus struct {
+	code, signal      *int32
+	truncated         bool
+	writersMayBeAlive bool
+}
+
+// segment marks where a run of bytes from one pipe begins.
+type segment struct {
+	off  uint64
+	kind streamKind
+}
+
+// subscriber is one attached stream's position, held in the log so the output
+// pump can see who still needs the bytes it is about to overwrite.
+type subscriber struct {
+	cursor  uint64 // next offset this reader copies out
+	stalled bool   // left behind: the pump no longer waits for it
+	mark    uint64 // cursor when the pump started waiting, to detect no progress
+}
+
+// outputLog is one exec's output: the head of each stream, kept for poll and
+// ack up to max_output_bytes (truncated marks the cut), and the tail of both
+// in one offset space, kept in a ring of stream_replay_bytes for SSE replay.
+// The ring grows on demand, so an idle exec costs nothing.
+//
+// A reader that keeps up loses nothing: before the pump overwrites bytes an
+// attached reader has not copied out, it waits for that reader — but only
+// while the reader makes progress. A reader that makes none for
+// StreamStallTimeout is left behind and told about the bytes it missed with a
+// gap event, so a dead connection never holds a child's pipe for long.
+type outputLog struct {
+	mu       sync.Mutex
+	ring     []byte
+	capacity int
+	start    uint64 // offset of the oldest byte still in the ring
+	total    uint64 // bytes ever published; the next byte's offset
+	segs     []segment
+	segHead  int
+
+	head      [2][]byte
+	headCap   int
+	truncated bool
+
+	subs     map[*subscriber]struct{}
+	wake     chan struct{} // closed when bytes arrive or the exec ends; nil if no one waits
+	progress chan struct{} // closed when a reader advances; nil unless the pump waits
+	stall    time.Duration
+
+	done bool
+	exit exitStatus
+}
+
+func newOutputLog(replay, headCap int64, stall time.Duration) *outputLog {
+	return &outputLog{capacity: int(replay), headCap: int(headCap), stall: stall}
+}
+
+// publish appends bytes read from one pipe. Bytes past the head cap still go
+// to the ring: a stream reader past max_output_bytes has been keeping up and
+// has no reason to stop receiving.
+func (l *outputLog) publish(kind streamKind, p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.head[kind]
+	if room := l.headCap - len(h); room > 0 {
+		n := min(room, len(p))
+		l.head[kind] = append(h, p[:n]...)
+		if n < len(p) {
+			l.truncated = true
+		}
+	} else if l.headCap >= 0 {
+		l.truncated = true
+	}
+	for len(p) > 0 {
+		n := min(len(p), l.capacity)
+		l.makeRoom(uint64(n))
+		l.write(kind, p[:n])
+		p = p[n:]
+	}
+	l.wakeReaders()
+}
+
+// makeRoom waits, within the stall budget, until no reader still needs the n
+// oldest bytes of a full ring. Called with l.mu held; may release it while
+// waiting, so it re-checks from scratch after every wait.
+func (l *outputLog) makeRoom(n uint64) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	waiting := false
+	for {
+		newStart := l.start
+		if end := l.total + n; end > uint64(l.capacity) {
+			newStart = max(newStart, end-uint64(l.capacity))
+		}
+		blocked := false
+		for s := range l.subs {
+			if !s.stalled && s.cursor < newStart {
+				if !waiting {
+					s.mark = s.cursor
+				}
+				blocked = true
+			}
+		}
+		if !blocked {
+			return
+		}
+		waiting = true
+		// The readers we wait for may be parked waiting for these very bytes.
+		l.wakeReaders()
+		if l.progress == nil {
+			l.progress = make(chan struct{})
+		}
+		ch := l.progress
+		if timer == nil {
+			timer = time.NewTimer(l.stall)
+		}
+		l.mu.Unlock()
+		expired := false
+		select {
+		case <-ch:
+		case <-timer.C:
+			expired = true
+		}
+		l.mu.Lock()
+		if expired {
+			// Whoever made no progress over a whole stall period is left
+			// behind; the others earned another period.
+			for s := range l.subs {
+				if !s.stalled && s.cursor < l.total && s.cursor == s.mark {
+					s.stalled = true
+				}
+				s.mark = s.cursor
+			}
+			timer.Reset(l.stall)
+		}
+	}
+}
+
+// write copies one chunk (at most capacity bytes) into the ring. Called with
+// l.mu held and room already made.
+func (l *outputLog) write(kind streamKind, p []byte) {
+	n := uint64(len(p))
+	end := l.total + n
+	if len(l.ring) < l.capacity && end > uint64(len(l.ring)) {
+		// Still growing, so nothing has wrapped and [0, total) is contiguous.
+		size := max(int(min(end, uint64(l.capacity))), 2*len(l.ring), 4096)
+		size = min(size, l.capacity)
+		grown := make([]byte, size)
+		copy(grown, l.ring[:l.total])
+		l.ring = grown
+	}
+	i := int(l.total % uint64(l.capacity))
+	k := copy(l.ring[i:], p)
+	copy(l.ring, p[k:])
+	if l.segHead == len(l.segs) || l.segs[len(l.segs)-1].kind != kind {
+		l.segs = append(l.segs, segment{off: l.total, kind: kind})
+	}
+	l.total = end
+	if end > uint64(l.capacity) {
+		l.start = max(l.start, end-uint64(l.capacity))
+	}
+	// Drop segments wholly before the window; keep the one the window starts in.
+	for l.segHead+1 < len(l.segs) && l.segs[l.segHead+1].off <= l.start {
+		l.segHead++
+	}
+	if l.segHead > 64 && l.segHead > len(l.segs)/2 {
+		l.segs = append(l.segs[:0], l.segs[l.segHead:]...)
+		l.segHead = 0
+	}
+}
+
+func (l *outputLog) wakeReaders() {
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
+}
+
+// finish records how the exec ended and wakes every reader for the exit event.
+func (l *outputLog) finish(st exitStatus) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st.truncated = l.truncated
+	l.exit = st
+	l.done = true
+	l.wakeReaders()
+}
+
+// attach registers a reader at offset from.
+func (l *outputLog) attach(from uint64) *subscriber {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := &subscriber{cursor: from}
+	if l.subs == nil {
+		l.subs = make(map[*subscriber]struct{})
+	}
+	l.subs[s] = struct{}{}
+	return s
+}
+
+func (l *outputLog) detach(s *subscriber) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.subs, s)
+	l.signalProgress()
+}
+
+func (l *outputLog) signalProgress() {
+	if l.progress != nil {
+		close(l.progress)
+		l.progress = nil
+	}
+}
+
+// step is what a reader does next.
+type step struct {
+	kind   stepKind
+	stream streamKind
+	off    uint64 // output: first byte's offset; gap: from
+	n      int    // output: bytes copied into the caller's buffer
+	to     uint64 // gap: end, exclusive
+	exit   exitStatus
+	total  uint64
+	wait   <-chan struct{}
+}
+
+type stepKind uint8
+
+const (
+	stepWait stepKind = iota
+	stepOutput
+	stepGap
+	stepExit
+)
+
+// next copies the reader's next run of bytes (one pipe's, at most len(buf))
+// into buf, or reports a gap, the end, or a channel to wait on.
+func (l *outputLog) next(s *subscriber, buf []byte) step {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.cursor < l.start {
+		from := s.cursor
+		s.cursor = l.start
+		s.stalled = false
+		l.signalProgress()
+		return step{kind: stepGap, off: from, to: l.start}
+	}
+	if s.cursor < l.total {
+		kind, segEnd := l.segmentAt(s.cursor)
+		n := int(min(segEnd-s.cursor, uint64(len(buf))))
+		l.copyOut(buf[:n], s.cursor)
+		st := step{kind: stepOutput, stream: kind, off: s.cursor, n: n}
+		s.cursor += uint64(n)
+		l.signalProgress()
+		return st
+	}
+	if l.done {
+		return step{kind: stepExit, exit: l.exit, total: l.total}
+	}
+	if l.wake == nil {
+		l.wake = make(chan struct{})
+	}
+	return step{kind: stepWait, wait: l.wake}
+}
+
+// segmentAt returns the pipe of the byte at off and where its run ends.
+func (l *outputLog) segmentAt(off uint64) (streamKind, uint64) {
+	segs := l.segs[l.segHead:]
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].off > off }) - 1
+	if i < 0 {
+		i = 0
+	}
+	end := l.total
+	if i+1 < len(segs) {
+		end = segs[i+1].off
+	}
+	return segs[i].kind, end
+}
+
+func (l *outputLog) copyOut(dst []byte, from uint64) {
+	i := int(from % uint64(l.capacity))
+	k := copy(dst, l.ring[i:])
+	copy(dst[k:], l.ring)
+}
+
+// outcome is the head of each stream and the exit status, for poll and ack.
+func (l *outputLog) outcome() (stdout, stderr []byte, st exitStatus, done bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.head[stdoutKind], l.head[stderrKind], l.exit, l.done
+}
+
+// release drops the head buffers once an ack has handed them over; the bytes
+// are never read again (the head slices are never appended to after done).
+func (l *outputLog) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.head = [2][]byte{}
+}

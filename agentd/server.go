@@ -1,0 +1,474 @@
+package agentd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Version is reported in every response's microvms-agentd-version header and in
+// /v1/health. The Makefile sets it with -ldflags -X.
+var Version = "0.1.0"
+
+// shutdownGrace bounds how long a graceful shutdown waits for in-flight
+// requests before closing the rest.
+const shutdownGrace = 10 * time.Second
+
+// Server implements protocol.ServerInterface: the hooks, the exec engine and
+// health/schema here, the fs routes by delegation to FS.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	fs       *FS
+	identity IdentityReport
+	boot     bootstrap
+	execs    *registry
+	schema   []byte
+
+	// inner is the routed application; Handler wraps it in the rules that hold
+	// for every response. A field so a test can route to a handler that panics.
+	inner http.Handler
+
+	terminate     chan struct{}
+	terminateOnce sync.Once
+	// stopping is closed when shutdown begins, so open SSE streams end and do
+	// not hold the graceful shutdown until its deadline.
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+var _ protocol.ServerInterface = (*Server)(nil)
+
+// NewServer builds the daemon from cfg. It runs startup identity repair once
+// (cfg.Identity.Disabled skips it) before anything can be served, so no request
+// can observe the image's shared identity.
+func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	cfg = cfg.normalized()
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, fmt.Errorf("agentd: open %s for children's stdin: %w", os.DevNull, err)
+	}
+	schema, err := schemaDocument(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg,
+		log: log,
+		fs: NewFS(FSConfig{
+			MaxBodyBytes:     cfg.MaxBodyBytes,
+			MaxTarBytes:      cfg.MaxTarBytes,
+			MaxTarMembers:    cfg.MaxTarMembers,
+			DiskReserveBytes: cfg.DiskReserveBytes,
+		}, log),
+		schema:    schema,
+		terminate: make(chan struct{}),
+		stopping:  make(chan struct{}),
+	}
+	s.identity = RepairIdentity(cfg.Identity, log)
+	s.execs = newRegistry(&s.cfg, log, devNull)
+	inner, err := s.routes()
+	if err != nil {
+		return nil, err
+	}
+	s.inner = inner
+	return s, nil
+}
+
+// Handler is the whole application: every rule that must hold for every
+// response wraps the generated router.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.serveOuter(w, r)
+	})
+}
+
+// serveOuter is outermost, so nothing inside it can escape: the version header
+// is set before anything else runs (404s and refusals included), and a panic
+// anywhere below, auth and routing included, becomes a 500 instead of a
+// dropped connection the client cannot tell from a dead VM.
+func (s *Server) serveOuter(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(protocol.VersionHeader, Version)
+	tw := &trackingWriter{ResponseWriter: w}
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			panic(v) // a deliberate abort is the one panic that means "drop it"
+		}
+		s.log.Error("handler panicked", "method", r.Method, "path", r.URL.Path,
+			"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		if tw.wrote.Load() {
+			return // the status is already on the wire; end the body where it is
+		}
+		h := w.Header()
+		clear(h)
+		h.Set(protocol.VersionHeader, Version)
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, "internal error: the handler failed; the daemon is still serving\n")
+	}()
+	s.inner.ServeHTTP(tw, r)
+}
+
+// trackingWriter records whether the response has started, so the panic
+// handler knows whether a 500 can still be sent. It forwards Flush, ReadFrom
+// (sendfile for downloads) and Unwrap (http.ResponseController).
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote atomic.Bool
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	if code >= 200 {
+		t.wrote.Store(true)
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(p []byte) (int, error) {
+	t.wrote.Store(true)
+	return t.ResponseWriter.Write(p)
+}
+
+func (t *trackingWriter) ReadFrom(r io.Reader) (int64, error) {
+	t.wrote.Store(true)
+	if rf, ok := t.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(t.ResponseWriter, r)
+}
+
+func (t *trackingWriter) Flush() {
+	t.wrote.Store(true)
+	if f, ok := t.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// routes builds the generated router with the bearer gate spliced in between
+// route matching and the generated wrapper. Matching first keeps an unknown
+// path a 404 rather than a 401; gating before the wrapper means auth is
+// decided before the wrapper parses query parameters (a bad offset from an
+// unauthenticated caller is 401, not 400) and before any body byte is read.
+func (s *Server) routes() (http.Handler, error) {
+	bearer, err := bearerPatterns()
+	if err != nil {
+		return nil, err
+	}
+	mux := &gatedMux{ServeMux: http.NewServeMux(), bearer: bearer, gate: s.gate}
+	protocol.HandlerWithOptions(s, protocol.StdHTTPServerOptions{
+		BaseRouter:       mux,
+		ErrorHandlerFunc: s.paramError,
+	})
+	if mux.err != nil {
+		return nil, mux.err
+	}
+	return mux, nil
+}
+
+// gatedMux is the BaseRouter handed to the generated HandlerWithOptions: it
+// wraps each bearer route's handler in the gate as the route is registered.
+type gatedMux struct {
+	*http.ServeMux
+	bearer map[string]bool
+	gate   func(http.HandlerFunc) http.HandlerFunc
+	err    error
+}
+
+func (m *gatedMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	isBearer, known := m.bearer[pattern]
+	if !known {
+		// Cannot happen while both passes run the same generated code; refusing
+		// to start beats serving a route whose auth was never decided.
+		m.err = fmt.Errorf("agentd: route %q was not classified as bearer or open", pattern)
+		return
+	}
+	if isBearer {
+		h = m.gate(h)
+	}
+	m.ServeMux.HandleFunc(pattern, h)
+}
+
+// bearerPatterns asks the generated code itself which routes are bearer
+// routes: it registers every route on a probe mux, sends each one a synthetic
+// request, and records whether the generated wrapper put BearerAuthScopes in
+// the context (which it does exactly for operations with bearerAuth security).
+// No hand-typed list can drift from api/openapi.yaml this way.
+func bearerPatterns() (map[string]bool, error) {
+	rec := &patternRecorder{ServeMux: http.NewServeMux()}
+	var sawBearer bool
+	observe := func(r *http.Request) {
+		_, sawBearer = r.Context().Value(protocol.BearerAuthScopes).([]string)
+	}
+	protocol.HandlerWithOptions(nil, protocol.StdHTTPServerOptions{
+		BaseRouter: rec,
+		Middlewares: []protocol.MiddlewareFunc{func(http.Handler) http.Handler {
+			return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { observe(r) })
+		}},
+		// A route whose required query parameters are missing from the probe
+		// lands here, after the wrapper has already set the security scopes.
+		ErrorHandlerFunc: func(_ http.ResponseWriter, r *http.Request, _ error) { observe(r) },
+	})
+	out := make(map[string]bool, len(rec.patterns))
+	for _, pattern := range rec.patterns {
+		method, path, ok := strings.Cut(pattern, " ")
+		if !ok {
+			return nil, fmt.Errorf("agentd: generated route %q has no method", pattern)
+		}
+		path = fillWildcards(path)
+		req, err := http.NewRequest(method, path, nil)
+		if err != nil {
+			return nil, fmt.Errorf("agentd: probe %q: %w", pattern, err)
+		}
+		sawBearer = false
+		rec.ServeHTTP(discardWriter{}, req)
+		out[pattern] = sawBearer
+	}
+	return out, nil
+}
+
+// fillWildcards turns /v1/exec/{id}/stream into /v1/exec/x/stream.
+func fillWildcards(path string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(path, '{')
+		if i < 0 {
+			b.WriteString(path)
+			return b.String()
+		}
+		j := strings.IndexByte(path[i:], '}')
+		if j < 0 {
+			b.WriteString(path)
+			return b.String()
+		}
+		b.WriteString(path[:i])
+		b.WriteString("x")
+		path = path[i+j+1:]
+	}
+}
+
+type patternRecorder struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (p *patternRecorder) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	p.patterns = append(p.patterns, pattern)
+	p.ServeMux.HandleFunc(pattern, h)
+}
+
+type discardWriter struct{}
+
+func (discardWriter) Header() http.Header         { return http.Header{} }
+func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (discardWriter) WriteHeader(int)             {}
+
+// gate decides a bearer route before the wrapper or handler runs: 503 until a
+// token is installed, 401 for a missing or wrong one, 413 for a declared body
+// over max_body_bytes; otherwise the body is capped on the wire and the route
+// runs. Nothing here reads a body byte before the decision.
+func (s *Server) gate(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if status := s.boot.authorize(r.Header.Get("Authorization")); status != 0 {
+			s.log.Debug("request refused", "status", status, "method", r.Method, "path", r.URL.Path)
+			s.refuse(w, r, status, "")
+			return
+		}
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			s.refuse(w, r, http.StatusRequestEntityTooLarge, bodyTooLargeText(s.cfg.MaxBodyBytes))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		next(w, r)
+	}
+}
+
+func bodyTooLargeText(limit int64) string {
+	return "request body is larger than max_body_bytes (" + strconv.FormatInt(limit, 10) + " bytes)\n"
+}
+
+// refuse answers a request the daemon will not serve. A small body is drained
+// first, because unread bytes left in the socket make the server reset the
+// connection and a pooled client sees a transport error instead of the status;
+// a body over max_drain_bytes is not worth reading, so the connection closes.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, text string) {
+	if !s.drain(r) {
+		w.Header().Set("Connection", "close")
+	}
+	if text == "" {
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(status)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(text)))
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, text)
+}
+
+// drain reads and discards at most max_drain_bytes of a refused body and
+// reports whether the whole body was consumed (so keep-alive can survive).
+func (s *Server) drain(r *http.Request) bool {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return true
+	}
+	if r.ContentLength > s.cfg.MaxDrainBytes {
+		return false
+	}
+	// Reading would send "100 Continue" and invite the body we are refusing.
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		return false
+	}
+	n, err := io.CopyN(io.Discard, r.Body, s.cfg.MaxDrainBytes+1)
+	return errors.Is(err, io.EOF) && n <= s.cfg.MaxDrainBytes
+}
+
+// paramError answers a request the generated wrapper could not bind: always
+// 400, never 404 (a client maps 404 to "absent"). The exec routes speak the
+// JSON ErrorBody; the fs routes speak text/plain, as the spec declares.
+func (s *Server) paramError(w http.ResponseWriter, r *http.Request, err error) {
+	if strings.HasPrefix(r.URL.Path, "/v1/exec/") {
+		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, err.Error())
+		return
+	}
+	http.Error(w, err.Error(), http.StatusBadRequest)
+}
+
+// Serve answers on ln until ctx ends or the terminate hook arrives, then shuts
+// down gracefully: in-flight requests finish (up to a deadline) and open
+// streams end without an exit event, which tells their clients the connection
+// ended, not the command.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	go s.execs.collectLoop(s.stopping)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(&tlsProbeListener{Listener: ln, log: s.log}) }()
+	select {
+	case err := <-errc:
+		s.stop()
+		return err
+	case <-ctx.Done():
+	case <-s.terminate:
+	}
+	s.log.Info("shutting down", "grace", shutdownGrace.String())
+	s.stop()
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (s *Server) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
+
+// tlsProbeListener answers raw TLS handshake bytes on the plain port with a
+// 400. Something in the platform's path probes the port with TLS first; left
+// to net/http, a ClientHello has no newline to end a request line, so the
+// probe would hang until a timeout instead of being told.
+type tlsProbeListener struct {
+	net.Listener
+	log *slog.Logger
+}
+
+func (l *tlsProbeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &tlsProbeConn{Conn: c, log: l.log}, nil
+}
+
+// tlsHandshakeRecord is the TLS record type of a handshake (RFC 8446 §5.1); no
+// HTTP/1 method starts with it.
+const tlsHandshakeRecord = 0x16
+
+type tlsProbeConn struct {
+	net.Conn
+	log     *slog.Logger
+	checked atomic.Bool
+}
+
+func (c *tlsProbeConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.checked.CompareAndSwap(false, true) && p[0] == tlsHandshakeRecord {
+		c.log.Debug("TLS handshake on the plain HTTP port; answered 400", "remote", c.RemoteAddr().String())
+		c.answerTLSProbe()
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+func (c *tlsProbeConn) answerTLSProbe() {
+	const body = "this port speaks plain HTTP, not TLS\n"
+	resp := "HTTP/1.1 400 Bad Request\r\n" +
+		protocol.VersionHeader + ": " + Version + "\r\n" +
+		"Content-Type: text/plain; charset=utf-8\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n" +
+		"Connection: close\r\n\r\n" + body
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c.Conn, resp); err != nil {
+		return
+	}
+	// Half-close and swallow what the prober still sends, so closing does not
+	// turn into a reset that destroys the 400 before the peer reads it.
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, c.Conn, 64<<10)
+}
+
+// The fs routes are served by FS (issue 4). The gate has already authorized
+// the request and wrapped r.Body in http.MaxBytesReader(max_body_bytes), so an
+// over-cap upload surfaces to FS as *http.MaxBytesError while reading.
+
+// FsReadFile delegates to FS.
+func (s *Server) FsReadFile(w http.ResponseWriter, r *http.Request, p protocol.FsReadFileParams) {
+	s.fs.ReadFile(w, r, p)
+}
+
+// FsWriteFile delegates to FS.
+func (s *Server) FsWriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWriteFileParams) {
+	s.fs.WriteFile(w, r, p)
+}
+
+// FsReadTar delegates to FS.
+func (s *Server) FsReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTarParams) {
+	s.fs.ReadTar(w, r, p)
+}
+
+// FsWriteTar delegates to FS.
+func (s *Server) FsWriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWriteTarParams) {
+	s.fs.WriteTar(w, r, p)
+}

@@ -1,0 +1,362 @@
+// Package sandbox is one MicroVM used as a sandbox: launched from an image
+// with a locally minted agent token, talked to through a session, suspended,
+// resumed and torn down, while holding the specification's state model
+// (lifecycle, token_installed, image_exists, was_terminated, bootstrap_count)
+// and refusing every transition the model refuses before any call is sent.
+//
+// What it must never do: log, print or persist the agent token; deliver a
+// runHookPayload more than once per VM (a resume re-delivers nothing); send a
+// suspend to anything but a RUNNING VM or a resume to anything but a SUSPENDED
+// one; bring a terminated VM back; or fail a teardown — Terminate reports what
+// it could not delete by identifier instead of returning an error, because a
+// leak nobody can name cannot be cleaned up.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/ledger"
+	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Options describe one launch.
+type Options struct {
+	// Image is the image's colon-form ARN; RunMicrovm takes no name.
+	Image string
+	// Version pins an image version; empty takes the latest active one.
+	Version string
+	// ImageName and LogGroup are what teardown may delete. ImageOwned says
+	// this run built the image, so DeleteImage is allowed to remove it.
+	ImageName, LogGroup string
+	ImageOwned          bool
+
+	ExecutionRoleARN string
+	// Env is the launch environment, delivered once in the runHookPayload.
+	Env         map[string]string
+	Idle        *control.IdlePolicy
+	MaxDuration time.Duration
+	Connectors  control.Connectors
+	// Port is agentd's port (default 9000); the proxy token is scoped to it.
+	Port int
+
+	Wait control.WaitOptions
+	// SessionOptions are passed to client.Proxied (an HTTP client, retries).
+	SessionOptions []client.Option
+	// Now is the clock the suspended window is measured on (default time.Now).
+	Now func() time.Time
+	// Ledger, if set, records the launch before it is sent.
+	Ledger *ledger.Record
+	// Logs deletes the build log group at teardown; nil names it as leaked.
+	Logs LogGroupDeleter
+}
+
+// Sandbox is one launched MicroVM. Its methods are safe for concurrent use;
+// lifecycle operations are serialised.
+type Sandbox struct {
+	cp   *control.Client
+	opts Options
+	id   string
+	ref  control.ImageRef
+
+	op sync.Mutex // one lifecycle operation at a time
+
+	mu          sync.Mutex
+	m           model
+	session     *client.Session
+	window      time.Duration // suspendedDurationSeconds, as GetMicrovm reports it
+	suspendedAt time.Time
+	endpoint    string
+}
+
+// ID is the MicroVM id, "" before RunMicrovm answered.
+func (s *Sandbox) ID() string { return s.id }
+
+// Lifecycle is the last state the platform confirmed (or the one a call
+// this sandbox sent moved it to).
+func (s *Sandbox) Lifecycle() Lifecycle { s.mu.Lock(); defer s.mu.Unlock(); return s.m.lifecycle }
+
+// TokenInstalled reports whether the run hook installed the agent token.
+func (s *Sandbox) TokenInstalled() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.m.tokenInstalled }
+
+// ImageExists reports whether the launch was accepted from an existing image.
+func (s *Sandbox) ImageExists() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.m.imageExists }
+
+// WasTerminated reports whether the VM was terminated, by us or the platform.
+func (s *Sandbox) WasTerminated() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.m.wasTerminated }
+
+// BootstrapCount is how many times the agent token was installed: 0 or 1.
+func (s *Sandbox) BootstrapCount() int { s.mu.Lock(); defer s.mu.Unlock(); return s.m.bootstrapCount }
+
+// SuspendedWindow is how long a suspended VM survives before the platform
+// terminates it, as GetMicrovm's idlePolicy reported it; zero when unknown.
+func (s *Sandbox) SuspendedWindow() time.Duration { s.mu.Lock(); defer s.mu.Unlock(); return s.window }
+
+// Session is the session bound to the VM's endpoint, nil before RUNNING.
+func (s *Sandbox) Session() *client.Session { s.mu.Lock(); defer s.mu.Unlock(); return s.session }
+
+func (s *Sandbox) now() time.Time {
+	if s.opts.Now != nil {
+		return s.opts.Now()
+	}
+	return time.Now()
+}
+
+func (s *Sandbox) apply(f func(*model)) { s.mu.Lock(); f(&s.m); s.mu.Unlock() }
+
+// newAgentToken is 32 random bytes, hex: the bearer agentd will accept. It
+// lives only in the payload and the session, never in a log or the ledger.
+func newAgentToken() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Launch runs a MicroVM and waits for RUNNING. Whenever RunMicrovm answered,
+// the returned Sandbox is non-nil even with an error (a launch that died, a
+// wait that timed out), so the caller can still Terminate it and learn what
+// leaked.
+func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error) {
+	if o.Port == 0 {
+		o.Port = taxonomy.DefaultAgentPort
+	}
+	ref, err := control.ParseImageRef(o.Image)
+	if err != nil {
+		return nil, err
+	}
+	if !ref.IsARN() {
+		return nil, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingImageArnColon, "launch needs the image's ARN, not the name %q", o.Image)
+	}
+	token, err := newAgentToken()
+	if err != nil {
+		return nil, client.Errorf(taxonomy.KindUnexpected, "", "minting the agent token: %w", err)
+	}
+	// The ceiling is checked here, before any call.
+	payload, err := control.NewRunHookPayload(token, o.Env)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sandbox{cp: c, opts: o, ref: ref, m: newModel()}
+	var after func(string, error) error
+	if o.Ledger != nil {
+		if after, err = o.Ledger.Before("RunMicrovm", o.Image); err != nil {
+			return nil, err
+		}
+	}
+	run, err := c.Launch(ctx, control.LaunchSpec{
+		Image: ref, Version: o.Version, ExecutionRoleARN: o.ExecutionRoleARN, Payload: payload,
+		Connectors: o.Connectors, Idle: o.Idle, MaxDuration: o.MaxDuration,
+	})
+	if after != nil {
+		id := ""
+		if run != nil {
+			id = run.MicrovmId
+		}
+		if lerr := after(id, err); lerr != nil && err == nil {
+			err = lerr
+		}
+	}
+	if err != nil {
+		if run == nil {
+			return nil, err
+		}
+	}
+	s.id, s.endpoint = run.MicrovmId, run.Endpoint
+	s.apply((*model).launchAccepted)
+	if o.Ledger != nil {
+		_ = o.Ledger.Update(func(r *ledger.Run) { r.MicrovmID = run.MicrovmId })
+	}
+	if err != nil {
+		return s, err
+	}
+	got, err := c.WaitRunning(ctx, s.id, o.Wait)
+	if err != nil {
+		if client.KindOf(err) == taxonomy.KindLaunchDied {
+			s.apply((*model).diedBeforeRunning)
+		}
+		return s, err
+	}
+	// RUNNING is reported only after the run hook answered 200: the platform
+	// forwards no traffic before it. So the token is installed now.
+	s.mu.Lock()
+	err = s.m.bootstrapped()
+	s.observeLocked(got)
+	s.mu.Unlock()
+	if err != nil {
+		return s, err
+	}
+	minter := client.TokenMinterFunc(func(ctx context.Context, req client.MintRequest) (client.ProxyToken, error) {
+		ports := make([]control.PortScope, 0, len(req.Ports))
+		for _, p := range req.Ports {
+			ports = append(ports, control.Port(p))
+		}
+		tok, err := c.MintAuthToken(ctx, s.id, control.TokenRequest{Ports: ports, Expiry: time.Duration(req.Minutes) * time.Minute})
+		if err != nil {
+			return client.ProxyToken{}, err
+		}
+		h, err := tok.Headers(o.Port)
+		if err != nil {
+			return client.ProxyToken{}, err
+		}
+		// The session adds the port header itself, per request.
+		delete(h, taxonomy.ProxyPortHeader)
+		return client.NewProxyToken(h), nil
+	})
+	sess, err := client.Proxied(control.EndpointURL(got.Endpoint), token, minter,
+		append([]client.Option{client.WithAgentPort(o.Port)}, o.SessionOptions...)...)
+	if err != nil {
+		return s, err
+	}
+	s.mu.Lock()
+	s.session = sess
+	s.mu.Unlock()
+	return s, nil
+}
+
+// observeLocked takes what GetMicrovm says about the window. The platform's
+// figure is read rather than the one requested, since that is the window it
+// enforces.
+func (s *Sandbox) observeLocked(g *cp.GetMicrovmResponse) {
+	if g == nil {
+		return
+	}
+	if g.IdlePolicy != nil && g.IdlePolicy.SuspendedDurationSeconds > 0 {
+		s.window = time.Duration(g.IdlePolicy.SuspendedDurationSeconds) * time.Second
+	}
+	if g.Endpoint != "" {
+		s.endpoint = g.Endpoint
+	}
+}
+
+// Suspend freezes a RUNNING VM and waits for SUSPENDED. Its filesystem,
+// processes and installed token survive.
+func (s *Sandbox) Suspend(ctx context.Context) error {
+	s.op.Lock()
+	defer s.op.Unlock()
+	s.mu.Lock()
+	err := s.m.suspend()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := s.billable(ctx, "SuspendMicrovm", func() error { return s.cp.Suspend(ctx, s.id) }); err != nil {
+		// Not sent, or refused: the VM is still RUNNING as far as anyone knows.
+		s.apply(func(m *model) { m.lifecycle = Running })
+		return err
+	}
+	got, err := s.cp.WaitSuspended(ctx, s.id, s.opts.Wait)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if g, gerr := s.cp.GetMicrovm(ctx, s.id); gerr == nil && isDead(g.State) {
+			s.m.terminated()
+		}
+		return err
+	}
+	s.m.suspended()
+	s.observeLocked(got)
+	s.suspendedAt = s.now()
+	return nil
+}
+
+func isDead(st cp.MicrovmState) bool {
+	return st == cp.MicrovmState(Terminated) || st == cp.MicrovmState(Terminating)
+}
+
+// Resume thaws a SUSPENDED VM and waits for RUNNING. Nothing is re-delivered:
+// the token installed at launch survived the freeze. The cached proxy token is
+// dropped, since one minted before the suspend may have outlived its hour.
+// Past the suspended window the platform has already terminated the VM, so
+// the resume fails as WindowClosed naming that window.
+func (s *Sandbox) Resume(ctx context.Context) error {
+	s.op.Lock()
+	defer s.op.Unlock()
+	s.mu.Lock()
+	if err := s.m.resume(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	window, since := s.window, s.now().Sub(s.suspendedAt)
+	s.mu.Unlock()
+	if window > 0 && since > window {
+		// Refused without sending: the platform ends a suspended VM once the
+		// window passes. The read only brings the model up to date.
+		if g, err := s.cp.GetMicrovm(ctx, s.id); err == nil {
+			s.observeDead(g)
+		}
+		return s.windowClosed(window, since)
+	}
+	err := s.billable(ctx, "ResumeMicrovm", func() error { return s.cp.Resume(ctx, s.id) })
+	if err != nil {
+		if g, gerr := s.cp.GetMicrovm(ctx, s.id); gerr == nil && isDead(g.State) {
+			s.observeDead(g)
+			return s.windowClosed(window, since)
+		}
+		return err
+	}
+	got, err := s.cp.WaitRunning(ctx, s.id, s.opts.Wait)
+	if err != nil {
+		if client.KindOf(err) == taxonomy.KindLaunchDied {
+			s.apply((*model).terminated)
+			return s.windowClosed(window, since)
+		}
+		return err
+	}
+	s.mu.Lock()
+	s.m.resumed()
+	s.observeLocked(got)
+	sess := s.session
+	s.mu.Unlock()
+	if sess != nil {
+		sess.Invalidate()
+	}
+	return nil
+}
+
+func (s *Sandbox) observeDead(g *cp.GetMicrovmResponse) {
+	if isDead(g.State) {
+		s.apply((*model).terminated)
+	}
+}
+
+func (s *Sandbox) windowClosed(window, since time.Duration) error {
+	return client.Errorf(taxonomy.KindWindowClosed, taxonomy.FindingIdlePolicy,
+		"MicroVM %s was suspended %s ago and its suspended window (idlePolicy.suspendedDurationSeconds=%d) has passed, so the platform has terminated it; launch a new one",
+		s.id, since.Round(time.Second), int(window/time.Second))
+}
+
+// billable records call in the ledger before sending it and its outcome after.
+func (s *Sandbox) billable(ctx context.Context, op string, call func() error) error {
+	if s.opts.Ledger == nil {
+		return call()
+	}
+	after, err := s.opts.Ledger.Before(op, s.id)
+	if err != nil {
+		return err
+	}
+	cerr := call()
+	if lerr := after("", cerr); lerr != nil && cerr == nil {
+		return lerr
+	}
+	return cerr
+}
+
+// Run runs command in the VM through its session. Only a RUNNING VM is
+// asked: a suspended one would not answer, and the error would say so badly.
+func (s *Sandbox) Run(ctx context.Context, command []string, o client.RunOptions) (client.Result, error) {
+	s.mu.Lock()
+	st, sess := s.m.lifecycle, s.session
+	s.mu.Unlock()
+	if st != Running || sess == nil {
+		return client.Result{}, refuse(taxonomy.FindingSuspendIsFreeze, "commands run only in a RUNNING MicroVM; this one is %s", st)
+	}
+	return sess.Run(ctx, command, o)
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/cost"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// CostCmd prices a run or a plan with the client's cost engine. It touches
+// no account: the rate table is the one the engine pins.
+type CostCmd struct {
+	Estimate     bool    `help:"Treat the durations as a plan: every one is labelled projected."`
+	Compare      bool    `help:"Also compare running against suspended over --hold-sec, with the break-even."`
+	Memory       int     `help:"Baseline MiB, selecting a documented size class." enum:"${memory}" default:"${default_memory}"`
+	RunningSec   float64 `name:"running-sec" help:"Seconds RUNNING; billed at baseline whether or not anything executes." default:"0"`
+	SuspendedSec float64 `name:"suspended-sec" help:"Seconds suspended: storage only." default:"0"`
+	BuildSec     float64 `name:"build-sec" help:"Seconds the image build took; an unpriced line." default:"0"`
+	ImageGB      float64 `name:"image-gb" help:"Image size in GB; adds storage with its one-week minimum retention." default:"0"`
+	Cycles       int     `help:"Suspend/resume cycles, each a snapshot write plus a read." default:"1"`
+	HoldSec      float64 `name:"hold-sec" help:"The hold to compare running against suspended over, in seconds." default:"3600"`
+	RegionFlags
+}
+
+func seconds(flag string, s float64) (time.Duration, error) {
+	if s < 0 {
+		return 0, invalidArg(taxonomy.FindingWhatCostsMoney, "%s: a duration cannot be negative (%v s)", flag, s)
+	}
+	return time.Duration(s * float64(time.Second)), nil
+}
+
+type costLine struct {
+	Phase      string  `json:"phase"`
+	Billing    string  `json:"billing"`
+	Quantity   string  `json:"quantity"`
+	Unit       string  `json:"unit"`
+	USD        *string `json:"usd,omitempty"` // omitted, never zero, for an unpriced line
+	Unpriced   string  `json:"unpriced,omitempty"`
+	Provenance string  `json:"provenance,omitempty"`
+	Note       string  `json:"note,omitempty"`
+}
+
+func reportJSON(r cost.Report) map[string]any {
+	lines := []costLine{}
+	for _, l := range r.Lines {
+		cl := costLine{Phase: fmt.Sprint(l.Phase), Billing: fmt.Sprint(l.Billing), Quantity: l.Quantity.String(), Unit: l.Unit, Note: l.Note}
+		if usd, ok := l.Amount.Estimate(); ok {
+			s := usd.String()
+			cl.USD = &s
+		} else {
+			cl.Unpriced = l.Amount.UnpricedReason()
+		}
+		if !l.Duration.IsZero() {
+			cl.Provenance = l.Duration.Provenance().String()
+		}
+		lines = append(lines, cl)
+	}
+	t := r.Total()
+	return map[string]any{
+		"label":        r.Label,
+		"size":         r.Size.String(),
+		"lines":        lines,
+		"totalUsd":     t.Floor().String(),
+		"isLowerBound": t.IsLowerBound(),
+		"staleness":    r.Staleness,
+		"text":         r.String(),
+	}
+}
+
+func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
+	size, err := client.SizeClassFromBaseline(c.Memory)
+	if err != nil {
+		return nil, err
+	}
+	region := client.USEast1
+	switch {
+	case c.UnlistedRegion != "":
+		region = client.UnlistedRegion(c.UnlistedRegion)
+	case c.Region != "":
+		if region, err = client.ParseRegion(c.Region); err != nil {
+			return nil, err
+		}
+	}
+	running, err := seconds("--running-sec", c.RunningSec)
+	if err != nil {
+		return nil, err
+	}
+	suspended, err := seconds("--suspended-sec", c.SuspendedSec)
+	if err != nil {
+		return nil, err
+	}
+	build, err := seconds("--build-sec", c.BuildSec)
+	if err != nil {
+		return nil, err
+	}
+	hold, err := seconds("--hold-sec", c.HoldSec)
+	if err != nil {
+		return nil, err
+	}
+	if c.Cycles < 0 || c.ImageGB < 0 {
+		return nil, invalidArg(taxonomy.FindingWhatCostsMoney, "--cycles and --image-gb cannot be negative")
+	}
+	rates := cost.Pinned(region)
+	now := time.Now()
+	imageGB := decimal.NewFromFloat(c.ImageGB)
+	var rep cost.Report
+	if c.Estimate {
+		rep, err = cost.Estimate("plan", size, cost.Plan{Running: running, Suspended: suspended, ImageGB: imageGB, Cycles: c.Cycles, Launched: running > 0}, rates, now)
+	} else {
+		u := cost.Usage{ImageGB: imageGB, Cycles: c.Cycles, Launched: running > 0}
+		if running > 0 {
+			if u.Running, err = cost.MeasuredDuration(running); err != nil {
+				return nil, err
+			}
+		}
+		if suspended > 0 {
+			if u.Suspended, err = cost.MeasuredDuration(suspended); err != nil {
+				return nil, err
+			}
+		}
+		if build > 0 {
+			if u.ImageBuild, err = cost.MeasuredDuration(build); err != nil {
+				return nil, err
+			}
+		}
+		rep, err = cost.RunReport("run", size, u, rates, now)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rep.Staleness != "" {
+		// A stale rate table is a warning, which --quiet never silences.
+		a.warn("%s", rep.Staleness)
+	}
+	data := cliapi.CostData{Report: reportJSON(rep)}
+	var cmp *cost.Residency
+	if c.Compare {
+		r, err := cost.CompareResidency(size, hold, max(c.Cycles, 1), rates, now)
+		if err != nil {
+			return nil, err
+		}
+		cmp = &r
+		m := map[string]any{"text": r.String(), "running": reportJSON(r.Running), "suspended": reportJSON(r.Suspended), "perCycleUsd": r.PerCycle().String()}
+		if be, err := r.BreakEven(); err == nil {
+			m["breakEvenSec"] = be.Seconds()
+		}
+		data.Comparison = m
+	}
+	return &result{typ: cliapi.TypeCost, data: data, human: func(w io.Writer) error {
+		fmt.Fprintln(w, rep.String())
+		if cmp != nil {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, cmp.String())
+		}
+		return nil
+	}}, nil
+}

@@ -1,0 +1,244 @@
+package main_test
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// startAgentd builds and starts the real daemon on a free loopback port and
+// bootstraps it through the run hook, as the platform would.
+func startAgentd(t *testing.T) (endpoint, token string) {
+	t.Helper()
+	if m, _ := filepath.Glob("../agentd/*.go"); len(m) == 0 {
+		t.Skip("cmd/agentd has no Go files yet: the end-to-end test runs once the daemon's main lands")
+	}
+	dir := t.TempDir()
+	agentd := filepath.Join(dir, "agentd")
+	if out, err := exec.Command("go", "build", "-o", agentd, "../agentd").CombinedOutput(); err != nil {
+		t.Fatalf("building agentd: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, agentd)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), fmt.Sprintf("AGENTD_PORT=%d", port), "AGENTD_IDENTITY_REPAIR=0")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("agentd log:\n%s", logs.String())
+		}
+	})
+	endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
+	token = "e2e-token-0123456789"
+	inner, _ := json.Marshal(map[string]string{"agent_token": token})
+	body, _ := json.Marshal(map[string]string{"runHookPayload": string(inner)})
+	deadline := time.Now().Add(20 * time.Second) // bounds the wait for the listener, asserts nothing
+	for {
+		resp, err := http.Post(endpoint+taxonomy.HookPrefix+"/run", "application/json", bytes.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("bootstrap: %s", resp.Status)
+			}
+			return endpoint, token
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agentd never listened: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestEndToEndAgainstAgentd(t *testing.T) {
+	endpoint, token := startAgentd(t)
+	env := []string{"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
+
+	t.Run("health", func(t *testing.T) {
+		d := envelope(t, cli(t, env, "", "--json", "health"))["data"].(map[string]any)
+		if d["bootstrapped"] != true {
+			t.Fatalf("%v", d)
+		}
+	})
+	t.Run("exec wait, raw bytes without --json", func(t *testing.T) {
+		inv := cli(t, env, "", "exec", "printf 'a\\000b'")
+		if inv.code != 0 || inv.stdout != "a\x00b" {
+			t.Fatalf("%d %q %s", inv.code, inv.stdout, inv.stderr)
+		}
+	})
+	t.Run("exec wait json, env split at first =", func(t *testing.T) {
+		d := envelope(t, cli(t, env, "", "--json", "exec", "--env", "K=v=w", "--env", "E=", "echo \"$K|$E\""))["data"].(map[string]any)
+		if d["stdout"] != "v=w|\n" || d["exitCode"] != float64(0) {
+			t.Fatalf("%v", d)
+		}
+	})
+	t.Run("13 non-zero exit", func(t *testing.T) {
+		m := wantFailure(t, cli(t, env, "", "--json", "exec", "echo out; exit 3"), taxonomy.KindExecFailed, "")
+		d := m["data"].(map[string]any)
+		if d["exitCode"] != float64(3) || d["stdout"] != "out\n" {
+			t.Fatalf("partial result lost: %v", d)
+		}
+	})
+	t.Run("stream is NDJSON then one compact envelope", func(t *testing.T) {
+		inv := cli(t, env, "", "--json", "exec", "--stream", "echo hi; echo err >&2")
+		lines := strings.Split(strings.TrimRight(inv.stdout, "\n"), "\n")
+		if inv.code != 0 || len(lines) < 2 {
+			t.Fatalf("%d %q", inv.code, inv.stdout)
+		}
+		var last any
+		for i, l := range lines {
+			var v any
+			if err := json.Unmarshal([]byte(l), &v); err != nil {
+				t.Fatalf("line %d is not one JSON object: %q", i, l)
+			}
+			if i == len(lines)-1 {
+				last = v
+				break
+			}
+			if err := eventSchema.Validate(v); err != nil {
+				t.Fatalf("line %d fails the streamEvent schema: %v", i, err)
+			}
+		}
+		m := checkEnvelope(t, last, inv.code)
+		d := m["data"].(map[string]any)
+		if m["type"] != cliapi.TypeExecStream || d["events"] != float64(len(lines)-1) || d["bytes"] != float64(7) {
+			t.Fatalf("%v", m)
+		}
+	})
+	t.Run("stream non-zero is ERR_EXEC_FAILED as the last line", func(t *testing.T) {
+		inv := cli(t, env, "", "--json", "exec", "--stream", "exit 4")
+		lines := strings.Split(strings.TrimRight(inv.stdout, "\n"), "\n")
+		var last any
+		_ = json.Unmarshal([]byte(lines[len(lines)-1]), &last)
+		m := checkEnvelope(t, last, inv.code)
+		if m["code"] != taxonomy.KindExecFailed.Code() || m["data"].(map[string]any)["exitCode"] != float64(4) {
+			t.Fatalf("%v", m)
+		}
+	})
+	t.Run("detach, poll, ack", func(t *testing.T) {
+		d := envelope(t, cli(t, env, "", "--json", "exec", "--detach", "--exec-id", "e2e-detach", "echo later"))["data"].(map[string]any)
+		if d["execId"] != "e2e-detach" || d["phase"] != "running" {
+			t.Fatalf("%v", d)
+		}
+		for i := 0; ; i++ { // bounded by the count, not the clock
+			p := envelope(t, cli(t, env, "", "--json", "exec", "--poll", "e2e-detach"))["data"].(map[string]any)
+			if p["phase"] == "exited" {
+				break
+			}
+			if i > 200 {
+				t.Fatalf("never exited: %v", p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		a := envelope(t, cli(t, env, "", "--json", "ack", "e2e-detach"))["data"].(map[string]any)
+		if a["stdout"] != "later\n" {
+			t.Fatalf("%v", a)
+		}
+		m := wantFailure(t, cli(t, env, "", "--json", "ack", "e2e-detach"), taxonomy.KindProtocol, "")
+		if k := m["data"].(map[string]any)["kind"]; k != "Conflict" && k != "NotFound" {
+			t.Fatalf("second ack kind %v", k)
+		}
+	})
+	t.Run("exec --stdin and the stdin command", func(t *testing.T) {
+		d := envelope(t, cli(t, env, "piped\n", "--json", "exec", "--stdin", "cat"))["data"].(map[string]any)
+		if d["stdout"] != "piped\n" {
+			t.Fatalf("%v", d)
+		}
+		// The stdin command serves an exec some other client started with a
+		// stdin pipe (the CLI's own --detach refuses --stdin), so start one
+		// over the wire.
+		req, _ := http.NewRequest("POST", endpoint+"/v1/exec/start", strings.NewReader(`{"exec_id":"e2e-stdin","command":["cat"],"stdin":true}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("start: %v %v", err, resp)
+		}
+		resp.Body.Close()
+		w := envelope(t, cli(t, env, "fed\n", "--json", "stdin", "e2e-stdin", "--data", "-", "--eof"))["data"].(map[string]any)
+		if w["written"] != float64(4) || w["eof"] != true {
+			t.Fatalf("%v", w)
+		}
+		for i := 0; ; i++ {
+			p := envelope(t, cli(t, env, "", "--json", "exec", "--poll", "e2e-stdin"))["data"].(map[string]any)
+			if p["phase"] == "exited" {
+				if p["stdout"] != "fed\n" {
+					t.Fatalf("%v", p)
+				}
+				break
+			}
+			if i > 200 {
+				t.Fatalf("cat never saw EOF: %v", p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("cp file and tar both ways", func(t *testing.T) {
+		local := t.TempDir()
+		src := filepath.Join(local, "in.txt")
+		os.WriteFile(src, []byte("payload\n"), 0o644)
+		remote := filepath.Join(t.TempDir(), "guest")
+		envelope(t, cli(t, env, "", "--json", "cp", "--mode", "0600", src, "vm:"+remote+"/f.txt"))
+		back := filepath.Join(local, "back.txt")
+		d := envelope(t, cli(t, env, "", "--json", "cp", "vm:"+remote+"/f.txt", back))["data"].(map[string]any)
+		if b, _ := os.ReadFile(back); string(b) != "payload\n" || d["bytes"] != float64(8) {
+			t.Fatalf("%q %v", b, d)
+		}
+		var tb bytes.Buffer
+		tw := tar.NewWriter(&tb)
+		tw.WriteHeader(&tar.Header{Name: "d/x.txt", Mode: 0o644, Size: 2, Typeflag: tar.TypeReg})
+		tw.Write([]byte("x\n"))
+		tw.Close()
+		tarIn := filepath.Join(local, "in.tar")
+		os.WriteFile(tarIn, tb.Bytes(), 0o644)
+		envelope(t, cli(t, env, "", "--json", "cp", "--tar", tarIn, "vm:"+remote+"/t"))
+		tarOut := filepath.Join(local, "out.tar")
+		envelope(t, cli(t, env, "", "--json", "cp", "--tar", "vm:"+remote+"/t", tarOut))
+		f, _ := os.Open(tarOut)
+		defer f.Close()
+		tr := tar.NewReader(bufio.NewReader(f))
+		found := false
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				break
+			}
+			found = found || strings.HasSuffix(h.Name, "d/x.txt")
+		}
+		if !found {
+			t.Fatal("the tar round trip lost d/x.txt")
+		}
+	})
+	t.Run("4 wrong token", func(t *testing.T) {
+		// health is an open route, so a bearer route is what a wrong token meets.
+		m := wantFailure(t, cli(t, nil, "", "--json", "ack", "x-1", "--direct", "--endpoint", endpoint, "--agent-token", "wrong"), taxonomy.KindCredentials, "")
+		if m["data"].(map[string]any)["kind"] != "Unauthorized" {
+			t.Fatalf("%v", m["data"])
+		}
+	})
+}

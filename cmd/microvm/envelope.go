@@ -1,0 +1,230 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// app is one invocation's I/O and output mode.
+type app struct {
+	g                    Globals
+	stdin                io.Reader
+	stdout, stderr       io.Writer
+	stdoutTTY, stderrTTY bool
+	env                  func(string) string
+	parser               *kong.Kong
+	// streamed is set once exec --stream has written an NDJSON line: from
+	// then on the envelope must be one compact line, and on the human path a
+	// failure must stay off stdout, which holds the child's bytes.
+	streamed bool
+}
+
+// result is a command's success: its envelope type and data, and how a
+// human reads it.
+type result struct {
+	typ   string
+	data  any
+	human func(w io.Writer) error // nil: the dense form
+	dense func(w io.Writer) error // nil: type and data flattened to one line
+	// written means the command already wrote its whole stdout (constants
+	// --emit-json) and no envelope follows.
+	written bool
+}
+
+// failure is an error that still carries a partial result: the data that goes
+// into the failure envelope (an exec that exited non-zero keeps its output).
+type failure struct {
+	err   *client.Error
+	data  any
+	human func(w io.Writer) error
+}
+
+func (f *failure) Error() string { return f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// succeed writes the success envelope (or its human form) and returns 0.
+func (a *app) succeed(res *result) int {
+	switch {
+	case res.written:
+	case a.g.JSON:
+		a.writeJSON(cliapi.Success{Status: cliapi.StatusOK, APIVersion: cliapi.APIVersion, Type: res.typ, Data: res.data})
+	case a.g.Dense:
+		if res.dense != nil {
+			_ = res.dense(a.stdout)
+		} else {
+			fmt.Fprintln(a.stdout, denseLine(res.typ, res.data))
+		}
+	default:
+		if res.human != nil {
+			_ = res.human(a.stdout)
+		} else {
+			fmt.Fprintln(a.stdout, denseLine(res.typ, res.data))
+		}
+	}
+	return int(taxonomy.ExitSuccess)
+}
+
+// fail writes the failure envelope (or its human form) and returns the exit
+// code, which is the error kind's row of the generated table and nothing else.
+func (a *app) fail(err error) int {
+	ce := asClientError(err)
+	var partial any
+	var human func(io.Writer) error
+	var f *failure
+	if errors.As(err, &f) {
+		partial, human = f.data, f.human
+	}
+	env := envelopeFor(ce, partial)
+	switch {
+	case a.g.JSON:
+		a.writeJSON(env)
+	default:
+		// Human and dense failures go to stderr: stdout may hold a child's
+		// raw bytes, and an error line appended to them would corrupt a file
+		// the caller redirected into.
+		if human != nil {
+			_ = human(a.stdout)
+		}
+		if a.g.Dense {
+			fmt.Fprintf(a.stderr, "%s exit=%d %s\n", env.Code, env.ExitCode, env.Error)
+		} else {
+			fmt.Fprintf(a.stderr, "microvm: %s: %s\n", env.Code, env.Error)
+			for _, s := range env.Suggestions {
+				fmt.Fprintf(a.stderr, "  try: %s\n", s)
+			}
+		}
+	}
+	return int(env.ExitCode)
+}
+
+// envelopeFor builds the failure envelope with every key present.
+func envelopeFor(ce *client.Error, partial any) cliapi.Failure {
+	kind := ce.Kind()
+	data := map[string]any{}
+	if partial != nil {
+		for k, v := range toMap(partial) {
+			data[k] = v
+		}
+	}
+	// data.kind only when the daemon answered: a local refusal never reached
+	// it, so naming a wire kind there would claim a round trip that did not
+	// happen.
+	if wire, ok := ce.WireKind(); ok {
+		data["kind"] = wire.String()
+	}
+	finding := ce.Finding()
+	if finding == "" {
+		finding = kind.Finding()
+	}
+	return cliapi.Failure{
+		Status:      cliapi.StatusError,
+		APIVersion:  cliapi.APIVersion,
+		Error:       ce.Error(),
+		Code:        kind.Code(),
+		ExitCode:    int64(kind.Exit()),
+		Finding:     string(finding),
+		Suggestions: suggestionsFor(ce),
+		Data:        data,
+	}
+}
+
+// suggestionsFor names the flag or command that addresses a failure. The
+// library says what went wrong; the CLI says what to type next.
+func suggestionsFor(ce *client.Error) []string {
+	s := []string{}
+	if wire, ok := ce.WireKind(); ok {
+		switch wire {
+		case taxonomy.WireUnauthorized:
+			s = append(s, "check --agent-token (or MICROVM_AGENT_TOKEN): the daemon holds a different token")
+		case taxonomy.WireNotBootstrapped:
+			s = append(s, "the daemon has no token yet: wait for the run hook, then run the same command again")
+		case taxonomy.WireTransport:
+			s = append(s, "check --endpoint (or MICROVM_ENDPOINT) and that the VM is RUNNING")
+		case taxonomy.WireNotFound:
+			s = append(s, "check the exec id or path; an acked exec is collected after its TTL")
+		case taxonomy.WireExecTimeout:
+			s = append(s, "the exec was left running: read it with `microvm exec --poll <exec-id>`, or raise --timeout")
+		case taxonomy.WireOutputGap:
+			s = append(s, "output was lost before it was read: use `microvm exec --stream` to read as it arrives")
+		}
+		return s
+	}
+	switch ce.Kind() {
+	case taxonomy.KindInvalidArg:
+		s = append(s, "microvm --help, or `microvm manifest` for every flag and its domain")
+	case taxonomy.KindPrecondition:
+		s = append(s, "microvm doctor")
+	case taxonomy.KindTimeout:
+		s = append(s, "raise --timeout; nothing was killed")
+	}
+	return s
+}
+
+func (a *app) writeJSON(v any) {
+	var b []byte
+	var err error
+	if a.streamed {
+		// After NDJSON lines, "the last line is the envelope" only holds if
+		// the envelope is one line.
+		b, err = json.Marshal(v)
+	} else {
+		b, err = json.MarshalIndent(v, "", "  ")
+	}
+	if err != nil {
+		b = []byte(fmt.Sprintf(`{"status":"error","apiVersion":%q,"error":%q,"code":%q,"exitCode":%d,"finding":"","suggestions":[],"data":{}}`,
+			cliapi.APIVersion, "encoding the envelope: "+err.Error(), taxonomy.KindUnexpected.Code(), taxonomy.KindUnexpected.Exit()))
+	}
+	a.stdout.Write(append(b, '\n'))
+}
+
+// toMap turns a generated data struct into its JSON object.
+func toMap(v any) map[string]any {
+	if m, ok := v.(map[string]any); ok {
+		return m
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return map[string]any{}
+	}
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil || m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+// denseLine is the token-lean form: the type, then key=value pairs with
+// scalars bare and anything nested as compact JSON.
+func denseLine(typ string, data any) string {
+	m := toMap(data)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := []string{typ}
+	for _, k := range keys {
+		var v string
+		switch x := m[k].(type) {
+		case string:
+			v = strings.ReplaceAll(x, "\n", `\n`)
+		case nil:
+			v = "null"
+		default:
+			b, _ := json.Marshal(x)
+			v = string(b)
+		}
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, " ")
+}

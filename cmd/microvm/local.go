@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// ConstantsCmd publishes what this client believes about the service.
+type ConstantsCmd struct {
+	EmitJSON bool `name:"emit-json" help:"Write the bare constants object instead of an envelope (the one non-envelope stdout write)."`
+}
+
+func constantsObject() map[string]any {
+	m := map[string]any{}
+	for _, c := range cliapi.ServiceConstants {
+		m[c.Name] = c.Value
+	}
+	m["Regions"] = taxonomy.Regions
+	var sizes []map[string]any
+	for _, r := range taxonomy.SizeClasses {
+		sizes = append(sizes, map[string]any{"baselineMiB": r.BaselineMiB, "baselineVcpu": r.BaselineVCPU, "peakMiB": r.PeakMiB, "peakVcpu": r.PeakVCPU})
+	}
+	m["SizeClasses"] = sizes
+	m["DefaultBaselineMiB"] = taxonomy.DefaultBaselineMiB
+	m["MicrovmStates"] = taxonomy.MicrovmStates
+	m["ImageStates"] = taxonomy.ImageStates
+	m["BuildStates"] = taxonomy.BuildStates
+	return m
+}
+
+func (c *ConstantsCmd) run(_ context.Context, a *app) (*result, error) {
+	obj := constantsObject()
+	if c.EmitJSON {
+		// Declared in api/cli.yaml's conventions: a drift checker wants the
+		// object itself, with nothing to unwrap.
+		b, err := json.MarshalIndent(obj, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		a.stdout.Write(append(b, '\n'))
+		return &result{written: true}, nil
+	}
+	return &result{
+		typ:  cliapi.TypeConstants,
+		data: cliapi.ConstantsData{Constants: obj},
+		human: func(w io.Writer) error {
+			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "CONSTANT\tVALUE\tFINDING")
+			for _, c := range cliapi.ServiceConstants {
+				fmt.Fprintf(tw, "%s\t%v\t%s\n", c.Name, c.Value, c.Finding)
+			}
+			fmt.Fprintf(tw, "Regions\t%s\t%s\n", strings.Join(taxonomy.Regions, ","), taxonomy.RegionFinding)
+			var mem []string
+			for _, r := range taxonomy.SizeClasses {
+				mem = append(mem, strconv.Itoa(r.BaselineMiB))
+			}
+			fmt.Fprintf(tw, "SizeClasses (baseline MiB)\t%s\t%s\n", strings.Join(mem, ","), taxonomy.SizeClassFinding)
+			return tw.Flush()
+		},
+	}, nil
+}
+
+// DockerfileCmd prints the stanza that makes agentd the image's CMD.
+type DockerfileCmd struct {
+	From    string `help:"Image ref for the FROM line; it must match the base image the build names." default:"${default_from}" placeholder:"IMAGE_REF"`
+	Port    int    `help:"Port agentd listens on inside the guest; reaches ENV AGENTD_PORT and EXPOSE." default:"${default_port}"`
+	Workdir string `help:"Working directory to create and set; the managed base declares none." placeholder:"DIR"`
+}
+
+func (c *DockerfileCmd) run(_ context.Context, a *app) (*result, error) {
+	if c.Port < 1 || c.Port > 65535 {
+		return nil, invalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", c.Port)
+	}
+	if strings.ContainsAny(c.From, " \t\n") || c.From == "" {
+		return nil, invalidArg(taxonomy.FindingBaseImagesLackWorkdir, "--from %q is not an image reference", c.From)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# FROM must match the base image the build names (baseImageArn).\n")
+	fmt.Fprintf(&b, "FROM %s\n", c.From)
+	b.WriteString("COPY agentd /agentd\nRUN chmod 0755 /agentd\n")
+	var workdir *string
+	if c.Workdir != "" {
+		fmt.Fprintf(&b, "RUN mkdir -p %s\nWORKDIR %s\n", c.Workdir, c.Workdir)
+		workdir = &c.Workdir
+	} else {
+		b.WriteString("# No WORKDIR: the managed base sets none, so relative paths resolve against /.\n")
+	}
+	fmt.Fprintf(&b, "# AGENTD_PORT and the client's --port must agree.\nENV AGENTD_PORT=%d\nEXPOSE %d\n", c.Port, c.Port)
+	b.WriteString("# agentd is PID 1's command so nothing runs before the run hook delivers the token.\nENTRYPOINT []\nCMD [\"/agentd\"]\n")
+	stanza := b.String()
+	return &result{
+		typ: cliapi.TypeDockerfile,
+		data: cliapi.DockerfileData{
+			Stanza: stanza, BaseImageName: taxonomy.ManagedBaseImage, BaseImageDockerRef: c.From,
+			Port: int64(c.Port), Workdir: workdir,
+		},
+		human: func(w io.Writer) error { _, err := io.WriteString(w, stanza); return err },
+	}, nil
+}
+
+// LsCmd lists the local run ledger.
+type LsCmd struct {
+	StateDir string `name:"state-dir" help:"Where the run ledgers live; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
+}
+
+// stateDir is the ledger root: the flag or env var, else a directory under
+// the user's state home, so a run's record survives the shell that made it.
+func stateDir(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "microvm", "runs"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, ".microvm", "runs"), nil
+}
+
+func (c *LsCmd) run(_ context.Context, a *app) (*result, error) {
+	dir, err := stateDir(c.StateDir)
+	if err != nil {
+		return nil, invalidArg("", "no state directory: %v; pass --state-dir", err)
+	}
+	runs := []any{}
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, invalidArg("", "reading the ledger %s: %v", dir, err)
+	}
+	names := []string{}
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		raw, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			continue
+		}
+		var rec map[string]any
+		if json.Unmarshal(raw, &rec) != nil {
+			// A half-written record still names a run that may have leaked;
+			// list it by file rather than hide it.
+			rec = map[string]any{"runId": strings.TrimSuffix(n, ".json"), "unreadable": true}
+		}
+		runs = append(runs, rec)
+	}
+	return &result{
+		typ:  cliapi.TypeRuns,
+		data: cliapi.RunsData{StateDir: dir, Runs: runs},
+		human: func(w io.Writer) error {
+			if len(runs) == 0 {
+				_, err := fmt.Fprintf(w, "no runs recorded under %s\n", dir)
+				return err
+			}
+			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tREGION\tMICROVM\tIMAGE\tLEAKED")
+			for _, r := range runs {
+				m := r.(map[string]any)
+				fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\n", m["runId"], m["region"], m["microvmId"], m["imageName"], m["leaked"])
+			}
+			return tw.Flush()
+		},
+	}, nil
+}

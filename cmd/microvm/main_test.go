@@ -1,0 +1,437 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// bin is the real microvm binary, built once; every test spawns it, so what
+// is tested is what ships (flag parsing, exit status, stdout bytes).
+var bin string
+
+var envelopeSchema, eventSchema *jsonschema.Schema
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "microvm-cli-test")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "microvm")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building microvm: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	// The generated schema on disk is what consumers get; compiling it here
+	// (rather than the embedded copy) also proves the two are the same file.
+	c := jsonschema.NewCompiler()
+	raw, err := os.ReadFile("../../docs/envelope.schema.json")
+	if err != nil {
+		panic(err)
+	}
+	if !bytes.Equal(raw, cliapi.EnvelopeSchema) {
+		fmt.Fprintln(os.Stderr, "docs/envelope.schema.json differs from gen/cliapi.EnvelopeSchema: run make gen")
+		os.Exit(1)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		panic(err)
+	}
+	const url = "https://github.com/microvms/microvms/docs/envelope.schema.json"
+	if err := c.AddResource(url, doc); err != nil {
+		panic(err)
+	}
+	envelopeSchema = c.MustCompile(url)
+	eventSchema = c.MustCompile(url + "#/$defs/streamEvent")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type invocation struct {
+	stdout, stderr string
+	code           int
+}
+
+// cli runs the binary with a clean environment plus env, bounded in time.
+func cli(t *testing.T, env []string, stdin string, args ...string) invocation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// No inherited AWS_REGION or MICROVM_* can change what a test means.
+	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running microvm %v: %v", args, err)
+	}
+	return invocation{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// envelope asserts stdout is exactly one JSON object, valid against the
+// generated schema, whose status and exitCode agree with the process.
+func envelope(t *testing.T, inv invocation) map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(inv.stdout))
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("stdout is not a JSON envelope: %v\nstdout=%q\nstderr=%q", err, inv.stdout, inv.stderr)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		t.Fatalf("stdout holds more than one object: %q", inv.stdout)
+	}
+	return checkEnvelope(t, v, inv.code)
+}
+
+func checkEnvelope(t *testing.T, v any, code int) map[string]any {
+	t.Helper()
+	if err := envelopeSchema.Validate(v); err != nil {
+		b, _ := json.Marshal(v)
+		t.Fatalf("envelope fails docs/envelope.schema.json: %v\n%s", err, b)
+	}
+	m := v.(map[string]any)
+	if (m["status"] == "ok") != (code == 0) {
+		t.Fatalf("status %v with exit %d", m["status"], code)
+	}
+	if m["status"] == "error" && int(m["exitCode"].(float64)) != code {
+		t.Fatalf("envelope exitCode %v, process exited %d", m["exitCode"], code)
+	}
+	return m
+}
+
+// wantFailure asserts the exit integer, code and finding together.
+func wantFailure(t *testing.T, inv invocation, kind taxonomy.ErrorKind, finding taxonomy.FindingID) map[string]any {
+	t.Helper()
+	m := envelope(t, inv)
+	if inv.code != int(kind.Exit()) || m["code"] != kind.Code() || m["finding"] != string(finding) {
+		t.Fatalf("got exit %d code %v finding %q; want %d %s %q\n%s", inv.code, m["code"], m["finding"], kind.Exit(), kind.Code(), finding, inv.stdout)
+	}
+	return m
+}
+
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "http://" + addr
+}
+
+// statusServer answers every request with one status and agentd's error
+// body: the daemon's statuses a real agentd cannot be made to produce on
+// demand (a 401 needs no setup, but a 408 or a 500 does).
+func statusServer(t *testing.T, status int, slug string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(taxonomy.VersionHeader, "test")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"error":%q,"message":"from the test server"}`, slug)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func attach(endpoint string) []string {
+	return []string{"--direct", "--endpoint", endpoint, "--agent-token", "t0ken"}
+}
+
+// TestExitRows reaches each row of the exit table this issue can reach
+// without AWS and asserts integer, code and finding together. A wrong edit
+// to the kind→exit mapping, a finding dropped from a refusal, or a wire kind
+// leaking into a local refusal turns a row red.
+func TestExitRows(t *testing.T) {
+	t.Run("0 success", func(t *testing.T) {
+		inv := cli(t, nil, "", "--json", "constants")
+		if m := envelope(t, inv); inv.code != 0 || m["type"] != cliapi.TypeConstants {
+			t.Fatalf("%d %v", inv.code, m)
+		}
+	})
+	t.Run("2 parse failure keeps kong's message", func(t *testing.T) {
+		inv := cli(t, nil, "", "--json", "bogus")
+		m := wantFailure(t, inv, taxonomy.KindInvalidArg, "")
+		if !strings.Contains(m["error"].(string), "unexpected argument bogus") {
+			t.Fatalf("kong's message lost: %v", m["error"])
+		}
+		if _, ok := m["data"].(map[string]any)["kind"]; ok {
+			t.Fatal("a local refusal carries data.kind")
+		}
+	})
+	t.Run("2 off-table memory names its finding", func(t *testing.T) {
+		wantFailure(t, cli(t, nil, "", "cost", "--memory", "3000", "--json"), taxonomy.KindInvalidArg, taxonomy.SizeClassFinding)
+	})
+	t.Run("2 off-table region names its finding", func(t *testing.T) {
+		args := append([]string{"--json", "health", "--region", "eu-central-1"}, attach(closedPort(t))...)
+		wantFailure(t, cli(t, nil, "", args...), taxonomy.KindInvalidArg, taxonomy.RegionFinding)
+	})
+	t.Run("2 an off-table AWS_REGION is refused too", func(t *testing.T) {
+		wantFailure(t, cli(t, []string{"AWS_REGION=eu-central-1"}, "", "--json", "cost"), taxonomy.KindInvalidArg, taxonomy.RegionFinding)
+	})
+	t.Run("2 region conflicts with unlisted-region", func(t *testing.T) {
+		wantFailure(t, cli(t, nil, "", "cost", "--json", "--region", "us-east-1", "--unlisted-region", "xx-test-1"), taxonomy.KindInvalidArg, taxonomy.RegionFinding)
+	})
+	t.Run("2 env without = is refused", func(t *testing.T) {
+		args := append([]string{"--json", "exec", "--env", "NOEQUALS", "true"}, attach(closedPort(t))...)
+		wantFailure(t, cli(t, nil, "", args...), taxonomy.KindInvalidArg, "")
+	})
+	t.Run("3 transport failure carries data.kind", func(t *testing.T) {
+		args := append([]string{"--json", "health"}, attach(closedPort(t))...)
+		m := wantFailure(t, cli(t, nil, "", args...), taxonomy.KindRetryable, taxonomy.KindRetryable.Finding())
+		if k := m["data"].(map[string]any)["kind"]; k != taxonomy.WireTransport.String() {
+			t.Fatalf("data.kind %v", k)
+		}
+	})
+	t.Run("4 unauthorized", func(t *testing.T) {
+		args := append([]string{"--json", "ack", "x-1"}, attach(statusServer(t, 401, "unauthorized"))...)
+		m := wantFailure(t, cli(t, nil, "", args...), taxonomy.KindCredentials, "")
+		if m["data"].(map[string]any)["kind"] != "Unauthorized" {
+			t.Fatalf("data.kind %v", m["data"])
+		}
+	})
+	for _, tc := range []struct {
+		status int
+		slug   string
+		wire   taxonomy.WireKind
+	}{
+		{404, "unknown_exec", taxonomy.WireNotFound},
+		{409, "already_acked", taxonomy.WireConflict},
+		{410, "stdin_closed", taxonomy.WireStdinClosed},
+	} {
+		// Five wire kinds share ERR_PROTOCOL; data.kind is how a consumer
+		// tells them apart, so each must survive to the envelope.
+		t.Run(fmt.Sprintf("5 protocol %d keeps data.kind", tc.status), func(t *testing.T) {
+			args := append([]string{"--json", "stdin", "x-1", "--data", "hi"}, attach(statusServer(t, tc.status, tc.slug))...)
+			if tc.status != 410 {
+				args = append([]string{"--json", "ack", "x-1"}, attach(statusServer(t, tc.status, tc.slug))...)
+			}
+			m := wantFailure(t, cli(t, nil, "", args...), taxonomy.KindProtocol, "")
+			if m["data"].(map[string]any)["kind"] != tc.wire.String() {
+				t.Fatalf("data.kind %v, want %s", m["data"], tc.wire)
+			}
+		})
+	}
+	t.Run("10 client timeout", func(t *testing.T) {
+		hang := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+		}))
+		defer srv.Close()
+		defer close(hang)
+		args := append([]string{"--json", "exec", "--timeout", "0.2", "true"}, attach(srv.URL)...)
+		wantFailure(t, cli(t, nil, "", args...), taxonomy.KindTimeout, taxonomy.KindTimeout.Finding())
+	})
+	t.Run("12 proxied attach without a control plane", func(t *testing.T) {
+		inv := cli(t, nil, "", "--json", "health", "--endpoint", "https://vm.example", "--agent-token", "t", "--microvm-id", "mvm-1")
+		wantFailure(t, inv, taxonomy.KindPrecondition, taxonomy.FindingEndpointAuth)
+	})
+	// Rows 1 (a bug), 6, 7, 8, 9 and 11 need either a defect or the control
+	// plane; they are reached when the lifecycle commands land. Row 13 is
+	// reached by the end-to-end test against a real agentd.
+}
+
+// TestOneEnvelopeAndFlagsOnEitherSide: the global flags parse before and
+// after the subcommand and yield the same envelope.
+func TestOneEnvelopeAndFlagsOnEitherSide(t *testing.T) {
+	for _, sub := range [][]string{{"constants"}, {"dockerfile", "--workdir", "/w"}, {"ls", "--state-dir", t.TempDir()}, {"manifest"}, {"cost", "--running-sec", "60"}} {
+		before := cli(t, nil, "", append([]string{"--json"}, sub...)...)
+		after := cli(t, nil, "", append(slices.Clone(sub), "--json")...)
+		b, a := envelope(t, before), envelope(t, after)
+		if b["type"] != a["type"] || before.code != 0 {
+			t.Fatalf("%v: --json before gives %v, after %v", sub, b["type"], a["type"])
+		}
+		resp, _ := cliapi.ResponseFor(sub[0])
+		if b["type"] != resp.Type {
+			t.Fatalf("%s answered %v, api/cli.yaml says %s", sub[0], b["type"], resp.Type)
+		}
+		dense := cli(t, nil, "", append(slices.Clone(sub), "--dense")...)
+		if dense.code != 0 || strings.HasPrefix(dense.stdout, "{") {
+			t.Fatalf("--dense on %v: %d %q", sub, dense.code, dense.stdout)
+		}
+	}
+}
+
+// TestHelpAndVersionAreNotEnvelopes: both succeed and print themselves.
+func TestHelpAndVersionAreNotEnvelopes(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"--json", "--help"}, {"exec", "--help"}, {"--version"}, {"--json", "--version"}} {
+		inv := cli(t, nil, "", args...)
+		if inv.code != 0 || strings.HasPrefix(strings.TrimSpace(inv.stdout), "{") || inv.stdout == "" {
+			t.Fatalf("%v: exit %d stdout %q", args, inv.code, inv.stdout)
+		}
+	}
+}
+
+// TestConstantsEmitJSONIsTheBareObject is the one non-envelope write.
+func TestConstantsEmitJSONIsTheBareObject(t *testing.T) {
+	inv := cli(t, nil, "", "constants", "--emit-json", "--json")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(inv.stdout), &m); err != nil || inv.code != 0 {
+		t.Fatalf("%v %d %q", err, inv.code, inv.stdout)
+	}
+	if _, ok := m["status"]; ok {
+		t.Fatal("--emit-json wrote an envelope")
+	}
+	if m["DefaultAgentPort"] != float64(taxonomy.DefaultAgentPort) || len(m["Regions"].([]any)) != len(taxonomy.Regions) {
+		t.Fatalf("constants drifted from the taxonomy: %v", m)
+	}
+}
+
+func TestDockerfileStanza(t *testing.T) {
+	m := envelope(t, cli(t, nil, "", "--json", "dockerfile", "--port", "9100", "--workdir", "/srv"))
+	s := m["data"].(map[string]any)["stanza"].(string)
+	for _, want := range []string{"FROM " + taxonomy.ManagedBaseDockerRef + "\n", "WORKDIR /srv\n", "ENV AGENTD_PORT=9100\n", "EXPOSE 9100\n", "ENTRYPOINT []\n", "CMD [\"/agentd\"]\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("stanza lacks %q:\n%s", want, s)
+		}
+	}
+	d := envelope(t, cli(t, nil, "", "--json", "dockerfile"))["data"].(map[string]any)
+	if d["port"] != float64(taxonomy.DefaultAgentPort) || d["workdir"] != nil {
+		t.Fatalf("defaults: %v", d)
+	}
+}
+
+func TestLsReadsTheLedger(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "1-2.json"), []byte(`{"runId":"1-2","region":"us-east-1","microvmId":"mvm-1","leaked":["mvm-1"]}`), 0o644)
+	m := envelope(t, cli(t, []string{"MICROVM_STATE_DIR=" + dir}, "", "--json", "ls"))
+	runs := m["data"].(map[string]any)["runs"].([]any)
+	if len(runs) != 1 || runs[0].(map[string]any)["microvmId"] != "mvm-1" {
+		t.Fatalf("runs %v", runs)
+	}
+}
+
+// TestManifest proves the manifest is the parser: every command it lists
+// routes, every closed domain it publishes is what the parser accepts and
+// refuses, and its exit table is the generated one the binary exits by.
+func TestManifest(t *testing.T) {
+	m := envelope(t, cli(t, nil, "", "--json", "manifest"))
+	data := m["data"].(map[string]any)
+
+	var got []string
+	for _, c := range data["commands"].([]any) {
+		cmd := c.(map[string]any)
+		name := cmd["name"].(string)
+		got = append(got, name)
+		if inv := cli(t, nil, "", name, "--help"); inv.code != 0 {
+			t.Errorf("%s does not route: %d %s", name, inv.code, inv.stderr)
+		}
+		resp, ok := cliapi.ResponseFor(name)
+		if !ok || cmd["responseType"] != resp.Type {
+			t.Errorf("%s: responseType %v, api/cli.yaml %v", name, cmd["responseType"], resp.Type)
+		}
+		alt := cmd["alternateResponse"]
+		if (name == "exec") != (alt != nil) {
+			t.Errorf("%s: alternateResponse %v", name, alt)
+		}
+		for _, p := range cmd["parameters"].([]any) {
+			param := p.(map[string]any)
+			pn := param["name"].(string)
+			for _, banned := range []string{"--client-token", "--capabilities", "--connector", "--architecture"} {
+				if pn == banned {
+					t.Errorf("%s has %s, a value the client refuses", name, banned)
+				}
+			}
+			if param["type"] == "boolean" && param["choices"] != nil {
+				t.Errorf("%s %s: a boolean publishes choices", name, pn)
+			}
+			if param["choices"] != nil {
+				checkDomain(t, name, pn, param["choices"].([]any))
+			}
+		}
+	}
+	var want []string
+	for _, c := range cliapi.Commands {
+		if c.Ready {
+			want = append(want, c.Name)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("parser commands %v, api/cli.yaml ready commands %v", got, want)
+	}
+
+	rows := data["exitCodes"].([]any)
+	if len(rows) != len(taxonomy.ExitTable) {
+		t.Fatalf("%d exit rows, table has %d", len(rows), len(taxonomy.ExitTable))
+	}
+	for i, r := range rows {
+		row := r.(map[string]any)
+		if int(row["exit"].(float64)) != int(taxonomy.ExitTable[i].Value) || row["code"] != taxonomy.ExitTable[i].Code {
+			t.Errorf("row %d: %v", i, row)
+		}
+	}
+	// The published row for ERR_INVALID_ARG is what a parse failure exits.
+	inv := cli(t, nil, "", "--json", "nope")
+	if inv.code != int(rows[2].(map[string]any)["exit"].(float64)) {
+		t.Fatalf("published ERR_INVALID_ARG row %v, binary exited %d", rows[2], inv.code)
+	}
+	if !slices.Contains(data["conventions"].([]any), any(cliapi.Conventions[0])) {
+		t.Fatal("conventions missing")
+	}
+}
+
+// checkDomain: every published choice is accepted and an off-table value
+// is refused, through the real parser.
+func checkDomain(t *testing.T, command, flag string, choices []any) {
+	t.Helper()
+	var want []string
+	switch flag {
+	case "--memory":
+		for _, r := range taxonomy.SizeClasses {
+			want = append(want, strconv.Itoa(r.BaselineMiB))
+		}
+	case "--region":
+		want = taxonomy.Regions
+	default:
+		t.Errorf("%s %s: an unexpected closed domain %v", command, flag, choices)
+		return
+	}
+	var have []string
+	for _, c := range choices {
+		have = append(have, c.(string))
+	}
+	if !slices.Equal(have, want) {
+		t.Errorf("%s %s publishes %v, the taxonomy has %v", command, flag, have, want)
+	}
+	if command != "cost" {
+		return // the attached commands need a daemon to get past the parser; cost proves the flag group
+	}
+	for _, v := range append(have, "bogus-1") {
+		inv := cli(t, nil, "", "--json", command, flag, v)
+		if (v == "bogus-1") != (inv.code == int(taxonomy.KindInvalidArg.Exit())) {
+			t.Errorf("%s %s %s: exit %d\n%s", command, flag, v, inv.code, inv.stdout)
+		}
+	}
+}

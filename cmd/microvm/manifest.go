@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"reflect"
+	"text/tabwriter"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// ManifestCmd publishes the surface. It always answers in JSON under --json
+// and as two tables for a human; either way it is read from the parser at
+// run time, so it cannot describe a flag the binary does not accept.
+type ManifestCmd struct{}
+
+// Manifest types: the shape `microvm manifest` publishes in data.
+
+type manifestParam struct {
+	Name       string   `json:"name"`
+	Type       string   `json:"type"`
+	Choices    []string `json:"choices"` // null for free text and for booleans
+	Default    *string  `json:"default"`
+	Required   bool     `json:"required"`
+	Positional bool     `json:"positional"`
+	Repeatable bool     `json:"repeatable"`
+	Env        []string `json:"env"`
+	Conflicts  []string `json:"conflicts"`
+	Help       string   `json:"help"`
+}
+
+type manifestAlternate struct {
+	When         string   `json:"when"`
+	ResponseType string   `json:"responseType"`
+	ResponseKeys []string `json:"responseKeys"`
+	Stdout       string   `json:"stdout"`
+}
+
+type manifestCommand struct {
+	Name              string             `json:"name"`
+	Summary           string             `json:"summary"`
+	Parameters        []manifestParam    `json:"parameters"`
+	SupportsJSON      bool               `json:"supportsJson"`
+	ResponseType      string             `json:"responseType"`
+	ResponseKeys      []string           `json:"responseKeys"`
+	AlternateResponse *manifestAlternate `json:"alternateResponse"` // present-and-null when none
+}
+
+type manifestExit struct {
+	Exit    int    `json:"exit"`
+	Code    string `json:"code"`
+	Meaning string `json:"meaning"`
+	Finding string `json:"finding"`
+}
+
+// paramType names a parameter's type for an agent: four words, because a
+// caller needs to tell a switch, a closed set, a path and a number from text.
+func paramType(v *kong.Value) string {
+	switch {
+	case v.IsBool():
+		return "boolean"
+	case v.Enum != "":
+		return "enum"
+	case v.Tag != nil && v.Tag.Type == "path":
+		return "path"
+	}
+	t := v.Target.Type()
+	if t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint, reflect.Uint64, reflect.Uint32:
+		return "integer"
+	case reflect.Float64, reflect.Float32:
+		return "number"
+	}
+	return "string"
+}
+
+func param(v *kong.Value, f *kong.Flag) manifestParam {
+	p := manifestParam{
+		Name:       v.Name,
+		Type:       paramType(v),
+		Required:   v.Required,
+		Positional: f == nil,
+		Repeatable: v.IsSlice(),
+		Env:        []string{},
+		Conflicts:  []string{},
+		Help:       v.Help,
+	}
+	// A boolean is not a two-valued domain: publishing ["true","false"] on
+	// every switch would bury the few closed sets the field exists to show.
+	if v.Enum != "" && !v.IsBool() {
+		p.Choices = v.EnumSlice()
+	}
+	if v.HasDefault && !v.IsBool() {
+		d := v.Default
+		p.Default = &d
+	}
+	if f != nil {
+		p.Name = "--" + f.Name
+		if f.Envs != nil {
+			p.Env = f.Envs
+		}
+	}
+	return p
+}
+
+// buildManifest walks the kong model. Every command and flag comes from the
+// parser; response types come from api/cli.yaml; exit rows from the table.
+func buildManifest(k *kong.Kong) map[string]any {
+	cmds := []manifestCommand{}
+	for _, node := range k.Model.Children {
+		if node.Type != kong.CommandNode || node.Hidden {
+			continue
+		}
+		mc := manifestCommand{Name: node.Name, Summary: node.Help, SupportsJSON: true, Parameters: []manifestParam{}, ResponseKeys: []string{}}
+		if resp, ok := cliapi.ResponseFor(node.Name); ok {
+			mc.ResponseType, mc.ResponseKeys = resp.Type, resp.Keys
+		}
+		byXor := map[string][]string{}
+		var flags []*kong.Flag
+		for _, group := range node.AllFlags(true) {
+			for _, f := range group {
+				if f.Name == "help" {
+					continue
+				}
+				flags = append(flags, f)
+				for _, x := range f.Xor {
+					byXor[x] = append(byXor[x], "--"+f.Name)
+				}
+			}
+		}
+		for _, f := range flags {
+			p := param(f.Value, f)
+			for _, x := range f.Xor {
+				for _, other := range byXor[x] {
+					if other != p.Name {
+						p.Conflicts = append(p.Conflicts, other)
+					}
+				}
+			}
+			mc.Parameters = append(mc.Parameters, p)
+		}
+		for _, pos := range node.Positional {
+			mc.Parameters = append(mc.Parameters, param(pos, nil))
+		}
+		// The alternate shape is published only while the flag that selects
+		// it exists in the parser, so removing --stream removes the entry.
+		for _, alt := range cliapi.Alternates {
+			if alt.Command != node.Name {
+				continue
+			}
+			for _, f := range flags {
+				if "--"+f.Name == alt.When {
+					keys := []string{}
+					for _, r := range cliapi.Responses {
+						if r.Type == alt.Type {
+							keys = r.Keys
+						}
+					}
+					mc.AlternateResponse = &manifestAlternate{When: alt.When, ResponseType: alt.Type, ResponseKeys: keys, Stdout: alt.Stdout}
+				}
+			}
+		}
+		cmds = append(cmds, mc)
+	}
+	exits := []manifestExit{}
+	for _, row := range taxonomy.ExitTable {
+		var finding string
+		if k, ok := taxonomy.ErrorKindFromCode(row.Code); ok {
+			finding = string(k.Finding())
+		}
+		exits = append(exits, manifestExit{Exit: int(row.Value), Code: row.Code, Meaning: row.Meaning, Finding: finding})
+	}
+	var schema any
+	if err := json.Unmarshal(cliapi.EnvelopeSchema, &schema); err != nil {
+		schema = map[string]any{}
+	}
+	return map[string]any{
+		"apiVersion":  cliapi.APIVersion,
+		"cli":         "microvm",
+		"version":     version,
+		"commands":    cmds,
+		"exitCodes":   exits,
+		"envelope":    schema,
+		"conventions": cliapi.Conventions,
+	}
+}
+
+func (c *ManifestCmd) run(_ context.Context, a *app) (*result, error) {
+	m := buildManifest(a.parser)
+	data := cliapi.ManifestData{
+		APIVersion:  cliapi.APIVersion,
+		Cli:         "microvm",
+		Version:     version,
+		Envelope:    m["envelope"],
+		Conventions: cliapi.Conventions,
+	}
+	for _, c := range m["commands"].([]manifestCommand) {
+		data.Commands = append(data.Commands, c)
+	}
+	for _, e := range m["exitCodes"].([]manifestExit) {
+		data.ExitCodes = append(data.ExitCodes, e)
+	}
+	return &result{
+		typ:  cliapi.TypeManifest,
+		data: data,
+		human: func(w io.Writer) error {
+			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "COMMAND\tTYPE\tSUMMARY")
+			for _, c := range m["commands"].([]manifestCommand) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.ResponseType, c.Summary)
+			}
+			fmt.Fprintln(tw, "\nEXIT\tCODE\tMEANING")
+			for _, e := range m["exitCodes"].([]manifestExit) {
+				fmt.Fprintf(tw, "%d\t%s\t%s\n", e.Exit, e.Code, e.Meaning)
+			}
+			return tw.Flush()
+		},
+		dense: func(w io.Writer) error {
+			for _, c := range m["commands"].([]manifestCommand) {
+				fmt.Fprintf(w, "%s\t%s\t%d params\n", c.Name, c.ResponseType, len(c.Parameters))
+			}
+			return nil
+		},
+	}, nil
+}

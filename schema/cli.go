@@ -1,0 +1,526 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"go/format"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// CLIContract is api/cli.yaml, decoded: the CLI's envelope, its response
+// types and their data keys, the NDJSON lines of `exec --stream`, and the
+// conventions the manifest publishes.
+type CLIContract struct {
+	APIVersion string `yaml:"api_version"`
+	Envelope   struct {
+		Success CLIShape `yaml:"success"`
+		Failure CLIShape `yaml:"failure"`
+	} `yaml:"envelope"`
+	Conventions []string      `yaml:"conventions"`
+	Responses   []CLIResponse `yaml:"responses"`
+	Commands    []struct {
+		Name  string `yaml:"name"`
+		Type  string `yaml:"type"`
+		Ready bool   `yaml:"ready"`
+	} `yaml:"commands"`
+	Alternates []struct {
+		Command string `yaml:"command"`
+		When    string `yaml:"when"`
+		Type    string `yaml:"type"`
+		Stdout  string `yaml:"stdout"`
+	} `yaml:"alternates"`
+	StreamEvents []struct {
+		Event string   `yaml:"event"`
+		Keys  []CLIKey `yaml:"keys"`
+	} `yaml:"stream_events"`
+}
+
+// CLIShape is one envelope shape: its doc line and its keys, all required.
+type CLIShape struct {
+	Doc  string   `yaml:"doc"`
+	Keys []CLIKey `yaml:"keys"`
+}
+
+// CLIResponse is one success `type` and the data keys it always carries.
+type CLIResponse struct {
+	Type string   `yaml:"type"`
+	Keys []CLIKey `yaml:"keys"`
+}
+
+// CLIKey is one JSON key: its type, whether it may be null, and for arrays
+// the type of the items. Every declared key is always present.
+type CLIKey struct {
+	Name     string `yaml:"name"`
+	Type     string `yaml:"type"`
+	Items    string `yaml:"items"`
+	Nullable bool   `yaml:"nullable"`
+	Const    string `yaml:"const"`
+	Doc      string `yaml:"doc"`
+}
+
+// LoadCLIContract reads and checks api/cli.yaml under root.
+func LoadCLIContract(root string) (*CLIContract, error) {
+	raw, err := os.ReadFile(filepath.Join(root, "api", "cli.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var c CLIContract
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("api/cli.yaml: %w", err)
+	}
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("api/cli.yaml: %w", err)
+	}
+	return &c, nil
+}
+
+// check refuses dangling references and unknown key types, so a typo in the
+// YAML fails generation instead of producing a schema that accepts anything.
+func (c *CLIContract) check() error {
+	if c.APIVersion == "" {
+		return fmt.Errorf("api_version is required")
+	}
+	checkKeys := func(where string, keys []CLIKey) error {
+		seen := map[string]bool{}
+		for _, k := range keys {
+			if seen[k.Name] {
+				return fmt.Errorf("%s: key %q twice", where, k.Name)
+			}
+			seen[k.Name] = true
+			switch k.Type {
+			case "string", "integer", "number", "boolean", "object":
+				if k.Items != "" {
+					return fmt.Errorf("%s.%s: items on a non-array", where, k.Name)
+				}
+			case "array":
+				switch k.Items {
+				case "string", "integer", "object":
+				default:
+					return fmt.Errorf("%s.%s: array items %q", where, k.Name, k.Items)
+				}
+			default:
+				return fmt.Errorf("%s.%s: unknown type %q", where, k.Name, k.Type)
+			}
+		}
+		return nil
+	}
+	if err := checkKeys("envelope.success", c.Envelope.Success.Keys); err != nil {
+		return err
+	}
+	if err := checkKeys("envelope.failure", c.Envelope.Failure.Keys); err != nil {
+		return err
+	}
+	types := map[string]bool{}
+	for _, r := range c.Responses {
+		if types[r.Type] {
+			return fmt.Errorf("response %q declared twice", r.Type)
+		}
+		if !strings.HasPrefix(r.Type, "microvm.") {
+			return fmt.Errorf("response %q is not namespaced under microvm", r.Type)
+		}
+		types[r.Type] = true
+		if err := checkKeys(r.Type, r.Keys); err != nil {
+			return err
+		}
+	}
+	names := map[string]bool{}
+	for _, cmd := range c.Commands {
+		if names[cmd.Name] {
+			return fmt.Errorf("command %q declared twice", cmd.Name)
+		}
+		names[cmd.Name] = true
+		if !types[cmd.Type] {
+			return fmt.Errorf("command %s names unknown response %q", cmd.Name, cmd.Type)
+		}
+	}
+	for _, a := range c.Alternates {
+		if !names[a.Command] || !types[a.Type] {
+			return fmt.Errorf("alternate %s/%s points nowhere", a.Command, a.Type)
+		}
+	}
+	for _, e := range c.StreamEvents {
+		if err := checkKeys("stream event "+e.Event, e.Keys); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// responseIdent turns "microvm.exec.stream" into "ExecStream".
+func responseIdent(typ string) string {
+	return goIdent(strings.ReplaceAll(strings.TrimPrefix(typ, "microvm."), ".", "_"))
+}
+
+// goFieldName turns a camelCase JSON key into an exported Go field name,
+// spelling Go's initialisms (ID, API, EOF) in capitals word by word.
+func goFieldName(key string) string {
+	var words []string
+	w := 0
+	for i := 1; i <= len(key); i++ {
+		if i == len(key) || (key[i] >= 'A' && key[i] <= 'Z') {
+			words = append(words, key[w:i])
+			w = i
+		}
+	}
+	var b strings.Builder
+	for _, word := range words {
+		switch strings.ToLower(word) {
+		case "id", "api", "eof":
+			b.WriteString(strings.ToUpper(word))
+		default:
+			b.WriteString(strings.ToUpper(word[:1]) + word[1:])
+		}
+	}
+	return b.String()
+}
+
+func goType(k CLIKey) string {
+	var t string
+	switch k.Type {
+	case "string":
+		t = "string"
+	case "integer":
+		t = "int64"
+	case "number":
+		t = "float64"
+	case "boolean":
+		t = "bool"
+	case "object":
+		// An object's shape is the command's business (a manifest, a cost
+		// report); the envelope only promises it is an object.
+		return "any"
+	case "array":
+		switch k.Items {
+		case "string":
+			return "[]string"
+		case "integer":
+			return "[]int64"
+		default:
+			return "[]any"
+		}
+	}
+	if k.Nullable {
+		return "*" + t
+	}
+	return t
+}
+
+func writeStruct(b *strings.Builder, name, doc string, lead []string, keys []CLIKey) {
+	fmt.Fprintf(b, "// %s %s\n", name, doc)
+	fmt.Fprintf(b, "type %s struct {\n", name)
+	for _, l := range lead {
+		b.WriteString(l)
+	}
+	for _, k := range keys {
+		if k.Doc != "" {
+			fmt.Fprintf(b, "\t// %s is %s\n", goFieldName(k.Name), k.Doc)
+		}
+		fmt.Fprintf(b, "\t%s %s `json:%q`\n", goFieldName(k.Name), goType(k), k.Name)
+	}
+	b.WriteString("}\n\n")
+}
+
+func generateCLI(root string) ([]Output, error) {
+	c, err := LoadCLIContract(root)
+	if err != nil {
+		return nil, err
+	}
+	tax, err := LoadTaxonomy(root)
+	if err != nil {
+		return nil, err
+	}
+	goSrc, err := cliGo(c, tax)
+	if err != nil {
+		return nil, err
+	}
+	schemaJSON, err := cliSchema(c, tax)
+	if err != nil {
+		return nil, err
+	}
+	// The schema is also compiled into the CLI, so `microvm manifest` publishes
+	// the very bytes docs/ holds rather than a copy that could drift.
+	embedded, err := format.Source(goFile("cliapi", fmt.Sprintf(
+		"// EnvelopeSchema is docs/envelope.schema.json, byte for byte.\nvar EnvelopeSchema = []byte(%q)\n", schemaJSON)))
+	if err != nil {
+		return nil, err
+	}
+	return []Output{
+		{Path: "gen/cliapi/cliapi.gen.go", Data: goSrc},
+		{Path: "gen/cliapi/schema.gen.go", Data: embedded},
+		{Path: "docs/envelope.schema.json", Data: schemaJSON},
+	}, nil
+}
+
+func cliGo(c *CLIContract, tax *Taxonomy) ([]byte, error) {
+	var b strings.Builder
+	b.WriteString(`// Package cliapi is api/cli.yaml as Go: the microvm CLI's envelope, the
+// response type and data keys of each command, the NDJSON lines of
+// exec --stream, and the conventions the manifest publishes. Generated; edit
+// api/cli.yaml instead.
+//
+// It must never hold behaviour: cmd/microvm fills these types and renders
+// them, and docs/envelope.schema.json is their JSON Schema.
+
+`)
+	fmt.Fprintf(&b, "// APIVersion is the envelope version every envelope carries.\nconst APIVersion = %q\n\n", c.APIVersion)
+	b.WriteString("// The envelope statuses.\nconst (\n\tStatusOK = \"ok\"\n\tStatusError = \"error\"\n)\n\n")
+
+	b.WriteString("// The response type discriminants.\nconst (\n")
+	for _, r := range c.Responses {
+		fmt.Fprintf(&b, "\tType%s = %q\n", responseIdent(r.Type), r.Type)
+	}
+	b.WriteString(")\n\n")
+
+	writeStruct(&b, "Success", "is the envelope of a command that did what it said.", nil, c.Envelope.Success.Keys)
+	writeStruct(&b, "Failure", "is the envelope of a failed command; every key is always present.", nil, c.Envelope.Failure.Keys)
+	for _, r := range c.Responses {
+		writeStruct(&b, responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), nil, r.Keys)
+	}
+
+	b.WriteString("// The event discriminants of the exec --stream NDJSON lines.\nconst (\n")
+	for _, e := range c.StreamEvents {
+		fmt.Fprintf(&b, "\tEvent%s = %q\n", goIdent(e.Event), e.Event)
+	}
+	b.WriteString(")\n\n")
+	for _, e := range c.StreamEvents {
+		writeStruct(&b, "Stream"+goIdent(e.Event)+"Line", fmt.Sprintf("is one %q line of exec --stream.", e.Event),
+			[]string{"\tEvent string `json:\"event\"`\n"}, e.Keys)
+	}
+
+	b.WriteString(`// Response is a response type and the data keys its envelope always carries.
+type Response struct {
+	Type string
+	Keys []string
+}
+
+// Responses lists every response type in declaration order.
+var Responses = []Response{
+`)
+	for _, r := range c.Responses {
+		fmt.Fprintf(&b, "\t{Type: %q, Keys: []string{", r.Type)
+		for i, k := range r.Keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(strconv.Quote(k.Name))
+		}
+		b.WriteString("}},\n")
+	}
+	b.WriteString("}\n\n")
+
+	b.WriteString(`// Command is one command of the finished CLI and its response type. Ready
+// is false for a command a later issue adds.
+type Command struct {
+	Name  string
+	Type  string
+	Ready bool
+}
+
+// Commands lists every command in declaration order.
+var Commands = []Command{
+`)
+	for _, cmd := range c.Commands {
+		fmt.Fprintf(&b, "\t{Name: %q, Type: %q, Ready: %t},\n", cmd.Name, cmd.Type, cmd.Ready)
+	}
+	b.WriteString("}\n\n")
+
+	b.WriteString(`// Alternate is a flag that switches a command to another stdout shape.
+type Alternate struct {
+	Command, When, Type, Stdout string
+}
+
+// Alternates lists every such flag.
+var Alternates = []Alternate{
+`)
+	for _, a := range c.Alternates {
+		fmt.Fprintf(&b, "\t{Command: %q, When: %q, Type: %q, Stdout: %q},\n", a.Command, a.When, a.Type, a.Stdout)
+	}
+	b.WriteString("}\n\n")
+
+	b.WriteString("// Conventions are the rules the manifest publishes beside the command tree.\nvar Conventions = []string{\n")
+	for _, s := range c.Conventions {
+		fmt.Fprintf(&b, "\t%q,\n", s)
+	}
+	b.WriteString("}\n\n")
+
+	// The service constants as a table, so `microvm constants` can publish
+	// every one by name without a hand-kept list beside gen/taxonomy.
+	b.WriteString(`// ServiceConstant is one service constant of api/errors.yaml, by name.
+type ServiceConstant struct {
+	Name    string
+	Value   any // string or int64
+	Doc     string
+	Finding string
+}
+
+// ServiceConstants lists api/errors.yaml's constants in declaration order.
+var ServiceConstants = []ServiceConstant{
+`)
+	for _, k := range tax.Constants {
+		v, err := constValue(k.Type, k.Value)
+		if err != nil {
+			return nil, fmt.Errorf("constant %s: %w", k.Name, err)
+		}
+		if k.Type == "int" {
+			v = "int64(" + v + ")"
+		}
+		fmt.Fprintf(&b, "\t{Name: %q, Value: %s, Doc: %q, Finding: %q},\n", k.Name, v, k.Doc, k.Finding)
+	}
+	b.WriteString("}\n\n")
+
+	b.WriteString(`// ResponseFor is the response of the named command, and false for a name
+// the contract does not declare.
+func ResponseFor(command string) (Response, bool) {
+	for _, c := range Commands {
+		if c.Name != command {
+			continue
+		}
+		for _, r := range Responses {
+			if r.Type == c.Type {
+				return r, true
+			}
+		}
+	}
+	return Response{}, false
+}
+`)
+	src := goFile("cliapi", b.String())
+	formatted, err := format.Source(src)
+	if err != nil {
+		return nil, fmt.Errorf("cliapi: gofmt: %w\n%s", err, src)
+	}
+	return formatted, nil
+}
+
+func keySchema(k CLIKey) map[string]any {
+	s := map[string]any{}
+	if k.Doc != "" {
+		s["description"] = k.Doc
+	}
+	if k.Const != "" {
+		s["const"] = k.Const
+	}
+	if k.Type == "array" {
+		s["items"] = map[string]any{"type": k.Items}
+	}
+	if k.Nullable {
+		s["type"] = []string{k.Type, "null"}
+	} else {
+		s["type"] = k.Type
+	}
+	return s
+}
+
+// objectSchema is a closed object: every key required, no other key
+// allowed, so a key added to a command without its YAML line fails the
+// schema tests rather than shipping undescribed.
+func objectSchema(doc string, keys []CLIKey) map[string]any {
+	props := map[string]any{}
+	req := []string{}
+	for _, k := range keys {
+		props[k.Name] = keySchema(k)
+		req = append(req, k.Name)
+	}
+	s := map[string]any{"type": "object", "properties": props, "required": req, "additionalProperties": false}
+	if doc != "" {
+		s["description"] = doc
+	}
+	return s
+}
+
+func cliSchema(c *CLIContract, t *Taxonomy) ([]byte, error) {
+	defs := map[string]any{}
+
+	success := objectSchema(c.Envelope.Success.Doc, c.Envelope.Success.Keys)
+	sp := success["properties"].(map[string]any)
+	sp["apiVersion"].(map[string]any)["const"] = c.APIVersion
+	var types []string
+	var branches []any
+	for _, r := range c.Responses {
+		types = append(types, r.Type)
+		defs["data:"+r.Type] = objectSchema("", r.Keys)
+		branches = append(branches, map[string]any{
+			"if":   map[string]any{"properties": map[string]any{"type": map[string]any{"const": r.Type}}, "required": []string{"type"}},
+			"then": map[string]any{"properties": map[string]any{"data": map[string]any{"$ref": "#/$defs/data:" + r.Type}}},
+		})
+	}
+	sp["type"].(map[string]any)["enum"] = types
+	success["allOf"] = branches
+	defs["success"] = success
+
+	failure := objectSchema(c.Envelope.Failure.Doc, c.Envelope.Failure.Keys)
+	fp := failure["properties"].(map[string]any)
+	fp["apiVersion"].(map[string]any)["const"] = c.APIVersion
+	// The code/exit pairs come from the exit table itself, so an envelope
+	// whose exitCode disagrees with its code fails validation.
+	var codes []string
+	var exits []int
+	var rows []any
+	for _, row := range t.ExitCodes {
+		if row.Code == "" {
+			continue // row 0 is success, which has no failure envelope
+		}
+		codes = append(codes, row.Code)
+		exits = append(exits, row.Value)
+		rows = append(rows, map[string]any{
+			"if":   map[string]any{"properties": map[string]any{"code": map[string]any{"const": row.Code}}, "required": []string{"code"}},
+			"then": map[string]any{"properties": map[string]any{"exitCode": map[string]any{"const": row.Value}}},
+		})
+	}
+	fp["code"].(map[string]any)["enum"] = codes
+	fp["exitCode"].(map[string]any)["enum"] = exits
+	findings := []string{""}
+	for _, f := range t.Findings {
+		findings = append(findings, f.ID)
+	}
+	fp["finding"].(map[string]any)["enum"] = findings
+	var wires []string
+	for _, w := range t.WireKinds {
+		wires = append(wires, w.Name)
+	}
+	fp["data"].(map[string]any)["properties"] = map[string]any{
+		"kind": map[string]any{"type": "string", "enum": wires, "description": "the wire kind the daemon's answer was classified into"},
+	}
+	failure["allOf"] = rows
+	defs["failure"] = failure
+
+	var events []any
+	var eventNames []string
+	for _, e := range c.StreamEvents {
+		keys := append([]CLIKey{{Name: "event", Type: "string", Const: e.Event}}, e.Keys...)
+		defs["event:"+e.Event] = objectSchema("", keys)
+		events = append(events, map[string]any{"$ref": "#/$defs/event:" + e.Event})
+		eventNames = append(eventNames, e.Event)
+	}
+	defs["streamEvent"] = map[string]any{
+		"description": "one NDJSON line of exec --stream before its final envelope; `event` is the discriminant (" + strings.Join(eventNames, ", ") + ")",
+		"oneOf":       events,
+	}
+
+	doc := map[string]any{
+		"$schema":     "https://json-schema.org/draft/2020-12/schema",
+		"$id":         "https://github.com/microvms/microvms/docs/envelope.schema.json",
+		"title":       "microvm CLI envelope",
+		"description": "The one JSON object `microvm --json` writes on stdout per invocation. Generated from api/cli.yaml and api/errors.yaml; do not edit.",
+		"oneOf":       []any{map[string]any{"$ref": "#/$defs/success"}, map[string]any{"$ref": "#/$defs/failure"}},
+		"$defs":       defs,
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func init() { register(generateCLI) }
