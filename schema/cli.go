@@ -5,12 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"go/format"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-
-	"gopkg.in/yaml.v3"
 )
 
 // CLIContract is api/cli.yaml, decoded: the CLI's envelope, its response
@@ -66,15 +62,9 @@ type CLIKey struct {
 
 // LoadCLIContract reads and checks api/cli.yaml under root.
 func LoadCLIContract(root string) (*CLIContract, error) {
-	raw, err := os.ReadFile(filepath.Join(root, "api", "cli.yaml"))
-	if err != nil {
-		return nil, err
-	}
 	var c CLIContract
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("api/cli.yaml: %w", err)
+	if err := decodeStrict(root, "cli.yaml", &c); err != nil {
+		return nil, err
 	}
 	if err := c.check(); err != nil {
 		return nil, fmt.Errorf("api/cli.yaml: %w", err)

@@ -83,20 +83,29 @@ type Taxonomy struct {
 
 // LoadTaxonomy reads and checks api/errors.yaml under root.
 func LoadTaxonomy(root string) (*Taxonomy, error) {
-	raw, err := os.ReadFile(filepath.Join(root, "api", "errors.yaml"))
-	if err != nil {
-		return nil, err
-	}
 	var t Taxonomy
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&t); err != nil {
-		return nil, fmt.Errorf("api/errors.yaml: %w", err)
+	if err := decodeStrict(root, "errors.yaml", &t); err != nil {
+		return nil, err
 	}
 	if err := t.check(); err != nil {
 		return nil, fmt.Errorf("api/errors.yaml: %w", err)
 	}
 	return &t, nil
+}
+
+// decodeStrict decodes api/<name> into v, refusing keys v does not declare so
+// a misspelt key fails generation instead of being silently dropped.
+func decodeStrict(root, name string, v any) error {
+	raw, err := os.ReadFile(filepath.Join(root, "api", name))
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("api/%s: %w", name, err)
+	}
+	return nil
 }
 
 // check refuses references that point nowhere; the invariants a reviewer
