@@ -49,6 +49,8 @@ const (
 	FindingHookTimeoutCeilings        FindingID = "hook-timeout-ceilings"
 	FindingBaseImageDockerRef         FindingID = "base-image-docker-ref"
 	FindingDaemonIsTheCmd             FindingID = "daemon-is-the-cmd"
+	FindingEndpointBareHost           FindingID = "endpoint-bare-host"
+	FindingBaseImageVersionNormalised FindingID = "base-image-version-normalised"
 	FindingKeepaliveUnderIdleTimeout  FindingID = "keepalive-under-idle-timeout"
 )
 
@@ -95,6 +97,8 @@ var Findings = []Finding{
 	{ID: FindingHookTimeoutCeilings, Title: "Run-time hooks allow 60 seconds and build-time hooks 3600"},
 	{ID: FindingBaseImageDockerRef, Title: "A managed base image builds from one docker reference"},
 	{ID: FindingDaemonIsTheCmd, Title: "The daemon must be the image's CMD with an empty ENTRYPOINT"},
+	{ID: FindingEndpointBareHost, Title: "A MicroVM's endpoint is a bare host name"},
+	{ID: FindingBaseImageVersionNormalised, Title: "baseImageVersion is normalised on read-back"},
 	{ID: FindingKeepaliveUnderIdleTimeout, Title: "The SSE keepalive must stay under the client's idle timeout"},
 }
 
