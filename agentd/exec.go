@@ -425,8 +425,10 @@ func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout
 		s := int32(ws.Signal())
 		st.signal = &s
 	}
-	e.log.finish(st)
-	close(e.finished)
+	// The phase turns exited in the same critical section that makes the exit
+	// event visible: a client that saw the exit event and then polls must not
+	// read running.
+	e.log.finish(st, func() { close(e.finished) })
 	r.log.Info("exec finished", "exec_id", e.id, "exit_code", derefOr(st.code, -1),
 		"signal", derefOr(st.signal, 0), "writers_may_be_alive", st.writersMayBeAlive)
 	// The child can read no more; our copy of its stdin only pins an fd.

@@ -208,13 +208,16 @@ func (l *outputLog) wakeReaders() {
 	}
 }
 
-// finish records how the exec ended and wakes every reader for the exit event.
-func (l *outputLog) finish(st exitStatus) {
+// finish records how the exec ended and wakes every reader for the exit
+// event. onDone runs under the lock, so whoever sees the exit event (or the
+// done flag) also sees everything onDone published, e.g. the phase change.
+func (l *outputLog) finish(st exitStatus, onDone func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st.truncated = l.truncated
 	l.exit = st
 	l.done = true
+	onDone()
 	l.wakeReaders()
 }
 

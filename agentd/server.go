@@ -313,6 +313,8 @@ func bodyTooLargeText(limit int64) string {
 // first, because unread bytes left in the socket make the server reset the
 // connection and a pooled client sees a transport error instead of the status;
 // a body over max_drain_bytes is not worth reading, so the connection closes.
+// The cap is ours to set: left alone, net/http would read up to 256 KiB of a
+// refused body on an unauthenticated caller's behalf.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, text string) {
 	if !s.drain(r) {
 		w.Header().Set("Connection", "close")
@@ -351,6 +353,10 @@ func (s *Server) drain(r *http.Request) bool {
 func (s *Server) paramError(w http.ResponseWriter, r *http.Request, err error) {
 	if strings.HasPrefix(r.URL.Path, "/v1/exec/") {
 		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, err.Error())
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/v1/fs/") {
+		FSParamError(w, err)
 		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)

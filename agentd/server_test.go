@@ -209,9 +209,10 @@ func TestTLSHandshakeOnThePlainPortIs400(t *testing.T) {
 	}
 }
 
-// Catches: refusing without draining (a pooled connection is reset under a
-// small refused body), and draining without a cap (an unauthenticated caller
-// makes the daemon read an arbitrarily large body).
+// Catches: closing every refused request whose length is not declared (a
+// pooled client's connection dies under a small chunked body), and draining
+// without the max_drain_bytes cap (net/http alone would read up to 256 KiB of
+// a refused body before giving up; the 64 KiB chunked case stays open then).
 func TestRefusedBodiesDrainSmallAndCloseLarge(t *testing.T) {
 	d := startDaemon(t, func(c *Config) { c.MaxDrainBytes = 4096 })
 	d.bootstrap(nil)
@@ -226,6 +227,16 @@ func TestRefusedBodiesDrainSmallAndCloseLarge(t *testing.T) {
 	fmt.Fprintf(c, "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp := readResponse(t, br, "GET"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("keep-alive after a drained refusal: %d", resp.StatusCode)
+	}
+
+	// Small and chunked: drained, and the connection is reused.
+	fmt.Fprintf(c, "POST /v1/exec/start HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n%s\r\n0\r\n\r\n", small)
+	if resp := readResponse(t, br, "POST"); resp.StatusCode != http.StatusUnauthorized || resp.Close {
+		t.Fatalf("small chunked refused body: %d close=%v", resp.StatusCode, resp.Close)
+	}
+	fmt.Fprintf(c, "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp := readResponse(t, br, "GET"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("keep-alive after a drained chunked refusal: %d", resp.StatusCode)
 	}
 
 	// Declared large: answered without reading, then closed.

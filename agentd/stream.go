@@ -135,7 +135,7 @@ func (b *streamBuffers) output(off uint64, kind streamKind, data []byte) bool {
 	bw.WriteString(kind.String())
 	bw.WriteString("\",\"output\":\"")
 	n := base64.StdEncoding.EncodedLen(len(data))
-	base64.StdEncoding.Encode(b.enc[:n], data)
+	encodeBase64(b.enc[:n], data)
 	bw.Write(b.enc[:n])
 	_, err := bw.WriteString("\"}\n\n")
 	return err == nil
