@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -83,10 +84,13 @@ func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (
 
 // Result is an exec's record: its phase and, once it has exited, its outcome.
 type Result struct {
-	ExecID            string
-	Phase             protocol.Phase
-	ExitCode          *int32 // nil while running, or when a signal ended the child
-	Signal            *int32
+	ExecID   string
+	Phase    protocol.Phase
+	ExitCode *int32 // nil while running, or when a signal ended the child
+	Signal   *int32
+	// Stdout and Stderr are the output as the record carries it: JSON text,
+	// with invalid UTF-8 replaced by U+FFFD. Session.Run fills them with the
+	// exact streamed bytes instead when the stream delivered all of them.
 	Stdout, Stderr    string
 	Truncated         bool // a stream reached the daemon's output cap and was cut
 	WritersMayBeAlive bool // a descendant may still hold the pipes
@@ -212,6 +216,20 @@ func (e *Exec) CloseStdin(ctx context.Context) error {
 	return err
 }
 
+// WriteStdinAndClose writes p and closes stdin in one request (data_b64 and
+// signal "eof" together), so a last chunk costs one round trip and no other
+// writer can slip in between the data and the EOF. It reports how many bytes
+// went into the pipe. An empty p only closes, as CloseStdin does. When the
+// write fails (a 408 after a partial write, say) stdin is left open: the
+// daemon closes only after the whole chunk was written.
+func (e *Exec) WriteStdinAndClose(ctx context.Context, p []byte) (int, error) {
+	if len(p) > protocol.DefaultMaxStdinWriteBytes {
+		return 0, Errorf(taxonomy.KindInvalidArg, "", "one stdin write of %d bytes is over the daemon's %d-byte cap; write the head with WriteStdin and close with the tail", len(p), protocol.DefaultMaxStdinWriteBytes)
+	}
+	r, err := e.stdin(ctx, p, true)
+	return int(r.Written), err
+}
+
 // RunOptions shape Session.Run.
 type RunOptions struct {
 	StartOptions
@@ -228,6 +246,12 @@ type RunOptions struct {
 // record. A non-zero exit is not an error here; Result.Err classifies it. A
 // cancelled context or the client-side timeout is a Timeout *Error that
 // names the exec id so the caller can reattach.
+//
+// Result.Stdout and Result.Stderr are the exact bytes the child wrote (NUL
+// and invalid UTF-8 included) when the stream delivered every byte from
+// offset 0 to the exit event. The daemon's record carries its output as JSON
+// text, with invalid UTF-8 replaced by U+FFFD; Run falls back to that text
+// only when the stream lost bytes (a gap) or gave up before the exit event.
 func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Result, error) {
 	if o.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -239,6 +263,11 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 		return Result{}, timeoutOr(ctx, "", err)
 	}
 	st := e.Stream(ctx, 0)
+	// exact holds the streamed bytes until a gap or a failed stream proves
+	// they are not the whole output.
+	var stdout, stderr bytes.Buffer
+	exact, sawExit := true, false
+	var exitOffset uint64
 	for {
 		ev, err := st.Next()
 		if err == io.EOF {
@@ -248,13 +277,17 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 			if ctx.Err() != nil {
 				return Result{}, timeoutOr(ctx, e.id, err)
 			}
+			exact = false
 			break // the stream gave up; the record still knows the outcome
 		}
 		switch ev.Kind {
 		case EventOutput:
-			w := o.Stdout
+			w, buf := o.Stdout, &stdout
 			if ev.Stream == protocol.StreamStderr {
-				w = o.Stderr
+				w, buf = o.Stderr, &stderr
+			}
+			if exact {
+				buf.Write(ev.Data)
 			}
 			if w != nil {
 				if _, err := w.Write(ev.Data); err != nil {
@@ -263,12 +296,19 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 				}
 			}
 		case EventGap:
+			exact = false
+			stdout, stderr = bytes.Buffer{}, bytes.Buffer{}
 			if o.OnGap != nil {
 				o.OnGap(ev.Gap)
 			}
+		case EventExit:
+			sawExit, exitOffset = true, ev.Exit.Offset
 		}
 	}
 	r, err := e.waitAck(ctx)
+	if err == nil && exact && sawExit && exitOffset == st.Cursor() {
+		r.Stdout, r.Stderr = stdout.String(), stderr.String()
+	}
 	return r, timeoutOr(ctx, e.id, err)
 }
 
@@ -395,6 +435,18 @@ func (p *Process) Gaps() []protocol.GapEvent {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]protocol.GapEvent(nil), p.gaps...)
+}
+
+// Err is the error that ended the output stream before its exit event, or
+// nil while it runs and after it reached the exit event. Read it after Wait
+// (or after both readers ended) to tell complete output from a stream that
+// gave up: errors.Is(p.Err(), ErrStreamCut) means the readers saw only a
+// prefix even though Wait reports the exec's real outcome. After Close it is
+// the cancellation Close caused.
+func (p *Process) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
 }
 
 // Kill signals the process group.

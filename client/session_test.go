@@ -461,7 +461,9 @@ func TestStreamKeepalivesKeepConnectionAlive(t *testing.T) {
 }
 
 // A stream that keeps dying gives up with a retryable error instead of
-// looping forever. Catches: an unbounded reconnect loop.
+// looping forever, and says it was the silence that ended it. Catches: an
+// unbounded reconnect loop, and an idle give-up without ErrStreamCut and the
+// idle cause in its chain.
 func TestStreamGivesUpAfterRepeatedSilence(t *testing.T) {
 	f, srv := newFakeAgent(t)
 	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
@@ -472,7 +474,7 @@ func TestStreamGivesUpAfterRepeatedSilence(t *testing.T) {
 	s := direct(t, srv.URL, f.token, WithIdleTimeout(10*time.Millisecond))
 	s.maxReattach = 2
 	_, _, _, _, err := collect(t, s.Exec("e1").Stream(context.Background(), 0))
-	if KindOf(err) != taxonomy.KindRetryable || len(f.attaches) != 3 {
+	if KindOf(err) != taxonomy.KindRetryable || len(f.attaches) != 3 || !errors.Is(err, ErrStreamCut) || !errors.Is(err, errStreamIdle) {
 		t.Fatalf("err %v after %d attaches", err, len(f.attaches))
 	}
 }
@@ -538,6 +540,28 @@ func TestRunStreamsAndAcks(t *testing.T) {
 	// Catches: a non-zero exit reading as success.
 	if KindOf(r.Err()) != taxonomy.KindExecFailed {
 		t.Errorf("exit 2 must be ExecFailed: %v", r.Err())
+	}
+}
+
+// Run prefers the streamed bytes only when they are the whole output. Here
+// the stream loses [0,3) to a gap, so the record (which kept every byte) is
+// the result. Catches: Run returning the partial streamed bytes as if they
+// were the output ("def" for "abcdef"), and a gap left out of OnGap.
+func TestRunFallsBackToTheRecordAfterAGap(t *testing.T) {
+	f, srv := newFakeAgent(t)
+	f.chunks = []chunk{{protocol.StreamStdout, "abcdef"}}
+	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
+		io.WriteString(w, gapFrame(0, 3))
+		io.WriteString(w, outputFrame(3, protocol.StreamStdout, []byte("def")))
+		io.WriteString(w, exitFrame(0, 6))
+		return true
+	}
+	s := direct(t, srv.URL, f.token)
+	var live bytes.Buffer
+	var gaps []protocol.GapEvent
+	r, err := s.Run(context.Background(), []string{"x"}, RunOptions{Stdout: &live, OnGap: func(g protocol.GapEvent) { gaps = append(gaps, g) }})
+	if err != nil || r.Stdout != "abcdef" || live.String() != "def" || !slices.Equal(gaps, []protocol.GapEvent{{From: 0, To: 3}}) {
+		t.Fatalf("run %+v live %q gaps %v err %v", r, live.String(), gaps, err)
 	}
 }
 

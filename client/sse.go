@@ -375,7 +375,9 @@ type Stream struct {
 	p        *sseParser
 	body     io.ReadCloser
 	cancel   context.CancelCauseFunc
-	attempts int // consecutive reattaches without progress
+	attempts int   // consecutive reattaches without progress
+	lastErr  error // why the last connection ended or failed to open
+	cut      bool  // lastErr is a body that ended or broke without an exit event
 	done     bool
 	err      error
 	pending  *Event // a synthetic gap to deliver before the next event
@@ -439,7 +441,7 @@ func (st *Stream) Next() (Event, error) {
 		if st.body == nil {
 			if st.attempts > 0 {
 				if st.attempts > st.e.s.maxReattach {
-					return st.fail(WireErrorf(taxonomy.WireTransport, "execStream %s: the connection dropped %d times without an exit event; last offset %d", st.e.id, st.attempts, st.cursor))
+					return st.fail(st.exhausted())
 				}
 				if err := sleepCtx(st.ctx, reattachBackoff(st.attempts)); err != nil {
 					continue
@@ -448,6 +450,7 @@ func (st *Stream) Next() (Event, error) {
 			if err := st.attach(); err != nil {
 				if KindOf(err) == taxonomy.KindRetryable {
 					st.attempts++
+					st.lastErr, st.cut = err, false
 					continue
 				}
 				return st.fail(err)
@@ -461,8 +464,14 @@ func (st *Stream) Next() (Event, error) {
 			// The body ended without an exit event, the idle timer fired, or
 			// the connection broke: the exec is untouched, so reattach at the
 			// cursor.
+			if b, ok := st.body.(*idleBody); ok {
+				if c := b.cause(); c != nil {
+					err = c
+				}
+			}
 			st.closeBody()
 			st.attempts++
+			st.lastErr, st.cut = err, true
 			continue
 		}
 		switch st.ev.Kind {
@@ -503,6 +512,40 @@ func (st *Stream) Next() (Event, error) {
 			return ev, nil
 		}
 	}
+}
+
+// ErrStreamCut is in the chain of the error Stream.Next returns when it gave
+// up because the stream's bodies kept ending (or going silent past the idle
+// timeout) without an exit event: the daemon answered, so the endpoint and
+// token are good, but the output never reached its end. It says nothing about
+// the exec, which is left as it was; its record still holds the outcome.
+// The error's kind is Retryable (wire kind Transport): a later Stream at the
+// cursor may get through. A stream that could not connect at all fails
+// with the connection's own error instead, without ErrStreamCut.
+var ErrStreamCut = errors.New("the exec stream kept ending without an exit event")
+
+// exhausted is the error for a stream out of reattaches, naming why the last
+// connection ended.
+func (st *Stream) exhausted() error {
+	if st.cut {
+		return WireErrorf(taxonomy.WireTransport, "execStream %s: the stream ended %d times without an exit event; the exec was left as it was, last offset %d: %w",
+			st.e.id, st.attempts, st.cursor, errors.Join(ErrStreamCut, st.lastErr))
+	}
+	if st.lastErr != nil {
+		// The last failure was opening a connection; keep its own wire kind
+		// (Transport, NotBootstrapped, ...) so the caller is told what to fix.
+		wire := taxonomy.WireTransport
+		var e *Error
+		if errors.As(st.lastErr, &e) {
+			w, ok := e.WireKind()
+			if !ok {
+				return e
+			}
+			wire = w
+		}
+		return WireErrorf(wire, "execStream %s: gave up after %d attempts at offset %d: %w", st.e.id, st.attempts, st.cursor, st.lastErr)
+	}
+	return WireErrorf(taxonomy.WireTransport, "execStream %s: the connection dropped %d times without an exit event; last offset %d", st.e.id, st.attempts, st.cursor)
 }
 
 func reattachBackoff(attempt int) time.Duration {
@@ -546,7 +589,7 @@ func (st *Stream) attach() error {
 		}
 		return err
 	}
-	body := &idleBody{rc: resp.Body, timer: timer, idle: idle}
+	body := &idleBody{rc: resp.Body, timer: timer, idle: idle, ctx: actx}
 	st.body, st.cancel = body, func(c error) { timer.Stop(); cancel(c) }
 	if st.p == nil {
 		st.p = newSSEParser(body)
@@ -562,7 +605,16 @@ type idleBody struct {
 	rc    io.ReadCloser
 	timer *time.Timer
 	idle  time.Duration
+	ctx   context.Context // the attach's context, cancelled by the timer
 	once  sync.Once
+}
+
+// cause is errStreamIdle when the idle timer ended the body, else nil.
+func (b *idleBody) cause() error {
+	if context.Cause(b.ctx) == errStreamIdle {
+		return fmt.Errorf("%w (%s)", errStreamIdle, b.idle)
+	}
+	return nil
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {

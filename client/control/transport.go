@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -213,8 +214,13 @@ func retryAfter(h http.Header) *time.Duration {
 	if v == "" {
 		return nil
 	}
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
-		d := time.Duration(n) * time.Second
+	if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n >= 0 {
+		// Clamped, not multiplied blindly: an overflowing product is negative,
+		// which would turn "wait a long time" into "retry at once".
+		d := time.Duration(math.MaxInt64)
+		if n <= int64(math.MaxInt64/time.Second) {
+			d = time.Duration(n) * time.Second
+		}
 		return &d
 	}
 	if at, err := http.ParseTime(v); err == nil {

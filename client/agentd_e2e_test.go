@@ -1,0 +1,948 @@
+package client_test
+
+// The session plane against the real daemon: cmd/agentd built once, started
+// on a free 127.0.0.1 port per test group, spoken to over real HTTP. The
+// in-package tests (fakeagent_test.go) script the daemon's answers; these
+// prove the client and the daemon agree on the wire.
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+var agentdBuild struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentdBuild.dir != "" {
+		os.RemoveAll(agentdBuild.dir)
+	}
+	os.Exit(code)
+}
+
+// agentdBinary builds cmd/agentd once per test binary, on first use, so the
+// unit tests and fuzzing do not pay for it.
+func agentdBinary(t *testing.T) string {
+	t.Helper()
+	agentdBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "client-e2e-agentd-")
+		if err != nil {
+			agentdBuild.err = err
+			return
+		}
+		agentdBuild.dir = dir
+		agentdBuild.path = filepath.Join(dir, "agentd")
+		cmd := exec.Command("go", "build", "-o", agentdBuild.path, "github.com/microvms/microvms/cmd/agentd")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentdBuild.err = fmt.Errorf("go build cmd/agentd: %v\n%s", err, out)
+		}
+	})
+	if agentdBuild.err != nil {
+		t.Fatal(agentdBuild.err)
+	}
+	return agentdBuild.path
+}
+
+// daemon is one running agentd.
+type daemon struct {
+	addr string // 127.0.0.1:port
+	base string // http://127.0.0.1:port
+	dir  string // its working directory; a scratch area for files
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startAgentd runs the daemon with env laid over the test defaults and waits
+// (with a deadline) until it answers health. It is killed at cleanup.
+func startAgentd(t *testing.T, env ...string) *daemon {
+	t.Helper()
+	addr := freeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	d := &daemon{addr: addr, base: "http://" + addr, dir: t.TempDir()}
+	cmd := exec.Command(agentdBinary(t))
+	cmd.Dir = d.dir
+	cmd.Env = append([]string{
+		"AGENTD_PORT=" + port,
+		"AGENTD_IDENTITY_REPAIR=0",
+		"AGENTD_DISK_RESERVE_BYTES=0", // the guard is agentd's to test, not the client's
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + d.dir,
+	}, env...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("agentd log:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(d.base + "/v1/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return d
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("agentd exited before answering health:\n%s", logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agentd never answered health: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// bootstrap installs token through the run hook, as the platform does.
+func (d *daemon) bootstrap(t *testing.T, token string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"runHookPayload": %q}`, fmt.Sprintf(`{"agent_token":%q}`, token))
+	resp, err := http.Post(d.base+"/aws/lambda-microvms/runtime/v1/run", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("run hook: %d %s", resp.StatusCode, b)
+	}
+}
+
+var quickRetry = client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond})
+
+func session(t *testing.T, base, token string, opts ...client.Option) *client.Session {
+	t.Helper()
+	s, err := client.Direct(base, token, append([]client.Option{quickRetry, client.WithPollInterval(20 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// testCtx bounds every test: nothing here may hang the suite.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	// Make sure the hard cases are in there whatever rand gave.
+	copy(b, []byte{0, 0xff, 0xfe, '\n', 0, 0xc3, 0x28})
+	return b
+}
+
+// readBoth drains a Process's two readers concurrently, as os/exec pipes
+// require. The stream outlives contexts by design, so the test's deadline
+// closes it: a child that never ends fails the test instead of hanging it.
+func readBoth(ctx context.Context, p *client.Process) (stdout, stderr []byte, outErr, errErr error) {
+	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); stdout, outErr = io.ReadAll(p.Stdout()) }()
+	go func() { defer wg.Done(); stderr, errErr = io.ReadAll(p.Stderr()) }()
+	wg.Wait()
+	return
+}
+
+const token = "e2e-token"
+
+// TestAgentdExec runs the exec surface against one bootstrapped daemon.
+func TestAgentdExec(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	s := session(t, d.base, token)
+
+	// Catches: Run returning the record's text (agentd sends it through
+	// strings.ToValidUTF8, so \xff becomes U+FFFD) instead of the streamed
+	// bytes; a stream decoder that stops at NUL; an exit code read from a
+	// default (0) instead of the record; a live writer fed a different copy
+	// than the result.
+	t.Run("RunExactBytesAndExitCode", func(t *testing.T) {
+		ctx := testCtx(t)
+		want := "a\x00b\xff\xfe\xc3\x28\n"
+		var live, liveErr bytes.Buffer
+		r, err := s.Run(ctx, []string{`printf 'a\000b\377\376\303\050\n'; printf 'e\000\377' >&2; exit 42`},
+			client.RunOptions{StartOptions: client.StartOptions{Shell: true}, Stdout: &live, Stderr: &liveErr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Stdout != want || r.Stderr != "e\x00\xff" {
+			t.Fatalf("Run stdout %q stderr %q; want %q and %q", r.Stdout, r.Stderr, want, "e\x00\xff")
+		}
+		if live.String() != want || liveErr.String() != "e\x00\xff" {
+			t.Fatalf("live writers got %q / %q", live.String(), liveErr.String())
+		}
+		if r.ExitCode == nil || *r.ExitCode != 42 || r.Signal != nil || r.Phase != protocol.PhaseAcked {
+			t.Fatalf("record: %+v", r)
+		}
+		if client.KindOf(r.Err()) != taxonomy.KindExecFailed {
+			t.Fatalf("exit 42 must be ExecFailed, got %v", r.Err())
+		}
+	})
+
+	// Catches: the demultiplexer sending stderr chunks to the stdout reader
+	// (or dropping one stream), and chunks reordered within a stream.
+	t.Run("ProcessDemux", func(t *testing.T) {
+		ctx := testCtx(t)
+		script := `i=0; while [ $i -lt 200 ]; do printf "o$i."; printf "e$i," >&2; i=$((i+1)); done; exit 3`
+		p, err := s.Spawn(ctx, []string{script}, client.StartOptions{Shell: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, oe, ee := readBoth(ctx, p)
+		if oe != nil || ee != nil {
+			t.Fatal(oe, ee)
+		}
+		var wantOut, wantErr strings.Builder
+		for i := range 200 {
+			fmt.Fprintf(&wantOut, "o%d.", i)
+			fmt.Fprintf(&wantErr, "e%d,", i)
+		}
+		if string(out) != wantOut.String() || string(errOut) != wantErr.String() {
+			t.Fatalf("stdout %q\nstderr %q", out, errOut)
+		}
+		r, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ExitCode == nil || *r.ExitCode != 3 || len(p.Gaps()) != 0 {
+			t.Fatalf("record %+v gaps %v", r, p.Gaps())
+		}
+	})
+
+	// Catches: Wait taking the outcome from the stream's exit event (or
+	// inferring "exited 0" from the stream ending): here the stream is closed
+	// before the child exits, so only the record can say 7.
+	t.Run("WaitReadsTheRecord", func(t *testing.T) {
+		ctx := testCtx(t)
+		e, err := s.Start(ctx, []string{"read x; exit 7"}, client.StartOptions{Shell: true, Stdin: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := e.Attach(ctx, 0)
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.WriteStdinAndClose(ctx, []byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+		r, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ExitCode == nil || *r.ExitCode != 7 {
+			t.Fatalf("Wait after the stream was closed: %+v", r)
+		}
+	})
+
+	// Catches: Wait reporting exit code 0 (or -1) for a signalled child, a
+	// Kill that signals only the shell and not its group (sleep would hold the
+	// pipes and Wait would not return), and a second Kill on a dead group
+	// turned into an error.
+	t.Run("KillThenWait", func(t *testing.T) {
+		ctx := testCtx(t)
+		p, err := s.Spawn(ctx, []string{"sleep 300; echo never"}, client.StartOptions{Shell: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		killed, err := p.Kill(ctx)
+		if err != nil || !killed {
+			t.Fatalf("kill: %v %v", killed, err)
+		}
+		r, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Signal == nil || *r.Signal != 15 || r.ExitCode != nil {
+			t.Fatalf("killed record: exit %v signal %v", r.ExitCode, r.Signal)
+		}
+		if client.KindOf(r.Err()) != taxonomy.KindExecFailed || r.Success() {
+			t.Fatalf("a killed exec must not read as passing: %v", r.Err())
+		}
+		if _, err := p.Kill(ctx); err != nil {
+			t.Fatalf("a second kill must succeed: %v", err)
+		}
+	})
+
+	// Catches: Start minting a fresh exec_id per attempt (or the caller's id
+	// ignored), which would spawn the command twice.
+	t.Run("StartTwiceSpawnsOnce", func(t *testing.T) {
+		ctx := testCtx(t)
+		file := filepath.Join(d.dir, "once.txt")
+		o := client.StartOptions{ExecID: "spawn-once", Shell: true}
+		cmd := []string{"echo ran >> " + file}
+		e1, err := s.Start(ctx, cmd, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2, err := s.Start(ctx, cmd, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e1.ID() != "spawn-once" || e2.ID() != e1.ID() {
+			t.Fatalf("ids %q %q", e1.ID(), e2.ID())
+		}
+		p := e1.Attach(ctx, 0)
+		if _, _, oe, ee := readBoth(ctx, p); oe != nil || ee != nil {
+			t.Fatal(oe, ee)
+		}
+		if _, err := p.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "ran\n"); n != 1 {
+			t.Fatalf("the command ran %d times", n)
+		}
+	})
+
+	// Catches: WriteStdin not base64-encoding (NUL and \xff would not survive
+	// JSON), WriteStdinAndClose sending only one of data and eof (cat would
+	// never end, or the tail would be lost) or splitting them into two
+	// requests, and a write after EOF not being the StdinClosed wire kind.
+	t.Run("Stdin", func(t *testing.T) {
+		ctx := testCtx(t)
+		e, err := s.Start(ctx, []string{"cat"}, client.StartOptions{Stdin: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := e.Attach(ctx, 0)
+		// Through a recording (never cutting) proxy, to count the requests.
+		px := newCutProxy(t, d.addr, 0, 0)
+		ve := session(t, px.url(), token).Exec(e.ID())
+		head, tail := []byte("head\x00\xff|"), []byte("tail\n")
+		if n, err := ve.WriteStdin(ctx, head); err != nil || n != len(head) {
+			t.Fatalf("write: %d %v", n, err)
+		}
+		if n, err := ve.WriteStdinAndClose(ctx, tail); err != nil || n != len(tail) {
+			t.Fatalf("write and close: %d %v", n, err)
+		}
+		if reqs := px.targets(); len(reqs) != 2 {
+			t.Fatalf("a write and a write-and-close must be two requests, saw %v", reqs)
+		}
+		out, _, oe, _ := readBoth(ctx, p)
+		if oe != nil || string(out) != string(head)+string(tail) {
+			t.Fatalf("cat echoed %q (%v)", out, oe)
+		}
+		r, err := p.Wait(ctx)
+		if err != nil || !r.Success() {
+			t.Fatalf("cat: %+v %v", r, err)
+		}
+		_, err = e.WriteStdin(ctx, []byte("late"))
+		if !errors.Is(err, client.WireKindError(taxonomy.WireStdinClosed)) {
+			t.Fatalf("a write after eof: %v", err)
+		}
+
+		// CloseStdin alone ends a reader too.
+		e2, err := s.Start(ctx, []string{"wc", "-c"}, client.StartOptions{Stdin: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e2.CloseStdin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p2 := e2.Attach(ctx, 0)
+		out2, _, _, _ := readBoth(ctx, p2)
+		if strings.TrimSpace(string(out2)) != "0" {
+			t.Fatalf("wc -c after a bare eof: %q", out2)
+		}
+		if _, err := p2.Wait(ctx); err != nil || p2.Err() != nil {
+			t.Fatal(err, p2.Err())
+		}
+	})
+
+	// Catches: a 404 from the exec routes dressed as fs.ErrNotExist (only a
+	// file read's 404 means a missing path).
+	t.Run("UnknownExecIsNotAMissingFile", func(t *testing.T) {
+		ctx := testCtx(t)
+		_, err := s.Exec("no-such-exec").Poll(ctx)
+		if !errors.Is(err, client.WireKindError(taxonomy.WireNotFound)) || errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("poll of an unknown exec: %v", err)
+		}
+	})
+}
+
+// TestAgentdBootstrapAuthHealth covers the daemon before and after its run
+// hook, and the open health route.
+func TestAgentdBootstrapAuthHealth(t *testing.T) {
+	d := startAgentd(t)
+	ctx := testCtx(t)
+	s := session(t, d.base, token)
+
+	h, err := s.Health(ctx)
+	if err != nil || h.Bootstrapped {
+		t.Fatalf("health before bootstrap: %+v %v", h, err)
+	}
+
+	// Catches: 503 mapped to a terminal kind (the caller would give up on a
+	// VM that is still booting) or to Transport (the CLI would blame the
+	// endpoint).
+	_, err = s.Start(ctx, []string{"true"}, client.StartOptions{})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Kind() != taxonomy.KindRetryable {
+		t.Fatalf("start before bootstrap: %v", err)
+	}
+	if w, ok := ce.WireKind(); !ok || w != taxonomy.WireNotBootstrapped {
+		t.Fatalf("start before bootstrap: wire %v %v (%v)", w, ok, err)
+	}
+
+	d.bootstrap(t, token)
+
+	// Catches: 401 mapped to anything but Credentials (a retry loop on a
+	// wrong token), or the wire kind lost on the way.
+	bad := session(t, d.base, "not-the-token")
+	_, err = bad.Start(ctx, []string{"true"}, client.StartOptions{})
+	if !errors.As(err, &ce) || ce.Kind() != taxonomy.KindCredentials {
+		t.Fatalf("wrong token: %v", err)
+	}
+	// agentd answers 401 with an empty body: the status alone must classify.
+	if w, ok := ce.WireKind(); !ok || w != taxonomy.WireUnauthorized {
+		t.Fatalf("wrong token: wire %v %v", w, ok)
+	}
+	if strings.Contains(err.Error(), "not-the-token") || strings.Contains(fmt.Sprint(bad), "not-the-token") {
+		t.Fatalf("the agent token leaked into %q / %v", err, bad)
+	}
+
+	// Catches: health decoded into the wrong fields (busy/execs always
+	// zero), or busy counted from entries rather than live children.
+	h, err = s.Health(ctx)
+	if err != nil || !h.Bootstrapped || h.Busy || h.Execs != 0 {
+		t.Fatalf("idle health: %+v %v", h, err)
+	}
+	p, err := s.Spawn(ctx, []string{"sleep", "300"}, client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	h, err = s.Health(ctx)
+	if err != nil || !h.Busy || h.Execs != 1 {
+		t.Fatalf("busy health: %+v %v", h, err)
+	}
+	if _, err := p.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err = s.Health(ctx)
+	if err != nil || h.Busy || h.Execs != 1 {
+		t.Fatalf("health after the exec ended (acked entries stay until their TTL): %+v %v", h, err)
+	}
+}
+
+// cutProxy is a loopback TCP forwarder in front of agentd that closes a
+// connection once it has carried cutAfter bytes of answer, for the first
+// cuts connections (every connection when cuts < 0). It parses requests only
+// to record their targets.
+type cutProxy struct {
+	t        *testing.T
+	ln       net.Listener
+	target   string
+	cutAfter int64
+	always   bool         // cut every connection
+	cuts     atomic.Int64 // else cut while this stays positive
+
+	mu       sync.Mutex
+	requests []string
+	conns    map[net.Conn]struct{}
+}
+
+func newCutProxy(t *testing.T, target string, cutAfter int64, cuts int64) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{t: t, ln: ln, target: target, cutAfter: cutAfter, always: cuts < 0, conns: map[net.Conn]struct{}{}}
+	p.cuts.Store(cuts)
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		// Idle keep-alive connections would otherwise hold the copy loops
+		// until the daemon's idle timeout.
+		p.mu.Lock()
+		for c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); p.serve(c) }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) url() string { return "http://" + p.ln.Addr().String() }
+
+func (p *cutProxy) targets() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.requests...)
+}
+
+func (p *cutProxy) track(c net.Conn, add bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if add {
+		p.conns[c] = struct{}{}
+	} else {
+		delete(p.conns, c)
+	}
+}
+
+func (p *cutProxy) serve(c net.Conn) {
+	defer c.Close()
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	p.track(c, true)
+	p.track(up, true)
+	defer p.track(c, false)
+	defer p.track(up, false)
+	cut := p.always || p.cuts.Add(-1) >= 0
+	go func() {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				up.Close()
+				return
+			}
+			p.mu.Lock()
+			p.requests = append(p.requests, req.URL.RequestURI())
+			p.mu.Unlock()
+			if err := req.Write(up); err != nil {
+				return
+			}
+		}
+	}()
+	if cut {
+		_, _ = io.CopyN(c, up, p.cutAfter)
+		return // both ends close: the client sees the body end mid-frame
+	}
+	_, _ = io.Copy(c, up)
+}
+
+// offsetOf is the ?offset= of a recorded stream request.
+func offsetOf(t *testing.T, target string) uint64 {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(u.Query().Get("offset"), 10, 64)
+	if err != nil {
+		t.Fatalf("stream request %q has no offset: %v", target, err)
+	}
+	return n
+}
+
+// Catches: a reconnect that resumes at offset 0 (the client's overlap trim
+// would hide it in the bytes, so the proxy checks the request), one that
+// resumes past the cursor (bytes missing), a cut body mistaken for the end of
+// the output, and the stdout/stderr split lost across a reconnect.
+func TestAgentdStreamReconnectsAtCursor(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	ctx := testCtx(t)
+	s := session(t, d.base, token)
+	blob := randomBytes(t, 200<<10)
+	file := filepath.Join(d.dir, "blob")
+	if err := s.WriteFile(ctx, file, bytes.NewReader(blob), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// 400 KiB of output is ~550 KiB of SSE in frames of up to ~64 KiB; cut the
+	// first three connections after 150 KiB each, so each completes two frames
+	// and breaks the third. All of it is inside the 1 MiB replay window.
+	e, err := s.Start(ctx, []string{"cat " + file + "; cat " + file + " >&2"}, client.StartOptions{Shell: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, d.addr, 150<<10, 3)
+	via := session(t, px.url(), token)
+	st := via.Exec(e.ID()).Stream(ctx, 0)
+	defer st.Close()
+	var out, errOut bytes.Buffer
+	var next uint64
+	sawExit := false
+	for range 100000 { // bounded: far more events than 400 KiB can make
+		ev, err := st.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stream failed after %d bytes: %v", next, err)
+		}
+		switch ev.Kind {
+		case client.EventOutput:
+			if ev.Offset != next {
+				t.Fatalf("output at %d, expected it contiguous at %d", ev.Offset, next)
+			}
+			next += uint64(len(ev.Data))
+			if ev.Stream == protocol.StreamStderr {
+				errOut.Write(ev.Data)
+			} else {
+				out.Write(ev.Data)
+			}
+		case client.EventGap:
+			t.Fatalf("gap %+v inside the replay window", ev.Gap)
+		case client.EventExit:
+			sawExit = true
+			if ev.Exit.Offset != next || ev.Exit.ExitCode == nil || *ev.Exit.ExitCode != 0 {
+				t.Fatalf("exit %+v after %d bytes", ev.Exit, next)
+			}
+		}
+	}
+	if !sawExit || !bytes.Equal(out.Bytes(), blob) || !bytes.Equal(errOut.Bytes(), blob) {
+		t.Fatalf("exit %v; stdout %d bytes equal %v; stderr %d bytes equal %v", sawExit,
+			out.Len(), bytes.Equal(out.Bytes(), blob), errOut.Len(), bytes.Equal(errOut.Bytes(), blob))
+	}
+	reqs := px.targets()
+	if len(reqs) < 4 {
+		t.Fatalf("expected 3 cuts and a 4th connection, saw requests %v", reqs)
+	}
+	if offsetOf(t, reqs[0]) != 0 {
+		t.Fatalf("first attach at %s", reqs[0])
+	}
+	for i := 1; i < len(reqs); i++ {
+		prev, cur := offsetOf(t, reqs[i-1]), offsetOf(t, reqs[i])
+		if cur <= prev || cur > next {
+			t.Fatalf("reconnect %d resumed at %d after %d (total %d): %v", i, cur, prev, next, reqs)
+		}
+	}
+	if st.Cursor() != next {
+		t.Fatalf("cursor %d, delivered %d", st.Cursor(), next)
+	}
+}
+
+// Catches: a stream that keeps failing reported like any other transport
+// failure (the CLI cannot tell "the daemon answered but the output never
+// finished" from "the endpoint is wrong"), a give-up that touches the exec,
+// and ErrStreamCut attached to a connection that never opened.
+func TestAgentdStreamGivesUpWithErrStreamCut(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	ctx := testCtx(t)
+	s := session(t, d.base, token)
+	// One 48 KiB output frame is ~64 KiB on the wire; every connection is cut
+	// 300 bytes in, past the headers and inside that first frame, so no
+	// attempt makes progress.
+	e, err := s.Start(ctx, []string{"head -c 100000 /dev/zero"}, client.StartOptions{Shell: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, d.addr, 300, -1)
+	st := session(t, px.url(), token).Exec(e.ID()).Stream(ctx, 0)
+	var serr error
+	for range 1000 {
+		if _, serr = st.Next(); serr != nil {
+			break
+		}
+	}
+	if !errors.Is(serr, client.ErrStreamCut) {
+		t.Fatalf("exhausted reconnects: %v", serr)
+	}
+	var ce *client.Error
+	if !errors.As(serr, &ce) || ce.Kind() != taxonomy.KindRetryable {
+		t.Fatalf("exhausted reconnects must stay Retryable: %v", serr)
+	}
+	if w, _ := ce.WireKind(); w != taxonomy.WireTransport {
+		t.Fatalf("wire kind %v", w)
+	}
+	if n := len(px.targets()); n < 2 {
+		t.Fatalf("gave up after %d connection(s) without reconnecting", n)
+	}
+	if _, again := st.Next(); again != serr {
+		t.Fatalf("a failed stream must keep returning its error: %v", again)
+	}
+	// The exec was left alone: its record is intact and ackable.
+	r, err := s.Exec(e.ID()).Poll(ctx)
+	for i := 0; err == nil && r.Running() && i < 1000; i++ {
+		time.Sleep(10 * time.Millisecond)
+		r, err = s.Exec(e.ID()).Poll(ctx)
+	}
+	if err != nil || !r.Success() || len(r.Stdout) != 100000 {
+		t.Fatalf("exec after the stream gave up: phase %s exit %v stdout %d bytes, %v", r.Phase, r.ExitCode, len(r.Stdout), err)
+	}
+
+	// A Process over the same cut stream: both readers end with the error,
+	// and Err says the output is a prefix. Catches: readers ended with a
+	// clean EOF (a caller copying them would take a prefix for the output).
+	p := session(t, px.url(), token).Exec(e.ID()).Attach(ctx, 0)
+	_, _, oe, ee := readBoth(ctx, p)
+	if !errors.Is(oe, client.ErrStreamCut) || !errors.Is(ee, client.ErrStreamCut) || !errors.Is(p.Err(), client.ErrStreamCut) {
+		t.Fatalf("process readers %v / %v, Err %v", oe, ee, p.Err())
+	}
+	p.Close()
+
+	// A daemon that cannot be reached at all is a transport failure, not a
+	// cut stream.
+	dead := session(t, "http://"+freeAddr(t), token).Exec(e.ID()).Stream(ctx, 0)
+	var derr error
+	for range 1000 {
+		if _, derr = dead.Next(); derr != nil {
+			break
+		}
+	}
+	if errors.Is(derr, client.ErrStreamCut) || !errors.Is(derr, client.WireKindError(taxonomy.WireTransport)) {
+		t.Fatalf("unreachable daemon: %v", derr)
+	}
+}
+
+// Catches: a late reader past the replay window told nothing (the output
+// would read as whole), a gap whose range is dropped or not followed (the
+// next reconnect would ask for lost bytes again), and output after the gap
+// put at the wrong offset.
+func TestAgentdLateAttachSurfacesGap(t *testing.T) {
+	d := startAgentd(t, "AGENTD_STREAM_BUFFER_BYTES=4096")
+	d.bootstrap(t, token)
+	ctx := testCtx(t)
+	s := session(t, d.base, token)
+	const total = 100000
+	e, err := s.Start(ctx, []string{fmt.Sprintf("head -c %d /dev/zero | tr '\\000' x", total)}, client.StartOptions{Shell: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Poll(ctx)
+	for i := 0; err == nil && r.Running() && i < 2000; i++ {
+		time.Sleep(5 * time.Millisecond)
+		r, err = e.Poll(ctx)
+	}
+	if err != nil || r.Running() {
+		t.Fatalf("exec never exited: %v", err)
+	}
+
+	st := e.Stream(ctx, 0)
+	ev, err := st.Next()
+	if err != nil || ev.Kind != client.EventGap || ev.Gap.From != 0 || ev.Gap.To == 0 || ev.Gap.To > total {
+		t.Fatalf("first event of a late attach: %+v %v", ev, err)
+	}
+	if st.Cursor() != ev.Gap.To {
+		t.Fatalf("cursor %d after gap to %d", st.Cursor(), ev.Gap.To)
+	}
+	st.Close()
+
+	p := e.Attach(ctx, 0)
+	out, _, oe, _ := readBoth(ctx, p)
+	if oe != nil {
+		t.Fatal(oe)
+	}
+	gaps := p.Gaps()
+	var lost uint64
+	for _, g := range gaps {
+		lost += g.To - g.From
+	}
+	if len(gaps) == 0 || gaps[0].From != 0 || lost+uint64(len(out)) != total || strings.Trim(string(out), "x") != "" {
+		t.Fatalf("delivered %d bytes, gaps %v", len(out), gaps)
+	}
+	rec, err := p.Wait(ctx)
+	if err != nil || len(rec.Stdout) != total {
+		t.Fatalf("the record keeps the whole output: %d bytes, %v", len(rec.Stdout), err)
+	}
+}
+
+// TestAgentdFiles covers file and tar transfer.
+func TestAgentdFiles(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	s := session(t, d.base, token)
+	root := d.dir
+
+	// Catches: a body re-encoded as text (NUL and \xff lost), a mode sent in
+	// decimal (0o600 as "384" is an invalid or different mode), and parents
+	// not created.
+	t.Run("UploadDownloadRoundTrip", func(t *testing.T) {
+		ctx := testCtx(t)
+		blob := randomBytes(t, 1<<20+7)
+		p := filepath.Join(root, "up", "deep", "blob.bin")
+		if err := s.WriteFile(ctx, p, bytes.NewReader(blob), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		n, err := s.ReadFile(ctx, p, &got, client.LineRange{})
+		if err != nil || n != int64(len(blob)) || !bytes.Equal(got.Bytes(), blob) {
+			t.Fatalf("download: %d bytes, equal %v, %v", n, bytes.Equal(got.Bytes(), blob), err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm() != 0o640 {
+			t.Fatalf("mode on disk: %v %v", fi.Mode(), err)
+		}
+	})
+
+	// Catches: 0-based lines, an exclusive end, start and end swapped, and an
+	// unset bound sent as 0 instead of omitted.
+	t.Run("LineRanges", func(t *testing.T) {
+		ctx := testCtx(t)
+		p := filepath.Join(root, "lines.txt")
+		if err := s.WriteFile(ctx, p, strings.NewReader("one\ntwo\nthree\nfour\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			r    client.LineRange
+			want string
+		}{
+			{client.LineRange{Start: 2, End: 3}, "two\nthree\n"},
+			{client.LineRange{Start: 3}, "three\nfour\n"},
+			{client.LineRange{End: 2}, "one\ntwo\n"},
+			{client.LineRange{Start: 4, End: 4}, "four\n"},
+			{client.LineRange{}, "one\ntwo\nthree\nfour\n"},
+		} {
+			var b bytes.Buffer
+			if _, err := s.ReadFile(ctx, p, &b, c.r); err != nil || b.String() != c.want {
+				t.Errorf("lines %+v: %q %v; want %q", c.r, b.String(), err, c.want)
+			}
+		}
+	})
+
+	// Catches: a tar body sent with a text encoding or truncated, members
+	// placed outside the target, and a download that drops binary contents.
+	t.Run("TarRoundTrip", func(t *testing.T) {
+		ctx := testCtx(t)
+		files := map[string][]byte{
+			"a.txt":       []byte("alpha\n"),
+			"sub/b.bin":   randomBytes(t, 70000),
+			"sub/c/d.txt": {},
+		}
+		var tb bytes.Buffer
+		tw := tar.NewWriter(&tb)
+		for _, dir := range []string{"sub/", "sub/c/"} {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, name := range []string{"a.txt", "sub/b.bin", "sub/c/d.txt"} {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(files[name]))}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tw.Write(files[name]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(root, "tarroot")
+		if err := s.WriteTar(ctx, dst, &tb); err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range files {
+			got, err := os.ReadFile(filepath.Join(dst, name))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("extracted %s: %d bytes, %v", name, len(got), err)
+			}
+		}
+		var back bytes.Buffer
+		if _, err := s.ReadTar(ctx, dst, &back); err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(&back)
+		seen := map[string]bool{}
+		for range 100 {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Typeflag != tar.TypeReg {
+				continue
+			}
+			name := strings.TrimPrefix(path.Clean(h.Name), "./")
+			body, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, ok := files[name]
+			if !ok || !bytes.Equal(body, want) {
+				t.Fatalf("downloaded member %q: %d bytes, known %v", h.Name, len(body), ok)
+			}
+			seen[name] = true
+		}
+		if len(seen) != len(files) {
+			t.Fatalf("downloaded members %v, want %d files", seen, len(files))
+		}
+	})
+
+	// Catches: a file 404 that errors.Is cannot match to fs.ErrNotExist, or
+	// one classified as anything but the NotFound wire kind.
+	t.Run("MissingIsErrNotExist", func(t *testing.T) {
+		ctx := testCtx(t)
+		_, err := s.ReadFile(ctx, filepath.Join(root, "no", "such", "file"), io.Discard, client.LineRange{})
+		if !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, client.WireKindError(taxonomy.WireNotFound)) {
+			t.Fatalf("missing file: %v", err)
+		}
+		_, err = s.ReadTar(ctx, filepath.Join(root, "no-such-dir"), io.Discard)
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("missing tar root: %v", err)
+		}
+	})
+}
