@@ -8,10 +8,22 @@
 // after paging, the 400 for an unencoded '=' in a cursor, throttling and a
 // gateway's 5xx HTML page.
 //
+// With Options.VMs set (AgentdLauncher runs a real agentd), a MicroVM is also
+// a guest: RunMicrovm starts it and posts the wrapped runHookPayload to its
+// run hook before the MicroVM can report RUNNING (a non-200 answer kills the
+// launch with the platform's stateReason); its endpoint is a bare
+// 127.0.0.1:PORT host served as plain HTTP by a proxy that demands an
+// unexpired X-aws-proxy-auth token minted for that MicroVM and an
+// X-aws-proxy-port inside the token's scope (403 otherwise, 502 for a scoped
+// port with nothing listening), and strips both headers before forwarding.
+// Suspend freezes the guest's processes (SIGSTOP), resume continues them,
+// terminate kills them; Close stops every guest.
+//
 // State advances when it is observed (each read of a resource is one step),
 // never by the wall clock, so a test driving it is deterministic.
 //
 // It must never listen on anything but the address its caller gives it (tests
-// use loopback), never call AWS, and never invent wire fields: every body it
+// use loopback) and, with a VM backend, fresh 127.0.0.1 ports for the
+// MicroVM endpoints; never call AWS; and never invent wire fields: every body it
 // reads or writes is a type from gen/controlplane.
 package emulator

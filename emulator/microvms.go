@@ -1,10 +1,12 @@
 package emulator
 
 import (
+	"crypto/rand"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
@@ -23,12 +25,23 @@ type microvm struct {
 	seen                            int
 	resumed                         bool
 	tokens                          []string
+
+	// The VM backend (Options.VMs); all zero without it.
+	grants    map[string]grant // proxy token -> what it reaches
+	guest     *Guest           // set once the run hook answered 200: the endpoint forwards
+	launching bool             // the guest is starting or its run hook is in flight
+	freezeErr error            // a failed freeze or thaw: the proxy forwards nothing
 }
 
 // observeVM advances a VM one step along the transition it is in.
 func (s *Server) observeVM(vm *microvm) {
 	switch vm.state {
 	case cp.MicrovmStatePENDING:
+		if vm.launching {
+			// RUNNING waits for the run hook's answer, however often the
+			// VM is observed.
+			return
+		}
 		vm.seen++
 		if vm.seen < max(vm.plan.Steps, 1) {
 			return
@@ -136,6 +149,12 @@ func (s *Server) RunMicrovm(w http.ResponseWriter, r *http.Request) {
 		endpoint: strings.TrimPrefix(id, "microvm-") + ".lambda-microvm." + s.opt.Region + ".on.aws",
 		plan:     s.opt.Launches(im.arn),
 	}
+	if s.opt.VMs != nil {
+		if err := s.startGuest(vm, v, req.RunHookPayload); err != nil {
+			writeError(w, http.StatusInternalServerError, "InternalServerException", ptr("emulator: opening the MicroVM endpoint: "+err.Error()))
+			return
+		}
+	}
 	vm.req.RunHookPayload, vm.req.ClientToken = nil, nil // never readable back
 	s.vms[id] = vm
 	s.vmOrder = append(s.vmOrder, id)
@@ -201,6 +220,7 @@ func (s *Server) SuspendMicrovm(w http.ResponseWriter, r *http.Request, microvmI
 	switch vm.state {
 	case cp.MicrovmStateRUNNING:
 		vm.state = cp.MicrovmStateSUSPENDING
+		vm.freeze()
 	case cp.MicrovmStateSUSPENDING, cp.MicrovmStateSUSPENDED:
 	default:
 		s.conflict(w, vm, "suspend")
@@ -222,6 +242,7 @@ func (s *Server) ResumeMicrovm(w http.ResponseWriter, r *http.Request, microvmId
 	switch vm.state {
 	case cp.MicrovmStateSUSPENDED:
 		vm.state, vm.seen, vm.resumed = cp.MicrovmStatePENDING, 0, true
+		vm.thaw()
 	case cp.MicrovmStateRUNNING:
 	default:
 		s.conflict(w, vm, "resume")
@@ -234,6 +255,14 @@ func (s *Server) TerminateMicrovm(w http.ResponseWriter, r *http.Request, microv
 	if s.fault(w, "TerminateMicrovm") {
 		return
 	}
+	var gone *Guest
+	defer func() {
+		// Killed after the lock is released (deferred calls run in
+		// reverse): stopping waits for the process to be reaped.
+		if gone != nil {
+			gone.Stop()
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	vm := s.findVM(w, microvmIdentifier)
@@ -242,6 +271,7 @@ func (s *Server) TerminateMicrovm(w http.ResponseWriter, r *http.Request, microv
 	}
 	if vm.state != cp.MicrovmStateTERMINATED {
 		vm.state = cp.MicrovmStateTERMINATING
+		gone = vm.detachGuest()
 	}
 	writeJSON(w, http.StatusOK, cp.TerminateMicrovmResponse{})
 }
@@ -277,7 +307,11 @@ func validPorts(ports []cp.PortSpecification) string {
 
 func (s *Server) mint(vm *microvm) map[string]string {
 	s.seq++
-	tok := fmt.Sprintf("emulator-token-%s-%d", vm.id, s.seq)
+	// Random as well as named: the endpoint proxy accepts it, so it must
+	// not be guessable from the MicroVM id.
+	secret := make([]byte, 16)
+	_, _ = rand.Read(secret)
+	tok := fmt.Sprintf("emulator-token-%s-%d-%x", vm.id, s.seq, secret)
 	vm.tokens = append(vm.tokens, tok)
 	return map[string]string{taxonomy.ProxyAuthHeader: tok}
 }
@@ -308,7 +342,17 @@ func (s *Server) CreateMicrovmAuthToken(w http.ResponseWriter, r *http.Request, 
 		s.conflict(w, vm, "mint a token for")
 		return
 	}
-	writeJSON(w, http.StatusOK, cp.CreateMicrovmAuthTokenResponse{AuthToken: s.mint(vm)})
+	tok := s.mint(vm)
+	if vm.grants == nil {
+		vm.grants = map[string]grant{}
+	}
+	// The scope and expiry the endpoint proxy enforces; the emulator's
+	// token is an opaque name for them, where the platform's is a JWE.
+	vm.grants[tok[taxonomy.ProxyAuthHeader]] = grant{
+		ports:   req.AllowedPorts,
+		expires: s.opt.Now().Add(time.Duration(req.ExpirationInMinutes) * time.Minute),
+	}
+	writeJSON(w, http.StatusOK, cp.CreateMicrovmAuthTokenResponse{AuthToken: tok})
 }
 
 func (s *Server) CreateMicrovmShellAuthToken(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {

@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,12 +24,19 @@ type Options struct {
 	// Region is the region ARNs and endpoints are minted for. The region a
 	// request is signed for is checked separately, against the supported set.
 	Region string
-	// Now stamps createdAt and friends; nothing waits on it.
+	// Now stamps createdAt and friends, and is the clock proxy tokens
+	// expire by; nothing waits on it.
 	Now func() time.Time
 	// Builds decides how the builds of a new image version behave.
 	Builds func(imageName string) BuildPlan
 	// Launches decides how a new MicroVM's launch behaves.
 	Launches func(imageArn string) LaunchPlan
+	// VMs, when set, makes each MicroVM a real guest: RunMicrovm starts it
+	// through this launcher, delivers the run hook before the MicroVM can
+	// report RUNNING, and serves its endpoint (a bare 127.0.0.1:PORT host)
+	// through a proxy that checks X-aws-proxy-auth and X-aws-proxy-port.
+	// AgentdLauncher runs a real agentd. Call Close to stop the guests.
+	VMs Launcher
 }
 
 // BuildPlan is how one image version's builds progress. Each read of the
@@ -97,6 +105,13 @@ type Server struct {
 	runToks  map[string]string // RunMicrovm clientToken -> microvm id
 	faults   map[string][]Fault
 	requests []Request
+
+	// The VM backend's resources: launches run under ctx, and Close waits
+	// for them and closes every endpoint proxy.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	proxies []*http.Server
 }
 
 // New builds a Server.
@@ -124,6 +139,7 @@ func New(opt Options) *Server {
 		runToks: map[string]string{},
 		faults:  map[string][]Fault{},
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	api := controlplane.HandlerWithOptions(s, controlplane.StdHTTPServerOptions{
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadRequest, "ValidationException", ptr(err.Error()))
@@ -137,7 +153,7 @@ func New(opt Options) *Server {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // ServeLoopback serves on a fresh 127.0.0.1 port and returns its base URL and
-// a function that stops the server.
+// a function that stops the server and, through Close, its guests.
 func (s *Server) ServeLoopback() (url string, stop func(), err error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -145,7 +161,7 @@ func (s *Server) ServeLoopback() (url string, stop func(), err error) {
 	}
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
-	return "http://" + l.Addr().String(), func() { _ = srv.Close() }, nil
+	return "http://" + l.Addr().String(), func() { _ = srv.Close(); s.Close() }, nil
 }
 
 // Inject queues faults for operation (its operationId, e.g. "GetMicrovm");

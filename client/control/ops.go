@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"net"
 	"strings"
 	"time"
 
@@ -486,13 +487,35 @@ func (c *Client) MintAuthToken(ctx context.Context, id string, req TokenRequest)
 	return newAuthToken(out.AuthToken, req, minted)
 }
 
-// EndpointURL turns the bare host GetMicrovm and RunMicrovm return into an
-// https URL; the service sends no scheme.
+// EndpointURL turns the bare host GetMicrovm and RunMicrovm return into a
+// URL; the service sends no scheme (finding endpoint-bare-host). A platform
+// endpoint gets https://. A loopback host (127.0.0.0/8, ::1, localhost,
+// with or without a port) gets http://: no platform endpoint is loopback,
+// and the local emulator serves its endpoint proxy as plain HTTP there, the
+// one place client.Proxied accepts plain HTTP. A value that already has a
+// scheme is returned unchanged.
 func EndpointURL(endpoint string) string {
 	if strings.Contains(endpoint, "://") {
 		return endpoint
 	}
+	if isLoopbackHost(endpoint) {
+		return "http://" + endpoint
+	}
 	return "https://" + endpoint
+}
+
+// isLoopbackHost reports whether a bare host[:port] names this machine.
+func isLoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func isSpace(r rune) bool {

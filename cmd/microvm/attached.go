@@ -15,27 +15,72 @@ import (
 	"unicode/utf8"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/control"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// session opens the client session the addressing flags name.
-func (f *AttachFlags) session() (*client.Session, error) {
+// session opens the client session the addressing flags name. Without
+// --direct the session is proxied: every request carries a proxy token that
+// the session mints (lazily, inside its retry path) through the control
+// plane's CreateMicrovmAuthToken for --microvm-id, scoped to --port.
+func (f *AttachFlags) session(ctx context.Context) (*client.Session, error) {
 	if f.Port < 1 || f.Port > 65535 {
 		return nil, invalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", f.Port)
 	}
+	// GetMicrovm's endpoint is a bare host (finding endpoint-bare-host), so
+	// it is accepted as given; EndpointURL picks the scheme.
+	endpoint := control.EndpointURL(f.Endpoint)
 	if f.Direct {
-		return client.Direct(f.Endpoint, f.AgentToken)
+		return client.Direct(endpoint, f.AgentToken)
 	}
 	if f.MicrovmID == "" {
-		return nil, invalidArg(taxonomy.FindingEndpointAuth, "--microvm-id (or MICROVM_ID) is required to mint the endpoint proxy token; use --direct for a daemon reached without the proxy")
+		// Every flag parsed; what is missing is the one thing the proxy
+		// token is minted for, so this is a precondition of a proxied
+		// attach rather than a malformed argument.
+		return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingEndpointAuth,
+			"a proxied attach needs --microvm-id (or MICROVM_ID) to mint the endpoint proxy token; use --direct for a daemon reached without the proxy")
 	}
-	// The proxy token is minted through the control plane, which this CLI
-	// does not wire in until the lifecycle issue; refusing here is honest,
-	// where sending only the agent token would meet the proxy's 401.
-	return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingEndpointAuth,
-		"attaching through the endpoint proxy needs the control plane to mint a token, which this build of microvm does not include yet; use --direct")
+	region, err := f.region()
+	if err != nil {
+		return nil, err
+	}
+	// Credentials come from aws-sdk-go-v2's default chain; the endpoint from
+	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA or AWS_ENDPOINT_URL.
+	// Nothing is resolved over the network until the first mint.
+	cpc, err := control.New(ctx, control.Options{Region: region, Endpoint: f.ControlEndpoint})
+	if err != nil {
+		return nil, err
+	}
+	id, port := f.MicrovmID, f.Port
+	minter := client.TokenMinterFunc(func(ctx context.Context, req client.MintRequest) (client.ProxyToken, error) {
+		scopes := make([]control.PortScope, 0, len(req.Ports))
+		for _, p := range req.Ports {
+			scopes = append(scopes, control.Port(p))
+		}
+		tok, err := cpc.MintAuthToken(ctx, id, control.TokenRequest{Ports: scopes, Expiry: time.Duration(req.Minutes) * time.Minute})
+		if err != nil {
+			return client.ProxyToken{}, err
+		}
+		h, err := tok.Headers(port)
+		if err != nil {
+			return client.ProxyToken{}, err
+		}
+		// The session names the port per request; the token is the rest.
+		delete(h, taxonomy.ProxyPortHeader)
+		return client.NewProxyToken(h), nil
+	})
+	return client.Proxied(endpoint, f.AgentToken, minter, client.WithAgentPort(port))
+}
+
+// region is the control plane's region: --unlisted-region when given, else
+// --region (or AWS_REGION), which the parser already held to the listed set.
+func (f *RegionFlags) region() (client.Region, error) {
+	if f.UnlistedRegion != "" {
+		return client.UnlistedRegion(f.UnlistedRegion), nil
+	}
+	return client.ParseRegion(f.Region)
 }
 
 // ExecCmd runs one command in a running MicroVM.
@@ -137,7 +182,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.session()
+	s, err := c.session(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +391,7 @@ type HealthCmd struct {
 }
 
 func (c *HealthCmd) run(ctx context.Context, a *app) (*result, error) {
-	s, err := c.session()
+	s, err := c.session(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +425,7 @@ type AckCmd struct {
 }
 
 func (c *AckCmd) run(ctx context.Context, a *app) (*result, error) {
-	s, err := c.session()
+	s, err := c.session(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +449,7 @@ func (c *StdinCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.Data == nil && !c.EOF {
 		return nil, invalidArg("", "nothing to do: pass --data, --eof, or both")
 	}
-	s, err := c.session()
+	s, err := c.session(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -473,7 +518,7 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 			return nil, invalidArg("", "--mode applies to an upload only")
 		}
 	}
-	s, err := c.session()
+	s, err := c.session(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -49,11 +49,14 @@ type RegionFlags struct {
 // AttachFlags address a VM this invocation did not launch. Each has an
 // environment default so a shell session sets them once.
 type AttachFlags struct {
-	Endpoint   string `help:"The VM's endpoint (https://...), or the daemon's URL with --direct." env:"MICROVM_ENDPOINT" required:""`
+	Endpoint   string `help:"The VM's endpoint as GetMicrovm returns it (a bare host: https:// is added, http:// for a loopback host such as the emulator's), or the daemon's URL with --direct." env:"MICROVM_ENDPOINT" required:""`
 	AgentToken string `help:"The agent token delivered to the VM at launch." env:"MICROVM_AGENT_TOKEN" required:""`
 	MicrovmID  string `name:"microvm-id" help:"The MicroVM id, needed to mint the endpoint proxy token; not needed with --direct." env:"MICROVM_ID"`
 	Port       int    `help:"The daemon's port inside the guest." default:"${default_port}" env:"MICROVM_PORT"`
-	Direct     bool   `help:"Talk to a daemon reached directly (local agentd, the emulator, tests): no proxy token is minted." env:"MICROVM_DIRECT"`
+	Direct     bool   `help:"Talk to a daemon reached directly (a local agentd, tests): no proxy token is minted." env:"MICROVM_DIRECT"`
+	// The control plane mints the proxy token; tests and the emulator point
+	// it elsewhere. The SDK's own AWS_ENDPOINT_URL_LAMBDA works too.
+	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL for minting the proxy token (the emulator, a proxy); unset, AWS_ENDPOINT_URL_LAMBDA then AWS_ENDPOINT_URL apply. Not used with --direct." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
 	RegionFlags
 }
 

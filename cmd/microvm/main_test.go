@@ -252,9 +252,14 @@ func TestExitRows(t *testing.T) {
 		args := append([]string{"--json", "exec", "--timeout", "0.2", "true"}, attach(srv.URL)...)
 		wantFailure(t, cli(t, nil, "", args...), taxonomy.KindTimeout, taxonomy.KindTimeout.Finding())
 	})
-	t.Run("12 proxied attach without a control plane", func(t *testing.T) {
-		inv := cli(t, nil, "", "--json", "health", "--endpoint", "https://vm.example", "--agent-token", "t", "--microvm-id", "mvm-1")
-		wantFailure(t, inv, taxonomy.KindPrecondition, taxonomy.FindingEndpointAuth)
+	t.Run("12 proxied attach without a MicroVM id to mint for", func(t *testing.T) {
+		// No --direct and no --microvm-id: the proxy token cannot be minted,
+		// and nothing is sent anywhere (the endpoint is unroutable).
+		inv := cli(t, nil, "", "--json", "health", "--endpoint", "vm.invalid", "--agent-token", "t")
+		m := wantFailure(t, inv, taxonomy.KindPrecondition, taxonomy.FindingEndpointAuth)
+		if s := m["suggestions"].([]any); len(s) == 0 || s[0] != "microvm doctor" {
+			t.Fatalf("suggestions %v", s)
+		}
 	})
 	// Rows 1 (a bug), 6, 7, 8, 9 and 11 need either a defect or the control
 	// plane; they are reached when the lifecycle commands land. Row 13 is

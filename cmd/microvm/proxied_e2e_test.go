@@ -1,0 +1,202 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/emulator"
+	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// proxiedVM is a MicroVM of the emulator with the agentd VM backend: a real
+// daemon behind the emulator's token-checking endpoint proxy.
+type proxiedVM struct {
+	emu        *emulator.Server
+	cpURL      string
+	cpc        *control.Client
+	id         string
+	endpoint   string // bare host, as GetMicrovm returns it
+	agentToken string
+}
+
+func launchProxied(t *testing.T) *proxiedVM {
+	t.Helper()
+	if m, _ := filepath.Glob("../agentd/*.go"); len(m) == 0 {
+		t.Skip("cmd/agentd has no Go files")
+	}
+	agentd := filepath.Join(t.TempDir(), "agentd")
+	if out, err := exec.Command("go", "build", "-o", agentd, "../agentd").CombinedOutput(); err != nil {
+		t.Fatalf("building agentd: %v\n%s", err, out)
+	}
+	emu := emulator.New(emulator.Options{VMs: emulator.AgentdLauncher(agentd, nil)})
+	url, stop, err := emu.ServeLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cpc, err := control.New(ctx, control.Options{Region: client.USEast1, Endpoint: url,
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""), MaxBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := control.ParseImageRef(emu.AddImage("cli-proxied"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "proxied-e2e-agent-token"
+	payload, err := control.NewRunHookPayload(token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := cpc.Launch(ctx, control.LaunchSpec{Image: ref, Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cpc.WaitRunning(ctx, run.MicrovmId, control.WaitOptions{Interval: 10 * time.Millisecond, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &proxiedVM{emu: emu, cpURL: url, cpc: cpc, id: got.MicrovmId, endpoint: got.Endpoint, agentToken: token}
+}
+
+// awsEnv is what a shell with static credentials exports; IMDS is off so a
+// missing credential can never reach for the network.
+func awsEnv() []string {
+	return []string{"AWS_ACCESS_KEY_ID=AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY=secret", "AWS_EC2_METADATA_DISABLED=true"}
+}
+
+// authTokenBodies are the CreateMicrovmAuthToken bodies the emulator got.
+func authTokenBodies(emu *emulator.Server, id string) []string {
+	var out []string
+	for _, r := range emu.Requests() {
+		if r.Method == http.MethodPost && r.Path == "/2025-09-09/microvms/"+id+"/auth-token" {
+			out = append(out, string(r.Body))
+		}
+	}
+	return out
+}
+
+// Catches: a proxied attach that sends no proxy token (the proxy's 403), a
+// token minted for the wrong MicroVM or port, a bare loopback endpoint given
+// an https:// scheme (nothing there speaks TLS), SSE buffered by the proxy
+// path, the control endpoint override or the env credential chain not
+// reaching the minter, and the refusal this replaced coming back.
+func TestProxiedAttachThroughTheEmulator(t *testing.T) {
+	vm := launchProxied(t)
+	if strings.Contains(vm.endpoint, "://") {
+		t.Fatalf("endpoint %q is not a bare host", vm.endpoint)
+	}
+	attachArgs := []string{"--endpoint", vm.endpoint, "--agent-token", vm.agentToken, "--microvm-id", vm.id, "--control-endpoint", vm.cpURL}
+	env := awsEnv()
+	run := func(stdin string, args ...string) invocation {
+		return cli(t, env, stdin, append(args, attachArgs...)...)
+	}
+
+	t.Run("health", func(t *testing.T) {
+		before := len(authTokenBodies(vm.emu, vm.id))
+		d := envelope(t, run("", "--json", "health"))["data"].(map[string]any)
+		if d["bootstrapped"] != true {
+			t.Fatalf("%v", d)
+		}
+		bodies := authTokenBodies(vm.emu, vm.id)
+		if len(bodies) != before+1 {
+			t.Fatalf("%d mints for one invocation, want 1", len(bodies)-before)
+		}
+		var req cp.CreateMicrovmAuthTokenRequest
+		if err := json.Unmarshal([]byte(bodies[len(bodies)-1]), &req); err != nil {
+			t.Fatal(err)
+		}
+		if len(req.AllowedPorts) != 1 || req.AllowedPorts[0].Port == nil || *req.AllowedPorts[0].Port != taxonomy.DefaultAgentPort {
+			t.Fatalf("minted for %s, want exactly port %d", bodies[len(bodies)-1], taxonomy.DefaultAgentPort)
+		}
+	})
+	t.Run("exec wait", func(t *testing.T) {
+		d := envelope(t, run("", "--json", "exec", "echo through the proxy"))["data"].(map[string]any)
+		if d["stdout"] != "through the proxy\n" || d["exitCode"] != float64(0) {
+			t.Fatalf("%v", d)
+		}
+	})
+	t.Run("exec stream", func(t *testing.T) {
+		inv := run("", "exec", "--stream", "echo a; echo b")
+		if inv.code != 0 || inv.stdout != "a\nb\n" {
+			t.Fatalf("%d %q %s", inv.code, inv.stdout, inv.stderr)
+		}
+	})
+	t.Run("cp both ways", func(t *testing.T) {
+		dir := t.TempDir()
+		src, back := filepath.Join(dir, "in.txt"), filepath.Join(dir, "back.txt")
+		if err := os.WriteFile(src, []byte("payload\x00bytes\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		remote := filepath.Join(dir, "guest")
+		envelope(t, run("", "--json", "cp", src, "vm:"+remote+"/f.txt"))
+		envelope(t, run("", "--json", "cp", "vm:"+remote+"/f.txt", back))
+		if b, err := os.ReadFile(back); err != nil || string(b) != "payload\x00bytes\n" {
+			t.Fatalf("%q %v", b, err)
+		}
+	})
+	t.Run("the SDK's endpoint variable reaches the minter", func(t *testing.T) {
+		inv := cli(t, append(awsEnv(), "AWS_ENDPOINT_URL_LAMBDA="+vm.cpURL), "", "--json", "health",
+			"--endpoint", vm.endpoint, "--agent-token", vm.agentToken, "--microvm-id", vm.id)
+		if d := envelope(t, inv)["data"].(map[string]any); d["bootstrapped"] != true {
+			t.Fatalf("%v", d)
+		}
+	})
+	t.Run("a token for another MicroVM is refused by the proxy", func(t *testing.T) {
+		// A second VM's id: its token is real and unexpired, but not for
+		// this endpoint.
+		ctx := t.Context()
+		ref, _ := control.ParseImageRef(vm.emu.AddImage("cli-proxied-other"))
+		payload, _ := control.NewRunHookPayload("other", nil)
+		other, err := vm.cpc.Launch(ctx, control.LaunchSpec{Image: ref, Payload: payload})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv := cli(t, env, "", "--json", "health", "--endpoint", vm.endpoint, "--agent-token", vm.agentToken,
+			"--microvm-id", other.MicrovmId, "--control-endpoint", vm.cpURL)
+		wantFailure(t, inv, taxonomy.KindCredentials, taxonomy.FindingAllowedPortsUnion)
+	})
+	t.Run("a token minted for another port is refused", func(t *testing.T) {
+		tok, err := vm.cpc.MintAuthToken(t.Context(), vm.id, control.TokenRequest{Ports: []control.PortScope{control.Port(8080)}, Expiry: 5 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := tok.Headers(8080)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", control.EndpointURL(vm.endpoint)+"/v1/health", nil)
+		req.Header.Set(taxonomy.ProxyAuthHeader, h[taxonomy.ProxyAuthHeader])
+		req.Header.Set(taxonomy.ProxyPortHeader, "9000")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("a port-8080 token reached port 9000: %d", resp.StatusCode)
+		}
+	})
+	t.Run("no agent traffic without the proxy token", func(t *testing.T) {
+		// The same endpoint with --direct sends only the bearer: the proxy
+		// refuses it, which is what made a proxied attach necessary.
+		inv := cli(t, env, "", "--json", "health", "--direct", "--endpoint", vm.endpoint, "--agent-token", vm.agentToken)
+		if m := envelope(t, inv); inv.code == 0 || !strings.Contains(m["error"].(string), "HTTP 403") {
+			t.Fatalf("%d %v", inv.code, m)
+		}
+	})
+}

@@ -1,0 +1,99 @@
+package emulator
+
+import (
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"time"
+
+	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// grant is what one CreateMicrovmAuthToken answer lets its bearer reach.
+type grant struct {
+	ports   []cp.PortSpecification
+	expires time.Time
+}
+
+// covers applies the allowedPorts union: any member admitting port admits
+// it (finding allowed-ports-union).
+func (g grant) covers(port int) bool {
+	for _, p := range g.ports {
+		switch {
+		case p.AllPorts != nil:
+			return true
+		case p.Port != nil && *p.Port == port:
+			return true
+		case p.Range != nil && p.Range.StartPort <= port && port <= p.Range.EndPort:
+			return true
+		}
+	}
+	return false
+}
+
+// proxyTransport reaches guests on loopback. It never consults a proxy
+// environment variable: the guest is on this machine.
+var proxyTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
+
+// endpointHandler is vm's endpoint: the platform's proxy in front of the
+// guest. It checks, in this order, the token (minted for this MicroVM and
+// unexpired by the emulator's clock), the port (inside the token's scope),
+// then whether the guest takes traffic, and forwards with both proxy headers
+// removed, so the guest never sees the caller's proxy credential.
+func (s *Server) endpointHandler(vm *microvm) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok := r.Header.Get(taxonomy.ProxyAuthHeader)
+		s.mu.Lock()
+		g, minted := vm.grants[tok]
+		now := s.opt.Now()
+		state, guest, freezeErr := vm.state, vm.guest, vm.freezeErr
+		s.mu.Unlock()
+
+		// Every refusal of the credential is a 403, as the platform's proxy
+		// answers (finding endpoint-auth); the messages are the emulator's
+		// own except the measured "Access to port denied".
+		switch {
+		case tok == "" || !minted:
+			http.Error(w, "Missing or invalid "+taxonomy.ProxyAuthHeader, http.StatusForbidden)
+			return
+		case !now.Before(g.expires):
+			http.Error(w, "Token expired", http.StatusForbidden)
+			return
+		}
+		port, err := strconv.Atoi(r.Header.Get(taxonomy.ProxyPortHeader))
+		if err != nil || !g.covers(port) {
+			http.Error(w, "Access to port denied", http.StatusForbidden)
+			return
+		}
+		// Authorized but nothing to reach: 502, the measured answer for a
+		// scoped port with no listener. What the platform answers for a
+		// suspended or terminated VM is unmeasured; 502 keeps "not
+		// authorized" and "not there" apart the same way.
+		if guest == nil || freezeErr != nil || (state != cp.MicrovmStateRUNNING && state != cp.MicrovmStatePENDING) {
+			http.Error(w, "MicroVM "+vm.id+" is not taking traffic (state "+string(state)+")", http.StatusBadGateway)
+			return
+		}
+		addr, ok := guest.Ports[port]
+		if !ok {
+			http.Error(w, "Nothing is listening on port "+strconv.Itoa(port), http.StatusBadGateway)
+			return
+		}
+		rp := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.Out.URL.Scheme, pr.Out.URL.Host = "http", addr
+				pr.Out.Host = ""
+				pr.Out.Header.Del(taxonomy.ProxyAuthHeader)
+				pr.Out.Header.Del(taxonomy.ProxyPortHeader)
+			},
+			Transport: proxyTransport,
+			// SSE and tar downloads must reach the caller as they are
+			// written, not when a buffer fills.
+			FlushInterval: -1,
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				http.Error(w, "Bad gateway: "+err.Error(), http.StatusBadGateway)
+			},
+		}
+		rp.ServeHTTP(w, r)
+	})
+}

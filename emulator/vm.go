@@ -1,0 +1,225 @@
+package emulator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Launcher starts the guest of one MicroVM. ctx ends when the emulator is
+// closed; a launcher must not return before the guest's hook port accepts
+// connections, since the run hook is posted as soon as it returns.
+//
+// With Options.VMs set, a MicroVM is a real guest: RunMicrovm starts it,
+// delivers the run hook, and serves its endpoint through a token-checking
+// proxy. Without it, MicroVMs are records whose endpoint points nowhere.
+type Launcher func(ctx context.Context, spec GuestSpec) (*Guest, error)
+
+// GuestSpec is what a Launcher is asked to start.
+type GuestSpec struct {
+	MicrovmID    string
+	ImageArn     string
+	ImageVersion string
+	// HookPort is the guest port the lifecycle hooks are served on: the
+	// image version's hooks.port, else 9000.
+	HookPort int
+	// Env is the image version's environmentVariables (nil when none).
+	Env map[string]string
+}
+
+// Guest is one running MicroVM as its Launcher reports it.
+type Guest struct {
+	// Ports maps each guest port that has a listener to the loopback
+	// host:port serving it. The endpoint proxy forwards X-aws-proxy-port P to
+	// Ports[P]; a port in the token's scope but absent here answers 502, as
+	// the platform answers for a scoped port with nothing listening.
+	Ports map[int]string
+	// Freeze stops every guest process where it stands and Thaw lets them
+	// continue: the platform's suspend is a freeze, not a stop and start
+	// (finding suspend-is-freeze). Nil means the guest cannot be frozen; the
+	// proxy still refuses traffic while the MicroVM is suspended.
+	Freeze, Thaw func() error
+	// Stop ends the guest and releases what it holds. The emulator calls it
+	// exactly once.
+	Stop func()
+}
+
+// runHookTimeout is how long the emulator waits for the run hook: the
+// image's runTimeoutInSeconds, else the 60-second ceiling.
+func runHookTimeout(spec cp.UpdateMicrovmImageRequest) time.Duration {
+	sec := taxonomy.MaxRunHookTimeoutSec
+	if h := spec.Hooks; h != nil && h.MicrovmHooks != nil && h.MicrovmHooks.RunTimeoutInSeconds != nil && *h.MicrovmHooks.RunTimeoutInSeconds > 0 {
+		sec = *h.MicrovmHooks.RunTimeoutInSeconds
+	}
+	return time.Duration(sec) * time.Second
+}
+
+// runHookEnabled is false only for an image that disabled its run hook; an
+// image that says nothing gets it, which is what the daemon needs to
+// bootstrap.
+func runHookEnabled(spec cp.UpdateMicrovmImageRequest) bool {
+	h := spec.Hooks
+	return h == nil || h.MicrovmHooks == nil || h.MicrovmHooks.Run == nil || *h.MicrovmHooks.Run != cp.DISABLED
+}
+
+func guestSpec(vm *microvm, v *version) GuestSpec {
+	port := taxonomy.DefaultAgentPort
+	if h := v.spec.Hooks; h != nil && h.Port != nil {
+		port = *h.Port
+	}
+	var env map[string]string
+	if v.spec.EnvironmentVariables != nil {
+		env = *v.spec.EnvironmentVariables
+	}
+	return GuestSpec{MicrovmID: vm.id, ImageArn: vm.imageArn, ImageVersion: vm.version, HookPort: port, Env: env}
+}
+
+// startGuest is RunMicrovm's half of the VM backend, called with s.mu held:
+// it opens the MicroVM's endpoint (so RunMicrovm can return it) and starts
+// the launch in the background, as the platform answers RunMicrovm with
+// PENDING before the guest has booted.
+func (s *Server) startGuest(vm *microvm, v *version, payload *string) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	// The platform returns a bare host; so does the emulator. It is loopback,
+	// which control.EndpointURL completes with http:// (finding
+	// endpoint-bare-host).
+	vm.endpoint = l.Addr().String()
+	srv := &http.Server{Handler: s.endpointHandler(vm), ReadHeaderTimeout: 10 * time.Second}
+	s.proxies = append(s.proxies, srv)
+	go func() { _ = srv.Serve(l) }()
+	if vm.plan.DieReason != "" {
+		// An injected dead launch: no guest to start; observeVM terminates it.
+		return nil
+	}
+	// The platform wraps the caller's string rather than sending it as the
+	// body (finding run-hook-payload-wrapped). With no payload the field is
+	// left out: what the platform sends then is unmeasured.
+	wrapped := map[string]string{}
+	if payload != nil {
+		wrapped["runHookPayload"] = *payload
+	}
+	body, _ := json.Marshal(wrapped)
+	vm.launching = true
+	s.wg.Add(1)
+	go s.launch(vm, guestSpec(vm, v), body, runHookEnabled(v.spec), runHookTimeout(v.spec))
+	return nil
+}
+
+// launch starts the guest and delivers the run hook. Until it returns, the
+// MicroVM stays PENDING however often it is observed: the platform reports
+// RUNNING only after the hook answered 200, and forwards no traffic before.
+func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, timeout time.Duration) {
+	defer s.wg.Done()
+	reason := ""
+	g, err := s.opt.VMs(s.ctx, spec)
+	switch {
+	case err != nil:
+		g, reason = nil, "MicroVM failed to start: "+err.Error()
+	case hook:
+		reason = postRunHook(s.ctx, g.Ports[spec.HookPort], body, timeout)
+	}
+	s.mu.Lock()
+	vm.launching = false
+	dead := vm.state == cp.MicrovmStateTERMINATING || vm.state == cp.MicrovmStateTERMINATED || s.ctx.Err() != nil
+	switch {
+	case reason != "":
+		// The platform's answer to a failed run hook: the VM is terminated
+		// before RUNNING with the hook's status as its stateReason (finding
+		// dead-before-running).
+		vm.plan.DieReason = reason
+	case !dead:
+		vm.guest, g = g, nil
+	}
+	s.mu.Unlock()
+	if g != nil {
+		g.Stop()
+	}
+}
+
+// postRunHook delivers the wrapped payload and returns "" on a 200, else
+// the stateReason the MicroVM dies with.
+func postRunHook(ctx context.Context, addr string, body []byte, timeout time.Duration) string {
+	if addr == "" {
+		return "Run lifecycle hook failed: nothing listens on the hook port."
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+taxonomy.HookPrefix+"/run", bytes.NewReader(body))
+	if err != nil {
+		return "Run lifecycle hook failed: " + err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	// The platform's hook arrives over loopback addressed to localhost
+	// (finding hooks-over-loopback).
+	req.Host = "localhost"
+	resp, err := hookClient.Do(req)
+	if err != nil {
+		return "Run lifecycle hook failed: " + err.Error()
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		// Worded as the platform words it.
+		return fmt.Sprintf("Run lifecycle hook returned HTTP status %d. Please check your hook endpoint and application logs for more details.", resp.StatusCode)
+	}
+	return ""
+}
+
+var hookClient = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+
+// freeze, thaw and stopGuest apply a lifecycle step to vm's guest, if it
+// has one; called with s.mu held. A freeze failure is not hidden: the VM
+// still reports SUSPENDED (the control plane decided), but the proxy keeps
+// refusing traffic, so nothing reaches a half-frozen guest.
+func (vm *microvm) freeze() {
+	if vm.guest != nil && vm.guest.Freeze != nil {
+		vm.freezeErr = vm.guest.Freeze()
+	}
+}
+
+func (vm *microvm) thaw() {
+	if vm.guest != nil && vm.guest.Thaw != nil {
+		vm.freezeErr = vm.guest.Thaw()
+	}
+}
+
+// detachGuest takes vm's guest for the caller to stop outside s.mu.
+func (vm *microvm) detachGuest() *Guest {
+	g := vm.guest
+	vm.guest = nil
+	return g
+}
+
+// Close stops every guest and endpoint proxy the server started. It does
+// not stop a listener of ServeLoopback; that function's stop calls Close.
+func (s *Server) Close() {
+	s.cancel()
+	s.wg.Wait() // launches in flight see the cancelled context and stop their guest
+	s.mu.Lock()
+	var guests []*Guest
+	for _, vm := range s.vms {
+		if g := vm.detachGuest(); g != nil {
+			guests = append(guests, g)
+		}
+	}
+	proxies := s.proxies
+	s.proxies = nil
+	s.mu.Unlock()
+	for _, g := range guests {
+		g.Stop()
+	}
+	for _, p := range proxies {
+		_ = p.Close()
+	}
+}
