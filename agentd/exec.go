@@ -453,6 +453,10 @@ func derefOr(p *int32, d int32) int32 {
 // whose child is quiet costs no buffer at all.
 var pumpBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
+// busyPipeBytes is the pipe size a child that fills its stdout or stderr pipe
+// gets (Linux's default pipe-max-size).
+const busyPipeBytes = 1 << 20
+
 // pump reads one pipe into the log until EOF or the linger deadline.
 func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, log *outputLog, lingered *atomic.Bool) {
 	defer wg.Done()
@@ -461,6 +465,7 @@ func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, log *ou
 		r.log.Warn("exec pipe has no raw conn", "err", err.Error())
 		return
 	}
+	grown := false
 	for {
 		var n int
 		var rerr error
@@ -468,6 +473,14 @@ func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, log *ou
 		cerr := rc.Read(func(fd uintptr) bool {
 			bp = pumpBuffers.Get().(*[]byte)
 			n, rerr = unix.Read(int(fd), *bp)
+			if n == len(*bp) && !grown {
+				// A full read means the child outruns the default 64 KiB
+				// pipe: widen it, so a busy child blocks (and switches)
+				// far less often. Only busy pipes pay for the pages; a
+				// refusal (pipe-user-pages limits) just keeps the default.
+				grown = true
+				_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, busyPipeBytes)
+			}
 			if rerr == unix.EAGAIN {
 				pumpBuffers.Put(bp)
 				bp = nil
@@ -665,8 +678,8 @@ func outcomeOf(id string, phase protocol.Phase, l *outputLog) pollOutcome {
 		// Lossy on purpose: a cap can land mid-character, and a strict decode
 		// would turn "printed a lot" into "lost your output". The stream has
 		// the exact bytes.
-		Stdout:            strings.ToValidUTF8(string(stdout), "\uFFFD"),
-		Stderr:            strings.ToValidUTF8(string(stderr), "\uFFFD"),
+		Stdout:            strings.ToValidUTF8(stdout.String(), "\uFFFD"),
+		Stderr:            strings.ToValidUTF8(stderr.String(), "\uFFFD"),
 		Truncated:         st.truncated,
 		WritersMayBeAlive: st.writersMayBeAlive,
 	}

@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -42,6 +43,13 @@ type subscriber struct {
 	cursor  uint64 // next offset this reader copies out
 	stalled bool   // left behind: the pump no longer waits for it
 	mark    uint64 // cursor when the pump started waiting, to detect no progress
+	// reading is true between a next that handed out a view of the ring and
+	// the consumed that releases it: the reader is encoding those bytes straight
+	// from the ring, outside the lock, so the pump must not overwrite them
+	// whatever the stall state. A reader does only CPU work while it holds a
+	// view (it writes to its connection after consumed), so this never waits on
+	// the network.
+	reading bool
 }
 
 // outputLog is one exec's output: the head of each stream, kept for poll and
@@ -63,7 +71,7 @@ type outputLog struct {
 	segs     []segment
 	segHead  int
 
-	head      [2][]byte
+	head      [2]head
 	headCap   int
 	truncated bool
 
@@ -89,10 +97,10 @@ func (l *outputLog) publish(kind streamKind, p []byte) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.head[kind]
-	if room := l.headCap - len(h); room > 0 {
+	h := &l.head[kind]
+	if room := l.headCap - h.n; room > 0 {
 		n := min(room, len(p))
-		l.head[kind] = append(h, p[:n]...)
+		h.write(p[:n], l.headCap)
 		if n < len(p) {
 			l.truncated = true
 		}
@@ -126,7 +134,7 @@ func (l *outputLog) makeRoom(n uint64) {
 		}
 		blocked := false
 		for s := range l.subs {
-			if !s.stalled && s.cursor < newStart {
+			if s.cursor < newStart && (!s.stalled || s.reading) {
 				if !waiting {
 					s.mark = s.cursor
 				}
@@ -158,7 +166,7 @@ func (l *outputLog) makeRoom(n uint64) {
 			// Whoever made no progress over a whole stall period is left
 			// behind; the others earned another period.
 			for s := range l.subs {
-				if !s.stalled && s.cursor < l.total && s.cursor == s.mark {
+				if !s.stalled && !s.reading && s.cursor < l.total && s.cursor == s.mark {
 					s.stalled = true
 				}
 				s.mark = s.cursor
@@ -252,7 +260,7 @@ type step struct {
 	kind   stepKind
 	stream streamKind
 	off    uint64 // output: first byte's offset; gap: from
-	n      int    // output: bytes copied into the caller's buffer
+	data   []byte // output: a view of the ring, valid until consumed
 	to     uint64 // gap: end, exclusive
 	exit   exitStatus
 	total  uint64
@@ -268,9 +276,12 @@ const (
 	stepExit
 )
 
-// next copies the reader's next run of bytes (one pipe's, at most len(buf))
-// into buf, or reports a gap, the end, or a channel to wait on.
-func (l *outputLog) next(s *subscriber, buf []byte) step {
+// next hands the reader its next run of bytes (one pipe's, at most limit, not
+// across the ring's end) as a view of the ring, or reports a gap, the end,
+// or a channel to wait on. After an output step the reader must call consumed
+// once it has copied the view out, and before it does anything that can
+// block: the pump cannot reuse those bytes until then.
+func (l *outputLog) next(s *subscriber, limit int) step {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s.cursor < l.start {
@@ -282,12 +293,10 @@ func (l *outputLog) next(s *subscriber, buf []byte) step {
 	}
 	if s.cursor < l.total {
 		kind, segEnd := l.segmentAt(s.cursor)
-		n := int(min(segEnd-s.cursor, uint64(len(buf))))
-		l.copyOut(buf[:n], s.cursor)
-		st := step{kind: stepOutput, stream: kind, off: s.cursor, n: n}
-		s.cursor += uint64(n)
-		l.signalProgress()
-		return st
+		i := int(s.cursor % uint64(l.capacity))
+		n := int(min(segEnd-s.cursor, uint64(limit), uint64(len(l.ring)-i)))
+		s.reading = true
+		return step{kind: stepOutput, stream: kind, off: s.cursor, data: l.ring[i : i+n : i+n]}
 	}
 	if l.done {
 		return step{kind: stepExit, exit: l.exit, total: l.total}
@@ -296,6 +305,18 @@ func (l *outputLog) next(s *subscriber, buf []byte) step {
 		l.wake = make(chan struct{})
 	}
 	return step{kind: stepWait, wait: l.wake}
+}
+
+// consumed releases the view the last output step handed out and moves the
+// reader past it. The ring may have been replaced while the reader held the
+// view (it grows on demand); the view stayed valid because the pump only
+// writes to the new one.
+func (l *outputLog) consumed(s *subscriber, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s.reading = false
+	s.cursor += uint64(n)
+	l.signalProgress()
 }
 
 // segmentAt returns the pipe of the byte at off and where its run ends.
@@ -312,17 +333,60 @@ func (l *outputLog) segmentAt(off uint64) (streamKind, uint64) {
 	return segs[i].kind, end
 }
 
-func (l *outputLog) copyOut(dst []byte, from uint64) {
-	i := int(from % uint64(l.capacity))
-	k := copy(dst, l.ring[i:])
-	copy(dst[k:], l.ring)
-}
-
 // outcome is the head of each stream and the exit status, for poll and ack.
-func (l *outputLog) outcome() (stdout, stderr []byte, st exitStatus, done bool) {
+// The heads are snapshots: their bytes never change, whatever the pump
+// appends later.
+func (l *outputLog) outcome() (stdout, stderr head, st exitStatus, done bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.head[stdoutKind], l.head[stderrKind], l.exit, l.done
+	return l.head[stdoutKind].snapshot(), l.head[stderrKind].snapshot(), l.exit, l.done
+}
+
+// head is the first bytes of one stream, up to the head cap, kept in chunks
+// that double up to headChunkMax. Growing it never copies what it holds:
+// append's regrowth would copy a multi-MiB head several times over and leave
+// every old array behind as garbage, which is RSS until the next GC.
+type head struct {
+	chunks [][]byte
+	n      int
+}
+
+const headChunkMax = 1 << 20
+
+// write appends p; the head never grows past limit.
+func (h *head) write(p []byte, limit int) {
+	for len(p) > 0 {
+		k := len(h.chunks)
+		if k == 0 || len(h.chunks[k-1]) == cap(h.chunks[k-1]) {
+			size := 4096
+			if k > 0 {
+				size = min(2*cap(h.chunks[k-1]), headChunkMax)
+			}
+			h.chunks = append(h.chunks, make([]byte, 0, max(min(size, limit-h.n), 1)))
+			k++
+		}
+		last := h.chunks[k-1]
+		m := min(len(p), cap(last)-len(last))
+		h.chunks[k-1] = append(last, p[:m]...)
+		h.n += m
+		p = p[m:]
+	}
+}
+
+// snapshot copies the chunk list, so later writes (which only append past
+// each chunk's current length) do not show through.
+func (h *head) snapshot() head {
+	return head{chunks: append([][]byte(nil), h.chunks...), n: h.n}
+}
+
+// String is the head's bytes as one string.
+func (h head) String() string {
+	var b strings.Builder
+	b.Grow(h.n)
+	for _, c := range h.chunks {
+		b.Write(c)
+	}
+	return b.String()
 }
 
 // release drops the head buffers once an ack has handed them over; the bytes
@@ -330,5 +394,5 @@ func (l *outputLog) outcome() (stdout, stderr []byte, st exitStatus, done bool) 
 func (l *outputLog) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.head = [2][]byte{}
+	l.head = [2]head{}
 }

@@ -1,7 +1,6 @@
 package agentd
 
 import (
-	"bufio"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -13,26 +12,41 @@ import (
 )
 
 // maxEventBytes is the most raw output one SSE output event carries; the
-// base64 of it stays under 64 KiB.
+// base64 of it stays under 64 KiB, well inside a client's line buffer.
 const maxEventBytes = 48 << 10
 
-// streamBuffers are one attached stream's working memory, pooled so an attach
+// An attached stream builds whole events in one buffer, base64-encoding
+// straight from the output ring into it, and hands the buffer to the
+// connection in one write (one HTTP chunk) once it cannot take another full
+// event or the reader has caught up. Large writes matter: each write is a
+// chunk header, a syscall or two and a wakeup of the client.
+const (
+	streamBufferBytes = 256 << 10
+	// eventFrameBytes bounds one output event's frame: the fixed text, the
+	// longest offset and the base64 of maxEventBytes.
+	eventFrameBytes = len("event: output\ndata: {\"offset\":18446744073709551615,\"stream\":\"stdout\",\"output\":\"\"}\n\n") + (maxEventBytes+2)/3*4
+	// smallStreamBytes is where a stream's buffer starts: most streams carry
+	// a few lines, and fifty of them at full size would be RSS for nothing.
+	smallStreamBytes = 4 << 10
+)
+
+// streamBuffers is one attached stream's working memory, pooled so an attach
 // costs no allocation per event (or per byte) once warm.
 type streamBuffers struct {
-	raw []byte
-	enc []byte
-	num []byte
-	bw  *bufio.Writer
+	out []byte
 }
 
-var streamPool = sync.Pool{New: func() any {
-	return &streamBuffers{
-		raw: make([]byte, maxEventBytes),
-		enc: make([]byte, base64.StdEncoding.EncodedLen(maxEventBytes)),
-		num: make([]byte, 0, 24),
-		bw:  bufio.NewWriterSize(nil, 128<<10),
+var streamPool = sync.Pool{New: func() any { return &streamBuffers{out: make([]byte, 0, smallStreamBytes)} }}
+
+// room makes sure n more bytes fit in out, doubling it up to its full size
+// as the output needs.
+func (b *streamBuffers) room(n int) {
+	if need := len(b.out) + n; need > cap(b.out) {
+		grown := make([]byte, len(b.out), max(need, min(2*cap(b.out), streamBufferBytes)))
+		copy(grown, b.out)
+		b.out = grown
 	}
-}}
+}
 
 // ExecStream follows an exec's output as SSE from ?offset= on. It only reads
 // the exec: attaching, detaching or a dropped connection never touch the
@@ -58,42 +72,55 @@ func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.
 	rc := http.NewResponseController(w)
 
 	buf := streamPool.Get().(*streamBuffers)
-	buf.bw.Reset(w)
 	defer func() {
-		buf.bw.Reset(nil)
+		if cap(buf.out) > streamBufferBytes {
+			buf.out = nil // a one-off large frame (an exit event); not worth keeping
+		}
+		buf.out = buf.out[:0]
 		streamPool.Put(buf)
 	}()
 	sub := e.log.attach(from)
 	defer e.log.detach(sub)
 
-	flush := func() bool {
-		if buf.bw.Flush() != nil {
-			return false
+	// write hands everything built so far to the connection as one chunk.
+	write := func() bool {
+		if len(buf.out) == 0 {
+			return true
 		}
-		return rc.Flush() == nil
+		_, err := w.Write(buf.out)
+		buf.out = buf.out[:0]
+		return err == nil
 	}
-	if !flush() {
-		return
+	flush := func() bool {
+		return write() && rc.Flush() == nil
 	}
+	// No flush up front: the headers go out with the first events, or at
+	// the first wait. A short command's whole stream (headers, its output,
+	// the exit event and the chunked terminator) then leaves in one write
+	// when the handler returns.
 	keepalive := time.NewTimer(s.cfg.SSEKeepalive)
 	defer keepalive.Stop()
 	for {
-		st := e.log.next(sub, buf.raw)
+		if len(buf.out)+eventFrameBytes > streamBufferBytes && !write() {
+			return
+		}
+		st := e.log.next(sub, maxEventBytes)
 		switch st.kind {
 		case stepOutput:
-			if !buf.output(st.off, st.stream, buf.raw[:st.n]) {
-				return
-			}
+			// Encoding from the ring holds the pump off these bytes; nothing
+			// between next and consumed may block.
+			buf.output(st.off, st.stream, st.data)
+			e.log.consumed(sub, len(st.data))
 			continue
 		case stepGap:
 			s.log.Debug("stream reader missed bytes", "exec_id", id, "from", st.off, "to", st.to)
-			if !buf.gap(st.off, st.to) {
-				return
-			}
+			buf.gap(st.off, st.to)
 			continue
 		case stepExit:
+			// The server flushes when the handler returns, together with
+			// the body's terminating chunk.
 			buf.exit(st.exit, st.total)
-			flush()
+			write()
 			return
 		}
 		// Nothing to send right now: push out what is buffered, then wait.
@@ -113,7 +140,8 @@ func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.
 		case <-keepalive.C:
 			// A silent command (a harness thinking, a build linking) must not
 			// look like a dead connection to whatever sits in between.
-			if _, err := buf.bw.WriteString(":\n\n"); err != nil || !flush() {
+			buf.out = append(buf.out, ":\n\n"...)
+			if !flush() {
 				return
 			}
 			keepalive.Reset(s.cfg.SSEKeepalive)
@@ -126,31 +154,28 @@ func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.
 	}
 }
 
-func (b *streamBuffers) output(off uint64, kind streamKind, data []byte) bool {
-	bw := b.bw
-	bw.WriteString("event: " + protocol.EventOutput + "\ndata: {\"offset\":")
-	b.num = strconv.AppendUint(b.num[:0], off, 10)
-	bw.Write(b.num)
-	bw.WriteString(",\"stream\":\"")
-	bw.WriteString(kind.String())
-	bw.WriteString("\",\"output\":\"")
+// output appends one output event carrying data, base64-encoded in place.
+func (b *streamBuffers) output(off uint64, kind streamKind, data []byte) {
 	n := base64.StdEncoding.EncodedLen(len(data))
-	encodeBase64(b.enc[:n], data)
-	bw.Write(b.enc[:n])
-	_, err := bw.WriteString("\"}\n\n")
-	return err == nil
+	b.room(eventFrameBytes - (maxEventBytes+2)/3*4 + n)
+	out := append(b.out, "event: "+protocol.EventOutput+"\ndata: {\"offset\":"...)
+	out = strconv.AppendUint(out, off, 10)
+	out = append(out, ",\"stream\":\""...)
+	out = append(out, kind.String()...)
+	out = append(out, "\",\"output\":\""...)
+	k := len(out)
+	out = out[:k+n]
+	encodeBase64(out[k:], data)
+	b.out = append(out, "\"}\n\n"...)
 }
 
-func (b *streamBuffers) gap(from, to uint64) bool {
-	bw := b.bw
-	bw.WriteString("event: " + protocol.EventGap + "\ndata: {\"from\":")
-	b.num = strconv.AppendUint(b.num[:0], from, 10)
-	bw.Write(b.num)
-	bw.WriteString(",\"to\":")
-	b.num = strconv.AppendUint(b.num[:0], to, 10)
-	bw.Write(b.num)
-	_, err := bw.WriteString("}\n\n")
-	return err == nil
+func (b *streamBuffers) gap(from, to uint64) {
+	b.room(96)
+	out := append(b.out, "event: "+protocol.EventGap+"\ndata: {\"from\":"...)
+	out = strconv.AppendUint(out, from, 10)
+	out = append(out, ",\"to\":"...)
+	out = strconv.AppendUint(out, to, 10)
+	b.out = append(out, "}\n\n"...)
 }
 
 func (b *streamBuffers) exit(st exitStatus, total uint64) {
@@ -161,7 +186,7 @@ func (b *streamBuffers) exit(st exitStatus, total uint64) {
 		WritersMayBeAlive: st.writersMayBeAlive,
 		Offset:            total,
 	})
-	b.bw.WriteString("event: " + protocol.EventExit + "\ndata: ")
-	b.bw.Write(data)
-	b.bw.WriteString("\n\n")
+	b.out = append(b.out, "event: "+protocol.EventExit+"\ndata: "...)
+	b.out = append(b.out, data...)
+	b.out = append(b.out, "\n\n"...)
 }
