@@ -357,6 +357,31 @@ func TestAgentdExec(t *testing.T) {
 	// JSON), WriteStdinAndClose sending only one of data and eof (cat would
 	// never end, or the tail would be lost) or splitting them into two
 	// requests, and a write after EOF not being the StdinClosed wire kind.
+	// Catches: classifying spawn_failed by its 500 status (ServerError, which
+	// is retryable), so Start sends the same doomed request four times and the
+	// CLI calls a missing program "transient; run the same command again".
+	t.Run("SpawnFailedIsNotRetried", func(t *testing.T) {
+		ctx := testCtx(t)
+		px := newCutProxy(t, d.addr, 0, 0)
+		_, err := session(t, px.url(), token).Start(ctx, []string{"/nonexistent/program"}, client.StartOptions{})
+		var ce *client.Error
+		if !errors.As(err, &ce) {
+			t.Fatalf("start of a missing program: %v, want a *client.Error", err)
+		}
+		if w, _ := ce.WireKind(); ce.Kind() != taxonomy.KindProtocol || w != taxonomy.WireProtocolError || ce.Slug() != taxonomy.SlugSpawnFailed {
+			t.Fatalf("got kind %v wire %v slug %q, want Protocol/ProtocolError/spawn_failed", ce.Kind(), w, ce.Slug())
+		}
+		starts := 0
+		for _, r := range px.targets() {
+			if strings.HasPrefix(r, "/v1/exec/start") {
+				starts++
+			}
+		}
+		if starts != 1 {
+			t.Fatalf("%d start requests reached the daemon, want exactly 1", starts)
+		}
+	})
+
 	t.Run("Stdin", func(t *testing.T) {
 		ctx := testCtx(t)
 		e, err := s.Start(ctx, []string{"cat"}, client.StartOptions{Stdin: true})

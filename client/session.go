@@ -427,7 +427,8 @@ func (s *Session) send(ctx context.Context, c call) (*http.Response, error) {
 }
 
 // statusError classifies a non-2xx answer exactly as api/errors.yaml says:
-// the status picks the wire kind and the wire kind picks the error kind.
+// the slug (or, without a known slug, the status) picks the wire kind and
+// the wire kind picks the error kind.
 func (s *Session) statusError(c call, resp *http.Response) error {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -443,7 +444,12 @@ func (s *Session) statusError(c call, resp *http.Response) error {
 	if detail != "" {
 		msg += ": " + detail
 	}
-	wire, ok := taxonomy.WireKindFromStatus(resp.StatusCode)
+	// The slug, when the daemon sent a known one, classifies before the
+	// status: spawn_failed is a 500 that no retry can fix.
+	wire, ok := taxonomy.WireKindFromSlug(slug)
+	if !ok {
+		wire, ok = taxonomy.WireKindFromStatus(resp.StatusCode)
+	}
 	if !ok {
 		if resp.StatusCode == http.StatusForbidden && s.proxy != nil {
 			// The endpoint proxy's refusal: an expired token or a port outside

@@ -221,3 +221,28 @@ func TestRouteSlugsAreDeclaredDaemonErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestReclassifiedSlugMustSayWhy: a daemon slug classified as a wire kind
+// other than its status's must carry a `why`. Wrong edit caught: quietly
+// changing a slug's wire_kind (say, making still_running Retryable) without
+// the reason a reviewer needs to judge it.
+func TestReclassifiedSlugMustSayWhy(t *testing.T) {
+	tmp := t.TempDir()
+	copyTree(t, filepath.Join(repoRoot, "api"), filepath.Join(tmp, "api"))
+	path := filepath.Join(tmp, "api", "errors.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const from = "{slug: still_running,         status: 409, wire_kind: Conflict,"
+	if !bytes.Contains(raw, []byte(from)) {
+		t.Fatal("api/errors.yaml no longer has the still_running row this test edits")
+	}
+	edited := bytes.Replace(raw, []byte(from), []byte("{slug: still_running,         status: 409, wire_kind: ServerError,"), 1)
+	if err := os.WriteFile(path, edited, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schema.LoadTaxonomy(tmp); err == nil || !strings.Contains(err.Error(), "without a why") {
+		t.Fatalf("a reclassified slug without a why loaded: %v", err)
+	}
+}

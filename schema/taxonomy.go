@@ -39,9 +39,11 @@ type Taxonomy struct {
 		Meaning string `yaml:"meaning" json:"meaning"`
 	} `yaml:"exit_codes" json:"exit_codes"`
 	DaemonErrors []struct {
-		Slug    string `yaml:"slug" json:"slug"`
-		Status  int    `yaml:"status" json:"status"`
-		Meaning string `yaml:"meaning" json:"meaning"`
+		Slug     string `yaml:"slug" json:"slug"`
+		Status   int    `yaml:"status" json:"status"`
+		WireKind string `yaml:"wire_kind" json:"wire_kind"`
+		Meaning  string `yaml:"meaning" json:"meaning"`
+		Why      string `yaml:"why" json:"why,omitempty"`
 	} `yaml:"daemon_errors" json:"daemon_errors"`
 	Constants []struct {
 		Name    string    `yaml:"name" json:"name"`
@@ -131,9 +133,22 @@ func (t *Taxonomy) check() error {
 			return err
 		}
 	}
+	wires := map[string]int{}
 	for _, w := range t.WireKinds {
 		if !kinds[w.ErrorKind] {
 			return fmt.Errorf("wire kind %s maps to unknown error kind %q", w.Name, w.ErrorKind)
+		}
+		wires[w.Name] = w.Status
+	}
+	for _, d := range t.DaemonErrors {
+		status, ok := wires[d.WireKind]
+		if !ok {
+			return fmt.Errorf("daemon error %s names unknown wire kind %q", d.Slug, d.WireKind)
+		}
+		// A slug classified away from its status is a deliberate exception and
+		// must say why; otherwise the two would silently disagree.
+		if status != d.Status && d.Why == "" {
+			return fmt.Errorf("daemon error %s is sent with %d but classified as %s (%d) without a why", d.Slug, d.Status, d.WireKind, status)
 		}
 	}
 	for _, c := range t.Constants {
@@ -370,9 +385,10 @@ var ExitTable = []ExitRow{
 
 // DaemonError is one of agentd's machine-readable error slugs.
 type DaemonError struct {
-	Slug    string
-	Status  int
-	Meaning string
+	Slug     string
+	Status   int
+	WireKind WireKind // how a client classifies an answer carrying this slug
+	Meaning  string
 }
 
 // agentd's error slugs, the "error" key of its ErrorBody.
@@ -385,8 +401,20 @@ const (
 // DaemonErrors lists every slug with the status it is sent with.
 var DaemonErrors = []DaemonError{
 {{- range .DaemonErrors}}
-	{Slug: Slug{{ident .Slug}}, Status: {{.Status}}, Meaning: {{quote .Meaning}}},
+	{Slug: Slug{{ident .Slug}}, Status: {{.Status}}, WireKind: Wire{{.WireKind}}, Meaning: {{quote .Meaning}}},
 {{- end}}
+}
+
+// WireKindFromSlug classifies an answer by its error slug. A client consults
+// it before the status, because a slug can carry a sharper meaning than its
+// status (spawn_failed is a 500 that retrying cannot fix).
+func WireKindFromSlug(slug string) (WireKind, bool) {
+	for _, d := range DaemonErrors {
+		if d.Slug == slug {
+			return d.WireKind, true
+		}
+	}
+	return 0, false
 }
 
 // Service constants.

@@ -319,9 +319,10 @@ var ExitTable = []ExitRow{
 
 // DaemonError is one of agentd's machine-readable error slugs.
 type DaemonError struct {
-	Slug    string
-	Status  int
-	Meaning string
+	Slug     string
+	Status   int
+	WireKind WireKind // how a client classifies an answer carrying this slug
+	Meaning  string
 }
 
 // agentd's error slugs, the "error" key of its ErrorBody.
@@ -340,16 +341,28 @@ const (
 
 // DaemonErrors lists every slug with the status it is sent with.
 var DaemonErrors = []DaemonError{
-	{Slug: SlugMalformedRequest, Status: 400, Meaning: "the request body or query is not valid for the route"},
-	{Slug: SlugUnknownExec, Status: 404, Meaning: "no exec is registered under this id, or it was collected after ack"},
-	{Slug: SlugSpawnFailed, Status: 500, Meaning: "the child could not be started"},
-	{Slug: SlugStillRunning, Status: 409, Meaning: "the exec has not exited, so its output cannot be released"},
-	{Slug: SlugAlreadyAcked, Status: 409, Meaning: "an earlier ack already released the output"},
-	{Slug: SlugStdinNotRequested, Status: 409, Meaning: "the exec was started without stdin"},
-	{Slug: SlugStdinClosed, Status: 410, Meaning: "stdin was closed by eof or the child stopped reading"},
-	{Slug: SlugStdinWriteTimeout, Status: 408, Meaning: "the child did not read stdin within the write timeout"},
-	{Slug: SlugStdinWriteTooLarge, Status: 413, Meaning: "one stdin write is over the cap"},
-	{Slug: SlugStdinWriteFailed, Status: 500, Meaning: "the pipe write failed for another reason"},
+	{Slug: SlugMalformedRequest, Status: 400, WireKind: WireProtocolError, Meaning: "the request body or query is not valid for the route"},
+	{Slug: SlugUnknownExec, Status: 404, WireKind: WireNotFound, Meaning: "no exec is registered under this id, or it was collected after ack"},
+	{Slug: SlugSpawnFailed, Status: 500, WireKind: WireProtocolError, Meaning: "the child could not be started"},
+	{Slug: SlugStillRunning, Status: 409, WireKind: WireConflict, Meaning: "the exec has not exited, so its output cannot be released"},
+	{Slug: SlugAlreadyAcked, Status: 409, WireKind: WireConflict, Meaning: "an earlier ack already released the output"},
+	{Slug: SlugStdinNotRequested, Status: 409, WireKind: WireConflict, Meaning: "the exec was started without stdin"},
+	{Slug: SlugStdinClosed, Status: 410, WireKind: WireStdinClosed, Meaning: "stdin was closed by eof or the child stopped reading"},
+	{Slug: SlugStdinWriteTimeout, Status: 408, WireKind: WireRequestTimeout, Meaning: "the child did not read stdin within the write timeout"},
+	{Slug: SlugStdinWriteTooLarge, Status: 413, WireKind: WireTooLarge, Meaning: "one stdin write is over the cap"},
+	{Slug: SlugStdinWriteFailed, Status: 500, WireKind: WireServerError, Meaning: "the pipe write failed for another reason"},
+}
+
+// WireKindFromSlug classifies an answer by its error slug. A client consults
+// it before the status, because a slug can carry a sharper meaning than its
+// status (spawn_failed is a 500 that retrying cannot fix).
+func WireKindFromSlug(slug string) (WireKind, bool) {
+	for _, d := range DaemonErrors {
+		if d.Slug == slug {
+			return d.WireKind, true
+		}
+	}
+	return 0, false
 }
 
 // Service constants.
