@@ -50,6 +50,9 @@ func TestEmulatorRefusesWhatTheServiceRefuses(t *testing.T) {
 		{"discriminator union", "POST", "/2025-09-09/microvms/x/auth-token", `{"expirationInMinutes":5,"allowedPorts":[{"type":"port","port":9000}]}`, auth, 400, "ValidationException", "unknown field"},
 		{"two-key union", "POST", "/2025-09-09/microvms/x/auth-token", `{"expirationInMinutes":5,"allowedPorts":[{"port":9000,"allPorts":{}}]}`, auth, 400, "ValidationException", "exactly one"},
 		{"bare connector", "POST", "/2025-09-09/microvms", `{"imageIdentifier":"` + arn + `","ingressNetworkConnectors":["ALL_INGRESS"]}`, auth, 400, "ValidationException", "Malformed network connector ARN"},
+		// Catches counting the ceiling in characters: 2049 two-byte runes are
+		// 4098 UTF-8 bytes, which the service refuses.
+		{"payload 4098 bytes in 2049 runes", "POST", "/2025-09-09/microvms", `{"imageIdentifier":"` + arn + `","runHookPayload":"` + strings.Repeat("é", 2049) + `"}`, auth, 400, "ValidationException", "less than or equal to 4096"},
 		{"payload 4097", "POST", "/2025-09-09/microvms", `{"imageIdentifier":"` + arn + `","runHookPayload":"` + strings.Repeat("x", 4097) + `"}`, auth, 400, "ValidationException", "less than or equal to 4096"},
 		{"microvm not taggable", "GET", "/2017-03-31/tags/arn%3Aaws%3Alambda%3Aus-east-1%3A123456789012%3Amicrovm%3Amicrovm-1", "", auth, 400, "InvalidParameterValueException", ""},
 		{"slash ARN", "GET", "/2025-09-09/microvm-images/" + strings.ReplaceAll(strings.Replace(arn, ":microvm-image:", ":microvm-image/", 1), "/", "%2F"), "", auth, 403, "AccessDeniedException", "not authorized"},

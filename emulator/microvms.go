@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -90,7 +89,7 @@ func (s *Server) RunMicrovm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	bad := func(msg string) { writeError(w, http.StatusBadRequest, "ValidationException", ptr(msg)) }
-	if p := req.RunHookPayload; p != nil && utf8.RuneCountInString(*p) > taxonomy.MaxRunHookPayloadBytes {
+	if p := req.RunHookPayload; p != nil && len(*p) > taxonomy.MaxRunHookPayloadBytes { // UTF-8 bytes, not characters: the measured ceiling
 		bad(fmt.Sprintf("1 validation error detected: Value at 'runHookPayload' failed to satisfy constraint: Member must have length less than or equal to %d", taxonomy.MaxRunHookPayloadBytes))
 		return
 	}

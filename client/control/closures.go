@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -86,6 +87,12 @@ func (p RunHookPayload) IsZero() bool { return p.s == "" }
 
 // String redacts the token; the payload is a secret.
 func (p RunHookPayload) String() string { return fmt.Sprintf("RunHookPayload(%d bytes)", len(p.s)) }
+
+// GoString redacts the token under %#v too.
+func (p RunHookPayload) GoString() string { return p.String() }
+
+// LogValue redacts the token in structured logs.
+func (p RunHookPayload) LogValue() slog.Value { return slog.StringValue(p.String()) }
 
 // ---- network connectors ---------------------------------------------------
 

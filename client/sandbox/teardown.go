@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
@@ -63,6 +64,9 @@ type TeardownOptions struct {
 	DeleteLogGroup bool
 }
 
+// teardownBudget bounds a whole teardown, whatever the caller's context.
+const teardownBudget = 5 * time.Minute
+
 // Terminate tears the sandbox down: the VM, then (if asked) the image and its
 // build log group. It never returns an error; a failed step is a Leak in the
 // report, named so it can still be cleaned up. Call it on a nil-error and an
@@ -72,6 +76,11 @@ func (s *Sandbox) Terminate(ctx context.Context, o TeardownOptions) TeardownRepo
 	if s == nil {
 		return rep
 	}
+	// Teardown runs exactly when the caller's context has often just been
+	// cancelled (an interrupt); inheriting that cancellation would report
+	// every resource as leaked without trying. It gets its own budget instead.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownBudget)
+	defer cancel()
 	s.op.Lock()
 	defer s.op.Unlock()
 	rep.MicrovmID = s.id

@@ -425,3 +425,22 @@ func TestLeakPath(t *testing.T) {
 		t.Fatalf("the ledger forgot the leak: %+v", open)
 	}
 }
+
+// TestTerminateAfterInterrupt: teardown with an already-cancelled context
+// (what an interrupted caller has) still terminates the VM. Catches Terminate
+// inheriting the caller's cancellation, which reports every resource as
+// leaked without sending a single delete.
+func TestTerminateAfterInterrupt(t *testing.T) {
+	f := newFixture(t, emulator.Options{})
+	arn := f.emu.AddImage("interrupted")
+	sb, err := Launch(context.Background(), f.cp, Options{Image: arn, Wait: fast})
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep := sb.Terminate(ctx, TeardownOptions{})
+	if !rep.MicrovmTerminated || len(rep.Leaked) != 0 {
+		t.Fatalf("teardown after an interrupt: %+v", rep)
+	}
+}
