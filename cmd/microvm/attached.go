@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -227,24 +228,75 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 }
 
 // feedStdin copies r into the exec's stdin in chunks under the daemon's
-// per-write cap, then closes it so a child reading to EOF can finish.
+// per-write cap and closes it with the last chunk, so a child reading to EOF
+// can finish.
 func feedStdin(ctx context.Context, ex *client.Exec, r io.Reader) error {
-	buf := make([]byte, 256<<10)
+	_, err := sendStdin(ctx, ex, r, true)
+	return err
+}
+
+// stdinChunk is one stdin request's data: the daemon's per-write cap.
+const stdinChunk = 256 << 10
+
+// sendStdin writes r to the exec's stdin in chunks of at most stdinChunk
+// bytes. With eof the last chunk and the EOF travel in one request
+// (WriteStdinAndClose), so a short write costs one round trip and no other
+// writer can slip in between the data and the close; an empty r only closes.
+// It reads one chunk ahead to know which chunk is the last, so a stdin that
+// is exactly a whole number of chunks still closes with its last one, not
+// with an empty request after it. written counts
+// the bytes the daemon took; a read failure is a local InvalidArg.
+func sendStdin(ctx context.Context, ex *client.Exec, r io.Reader, eof bool) (written int64, err error) {
+	cur, next := make([]byte, stdinChunk), make([]byte, stdinChunk)
+	n, ended, err := readChunk(r, cur)
+	if err != nil {
+		return 0, err
+	}
 	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if _, werr := ex.WriteStdin(ctx, buf[:n]); werr != nil {
-				return werr
+		if ended {
+			if !eof {
+				w, err := ex.WriteStdin(ctx, cur[:n])
+				return written + int64(w), err
+			}
+			w, err := ex.WriteStdinAndClose(ctx, cur[:n])
+			return written + int64(w), err
+		}
+		m, nextEnded, err := readChunk(r, next)
+		if err != nil {
+			return written, err
+		}
+		if m == 0 && nextEnded {
+			ended = true // cur is the last chunk
+			continue
+		}
+		w, werr := ex.WriteStdin(ctx, cur[:n])
+		written += int64(w)
+		if werr != nil {
+			return written, werr
+		}
+		cur, next, n, ended = next, cur, m, nextEnded
+	}
+}
+
+// readChunk fills buf from r, short only at r's end, which ended reports:
+// full chunks are fewer requests, and the feeding is a batch either way
+// (exec --stdin feeds all of it before following the output).
+func readChunk(r io.Reader, buf []byte) (n int, ended bool, err error) {
+	for empty := 0; n < len(buf); {
+		m, err := r.Read(buf[n:])
+		n += m
+		switch {
+		case err == io.EOF:
+			return n, true, nil
+		case err != nil:
+			return n, false, invalidArg("", "reading this process's stdin: %v", err)
+		case m == 0:
+			if empty++; empty > 1000 { // a reader returning (0, nil) forever is broken
+				return n, false, invalidArg("", "reading this process's stdin: no progress after %d empty reads", empty)
 			}
 		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return invalidArg("", "reading this process's stdin: %v", err)
-		}
 	}
-	return ex.CloseStdin(ctx)
+	return n, false, nil
 }
 
 // wait follows the exec to its exit, acks it and reports its record. Without
@@ -271,6 +323,14 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec) (*result, e
 		// The record's output is incomplete; a caller reading it as the
 		// whole output would be misled, so this is a failure, not a note.
 		return nil, &failure{err: client.WireErrorf(taxonomy.WireOutputGap, "%d range(s) of output were lost before they were read (first [%d,%d))", len(gaps), gaps[0].From, gaps[0].To), data: d}
+	}
+	if serr := p.Err(); errors.Is(serr, client.ErrStreamCut) {
+		// The stream gave up before its exit event: the bytes already written
+		// out raw are a prefix, and the record's outcome says nothing about
+		// the rest. As with a gap, the record rides along in data, but the
+		// run is not reported as passing.
+		return nil, &failure{err: asClientError(serr), data: d,
+			suggestions: []string{fmt.Sprintf("data holds %s's record, acked: its status, and its output only up to the daemon's max_output_bytes; `microvm exec --stream` can resume a cut stream with --from-offset", ex.ID())}}
 	}
 	human := func(w io.Writer) error { return nil } // the bytes already went out raw
 	if !raw {
@@ -359,13 +419,28 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec) (*result,
 		// any failure belong on stderr.
 		a.streamed = true
 	}
-	if streamErr != nil {
-		return nil, &failure{err: asClientError(streamErr), data: sum}
+	// The client's cursor, not the last event seen, is where a resume starts.
+	sum.NextOffset = int64(st.Cursor())
+	if errors.Is(streamErr, client.ErrStreamCut) || (streamErr == nil && !sawExit) {
+		// The stream gave up (or, defensively, ended) without its exit event:
+		// the outcome is unknown, so exitCode stays null, and reporting 0
+		// would turn a truncated run into a passing one. The exec is left as
+		// it was, unacked, so the output can still be read from nextOffset.
+		sum.ExitCode, sum.Truncated = nil, nil
+		err := client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event at offset %d; its outcome is unknown", ex.ID(), sum.NextOffset)
+		if streamErr != nil {
+			err = client.Errorf(taxonomy.KindExecFailed, "", "%v; its outcome is unknown", streamErr).WithCause(streamErr)
+		}
+		return nil, &failure{err: err, data: cutData(sum), suggestions: c.resumeHints(ex.ID(), sum.NextOffset)}
 	}
-	if !sawExit {
-		// A stream that ends without its exit event was cut: reporting 0
-		// would turn a truncated run into a passing one.
-		return nil, &failure{err: client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event", ex.ID()), data: sum}
+	if streamErr != nil {
+		f := &failure{err: asClientError(streamErr), data: sum}
+		if k := client.KindOf(streamErr); k == taxonomy.KindTimeout || k == taxonomy.KindRetryable {
+			// The deadline passed or the connection never opened: the exec
+			// was left as it was and the stream resumes at the same offset.
+			f.suggestions = c.resumeHints(ex.ID(), sum.NextOffset)
+		}
+		return nil, f
 	}
 	// Release the output now that every byte was delivered, so nothing
 	// lingers on the daemon; a failed ack is reported, never swallowed.
@@ -376,6 +451,40 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec) (*result,
 		return nil, &failure{err: client.Errorf(taxonomy.KindExecFailed, "", "%s did not exit 0 (%s)", ex.ID(), exitText(sum.ExitCode)), data: sum}
 	}
 	return &result{typ: cliapi.TypeExecStream, data: sum, human: func(io.Writer) error { return nil }}, nil
+}
+
+// cutData is the stream summary of a cut stream with the wire kind the cut
+// came from: ERR_EXEC_FAILED is coarser than "the transport kept dropping",
+// and data.kind is where the envelope says what the exit code cannot.
+func cutData(sum cliapi.ExecStreamData) map[string]any {
+	m := toMap(sum)
+	m["kind"] = taxonomy.WireTransport.String()
+	return m
+}
+
+// resumeHints are the command line that resumes the stream where it stopped,
+// runnable as it stands, then what it leaves out. The same exec id is not
+// started again, so repeating the command with it and --from-offset only
+// reattaches.
+func (c *ExecCmd) resumeHints(id string, offset int64) []string {
+	words := []string{"microvm", "exec", "--stream", "--from-offset", strconv.FormatInt(offset, 10), "--exec-id", shellQuote(id)}
+	// No --stdin: it was fed and closed on the first run.
+	if slices.ContainsFunc(c.Command, func(w string) bool { return strings.HasPrefix(w, "-") }) {
+		words = append(words, "--") // only then: flags appended after "--" would be command words
+	}
+	for _, w := range c.Command {
+		words = append(words, shellQuote(w))
+	}
+	return []string{strings.Join(words, " "),
+		"run it with the same addressing flags or MICROVM_* variables: an --exec-id the daemon still holds is reattached, not started again, and this run left it unacked"}
+}
+
+// shellQuote makes w one word for a POSIX shell.
+func shellQuote(w string) string {
+	if w != "" && strings.Trim(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+		return w
+	}
+	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 }
 
 func exitText(code *int64) string {
@@ -454,34 +563,19 @@ func (c *StdinCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	ex := s.Exec(c.ExecID)
-	var written int64
+	var r io.Reader = strings.NewReader("")
 	if c.Data != nil {
-		var r io.Reader = strings.NewReader(*c.Data)
+		r = strings.NewReader(*c.Data)
 		if *c.Data == "-" {
 			r = a.stdin
 		}
-		buf := make([]byte, 256<<10)
-		for {
-			n, rerr := r.Read(buf)
-			if n > 0 {
-				w, err := ex.WriteStdin(ctx, buf[:n])
-				written += int64(w)
-				if err != nil {
-					return nil, &failure{err: asClientError(err), data: cliapi.StdinData{ExecID: c.ExecID, Written: written}}
-				}
-			}
-			if rerr == io.EOF {
-				break
-			}
-			if rerr != nil {
-				return nil, invalidArg("", "reading this process's stdin: %v", rerr)
-			}
-		}
 	}
-	if c.EOF {
-		if err := ex.CloseStdin(ctx); err != nil {
-			return nil, &failure{err: asClientError(err), data: cliapi.StdinData{ExecID: c.ExecID, Written: written}}
+	written, err := sendStdin(ctx, ex, r, c.EOF)
+	if err != nil {
+		if client.KindOf(err) == taxonomy.KindInvalidArg && written == 0 {
+			return nil, err
 		}
+		return nil, &failure{err: asClientError(err), data: cliapi.StdinData{ExecID: c.ExecID, Written: written}}
 	}
 	d := cliapi.StdinData{ExecID: c.ExecID, Written: written, EOF: c.EOF}
 	return &result{typ: cliapi.TypeStdin, data: d, human: func(w io.Writer) error {

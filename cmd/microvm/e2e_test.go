@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,18 +21,38 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// startAgentd builds and starts the real daemon on a free loopback port and
-// bootstraps it through the run hook, as the platform would.
-func startAgentd(t *testing.T) (endpoint, token string) {
+var (
+	agentdOnce sync.Once
+	agentdPath string
+	agentdErr  error
+)
+
+// agentdBin builds the real daemon once per test binary: every end-to-end
+// test runs the same daemon, and a rebuild per test is minutes of nothing.
+func agentdBin(t *testing.T) string {
 	t.Helper()
 	if m, _ := filepath.Glob("../agentd/*.go"); len(m) == 0 {
 		t.Skip("cmd/agentd has no Go files yet: the end-to-end test runs once the daemon's main lands")
 	}
-	dir := t.TempDir()
-	agentd := filepath.Join(dir, "agentd")
-	if out, err := exec.Command("go", "build", "-o", agentd, "../agentd").CombinedOutput(); err != nil {
-		t.Fatalf("building agentd: %v\n%s", err, out)
+	agentdOnce.Do(func() {
+		agentdPath = filepath.Join(filepath.Dir(bin), "agentd")
+		if out, err := exec.Command("go", "build", "-o", agentdPath, "../agentd").CombinedOutput(); err != nil {
+			agentdErr = fmt.Errorf("building agentd: %v\n%s", err, out)
+		}
+	})
+	if agentdErr != nil {
+		t.Fatal(agentdErr)
 	}
+	return agentdPath
+}
+
+// startAgentd starts the real daemon on a free loopback port, with env laid
+// over its environment, and bootstraps it through the run hook, as the
+// platform would.
+func startAgentd(t *testing.T, env ...string) (endpoint, token string) {
+	t.Helper()
+	agentd := agentdBin(t)
+	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +62,7 @@ func startAgentd(t *testing.T) (endpoint, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, agentd)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), fmt.Sprintf("AGENTD_PORT=%d", port), "AGENTD_IDENTITY_REPAIR=0")
+	cmd.Env = append(append(os.Environ(), fmt.Sprintf("AGENTD_PORT=%d", port), "AGENTD_IDENTITY_REPAIR=0"), env...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

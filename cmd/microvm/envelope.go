@@ -47,6 +47,9 @@ type failure struct {
 	err   *client.Error
 	data  any
 	human func(w io.Writer) error
+	// suggestions go before the ones the error's kind implies: they name
+	// this failure's own next step (the offset to resume a stream at).
+	suggestions []string
 }
 
 func (f *failure) Error() string { return f.err.Error() }
@@ -80,11 +83,15 @@ func (a *app) fail(err error) int {
 	ce := asClientError(err)
 	var partial any
 	var human func(io.Writer) error
+	var extra []string
 	var f *failure
 	if errors.As(err, &f) {
-		partial, human = f.data, f.human
+		partial, human, extra = f.data, f.human, f.suggestions
 	}
 	env := envelopeFor(ce, partial)
+	if len(extra) > 0 {
+		env.Suggestions = append(append([]string{}, extra...), env.Suggestions...)
+	}
 	switch {
 	case a.g.JSON:
 		a.writeJSON(env)

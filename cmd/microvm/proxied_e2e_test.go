@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,13 +32,7 @@ type proxiedVM struct {
 
 func launchProxied(t *testing.T) *proxiedVM {
 	t.Helper()
-	if m, _ := filepath.Glob("../agentd/*.go"); len(m) == 0 {
-		t.Skip("cmd/agentd has no Go files")
-	}
-	agentd := filepath.Join(t.TempDir(), "agentd")
-	if out, err := exec.Command("go", "build", "-o", agentd, "../agentd").CombinedOutput(); err != nil {
-		t.Fatalf("building agentd: %v\n%s", err, out)
-	}
+	agentd := agentdBin(t)
 	emu := emulator.New(emulator.Options{VMs: emulator.AgentdLauncher(agentd, nil)})
 	url, stop, err := emu.ServeLoopback()
 	if err != nil {
@@ -128,6 +121,33 @@ func TestProxiedAttachThroughTheEmulator(t *testing.T) {
 		d := envelope(t, run("", "--json", "exec", "echo through the proxy"))["data"].(map[string]any)
 		if d["stdout"] != "through the proxy\n" || d["exitCode"] != float64(0) {
 			t.Fatalf("%v", d)
+		}
+	})
+	t.Run("13 a non-zero exit through the proxy keeps its output", func(t *testing.T) {
+		m := wantFailure(t, run("", "--json", "exec", "echo out; exit 3"), taxonomy.KindExecFailed, "")
+		if d := m["data"].(map[string]any); d["exitCode"] != float64(3) || d["stdout"] != "out\n" {
+			t.Fatalf("%v", d)
+		}
+	})
+	t.Run("5 the daemon's refusal through the proxy keeps data.kind", func(t *testing.T) {
+		// The proxy forwards agentd's 404 as it is; a proxy that answered for
+		// the daemon would lose the kind.
+		m := wantFailure(t, run("", "--json", "ack", "no-such-exec"), taxonomy.KindProtocol, "")
+		if k := m["data"].(map[string]any)["kind"]; k != taxonomy.WireNotFound.String() {
+			t.Fatalf("data.kind %v", k)
+		}
+	})
+	t.Run("3 a MicroVM the control plane does not know: the mint fails", func(t *testing.T) {
+		// The control plane answers 404 ResourceNotFoundException, which it
+		// classes ERR_PLATFORM; the session wraps every mint failure as
+		// AuthTokenMint (Retryable) and retries it. This pins what the binary
+		// does today: if the session starts keeping the control plane's kind
+		// for a refusal retrying cannot fix, this becomes a row 9 case.
+		inv := cli(t, env, "", "--json", "health", "--endpoint", vm.endpoint, "--agent-token", vm.agentToken,
+			"--microvm-id", "mvm-nosuchvm0000000000000", "--control-endpoint", vm.cpURL)
+		m := wantFailure(t, inv, taxonomy.KindRetryable, taxonomy.FindingEndpointAuth)
+		if k := m["data"].(map[string]any)["kind"]; k != taxonomy.WireAuthTokenMint.String() {
+			t.Fatalf("data.kind %v\n%s", k, inv.stdout)
 		}
 	})
 	t.Run("exec stream", func(t *testing.T) {
