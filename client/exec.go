@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -244,14 +243,18 @@ type RunOptions struct {
 
 // Run starts command, follows it until it exits, acks it and returns its
 // record. A non-zero exit is not an error here; Result.Err classifies it. A
-// cancelled context or the client-side timeout is a Timeout *Error that
-// names the exec id so the caller can reattach.
+// passed deadline (ctx's or the client-side timeout) is a Timeout *Error and
+// a cancelled ctx an Interrupted one; both name the exec id so the caller can
+// reattach, and neither touches the VM or the exec.
 //
 // Result.Stdout and Result.Stderr are the exact bytes the child wrote (NUL
 // and invalid UTF-8 included) when the stream delivered every byte from
 // offset 0 to the exit event. The daemon's record carries its output as JSON
 // text, with invalid UTF-8 replaced by U+FFFD; Run falls back to that text
-// only when the stream lost bytes (a gap) or gave up before the exit event.
+// (and its Truncated) when the stream lost bytes (a gap), gave up before the
+// exit event, or carried more than protocol.DefaultMaxOutputBytes on one
+// stream, and whenever the record says it was truncated. Run never holds
+// more than that cap per stream: past it the record cannot hold more either.
 func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Result, error) {
 	if o.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -263,9 +266,9 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 		return Result{}, timeoutOr(ctx, "", err)
 	}
 	st := e.Stream(ctx, 0)
-	// exact holds the streamed bytes until a gap or a failed stream proves
-	// they are not the whole output.
-	var stdout, stderr bytes.Buffer
+	// stdout and stderr hold the streamed bytes until a gap, a failed
+	// stream or the cap proves they are not the whole output.
+	stdout, stderr := capBuffer{limit: runBufferCap}, capBuffer{limit: runBufferCap}
 	exact, sawExit := true, false
 	var exitOffset uint64
 	for {
@@ -286,8 +289,12 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 			if ev.Stream == protocol.StreamStderr {
 				w, buf = o.Stderr, &stderr
 			}
-			if exact {
-				buf.Write(ev.Data)
+			if exact && !buf.write(ev.Data) {
+				// Past the cap: stop buffering and drop what is held; the
+				// record's (truncated) output is the result.
+				exact = false
+				stdout.reset()
+				stderr.reset()
 			}
 			if w != nil {
 				if _, err := w.Write(ev.Data); err != nil {
@@ -297,7 +304,8 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 			}
 		case EventGap:
 			exact = false
-			stdout, stderr = bytes.Buffer{}, bytes.Buffer{}
+			stdout.reset()
+			stderr.reset()
 			if o.OnGap != nil {
 				o.OnGap(ev.Gap)
 			}
@@ -306,26 +314,62 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 		}
 	}
 	r, err := e.waitAck(ctx)
-	if err == nil && exact && sawExit && exitOffset == st.Cursor() {
+	// A truncated record holds only the head of a stream; the streamed
+	// bytes run past it, so they are not what the record (and Truncated)
+	// describe.
+	if err == nil && exact && sawExit && exitOffset == st.Cursor() && !r.Truncated {
 		r.Stdout, r.Stderr = stdout.String(), stderr.String()
 	}
 	return r, timeoutOr(ctx, e.id, err)
 }
 
-// timeoutOr turns a failure caused by ctx ending into the Timeout kind.
+// runBufferCap is the most Run buffers of one stream: the daemon's default
+// per-stream output cap, past which its record cannot hold more either.
+const runBufferCap = protocol.DefaultMaxOutputBytes
+
+// capBuffer holds bytes up to limit and never allocates past it (a
+// bytes.Buffer would double its capacity beyond the bytes it holds).
+type capBuffer struct {
+	b     []byte
+	limit int
+}
+
+// write appends p, or reports false, appending nothing, when p would take
+// the buffer past its limit.
+func (c *capBuffer) write(p []byte) bool {
+	if len(p) > c.limit-len(c.b) {
+		return false
+	}
+	if need := len(c.b) + len(p); need > cap(c.b) {
+		nb := make([]byte, len(c.b), min(max(2*cap(c.b), need, 4096), c.limit))
+		copy(nb, c.b)
+		c.b = nb
+	}
+	c.b = append(c.b, p...)
+	return true
+}
+
+// reset drops the bytes and the memory holding them.
+func (c *capBuffer) reset() { c.b = nil }
+
+func (c *capBuffer) String() string { return string(c.b) }
+
+// timeoutOr classifies a failure caused by ctx ending: the Timeout kind
+// when its deadline passed, the Interrupted kind when it was cancelled (see
+// ctxErr). The message names the exec id so the caller can reattach.
 func timeoutOr(ctx context.Context, id string, err error) error {
 	if err == nil || ctx.Err() == nil {
 		return err
 	}
-	var e *Error
-	if errors.As(err, &e) && e.Kind() == taxonomy.KindTimeout {
-		return err
-	}
-	what := "before the exec started"
+	what := " before the exec started"
 	if id != "" {
 		what = fmt.Sprintf("; exec %s was left running (reattach with Session.Exec(%q))", id, id)
 	}
-	return WireErrorf(taxonomy.WireExecTimeout, "client-side deadline: %v %s", ctx.Err(), what).WithCause(ctx.Err())
+	how := "cancelled"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		how = "client-side deadline"
+	}
+	return ctxErr(ctx.Err(), "%s: %v%s", how, ctx.Err(), what)
 }
 
 // waitUntilExited polls with backoff until the record leaves running.
@@ -359,6 +403,7 @@ func (e *Exec) waitAck(ctx context.Context) (Result, error) {
 type Process struct {
 	e              *Exec
 	stdout, stderr *io.PipeReader
+	ow, ew         *io.PipeWriter
 	cancel         context.CancelFunc
 	done           chan struct{}
 
@@ -382,7 +427,7 @@ func (e *Exec) Attach(ctx context.Context, offset uint64) *Process {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	or, ow := io.Pipe()
 	er, ew := io.Pipe()
-	p := &Process{e: e, stdout: or, stderr: er, cancel: cancel, done: make(chan struct{})}
+	p := &Process{e: e, stdout: or, stderr: er, ow: ow, ew: ew, cancel: cancel, done: make(chan struct{})}
 	go p.demux(e.Stream(sctx, offset), ow, ew)
 	return p
 }
@@ -452,17 +497,28 @@ func (p *Process) Err() error {
 // Kill signals the process group.
 func (p *Process) Kill(ctx context.Context) (bool, error) { return p.e.Kill(ctx) }
 
-// Close stops following the output. The exec is not touched.
+// Close stops following the output. The exec is not touched. It returns
+// even when a reader was never read: the readers end with an Interrupted
+// error (unless the output had already ended) and the rest is discarded.
 func (p *Process) Close() error {
 	p.cancel()
+	// demux may be blocked in a pipe Write that no reader will ever take,
+	// and a pipe write does not watch a context: closing the pipes makes
+	// that write fail, so demux discards the rest and sees the cancellation.
+	// A pipe keeps its first close error, so a reader of output that had
+	// already ended still sees its EOF.
+	closed := ctxErr(context.Canceled, "exec %s: the process was closed", p.e.id)
+	p.ow.CloseWithError(closed)
+	p.ew.CloseWithError(closed)
 	<-p.done
 	return nil
 }
 
 // Wait waits until the exec record says exited and the output has been
 // delivered to the readers, then acks and returns the record: the status comes
-// from the daemon, not from the stream ending. A cancelled ctx returns a
-// Timeout error and leaves the exec running.
+// from the daemon, not from the stream ending. A passed deadline returns a
+// Timeout error and a cancelled ctx an Interrupted one; either leaves the
+// exec running.
 func (p *Process) Wait(ctx context.Context) (Result, error) {
 	if _, err := p.e.waitUntilExited(ctx); err != nil {
 		return Result{}, err

@@ -55,7 +55,7 @@ func (s *Session) WriteFile(ctx context.Context, path string, r io.Reader, mode 
 		m := strconv.FormatUint(uint64(mode.Perm()), 8)
 		params.Mode = &m
 	}
-	resp, err := s.send(ctx, call{op: "fsWriteFile", bearer: true,
+	resp, err := s.send(ctx, call{op: "fsWriteFile", bearer: true, oneShot: true,
 		build: func(server string) (*http.Request, error) {
 			return protocol.NewFsWriteFileRequestWithBody(server, &params, "application/octet-stream", r)
 		}})
@@ -91,7 +91,7 @@ func (s *Session) ReadTar(ctx context.Context, dir string, w io.Writer) (int64, 
 // it confined beneath dir.
 func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
 	params := protocol.FsWriteTarParams{Path: dir}
-	resp, err := s.send(ctx, call{op: "fsWriteTar", bearer: true,
+	resp, err := s.send(ctx, call{op: "fsWriteTar", bearer: true, oneShot: true,
 		build: func(server string) (*http.Request, error) {
 			return protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", r)
 		}})

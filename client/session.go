@@ -392,14 +392,22 @@ type call struct {
 	bearer bool
 	file   bool // a 404 means fs.ErrNotExist
 	retry  bool // safe to send again after a retryable failure
+	// oneShot: the body is the caller's reader, which a second request
+	// cannot replay, so not even a proxy refusal resends it.
+	oneShot bool
 }
 
 // send builds, authorizes and sends c, retrying retryable failures when c
 // is safe to repeat. The proxy token is obtained inside each attempt, so a
-// retry after a stale or invalidated token mints a fresh one. On success the
-// caller owns resp.Body.
+// retry after a stale or invalidated token mints a fresh one. A proxied
+// request the endpoint proxy refuses (403) is sent once more with a freshly
+// minted token, whatever its method: the proxy refused before forwarding, so
+// the daemon never saw the first one. Only a oneShot body, which cannot be
+// replayed, is not resent. On success the caller owns resp.Body.
 func (s *Session) send(ctx context.Context, c call) (*http.Response, error) {
-	attempt := func(ctx context.Context) (*http.Response, error) {
+	reminted := false // at most one re-mint per call, across all attempts
+	var attempt func(ctx context.Context) (*http.Response, error)
+	attempt = func(ctx context.Context) (*http.Response, error) {
 		req, err := c.build(s.base)
 		if err != nil {
 			return nil, Errorf(taxonomy.KindInvalidArg, "", "%s: building the request: %w", c.op, err)
@@ -411,14 +419,20 @@ func (s *Session) send(ctx context.Context, c call) (*http.Response, error) {
 		resp, err := s.hc.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, WireErrorf(taxonomy.WireExecTimeout, "%s: %v", c.op, ctx.Err()).WithCause(ctx.Err())
+				return nil, ctxErr(ctx.Err(), "%s: %v", c.op, ctx.Err())
 			}
 			return nil, WireErrorf(taxonomy.WireTransport, "%s: %v", c.op, err).WithCause(err)
 		}
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			return resp, nil
 		}
-		return nil, s.statusError(c, resp)
+		err = s.statusError(c, resp)
+		if errors.Is(err, errProxyRefused) && !reminted && !c.oneShot {
+			// statusError dropped the cached token; authorize mints anew.
+			reminted = true
+			return attempt(ctx)
+		}
+		return nil, err
 	}
 	if !c.retry {
 		return attempt(ctx)
@@ -453,9 +467,10 @@ func (s *Session) statusError(c call, resp *http.Response) error {
 	if !ok {
 		if resp.StatusCode == http.StatusForbidden && s.proxy != nil {
 			// The endpoint proxy's refusal: an expired token or a port outside
-			// its scope. Drop the token so the caller's next request re-mints.
+			// its scope. Drop the token: send re-mints and resends once, and
+			// the caller's next request re-mints too.
 			s.proxy.invalidate()
-			return Errorf(taxonomy.KindCredentials, taxonomy.FindingAllowedPortsUnion, "%s (the endpoint proxy refused the token; it may have expired or not cover port %d)", msg, s.port)
+			return Errorf(taxonomy.KindCredentials, taxonomy.FindingAllowedPortsUnion, "%s (the endpoint proxy refused the token; it may have expired or not cover port %d)", msg, s.port).WithCause(errProxyRefused)
 		}
 		return Errorf(taxonomy.KindUnexpected, "", "%s (a status agentd does not send)", msg)
 	}
@@ -490,3 +505,7 @@ func (s *Session) Health(ctx context.Context) (protocol.Health, error) {
 }
 
 var errStreamIdle = errors.New("no bytes within the idle timeout")
+
+// errProxyRefused is the cause of a Credentials error for a proxied request
+// the endpoint proxy answered 403: it never reached agentd.
+var errProxyRefused = errors.New("the endpoint proxy refused the request")

@@ -52,13 +52,15 @@ type Event struct {
 }
 
 // sseParser splits an SSE body into frames and decodes agentd's three event
-// payloads. Lines are read in place from a bufio.Reader; the data of a frame
-// is copied once into a reused buffer and base64 is decoded into another, so
-// steady-state parsing does no allocation per byte or per event.
+// payloads. Lines are read in place from a bufio.Reader. A frame whose one
+// data line is followed at once by the blank line (every frame agentd sends)
+// is parsed where it lies, in the reader's buffer; any other frame's data is
+// assembled in a reused buffer. Base64 is decoded into another reused
+// buffer, so steady-state parsing does no allocation per byte or per event.
 type sseParser struct {
 	r    *bufio.Reader
 	long []byte // a line longer than the bufio buffer, assembled here
-	data []byte // the current frame's data field
+	data []byte // the current frame's data field, when it is not in place
 	out  []byte // decoded output bytes
 	name EventKind
 	// sawName is true when the frame named an event at all; a frame with an
@@ -166,6 +168,14 @@ func (p *sseParser) nextFrame() (EventKind, []byte, error) {
 				p.unknown = true
 			}
 		case bytes.Equal(field, fieldData):
+			if !p.hasData && p.sawName && !p.unknown && p.endsFrame() {
+				// The frame's only data line: hand it out in place. It stays
+				// valid until the next read, and the caller is done with it
+				// by then.
+				kind := p.name
+				p.resetFrame()
+				return kind, value, nil
+			}
 			if p.hasData {
 				p.data = append(p.data, '\n')
 			}
@@ -173,6 +183,27 @@ func (p *sseParser) nextFrame() (EventKind, []byte, error) {
 			p.hasData = true
 		}
 	}
+}
+
+// endsFrame consumes the blank line that ends the frame if it is already
+// in the reader's buffer, so reading it cannot move the line just read.
+// When it is not buffered yet (or another line comes first) it reports
+// false and reads nothing: the caller copies the data and reads on.
+func (p *sseParser) endsFrame() bool {
+	n := p.r.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := p.r.Peek(min(n, 2)) // within the buffered bytes: no read, no move
+	switch {
+	case b[0] == '\n':
+		_, _ = p.r.Discard(1)
+		return true
+	case len(b) == 2 && b[0] == '\r' && b[1] == '\n':
+		_, _ = p.r.Discard(2)
+		return true
+	}
+	return false
 }
 
 // next reads the next known event and decodes its payload.
@@ -185,8 +216,8 @@ func (p *sseParser) next(ev *Event) error {
 	switch kind {
 	case EventOutput:
 		off, stream, b64, ok := scanOutput(data)
-		if ok && fastBase64(b64) {
-			if n, err := p.decode(b64); err == nil {
+		if ok {
+			if n, err := p.decode(b64, b64Decode); err == nil {
 				ev.Offset, ev.Stream, ev.Data = off, stream, p.out[:n]
 				return nil
 			}
@@ -200,7 +231,7 @@ func (p *sseParser) next(ev *Event) error {
 		if o.Stream != protocol.StreamStdout && o.Stream != protocol.StreamStderr {
 			return malformedEvent(kind, fmt.Errorf("stream %q is neither stdout nor stderr", o.Stream))
 		}
-		n, err := p.decode([]byte(o.Output))
+		n, err := p.decode([]byte(o.Output), base64.StdEncoding.Decode)
 		if err != nil {
 			return malformedEvent(kind, fmt.Errorf("output is not base64: %w", err))
 		}
@@ -297,8 +328,17 @@ func scanOutput(b []byte) (offset uint64, stream protocol.StreamKind, b64 []byte
 			seen |= 4
 			// Not validated byte by byte: the caller's base64 decode rejects
 			// anything outside the alphabet, and falls back to encoding/json
-			// when it does.
-			end := bytes.IndexByte(b[i+1:], '"')
+			// when it does. That also lets the end be found without a pass
+			// over the whole string: agentd sends output last, so once the
+			// other two keys are read the string should end at the
+			// payload's last quote. If it ends sooner, the slice holds a
+			// quote, which is not base64, and the caller falls back.
+			var end int
+			if seen == 7 {
+				end = bytes.LastIndexByte(b[i+1:], '"')
+			} else {
+				end = bytes.IndexByte(b[i+1:], '"')
+			}
 			if end < 0 {
 				return 0, "", nil, false
 			}
@@ -322,19 +362,16 @@ func scanOutput(b []byte) (offset uint64, stream protocol.StreamKind, b64 []byte
 	}
 }
 
-// decode base64-decodes b64 into the reused output buffer.
-func (p *sseParser) decode(b64 []byte) (int, error) {
-	if n := base64.StdEncoding.DecodedLen(len(b64)); cap(p.out) < n {
+// decode base64-decodes b64 into the reused output buffer: with b64Decode
+// on the fast path, which fails on CR and LF (in a raw JSON string they are
+// invalid, so encoding/json judges those payloads), and with the standard
+// decoder on the unescaped string of the slow path.
+func (p *sseParser) decode(b64 []byte, decode func(dst, src []byte) (int, error)) (int, error) {
+	// The slack lets b64Decode's 16-character steps run to the last quantum.
+	if n := base64.StdEncoding.DecodedLen(len(b64)) + 16; cap(p.out) < n {
 		p.out = make([]byte, n)
 	}
-	return base64.StdEncoding.Decode(p.out[:cap(p.out)], b64)
-}
-
-// fastBase64 reports whether the raw slice may be decoded directly: the
-// decoder ignores CR and LF, which inside a JSON string are invalid, so those
-// payloads take the slow path and are judged by encoding/json.
-func fastBase64(b []byte) bool {
-	return bytes.IndexByte(b, '\r') < 0 && bytes.IndexByte(b, '\n') < 0
+	return decode(p.out[:cap(p.out)], b64)
 }
 
 func skipWS(b []byte, i int) int {
@@ -436,7 +473,7 @@ func (st *Stream) Next() (Event, error) {
 	}
 	for {
 		if err := st.ctx.Err(); err != nil {
-			return st.fail(WireErrorf(taxonomy.WireExecTimeout, "execStream %s: %v at offset %d; the exec was left as it was", st.e.id, err, st.cursor).WithCause(err))
+			return st.fail(ctxErr(err, "execStream %s: %v at offset %d; the exec was left as it was", st.e.id, err, st.cursor))
 		}
 		if st.body == nil {
 			if st.attempts > 0 {

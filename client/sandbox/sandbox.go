@@ -193,24 +193,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 	if err != nil {
 		return s, err
 	}
-	minter := client.TokenMinterFunc(func(ctx context.Context, req client.MintRequest) (client.ProxyToken, error) {
-		ports := make([]control.PortScope, 0, len(req.Ports))
-		for _, p := range req.Ports {
-			ports = append(ports, control.Port(p))
-		}
-		tok, err := c.MintAuthToken(ctx, s.id, control.TokenRequest{Ports: ports, Expiry: time.Duration(req.Minutes) * time.Minute})
-		if err != nil {
-			return client.ProxyToken{}, err
-		}
-		h, err := tok.Headers(o.Port)
-		if err != nil {
-			return client.ProxyToken{}, err
-		}
-		// The session adds the port header itself, per request.
-		delete(h, taxonomy.ProxyPortHeader)
-		return client.NewProxyToken(h), nil
-	})
-	sess, err := client.Proxied(control.EndpointURL(got.Endpoint), token, minter,
+	sess, err := client.Proxied(control.EndpointURL(got.Endpoint), token, c.ProxyMinter(s.id),
 		append([]client.Option{client.WithAgentPort(o.Port)}, o.SessionOptions...)...)
 	if err != nil {
 		return s, err

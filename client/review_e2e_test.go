@@ -1,0 +1,385 @@
+package client_test
+
+// Regression tests for the session-plane review, each against a real agentd
+// (startAgentd) over loopback.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Catches: Process.Close cancelling the stream and then waiting for the
+// demultiplexer while it is blocked in a pipe Write that nobody reads (a
+// pipe write ignores the context), i.e. Close that does not close the pipes
+// before <-done. With that edit Close never returns and the test fails on
+// its context deadline.
+func TestAgentdProcessCloseWithUnreadPipe(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	s := session(t, d.base, token)
+	for _, tc := range []struct {
+		name    string
+		readOne bool
+	}{
+		// Never read at all: demux blocks on its first output event (or, if
+		// Close wins the race, never writes; either way Close must return).
+		{"NeverRead", false},
+		// One byte read proves demux is inside a Write to the stdout pipe: a
+		// pipe write blocks until its whole chunk has been read, so this
+		// case reaches the blocked state deterministically.
+		{"OneByteRead", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			p, err := s.Spawn(ctx, []string{"head", "-c", "2000000", "/dev/zero"}, client.StartOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = p.Exec().Kill(context.Background()) })
+			if tc.readOne {
+				var b [1]byte
+				if _, err := io.ReadFull(p.Stdout(), b[:]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			closed := make(chan struct{})
+			go func() { _ = p.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-ctx.Done():
+				t.Fatalf("Process.Close never returned with an unread stdout: %v", ctx.Err())
+			}
+			// The readers end (they do not block) with the Interrupted error
+			// Close caused, not a clean EOF a caller could take for the end.
+			for name, r := range map[string]io.Reader{"stdout": p.Stdout(), "stderr": p.Stderr()} {
+				_, err := io.ReadAll(r)
+				if client.KindOf(err) != taxonomy.KindInterrupted || !errors.Is(err, context.Canceled) {
+					t.Fatalf("%s after Close: %v, want an Interrupted error wrapping context.Canceled", name, err)
+				}
+			}
+		})
+	}
+}
+
+// requireCtxKind asserts err is the kind a cancelled (Interrupted, no wire
+// kind) or expired (Timeout, wire kind ExecTimeout) context maps to.
+func requireCtxKind(t *testing.T, what string, err error, deadline bool) {
+	t.Helper()
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("%s: %v, want a *client.Error", what, err)
+	}
+	w, hasWire := ce.WireKind()
+	if deadline {
+		if ce.Kind() != taxonomy.KindTimeout || w != taxonomy.WireExecTimeout || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s past its deadline: kind %v wire %v (%v); want Timeout/ExecTimeout wrapping DeadlineExceeded", what, ce.Kind(), w, err)
+		}
+		return
+	}
+	if ce.Kind() != taxonomy.KindInterrupted || hasWire || !errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s cancelled: kind %v wire %v/%v (%v); want Interrupted with no wire kind wrapping Canceled", what, ce.Kind(), w, hasWire, err)
+	}
+}
+
+// requireStillRunning asserts the exec was left alone, then kills it.
+func requireStillRunning(t *testing.T, ctx context.Context, s *client.Session, id string) {
+	t.Helper()
+	r, err := s.Exec(id).Poll(ctx)
+	if err != nil || !r.Running() {
+		t.Fatalf("exec %s after the call ended: phase %s, %v; want it left running", id, r.Phase, err)
+	}
+	if _, err := s.Exec(id).Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Catches: every ctx.Err() reported as the Timeout kind (wire ExecTimeout),
+// so a user's Ctrl-C reads as "the deadline passed" and exits with the
+// timeout code; and the reverse edit, a deadline reported as Interrupted.
+// Each site that turns ctx.Err() into an error is reached: send (Poll),
+// the SSE stream (Stream.Next), the poll loop (Process.Wait) and Run, whose
+// exec must be left running either way.
+func TestAgentdCancelIsInterruptedDeadlineIsTimeout(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	s := session(t, d.base, token)
+
+	t.Run("RunCancelled", func(t *testing.T) {
+		ctx := testCtx(t)
+		// Started beforehand with the id Run will use (a start is
+		// idempotent per id), so the exec exists whenever the cancel lands.
+		id := "run-cancelled"
+		o := client.StartOptions{ExecID: id}
+		if _, err := s.Start(ctx, []string{"sleep", "30"}, o); err != nil {
+			t.Fatal(err)
+		}
+		px := newCutProxy(t, d.addr, 0, 0) // records, never cuts
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			// Cancel once Run is following the stream (bounded by rctx).
+			for rctx.Err() == nil {
+				for _, r := range px.targets() {
+					if strings.Contains(r, "/stream") {
+						cancel()
+						return
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		_, err := session(t, px.url(), token).Run(rctx, []string{"sleep", "30"}, client.RunOptions{StartOptions: o})
+		if ctx.Err() != nil {
+			t.Fatalf("the test's own deadline passed: %v", err)
+		}
+		requireCtxKind(t, "Run", err, false)
+		if !strings.Contains(err.Error(), id) {
+			t.Fatalf("the error must name the exec id to reattach: %v", err)
+		}
+		requireStillRunning(t, ctx, s, id)
+	})
+
+	t.Run("RunDeadline", func(t *testing.T) {
+		ctx := testCtx(t)
+		id := "run-deadline"
+		o := client.StartOptions{ExecID: id}
+		if _, err := s.Start(ctx, []string{"sleep", "30"}, o); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Run(ctx, []string{"sleep", "30"}, client.RunOptions{StartOptions: o, Timeout: 200 * time.Millisecond})
+		requireCtxKind(t, "Run", err, true)
+		requireStillRunning(t, ctx, s, id)
+	})
+
+	for _, deadline := range []bool{false, true} {
+		name := "Cancelled"
+		if deadline {
+			name = "Expired"
+		}
+		t.Run("Sites"+name, func(t *testing.T) {
+			ctx := testCtx(t)
+			e, err := s.Start(ctx, []string{"sleep", "30"}, client.StartOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := e.Attach(ctx, 0)
+			defer p.Close()
+			var dead context.Context
+			var cancel context.CancelFunc
+			if deadline {
+				dead, cancel = context.WithDeadline(ctx, time.Now().Add(-time.Second))
+			} else {
+				dead, cancel = context.WithCancel(ctx)
+			}
+			cancel()
+			_, err = e.Poll(dead)
+			requireCtxKind(t, "Poll", err, deadline)
+			_, err = e.Stream(dead, 0).Next()
+			requireCtxKind(t, "Stream.Next", err, deadline)
+			_, err = p.Wait(dead)
+			requireCtxKind(t, "Process.Wait", err, deadline)
+			requireStillRunning(t, ctx, s, e.ID())
+		})
+	}
+}
+
+// Catches: Run keeping every streamed byte however much the child writes
+// (its buffers grew without limit) and returning them although the record
+// was truncated, so Result.Stdout ran past the cap Result.Truncated names;
+// and, at the client's own cap, a cap off by one or below the daemon's.
+func TestAgentdRunOutputIsCapped(t *testing.T) {
+	t.Run("SmallCapDaemon", func(t *testing.T) {
+		const limit = 4096
+		d := startAgentd(t, fmt.Sprintf("AGENTD_MAX_OUTPUT_BYTES=%d", limit))
+		d.bootstrap(t, token)
+		s := session(t, d.base, token)
+		ctx := testCtx(t)
+		// The record releases its output at the ack Run sends, so read it
+		// first: start the exec under the id Run will use (a start is
+		// idempotent per id), wait for it to exit, then Run it, which
+		// streams all of it (inside the replay window) from offset 0.
+		o := client.StartOptions{ExecID: "capped-run", Shell: true}
+		cmd := []string{`head -c 50000 /dev/zero | tr '\000' x; head -c 9000 /dev/zero | tr '\000' y >&2`}
+		e, err := s.Start(ctx, cmd, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Poll(ctx)
+		for err == nil && rec.Running() && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+			rec, err = e.Poll(ctx)
+		}
+		if err != nil || rec.Running() || !rec.Truncated || len(rec.Stdout) != limit {
+			t.Fatalf("record: phase %s truncated %v stdout %d bytes, %v", rec.Phase, rec.Truncated, len(rec.Stdout), err)
+		}
+		r, err := s.Run(ctx, cmd, client.RunOptions{StartOptions: o})
+		if err != nil || !r.Success() {
+			t.Fatalf("run: %+v %v", r, err)
+		}
+		if !r.Truncated {
+			t.Fatal("Run lost the record's Truncated")
+		}
+		if len(r.Stdout) > limit || len(r.Stderr) > limit {
+			t.Fatalf("Run returned %d/%d bytes past a %d-byte cap", len(r.Stdout), len(r.Stderr), limit)
+		}
+		if r.Stdout != rec.Stdout || r.Stderr != rec.Stderr || r.Stdout != strings.Repeat("x", limit) || r.Stderr != strings.Repeat("y", limit) {
+			t.Fatalf("Run stdout %d bytes / stderr %d bytes differ from the record's %d / %d", len(r.Stdout), len(r.Stderr), len(rec.Stdout), len(rec.Stderr))
+		}
+	})
+
+	t.Run("DefaultCap", func(t *testing.T) {
+		d := startAgentd(t)
+		d.bootstrap(t, token)
+		s := session(t, d.base, token)
+		ctx := testCtx(t)
+		// Bytes that are not UTF-8, so exact streamed bytes and the record's
+		// U+FFFD text differ and the test can tell which one Run returned.
+		blob := randomBytes(t, protocol.DefaultMaxOutputBytes)
+		file := filepath.Join(d.dir, "cap-blob")
+		if err := s.WriteFile(ctx, file, strings.NewReader(string(blob)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Exactly the cap: every byte fits, so Run returns them exactly.
+		r, err := s.Run(ctx, []string{"cat", file}, client.RunOptions{})
+		if err != nil || r.Truncated || r.Stdout != string(blob) {
+			t.Fatalf("output of exactly the cap: truncated %v, %d bytes, exact %v, %v", r.Truncated, len(r.Stdout), r.Stdout == string(blob), err)
+		}
+		// One byte past it: Run stops buffering and returns the record's
+		// head of the output (the record keeps exactly the cap).
+		r, err = s.Run(ctx, []string{fmt.Sprintf(`head -c %d /dev/zero | tr '\000' x; printf z`, protocol.DefaultMaxOutputBytes)},
+			client.RunOptions{StartOptions: client.StartOptions{Shell: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Truncated || len(r.Stdout) != protocol.DefaultMaxOutputBytes || r.Stdout != strings.Repeat("x", protocol.DefaultMaxOutputBytes) {
+			t.Fatalf("output one past the cap: truncated %v, %d bytes", r.Truncated, len(r.Stdout))
+		}
+	})
+}
+
+// refusingProxy stands in for the platform's endpoint proxy in front of
+// agentd: it answers 403 to a request whose X-aws-proxy-auth accept refuses
+// (without forwarding it) and forwards the rest.
+type refusingProxy struct {
+	url                string
+	refused, forwarded atomic.Int64
+	lastForwarded      atomic.Value // string: the last forwarded request's path
+}
+
+func newRefusingProxy(t *testing.T, target string, accept func(token string) bool) *refusingProxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p := &refusingProxy{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !accept(r.Header.Get(taxonomy.ProxyAuthHeader)) {
+			p.refused.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"message":"Forbidden"}`)
+			return
+		}
+		p.forwarded.Add(1)
+		p.lastForwarded.Store(r.URL.Path)
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.url = srv.URL
+	return p
+}
+
+// countingMinter mints tok-1, tok-2, ...
+func countingMinter(n *atomic.Int64) client.TokenMinter {
+	return client.TokenMinterFunc(func(context.Context, client.MintRequest) (client.ProxyToken, error) {
+		return client.NewProxyToken(map[string]string{taxonomy.ProxyAuthHeader: fmt.Sprintf("tok-%d", n.Add(1))}), nil
+	})
+}
+
+// Catches: a proxy 403 only invalidating the token for the caller's next
+// call (the call itself fails Credentials after one mint), a retry that
+// resends the refused token without re-minting (the proxy refuses it
+// again), and an unbounded re-mint loop (a proxy that refuses every token
+// must cost exactly two mints).
+func TestAgentdProxyRefusalRemintsOnce(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+
+	t.Run("SecondTokenAccepted", func(t *testing.T) {
+		ctx := testCtx(t)
+		px := newRefusingProxy(t, d.base, func(tok string) bool { return tok != "tok-1" })
+		var mints atomic.Int64
+		s, err := client.Proxied(px.url, token, countingMinter(&mints), quickRetry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A POST: safe to resend, since the refused one never reached agentd.
+		e, err := s.Start(ctx, []string{"true"}, client.StartOptions{})
+		if err != nil {
+			t.Fatalf("start through a proxy that refused the first token: %v", err)
+		}
+		if m, f, r := mints.Load(), px.forwarded.Load(), px.refused.Load(); m != 2 || f != 1 || r != 1 {
+			t.Fatalf("mints %d forwarded %d refused %d; want 2, 1, 1", m, f, r)
+		}
+		if got, _ := px.lastForwarded.Load().(string); got != "/v1/exec/start" {
+			t.Fatalf("forwarded %q", got)
+		}
+		// The exec exists, under the id the start carried.
+		if _, err := session(t, d.base, token).Exec(e.ID()).Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("EveryTokenRefused", func(t *testing.T) {
+		ctx := testCtx(t)
+		px := newRefusingProxy(t, d.base, func(string) bool { return false })
+		var mints atomic.Int64
+		s, err := client.Proxied(px.url, token, countingMinter(&mints), quickRetry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Start(ctx, []string{"true"}, client.StartOptions{})
+		if client.KindOf(err) != taxonomy.KindCredentials {
+			t.Fatalf("a proxy refusing every token: %v, want Credentials", err)
+		}
+		if m, f, r := mints.Load(), px.forwarded.Load(), px.refused.Load(); m != 2 || f != 0 || r != 2 {
+			t.Fatalf("mints %d forwarded %d refused %d; want 2, 0, 2", m, f, r)
+		}
+	})
+
+	// A streamed upload cannot be replayed (its reader was consumed), so a
+	// refusal fails it after one mint; the caller's next call re-mints.
+	t.Run("StreamedBodyNotResent", func(t *testing.T) {
+		ctx := testCtx(t)
+		px := newRefusingProxy(t, d.base, func(tok string) bool { return tok != "tok-1" })
+		var mints atomic.Int64
+		s, err := client.Proxied(px.url, token, countingMinter(&mints), quickRetry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.WriteFile(ctx, filepath.Join(d.dir, "up"), strings.NewReader("data"), 0o600)
+		if client.KindOf(err) != taxonomy.KindCredentials || mints.Load() != 1 || px.forwarded.Load() != 0 {
+			t.Fatalf("refused upload: %v, mints %d forwarded %d; want Credentials, 1, 0", err, mints.Load(), px.forwarded.Load())
+		}
+		if err := s.WriteFile(ctx, filepath.Join(d.dir, "up"), strings.NewReader("data"), 0o600); err != nil || mints.Load() != 2 {
+			t.Fatalf("the next upload: %v after %d mints", err, mints.Load())
+		}
+	})
+}
