@@ -377,8 +377,12 @@ func (e *Exec) waitUntilExited(ctx context.Context) (Result, error) {
 	delay := 20 * time.Millisecond
 	for {
 		r, err := e.Poll(ctx)
-		if err != nil || !r.Running() {
-			return r, err
+		if err != nil {
+			// A poll cut short by ctx names the exec, as a cut sleep does.
+			return r, timeoutOr(ctx, e.id, err)
+		}
+		if !r.Running() {
+			return r, nil
 		}
 		if err := sleepCtx(ctx, delay); err != nil {
 			return Result{}, timeoutOr(ctx, e.id, err)

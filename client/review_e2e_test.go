@@ -383,3 +383,27 @@ func TestAgentdProxyRefusalRemintsOnce(t *testing.T) {
 		}
 	})
 }
+
+// Catches: a direct session's 403 classed Unexpected (a status agentd never
+// sends, so the caller is told nothing), or classed as the proxied session's
+// refusal (finding allowed-ports-union, which blames a token this session
+// never sent), and a direct session resending the refused request: no
+// token would change the proxy's answer.
+func TestDirectSessionBehindTheProxyIsCredentials(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	ctx := testCtx(t)
+	px := newRefusingProxy(t, d.base, func(tok string) bool { return tok != "" })
+	s := session(t, px.url, token)
+	_, err := s.Health(ctx)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Kind() != taxonomy.KindCredentials || ce.Finding() != taxonomy.FindingEndpointAuth {
+		t.Fatalf("got %v (%T), want Credentials with finding %s", err, err, taxonomy.FindingEndpointAuth)
+	}
+	if _, ok := ce.WireKind(); ok || !strings.Contains(err.Error(), "HTTP 403") || !strings.Contains(err.Error(), "proxy token") {
+		t.Fatalf("message %q: want the status and the proxy token named, and no wire kind", err)
+	}
+	if n, f := px.refused.Load(), px.forwarded.Load(); n != 1 || f != 0 {
+		t.Fatalf("%d requests refused and %d forwarded, want exactly one refused", n, f)
+	}
+}

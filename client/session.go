@@ -472,6 +472,13 @@ func (s *Session) statusError(c call, resp *http.Response) error {
 			s.proxy.invalidate()
 			return Errorf(taxonomy.KindCredentials, taxonomy.FindingAllowedPortsUnion, "%s (the endpoint proxy refused the token; it may have expired or not cover port %d)", msg, s.port).WithCause(errProxyRefused)
 		}
+		if resp.StatusCode == http.StatusForbidden {
+			// agentd never answers 403; a direct session that meets one is
+			// talking to the endpoint proxy, which wants a proxy token this
+			// session was built not to send. Not resent: no token would
+			// change the answer.
+			return Errorf(taxonomy.KindCredentials, taxonomy.FindingEndpointAuth, "%s (the endpoint expects a proxy token; this session sends none)", msg)
+		}
 		return Errorf(taxonomy.KindUnexpected, "", "%s (a status agentd does not send)", msg)
 	}
 	e := WireError(wire, msg)

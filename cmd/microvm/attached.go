@@ -25,8 +25,9 @@ import (
 // session opens the client session the addressing flags name. Without
 // --direct the session is proxied: every request carries a proxy token that
 // the session mints (lazily, inside its retry path) through the control
-// plane's CreateMicrovmAuthToken for --microvm-id, scoped to --port.
-func (f *AttachFlags) session(ctx context.Context) (*client.Session, error) {
+// plane's CreateMicrovmAuthToken for --microvm-id, scoped to --port. getenv
+// is read only on that path, for the control plane's region.
+func (f *AttachFlags) session(ctx context.Context, getenv func(string) string) (*client.Session, error) {
 	if f.Port < 1 || f.Port > 65535 {
 		return nil, invalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", f.Port)
 	}
@@ -43,7 +44,7 @@ func (f *AttachFlags) session(ctx context.Context) (*client.Session, error) {
 		return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingEndpointAuth,
 			"a proxied attach needs --microvm-id (or MICROVM_ID) to mint the endpoint proxy token; use --direct for a daemon reached without the proxy")
 	}
-	region, err := f.region()
+	region, err := f.controlRegion(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -54,34 +55,51 @@ func (f *AttachFlags) session(ctx context.Context) (*client.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, port := f.MicrovmID, f.Port
-	minter := client.TokenMinterFunc(func(ctx context.Context, req client.MintRequest) (client.ProxyToken, error) {
-		scopes := make([]control.PortScope, 0, len(req.Ports))
-		for _, p := range req.Ports {
-			scopes = append(scopes, control.Port(p))
-		}
-		tok, err := cpc.MintAuthToken(ctx, id, control.TokenRequest{Ports: scopes, Expiry: time.Duration(req.Minutes) * time.Minute})
-		if err != nil {
-			return client.ProxyToken{}, err
-		}
-		h, err := tok.Headers(port)
-		if err != nil {
-			return client.ProxyToken{}, err
-		}
-		// The session names the port per request; the token is the rest.
-		delete(h, taxonomy.ProxyPortHeader)
-		return client.NewProxyToken(h), nil
-	})
-	return client.Proxied(endpoint, f.AgentToken, minter, client.WithAgentPort(port))
+	return client.Proxied(endpoint, f.AgentToken, cpc.ProxyMinter(f.MicrovmID), client.WithAgentPort(f.Port))
 }
 
-// region is the control plane's region: --unlisted-region when given, else
-// --region (or AWS_REGION), which the parser already held to the listed set.
-func (f *RegionFlags) region() (client.Region, error) {
-	if f.UnlistedRegion != "" {
-		return client.UnlistedRegion(f.UnlistedRegion), nil
+// regionEnv are the variables that name the control plane's region when no
+// flag does, in the order the AWS SDKs read them.
+var regionEnv = []string{"AWS_REGION", "AWS_DEFAULT_REGION"}
+
+// flagRegion is the region the flags name: --unlisted-region, else --region
+// (which the parser already held to the listed set). ok is false when
+// neither was given.
+func (f *RegionFlags) flagRegion() (r client.Region, ok bool, err error) {
+	switch {
+	case f.UnlistedRegion != "":
+		return client.UnlistedRegion(f.UnlistedRegion), true, nil
+	case f.Region != nil:
+		r, err := client.ParseRegion(*f.Region)
+		return r, err == nil, err
 	}
-	return client.ParseRegion(f.Region)
+	return client.Region{}, false, nil
+}
+
+// controlRegion is the region of a control plane this invocation is about
+// to call: the flags, else AWS_REGION or AWS_DEFAULT_REGION, else the
+// default. The variables are read here, not by the parser, so a shell's
+// AWS_REGION neither breaks a command that never calls AWS nor counts as a
+// --region that conflicts with --unlisted-region; a listed region is still
+// required of them, since a variable cannot say "unlisted".
+func (f *RegionFlags) controlRegion(getenv func(string) string) (client.Region, error) {
+	if r, ok, err := f.flagRegion(); ok || err != nil {
+		return r, err
+	}
+	for _, name := range regionEnv {
+		v := getenv(name)
+		if v == "" {
+			continue
+		}
+		r, err := client.ParseRegion(v)
+		if err != nil {
+			return client.Region{}, client.Errorf(taxonomy.KindInvalidArg, taxonomy.RegionFinding,
+				"%s=%s is not a region that carries MicroVMs (%s); pass --region with one that does, or --unlisted-region %s to use it anyway",
+				name, shellQuote(v), strings.Join(taxonomy.Regions, ", "), shellQuote(v)).WithCause(err)
+		}
+		return r, nil
+	}
+	return client.ParseRegion(taxonomy.Regions[0])
 }
 
 // ExecCmd runs one command in a running MicroVM.
@@ -183,7 +201,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.session(ctx)
+	s, err := c.session(ctx, a.env)
 	if err != nil {
 		return nil, err
 	}
@@ -216,94 +234,78 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 			return err
 		}}, nil
 	}
+	// The output is followed before stdin is fed, and stdin is fed while
+	// the output is followed: a child like cat writes as it reads, and
+	// output not read within the daemon's replay window is gone.
+	ctx, stopFeed := context.WithCancelCause(ctx)
+	defer stopFeed(nil)
+	var feed *stdinFeed
 	if c.Stdin {
-		if err := feedStdin(ctx, ex, a.stdin); err != nil {
-			return nil, err
-		}
+		feed = &stdinFeed{ex: ex, r: a.stdin, stop: stopFeed}
 	}
 	if c.Stream {
-		return c.stream(ctx, a, ex)
+		return c.stream(ctx, a, ex, feed)
 	}
-	return c.wait(ctx, a, ex)
+	return c.wait(ctx, a, ex, feed)
 }
 
-// feedStdin copies r into the exec's stdin in chunks under the daemon's
-// per-write cap and closes it with the last chunk, so a child reading to EOF
-// can finish.
-func feedStdin(ctx context.Context, ex *client.Exec, r io.Reader) error {
-	_, err := sendStdin(ctx, ex, r, true)
-	return err
+// stdinFeed copies this process's stdin into an exec (closing it at the
+// end) in the background, while its output is followed.
+type stdinFeed struct {
+	ex   *client.Exec
+	r    io.Reader
+	stop context.CancelCauseFunc // ends the following when the feed fails
+	done chan struct{}
+	err  error
 }
 
-// stdinChunk is one stdin request's data: the daemon's per-write cap.
-const stdinChunk = 256 << 10
-
-// sendStdin writes r to the exec's stdin in chunks of at most stdinChunk
-// bytes. With eof the last chunk and the EOF travel in one request
-// (WriteStdinAndClose), so a short write costs one round trip and no other
-// writer can slip in between the data and the close; an empty r only closes.
-// It reads one chunk ahead to know which chunk is the last, so a stdin that
-// is exactly a whole number of chunks still closes with its last one, not
-// with an empty request after it. written counts
-// the bytes the daemon took; a read failure is a local InvalidArg.
-func sendStdin(ctx context.Context, ex *client.Exec, r io.Reader, eof bool) (written int64, err error) {
-	cur, next := make([]byte, stdinChunk), make([]byte, stdinChunk)
-	n, ended, err := readChunk(r, cur)
-	if err != nil {
-		return 0, err
+// start begins the feed; call it once the output is being followed. A nil
+// feed (no --stdin) does nothing.
+func (f *stdinFeed) start(ctx context.Context) {
+	if f == nil {
+		return
 	}
-	for {
-		if ended {
-			if !eof {
-				w, err := ex.WriteStdin(ctx, cur[:n])
-				return written + int64(w), err
-			}
-			w, err := ex.WriteStdinAndClose(ctx, cur[:n])
-			return written + int64(w), err
+	f.done = make(chan struct{})
+	go func() {
+		_, err := f.ex.CopyStdin(ctx, f.r, true)
+		if err == nil || errors.Is(err, client.WireKindError(taxonomy.WireStdinClosed)) || ctx.Err() != nil {
+			// Closed means the child stopped reading or exited: its
+			// outcome, not the rest of this stdin, is the result. An ended
+			// ctx (--timeout, an interrupt) ends the following too, which
+			// reports it naming the exec.
+			close(f.done)
+			return
 		}
-		m, nextEnded, err := readChunk(r, next)
-		if err != nil {
-			return written, err
-		}
-		if m == 0 && nextEnded {
-			ended = true // cur is the last chunk
-			continue
-		}
-		w, werr := ex.WriteStdin(ctx, cur[:n])
-		written += int64(w)
-		if werr != nil {
-			return written, werr
-		}
-		cur, next, n, ended = next, cur, m, nextEnded
-	}
+		f.err = err   // as the client classed it: its wire kind is data.kind
+		close(f.done) // before stop: whoever stop ends must see f.err
+		// The child may be waiting for the EOF that will never come: stop
+		// following it, so the failure is reported now rather than at the
+		// timeout.
+		f.stop(f.err)
+	}()
 }
 
-// readChunk fills buf from r, short only at r's end, which ended reports:
-// full chunks are fewer requests, and the feeding is a batch either way
-// (exec --stdin feeds all of it before following the output).
-func readChunk(r io.Reader, buf []byte) (n int, ended bool, err error) {
-	for empty := 0; n < len(buf); {
-		m, err := r.Read(buf[n:])
-		n += m
-		switch {
-		case err == io.EOF:
-			return n, true, nil
-		case err != nil:
-			return n, false, invalidArg("", "reading this process's stdin: %v", err)
-		case m == 0:
-			if empty++; empty > 1000 { // a reader returning (0, nil) forever is broken
-				return n, false, invalidArg("", "reading this process's stdin: no progress after %d empty reads", empty)
-			}
-		}
+// failed is the feed's failure once it has ended in one. A feed still
+// running is not waited for: when the exec has exited, a stdin it never
+// read (a terminal, say) must not hold this process.
+func (f *stdinFeed) failed() error {
+	if f == nil || f.done == nil {
+		return nil
 	}
-	return n, false, nil
+	select {
+	case <-f.done:
+		return f.err
+	default:
+		return nil
+	}
 }
 
 // wait follows the exec to its exit, acks it and reports its record. Without
 // --json the child's bytes go to stdout and stderr exactly as produced.
-func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec) (*result, error) {
+func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, feed *stdinFeed) (*result, error) {
 	p := ex.Attach(ctx, 0)
 	defer p.Close()
+	feed.start(ctx)
 	outW, errW := io.Discard, io.Discard
 	raw := !a.g.JSON && !a.g.Dense
 	if raw {
@@ -314,7 +316,21 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec) (*result, e
 	go func() { defer wg.Done(); _, _ = io.Copy(outW, p.Stdout()) }()
 	go func() { defer wg.Done(); _, _ = io.Copy(errW, p.Stderr()) }()
 	r, err := p.Wait(ctx)
+	if err != nil {
+		// The attached stream outlives ctx and ends only with the exec's
+		// exit: without Close the copies would hold a timed-out or
+		// interrupted wait until the child finished. Close never blocks.
+		_ = p.Close()
+	}
 	wg.Wait()
+	if ferr := feed.failed(); ferr != nil {
+		// The feed's failure is why the wait ended, or the child did not
+		// get all of its stdin.
+		if err != nil {
+			return nil, ferr
+		}
+		return nil, &failure{err: asClientError(ferr), data: execData(r)}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -345,15 +361,19 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec) (*result, e
 
 // stream writes the exec's events as they arrive: NDJSON under --json, the
 // raw bytes otherwise. The final envelope summarises rather than repeats.
-func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec) (*result, error) {
+func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *stdinFeed) (*result, error) {
 	st := ex.Stream(ctx, c.FromOffset)
 	defer st.Close()
+	feed.start(ctx)
 	sum := cliapi.ExecStreamData{ExecID: ex.ID(), NextOffset: int64(c.FromOffset)}
 	sawExit := false
 	enc := json.NewEncoder(a.stdout)
 	enc.SetEscapeHTML(false)
+	// Under --json the final envelope is one compact line even when no
+	// event came before it (an interrupted quiet child): a reader takes the
+	// last line as the envelope.
+	a.streamed = a.g.JSON
 	line := func(v any) {
-		a.streamed = a.g.JSON
 		_ = enc.Encode(v)
 		sum.Events++
 	}
@@ -419,6 +439,12 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec) (*result,
 		// any failure belong on stderr.
 		a.streamed = true
 	}
+	if ferr := feed.failed(); ferr != nil {
+		// Whether it ended the stream or came after the exit, the child
+		// did not get all of its stdin; a resume would not feed it again.
+		sum.NextOffset = int64(st.Cursor())
+		return nil, &failure{err: asClientError(ferr), data: sum}
+	}
 	// The client's cursor, not the last event seen, is where a resume starts.
 	sum.NextOffset = int64(st.Cursor())
 	if errors.Is(streamErr, client.ErrStreamCut) || (streamErr == nil && !sawExit) {
@@ -435,9 +461,10 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec) (*result,
 	}
 	if streamErr != nil {
 		f := &failure{err: asClientError(streamErr), data: sum}
-		if k := client.KindOf(streamErr); k == taxonomy.KindTimeout || k == taxonomy.KindRetryable {
-			// The deadline passed or the connection never opened: the exec
-			// was left as it was and the stream resumes at the same offset.
+		if k := client.KindOf(streamErr); k == taxonomy.KindTimeout || k == taxonomy.KindRetryable || k == taxonomy.KindInterrupted {
+			// The deadline passed, the caller interrupted, or the connection
+			// never opened: the exec was left as it was and the stream
+			// resumes at the same offset.
 			f.suggestions = c.resumeHints(ex.ID(), sum.NextOffset)
 		}
 		return nil, f
@@ -500,7 +527,7 @@ type HealthCmd struct {
 }
 
 func (c *HealthCmd) run(ctx context.Context, a *app) (*result, error) {
-	s, err := c.session(ctx)
+	s, err := c.session(ctx, a.env)
 	if err != nil {
 		return nil, err
 	}
@@ -534,7 +561,7 @@ type AckCmd struct {
 }
 
 func (c *AckCmd) run(ctx context.Context, a *app) (*result, error) {
-	s, err := c.session(ctx)
+	s, err := c.session(ctx, a.env)
 	if err != nil {
 		return nil, err
 	}
@@ -558,7 +585,7 @@ func (c *StdinCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.Data == nil && !c.EOF {
 		return nil, invalidArg("", "nothing to do: pass --data, --eof, or both")
 	}
-	s, err := c.session(ctx)
+	s, err := c.session(ctx, a.env)
 	if err != nil {
 		return nil, err
 	}
@@ -570,7 +597,7 @@ func (c *StdinCmd) run(ctx context.Context, a *app) (*result, error) {
 			r = a.stdin
 		}
 	}
-	written, err := sendStdin(ctx, ex, r, c.EOF)
+	written, err := ex.CopyStdin(ctx, r, c.EOF)
 	if err != nil {
 		if client.KindOf(err) == taxonomy.KindInvalidArg && written == 0 {
 			return nil, err
@@ -612,7 +639,7 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 			return nil, invalidArg("", "--mode applies to an upload only")
 		}
 	}
-	s, err := c.session(ctx)
+	s, err := c.session(ctx, a.env)
 	if err != nil {
 		return nil, err
 	}

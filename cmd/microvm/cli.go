@@ -38,12 +38,17 @@ type Globals struct {
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 
-// RegionFlags names the AWS region of the control plane. The closed set is
-// the parser's: an off-table region fails before any handler runs, because
-// the service's answer to one is indistinguishable from an IAM denial.
+// RegionFlags names the AWS region of the control plane. The closed set of
+// --region is the parser's: an off-table region fails before any handler
+// runs, because the service's answer to one is indistinguishable from an IAM
+// denial. AWS_REGION and AWS_DEFAULT_REGION are not the parser's: a shell
+// exports them for every AWS tool, so they are read (and held to the same
+// set) only when a control plane is called, and never conflict with
+// --unlisted-region. Region is a pointer so that "not given" is nil: kong
+// allows an enum without a default only there.
 type RegionFlags struct {
-	Region         string `help:"AWS region; one of the regions measured to carry MicroVMs." enum:"${regions}" default:"${default_region}" env:"AWS_REGION,AWS_DEFAULT_REGION" xor:"region"`
-	UnlistedRegion string `help:"Use a region this client has not seen carry MicroVMs. Its refusals look like IAM denials (AccessDeniedException with a null message)." xor:"region" placeholder:"NAME"`
+	Region         *string `help:"AWS region; one of the regions measured to carry MicroVMs. Unset, a command that calls the control plane reads AWS_REGION, then AWS_DEFAULT_REGION, then uses ${default_region}." enum:"${regions}" xor:"region" placeholder:"REGION"`
+	UnlistedRegion string  `help:"Use a region this client has not seen carry MicroVMs. Its refusals look like IAM denials (AccessDeniedException with a null message)." xor:"region" placeholder:"NAME"`
 }
 
 // AttachFlags address a VM this invocation did not launch. Each has an

@@ -79,14 +79,14 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	region := client.USEast1
-	switch {
-	case c.UnlistedRegion != "":
-		region = client.UnlistedRegion(c.UnlistedRegion)
-	case c.Region != "":
-		if region, err = client.ParseRegion(c.Region); err != nil {
-			return nil, err
-		}
+	// The rate table's region is the flags' alone: cost calls no AWS API,
+	// so a shell's AWS_REGION is not read (and cannot refuse it).
+	region, given, err := c.flagRegion()
+	if err != nil {
+		return nil, err
+	}
+	if !given {
+		region = client.USEast1
 	}
 	running, err := seconds("--running-sec", c.RunningSec)
 	if err != nil {

@@ -173,6 +173,12 @@ func suggestionsFor(ce *client.Error) []string {
 		s = append(s, "microvm doctor")
 	case taxonomy.KindTimeout:
 		s = append(s, "raise --timeout; nothing was killed")
+	case taxonomy.KindCredentials:
+		if ce.Finding() == taxonomy.FindingEndpointAuth {
+			// The client's answer to a 403 on a session without a proxy
+			// token, which only --direct builds.
+			s = append(s, "drop --direct (and MICROVM_DIRECT): the endpoint is behind the platform proxy; pass --microvm-id so a proxy token is minted")
+		}
 	}
 	return s
 }

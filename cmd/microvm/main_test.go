@@ -206,8 +206,35 @@ func TestExitRows(t *testing.T) {
 		args := append([]string{"--json", "health", "--region", "eu-central-1"}, attach(closedPort(t))...)
 		wantFailure(t, cli(t, nil, "", args...), taxonomy.KindInvalidArg, taxonomy.RegionFinding)
 	})
-	t.Run("2 an off-table AWS_REGION is refused too", func(t *testing.T) {
-		wantFailure(t, cli(t, []string{"AWS_REGION=eu-central-1"}, "", "--json", "cost"), taxonomy.KindInvalidArg, taxonomy.RegionFinding)
+	t.Run("2 an off-table AWS_REGION is refused when a control plane is called", func(t *testing.T) {
+		// A proxied attach mints through the control plane, so it reads the
+		// variables, and holds them to the listed set, before anything is
+		// sent (the endpoint is unroutable).
+		for _, v := range []string{"AWS_REGION", "AWS_DEFAULT_REGION"} {
+			inv := cli(t, []string{v + "=eu-central-1"}, "", "--json", "health", "--endpoint", "vm.invalid", "--agent-token", "t", "--microvm-id", "mvm-x")
+			m := wantFailure(t, inv, taxonomy.KindInvalidArg, taxonomy.RegionFinding)
+			if e := m["error"].(string); !strings.Contains(e, v+"=eu-central-1") || !strings.Contains(e, "--unlisted-region") {
+				t.Fatalf("the refusal does not name the variable and the escape hatch: %s", e)
+			}
+		}
+	})
+	// Catches: AWS_REGION read by the parser again (as an env default of
+	// --region): it would refuse an off-table value for commands that never
+	// call AWS, and count as a --region conflicting with --unlisted-region.
+	t.Run("0 AWS_REGION is not the parser's", func(t *testing.T) {
+		for _, tc := range []struct {
+			env  string
+			args []string
+		}{
+			{"AWS_REGION=eu-central-1", []string{"--json", "cost"}},
+			{"AWS_DEFAULT_REGION=eu-central-1", []string{"--json", "cost"}},
+			{"AWS_REGION=us-east-1", []string{"--json", "cost", "--unlisted-region", "eu-central-1"}},
+			{"AWS_REGION=eu-central-1", []string{"--json", "cost", "--region", "us-west-2"}},
+		} {
+			if inv := cli(t, []string{tc.env}, "", tc.args...); inv.code != 0 {
+				t.Fatalf("%s microvm %v: exit %d\n%s", tc.env, tc.args, inv.code, inv.stdout)
+			}
+		}
 	})
 	t.Run("2 region conflicts with unlisted-region", func(t *testing.T) {
 		wantFailure(t, cli(t, nil, "", "cost", "--json", "--region", "us-east-1", "--unlisted-region", "xx-test-1"), taxonomy.KindInvalidArg, taxonomy.RegionFinding)
@@ -284,26 +311,27 @@ func TestExitRows(t *testing.T) {
 		}
 	})
 	// Elsewhere: row 9 by TestOutputGapIsPlatform (an output gap from a real
-	// agentd), row 13 by the end-to-end tests against agentd and through the
-	// emulator, and rows 1 (the proxy's 403 to a --direct session), 3, 4, 5
-	// and 13 again through the emulator's proxy.
+	// agentd), rows 10 and 11 by TestExecStopsWaiting (--timeout and SIGINT
+	// against a real agentd), row 13 by the end-to-end tests against agentd
+	// and through the emulator, and rows 3, 4 (the proxy's 403 to a --direct
+	// session among them), 5 and 13 again through the emulator's proxy. Row 1
+	// is the 418 above alone.
 	// The rows no test reaches are unreachedRows, and TestMain fails a full
 	// run that leaves any other row unreached.
 }
 
 // unreachedRows are the exit rows this CLI cannot reach yet, each with the
 // not-yet-ready commands that will reach it. They belong to the lifecycle
-// commands of a later issue (run, build, resume, terminate), which need the
-// control plane: no attached or local command launches, builds or resumes
-// anything, so none of them can see a build wedge, a launch die, a suspended
-// window close, or an interrupt after launch. TestUnreachedRowsAreLifecycle
+// commands of a later issue (run, build, resume), which need the control
+// plane: no attached or local command launches, builds or resumes anything,
+// so none of them can see a build wedge, a launch die, or a suspended
+// window close. TestUnreachedRowsAreLifecycle
 // turns red the day one of those commands becomes ready, so the row is
 // reached then rather than forgotten.
 var unreachedRows = map[taxonomy.ErrorKind][]string{
 	taxonomy.KindBuildWedged:  {"build", "run"},
 	taxonomy.KindLaunchDied:   {"run"},
 	taxonomy.KindWindowClosed: {"resume"},
-	taxonomy.KindInterrupted:  {"run"},
 }
 
 func TestUnreachedRowsAreLifecycle(t *testing.T) {

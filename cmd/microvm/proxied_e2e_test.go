@@ -211,12 +211,48 @@ func TestProxiedAttachThroughTheEmulator(t *testing.T) {
 			t.Fatalf("a port-8080 token reached port 9000: %d", resp.StatusCode)
 		}
 	})
-	t.Run("no agent traffic without the proxy token", func(t *testing.T) {
+	// Catches: the proxy's 403 to a --direct session reported as
+	// ERR_UNEXPECTED (a status agentd never sends) rather than as the
+	// credentials it is, without the finding or the way out.
+	t.Run("4 no agent traffic without the proxy token", func(t *testing.T) {
 		// The same endpoint with --direct sends only the bearer: the proxy
 		// refuses it, which is what made a proxied attach necessary.
 		inv := cli(t, env, "", "--json", "health", "--direct", "--endpoint", vm.endpoint, "--agent-token", vm.agentToken)
-		if m := envelope(t, inv); inv.code == 0 || !strings.Contains(m["error"].(string), "HTTP 403") {
-			t.Fatalf("%d %v", inv.code, m)
+		m := wantFailure(t, inv, taxonomy.KindCredentials, taxonomy.FindingEndpointAuth)
+		if !strings.Contains(m["error"].(string), "HTTP 403") || !strings.Contains(m["error"].(string), "proxy token") {
+			t.Fatalf("%v", m["error"])
+		}
+		if s := m["suggestions"].([]any); len(s) == 0 || !strings.Contains(s[0].(string), "drop --direct") {
+			t.Fatalf("suggestions %v", s)
+		}
+		if _, ok := m["data"].(map[string]any)["kind"]; ok {
+			t.Fatalf("data.kind %v: no daemon answered", m["data"])
+		}
+	})
+	// Catches: AWS_REGION read by the parser as --region's env default,
+	// which then conflicts with --unlisted-region (a parse failure before
+	// the escape hatch is used), and the variables read instead of the flag.
+	t.Run("AWS_REGION does not block --unlisted-region", func(t *testing.T) {
+		// The emulator answers a region without MicroVMs as the service
+		// does: eu-central-1 gets past the parser and is the region the mint
+		// is signed for (AWS_REGION's us-east-1 would have minted), and the
+		// mint meets the measured null-message AccessDeniedException.
+		inv := cli(t, append(awsEnv(), "AWS_REGION=us-east-1"), "", append([]string{"--json", "health", "--unlisted-region", "eu-central-1"}, attachArgs...)...)
+		m := wantFailure(t, inv, taxonomy.KindRetryable, taxonomy.FindingEndpointAuth)
+		if k := m["data"].(map[string]any)["kind"]; k != taxonomy.WireAuthTokenMint.String() || !strings.Contains(m["error"].(string), "AccessDeniedException") {
+			t.Fatalf("data.kind %v: %v", k, m["error"])
+		}
+		inv = cli(t, append(awsEnv(), "AWS_REGION=eu-central-1"), "", append([]string{"--json", "health", "--region", "us-west-2"}, attachArgs...)...)
+		if d := envelope(t, inv)["data"].(map[string]any); inv.code != 0 || d["bootstrapped"] != true {
+			t.Fatalf("--region under an off-table AWS_REGION: %d %v", inv.code, d)
+		}
+	})
+	t.Run("2 an off-table AWS_REGION refuses a proxied attach before any mint", func(t *testing.T) {
+		before := len(authTokenBodies(vm.emu, vm.id))
+		inv := cli(t, append(awsEnv(), "AWS_REGION=eu-central-1"), "", append([]string{"--json", "health"}, attachArgs...)...)
+		wantFailure(t, inv, taxonomy.KindInvalidArg, taxonomy.RegionFinding)
+		if n := len(authTokenBodies(vm.emu, vm.id)) - before; n != 0 {
+			t.Fatalf("%d mints sent for a refused region", n)
 		}
 	})
 }
