@@ -48,5 +48,16 @@ demo:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# Every fuzz target of every package, FUZZTIME each (go test allows one
+# target per run). The seed corpora also run as plain tests in `make test`.
+FUZZTIME ?= 30s
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$target"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
+	  done; \
+	done
+
 clean:
 	rm -rf $(BIN)
