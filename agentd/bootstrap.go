@@ -217,6 +217,7 @@ func (s *Server) HookRun(w http.ResponseWriter, r *http.Request) {
 		// The count, never the values: a launch env is where callers put credentials.
 		s.log.Info("agent token installed", "launch_env_vars", len(env))
 		w.WriteHeader(http.StatusOK)
+		s.repairIdentityAtBootstrap()
 	case identicalReplay:
 		s.log.Info("identical run hook replay accepted")
 		w.WriteHeader(http.StatusOK)

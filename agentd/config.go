@@ -21,6 +21,7 @@ type Config struct {
 	Port int
 
 	MaxBodyBytes       int64
+	MaxStartBodyBytes  int64
 	MaxDrainBytes      int64
 	MaxOutputBytes     int64
 	MaxStdinWriteBytes int64
@@ -41,8 +42,9 @@ type Config struct {
 	// against a dead connection never holding a child's pipe for long.
 	StreamStallTimeout time.Duration
 
-	// Identity says whether and where startup identity repair runs
-	// (AGENTD_IDENTITY_REPAIR=0 disables it).
+	// Identity says whether and where identity repair runs, at startup and
+	// again on the first successful run hook (AGENTD_IDENTITY_REPAIR=0
+	// disables both).
 	Identity IdentityConfig
 }
 
@@ -55,6 +57,7 @@ var limitSetters = map[string]func(*Config, float64){
 	"max_body_bytes":           func(c *Config, v float64) { c.MaxBodyBytes = int64(v) },
 	"max_drain_bytes":          func(c *Config, v float64) { c.MaxDrainBytes = int64(v) },
 	"max_output_bytes":         func(c *Config, v float64) { c.MaxOutputBytes = int64(v) },
+	"max_start_body_bytes":     func(c *Config, v float64) { c.MaxStartBodyBytes = int64(v) },
 	"max_stdin_write_bytes":    func(c *Config, v float64) { c.MaxStdinWriteBytes = int64(v) },
 	"max_tar_bytes":            func(c *Config, v float64) { c.MaxTarBytes = int64(v) },
 	"max_tar_members":          func(c *Config, v float64) { c.MaxTarMembers = int64(v) },
@@ -73,6 +76,7 @@ var limitGetters = map[string]func(*Config) float64{
 	"max_body_bytes":           func(c *Config) float64 { return float64(c.MaxBodyBytes) },
 	"max_drain_bytes":          func(c *Config) float64 { return float64(c.MaxDrainBytes) },
 	"max_output_bytes":         func(c *Config) float64 { return float64(c.MaxOutputBytes) },
+	"max_start_body_bytes":     func(c *Config) float64 { return float64(c.MaxStartBodyBytes) },
 	"max_stdin_write_bytes":    func(c *Config) float64 { return float64(c.MaxStdinWriteBytes) },
 	"max_tar_bytes":            func(c *Config) float64 { return float64(c.MaxTarBytes) },
 	"max_tar_members":          func(c *Config) float64 { return float64(c.MaxTarMembers) },

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,17 @@ type execEntry struct {
 	id   string
 	pgid int // captured at spawn: the child's pid, which is its group's id
 	log  *outputLog
+
+	// sigMu orders every signal to the group against the reap and the pipe
+	// EOFs, so "is this group still ours" and the signal are one step. Once
+	// the leader is reaped and no member is known to be left, the number pgid
+	// may name another exec's new group, and nothing may be sent to it.
+	sigMu     sync.Mutex
+	pidfd     *os.File // the leader's pidfd, nil on kernels without one; closed once the group is gone
+	reaped    bool     // the leader was waited for; its pid no longer pins the group
+	pipesOpen int      // pumps not yet at EOF: some process still holds a pipe
+	lingered  bool     // the linger deadline passed with a pipe still held
+	groupGone bool     // the group is known empty: never signal pgid again
 	// finished closes once the child is reaped and its pipes reached EOF or the
 	// linger deadline passed. Until then the phase is running.
 	finished chan struct{}
@@ -61,6 +73,9 @@ type registry struct {
 	mu       sync.Mutex
 	execs    map[string]*execEntry
 	starting map[string]*startOp
+
+	// escalations counts running SIGTERM-to-SIGKILL escalations.
+	escalations sync.WaitGroup
 }
 
 // startOp lets a start that races an in-flight start of the same exec_id wait
@@ -131,6 +146,9 @@ func (r *registry) collect(now time.Time) int {
 	for id, e := range r.execs {
 		if e.acked && now.Sub(e.ackedAt) >= r.cfg.ExecTTL {
 			delete(r.execs, id)
+			e.sigMu.Lock()
+			e.markGoneLocked() // an uncollected id can no longer be killed
+			e.sigMu.Unlock()
 			n++
 		}
 	}
@@ -322,6 +340,9 @@ func (r *registry) start(id string, sp *spec) (protocol.Phase, *startError) {
 // files: a grandchild inherits the write end, so EOF comes only when the last
 // writer closes and nothing it writes after the child exits is lost.
 func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
+	if err := checkCwd(sp.dir); err != nil {
+		return nil, err
+	}
 	path, err := lookPath(sp.path, sp.env, sp.dir)
 	if err != nil {
 		return nil, err
@@ -352,12 +373,14 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 	}
 	// Fd puts the child's ends in blocking mode, which is what a child expects;
 	// the daemon's ends stay non-blocking on the poller.
+	pidfd := -1
 	pid, err := syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
 		Dir:   sp.dir,
 		Env:   sp.env,
 		Files: []uintptr{stdinChild.Fd(), outW.Fd(), errW.Fd()},
-		// Its own group, so kill reaches everything the child started.
-		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: sp.cred},
+		// Its own group, so kill reaches everything the child started. The
+		// pidfd comes from clone itself, so it can never name another process.
+		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: sp.cred, PidFD: &pidfd},
 	})
 	outW.Close()
 	errW.Close()
@@ -367,7 +390,7 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 		if stdinW != nil {
 			stdinW.Close()
 		}
-		return nil, fmt.Errorf("start %s: %w", sp.argv[0], err)
+		return nil, spawnError(sp, err)
 	}
 	e := &execEntry{
 		id:             id,
@@ -376,10 +399,53 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 		finished:       make(chan struct{}),
 		stdinRequested: sp.stdin,
 		stdin:          stdinW,
+		pipesOpen:      2,
+	}
+	if pidfd >= 0 {
+		// Non-blocking before NewFile, so the file lands on the poller.
+		if unix.SetNonblock(pidfd, true) == nil {
+			e.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
+		} else {
+			unix.Close(pidfd)
+		}
 	}
 	r.log.Info("exec started", "exec_id", id, "pid", pid, "stdin", sp.stdin)
 	go r.supervise(e, pid, outR, errR, sp.timeout)
 	return e, nil
+}
+
+// checkCwd names a missing or unusable cwd. Without it the chdir inside the
+// spawn fails with the same ENOENT as a missing argv[0], and the error blames
+// the command.
+func checkCwd(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cwd %q: %w", dir, unwrapPathError(err))
+	case !st.IsDir():
+		return fmt.Errorf("cwd %q: %w", dir, syscall.ENOTDIR)
+	}
+	return nil
+}
+
+// spawnError describes a failed fork/exec. The cwd is checked again, since it
+// may have gone between checkCwd and the spawn; an env value is never quoted.
+func spawnError(sp *spec, err error) error {
+	if cerr := checkCwd(sp.dir); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("start %s: %w", sp.argv[0], err)
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // supervise drains both pipes while waiting for the child, then lingers up to
@@ -390,17 +456,23 @@ func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout
 	var wg sync.WaitGroup
 	var lingered atomic.Bool
 	wg.Add(2)
-	go r.pump(&wg, outR, stdoutKind, e.log, &lingered)
-	go r.pump(&wg, errR, stderrKind, e.log, &lingered)
+	go r.pump(&wg, outR, stdoutKind, e, &lingered)
+	go r.pump(&wg, errR, stderrKind, e, &lingered)
 
 	var timer *time.Timer
 	if timeout > 0 {
 		timer = time.AfterFunc(timeout, func() {
-			r.log.Warn("exec exceeded its timeout; signalling its process group", "exec_id", e.id)
-			r.escalate(e)
+			if r.escalate(e) {
+				r.log.Warn("exec exceeded its timeout; signalled its process group", "exec_id", e.id)
+			}
 		})
 	}
-	ws, err := waitChild(pid)
+	ws, err := waitChild(e, pid)
+	if timer != nil {
+		// Right after the reap: the timeout is the child's, and once it is
+		// reaped nothing pins the group's number for a late timer.
+		timer.Stop()
+	}
 	if err != nil {
 		r.log.Warn("waiting for exec child failed", "exec_id", e.id, "err", err.Error())
 	}
@@ -410,9 +482,6 @@ func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout
 	wg.Wait()
 	outR.Close()
 	errR.Close()
-	if timer != nil {
-		timer.Stop()
-	}
 
 	st := exitStatus{writersMayBeAlive: lingered.Load()}
 	switch {
@@ -458,8 +527,16 @@ var pumpBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return 
 const busyPipeBytes = 1 << 20
 
 // pump reads one pipe into the log until EOF or the linger deadline.
-func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, log *outputLog, lingered *atomic.Bool) {
+func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, e *execEntry, lingered *atomic.Bool) {
 	defer wg.Done()
+	log := e.log
+	held := false // the linger deadline ended this pump with the pipe still held
+	defer func() {
+		e.sigMu.Lock()
+		e.pipesOpen--
+		e.lingered = e.lingered || held
+		e.sigMu.Unlock()
+	}()
 	rc, err := f.SyscallConn()
 	if err != nil {
 		r.log.Warn("exec pipe has no raw conn", "err", err.Error())
@@ -503,6 +580,7 @@ func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, log *ou
 		case cerr != nil:
 			if errors.Is(cerr, os.ErrDeadlineExceeded) {
 				lingered.Store(true)
+				held = true
 			}
 			return
 		case rerr != nil || n == 0:
@@ -511,50 +589,131 @@ func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, log *ou
 	}
 }
 
-// waitChild reaps the child. It parks on a pidfd through the runtime poller
-// rather than blocking an OS thread in wait4 for the child's whole life, which
-// keeps a hundred long-running execs from costing a hundred threads.
-func waitChild(pid int) (syscall.WaitStatus, error) {
+// waitChild reaps the child and marks it reaped under sigMu, so no signal to
+// its group can slip in between the reap and the mark. It parks on the pidfd
+// through the runtime poller rather than blocking an OS thread in wait4 for
+// the child's whole life, which keeps a hundred long-running execs from
+// costing a hundred threads.
+func waitChild(e *execEntry, pid int) (syscall.WaitStatus, error) {
 	var ws syscall.WaitStatus
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if err == nil {
-		f := os.NewFile(uintptr(fd), "pidfd")
-		defer f.Close()
-		if rc, err := f.SyscallConn(); err == nil {
+	reap := func() (done bool, err error) {
+		e.sigMu.Lock()
+		defer e.sigMu.Unlock()
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			return false, nil
+		}
+		if err != nil || got == pid {
+			e.reaped = true
+			return true, err
+		}
+		return false, nil
+	}
+	if e.pidfd != nil {
+		if rc, err := e.pidfd.SyscallConn(); err == nil {
 			var werr error
 			cerr := rc.Read(func(uintptr) bool {
-				var got int
-				got, werr = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-				if werr == syscall.EINTR {
-					return false
-				}
-				return werr != nil || got == pid
+				var done bool
+				done, werr = reap()
+				return done
 			})
 			if cerr == nil {
 				return ws, werr
 			}
 		}
 	}
-	// Kernels before 5.3 have no pidfd: block a thread, which still works.
+	// No pidfd (kernels before 5.3): block a thread in waitid without reaping,
+	// then reap under the lock.
 	for {
-		_, err := syscall.Wait4(pid, &ws, 0, nil)
-		if err != syscall.EINTR {
-			return ws, err
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		done, werr := reap()
+		if done || err != nil {
+			return ws, werr
 		}
 	}
 }
 
-// escalate sends SIGTERM to the exec's process group and, if any member is
-// still alive after kill_grace, SIGKILL. It returns whether SIGTERM reached a
-// live group; the escalation runs on its own so the caller is answered now.
-func (r *registry) escalate(e *execEntry) bool {
-	if err := unix.Kill(-e.pgid, unix.SIGTERM); err != nil {
-		if err != unix.ESRCH {
-			r.log.Warn("killpg failed", "exec_id", e.id, "pgid", e.pgid, "err", err.Error())
+// pidfdGroupSignals is whether pidfd_send_signal takes
+// PIDFD_SIGNAL_PROCESS_GROUP (Linux 6.9+); it turns false on the first EINVAL.
+// A var so tests can exercise the fallback the platform's 6.1 kernel uses.
+var pidfdGroupSignals atomic.Bool
+
+func init() { pidfdGroupSignals.Store(true) }
+
+// signalGroup sends sig (0 probes) to the exec's process group if the group can
+// still be this exec's, and reports whether it reached a live member.
+//
+// A process group persists while any member lives, and its number is pinned
+// as long as it does; once it is empty the number can name another exec's
+// new group. Through the leader's pidfd (Linux 6.9+) the kernel resolves the
+// group from the leader's struct pid, which a reused number never matches, so
+// that is exact. Without it the group is signalled by number only while the
+// leader is unreaped (its zombie pins the number), or while a pipe is still
+// held, which is the linger's sign that members remain.
+func (e *execEntry) signalGroup(sig unix.Signal) (bool, error) {
+	e.sigMu.Lock()
+	defer e.sigMu.Unlock()
+	if e.groupGone {
+		return false, nil
+	}
+	if e.pidfd != nil && pidfdGroupSignals.Load() {
+		err := unix.PidfdSendSignal(int(e.pidfd.Fd()), sig, nil, unix.PIDFD_SIGNAL_PROCESS_GROUP)
+		switch err {
+		case nil:
+			return true, nil
+		case unix.ESRCH:
+			e.markGoneLocked()
+			return false, nil
+		case unix.EINVAL:
+			pidfdGroupSignals.Store(false)
+		default:
+			return false, err
 		}
+	}
+	if e.reaped && e.pipesOpen == 0 && !e.lingered {
+		// Reaped and every pipe closed: no member is known, so the number is no
+		// longer provably ours.
+		e.markGoneLocked()
+		return false, nil
+	}
+	err := unix.Kill(-e.pgid, sig)
+	if err == unix.ESRCH {
+		if e.reaped {
+			e.markGoneLocked()
+		}
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (e *execEntry) markGoneLocked() {
+	e.groupGone = true
+	if e.pidfd != nil {
+		e.pidfd.Close()
+		e.pidfd = nil
+	}
+}
+
+// escalate sends SIGTERM to the exec's process group and, if any member is
+// still alive after kill_grace, SIGKILL. Before each signal it re-checks that
+// the group can still be this exec's (signalGroup). It returns whether SIGTERM
+// reached a live group; the escalation runs on its own so the caller is
+// answered now.
+func (r *registry) escalate(e *execEntry) bool {
+	sent, err := e.signalGroup(unix.SIGTERM)
+	if err != nil {
+		r.log.Warn("killpg failed", "exec_id", e.id, "pgid", e.pgid, "err", err.Error())
+	}
+	if !sent {
 		return false
 	}
+	r.escalations.Add(1)
 	go func() {
+		defer r.escalations.Done()
 		grace := time.NewTimer(r.cfg.KillGrace)
 		defer grace.Stop()
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -562,14 +721,14 @@ func (r *registry) escalate(e *execEntry) bool {
 		for {
 			select {
 			case <-grace.C:
-				if unix.Kill(-e.pgid, 0) == nil {
+				if alive, _ := e.signalGroup(0); alive {
 					r.log.Warn("process group survived SIGTERM; sending SIGKILL", "exec_id", e.id, "pgid", e.pgid)
-					_ = unix.Kill(-e.pgid, unix.SIGKILL)
+					_, _ = e.signalGroup(unix.SIGKILL)
 				}
 				return
 			case <-tick.C:
-				if unix.Kill(-e.pgid, 0) == unix.ESRCH {
-					return // the whole group is gone; nothing to escalate
+				if alive, _ := e.signalGroup(0); !alive {
+					return // the whole group is gone, or no longer provably ours
 				}
 			}
 		}
@@ -596,8 +755,10 @@ func writeError(w http.ResponseWriter, status int, slug, detail string) {
 	writeJSON(w, status, protocol.ErrorBody{Error: slug, Detail: detail})
 }
 
-// readJSON decodes a capped request body, mapping an over-cap body to 413.
-func readJSON(w http.ResponseWriter, r *http.Request, v any, limit int64, tooLargeSlug string) bool {
+// readJSON decodes a capped request body, mapping an over-cap body to 413:
+// with tooLargeSlug, a JSON ErrorBody; without, the spec's text/plain
+// BodyTooLarge, whose text is tooLargeText (or max_body_bytes' when empty).
+func readJSON(w http.ResponseWriter, r *http.Request, v any, limit int64, tooLargeSlug, tooLargeText string) bool {
 	body := r.Body
 	if limit > 0 {
 		body = http.MaxBytesReader(w, body, limit)
@@ -607,7 +768,10 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any, limit int64, tooLar
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			if tooLargeSlug == "" {
-				http.Error(w, bodyTooLargeText(tooLarge.Limit), http.StatusRequestEntityTooLarge)
+				if tooLargeText == "" || tooLarge.Limit != limit {
+					tooLargeText = bodyTooLargeText(tooLarge.Limit)
+				}
+				http.Error(w, strings.TrimSuffix(tooLargeText, "\n"), http.StatusRequestEntityTooLarge)
 			} else {
 				writeError(w, http.StatusRequestEntityTooLarge, tooLargeSlug, fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit))
 			}
@@ -636,10 +800,27 @@ func jsonFault(err error) string {
 	return "invalid JSON"
 }
 
+func startBodyTooLargeText(limit int64) string {
+	return "exec start body is larger than " + strconv.FormatInt(limit, 10) + " bytes; argv and env must fit in it\n"
+}
+
 // ExecStart starts a command under the caller's exec_id, once.
 func (s *Server) ExecStart(w http.ResponseWriter, r *http.Request) {
+	// limits.max_start_body_bytes: argv and env are all a start carries (the
+	// kernel refuses an exec whose strings exceed a quarter of the stack limit
+	// anyway), so a start never holds up to max_body_bytes in memory to decode.
+	limit := min(s.cfg.MaxStartBodyBytes, s.cfg.MaxBodyBytes)
+	tooLarge := startBodyTooLargeText(limit)
+	if limit == s.cfg.MaxBodyBytes {
+		tooLarge = bodyTooLargeText(limit)
+	}
+	if r.ContentLength > limit {
+		// Declared over the cap: refused before reading, like the gate does.
+		s.refuse(w, r, http.StatusRequestEntityTooLarge, tooLarge)
+		return
+	}
 	var req protocol.StartRequest
-	if !readJSON(w, r, &req, 0, "") {
+	if !readJSON(w, r, &req, limit, "", tooLarge) {
 		return
 	}
 	sp, serr := buildSpec(&req, s.boot.env())
@@ -755,7 +936,7 @@ func (s *Server) ExecStdin(w http.ResponseWriter, r *http.Request, id protocol.E
 	// holding a max_body_bytes body in memory for it would be a way to OOM.
 	limit := base64.StdEncoding.EncodedLen(int(s.cfg.MaxStdinWriteBytes)) + 4096
 	var req protocol.StdinRequest
-	if !readJSON(w, r, &req, int64(limit), taxonomy.SlugStdinWriteTooLarge) {
+	if !readJSON(w, r, &req, int64(limit), taxonomy.SlugStdinWriteTooLarge, "") {
 		return
 	}
 	e := s.execs.get(id)
@@ -825,6 +1006,3 @@ func (s *Server) ExecStdin(w http.ResponseWriter, r *http.Request, id protocol.E
 	}
 	writeJSON(w, http.StatusOK, protocol.StdinResponse{ExecID: id, Written: uint(written), EOF: eof})
 }
-
-// killGroup SIGKILLs a whole process group at once.
-func killGroup(pgid int) error { return unix.Kill(-pgid, unix.SIGKILL) }

@@ -23,13 +23,17 @@ import (
 
 // FSConfig holds the operative limits of the file and tar routes (see
 // protocol.Limits). A zero cap disables that cap; a zero reserve disables
-// the disk guard, as the protocol documents.
+// the disk guard, as the protocol documents. max_body_bytes is not here: the
+// server's gate applies it to every bearer route before FS runs.
 type FSConfig struct {
-	MaxBodyBytes, MaxTarBytes, MaxTarMembers, DiskReserveBytes int64
+	MaxTarBytes, MaxTarMembers, DiskReserveBytes int64
 }
 
 // FS serves GET/PUT /v1/fs/file and GET/PUT /v1/fs/tar. Authentication,
-// the version header and routing happen before these handlers run.
+// the version header, routing and the max_body_bytes cap happen before these
+// handlers run: the gate refuses a declared length over the cap and wraps
+// r.Body in http.MaxBytesReader, so an undeclared over-cap upload surfaces
+// here as *http.MaxBytesError while copying and is answered 413 (copyFailed).
 //
 // The single-file routes are deliberately not confined to a root: the same
 // token can exec as root, so a prefix would add no security and would break
@@ -218,10 +222,6 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 			return
 		}
 	}
-	if f.cfg.MaxBodyBytes > 0 && r.ContentLength > f.cfg.MaxBodyBytes {
-		fsFail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes exceeds limits.max_body_bytes (%d)", r.ContentLength, f.cfg.MaxBodyBytes))
-		return
-	}
 	target := resolveWriteTarget(p.Path)
 	existing, err := os.Stat(target)
 	switch {
@@ -265,10 +265,7 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 		}
 	}()
 
-	body := io.Reader(r.Body)
-	if f.cfg.MaxBodyBytes > 0 {
-		body = http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes)
-	}
+	body := io.Reader(r.Body) // capped by the gate
 	pace := &diskPacer{guard: f.guard, path: dir, name: target}
 	dst := &writeBehind{w: diskPacedWriter{tmp, pace}, fd: int(tmp.Fd())}
 	if _, err := io.CopyBuffer(dst, onlyReader{body}, make([]byte, 256<<10)); err != nil {
@@ -455,17 +452,13 @@ func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWrite
 		return
 	}
 	root := filepath.Clean(p.Path)
-	if f.cfg.MaxBodyBytes > 0 && r.ContentLength > f.cfg.MaxBodyBytes {
-		fsFail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes exceeds limits.max_body_bytes (%d)", r.ContentLength, f.cfg.MaxBodyBytes))
-		return
-	}
 	// Checked against the root before spooling, so an upload aimed at a full
 	// filesystem is refused without spending the wire time to receive it.
 	if perr := f.guard.preflight(root, r.ContentLength); perr != nil {
 		f.pressure(w, perr)
 		return
 	}
-	spool, err := f.spool(w, r, root)
+	spool, err := f.spool(r, root)
 	if err != nil {
 		f.copyFailed(w, root, err)
 		return
@@ -517,15 +510,12 @@ func (f *FS) extractFailed(w http.ResponseWriter, root string, err error) {
 // spool copies the body into an anonymous file: never held in memory (an
 // OOM-killed daemon in a MicroVM is unrecoverable) and never named, so a
 // crash mid-upload leaks no path and the kernel reclaims the space.
-func (f *FS) spool(w http.ResponseWriter, r *http.Request, root string) (*os.File, error) {
+func (f *FS) spool(r *http.Request, root string) (*os.File, error) {
 	file, err := openAnonymous(f.spoolDir)
 	if err != nil {
 		return nil, &diskWriteError{err}
 	}
-	body := io.Reader(r.Body)
-	if f.cfg.MaxBodyBytes > 0 {
-		body = http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes)
-	}
+	body := io.Reader(r.Body) // capped by the gate
 	// The spool's filesystem is what this copy fills, and it need not be the
 	// root's; the refusal still names the root the caller asked about.
 	pace := &diskPacer{guard: f.guard, path: f.spoolDir, name: root}

@@ -49,7 +49,7 @@ func (benchZeroes) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // archive must be spooled and extracted without ever being held in memory.
 func BenchmarkUploadTar2GiB(b *testing.B) {
 	const size = 2 << 30
-	f := testFS(FSConfig{MaxBodyBytes: 4 << 30, MaxTarBytes: 4 << 30})
+	f := testFS(FSConfig{MaxTarBytes: 4 << 30})
 	f.spoolDir = b.TempDir()
 	srv := fsServer(b, f)
 	for i := 0; i < b.N; i++ {

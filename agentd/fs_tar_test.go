@@ -34,8 +34,10 @@ func tarLayout(t *testing.T) (base, root, outside string) {
 // Each hostile archive, over HTTP, gets its status and a body naming the
 // member, and leaves the sentinel empty and nothing outside the root. The
 // wrong edits each subtest catches are listed in tartest.Hostile; together
-// they catch dropping any lexical rule, the kernel's RESOLVE_NO_SYMLINKS
-// walk, the device refusal, the caps, or mapping a refusal to 500.
+// they catch dropping any lexical rule, judging a link target by normpath
+// alone (symlink-through-symlink-dotdot: sub/up -> .. then sub/esc -> up/..
+// was a 204 with readlink -f root/sub/esc outside the root), the kernel's
+// RESOLVE_NO_SYMLINKS walk, the device refusal, the caps, or mapping a refusal to 500.
 func TestTarHostile(t *testing.T) {
 	for _, name := range hostileNames() {
 		t.Run(name, func(t *testing.T) {
@@ -108,14 +110,18 @@ func TestTarWithoutOpenat2Is500NamingFinding(t *testing.T) {
 	}
 }
 
-// Catches: an upload buffered or extracted past the wire cap.
+// Catches: an upload buffered or extracted past the wire cap, which since
+// FS.WriteTar's duplicate ContentLength check and MaxBytesReader were removed
+// only the gate applies: dropping it there, or FS no longer answering the
+// gate's *http.MaxBytesError with its 413 text, fails this.
 func TestTarOverWireCapIs413(t *testing.T) {
 	_, root, _ := tarLayout(t)
-	srv := fsServer(t, testFS(FSConfig{MaxBodyBytes: 4096}))
+	d := bootedDaemon(t, func(c *Config) { c.MaxBodyBytes = 4096 })
 	archive := tartest.Build(tartest.File("big", strings.Repeat("x", 8192)))
-	for _, body := range []io.Reader{bytes.NewReader(archive), struct{ io.Reader }{bytes.NewReader(archive)}} {
-		if r := fsDo(t, srv, "PUT", "/v1/fs/tar", fsQuery("path", root), body); r.status != 413 {
-			t.Fatalf("%d %q", r.status, r.body)
+	for _, length := range []int64{int64(len(archive)), -1} {
+		r := daemonPut(t, d, "/v1/fs/tar", root, bytes.NewReader(archive), length)
+		if r.status != 413 || !strings.HasPrefix(r.ctype, "text/plain") || !strings.Contains(r.body, "max_body_bytes") {
+			t.Fatalf("length %d: %d %q %q", length, r.status, r.ctype, r.body)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(root, "big")); !os.IsNotExist(err) {
@@ -139,7 +145,7 @@ func TestTarUnderReserveIs507(t *testing.T) {
 // pacer wired to the spool only, or not at all.
 func TestTarCrossingReserveDuringExtraction(t *testing.T) {
 	_, root, _ := tarLayout(t)
-	f := testFS(FSConfig{DiskReserveBytes: 1 << 20, MaxBodyBytes: 1 << 30, MaxTarBytes: 1 << 30})
+	f := testFS(FSConfig{DiskReserveBytes: 1 << 20, MaxTarBytes: 1 << 30})
 	var calls int
 	f.guard.probe = func(p string) (uint64, error) {
 		// Plenty for the pre-flight and the spool; the root then fills.

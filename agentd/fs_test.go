@@ -65,9 +65,6 @@ func fsServer(t testing.TB, f *FS) *httptest.Server {
 }
 
 func testFS(cfg FSConfig) *FS {
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = 64 << 20
-	}
 	if cfg.MaxTarBytes == 0 {
 		cfg.MaxTarBytes = 64 << 20
 	}
@@ -251,22 +248,24 @@ outer:
 	return extra
 }
 
-// A body over the cap is 413 and the old file survives whole. Catches:
-// writing in place (the old file would be truncated) and a missing cleanup
-// of the temp file.
+// A body over the cap is 413 and the old file survives whole. The cap is
+// the gate's alone (FS no longer re-checks it), so this goes through the real
+// daemon. Catches: writing in place (the old file would be truncated), a
+// missing cleanup of the temp file, and dropping the gate's wire cap or FS's
+// mapping of *http.MaxBytesError to its 413 text now that the duplicate
+// checks in FS.WriteFile are gone.
 func TestWriteFileOverCapKeepsOldFile(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
 	os.WriteFile(p, []byte("old"), 0o644)
-	srv := fsServer(t, testFS(FSConfig{MaxBodyBytes: 1024}))
+	d := bootedDaemon(t, func(c *Config) { c.MaxBodyBytes = 1024 })
 	// Declared length over the cap: refused before reading.
-	if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), bytes.NewReader(make([]byte, 2048))); r.status != 413 {
-		t.Fatalf("declared: %d", r.status)
+	if r := daemonPut(t, d, "/v1/fs/file", p, bytes.NewReader(make([]byte, 2048)), 2048); r.status != 413 || !strings.HasPrefix(r.ctype, "text/plain") || !strings.Contains(r.body, "max_body_bytes") {
+		t.Fatalf("declared: %d %q %q", r.status, r.ctype, r.body)
 	}
 	// Unknown length (chunked): caught on the wire.
-	body := io.MultiReader(bytes.NewReader(make([]byte, 2048)))
-	if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), struct{ io.Reader }{body}); r.status != 413 {
-		t.Fatalf("chunked: %d %q", r.status, r.body)
+	if r := daemonPut(t, d, "/v1/fs/file", p, bytes.NewReader(make([]byte, 2048)), -1); r.status != 413 || !strings.HasPrefix(r.ctype, "text/plain") || !strings.Contains(r.body, "max_body_bytes") {
+		t.Fatalf("chunked: %d %q %q", r.status, r.ctype, r.body)
 	}
 	if b, _ := os.ReadFile(p); string(b) != "old" {
 		t.Fatalf("old file damaged: %q", b)
@@ -274,6 +273,32 @@ func TestWriteFileOverCapKeepsOldFile(t *testing.T) {
 	if extra := tempLeftovers(t, dir, "f"); len(extra) > 0 {
 		t.Fatalf("temp files left: %v", extra)
 	}
+}
+
+// daemonPut sends an authorized PUT of body to a real daemon's fs route;
+// length -1 sends it chunked.
+func daemonPut(t testing.TB, d *daemon, route, path string, body io.Reader, length int64) fsReply {
+	t.Helper()
+	req, err := http.NewRequest("PUT", d.base+route+"?"+fsQuery("path", path).Encode(), io.NopCloser(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = length
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if route == "/v1/fs/tar" {
+		req.Header.Set("Content-Type", "application/x-tar")
+	}
+	resp, err := d.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading body: %v", err)
+	}
+	return fsReply{resp.StatusCode, string(b), resp.Header.Get("Content-Type")}
 }
 
 // fsFailingReader delivers n bytes, then fails like a dropped connection.
@@ -391,7 +416,7 @@ func TestWriteFileCrossingReserveMidStream(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
 	os.WriteFile(p, []byte("old"), 0o644)
-	f := testFS(FSConfig{DiskReserveBytes: 1 << 20, MaxBodyBytes: 1 << 30})
+	f := testFS(FSConfig{DiskReserveBytes: 1 << 20})
 	f.guard.probe = (&switchingDisk{}).probe
 	srv := fsServer(t, f)
 	body := struct{ io.Reader }{bytes.NewReader(make([]byte, 3*diskProbeInterval))}

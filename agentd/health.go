@@ -15,12 +15,13 @@ import (
 // poll is both the keepalive and the decision; busy says whether to keep it.
 func (s *Server) Health(w http.ResponseWriter, r *http.Request) {
 	busy, count := s.execs.activity()
+	id := s.identityReport()
 	writeJSON(w, http.StatusOK, protocol.Health{
 		Version:          Version,
 		Bootstrapped:     s.boot.bootstrapped(),
 		Disk:             s.fs.DiskHealth(), // nil when unmeasurable, which is not "full"
-		IdentityDegraded: s.identity.Degraded,
-		IdentityRepaired: s.identity.Repaired,
+		IdentityDegraded: id.Degraded,
+		IdentityRepaired: id.Repaired,
 		Busy:             busy,
 		Execs:            uint(count),
 	})

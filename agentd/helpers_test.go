@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -109,6 +111,11 @@ func (s *Server) killAll() {
 		}
 	}
 }
+
+// killGroup SIGKILLs a whole process group at once. Test cleanup only: the
+// daemon itself signals through execEntry.signalGroup, which checks the group
+// is still the exec's.
+func killGroup(pgid int) error { return unix.Kill(-pgid, unix.SIGKILL) }
 
 func auth(token string) protocol.RequestEditorFn {
 	return func(_ context.Context, r *http.Request) error {

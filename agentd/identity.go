@@ -123,7 +123,16 @@ func RepairIdentity(cfg IdentityConfig, log *slog.Logger) IdentityReport {
 		step("hostname", cfg.SetHostname(host))
 		if cfg.BootIDPath != "" {
 			if _, serr := os.Stat(cfg.BootIDPath); serr == nil {
-				step("boot-id", bindBootID(cfg, id))
+				// Its own id: boot_id and machine-id are different facts, and
+				// one derived from the other tells anyone who sees one the other.
+				bootID, err := cfg.FreshID()
+				if err == nil && len(bootID) != 32 {
+					err = fmt.Errorf("fresh id %q is not 32 hex characters", bootID)
+				}
+				if err == nil {
+					err = bindBootID(cfg, bootID)
+				}
+				step("boot-id", err)
 			}
 		}
 	}

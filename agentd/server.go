@@ -31,13 +31,21 @@ const shutdownGrace = 10 * time.Second
 // Server implements protocol.ServerInterface: the hooks, the exec engine and
 // health/schema here, the fs routes by delegation to FS.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	fs       *FS
-	identity IdentityReport
-	boot     bootstrap
-	execs    *registry
-	schema   []byte
+	cfg  Config
+	log  *slog.Logger
+	fs   *FS
+	boot bootstrap
+
+	// identity is the latest identity repair's report: startup's, then the
+	// first bootstrap's once that finishes. Guarded by identityMu.
+	identityMu sync.Mutex
+	identity   IdentityReport
+	// bootRepair runs the bootstrap repair once; bootRepairDone closes when
+	// it has finished (or was skipped), so a test can wait for it.
+	bootRepair     sync.Once
+	bootRepairDone chan struct{}
+	execs          *registry
+	schema         []byte
 
 	// inner is the routed application; Handler wraps it in the rules that hold
 	// for every response. A field so a test can route to a handler that panics.
@@ -55,7 +63,9 @@ var _ protocol.ServerInterface = (*Server)(nil)
 
 // NewServer builds the daemon from cfg. It runs startup identity repair once
 // (cfg.Identity.Disabled skips it) before anything can be served, so no request
-// can observe the image's shared identity.
+// can observe the image's shared identity. On the platform startup is before
+// the image snapshot, so every VM restored from it would share that result;
+// the first successful run hook (which every restored VM gets) repairs again.
 func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -73,14 +83,14 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		cfg: cfg,
 		log: log,
 		fs: NewFS(FSConfig{
-			MaxBodyBytes:     cfg.MaxBodyBytes,
 			MaxTarBytes:      cfg.MaxTarBytes,
 			MaxTarMembers:    cfg.MaxTarMembers,
 			DiskReserveBytes: cfg.DiskReserveBytes,
 		}, log),
-		schema:    schema,
-		terminate: make(chan struct{}),
-		stopping:  make(chan struct{}),
+		schema:         schema,
+		terminate:      make(chan struct{}),
+		stopping:       make(chan struct{}),
+		bootRepairDone: make(chan struct{}),
 	}
 	s.identity = RepairIdentity(cfg.Identity, log)
 	s.execs = newRegistry(&s.cfg, log, devNull)
@@ -398,6 +408,32 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 func (s *Server) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
+// identityReport is the latest repair's report, for health.
+func (s *Server) identityReport() IdentityReport {
+	s.identityMu.Lock()
+	defer s.identityMu.Unlock()
+	return s.identity
+}
+
+// repairIdentityAtBootstrap runs identity repair again, once, in the
+// background: the run hook must answer promptly, and a restored VM's startup
+// repair happened before the snapshot, in the image build.
+func (s *Server) repairIdentityAtBootstrap() {
+	s.bootRepair.Do(func() {
+		if s.cfg.Identity.Disabled {
+			close(s.bootRepairDone)
+			return
+		}
+		go func() {
+			defer close(s.bootRepairDone)
+			rep := RepairIdentity(s.cfg.Identity, s.log.With("at", "bootstrap"))
+			s.identityMu.Lock()
+			s.identity = rep
+			s.identityMu.Unlock()
+		}()
+	})
+}
+
 // tlsProbeListener answers raw TLS handshake bytes on the plain port with a
 // 400. Something in the platform's path probes the port with TLS first; left
 // to net/http, a ClientHello has no newline to end a request line, so the
@@ -455,9 +491,11 @@ func (c *tlsProbeConn) answerTLSProbe() {
 	_, _ = io.CopyN(io.Discard, c.Conn, 64<<10)
 }
 
-// The fs routes are served by FS (issue 4). The gate has already authorized
-// the request and wrapped r.Body in http.MaxBytesReader(max_body_bytes), so an
-// over-cap upload surfaces to FS as *http.MaxBytesError while reading.
+// The fs routes are served by FS. The gate has already authorized the
+// request, refused a declared length over max_body_bytes, and wrapped r.Body
+// in http.MaxBytesReader(max_body_bytes); that is the only place the cap is
+// applied, so an undeclared over-cap upload surfaces to FS as
+// *http.MaxBytesError while reading.
 
 // FsReadFile delegates to FS.
 func (s *Server) FsReadFile(w http.ResponseWriter, r *http.Request, p protocol.FsReadFileParams) {

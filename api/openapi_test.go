@@ -226,6 +226,8 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"sse_idle_timeout_secs":    60,
 		"port":                     9000,
 		"disk_reserve_bytes":       268435456,
+		// Ours, not the reference's: a start body never needs more.
+		"max_start_body_bytes": 1048576,
 	}
 	// The reference daemon's own environment variable names (agentd/src/config.rs).
 	wantEnv := map[string]string{

@@ -42,6 +42,7 @@ const (
 	DefaultMaxBodyBytes          = 536870912  // AGENTD_MAX_BODY_BYTES
 	DefaultMaxDrainBytes         = 65536      // AGENTD_MAX_DRAIN_BYTES
 	DefaultMaxOutputBytes        = 8388608    // AGENTD_MAX_OUTPUT_BYTES
+	DefaultMaxStartBodyBytes     = 1048576    // AGENTD_MAX_START_BODY_BYTES
 	DefaultMaxStdinWriteBytes    = 1048576    // AGENTD_MAX_STDIN_WRITE_BYTES
 	DefaultMaxTarBytes           = 8589934592 // AGENTD_MAX_TAR_BYTES
 	DefaultMaxTarMembers         = 100000     // AGENTD_MAX_TAR_MEMBERS
@@ -61,6 +62,7 @@ var Limits = []Limit{
 	{Name: "max_body_bytes", Env: "AGENTD_MAX_BODY_BYTES", Default: DefaultMaxBodyBytes, Description: "largest request body accepted on a bearer route, counted on the wire (413 beyond it)"},
 	{Name: "max_drain_bytes", Env: "AGENTD_MAX_DRAIN_BYTES", Default: DefaultMaxDrainBytes, Description: "how much of a refused request's body is read and discarded to keep the connection reusable"},
 	{Name: "max_output_bytes", Env: "AGENTD_MAX_OUTPUT_BYTES", Default: DefaultMaxOutputBytes, Description: "per-stream output cap for one exec; past it output is cut and truncated is set"},
+	{Name: "max_start_body_bytes", Env: "AGENTD_MAX_START_BODY_BYTES", Default: DefaultMaxStartBodyBytes, Description: "largest POST /v1/exec/start body; argv and env are all a start carries, so it stays far below max_body_bytes and a start never holds a large body in memory to decode"},
 	{Name: "max_stdin_write_bytes", Env: "AGENTD_MAX_STDIN_WRITE_BYTES", Default: DefaultMaxStdinWriteBytes, Description: "largest decoded payload of a single stdin write (413 beyond it)"},
 	{Name: "max_tar_bytes", Env: "AGENTD_MAX_TAR_BYTES", Default: DefaultMaxTarBytes, Description: "total member bytes allowed in one tar upload or download"},
 	{Name: "max_tar_members", Env: "AGENTD_MAX_TAR_MEMBERS", Default: DefaultMaxTarMembers, Description: "member count allowed in one tar upload or download"},

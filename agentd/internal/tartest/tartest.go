@@ -8,6 +8,7 @@ package tartest
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -147,6 +148,16 @@ func Hostile(outside string) []Case {
 		// tree; written through the V -> . symlink it would land one level
 		// shallower and its target would climb out. Only the kernel walk sees it.
 		{Name: "symlink-redirects-depth", Archive: Build(Symlink("V/a/..", "."), Symlink("V/a/a/..", outsideRel)), Status: 400, Member: "V/a/a/.."},
+		// Judged by normpath, "up/.." is "." and stays in sub; the kernel
+		// follows up -> .. to the root first, so esc is the root's parent.
+		// Extracted, readlink -f root/sub/esc is outside the root.
+		{Name: "symlink-through-symlink-dotdot", Archive: Build(Dir("sub/"), Symlink("sub/up", ".."), Symlink("sub/esc", "up/..")), Status: 400, Member: "sub/esc"},
+		// The same pair in the other order: when esc lands, up does not exist
+		// yet, so where its ".." goes is decided by a later member.
+		{Name: "dotdot-through-later-symlink", Archive: Build(Dir("sub/"), Symlink("sub/esc", "up/.."), Symlink("sub/up", "..")), Status: 400, Member: "sub/esc"},
+		// up first points somewhere harmless, then is replaced by a climbing
+		// target: esc was judged through the old up.
+		{Name: "dotdot-through-replaced-symlink", Archive: Build(Dir("sub/"), Symlink("sub/up", "."), Symlink("sub/esc", "up/.."), Symlink("sub/up", "..")), Status: 400, Member: "sub/esc"},
 		{Name: "hardlink-outside", Archive: Build(Hardlink("h", outsideRel+"/secret")), Status: 400, Member: "h"},
 		{Name: "hardlink-absolute", Archive: Build(Hardlink("h", "/etc/passwd")), Status: 400, Member: "h"},
 		// The hard link's own directory is shallower than the symlink's, so
@@ -197,6 +208,10 @@ func Confined(base, root, outside string) error {
 	if _, err := os.Lstat(root); os.IsNotExist(err) {
 		return nil
 	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return err
+	}
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -215,6 +230,61 @@ func Confined(base, root, outside string) error {
 		if resolved != root && !strings.HasPrefix(resolved, root+"/") {
 			return fmt.Errorf("symlink %s -> %s leaves the root", p, target)
 		}
+		// Lexically inside is not enough: resolve it the way the kernel will
+		// (readlink -f, missing components allowed).
+		physical, err := Resolve(p)
+		if errors.Is(err, ErrLoop) {
+			return nil // the kernel answers ELOOP: it leads nowhere
+		}
+		if err != nil {
+			return err
+		}
+		if physical != realRoot && !strings.HasPrefix(physical, realRoot+"/") {
+			return fmt.Errorf("symlink %s -> %s resolves to %s, outside the root", p, target, physical)
+		}
 		return nil
 	})
+}
+
+// ErrLoop is a resolution through more than 40 symlinks.
+var ErrLoop = errors.New("too many levels of symbolic links")
+
+// Resolve is readlink -m: p with every existing symlink expanded, missing
+// components kept as written, and a symlink loop reported as an error.
+func Resolve(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("resolve %s: not absolute", p)
+	}
+	queue := strings.Split(p, "/")
+	cur := "/"
+	hops := 0
+	for len(queue) > 0 {
+		c := queue[0]
+		queue = queue[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(next)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", fmt.Errorf("resolve %s: %w", p, ErrLoop)
+		}
+		link, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(link) {
+			cur = "/"
+		}
+		queue = append(strings.Split(link, "/"), queue...)
+	}
+	return cur, nil
 }

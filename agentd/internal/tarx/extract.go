@@ -13,11 +13,13 @@
 //
 // The acceptance rules follow the CPython tarfile "data" filter as the
 // reference daemon applies it: in-tree symlinks are kept, absolute link
-// targets are refused, relative targets are resolved lexically (normpath, not
-// realpath) from the symlink's own directory or, for hard links, from the
-// archive root; device and fifo members are refused; member count and total
-// size are capped; modes are masked to 0755 and directory modes are applied
-// only after every member has landed.
+// targets are refused, relative targets are judged lexically (normpath) from
+// the symlink's own directory or, for hard links, from the archive root, and a
+// symlink's target is also walked against the tree so that a ".." after a
+// symlink already extracted (where normpath and the kernel disagree) is
+// refused, as the data filter's realpath check would; device and fifo members
+// are refused; member count and total size are capped; modes are masked to
+// 0755 and directory modes are applied only after every member has landed.
 //
 // This package must not know about HTTP: callers map its typed errors to
 // statuses.
@@ -301,6 +303,18 @@ func (x *extractor) symlink(name string, parts []string, target string) error {
 	if !TargetInTree(len(parts)-1, target) {
 		return &MemberError{name, "link target " + target + " resolves outside the root"}
 	}
+	// The link's directory is made first: the walk below starts from it.
+	if _, _, werr := x.parentOf(parts); werr != nil {
+		return werr.refusal(name, "")
+	}
+	// The lexical check judges ".." as popping a name; the kernel pops the
+	// directory the name resolves to. Through a symlink the two differ
+	// ("sub/up -> .." then "sub/esc -> up/.." is lexically "sub", physically
+	// the root's parent), so the target is also walked against the tree.
+	if err := x.checkTargetWalk(name, parts[:len(parts)-1], target); err != nil {
+		return err
+	}
+	// Looked up again: the walk may have trimmed the descriptor cache.
 	parent, leaf, werr := x.parentOf(parts)
 	if werr != nil {
 		return werr.refusal(name, "")
@@ -315,6 +329,125 @@ func (x *extractor) symlink(name string, parts []string, target string) error {
 	}
 	x.forget(parts)
 	return nil
+}
+
+// maxLinkHops bounds how many existing symlinks one target walk may expand,
+// as the kernel's MAXSYMLINKS does (40).
+const maxLinkHops = 40
+
+// walkStep is one component still to walk. tainted marks a component that
+// comes after a symlink, or after a name that is not (yet) a directory, in
+// the text being walked: a later member may replace that symlink or create
+// that name as one, so a ".." there cannot be judged now.
+type walkStep struct {
+	c       string
+	tainted bool
+}
+
+// checkTargetWalk walks a symlink target from the link's directory dir (a
+// real directory the confined walk just made) against the tree as it is,
+// expanding symlinks already present the way the kernel will (readlinkat on a
+// descriptor the confined walk reached, bounded by maxLinkHops). It refuses
+// a target that climbs above the root through a present symlink, one that
+// passes through a present symlink with an absolute target, and a ".." that
+// follows a symlink or a name that is not yet a directory (whatever a later
+// member puts there decides where that ".." lands). Descending through an
+// in-tree symlink is allowed: "libfoo.so -> libfoo.so.1" chains stay legal.
+func (x *extractor) checkTargetWalk(name string, dir []string, target string) error {
+	cur := append([]string(nil), dir...)
+	queue := steps(target, false)
+	unknown := false // cur names something that is not an existing directory
+	hops := 0
+	for len(queue) > 0 {
+		st := queue[0]
+		queue = queue[1:]
+		switch st.c {
+		case "", ".":
+			continue
+		case "..":
+			if st.tainted || unknown {
+				return &MemberError{Member: name, Reason: "link target " + target + " climbs with \"..\" out of a symlink or a name that is not a directory yet; where it lands cannot be judged"}
+			}
+			if len(cur) == 0 {
+				return &MemberError{Member: name, Reason: "link target " + target + " resolves outside the root through an existing symlink"}
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		if unknown {
+			cur = append(cur, st.c)
+			continue
+		}
+		fd, werr := x.makeDirs(cur, false)
+		if werr != nil {
+			return werr.refusal(name, "link target "+target+": ")
+		}
+		var sb unix.Stat_t
+		err := unix.Fstatat(fd, st.c, &sb, unix.AT_SYMLINK_NOFOLLOW)
+		switch {
+		case err == unix.ENOENT:
+			unknown = true
+			cur = append(cur, st.c)
+			taint(queue)
+		case err != nil:
+			return fmt.Errorf("check link target %s at %s: %w", target, st.c, err)
+		case sb.Mode&unix.S_IFMT == unix.S_IFDIR:
+			cur = append(cur, st.c)
+		case sb.Mode&unix.S_IFMT == unix.S_IFLNK:
+			if hops++; hops > maxLinkHops {
+				return &MemberError{Member: name, Reason: "link target " + target + " passes through more than 40 symlinks"}
+			}
+			via := strings.Join(append(append([]string(nil), cur...), st.c), "/")
+			link, err := readlinkat(fd, st.c)
+			if err != nil {
+				return fmt.Errorf("check link target %s at %s: %w", target, via, err)
+			}
+			if strings.HasPrefix(link, "/") {
+				return &MemberError{Member: name, Reason: "link target " + target + " passes through symlink " + via + ", which is absolute"}
+			}
+			// The rest of the text now hangs off this symlink, which a later
+			// member may replace; its own target is judged as it stands.
+			taint(queue)
+			queue = append(steps(link, st.tainted), queue...)
+		default:
+			// A file: a later member may replace it with a symlink.
+			unknown = true
+			cur = append(cur, st.c)
+			taint(queue)
+		}
+	}
+	return nil
+}
+
+func steps(target string, tainted bool) []walkStep {
+	parts := strings.Split(target, "/")
+	out := make([]walkStep, len(parts))
+	for i, c := range parts {
+		out[i] = walkStep{c, tainted}
+	}
+	return out
+}
+
+func taint(q []walkStep) {
+	for i := range q {
+		q[i].tainted = true
+	}
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+		if size >= 1<<16 {
+			return "", unix.ENAMETOOLONG
+		}
+	}
 }
 
 func (x *extractor) hardlink(name string, parts []string, target string) error {

@@ -60,7 +60,9 @@ func extract(t testing.TB, root string, archive []byte, caps Caps) error {
 
 // Every hostile archive is refused with the right status and the member's
 // name, and leaves nothing outside the root. Catches: dropping any single
-// lexical rule, the RESOLVE_NO_SYMLINKS flag (symlink-to-dir-then-through and
+// lexical rule, judging link targets by normpath alone (the
+// symlink-through-symlink-dotdot and dotdot-through-*-symlink cases pass the
+// lexical check and escape through sub/up), the RESOLVE_NO_SYMLINKS flag (symlink-to-dir-then-through and
 // symlink-redirects-depth land writes elsewhere), the hard-link-to-symlink
 // check, the type switch for devices, or the cap checks.
 func TestHostileCorpusIsRefusedAndConfined(t *testing.T) {
@@ -200,6 +202,54 @@ func TestLegitimateArchivesExtract(t *testing.T) {
 	}
 }
 
+// Symlink targets that pass through in-tree symlinks without climbing out of
+// them still extract: library chains, a link through a directory symlink, and
+// ".." through real directories. Catches over-tightening the walk against the
+// tree into "refuse any target that touches a symlink".
+func TestLinkTargetsThroughInTreeSymlinksExtract(t *testing.T) {
+	_, root, _ := layout(t)
+	archive := tartest.Build(
+		tartest.File("lib64/libfoo.so.1.2", "elf"),
+		tartest.Symlink("lib", "lib64"),
+		tartest.Symlink("lib64/libfoo.so.1", "libfoo.so.1.2"),
+		tartest.Symlink("lib64/libfoo.so", "libfoo.so.1"),
+		tartest.Symlink("usr/foo", "../lib/libfoo.so"),
+		tartest.Symlink("usr/back", "../lib64/../lib/libfoo.so"),
+	)
+	if err := extract(t, root, archive, Caps{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"usr/foo", "usr/back"} {
+		if b, err := os.ReadFile(filepath.Join(root, p)); err != nil || string(b) != "elf" {
+			t.Fatalf("%s = %q, %v", p, b, err)
+		}
+	}
+}
+
+// A symlink already in the extraction root before the archive arrives is
+// part of the tree the target is walked against. Catches: judging a target
+// only by normpath (it lands in /etc through the pre-existing link), and
+// walking only symlinks the archive itself created.
+func TestLinkTargetThroughPreexistingSymlinkIsRefused(t *testing.T) {
+	base, root, outside := layout(t)
+	if err := os.MkdirAll(filepath.Join(root, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "pre")); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"../pre/x", "../pre"} {
+		err := extract(t, root, tartest.Build(tartest.Symlink("sub/esc", target)), Caps{})
+		if statusOf(err) != 400 || !strings.Contains(err.Error(), "sub/esc") {
+			t.Fatalf("target %s through a pre-existing absolute symlink: %v", target, err)
+		}
+	}
+	os.Remove(filepath.Join(root, "pre"))
+	if err := tartest.Confined(base, root, outside); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Catches an edit that falls back to plain open/mkdir when openat2 is
 // missing: the answer must be ErrNoOpenat2 and nothing may be created.
 func TestNoOpenat2RefusesWithoutFallback(t *testing.T) {
@@ -274,6 +324,10 @@ func FuzzExtract(f *testing.F) {
 	}
 	f.Add(tartest.Build(tartest.Dir("d/"), tartest.Symlink("d/s", ".."), tartest.File("d/s/x", "y")))
 	f.Add(tartest.Build(tartest.Symlink("a", "b"), tartest.Symlink("b", "a"), tartest.File("a/x", "y")))
+	// A ".." after an extracted symlink: normpath says in tree, the kernel
+	// says the root's parent (sub/esc -> up/.. with sub/up -> ..).
+	f.Add(tartest.Build(tartest.Dir("sub/"), tartest.Symlink("sub/up", ".."), tartest.Symlink("sub/esc", "up/..")))
+	f.Add(tartest.Build(tartest.Symlink("a/up", ".."), tartest.Symlink("a/b/esc", "../up/../x"), tartest.File("x", "y")))
 	f.Fuzz(func(t *testing.T, archive []byte) {
 		base, root, outside := layout(t)
 		_, _ = Extract(root, bytes.NewReader(archive), Options{Caps: Caps{MaxMembers: 64, MaxBytes: 1 << 20}, Log: quiet})
