@@ -176,28 +176,67 @@ func (r *Record) writeLocked() error {
 }
 
 // Open lists the runs not closed, oldest first: what may still be billing.
+// An unreadable run file is an error here, since it may name a live resource.
 func (l *Ledger) Open() ([]Run, error) {
-	ents, err := os.ReadDir(l.dir)
+	runs, unreadable, err := List(l.dir)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: %w", err)
+		return nil, err
+	}
+	if len(unreadable) > 0 {
+		return nil, fmt.Errorf("ledger: unreadable run files: %s", strings.Join(unreadable, ", "))
 	}
 	var out []Run
-	for _, e := range ents {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(l.dir, e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("ledger: %w", err)
-		}
-		var r Run
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("ledger: %s: %w", e.Name(), err)
-		}
+	for _, r := range runs {
 		if !r.Closed {
 			out = append(out, r)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
+}
+
+// List reads every run under dir, oldest first, without creating dir (a
+// missing directory has no runs). Files that do not parse are named in
+// unreadable rather than hidden: each may be a run that leaked.
+func List(dir string) (runs []Run, unreadable []string, err error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("ledger: %w", err)
+	}
+	for _, e := range ents {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger: %w", err)
+		}
+		var r Run
+		if err := json.Unmarshal(b, &r); err != nil {
+			unreadable = append(unreadable, e.Name())
+			continue
+		}
+		runs = append(runs, r)
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].CreatedAt.Before(runs[j].CreatedAt) })
+	return runs, unreadable, nil
+}
+
+// DefaultDir is where runs are recorded when no directory is named:
+// $MICROVM_STATE_DIR, else $XDG_STATE_HOME/microvm/runs, else
+// ~/.microvm/runs, so a run's record outlives the shell that made it.
+func DefaultDir() (string, error) {
+	if d := os.Getenv("MICROVM_STATE_DIR"); d != "" {
+		return d, nil
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "microvm", "runs"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("ledger: no state directory: %w", err)
+	}
+	return filepath.Join(home, ".microvm", "runs"), nil
 }

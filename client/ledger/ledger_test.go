@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +53,38 @@ func TestAfterAndClose(t *testing.T) {
 	}
 	if fi, _ := os.Stat(r.Path()); fi.Mode().Perm() != 0o600 {
 		t.Fatalf("ledger file mode %v", fi.Mode().Perm())
+	}
+}
+
+// TestDefaultDirOrder: MICROVM_STATE_DIR wins, then XDG_STATE_HOME, then the
+// home directory. Catches the CLI and the sandbox resolving different
+// directories, so `microvm ls` cannot see what a run recorded.
+func TestDefaultDirOrder(t *testing.T) {
+	t.Setenv("MICROVM_STATE_DIR", "/state/explicit")
+	t.Setenv("XDG_STATE_HOME", "/xdg")
+	if d, _ := DefaultDir(); d != "/state/explicit" {
+		t.Fatalf("with MICROVM_STATE_DIR: %s", d)
+	}
+	t.Setenv("MICROVM_STATE_DIR", "")
+	if d, _ := DefaultDir(); d != "/xdg/microvm/runs" {
+		t.Fatalf("with XDG_STATE_HOME: %s", d)
+	}
+	t.Setenv("XDG_STATE_HOME", "")
+	t.Setenv("HOME", "/home/u")
+	if d, _ := DefaultDir(); d != "/home/u/.microvm/runs" {
+		t.Fatalf("from HOME: %s", d)
+	}
+}
+
+// TestListMissingDirIsEmpty: listing never creates the directory and a
+// missing one has no runs. Catches List going through Open (MkdirAll).
+func TestListMissingDirIsEmpty(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "absent")
+	runs, bad, err := List(dir)
+	if err != nil || len(runs) != 0 || len(bad) != 0 {
+		t.Fatalf("List(missing) = %v %v %v", runs, bad, err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("List created %s", dir)
 	}
 }

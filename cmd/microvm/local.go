@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -114,51 +112,26 @@ type LsCmd struct {
 	StateDir string `name:"state-dir" help:"Where the run ledgers live; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
 }
 
-// stateDir is the ledger root: the flag or env var, else a directory under
-// the user's state home, so a run's record survives the shell that made it.
-func stateDir(flag string) (string, error) {
-	if flag != "" {
-		return flag, nil
-	}
-	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
-		return filepath.Join(x, "microvm", "runs"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(home, ".microvm", "runs"), nil
-}
-
 func (c *LsCmd) run(_ context.Context, a *app) (*result, error) {
-	dir, err := stateDir(c.StateDir)
-	if err != nil {
-		return nil, invalidArg("", "no state directory: %v; pass --state-dir", err)
+	dir := c.StateDir
+	if dir == "" {
+		var err error
+		if dir, err = ledger.DefaultDir(); err != nil {
+			return nil, invalidArg("", "%v; pass --state-dir", err)
+		}
 	}
-	runs := []any{}
-	entries, err := os.ReadDir(dir)
-	if err != nil && !os.IsNotExist(err) {
+	recorded, unreadable, err := ledger.List(dir)
+	if err != nil {
 		return nil, invalidArg("", "reading the ledger %s: %v", dir, err)
 	}
-	names := []string{}
-	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") {
-			names = append(names, e.Name())
-		}
+	runs := []any{}
+	for _, r := range recorded {
+		runs = append(runs, r)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		raw, err := os.ReadFile(filepath.Join(dir, n))
-		if err != nil {
-			continue
-		}
-		var rec map[string]any
-		if json.Unmarshal(raw, &rec) != nil {
-			// A half-written record still names a run that may have leaked;
-			// list it by file rather than hide it.
-			rec = map[string]any{"runId": strings.TrimSuffix(n, ".json"), "unreadable": true}
-		}
-		runs = append(runs, rec)
+	for _, name := range unreadable {
+		// A damaged record still names a run that may have leaked; list it by
+		// file rather than hide it.
+		runs = append(runs, map[string]any{"id": strings.TrimSuffix(name, ".json"), "unreadable": true})
 	}
 	return &result{
 		typ:  cliapi.TypeRuns,
@@ -169,10 +142,12 @@ func (c *LsCmd) run(_ context.Context, a *app) (*result, error) {
 				return err
 			}
 			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tREGION\tMICROVM\tIMAGE\tLEAKED")
-			for _, r := range runs {
-				m := r.(map[string]any)
-				fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\n", m["runId"], m["region"], m["microvmId"], m["imageName"], m["leaked"])
+			fmt.Fprintln(tw, "RUN\tREGION\tMICROVM\tIMAGE\tOPEN\tLEAKED")
+			for _, r := range recorded {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", r.ID, r.Region, r.MicrovmID, r.Image, !r.Closed, strings.Join(r.Leaked, ","))
+			}
+			for _, name := range unreadable {
+				fmt.Fprintf(tw, "%s\t?\t?\t?\t?\tunreadable record\n", strings.TrimSuffix(name, ".json"))
 			}
 			return tw.Flush()
 		},

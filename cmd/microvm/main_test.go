@@ -23,6 +23,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -442,13 +443,46 @@ func TestDockerfileStanza(t *testing.T) {
 	}
 }
 
+// TestLsReadsTheLedger writes runs through client/ledger, exactly as the
+// sandbox and build pipeline do, and lists them. Catches the CLI parsing the
+// ledger's files with its own idea of their keys (a listing of empty columns
+// for every real run), and hiding a damaged record that may name a leak.
 func TestLsReadsTheLedger(t *testing.T) {
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "1-2.json"), []byte(`{"runId":"1-2","region":"us-east-1","microvmId":"mvm-1","leaked":["mvm-1"]}`), 0o644)
+	l, err := ledger.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := l.Begin("us-east-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := rec.Before("RunMicrovm", "img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := after("mvm-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Update(func(r *ledger.Run) { r.MicrovmID = "mvm-1" }); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "damaged.json"), []byte(`{"id":`), 0o600)
 	m := envelope(t, cli(t, []string{"MICROVM_STATE_DIR=" + dir}, "", "--json", "ls"))
 	runs := m["data"].(map[string]any)["runs"].([]any)
-	if len(runs) != 1 || runs[0].(map[string]any)["microvmId"] != "mvm-1" {
-		t.Fatalf("runs %v", runs)
+	if len(runs) != 2 {
+		t.Fatalf("runs %v, want the recorded run and the damaged one", runs)
+	}
+	first, second := runs[0].(map[string]any), runs[1].(map[string]any)
+	if first["microvm_id"] != "mvm-1" || first["region"] != "us-east-1" || first["closed"] != false {
+		t.Fatalf("recorded run listed as %v", first)
+	}
+	if second["id"] != "damaged" || second["unreadable"] != true {
+		t.Fatalf("damaged record listed as %v", second)
+	}
+	human := cli(t, []string{"MICROVM_STATE_DIR=" + dir}, "", "ls")
+	if !strings.Contains(human.stdout, "mvm-1") || !strings.Contains(human.stdout, "unreadable record") {
+		t.Fatalf("human listing:\n%s", human.stdout)
 	}
 }
 
