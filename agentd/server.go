@@ -471,6 +471,22 @@ func (c *tlsProbeConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// ReadFrom hands the copy to the wrapped connection's ReadFrom, so a
+// download served through http.response.ReadFrom still reaches sendfile on
+// the *net.TCPConn underneath; without it the wrapper hides that method and
+// net/http copies the file through a 32 KiB buffer instead. Writes never touch
+// the probe check, which is about the first bytes read.
+func (c *tlsProbeConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(writerOnly{c.Conn}, r)
+}
+
+// writerOnly hides every method but Write, so io.Copy cannot recurse into
+// ReadFrom.
+type writerOnly struct{ io.Writer }
+
 func (c *tlsProbeConn) answerTLSProbe() {
 	const body = "this port speaks plain HTTP, not TLS\n"
 	resp := "HTTP/1.1 400 Bad Request\r\n" +

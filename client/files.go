@@ -1,11 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"io/fs"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -55,9 +58,10 @@ func (s *Session) WriteFile(ctx context.Context, path string, r io.Reader, mode 
 		m := strconv.FormatUint(uint64(mode.Perm()), 8)
 		params.Mode = &m
 	}
+	body := newUploadBody(r)
 	resp, err := s.send(ctx, call{op: "fsWriteFile", bearer: true, oneShot: true,
 		build: func(server string) (*http.Request, error) {
-			return protocol.NewFsWriteFileRequestWithBody(server, &params, "application/octet-stream", r)
+			return protocol.NewFsWriteFileRequestWithBody(server, &params, "application/octet-stream", body)
 		}})
 	if err != nil {
 		return err
@@ -91,9 +95,10 @@ func (s *Session) ReadTar(ctx context.Context, dir string, w io.Writer) (int64, 
 // it confined beneath dir.
 func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
 	params := protocol.FsWriteTarParams{Path: dir}
+	body := newUploadBody(r)
 	resp, err := s.send(ctx, call{op: "fsWriteTar", bearer: true, oneShot: true,
 		build: func(server string) (*http.Request, error) {
-			return protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", r)
+			return protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", body)
 		}})
 	if err != nil {
 		return err
@@ -117,3 +122,63 @@ func (b *transportBody) Read(p []byte) (int, error) {
 }
 
 func (b *transportBody) Close() error { return b.rc.Close() }
+
+// WriteTo is what io.Copy uses to drain a body (ReadFile, ReadTar, or a
+// caller's own io.Copy of OpenFile's reader). An HTTP body cannot be spliced,
+// and the destination's ReadFrom (an *os.File's, say) would fall back to a
+// 32 KiB buffer, so the copy goes through a large pooled buffer instead:
+// far fewer read and write syscalls per byte. Read errors are classified as
+// Read classifies them; write errors are the writer's own.
+func (b *transportBody) WriteTo(w io.Writer) (int64, error) {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	return io.CopyBuffer(writerOnly{w}, readerOnly{b}, *bp)
+}
+
+// copyBufferBytes is the size of the buffers bulk transfers copy through.
+const copyBufferBytes = 1 << 20
+
+// copyBuffers holds those buffers only while a copy is in progress.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferBytes); return &b }}
+
+// readerOnly and writerOnly hide every method but Read and Write, so
+// io.CopyBuffer uses the buffer it is given rather than a WriteTo or ReadFrom.
+type readerOnly struct{ io.Reader }
+
+type writerOnly struct{ io.Writer }
+
+// uploadBody is an upload's request body. The transport sends a body of
+// unknown length chunked, copying it with io.Copy; for an *os.File that
+// copy goes through a 32 KiB buffer, so every 32 KiB became its own chunk,
+// flush and write syscall on this side and a separate chunk to parse and
+// read on the daemon's. WriteTo hands the transport large chunks instead.
+// The bytes, their order and the end of the body (the reader's EOF) are
+// unchanged; Close reaches the reader when it is a Closer, as it did when
+// the reader itself was the body.
+type uploadBody struct{ r io.Reader }
+
+func (u *uploadBody) Read(p []byte) (int, error) { return u.r.Read(p) }
+
+func (u *uploadBody) WriteTo(w io.Writer) (int64, error) {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	return io.CopyBuffer(writerOnly{w}, readerOnly{u.r}, *bp)
+}
+
+func (u *uploadBody) Close() error {
+	if c, ok := u.r.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// newUploadBody wraps r for an upload; nil and a known-length reader (which
+// the request gives a Content-Length, and the transport copies as is) stay
+// as they are.
+func newUploadBody(r io.Reader) io.Reader {
+	switch r.(type) {
+	case nil, *bytes.Buffer, *bytes.Reader, *strings.Reader:
+		return r
+	}
+	return &uploadBody{r: r}
+}
