@@ -523,6 +523,9 @@ type cutProxy struct {
 	cutAfter int64
 	always   bool         // cut every connection
 	cuts     atomic.Int64 // else cut while this stays positive
+	// streamDelay holds every stream request this long (nanoseconds) before
+	// passing it on: a slow first connection, as over a real network.
+	streamDelay atomic.Int64
 
 	mu       sync.Mutex
 	requests []string
@@ -604,6 +607,9 @@ func (p *cutProxy) serve(c net.Conn) {
 			p.mu.Lock()
 			p.requests = append(p.requests, req.URL.RequestURI())
 			p.mu.Unlock()
+			if d := p.streamDelay.Load(); d > 0 && strings.HasSuffix(req.URL.Path, "/stream") {
+				time.Sleep(time.Duration(d))
+			}
 			if err := req.Write(up); err != nil {
 				return
 			}
@@ -779,6 +785,32 @@ func TestAgentdStreamGivesUpWithErrStreamCut(t *testing.T) {
 	}
 	if errors.Is(derr, client.ErrStreamCut) || !errors.Is(derr, client.WireKindError(taxonomy.WireTransport)) {
 		t.Fatalf("unreachable daemon: %v", derr)
+	}
+
+	// Connect and Attached on a daemon that cannot be reached. Catches: a
+	// Connect whose failure a later Next does not repeat (a caller would
+	// feed stdin and then follow a stream that reconnects from scratch), and
+	// an Attached never closed when the stream cannot connect (a caller
+	// waiting on it before feeding stdin would hang to its deadline), or
+	// closed before Err says why.
+	unreachable := session(t, "http://"+freeAddr(t), token).Exec(e.ID())
+	dead = unreachable.Stream(ctx, 0)
+	cerr := dead.Connect()
+	if !errors.Is(cerr, client.WireKindError(taxonomy.WireTransport)) {
+		t.Fatalf("Connect to an unreachable daemon: %v", cerr)
+	}
+	if _, nerr := dead.Next(); nerr != cerr {
+		t.Fatalf("Next after a failed Connect: %v, want Connect's %v", nerr, cerr)
+	}
+	dp := unreachable.Attach(ctx, 0)
+	defer dp.Close()
+	select {
+	case <-dp.Attached():
+	case <-ctx.Done():
+		t.Fatal("Attached never closed for an unreachable daemon")
+	}
+	if !errors.Is(dp.Err(), client.WireKindError(taxonomy.WireTransport)) {
+		t.Fatalf("Err once Attached closed on a failed connection: %v", dp.Err())
 	}
 }
 

@@ -409,6 +409,7 @@ type Process struct {
 	stdout, stderr *io.PipeReader
 	ow, ew         *io.PipeWriter
 	cancel         context.CancelFunc
+	attached       chan struct{} // closed once the stream connected or failed
 	done           chan struct{}
 
 	mu   sync.Mutex
@@ -431,7 +432,7 @@ func (e *Exec) Attach(ctx context.Context, offset uint64) *Process {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	or, ow := io.Pipe()
 	er, ew := io.Pipe()
-	p := &Process{e: e, stdout: or, stderr: er, ow: ow, ew: ew, cancel: cancel, done: make(chan struct{})}
+	p := &Process{e: e, stdout: or, stderr: er, ow: ow, ew: ew, cancel: cancel, attached: make(chan struct{}), done: make(chan struct{})}
 	go p.demux(e.Stream(sctx, offset), ow, ew)
 	return p
 }
@@ -439,6 +440,15 @@ func (e *Exec) Attach(ctx context.Context, offset uint64) *Process {
 func (p *Process) demux(st *Stream, ow, ew *io.PipeWriter) {
 	defer close(p.done)
 	outs := map[protocol.StreamKind]*io.PipeWriter{protocol.StreamStdout: ow, protocol.StreamStderr: ew}
+	// A failed Connect has failed the stream: the first Next below returns
+	// its error, so the loop needs no case of its own for it. The error is
+	// recorded first so that Err already holds it when Attached is closed.
+	if cerr := st.Connect(); cerr != nil {
+		p.mu.Lock()
+		p.err = cerr
+		p.mu.Unlock()
+	}
+	close(p.attached)
 	var err error
 	for {
 		var ev Event
@@ -468,6 +478,15 @@ func (p *Process) demux(st *Stream, ow, ew *io.PipeWriter) {
 	ow.CloseWithError(err)
 	ew.CloseWithError(err)
 }
+
+// Attached is closed once the output stream has connected (see
+// Stream.Connect): from then on the daemon holds the child back rather than
+// lose output the readers have not taken. Start feeding the child's stdin
+// only after it is closed: a child that writes as it reads (cat) fed before
+// then can run past the daemon's replay window, and that output is a gap.
+// It is also closed when the stream failed to connect, or was closed
+// first, so a waiter never hangs; Err then says why.
+func (p *Process) Attached() <-chan struct{} { return p.attached }
 
 // Exec is the process's exec handle.
 func (p *Process) Exec() *Exec { return p.e }

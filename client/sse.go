@@ -422,7 +422,7 @@ type Stream struct {
 }
 
 // Stream follows the exec's output from offset (0 for the start). Nothing is
-// sent until the first Next.
+// sent until Connect or the first Next.
 func (e *Exec) Stream(ctx context.Context, offset uint64) *Stream {
 	return &Stream{e: e, ctx: ctx, cursor: offset}
 }
@@ -475,23 +475,8 @@ func (st *Stream) Next() (Event, error) {
 		if err := st.ctx.Err(); err != nil {
 			return st.fail(ctxErr(err, "execStream %s: %v at offset %d; the exec was left as it was", st.e.id, err, st.cursor))
 		}
-		if st.body == nil {
-			if st.attempts > 0 {
-				if st.attempts > st.e.s.maxReattach {
-					return st.fail(st.exhausted())
-				}
-				if err := sleepCtx(st.ctx, reattachBackoff(st.attempts)); err != nil {
-					continue
-				}
-			}
-			if err := st.attach(); err != nil {
-				if KindOf(err) == taxonomy.KindRetryable {
-					st.attempts++
-					st.lastErr, st.cut = err, false
-					continue
-				}
-				return st.fail(err)
-			}
+		if err := st.open(); err != nil {
+			return Event{}, err
 		}
 		err := st.p.next(&st.ev)
 		if err != nil {
@@ -549,6 +534,63 @@ func (st *Stream) Next() (Event, error) {
 			return ev, nil
 		}
 	}
+}
+
+// Connect opens the stream's connection now rather than at the first Next,
+// retrying as Next does, and returns once the daemon has answered. From then
+// on the daemon counts this stream as a reader of the exec's output: it holds
+// the child back rather than overwrite, in its replay window, bytes the
+// stream has not read yet. Before that nothing holds the child back, so feed
+// a child's stdin only after Connect: a child that writes as it reads (cat)
+// can otherwise run a whole replay window ahead of a stream that has not
+// connected yet, and those bytes come back as a gap. Connect on a stream that
+// is already open, or that ended at its exit event, returns nil. When it
+// fails the stream has failed: every later Next returns the same error.
+// Like Next, it is bounded by the Stream's context, not by a context of its
+// own.
+func (st *Stream) Connect() error {
+	if st.done {
+		if st.err == io.EOF {
+			return nil
+		}
+		return st.err
+	}
+	if err := st.ctx.Err(); err != nil {
+		_, err = st.fail(ctxErr(err, "execStream %s: %v at offset %d; the exec was left as it was", st.e.id, err, st.cursor))
+		return err
+	}
+	return st.open()
+}
+
+// open makes sure a connection is open at the cursor, reattaching with
+// backoff within the reattach budget. On a failure it fails the stream and
+// returns the stream's error.
+func (st *Stream) open() error {
+	for st.body == nil {
+		if err := st.ctx.Err(); err != nil {
+			_, err = st.fail(ctxErr(err, "execStream %s: %v at offset %d; the exec was left as it was", st.e.id, err, st.cursor))
+			return err
+		}
+		if st.attempts > 0 {
+			if st.attempts > st.e.s.maxReattach {
+				_, err := st.fail(st.exhausted())
+				return err
+			}
+			if err := sleepCtx(st.ctx, reattachBackoff(st.attempts)); err != nil {
+				continue
+			}
+		}
+		if err := st.attach(); err != nil {
+			if KindOf(err) == taxonomy.KindRetryable {
+				st.attempts++
+				st.lastErr, st.cut = err, false
+				continue
+			}
+			_, err = st.fail(err)
+			return err
+		}
+	}
+	return nil
 }
 
 // ErrStreamCut is in the chain of the error Stream.Next returns when it gave

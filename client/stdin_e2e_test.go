@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -143,11 +144,18 @@ func TestAgentdCopyStdin(t *testing.T) {
 		}
 	})
 
-	// Catches: a copy that must finish before the output is read. 4 MiB
-	// through cat is four times the daemon's replay window, so output not
-	// read while stdin is still being fed is lost (a gap) or the copy stalls.
+	// Catches: a copy that must finish before the output is read, and one
+	// started before the output stream is connected (Attach connects in the
+	// background). 4 MiB through cat is four times the daemon's replay
+	// window, so output not read while stdin is still being fed is lost (a
+	// gap) or the copy stalls. The proxy holds every stream request 300 ms,
+	// so a copy that does not wait for Attached runs a whole window ahead of
+	// the stream before the daemon knows of a reader to hold cat back for.
 	t.Run("concurrently with the output", func(t *testing.T) {
 		ctx := testCtx(t)
+		slow := newCutProxy(t, d.addr, 0, 0)
+		slow.streamDelay.Store(int64(300 * time.Millisecond))
+		s := session(t, slow.url(), token)
 		in := randomBytes(t, 4<<20)
 		ex, err := s.Start(ctx, []string{"cat"}, client.StartOptions{ExecID: "copy-cat", Stdin: true})
 		if err != nil {
@@ -155,6 +163,14 @@ func TestAgentdCopyStdin(t *testing.T) {
 		}
 		p := ex.Attach(ctx, 0)
 		defer p.Close()
+		select {
+		case <-p.Attached():
+		case <-ctx.Done():
+			t.Fatal("the stream never connected")
+		}
+		if err := p.Err(); err != nil {
+			t.Fatalf("the stream failed to connect: %v", err)
+		}
 		var wg sync.WaitGroup
 		var w int64
 		var cerr error
@@ -176,7 +192,7 @@ func TestAgentdCopyStdin(t *testing.T) {
 		if gaps := p.Gaps(); len(gaps) > 0 || !bytes.Equal(out, in) {
 			t.Fatalf("%d of %d bytes back, gaps %v", len(out), len(in), gaps)
 		}
-		if n := stdinRequests(px, "copy-cat"); n != len(in)/copyChunk {
+		if n := stdinRequests(slow, "copy-cat"); n != len(in)/copyChunk {
 			t.Fatalf("%d stdin requests, want %d", n, len(in)/copyChunk)
 		}
 	})

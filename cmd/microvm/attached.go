@@ -234,9 +234,13 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 			return err
 		}}, nil
 	}
-	// The output is followed before stdin is fed, and stdin is fed while
-	// the output is followed: a child like cat writes as it reads, and
-	// output not read within the daemon's replay window is gone.
+	// Stdin is fed only once the output stream is connected, and then while
+	// the output is followed: a child like cat writes as it reads, and until
+	// a stream reader is attached the daemon does not hold the child back,
+	// so output not read within its replay window is gone (a gap). Creating
+	// the Process or Stream is not enough: each connects later (Attach in a
+	// goroutine, a Stream at its first Next), hence Process.Attached and
+	// Stream.Connect before feed.start.
 	ctx, stopFeed := context.WithCancelCause(ctx)
 	defer stopFeed(nil)
 	var feed *stdinFeed
@@ -251,6 +255,18 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 
 // stdinFeed copies this process's stdin into an exec (closing it at the
 // end) in the background, while its output is followed.
+//
+// The feed's goroutine can outlive the command: when the exec exits (or the
+// following ends) while the goroutine is blocked in a Read of the caller's
+// stdin (a terminal, a pipe whose writer is idle), nothing can interrupt
+// that Read — os.Stdin is normally not in Go's poller, so SetReadDeadline
+// fails with os.ErrNoDeadline, and closing it under a concurrent Read is not
+// reliable — so the command returns without waiting for it (see failed) and
+// the goroutine ends with that Read, or with the process. By then the
+// command's ctx is cancelled, so CopyStdin's next request fails without
+// reaching the exec. In the CLI the process exits right after
+// the command, so this leaks nothing; a caller of run that reuses the
+// process must expect the one goroutine parked in its reader.
 type stdinFeed struct {
 	ex   *client.Exec
 	r    io.Reader
@@ -259,8 +275,9 @@ type stdinFeed struct {
 	err  error
 }
 
-// start begins the feed; call it once the output is being followed. A nil
-// feed (no --stdin) does nothing.
+// start begins the feed; call it once the output stream is connected
+// (Process.Attached, Stream.Connect), not merely created. A nil feed (no
+// --stdin) does nothing.
 func (f *stdinFeed) start(ctx context.Context) {
 	if f == nil {
 		return
@@ -305,7 +322,16 @@ func (f *stdinFeed) failed() error {
 func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, feed *stdinFeed) (*result, error) {
 	p := ex.Attach(ctx, 0)
 	defer p.Close()
-	feed.start(ctx)
+	if feed != nil {
+		// Attached is closed on a failed connection too: the feed starts
+		// anyway, so the child gets its stdin and exits, and the wait reports
+		// its record with the stream's failure.
+		select {
+		case <-p.Attached():
+		case <-ctx.Done():
+		}
+		feed.start(ctx)
+	}
 	outW, errW := io.Discard, io.Discard
 	raw := !a.g.JSON && !a.g.Dense
 	if raw {
@@ -364,7 +390,9 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, feed *stdin
 func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *stdinFeed) (*result, error) {
 	st := ex.Stream(ctx, c.FromOffset)
 	defer st.Close()
-	feed.start(ctx)
+	if err := st.Connect(); err == nil {
+		feed.start(ctx)
+	} // else the first Next returns the same error and ends the following
 	sum := cliapi.ExecStreamData{ExecID: ex.ID(), NextOffset: int64(c.FromOffset)}
 	sawExit := false
 	enc := json.NewEncoder(a.stdout)

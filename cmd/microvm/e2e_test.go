@@ -413,18 +413,35 @@ func TestExecStopsWaiting(t *testing.T) {
 // four times the daemon's 1 MiB replay window, so the output must be read
 // while stdin is still being fed. Catches: all of stdin fed before the
 // output is followed (the first 3 MiB are gone before anyone reads them:
-// an output gap, ERR_PLATFORM), and the raw path altering a byte.
+// an output gap, ERR_PLATFORM), and the raw path altering a byte. Through a
+// forwarder that holds every stream request 300 ms, in wait mode and under
+// --stream, it also catches stdin fed before the output stream is connected
+// (fed once the Process or Stream merely exists: each connects later, and
+// until a reader is attached the daemon does not hold cat back).
 func TestExecStdinPastTheReplayWindow(t *testing.T) {
 	endpoint, token := startAgentd(t)
-	env := []string{"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
+	slow := newForwarder(t, endpoint, func(*http.Request) { time.Sleep(300 * time.Millisecond) })
 	in := make([]byte, 4<<20)
 	if _, err := rand.Read(in); err != nil {
 		t.Fatal(err)
 	}
-	s := startCLI(t, time.Minute, env, bytes.NewReader(in), "exec", "--stdin", "--", "cat")
-	inv := s.wait(t)
-	if inv.code != 0 || !bytes.Equal([]byte(inv.stdout), in) {
-		t.Fatalf("exit %d, %d of %d bytes back (identical %t)\nstderr=%s", inv.code, len(inv.stdout), len(in), inv.stdout == string(in), inv.stderr)
+	for _, tc := range []struct {
+		name, endpoint string
+		args           []string
+	}{
+		{"direct", endpoint, nil},
+		{"slow stream, wait", slow.url, nil},
+		{"slow stream, --stream", slow.url, []string{"--stream"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := []string{"MICROVM_ENDPOINT=" + tc.endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
+			args := append(append([]string{"exec"}, tc.args...), "--stdin", "--", "cat")
+			s := startCLI(t, time.Minute, env, bytes.NewReader(in), args...)
+			inv := s.wait(t)
+			if inv.code != 0 || !bytes.Equal([]byte(inv.stdout), in) {
+				t.Fatalf("exit %d, %d of %d bytes back (identical %t)\nstderr=%s", inv.code, len(inv.stdout), len(in), inv.stdout == string(in), inv.stderr)
+			}
+		})
 	}
 }
 
