@@ -216,10 +216,15 @@ func (s *Server) HookRun(w http.ResponseWriter, r *http.Request) {
 	case installed:
 		// The count, never the values: a launch env is where callers put credentials.
 		s.log.Info("agent token installed", "launch_env_vars", len(env))
-		w.WriteHeader(http.StatusOK)
+		// Before the 200, so the first exec after it sees the repaired
+		// identity (it was repaired in the background, after the answer).
 		s.repairIdentityAtBootstrap()
+		w.WriteHeader(http.StatusOK)
 	case identicalReplay:
 		s.log.Info("identical run hook replay accepted")
+		// A replay racing the first hook answers no sooner than its repair
+		// is done (Once.Do waits for it); a finished repair is not rerun.
+		s.repairIdentityAtBootstrap()
 		w.WriteHeader(http.StatusOK)
 	default:
 		s.log.Warn("run hook refused: a different token is already installed")

@@ -39,7 +39,7 @@ type execEntry struct {
 	sigMu     sync.Mutex
 	pidfd     *os.File // the leader's pidfd, nil on kernels without one; closed once the group is gone
 	reaped    bool     // the leader was waited for; its pid no longer pins the group
-	pipesOpen int      // pumps not yet at EOF: some process still holds a pipe
+	reapTicks uint64   // boot-relative clock ticks at the reap, comparable to /proc/<pid>/stat starttime
 	lingered  bool     // the linger deadline passed with a pipe still held
 	groupGone bool     // the group is known empty: never signal pgid again
 	// finished closes once the child is reaped and its pipes reached EOF or the
@@ -74,7 +74,8 @@ type registry struct {
 	execs    map[string]*execEntry
 	starting map[string]*startOp
 
-	// escalations counts running SIGTERM-to-SIGKILL escalations.
+	// escalations counts running SIGTERM-to-SIGKILL escalations. Only tests
+	// wait on it (a test hook): nothing in the daemon needs them to have ended.
 	escalations sync.WaitGroup
 }
 
@@ -399,7 +400,6 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 		finished:       make(chan struct{}),
 		stdinRequested: sp.stdin,
 		stdin:          stdinW,
-		pipesOpen:      2,
 	}
 	if pidfd >= 0 {
 		// Non-blocking before NewFile, so the file lands on the poller.
@@ -454,10 +454,9 @@ func unwrapPathError(err error) error {
 // blocks in write forever if nobody reads.
 func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout time.Duration) {
 	var wg sync.WaitGroup
-	var lingered atomic.Bool
 	wg.Add(2)
-	go r.pump(&wg, outR, stdoutKind, e, &lingered)
-	go r.pump(&wg, errR, stderrKind, e, &lingered)
+	go r.pump(&wg, outR, stdoutKind, e)
+	go r.pump(&wg, errR, stderrKind, e)
 
 	var timer *time.Timer
 	if timeout > 0 {
@@ -468,11 +467,6 @@ func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout
 		})
 	}
 	ws, err := waitChild(e, pid)
-	if timer != nil {
-		// Right after the reap: the timeout is the child's, and once it is
-		// reaped nothing pins the group's number for a late timer.
-		timer.Stop()
-	}
 	if err != nil {
 		r.log.Warn("waiting for exec child failed", "exec_id", e.id, "err", err.Error())
 	}
@@ -482,8 +476,19 @@ func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout
 	wg.Wait()
 	outR.Close()
 	errR.Close()
+	if timer != nil {
+		// After the pumps, not at the reap: a timed-out grandchild holding the
+		// pipes is still the exec's to kill, and a late timer is safe because
+		// signalGroup refuses a group that is no longer provably ours.
+		timer.Stop()
+	}
+	// Output is over; if the group is now known gone, signalGroup marks it so
+	// and closes the pidfd instead of pinning it until ack plus TTL.
+	_, _ = e.signalGroup(0)
 
-	st := exitStatus{writersMayBeAlive: lingered.Load()}
+	e.sigMu.Lock()
+	st := exitStatus{writersMayBeAlive: e.lingered}
+	e.sigMu.Unlock()
 	switch {
 	case err != nil:
 		// The status is unknown; say so rather than invent a code.
@@ -527,13 +532,12 @@ var pumpBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return 
 const busyPipeBytes = 1 << 20
 
 // pump reads one pipe into the log until EOF or the linger deadline.
-func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, e *execEntry, lingered *atomic.Bool) {
+func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, e *execEntry) {
 	defer wg.Done()
 	log := e.log
 	held := false // the linger deadline ended this pump with the pipe still held
 	defer func() {
 		e.sigMu.Lock()
-		e.pipesOpen--
 		e.lingered = e.lingered || held
 		e.sigMu.Unlock()
 	}()
@@ -579,7 +583,6 @@ func (r *registry) pump(wg *sync.WaitGroup, f *os.File, kind streamKind, e *exec
 		switch {
 		case cerr != nil:
 			if errors.Is(cerr, os.ErrDeadlineExceeded) {
-				lingered.Store(true)
 				held = true
 			}
 			return
@@ -605,6 +608,7 @@ func waitChild(e *execEntry, pid int) (syscall.WaitStatus, error) {
 		}
 		if err != nil || got == pid {
 			e.reaped = true
+			e.reapTicks = bootTicks()
 			return true, err
 		}
 		return false, nil
@@ -651,9 +655,11 @@ func init() { pidfdGroupSignals.Store(true) }
 // as long as it does; once it is empty the number can name another exec's
 // new group. Through the leader's pidfd (Linux 6.9+) the kernel resolves the
 // group from the leader's struct pid, which a reused number never matches, so
-// that is exact. Without it the group is signalled by number only while the
-// leader is unreaped (its zombie pins the number), or while a pipe is still
-// held, which is the linger's sign that members remain.
+// that is exact. Without it the group is signalled by number while the leader
+// is unreaped (its zombie pins the number); after the reap, only while
+// ownGroupLocked proves some member of the group started no later than the
+// reap. Whether a pipe is still held proves nothing either way: a member may
+// hold none (it redirected to /dev/null), and a holder may have left the group.
 func (e *execEntry) signalGroup(sig unix.Signal) (bool, error) {
 	e.sigMu.Lock()
 	defer e.sigMu.Unlock()
@@ -674,9 +680,10 @@ func (e *execEntry) signalGroup(sig unix.Signal) (bool, error) {
 			return false, err
 		}
 	}
-	if e.reaped && e.pipesOpen == 0 && !e.lingered {
-		// Reaped and every pipe closed: no member is known, so the number is no
-		// longer provably ours.
+	if e.reaped && !e.ownGroupLocked() {
+		// No member older than the reap: the group is empty, or the number
+		// names a newer group. Either way it is never ours again, since no
+		// original member is left to rejoin it.
 		e.markGoneLocked()
 		return false, nil
 	}
@@ -688,6 +695,83 @@ func (e *execEntry) signalGroup(sig unix.Signal) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// ownGroupLocked reports, after the leader's reap, whether pgid still names
+// this exec's group: kill(-pgid, 0) finds it, and some process in it started
+// no later than the reap. A group's number cannot be reused while any member
+// lives, so a member that was already running at the reap has been holding
+// the number since before the group could have emptied. Start times are clock
+// ticks (USER_HZ, 10 ms), so a process started in the same tick just after the
+// reap also counts; a recycled group inside 10 ms would need the pid counter
+// to wrap all the way round in that time, which it cannot.
+func (e *execEntry) ownGroupLocked() bool {
+	if err := unix.Kill(-e.pgid, 0); err == unix.ESRCH {
+		return false
+	}
+	return groupHasMemberStartedBy(e.pgid, e.reapTicks)
+}
+
+// userHZ is the unit of /proc/<pid>/stat's starttime: sysconf(_SC_CLK_TCK),
+// which the Linux ABI fixes at 100 on every architecture Go supports.
+const userHZ = 100
+
+// bootTicks is now as /proc/<pid>/stat's starttime counts it: CLOCK_BOOTTIME
+// (which includes suspend, as starttime does since Linux 5.3) in USER_HZ
+// ticks, rounded down as the kernel rounds starttime.
+func bootTicks() uint64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		// Cannot happen on Linux; zero makes no member count as older, which
+		// refuses the signal rather than risk another exec's group.
+		return 0
+	}
+	return uint64(ts.Sec)*userHZ + uint64(ts.Nsec)/(1e9/userHZ)
+}
+
+// groupHasMemberStartedBy scans /proc for a process in group pgid whose start
+// time (stat field 22) is at most ticks. Zombies count: they pin the number.
+func groupHasMemberStartedBy(pgid int, ticks uint64) bool {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return false
+	}
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		pg, start, ok := procGroupAndStart(name)
+		if ok && pg == pgid && start <= ticks {
+			return true
+		}
+	}
+	return false
+}
+
+// procGroupAndStart reads pgrp (field 5) and starttime (field 22) of
+// /proc/<pid>/stat. The fields are counted after the last ')', since comm may
+// hold spaces and parentheses.
+func procGroupAndStart(pid string) (pgrp int, start uint64, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3 (state)
+	if len(f) < 20 {
+		return 0, 0, false
+	}
+	pgrp, err1 := strconv.Atoi(f[2])
+	start, err2 := strconv.ParseUint(f[19], 10, 64)
+	return pgrp, start, err1 == nil && err2 == nil
 }
 
 func (e *execEntry) markGoneLocked() {

@@ -85,6 +85,30 @@ func orDefault(v, d int64) int64 {
 	return v
 }
 
+// Link targets the CPython data filter accepts answer 204 over the wire.
+// Catches a target walk stricter than realpath at extraction time reaching
+// the handler as a 400 for archives the reference daemon extracts.
+func TestTarDataFilterAcceptedLinkTargetsAre204(t *testing.T) {
+	for _, c := range tartest.Legitimate() {
+		t.Run(c.Name, func(t *testing.T) {
+			base, root, outside := tarLayout(t)
+			srv := fsServer(t, testFS(FSConfig{}))
+			r := fsDo(t, srv, "PUT", "/v1/fs/tar", fsQuery("path", root), bytes.NewReader(c.Archive))
+			if r.status != 204 {
+				t.Fatalf("status %d %q, want 204", r.status, r.body)
+			}
+			for p, want := range c.Reads {
+				if b, err := os.ReadFile(filepath.Join(root, p)); err != nil || string(b) != want {
+					t.Errorf("%s = %q, %v; want %q", p, b, err, want)
+				}
+			}
+			if err := tartest.Confined(base, root, outside); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // Catches: accepting a relative root (it would land under the daemon's cwd).
 func TestTarRelativeRootIs400(t *testing.T) {
 	srv := fsServer(t, testFS(FSConfig{}))

@@ -40,8 +40,9 @@ type Server struct {
 	// first bootstrap's once that finishes. Guarded by identityMu.
 	identityMu sync.Mutex
 	identity   IdentityReport
-	// bootRepair runs the bootstrap repair once; bootRepairDone closes when
-	// it has finished (or was skipped), so a test can wait for it.
+	// bootRepair runs the bootstrap repair once, before the first run hook's
+	// 200; bootRepairDone closes when it has finished (or was skipped), so a
+	// test can check it ran.
 	bootRepair     sync.Once
 	bootRepairDone chan struct{}
 	execs          *registry
@@ -415,22 +416,22 @@ func (s *Server) identityReport() IdentityReport {
 	return s.identity
 }
 
-// repairIdentityAtBootstrap runs identity repair again, once, in the
-// background: the run hook must answer promptly, and a restored VM's startup
-// repair happened before the snapshot, in the image build.
+// repairIdentityAtBootstrap runs identity repair again, once, before the
+// first successful run hook answers 200: a restored VM's startup repair
+// happened before the snapshot, in the image build, so until this ran every
+// exec would see the snapshot's machine-id and hostname. It is a few syscalls
+// and file writes; a failure is logged and reported by health as degraded,
+// never fatal to the hook.
 func (s *Server) repairIdentityAtBootstrap() {
 	s.bootRepair.Do(func() {
+		defer close(s.bootRepairDone)
 		if s.cfg.Identity.Disabled {
-			close(s.bootRepairDone)
 			return
 		}
-		go func() {
-			defer close(s.bootRepairDone)
-			rep := RepairIdentity(s.cfg.Identity, s.log.With("at", "bootstrap"))
-			s.identityMu.Lock()
-			s.identity = rep
-			s.identityMu.Unlock()
-		}()
+		rep := RepairIdentity(s.cfg.Identity, s.log.With("at", "bootstrap"))
+		s.identityMu.Lock()
+		s.identity = rep
+		s.identityMu.Unlock()
 	})
 }
 

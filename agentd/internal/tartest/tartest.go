@@ -158,6 +158,14 @@ func Hostile(outside string) []Case {
 		// up first points somewhere harmless, then is replaced by a climbing
 		// target: esc was judged through the old up.
 		{Name: "dotdot-through-replaced-symlink", Archive: Build(Dir("sub/"), Symlink("sub/up", "."), Symlink("sub/esc", "up/.."), Symlink("sub/up", "..")), Status: 400, Member: "sub/esc"},
+		// A ".." after a name two levels down that a later member makes a
+		// climbing symlink.
+		{Name: "dotdot-through-later-nested-symlink", Archive: Build(Symlink("sub/esc", "x/y/../.."), Dir("sub/x/"), Symlink("sub/x/y", "../..")), Status: 400, Member: "sub/esc"},
+		// esc reaches sub/p only through sub/q -> p; a later p -> .. redirects it.
+		{Name: "dotdot-through-later-symlink-via-chain", Archive: Build(Symlink("sub/q", "p"), Symlink("sub/esc", "q/../.."), Symlink("sub/p", "..")), Status: 400, Member: "sub/esc"},
+		// realpath at extraction time: bin -> usr/bin is expanded, so its ".."
+		// is usr, and usr/../.. is above the root.
+		{Name: "dotdot-through-dir-symlink-above-root", Archive: Build(Symlink("bin", "usr/bin"), Symlink("sbin/x", "../bin/../../y")), Status: 400, Member: "sbin/x"},
 		{Name: "hardlink-outside", Archive: Build(Hardlink("h", outsideRel+"/secret")), Status: 400, Member: "h"},
 		{Name: "hardlink-absolute", Archive: Build(Hardlink("h", "/etc/passwd")), Status: 400, Member: "h"},
 		// The hard link's own directory is shallower than the symlink's, so
@@ -176,6 +184,36 @@ func Hostile(outside string) []Case {
 		{Name: "size-lies-longer-than-body", Archive: sizeLieShort, Status: 400, Member: "short.txt"},
 		{Name: "size-lies-shorter-than-body", Archive: sizeLieLong, Status: 400},
 		{Name: "not-a-tar", Archive: Pad([]byte("this is plainly not an archive")), Status: 400},
+	}
+}
+
+// Legit is one archive the CPython data filter accepts that must extract,
+// and the regular file each named symlink must read through to once it has.
+type Legit struct {
+	Name    string
+	Archive []byte
+	// Reads maps a path under the root to the content reading it must give.
+	Reads map[string]string
+}
+
+// Legitimate returns link targets the data filter's realpath check accepts
+// but a walk stricter than realpath refuses: a ".." after a name that does not
+// exist yet, after a regular file, and after an in-tree directory symlink.
+// Each is judged as realpath judges it at extraction time; each archive then
+// adds the members that make its links readable, to prove where they land.
+func Legitimate() []Legit {
+	return []Legit{
+		// realpath(a/b/../c) with a/b missing is a/c.
+		{Name: "dotdot-after-missing-name", Archive: Build(Symlink("a/l", "b/../c"), Dir("a/b/"), File("a/c", "c")), Reads: map[string]string{"a/l": "c"}},
+		// a/f is a file: realpath keeps it lexically, so f/../c is a/c.
+		// (The kernel answers ENOTDIR through a file; only the verdict is
+		// checked for this one.)
+		{Name: "dotdot-after-regular-file", Archive: Build(File("a/f", "f"), Symlink("a/l", "f/../c"), File("a/c", "c"))},
+		// bin -> usr/bin, then ../bin/../lib/y from sbin is usr/lib/y.
+		// A name a later member makes a symlink: esc is judged again then,
+		// through it, and still lands in the tree (sub/d/../x is sub/x).
+		{Name: "dotdot-through-later-harmless-symlink", Archive: Build(Symlink("sub/esc", "up/../x"), Symlink("sub/up", "d"), Dir("sub/d/"), File("sub/x", "x")), Reads: map[string]string{"sub/esc": "x"}},
+		{Name: "dotdot-after-dir-symlink", Archive: Build(Symlink("bin", "usr/bin"), Symlink("sbin/x", "../bin/../lib/y"), File("usr/bin/true", "t"), File("usr/lib/y", "y")), Reads: map[string]string{"sbin/x": "y", "bin/true": "t"}},
 	}
 }
 

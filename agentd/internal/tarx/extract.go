@@ -15,9 +15,12 @@
 // reference daemon applies it: in-tree symlinks are kept, absolute link
 // targets are refused, relative targets are judged lexically (normpath) from
 // the symlink's own directory or, for hard links, from the archive root, and a
-// symlink's target is also walked against the tree so that a ".." after a
-// symlink already extracted (where normpath and the kernel disagree) is
-// refused, as the data filter's realpath check would; device and fifo members
+// symlink's target is also resolved against the tree as the data filter's
+// realpath check does (symlinks present are expanded, missing names and files
+// are taken lexically) and refused when it ends above the root. Because a
+// later symlink can change how an earlier link resolves, a symlink member is
+// also refused when, with it in place, a link already written would resolve
+// above the root; device and fifo members
 // are refused; member count and total size are capped; modes are masked to
 // 0755 and directory modes are applied only after every member has landed.
 //
@@ -128,6 +131,11 @@ type extractor struct {
 	// modes of directories, replayed after all content: a 0500 directory
 	// applied at creation would block writes of its own children.
 	dirModes map[string]dirMode
+	// links are the symlinks written so far, by path; dependents maps a
+	// tree path to the links whose resolution consulted it.
+	links      map[string]*linkRec
+	dependents map[string]map[string]struct{}
+	walkSteps  int64 // components resolved so far, against maxWalkSteps
 }
 
 type dirMode struct {
@@ -310,8 +318,10 @@ func (x *extractor) symlink(name string, parts []string, target string) error {
 	// The lexical check judges ".." as popping a name; the kernel pops the
 	// directory the name resolves to. Through a symlink the two differ
 	// ("sub/up -> .." then "sub/esc -> up/.." is lexically "sub", physically
-	// the root's parent), so the target is also walked against the tree.
-	if err := x.checkTargetWalk(name, parts[:len(parts)-1], target); err != nil {
+	// the root's parent), so the target is also resolved against the tree,
+	// and so are the links written earlier that this one would redirect.
+	recs, err := x.checkLink(name, parts, target)
+	if err != nil {
 		return err
 	}
 	// Looked up again: the walk may have trimmed the descriptor cache.
@@ -328,6 +338,9 @@ func (x *extractor) symlink(name string, parts []string, target string) error {
 		return (&walkError{leaf, err}).refusal(name, "")
 	}
 	x.forget(parts)
+	for path, rec := range recs {
+		x.setLink(path, rec)
+	}
 	return nil
 }
 
@@ -335,103 +348,188 @@ func (x *extractor) symlink(name string, parts []string, target string) error {
 // as the kernel's MAXSYMLINKS does (40).
 const maxLinkHops = 40
 
-// walkStep is one component still to walk. tainted marks a component that
-// comes after a symlink, or after a name that is not (yet) a directory, in
-// the text being walked: a later member may replace that symlink or create
-// that name as one, so a ".." there cannot be judged now.
-type walkStep struct {
-	c       string
-	tainted bool
+// maxWalkSteps bounds the components all target resolutions of one archive
+// may take together. Each symlink member is judged once and re-judges only
+// the links that consulted its path, so an ordinary archive stays far below
+// it; an archive that replaces one symlink over and over under many links
+// consulting it would otherwise cost the square of its member count.
+const maxWalkSteps = 1 << 24
+
+// linkRec is a symlink this extraction wrote, kept so that a later member
+// that changes a path its target was resolved through can re-judge it.
+type linkRec struct {
+	dir    []string // the directory holding the link
+	target string
+	deps   []string // every tree path the resolution consulted
 }
 
-// checkTargetWalk walks a symlink target from the link's directory dir (a
-// real directory the confined walk just made) against the tree as it is,
-// expanding symlinks already present the way the kernel will (readlinkat on a
-// descriptor the confined walk reached, bounded by maxLinkHops). It refuses
-// a target that climbs above the root through a present symlink, one that
-// passes through a present symlink with an absolute target, and a ".." that
-// follows a symlink or a name that is not yet a directory (whatever a later
-// member puts there decides where that ".." lands). Descending through an
-// in-tree symlink is allowed: "libfoo.so -> libfoo.so.1" chains stay legal.
-func (x *extractor) checkTargetWalk(name string, dir []string, target string) error {
+// overlay is a symlink about to be written at path, seen by a walk as if it
+// were already there.
+type overlay struct {
+	path, target string
+}
+
+// walkRefusal is a target the walk resolved above the root, or could not
+// judge; it becomes a MemberError for whichever member caused it.
+type walkRefusal struct{ reason string }
+
+// resolveTarget resolves a symlink target the way realpath does at this
+// moment (the CPython data filter's os.path.realpath check): from the link's
+// directory dir (a real directory), each symlink present in the tree is
+// expanded (readlinkat on a descriptor the confined walk reached, at most
+// maxLinkHops of them), a component that is missing or not a directory is
+// kept lexically, so a ".." after it pops it as normpath would, and a ".."
+// from a real directory pops to its parent. It refuses a resolution that
+// climbs above the root, or that meets an absolute symlink in the tree. ov,
+// when set, stands in for the symlink about to be written. It returns every
+// tree path the resolution consulted: a later symlink at one of them changes
+// the answer, so the link is judged again then (linkChanged).
+func (x *extractor) resolveTarget(dir []string, target string, ov *overlay) ([]string, *walkRefusal, *walkError) {
 	cur := append([]string(nil), dir...)
-	queue := steps(target, false)
-	unknown := false // cur names something that is not an existing directory
+	lexical := 0 // trailing components of cur that are not real directories
+	queue := strings.Split(target, "/")
+	var deps []string
 	hops := 0
 	for len(queue) > 0 {
-		st := queue[0]
+		c := queue[0]
 		queue = queue[1:]
-		switch st.c {
+		if x.walkSteps++; x.walkSteps > maxWalkSteps {
+			return deps, &walkRefusal{"needs more resolution than one archive may ask for (its links are re-judged too often)"}, nil
+		}
+		switch c {
 		case "", ".":
 			continue
 		case "..":
-			if st.tainted || unknown {
-				return &MemberError{Member: name, Reason: "link target " + target + " climbs with \"..\" out of a symlink or a name that is not a directory yet; where it lands cannot be judged"}
-			}
 			if len(cur) == 0 {
-				return &MemberError{Member: name, Reason: "link target " + target + " resolves outside the root through an existing symlink"}
+				return deps, &walkRefusal{"resolves above the extraction root"}, nil
 			}
 			cur = cur[:len(cur)-1]
+			if lexical > 0 {
+				lexical--
+			}
 			continue
 		}
-		if unknown {
-			cur = append(cur, st.c)
+		path := strings.Join(append(cur, c), "/")
+		deps = append(deps, path)
+		if lexical > 0 {
+			cur = append(cur, c)
+			lexical++
 			continue
 		}
-		fd, werr := x.makeDirs(cur, false)
-		if werr != nil {
-			return werr.refusal(name, "link target "+target+": ")
+		var link string
+		if ov != nil && path == ov.path {
+			link = ov.target
+		} else {
+			fd, werr := x.makeDirs(cur, false)
+			if werr != nil {
+				return deps, nil, werr
+			}
+			var sb unix.Stat_t
+			err := unix.Fstatat(fd, c, &sb, unix.AT_SYMLINK_NOFOLLOW)
+			switch {
+			case err == unix.ENOENT || err == nil && sb.Mode&unix.S_IFMT != unix.S_IFDIR && sb.Mode&unix.S_IFMT != unix.S_IFLNK:
+				// Missing, or a file: judged lexically, as realpath does.
+				cur = append(cur, c)
+				lexical = 1
+				continue
+			case err != nil:
+				return deps, nil, &walkError{c, err}
+			case sb.Mode&unix.S_IFMT == unix.S_IFDIR:
+				cur = append(cur, c)
+				continue
+			}
+			if link, err = readlinkat(fd, c); err != nil {
+				return deps, nil, &walkError{c, err}
+			}
 		}
-		var sb unix.Stat_t
-		err := unix.Fstatat(fd, st.c, &sb, unix.AT_SYMLINK_NOFOLLOW)
-		switch {
-		case err == unix.ENOENT:
-			unknown = true
-			cur = append(cur, st.c)
-			taint(queue)
-		case err != nil:
-			return fmt.Errorf("check link target %s at %s: %w", target, st.c, err)
-		case sb.Mode&unix.S_IFMT == unix.S_IFDIR:
-			cur = append(cur, st.c)
-		case sb.Mode&unix.S_IFMT == unix.S_IFLNK:
-			if hops++; hops > maxLinkHops {
-				return &MemberError{Member: name, Reason: "link target " + target + " passes through more than 40 symlinks"}
-			}
-			via := strings.Join(append(append([]string(nil), cur...), st.c), "/")
-			link, err := readlinkat(fd, st.c)
-			if err != nil {
-				return fmt.Errorf("check link target %s at %s: %w", target, via, err)
-			}
-			if strings.HasPrefix(link, "/") {
-				return &MemberError{Member: name, Reason: "link target " + target + " passes through symlink " + via + ", which is absolute"}
-			}
-			// The rest of the text now hangs off this symlink, which a later
-			// member may replace; its own target is judged as it stands.
-			taint(queue)
-			queue = append(steps(link, st.tainted), queue...)
-		default:
-			// A file: a later member may replace it with a symlink.
-			unknown = true
-			cur = append(cur, st.c)
-			taint(queue)
+		if hops++; hops > maxLinkHops {
+			return deps, &walkRefusal{"passes through more than 40 symlinks"}, nil
 		}
+		if strings.HasPrefix(link, "/") {
+			return deps, &walkRefusal{"passes through symlink " + path + ", whose target " + link + " is absolute"}, nil
+		}
+		queue = append(strings.Split(link, "/"), queue...)
 	}
-	return nil
+	return deps, nil, nil
 }
 
-func steps(target string, tainted bool) []walkStep {
-	parts := strings.Split(target, "/")
-	out := make([]walkStep, len(parts))
-	for i, c := range parts {
-		out[i] = walkStep{c, tainted}
+// checkLink judges a symlink member's target against the tree, and every
+// symlink already written whose resolution consulted the member's path
+// against the tree with the member in place: "sub/esc -> up/.." is harmless
+// while sub/up is missing or "up -> .", and escapes once "up -> .." lands.
+// It returns the records to store once the member is written.
+func (x *extractor) checkLink(name string, parts []string, target string) (map[string]*linkRec, error) {
+	dir := parts[:len(parts)-1]
+	deps, ref, err := x.resolveTarget(dir, target, nil)
+	if err != nil {
+		return nil, x.walkFailure(name, target, err)
 	}
+	if ref != nil {
+		return nil, &MemberError{name, "link target " + target + " " + ref.reason}
+	}
+	path := strings.Join(parts, "/")
+	recs := map[string]*linkRec{path: {dir: append([]string(nil), dir...), target: target, deps: deps}}
+	ov := &overlay{path, target}
+	for _, other := range sortedKeys(x.dependents[path]) {
+		rec := x.links[other]
+		if other == path || rec == nil {
+			continue
+		}
+		deps, ref, err := x.resolveTarget(rec.dir, rec.target, ov)
+		if err != nil {
+			return nil, x.walkFailure(name, target, err)
+		}
+		if ref != nil {
+			return nil, &MemberError{name, "with this link in place, symlink " + other + " -> " + rec.target + " " + ref.reason}
+		}
+		recs[other] = &linkRec{dir: rec.dir, target: rec.target, deps: deps}
+	}
+	return recs, nil
+}
+
+func (x *extractor) walkFailure(name, target string, werr *walkError) error {
+	return werr.refusal(name, "link target "+target+": ")
+}
+
+// setLink records (rec != nil) or forgets the symlink at path, keeping the
+// dependents index in step with the paths each record consulted.
+func (x *extractor) setLink(path string, rec *linkRec) {
+	if old := x.links[path]; old != nil {
+		for _, d := range old.deps {
+			if m := x.dependents[d]; m != nil {
+				delete(m, path)
+				if len(m) == 0 {
+					delete(x.dependents, d)
+				}
+			}
+		}
+		delete(x.links, path)
+	}
+	if rec == nil {
+		return
+	}
+	if x.links == nil {
+		x.links = map[string]*linkRec{}
+		x.dependents = map[string]map[string]struct{}{}
+	}
+	x.links[path] = rec
+	for _, d := range rec.deps {
+		m := x.dependents[d]
+		if m == nil {
+			m = map[string]struct{}{}
+			x.dependents[d] = m
+		}
+		m[path] = struct{}{}
+	}
+}
+
+func sortedKeys(m map[string]struct{}) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
 	return out
-}
-
-func taint(q []walkStep) {
-	for i := range q {
-		q[i].tainted = true
-	}
 }
 
 func readlinkat(dirfd int, name string) (string, error) {
@@ -508,6 +606,7 @@ func (x *extractor) hardlink(name string, parts []string, target string) error {
 	if err := unix.Linkat(srcParent, srcLeaf, parent, leaf, 0); err != nil {
 		return (&walkError{leaf, err}).refusal(name, "")
 	}
+	x.setLink(strings.Join(parts, "/"), nil)
 	return nil
 }
 
@@ -538,6 +637,7 @@ func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64
 		return (&walkError{leaf, err}).refusal(name, "")
 	}
 	defer unix.Close(fd)
+	x.setLink(strings.Join(parts, "/"), nil)
 	if x.buf == nil {
 		x.buf = make([]byte, 1<<20)
 	}

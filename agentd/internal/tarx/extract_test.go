@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -226,6 +227,64 @@ func TestLinkTargetsThroughInTreeSymlinksExtract(t *testing.T) {
 	}
 }
 
+// Targets the CPython data filter accepts, judged by realpath at extraction
+// time: a ".." after a name not yet there, after a regular file, and after an
+// in-tree directory symlink (which realpath expands first). Catches a target
+// walk stricter than realpath (refusing any ".." after a missing name, a file
+// or a symlink), and a re-check of earlier links that refuses a later symlink
+// which redirects them harmlessly.
+func TestDataFilterAcceptedLinkTargetsExtract(t *testing.T) {
+	for _, c := range tartest.Legitimate() {
+		t.Run(c.Name, func(t *testing.T) {
+			base, root, outside := layout(t)
+			if err := extract(t, root, c.Archive, Caps{}); err != nil {
+				t.Fatal(err)
+			}
+			for p, want := range c.Reads {
+				if b, err := os.ReadFile(filepath.Join(root, p)); err != nil || string(b) != want {
+					t.Errorf("%s = %q, %v; want %q", p, b, err, want)
+				}
+			}
+			if err := tartest.Confined(base, root, outside); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A later symlink that would redirect an earlier one out of the root is the
+// member refused, and the refusal names both, and the link is not written.
+// Catches judging each link only when it lands (the earlier link passed then).
+func TestLaterSymlinkRedirectingEarlierLinkIsRefused(t *testing.T) {
+	base, root, outside := layout(t)
+	err := extract(t, root, tartest.Build(tartest.Symlink("sub/esc", "up/.."), tartest.Symlink("sub/up", "..")), Caps{})
+	var me *MemberError
+	if !errors.As(err, &me) || me.Member != "sub/up" || !strings.Contains(me.Reason, "sub/esc") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "sub/up")); !os.IsNotExist(err) {
+		t.Fatalf("refused sub/up was written: %v", err)
+	}
+	if err := tartest.Confined(base, root, outside); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A symlink chain longer than the kernel's 40 is refused, not walked forever.
+func TestLinkTargetThroughTooManySymlinksIsRefused(t *testing.T) {
+	_, root, _ := layout(t)
+	ms := []tartest.Member{tartest.Dir("d/")}
+	for i := 0; i < 41; i++ {
+		ms = append(ms, tartest.Symlink(fmt.Sprintf("l%02d", i+1), fmt.Sprintf("l%02d", i)))
+	}
+	ms[1] = tartest.Symlink("l01", "d")
+	ms = append(ms, tartest.Symlink("x", "l41/.."))
+	err := extract(t, root, tartest.Build(ms...), Caps{})
+	if statusOf(err) != 400 || !strings.Contains(err.Error(), "40 symlinks") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 // A symlink already in the extraction root before the archive arrives is
 // part of the tree the target is walked against. Catches: judging a target
 // only by normpath (it lands in /etc through the pre-existing link), and
@@ -328,6 +387,9 @@ func FuzzExtract(f *testing.F) {
 	// says the root's parent (sub/esc -> up/.. with sub/up -> ..).
 	f.Add(tartest.Build(tartest.Dir("sub/"), tartest.Symlink("sub/up", ".."), tartest.Symlink("sub/esc", "up/..")))
 	f.Add(tartest.Build(tartest.Symlink("a/up", ".."), tartest.Symlink("a/b/esc", "../up/../x"), tartest.File("x", "y")))
+	for _, c := range tartest.Legitimate() {
+		f.Add(c.Archive)
+	}
 	f.Fuzz(func(t *testing.T, archive []byte) {
 		base, root, outside := layout(t)
 		_, _ = Extract(root, bytes.NewReader(archive), Options{Caps: Caps{MaxMembers: 64, MaxBytes: 1 << 20}, Log: quiet})
