@@ -132,3 +132,29 @@ func TestNameTokens(t *testing.T) {
 		}
 	}
 }
+
+// Wrong edit caught: adding a route without saying whether it is idempotent,
+// which would leave every client to guess its retry rule.
+func TestOperationWithoutIdempotencyFailsGeneration(t *testing.T) {
+	root := plantedRoot(t, "openapi.yaml", "operationId: execAck\n      x-idempotent: false  # a second ack answers 409 already_acked\n", "operationId: execAck\n")
+	node, doc, err := loadOpenAPI(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := operations(node, doc); err == nil || !strings.Contains(err.Error(), "execAck") {
+		t.Fatalf("a route without x-idempotent generated: %v", err)
+	}
+	node, doc, err = loadOpenAPI("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := operations(node, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if op.ID == "execAck" && op.Idempotent {
+			t.Fatal("execAck read as idempotent")
+		}
+	}
+}
