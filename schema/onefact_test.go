@@ -101,6 +101,15 @@ func TestPlantedContradictionsFailGeneration(t *testing.T) {
 		{"terminal state the control plane lacks", "errors.yaml",
 			`dead: [TERMINATED, TERMINATING]`, `dead: [TERMINATED, HIBERNATED]`,
 			"HIBERNATED"},
+		{"slug status declared again in errors.yaml", "errors.yaml",
+			`{slug: still_running,         wire_kind: Conflict,`, `{slug: still_running,         status: 409, wire_kind: Conflict,`,
+			"status"},
+		{"slug sent with a second status", "openapi.yaml",
+			"            - slug: stdin_closed\n", "            - slug: stdin_closed\n            - slug: malformed_request\n",
+			"slug malformed_request is sent with"},
+		{"slug the daemon never sends", "errors.yaml",
+			"  - {slug: stdin_write_failed, ", "  - {slug: stdin_write_faild, ",
+			"stdin_write_faild is listed under no response"},
 		{"state set from an unknown enum", "errors.yaml",
 			`enum_from: BuildState`, `enum_from: BuildStatus`,
 			"BuildStatus"},
@@ -129,6 +138,32 @@ func TestNameTokens(t *testing.T) {
 	} {
 		if got := strings.Join(nameTokens(in), " "); got != want {
 			t.Errorf("nameTokens(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Wrong edit caught: adding a route without saying whether it is idempotent,
+// which would leave every client to guess its retry rule.
+func TestOperationWithoutIdempotencyFailsGeneration(t *testing.T) {
+	root := plantedRoot(t, "openapi.yaml", "operationId: execAck\n      x-idempotent: false  # a second ack answers 409 already_acked\n", "operationId: execAck\n")
+	node, doc, err := loadOpenAPI(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := operations(node, doc); err == nil || !strings.Contains(err.Error(), "execAck") {
+		t.Fatalf("a route without x-idempotent generated: %v", err)
+	}
+	node, doc, err = loadOpenAPI("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := operations(node, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if op.ID == "execAck" && op.Idempotent {
+			t.Fatal("execAck read as idempotent")
 		}
 	}
 }
