@@ -67,7 +67,7 @@ fuzz:
 MUTATE_PKGS    ?= agentd/internal/linerange client/cost agentd/internal/tarx client/control client client/sandbox cmd/microvm agentd
 MUTATE_WORKERS ?= 1
 mutate:
-	$(GO) run ./scripts/mutate -pkgs '$(MUTATE_PKGS)' -workers $(MUTATE_WORKERS) -out $(BIN)/mutate
+	$(GO) run ./internal/mutate -pkgs '$(MUTATE_PKGS)' -workers $(MUTATE_WORKERS) -out $(BIN)/mutate
 
 clean:
 	rm -rf $(BIN)
