@@ -74,8 +74,9 @@ fuzz:
 # package, agentd far more), so not part of check.
 MUTATE_PKGS    ?= agentd/internal/linerange client/cost agentd/internal/tarx client/control client client/sandbox cmd/microvm agentd
 MUTATE_WORKERS ?= 1
+MUTATE_FILES   ?=
 mutate:
-	$(GO) run ./internal/mutate -pkgs '$(MUTATE_PKGS)' -workers $(MUTATE_WORKERS) -out $(BIN)/mutate
+	$(GO) run ./internal/mutate -pkgs '$(MUTATE_PKGS)' -files '$(MUTATE_FILES)' -workers $(MUTATE_WORKERS) -out $(BIN)/mutate
 
 clean:
 	rm -rf $(BIN)

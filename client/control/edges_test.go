@@ -1,0 +1,203 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/microvms/microvms/emulator"
+	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Catches: Options.Now replaced when it was set, or left nil when it was
+// not (`o.Now != nil`): a minted token's Expires is read from the client's
+// clock, so a pinned clock must pin it, and an unset one must be the wall
+// clock rather than a nil function.
+func TestMintedTokenExpiresByTheClientsClock(t *testing.T) {
+	const expiry = 30 * time.Minute
+	req := TokenRequest{Ports: []PortScope{Port(9000)}, Expiry: expiry}
+	launch := func(h *harness) string {
+		t.Helper()
+		ref, _ := buildImage(t, h, "clock")
+		vm, err := h.c.Launch(ctxT(t), LaunchSpec{Image: ref, Connectors: Connectors{Ingress: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vm.MicrovmId
+	}
+	pinned := newHarness(t, emulator.Options{}, nil)
+	tok, err := pinned.c.MintAuthToken(ctxT(t), launch(pinned), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tok.Expires.Equal(fixedNow.Add(expiry)) {
+		t.Fatalf("with Now pinned at %s, the token expires %s", fixedNow, tok.Expires)
+	}
+	wall := newHarness(t, emulator.Options{}, func(o *Options) { o.Now = nil })
+	id := launch(wall)
+	before := time.Now()
+	tok, err = wall.c.MintAuthToken(ctxT(t), id, req)
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Expires.Before(before.Add(expiry)) || tok.Expires.After(after.Add(expiry)) {
+		t.Fatalf("with Now unset, the token expires %s, not %s after the mint (between %s and %s)", tok.Expires, expiry, before, after)
+	}
+}
+
+// Catches: the ceiling refusal reporting the env's share or the excess
+// wrongly (a sign flipped or the subtraction turned into an addition): the
+// env is the part a caller can shrink, so both numbers are the advice.
+func TestRunHookPayloadRefusalNamesTheEnvShareAndTheExcess(t *testing.T) {
+	bare, err := NewRunHookPayload("tok", map[string]string{"PAD": ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := taxonomy.MaxRunHookPayloadBytes - bare.Len() + 10 // ten bytes over
+	_, err = NewRunHookPayload("tok", map[string]string{"PAD": strings.Repeat("x", pad)})
+	ce := requireKind(t, err, taxonomy.KindInvalidArg, taxonomy.FindingRunHookPayloadCeiling)
+	full := taxonomy.MaxRunHookPayloadBytes + 10
+	noEnv := len(`{"agent_token":"tok"}`)
+	for _, want := range []string{
+		"is " + strconv.Itoa(full) + " bytes",
+		"accounts for " + strconv.Itoa(full-noEnv) + " of them across 1 variables",
+		"so trim 10 bytes",
+	} {
+		if !strings.Contains(ce.Message(), want) {
+			t.Errorf("refusal lacks %q: %s", want, ce.Message())
+		}
+	}
+}
+
+// Catches: whitespace refused only after the first byte (`i > 0`).
+func TestImageVersionWithLeadingWhitespaceIsRefused(t *testing.T) {
+	for _, v := range []string{" 1", "\t1.0"} {
+		requireKind(t, CheckImageVersion(v), taxonomy.KindInvalidArg, taxonomy.FindingImageVersionForm)
+	}
+}
+
+// Catches: the duration bounds one off at either end (`sec <= Min`,
+// `sec >= Max`): both 1 s and 8 h are allowed, 0.5 s past either is not.
+func TestMaxDurationBoundsAreInclusive(t *testing.T) {
+	for _, d := range []time.Duration{taxonomy.MinDurationSec * time.Second, taxonomy.MaxDurationSec * time.Second} {
+		n, err := checkMaxDuration(d)
+		if err != nil || n == nil || *n != int(d/time.Second) {
+			t.Errorf("%s: %v %v", d, n, err)
+		}
+	}
+	for _, d := range []time.Duration{time.Second / 2, taxonomy.MaxDurationSec*time.Second + time.Second, time.Second + time.Second/2} {
+		if _, err := checkMaxDuration(d); err == nil {
+			t.Errorf("%s accepted", d)
+		}
+	}
+	if n, err := checkMaxDuration(0); n != nil || err != nil {
+		t.Errorf("0 (unset) should send nothing: %v %v", n, err)
+	}
+}
+
+// Catches: a range scope that leaves out either end (`StartPort < port`,
+// `port < EndPort`): the range is inclusive, and the proxy lets both ends
+// through, so refusing them locally would refuse a call that works.
+func TestPortRangeCoversBothEnds(t *testing.T) {
+	tok, err := newAuthToken(map[string]string{taxonomy.ProxyAuthHeader: "x"}, TokenRequest{Ports: []PortScope{PortRange(8000, 8010)}}, fixedNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for port, in := range map[int]bool{7999: false, 8000: true, 8005: true, 8010: true, 8011: false} {
+		if _, err := tok.Headers(port); (err == nil) != in {
+			t.Errorf("port %d: covered=%v, want %v", port, err == nil, in)
+		}
+	}
+}
+
+// Catches: the port bounds one off at either end (`p > 1`, `p < 65535`):
+// 1 and 65535 are ports, 0 and 65536 are not, alone or as a range's ends;
+// and a one-port range refused as unordered (`StartPort >= EndPort`).
+func TestPortScopeBoundsAreInclusive(t *testing.T) {
+	for _, p := range []PortScope{Port(1), Port(65535), PortRange(1, 65535), PortRange(8080, 8080)} {
+		if err := p.check(); err != nil {
+			t.Errorf("%+v: %v", p.spec, err)
+		}
+	}
+	for _, p := range []PortScope{Port(0), Port(65536), PortRange(0, 10), PortRange(10, 65536)} {
+		if err := p.check(); err == nil {
+			t.Errorf("%+v accepted", p.spec)
+		}
+	}
+}
+
+// Catches: a one-minute token refused (`min <= 1`): expiry is 1..60 whole
+// minutes inclusive.
+func TestTokenExpiryOfOneMinuteIsAllowed(t *testing.T) {
+	w, err := TokenRequest{Ports: []PortScope{Port(80)}, Expiry: time.Minute}.wire()
+	if err != nil || w.ExpirationInMinutes != 1 {
+		t.Fatalf("1 minute: %v %v", w.ExpirationInMinutes, err)
+	}
+}
+
+// Catches: an unnamed service error printed with an empty name (a negated
+// `typ == ""`), and the exception name lost when it comes only in the body's
+// __type or code (negating either fallback).
+func TestServiceErrorNameFallsBackThroughTheBody(t *testing.T) {
+	if s := (&ServiceError{Status: 400}).Error(); s != "HTTP 400 an unnamed error, no message" {
+		t.Errorf("unnamed: %q", s)
+	}
+	if s := (&ServiceError{Status: 404, Type: "ResourceNotFoundException"}).Error(); s != "HTTP 404 ResourceNotFoundException, no message" {
+		t.Errorf("named: %q", s)
+	}
+	for _, c := range []struct{ header, body, want string }{
+		{"", `{"__type":"com.amazonaws.lambdamicrovms#ValidationException","message":"m"}`, "ValidationException"},
+		{"", `{"code":"ThrottlingException"}`, "ThrottlingException"},
+		{"", `{"__type":"A","code":"B"}`, "A"},
+		{"ConflictException:http://internal.amazon.com/", `{"__type":"A","code":"B"}`, "ConflictException"},
+	} {
+		resp := &http.Response{StatusCode: 400, Header: http.Header{}}
+		if c.header != "" {
+			resp.Header.Set("X-Amzn-ErrorType", c.header)
+		}
+		if got := parseServiceError(resp, []byte(c.body)).Type; got != c.want {
+			t.Errorf("header %q body %s: type %q, want %q", c.header, c.body, got, c.want)
+		}
+	}
+}
+
+// Catches: the attempt count reported on a single attempt, or left out
+// after several (`attempts >= 1`, `attempts <= 1`).
+func TestClassifyNamesRetriesOnlyWhenThereWereSome(t *testing.T) {
+	if msg := classify("Op", context.DeadlineExceeded, 1).Error(); strings.Contains(msg, "attempts") {
+		t.Errorf("one attempt: %q", msg)
+	}
+	if msg := classify("Op", context.DeadlineExceeded, 2).Error(); !strings.Contains(msg, "deadline passed after 2 attempts") {
+		t.Errorf("two attempts: %q", msg)
+	}
+}
+
+// Catches: the exactly-one rule on an image's Logging inverted or dropped
+// on either side: CloudWatch alone and Disabled alone pass, both or neither
+// are refused before anything is sent.
+func TestImageLoggingIsExactlyOneKind(t *testing.T) {
+	h := newHarness(t, emulator.Options{}, nil)
+	cw, off := &cp.CloudWatchLogging{}, &cp.LoggingDisabled{}
+	for i, c := range []struct {
+		l  *cp.Logging
+		ok bool
+	}{
+		{&cp.Logging{CloudWatch: cw}, true},
+		{&cp.Logging{Disabled: off}, true},
+		{&cp.Logging{CloudWatch: cw, Disabled: off}, false},
+		{&cp.Logging{}, false},
+	} {
+		s := testSpec(fmt.Sprintf("logging%d", i))
+		s.Logging = c.l
+		_, err := h.c.buildSpec(s)
+		if (err == nil) != c.ok {
+			t.Errorf("%+v: %v, want ok=%v", *c.l, err, c.ok)
+		}
+	}
+}
