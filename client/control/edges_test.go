@@ -201,3 +201,119 @@ func TestImageLoggingIsExactlyOneKind(t *testing.T) {
 		}
 	}
 }
+
+// Catches: an operation that drops its reply on success (`err == nil` after
+// the call returns nil, nil) or reads a reply that failed: each image
+// operation must hand back what the service answered.
+func TestImageOperationsReturnTheirReplies(t *testing.T) {
+	h := newHarness(t, emulator.Options{}, nil)
+	ctx := ctxT(t)
+	ref, v1 := buildImage(t, h, "replies")
+	up, err := h.c.UpdateImage(ctx, ref, testSpec("replies"))
+	if err != nil || up == nil || up.ImageVersion == "" || up.ImageVersion == v1 {
+		t.Fatalf("UpdateImage: %+v %v", up, err)
+	}
+	if _, err := h.c.WaitImage(ctx, ref, up.ImageVersion, fastWait); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.c.GetImageVersion(ctx, ref, v1)
+	if err != nil || got == nil || got.BuildRoleArn != testSpec("replies").BuildRoleARN {
+		t.Fatalf("GetImageVersion: %+v %v", got, err)
+	}
+	set, err := h.c.SetImageVersionStatus(ctx, ref, v1, cp.INACTIVE)
+	if err != nil || set == nil || set.Status != cp.INACTIVE {
+		t.Fatalf("SetImageVersionStatus: %+v %v", set, err)
+	}
+	builds, err := h.c.builds(ctx, ref, v1)
+	if err != nil || len(builds) == 0 {
+		t.Fatalf("builds of %s: %v %v", v1, builds, err)
+	}
+	b, err := h.c.GetImageBuild(ctx, ref, v1, builds[0].BuildId)
+	if err != nil || b == nil || b.BuildId != builds[0].BuildId {
+		t.Fatalf("GetImageBuild: %+v %v", b, err)
+	}
+	if err := h.c.TagImage(ctx, ref, map[string]string{"team": "a"}); err != nil {
+		t.Fatal(err)
+	}
+	tags, err := h.c.ImageTags(ctx, ref)
+	if err != nil || tags["team"] != "a" {
+		t.Fatalf("ImageTags: %v %v", tags, err)
+	}
+	dv, err := h.c.DeleteImageVersion(ctx, ref, v1)
+	if err != nil || dv == nil || dv.ImageVersion != v1 {
+		t.Fatalf("DeleteImageVersion: %+v %v", dv, err)
+	}
+	del, err := h.c.DeleteImage(ctx, ref)
+	if err != nil || del == nil || del.State == "" {
+		t.Fatalf("DeleteImage: %+v %v", del, err)
+	}
+	// A refused call is an error, never a reply: the image is gone.
+	if _, err := h.c.GetImageVersion(ctx, ref, v1); err == nil {
+		t.Fatal("GetImageVersion of a deleted image answered")
+	}
+	if _, err := h.c.UpdateImage(ctx, ref, testSpec("replies")); err == nil {
+		t.Fatal("UpdateImage of a deleted image answered")
+	}
+	if _, err := h.c.GetImageBuild(ctx, ref, v1, builds[0].BuildId); err == nil {
+		t.Fatal("GetImageBuild of a deleted image answered")
+	}
+	if _, err := h.c.DeleteImageVersion(ctx, ref, up.ImageVersion); err == nil {
+		t.Fatal("DeleteImageVersion of a deleted image answered")
+	}
+	if _, err := h.c.ImageTags(ctx, ref); err == nil {
+		t.Fatal("ImageTags of a deleted image answered")
+	}
+}
+
+// Catches: a valid reference waved through before the ARN check
+// (`err == nil` returning early): tagging takes the image's ARN, never its
+// name, and the refusal names the finding.
+func TestTaggingByNameIsRefused(t *testing.T) {
+	h := newHarness(t, emulator.Options{}, nil)
+	err := h.c.TagImage(ctxT(t), mustRef(t, "by-name"), map[string]string{"k": "v"})
+	requireKind(t, err, taxonomy.KindInvalidArg, taxonomy.FindingImageArnColon)
+}
+
+// Catches: an image name of exactly the maximum length refused
+// (`len(s.Name) >= MaxImageNameLen`), and tags sent when there are none
+// (`len(s.Tags) >= 0` puts "tags": null on the wire).
+func TestCreateImageNameLengthAndAbsentTags(t *testing.T) {
+	h := newHarness(t, emulator.Options{}, nil)
+	ctx := ctxT(t)
+	if _, err := h.c.CreateImage(ctx, testSpec(strings.Repeat("n", taxonomy.MaxImageNameLen))); err != nil {
+		t.Fatalf("a name of exactly %d bytes: %v", taxonomy.MaxImageNameLen, err)
+	}
+	requireKind(t, func() error {
+		_, err := h.c.CreateImage(ctx, testSpec(strings.Repeat("n", taxonomy.MaxImageNameLen+1)))
+		return err
+	}(), taxonomy.KindInvalidArg, "")
+	tagged := testSpec("tagged")
+	tagged.Tags = map[string]string{"team": "a"}
+	if _, err := h.c.CreateImage(ctx, tagged); err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	for _, r := range h.emu.Requests() {
+		if r.Method == http.MethodPost {
+			bodies = append(bodies, string(r.Body))
+		}
+	}
+	if len(bodies) != 2 || strings.Contains(bodies[0], `"tags"`) || !strings.Contains(bodies[1], `"tags":{"team":"a"}`) {
+		t.Fatalf("create bodies: %q", bodies)
+	}
+}
+
+// Catches: the idle window's minimum refused (`MaxIdle <= Min`) or a zero
+// suspended window refused (`SuspendedFor <= 0`): both ends are allowed,
+// one second under the minimum is not.
+func TestIdlePolicyBoundsAreInclusive(t *testing.T) {
+	h := newHarness(t, emulator.Options{}, nil)
+	ref := mustRef(t, "arn:aws:lambda:us-east-1:123456789012:microvm-image:idle")
+	min := taxonomy.MinIdleDurationSec * time.Second
+	req, err := h.c.launchRequest(LaunchSpec{Image: ref, Idle: &IdlePolicy{MaxIdle: min}})
+	if err != nil || req.IdlePolicy == nil || req.IdlePolicy.MaxIdleDurationSeconds != taxonomy.MinIdleDurationSec || req.IdlePolicy.SuspendedDurationSeconds != 0 {
+		t.Fatalf("the minimum idle window: %+v %v", req.IdlePolicy, err)
+	}
+	_, err = h.c.launchRequest(LaunchSpec{Image: ref, Idle: &IdlePolicy{MaxIdle: min - time.Second}})
+	requireKind(t, err, taxonomy.KindInvalidArg, taxonomy.FindingIdlePolicy)
+}
