@@ -317,3 +317,14 @@ func TestIdlePolicyBoundsAreInclusive(t *testing.T) {
 	_, err = h.c.launchRequest(LaunchSpec{Image: ref, Idle: &IdlePolicy{MaxIdle: min - time.Second}})
 	requireKind(t, err, taxonomy.KindInvalidArg, taxonomy.FindingIdlePolicy)
 }
+
+// Catches: an id of exactly the model's 256-byte maximum refused
+// (`len(id) >= 256`); MicrovmIdentifier is length 1..256.
+func TestMicrovmIDLengthBoundIsInclusive(t *testing.T) {
+	if err := checkID(strings.Repeat("m", 256)); err != nil {
+		t.Fatalf("256 bytes: %v", err)
+	}
+	if err := checkID(strings.Repeat("m", 257)); err == nil {
+		t.Fatal("257 bytes accepted")
+	}
+}
