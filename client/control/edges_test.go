@@ -328,3 +328,124 @@ func TestMicrovmIDLengthBoundIsInclusive(t *testing.T) {
 		t.Fatal("257 bytes accepted")
 	}
 }
+
+// Catches: firstErr returning the first nil instead of the first error
+// (`e == nil`): a valid reference would then hide an invalid version.
+func TestAnInvalidVersionIsRefusedBehindAValidReference(t *testing.T) {
+	h := newHarness(t, emulator.Options{}, nil)
+	_, err := h.c.GetImageVersion(ctxT(t), mustRef(t, "fine"), "two words")
+	requireKind(t, err, taxonomy.KindInvalidArg, taxonomy.FindingImageVersionForm)
+}
+
+// Catches: the page bound one off (`p.pages > maxPages`) or never reached
+// (`p.pages--`): a listing whose cursors never end stops after exactly
+// maxPages fetches, naming the finding, instead of looping.
+func TestEndlessListingStopsAtMaxPages(t *testing.T) {
+	calls := 0
+	p := newPaginator(func(_ context.Context, _ *string) ([]int, *string, error) {
+		calls++
+		if calls > 2*maxPages { // bounds this test if the paginator does not
+			return nil, nil, nil
+		}
+		next := strconv.Itoa(calls)
+		return []int{calls}, &next, nil
+	})
+	items, err := p.All(ctxT(t))
+	requireKind(t, err, taxonomy.KindPlatform, taxonomy.FindingMaxResultsBeforeNameFilter)
+	if calls != maxPages || len(items) != maxPages || p.Pages() != maxPages {
+		t.Fatalf("fetched %d pages (%d items, Pages %d), want %d", calls, len(items), p.Pages(), maxPages)
+	}
+}
+
+// Catches: a page size bound one off (`n <= 1`, `n >= 50`).
+func TestPageSizeBoundsAreInclusive(t *testing.T) {
+	for _, n := range []int{1, 50} {
+		if got, err := pageSize(n); err != nil || got == nil || *got != n {
+			t.Errorf("%d: %v %v", n, got, err)
+		}
+	}
+	for _, n := range []int{-1, 51} {
+		if _, err := pageSize(n); err == nil {
+			t.Errorf("%d accepted", n)
+		}
+	}
+}
+
+// Catches: a list operation that answers an empty page for a failed call,
+// or drops the page it got (a negated error check in its fetch).
+func TestImageVersionListingReturnsItsPagesAndErrors(t *testing.T) {
+	h := newHarness(t, emulator.Options{}, nil)
+	ctx := ctxT(t)
+	ref, v1 := buildImage(t, h, "versions")
+	p, err := h.c.ListImageVersions(ref, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := p.All(ctx)
+	if err != nil || len(vs) != 1 || vs[0].ImageVersion != v1 {
+		t.Fatalf("versions: %+v %v", vs, err)
+	}
+	if _, err := h.c.DeleteImage(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	p, _ = h.c.ListImageVersions(ref, 0)
+	if _, err := p.All(ctx); err == nil {
+		t.Fatal("the versions of a deleted image listed without error")
+	}
+}
+
+// Catches: a list operation whose fetch answers an empty page for a failed
+// call or drops the page it got (a negated error check in ListImages,
+// ListImageBuilds, ListMicrovms, ListManagedImages or
+// ListManagedImageVersions): each must list what the service holds and
+// surface an injected 400 as an error.
+func TestEveryListingReturnsItsItemsAndItsErrors(t *testing.T) {
+	h := newHarness(t, emulator.Options{}, nil)
+	ctx := ctxT(t)
+	ref, v1 := buildImage(t, h, "listed")
+	vm, err := h.c.Launch(ctx, LaunchSpec{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(op string, list func() (int, error)) {
+		t.Helper()
+		n, err := list()
+		if err != nil || n == 0 {
+			t.Errorf("%s: %d items, %v", op, n, err)
+		}
+		h.emu.Inject(op, emulator.FaultValidation)
+		if _, err := list(); err == nil || !strings.Contains(err.Error(), "ValidationException") {
+			t.Errorf("%s with a 400 injected: %v", op, err)
+		}
+	}
+	count("ListMicrovmImages", func() (int, error) {
+		p, _ := h.c.ListImages("listed", 0)
+		items, err := p.All(ctx)
+		return len(items), err
+	})
+	count("ListMicrovmImageBuilds", func() (int, error) {
+		p, _ := h.c.ListImageBuilds(ref, v1, 0)
+		items, err := p.All(ctx)
+		return len(items), err
+	})
+	count("ListMicrovms", func() (int, error) {
+		p, _ := h.c.ListMicrovms(&ref, v1, 0)
+		items, err := p.All(ctx)
+		for _, it := range items {
+			if it.MicrovmId != vm.MicrovmId {
+				return 0, fmt.Errorf("listed %s, launched only %s", it.MicrovmId, vm.MicrovmId)
+			}
+		}
+		return len(items), err
+	})
+	count("ListManagedMicrovmImages", func() (int, error) {
+		p, _ := h.c.ListManagedImages(0)
+		items, err := p.All(ctx)
+		return len(items), err
+	})
+	count("ListManagedMicrovmImageVersions", func() (int, error) {
+		p, _ := h.c.ListManagedImageVersions(h.c.ManagedBaseImageARN(), 0)
+		items, err := p.All(ctx)
+		return len(items), err
+	})
+}
