@@ -449,3 +449,19 @@ func TestEveryListingReturnsItsItemsAndItsErrors(t *testing.T) {
 		return len(items), err
 	})
 }
+
+// Catches: the defaults of an unset Options lost or applied over a caller's
+// values: the HTTP timeout (60 s; `60 / time.Second` is none at all), the
+// retry ceiling (20 s when unset, the caller's otherwise; `MaxBackoff < 0`
+// keeps a zero ceiling, `> 0` overrides the caller's) and five attempts.
+func TestTransportDefaultsApplyOnlyWhenUnset(t *testing.T) {
+	def := newSigningTransport(&Options{}, nil)
+	if def.http.Timeout != 60*time.Second || def.maxRetryAft != 20*time.Second || def.retryer.MaxAttempts() != 5 {
+		t.Fatalf("defaults: timeout %s, ceiling %s, attempts %d", def.http.Timeout, def.maxRetryAft, def.retryer.MaxAttempts())
+	}
+	hc := &http.Client{}
+	set := newSigningTransport(&Options{HTTPClient: hc, MaxBackoff: 5 * time.Millisecond, MaxAttempts: 2}, nil)
+	if set.http != hc || set.maxRetryAft != 5*time.Millisecond || set.retryer.MaxAttempts() != 2 {
+		t.Fatalf("a caller's values were replaced: ceiling %s, attempts %d", set.maxRetryAft, set.retryer.MaxAttempts())
+	}
+}
