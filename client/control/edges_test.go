@@ -2,8 +2,10 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -463,5 +465,33 @@ func TestTransportDefaultsApplyOnlyWhenUnset(t *testing.T) {
 	set := newSigningTransport(&Options{HTTPClient: hc, MaxBackoff: 5 * time.Millisecond, MaxAttempts: 2}, nil)
 	if set.http != hc || set.maxRetryAft != 5*time.Millisecond || set.retryer.MaxAttempts() != 2 {
 		t.Fatalf("a caller's values were replaced: ceiling %s, attempts %d", set.maxRetryAft, set.retryer.MaxAttempts())
+	}
+}
+
+// Catches: a label escaper that escapes an unreserved letter or digit at
+// either end of its range (`'A' < c`, `c < 'z'`, ...), or leaves a reserved
+// byte bare: AWS SDKs escape everything outside RFC 3986's unreserved set.
+func TestEscapeLabelKeepsExactlyTheUnreservedSet(t *testing.T) {
+	const in = "AZaz09-_.~:/ @é"
+	const want = "AZaz09-_.~%3A%2F%20%40%C3%A9"
+	if got := escapeLabel(in); got != want {
+		t.Fatalf("escapeLabel(%q) = %q, want %q", in, got, want)
+	}
+}
+
+// Catches: a 3xx taken for success (`StatusCode <= 300`): only 2xx is an
+// answer; anything else is a service error carrying its status.
+func TestA300IsNotASuccess(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusMultipleChoices)
+		_, _ = w.Write([]byte(`{"microvmId":"mvm-1","state":"RUNNING"}`))
+	}))
+	t.Cleanup(srv.Close)
+	h := newHarness(t, emulator.Options{}, func(o *Options) { o.Endpoint = srv.URL; o.MaxAttempts = 1 })
+	_, err := h.c.GetMicrovm(ctxT(t), "mvm-1")
+	var se *ServiceError
+	if !errors.As(err, &se) || se.Status != http.StatusMultipleChoices {
+		t.Fatalf("a 300 answered %v", err)
 	}
 }
