@@ -382,4 +382,3 @@ func TestOneDaemonVersion(t *testing.T) {
 		}
 	})
 }
-
