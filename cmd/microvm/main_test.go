@@ -365,7 +365,10 @@ func TestExitRows(t *testing.T) {
 var unreachedRows = map[taxonomy.ErrorKind][]string{
 	// An attached command's interrupt is the timeout row (nothing was
 	// launched, nothing torn down); only run interrupts after a launch.
-	taxonomy.KindInterrupted:  {"run"},
+	taxonomy.KindInterrupted: {"run"},
+	// A missing --microvm-id is exit 2 now, as the reference's required
+	// flag is; a missing prerequisite is what doctor and logs report.
+	taxonomy.KindPrecondition: {"doctor", "logs"},
 	taxonomy.KindBuildWedged:  {"build", "run"},
 	taxonomy.KindLaunchDied:   {"run"},
 	taxonomy.KindWindowClosed: {"resume"},

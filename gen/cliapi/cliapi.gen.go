@@ -394,8 +394,6 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "MinRoleARNLen", Key: "MIN_ROLE_ARN_LEN", Value: int64(20), Doc: "RoleArn.min", Finding: ""},
 	{Name: "MaxRoleARNLen", Key: "MAX_ROLE_ARN_LEN", Value: int64(2048), Doc: "RoleArn.max", Finding: ""},
 	{Name: "RoleARNPattern", Key: "ROLE_ARN_PATTERN", Value: "arn:aws[a-z\\-]*:iam::[0-9]{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+", Doc: "RoleArn.pattern", Finding: ""},
-	{Name: "MinPort", Key: "MIN_PORT", Value: int64(1), Doc: "PortNumber.min", Finding: ""},
-	{Name: "MaxPort", Key: "MAX_PORT", Value: int64(65535), Doc: "PortNumber.max", Finding: ""},
 	{Name: "MaxResources", Key: "MAX_RESOURCES", Value: int64(1), Doc: "ResourcesList.max", Finding: ""},
 }
 

@@ -442,10 +442,6 @@ const (
 	MaxRoleARNLen = 2048
 	// RoleARNPattern: RoleArn.pattern.
 	RoleARNPattern = "arn:aws[a-z\\-]*:iam::[0-9]{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+"
-	// MinPort: PortNumber.min.
-	MinPort = 1
-	// MaxPort: PortNumber.max.
-	MaxPort = 65535
 	// MaxResources: ResourcesList.max.
 	MaxResources = 1
 )
