@@ -292,7 +292,7 @@ func TestFindMicrovmImageReadsEveryPage(t *testing.T) {
 	c, _ := newEmulatorClient(t, emulator.Options{})
 	ctx := ctxT(t)
 	for _, n := range []string{"web-2", "web-3", "webapp", "web"} {
-		if _, err := c.CreateMicrovmImage(ctx, &CreateMicrovmImageInput{Name: aws.String(n), BaseImageArn: aws.String("arn:aws:lambda:us-east-1:aws:microvm-image:"+taxonomy.ManagedBaseImage),
+		if _, err := c.CreateMicrovmImage(ctx, &CreateMicrovmImageInput{Name: aws.String(n), BaseImageArn: aws.String("arn:aws:lambda:us-east-1:aws:microvm-image:" + taxonomy.ManagedBaseImage),
 			BuildRoleArn: aws.String("arn:aws:iam::123456789012:role/build"), CodeArtifact: &types.CodeArtifactMemberUri{Value: "s3://b/" + n}}); err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +319,7 @@ func TestFindMicrovmImageReadsEveryPage(t *testing.T) {
 func TestFailedBuildsCarryTheReason(t *testing.T) {
 	c, _ := newEmulatorClient(t, emulator.Options{Builds: func(string) emulator.BuildPlan { return emulator.BuildPlan{FailReason: "Validate hook returned 500"} }})
 	ctx := ctxT(t)
-	created, err := c.CreateMicrovmImage(ctx, &CreateMicrovmImageInput{Name: aws.String("broken"), BaseImageArn: aws.String("arn:aws:lambda:us-east-1:aws:microvm-image:"+taxonomy.ManagedBaseImage),
+	created, err := c.CreateMicrovmImage(ctx, &CreateMicrovmImageInput{Name: aws.String("broken"), BaseImageArn: aws.String("arn:aws:lambda:us-east-1:aws:microvm-image:" + taxonomy.ManagedBaseImage),
 		BuildRoleArn: aws.String("arn:aws:iam::123456789012:role/build"), CodeArtifact: &types.CodeArtifactMemberUri{Value: "s3://b/broken"}})
 	if err != nil {
 		t.Fatal(err)
