@@ -472,6 +472,9 @@ func guestInit() int {
 	if ctl == nil {
 		return fail("reading the config", errors.New("no fd 3"))
 	}
+	// Not handed on: the daemon and everything the guest runs must not hold
+	// the emulator's lifeline.
+	syscall.CloseOnExec(3)
 	line, err := readLine(ctl)
 	if err != nil {
 		return fail("reading the config", err)

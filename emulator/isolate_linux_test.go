@@ -191,6 +191,12 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 	if code, _ := sh(t, sess, "test -e /var/run/docker.sock || test -e /run/docker.sock"); code == 0 {
 		t.Error("a Docker socket is visible in the guest")
 	}
+	// Catches the init handing its lifeline to the emulator (fd 3, a pipe)
+	// down to the daemon and so to every guest command.
+	lifeline := `t=$(readlink /proc/1/fd/3); echo "init:$t"; for f in /proc/self/fd/*; do [ "$(readlink $f)" = "$t" ] && echo "held:$f"; done; true`
+	if got := mustSh(t, sess, lifeline); !strings.HasPrefix(got, "init:pipe:") || strings.Contains(got, "held:") {
+		t.Errorf("the init's lifeline reached a guest command: %s", got)
+	}
 	if code, out := sh(t, sess, "test ! -e /etc/shadow && test ! -e /etc/ssh"); code != 0 {
 		t.Errorf("the guest's /etc carries the host's secrets: %s", out)
 	}
