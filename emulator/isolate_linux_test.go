@@ -563,3 +563,34 @@ func TestImageRootIsTheLowerLayer(t *testing.T) {
 		t.Error("the host's /usr/bin/env is readable in a guest built from an image")
 	}
 }
+
+// Catches: a terminate of a suspended (frozen) guest that hangs or leaves
+// the frozen processes and the state directory behind.
+func TestTerminateWhileSuspendedLeavesNothing(t *testing.T) {
+	s, base := isolated(t)
+	vm := launchGuest(t, s, base, false)
+	sess := session(t, base, vm)
+	name := "frozen-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	mustSh(t, sess, "cp \"$(command -v sleep)\" /tmp/"+name+" && (setsid /tmp/"+name+" 1000 </dev/null >/dev/null 2>&1 &) ; sleep 0.2")
+	if status, _, out := do(t, base, "POST", "/2025-09-09/microvms/"+vm.MicrovmId+"/suspend", "", auth); status != 200 {
+		t.Fatalf("suspend: %d %s", status, out)
+	}
+	waitState(t, base, vm.MicrovmId, cp.MicrovmStateSUSPENDED)
+	pids := procsNamed(t, name)
+	if len(pids) != 1 {
+		t.Fatalf("processes named %s on the host: %v, want the guest's one", name, pids)
+	}
+	if st := procState(pids[0]); st != "T" {
+		t.Fatalf("the guest's process %d is not frozen (state %s)", pids[0], st)
+	}
+	terminate(t, base, vm.MicrovmId)
+	for i := 0; i < 500 && len(procsNamed(t, name)) > 0; i++ { // bounded: about five seconds
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p := procsNamed(t, name); len(p) != 0 {
+		t.Fatalf("the frozen guest's process %v outlived terminate", p)
+	}
+	if d := stateDirs(t, vm.MicrovmId); len(d) != 0 {
+		t.Fatalf("terminate left the state directory: %v", d)
+	}
+}
