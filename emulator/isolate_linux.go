@@ -247,20 +247,38 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 }
 
 func guestEnv(spec GuestSpec, port int) []string {
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		keys = append(keys, k)
+	vars := map[string]string{}
+	for k, v := range spec.Env {
+		vars[k] = v
+	}
+	// The confined guest is told it is a MicroVM guest (agentd repairs
+	// identity only when told; docs/PLATFORM.md, "Nothing inside a guest
+	// tells it from a development machine") unless the image says otherwise.
+	// Inside the guest repair renames the guest's UTS namespace and rewrites
+	// the guest's own /etc/machine-id, never the host's.
+	_, set := vars["AGENTD_REPAIR_IDENTITY"]
+	if _, alias := vars["AGENTD_IDENTITY_REPAIR"]; !set && !alias {
+		vars["AGENTD_REPAIR_IDENTITY"] = "1"
+	}
+	// Replaced, not appended: the init starts agentd with os.StartProcess,
+	// which keeps duplicates, and a duplicate's first value is the one read.
+	// An image cannot point the daemon at another port or address: loopback
+	// is all the proxy dials, and with egress the guest shares the host's
+	// network, where every interface would be exposed.
+	vars["AGENTD_PORT"] = strconv.Itoa(port)
+	vars["AGENTD_LISTEN"] = "127.0.0.1"
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		if k != "PATH" && k != "HOME" {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
 	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
+		env = append(env, k+"="+vars[k])
 	}
-	// Last, so an image cannot point the daemon at another port. Identity
-	// repair stays as the image set it (on by default): inside the guest it
-	// renames the guest's UTS namespace and rewrites the guest's own
-	// /etc/machine-id, never the host's.
-	return append(env, "AGENTD_PORT="+strconv.Itoa(port))
+	return env
 }
 
 func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr io.Writer) (*Guest, error) {
