@@ -336,6 +336,8 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	g := &Guest{}
 	var netns *os.File
+	var nsMu sync.RWMutex
+	nsClosed := false
 	if spec.Egress {
 		addr := "127.0.0.1:" + strconv.Itoa(port)
 		g.Ports = map[int]string{spec.HookPort: addr}
@@ -355,6 +357,13 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		g.Ports = map[int]string{spec.HookPort: "127.0.0.1:" + strconv.Itoa(port)}
 		fd := int(netns.Fd())
 		g.Dial = func(ctx context.Context, p int) (net.Conn, error) {
+			// Held across the dial: once Stop closed the namespace's
+			// descriptor its number may name another guest's namespace.
+			nsMu.RLock()
+			defer nsMu.RUnlock()
+			if nsClosed {
+				return nil, errors.New("the guest has stopped")
+			}
 			return dialInNetns(ctx, fd, "127.0.0.1:"+strconv.Itoa(p))
 		}
 	}
@@ -374,7 +383,10 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 			// only once they are all gone.
 			kill()
 			if netns != nil {
+				nsMu.Lock()
+				nsClosed = true
 				netns.Close()
+				nsMu.Unlock()
 			}
 			_ = removeState(dir)
 		})
@@ -382,8 +394,10 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	g.Freeze = func() error { return signalPidns(leader, pidns, syscall.SIGSTOP) }
 	g.Thaw = func() error { return signalPidns(leader, pidns, syscall.SIGCONT) }
 
-	// Bounded: about ten seconds for the daemon to listen.
-	for i := 0; i < 1000; i++ {
+	// Bounded: thirty seconds for the daemon to listen, generous for a
+	// loaded machine; a healthy guest listens within tens of milliseconds.
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
 			g.Stop()
@@ -403,7 +417,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		time.Sleep(2 * time.Millisecond)
 	}
 	g.Stop()
-	return nil, fmt.Errorf("agentd did not listen on guest port %d within ten seconds", spec.HookPort)
+	return nil, fmt.Errorf("agentd did not listen on guest port %d within thirty seconds: %s", spec.HookPort, logTail.String())
 }
 
 // dialInNetns connects to addr from inside the network namespace nsFD: the
@@ -490,6 +504,9 @@ func guestInit() int {
 	if ctl == nil {
 		return fail("reading the config", errors.New("no fd 3"))
 	}
+	// Not handed on: the daemon and everything the guest runs must not hold
+	// the emulator's lifeline.
+	syscall.CloseOnExec(3)
 	line, err := readLine(ctl)
 	if err != nil {
 		return fail("reading the config", err)
