@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -174,11 +175,13 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 
 // parseFlag reads a boolean the way the reference does: the spellings a
 // Dockerfile or a template actually produces, in any case.
+// The spellings are api/openapi.yaml's x-setting-booleans.
 func parseFlag(raw string) (value, ok bool) {
-	switch strings.ToLower(strings.TrimSpace(raw)) {
-	case "1", "true", "yes", "on":
+	v := strings.ToLower(strings.TrimSpace(raw))
+	switch {
+	case slices.Contains(protocol.SettingTrue, v):
 		return true, true
-	case "0", "false", "no", "off":
+	case slices.Contains(protocol.SettingFalse, v):
 		return false, true
 	}
 	return false, false

@@ -172,6 +172,13 @@ var Settings = []Setting{
 	{Name: "stream_channel_capacity", Env: EnvStreamChannelCapacity, Default: "256", Description: "accepted for the reference's images and has no effect here (a stream reads the replay window directly, so there is no fan-out channel to size); setting it logs one warning saying so"},
 }
 
+// SettingTrue and SettingFalse are the spellings of a boolean setting's two
+// values, lower case; a reader trims and folds case before comparing.
+var (
+	SettingTrue  = []string{"1", "true", "yes", "on"}
+	SettingFalse = []string{"0", "false", "no", "off"}
+)
+
 // ReferenceEnv is every environment variable the reference daemon reads; each
 // is the Env of a Limit or a Setting.
 var ReferenceEnv = []string{
