@@ -311,6 +311,7 @@ func generateDocument(root string) ([]Output, error) {
 		"auth":             doc["x-auth"],
 		"unmatched_path":   doc["x-unmatched-path"],
 		"limits":           limits,
+		"memory":           doc["x-memory"],
 		"routes":           rs,
 		"$defs":            defs,
 		"taxonomy": map[string]any{
