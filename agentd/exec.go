@@ -907,6 +907,12 @@ func (s *Server) ExecStart(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &req, limit, "", tooLarge) {
 		return
 	}
+	if max := s.cfg.MaxExecIDBytes; max > 0 && int64(len(req.ExecID)) > max {
+		// Before anything holds or logs it: an id lives as long as its exec.
+		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest,
+			fmt.Sprintf("exec_id is %d bytes, longer than limits.max_exec_id_bytes (%d)", len(req.ExecID), max))
+		return
+	}
 	sp, serr := buildSpec(&req, s.boot.env())
 	if serr != nil {
 		writeError(w, serr.status, serr.slug, serr.detail)
@@ -926,6 +932,11 @@ func (s *Server) ExecStart(w http.ResponseWriter, r *http.Request) {
 // exit_code null, while a running poll carries no outcome fields at all.
 
 func (s *Server) unknownExec(w http.ResponseWriter, id string) {
+	if max := s.cfg.MaxExecIDBytes; max > 0 && int64(len(id)) > max {
+		// Never echoed: no exec can have it, and the caller already has it.
+		writeError(w, http.StatusNotFound, taxonomy.SlugUnknownExec, fmt.Sprintf("no exec is registered under this %d-byte exec_id (longer than limits.max_exec_id_bytes)", len(id)))
+		return
+	}
 	writeError(w, http.StatusNotFound, taxonomy.SlugUnknownExec, "no exec is registered under exec_id "+fmt.Sprintf("%q", id))
 }
 
