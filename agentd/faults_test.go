@@ -193,21 +193,23 @@ func TestFaultDaemonKilledMidUpload(t *testing.T) {
 	dir := t.TempDir()
 	spool := t.TempDir()
 	intact := precious(t, filepath.Join(dir, "keep"))
-	for _, route := range []string{"/v1/fs/file", "/v1/fs/tar"} {
+	// The tar is killed twice: while its body is spooled, and once the whole
+	// archive is in and its member is being extracted over keep.
+	big := tartest.Build(tartest.File("keep", strings.Repeat("t", 64<<20)))
+	for _, mode := range []string{"file", "tar-spooling", "tar-extracting"} {
 		d := startFaultDaemon(t, nil, "TMPDIR="+spool)
 		stop := make(chan struct{})
 		var body io.Reader
-		target := filepath.Join(dir, "keep")
-		watch := dir
-		ctype := "application/octet-stream"
-		if route == "/v1/fs/tar" {
-			target = dir
-			watch = spool
-			ctype = "application/x-tar"
-			archive := tartest.Build(tartest.File("keep", strings.Repeat("t", 4<<20)))
-			body = &slowSource{prefix: archive[:2<<20], stop: stop}
-		} else {
+		route, target, watch, ctype := "/v1/fs/file", filepath.Join(dir, "keep"), dir, "application/octet-stream"
+		switch mode {
+		case "file":
 			body = &slowSource{prefix: bytes.Repeat([]byte("f"), 2<<20), stop: stop}
+		case "tar-spooling":
+			route, target, watch, ctype = "/v1/fs/tar", dir, spool, "application/x-tar"
+			body = &slowSource{prefix: big[:2<<20], stop: stop}
+		case "tar-extracting":
+			route, target, ctype = "/v1/fs/tar", dir, "application/x-tar"
+			body = bytes.NewReader(big)
 		}
 		done := make(chan struct{})
 		go func() {
