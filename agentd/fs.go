@@ -543,7 +543,7 @@ func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTa
 		fsFail(w, http.StatusInternalServerError, "cannot read directory")
 		return
 	}
-	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes}
+	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes, Ctx: r.Context()}
 	members, size, err := tarx.Measure(root, caps)
 	if err != nil {
 		var le *tarx.LimitError
@@ -603,7 +603,7 @@ func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWrite
 	}
 	defer spool.Close()
 
-	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes}
+	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes, Ctx: r.Context()}
 	// The whole archive is read before anything is written: a truncated or
 	// malformed archive, one over the caps, and most bad members are refused
 	// with the tree untouched.
@@ -647,6 +647,11 @@ func (f *FS) extractFailed(w http.ResponseWriter, root string, err error) {
 		f.pressure(w, perr)
 	case isFull(err):
 		f.full(w, root, err)
+	case errors.Is(err, context.Canceled):
+		// The client went away (or the daemon is stopping): the members
+		// already in stay, each whole, and nobody is left to answer.
+		f.log.Info("extraction stopped: the request ended", "path", root)
+		fsFail(w, http.StatusBadRequest, "extraction stopped: the request ended")
 	case errors.Is(err, tarx.ErrNoOpenat2):
 		// Never a fallback to a weaker check: the caller cannot see which
 		// confinement ran, so the only honest answer is a refusal.

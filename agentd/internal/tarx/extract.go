@@ -31,6 +31,7 @@ package tarx
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -51,6 +52,17 @@ import (
 type Caps struct {
 	MaxMembers int64
 	MaxBytes   int64
+	// Ctx, when set, stops a walk, a pack or an extraction with its error
+	// once done: the work is the request's, and ends when its client goes.
+	Ctx context.Context
+}
+
+// stopped is Ctx's error, or nil without one.
+func (c Caps) stopped() error {
+	if c.Ctx == nil {
+		return nil
+	}
+	return c.Ctx.Err()
 }
 
 // Options configure one extraction.
@@ -218,6 +230,9 @@ func (x *extractor) run(r io.Reader) (Result, error) {
 		x.res.Members++
 		if x.opt.Caps.MaxMembers > 0 && x.res.Members > x.opt.Caps.MaxMembers {
 			return x.res, &LimitError{Detail: fmt.Sprintf("archive has more than %d members (limits.max_tar_members)", x.opt.Caps.MaxMembers)}
+		}
+		if err := x.opt.Caps.stopped(); err != nil {
+			return x.res, err
 		}
 		if err := x.member(tr, hdr); err != nil {
 			return x.res, err
@@ -795,6 +810,9 @@ func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64
 	}
 	var written int64
 	for written < size {
+		if err := x.opt.Caps.stopped(); err != nil {
+			return err
+		}
 		want := int64(len(x.buf))
 		if size-written < want {
 			want = size - written
