@@ -240,6 +240,10 @@ func buildSpec(req *protocol.StartRequest, launchEnv map[string]string) (*spec, 
 	if req.Cwd != nil {
 		// Only when given: an omitted cwd inherits the daemon's, which is the
 		// image WORKDIR because the daemon is the container CMD.
+		if bad := badPath(*req.Cwd); bad != "" {
+			// The caller's mistake, not a failed spawn.
+			return nil, malformed("cwd: %s", bad)
+		}
 		sp.dir = *req.Cwd
 	}
 	if req.User != nil || req.Group != nil {

@@ -166,3 +166,16 @@ func (p *pausingReader) Read(b []byte) (int, error) {
 	p.read += n
 	return n, err
 }
+
+// A cwd no path can be (a NUL, a component over NAME_MAX) is the caller's
+// 400, not a 500 spawn failure. Catches: letting the kernel's EINVAL or
+// ENAMETOOLONG surface as spawn_failed.
+func TestBadCwdShapeIs400(t *testing.T) {
+	d := bootedDaemon(t, nil)
+	for _, cwd := range []string{"/tmp/a\x00b", "/tmp/" + strings.Repeat("c", 256)} {
+		resp := d.start(protocol.StartRequest{ExecID: "cwd", Command: []string{"true"}, Cwd: &cwd})
+		if resp.StatusCode() != 400 || errorBody(t, resp.Body).Error != taxonomy.SlugMalformedRequest {
+			t.Fatalf("cwd of %d bytes: %d %s", len(cwd), resp.StatusCode(), resp.Body)
+		}
+	}
+}
