@@ -23,6 +23,9 @@ import (
 // resolve fills the facts errors.yaml refers to from the documents that own
 // them, then refuses any fact errors.yaml declares again by value.
 func (t *Taxonomy) resolve(openapi map[string]any, controlPlane map[string][]string) error {
+	if err := t.resolveSlugStatuses(openapi); err != nil {
+		return err
+	}
 	owned := ownedWireFacts(openapi)
 	for i := range t.Constants {
 		c := &t.Constants[i]
@@ -255,6 +258,59 @@ func (t *Taxonomy) checkExitTable() error {
 	}
 	if len(codes) != len(t.ErrorKinds)+1 {
 		return fmt.Errorf("exit table: %d rows for %d error kinds; every row but 0 belongs to exactly one kind", len(codes), len(t.ErrorKinds))
+	}
+	return nil
+}
+
+// resolveSlugStatuses takes each daemon slug's status from the responses of
+// api/openapi.yaml that list it under x-errors. A slug sent with two
+// statuses, a slug the daemon never sends, and a sent slug the taxonomy does
+// not classify are all refused.
+func (t *Taxonomy) resolveSlugStatuses(openapi map[string]any) error {
+	sent := map[string]int{}
+	components := asMap(asMap(openapi["components"])["responses"])
+	paths := asMap(openapi["paths"])
+	pathNames := make([]string, 0, len(paths))
+	for p := range paths {
+		pathNames = append(pathNames, p)
+	}
+	slices.Sort(pathNames)
+	for _, p := range pathNames {
+		for method, op := range asMap(paths[p]) {
+			for code, resp := range asMap(asMap(op)["responses"]) {
+				r := asMap(resp)
+				if ref := asString(r["$ref"]); ref != "" {
+					r = asMap(components[ref[strings.LastIndex(ref, "/")+1:]])
+				}
+				errs, _ := r["x-errors"].([]any)
+				for _, e := range errs {
+					slug := asString(asMap(e)["slug"])
+					status, err := strconv.Atoi(code)
+					if err != nil {
+						return fmt.Errorf("%s %s: x-errors under a response %q that is not a status", method, p, code)
+					}
+					if prev, ok := sent[slug]; ok && prev != status {
+						return fmt.Errorf("slug %s is sent with %d and with %d (%s %s); a slug has exactly one status", slug, prev, status, method, p)
+					}
+					sent[slug] = status
+				}
+			}
+		}
+	}
+	classified := map[string]bool{}
+	for i := range t.DaemonErrors {
+		d := &t.DaemonErrors[i]
+		status, ok := sent[d.Slug]
+		if !ok {
+			return fmt.Errorf("daemon error %s is listed under no response's x-errors in api/openapi.yaml", d.Slug)
+		}
+		d.Status = status
+		classified[d.Slug] = true
+	}
+	for slug := range sent {
+		if !classified[slug] {
+			return fmt.Errorf("api/openapi.yaml sends slug %s, which daemon_errors does not classify", slug)
+		}
 	}
 	return nil
 }

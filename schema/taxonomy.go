@@ -40,7 +40,7 @@ type Taxonomy struct {
 	} `yaml:"exit_codes" json:"exit_codes"`
 	DaemonErrors []struct {
 		Slug     string `yaml:"slug" json:"slug"`
-		Status   int    `yaml:"status" json:"status"`
+		Status   int    `yaml:"-" json:"status"` // from api/openapi.yaml's x-errors
 		WireKind string `yaml:"wire_kind" json:"wire_kind"`
 		Meaning  string `yaml:"meaning" json:"meaning"`
 		Why      string `yaml:"why" json:"why,omitempty"`
@@ -421,6 +421,17 @@ var DaemonErrors = []DaemonError{
 {{- range .DaemonErrors}}
 	{Slug: Slug{{ident .Slug}}, Status: {{.Status}}, WireKind: Wire{{.WireKind}}, Meaning: {{quote .Meaning}}},
 {{- end}}
+}
+
+// SlugStatus is the HTTP status the daemon sends slug with (each slug has
+// exactly one, declared in api/openapi.yaml), and false for an unknown slug.
+func SlugStatus(slug string) (int, bool) {
+	for _, d := range DaemonErrors {
+		if d.Slug == slug {
+			return d.Status, true
+		}
+	}
+	return 0, false
 }
 
 // WireKindFromSlug classifies an answer by its error slug. A client consults
