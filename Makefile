@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= 0.1.0
 LDFLAGS := -s -w -X github.com/microvms/microvms/agentd.Version=$(VERSION)
 
-.PHONY: all gen drift fmt vet lint test faults check build bench fuzz clean demo
+.PHONY: all gen drift fmt vet lint test faults check build bench fuzz mutate clean demo
 
 all: build
 
@@ -75,6 +75,16 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
 	  done; \
 	done
+
+# Mutation testing with go-gremlins (pinned in tools.go), one package at a
+# time and one worker, so a 2-core machine shared with other work keeps up;
+# a per-package table of killed, lived, timed-out and not-covered mutants and
+# every survivor go to stdout, the raw reports to bin/mutate. Slow (minutes a
+# package, agentd far more), so not part of check.
+MUTATE_PKGS    ?= agentd/internal/linerange client/cost agentd/internal/tarx client/control client client/sandbox cmd/microvm agentd
+MUTATE_WORKERS ?= 1
+mutate:
+	$(GO) run ./internal/mutate -pkgs '$(MUTATE_PKGS)' -workers $(MUTATE_WORKERS) -out $(BIN)/mutate
 
 clean:
 	rm -rf $(BIN)
