@@ -63,7 +63,7 @@ func slowBody(t *testing.T, addr, method, path string) (func() (*http.Response, 
 // cap (300 of them starved health under a 256-fd limit), and net/http reading
 // an ignored body before it answers.
 func TestSlowOpenBodiesAreBounded(t *testing.T) {
-	d := bootedDaemon(t, func(c *Config) { c.OpenBodyTimeout = time.Second; c.MaxOpenBodies = 2 })
+	d := bootedDaemon(t, func(c *Config) { c.OpenBodyTimeout = 3 * time.Second; c.MaxOpenBodies = 2 })
 	run := protocol.HookPrefix + "/run"
 	var held []func() (*http.Response, error)
 	for range 2 {

@@ -24,6 +24,16 @@
 // are refused; member count and total size are capped; modes are masked to
 // 0755 and directory modes are applied only after every member has landed.
 //
+// A regular member is atomic: its content goes to an anonymous O_TMPFILE in
+// its directory and takes the name (link, or link beside and rename over)
+// only once complete, so a member that fails midway never costs the file that
+// was there, and a crash leaves no name behind. Runs of zero blocks are left
+// as holes, so a sparse member costs the disk its data, not its expansion. A
+// device node, fifo or socket in the way is never replaced. Check reads a
+// whole archive's structure (through its end-of-archive marker) without
+// writing, so a caller holding the archive can refuse a cut or malformed one
+// before anything lands.
+//
 // This package must not know about HTTP: callers map its typed errors to
 // statuses.
 package tarx
@@ -122,8 +132,11 @@ const confinement = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOL
 const maxCachedDirs = 256
 
 // Extract reads an archive from r and creates its members under root,
-// creating root if absent. Members that landed before a refusal stay: the
-// extraction is not transactional, and a retry converges.
+// creating root if absent. Each member lands whole or not at all; members
+// that landed before a refusal stay (across members the extraction is not
+// transactional, and a retry converges). An archive that ends without its
+// end-of-archive marker is a MalformedError, found only after its members:
+// callers that can should Check first.
 func Extract(root string, r io.Reader, opt Options) (Result, error) {
 	if opt.Openat2 == nil {
 		opt.Openat2 = unix.Openat2
