@@ -82,6 +82,16 @@ func TestPreflightTable(t *testing.T) {
 			wrong: "deleting checkKeepalive"},
 		{name: "keepalive equal to the idle timeout", df: "FROM " + ref + "\nENV AGENTD_SSE_KEEPALIVE_SECS=60\n" + tail, finding: taxonomy.FindingKeepaliveUnderIdleTimeout,
 			wrong: "refusing only a keepalive strictly over the timeout (equality races)"},
+		{name: "repair granted, image not marked a guest", df: "FROM " + ref + "\n" + tail, check: Check{RepairIdentity: true}, finding: taxonomy.FindingGuestNotDetectable,
+			wrong: "deleting checkRepairIdentity, or reading an unset AGENTD_REPAIR_IDENTITY as on"},
+		{name: "repair granted, image marked a guest", df: "FROM " + ref + "\nENV AGENTD_REPAIR_IDENTITY=Yes\n" + tail, check: Check{RepairIdentity: true}, ok: true,
+			wrong: "accepting only the literal 1, where agentd takes yes/true/on in any case"},
+		{name: "repair granted, the older spelling says off", df: "FROM " + ref + "\nENV AGENTD_REPAIR_IDENTITY=1 AGENTD_IDENTITY_REPAIR=0\n" + tail, check: Check{RepairIdentity: true}, finding: taxonomy.FindingGuestNotDetectable,
+			wrong: "ignoring the older spelling, which agentd reads and lets win when it says off"},
+		{name: "repair granted, marked from a build argument", df: "FROM " + ref + "\nARG R\nENV AGENTD_REPAIR_IDENTITY=$R\n" + tail, check: Check{RepairIdentity: true}, finding: taxonomy.FindingGuestNotDetectable,
+			wrong: "passing a value that cannot be known until build time"},
+		{name: "repair not granted, image unmarked", df: "FROM " + ref + "\n" + tail, ok: true,
+			wrong: "requiring the mark of an image that asked for no repair"},
 		{name: "keepalive changed, idle timeout follows", df: "FROM " + ref + "\nENV AGENTD_SSE_KEEPALIVE_SECS=90\n" + tail, check: Check{IdleTimeout: 4 * 90 * time.Second}, ok: true,
 			wrong: "refusing a changed keepalive even when the client's idle timeout followed it"},
 	}
@@ -117,7 +127,7 @@ func TestDockerfileStanza(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"FROM " + ref + "\n", "WORKDIR /workspace\n", "ENV AGENTD_PORT=8080\n", "EXPOSE 8080\n", "ENTRYPOINT []\n", "CMD [\"/agentd\"]\n"} {
+	for _, want := range []string{"FROM " + ref + "\n", "WORKDIR /workspace\n", "ENV AGENTD_PORT=8080\n", "ENV AGENTD_REPAIR_IDENTITY=1\n", "EXPOSE 8080\n", "ENTRYPOINT []\n", "CMD [\"/agentd\"]\n"} {
 		if !strings.Contains(df, want) {
 			t.Errorf("stanza lacks %q:\n%s", want, df)
 		}

@@ -23,6 +23,7 @@ const (
 	FindingDeadBeforeRunning          FindingID = "dead-before-running"
 	FindingBuildLogGroupSurvives      FindingID = "build-log-group-survives"
 	FindingIdentityNeedsCapabilities  FindingID = "identity-needs-capabilities"
+	FindingGuestNotDetectable         FindingID = "guest-not-detectable"
 	FindingMemorySelectsBaseline      FindingID = "memory-selects-baseline"
 	FindingWhatCostsMoney             FindingID = "what-costs-money"
 	FindingSuspendIsFreeze            FindingID = "suspend-is-freeze"
@@ -71,6 +72,7 @@ var Findings = []Finding{
 	{ID: FindingDeadBeforeRunning, Title: "A MicroVM can reach a terminal state without ever running"},
 	{ID: FindingBuildLogGroupSurvives, Title: "The build log group outlives the image"},
 	{ID: FindingIdentityNeedsCapabilities, Title: "Identity repair needs additionalOsCapabilities"},
+	{ID: FindingGuestNotDetectable, Title: "Nothing inside a guest tells it from a development machine"},
 	{ID: FindingMemorySelectsBaseline, Title: "minimumMemoryInMiB picks a baseline and the guest sees the peak"},
 	{ID: FindingWhatCostsMoney, Title: "What is billed"},
 	{ID: FindingSuspendIsFreeze, Title: "Suspend and resume freeze and thaw the guest"},
@@ -429,6 +431,32 @@ const (
 	SSEIdleTimeoutSec = 60
 	// BuildLogGroupPrefix: prefix of an image's build log group. Finding: build-logs-location.
 	BuildLogGroupPrefix = "/aws/lambda-microvms/"
+	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
+	ImageNamePattern = "[a-zA-Z0-9-_]+"
+	// VersionPattern: Version.pattern. Finding: image-version-form.
+	VersionPattern = "[^\\s]+"
+	// MaxNonBlankLen: NonBlankString.max.
+	MaxNonBlankLen = 2048
+	// NonBlankPattern: NonBlankString.pattern.
+	NonBlankPattern = "[^\\s]+"
+	// MaxIdentifierLen: MicrovmIdentifier.max and MicrovmImageIdentifier.max.
+	MaxIdentifierLen = 256
+	// MaxImageARNLen: MicrovmImageArn.max.
+	MaxImageARNLen = 2048
+	// MaxTagKeyLen: TagKey.max.
+	MaxTagKeyLen = 128
+	// MaxTagValueLen: TagValue.max.
+	MaxTagValueLen = 256
+	// TagComponentPattern: TagKey.pattern and TagValue.pattern.
+	TagComponentPattern = "([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)"
+	// MinRoleARNLen: RoleArn.min.
+	MinRoleARNLen = 20
+	// MaxRoleARNLen: RoleArn.max.
+	MaxRoleARNLen = 2048
+	// RoleARNPattern: RoleArn.pattern.
+	RoleARNPattern = "arn:aws[a-z\\-]*:iam::[0-9]{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+"
+	// MaxResources: ResourcesList.max.
+	MaxResources = 1
 )
 
 // ConstantFindings maps each service constant to the finding that measured it.
@@ -451,6 +479,7 @@ var ConstantFindings = map[string]FindingID{
 	"ImageRetentionMinSec":          FindingWhatCostsMoney,
 	"HoursPerMonth":                 FindingWhatCostsMoney,
 	"BuildLogGroupPrefix":           FindingBuildLogsLocation,
+	"VersionPattern":                FindingImageVersionForm,
 }
 
 // Regions are the regions where the service is known to answer, in table order.
