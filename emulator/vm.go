@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
@@ -31,8 +33,16 @@ type GuestSpec struct {
 	// HookPort is the guest port the lifecycle hooks are served on: the
 	// image version's hooks.port, else 9000.
 	HookPort int
-	// Env is the image version's environmentVariables (nil when none).
+	// Env is the image version's environment: its Dockerfile's ENV lines
+	// (for an image built from a local artifact) overlaid by its
+	// environmentVariables (nil when neither sets anything).
 	Env map[string]string
+	// Daemon is the agentd the image's local artifact carries; empty means
+	// the launcher's own.
+	Daemon string
+	// Workdir is the image's WORKDIR, to be made inside the guest's own
+	// directory (which stands in for /); empty when none was set.
+	Workdir string
 }
 
 // Guest is one running MicroVM as its Launcher reports it.
@@ -76,10 +86,19 @@ func guestSpec(vm *microvm, v *version) GuestSpec {
 		port = *h.Port
 	}
 	var env map[string]string
-	if v.spec.EnvironmentVariables != nil {
-		env = *v.spec.EnvironmentVariables
+	spec := GuestSpec{MicrovmID: vm.id, ImageArn: vm.imageArn, ImageVersion: vm.version, HookPort: port}
+	if l := v.local; l != nil {
+		env = maps.Clone(l.env)
+		spec.Daemon, spec.Workdir = l.daemon, l.workdir
 	}
-	return GuestSpec{MicrovmID: vm.id, ImageArn: vm.imageArn, ImageVersion: vm.version, HookPort: port, Env: env}
+	if v.spec.EnvironmentVariables != nil {
+		if env == nil {
+			env = map[string]string{}
+		}
+		maps.Copy(env, *v.spec.EnvironmentVariables)
+	}
+	spec.Env = env
+	return spec
 }
 
 // startGuest is RunMicrovm's half of the VM backend, called with s.mu held:
@@ -138,8 +157,15 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 		// before RUNNING with the hook's status as its stateReason (finding
 		// dead-before-running).
 		vm.plan.DieReason = reason
+		if s.opt.WallClock && !dead {
+			now := s.now()
+			vm.state, vm.reason, vm.terminatedAt = cp.MicrovmStateTERMINATED, ptr(reason), &now
+		}
 	case !dead:
 		vm.guest, g = g, nil
+		if s.opt.WallClock && vm.state == cp.MicrovmStatePENDING {
+			vm.state = cp.MicrovmStateRUNNING
+		}
 	}
 	s.mu.Unlock()
 	if g != nil {
@@ -222,4 +248,30 @@ func (s *Server) Close() {
 	for _, p := range proxies {
 		_ = p.Close()
 	}
+	s.mu.Lock()
+	if s.tmpState && s.stateDir != "" {
+		_ = os.RemoveAll(s.stateDir)
+		s.stateDir, s.tmpState = "", false
+	}
+	s.mu.Unlock()
+}
+
+// state is the state directory, made on first use; called with s.mu held.
+func (s *Server) state() (string, error) {
+	if s.stateDir != "" {
+		return s.stateDir, nil
+	}
+	if s.opt.StateDir != "" {
+		if err := os.MkdirAll(s.opt.StateDir, 0o700); err != nil {
+			return "", err
+		}
+		s.stateDir = s.opt.StateDir
+		return s.stateDir, nil
+	}
+	dir, err := os.MkdirTemp("", "microvm-emulator-")
+	if err != nil {
+		return "", err
+	}
+	s.stateDir, s.tmpState = dir, true
+	return dir, nil
 }
