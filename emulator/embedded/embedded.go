@@ -3,7 +3,9 @@
 // does: loopback only, guests that are real agentd processes on this host,
 // the wall clock moving the lifecycle (a launch is RUNNING as soon as its
 // run hook answers), no AWS credentials needed, and control-plane clients
-// that poll fast enough for a person to wait on.
+// that poll fast enough for a person to wait on. Each guest is confined in
+// its own namespaces (emulator.AgentdLauncher); a host that cannot do that
+// is refused with ERR_PRECONDITION naming what it lacks.
 //
 //	emu, err := embedded.Start(ctx, embedded.Options{})
 //	defer emu.Close()
@@ -66,6 +68,9 @@ type Options struct {
 	GuestLog io.Writer
 	// Getenv reads the environment for FindAgentd; nil is os.Getenv.
 	Getenv func(string) string
+	// Launcher starts the guests; nil is emulator.AgentdLauncher, which
+	// confines each in its own namespaces and refuses a host that cannot.
+	Launcher func(agentd string, guestLog io.Writer) emulator.Launcher
 }
 
 // Emulator is a running embedded emulator.
@@ -95,9 +100,18 @@ func Start(ctx context.Context, o Options) (*Emulator, error) {
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:0"
 	}
+	launcher := o.Launcher
+	if launcher == nil {
+		// Refused before anything listens: a host that cannot confine a
+		// guest never gets an unconfined one.
+		if err := emulator.CheckIsolation(); err != nil {
+			return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v", err).WithCause(err)
+		}
+		launcher = emulator.AgentdLauncher
+	}
 	srv := emulator.New(emulator.Options{
 		Region:    o.Region.String(),
-		VMs:       emulator.AgentdLauncher(bin, o.GuestLog),
+		VMs:       launcher(bin, o.GuestLog),
 		WallClock: true,
 		StateDir:  o.StateDir,
 	})

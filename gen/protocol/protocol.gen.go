@@ -600,6 +600,8 @@ type ClientInterface interface {
 
 	// FsWriteTarWithBody extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
 	//
+	// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
@@ -901,6 +903,8 @@ func (c *Client) FsReadTar(ctx context.Context, params *FsReadTarParams, reqEdit
 }
 
 // FsWriteTarWithBody extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+//
+// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1837,6 +1841,8 @@ type ClientWithResponsesInterface interface {
 	FsReadTarWithResponse(ctx context.Context, params *FsReadTarParams, reqEditors ...RequestEditorFn) (*FsReadTarReply, error)
 
 	// FsWriteTarWithBodyWithResponse extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+	//
+	// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3356,6 +3362,8 @@ func (c *ClientWithResponses) FsReadTarWithResponse(ctx context.Context, params 
 }
 
 // FsWriteTarWithBodyWithResponse extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+//
+// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
