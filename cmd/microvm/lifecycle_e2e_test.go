@@ -322,7 +322,7 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	}
 	remote := filepath.Join(dir, "in-vm.txt")
 	run(append([]string{"cp", local, "vm:" + remote}, attach...)...)
-	ex := run(append([]string{"exec", "cat " + remote + "; echo $GREETING"}, attach...)...)
+	ex := run(append(append([]string{"exec"}, attach...), "cat "+remote+"; echo $GREETING")...)
 	if ex["stdout"] != "carried across a freeze\nhello\n" {
 		t.Fatalf("%v", ex)
 	}
@@ -333,11 +333,11 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	if r["state"] != "RUNNING" || r["endpoint"] != kept["endpoint"] {
 		t.Fatalf("%v", r)
 	}
-	ex = run(append([]string{"exec", "cat " + remote}, attach...)...)
+	ex = run(append(append([]string{"exec"}, attach...), "cat "+remote)...)
 	if ex["stdout"] != "carried across a freeze\n" {
 		t.Fatalf("after resume: %v", ex)
 	}
-	det := run(append([]string{"exec", "--detach", "sleep 30"}, attach...)...)
+	det := run(append(append([]string{"exec", "--detach"}, attach...), "sleep 30")...)
 	k := run(append([]string{"kill", det["execId"].(string)}, attach...)...)
 	if k["killed"] != true {
 		t.Fatalf("%v", k)
@@ -361,5 +361,56 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	m := envelope(t, inv)
 	if inv.code != 0 || m["type"] != cliapi.TypeEmulator || data(m)["endpoint"] != emu.url {
 		t.Fatalf("%d %v", inv.code, m)
+	}
+}
+
+// Catches: an interrupted run that skips its teardown, exits any row but
+// ERR_INTERRUPTED, or leaves its ledger record open with nothing leaked.
+func TestRunInterrupted(t *testing.T) {
+	env, stateDir := lifecycleEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--json", "run", "--local", "--exec", "sleep 60")
+	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		once := sync.Once{}
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "microvm: exec ") {
+				once.Do(func() { close(started) })
+			}
+		}
+	}()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the run never started its exec")
+	}
+	time.Sleep(200 * time.Millisecond) // the exec request is in flight or done; either way the VM is up
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	pw.Close()
+	inv := invocation{stdout: out.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		inv.code = ee.ExitCode()
+	}
+	d := data(wantFailure(t, inv, taxonomy.KindInterrupted, taxonomy.FindingBuildLogGroupSurvives))
+	if len(d["leaked"].([]any)) != 0 || d["microvmId"] == "" {
+		t.Fatalf("%v", d)
+	}
+	runs, _, err := ledger.List(stateDir)
+	if err != nil || len(runs) != 1 || !runs[0].Closed {
+		t.Fatalf("the interrupted run's record is not closed: %v %+v", err, runs)
 	}
 }

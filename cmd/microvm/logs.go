@@ -130,7 +130,7 @@ type KillCmd struct {
 }
 
 func (c *KillCmd) run(ctx context.Context, a *app) (*result, error) {
-	s, err := c.session(ctx, a.env)
+	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
 	}
