@@ -95,7 +95,7 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 			return nil, err
 		}
 	}
-	if err := Preflight([]byte(df), Check{Base: s.Base, Port: s.Port, IdleTimeout: s.IdleTimeout}); err != nil {
+	if err := Preflight([]byte(df), Check{Base: s.Base, Port: s.Port, IdleTimeout: s.IdleTimeout, RepairIdentity: s.RepairIdentity}); err != nil {
 		return nil, err
 	}
 	hash := ContentHash(df, s.Daemon)
