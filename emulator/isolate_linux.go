@@ -82,6 +82,7 @@ type guestConfig struct {
 	Env       []string // the daemon's whole environment
 	Hostname  string   // the name before identity repair renames it
 	OwnNet    bool     // a private network namespace: bring its loopback up
+	Workdir   string   // the image's WORKDIR inside the guest root; "" is /
 }
 
 // isolationError is the refusal of a host that cannot confine a guest. It
@@ -215,7 +216,11 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 		if err := CheckIsolation(); err != nil {
 			return nil, err
 		}
-		abs, err := filepath.Abs(bin)
+		daemon := bin
+		if spec.Daemon != "" {
+			daemon = spec.Daemon // the agentd the image's artifact carries
+		}
+		abs, err := filepath.Abs(daemon)
 		if err != nil {
 			return nil, err
 		}
@@ -293,7 +298,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	cfg := guestConfig{
 		State: dir, ImageRoot: spec.RootDir, Agentd: bin, Env: guestEnv(spec, port),
-		Hostname: spec.MicrovmID, OwnNet: !spec.Egress,
+		Hostname: spec.MicrovmID, OwnNet: !spec.Egress, Workdir: spec.Workdir,
 	}
 	if cfg.Hostname == "" {
 		cfg.Hostname = "microvm"
@@ -560,8 +565,17 @@ func guestInit() int {
 	}
 	// The daemon is executed through the descriptor opened before the
 	// pivot: its binary need not be inside the guest's tree.
+	// The image's WORKDIR is the daemon's cwd, which an exec without a cwd
+	// inherits; it is made in the guest's root, as the build would have.
+	cwd := "/"
+	if cfg.Workdir != "" {
+		cwd = filepath.Clean("/" + cfg.Workdir)
+		if err := os.MkdirAll(cwd, 0o755); err != nil {
+			return fail("making the WORKDIR", err)
+		}
+	}
 	proc, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(int(bin.Fd())), []string{"agentd"}, &os.ProcAttr{
-		Dir: "/", Env: cfg.Env, Files: []*os.File{null, os.Stdout, os.Stderr},
+		Dir: cwd, Env: cfg.Env, Files: []*os.File{null, os.Stdout, os.Stderr},
 		Sys: &syscall.SysProcAttr{Setsid: true},
 	})
 	if err != nil {
