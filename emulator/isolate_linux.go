@@ -3,6 +3,7 @@
 package emulator
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -396,8 +397,16 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 			_ = removeState(dir)
 		})
 	}
-	g.Freeze = func() error { return signalPidns(leader, pidns, syscall.SIGSTOP) }
-	g.Thaw = func() error { return signalPidns(leader, pidns, syscall.SIGCONT) }
+	g.Freeze = func() error {
+		pids, err := signalPidns(leader, pidns, syscall.SIGSTOP)
+		if err != nil {
+			return err
+		}
+		// kill(2) returns before the target stops; the platform's suspend
+		// is complete only when the guest is frozen, so wait for it.
+		return waitStopped(pids, 5*time.Second)
+	}
+	g.Thaw = func() error { _, err := signalPidns(leader, pidns, syscall.SIGCONT); return err }
 
 	// Bounded: thirty seconds for the daemon to listen, generous for a
 	// loaded machine; a healthy guest listens within tens of milliseconds.
@@ -453,7 +462,7 @@ func dialInNetns(ctx context.Context, nsFD int, addr string) (net.Conn, error) {
 // signalPidns sends sig to the guest's init and then to every process in
 // its PID namespace, scanning /proc until a pass finds none it has not
 // signalled (a process forked mid-scan is caught by the next pass).
-func signalPidns(leader int, ns string, sig syscall.Signal) error {
+func signalPidns(leader int, ns string, sig syscall.Signal) ([]int, error) {
 	err := syscall.Kill(leader, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		err = nil
@@ -462,7 +471,7 @@ func signalPidns(leader int, ns string, sig syscall.Signal) error {
 	for pass := 0; pass < 8; pass++ {
 		entries, rerr := os.ReadDir("/proc")
 		if rerr != nil {
-			return errors.Join(err, rerr)
+			return nil, errors.Join(err, rerr)
 		}
 		fresh := 0
 		for _, e := range entries {
@@ -483,7 +492,11 @@ func signalPidns(leader int, ns string, sig syscall.Signal) error {
 			break
 		}
 	}
-	return err
+	pids := make([]int, 0, len(done))
+	for pid := range done {
+		pids = append(pids, pid)
+	}
+	return pids, err
 }
 
 // removeState deletes a MicroVM's state directory. The guest's mounts died
@@ -876,4 +889,37 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// waitStopped polls until every pid is stopped (T, t), a zombie or gone,
+// bounded by limit.
+func waitStopped(pids []int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, pid := range pids {
+		for {
+			st := procStateOf(pid)
+			if st == "T" || st == "t" || st == "Z" || st == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the guest's process %d did not stop within %s (state %s)", pid, limit, st)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// procStateOf is the state letter of /proc/PID/stat, or "" for a process
+// that is gone.
+func procStateOf(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+3 > len(b) {
+		return ""
+	}
+	return string(b[i+2])
 }
