@@ -500,6 +500,12 @@ func guestInit() int {
 		fmt.Fprintf(os.Stderr, "guest init: %s: %v\n", step, err)
 		return 1
 	}
+	// Nothing the emulator's own parent left open without close-on-exec
+	// (a directory, a terminal) may reach the guest: through /proc/1/fd a
+	// directory descriptor is a way out of the guest's root.
+	if err := closeInherited(); err != nil {
+		return fail("closing inherited descriptors", err)
+	}
 	ctl := os.NewFile(3, "guest-config")
 	if ctl == nil {
 		return fail("reading the config", errors.New("no fd 3"))
@@ -545,6 +551,13 @@ func guestInit() int {
 	if err != nil {
 		return fail("opening /dev/null", err)
 	}
+	// The capabilities no guest needs leave the bounding set of the thread
+	// that forks the daemon, and so every guest process: identity repair
+	// keeps what it uses (CAP_SYS_ADMIN for sethostname and its bind mount).
+	runtime.LockOSThread()
+	if err := dropCapabilities(cfg.OwnNet); err != nil {
+		return fail("dropping capabilities", err)
+	}
 	// The daemon is executed through the descriptor opened before the
 	// pivot: its binary need not be inside the guest's tree.
 	proc, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(int(bin.Fd())), []string{"agentd"}, &os.ProcAttr{
@@ -573,6 +586,52 @@ func guestInit() int {
 			return ws.ExitStatus()
 		}
 	}
+}
+
+// closeInherited closes every descriptor above the lifeline (fd 3).
+func closeInherited() error {
+	err := unix.CloseRange(4, ^uint(0), 0)
+	if err == nil || !errors.Is(err, unix.ENOSYS) {
+		return err
+	}
+	// Before Linux 5.9: close what /proc lists.
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 3 {
+			_ = unix.Close(fd)
+		}
+	}
+	return nil
+}
+
+// droppedCapabilities are taken from every guest: with them root inside the
+// guest could make a device node for the host's disk, load a kernel module,
+// set the host's clock, read the kernel log, or open host files by handle
+// (the classic container escape).
+var droppedCapabilities = []uintptr{
+	unix.CAP_MKNOD, unix.CAP_SYS_MODULE, unix.CAP_SYS_RAWIO, unix.CAP_SYS_TIME, unix.CAP_SYSLOG,
+	unix.CAP_DAC_READ_SEARCH, unix.CAP_SYS_BOOT, unix.CAP_MAC_ADMIN, unix.CAP_MAC_OVERRIDE,
+	unix.CAP_AUDIT_CONTROL, unix.CAP_WAKE_ALARM, unix.CAP_BLOCK_SUSPEND, unix.CAP_LINUX_IMMUTABLE,
+	unix.CAP_SYS_PACCT, unix.CAP_BPF, unix.CAP_PERFMON,
+}
+
+// dropCapabilities removes droppedCapabilities (and, for a guest on the
+// host's network, CAP_NET_ADMIN and CAP_NET_RAW) from the calling thread's
+// bounding set. A capability this kernel does not know is skipped.
+func dropCapabilities(ownNet bool) error {
+	caps := droppedCapabilities
+	if !ownNet {
+		caps = append(caps[:len(caps):len(caps)], unix.CAP_NET_ADMIN, unix.CAP_NET_RAW)
+	}
+	for _, c := range caps {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("capability %d: %w", c, err)
+		}
+	}
+	return nil
 }
 
 func readLine(f *os.File) ([]byte, error) {
