@@ -204,6 +204,7 @@ func loadIdentitySetting(c *Config, lookup func(string) (string, bool)) []string
 		switch {
 		case !good:
 			warnings = append(warnings, fmt.Sprintf("%s=%q is not a boolean (1/true/yes/on, 0/false/no/off); read as unset", env, raw))
+			c.Identity.Why = fmt.Sprintf("%s=%s is not a boolean, so this is not known to be a MicroVM guest", env, strings.TrimSpace(raw))
 		case v:
 			on = append(on, env+"="+strings.TrimSpace(raw))
 		default:

@@ -157,7 +157,7 @@ func TestBinaryIdentityRepairRunsOnlyWhenTheImageSaysGuest(t *testing.T) {
 		{"off", []string{"AGENTD_REPAIR_IDENTITY=off"}, false, "off"},
 		{"older spelling on", []string{"AGENTD_IDENTITY_REPAIR=1"}, true, "AGENTD_IDENTITY_REPAIR=1"},
 		{"the two disagree", []string{"AGENTD_REPAIR_IDENTITY=1", "AGENTD_IDENTITY_REPAIR=0"}, false, "AGENTD_IDENTITY_REPAIR=0 switches it off"},
-		{"unreadable", []string{"AGENTD_REPAIR_IDENTITY=maybe"}, false, "unset"},
+		{"unreadable", []string{"AGENTD_REPAIR_IDENTITY=maybe"}, false, "AGENTD_REPAIR_IDENTITY=maybe is not a boolean"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := identityTree(t)
