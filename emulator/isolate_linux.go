@@ -81,6 +81,7 @@ type guestConfig struct {
 	Env       []string // the daemon's whole environment
 	Hostname  string   // the name before identity repair renames it
 	OwnNet    bool     // a private network namespace: bring its loopback up
+	Inherited []int    // descriptors the init inherited from the emulator's parent, to close
 }
 
 // isolationError is the refusal of a host that cannot confine a guest. It
@@ -292,7 +293,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	cfg := guestConfig{
 		State: dir, ImageRoot: spec.RootDir, Agentd: bin, Env: guestEnv(spec, port),
-		Hostname: spec.MicrovmID, OwnNet: !spec.Egress,
+		Hostname: spec.MicrovmID, OwnNet: !spec.Egress, Inherited: inheritedFDs(),
 	}
 	if cfg.Hostname == "" {
 		cfg.Hostname = "microvm"
@@ -500,12 +501,6 @@ func guestInit() int {
 		fmt.Fprintf(os.Stderr, "guest init: %s: %v\n", step, err)
 		return 1
 	}
-	// Nothing the emulator's own parent left open without close-on-exec
-	// (a directory, a terminal) may reach the guest: through /proc/1/fd a
-	// directory descriptor is a way out of the guest's root.
-	if err := closeInherited(); err != nil {
-		return fail("closing inherited descriptors", err)
-	}
 	ctl := os.NewFile(3, "guest-config")
 	if ctl == nil {
 		return fail("reading the config", errors.New("no fd 3"))
@@ -520,6 +515,16 @@ func guestInit() int {
 	var cfg guestConfig
 	if err := json.Unmarshal(line, &cfg); err != nil {
 		return fail("reading the config", err)
+	}
+	// Nothing the emulator's own parent left open without close-on-exec
+	// (a directory, a terminal, a socket) may reach the guest: through
+	// /proc/1/fd a directory descriptor is a way out of the guest's root.
+	// Only the descriptors the launcher saw are closed: the Go runtime of
+	// this process keeps descriptors of its own (cgroup CPU limits).
+	for _, fd := range cfg.Inherited {
+		if fd > 3 {
+			_ = unix.Close(fd)
+		}
 	}
 	if os.Getpid() != 1 {
 		// Never set a guest up (and never let identity repair run) outside
@@ -588,23 +593,25 @@ func guestInit() int {
 	}
 }
 
-// closeInherited closes every descriptor above the lifeline (fd 3).
-func closeInherited() error {
-	err := unix.CloseRange(4, ^uint(0), 0)
-	if err == nil || !errors.Is(err, unix.ENOSYS) {
-		return err
-	}
-	// Before Linux 5.9: close what /proc lists.
+// inheritedFDs lists this process's descriptors above 3 that lack
+// close-on-exec, which every child inherits. Go opens its own with
+// close-on-exec, so these came from the emulator's parent.
+func inheritedFDs() []int {
 	entries, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		return err
+		return nil
 	}
+	var out []int
 	for _, e := range entries {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 3 {
-			_ = unix.Close(fd)
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 3 {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			out = append(out, fd)
 		}
 	}
-	return nil
+	return out
 }
 
 // droppedCapabilities are taken from every guest: with them root inside the
@@ -713,6 +720,9 @@ func buildRoot(cfg guestConfig) error {
 	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
+	if err := readOnlyProc(filepath.Join(root, "proc")); err != nil {
+		return err
+	}
 	if err := unix.Mount("sysfs", filepath.Join(root, "sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /sys: %w", err)
 	}
@@ -795,6 +805,31 @@ func buildSkeleton(skel string) ([]string, error) {
 		return nil, fmt.Errorf("copying /etc: %w", err)
 	}
 	return dirs, nil
+}
+
+// procReadOnly are the parts of a guest's /proc that write to the host's
+// kernel rather than the guest's namespaces: sysctls (kernel.core_pattern
+// alone would run a program of the guest's choosing on the host), the
+// SysRq trigger, interrupt affinity, bus devices.
+var procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus"}
+
+// readOnlyProc bind-mounts each of procReadOnly onto itself read-only. A
+// mount may still be made on top of a path inside them, which is how
+// identity repair replaces the boot_id.
+func readOnlyProc(proc string) error {
+	for _, p := range procReadOnly {
+		path := filepath.Join(proc, p)
+		if _, err := os.Lstat(path); err != nil {
+			continue // not on this kernel
+		}
+		if err := unix.Mount(path, path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding /proc/%s: %w", p, err)
+		}
+		if err := unix.Mount(path, path, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("making /proc/%s read-only: %w", p, err)
+		}
+	}
+	return nil
 }
 
 func overlay(lower, upper, work, target string) error {

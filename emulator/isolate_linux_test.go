@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -236,7 +237,9 @@ func TestGuestIdentityIsItsOwnAndTheHostsIsUntouched(t *testing.T) {
 		t.Errorf("identity repair in the guest: repaired %v degraded %v, want it to run and succeed", h.IdentityRepaired, h.IdentityDegraded)
 	}
 	name := mustSh(t, sess, "hostname")
-	if name == hostName || !strings.HasPrefix(name, "microvm-") {
+	// microvm-<12 hex> is identity repair's name; the init's own is the
+	// MicroVM id, so this also catches repair not running.
+	if name == hostName || !regexp.MustCompile(`^microvm-[0-9a-f]{12}$`).MatchString(name) {
 		t.Errorf("guest hostname %q (host %q): want its own, from identity repair", name, hostName)
 	}
 	guestID := mustSh(t, sess, "cat /etc/machine-id")
@@ -605,7 +608,8 @@ func TestTerminateWhileSuspendedLeavesNothing(t *testing.T) {
 
 // Catches: a host descriptor inherited without close-on-exec (here a
 // directory of the host's) reaching the guest, where /proc/<pid>/fd/N
-// would lead out of its root; and capabilities that let guest root reach
+// would lead out of its root; a writable /proc/sys or SysRq trigger (host
+// kernel settings); and capabilities that let guest root reach
 // the host (a device node for its disk, files opened by handle) left in
 // the guest's bounding set.
 func TestGuestHoldsNoHostDescriptorAndNoEscapeCapabilities(t *testing.T) {
@@ -623,6 +627,14 @@ func TestGuestHoldsNoHostDescriptorAndNoEscapeCapabilities(t *testing.T) {
 	sess := session(t, base, vm)
 	if out := mustSh(t, sess, `for f in /proc/[0-9]*/fd/*; do [ -e "$f/escape-marker" ] && echo "open: $f"; done; true`); out != "" {
 		t.Errorf("a guest process holds the host's directory: %s", out)
+	}
+
+	// Probed with test -w (access(2) answers EROFS), never by writing: a
+	// broken guard would otherwise change this machine's kernel settings.
+	for _, p := range []string{"/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger", "/proc/sys/vm/drop_caches"} {
+		if code, _ := sh(t, sess, "test -w "+p); code == 0 {
+			t.Errorf("the guest can write the host kernel's %s", p)
+		}
 	}
 	if code, out := sh(t, sess, "mknod /tmp/disk b 1 0"); code == 0 {
 		t.Errorf("guest root made a block device node: %s", out)
