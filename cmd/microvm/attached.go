@@ -66,7 +66,8 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	// Credentials come from aws-sdk-go-v2's default chain; the endpoint from
 	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA or AWS_ENDPOINT_URL.
 	// Nothing is resolved over the network until the first mint.
-	cpc, err := control.New(ctx, control.Options{Region: region, Endpoint: f.ControlEndpoint})
+	// A loopback control plane is an emulator and needs no AWS credentials.
+	cpc, err := newControl(ctx, region, control.ConfiguredEndpoint(f.ControlEndpoint, a.env), a.env)
 	if err != nil {
 		return nil, err
 	}
@@ -749,14 +750,20 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 				return nil, err
 			}
 		}
+		sent, done := a.transferBar("upload " + c.Src)
+		// Counted only when a bar is drawn: the file itself keeps the
+		// client's fast path (its size as Content-Length, sendfile).
 		var body io.Reader = f
-		stop := a.progress("upload "+c.Src, d.Bytes, &body)
+		if a.barOn() {
+			body = &countingReader{r: f, total: d.Bytes, sent: sent}
+		}
 		if c.Tar {
 			err = s.WriteTar(ctx, d.Remote, body)
 		} else {
 			err = s.WriteFile(ctx, d.Remote, body, mode)
 		}
-		stop(err == nil)
+		sent(d.Bytes, d.Bytes)
+		done(err == nil)
 		if err != nil {
 			return nil, err
 		}
@@ -770,14 +777,14 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		}
 		defer os.Remove(tmp.Name())
 		var n int64
-		var sink io.Writer = tmp
-		stop := a.progressWriter("download "+c.Src, &sink)
+		sent, done := a.transferBar("download " + c.Src)
+		sink := &countingWriter{w: tmp, total: -1, sent: sent}
 		if c.Tar {
 			n, err = s.ReadTar(ctx, d.Remote, sink)
 		} else {
 			n, err = s.ReadFile(ctx, d.Remote, sink, client.LineRange{})
 		}
-		stop(err == nil)
+		done(err == nil)
 		if cerr := tmp.Close(); err == nil && cerr != nil {
 			err = cerr
 		}

@@ -8,9 +8,11 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/alecthomas/kong"
+	"github.com/schollz/progressbar/v3"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -28,6 +30,10 @@ type app struct {
 	// command is the selected command's name (exec, cp...), for hints that
 	// differ by command: a 404 is a path to cp and an exec id to ack.
 	command string
+	// progressMu and bar keep a lifecycle command's progress lines from
+	// tearing through its spinner (progress.go).
+	progressMu sync.Mutex
+	bar        *progressbar.ProgressBar
 	// attached is set once a command addresses a VM it did not launch: an
 	// interrupt then leaves the VM and the exec as they were, which is the
 	// timeout row's meaning, not the interrupted row's (teardown ran).
@@ -118,7 +124,7 @@ func (a *app) succeed(res *result) int {
 // code, which is the error kind's row of the generated table and nothing else.
 func (a *app) fail(err error) int {
 	ce := asClientError(err)
-	if a.attached && ce.Kind() == taxonomy.KindRetryable && nothingListens(ce) {
+	if wire, _ := ce.WireKind(); a.attached && wire == taxonomy.WireTransport && nothingListens(ce) {
 		// The client retried and gave up: nothing listens at the endpoint
 		// (connection refused) or its name does not resolve. Running the
 		// identical command again will not help until the endpoint is fixed
@@ -261,12 +267,14 @@ func (a *app) suggestionsFor(ce *client.Error, interrupted bool) []string {
 	case taxonomy.KindTimeout:
 		switch {
 		case interrupted && a.command == "exec":
-			s = append(s, "the exec was left running: `microvm exec --poll ID` reads it, `microvm ack ID` releases it once it exits")
+			s = append(s, "the exec was left running: `microvm exec --poll EXEC_ID` reads it, `microvm kill EXEC_ID` stops it")
 		case interrupted:
 			s = append(s, "nothing on the VM was stopped; run the same command again to finish")
 		case a.command == "exec":
-			s = append(s, "raise --timeout; nothing was killed")
+			s = append(s, "raise --timeout; nothing was killed", "`microvm kill EXEC_ID` stops an exec left running")
 		}
+	case taxonomy.KindInterrupted:
+		s = append(s, "an exec left running is stopped with `microvm kill EXEC_ID`; a kept MicroVM with `microvm terminate MICROVM_ID`")
 	case taxonomy.KindCredentials:
 		if ce.Finding() == taxonomy.FindingEndpointAuth {
 			// The client's answer to a 403 on a session without a proxy

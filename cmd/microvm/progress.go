@@ -2,121 +2,94 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
+	"github.com/schollz/progressbar/v3"
 )
 
-// A transfer's progress is drawn on stderr, and only when stderr is a
-// terminal and neither --quiet nor --json asked for silence: a pipe or a
-// log gets nothing. The bar is a few lines over a byte counter, so no
-// progress library is pulled in; lipgloss (already the table renderer)
-// colours it, and NO_COLOR drops the colour.
+// Progress of the lifecycle commands goes to stderr, never stdout, and is
+// silenced by --quiet. On a terminal it is schollz/progressbar's spinner
+// while a wait is in flight and its byte bar while an artifact uploads; off
+// a terminal it is one plain line per step, which a log file can hold.
 
-// counter counts the bytes that pass through it.
-type counter struct{ n atomic.Int64 }
-
-type countingReader struct {
-	r io.Reader
-	c *counter
-}
-
-func (cr countingReader) Read(p []byte) (int, error) {
-	n, err := cr.r.Read(p)
-	cr.c.n.Add(int64(n))
-	return n, err
-}
-
-type countingWriter struct {
-	w io.Writer
-	c *counter
-}
-
-func (cw countingWriter) Write(p []byte) (int, error) {
-	n, err := cw.w.Write(p)
-	cw.c.n.Add(int64(n))
-	return n, err
-}
-
-// progressOn reports whether progress may be drawn.
-func (a *app) progressOn() bool {
-	return a.stderrTTY && !a.g.Quiet && !a.g.JSON
-}
-
-// progress wraps *r so its bytes are counted and draws a bar of total
-// bytes until stop; stop(true) leaves the finished line, stop(false) clears it.
-func (a *app) progress(label string, total int64, r *io.Reader) (stop func(ok bool)) {
-	if !a.progressOn() {
-		return func(bool) {}
+// progress writes one step line.
+func (a *app) progress(format string, args ...any) {
+	if a.g.Quiet {
+		return
 	}
-	c := &counter{}
-	*r = countingReader{r: *r, c: c}
-	return a.drawProgress(label, total, c)
-}
-
-// progressWriter is progress for a download, whose size is not known ahead.
-func (a *app) progressWriter(label string, w *io.Writer) (stop func(ok bool)) {
-	if !a.progressOn() {
-		return func(bool) {}
+	a.progressMu.Lock()
+	defer a.progressMu.Unlock()
+	if a.bar != nil {
+		_ = a.bar.Clear()
 	}
-	c := &counter{}
-	*w = countingWriter{w: *w, c: c}
-	return a.drawProgress(label, -1, c)
+	fmt.Fprintf(a.stderr, "microvm: "+format+"\n", args...)
 }
 
-func (a *app) drawProgress(label string, total int64, c *counter) func(bool) {
-	done := make(chan bool)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	start := time.Now()
-	r := a.renderer(a.stderr)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case ok := <-done:
-				if ok {
-					fmt.Fprintf(a.stderr, "\r\x1b[K%s\n", progressLine(label, c.n.Load(), total, time.Since(start), r))
-				} else {
-					fmt.Fprint(a.stderr, "\r\x1b[K")
-				}
-				return
-			case <-t.C:
-				fmt.Fprintf(a.stderr, "\r\x1b[K%s", progressLine(label, c.n.Load(), total, time.Since(start), r))
+// waiting shows a spinner labelled label until the returned stop is called;
+// update relabels it (a waiter's latest state). Off a terminal the label is
+// one line and updates print only when the text changes.
+func (a *app) waiting(label string) (update func(string), stop func()) {
+	if a.g.Quiet {
+		return func(string) {}, func() {}
+	}
+	if !a.stderrTTY {
+		a.progress("%s", label)
+		last := label
+		return func(s string) {
+			if s != last {
+				last = s
+				a.progress("%s", s)
 			}
-		}
-	}()
+		}, func() {}
+	}
+	bar := progressbar.NewOptions(-1,
+		progressbar.OptionSetWriter(a.stderr),
+		progressbar.OptionSetDescription(label),
+		progressbar.OptionSpinnerType(14),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionEnableColorCodes(a.env("NO_COLOR") == ""),
+		progressbar.OptionSetSpinnerChangeInterval(100*time.Millisecond),
+	)
+	_ = bar.RenderBlank()
+	a.progressMu.Lock()
+	a.bar = bar
+	a.progressMu.Unlock()
 	var once sync.Once
-	return func(ok bool) { once.Do(func() { done <- ok; wg.Wait() }) }
+	return func(s string) { bar.Describe(s) }, func() {
+		once.Do(func() {
+			a.progressMu.Lock()
+			a.bar = nil
+			a.progressMu.Unlock()
+			_ = bar.Finish()
+			_ = bar.Clear()
+		})
+	}
 }
 
-// barWidth is the bar's width in cells.
-const barWidth = 30
-
-// progressLine is one frame: the label, a bar when the total is known, the
-// bytes so far and the rate.
-func progressLine(label string, n, total int64, elapsed time.Duration, r *lipgloss.Renderer) string {
-	rate := ""
-	if s := elapsed.Seconds(); s > 0 {
-		rate = "  " + humanBytes(int64(float64(n)/s)) + "/s"
+// transfer shows a byte bar for total bytes and returns the callback that
+// advances it; off a terminal it writes a line at the start and the end.
+func (a *app) transfer(label string) (sent func(n, total int64), done func()) {
+	if a.g.Quiet {
+		return func(int64, int64) {}, func() {}
 	}
-	if total <= 0 {
-		return fmt.Sprintf("%s  %s%s", label, humanBytes(n), rate)
+	if !a.stderrTTY {
+		var total int64
+		return func(_, t int64) { total = t }, func() { a.progress("%s: %s", label, humanBytes(total)) }
 	}
-	frac := float64(n) / float64(total)
-	frac = min(max(frac, 0), 1)
-	filled := int(frac * barWidth)
-	bar := strings.Repeat("█", filled)
-	rest := strings.Repeat("░", barWidth-filled)
-	if r != nil {
-		bar = r.NewStyle().Foreground(lipgloss.Color("6")).Render(bar)
-		rest = r.NewStyle().Faint(true).Render(rest)
-	}
-	return fmt.Sprintf("%s  %s%s %3.0f%%  %s / %s%s", label, bar, rest, frac*100, humanBytes(n), humanBytes(total), rate)
+	var bar *progressbar.ProgressBar
+	return func(n, total int64) {
+			if bar == nil {
+				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(a.stderr), progressbar.OptionSetDescription(label),
+					progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(50*time.Millisecond),
+					progressbar.OptionEnableColorCodes(a.env("NO_COLOR") == ""))
+			}
+			_ = bar.Set64(n)
+		}, func() {
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			a.progress("%s: done", label)
+		}
 }
