@@ -2,11 +2,14 @@ package build
 
 import (
 	"context"
+	"debug/elf"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"slices"
 	"time"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/ledger"
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -14,8 +17,12 @@ import (
 
 // Spec is one image build.
 type Spec struct {
-	// Daemon is agentd built for linux/arm64.
+	// Daemon is agentd built for linux/arm64 (for Machine, when set).
 	Daemon []byte
+	// Machine is the guests' ELF machine; zero is aarch64, the platform's
+	// only one (finding arm64-only). The local emulator runs guests on the
+	// host and sets the host's.
+	Machine elf.Machine
 	// Dockerfile is the caller's; empty generates the stanza with Workdir.
 	Dockerfile string
 	Workdir    string
@@ -80,7 +87,7 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 		// Checked here so a missing role costs no upload either.
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "an image build needs a build role ARN")
 	}
-	if err := CheckDaemon(s.Daemon); err != nil {
+	if err := CheckDaemonFor(s.Daemon, s.Machine); err != nil {
 		return nil, err
 	}
 	df := s.Dockerfile
@@ -105,9 +112,9 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 
 	// A second create under an existing name is refused by the service, so
 	// look first: with Reuse a match is the same inputs; without it, a clash.
-	existing, err := c.FindImage(ctx, name)
+	existing, err := lambdamicrovms.FindMicrovmImage(ctx, c.SDK(), name)
 	if err != nil {
-		return nil, err
+		return nil, control.SDKError("ListMicrovmImages", err)
 	}
 	if existing != nil {
 		if !s.Reuse {
@@ -115,7 +122,7 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 				"an image named %s already exists; choose another name or build with reuse", name)
 		}
 		if slices.Contains(taxonomy.ImageReadyStates, string(existing.State)) && existing.LatestActiveImageVersion != nil {
-			res.ImageARN, res.Version, res.Reused = existing.ImageArn, *existing.LatestActiveImageVersion, true
+			res.ImageARN, res.Version, res.Reused = aws.ToString(existing.ImageArn), *existing.LatestActiveImageVersion, true
 			return res, nil
 		}
 		return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingDuplicateImageName,
