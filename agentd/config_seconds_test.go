@@ -22,10 +22,11 @@ func TestSecondsSettingsClampInsteadOfOverflowing(t *testing.T) {
 	}
 }
 
-// Catches: a host-name character class one off at a digit's edge
-// (`r > '0'`, `r < '9'`) or negated: 0 and 9 are host-name characters.
-func TestHostNamesTakeEveryDigit(t *testing.T) {
-	for _, h := range []string{"host0", "host9", "a-0.b-9.example"} {
+// Catches: a host-name character class one off at the edge of a range
+// (`r > '0'`, `r < '9'`, `r > 'a'`, `r < 'Z'`, ...) or negated: 0, 9, a, z,
+// A and Z are host-name characters.
+func TestHostNamesTakeEveryDigitAndLetter(t *testing.T) {
+	for _, h := range []string{"host0", "host9", "a-0.b-9.example", "az", "AZ", "zebra.Alpha"} {
 		if err := checkHost(h); err != nil {
 			t.Errorf("%s: %v", h, err)
 		}
