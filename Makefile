@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= 0.1.0
 LDFLAGS := -s -w -X github.com/microvms/microvms/agentd.Version=$(VERSION)
 
-.PHONY: all gen drift fmt vet lint test check build bench fuzz clean demo
+.PHONY: all gen drift fmt vet lint lint-api test check build bench fuzz clean demo
 
 all: build
 
@@ -33,7 +33,21 @@ lint:
 test:
 	$(GO) test -count=1 ./...
 
-check: drift fmt vet lint test
+# api/openapi.yaml under Redocly (recommended-strict) and Spectral (oas), and
+# docs/schema.json under a strict JSON Schema 2020-12 reader (Ajv). The npm
+# tools are pinned by tools/lint/package-lock.json and installed by `npm ci`.
+LINT_DIR := tools/lint
+$(LINT_DIR)/node_modules/.installed: $(LINT_DIR)/package-lock.json
+	cd $(LINT_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+lint-api: $(LINT_DIR)/node_modules/.installed
+	cd $(LINT_DIR) && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+	  node_modules/.bin/redocly lint --config redocly.yaml --format=stylish ../../api/openapi.yaml
+	cd $(LINT_DIR) && node_modules/.bin/spectral lint --fail-severity=hint --ruleset .spectral.yaml ../../api/openapi.yaml
+	cd $(LINT_DIR) && node --test test/
+
+check: drift fmt vet lint lint-api test
 
 # agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
 build:
