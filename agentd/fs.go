@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +12,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -50,6 +53,9 @@ type FS struct {
 	umask    uint32
 	// openat2 lets a test play a kernel without the syscall.
 	openat2 func(dirfd int, path string, how *unix.OpenHow) (int, error)
+	// reading counts file reads in progress, so a test can see a read end
+	// once its client has gone (a test hook; nothing in the daemon reads it).
+	reading atomic.Int64
 }
 
 // NewFS returns the file and tar handlers.
@@ -91,6 +97,30 @@ func (f *FS) DiskHealth() *protocol.DiskHealth {
 // report a phantom absent artifact for what is a protocol error.
 const fsMissingPath = "path query parameter is required"
 
+// badPath names what is wrong with a path the kernel would refuse for its
+// shape alone, so the answer is the caller's 400 rather than a 500: a NUL
+// (no path can hold one), a component over NAME_MAX, or a path over PATH_MAX.
+func badPath(p string) string {
+	if strings.IndexByte(p, 0) >= 0 {
+		return "path contains a NUL byte"
+	}
+	if len(p) >= pathMax {
+		return fmt.Sprintf("path is %d bytes; a path may have at most %d", len(p), pathMax-1)
+	}
+	for _, c := range strings.Split(p, "/") {
+		if len(c) > nameMax {
+			return fmt.Sprintf("a path component is %d bytes; a file name may have at most %d", len(c), nameMax)
+		}
+	}
+	return ""
+}
+
+// nameMax and pathMax are Linux's NAME_MAX and PATH_MAX (which counts the NUL).
+const (
+	nameMax = 255
+	pathMax = 4096
+)
+
 // fsFail writes a plain-text error, the body shape every fs route declares.
 func fsFail(w http.ResponseWriter, status int, detail string) {
 	h := w.Header()
@@ -103,8 +133,14 @@ func fsFail(w http.ResponseWriter, status int, detail string) {
 
 // ReadFile streams a file, or a 1-based inclusive line window of it.
 func (f *FS) ReadFile(w http.ResponseWriter, r *http.Request, p protocol.FsReadFileParams) {
+	f.reading.Add(1)
+	defer f.reading.Add(-1)
 	if p.Path == "" {
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
+		return
+	}
+	if bad := badPath(p.Path); bad != "" {
+		fsFail(w, http.StatusBadRequest, bad)
 		return
 	}
 	// The raw query is authoritative when it carries the bounds, so this
@@ -128,33 +164,37 @@ func (f *FS) ReadFile(w http.ResponseWriter, r *http.Request, p protocol.FsReadF
 		return
 	}
 
-	file, err := os.Open(p.Path)
+	file, info, err := openForRead(p.Path)
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		switch {
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 			fsFail(w, http.StatusNotFound, "no such file")
-			return
+		case errors.Is(err, errNotReadable) || errors.Is(err, unix.ENXIO):
+			fsFail(w, http.StatusBadRequest, "path is a fifo or socket; reading one waits on another process, so read it with exec")
+		case errors.Is(err, unix.ENAMETOOLONG):
+			fsFail(w, http.StatusBadRequest, "path is longer than the filesystem allows")
+		default:
+			f.log.Warn("cannot open file for read", "path", p.Path, "err", err)
+			fsFail(w, http.StatusInternalServerError, "cannot read file")
 		}
-		f.log.Warn("cannot open file for read", "path", p.Path, "err", err)
-		fsFail(w, http.StatusInternalServerError, "cannot read file")
 		return
 	}
 	defer file.Close()
-	info, err := file.Stat()
-	if err != nil {
-		f.log.Warn("cannot stat file for read", "path", p.Path, "err", err)
-		fsFail(w, http.StatusInternalServerError, "cannot read file")
-		return
-	}
 	if info.IsDir() {
 		// A directory opens fine and fails on read, which would surface only
 		// after the 200 is out; refused up front instead.
 		fsFail(w, http.StatusBadRequest, "path is a directory; use /v1/fs/tar")
 		return
 	}
+	// A device can read forever (/dev/zero) or block forever; either way the
+	// reading stops when the caller goes. The descriptor is non-blocking, so
+	// a pollable device honours the deadline; a regular file never blocks.
+	stop := context.AfterFunc(r.Context(), func() { _ = file.SetReadDeadline(time.Now()) })
+	defer stop()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if ranged {
 		w.WriteHeader(http.StatusOK)
-		if _, err := linerange.Copy(w, file, rng); err != nil {
+		if _, err := linerange.CopyContext(r.Context(), w, file, rng); err != nil {
 			f.log.Warn("ranged read failed mid-stream", "path", p.Path, "err", err)
 		}
 		return
@@ -174,6 +214,37 @@ func (f *FS) ReadFile(w http.ResponseWriter, r *http.Request, p protocol.FsReadF
 	if _, err := io.Copy(w, file); err != nil {
 		f.log.Warn("read failed mid-stream", "path", p.Path, "err", err)
 	}
+}
+
+// errNotReadable is a fifo or socket at a read's path.
+var errNotReadable = errors.New("not a file that can be read without a peer")
+
+// openForRead opens path without blocking: a fifo with no writer would
+// otherwise hold open() (and an OS thread) forever. A fifo or socket is
+// refused; anything else keeps its non-blocking descriptor, which a regular
+// file ignores and a device answers through the runtime poller.
+func openForRead(path string) (*os.File, os.FileInfo, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFIFO, unix.S_IFSOCK:
+		unix.Close(fd)
+		return nil, nil, errNotReadable
+	}
+	file := os.NewFile(uintptr(fd), path)
+	info, err := file.Stat()
+	if err != nil {
+		file.Close()
+		return nil, nil, err
+	}
+	return file, info, nil
 }
 
 func pseudoFS(file *os.File) bool {
@@ -212,6 +283,10 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 		return
 	}
+	if bad := badPath(p.Path); bad != "" {
+		fsFail(w, http.StatusBadRequest, bad)
+		return
+	}
 	// Parsed before any byte lands, so a bad mode leaves nothing behind.
 	var mode uint32
 	haveMode := p.Mode != nil
@@ -227,6 +302,11 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 	switch {
 	case err == nil && existing.IsDir():
 		fsFail(w, http.StatusBadRequest, "path is a directory; use /v1/fs/tar")
+		return
+	case err == nil && existing.Mode()&(os.ModeDevice|os.ModeNamedPipe|os.ModeSocket) != 0:
+		// Replacing it would swap /dev/null for a regular file; writing
+		// through it is what exec is for.
+		fsFail(w, http.StatusBadRequest, "path is a device node, fifo or socket; a file write never replaces one")
 		return
 	case err != nil:
 		existing = nil
@@ -251,7 +331,7 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 	case existing != nil:
 		perm = uint32(existing.Mode().Perm()) | unixSpecialBits(existing.Mode())
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(target)+".agentd-*")
+	tmp, named, err := createTempIn(dir)
 	if err != nil {
 		f.log.Warn("cannot create temp file", "path", target, "err", err)
 		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
@@ -261,7 +341,9 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 	defer func() {
 		if !committed {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			if named != "" {
+				os.Remove(named)
+			}
 		}
 	}()
 
@@ -293,21 +375,56 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
 		return
 	}
-	if err := tmp.Close(); err != nil {
-		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
-		return
-	}
-	if err := os.Rename(tmp.Name(), target); err != nil {
+	if err := commitTemp(tmp, named, target); err != nil {
 		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
 		return
 	}
 	committed = true
+	if err := tmp.Close(); err != nil {
+		f.log.Warn("closing a committed file failed", "path", target, "err", err)
+	}
 	// The rename is durable only once the directory entry is.
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// createTempIn opens an anonymous file (O_TMPFILE) in dir, so an upload that
+// fails, or a daemon killed mid-upload, leaves no name behind. A filesystem
+// without O_TMPFILE gets a named temp file, returned so it can be removed.
+func createTempIn(dir string) (*os.File, string, error) {
+	fd, err := unix.Open(dir, unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		return os.NewFile(uintptr(fd), filepath.Join(dir, "(anonymous)")), "", nil
+	}
+	if err != unix.EOPNOTSUPP && err != unix.EISDIR && err != unix.EINVAL {
+		return nil, "", &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	name := filepath.Join(dir, tarx.TempName())
+	file, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, "", err
+	}
+	return file, name, nil
+}
+
+// commitTemp gives the finished temp file the name target, replacing what was
+// there in one step.
+func commitTemp(tmp *os.File, named, target string) error {
+	if named != "" {
+		return os.Rename(named, target)
+	}
+	dir, err := unix.Open(filepath.Dir(target), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: filepath.Dir(target), Err: err}
+	}
+	defer unix.Close(dir)
+	if err := tarx.CommitAnonymous(int(tmp.Fd()), dir, filepath.Base(target)); err != nil {
+		return &os.PathError{Op: "link", Path: target, Err: err}
+	}
+	return nil
 }
 
 // writeBehindBytes is how much of an upload lands between two writeback kicks.
@@ -389,6 +506,10 @@ func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTa
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 		return
 	}
+	if bad := badPath(p.Path); bad != "" {
+		fsFail(w, http.StatusBadRequest, bad)
+		return
+	}
 	info, err := os.Stat(p.Path)
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
@@ -445,6 +566,10 @@ func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWrite
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 		return
 	}
+	if bad := badPath(p.Path); bad != "" {
+		fsFail(w, http.StatusBadRequest, bad)
+		return
+	}
 	if !filepath.IsAbs(p.Path) {
 		// Relative would mean relative to the daemon's working directory,
 		// which the caller cannot see.
@@ -465,9 +590,21 @@ func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWrite
 	}
 	defer spool.Close()
 
+	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes}
+	// The whole archive is read before anything is written: a truncated or
+	// malformed archive, one over the caps, and most bad members are refused
+	// with the tree untouched.
+	if err := tarx.Check(spool, caps); err != nil {
+		f.extractFailed(w, root, err)
+		return
+	}
+	if _, err := spool.Seek(0, io.SeekStart); err != nil {
+		f.extractFailed(w, root, &diskWriteError{err})
+		return
+	}
 	pace := &diskPacer{guard: f.guard, path: root, name: root}
 	res, err := tarx.Extract(root, bufio.NewReaderSize(spool, 1<<20), tarx.Options{
-		Caps:    tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes},
+		Caps:    caps,
 		Pace:    pace.add,
 		Log:     f.log,
 		Openat2: f.openat2,

@@ -172,9 +172,17 @@ func bindBootID(cfg IdentityConfig, id string) error {
 		return err
 	}
 	dashed := fmt.Sprintf("%s-%s-%s-%s-%s", id[0:8], id[8:12], id[12:16], id[16:20], id[20:32])
-	// Removed first: a previous boot's 0444 copy would refuse the write.
-	_ = os.Remove(src)
-	if err := os.WriteFile(src, []byte(dashed+"\n"), 0o444); err != nil {
+	// Rewritten in place, never removed: after the first repair the boot_id
+	// path is a bind mount of this very file, and a mount whose source was
+	// unlinked cannot be mounted over (ENOENT), so the second repair (at
+	// bootstrap) would fail. A previous 0444 copy is made writable first.
+	if err := os.Chmod(src, 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.WriteFile(src, []byte(dashed+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.Chmod(src, 0o444); err != nil {
 		return err
 	}
 	return cfg.BindMount(src, cfg.BootIDPath)

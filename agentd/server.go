@@ -515,8 +515,19 @@ func (c *tlsProbeConn) answerTLSProbe() {
 // *http.MaxBytesError while reading.
 
 // FsReadFile delegates to FS.
+// A read ends with shutdown too, so an endless device being read does not
+// hold the graceful shutdown for its whole grace.
 func (s *Server) FsReadFile(w http.ResponseWriter, r *http.Request, p protocol.FsReadFileParams) {
-	s.fs.ReadFile(w, r, p)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	s.fs.ReadFile(w, r.WithContext(ctx), p)
 }
 
 // FsWriteFile delegates to FS.

@@ -69,13 +69,13 @@ func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (
 		sec := o.Timeout.Seconds()
 		req.TimeoutSec = &sec
 	}
-	resp, err := s.send(ctx, call{op: "execStart", bearer: true, retry: true,
+	resp, err := s.send(ctx, call{op: protocol.OpExecStart,
 		build: func(server string) (*http.Request, error) { return protocol.NewExecStartRequest(server, req) }})
 	if err != nil {
 		return nil, err
 	}
 	var sr protocol.StartResponse
-	if err := decodeJSON("execStart", resp, &sr); err != nil {
+	if err := decodeJSON(protocol.OpExecStart, resp, &sr); err != nil {
 		return nil, err
 	}
 	return &Exec{s: s, id: id}, nil
@@ -135,8 +135,8 @@ func (r Result) Err() error {
 	return Errorf(taxonomy.KindExecFailed, "", "exec %s ended with no status", r.ExecID)
 }
 
-func (e *Exec) record(ctx context.Context, op string, retry bool, build func(string, string) (*http.Request, error)) (Result, error) {
-	resp, err := e.s.send(ctx, call{op: op, bearer: true, retry: retry,
+func (e *Exec) record(ctx context.Context, op string, build func(string, string) (*http.Request, error)) (Result, error) {
+	resp, err := e.s.send(ctx, call{op: op,
 		build: func(server string) (*http.Request, error) { return build(server, e.id) }})
 	if err != nil {
 		return Result{}, err
@@ -150,27 +150,27 @@ func (e *Exec) record(ctx context.Context, op string, retry bool, build func(str
 
 // Poll reads the exec's record without changing it.
 func (e *Exec) Poll(ctx context.Context) (Result, error) {
-	return e.record(ctx, "execPoll", true, protocol.NewExecPollRequest)
+	return e.record(ctx, protocol.OpExecPoll, protocol.NewExecPollRequest)
 }
 
 // Ack takes the exec's output and starts the daemon's collection clock. It is
 // the one call that is not repeated after a dropped connection: a second ack
 // answers already_acked and the output would be gone.
 func (e *Exec) Ack(ctx context.Context) (Result, error) {
-	return e.record(ctx, "execAck", false, protocol.NewExecAckRequest)
+	return e.record(ctx, protocol.OpExecAck, protocol.NewExecAckRequest)
 }
 
 // Kill signals the exec's process group (SIGTERM, then SIGKILL after the
 // daemon's grace period). It reports false when the group had already gone,
 // which is also success; a repeat is safe.
 func (e *Exec) Kill(ctx context.Context) (bool, error) {
-	resp, err := e.s.send(ctx, call{op: "execKill", bearer: true, retry: true,
+	resp, err := e.s.send(ctx, call{op: protocol.OpExecKill,
 		build: func(server string) (*http.Request, error) { return protocol.NewExecKillRequest(server, e.id) }})
 	if err != nil {
 		return false, err
 	}
 	var k protocol.KillResponse
-	if err := decodeJSON("execKill", resp, &k); err != nil {
+	if err := decodeJSON(protocol.OpExecKill, resp, &k); err != nil {
 		return false, err
 	}
 	return k.Killed, nil
@@ -188,12 +188,12 @@ func (e *Exec) stdin(ctx context.Context, data []byte, eof bool) (protocol.Stdin
 	}
 	var out protocol.StdinResponse
 	// Not retried: a 408 may have written part of the data.
-	resp, err := e.s.send(ctx, call{op: "execStdin", bearer: true,
+	resp, err := e.s.send(ctx, call{op: protocol.OpExecStdin,
 		build: func(server string) (*http.Request, error) { return protocol.NewExecStdinRequest(server, e.id, req) }})
 	if err != nil {
 		return out, err
 	}
-	return out, decodeJSON("execStdin", resp, &out)
+	return out, decodeJSON(protocol.OpExecStdin, resp, &out)
 }
 
 // WriteStdin writes p to the exec's stdin and reports how many bytes went

@@ -31,12 +31,12 @@ func (s *Session) OpenFile(ctx context.Context, path string, lines LineRange) (i
 	if lines.End != 0 {
 		params.EndLine = &lines.End
 	}
-	resp, err := s.send(ctx, call{op: "fsReadFile", bearer: true, file: true, retry: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsReadFile, file: true,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsReadFileRequest(server, &params) }})
 	if err != nil {
 		return nil, err
 	}
-	return &transportBody{op: "fsReadFile", rc: resp.Body}, nil
+	return &transportBody{op: protocol.OpFsReadFile, rc: resp.Body}, nil
 }
 
 // ReadFile copies the file at path (or the selected lines) to w.
@@ -59,7 +59,7 @@ func (s *Session) WriteFile(ctx context.Context, path string, r io.Reader, mode 
 		params.Mode = &m
 	}
 	body := newUploadBody(r)
-	resp, err := s.send(ctx, call{op: "fsWriteFile", bearer: true, oneShot: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsWriteFile, oneShot: true,
 		build: func(server string) (*http.Request, error) {
 			return protocol.NewFsWriteFileRequestWithBody(server, &params, "application/octet-stream", body)
 		}})
@@ -73,12 +73,12 @@ func (s *Session) WriteFile(ctx context.Context, path string, r io.Reader, mode 
 // OpenTar streams the directory tree at dir as an uncompressed tar.
 func (s *Session) OpenTar(ctx context.Context, dir string) (io.ReadCloser, error) {
 	params := protocol.FsReadTarParams{Path: dir}
-	resp, err := s.send(ctx, call{op: "fsReadTar", bearer: true, file: true, retry: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsReadTar, file: true,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsReadTarRequest(server, &params) }})
 	if err != nil {
 		return nil, err
 	}
-	return &transportBody{op: "fsReadTar", rc: resp.Body}, nil
+	return &transportBody{op: protocol.OpFsReadTar, rc: resp.Body}, nil
 }
 
 // ReadTar copies the tar of dir to w.
@@ -96,7 +96,7 @@ func (s *Session) ReadTar(ctx context.Context, dir string, w io.Writer) (int64, 
 func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
 	params := protocol.FsWriteTarParams{Path: dir}
 	body := newUploadBody(r)
-	resp, err := s.send(ctx, call{op: "fsWriteTar", bearer: true, oneShot: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsWriteTar, oneShot: true,
 		build: func(server string) (*http.Request, error) {
 			return protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", body)
 		}})

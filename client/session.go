@@ -385,16 +385,18 @@ func (s *Session) authorize(ctx context.Context, req *http.Request, bearer bool)
 	return nil
 }
 
-// call describes one request for send.
+// call describes one request for send. Whether it carries the bearer token
+// and may be sent again is the operation's, from protocol.Operations.
 type call struct {
-	op     string // operation name for messages, e.g. "execPoll"
-	build  func(server string) (*http.Request, error)
-	bearer bool
-	file   bool // a 404 means fs.ErrNotExist
-	retry  bool // safe to send again after a retryable failure
+	op    string // a protocol.Op* id, also named in messages
+	build func(server string) (*http.Request, error)
+	file  bool // a 404 means fs.ErrNotExist
 	// oneShot: the body is the caller's reader, which a second request
 	// cannot replay, so not even a proxy refusal resends it.
 	oneShot bool
+	// resumesItself: the caller reconnects on its own terms (a stream
+	// resumes at its cursor), so send makes one attempt.
+	resumesItself bool
 }
 
 // send builds, authorizes and sends c, retrying retryable failures when c
@@ -405,6 +407,10 @@ type call struct {
 // the daemon never saw the first one. Only a oneShot body, which cannot be
 // replayed, is not resent. On success the caller owns resp.Body.
 func (s *Session) send(ctx context.Context, c call) (*http.Response, error) {
+	op, ok := protocol.OperationByID(c.op)
+	if !ok {
+		return nil, Errorf(taxonomy.KindUnexpected, "", "%s: not an operation of api/openapi.yaml", c.op)
+	}
 	reminted := false // at most one re-mint per call, across all attempts
 	var attempt func(ctx context.Context) (*http.Response, error)
 	attempt = func(ctx context.Context) (*http.Response, error) {
@@ -413,7 +419,7 @@ func (s *Session) send(ctx context.Context, c call) (*http.Response, error) {
 			return nil, Errorf(taxonomy.KindInvalidArg, "", "%s: building the request: %w", c.op, err)
 		}
 		req = req.WithContext(ctx)
-		if err := s.authorize(ctx, req, c.bearer); err != nil {
+		if err := s.authorize(ctx, req, op.Bearer); err != nil {
 			return nil, err
 		}
 		resp, err := s.hc.Do(req)
@@ -434,7 +440,7 @@ func (s *Session) send(ctx context.Context, c call) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	if !c.retry {
+	if !op.Idempotent || c.oneShot || c.resumesItself {
 		return attempt(ctx)
 	}
 	return RetryValue(ctx, s.retry, attempt)
@@ -504,7 +510,7 @@ func decodeJSON(op string, resp *http.Response, v any) error {
 // the proxy headers a proxied session needs to reach it.
 func (s *Session) Health(ctx context.Context) (protocol.Health, error) {
 	var h protocol.Health
-	resp, err := s.send(ctx, call{op: "health", retry: true, build: protocol.NewHealthRequest})
+	resp, err := s.send(ctx, call{op: protocol.OpHealth, build: protocol.NewHealthRequest})
 	if err != nil {
 		return h, err
 	}

@@ -651,7 +651,7 @@ func (st *Stream) attach() error {
 	timer := time.AfterFunc(idle, func() { cancel(errStreamIdle) })
 	offset := st.cursor
 	resp, err := st.e.s.send(actx, call{
-		op: "execStream", bearer: true, retry: false,
+		op: protocol.OpExecStream, resumesItself: true,
 		build: func(server string) (*http.Request, error) {
 			req, err := protocol.NewExecStreamRequest(server, st.e.id, &protocol.ExecStreamParams{Offset: &offset})
 			if err == nil {

@@ -20,19 +20,24 @@ import (
 	"time"
 )
 
-// AgentdLauncher is a Launcher that runs a real agentd binary as the guest:
-// one process per MicroVM, in its own session, with its own working
+// UnsafeUnisolatedAgentdLauncher is the old, unconfined mode: a real
+// agentd binary as a plain host process. It shares the host's filesystem,
+// process table, hostname and network, so a guest's `rm -rf "$HOME"` deletes
+// the caller's home. Use it only in a test that needs the host's view; every
+// other caller wants AgentdLauncher, which confines the guest.
+//
+// One process per MicroVM, in its own session, with its own working
 // directory (the image WORKDIR stand-in) and HOME, listening on a free port.
 // The guest's hook port maps to that port; it has no other listener.
 //
 // The daemon gets the image's environmentVariables, PATH, AGENTD_PORT and
 // AGENTD_IDENTITY_REPAIR=0: repairing the machine identity rewrites files of
-// the host it runs on, which only a real VM may do. agentd binds every
+// the host it runs on, which only a confined guest may do. agentd binds every
 // interface on its port (its own choice, made for the platform's proxy); the
 // emulator itself reaches it only over 127.0.0.1.
 //
 // stderr receives the daemon's log lines; nil discards them.
-func AgentdLauncher(bin string, stderr io.Writer) Launcher {
+func UnsafeUnisolatedAgentdLauncher(bin string, stderr io.Writer) Launcher {
 	if stderr == nil {
 		stderr = io.Discard
 	}

@@ -17,10 +17,17 @@
 // X-aws-proxy-port inside the token's scope (403 otherwise, 502 for a scoped
 // port with nothing listening), and strips both headers before forwarding.
 // Suspend freezes the guest's processes (SIGSTOP), resume continues them,
-// terminate kills them; Close stops every guest.
+// terminate kills them and deletes the guest's writes; Close stops every
+// guest.
 //
 // State advances when it is observed (each read of a resource is one step),
 // never by the wall clock, so a test driving it is deterministic.
+//
+// AgentdLauncher confines each guest in its own mount, PID, UTS, IPC and
+// network namespaces (isolate_linux.go); it must never start a guest
+// unconfined on a host that cannot do that, but refuse with an
+// *IsolationError. UnsafeUnisolatedAgentdLauncher is the old plain-process
+// mode, by name only.
 //
 // It must never listen on anything but the address its caller gives it (tests
 // use loopback) and, with a VM backend, fresh 127.0.0.1 ports for the

@@ -259,7 +259,7 @@ func (s *Server) TerminateMicrovm(w http.ResponseWriter, r *http.Request, microv
 		// Killed after the lock is released (deferred calls run in
 		// reverse): stopping waits for the process to be reaped.
 		if gone != nil {
-			gone.Stop()
+			gone.stop()
 		}
 	}()
 	s.mu.Lock()

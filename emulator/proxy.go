@@ -75,6 +75,10 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 			return
 		}
 		addr, ok := guest.Ports[port]
+		if guest.Dial != nil {
+			// Dialed from inside the guest: any port it listens on.
+			addr, ok = "127.0.0.1:"+strconv.Itoa(port), true
+		}
 		if !ok {
 			http.Error(w, "Nothing is listening on port "+strconv.Itoa(port), http.StatusBadGateway)
 			return
@@ -86,7 +90,7 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 				pr.Out.Header.Del(taxonomy.ProxyAuthHeader)
 				pr.Out.Header.Del(taxonomy.ProxyPortHeader)
 			},
-			Transport: proxyTransport,
+			Transport: guest.roundTripper(),
 			// SSE and tar downloads must reach the caller as they are
 			// written, not when a buffer fills.
 			FlushInterval: -1,

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
@@ -33,6 +35,13 @@ type GuestSpec struct {
 	HookPort int
 	// Env is the image version's environmentVariables (nil when none).
 	Env map[string]string
+	// Egress is true when the launch asked for an egress network connector:
+	// only then may the guest reach anything outside itself.
+	Egress bool
+	// RootDir is the image's root filesystem on this machine, when the
+	// emulator has one; "" means the guest is built from the host's system
+	// directories.
+	RootDir string
 }
 
 // Guest is one running MicroVM as its Launcher reports it.
@@ -42,6 +51,11 @@ type Guest struct {
 	// Ports[P]; a port in the token's scope but absent here answers 502, as
 	// the platform answers for a scoped port with nothing listening.
 	Ports map[int]string
+	// Dial, when set, is how the emulator reaches guest port P (the run hook
+	// and the endpoint proxy use it instead of Ports): a guest in its own
+	// network namespace is dialed from inside it. A port with nothing
+	// listening fails the dial, which the proxy answers 502.
+	Dial func(ctx context.Context, port int) (net.Conn, error)
 	// Freeze stops every guest process where it stands and Thaw lets them
 	// continue: the platform's suspend is a freeze, not a stop and start
 	// (finding suspend-is-freeze). Nil means the guest cannot be frozen; the
@@ -50,6 +64,42 @@ type Guest struct {
 	// Stop ends the guest and releases what it holds. The emulator calls it
 	// exactly once.
 	Stop func()
+
+	transportOnce sync.Once
+	transport     *http.Transport // built from Dial on first use
+}
+
+// roundTripper is how the emulator sends HTTP to g: through Dial when the
+// guest has one, else to the loopback addresses of Ports.
+func (g *Guest) roundTripper() http.RoundTripper {
+	if g.Dial == nil {
+		return proxyTransport
+	}
+	g.transportOnce.Do(func() {
+		g.transport = &http.Transport{
+			Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second, DisableCompression: true,
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+				_, p, err := net.SplitHostPort(addr)
+				if err != nil {
+					return nil, err
+				}
+				port, err := strconv.Atoi(p)
+				if err != nil {
+					return nil, err
+				}
+				return g.Dial(ctx, port)
+			},
+		}
+	})
+	return g.transport
+}
+
+// stop ends the guest and drops the connections held to it.
+func (g *Guest) stop() {
+	if g.transport != nil {
+		g.transport.CloseIdleConnections()
+	}
+	g.Stop()
 }
 
 // runHookTimeout is how long the emulator waits for the run hook: the
@@ -79,7 +129,8 @@ func guestSpec(vm *microvm, v *version) GuestSpec {
 	if v.spec.EnvironmentVariables != nil {
 		env = *v.spec.EnvironmentVariables
 	}
-	return GuestSpec{MicrovmID: vm.id, ImageArn: vm.imageArn, ImageVersion: vm.version, HookPort: port, Env: env}
+	egress := vm.req.EgressNetworkConnectors != nil && len(*vm.req.EgressNetworkConnectors) > 0
+	return GuestSpec{MicrovmID: vm.id, ImageArn: vm.imageArn, ImageVersion: vm.version, HookPort: port, Env: env, Egress: egress}
 }
 
 // startGuest is RunMicrovm's half of the VM backend, called with s.mu held:
@@ -127,7 +178,11 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 	case err != nil:
 		g, reason = nil, "MicroVM failed to start: "+err.Error()
 	case hook:
-		reason = postRunHook(s.ctx, g.Ports[spec.HookPort], body, timeout)
+		addr := g.Ports[spec.HookPort]
+		if g.Dial != nil {
+			addr = "127.0.0.1:" + strconv.Itoa(spec.HookPort)
+		}
+		reason = postRunHook(s.ctx, g.roundTripper(), addr, body, timeout)
 	}
 	s.mu.Lock()
 	vm.launching = false
@@ -143,13 +198,13 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 	}
 	s.mu.Unlock()
 	if g != nil {
-		g.Stop()
+		g.stop()
 	}
 }
 
 // postRunHook delivers the wrapped payload and returns "" on a 200, else
 // the stateReason the MicroVM dies with.
-func postRunHook(ctx context.Context, addr string, body []byte, timeout time.Duration) string {
+func postRunHook(ctx context.Context, rt http.RoundTripper, addr string, body []byte, timeout time.Duration) string {
 	if addr == "" {
 		return "Run lifecycle hook failed: nothing listens on the hook port."
 	}
@@ -163,7 +218,10 @@ func postRunHook(ctx context.Context, addr string, body []byte, timeout time.Dur
 	// The platform's hook arrives over loopback addressed to localhost
 	// (finding hooks-over-loopback).
 	req.Host = "localhost"
-	resp, err := hookClient.Do(req)
+	// No keep-alive: the hook is one request, and the proxy's connections
+	// to the guest start after it.
+	req.Close = true
+	resp, err := (&http.Client{Transport: rt}).Do(req)
 	if err != nil {
 		return "Run lifecycle hook failed: " + err.Error()
 	}
@@ -175,8 +233,6 @@ func postRunHook(ctx context.Context, addr string, body []byte, timeout time.Dur
 	}
 	return ""
 }
-
-var hookClient = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 
 // freeze, thaw and stopGuest apply a lifecycle step to vm's guest, if it
 // has one; called with s.mu held. A freeze failure is not hidden: the VM
@@ -217,7 +273,7 @@ func (s *Server) Close() {
 	s.proxies = nil
 	s.mu.Unlock()
 	for _, g := range guests {
-		g.Stop()
+		g.stop()
 	}
 	for _, p := range proxies {
 		_ = p.Close()

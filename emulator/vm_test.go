@@ -26,6 +26,12 @@ import (
 var agentdBin string
 
 func TestMain(m *testing.M) {
+	if p := os.Getenv("EMULATOR_REFUSAL_CHILD_AGENTD"); p != "" {
+		// The unprivileged re-run of TestUnprivilegedHostIsRefusedNotUnconfined:
+		// the parent built the daemon.
+		agentdBin = p
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "emulator-test-")
 	if err != nil {
 		panic(err)

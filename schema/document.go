@@ -363,7 +363,7 @@ func generateDocument(root string) ([]Output, error) {
 	if err := enc.Encode(out); err != nil {
 		return nil, err
 	}
-	wire, err := wireGo(doc)
+	wire, err := wireGo(node, doc)
 	if err != nil {
 		return nil, err
 	}

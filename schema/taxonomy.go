@@ -40,7 +40,7 @@ type Taxonomy struct {
 	} `yaml:"exit_codes" json:"exit_codes"`
 	DaemonErrors []struct {
 		Slug     string `yaml:"slug" json:"slug"`
-		Status   int    `yaml:"status" json:"status"`
+		Status   int    `yaml:"-" json:"status"` // from api/openapi.yaml's x-errors
 		WireKind string `yaml:"wire_kind" json:"wire_kind"`
 		Meaning  string `yaml:"meaning" json:"meaning"`
 		Why      string `yaml:"why" json:"why,omitempty"`
@@ -49,6 +49,7 @@ type Taxonomy struct {
 		Name    string    `yaml:"name" json:"name"`
 		Type    string    `yaml:"type" json:"type"`
 		Value   yaml.Node `yaml:"value" json:"-"`
+		From    string    `yaml:"from" json:"-"`
 		Doc     string    `yaml:"doc" json:"doc"`
 		Finding string    `yaml:"finding" json:"finding,omitempty"`
 	} `yaml:"constants" json:"-"`
@@ -68,18 +69,21 @@ type Taxonomy struct {
 	} `yaml:"size_classes" json:"size_classes"`
 	MicrovmStates struct {
 		Finding  string   `yaml:"finding" json:"finding"`
-		Values   []string `yaml:"values" json:"values"`
+		EnumFrom string   `yaml:"enum_from" json:"-"`
+		Values   []string `yaml:"-" json:"values"`
 		Terminal []string `yaml:"terminal" json:"terminal"`
 		Dead     []string `yaml:"dead" json:"dead"`
 	} `yaml:"microvm_states" json:"microvm_states"`
 	ImageStates struct {
-		Values []string `yaml:"values" json:"values"`
-		Ready  []string `yaml:"ready" json:"ready"`
-		Failed []string `yaml:"failed" json:"failed"`
+		EnumFrom string   `yaml:"enum_from" json:"-"`
+		Values   []string `yaml:"-" json:"values"`
+		Ready    []string `yaml:"ready" json:"ready"`
+		Failed   []string `yaml:"failed" json:"failed"`
 	} `yaml:"image_states" json:"image_states"`
 	BuildStates struct {
-		Finding string   `yaml:"finding" json:"finding"`
-		Values  []string `yaml:"values" json:"values"`
+		Finding  string   `yaml:"finding" json:"finding"`
+		EnumFrom string   `yaml:"enum_from" json:"-"`
+		Values   []string `yaml:"-" json:"values"`
 	} `yaml:"build_states" json:"build_states"`
 }
 
@@ -88,6 +92,17 @@ func LoadTaxonomy(root string) (*Taxonomy, error) {
 	var t Taxonomy
 	if err := decodeStrict(root, "errors.yaml", &t); err != nil {
 		return nil, err
+	}
+	_, openapi, err := loadOpenAPI(root)
+	if err != nil {
+		return nil, err
+	}
+	controlPlane, err := loadControlPlaneEnums(root)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.resolve(openapi, controlPlane); err != nil {
+		return nil, fmt.Errorf("api/errors.yaml: %w", err)
 	}
 	if err := t.check(); err != nil {
 		return nil, fmt.Errorf("api/errors.yaml: %w", err)
@@ -160,6 +175,9 @@ func (t *Taxonomy) check() error {
 		default:
 			return fmt.Errorf("constant %s: unknown type %q", c.Name, c.Type)
 		}
+	}
+	if err := t.checkExitTable(); err != nil {
+		return err
 	}
 	for _, f := range []string{t.Regions.Finding, t.SizeClasses.Finding, t.MicrovmStates.Finding, t.BuildStates.Finding} {
 		if err := need("a table", f); err != nil {
@@ -403,6 +421,17 @@ var DaemonErrors = []DaemonError{
 {{- range .DaemonErrors}}
 	{Slug: Slug{{ident .Slug}}, Status: {{.Status}}, WireKind: Wire{{.WireKind}}, Meaning: {{quote .Meaning}}},
 {{- end}}
+}
+
+// SlugStatus is the HTTP status the daemon sends slug with (each slug has
+// exactly one, declared in api/openapi.yaml), and false for an unknown slug.
+func SlugStatus(slug string) (int, bool) {
+	for _, d := range DaemonErrors {
+		if d.Slug == slug {
+			return d.Status, true
+		}
+	}
+	return 0, false
 }
 
 // WireKindFromSlug classifies an answer by its error slug. A client consults

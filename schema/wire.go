@@ -6,7 +6,10 @@ import (
 	"go/format"
 	"sort"
 	"strconv"
+	"strings"
 	"text/template"
+
+	"gopkg.in/yaml.v3"
 )
 
 type limitRow struct {
@@ -15,6 +18,17 @@ type limitRow struct {
 }
 
 type eventRow struct{ Ident, Name, Schema string }
+
+type opRow struct {
+	Ident, ID, Method, Pattern string
+	Bearer, Idempotent         bool
+	Errors                     []errorMediaRow
+}
+
+type errorMediaRow struct {
+	Status int
+	Media  string
+}
 
 var wireTemplate = template.Must(template.New("wire").Funcs(template.FuncMap{"quote": strconv.Quote}).Parse(`// Constants of agentd protocol v1 that are not types: the version header, the
 // hook prefix, the SSE event names and the operative limits, from the x-
@@ -38,6 +52,43 @@ const (
 
 // SSETerminalEvent is the event after which the stream body ends.
 const SSETerminalEvent = {{quote .Terminal}}
+
+// Operation is one route of the protocol with the facts its callers and the
+// daemon share, so neither retypes them beside a call.
+type Operation struct {
+	ID         string // the operationId
+	Method     string
+	Pattern    string // the path, with {name} placeholders
+	Bearer     bool   // the bearer token is required
+	Idempotent bool   // sending it again after a retryable failure changes nothing more
+	// ErrorMedia is the media type of the body each error status carries,
+	// "" where the status has no body.
+	ErrorMedia map[int]string
+}
+
+// The operation ids.
+const (
+{{- range .Ops}}
+	Op{{.Ident}} = {{quote .ID}}
+{{- end}}
+)
+
+// Operations lists every route in document order.
+var Operations = []Operation{
+{{- range .Ops}}
+	{ID: Op{{.Ident}}, Method: {{quote .Method}}, Pattern: {{quote .Pattern}}, Bearer: {{.Bearer}}, Idempotent: {{.Idempotent}}, ErrorMedia: map[int]string{ {{- range .Errors}}{{.Status}}: {{quote .Media}}, {{end -}} }},
+{{- end}}
+}
+
+// OperationByID returns the operation with id, and false for an unknown id.
+func OperationByID(id string) (Operation, bool) {
+	for _, op := range Operations {
+		if op.ID == id {
+			return op, true
+		}
+	}
+	return Operation{}, false
+}
 
 // Limit is one operative limit: its wire name (the key in docs/schema.json),
 // the environment variable that overrides it, and its default.
@@ -63,11 +114,12 @@ var Limits = []Limit{
 }
 `))
 
-func wireGo(doc map[string]any) ([]byte, error) {
+func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 	data := struct {
 		ProtocolVersion, VersionHeader, HookPrefix, Terminal string
 		Events                                               []eventRow
 		Limits                                               []limitRow
+		Ops                                                  []opRow
 	}{
 		ProtocolVersion: fmt.Sprint(doc["x-protocol-version"]),
 		VersionHeader:   asString(doc["x-version-header"]),
@@ -103,6 +155,11 @@ func wireGo(doc map[string]any) ([]byte, error) {
 		data.Limits = append(data.Limits, row)
 	}
 	sort.Slice(data.Limits, func(i, j int) bool { return data.Limits[i].Name < data.Limits[j].Name })
+	ops, err := operations(node, doc)
+	if err != nil {
+		return nil, err
+	}
+	data.Ops = ops
 	var buf bytes.Buffer
 	if err := wireTemplate.Execute(&buf, data); err != nil {
 		return nil, err
@@ -111,6 +168,41 @@ func wireGo(doc map[string]any) ([]byte, error) {
 	out, err := format.Source(src)
 	if err != nil {
 		return nil, fmt.Errorf("wire.gen.go: gofmt: %w", err)
+	}
+	return out, nil
+}
+
+// operations reads each route's shared facts. Every operation must say
+// whether it is idempotent (x-idempotent): a missing answer would default a
+// client's retry decision silently.
+func operations(node *yaml.Node, doc map[string]any) ([]opRow, error) {
+	rs, err := routes(node, doc)
+	if err != nil {
+		return nil, err
+	}
+	paths := asMap(doc["paths"])
+	var out []opRow
+	for _, r := range rs {
+		op := asMap(asMap(paths[r.Path])[strings.ToLower(r.Method)])
+		idem, ok := op["x-idempotent"].(bool)
+		if !ok {
+			return nil, fmt.Errorf("%s %s (%s): x-idempotent must be true or false", r.Method, r.Path, r.OperationID)
+		}
+		row := opRow{Ident: goIdent(r.OperationID), ID: r.OperationID, Method: r.Method, Pattern: r.Path, Bearer: r.Auth == "bearer", Idempotent: idem}
+		responses := asMap(op["responses"])
+		for _, code := range mappingKeys(node, "paths", r.Path, strings.ToLower(r.Method), "responses") {
+			status, err := strconv.Atoi(code)
+			if err != nil || status < 400 {
+				continue
+			}
+			var media []string
+			for mt := range asMap(resolveRef(doc, responses[code])["content"]) {
+				media = append(media, mt)
+			}
+			sort.Strings(media)
+			row.Errors = append(row.Errors, errorMediaRow{Status: status, Media: strings.Join(media, ",")})
+		}
+		out = append(out, row)
 	}
 	return out, nil
 }

@@ -181,12 +181,17 @@ func (c *Client) builds(ctx context.Context, ref ImageRef, version string) ([]cp
 	return p.All(ctx)
 }
 
-// WaitRunning polls a MicroVM until RUNNING. A terminal state first means the
-// launch died (almost always a failed run hook) and fails at once as
+// WaitRunning polls a MicroVM until RUNNING, after a launch or a resume. A
+// dead state (TERMINATING, TERMINATED) first means the VM will never run
+// (after a launch, almost always a failed run hook) and fails at once as
 // LaunchDied with the stateReason, instead of polling on and reporting a
-// connection error later.
+// connection error later. SUSPENDING and SUSPENDED are waited through: a
+// resumed VM reads SUSPENDED for a few polls before RUNNING. That lag is
+// assumed, not measured: docs/PLATFORM.md records suspend/resume as a freeze
+// and thaw but not the states a resume passes through, and the service
+// model names no resuming state.
 func (c *Client) WaitRunning(ctx context.Context, id string, o WaitOptions) (*cp.GetMicrovmResponse, error) {
-	return c.waitVM(ctx, id, cp.MicrovmStateRUNNING, taxonomy.MicrovmTerminalStates, o)
+	return c.waitVM(ctx, id, cp.MicrovmStateRUNNING, taxonomy.MicrovmDeadStates, o)
 }
 
 // WaitSuspended polls until SUSPENDED; TERMINATING or TERMINATED fail it.

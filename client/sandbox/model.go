@@ -2,20 +2,22 @@ package sandbox
 
 import (
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// Lifecycle is a MicroVM's state as the sandbox last knew it.
-type Lifecycle string
+// Lifecycle is a MicroVM's state as the sandbox last knew it. It is the
+// control plane's MicrovmState, declared once in api/lambda-microvms.yaml.
+type Lifecycle = controlplane.MicrovmState
 
 // The lifecycle values, in the platform's order.
 const (
-	Pending     Lifecycle = "PENDING"
-	Running     Lifecycle = "RUNNING"
-	Suspending  Lifecycle = "SUSPENDING"
-	Suspended   Lifecycle = "SUSPENDED"
-	Terminating Lifecycle = "TERMINATING"
-	Terminated  Lifecycle = "TERMINATED"
+	Pending     = controlplane.MicrovmStatePENDING
+	Running     = controlplane.MicrovmStateRUNNING
+	Suspending  = controlplane.MicrovmStateSUSPENDING
+	Suspended   = controlplane.MicrovmStateSUSPENDED
+	Terminating = controlplane.MicrovmStateTERMINATING
+	Terminated  = controlplane.MicrovmStateTERMINATED
 )
 
 // model is the specification's state model and nothing else: five variables

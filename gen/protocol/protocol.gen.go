@@ -886,7 +886,7 @@ type ClientInterface interface {
 
 	// FsWriteTarWithBody Extract a tar
 	//
-	// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+	// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1230,7 +1230,7 @@ func (c *Client) FsReadTar(ctx context.Context, params *FsReadTarParams, reqEdit
 
 // FsWriteTarWithBody Extract a tar
 //
-// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2208,7 +2208,7 @@ type ClientWithResponsesInterface interface {
 
 	// FsWriteTarWithBodyWithResponse Extract a tar
 	//
-	// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+	// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3769,7 +3769,7 @@ func (c *ClientWithResponses) FsReadTarWithResponse(ctx context.Context, params 
 
 // FsWriteTarWithBodyWithResponse Extract a tar
 //
-// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //

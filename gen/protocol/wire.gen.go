@@ -25,6 +25,73 @@ const (
 // SSETerminalEvent is the event after which the stream body ends.
 const SSETerminalEvent = "exit"
 
+// Operation is one route of the protocol with the facts its callers and the
+// daemon share, so neither retypes them beside a call.
+type Operation struct {
+	ID         string // the operationId
+	Method     string
+	Pattern    string // the path, with {name} placeholders
+	Bearer     bool   // the bearer token is required
+	Idempotent bool   // sending it again after a retryable failure changes nothing more
+	// ErrorMedia is the media type of the body each error status carries,
+	// "" where the status has no body.
+	ErrorMedia map[int]string
+}
+
+// The operation ids.
+const (
+	OpHookReady     = "hookReady"
+	OpHookValidate  = "hookValidate"
+	OpHookRun       = "hookRun"
+	OpHookSuspend   = "hookSuspend"
+	OpHookResume    = "hookResume"
+	OpHookTerminate = "hookTerminate"
+	OpExecStart     = "execStart"
+	OpExecPoll      = "execPoll"
+	OpExecStream    = "execStream"
+	OpExecStdin     = "execStdin"
+	OpExecAck       = "execAck"
+	OpExecKill      = "execKill"
+	OpFsReadFile    = "fsReadFile"
+	OpFsWriteFile   = "fsWriteFile"
+	OpFsReadTar     = "fsReadTar"
+	OpFsWriteTar    = "fsWriteTar"
+	OpHealth        = "health"
+	OpSchema        = "schema"
+)
+
+// Operations lists every route in document order.
+var Operations = []Operation{
+	{ID: OpHookReady, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/ready", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
+	{ID: OpHookValidate, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/validate", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
+	{ID: OpHookRun, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/run", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 409: ""}},
+	{ID: OpHookSuspend, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/suspend", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
+	{ID: OpHookResume, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/resume", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
+	{ID: OpHookTerminate, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/terminate", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
+	{ID: OpExecStart, Method: "POST", Pattern: "/v1/exec/start", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 413: "text/plain", 500: "application/json", 503: ""}},
+	{ID: OpExecPoll, Method: "GET", Pattern: "/v1/exec/{id}", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 404: "application/json", 503: ""}},
+	{ID: OpExecStream, Method: "GET", Pattern: "/v1/exec/{id}/stream", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 503: ""}},
+	{ID: OpExecStdin, Method: "POST", Pattern: "/v1/exec/{id}/stdin", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 408: "application/json", 409: "application/json", 410: "application/json", 413: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpExecAck, Method: "POST", Pattern: "/v1/exec/{id}/ack", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{401: "", 404: "application/json", 409: "application/json", 503: ""}},
+	{ID: OpExecKill, Method: "POST", Pattern: "/v1/exec/{id}/kill", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 404: "application/json", 503: ""}},
+	{ID: OpFsReadFile, Method: "GET", Pattern: "/v1/fs/file", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 404: "text/plain", 500: "text/plain", 503: ""}},
+	{ID: OpFsWriteFile, Method: "PUT", Pattern: "/v1/fs/file", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
+	{ID: OpFsReadTar, Method: "GET", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 404: "text/plain", 413: "text/plain", 500: "text/plain", 503: ""}},
+	{ID: OpFsWriteTar, Method: "PUT", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
+	{ID: OpHealth, Method: "GET", Pattern: "/v1/health", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
+	{ID: OpSchema, Method: "GET", Pattern: "/v1/schema", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
+}
+
+// OperationByID returns the operation with id, and false for an unknown id.
+func OperationByID(id string) (Operation, bool) {
+	for _, op := range Operations {
+		if op.ID == id {
+			return op, true
+		}
+	}
+	return Operation{}, false
+}
+
 // Limit is one operative limit: its wire name (the key in docs/schema.json),
 // the environment variable that overrides it, and its default.
 type Limit struct {

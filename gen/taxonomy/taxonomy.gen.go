@@ -352,6 +352,17 @@ var DaemonErrors = []DaemonError{
 	{Slug: SlugStdinWriteFailed, Status: 500, WireKind: WireServerError, Meaning: "the pipe write failed for another reason"},
 }
 
+// SlugStatus is the HTTP status the daemon sends slug with (each slug has
+// exactly one, declared in api/openapi.yaml), and false for an unknown slug.
+func SlugStatus(slug string) (int, bool) {
+	for _, d := range DaemonErrors {
+		if d.Slug == slug {
+			return d.Status, true
+		}
+	}
+	return 0, false
+}
+
 // WireKindFromSlug classifies an answer by its error slug. A client consults
 // it before the status, because a slug can carry a sharper meaning than its
 // status (spawn_failed is a 500 that retrying cannot fix).

@@ -11,6 +11,7 @@ package linerange
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -144,10 +145,20 @@ const ChunkSize = 64 << 10
 // Copy writes the window of src to dst and stops reading src as soon as the
 // window closes. It returns the bytes written.
 func Copy(dst io.Writer, src io.Reader, r Range) (int64, error) {
+	return CopyContext(context.Background(), dst, src, r)
+}
+
+// CopyContext is Copy that also stops, with ctx's error, once ctx is done. A
+// window that opens late in an endless source (start_line=2 of /dev/zero)
+// reads without ever writing, so a failed write cannot be what stops it.
+func CopyContext(ctx context.Context, dst io.Writer, src io.Reader, r Range) (int64, error) {
 	buf := make([]byte, ChunkSize)
 	w := NewWindow(r)
 	var n int64
 	for !w.Done() {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
 		k, rerr := src.Read(buf)
 		if k > 0 {
 			if sel := w.Take(buf[:k]); len(sel) > 0 {

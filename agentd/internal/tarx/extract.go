@@ -30,12 +30,16 @@ package tarx
 
 import (
 	"archive/tar"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -191,11 +195,16 @@ func (x *extractor) close() {
 }
 
 func (x *extractor) run(r io.Reader) (Result, error) {
-	tr := tar.NewReader(r)
+	er := &endReader{r: r}
+	tr := tar.NewReader(er)
 	x.dirModes = map[string]dirMode{}
 	for {
+		er.mark()
 		hdr, err := tr.Next()
 		if err == io.EOF {
+			if !er.sawEnd() {
+				return x.res, &MalformedError{Err: ErrNoEndMarker}
+			}
 			break
 		}
 		// ErrInsecurePath comes with a usable header when GODEBUG asks for it;
@@ -213,10 +222,149 @@ func (x *extractor) run(r io.Reader) (Result, error) {
 		if err := x.member(tr, hdr); err != nil {
 			return x.res, err
 		}
+		// Whatever a member left unread (a link or directory that declares
+		// content) is read here, not inside Next, so the bytes Next reads
+		// are only padding and headers and the end-marker check stays exact.
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			return x.res, &MalformedError{Err: err}
+		}
 	}
 	x.applyDirModes()
 	return x.res, nil
 }
+
+// ErrNoEndMarker is an archive that stops without its two zero blocks: cut at
+// a member boundary, it would otherwise read as a shorter, complete archive.
+var ErrNoEndMarker = errors.New("the archive ends without its end-of-archive marker (two zero blocks), so it was cut short")
+
+// endReader tells an archive that ends with its end-of-archive marker from one
+// cut at a member boundary: archive/tar answers io.EOF for both. It counts the
+// zero bytes that ended what was read since mark; the marker is two zero
+// blocks, and the only other bytes tar.Reader reads inside Next before it
+// answers io.EOF are a member's padding (under one block), so 1024 trailing
+// zero bytes mean the marker was there.
+type endReader struct {
+	r     io.Reader
+	zeros int64
+}
+
+func (e *endReader) mark()        { e.zeros = 0 }
+func (e *endReader) sawEnd() bool { return e.zeros >= 2*512 }
+func (e *endReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	e.count(p[:n])
+	return n, err
+}
+
+func (e *endReader) count(p []byte) {
+	i := len(p)
+	for i > 0 && p[i-1] == 0 {
+		i--
+	}
+	if i == 0 {
+		e.zeros += int64(len(p))
+	} else {
+		e.zeros = int64(len(p) - i)
+	}
+}
+
+// seekEndReader is an endReader over a seekable source, so tar.Reader skips
+// member content with a seek instead of reading it. A seek is never part of
+// the marker, so it resets the count.
+type seekEndReader struct {
+	endReader
+	s io.Seeker
+}
+
+func (e *seekEndReader) Seek(off int64, whence int) (int64, error) {
+	if !(off == 0 && whence == io.SeekCurrent) {
+		e.zeros = 0
+	}
+	return e.s.Seek(off, whence)
+}
+
+// Check reads an archive's structure without writing anything: every header,
+// member content skipped by seeking, through to the end-of-archive marker. It
+// refuses what Extract would refuse before its first write could happen (a
+// truncated or malformed archive, one over the caps, a device or fifo member,
+// a name that climbs out of the root), so a refusal of those leaves the tree
+// exactly as it was. Extract still applies every rule itself.
+func Check(r io.ReadSeeker, caps Caps) error {
+	total, err := r.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	er := &seekEndReader{endReader: endReader{r: r}, s: r}
+	tr := tar.NewReader(er)
+	var members, size int64
+	for {
+		er.mark()
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			if !er.sawEnd() {
+				return &MalformedError{Err: ErrNoEndMarker}
+			}
+			return nil
+		}
+		if err != nil && !errors.Is(err, tar.ErrInsecurePath) {
+			return &MalformedError{Err: err}
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		members++
+		if caps.MaxMembers > 0 && members > caps.MaxMembers {
+			return &LimitError{Detail: fmt.Sprintf("archive has more than %d members (limits.max_tar_members)", caps.MaxMembers)}
+		}
+		switch hdr.Typeflag {
+		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+			return &MemberError{hdr.Name, "device and fifo members are not extractable"}
+		case tar.TypeReg, '\x00', tar.TypeCont, tar.TypeGNUSparse:
+			if hdr.Size < 0 {
+				return &MemberError{hdr.Name, "negative size"}
+			}
+			size += hdr.Size
+			if caps.MaxBytes > 0 && (hdr.Size > caps.MaxBytes || size > caps.MaxBytes) {
+				return &LimitError{Detail: fmt.Sprintf("archive exceeds %d bytes of member content (limits.max_tar_bytes)", caps.MaxBytes)}
+			}
+			// Named here: the seek past a cut member only fails in the next
+			// Next, which cannot say whose content was short.
+			pos, err := r.Seek(0, io.SeekCurrent)
+			if err == nil && !sparse(hdr) && pos+hdr.Size > total {
+				return &MalformedError{Err: fmt.Errorf("member %s ends after %d of its %d declared bytes", hdr.Name, total-pos, hdr.Size)}
+			}
+		}
+		if _, ok := Normalize(hdr.Name); !ok {
+			return &MemberError{hdr.Name, "path escapes the extraction root"}
+		}
+		if err := checkName(hdr.Name); err != nil {
+			return err
+		}
+	}
+}
+
+// sparse reports a member whose content on the wire is a sparse map and data
+// runs, shorter than its size.
+func sparse(hdr *tar.Header) bool {
+	return hdr.Typeflag == tar.TypeGNUSparse || hdr.PAXRecords["GNU.sparse.major"] != "" || hdr.PAXRecords["GNU.sparse.size"] != ""
+}
+
+// checkName refuses a member name the kernel would refuse: a component longer
+// than NAME_MAX is the archive's fault, not this machine's.
+func checkName(name string) error {
+	for _, c := range strings.Split(name, "/") {
+		if len(c) > maxNameBytes {
+			return &MemberError{name, fmt.Sprintf("a path component is %d bytes, longer than the %d a file name may have", len(c), maxNameBytes)}
+		}
+	}
+	return nil
+}
+
+// maxNameBytes is NAME_MAX.
+const maxNameBytes = 255
 
 func (x *extractor) member(tr *tar.Reader, hdr *tar.Header) error {
 	name := hdr.Name
@@ -617,27 +765,31 @@ func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64
 	if x.opt.Caps.MaxBytes > 0 && (size > x.opt.Caps.MaxBytes || x.res.Bytes+size > x.opt.Caps.MaxBytes) {
 		return &LimitError{Detail: fmt.Sprintf("archive exceeds %d bytes of member content (limits.max_tar_bytes)", x.opt.Caps.MaxBytes)}
 	}
+	if err := checkName(name); err != nil {
+		return err
+	}
 	parent, leaf, werr := x.parentOf(parts)
 	if werr != nil {
 		return werr.refusal(name, "")
 	}
-	// O_EXCL first: a fresh extraction pays one syscall per file. An existing
-	// name is unlinked rather than truncated so that a pre-existing hard link
-	// is never written through.
-	how := unix.OpenHow{Flags: unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC, Mode: 0o600, Resolve: confinement}
-	fd, err := x.open2(parent, leaf, &how)
-	if err == unix.EEXIST {
-		if cerr := x.clear(parent, leaf); cerr != nil {
-			return (&walkError{leaf, cerr}).refusal(name, "")
-		}
-		x.forget(parts)
-		fd, err = x.open2(parent, leaf, &how)
+	if err := refuseSpecial(parent, leaf); err != nil {
+		return (&walkError{leaf, err}).refusal(name, "")
 	}
+	// The content goes to an anonymous file in the member's directory and
+	// takes the name only once complete: a member that fails midway (a cut
+	// archive, a full disk, the reserve, a crash) never costs the file that
+	// was there, and leaves nothing behind.
+	fd, named, err := x.tempIn(parent)
 	if err != nil {
 		return (&walkError{leaf, err}).refusal(name, "")
 	}
-	defer unix.Close(fd)
-	x.setLink(strings.Join(parts, "/"), nil)
+	committed := false
+	defer func() {
+		unix.Close(fd)
+		if !committed && named != "" {
+			_ = unix.Unlinkat(parent, named, 0)
+		}
+	}()
 	if x.buf == nil {
 		x.buf = make([]byte, 1<<20)
 	}
@@ -649,13 +801,14 @@ func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64
 		}
 		n, rerr := io.ReadFull(tr, x.buf[:want])
 		if n > 0 {
-			if werr := writeAll(fd, x.buf[:n]); werr != nil {
+			landed, werr := writeHoley(fd, x.buf[:n], written)
+			if werr != nil {
 				return fmt.Errorf("write %s: %w", name, werr)
 			}
 			written += int64(n)
 			x.res.Bytes += int64(n)
-			if x.opt.Pace != nil {
-				if perr := x.opt.Pace(int64(n)); perr != nil {
+			if x.opt.Pace != nil && landed > 0 {
+				if perr := x.opt.Pace(landed); perr != nil {
 					return fmt.Errorf("extracting %s: %w", name, perr)
 				}
 			}
@@ -667,31 +820,181 @@ func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64
 			return &MalformedError{Err: rerr}
 		}
 	}
+	// Trailing holes were skipped, not written: the length comes from here.
+	if err := unix.Ftruncate(fd, size); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
 	// Applied once the content is in: a 0444 file written at 0444 is fine for
 	// this process, but the order keeps one rule for every member kind.
 	if err := unix.Fchmod(fd, mode); err != nil {
 		x.opt.Log.Warn("could not apply archive mode", "member", name, "err", err)
 	}
+	if err := x.commit(fd, named, parent, leaf); err != nil {
+		return (&walkError{leaf, err}).refusal(name, "")
+	}
+	committed = true
+	x.forget(parts)
+	x.setLink(strings.Join(parts, "/"), nil)
 	return nil
 }
 
-func writeAll(fd int, b []byte) error {
+// holeBytes is the unit writeHoley checks for zeros: a filesystem block.
+const holeBytes = 4096
+
+var zeroBlock [holeBytes]byte
+
+// writeHoley writes b at off, skipping every whole block-aligned run of
+// zeros, and returns how many bytes it actually wrote. A sparse member is
+// expanded by archive/tar into the zeros of its holes; written out they would
+// turn a few KiB on the wire into gigabytes on disk, so they stay holes (any
+// run of zero blocks does, whatever the member type). The file's length is
+// set by the caller once all content is in.
+func writeHoley(fd int, b []byte, off int64) (int64, error) {
+	var landed int64
 	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
+		// Up to the next block boundary of the file.
+		n := holeBytes - int(off%holeBytes)
+		if n > len(b) {
+			n = len(b)
+		}
+		chunk := b[:n]
+		if n == holeBytes && bytes.Equal(chunk, zeroBlock[:]) {
+			b, off = b[n:], off+int64(n)
+			continue
+		}
+		// Coalesce the following non-zero blocks into one write.
+		for n < len(b) {
+			m := min(holeBytes, len(b)-n)
+			if m == holeBytes && bytes.Equal(b[n:n+m], zeroBlock[:]) {
+				break
+			}
+			n += m
+		}
+		if err := pwriteAll(fd, b[:n], off); err != nil {
+			return landed, err
+		}
+		landed += int64(n)
+		b, off = b[n:], off+int64(n)
+	}
+	return landed, nil
+}
+
+func pwriteAll(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := unix.Pwrite(fd, b, off)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		b = b[n:]
+		b, off = b[n:], off+int64(n)
 	}
 	return nil
+}
+
+// refuseSpecial answers EPERM when leaf is a device node, fifo or socket:
+// extraction never replaces one (on a guest the name may be /dev/null).
+func refuseSpecial(parent int, leaf string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(parent, leaf, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil // missing, or the write below reports why
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO, unix.S_IFSOCK:
+		return errSpecialInTheWay
+	}
+	return nil
+}
+
+// errSpecialInTheWay marks a device node, fifo or socket where a member would land.
+var errSpecialInTheWay = errors.New("a device node, fifo or socket is in the way, and extraction never replaces one")
+
+// tempIn opens an anonymous file (O_TMPFILE) in the directory parent. A
+// filesystem without O_TMPFILE gets a named temp file instead, whose name is
+// returned so a failure can remove it.
+func (x *extractor) tempIn(parent int) (fd int, named string, err error) {
+	how := unix.OpenHow{Flags: unix.O_WRONLY | unix.O_TMPFILE | unix.O_CLOEXEC, Mode: 0o600, Resolve: confinement}
+	fd, err = x.open2(parent, ".", &how)
+	if err == nil {
+		return fd, "", nil
+	}
+	if err != unix.EOPNOTSUPP && err != unix.EISDIR && err != unix.EINVAL {
+		return -1, "", err
+	}
+	for range 16 {
+		named = TempName()
+		how := unix.OpenHow{Flags: unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC, Mode: 0o600, Resolve: confinement}
+		fd, err = x.open2(parent, named, &how)
+		if err != unix.EEXIST {
+			return fd, named, err
+		}
+	}
+	return -1, "", err
+}
+
+// commit gives the finished content its name: linked straight to leaf when
+// the name is free, otherwise linked beside it and renamed over it, which
+// replaces a file or symlink in one step (a directory in the way stays, and
+// the rename says so).
+func (x *extractor) commit(fd int, named string, parent int, leaf string) error {
+	if named != "" {
+		return unix.Renameat(parent, named, parent, leaf)
+	}
+	return CommitAnonymous(fd, parent, leaf)
+}
+
+// CommitAnonymous gives the O_TMPFILE file fd the name leaf in dirfd: linked
+// straight there when the name is free, otherwise linked beside it under a
+// temp name and renamed over it, which replaces a file or symlink in one step
+// (a directory in the way stays, and the rename says so). A crash can leave a
+// name only between that link and the rename.
+func CommitAnonymous(fd, dirfd int, leaf string) error {
+	err := LinkAnonymous(fd, dirfd, leaf)
+	if err != unix.EEXIST {
+		return err
+	}
+	for range 16 {
+		tmp := TempName()
+		err = LinkAnonymous(fd, dirfd, tmp)
+		if err == unix.EEXIST {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err = unix.Renameat(dirfd, tmp, dirfd, leaf); err != nil {
+			_ = unix.Unlinkat(dirfd, tmp, 0)
+		}
+		return err
+	}
+	return err
+}
+
+// LinkAnonymous gives an O_TMPFILE file the name leaf in dirfd. AT_EMPTY_PATH
+// needs CAP_DAC_READ_SEARCH; without it the /proc/self/fd link does the same.
+func LinkAnonymous(fd, dirfd int, leaf string) error {
+	err := unix.Linkat(fd, "", dirfd, leaf, unix.AT_EMPTY_PATH)
+	if err == unix.ENOENT || err == unix.EPERM {
+		err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, leaf, unix.AT_SYMLINK_FOLLOW)
+	}
+	return err
+}
+
+// TempName is the name a temp file takes for the moments it has one: short,
+// so it fits beside a 255-byte name, and hidden.
+func TempName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return ".agentd-" + hex.EncodeToString(b[:])
 }
 
 // clear removes a non-directory name so a link or file can take its place.
 // A directory in the way stays and the caller reports it.
 func (x *extractor) clear(parent int, leaf string) error {
+	if err := refuseSpecial(parent, leaf); err != nil {
+		return err
+	}
 	err := unix.Unlinkat(parent, leaf, 0)
 	if err == nil || err == unix.ENOENT {
 		return nil
@@ -817,6 +1120,10 @@ func (w *walkError) refusal(member, context string) error {
 		cause = "a directory is in the way"
 	case unix.EPERM:
 		cause = "the operation is not permitted on this member"
+	case unix.ENAMETOOLONG:
+		cause = "the name is longer than the filesystem allows"
+	case errSpecialInTheWay:
+		cause = errSpecialInTheWay.Error()
 	case unix.ENOENT:
 		if context != "" {
 			cause = "it is not in the archive"

@@ -406,3 +406,54 @@ func FuzzExtract(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheck: for any bytes, Check never panics, and an archive it accepts is
+// never found malformed by Extract, which reads every byte Check skipped.
+// Catches: a Check that misses a truncation Extract then finds after writing
+// members (the cut archive would be refused only halfway through the tree).
+func FuzzCheck(f *testing.F) {
+	for _, c := range tartest.Hostile("/tmp/fuzz-sentinel") {
+		f.Add(c.Archive)
+	}
+	full := tartest.Build(tartest.File("a", "first"), tartest.File("b", strings.Repeat("b", 700)))
+	for _, n := range []int{512, 1024, 2048, 2560, len(full) - 512, len(full)} {
+		f.Add(full[:n])
+	}
+	f.Fuzz(func(t *testing.T, archive []byte) {
+		caps := Caps{MaxMembers: 64, MaxBytes: 1 << 20}
+		cerr := Check(bytes.NewReader(archive), caps)
+		if cerr != nil {
+			return
+		}
+		base, root, outside := layout(t)
+		_, err := Extract(root, bytes.NewReader(archive), Options{Caps: caps, Log: quiet})
+		var mal *MalformedError
+		if errors.As(err, &mal) {
+			t.Fatalf("Check accepted an archive Extract found malformed: %v", err)
+		}
+		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(p, 0o755)
+			}
+			return nil
+		})
+		if err := tartest.Confined(base, root, outside); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Check refuses a cut archive, at a member boundary or inside a member, and
+// accepts the whole one. Catches: trusting tar.Reader's io.EOF.
+func TestCheckFindsTheEndMarker(t *testing.T) {
+	full := tartest.Build(tartest.File("a", "first"), tartest.File("b", "second"))
+	for _, n := range []int{0, 1024, 2048, 2048 + 512, 700} {
+		var mal *MalformedError
+		if err := Check(bytes.NewReader(full[:n]), Caps{}); !errors.As(err, &mal) {
+			t.Errorf("cut at %d: %v", n, err)
+		}
+	}
+	if err := Check(bytes.NewReader(full), Caps{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,24 @@
+//go:build !linux
+
+package emulator
+
+import (
+	"context"
+	"io"
+	"runtime"
+)
+
+// CheckIsolation reports that this host cannot confine a guest: the
+// emulator's isolation is built from Linux namespaces.
+func CheckIsolation() error {
+	return &IsolationError{Missing: "Linux namespaces (this host runs " + runtime.GOOS + ")"}
+}
+
+// AgentdLauncher refuses every launch on this host: there are no Linux
+// namespaces to confine the guest in, and an unconfined guest is only ever
+// started through UnsafeUnisolatedAgentdLauncher, by name.
+func AgentdLauncher(bin string, stderr io.Writer) Launcher {
+	return func(ctx context.Context, spec GuestSpec) (*Guest, error) {
+		return nil, CheckIsolation()
+	}
+}
