@@ -4,19 +4,29 @@ BIN     ?= bin
 VERSION ?= 0.1.0
 LDFLAGS := -s -w -X github.com/microvms/microvms/agentd.Version=$(VERSION)
 
-.PHONY: all gen drift fmt vet lint lint-api test check build bench fuzz clean demo
+.PHONY: all gen drift fmt vet lint lint-api test test-clients check build bench fuzz clean demo
 
 all: build
 
-# Regenerate gen/ and docs/schema.json from api/.
-gen:
+# The TypeScript client's pinned npm tools (openapi-typescript, tsc), installed
+# from its committed lockfile.
+TS_DIR := clients/typescript
+$(TS_DIR)/node_modules/.installed: $(TS_DIR)/package-lock.json
+	cd $(TS_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# Regenerate gen/, docs/schema.json and the Python client (schema/) and the
+# TypeScript client's types (openapi-typescript) from api/.
+gen: $(TS_DIR)/node_modules/.installed
 	$(GO) run ./schema/cmd/gen
+	cd $(TS_DIR) && npm run --silent gen
 
 # The drift gate: regenerating must change nothing that is committed, and must
 # leave no generated file git does not know about.
+GENERATED := gen docs clients/python/microvms_agentd clients/typescript/src
 drift: gen
-	git diff --exit-code -- gen docs
-	@untracked=$$(git ls-files --others --exclude-standard -- gen docs); \
+	git diff --exit-code -- $(GENERATED)
+	@untracked=$$(git ls-files --others --exclude-standard -- $(GENERATED)); \
 	if [ -n "$$untracked" ]; then echo "untracked generated files:"; echo "$$untracked"; exit 1; fi
 
 # gofmt must have nothing to say about any tracked or new Go file.
@@ -47,7 +57,15 @@ lint-api: $(LINT_DIR)/node_modules/.installed
 	cd $(LINT_DIR) && node_modules/.bin/spectral lint --fail-severity=hint --ruleset .spectral.yaml ../../api/openapi.yaml
 	cd $(LINT_DIR) && node --test test/
 
-check: drift fmt vet lint lint-api test
+# The generated clients against a real agentd each test starts on 127.0.0.1
+# (identity repair off): python3 -m unittest, then tsc and node --test.
+CLIENTS_AGENTD := $(abspath $(BIN))/clients-test/agentd
+test-clients: $(TS_DIR)/node_modules/.installed
+	$(GO) build -o $(CLIENTS_AGENTD) ./cmd/agentd
+	cd clients/python && AGENTD_BIN=$(CLIENTS_AGENTD) PYTHONDONTWRITEBYTECODE=1 python3 -m unittest -v
+	cd $(TS_DIR) && node_modules/.bin/tsc -p . && AGENTD_BIN=$(CLIENTS_AGENTD) node --test dist/test/
+
+check: drift fmt vet lint lint-api test test-clients
 
 # agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
 build:
