@@ -10,3 +10,16 @@ import _ "embed"
 //
 //go:embed openapi.yaml
 var OpenAPI []byte
+
+// LambdaMicrovms is api/lambda-microvms.yaml, the control plane's REST-JSON
+// API transcribed from the Smithy model.
+//
+//go:embed lambda-microvms.yaml
+var LambdaMicrovms []byte
+
+// SmithyModel is api/lambda-microvms.json, the AWS Smithy model (JSON AST) of
+// Lambda MicroVMs that api/lambda-microvms.yaml is checked against. It lives
+// in the repository so the cross-check runs on every clone.
+//
+//go:embed lambda-microvms.json
+var SmithyModel []byte

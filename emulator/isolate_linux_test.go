@@ -494,3 +494,66 @@ func benchLaunch(b *testing.B, l Launcher) {
 		b.StartTimer()
 	}
 }
+
+// Catches: an image root that is written through (the image's files changed
+// by a guest, so the next MicroVM of the image starts from its
+// predecessor's leftovers), an image root ignored in favour of the host's
+// directories, and the host's tree reachable from an image guest. The
+// image is one marker file and a static agentd, reached the way the
+// emulator reaches any guest.
+func TestImageRootIsTheLowerLayer(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	dir := t.TempDir()
+	static := filepath.Join(dir, "agentd-static")
+	build := exec.Command("go", "build", "-o", static, "github.com/microvms/microvms/cmd/agentd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building a static agentd: %v\n%s", err, out)
+	}
+	image := filepath.Join(dir, "image")
+	if err := os.MkdirAll(filepath.Join(image, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(image, "image-marker"), []byte("from the image\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := AgentdLauncher(static, nil)(t.Context(), GuestSpec{MicrovmID: "microvm-image-root", HookPort: taxonomy.DefaultAgentPort, RootDir: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.stop()
+	if g.Dial == nil {
+		t.Fatal("a guest without egress must be reached from inside its network namespace")
+	}
+	body, _ := json.Marshal(map[string]string{"runHookPayload": payload()})
+	if reason := postRunHook(t.Context(), g.roundTripper(), "127.0.0.1:9000", body, 10*time.Second); reason != "" {
+		t.Fatal(reason)
+	}
+	sess, err := client.Direct("http://127.0.0.1:9000", agentToken, client.WithHTTPClient(&http.Client{Transport: g.roundTripper()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if _, err := sess.ReadFile(t.Context(), "/image-marker", &got, client.LineRange{}); err != nil || got.String() != "from the image\n" {
+		t.Fatalf("reading the image's file in the guest: %q %v", got.String(), err)
+	}
+	if err := sess.WriteFile(t.Context(), "/image-marker", strings.NewReader("guest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.WriteFile(t.Context(), "/tmp/new", strings.NewReader("guest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(image, "image-marker")); string(b) != "from the image\n" {
+		t.Errorf("the guest wrote through to the image: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(image, "tmp", "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a guest file appeared in the image (%v)", err)
+	}
+	// The host's tree is not under an image root either.
+	var host bytes.Buffer
+	if _, err := sess.ReadFile(t.Context(), "/usr/bin/env", &host, client.LineRange{}); err == nil {
+		t.Error("the host's /usr/bin/env is readable in a guest built from an image")
+	}
+}

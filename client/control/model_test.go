@@ -2,28 +2,19 @@ package control
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
-	"runtime"
 	"testing"
+
+	"github.com/microvms/microvms/api"
 )
 
-// sharedDir is ../shared beside the repository root, where the pinned
-// Smithy model lives; tests that need it skip when it is absent.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	return filepath.Join(root, "..", "shared")
-}
-
-// loadModel reads the pinned Smithy model or skips saying what is unchecked.
+// loadModel reads the pinned Smithy model, api/lambda-microvms.json (embedded,
+// so the cross-check never skips); unchecked says what a failure leaves
+// unchecked.
 func loadModel(t *testing.T, unchecked string) map[string]json.RawMessage {
 	t.Helper()
-	path := filepath.Join(sharedDir(t), "aws-models", "lambda-microvms.json")
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Skipf("%s not readable (%v): not checking %s", path, err, unchecked)
+	raw := api.SmithyModel
+	if len(raw) == 0 {
+		t.Fatalf("api/lambda-microvms.json is empty: not checking %s", unchecked)
 	}
 	var doc struct {
 		Shapes map[string]json.RawMessage `json:"shapes"`

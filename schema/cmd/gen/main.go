@@ -4,8 +4,10 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/microvms/microvms/schema"
 )
@@ -17,6 +19,10 @@ func main() {
 	}
 	outs, err := schema.Generate(root)
 	if err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
+	}
+	if err := removeStale(root, outs); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
@@ -35,4 +41,39 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "gen: wrote", o.Path)
 	}
+}
+
+// removeStale deletes generated Go files under schema.SDKDir that this run
+// no longer produces (an operation removed from the API), so the drift gate
+// cannot miss them; hand-written files there never carry the header.
+func removeStale(root string, outs []schema.Output) error {
+	want := map[string]bool{}
+	for _, o := range outs {
+		want[filepath.FromSlash(o.Path)] = true
+	}
+	dir := filepath.Join(root, filepath.FromSlash(schema.SDKDir))
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if os.IsNotExist(err) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil || want[rel] {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(string(b), schema.GeneratedHeader) {
+			fmt.Fprintln(os.Stderr, "gen: removed", filepath.ToSlash(rel))
+			return os.Remove(path)
+		}
+		return nil
+	})
 }

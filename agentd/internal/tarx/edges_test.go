@@ -1,0 +1,218 @@
+package tarx
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/microvms/microvms/agentd/internal/tartest"
+)
+
+// flakyOpenat2 plays a kernel whose openat2 answers EAGAIN (a lookup that
+// raced with a rename) the first failures times for each path, then answers
+// for real. It stops with ELOOP after limit calls, so a retry loop that
+// never ends fails the test instead of hanging it.
+type flakyOpenat2 struct {
+	mu       sync.Mutex
+	failures int
+	limit    int
+	calls    map[string]int
+}
+
+func (f *flakyOpenat2) open(dirfd int, path string, how *unix.OpenHow) (int, error) {
+	f.mu.Lock()
+	f.calls[path]++
+	n, total := f.calls[path], 0
+	for _, c := range f.calls {
+		total += c
+	}
+	f.mu.Unlock()
+	if total > f.limit {
+		return -1, unix.ELOOP
+	}
+	if n <= f.failures {
+		return -1, unix.EAGAIN
+	}
+	return unix.Openat2(dirfd, path, how)
+}
+
+// Catches: no retry of EAGAIN (`i >= 8`), one retry too many (`i <= 8`),
+// and a retry count that never reaches its bound (`i--`). Eight EAGAINs in
+// a row are retried through; a ninth attempt that fails again is the
+// answer, after exactly nine calls for that path.
+func TestOpenat2EAGAINIsRetriedEightTimes(t *testing.T) {
+	_, root, _ := layout(t)
+	f := &flakyOpenat2{failures: 8, limit: 1000, calls: map[string]int{}}
+	_, err := Extract(root, bytes.NewReader(tartest.Build(tartest.File("f", "x"))), Options{Log: quiet, Openat2: f.open})
+	if err != nil {
+		t.Fatalf("eight EAGAINs per lookup should be retried through: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "f")); string(got) != "x" {
+		t.Fatalf("f = %q", got)
+	}
+
+	_, root2, _ := layout(t)
+	f = &flakyOpenat2{failures: 1 << 30, limit: 1000, calls: map[string]int{}}
+	_, err = Extract(root2, bytes.NewReader(tartest.Build(tartest.File("f", "x"))), Options{Log: quiet, Openat2: f.open})
+	if !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("a lookup that keeps racing should fail with EAGAIN, got %v", err)
+	}
+	if n := f.calls[root2]; n != 9 {
+		t.Fatalf("the root was tried %d times, want 1 + 8 retries", n)
+	}
+}
+
+// Catches: closing the probe descriptor only when the probe failed
+// (`err != nil`): every extraction would leak one descriptor, and agentd
+// runs for the VM's life.
+func TestExtractLeaksNoDescriptor(t *testing.T) {
+	count := func() int {
+		es, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(es)
+	}
+	archive := tartest.Build(tartest.Dir("d/"), tartest.File("d/f", "x"), tartest.Symlink("l", "d/f"))
+	before := count()
+	for i := 0; i < 20; i++ {
+		_, root, _ := layout(t)
+		if err := extract(t, root, archive, Caps{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := count(); after > before+2 {
+		t.Fatalf("open descriptors grew from %d to %d over 20 extractions", before, after)
+	}
+}
+
+// Catches: a zero cap read as a cap of zero (`MaxMembers >= 0`): Caps{}
+// means uncapped, as the field's zero value must for a caller that sets none.
+func TestZeroCapsMeanUncapped(t *testing.T) {
+	_, root, _ := layout(t)
+	res, err := Extract(root, bytes.NewReader(tartest.Build(tartest.File("a", "12"), tartest.File("b", "345"))), Options{Log: quiet})
+	if err != nil || res.Members != 2 || res.Bytes != 5 {
+		t.Fatalf("uncapped extraction: %+v %v", res, err)
+	}
+}
+
+// Catches: a ".." after a missing component that leaves the walk lexical
+// (`lexical++` for `lexical--`, or `lexical <= 0`): the components after it
+// are in the tree again and must be resolved for real. d/l -> ".." is the
+// root, so missing/../d/l/.. climbs above it, though normpath says "d".
+func TestDotDotAfterAMissingNameResolvesTheRestForReal(t *testing.T) {
+	base, root, outside := layout(t)
+	err := extract(t, root, tartest.Build(tartest.Dir("d/"), tartest.Symlink("d/l", ".."), tartest.Symlink("x", "missing/../d/l/..")), Caps{})
+	if statusOf(err) != 400 || !strings.Contains(err.Error(), "x") {
+		t.Fatalf("got %v", err)
+	}
+	if err := tartest.Confined(base, root, outside); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Catches: the symlink budget one short (`hops >= maxLinkHops`): a target
+// through exactly 40 symlinks resolves, as the kernel's own limit allows
+// (the 41st is refused, TestLinkTargetThroughTooManySymlinksIsRefused).
+func TestLinkTargetThroughFortySymlinksExtracts(t *testing.T) {
+	_, root, _ := layout(t)
+	ms := []tartest.Member{tartest.Dir("d/"), tartest.Symlink("l01", "d")}
+	for i := 2; i <= 40; i++ {
+		ms = append(ms, tartest.Symlink(fmt.Sprintf("l%02d", i), fmt.Sprintf("l%02d", i-1)))
+	}
+	ms = append(ms, tartest.Symlink("x", "l40/.."))
+	if err := extract(t, root, tartest.Build(ms...), Caps{}); err != nil {
+		t.Fatalf("40 hops: %v", err)
+	}
+	if got, err := os.Readlink(filepath.Join(root, "x")); err != nil || got != "l40/.." {
+		t.Fatalf("x -> %q, %v", got, err)
+	}
+}
+
+// Catches: a nil Options.Log left nil (`opt.Log != nil`): the first warning
+// would then panic the daemon. A kernel that refuses the final directory-mode
+// open makes extraction warn, to the given logger or else to slog's default,
+// and the content stays.
+func TestNilLogStillWarns(t *testing.T) {
+	refuseModeOpen := func(dirfd int, path string, how *unix.OpenHow) (int, error) {
+		if how.Flags == unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC {
+			return -1, unix.EACCES
+		}
+		return unix.Openat2(dirfd, path, how)
+	}
+	archive := tartest.Build(tartest.Dir("d/"), tartest.File("d/f", "x"))
+	var logged, byDefault bytes.Buffer
+	was := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&byDefault, nil)))
+	defer slog.SetDefault(was)
+	for _, log := range []*slog.Logger{slog.New(slog.NewTextHandler(&logged, nil)), nil} {
+		_, root, _ := layout(t)
+		if _, err := Extract(root, bytes.NewReader(archive), Options{Log: log, Openat2: refuseModeOpen}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(root, "d", "f")); string(got) != "x" {
+			t.Fatalf("d/f = %q", got)
+		}
+	}
+	for _, b := range []*bytes.Buffer{&logged, &byDefault} {
+		if !strings.Contains(b.String(), "could not apply archive mode") || !strings.Contains(b.String(), "dir=d") {
+			t.Fatalf("the refused mode was not logged (given logger %q, default %q)", logged.String(), byDefault.String())
+		}
+	}
+}
+
+// Catches: forgetting every link that depends on a path when one of them is
+// replaced (`len(m) != 0` for `== 0` when pruning the dependents index).
+// sub/esc -> up/.. is harmless while sub/up is missing; replacing its twin
+// sub/esc2 with a file must not drop sub/esc from the index, or the final
+// sub/up -> .. lands unjudged and sub/esc escapes.
+func TestReplacingOneDependentLinkKeepsTheOthersJudged(t *testing.T) {
+	base, root, outside := layout(t)
+	err := extract(t, root, tartest.Build(
+		tartest.Dir("sub/"),
+		tartest.Symlink("sub/esc", "up/.."),
+		tartest.Symlink("sub/esc2", "up/.."),
+		tartest.File("sub/esc2", "now a file"),
+		tartest.Symlink("sub/up", ".."),
+	), Caps{})
+	if statusOf(err) != 400 || !strings.Contains(err.Error(), "sub/esc ->") {
+		t.Fatalf("got %v", err)
+	}
+	if err := tartest.Confined(base, root, outside); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Catches: reading a symlink of 256 bytes or more as complete when the
+// buffer filled (`n <= size`): its target would be cut at 256 bytes. long
+// points at d through 300 bytes of "./", so long/.. is the root; cut, it
+// would be the root itself and long/.. would climb above it.
+func TestLongSymlinkTargetIsReadWhole(t *testing.T) {
+	_, root, _ := layout(t)
+	long := strings.Repeat("./", 150) + "d"
+	err := extract(t, root, tartest.Build(tartest.Dir("d/"), tartest.Symlink("long", long), tartest.Symlink("x", "long/..")), Caps{})
+	if err != nil {
+		t.Fatalf("a link through a %d-byte symlink target: %v", len(long), err)
+	}
+}
+
+// Catches: the byte cap refusing a single member of exactly the cap
+// (`size >= MaxBytes`); TestCapsBoundary reaches the cap over ten members.
+func TestOneMemberOfExactlyTheByteCapExtracts(t *testing.T) {
+	_, root, _ := layout(t)
+	if err := extract(t, root, tartest.Build(tartest.File("a", strings.Repeat("x", 64))), Caps{MaxBytes: 64}); err != nil {
+		t.Fatalf("a member of exactly the cap: %v", err)
+	}
+	_, root2, _ := layout(t)
+	if statusOf(extract(t, root2, tartest.Build(tartest.File("a", strings.Repeat("x", 65))), Caps{MaxBytes: 64})) != 413 {
+		t.Fatal("a member one byte over the cap was accepted")
+	}
+}
