@@ -82,7 +82,6 @@ func pyDoc(s string) string {
 	return strings.ReplaceAll(s, `"""`, `\"\"\"`)
 }
 
-func refName(ref string) string { return ref[strings.LastIndex(ref, "/")+1:] }
 
 type pyGen struct {
 	doc  *openapi3.T
