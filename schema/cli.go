@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"go/format"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -35,7 +36,14 @@ type CLIContract struct {
 		Event string   `yaml:"event"`
 		Keys  []CLIKey `yaml:"keys"`
 	} `yaml:"stream_events"`
+	// Shapes are named closed objects a key may take by `ref`, so a shape
+	// used twice (a cost report inside a comparison) is declared once.
+	Shapes map[string][]CLIKey `yaml:"shapes"`
 }
+
+// builtinShapes are the shapes the generator derives from api/errors.yaml
+// rather than from this file, so a constant is declared in one place.
+var builtinShapes = map[string]bool{"constants": true}
 
 // CLIShape is one envelope shape: its doc line and its keys, all required.
 type CLIShape struct {
@@ -58,6 +66,15 @@ type CLIKey struct {
 	Nullable bool   `yaml:"nullable"`
 	Const    string `yaml:"const"`
 	Doc      string `yaml:"doc"`
+	// Enum closes a string key to these values.
+	Enum []string `yaml:"enum"`
+	// Keys close an object key (or an array's object items) to these keys.
+	Keys []CLIKey `yaml:"keys"`
+	// Ref names a shape (an object, or an array's object items) instead of Keys.
+	Ref string `yaml:"ref"`
+	// Optional is allowed only inside a shape, for a key the reference's own
+	// JSON omits (a cost line's usd when the line is unpriced).
+	Optional bool `yaml:"optional"`
 }
 
 // LoadCLIContract reads and checks api/cli.yaml under root.
@@ -78,7 +95,35 @@ func (c *CLIContract) check() error {
 	if c.APIVersion == "" {
 		return fmt.Errorf("api_version is required")
 	}
-	checkKeys := func(where string, keys []CLIKey) error {
+	var checkKeys, checkNested func(where string, keys []CLIKey, nested bool) error
+	checkNested = func(where string, keys []CLIKey, nested bool) error {
+		for _, k := range keys {
+			if k.Optional && !nested {
+				return fmt.Errorf("%s.%s: only a key inside a shape may be optional", where, k.Name)
+			}
+			if len(k.Enum) > 0 && k.Type != "string" {
+				return fmt.Errorf("%s.%s: enum on a %s", where, k.Name, k.Type)
+			}
+			object := k.Type == "object" || (k.Type == "array" && k.Items == "object")
+			if (len(k.Keys) > 0 || k.Ref != "") && !object {
+				return fmt.Errorf("%s.%s: keys or ref on a key that holds no object", where, k.Name)
+			}
+			if len(k.Keys) > 0 && k.Ref != "" {
+				return fmt.Errorf("%s.%s: both keys and ref", where, k.Name)
+			}
+			if k.Ref != "" && c.Shapes[k.Ref] == nil && !builtinShapes[k.Ref] {
+				return fmt.Errorf("%s.%s: ref %q names no shape", where, k.Name, k.Ref)
+			}
+			if err := checkKeys(where+"."+k.Name, k.Keys, false); err != nil {
+				return err
+			}
+			if err := checkNested(where+"."+k.Name, k.Keys, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	checkKeys = func(where string, keys []CLIKey, _ bool) error {
 		seen := map[string]bool{}
 		for _, k := range keys {
 			if seen[k.Name] {
@@ -102,10 +147,21 @@ func (c *CLIContract) check() error {
 		}
 		return nil
 	}
-	if err := checkKeys("envelope.success", c.Envelope.Success.Keys); err != nil {
+	for name, keys := range c.Shapes {
+		if builtinShapes[name] {
+			return fmt.Errorf("shape %q is generated from api/errors.yaml", name)
+		}
+		if err := checkKeys("shape "+name, keys, false); err != nil {
+			return err
+		}
+		if err := checkNested("shape "+name, keys, true); err != nil {
+			return err
+		}
+	}
+	if err := checkKeys("envelope.success", c.Envelope.Success.Keys, false); err != nil {
 		return err
 	}
-	if err := checkKeys("envelope.failure", c.Envelope.Failure.Keys); err != nil {
+	if err := checkKeys("envelope.failure", c.Envelope.Failure.Keys, false); err != nil {
 		return err
 	}
 	types := map[string]bool{}
@@ -117,7 +173,10 @@ func (c *CLIContract) check() error {
 			return fmt.Errorf("response %q is not namespaced under microvm", r.Type)
 		}
 		types[r.Type] = true
-		if err := checkKeys(r.Type, r.Keys); err != nil {
+		if err := checkKeys(r.Type, r.Keys, false); err != nil {
+			return err
+		}
+		if err := checkNested(r.Type, r.Keys, false); err != nil {
 			return err
 		}
 	}
@@ -137,7 +196,10 @@ func (c *CLIContract) check() error {
 		}
 	}
 	for _, e := range c.StreamEvents {
-		if err := checkKeys("stream event "+e.Event, e.Keys); err != nil {
+		if err := checkKeys("stream event "+e.Event, e.Keys, false); err != nil {
+			return err
+		}
+		if err := checkNested("stream event "+e.Event, e.Keys, false); err != nil {
 			return err
 		}
 	}
@@ -346,6 +408,7 @@ var Alternates = []Alternate{
 	b.WriteString(`// ServiceConstant is one service constant of api/errors.yaml, by name.
 type ServiceConstant struct {
 	Name    string
+	Key     string // the key in microvm constants, as the reference CLI spells it
 	Value   any // string or int64
 	Doc     string
 	Finding string
@@ -362,7 +425,7 @@ var ServiceConstants = []ServiceConstant{
 		if k.Type == "int" {
 			v = "int64(" + v + ")"
 		}
-		fmt.Fprintf(&b, "\t{Name: %q, Value: %s, Doc: %q, Finding: %q},\n", k.Name, v, k.Doc, k.Finding)
+		fmt.Fprintf(&b, "\t{Name: %q, Key: %q, Value: %s, Doc: %q, Finding: %q},\n", k.Name, k.Key, v, k.Doc, k.Finding)
 	}
 	b.WriteString("}\n\n")
 
@@ -398,26 +461,60 @@ func keySchema(k CLIKey) map[string]any {
 	if k.Const != "" {
 		s["const"] = k.Const
 	}
+	if len(k.Enum) > 0 {
+		enum := []any{}
+		for _, e := range k.Enum {
+			enum = append(enum, e)
+		}
+		if k.Nullable {
+			enum = append(enum, nil)
+		}
+		s["enum"] = enum
+	}
+	// An object's closed shape: its own keys, or a named shape by $ref.
+	var shape map[string]any
+	switch {
+	case k.Ref != "":
+		shape = map[string]any{"$ref": "#/$defs/shape:" + k.Ref}
+	case len(k.Keys) > 0:
+		shape = objectSchema("", k.Keys)
+	}
 	if k.Type == "array" {
-		s["items"] = map[string]any{"type": k.Items}
+		if shape != nil {
+			s["items"] = shape
+		} else {
+			s["items"] = map[string]any{"type": k.Items}
+		}
 	}
 	if k.Nullable {
 		s["type"] = []string{k.Type, "null"}
 	} else {
 		s["type"] = k.Type
 	}
+	if k.Type == "object" && shape != nil {
+		if k.Nullable {
+			// null, or the closed shape.
+			return map[string]any{"description": k.Doc, "anyOf": []any{map[string]any{"type": "null"}, shape}}
+		}
+		if k.Doc != "" {
+			shape = map[string]any{"description": k.Doc, "allOf": []any{shape}}
+		}
+		return shape
+	}
 	return s
 }
 
-// objectSchema is a closed object: every key required, no other key
-// allowed, so a key added to a command without its YAML line fails the
-// schema tests rather than shipping undescribed.
+// objectSchema is a closed object: every key required unless a shape marks
+// it optional, no other key allowed, so a key added to a command without its
+// YAML line fails the schema tests rather than shipping undescribed.
 func objectSchema(doc string, keys []CLIKey) map[string]any {
 	props := map[string]any{}
 	req := []string{}
 	for _, k := range keys {
 		props[k.Name] = keySchema(k)
-		req = append(req, k.Name)
+		if !k.Optional {
+			req = append(req, k.Name)
+		}
 	}
 	s := map[string]any{"type": "object", "properties": props, "required": req, "additionalProperties": false}
 	if doc != "" {
@@ -428,6 +525,10 @@ func objectSchema(doc string, keys []CLIKey) map[string]any {
 
 func cliSchema(c *CLIContract, t *Taxonomy) ([]byte, error) {
 	defs := map[string]any{}
+	for name, keys := range c.Shapes {
+		defs["shape:"+name] = objectSchema("", keys)
+	}
+	defs["shape:constants"] = constantsSchema(t)
 
 	success := objectSchema(c.Envelope.Success.Doc, c.Envelope.Success.Keys)
 	sp := success["properties"].(map[string]any)
@@ -467,11 +568,13 @@ func cliSchema(c *CLIContract, t *Taxonomy) ([]byte, error) {
 	}
 	fp["code"].(map[string]any)["enum"] = codes
 	fp["exitCode"].(map[string]any)["enum"] = exits
-	findings := []string{""}
+	findings, slugs := []string{""}, []string{""}
 	for _, f := range t.Findings {
-		findings = append(findings, f.ID)
+		findings = append(findings, f.Title)
+		slugs = append(slugs, f.ID)
 	}
 	fp["finding"].(map[string]any)["enum"] = findings
+	fp["findingSlug"].(map[string]any)["enum"] = slugs
 	var wires []string
 	for _, w := range t.WireKinds {
 		wires = append(wires, w.Name)
@@ -511,6 +614,46 @@ func cliSchema(c *CLIContract, t *Taxonomy) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// constantsSchema is the closed shape of `microvm constants`: every service
+// constant under its key with its type, and the tables the CLI publishes
+// beside them, so a wrongly typed value fails validation.
+func constantsSchema(t *Taxonomy) map[string]any {
+	props := map[string]any{}
+	req := []string{}
+	add := func(key string, s map[string]any) {
+		props[key] = s
+		req = append(req, key)
+	}
+	for _, k := range t.Constants {
+		typ := "string"
+		if k.Type == "int" {
+			typ = "integer"
+		}
+		add(k.Key, map[string]any{"type": typ, "description": k.Doc})
+	}
+	strs := map[string]any{"type": "array", "items": map[string]any{"type": "string"}}
+	for _, key := range ConstantTables {
+		add(key, strs)
+	}
+	add("DEFAULT_BASELINE_MIB", map[string]any{"type": "integer"})
+	sizeKeys := []string{"baseline_mib", "baseline_vcpu", "peak_mib", "peak_vcpu"}
+	sizeProps := map[string]any{}
+	for _, k := range sizeKeys {
+		sizeProps[k] = map[string]any{"type": "number"}
+	}
+	add("SIZE_CLASSES", map[string]any{"type": "array", "items": map[string]any{
+		"type": "object", "properties": sizeProps, "required": sizeKeys, "additionalProperties": false}})
+	sort.Strings(req)
+	return map[string]any{"type": "object", "properties": props, "required": req, "additionalProperties": false}
+}
+
+// ConstantTables are the keys of the string lists `microvm constants`
+// publishes beside the scalar constants, each from a table of api/errors.yaml.
+var ConstantTables = []string{
+	"MICROVM_REGIONS", "MICROVM_STATES", "TERMINAL_STATES", "DEAD_STATES",
+	"IMAGE_STATES", "MODEL_IMAGE_READY_STATES", "BUILD_STATES", "ARCHITECTURES",
 }
 
 func init() { register(generateCLI) }

@@ -46,7 +46,10 @@ type Taxonomy struct {
 		Why      string `yaml:"why" json:"why,omitempty"`
 	} `yaml:"daemon_errors" json:"daemon_errors"`
 	Constants []struct {
-		Name    string    `yaml:"name" json:"name"`
+		Name string `yaml:"name" json:"name"`
+		// Key is the constant's key in `microvm constants`, spelled as the
+		// reference CLI spells it so a drift checker written for either reads both.
+		Key     string    `yaml:"key" json:"key"`
 		Type    string    `yaml:"type" json:"type"`
 		Value   yaml.Node `yaml:"value" json:"-"`
 		From    string    `yaml:"from" json:"-"`
@@ -166,10 +169,15 @@ func (t *Taxonomy) check() error {
 			return fmt.Errorf("daemon error %s is sent with %d but classified as %s (%d) without a why", d.Slug, d.Status, d.WireKind, status)
 		}
 	}
+	keys := map[string]bool{}
 	for _, c := range t.Constants {
 		if err := need("constant "+c.Name, c.Finding); err != nil {
 			return err
 		}
+		if c.Key == "" || strings.Trim(c.Key, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" || keys[c.Key] {
+			return fmt.Errorf("constant %s: key %q is missing, not SCREAMING_SNAKE, or taken", c.Name, c.Key)
+		}
+		keys[c.Key] = true
 		switch c.Type {
 		case "string", "int":
 		default:

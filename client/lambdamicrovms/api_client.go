@@ -236,7 +236,7 @@ func addClientMiddlewares(stack *middleware.Stack, options Options, opID string)
 		return err
 	}
 	if err := retry.AddRetryMiddlewares(stack, retry.AddRetryMiddlewaresOptions{
-		Retryer:          options.Retryer,
+		Retryer:          customizeRetryer(options.Retryer),
 		LogRetryAttempts: options.ClientLogMode.IsRetries(),
 	}); err != nil {
 		return err

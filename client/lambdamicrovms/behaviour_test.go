@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	smithy "github.com/aws/smithy-go"
 	"github.com/microvms/microvms/api"
@@ -363,5 +365,53 @@ func TestRetryPolicy(t *testing.T) {
 	var ge *smithy.GenericAPIError
 	if !errors.As(err, &ge) || ge.Code != "TeapotException" || ge.Message != "short and stout" {
 		t.Fatalf("unmodeled error: %#v", err)
+	}
+}
+
+// Catches: the null-message AccessDeniedException of a region without
+// MicroVMs read as an IAM denial, and the wrapper hiding the typed exception
+// or the HTTP response (status, request id) from errors.As.
+func TestUnsupportedRegionIsNamed(t *testing.T) {
+	srv := newStandIn(t, reply{status: 403, header: map[string]string{"X-Amzn-ErrorType": "AccessDeniedException", "X-Amzn-Requestid": "req-1"}, body: `{"message":null}`})
+	_, err := testClient(srv.srv.URL).GetMicrovm(ctxT(t), &GetMicrovmInput{MicrovmIdentifier: aws.String("mvm-1")})
+	var ur *UnsupportedRegionError
+	var ade *types.AccessDeniedException
+	var re *awshttp.ResponseError
+	if !errors.As(err, &ur) || !errors.As(err, &ade) || !errors.As(err, &re) || re.HTTPStatusCode() != 403 || re.ServiceRequestID() != "req-1" {
+		t.Fatalf("want UnsupportedRegionError over the AccessDeniedException and the ResponseError, got %v", err)
+	}
+	if !strings.Contains(err.Error(), taxonomy.FindingUnsupportedRegion.Title()) {
+		t.Fatalf("the error does not name the finding: %v", err)
+	}
+	// A real denial, with a message, is left alone.
+	srv2 := newStandIn(t, reply{status: 403, header: map[string]string{"X-Amzn-ErrorType": "AccessDeniedException"}, body: `{"message":"User: arn:aws:iam::1:user/x is not authorized to perform: lambda:GetMicrovm"}`})
+	_, err = testClient(srv2.srv.URL).GetMicrovm(ctxT(t), &GetMicrovmInput{MicrovmIdentifier: aws.String("mvm-1")})
+	if errors.As(err, &ur) || !errors.As(err, &ade) {
+		t.Fatalf("a real denial: %v", err)
+	}
+}
+
+type fixedDelay struct{ aws.Retryer }
+
+func (fixedDelay) RetryDelay(int, error) (time.Duration, error) { return 100 * time.Millisecond, nil }
+
+// Catches: the model's Retry-After (retryAfterSeconds) ignored, or believed
+// without a ceiling.
+func TestRetryAfterIsHonoured(t *testing.T) {
+	r := customizeRetryer(fixedDelay{retry.NewStandard()})
+	for _, tc := range []struct {
+		err  error
+		want time.Duration
+	}{
+		{&types.ThrottlingException{RetryAfterSeconds: aws.Int32(3)}, 3 * time.Second},
+		{&types.InternalServerException{RetryAfterSeconds: aws.Int32(3600)}, MaxRetryAfter},
+		{&types.ThrottlingException{}, 100 * time.Millisecond},
+	} {
+		if d, err := r.RetryDelay(1, &smithy.OperationError{Err: tc.err}); err != nil || d != tc.want {
+			t.Errorf("%T: delay %v, want %v", tc.err, d, tc.want)
+		}
+	}
+	if _, ok := customizeRetryer(retry.NewAdaptiveMode()).(aws.RetryerV2); !ok {
+		t.Fatal("wrapping the adaptive retryer lost its RetryerV2 rate limiting")
 	}
 }

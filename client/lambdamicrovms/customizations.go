@@ -54,7 +54,10 @@ func (m *trapRefusals) HandleInitialize(ctx context.Context, in middleware.Initi
 // addCustomizations is called by every generated operation after its own
 // middlewares.
 func addCustomizations(stack *middleware.Stack, options Options, opID string) error {
-	return stack.Initialize.Add(&trapRefusals{opID: opID}, middleware.After)
+	if err := stack.Initialize.Add(&trapRefusals{opID: opID}, middleware.After); err != nil {
+		return err
+	}
+	return stack.Deserialize.Add(&unsupportedRegionMiddleware{region: options.Region}, middleware.Before)
 }
 
 // stringField reads the *string member name of input, if it has one set.

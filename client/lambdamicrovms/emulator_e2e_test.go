@@ -13,6 +13,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/emulator"
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // opRecorder notes the name of every operation a client invokes.
@@ -282,5 +283,55 @@ func TestEveryOperationAgainstTheEmulator(t *testing.T) {
 	sort.Strings(missing)
 	if len(missing) > 0 || len(rec.ops) != 24 {
 		t.Fatalf("operations not driven: %v (driven: %v)", missing, rec.ops)
+	}
+}
+
+// Catches: an exact-name lookup that trusts nameFilter (a substring match)
+// or stops at an empty or short page.
+func TestFindMicrovmImageReadsEveryPage(t *testing.T) {
+	c, _ := newEmulatorClient(t, emulator.Options{})
+	ctx := ctxT(t)
+	for _, n := range []string{"web-2", "web-3", "webapp", "web"} {
+		if _, err := c.CreateMicrovmImage(ctx, &CreateMicrovmImageInput{Name: aws.String(n), BaseImageArn: aws.String("arn:aws:lambda:us-east-1:aws:microvm-image:" + taxonomy.ManagedBaseImage),
+			BuildRoleArn: aws.String("arn:aws:iam::123456789012:role/build"), CodeArtifact: &types.CodeArtifactMemberUri{Value: "s3://b/" + n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := FindMicrovmImage(ctx, c, "web", func(o *Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			// One item per page, so the match is on a later page.
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("PageSizeOne", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				in.Parameters.(*ListMicrovmImagesInput).MaxResults = aws.Int32(1)
+				return next.HandleInitialize(ctx, in)
+			}), middleware.Before)
+		})
+	})
+	if err != nil || got == nil || *got.Name != "web" {
+		t.Fatalf("FindMicrovmImage(web) = %v, %v", got, err)
+	}
+	if got, err := FindMicrovmImage(ctx, c, "we", nil...); err != nil || got != nil {
+		t.Fatalf("FindMicrovmImage(we) = %v, %v; no image is named exactly that", got, err)
+	}
+}
+
+// Catches: a failed build's reason looked for on the image or version (which
+// carry none) instead of the builds.
+func TestFailedBuildsCarryTheReason(t *testing.T) {
+	c, _ := newEmulatorClient(t, emulator.Options{Builds: func(string) emulator.BuildPlan { return emulator.BuildPlan{FailReason: "Validate hook returned 500"} }})
+	ctx := ctxT(t)
+	created, err := c.CreateMicrovmImage(ctx, &CreateMicrovmImageInput{Name: aws.String("broken"), BaseImageArn: aws.String("arn:aws:lambda:us-east-1:aws:microvm-image:" + taxonomy.ManagedBaseImage),
+		BuildRoleArn: aws.String("arn:aws:iam::123456789012:role/build"), CodeArtifact: &types.CodeArtifactMemberUri{Value: "s3://b/broken"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = NewMicrovmImageAvailableWaiter(c, func(o *MicrovmImageAvailableWaiterOptions) { fastDelays(&o.MinDelay, &o.MaxDelay) }).
+		Wait(ctx, &GetMicrovmImageInput{ImageIdentifier: created.ImageArn}, 20*time.Second)
+	var wf *WaiterFailureError
+	if !errors.As(err, &wf) || wf.State != string(types.MicrovmImageStateCreateFailed) {
+		t.Fatalf("want the waiter to fail on CREATE_FAILED, got %v", err)
+	}
+	builds, err := FailedBuilds(ctx, c, *created.ImageArn, *created.ImageVersion)
+	if err != nil || len(builds) == 0 || builds[0].StateReason == nil || *builds[0].StateReason != "Validate hook returned 500" {
+		t.Fatalf("FailedBuilds = %+v, %v", builds, err)
 	}
 }

@@ -27,7 +27,23 @@ import (
 // the session mints (lazily, inside its retry path) through the control
 // plane's CreateMicrovmAuthToken for --microvm-id, scoped to --port. getenv
 // is read only on that path, for the control plane's region.
-func (f *AttachFlags) session(ctx context.Context, getenv func(string) string) (*client.Session, error) {
+func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, error) {
+	// From here on the command addresses a VM it did not launch, so an
+	// interrupt leaves everything as it was: see app.fail.
+	a.attached = true
+	// Not required by the parser: kong would print both as required even
+	// when the variables fill them, and its refusal would not name the
+	// variables.
+	var missing []string
+	if f.Endpoint == "" {
+		missing = append(missing, "--endpoint (or MICROVM_ENDPOINT)")
+	}
+	if f.AgentToken == "" {
+		missing = append(missing, "--agent-token (or MICROVM_AGENT_TOKEN)")
+	}
+	if len(missing) > 0 {
+		return nil, invalidArg("", "missing %s: the VM to attach to is named by its endpoint and the agent token given at launch", strings.Join(missing, " and "))
+	}
 	if f.Port < 1 || f.Port > 65535 {
 		return nil, invalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", f.Port)
 	}
@@ -38,13 +54,12 @@ func (f *AttachFlags) session(ctx context.Context, getenv func(string) string) (
 		return client.Direct(endpoint, f.AgentToken)
 	}
 	if f.MicrovmID == "" {
-		// Every flag parsed; what is missing is the one thing the proxy
-		// token is minted for, so this is a precondition of a proxied
-		// attach rather than a malformed argument.
-		return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingEndpointAuth,
-			"a proxied attach needs --microvm-id (or MICROVM_ID) to mint the endpoint proxy token; use --direct for a daemon reached without the proxy")
+		// A missing argument, as the reference's required flag is: exit 2
+		// before anything is sent.
+		return nil, invalidArg(taxonomy.FindingEndpointAuth,
+			"missing --microvm-id (or MICROVM_ID): a proxied attach mints the endpoint proxy token for that MicroVM; pass --direct for a daemon reached without the proxy")
 	}
-	region, err := f.controlRegion(getenv)
+	region, err := f.controlRegion(a.env)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +120,7 @@ func (f *RegionFlags) controlRegion(getenv func(string) string) (client.Region, 
 // ExecCmd runs one command in a running MicroVM.
 type ExecCmd struct {
 	AttachFlags
-	Command    []string `arg:"" optional:"" help:"The command: one word is a shell script run with sh -c; several are an argv run directly. Omitted only with --poll."`
+	Command    []string `arg:"" optional:"" passthrough:"partial" help:"The command's words, after exec's own flags: one word is a shell script run with sh -c (microvm exec 'ls | wc -l'); several are an argv run directly (microvm exec uname -a), every word after the first taken as the command's, flags included. Omitted only with --poll."`
 	Timeout    float64  `help:"Seconds to wait for the command before giving up client-side (the exec is left running)." default:"300"`
 	Cwd        string   `help:"Working directory; omitted inherits the image WORKDIR, which is not the same as /." xor:"poll-cwd"`
 	Env        []string `help:"KEY=VALUE for the command, repeatable, split at the first '='; these are laid over the launch env and are the child's whole environment beside it." placeholder:"KEY=VALUE" sep:"none" xor:"poll-env"`
@@ -175,16 +190,26 @@ func execHuman(d cliapi.ExecData) func(io.Writer) error {
 	}
 }
 
-// execOutcome is the success or the ExecFailed failure of a finished exec.
-func execOutcome(r client.Result, human func(io.Writer) error) (*result, error) {
+// execOutcome is the result of an exec's record: a success envelope either
+// way, as the reference writes it, exiting ERR_EXEC_FAILED when the child
+// finished and did not exit 0 (a signal included). A running exec (a poll)
+// is not a failure.
+func execOutcome(r client.Result, human func(io.Writer) error) *result {
 	d := execData(r)
+	res := &result{typ: cliapi.TypeExec, data: d, human: human}
 	if err := r.Err(); err != nil && !r.Running() {
-		return nil, &failure{err: asClientError(err), data: d}
+		res.reporting(taxonomy.KindExecFailed, err.Error())
 	}
-	return &result{typ: cliapi.TypeExec, data: d, human: human}, nil
+	return res
 }
 
 func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
+	// The words are passed through from the first one on, so a "--" that
+	// separates them from exec's flags arrives as a word: it is not the
+	// command's.
+	if len(c.Command) > 0 && c.Command[0] == "--" {
+		c.Command = c.Command[1:]
+	}
 	if c.FromOffset != 0 && !c.Stream {
 		return nil, invalidArg("", "--from-offset requires --stream")
 	}
@@ -201,7 +226,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.session(ctx, a.env)
+	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -213,8 +238,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
-		d := execData(r)
-		return execOutcome(r, execHuman(d))
+		return execOutcome(r, execHuman(execData(r))), nil
 	}
 
 	opts := client.StartOptions{ExecID: c.ExecID, Shell: len(c.Command) == 1, Cwd: c.Cwd, Env: env, User: c.User, Group: c.Group, Stdin: c.Stdin}
@@ -378,11 +402,7 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, feed *stdin
 	if !raw {
 		human = execHuman(d)
 	}
-	res, ferr := execOutcome(r, human)
-	if f, ok := ferr.(*failure); ok && raw {
-		f.human = nil
-	}
-	return res, ferr
+	return execOutcome(r, human), nil
 }
 
 // stream writes the exec's events as they arrive: NDJSON under --json, the
@@ -502,10 +522,11 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *std
 	if _, err := ex.Ack(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
 		return nil, &failure{err: asClientError(err), data: sum}
 	}
+	res := &result{typ: cliapi.TypeExecStream, data: sum, human: func(io.Writer) error { return nil }}
 	if sum.ExitCode == nil || *sum.ExitCode != 0 {
-		return nil, &failure{err: client.Errorf(taxonomy.KindExecFailed, "", "%s did not exit 0 (%s)", ex.ID(), exitText(sum.ExitCode)), data: sum}
+		res.reporting(taxonomy.KindExecFailed, fmt.Sprintf("%s did not exit 0 (%s)", ex.ID(), exitText(sum.ExitCode)))
 	}
-	return &result{typ: cliapi.TypeExecStream, data: sum, human: func(io.Writer) error { return nil }}, nil
+	return res, nil
 }
 
 // cutData is the stream summary of a cut stream with the wire kind the cut
@@ -555,7 +576,7 @@ type HealthCmd struct {
 }
 
 func (c *HealthCmd) run(ctx context.Context, a *app) (*result, error) {
-	s, err := c.session(ctx, a.env)
+	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -589,7 +610,7 @@ type AckCmd struct {
 }
 
 func (c *AckCmd) run(ctx context.Context, a *app) (*result, error) {
-	s, err := c.session(ctx, a.env)
+	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -613,7 +634,7 @@ func (c *StdinCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.Data == nil && !c.EOF {
 		return nil, invalidArg("", "nothing to do: pass --data, --eof, or both")
 	}
-	s, err := c.session(ctx, a.env)
+	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -667,7 +688,7 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 			return nil, invalidArg("", "--mode applies to an upload only")
 		}
 	}
-	s, err := c.session(ctx, a.env)
+	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
 	}

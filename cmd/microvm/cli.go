@@ -27,6 +27,13 @@ type CLI struct {
 	Manifest   ManifestCmd   `cmd:"" help:"Emit the command surface, exit table and envelope schema, generated from the parser."`
 	Constants  ConstantsCmd  `cmd:"" help:"Emit every service constant this client enforces."`
 	Dockerfile DockerfileCmd `cmd:"" help:"Print the Dockerfile stanza that wraps a base image with agentd."`
+
+	// The meta commands print text, never an envelope, and are left out of
+	// the manifest (manifest:"-"), which describes the commands that answer
+	// in JSON.
+	Help       HelpCmd       `cmd:"" manifest:"-" help:"Show help for microvm or for one command: microvm help exec."`
+	Version    VersionCmd    `cmd:"" manifest:"-" help:"Print the version."`
+	Completion CompletionCmd `cmd:"" manifest:"-" help:"Print a shell completion script: eval \"$(microvm completion bash)\", or source it from your shell's startup file."`
 }
 
 // Globals parse on either side of the subcommand because kong lets a child
@@ -54,8 +61,8 @@ type RegionFlags struct {
 // AttachFlags address a VM this invocation did not launch. Each has an
 // environment default so a shell session sets them once.
 type AttachFlags struct {
-	Endpoint   string `help:"The VM's endpoint as GetMicrovm returns it (a bare host: https:// is added, http:// for a loopback host such as the emulator's), or the daemon's URL with --direct." env:"MICROVM_ENDPOINT" required:""`
-	AgentToken string `help:"The agent token delivered to the VM at launch." env:"MICROVM_AGENT_TOKEN" required:""`
+	Endpoint   string `help:"The VM's endpoint as GetMicrovm returns it (a bare host: https:// is added, http:// for a loopback host such as the emulator's), or the daemon's URL with --direct. Needed: this or MICROVM_ENDPOINT." env:"MICROVM_ENDPOINT"`
+	AgentToken string `help:"The agent token delivered to the VM at launch. Needed: this or MICROVM_AGENT_TOKEN." env:"MICROVM_AGENT_TOKEN"`
 	MicrovmID  string `name:"microvm-id" help:"The MicroVM id, needed to mint the endpoint proxy token; not needed with --direct." env:"MICROVM_ID"`
 	Port       int    `help:"The daemon's port inside the guest." default:"${default_port}" env:"MICROVM_PORT"`
 	Direct     bool   `help:"Talk to a daemon reached directly (a local agentd, tests): no proxy token is minted." env:"MICROVM_DIRECT"`

@@ -236,7 +236,9 @@ func TestCutStream(t *testing.T) {
 		// The hint, run as it stands against the daemon directly, resumes
 		// the same exec: nothing is delivered twice and the command is not
 		// started again (a second run would put output past offset 8).
-		sh := exec.Command("sh", "-c", hint+" --json")
+		// --json goes before the command's words: every word after the
+		// command's first is the command's.
+		sh := exec.Command("sh", "-c", strings.Replace(hint, "microvm exec ", "microvm --json exec ", 1))
 		sh.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")}, direct...)
 		var out, errb bytes.Buffer
 		sh.Stdout, sh.Stderr = &out, &errb

@@ -119,6 +119,26 @@ func TestEndToEndAgainstAgentd(t *testing.T) {
 			}
 		}
 	})
+	// Catches: the command's words parsed as microvm's flags again
+	// ("unknown flag -a"), a leading "--" sent as the command's first word,
+	// and a multi-word command run through sh -c (its quoting lost).
+	t.Run("exec takes the command's words as trailing arguments", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"exec", "printf", "%s|%s", "-a", "two words"},
+			{"exec", "--", "printf", "%s|%s", "-a", "two words"},
+			{"exec", "--timeout", "30", "printf", "%s|%s", "-a", "two words"},
+		} {
+			inv := cli(t, env, "", args...)
+			if inv.code != 0 || inv.stdout != "-a|two words" {
+				t.Fatalf("microvm %q: exit %d stdout %q stderr %s", args, inv.code, inv.stdout, inv.stderr)
+			}
+		}
+		// Flags after the first word are the command's, not microvm's.
+		inv := cli(t, env, "", "exec", "echo", "--json")
+		if inv.code != 0 || inv.stdout != "--json\n" {
+			t.Fatalf("exit %d stdout %q", inv.code, inv.stdout)
+		}
+	})
 	t.Run("exec wait, raw bytes without --json", func(t *testing.T) {
 		inv := cli(t, env, "", "exec", "printf 'a\\000b'")
 		if inv.code != 0 || inv.stdout != "a\x00b" {
@@ -131,8 +151,10 @@ func TestEndToEndAgainstAgentd(t *testing.T) {
 			t.Fatalf("%v", d)
 		}
 	})
+	// Catches: a non-zero child written as a failure envelope again (the
+	// reference writes status ok with the record, and exits 13).
 	t.Run("13 non-zero exit", func(t *testing.T) {
-		m := wantFailure(t, cli(t, env, "", "--json", "exec", "echo out; exit 3"), taxonomy.KindExecFailed, "")
+		m := wantExecFailed(t, cli(t, env, "", "--json", "exec", "echo out; exit 3"))
 		d := m["data"].(map[string]any)
 		if d["exitCode"] != float64(3) || d["stdout"] != "out\n" {
 			t.Fatalf("partial result lost: %v", d)
@@ -170,8 +192,8 @@ func TestEndToEndAgainstAgentd(t *testing.T) {
 		var last any
 		_ = json.Unmarshal([]byte(lines[len(lines)-1]), &last)
 		m := checkEnvelope(t, last, inv.code)
-		if m["code"] != taxonomy.KindExecFailed.Code() || m["data"].(map[string]any)["exitCode"] != float64(4) {
-			t.Fatalf("%v", m)
+		if inv.code != int(taxonomy.KindExecFailed.Exit()) || m["status"] != cliapi.StatusOK || m["type"] != cliapi.TypeExecStream || m["data"].(map[string]any)["exitCode"] != float64(4) {
+			t.Fatalf("exit %d %v", inv.code, m)
 		}
 	})
 	t.Run("detach, poll, ack", func(t *testing.T) {
@@ -375,14 +397,16 @@ func TestExecStopsWaiting(t *testing.T) {
 		}
 	})
 
-	t.Run("11 SIGINT ends the wait and leaves the exec running", func(t *testing.T) {
+	// Catches: an attached command's interrupt exiting 11 again, whose
+	// meaning is "after launch; teardown ran"; nothing was launched here.
+	t.Run("10 SIGINT ends the wait and leaves the exec running", func(t *testing.T) {
 		s := startCLI(t, bound, env, nil, "--json", "exec", "--exec-id", "sigint-wait", "--", "sleep", "30")
 		untilExecExists(t, endpoint, token, "sigint-wait")
 		if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
 			t.Fatal(err)
 		}
-		m := wantFailure(t, s.wait(t), taxonomy.KindInterrupted, taxonomy.KindInterrupted.Finding())
-		if !strings.Contains(m["error"].(string), "sigint-wait") {
+		m := wantFailure(t, s.wait(t), taxonomy.KindTimeout, taxonomy.KindTimeout.Finding())
+		if !strings.Contains(m["error"].(string), "sigint-wait") || !strings.Contains(m["error"].(string), "interrupted") {
 			t.Fatalf("the failure does not name the exec to reattach to: %v", m["error"])
 		}
 		h := envelope(t, cli(t, env, "", "--json", "health"))["data"].(map[string]any)
@@ -391,7 +415,7 @@ func TestExecStopsWaiting(t *testing.T) {
 		}
 	})
 
-	t.Run("11 SIGINT ends a stream with its resume hint", func(t *testing.T) {
+	t.Run("10 SIGINT ends a stream with its resume hint", func(t *testing.T) {
 		s := startCLI(t, bound, env, nil, "--json", "exec", "--stream", "--exec-id", "sigint-stream", "--", "sleep", "30")
 		untilExecExists(t, endpoint, token, "sigint-stream")
 		if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
@@ -399,7 +423,7 @@ func TestExecStopsWaiting(t *testing.T) {
 		}
 		inv := s.wait(t)
 		_, m := ndjson(t, inv)
-		if inv.code != int(taxonomy.KindInterrupted.Exit()) || m["code"] != taxonomy.KindInterrupted.Code() {
+		if inv.code != int(taxonomy.KindTimeout.Exit()) || m["code"] != taxonomy.KindTimeout.Code() {
 			t.Fatalf("exit %d %v\n%s", inv.code, m["code"], inv.stdout)
 		}
 		sugg := m["suggestions"].([]any)

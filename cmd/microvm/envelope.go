@@ -23,6 +23,10 @@ type app struct {
 	stdoutTTY, stderrTTY bool
 	env                  func(string) string
 	parser               *kong.Kong
+	// attached is set once a command addresses a VM it did not launch: an
+	// interrupt then leaves the VM and the exec as they were, which is the
+	// timeout row's meaning, not the interrupted row's (teardown ran).
+	attached bool
 	// streamed is set once exec --stream has written an NDJSON line: from
 	// then on the envelope must be one compact line, and on the human path a
 	// failure must stay off stdout, which holds the child's bytes.
@@ -39,6 +43,23 @@ type result struct {
 	// written means the command already wrote its whole stdout (constants
 	// --emit-json) and no envelope follows.
 	written bool
+	// exit is the code a success envelope still exits with: ERR_EXEC_FAILED
+	// when the sandbox worked and the child exited non-zero, which the
+	// reference CLI reports as status ok with the child's record. Zero
+	// otherwise.
+	exit taxonomy.ExitCode
+	// note is the line a human reads on stderr when exit is not zero.
+	note string
+	// alwaysJSON writes the envelope even without --json when stdout is
+	// not a terminal (manifest: its only consumer parses it).
+	alwaysJSON bool
+}
+
+// reporting marks a success that exits with kind's row: the child's record
+// is the envelope's data, and the exit code says it did not pass.
+func (r *result) reporting(kind taxonomy.ErrorKind, note string) *result {
+	r.exit, r.note = kind.Exit(), note
+	return r
 }
 
 // failure is an error that still carries a partial result: the data that goes
@@ -55,11 +76,12 @@ type failure struct {
 func (f *failure) Error() string { return f.err.Error() }
 func (f *failure) Unwrap() error { return f.err }
 
-// succeed writes the success envelope (or its human form) and returns 0.
+// succeed writes the success envelope (or its human form) and returns 0,
+// or the exit the result reports (ERR_EXEC_FAILED for a child that failed).
 func (a *app) succeed(res *result) int {
 	switch {
 	case res.written:
-	case a.g.JSON:
+	case a.g.JSON || (res.alwaysJSON && !a.g.Dense && !a.stdoutTTY):
 		a.writeJSON(cliapi.Success{Status: cliapi.StatusOK, APIVersion: cliapi.APIVersion, Type: res.typ, Data: res.data})
 	case a.g.Dense:
 		if res.dense != nil {
@@ -74,13 +96,28 @@ func (a *app) succeed(res *result) int {
 			fmt.Fprintln(a.stdout, denseLine(res.typ, res.data))
 		}
 	}
-	return int(taxonomy.ExitSuccess)
+	if res.exit != taxonomy.ExitSuccess && !a.g.JSON && res.note != "" {
+		// stdout may hold the child's bytes: the verdict goes to stderr.
+		if a.g.Dense {
+			fmt.Fprintf(a.stderr, "exit=%d %s\n", res.exit, res.note)
+		} else {
+			fmt.Fprintf(a.stderr, "microvm: %s\n", res.note)
+		}
+	}
+	return int(res.exit)
 }
 
 // fail writes the failure envelope (or its human form) and returns the exit
 // code, which is the error kind's row of the generated table and nothing else.
 func (a *app) fail(err error) int {
 	ce := asClientError(err)
+	if a.attached && ce.Kind() == taxonomy.KindInterrupted {
+		// ERR_INTERRUPTED means "after launch; teardown ran": an attached
+		// command launched nothing and tears nothing down. Stopping its wait
+		// is a client-side deadline the caller chose, and the exec (or the
+		// file on the VM) is left as it was, which is ERR_TIMEOUT's row.
+		ce = client.Errorf(taxonomy.KindTimeout, "", "interrupted: %s; nothing on the VM was stopped", ce.Error()).WithCause(ce)
+	}
 	var partial any
 	var human func(io.Writer) error
 	var extra []string
@@ -134,12 +171,15 @@ func envelopeFor(ce *client.Error, partial any) cliapi.Failure {
 		finding = kind.Finding()
 	}
 	return cliapi.Failure{
-		Status:      cliapi.StatusError,
-		APIVersion:  cliapi.APIVersion,
-		Error:       ce.Error(),
-		Code:        kind.Code(),
-		ExitCode:    int64(kind.Exit()),
-		Finding:     string(finding),
+		Status:     cliapi.StatusError,
+		APIVersion: cliapi.APIVersion,
+		Error:      ce.Error(),
+		Code:       kind.Code(),
+		ExitCode:   int64(kind.Exit()),
+		// The reference writes the finding's heading; the slug rides beside
+		// it for a consumer that wants a stable key.
+		Finding:     finding.Title(),
+		FindingSlug: string(finding),
 		Suggestions: suggestionsFor(ce),
 		Data:        data,
 	}
@@ -194,7 +234,7 @@ func (a *app) writeJSON(v any) {
 		b, err = json.MarshalIndent(v, "", "  ")
 	}
 	if err != nil {
-		b = []byte(fmt.Sprintf(`{"status":"error","apiVersion":%q,"error":%q,"code":%q,"exitCode":%d,"finding":"","suggestions":[],"data":{}}`,
+		b = []byte(fmt.Sprintf(`{"status":"error","apiVersion":%q,"error":%q,"code":%q,"exitCode":%d,"finding":"","findingSlug":"","suggestions":[],"data":{}}`,
 			cliapi.APIVersion, "encoding the envelope: "+err.Error(), taxonomy.KindUnexpected.Code(), taxonomy.KindUnexpected.Exit()))
 	}
 	a.stdout.Write(append(b, '\n'))

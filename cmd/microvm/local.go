@@ -19,21 +19,29 @@ type ConstantsCmd struct {
 	EmitJSON bool `name:"emit-json" help:"Write the bare constants object instead of an envelope (the one non-envelope stdout write)."`
 }
 
+// constantsObject is every service constant under the key the reference
+// CLI publishes it as (MODEL_API_VERSION, MICROVM_REGIONS, ...), so a drift
+// checker written against either CLI reads this one; the keys this client
+// adds are spelled the same way. docs/envelope.schema.json types each key.
 func constantsObject() map[string]any {
 	m := map[string]any{}
 	for _, c := range cliapi.ServiceConstants {
-		m[c.Name] = c.Value
+		m[c.Key] = c.Value
 	}
-	m["Regions"] = taxonomy.Regions
 	var sizes []map[string]any
 	for _, r := range taxonomy.SizeClasses {
-		sizes = append(sizes, map[string]any{"baselineMiB": r.BaselineMiB, "baselineVcpu": r.BaselineVCPU, "peakMiB": r.PeakMiB, "peakVcpu": r.PeakVCPU})
+		sizes = append(sizes, map[string]any{"baseline_mib": r.BaselineMiB, "baseline_vcpu": r.BaselineVCPU, "peak_mib": r.PeakMiB, "peak_vcpu": r.PeakVCPU})
 	}
-	m["SizeClasses"] = sizes
-	m["DefaultBaselineMiB"] = taxonomy.DefaultBaselineMiB
-	m["MicrovmStates"] = taxonomy.MicrovmStates
-	m["ImageStates"] = taxonomy.ImageStates
-	m["BuildStates"] = taxonomy.BuildStates
+	m["SIZE_CLASSES"] = sizes
+	m["DEFAULT_BASELINE_MIB"] = taxonomy.DefaultBaselineMiB
+	m["MICROVM_REGIONS"] = taxonomy.Regions
+	m["MICROVM_STATES"] = taxonomy.MicrovmStates
+	m["TERMINAL_STATES"] = taxonomy.MicrovmTerminalStates
+	m["DEAD_STATES"] = taxonomy.MicrovmDeadStates
+	m["IMAGE_STATES"] = taxonomy.ImageStates
+	m["MODEL_IMAGE_READY_STATES"] = taxonomy.ImageReadyStates
+	m["BUILD_STATES"] = taxonomy.BuildStates
+	m["ARCHITECTURES"] = []string{taxonomy.Architecture}
 	return m
 }
 
@@ -56,14 +64,14 @@ func (c *ConstantsCmd) run(_ context.Context, a *app) (*result, error) {
 			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 			fmt.Fprintln(tw, "CONSTANT\tVALUE\tFINDING")
 			for _, c := range cliapi.ServiceConstants {
-				fmt.Fprintf(tw, "%s\t%v\t%s\n", c.Name, c.Value, c.Finding)
+				fmt.Fprintf(tw, "%s\t%v\t%s\n", c.Key, c.Value, c.Finding)
 			}
-			fmt.Fprintf(tw, "Regions\t%s\t%s\n", strings.Join(taxonomy.Regions, ","), taxonomy.RegionFinding)
+			fmt.Fprintf(tw, "MICROVM_REGIONS\t%s\t%s\n", strings.Join(taxonomy.Regions, ","), taxonomy.RegionFinding)
 			var mem []string
 			for _, r := range taxonomy.SizeClasses {
 				mem = append(mem, strconv.Itoa(r.BaselineMiB))
 			}
-			fmt.Fprintf(tw, "SizeClasses (baseline MiB)\t%s\t%s\n", strings.Join(mem, ","), taxonomy.SizeClassFinding)
+			fmt.Fprintf(tw, "SIZE_CLASSES (baseline MiB)\t%s\t%s\n", strings.Join(mem, ","), taxonomy.SizeClassFinding)
 			return tw.Flush()
 		},
 	}, nil

@@ -130,8 +130,14 @@ func checkEnvelope(t *testing.T, v any, code int) map[string]any {
 		t.Fatalf("envelope fails docs/envelope.schema.json: %v\n%s", err, b)
 	}
 	m := v.(map[string]any)
-	if (m["status"] == "ok") != (code == 0) {
+	// ok exits 0, or 13 with an exec's record (the reference's shape for a
+	// child that exited non-zero); any other exit is a failure envelope.
+	execFailed := code == int(taxonomy.KindExecFailed.Exit()) && (m["type"] == cliapi.TypeExec || m["type"] == cliapi.TypeExecStream)
+	if (m["status"] == "ok") != (code == 0 || execFailed) {
 		t.Fatalf("status %v with exit %d", m["status"], code)
+	}
+	if execFailed && m["status"] == "ok" && m["data"].(map[string]any)["exitCode"] == float64(0) {
+		t.Fatalf("exit 13 with a record that exited 0: %v", m)
 	}
 	if m["status"] == "error" && int(m["exitCode"].(float64)) != code {
 		t.Fatalf("envelope exitCode %v, process exited %d", m["exitCode"], code)
@@ -143,8 +149,20 @@ func checkEnvelope(t *testing.T, v any, code int) map[string]any {
 func wantFailure(t *testing.T, inv invocation, kind taxonomy.ErrorKind, finding taxonomy.FindingID) map[string]any {
 	t.Helper()
 	m := envelope(t, inv)
-	if inv.code != int(kind.Exit()) || m["code"] != kind.Code() || m["finding"] != string(finding) {
-		t.Fatalf("got exit %d code %v finding %q; want %d %s %q\n%s", inv.code, m["code"], m["finding"], kind.Exit(), kind.Code(), finding, inv.stdout)
+	// finding is the heading (the reference's key), findingSlug the slug.
+	if inv.code != int(kind.Exit()) || m["code"] != kind.Code() || m["findingSlug"] != string(finding) || m["finding"] != finding.Title() {
+		t.Fatalf("got exit %d code %v finding %q (%q); want %d %s %q (%q)\n%s", inv.code, m["code"], m["findingSlug"], m["finding"], kind.Exit(), kind.Code(), finding, finding.Title(), inv.stdout)
+	}
+	return m
+}
+
+// wantExecFailed asserts the reference's shape for a child that exited
+// non-zero: a success envelope carrying the record, and exit 13.
+func wantExecFailed(t *testing.T, inv invocation) map[string]any {
+	t.Helper()
+	m := envelope(t, inv)
+	if inv.code != int(taxonomy.KindExecFailed.Exit()) || m["status"] != cliapi.StatusOK {
+		t.Fatalf("got exit %d status %v; want %d and status ok\n%s", inv.code, m["status"], taxonomy.KindExecFailed.Exit(), inv.stdout)
 	}
 	return m
 }
@@ -241,7 +259,7 @@ func TestExitRows(t *testing.T) {
 		wantFailure(t, cli(t, nil, "", "cost", "--json", "--region", "us-east-1", "--unlisted-region", "xx-test-1"), taxonomy.KindInvalidArg, taxonomy.RegionFinding)
 	})
 	t.Run("2 env without = is refused", func(t *testing.T) {
-		args := append([]string{"--json", "exec", "--env", "NOEQUALS", "true"}, attach(closedPort(t))...)
+		args := append(append([]string{"--json", "exec", "--env", "NOEQUALS"}, attach(closedPort(t))...), "true")
 		wantFailure(t, cli(t, nil, "", args...), taxonomy.KindInvalidArg, "")
 	})
 	t.Run("3 transport failure carries data.kind", func(t *testing.T) {
@@ -290,16 +308,31 @@ func TestExitRows(t *testing.T) {
 		}))
 		defer srv.Close()
 		defer close(hang)
-		args := append([]string{"--json", "exec", "--timeout", "0.2", "true"}, attach(srv.URL)...)
+		args := append(append([]string{"--json", "exec", "--timeout", "0.2"}, attach(srv.URL)...), "true")
 		wantFailure(t, cli(t, nil, "", args...), taxonomy.KindTimeout, taxonomy.KindTimeout.Finding())
 	})
-	t.Run("12 proxied attach without a MicroVM id to mint for", func(t *testing.T) {
+	// Catches: a missing --microvm-id classed as a precondition (12) again;
+	// the reference's flag is required, so its absence is exit 2.
+	t.Run("2 proxied attach without a MicroVM id to mint for", func(t *testing.T) {
 		// No --direct and no --microvm-id: the proxy token cannot be minted,
 		// and nothing is sent anywhere (the endpoint is unroutable).
 		inv := cli(t, nil, "", "--json", "health", "--endpoint", "vm.invalid", "--agent-token", "t")
-		m := wantFailure(t, inv, taxonomy.KindPrecondition, taxonomy.FindingEndpointAuth)
-		if s := m["suggestions"].([]any); len(s) == 0 || s[0] != "microvm doctor" {
-			t.Fatalf("suggestions %v", s)
+		m := wantFailure(t, inv, taxonomy.KindInvalidArg, taxonomy.FindingEndpointAuth)
+		if e := m["error"].(string); !strings.Contains(e, "--microvm-id (or MICROVM_ID)") || !strings.Contains(e, "--direct") {
+			t.Fatalf("the refusal does not name the flag, its variable and --direct: %s", e)
+		}
+	})
+	// Catches: --endpoint/--agent-token required by the parser again (kong's
+	// refusal names neither variable) or the check dropped.
+	t.Run("2 a missing endpoint or token names its variable", func(t *testing.T) {
+		inv := cli(t, nil, "", "--json", "health", "--direct")
+		m := wantFailure(t, inv, taxonomy.KindInvalidArg, "")
+		if e := m["error"].(string); !strings.Contains(e, "MICROVM_ENDPOINT") || !strings.Contains(e, "MICROVM_AGENT_TOKEN") {
+			t.Fatalf("the refusal does not name the variables: %s", e)
+		}
+		usage := cli(t, nil, "", "health", "--help").stdout
+		if strings.Contains(usage, "--endpoint=STRING --agent-token") || !strings.Contains(usage, "MICROVM_ENDPOINT") {
+			t.Fatalf("usage shows the env-filled flags as required or hides the variable:\n%s", usage)
 		}
 	})
 	t.Run("1 a status agentd never sends", func(t *testing.T) {
@@ -312,7 +345,7 @@ func TestExitRows(t *testing.T) {
 		}
 	})
 	// Elsewhere: row 9 by TestOutputGapIsPlatform (an output gap from a real
-	// agentd), rows 10 and 11 by TestExecStopsWaiting (--timeout and SIGINT
+	// agentd), row 10 by TestExecStopsWaiting (--timeout and SIGINT
 	// against a real agentd), row 13 by the end-to-end tests against agentd
 	// and through the emulator, and rows 3, 4 (the proxy's 403 to a --direct
 	// session among them), 5 and 13 again through the emulator's proxy. Row 1
@@ -330,6 +363,12 @@ func TestExitRows(t *testing.T) {
 // turns red the day one of those commands becomes ready, so the row is
 // reached then rather than forgotten.
 var unreachedRows = map[taxonomy.ErrorKind][]string{
+	// An attached command's interrupt is the timeout row (nothing was
+	// launched, nothing torn down); only run interrupts after a launch.
+	taxonomy.KindInterrupted: {"run"},
+	// A missing --microvm-id is exit 2 now, as the reference's required
+	// flag is; a missing prerequisite is what doctor and logs report.
+	taxonomy.KindPrecondition: {"doctor", "logs"},
 	taxonomy.KindBuildWedged:  {"build", "run"},
 	taxonomy.KindLaunchDied:   {"run"},
 	taxonomy.KindWindowClosed: {"resume"},
@@ -404,13 +443,76 @@ func TestOneEnvelopeAndFlagsOnEitherSide(t *testing.T) {
 	}
 }
 
-// TestHelpAndVersionAreNotEnvelopes: both succeed and print themselves.
+// TestHelpAndVersionAreNotEnvelopes: both succeed and print themselves, as
+// flags and as commands. Catches `microvm help` and `microvm version`
+// refused as unknown commands again, and help for a command that is not
+// that command's.
 func TestHelpAndVersionAreNotEnvelopes(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"--json", "--help"}, {"exec", "--help"}, {"--version"}, {"--json", "--version"}} {
+	for _, args := range [][]string{{"--help"}, {"--json", "--help"}, {"exec", "--help"}, {"--version"}, {"--json", "--version"}, {"help"}, {"help", "exec"}, {"version"}, {"--json", "version"}} {
 		inv := cli(t, nil, "", args...)
 		if inv.code != 0 || strings.HasPrefix(strings.TrimSpace(inv.stdout), "{") || inv.stdout == "" {
 			t.Fatalf("%v: exit %d stdout %q", args, inv.code, inv.stdout)
 		}
+	}
+	if h := cli(t, nil, "", "help", "cp").stdout; !strings.Contains(h, "microvm cp") {
+		t.Fatalf("help cp:\n%s", h)
+	}
+	if v := cli(t, nil, "", "version").stdout; !strings.Contains(v, cli(t, nil, "", "--version").stdout) {
+		t.Fatalf("version %q differs from --version", v)
+	}
+	wantFailure(t, cli(t, nil, "", "--json", "help", "nope"), taxonomy.KindInvalidArg, "")
+}
+
+// TestCompletion: each shell's script is generated from the parser, names
+// every command and the closed domains, and bash parses it. Catches a
+// command added to the tree but not completed (a hand-kept list), and a
+// script broken by a help text's quote.
+func TestCompletion(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		inv := cli(t, nil, "", "completion", sh)
+		if inv.code != 0 {
+			t.Fatalf("%s: exit %d %s", sh, inv.code, inv.stderr)
+		}
+		for _, c := range cliapi.Commands {
+			if c.Ready && !strings.Contains(inv.stdout, c.Name) {
+				t.Errorf("%s completion lacks %s", sh, c.Name)
+			}
+		}
+		for _, w := range []string{"--endpoint", "--memory", "8192", "us-west-2", "--stream"} {
+			if !strings.Contains(inv.stdout, strings.TrimPrefix(w, "--")) {
+				t.Errorf("%s completion lacks %s", sh, w)
+			}
+		}
+		if path, err := exec.LookPath(sh); err == nil {
+			check := exec.Command(path, "-n")
+			if sh == "fish" {
+				check = exec.Command(path, "--no-execute")
+			}
+			check.Stdin = strings.NewReader(inv.stdout)
+			if out, err := check.CombinedOutput(); err != nil {
+				t.Errorf("%s -n refuses the script: %v\n%s", sh, err, out)
+			}
+		}
+	}
+	wantFailure(t, cli(t, nil, "", "--json", "completion", "tcsh"), taxonomy.KindInvalidArg, "")
+}
+
+// TestManifestIsJSONOnAPipe: the only consumer that asks for a manifest
+// parses it, so without --json a pipe still gets the envelope, as the
+// reference writes it. Catches the table printed into a pipe again.
+func TestManifestIsJSONOnAPipe(t *testing.T) {
+	m := envelope(t, cli(t, nil, "", "manifest"))
+	if m["type"] != cliapi.TypeManifest {
+		t.Fatalf("%v", m["type"])
+	}
+	for _, r := range m["data"].(map[string]any)["exitCodes"].([]any) {
+		row := r.(map[string]any)
+		if row["code"] == taxonomy.KindRetryable.Code() && (row["finding"] != taxonomy.FindingEndpointAuth.Title() || row["findingSlug"] != string(taxonomy.FindingEndpointAuth)) {
+			t.Fatalf("exit row 3 finding %v / %v", row["finding"], row["findingSlug"])
+		}
+	}
+	if d := cli(t, nil, "", "manifest", "--dense"); strings.HasPrefix(d.stdout, "{") {
+		t.Fatal("--dense manifest is JSON")
 	}
 }
 
@@ -424,9 +526,52 @@ func TestConstantsEmitJSONIsTheBareObject(t *testing.T) {
 	if _, ok := m["status"]; ok {
 		t.Fatal("--emit-json wrote an envelope")
 	}
-	if m["DefaultAgentPort"] != float64(taxonomy.DefaultAgentPort) || len(m["Regions"].([]any)) != len(taxonomy.Regions) {
+	if m["DEFAULT_AGENT_PORT"] != float64(taxonomy.DefaultAgentPort) || len(m["MICROVM_REGIONS"].([]any)) != len(taxonomy.Regions) {
 		t.Fatalf("constants drifted from the taxonomy: %v", m)
 	}
+	// The reference CLI's keys and values, written out: a drift checker
+	// written for it reads these by name. Catches a key renamed back to Go
+	// spelling (ModelAPIVersion) or a constraint dropped.
+	for k, want := range map[string]any{
+		"MODEL_API_VERSION":            "2025-09-09",
+		"MAX_RUN_HOOK_PAYLOAD_BYTES":   float64(4096),
+		"MAX_IMAGE_NAME_LEN":           float64(64),
+		"IMAGE_NAME_PATTERN":           "[a-zA-Z0-9-_]+",
+		"MAX_VERSION_LEN":              float64(2048),
+		"VERSION_PATTERN":              `[^\s]+`,
+		"MAX_TAG_KEY_LEN":              float64(128),
+		"MAX_TAG_VALUE_LEN":            float64(256),
+		"TAG_COMPONENT_PATTERN":        `([\p{L}\p{Z}\p{N}_.:/=+\-@]*)`,
+		"MIN_ROLE_ARN_LEN":             float64(20),
+		"MAX_ROLE_ARN_LEN":             float64(2048),
+		"ROLE_ARN_PATTERN":             `arn:aws[a-z\-]*:iam::[0-9]{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+`,
+		"MAX_MICROVM_HOOK_TIMEOUT_SEC": float64(60),
+		"MAX_IMAGE_HOOK_TIMEOUT_SEC":   float64(3600),
+		"MAX_DURATION_SEC":             float64(28800),
+		"MIN_IDLE_DURATION_SEC":        float64(60),
+	} {
+		if m[k] != want {
+			t.Errorf("constants[%s] = %#v, the reference publishes %#v", k, m[k], want)
+		}
+	}
+	if sc := m["SIZE_CLASSES"].([]any)[0].(map[string]any); sc["baseline_mib"] != float64(512) || sc["peak_mib"] != float64(2048) {
+		t.Errorf("SIZE_CLASSES rows %v", sc)
+	}
+	// The envelope form carries the same object, typed by the schema.
+	env := envelope(t, cli(t, nil, "", "--json", "constants"))
+	if b, _ := json.Marshal(env["data"].(map[string]any)["constants"]); string(b) != mustCompact(t, inv.stdout) {
+		t.Fatal("the envelope's constants differ from --emit-json")
+	}
+}
+
+func mustCompact(t *testing.T, s string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 func TestDockerfileStanza(t *testing.T) {

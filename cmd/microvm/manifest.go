@@ -52,10 +52,11 @@ type manifestCommand struct {
 }
 
 type manifestExit struct {
-	Exit    int    `json:"exit"`
-	Code    string `json:"code"`
-	Meaning string `json:"meaning"`
-	Finding string `json:"finding"`
+	Exit        int    `json:"exit"`
+	Code        string `json:"code"`
+	Meaning     string `json:"meaning"`
+	Finding     string `json:"finding"`     // the heading, as the reference publishes it
+	FindingSlug string `json:"findingSlug"` // the stable slug beside it
 }
 
 // paramType names a parameter's type for an agent: four words, because a
@@ -116,7 +117,7 @@ func param(v *kong.Value, f *kong.Flag) manifestParam {
 func buildManifest(k *kong.Kong) map[string]any {
 	cmds := []manifestCommand{}
 	for _, node := range k.Model.Children {
-		if node.Type != kong.CommandNode || node.Hidden {
+		if node.Type != kong.CommandNode || node.Hidden || node.Tag.Get("manifest") == "-" {
 			continue
 		}
 		mc := manifestCommand{Name: node.Name, Summary: node.Help, SupportsJSON: true, Parameters: []manifestParam{}, ResponseKeys: []string{}}
@@ -172,11 +173,11 @@ func buildManifest(k *kong.Kong) map[string]any {
 	}
 	exits := []manifestExit{}
 	for _, row := range taxonomy.ExitTable {
-		var finding string
+		var finding taxonomy.FindingID
 		if k, ok := taxonomy.ErrorKindFromCode(row.Code); ok {
-			finding = string(k.Finding())
+			finding = k.Finding()
 		}
-		exits = append(exits, manifestExit{Exit: int(row.Value), Code: row.Code, Meaning: row.Meaning, Finding: finding})
+		exits = append(exits, manifestExit{Exit: int(row.Value), Code: row.Code, Meaning: row.Meaning, Finding: finding.Title(), FindingSlug: string(finding)})
 	}
 	var schema any
 	if err := json.Unmarshal(cliapi.EnvelopeSchema, &schema); err != nil {
@@ -209,8 +210,9 @@ func (c *ManifestCmd) run(_ context.Context, a *app) (*result, error) {
 		data.ExitCodes = append(data.ExitCodes, e)
 	}
 	return &result{
-		typ:  cliapi.TypeManifest,
-		data: data,
+		typ:        cliapi.TypeManifest,
+		data:       data,
+		alwaysJSON: true,
 		human: func(w io.Writer) error {
 			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 			fmt.Fprintln(tw, "COMMAND\tTYPE\tSUMMARY")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,8 +96,11 @@ func TestProxiedAttachThroughTheEmulator(t *testing.T) {
 	}
 	attachArgs := []string{"--endpoint", vm.endpoint, "--agent-token", vm.agentToken, "--microvm-id", vm.id, "--control-endpoint", vm.cpURL}
 	env := awsEnv()
+	// The addressing flags go right after the command name: exec takes
+	// every word after its command's first as the command's own.
 	run := func(stdin string, args ...string) invocation {
-		return cli(t, env, stdin, append(args, attachArgs...)...)
+		i := slices.IndexFunc(args, func(a string) bool { return !strings.HasPrefix(a, "-") })
+		return cli(t, env, stdin, slices.Concat(args[:i+1], attachArgs, args[i+1:])...)
 	}
 
 	t.Run("health", func(t *testing.T) {
@@ -124,7 +128,7 @@ func TestProxiedAttachThroughTheEmulator(t *testing.T) {
 		}
 	})
 	t.Run("13 a non-zero exit through the proxy keeps its output", func(t *testing.T) {
-		m := wantFailure(t, run("", "--json", "exec", "echo out; exit 3"), taxonomy.KindExecFailed, "")
+		m := wantExecFailed(t, run("", "--json", "exec", "echo out; exit 3"))
 		if d := m["data"].(map[string]any); d["exitCode"] != float64(3) || d["stdout"] != "out\n" {
 			t.Fatalf("%v", d)
 		}

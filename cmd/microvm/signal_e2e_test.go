@@ -12,7 +12,8 @@ import (
 // Catches: `exec --stream` treating a nil exit code as success (testing
 // `ExitCode != nil && *ExitCode != 0` instead of `ExitCode == nil || ...`).
 // A child killed by a signal has no exit code; the stream must still end as
-// ERR_EXEC_FAILED, never as status ok with process exit 0. Both output paths
+// ERR_EXEC_FAILED (exit 13, with the record in a status-ok envelope as the
+// reference CLI writes it), never as process exit 0. Both output paths
 // are covered: --json (NDJSON, then the envelope as the last line) and raw.
 func TestStreamedExecKilledBySignalIsAFailure(t *testing.T) {
 	endpoint, token := startAgentd(t)
@@ -42,7 +43,7 @@ func TestStreamedExecKilledBySignalIsAFailure(t *testing.T) {
 		t.Fatalf("last line is not the envelope: %q", lines[len(lines)-1])
 	}
 	m := checkEnvelope(t, last, inv.code)
-	if m["status"] == "ok" || inv.code != int(taxonomy.KindExecFailed.Exit()) || m["code"] != taxonomy.KindExecFailed.Code() {
+	if inv.code != int(taxonomy.KindExecFailed.Exit()) || m["status"] != cliapi.StatusOK || m["type"] != cliapi.TypeExecStream {
 		t.Fatalf("a signalled child reported as exit %d, envelope %v", inv.code, m)
 	}
 	if d := m["data"].(map[string]any); d["exitCode"] != nil {

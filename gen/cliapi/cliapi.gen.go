@@ -60,8 +60,10 @@ type Failure struct {
 	Code string `json:"code"`
 	// ExitCode is the process exit code
 	ExitCode int64 `json:"exitCode"`
-	// Finding is the docs/PLATFORM.md finding behind the refusal, or empty
+	// Finding is the heading of the docs/PLATFORM.md finding behind the refusal, or empty; the reference CLI's key
 	Finding string `json:"finding"`
+	// FindingSlug is the same finding as a stable slug (endpoint-auth), or empty; branch on this rather than on the heading
+	FindingSlug string `json:"findingSlug"`
 	// Suggestions is next actions, possibly none
 	Suggestions []string `json:"suggestions"`
 	// Data is partial results; `kind` names the daemon's wire kind when one produced the failure, and is absent for a local refusal
@@ -100,7 +102,7 @@ type ImageData struct {
 // ExecData is the data of a microvm.exec envelope.
 type ExecData struct {
 	ExecID string `json:"execId"`
-	// Phase is the daemon's phase: running, exited or acked
+	// Phase is the daemon's phase
 	Phase string `json:"phase"`
 	// ExitCode is null while running and when a signal ended the child
 	ExitCode *int64 `json:"exitCode"`
@@ -147,7 +149,6 @@ type StdinData struct {
 
 // CopyData is the data of a microvm.copy envelope.
 type CopyData struct {
-	// Direction is upload or download
 	Direction string `json:"direction"`
 	Bytes     int64  `json:"bytes"`
 	Local     string `json:"local"`
@@ -174,7 +175,8 @@ type TeardownData struct {
 // RunsData is the data of a microvm.runs envelope.
 type RunsData struct {
 	StateDir string `json:"stateDir"`
-	Runs     []any  `json:"runs"`
+	// Runs is the ledger's records, as client/ledger writes them
+	Runs []any `json:"runs"`
 }
 
 // LogsData is the data of a microvm.logs envelope.
@@ -185,23 +187,26 @@ type LogsData struct {
 
 // CostData is the data of a microvm.cost envelope.
 type CostData struct {
-	Report     any `json:"report"`
+	Report any `json:"report"`
+	// Comparison is present with --compare
 	Comparison any `json:"comparison"`
 }
 
 // DoctorData is the data of a microvm.doctor envelope.
 type DoctorData struct {
 	Checks []any `json:"checks"`
-	Ok     bool  `json:"ok"`
+	// Ok is every fatal check passed
+	Ok bool `json:"ok"`
 }
 
 // ManifestData is the data of a microvm.manifest envelope.
 type ManifestData struct {
-	APIVersion  string   `json:"apiVersion"`
-	Cli         string   `json:"cli"`
-	Version     string   `json:"version"`
-	Commands    []any    `json:"commands"`
-	ExitCodes   []any    `json:"exitCodes"`
+	APIVersion string `json:"apiVersion"`
+	Cli        string `json:"cli"`
+	Version    string `json:"version"`
+	Commands   []any  `json:"commands"`
+	ExitCodes  []any  `json:"exitCodes"`
+	// Envelope is this JSON Schema
 	Envelope    any      `json:"envelope"`
 	Conventions []string `json:"conventions"`
 }
@@ -330,50 +335,66 @@ var Alternates = []Alternate{
 var Conventions = []string{
 	"exactly one envelope object on stdout per invocation; progress and warnings go to stderr",
 	"branch on `code`, never on `error`; `exitCode` is the process exit status and comes from the exit table",
-	"`status` is `ok` exactly when the process exits 0; any other exit writes a failure envelope, whose `data` carries the partial result (a command that exited non-zero under ERR_EXEC_FAILED keeps its execId, exitCode and output there)",
+	"`status` is `ok` when the command did what it said: exit 0, or exit 13 (ERR_EXEC_FAILED) when the sandbox worked and the command in it exited non-zero, whose record is the success envelope's data, as the reference CLI writes it; any other exit writes a failure envelope, whose `data` carries the partial result",
 	"every key of a failure envelope is always present (`finding` may be empty, `suggestions` an empty array, `data` an empty object)",
 	"`data.kind` names the daemon's wire kind when the exit code is coarser than the failure (ERR_PROTOCOL covers five); a request refused locally carries no `data.kind`",
 	"dollar figures are estimates from a dated rate table, never an invoice; an unpriced line says so instead of reporting zero",
 	"`exec --stream` is the one exception to the first rule: it writes NDJSON, one event object per line, and then a compact envelope of type `microvm.exec.stream` as the final line",
 	"`constants --emit-json` writes the bare constants object instead of an envelope",
+	"`manifest` writes its envelope as JSON whenever stdout is not a terminal, with or without --json: the only consumer that asks for a manifest is one that parses it",
+	"human output draws tables as frames only when stdout is a terminal, and never colours under NO_COLOR; a pipe gets plain aligned text",
 }
 
 // ServiceConstant is one service constant of api/errors.yaml, by name.
 type ServiceConstant struct {
 	Name    string
-	Value   any // string or int64
+	Key     string // the key in microvm constants, as the reference CLI spells it
+	Value   any    // string or int64
 	Doc     string
 	Finding string
 }
 
 // ServiceConstants lists api/errors.yaml's constants in declaration order.
 var ServiceConstants = []ServiceConstant{
-	{Name: "ModelAPIVersion", Value: "2025-09-09", Doc: "API version of the pinned service model", Finding: ""},
-	{Name: "ProtocolVersion", Value: "1", Doc: "agentd wire protocol version", Finding: ""},
-	{Name: "VersionHeader", Value: "microvms-agentd-version", Doc: "response header every agentd answer carries", Finding: ""},
-	{Name: "HookPrefix", Value: "/aws/lambda-microvms/runtime/v1", Doc: "path prefix of the platform's lifecycle hooks", Finding: "hook-prefix"},
-	{Name: "DefaultAgentPort", Value: int64(9000), Doc: "port agentd listens on when AGENTD_PORT is unset", Finding: "agent-port-agreement"},
-	{Name: "MaxRunHookPayloadBytes", Value: int64(4096), Doc: "ceiling on runHookPayload in UTF-8 bytes, inclusive, token and env together", Finding: "run-hook-payload-ceiling"},
-	{Name: "DocumentedRunHookPayloadBytes", Value: int64(16384), Doc: "the larger figure the model's prose states; the wire refuses above MaxRunHookPayloadBytes", Finding: "run-hook-payload-ceiling"},
-	{Name: "MaxClientTokenLen", Value: int64(128), Doc: "longest clientToken the model accepts", Finding: ""},
-	{Name: "MaxDurationSec", Value: int64(28800), Doc: "longest maximumDurationInSeconds", Finding: "max-duration"},
-	{Name: "MinDurationSec", Value: int64(1), Doc: "shortest maximumDurationInSeconds", Finding: "max-duration"},
-	{Name: "MaxRunHookTimeoutSec", Value: int64(60), Doc: "ceiling on a MicroVM (run-time) hook timeout", Finding: "hook-timeout-ceilings"},
-	{Name: "MaxBuildHookTimeoutSec", Value: int64(3600), Doc: "ceiling on an image (build-time) hook timeout", Finding: "hook-timeout-ceilings"},
-	{Name: "MaxAuthTokenMinutes", Value: int64(60), Doc: "longest expirationInMinutes of a proxy auth token", Finding: "endpoint-auth"},
-	{Name: "ProxyAuthHeader", Value: "X-aws-proxy-auth", Doc: "header carrying the minted proxy token", Finding: "auth-token-header-map"},
-	{Name: "ProxyPortHeader", Value: "X-aws-proxy-port", Doc: "header naming the guest port a proxied request is for", Finding: "auth-token-header-map"},
-	{Name: "MaxImageNameLen", Value: int64(64), Doc: "longest image name", Finding: ""},
-	{Name: "MaxImageVersionLen", Value: int64(2048), Doc: "longest image version string", Finding: "image-version-form"},
-	{Name: "MinIdleDurationSec", Value: int64(60), Doc: "shortest idle duration an idlePolicy accepts", Finding: "idle-policy"},
-	{Name: "MaxNetworkConnectors", Value: int64(10), Doc: "most network connectors on one request", Finding: ""},
-	{Name: "ManagedBaseImage", Value: "al2023-1", Doc: "the managed base image id", Finding: ""},
-	{Name: "ManagedBaseDockerRef", Value: "public.ecr.aws/amazonlinux/amazonlinux:2023-minimal", Doc: "docker reference matching the managed base image", Finding: "base-image-docker-ref"},
-	{Name: "Architecture", Value: "ARM_64", Doc: "the one architecture the platform runs", Finding: "arm64-only"},
-	{Name: "ImageRetentionMinSec", Value: int64(604800), Doc: "minimum billed retention of a stored image (one week)", Finding: "what-costs-money"},
-	{Name: "HoursPerMonth", Value: int64(730), Doc: "hours in AWS's billing month", Finding: "what-costs-money"},
-	{Name: "SSEIdleTimeoutSec", Value: int64(60), Doc: "silence after which a client treats an SSE stream as dead (four keepalive intervals)", Finding: ""},
-	{Name: "BuildLogGroupPrefix", Value: "/aws/lambda-microvms/", Doc: "prefix of an image's build log group", Finding: "build-logs-location"},
+	{Name: "ModelAPIVersion", Key: "MODEL_API_VERSION", Value: "2025-09-09", Doc: "API version of the pinned service model", Finding: ""},
+	{Name: "ProtocolVersion", Key: "PROTOCOL_VERSION", Value: "1", Doc: "agentd wire protocol version", Finding: ""},
+	{Name: "VersionHeader", Key: "VERSION_HEADER", Value: "microvms-agentd-version", Doc: "response header every agentd answer carries", Finding: ""},
+	{Name: "HookPrefix", Key: "HOOK_PREFIX", Value: "/aws/lambda-microvms/runtime/v1", Doc: "path prefix of the platform's lifecycle hooks", Finding: "hook-prefix"},
+	{Name: "DefaultAgentPort", Key: "DEFAULT_AGENT_PORT", Value: int64(9000), Doc: "port agentd listens on when AGENTD_PORT is unset", Finding: "agent-port-agreement"},
+	{Name: "MaxRunHookPayloadBytes", Key: "MAX_RUN_HOOK_PAYLOAD_BYTES", Value: int64(4096), Doc: "ceiling on runHookPayload in UTF-8 bytes, inclusive, token and env together", Finding: "run-hook-payload-ceiling"},
+	{Name: "DocumentedRunHookPayloadBytes", Key: "DOCUMENTED_RUN_HOOK_PAYLOAD_BYTES", Value: int64(16384), Doc: "the larger figure the model's prose states; the wire refuses above MaxRunHookPayloadBytes", Finding: "run-hook-payload-ceiling"},
+	{Name: "MaxClientTokenLen", Key: "MAX_CLIENT_TOKEN_LEN", Value: int64(128), Doc: "longest clientToken the model accepts", Finding: ""},
+	{Name: "MaxDurationSec", Key: "MAX_DURATION_SEC", Value: int64(28800), Doc: "longest maximumDurationInSeconds", Finding: "max-duration"},
+	{Name: "MinDurationSec", Key: "MIN_DURATION_SEC", Value: int64(1), Doc: "shortest maximumDurationInSeconds", Finding: "max-duration"},
+	{Name: "MaxRunHookTimeoutSec", Key: "MAX_MICROVM_HOOK_TIMEOUT_SEC", Value: int64(60), Doc: "ceiling on a MicroVM (run-time) hook timeout", Finding: "hook-timeout-ceilings"},
+	{Name: "MaxBuildHookTimeoutSec", Key: "MAX_IMAGE_HOOK_TIMEOUT_SEC", Value: int64(3600), Doc: "ceiling on an image (build-time) hook timeout", Finding: "hook-timeout-ceilings"},
+	{Name: "MaxAuthTokenMinutes", Key: "MAX_AUTH_TOKEN_MINUTES", Value: int64(60), Doc: "longest expirationInMinutes of a proxy auth token", Finding: "endpoint-auth"},
+	{Name: "ProxyAuthHeader", Key: "PROXY_AUTH_HEADER", Value: "X-aws-proxy-auth", Doc: "header carrying the minted proxy token", Finding: "auth-token-header-map"},
+	{Name: "ProxyPortHeader", Key: "PROXY_PORT_HEADER", Value: "X-aws-proxy-port", Doc: "header naming the guest port a proxied request is for", Finding: "auth-token-header-map"},
+	{Name: "MaxImageNameLen", Key: "MAX_IMAGE_NAME_LEN", Value: int64(64), Doc: "longest image name", Finding: ""},
+	{Name: "MaxImageVersionLen", Key: "MAX_VERSION_LEN", Value: int64(2048), Doc: "longest image version string", Finding: "image-version-form"},
+	{Name: "MinIdleDurationSec", Key: "MIN_IDLE_DURATION_SEC", Value: int64(60), Doc: "shortest idle duration an idlePolicy accepts", Finding: "idle-policy"},
+	{Name: "MaxNetworkConnectors", Key: "MAX_NETWORK_CONNECTORS", Value: int64(10), Doc: "most network connectors on one request", Finding: ""},
+	{Name: "ManagedBaseImage", Key: "MANAGED_BASE_IMAGE", Value: "al2023-1", Doc: "the managed base image id", Finding: ""},
+	{Name: "ManagedBaseDockerRef", Key: "MANAGED_BASE_DOCKER_REF", Value: "public.ecr.aws/amazonlinux/amazonlinux:2023-minimal", Doc: "docker reference matching the managed base image", Finding: "base-image-docker-ref"},
+	{Name: "Architecture", Key: "ARCHITECTURE", Value: "ARM_64", Doc: "the one architecture the platform runs", Finding: "arm64-only"},
+	{Name: "ImageRetentionMinSec", Key: "IMAGE_RETENTION_MIN_SEC", Value: int64(604800), Doc: "minimum billed retention of a stored image (one week)", Finding: "what-costs-money"},
+	{Name: "HoursPerMonth", Key: "HOURS_PER_MONTH", Value: int64(730), Doc: "hours in AWS's billing month", Finding: "what-costs-money"},
+	{Name: "SSEIdleTimeoutSec", Key: "SSE_IDLE_TIMEOUT_SEC", Value: int64(60), Doc: "silence after which a client treats an SSE stream as dead (four keepalive intervals)", Finding: ""},
+	{Name: "BuildLogGroupPrefix", Key: "BUILD_LOG_GROUP_PREFIX", Value: "/aws/lambda-microvms/", Doc: "prefix of an image's build log group", Finding: "build-logs-location"},
+	{Name: "ImageNamePattern", Key: "IMAGE_NAME_PATTERN", Value: "[a-zA-Z0-9-_]+", Doc: "ImageName.pattern: no dots and no slashes", Finding: ""},
+	{Name: "VersionPattern", Key: "VERSION_PATTERN", Value: "[^\\s]+", Doc: "Version.pattern", Finding: "image-version-form"},
+	{Name: "MaxNonBlankLen", Key: "MAX_NON_BLANK_LEN", Value: int64(2048), Doc: "NonBlankString.max", Finding: ""},
+	{Name: "NonBlankPattern", Key: "NON_BLANK_PATTERN", Value: "[^\\s]+", Doc: "NonBlankString.pattern", Finding: ""},
+	{Name: "MaxIdentifierLen", Key: "MAX_IDENTIFIER_LEN", Value: int64(256), Doc: "MicrovmIdentifier.max and MicrovmImageIdentifier.max", Finding: ""},
+	{Name: "MaxImageARNLen", Key: "MAX_IMAGE_ARN_LEN", Value: int64(2048), Doc: "MicrovmImageArn.max", Finding: ""},
+	{Name: "MaxTagKeyLen", Key: "MAX_TAG_KEY_LEN", Value: int64(128), Doc: "TagKey.max", Finding: ""},
+	{Name: "MaxTagValueLen", Key: "MAX_TAG_VALUE_LEN", Value: int64(256), Doc: "TagValue.max", Finding: ""},
+	{Name: "TagComponentPattern", Key: "TAG_COMPONENT_PATTERN", Value: "([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)", Doc: "TagKey.pattern and TagValue.pattern", Finding: ""},
+	{Name: "MinRoleARNLen", Key: "MIN_ROLE_ARN_LEN", Value: int64(20), Doc: "RoleArn.min", Finding: ""},
+	{Name: "MaxRoleARNLen", Key: "MAX_ROLE_ARN_LEN", Value: int64(2048), Doc: "RoleArn.max", Finding: ""},
+	{Name: "RoleARNPattern", Key: "ROLE_ARN_PATTERN", Value: "arn:aws[a-z\\-]*:iam::[0-9]{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+", Doc: "RoleArn.pattern", Finding: ""},
+	{Name: "MaxResources", Key: "MAX_RESOURCES", Value: int64(1), Doc: "ResourcesList.max", Finding: ""},
 }
 
 // ResponseFor is the response of the named command, and false for a name

@@ -429,6 +429,32 @@ const (
 	SSEIdleTimeoutSec = 60
 	// BuildLogGroupPrefix: prefix of an image's build log group. Finding: build-logs-location.
 	BuildLogGroupPrefix = "/aws/lambda-microvms/"
+	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
+	ImageNamePattern = "[a-zA-Z0-9-_]+"
+	// VersionPattern: Version.pattern. Finding: image-version-form.
+	VersionPattern = "[^\\s]+"
+	// MaxNonBlankLen: NonBlankString.max.
+	MaxNonBlankLen = 2048
+	// NonBlankPattern: NonBlankString.pattern.
+	NonBlankPattern = "[^\\s]+"
+	// MaxIdentifierLen: MicrovmIdentifier.max and MicrovmImageIdentifier.max.
+	MaxIdentifierLen = 256
+	// MaxImageARNLen: MicrovmImageArn.max.
+	MaxImageARNLen = 2048
+	// MaxTagKeyLen: TagKey.max.
+	MaxTagKeyLen = 128
+	// MaxTagValueLen: TagValue.max.
+	MaxTagValueLen = 256
+	// TagComponentPattern: TagKey.pattern and TagValue.pattern.
+	TagComponentPattern = "([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)"
+	// MinRoleARNLen: RoleArn.min.
+	MinRoleARNLen = 20
+	// MaxRoleARNLen: RoleArn.max.
+	MaxRoleARNLen = 2048
+	// RoleARNPattern: RoleArn.pattern.
+	RoleARNPattern = "arn:aws[a-z\\-]*:iam::[0-9]{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+"
+	// MaxResources: ResourcesList.max.
+	MaxResources = 1
 )
 
 // ConstantFindings maps each service constant to the finding that measured it.
@@ -451,6 +477,7 @@ var ConstantFindings = map[string]FindingID{
 	"ImageRetentionMinSec":          FindingWhatCostsMoney,
 	"HoursPerMonth":                 FindingWhatCostsMoney,
 	"BuildLogGroupPrefix":           FindingBuildLogsLocation,
+	"VersionPattern":                FindingImageVersionForm,
 }
 
 // Regions are the regions where the service is known to answer, in table order.
