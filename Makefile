@@ -1,8 +1,10 @@
 # One entry point per job. `make check` is what CI runs (via .ci/run).
 GO      ?= go
 BIN     ?= bin
-VERSION ?= 0.1.0
-LDFLAGS := -s -w -X github.com/microvms/microvms/agentd.Version=$(VERSION)
+# The daemon's version is x-daemon-version in api/openapi.yaml; VERSION=x.y.z
+# stamps another into the header, /v1/health and /v1/schema alike.
+VERSION ?=
+LDFLAGS := -s -w $(if $(VERSION),-X github.com/microvms/microvms/agentd.Version=$(VERSION))
 
 .PHONY: all gen drift fmt vet lint lint-api test test-clients check build bench fuzz mutate clean demo
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +56,36 @@ type process struct {
 	base   string
 	client *protocol.ClientWithResponses
 	exited chan error
+	logs   *logLines
+}
+
+// logLines collects a process's stderr, one JSON log line each.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, s)
+}
+
+// matching returns the lines containing every one of subs.
+func (l *logLines) matching(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+next:
+	for _, line := range l.lines {
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 func freePort(t testing.TB) int {
@@ -67,24 +98,47 @@ func freePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// startBinary runs agentd on a free loopback port with identity repair off
+// (AGENTD_IDENTITY_REPAIR=0, the older spelling, so it stays covered).
 func startBinary(t testing.TB, extraEnv ...string) *process {
 	t.Helper()
 	port := freePort(t)
-	cmd := exec.Command(agentdBinary(t))
-	cmd.Dir = t.TempDir()
-	cmd.Env = append([]string{
+	return launch(t, launchOpts{port: port, env: append([]string{
 		"AGENTD_PORT=" + strconv.Itoa(port),
 		"AGENTD_IDENTITY_REPAIR=0",
-		"PATH=" + os.Getenv("PATH"),
-	}, extraEnv...)
+	}, extraEnv...)})
+}
+
+// launchOpts is how launch starts the binary: env is its whole environment
+// (PATH aside), port is where health is polled on 127.0.0.1, and namespaced
+// runs it in its own user, UTS and mount namespaces, so identity repair can
+// really run (hostname, bind mount and all) without touching this machine.
+type launchOpts struct {
+	env        []string
+	port       int
+	namespaced bool
+}
+
+func launch(t testing.TB, o launchOpts) *process {
+	t.Helper()
+	cmd := exec.Command(agentdBinary(t))
+	cmd.Dir = t.TempDir()
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, o.env...)
+	if o.namespaced {
+		cmd.SysProcAttr = privateNamespaces()
+	}
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
+		if o.namespaced {
+			t.Skipf("cannot start agentd in its own user, UTS and mount namespaces (%v); a test that turns identity repair on runs only there", err)
+		}
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d", port), exited: make(chan error, 1)}
+	p := &process{cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d", o.port), exited: make(chan error, 1), logs: &logLines{}}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			p.logs.add(sc.Text())
 			if testing.Verbose() {
 				t.Log(sc.Text())
 			}
@@ -106,6 +160,18 @@ func startBinary(t testing.TB, extraEnv ...string) *process {
 			t.Fatalf("agentd binary never answered health: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// privateNamespaces gives the child its own user namespace (this user mapped
+// to root in it), UTS namespace and mount namespace. A mount namespace owned
+// by a new user namespace receives the parent's mounts as slaves, so nothing
+// mounted in it propagates back.
+func privateNamespaces() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWUTS | syscall.CLONE_NEWNS,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
 	}
 }
 

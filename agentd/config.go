@@ -2,7 +2,9 @@ package agentd
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -14,11 +16,16 @@ import (
 // protocol.Limits (api/openapi.yaml x-limits): its environment variable and its
 // default are declared there, never here.
 type Config struct {
-	// Addr is the listen address. Empty means all interfaces on Port: the
-	// platform's endpoint proxy terminates outside the VM and forwards inward,
-	// so loopback alone would be unreachable.
+	// Addr is the full listen address, overriding Host and Port when set.
 	Addr string
+	// Host is the listen host (AGENTD_LISTEN). Empty means every interface,
+	// the default: the platform's endpoint proxy terminates outside the VM and
+	// forwards inward.
+	Host string
 	Port int
+
+	// LogLevel is AGENTD_LOG mapped onto slog.
+	LogLevel slog.Level
 
 	MaxBodyBytes       int64
 	MaxStartBodyBytes  int64
@@ -43,8 +50,8 @@ type Config struct {
 	StreamStallTimeout time.Duration
 
 	// Identity says whether and where identity repair runs, at startup and
-	// again on the first successful run hook (AGENTD_IDENTITY_REPAIR=0
-	// disables both).
+	// again on the first successful run hook (only with
+	// AGENTD_REPAIR_IDENTITY true; see LoadConfig).
 	Identity IdentityConfig
 }
 
@@ -94,7 +101,9 @@ func seconds(v float64) time.Duration {
 	return time.Duration(v * float64(time.Second))
 }
 
-// DefaultConfig is every limit at its declared default, identity repair on.
+// DefaultConfig is every limit at its declared default, listening on every
+// interface, identity repair off (only an image that declares itself a
+// MicroVM guest turns it on; see LoadConfig).
 func DefaultConfig() Config {
 	var c Config
 	for _, l := range protocol.Limits {
@@ -104,16 +113,19 @@ func DefaultConfig() Config {
 	}
 	c.StreamStallTimeout = time.Second
 	c.Identity = DefaultIdentityConfig()
+	c.Identity.Why = protocol.EnvRepairIdentity + " is unset, so this is not known to be a MicroVM guest"
+	c.LogLevel = slog.LevelInfo
 	return c
 }
 
-// IdentityRepairEnv turns startup identity repair off when set to 0/false/no/off.
-const IdentityRepairEnv = "AGENTD_IDENTITY_REPAIR"
-
 // LoadConfig reads overrides from the environment through lookup (os.LookupEnv
-// in the binary). An unparseable value keeps the default and is reported as a
-// warning rather than a failure: a daemon that refuses to start strands the VM
-// with no way in, which is worse than running with a default.
+// in the binary): the limits of api/openapi.yaml x-limits and the settings of
+// x-settings, which between them cover every name the reference daemon reads
+// (protocol.ReferenceEnv). An unparseable value keeps the default and is
+// reported as a warning rather than a failure: a daemon that refuses to start
+// strands the VM with no way in, which is worse than running with a default.
+// The one exception leans the other way: an unreadable AGENTD_LISTEN binds
+// loopback, never every interface.
 func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 	c := DefaultConfig()
 	var warnings []string
@@ -132,16 +144,129 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 		}
 		limitSetters[l.Name](&c, v)
 	}
-	if raw, ok := lookup(IdentityRepairEnv); ok {
-		switch strings.ToLower(strings.TrimSpace(raw)) {
-		case "0", "false", "no", "off":
-			c.Identity.Disabled = true
-		case "1", "true", "yes", "on", "":
-		default:
-			warnings = append(warnings, IdentityRepairEnv+" is not a boolean; identity repair stays on")
+	warnings = append(warnings, loadIdentitySetting(&c, lookup)...)
+	if raw, ok := lookup(protocol.EnvIdentityRoot); ok && strings.TrimSpace(raw) != "" {
+		c.Identity = c.Identity.under(strings.TrimSpace(raw))
+	}
+	if raw, ok := lookup(protocol.EnvListen); ok && strings.TrimSpace(raw) != "" {
+		host, port, err := parseListen(strings.TrimSpace(raw))
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("%s=%q is not a host or host:port (%v); listening on 127.0.0.1 rather than every interface", protocol.EnvListen, raw, err))
+			host, port = "127.0.0.1", -1
+		}
+		c.Host = host
+		if port >= 0 {
+			c.Port = port
 		}
 	}
+	if raw, ok := lookup(protocol.EnvLog); ok {
+		level, err := parseLogFilter(raw)
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("%s=%q: %v; logging at info", protocol.EnvLog, raw, err))
+		}
+		c.LogLevel = level
+	}
+	if raw, ok := lookup(protocol.EnvStreamChannelCapacity); ok {
+		warnings = append(warnings, fmt.Sprintf("%s=%q has no effect here: a stream reads the replay window (AGENTD_STREAM_BUFFER_BYTES) directly, so there is no channel to size", protocol.EnvStreamChannelCapacity, raw))
+	}
 	return c, warnings
+}
+
+// parseFlag reads a boolean the way the reference does: the spellings a
+// Dockerfile or a template actually produces, in any case.
+func parseFlag(raw string) (value, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(raw)) {
+	case "1", "true", "yes", "on":
+		return true, true
+	case "0", "false", "no", "off":
+		return false, true
+	}
+	return false, false
+}
+
+// loadIdentitySetting decides whether identity repair runs. Nothing a process
+// can observe tells a MicroVM guest from a development machine (which may be
+// a Firecracker VM itself, running as root), so repair runs only when the
+// image says so: AGENTD_REPAIR_IDENTITY true, which the generated Dockerfile
+// stanza sets. False means off, as in the reference; unset means off too,
+// where the reference would repair. The older spelling AGENTD_IDENTITY_REPAIR
+// is read as well, and when the two disagree, off wins: a deployment that
+// believes it opted out but did not is worse than one that never opted in.
+func loadIdentitySetting(c *Config, lookup func(string) (string, bool)) []string {
+	var warnings []string
+	var on, off []string
+	for _, env := range append([]string{protocol.EnvRepairIdentity}, identityAliases()...) {
+		raw, ok := lookup(env)
+		if !ok {
+			continue
+		}
+		v, good := parseFlag(raw)
+		switch {
+		case !good:
+			warnings = append(warnings, fmt.Sprintf("%s=%q is not a boolean (1/true/yes/on, 0/false/no/off); read as unset", env, raw))
+			c.Identity.Why = fmt.Sprintf("%s=%s is not a boolean, so this is not known to be a MicroVM guest", env, strings.TrimSpace(raw))
+		case v:
+			on = append(on, env+"="+strings.TrimSpace(raw))
+		default:
+			off = append(off, env+"="+strings.TrimSpace(raw))
+		}
+	}
+	switch {
+	case len(off) > 0:
+		c.Identity.Enabled = false
+		c.Identity.Why = strings.Join(off, ", ") + " switches it off"
+		if len(on) > 0 {
+			warnings = append(warnings, fmt.Sprintf("%s and %s disagree; identity repair stays off", strings.Join(on, ", "), strings.Join(off, ", ")))
+		}
+	case len(on) > 0:
+		c.Identity.Enabled = true
+		c.Identity.Why = strings.Join(on, ", ") + " marks this machine as a MicroVM guest"
+	}
+	return warnings
+}
+
+func identityAliases() []string {
+	for _, s := range protocol.Settings {
+		if s.Env == protocol.EnvRepairIdentity {
+			return s.Aliases
+		}
+	}
+	return nil
+}
+
+// parseListen reads AGENTD_LISTEN: host:port, [v6]:port, or a bare host (port
+// then -1, meaning AGENTD_PORT's).
+func parseListen(raw string) (host string, port int, err error) {
+	if h, p, err := net.SplitHostPort(raw); err == nil {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			return "", 0, fmt.Errorf("port %q is not a TCP port", p)
+		}
+		if err := checkHost(h); err != nil {
+			return "", 0, err
+		}
+		return h, int(n), nil
+	}
+	h := strings.TrimSuffix(strings.TrimPrefix(raw, "["), "]")
+	if err := checkHost(h); err != nil {
+		return "", 0, err
+	}
+	return h, -1, nil
+}
+
+func checkHost(h string) error {
+	if h == "" {
+		return nil // ":9000" is every interface, said explicitly
+	}
+	if net.ParseIP(h) != nil {
+		return nil
+	}
+	for _, r := range h {
+		if !(r == '.' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return fmt.Errorf("host %q is neither an IP address nor a host name", h)
+		}
+	}
+	return nil
 }
 
 // listenAddr is where Serve's caller should bind.
@@ -149,10 +274,11 @@ func (c Config) listenAddr() string {
 	if c.Addr != "" {
 		return c.Addr
 	}
-	return ":" + strconv.Itoa(c.Port)
+	return net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
 }
 
-// ListenAddr is the address the binary binds: all interfaces on the port.
+// ListenAddr is the address the binary binds: AGENTD_LISTEN's host (every
+// interface by default) on the port.
 func (c Config) ListenAddr() string { return c.listenAddr() }
 
 // normalized clamps values that would make the engine misbehave rather than

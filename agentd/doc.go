@@ -9,5 +9,7 @@
 // a 500, a TLS probe a 400), never read a body byte before deciding auth, never
 // hand the agent token or its own environment to a child, never release exec
 // output before the caller acks it, and never buffer an unbounded amount of
-// anything in memory: an OOM-killed daemon leaves an unreachable VM.
+// anything in memory: an OOM-killed daemon leaves an unreachable VM. And it
+// must never rewrite the identity of a machine that has not said it is a
+// MicroVM guest (AGENTD_REPAIR_IDENTITY): a developer's machine looks like one.
 package agentd

@@ -36,8 +36,10 @@ func (s *Server) Schema(w http.ResponseWriter, r *http.Request) {
 }
 
 // schemaDocument is docs.SchemaJSON byte for byte when every limit is at its
-// default, and otherwise the same document with its limits object rewritten
-// to the values this daemon is actually running with.
+// default and the build kept the declared version, and otherwise the same
+// document with its limits object rewritten to the values this daemon is
+// actually running with and daemon_version set to Version, so the document
+// never disagrees with the header and /v1/health.
 func schemaDocument(cfg *Config) ([]byte, error) {
 	limits := map[string]float64{}
 	changed := false
@@ -51,7 +53,7 @@ func schemaDocument(cfg *Config) ([]byte, error) {
 		}
 		limits[l.Name] = v
 	}
-	if !changed {
+	if !changed && Version == protocol.DaemonVersion {
 		return docs.SchemaJSON, nil
 	}
 	var doc map[string]json.RawMessage
@@ -63,6 +65,9 @@ func schemaDocument(cfg *Config) ([]byte, error) {
 		return nil, err
 	}
 	doc["limits"] = raw
+	if doc["daemon_version"], err = json.Marshal(Version); err != nil {
+		return nil, err
+	}
 	out, err := json.Marshal(doc)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,7 @@ type daemon struct {
 // never touch the host's machine-id.
 func testConfig() Config {
 	c := DefaultConfig()
-	c.Identity.Disabled = true
+	c.Identity.Enabled = false
 	return c
 }
 
@@ -210,6 +211,9 @@ func (d *daemon) waitExited(id string) outcome {
 type sseEvent struct {
 	name    string
 	data    string
+	id      string
+	hasID   bool
+	idLate  bool // the id line came after the data line
 	comment bool
 }
 
@@ -246,9 +250,23 @@ func readSSE(t testing.TB, body io.Reader) []sseEvent {
 			cur.name = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
 			cur.data = strings.TrimPrefix(line, "data: ")
+		case strings.HasPrefix(line, "id: "):
+			cur.id, cur.hasID, cur.idLate = strings.TrimPrefix(line, "id: "), true, cur.data != ""
 		}
 	}
 	return out
+}
+
+// checkID fails unless e carries an id line before its data, holding want:
+// the offset a reconnect resumes at. Catches an id missing from an event,
+// an id naming the event's start (a reconnecting EventSource would replay
+// it), and an id after the data line (the client's parser then copies every
+// frame instead of reading it in place).
+func checkID(t testing.TB, i int, e sseEvent, want uint64) {
+	t.Helper()
+	if !e.hasID || e.idLate || e.id != strconv.FormatUint(want, 10) {
+		t.Fatalf("event %d (%s): id %q (present %v, after data %v), want %d before the data line", i, e.name, e.id, e.hasID, e.idLate, want)
+	}
 }
 
 // stream reads a whole SSE stream of exec id from offset (nil: none given).
@@ -286,6 +304,7 @@ func collect(t testing.TB, events []sseEvent, start uint64) ([]byte, []protocol.
 			}
 			out = append(out, b...)
 			cursor += uint64(len(b))
+			checkID(t, i, e, cursor)
 		case protocol.EventGap:
 			var g protocol.GapEvent
 			_ = json.Unmarshal([]byte(e.data), &g)
@@ -294,9 +313,11 @@ func collect(t testing.TB, events []sseEvent, start uint64) ([]byte, []protocol.
 			}
 			gaps = append(gaps, g)
 			cursor = g.To
+			checkID(t, i, e, g.To)
 		case protocol.EventExit:
 			exit = &protocol.ExitEvent{}
 			_ = json.Unmarshal([]byte(e.data), exit)
+			checkID(t, i, e, exit.Offset)
 		}
 	}
 	if exit == nil {

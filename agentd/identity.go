@@ -19,9 +19,12 @@ import (
 // boot_id and random seed; repair gives each one its own. Every path and
 // privileged call is injectable so tests run unprivileged.
 type IdentityConfig struct {
-	// Disabled switches repair off entirely (health then reports
-	// identity_repaired false).
-	Disabled bool
+	// Enabled switches repair on. The zero value is off, so no caller that
+	// forgets this field repairs the identity of the machine it runs on;
+	// with it off health reports identity_repaired false.
+	Enabled bool
+	// Why is the reason Enabled has its value, for the one startup line.
+	Why string
 	// MachineIDPath is rewritten with a fresh 128-bit id.
 	MachineIDPath string
 	// BootIDPath is the kernel's boot_id; a fresh one is bind-mounted over
@@ -44,7 +47,8 @@ type IdentityConfig struct {
 // was switched off; Degraded is true when any step failed.
 type IdentityReport struct{ Repaired, Degraded bool }
 
-// DefaultIdentityConfig targets the real guest paths and syscalls.
+// DefaultIdentityConfig targets the real guest paths and syscalls, with
+// repair off until the configuration turns it on.
 func DefaultIdentityConfig() IdentityConfig {
 	return IdentityConfig{
 		MachineIDPath:    "/etc/machine-id",
@@ -57,6 +61,28 @@ func DefaultIdentityConfig() IdentityConfig {
 		},
 		FreshID: randomID,
 	}
+}
+
+// under resolves every identity file below root instead of /
+// (AGENTD_IDENTITY_ROOT), so a test can run the real binary against a
+// temporary tree. The hostname and the mount are still real calls: a test
+// that turns repair on runs the daemon in its own UTS and mount namespaces.
+func (c IdentityConfig) under(root string) IdentityConfig {
+	at := func(p string) string {
+		if p == "" {
+			return ""
+		}
+		return filepath.Join(root, p)
+	}
+	c.MachineIDPath = at(c.MachineIDPath)
+	c.BootIDPath = at(c.BootIDPath)
+	c.BootIDSourcePath = at(c.BootIDSourcePath)
+	stale := make([]string, len(c.StalePaths))
+	for i, p := range c.StalePaths {
+		stale[i] = at(p)
+	}
+	c.StalePaths = stale
+	return c
 }
 
 func randomID() (string, error) {
@@ -74,8 +100,7 @@ func RepairIdentity(cfg IdentityConfig, log *slog.Logger) IdentityReport {
 	if log == nil {
 		log = slog.Default()
 	}
-	if cfg.Disabled {
-		log.Info("identity repair switched off")
+	if !cfg.Enabled {
 		return IdentityReport{}
 	}
 	def := DefaultIdentityConfig()
@@ -91,7 +116,7 @@ func RepairIdentity(cfg IdentityConfig, log *slog.Logger) IdentityReport {
 	rep := IdentityReport{Repaired: true}
 	step := func(name string, err error) {
 		if err == nil {
-			log.Info("identity repaired", "step", name)
+			log.Debug("identity repaired", "step", name)
 			return
 		}
 		rep.Degraded = true

@@ -74,7 +74,7 @@ func TestFirstRunHookRepairsIdentityAgain(t *testing.T) {
 // Catches: identity repair disabled at startup but run anyway at bootstrap.
 func TestRunHookSkipsRepairWhenDisabled(t *testing.T) {
 	idcfg, _ := identityLayout(t, &fakeHost{})
-	idcfg.Disabled = true
+	idcfg.Enabled = false
 	d := startDaemon(t, func(c *Config) { c.Identity = idcfg })
 	d.bootstrap(nil)
 	select {

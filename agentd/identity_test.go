@@ -29,6 +29,7 @@ func identityLayout(t *testing.T, h *fakeHost) (IdentityConfig, string) {
 	os.WriteFile(filepath.Join(dir, "proc/boot_id"), []byte("shared-boot-id\n"), 0o444)
 	os.WriteFile(filepath.Join(dir, "var/lib/systemd/random-seed"), []byte("seed"), 0o600)
 	return IdentityConfig{
+		Enabled:          true,
 		MachineIDPath:    filepath.Join(dir, "etc/machine-id"),
 		BootIDPath:       filepath.Join(dir, "proc/boot_id"),
 		BootIDSourcePath: filepath.Join(dir, "run/agentd-boot-id"),
@@ -107,7 +108,7 @@ func TestRepairIdentityDegradesOnEPERM(t *testing.T) {
 func TestRepairIdentityDisabledTouchesNothing(t *testing.T) {
 	h := &fakeHost{}
 	cfg, _ := identityLayout(t, h)
-	cfg.Disabled = true
+	cfg.Enabled = false
 	if rep := RepairIdentity(cfg, quietLog); rep != (IdentityReport{}) {
 		t.Fatalf("%+v", rep)
 	}

@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,9 +21,11 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// Version is reported in every response's microvms-agentd-version header and in
-// /v1/health. The Makefile sets it with -ldflags -X.
-var Version = "0.1.0"
+// Version is reported in every response's microvms-agentd-version header, in
+// /v1/health and as /v1/schema's daemon_version. It is declared once, as
+// x-daemon-version in api/openapi.yaml; a build may stamp another with
+// -ldflags -X, and then all three report that one.
+var Version = protocol.DaemonVersion
 
 // shutdownGrace bounds how long a graceful shutdown waits for in-flight
 // requests before closing the rest.
@@ -63,7 +66,7 @@ type Server struct {
 var _ protocol.ServerInterface = (*Server)(nil)
 
 // NewServer builds the daemon from cfg. It runs startup identity repair once
-// (cfg.Identity.Disabled skips it) before anything can be served, so no request
+// (only when cfg.Identity.Enabled) before anything can be served, so no request
 // can observe the image's shared identity. On the platform startup is before
 // the image snapshot, so every VM restored from it would share that result;
 // the first successful run hook (which every restored VM gets) repairs again.
@@ -94,6 +97,7 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		bootRepairDone: make(chan struct{}),
 	}
 	s.identity = RepairIdentity(cfg.Identity, log)
+	logIdentityDecision(log, cfg.Identity, s.identity)
 	s.execs = newRegistry(&s.cfg, log, devNull)
 	inner, err := s.routes()
 	if err != nil {
@@ -116,6 +120,9 @@ func (s *Server) Handler() http.Handler {
 // anywhere below, auth and routing included, becomes a 500 instead of a
 // dropped connection the client cannot tell from a dead VM.
 func (s *Server) serveOuter(w http.ResponseWriter, r *http.Request) {
+	if c, ok := r.Context().Value(connKey{}).(*tlsProbeConn); ok {
+		c.handlerOwns()
+	}
 	w.Header().Set(protocol.VersionHeader, Version)
 	tw := &trackingWriter{ResponseWriter: w}
 	defer func() {
@@ -383,6 +390,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// The connection rides in each request's context so serveOuter can
+		// tell it a handler owns the next response; idle hands it back.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if pc, ok := c.(*tlsProbeConn); ok && st == http.StateIdle {
+				pc.serverOwns()
+			}
+		},
 	}
 	go s.execs.collectLoop(s.stopping)
 	errc := make(chan error, 1)
@@ -407,6 +424,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
+// logIdentityDecision is the one startup line saying whether identity repair
+// ran and why, so a deployment can tell from its log which case it is in.
+func logIdentityDecision(log *slog.Logger, cfg IdentityConfig, rep IdentityReport) {
+	why := cfg.Why
+	if why == "" {
+		why = "the configuration says so"
+	}
+	if !cfg.Enabled {
+		log.Info("identity repair skipped: "+why, "identity_repaired", false, "finding", taxonomy.FindingGuestNotDetectable)
+		return
+	}
+	log.Info("identity repair ran: "+why, "identity_repaired", rep.Repaired, "identity_degraded", rep.Degraded)
+}
+
 func (s *Server) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
 // identityReport is the latest repair's report, for health.
@@ -425,7 +456,7 @@ func (s *Server) identityReport() IdentityReport {
 func (s *Server) repairIdentityAtBootstrap() {
 	s.bootRepair.Do(func() {
 		defer close(s.bootRepairDone)
-		if s.cfg.Identity.Disabled {
+		if !s.cfg.Identity.Enabled {
 			return
 		}
 		rep := RepairIdentity(s.cfg.Identity, s.log.With("at", "bootstrap"))
@@ -460,6 +491,60 @@ type tlsProbeConn struct {
 	net.Conn
 	log     *slog.Logger
 	checked atomic.Bool
+	// handled is false while net/http itself may answer on this connection:
+	// from accept, or from the end of a response (StateIdle), until a
+	// handler starts. What it writes then is a response of its own (400 for
+	// a malformed request, 431, 501, 505, 417), which never passed through
+	// serveOuter; Write stamps the version header into it.
+	handled atomic.Bool
+}
+
+type connKey struct{}
+
+func (c *tlsProbeConn) handlerOwns() { c.handled.Store(true) }
+func (c *tlsProbeConn) serverOwns()  { c.handled.Store(false) }
+
+// Write stamps the version header into the first write net/http makes while
+// no handler owns the connection. Only that first write, and only when it is
+// a status line whose header block lacks the header: writes inside a
+// handler's response, body bytes included, are never examined, so a file
+// that happens to start with "HTTP/1.1" downloads unchanged.
+func (c *tlsProbeConn) Write(p []byte) (int, error) {
+	if c.handled.Load() || !c.handled.CompareAndSwap(false, true) {
+		return c.Conn.Write(p)
+	}
+	stamped, ok := stampVersion(p)
+	if !ok {
+		return c.Conn.Write(p)
+	}
+	n, err := c.Conn.Write(stamped)
+	if err != nil {
+		return min(n, len(p)), err
+	}
+	return len(p), nil
+}
+
+// stampVersion inserts the version header after the status line of a
+// response head that lacks it.
+func stampVersion(p []byte) ([]byte, bool) {
+	if !bytes.HasPrefix(p, []byte("HTTP/1.")) {
+		return nil, false
+	}
+	line := bytes.Index(p, []byte("\r\n"))
+	end := bytes.Index(p, []byte("\r\n\r\n"))
+	if line < 0 || end < 0 {
+		return nil, false
+	}
+	head := bytes.ToLower(p[line : end+2])
+	if bytes.Contains(head, []byte("\r\n"+protocol.VersionHeader+":")) {
+		return nil, false
+	}
+	out := make([]byte, 0, len(p)+len(protocol.VersionHeader)+len(Version)+4)
+	out = append(out, p[:line+2]...)
+	out = append(out, protocol.VersionHeader+": "...)
+	out = append(out, Version...)
+	out = append(out, "\r\n"...)
+	return append(out, p[line+2:]...), true
 }
 
 func (c *tlsProbeConn) Read(p []byte) (int, error) {

@@ -521,7 +521,7 @@ func TestEveryLimitIsWired(t *testing.T) {
 		}
 		env[l.Env] = "7"
 	}
-	env[IdentityRepairEnv] = "0"
+	env[protocol.EnvRepairIdentity] = "0"
 	c, warnings := LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if len(warnings) != 0 {
 		t.Fatalf("warnings: %v", warnings)
@@ -531,8 +531,8 @@ func TestEveryLimitIsWired(t *testing.T) {
 			t.Errorf("%s=7 was not applied (got %v)", l.Env, get(&c))
 		}
 	}
-	if !c.Identity.Disabled {
-		t.Error("AGENTD_IDENTITY_REPAIR=0 did not disable identity repair")
+	if c.Identity.Enabled {
+		t.Error("AGENTD_REPAIR_IDENTITY=0 did not disable identity repair")
 	}
 	def, _ := LoadConfig(func(string) (string, bool) { return "", false })
 	if def.Port != 9000 || def.SSEKeepalive != 15*time.Second || def.ListenAddr() != ":9000" {

@@ -24,7 +24,7 @@ const (
 	streamBufferBytes = 256 << 10
 	// eventFrameBytes bounds one output event's frame: the fixed text, the
 	// longest offset and the base64 of maxEventBytes.
-	eventFrameBytes = len("event: output\ndata: {\"offset\":18446744073709551615,\"stream\":\"stdout\",\"output\":\"\"}\n\n") + (maxEventBytes+2)/3*4
+	eventFrameBytes = len("event: output\nid: 18446744073709551615\ndata: {\"offset\":18446744073709551615,\"stream\":\"stdout\",\"output\":\"\"}\n\n") + (maxEventBytes+2)/3*4
 	// smallStreamBytes is where a stream's buffer starts: most streams carry
 	// a few lines, and fifty of them at full size would be RSS for nothing.
 	smallStreamBytes = 4 << 10
@@ -58,9 +58,14 @@ func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.
 		s.unknownExec(w, id)
 		return
 	}
+	// The offset query wins; without it, the Last-Event-ID a standard
+	// EventSource sends on reconnect is the offset its last event ended at.
 	from := uint64(0)
-	if params.Offset != nil {
+	switch {
+	case params.Offset != nil:
 		from = *params.Offset
+	case params.LastEventID != nil:
+		from = *params.LastEventID
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -154,11 +159,17 @@ func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.
 	}
 }
 
+// Every event's id line carries the offset a reconnect resumes at: just
+// past the event. It comes before the data line, so a frame still ends with
+// its one data line and the client's parser reads it in place.
+
 // output appends one output event carrying data, base64-encoded in place.
 func (b *streamBuffers) output(off uint64, kind streamKind, data []byte) {
 	n := base64.StdEncoding.EncodedLen(len(data))
 	b.room(eventFrameBytes - (maxEventBytes+2)/3*4 + n)
-	out := append(b.out, "event: "+protocol.EventOutput+"\ndata: {\"offset\":"...)
+	out := append(b.out, "event: "+protocol.EventOutput+"\nid: "...)
+	out = strconv.AppendUint(out, off+uint64(len(data)), 10)
+	out = append(out, "\ndata: {\"offset\":"...)
 	out = strconv.AppendUint(out, off, 10)
 	out = append(out, ",\"stream\":\""...)
 	out = append(out, kind.String()...)
@@ -170,8 +181,10 @@ func (b *streamBuffers) output(off uint64, kind streamKind, data []byte) {
 }
 
 func (b *streamBuffers) gap(from, to uint64) {
-	b.room(96)
-	out := append(b.out, "event: "+protocol.EventGap+"\ndata: {\"from\":"...)
+	b.room(128)
+	out := append(b.out, "event: "+protocol.EventGap+"\nid: "...)
+	out = strconv.AppendUint(out, to, 10)
+	out = append(out, "\ndata: {\"from\":"...)
 	out = strconv.AppendUint(out, from, 10)
 	out = append(out, ",\"to\":"...)
 	out = strconv.AppendUint(out, to, 10)
@@ -186,7 +199,9 @@ func (b *streamBuffers) exit(st exitStatus, total uint64) {
 		WritersMayBeAlive: st.writersMayBeAlive,
 		Offset:            total,
 	})
-	b.out = append(b.out, "event: "+protocol.EventExit+"\ndata: "...)
+	b.out = append(b.out, "event: "+protocol.EventExit+"\nid: "...)
+	b.out = strconv.AppendUint(b.out, total, 10)
+	b.out = append(b.out, "\ndata: "...)
 	b.out = append(b.out, data...)
 	b.out = append(b.out, "\n\n"...)
 }

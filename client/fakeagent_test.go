@@ -190,20 +190,21 @@ func (f *fakeAgent) stdin(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, protocol.StdinResponse{ExecID: r.PathValue("id"), Written: uint(n), EOF: req.Signal != nil})
 }
 
-// outputFrame is one SSE output event as agentd writes it.
+// outputFrame is one SSE output event as agentd writes it, its id line (the
+// resume offset just past it) before the data line.
 func outputFrame(offset uint64, stream protocol.StreamKind, data []byte) string {
 	b, _ := json.Marshal(protocol.OutputEvent{Offset: offset, Stream: stream, Output: base64.StdEncoding.EncodeToString(data)})
-	return "event: output\ndata: " + string(b) + "\n\n"
+	return fmt.Sprintf("event: output\nid: %d\ndata: %s\n\n", offset+uint64(len(data)), b)
 }
 
 func exitFrame(code int32, total uint64) string {
 	b, _ := json.Marshal(protocol.ExitEvent{ExitCode: &code, Offset: total})
-	return "event: exit\ndata: " + string(b) + "\n\n"
+	return fmt.Sprintf("event: exit\nid: %d\ndata: %s\n\n", total, b)
 }
 
 func gapFrame(from, to uint64) string {
 	b, _ := json.Marshal(protocol.GapEvent{From: from, To: to})
-	return "event: gap\ndata: " + string(b) + "\n\n"
+	return fmt.Sprintf("event: gap\nid: %d\ndata: %s\n\n", to, b)
 }
 
 // framesFrom renders every chunk at or after offset, as agentd replays.

@@ -87,3 +87,43 @@ func TestSSEParserSplitReads(t *testing.T) {
 		}
 	}
 }
+
+// Catches: agentd's id lines (written before the data line, so a frame still
+// ends with its one data line) pushing every frame off the in-place path onto
+// the copying one, which allocates and copies each event; and an id line
+// being mistaken for data.
+func TestSSEParserReadsFramesWithIDsInPlace(t *testing.T) {
+	body := sseBody(64, 1000)
+	if !bytes.Contains(body, []byte("\nid: 1000\ndata: ")) {
+		t.Fatal("the test body does not carry agentd's id lines")
+	}
+	r := bytes.NewReader(body)
+	p := newSSEParser(r)
+	var ev Event
+	parse := func() {
+		r.Reset(body)
+		p.reset(r)
+		for n := 0; ; n++ {
+			err := p.next(&ev)
+			if err == io.EOF {
+				if n != 65 {
+					t.Fatalf("%d events, want 65", n)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Kind == EventOutput && (len(ev.Data) != 1000 || ev.Offset != uint64(n*1000)) {
+				t.Fatalf("event %d: offset %d, %d bytes", n, ev.Offset, len(ev.Data))
+			}
+		}
+	}
+	parse()
+	if cap(p.data) != 0 {
+		t.Fatalf("a frame's data was assembled in the copy buffer (%d bytes of capacity): frames with id lines are not parsed in place", cap(p.data))
+	}
+	if allocs := testing.AllocsPerRun(20, parse); allocs > 8 {
+		t.Fatalf("%v allocations per body of 65 frames: parsing allocates per frame", allocs)
+	}
+}

@@ -30,11 +30,11 @@ import (
 // directory (the image WORKDIR stand-in) and HOME, listening on a free port.
 // The guest's hook port maps to that port; it has no other listener.
 //
-// The daemon gets the image's environmentVariables, PATH, AGENTD_PORT and
-// AGENTD_IDENTITY_REPAIR=0: repairing the machine identity rewrites files of
-// the host it runs on, which only a confined guest may do. agentd binds every
-// interface on its port (its own choice, made for the platform's proxy); the
-// emulator itself reaches it only over 127.0.0.1.
+// The daemon gets the image's environmentVariables, PATH, AGENTD_PORT,
+// AGENTD_REPAIR_IDENTITY=0 (repairing the machine identity rewrites files of
+// the host it runs on, which only a confined guest may do) and
+// AGENTD_LISTEN=127.0.0.1: the emulator reaches it only over loopback, so
+// nothing else on the network can.
 //
 // stderr receives the daemon's log lines; nil discards them.
 func UnsafeUnisolatedAgentdLauncher(bin string, stderr io.Writer) Launcher {
@@ -114,9 +114,9 @@ func startAgentd(ctx context.Context, bin, dir string, spec GuestSpec, stderr io
 	for _, k := range keys {
 		env = append(env, k+"="+spec.Env[k])
 	}
-	// Last, so an image cannot point the daemon at another port or turn the
-	// identity repair on against the host.
-	env = append(env, "AGENTD_PORT="+strconv.Itoa(port), "AGENTD_IDENTITY_REPAIR=0")
+	// Last, so an image cannot point the daemon at another port or address,
+	// or turn the identity repair on against the host.
+	env = append(env, "AGENTD_PORT="+strconv.Itoa(port), "AGENTD_REPAIR_IDENTITY=0", "AGENTD_LISTEN=127.0.0.1")
 
 	var logTail tail
 	cmd := exec.Command(bin)

@@ -247,20 +247,38 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 }
 
 func guestEnv(spec GuestSpec, port int) []string {
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		keys = append(keys, k)
+	vars := map[string]string{}
+	for k, v := range spec.Env {
+		vars[k] = v
+	}
+	// The confined guest is told it is a MicroVM guest (agentd repairs
+	// identity only when told; docs/PLATFORM.md, "Nothing inside a guest
+	// tells it from a development machine") unless the image says otherwise.
+	// Inside the guest repair renames the guest's UTS namespace and rewrites
+	// the guest's own /etc/machine-id, never the host's.
+	_, set := vars["AGENTD_REPAIR_IDENTITY"]
+	if _, alias := vars["AGENTD_IDENTITY_REPAIR"]; !set && !alias {
+		vars["AGENTD_REPAIR_IDENTITY"] = "1"
+	}
+	// Replaced, not appended: the init starts agentd with os.StartProcess,
+	// which keeps duplicates, and a duplicate's first value is the one read.
+	// An image cannot point the daemon at another port or address: loopback
+	// is all the proxy dials, and with egress the guest shares the host's
+	// network, where every interface would be exposed.
+	vars["AGENTD_PORT"] = strconv.Itoa(port)
+	vars["AGENTD_LISTEN"] = "127.0.0.1"
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		if k != "PATH" && k != "HOME" {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
 	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
+		env = append(env, k+"="+vars[k])
 	}
-	// Last, so an image cannot point the daemon at another port. Identity
-	// repair stays as the image set it (on by default): inside the guest it
-	// renames the guest's UTS namespace and rewrites the guest's own
-	// /etc/machine-id, never the host's.
-	return append(env, "AGENTD_PORT="+strconv.Itoa(port))
+	return env
 }
 
 func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr io.Writer) (*Guest, error) {
@@ -318,6 +336,8 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	g := &Guest{}
 	var netns *os.File
+	var nsMu sync.RWMutex
+	nsClosed := false
 	if spec.Egress {
 		addr := "127.0.0.1:" + strconv.Itoa(port)
 		g.Ports = map[int]string{spec.HookPort: addr}
@@ -337,6 +357,13 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		g.Ports = map[int]string{spec.HookPort: "127.0.0.1:" + strconv.Itoa(port)}
 		fd := int(netns.Fd())
 		g.Dial = func(ctx context.Context, p int) (net.Conn, error) {
+			// Held across the dial: once Stop closed the namespace's
+			// descriptor its number may name another guest's namespace.
+			nsMu.RLock()
+			defer nsMu.RUnlock()
+			if nsClosed {
+				return nil, errors.New("the guest has stopped")
+			}
 			return dialInNetns(ctx, fd, "127.0.0.1:"+strconv.Itoa(p))
 		}
 	}
@@ -356,7 +383,10 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 			// only once they are all gone.
 			kill()
 			if netns != nil {
+				nsMu.Lock()
+				nsClosed = true
 				netns.Close()
+				nsMu.Unlock()
 			}
 			_ = removeState(dir)
 		})
@@ -364,8 +394,10 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	g.Freeze = func() error { return signalPidns(leader, pidns, syscall.SIGSTOP) }
 	g.Thaw = func() error { return signalPidns(leader, pidns, syscall.SIGCONT) }
 
-	// Bounded: about ten seconds for the daemon to listen.
-	for i := 0; i < 1000; i++ {
+	// Bounded: thirty seconds for the daemon to listen, generous for a
+	// loaded machine; a healthy guest listens within tens of milliseconds.
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
 			g.Stop()
@@ -385,7 +417,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		time.Sleep(2 * time.Millisecond)
 	}
 	g.Stop()
-	return nil, fmt.Errorf("agentd did not listen on guest port %d within ten seconds", spec.HookPort)
+	return nil, fmt.Errorf("agentd did not listen on guest port %d within thirty seconds: %s", spec.HookPort, logTail.String())
 }
 
 // dialInNetns connects to addr from inside the network namespace nsFD: the
@@ -472,6 +504,9 @@ func guestInit() int {
 	if ctl == nil {
 		return fail("reading the config", errors.New("no fd 3"))
 	}
+	// Not handed on: the daemon and everything the guest runs must not hold
+	// the emulator's lifeline.
+	syscall.CloseOnExec(3)
 	line, err := readLine(ctl)
 	if err != nil {
 		return fail("reading the config", err)

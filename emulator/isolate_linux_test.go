@@ -191,6 +191,12 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 	if code, _ := sh(t, sess, "test -e /var/run/docker.sock || test -e /run/docker.sock"); code == 0 {
 		t.Error("a Docker socket is visible in the guest")
 	}
+	// Catches the init handing its lifeline to the emulator (fd 3, a pipe)
+	// down to the daemon and so to every guest command.
+	lifeline := `t=$(readlink /proc/1/fd/3); echo "init:$t"; for f in /proc/self/fd/*; do [ "$(readlink $f)" = "$t" ] && echo "held:$f"; done; true`
+	if got := mustSh(t, sess, lifeline); !strings.HasPrefix(got, "init:pipe:") || strings.Contains(got, "held:") {
+		t.Errorf("the init's lifeline reached a guest command: %s", got)
+	}
 	if code, out := sh(t, sess, "test ! -e /etc/shadow && test ! -e /etc/ssh"); code != 0 {
 		t.Errorf("the guest's /etc carries the host's secrets: %s", out)
 	}
@@ -555,5 +561,36 @@ func TestImageRootIsTheLowerLayer(t *testing.T) {
 	var host bytes.Buffer
 	if _, err := sess.ReadFile(t.Context(), "/usr/bin/env", &host, client.LineRange{}); err == nil {
 		t.Error("the host's /usr/bin/env is readable in a guest built from an image")
+	}
+}
+
+// Catches: a terminate of a suspended (frozen) guest that hangs or leaves
+// the frozen processes and the state directory behind.
+func TestTerminateWhileSuspendedLeavesNothing(t *testing.T) {
+	s, base := isolated(t)
+	vm := launchGuest(t, s, base, false)
+	sess := session(t, base, vm)
+	name := "frozen-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	mustSh(t, sess, "cp \"$(command -v sleep)\" /tmp/"+name+" && (setsid /tmp/"+name+" 1000 </dev/null >/dev/null 2>&1 &) ; sleep 0.2")
+	if status, _, out := do(t, base, "POST", "/2025-09-09/microvms/"+vm.MicrovmId+"/suspend", "", auth); status != 200 {
+		t.Fatalf("suspend: %d %s", status, out)
+	}
+	waitState(t, base, vm.MicrovmId, cp.MicrovmStateSUSPENDED)
+	pids := procsNamed(t, name)
+	if len(pids) != 1 {
+		t.Fatalf("processes named %s on the host: %v, want the guest's one", name, pids)
+	}
+	if st := procState(pids[0]); st != "T" {
+		t.Fatalf("the guest's process %d is not frozen (state %s)", pids[0], st)
+	}
+	terminate(t, base, vm.MicrovmId)
+	for i := 0; i < 500 && len(procsNamed(t, name)) > 0; i++ { // bounded: about five seconds
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p := procsNamed(t, name); len(p) != 0 {
+		t.Fatalf("the frozen guest's process %v outlived terminate", p)
+	}
+	if d := stateDirs(t, vm.MicrovmId); len(d) != 0 {
+		t.Fatalf("terminate left the state directory: %v", d)
 	}
 }

@@ -49,7 +49,9 @@ type Guest struct {
 	// Ports maps each guest port that has a listener to the loopback
 	// host:port serving it. The endpoint proxy forwards X-aws-proxy-port P to
 	// Ports[P]; a port in the token's scope but absent here answers 502, as
-	// the platform answers for a scoped port with nothing listening.
+	// the platform answers for a scoped port with nothing listening. For a
+	// guest with Dial the addresses are the guest's own, inside its network
+	// namespace: dialing them from the host reaches something else.
 	Ports map[int]string
 	// Dial, when set, is how the emulator reaches guest port P (the run hook
 	// and the endpoint proxy use it instead of Ports): a guest in its own

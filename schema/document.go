@@ -92,6 +92,11 @@ func asMap(v any) map[string]any {
 	return m
 }
 
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
+}
+
 func asString(v any) string {
 	s, _ := v.(string)
 	return s
@@ -314,6 +319,15 @@ func generateDocument(root string) ([]Output, error) {
 	for name, l := range asMap(doc["x-limits"]) {
 		limits[name] = asMap(l)["value"]
 	}
+	settings := map[string]any{}
+	for name, v := range asMap(doc["x-settings"]) {
+		m := asMap(v)
+		entry := map[string]any{"env": m["env"], "default": fmt.Sprint(m["default"]), "description": m["description"]}
+		if a := asSlice(m["aliases"]); len(a) > 0 {
+			entry["aliases"] = a
+		}
+		settings[name] = entry
+	}
 	defs := map[string]any{}
 	for name, s := range asMap(asMap(doc["components"])["schemas"]) {
 		defs[name] = toJSONSchema(s)
@@ -328,19 +342,21 @@ func generateDocument(root string) ([]Output, error) {
 	}
 	info := asMap(doc["info"])
 	out := map[string]any{
-		"$schema":          jsonSchemaDialect,
-		"$id":              SchemaID,
-		"title":            asString(info["title"]),
-		"generated_from":   "api/openapi.yaml and api/errors.yaml, by schema/",
-		"protocol_version": doc["x-protocol-version"],
-		"daemon_version":   asString(info["version"]),
-		"version_header":   doc["x-version-header"],
-		"hook_prefix":      doc["x-hook-prefix"],
-		"auth":             doc["x-auth"],
-		"unmatched_path":   doc["x-unmatched-path"],
-		"limits":           limits,
-		"routes":           rs,
-		"$defs":            defs,
+		"$schema":              jsonSchemaDialect,
+		"$id":                  SchemaID,
+		"title":                asString(info["title"]),
+		"generated_from":       "api/openapi.yaml and api/errors.yaml, by schema/",
+		"protocol_version":     doc["x-protocol-version"],
+		"daemon_version":       asString(doc["x-daemon-version"]),
+		"version_header":       doc["x-version-header"],
+		"version_header_scope": doc["x-version-header-scope"],
+		"hook_prefix":          doc["x-hook-prefix"],
+		"auth":                 doc["x-auth"],
+		"unmatched_path":       doc["x-unmatched-path"],
+		"limits":               limits,
+		"settings":             settings,
+		"routes":               rs,
+		"$defs":                defs,
 		"taxonomy": map[string]any{
 			"error_kinds":    tax.ErrorKinds,
 			"wire_kinds":     tax.WireKinds,

@@ -82,7 +82,6 @@ func pyDoc(s string) string {
 	return strings.ReplaceAll(s, `"""`, `\"\"\"`)
 }
 
-
 type pyGen struct {
 	doc  *openapi3.T
 	node *yaml.Node

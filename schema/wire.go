@@ -19,6 +19,11 @@ type limitRow struct {
 
 type eventRow struct{ Ident, Name, Schema string }
 
+type settingRow struct {
+	Name, Env, Default, Description string
+	Aliases                         []string
+}
+
 type opRow struct {
 	Ident, ID, Method, Pattern string
 	Bearer, Idempotent         bool
@@ -30,12 +35,16 @@ type errorMediaRow struct {
 	Media  string
 }
 
-var wireTemplate = template.Must(template.New("wire").Funcs(template.FuncMap{"quote": strconv.Quote}).Parse(`// Constants of agentd protocol v1 that are not types: the version header, the
+var wireTemplate = template.Must(template.New("wire").Funcs(template.FuncMap{"quote": strconv.Quote, "goIdent": goIdent}).Parse(`// Constants of agentd protocol v1 that are not types: the version header, the
 // hook prefix, the SSE event names and the operative limits, from the x-
 // extensions of api/openapi.yaml.
 
 // ProtocolVersion is the wire protocol version this package describes.
 const ProtocolVersion = {{quote .ProtocolVersion}}
+
+// DaemonVersion is the daemon's version: the version header's value, /v1/health's
+// version and /v1/schema's daemon_version, unless a build stamps another.
+const DaemonVersion = {{quote .DaemonVersion}}
 
 // VersionHeader is the response header every agentd answer carries.
 const VersionHeader = {{quote .VersionHeader}}
@@ -112,16 +121,50 @@ var Limits = []Limit{
 	{Name: {{quote .Name}}, Env: {{quote .Env}}, Default: Default{{.Ident}}, Description: {{quote .Description}}},
 {{- end}}
 }
+
+// Setting is one daemon setting from the environment that is not a limit.
+type Setting struct {
+	Name        string
+	Env         string
+	Aliases     []string // older spellings, read as well
+	Default     string
+	Description string
+}
+
+// Environment variables of the settings.
+const (
+{{- range .Settings}}
+	Env{{goIdent .Name}} = {{quote .Env}}
+{{- end}}
+)
+
+// Settings lists every non-limit setting, sorted by name.
+var Settings = []Setting{
+{{- range .Settings}}
+	{Name: {{quote .Name}}, Env: Env{{goIdent .Name}}, {{if .Aliases}}Aliases: []string{ {{- range $i, $a := .Aliases}}{{if $i}}, {{end}}{{quote $a}}{{end}} }, {{end}}Default: {{quote .Default}}, Description: {{quote .Description}}},
+{{- end}}
+}
+
+// ReferenceEnv is every environment variable the reference daemon reads; each
+// is the Env of a Limit or a Setting.
+var ReferenceEnv = []string{
+{{- range .ReferenceEnv}}
+	{{quote .}},
+{{- end}}
+}
 `))
 
 func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 	data := struct {
-		ProtocolVersion, VersionHeader, HookPrefix, Terminal string
-		Events                                               []eventRow
-		Limits                                               []limitRow
-		Ops                                                  []opRow
+		ProtocolVersion, DaemonVersion, VersionHeader, HookPrefix, Terminal string
+		Events                                                              []eventRow
+		Limits                                                              []limitRow
+		Settings                                                            []settingRow
+		ReferenceEnv                                                        []string
+		Ops                                                                 []opRow
 	}{
 		ProtocolVersion: fmt.Sprint(doc["x-protocol-version"]),
+		DaemonVersion:   asString(doc["x-daemon-version"]),
 		VersionHeader:   asString(doc["x-version-header"]),
 		HookPrefix:      asString(doc["x-hook-prefix"]),
 	}
@@ -155,6 +198,17 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 		data.Limits = append(data.Limits, row)
 	}
 	sort.Slice(data.Limits, func(i, j int) bool { return data.Limits[i].Name < data.Limits[j].Name })
+	if data.DaemonVersion == "" {
+		return nil, fmt.Errorf("x-daemon-version is missing")
+	}
+	settings, err := settingRows(doc)
+	if err != nil {
+		return nil, err
+	}
+	data.Settings = settings
+	if data.ReferenceEnv, err = referenceEnv(doc, data.Limits, settings); err != nil {
+		return nil, err
+	}
 	ops, err := operations(node, doc)
 	if err != nil {
 		return nil, err
@@ -168,6 +222,63 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 	out, err := format.Source(src)
 	if err != nil {
 		return nil, fmt.Errorf("wire.gen.go: gofmt: %w", err)
+	}
+	return out, nil
+}
+
+func settingRows(doc map[string]any) ([]settingRow, error) {
+	var rows []settingRow
+	for name, v := range asMap(doc["x-settings"]) {
+		m := asMap(v)
+		row := settingRow{Name: name, Env: asString(m["env"]), Default: fmt.Sprint(m["default"]), Description: asString(m["description"])}
+		if row.Env == "" || row.Description == "" {
+			return nil, fmt.Errorf("x-settings.%s: env and description are required", name)
+		}
+		for _, a := range asSlice(m["aliases"]) {
+			row.Aliases = append(row.Aliases, asString(a))
+		}
+		rows = append(rows, row)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+	return rows, nil
+}
+
+// referenceEnv checks that every name in x-reference-env has one home: the env
+// of exactly one limit or setting. A name with none would be a reference
+// setting silently ignored, the defect the list exists to prevent.
+func referenceEnv(doc map[string]any, limits []limitRow, settings []settingRow) ([]string, error) {
+	homes := map[string]int{}
+	for _, l := range limits {
+		if l.Env != "" {
+			homes[l.Env]++
+		}
+	}
+	for _, s := range settings {
+		homes[s.Env]++
+		for _, a := range s.Aliases {
+			homes[a]++
+		}
+	}
+	for env, n := range homes {
+		if n > 1 {
+			return nil, fmt.Errorf("environment variable %s is declared %d times across x-limits and x-settings", env, n)
+		}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, v := range asSlice(doc["x-reference-env"]) {
+		env := asString(v)
+		if homes[env] == 0 {
+			return nil, fmt.Errorf("x-reference-env: %s is neither an x-limits env nor an x-settings env", env)
+		}
+		if seen[env] {
+			return nil, fmt.Errorf("x-reference-env: %s is listed twice", env)
+		}
+		seen[env] = true
+		out = append(out, env)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("x-reference-env is missing")
 	}
 	return out, nil
 }

@@ -21,7 +21,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 echo "== starting agentd on 127.0.0.1:$port" >&2
-AGENTD_PORT=$port AGENTD_IDENTITY_REPAIR=0 "$work/agentd" 2>"$work/agentd.log" &
+AGENTD_PORT=$port AGENTD_LISTEN=127.0.0.1 AGENTD_REPAIR_IDENTITY=0 "$work/agentd" 2>"$work/agentd.log" &
 agentd_pid=$!
 for _ in $(seq 1 100); do
   curl -fsS "http://127.0.0.1:$port/v1/health" >/dev/null 2>&1 && break

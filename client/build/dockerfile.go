@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -76,6 +77,10 @@ func Dockerfile(o DockerfileOptions) (string, error) {
 	port := strconv.Itoa(o.Port)
 	b.WriteString("ENV AGENTD_PORT=" + port + "\n")
 	b.WriteString("ENV AGENTD_LOG=info\n")
+	// The image's word that it is a MicroVM guest: agentd repairs the
+	// machine identity only when told so, because nothing it can observe
+	// tells a guest from a developer's machine.
+	fmt.Fprintf(&b, "ENV %s=1\n", protocol.EnvRepairIdentity)
 	b.WriteString("EXPOSE " + port + "\n")
 	// An empty ENTRYPOINT makes the CMD the process itself, so agentd starts
 	// before any workload can, and its cwd is the WORKDIR an exec without a

@@ -117,7 +117,7 @@ func TestDockerfileStanza(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"FROM " + ref + "\n", "WORKDIR /workspace\n", "ENV AGENTD_PORT=8080\n", "EXPOSE 8080\n", "ENTRYPOINT []\n", "CMD [\"/agentd\"]\n"} {
+	for _, want := range []string{"FROM " + ref + "\n", "WORKDIR /workspace\n", "ENV AGENTD_PORT=8080\n", "ENV AGENTD_REPAIR_IDENTITY=1\n", "EXPOSE 8080\n", "ENTRYPOINT []\n", "CMD [\"/agentd\"]\n"} {
 		if !strings.Contains(df, want) {
 			t.Errorf("stanza lacks %q:\n%s", want, df)
 		}

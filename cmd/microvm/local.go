@@ -11,6 +11,7 @@ import (
 
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -103,6 +104,7 @@ func (c *DockerfileCmd) run(_ context.Context, a *app) (*result, error) {
 		b.WriteString("# No WORKDIR: the managed base sets none, so relative paths resolve against /.\n")
 	}
 	fmt.Fprintf(&b, "# AGENTD_PORT and the client's --port must agree.\nENV AGENTD_PORT=%d\nEXPOSE %d\n", c.Port, c.Port)
+	fmt.Fprintf(&b, "# Marks the image as a MicroVM guest, so agentd repairs its machine identity.\nENV %s=1\n", protocol.EnvRepairIdentity)
 	b.WriteString("# agentd is PID 1's command so nothing runs before the run hook delivers the token.\nENTRYPOINT []\nCMD [\"/agentd\"]\n")
 	stanza := b.String()
 	return &result{

@@ -577,7 +577,7 @@ func mustCompact(t *testing.T, s string) string {
 func TestDockerfileStanza(t *testing.T) {
 	m := envelope(t, cli(t, nil, "", "--json", "dockerfile", "--port", "9100", "--workdir", "/srv"))
 	s := m["data"].(map[string]any)["stanza"].(string)
-	for _, want := range []string{"FROM " + taxonomy.ManagedBaseDockerRef + "\n", "WORKDIR /srv\n", "ENV AGENTD_PORT=9100\n", "EXPOSE 9100\n", "ENTRYPOINT []\n", "CMD [\"/agentd\"]\n"} {
+	for _, want := range []string{"FROM " + taxonomy.ManagedBaseDockerRef + "\n", "WORKDIR /srv\n", "ENV AGENTD_PORT=9100\n", "EXPOSE 9100\n", "ENV AGENTD_REPAIR_IDENTITY=1\n", "ENTRYPOINT []\n", "CMD [\"/agentd\"]\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("stanza lacks %q:\n%s", want, s)
 		}

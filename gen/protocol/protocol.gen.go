@@ -388,7 +388,7 @@ type StreamKind string
 
 // StreamQuery query string of GET /v1/exec/{id}/stream
 type StreamQuery struct {
-	// Offset byte offset to resume after; absent means 0
+	// Offset byte offset to resume after; absent means the Last-Event-ID header, or 0 without it
 	Offset *uint64 `json:"offset,omitempty"`
 }
 
@@ -406,8 +406,11 @@ type bearerAuthContextKey string
 
 // ExecStreamParams defines parameters for ExecStream.
 type ExecStreamParams struct {
-	// Offset byte offset in the shared stdout/stderr space to resume after; absent means 0
+	// Offset byte offset in the shared stdout/stderr space to resume after; absent means Last-Event-ID, or 0 without it
 	Offset *uint64 `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// LastEventID the standard SSE resume header an EventSource sends on reconnect, carrying the id of the last event it saw (a byte offset); used as the resume offset only when the offset query is absent
+	LastEventID *uint64 `json:"Last-Event-ID,omitempty"`
 }
 
 // FsReadFileParams defines parameters for FsReadFile.
@@ -1682,7 +1685,7 @@ func NewExecStreamRequest(server string, id ExecID, params *ExecStreamParams) (*
 
 		if params.Offset != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "uint64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -1701,6 +1704,21 @@ func NewExecStreamRequest(server string, id ExecID, params *ExecStreamParams) (*
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: "int64"})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -5403,7 +5421,7 @@ func (siw *ServerInterfaceWrapper) ExecStream(w http.ResponseWriter, r *http.Req
 
 	// ------------- Optional query parameter "offset" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "uint64"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {
@@ -5412,6 +5430,27 @@ func (siw *ServerInterfaceWrapper) ExecStream(w http.ResponseWriter, r *http.Req
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
 		}
 		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID uint64
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Last-Event-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
+			return
+		}
+
+		params.LastEventID = &LastEventID
+
 	}
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -9,6 +9,10 @@ package protocol
 // ProtocolVersion is the wire protocol version this package describes.
 const ProtocolVersion = "1"
 
+// DaemonVersion is the daemon's version: the version header's value, /v1/health's
+// version and /v1/schema's daemon_version, unless a build stamps another.
+const DaemonVersion = "0.1.0"
+
 // VersionHeader is the response header every agentd answer carries.
 const VersionHeader = "microvms-agentd-version"
 
@@ -139,4 +143,48 @@ var Limits = []Limit{
 	{Name: "sse_keepalive_secs", Env: "AGENTD_SSE_KEEPALIVE_SECS", Default: DefaultSseKeepaliveSecs, Description: "interval of keepalive comment lines on a quiet SSE stream"},
 	{Name: "stdin_write_timeout_secs", Env: "AGENTD_STDIN_WRITE_TIMEOUT_SECS", Default: DefaultStdinWriteTimeoutSecs, Description: "seconds a stdin write may wait for the child to read before 408"},
 	{Name: "stream_replay_bytes", Env: "AGENTD_STREAM_BUFFER_BYTES", Default: DefaultStreamReplayBytes, Description: "size of the per-exec replay window a new or resuming stream can read back from"},
+}
+
+// Setting is one daemon setting from the environment that is not a limit.
+type Setting struct {
+	Name        string
+	Env         string
+	Aliases     []string // older spellings, read as well
+	Default     string
+	Description string
+}
+
+// Environment variables of the settings.
+const (
+	EnvIdentityRoot          = "AGENTD_IDENTITY_ROOT"
+	EnvListen                = "AGENTD_LISTEN"
+	EnvLog                   = "AGENTD_LOG"
+	EnvRepairIdentity        = "AGENTD_REPAIR_IDENTITY"
+	EnvStreamChannelCapacity = "AGENTD_STREAM_CHANNEL_CAPACITY"
+)
+
+// Settings lists every non-limit setting, sorted by name.
+var Settings = []Setting{
+	{Name: "identity_root", Env: EnvIdentityRoot, Default: "/", Description: "directory the identity files are resolved under; exists so a test can aim repair at a temporary tree, and an image has no reason to set it"},
+	{Name: "listen", Env: EnvListen, Default: "", Description: "address to listen on: a host (the port is then AGENTD_PORT) or host:port; empty means every interface, which the platform's endpoint proxy needs; an unparseable value binds 127.0.0.1 rather than widen, with a warning"},
+	{Name: "log", Env: EnvLog, Default: "info", Description: "log level as a tracing EnvFilter string (info, warn, agentd=debug,warn, ...): the most specific directive for agentd wins, else the most verbose bare level; trace maps to below debug, off silences; an unreadable value keeps info with a warning"},
+	{Name: "repair_identity", Env: EnvRepairIdentity, Aliases: []string{"AGENTD_IDENTITY_REPAIR"}, Default: "", Description: "true marks this machine as a MicroVM guest and repairs its identity (machine-id, hostname, boot_id, stale seeds) at startup and at the first run hook; false, or unset, never touches it (docs/PLATFORM.md: Nothing inside a guest tells it from a development machine). The generated Dockerfile stanza sets it to 1. When the alias disagrees, false wins"},
+	{Name: "stream_channel_capacity", Env: EnvStreamChannelCapacity, Default: "256", Description: "accepted for the reference's images and has no effect here (a stream reads the replay window directly, so there is no fan-out channel to size); setting it logs one warning saying so"},
+}
+
+// ReferenceEnv is every environment variable the reference daemon reads; each
+// is the Env of a Limit or a Setting.
+var ReferenceEnv = []string{
+	"AGENTD_PORT",
+	"AGENTD_MAX_BODY_BYTES",
+	"AGENTD_MAX_OUTPUT_BYTES",
+	"AGENTD_OUTPUT_LINGER_SECS",
+	"AGENTD_EXEC_TTL_SECS",
+	"AGENTD_STREAM_BUFFER_BYTES",
+	"AGENTD_STREAM_CHANNEL_CAPACITY",
+	"AGENTD_SSE_KEEPALIVE_SECS",
+	"AGENTD_MAX_STDIN_WRITE_BYTES",
+	"AGENTD_DISK_RESERVE_BYTES",
+	"AGENTD_REPAIR_IDENTITY",
+	"AGENTD_LOG",
 }

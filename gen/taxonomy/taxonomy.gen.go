@@ -23,6 +23,7 @@ const (
 	FindingDeadBeforeRunning          FindingID = "dead-before-running"
 	FindingBuildLogGroupSurvives      FindingID = "build-log-group-survives"
 	FindingIdentityNeedsCapabilities  FindingID = "identity-needs-capabilities"
+	FindingGuestNotDetectable         FindingID = "guest-not-detectable"
 	FindingMemorySelectsBaseline      FindingID = "memory-selects-baseline"
 	FindingWhatCostsMoney             FindingID = "what-costs-money"
 	FindingSuspendIsFreeze            FindingID = "suspend-is-freeze"
@@ -71,6 +72,7 @@ var Findings = []Finding{
 	{ID: FindingDeadBeforeRunning, Title: "A MicroVM can reach a terminal state without ever running"},
 	{ID: FindingBuildLogGroupSurvives, Title: "The build log group outlives the image"},
 	{ID: FindingIdentityNeedsCapabilities, Title: "Identity repair needs additionalOsCapabilities"},
+	{ID: FindingGuestNotDetectable, Title: "Nothing inside a guest tells it from a development machine"},
 	{ID: FindingMemorySelectsBaseline, Title: "minimumMemoryInMiB picks a baseline and the guest sees the peak"},
 	{ID: FindingWhatCostsMoney, Title: "What is billed"},
 	{ID: FindingSuspendIsFreeze, Title: "Suspend and resume freeze and thaw the guest"},

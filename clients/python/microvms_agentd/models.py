@@ -919,7 +919,7 @@ class StreamKind:
 class StreamQuery:
     """query string of GET /v1/exec/{id}/stream"""
 
-    # byte offset to resume after; absent means 0
+    # byte offset to resume after; absent means the Last-Event-ID header, or 0 without it
     offset: Optional[int] = None
 
     @classmethod

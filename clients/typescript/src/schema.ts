@@ -613,7 +613,7 @@ export interface components {
         StreamQuery: {
             /**
              * Format: int64
-             * @description byte offset to resume after; absent means 0
+             * @description byte offset to resume after; absent means the Last-Event-ID header, or 0 without it
              */
             offset?: number | null;
         };
@@ -1007,10 +1007,13 @@ export interface operations {
     execStream: {
         parameters: {
             query?: {
-                /** @description byte offset in the shared stdout/stderr space to resume after; absent means 0 */
+                /** @description byte offset in the shared stdout/stderr space to resume after; absent means Last-Event-ID, or 0 without it */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the standard SSE resume header an EventSource sends on reconnect, carrying the id of the last event it saw (a byte offset); used as the resume offset only when the offset query is absent */
+                "Last-Event-ID"?: number;
+            };
             path: {
                 /** @description the caller-minted exec_id given at start */
                 id: components["parameters"]["ExecID"];

@@ -18,8 +18,8 @@ const doc = JSON.parse(readFileSync(new URL("../../../docs/schema.json", import.
 // annotation keywords declared, and this is the whole list. A key added to the
 // document must be added here on purpose.
 const protocolKeys = [
-  "auth", "daemon_version", "generated_from", "hook_prefix", "limits",
-  "protocol_version", "routes", "taxonomy", "unmatched_path", "version_header",
+  "auth", "daemon_version", "generated_from", "hook_prefix", "limits", "protocol_version",
+  "routes", "settings", "taxonomy", "unmatched_path", "version_header", "version_header_scope",
 ];
 
 function strictAjv() {
