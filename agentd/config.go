@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,17 +37,22 @@ type Config struct {
 	MaxTarMembers      int64
 	StreamReplayBytes  int64
 	DiskReserveBytes   int64
+	MaxExecIDBytes     int64
+	MaxOpenBodies      int64
 
 	ExecTTL           time.Duration
 	KillGrace         time.Duration
 	OutputLinger      time.Duration
 	SSEKeepalive      time.Duration
 	StdinWriteTimeout time.Duration
+	OpenBodyTimeout   time.Duration
 
-	// StreamStallTimeout is how long the output pump waits for an attached
-	// stream that has fallen a whole replay window behind before leaving it to a
-	// gap. Not a wire limit: it trades a reader that keeps up losing nothing
-	// against a dead connection never holding a child's pipe for long.
+	// StreamStallTimeout (stream_stall_secs) is how long the output pump
+	// waits for an attached stream that has fallen a whole replay window
+	// behind and takes nothing before leaving it to a gap. It trades a reader
+	// that keeps up losing nothing against a dead connection holding a
+	// child's pipe: a reader that goes away is detached at once, so only a
+	// silent, half-dead peer ever costs the whole window.
 	StreamStallTimeout time.Duration
 
 	// Identity says whether and where identity repair runs, at startup and
@@ -63,6 +69,10 @@ var limitSetters = map[string]func(*Config, float64){
 	"kill_grace_secs":          func(c *Config, v float64) { c.KillGrace = seconds(v) },
 	"max_body_bytes":           func(c *Config, v float64) { c.MaxBodyBytes = int64(v) },
 	"max_drain_bytes":          func(c *Config, v float64) { c.MaxDrainBytes = int64(v) },
+	"max_exec_id_bytes":        func(c *Config, v float64) { c.MaxExecIDBytes = int64(v) },
+	"max_open_bodies":          func(c *Config, v float64) { c.MaxOpenBodies = int64(v) },
+	"open_body_timeout_secs":   func(c *Config, v float64) { c.OpenBodyTimeout = seconds(v) },
+	"stream_stall_secs":        func(c *Config, v float64) { c.StreamStallTimeout = seconds(v) },
 	"max_output_bytes":         func(c *Config, v float64) { c.MaxOutputBytes = int64(v) },
 	"max_start_body_bytes":     func(c *Config, v float64) { c.MaxStartBodyBytes = int64(v) },
 	"max_stdin_write_bytes":    func(c *Config, v float64) { c.MaxStdinWriteBytes = int64(v) },
@@ -82,6 +92,10 @@ var limitGetters = map[string]func(*Config) float64{
 	"kill_grace_secs":          func(c *Config) float64 { return c.KillGrace.Seconds() },
 	"max_body_bytes":           func(c *Config) float64 { return float64(c.MaxBodyBytes) },
 	"max_drain_bytes":          func(c *Config) float64 { return float64(c.MaxDrainBytes) },
+	"max_exec_id_bytes":        func(c *Config) float64 { return float64(c.MaxExecIDBytes) },
+	"max_open_bodies":          func(c *Config) float64 { return float64(c.MaxOpenBodies) },
+	"open_body_timeout_secs":   func(c *Config) float64 { return c.OpenBodyTimeout.Seconds() },
+	"stream_stall_secs":        func(c *Config) float64 { return c.StreamStallTimeout.Seconds() },
 	"max_output_bytes":         func(c *Config) float64 { return float64(c.MaxOutputBytes) },
 	"max_start_body_bytes":     func(c *Config) float64 { return float64(c.MaxStartBodyBytes) },
 	"max_stdin_write_bytes":    func(c *Config) float64 { return float64(c.MaxStdinWriteBytes) },
@@ -111,7 +125,6 @@ func DefaultConfig() Config {
 			set(&c, l.Default)
 		}
 	}
-	c.StreamStallTimeout = time.Second
 	c.Identity = DefaultIdentityConfig()
 	c.Identity.Why = protocol.EnvRepairIdentity + " is unset, so this is not known to be a MicroVM guest"
 	c.LogLevel = slog.LevelInfo
@@ -174,11 +187,13 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 
 // parseFlag reads a boolean the way the reference does: the spellings a
 // Dockerfile or a template actually produces, in any case.
+// The spellings are api/openapi.yaml's x-setting-booleans.
 func parseFlag(raw string) (value, ok bool) {
-	switch strings.ToLower(strings.TrimSpace(raw)) {
-	case "1", "true", "yes", "on":
+	v := strings.ToLower(strings.TrimSpace(raw))
+	switch {
+	case slices.Contains(protocol.SettingTrue, v):
 		return true, true
-	case "0", "false", "no", "off":
+	case slices.Contains(protocol.SettingFalse, v):
 		return false, true
 	}
 	return false, false
@@ -291,7 +306,13 @@ func (c Config) normalized() Config {
 		c.SSEKeepalive = time.Duration(protocol.DefaultSseKeepaliveSecs) * time.Second
 	}
 	if c.StreamStallTimeout <= 0 {
-		c.StreamStallTimeout = time.Second
+		c.StreamStallTimeout = time.Duration(protocol.DefaultStreamStallSecs) * time.Second
+	}
+	if c.OpenBodyTimeout <= 0 {
+		c.OpenBodyTimeout = time.Duration(protocol.DefaultOpenBodyTimeoutSecs) * time.Second
+	}
+	if c.MaxOpenBodies < 1 {
+		c.MaxOpenBodies = 1
 	}
 	if c.MaxDrainBytes < 0 {
 		c.MaxDrainBytes = 0

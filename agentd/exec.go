@@ -240,6 +240,10 @@ func buildSpec(req *protocol.StartRequest, launchEnv map[string]string) (*spec, 
 	if req.Cwd != nil {
 		// Only when given: an omitted cwd inherits the daemon's, which is the
 		// image WORKDIR because the daemon is the container CMD.
+		if bad := badPath(*req.Cwd); bad != "" {
+			// The caller's mistake, not a failed spawn.
+			return nil, malformed("cwd: %s", bad)
+		}
 		sp.dir = *req.Cwd
 	}
 	if req.User != nil || req.Group != nil {
@@ -907,6 +911,12 @@ func (s *Server) ExecStart(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &req, limit, "", tooLarge) {
 		return
 	}
+	if max := s.cfg.MaxExecIDBytes; max > 0 && int64(len(req.ExecID)) > max {
+		// Before anything holds or logs it: an id lives as long as its exec.
+		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest,
+			fmt.Sprintf("exec_id is %d bytes, longer than limits.max_exec_id_bytes (%d)", len(req.ExecID), max))
+		return
+	}
 	sp, serr := buildSpec(&req, s.boot.env())
 	if serr != nil {
 		writeError(w, serr.status, serr.slug, serr.detail)
@@ -920,37 +930,17 @@ func (s *Server) ExecStart(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, protocol.StartResponse{ExecID: req.ExecID, Phase: phase})
 }
 
-// pollOutcome is the poll/ack body once the child has exited. Not the
-// generated PollResponse: that omits a nil exit_code, and the contract is that
-// a signal-killed child reports exit_code null, while a running poll carries
-// no outcome fields at all.
-type pollOutcome struct {
-	ExecID            string         `json:"exec_id"`
-	Phase             protocol.Phase `json:"phase"`
-	ExitCode          *int32         `json:"exit_code"`
-	Signal            *int32         `json:"signal"`
-	Stdout            string         `json:"stdout"`
-	Stderr            string         `json:"stderr"`
-	Truncated         bool           `json:"truncated"`
-	WritersMayBeAlive bool           `json:"writers_may_be_alive"`
-}
-
-func outcomeOf(id string, phase protocol.Phase, l *outputLog) pollOutcome {
-	stdout, stderr, st, _ := l.outcome()
-	return pollOutcome{
-		ExecID: id, Phase: phase,
-		ExitCode: st.code, Signal: st.signal,
-		// Lossy on purpose: a cap can land mid-character, and a strict decode
-		// would turn "printed a lot" into "lost your output". The stream has
-		// the exact bytes.
-		Stdout:            strings.ToValidUTF8(stdout.String(), "\uFFFD"),
-		Stderr:            strings.ToValidUTF8(stderr.String(), "\uFFFD"),
-		Truncated:         st.truncated,
-		WritersMayBeAlive: st.writersMayBeAlive,
-	}
-}
+// The poll/ack body once the child has exited is the outcome JSON below, written
+// by writeOutcome as it goes. Not the generated PollResponse: that omits a
+// nil exit_code, and the contract is that a signal-killed child reports
+// exit_code null, while a running poll carries no outcome fields at all.
 
 func (s *Server) unknownExec(w http.ResponseWriter, id string) {
+	if max := s.cfg.MaxExecIDBytes; max > 0 && int64(len(id)) > max {
+		// Never echoed: no exec can have it, and the caller already has it.
+		writeError(w, http.StatusNotFound, taxonomy.SlugUnknownExec, fmt.Sprintf("no exec is registered under this %d-byte exec_id (longer than limits.max_exec_id_bytes)", len(id)))
+		return
+	}
 	writeError(w, http.StatusNotFound, taxonomy.SlugUnknownExec, "no exec is registered under exec_id "+fmt.Sprintf("%q", id))
 }
 
@@ -968,7 +958,8 @@ func (s *Server) ExecPoll(w http.ResponseWriter, r *http.Request, id protocol.Ex
 		writeJSON(w, http.StatusOK, protocol.PollResponse{ExecID: id, Phase: phase})
 		return
 	}
-	writeJSON(w, http.StatusOK, outcomeOf(id, phase, e.log))
+	stdout, stderr, st, _ := e.log.outcome()
+	writeOutcome(w, id, phase, stdout, stderr, st)
 }
 
 // ExecAck hands the output over once and starts the TTL clock.
@@ -995,10 +986,11 @@ func (s *Server) ExecAck(w http.ResponseWriter, r *http.Request, id protocol.Exe
 		writeError(w, http.StatusConflict, taxonomy.SlugAlreadyAcked, "an earlier ack already released this exec's output")
 		return
 	}
-	out := outcomeOf(id, protocol.PhaseAcked, e.log)
+	// The snapshot keeps the heads alive only while this body is written.
+	stdout, stderr, st, _ := e.log.outcome()
 	e.log.release()
 	s.log.Info("exec acked; output released", "exec_id", id)
-	writeJSON(w, http.StatusOK, out)
+	writeOutcome(w, id, protocol.PhaseAcked, stdout, stderr, st)
 }
 
 // ExecKill signals the exec's whole process group: a shell that backgrounded a

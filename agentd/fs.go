@@ -483,6 +483,8 @@ func (f *FS) copyFailed(w http.ResponseWriter, target string, err error) {
 		fsFail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds limits.max_body_bytes (%d)", mbe.Limit))
 	case errors.As(err, &perr):
 		f.pressure(w, perr)
+	case isFull(err):
+		f.full(w, target, err)
 	case errors.As(err, &wer):
 		f.log.Warn("write failed mid-stream", "path", target, "err", err)
 		fsFail(w, http.StatusInternalServerError, "cannot write file: "+errText(err))
@@ -492,6 +494,17 @@ func (f *FS) copyFailed(w http.ResponseWriter, target string, err error) {
 		f.log.Warn("request body failed mid-stream", "path", target, "err", err)
 		fsFail(w, http.StatusBadRequest, "malformed or truncated body")
 	}
+}
+
+// isFull is a write the filesystem itself refused for space or quota.
+func isFull(err error) bool { return errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) }
+
+// full answers a write the filesystem ran out of room for: 507 like the
+// reserve's refusal, never 500, since a retry cannot help until space is freed.
+// Nothing the write replaced was touched: the content never took its name.
+func (f *FS) full(w http.ResponseWriter, path string, err error) {
+	f.log.Warn("write failed: the target filesystem is full", "path", path, "err", err)
+	fsFail(w, http.StatusInsufficientStorage, "refusing to write "+path+": the filesystem ran out of space or quota ("+errText(err)+"); what was there before is unchanged")
 }
 
 func (f *FS) pressure(w http.ResponseWriter, perr *PressureError) {
@@ -530,7 +543,7 @@ func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTa
 		fsFail(w, http.StatusInternalServerError, "cannot read directory")
 		return
 	}
-	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes}
+	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes, Ctx: r.Context()}
 	members, size, err := tarx.Measure(root, caps)
 	if err != nil {
 		var le *tarx.LimitError
@@ -590,7 +603,7 @@ func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWrite
 	}
 	defer spool.Close()
 
-	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes}
+	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes, Ctx: r.Context()}
 	// The whole archive is read before anything is written: a truncated or
 	// malformed archive, one over the caps, and most bad members are refused
 	// with the tree untouched.
@@ -632,6 +645,13 @@ func (f *FS) extractFailed(w http.ResponseWriter, root string, err error) {
 		fsFail(w, http.StatusBadRequest, mal.Error())
 	case errors.As(err, &perr):
 		f.pressure(w, perr)
+	case isFull(err):
+		f.full(w, root, err)
+	case errors.Is(err, context.Canceled):
+		// The client went away (or the daemon is stopping): the members
+		// already in stay, each whole, and nobody is left to answer.
+		f.log.Info("extraction stopped: the request ended", "path", root)
+		fsFail(w, http.StatusBadRequest, "extraction stopped: the request ended")
 	case errors.Is(err, tarx.ErrNoOpenat2):
 		// Never a fallback to a weaker check: the caller cannot see which
 		// confinement ran, so the only honest answer is a refusal.

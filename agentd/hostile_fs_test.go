@@ -143,7 +143,7 @@ func TestTarWithoutEndMarkerIs400AndLandsNothing(t *testing.T) {
 func TestTarSparseMemberStaysSparse(t *testing.T) {
 	tarBin, err := exec.LookPath("tar")
 	if err != nil {
-		t.Skip("GNU tar builds the sparse archive; none on PATH")
+		faultSkip(t, "GNU tar builds the sparse archive; none on PATH")
 	}
 	src := t.TempDir()
 	f, err := os.Create(filepath.Join(src, "sparse.img"))
@@ -201,7 +201,7 @@ func TestDeviceNodesAreNeverReplaced(t *testing.T) {
 	dir := t.TempDir()
 	null := filepath.Join(dir, "null")
 	if err := unix.Mknod(null, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-		t.Skipf("mknod needs root: %v", err)
+		faultSkip(t, "mknod needs root: "+err.Error())
 	}
 	fifo := filepath.Join(dir, "pipe")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {

@@ -2,7 +2,6 @@ package agentd
 
 import (
 	"sort"
-	"strings"
 	"sync"
 	"time"
 )
@@ -377,16 +376,6 @@ func (h *head) write(p []byte, limit int) {
 // each chunk's current length) do not show through.
 func (h *head) snapshot() head {
 	return head{chunks: append([][]byte(nil), h.chunks...), n: h.n}
-}
-
-// String is the head's bytes as one string.
-func (h head) String() string {
-	var b strings.Builder
-	b.Grow(h.n)
-	for _, c := range h.chunks {
-		b.Write(c)
-	}
-	return b.String()
 }
 
 // release drops the head buffers once an ack has handed them over; the bytes

@@ -61,6 +61,10 @@ type Server struct {
 	// not hold the graceful shutdown until its deadline.
 	stopping chan struct{}
 	stopOnce sync.Once
+
+	// openSlots holds one token per unauthenticated body being read
+	// (limits.max_open_bodies).
+	openSlots chan struct{}
 }
 
 var _ protocol.ServerInterface = (*Server)(nil)
@@ -95,6 +99,7 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		terminate:      make(chan struct{}),
 		stopping:       make(chan struct{}),
 		bootRepairDone: make(chan struct{}),
+		openSlots:      make(chan struct{}, cfg.MaxOpenBodies),
 	}
 	s.identity = RepairIdentity(cfg.Identity, log)
 	logIdentityDecision(log, cfg.Identity, s.identity)
@@ -195,7 +200,7 @@ func (s *Server) routes() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	mux := &gatedMux{ServeMux: http.NewServeMux(), bearer: bearer, gate: s.gate}
+	mux := &gatedMux{ServeMux: http.NewServeMux(), bearer: bearer, gate: s.gate, open: s.openRoute}
 	protocol.HandlerWithOptions(s, protocol.StdHTTPServerOptions{
 		BaseRouter:       mux,
 		ErrorHandlerFunc: s.paramError,
@@ -212,6 +217,7 @@ type gatedMux struct {
 	*http.ServeMux
 	bearer map[string]bool
 	gate   func(http.HandlerFunc) http.HandlerFunc
+	open   func(pattern string, h http.HandlerFunc) http.HandlerFunc
 	err    error
 }
 
@@ -225,6 +231,8 @@ func (m *gatedMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.
 	}
 	if isBearer {
 		h = m.gate(h)
+	} else {
+		h = m.open(pattern, h)
 	}
 	m.ServeMux.HandleFunc(pattern, h)
 }
@@ -323,6 +331,51 @@ func (s *Server) gate(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// runHookPattern is the one open route that reads a body.
+const runHookPattern = "POST " + protocol.HookPrefix + "/run"
+
+// openRoute holds the open routes to what an unauthenticated caller may cost.
+// Only the run hook reads a body: it gets one of max_open_bodies slots and
+// open_body_timeout_secs to deliver it. Every other open route ignores any
+// body sent to it and closes the connection after answering, instead of
+// reading that body to keep the connection (which a slow body would stretch
+// out indefinitely: 150 bodies at a byte per two seconds were all still open
+// after 90 s, and under a low fd limit health stopped answering).
+func (s *Server) openRoute(pattern string, next http.HandlerFunc) http.HandlerFunc {
+	if pattern != runHookPattern {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength != 0 {
+				w.Header().Set("Connection", "close")
+			}
+			next(w, r)
+		}
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		release, ok := s.openBody(w)
+		if !ok {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "too many unauthenticated request bodies are being read (limits.max_open_bodies); retry", http.StatusServiceUnavailable)
+			return
+		}
+		defer release()
+		next(w, r)
+	}
+}
+
+// openBody claims a slot to read an unauthenticated body and bounds the read
+// by open_body_timeout_secs. It reports false, claiming nothing, when every
+// slot is taken.
+func (s *Server) openBody(w http.ResponseWriter) (release func(), ok bool) {
+	select {
+	case s.openSlots <- struct{}{}:
+	default:
+		s.log.Warn("refusing an unauthenticated body: every slot is taken", "max_open_bodies", s.cfg.MaxOpenBodies)
+		return nil, false
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.OpenBodyTimeout))
+	return func() { <-s.openSlots }, true
+}
+
 func bodyTooLargeText(limit int64) string {
 	return "request body is larger than max_body_bytes (" + strconv.FormatInt(limit, 10) + " bytes)\n"
 }
@@ -334,7 +387,7 @@ func bodyTooLargeText(limit int64) string {
 // The cap is ours to set: left alone, net/http would read up to 256 KiB of a
 // refused body on an unauthenticated caller's behalf.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, text string) {
-	if !s.drain(r) {
+	if !s.drain(w, r) {
 		w.Header().Set("Connection", "close")
 	}
 	if text == "" {
@@ -350,7 +403,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, text
 
 // drain reads and discards at most max_drain_bytes of a refused body and
 // reports whether the whole body was consumed (so keep-alive can survive).
-func (s *Server) drain(r *http.Request) bool {
+func (s *Server) drain(w http.ResponseWriter, r *http.Request) bool {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return true
 	}
@@ -361,6 +414,13 @@ func (s *Server) drain(r *http.Request) bool {
 	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
 		return false
 	}
+	// The caller may be unauthenticated: the drain takes a slot and has a
+	// deadline like any open body, and with no slot free it is skipped.
+	release, ok := s.openBody(w)
+	if !ok {
+		return false
+	}
+	defer release()
 	n, err := io.CopyN(io.Discard, r.Body, s.cfg.MaxDrainBytes+1)
 	return errors.Is(err, io.EOF) && n <= s.cfg.MaxDrainBytes
 }

@@ -35,7 +35,7 @@ type route struct {
 var routes = []route{
 	{"POST", hookPrefix + "/ready", "hookReady", false, []int{200}, nil},
 	{"POST", hookPrefix + "/validate", "hookValidate", false, []int{200}, nil},
-	{"POST", hookPrefix + "/run", "hookRun", false, []int{200, 400, 409}, nil},
+	{"POST", hookPrefix + "/run", "hookRun", false, []int{200, 400, 409, 503}, nil}, // 503: ours (issue 12), limits.max_open_bodies
 	{"POST", hookPrefix + "/suspend", "hookSuspend", false, []int{200}, nil},
 	{"POST", hookPrefix + "/resume", "hookResume", false, []int{200}, nil},
 	{"POST", hookPrefix + "/terminate", "hookTerminate", false, []int{200}, nil},
@@ -227,6 +227,11 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"disk_reserve_bytes":       268435456,
 		// Ours, not the reference's: a start body never needs more.
 		"max_start_body_bytes": 1048576,
+		// Ours too (issue 12): caps on what a hostile caller may hold.
+		"max_exec_id_bytes":      1024,
+		"open_body_timeout_secs": 10,
+		"max_open_bodies":        16,
+		"stream_stall_secs":      10,
 	}
 	// The reference daemon's own environment variable names (agentd/src/config.rs).
 	wantEnv := map[string]string{

@@ -354,6 +354,7 @@ func generateDocument(root string) ([]Output, error) {
 		"auth":                 doc["x-auth"],
 		"unmatched_path":       doc["x-unmatched-path"],
 		"limits":               limits,
+		"memory":               doc["x-memory"],
 		"settings":             settings,
 		"routes":               rs,
 		"$defs":                defs,

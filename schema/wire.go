@@ -145,6 +145,13 @@ var Settings = []Setting{
 {{- end}}
 }
 
+// SettingTrue and SettingFalse are the spellings of a boolean setting's two
+// values, lower case; a reader trims and folds case before comparing.
+var (
+	SettingTrue  = []string{ {{- range $i, $v := .True}}{{if $i}}, {{end}}{{quote $v}}{{end}} }
+	SettingFalse = []string{ {{- range $i, $v := .False}}{{if $i}}, {{end}}{{quote $v}}{{end}} }
+)
+
 // ReferenceEnv is every environment variable the reference daemon reads; each
 // is the Env of a Limit or a Setting.
 var ReferenceEnv = []string{
@@ -161,6 +168,7 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 		Limits                                                              []limitRow
 		Settings                                                            []settingRow
 		ReferenceEnv                                                        []string
+		True, False                                                         []string
 		Ops                                                                 []opRow
 	}{
 		ProtocolVersion: fmt.Sprint(doc["x-protocol-version"]),
@@ -208,6 +216,16 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 	data.Settings = settings
 	if data.ReferenceEnv, err = referenceEnv(doc, data.Limits, settings); err != nil {
 		return nil, err
+	}
+	booleans := asMap(doc["x-setting-booleans"])
+	for _, v := range asSlice(booleans["true"]) {
+		data.True = append(data.True, asString(v))
+	}
+	for _, v := range asSlice(booleans["false"]) {
+		data.False = append(data.False, asString(v))
+	}
+	if len(data.True) == 0 || len(data.False) == 0 {
+		return nil, fmt.Errorf("x-setting-booleans needs both a true and a false list")
 	}
 	ops, err := operations(node, doc)
 	if err != nil {

@@ -2,6 +2,7 @@ package build
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -24,6 +26,9 @@ type Check struct {
 	// IdleTimeout is how long the client's SSE reader tolerates silence;
 	// zero means client.DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// RepairIdentity is true when the create call grants the capabilities
+	// identity repair needs; the image must then tell agentd it is a guest.
+	RepairIdentity bool
 }
 
 // Preflight refuses a Dockerfile whose image could not work with this client,
@@ -66,7 +71,10 @@ func Preflight(dockerfile []byte, c Check) error {
 	if err := checkCmd(img); err != nil {
 		return err
 	}
-	return checkKeepalive(img, c.IdleTimeout)
+	if err := checkKeepalive(img, c.IdleTimeout); err != nil {
+		return err
+	}
+	return checkRepairIdentity(img, c.RepairIdentity)
 }
 
 // image is the final stage's lineage: the FROM reference it is rooted in and
@@ -272,4 +280,43 @@ func checkKeepalive(img *image, idle time.Duration) error {
 	// Equality is refused too: a keepalive exactly at the timeout races it.
 	return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingKeepaliveUnderIdleTimeout,
 		"the Dockerfile sets AGENTD_SSE_KEEPALIVE_SECS=%s but this client gives up on a silent stream after %s; every quiet exec would look dead. Keep the keepalive under the idle timeout, or raise the client's idle timeout above it", v, idle)
+}
+
+// checkRepairIdentity refuses an image built with the capabilities identity
+// repair needs (additionalOsCapabilities ALL) whose agentd is never told it is
+// a guest: it would run widened for nothing, with every VM restored from the
+// snapshot sharing one machine-id. agentd repairs only when
+// AGENTD_REPAIR_IDENTITY (or its older spelling) is true, and off wins when
+// either says false, so both are read as agentd reads them.
+func checkRepairIdentity(img *image, granted bool) error {
+	if !granted {
+		return nil
+	}
+	on, off := false, ""
+	for _, key := range []string{protocol.EnvRepairIdentity, "AGENTD_IDENTITY_REPAIR"} {
+		v, ok, exact := envValue(img, key)
+		if !ok {
+			continue
+		}
+		if !exact {
+			return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingGuestNotDetectable,
+				"%s is set from a build argument, so whether agentd repairs identity cannot be checked; set ENV %s=1 literally", key, protocol.EnvRepairIdentity)
+		}
+		w := strings.ToLower(strings.TrimSpace(v))
+		switch {
+		case slices.Contains(protocol.SettingTrue, w):
+			on = true
+		case slices.Contains(protocol.SettingFalse, w):
+			off = key + "=" + v
+		}
+	}
+	if on && off == "" {
+		return nil
+	}
+	why := "does not set " + protocol.EnvRepairIdentity + " to a true value"
+	if off != "" {
+		why = "sets " + off
+	}
+	return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingGuestNotDetectable,
+		"the build grants the capabilities identity repair needs, but the Dockerfile %s, so agentd would never repair and every VM from the snapshot would share one machine-id; set ENV %s=1 (the generated stanza does), or build without identity repair", why, protocol.EnvRepairIdentity)
 }

@@ -73,6 +73,7 @@ type Sandbox struct {
 	window      time.Duration // suspendedDurationSeconds, as GetMicrovm reports it
 	suspendedAt time.Time
 	endpoint    string
+	token       string // the agent token, handed out only by AgentToken
 }
 
 // ID is the MicroVM id, "" before RunMicrovm answered.
@@ -97,6 +98,14 @@ func (s *Sandbox) BootstrapCount() int { s.mu.Lock(); defer s.mu.Unlock(); retur
 // SuspendedWindow is how long a suspended VM survives before the platform
 // terminates it, as GetMicrovm's idlePolicy reported it; zero when unknown.
 func (s *Sandbox) SuspendedWindow() time.Duration { s.mu.Lock(); defer s.mu.Unlock(); return s.window }
+
+// AgentToken is the bearer the VM's agentd accepts, for a caller that keeps
+// the VM and attaches to it later (microvm run --keep reports it). The
+// sandbox itself never logs, prints or persists it.
+func (s *Sandbox) AgentToken() string { return s.token }
+
+// Endpoint is the VM's endpoint as GetMicrovm last reported it (a bare host).
+func (s *Sandbox) Endpoint() string { s.mu.Lock(); defer s.mu.Unlock(); return s.endpoint }
 
 // Session is the session bound to the VM's endpoint, nil before RUNNING.
 func (s *Sandbox) Session() *client.Session { s.mu.Lock(); defer s.mu.Unlock(); return s.session }
@@ -144,7 +153,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{cp: c, opts: o, ref: ref, m: newModel()}
+	s := &Sandbox{cp: c, opts: o, ref: ref, m: newModel(), token: token}
 	var after func(string, error) error
 	if o.Ledger != nil {
 		if after, err = o.Ledger.Before("RunMicrovm", o.Image); err != nil {
@@ -343,3 +352,10 @@ func (s *Sandbox) Run(ctx context.Context, command []string, o client.RunOptions
 	}
 	return sess.Run(ctx, command, o)
 }
+
+// String names the sandbox by its MicroVM id and never shows the agent
+// token, under %v and %+v alike.
+func (s *Sandbox) String() string { return "Sandbox(" + s.id + ")" }
+
+// GoString is String, so %#v redacts the token too.
+func (s *Sandbox) GoString() string { return s.String() }

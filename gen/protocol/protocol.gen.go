@@ -2349,6 +2349,11 @@ type HookRunReply409Headers struct {
 	MicrovmsAgentdVersion string
 }
 
+// HookRunReply503Headers the declared response headers of an HTTP 503 response for HookRun
+type HookRunReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
 type HookRunReply struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2358,6 +2363,8 @@ type HookRunReply struct {
 	Headers400 *HookRunReply400Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *HookRunReply409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HookRunReply503Headers
 }
 
 // GetBody returns the raw response body bytes
@@ -3932,6 +3939,16 @@ func ParseHookRunReply(rsp *http.Response) (*HookRunReply, error) {
 			headers.MicrovmsAgentdVersion = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers HookRunReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil

@@ -68,7 +68,7 @@ const (
 var Operations = []Operation{
 	{ID: OpHookReady, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/ready", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpHookValidate, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/validate", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
-	{ID: OpHookRun, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/run", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 409: ""}},
+	{ID: OpHookRun, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/run", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 409: "", 503: "text/plain"}},
 	{ID: OpHookSuspend, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/suspend", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpHookResume, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/resume", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpHookTerminate, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/terminate", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
@@ -112,17 +112,21 @@ const (
 	DefaultKillGraceSecs         = 10         // AGENTD_KILL_GRACE_SECS
 	DefaultMaxBodyBytes          = 536870912  // AGENTD_MAX_BODY_BYTES
 	DefaultMaxDrainBytes         = 65536      // AGENTD_MAX_DRAIN_BYTES
+	DefaultMaxExecIdBytes        = 1024       // AGENTD_MAX_EXEC_ID_BYTES
+	DefaultMaxOpenBodies         = 16         // AGENTD_MAX_OPEN_BODIES
 	DefaultMaxOutputBytes        = 8388608    // AGENTD_MAX_OUTPUT_BYTES
 	DefaultMaxStartBodyBytes     = 1048576    // AGENTD_MAX_START_BODY_BYTES
 	DefaultMaxStdinWriteBytes    = 1048576    // AGENTD_MAX_STDIN_WRITE_BYTES
 	DefaultMaxTarBytes           = 8589934592 // AGENTD_MAX_TAR_BYTES
 	DefaultMaxTarMembers         = 100000     // AGENTD_MAX_TAR_MEMBERS
+	DefaultOpenBodyTimeoutSecs   = 10         // AGENTD_OPEN_BODY_TIMEOUT_SECS
 	DefaultOutputLingerSecs      = 5          // AGENTD_OUTPUT_LINGER_SECS
 	DefaultPort                  = 9000       // AGENTD_PORT
 	DefaultSseIdleTimeoutSecs    = 60         //
 	DefaultSseKeepaliveSecs      = 15         // AGENTD_SSE_KEEPALIVE_SECS
 	DefaultStdinWriteTimeoutSecs = 5          // AGENTD_STDIN_WRITE_TIMEOUT_SECS
 	DefaultStreamReplayBytes     = 1048576    // AGENTD_STREAM_BUFFER_BYTES
+	DefaultStreamStallSecs       = 10         // AGENTD_STREAM_STALL_SECS
 )
 
 // Limits lists every operative limit, sorted by name.
@@ -132,17 +136,21 @@ var Limits = []Limit{
 	{Name: "kill_grace_secs", Env: "AGENTD_KILL_GRACE_SECS", Default: DefaultKillGraceSecs, Description: "seconds between SIGTERM and SIGKILL when a process group is killed"},
 	{Name: "max_body_bytes", Env: "AGENTD_MAX_BODY_BYTES", Default: DefaultMaxBodyBytes, Description: "largest request body accepted on a bearer route, counted on the wire (413 beyond it)"},
 	{Name: "max_drain_bytes", Env: "AGENTD_MAX_DRAIN_BYTES", Default: DefaultMaxDrainBytes, Description: "how much of a refused request's body is read and discarded to keep the connection reusable"},
+	{Name: "max_exec_id_bytes", Env: "AGENTD_MAX_EXEC_ID_BYTES", Default: DefaultMaxExecIdBytes, Description: "longest exec_id a start accepts (400 beyond it); an id is held and logged for the exec's whole life, so it stays small"},
+	{Name: "max_open_bodies", Env: "AGENTD_MAX_OPEN_BODIES", Default: DefaultMaxOpenBodies, Description: "unauthenticated request bodies read at once; a run hook over it is 503 and a refused body over it is not drained, and either connection is closed; the other open routes never read a body (one sent to them closes the connection after the answer), so health stays answerable under a flood of slow bodies"},
 	{Name: "max_output_bytes", Env: "AGENTD_MAX_OUTPUT_BYTES", Default: DefaultMaxOutputBytes, Description: "per-stream output cap for one exec; past it output is cut and truncated is set"},
 	{Name: "max_start_body_bytes", Env: "AGENTD_MAX_START_BODY_BYTES", Default: DefaultMaxStartBodyBytes, Description: "largest POST /v1/exec/start body; argv and env are all a start carries, so it stays far below max_body_bytes and a start never holds a large body in memory to decode"},
 	{Name: "max_stdin_write_bytes", Env: "AGENTD_MAX_STDIN_WRITE_BYTES", Default: DefaultMaxStdinWriteBytes, Description: "largest decoded payload of a single stdin write (413 beyond it)"},
 	{Name: "max_tar_bytes", Env: "AGENTD_MAX_TAR_BYTES", Default: DefaultMaxTarBytes, Description: "total member bytes allowed in one tar upload or download"},
 	{Name: "max_tar_members", Env: "AGENTD_MAX_TAR_MEMBERS", Default: DefaultMaxTarMembers, Description: "member count allowed in one tar upload or download"},
+	{Name: "open_body_timeout_secs", Env: "AGENTD_OPEN_BODY_TIMEOUT_SECS", Default: DefaultOpenBodyTimeoutSecs, Description: "seconds an unauthenticated request body (the run hook's, or one refused before authentication) may take to arrive; past it the connection is closed, so a slow body cannot hold a connection open"},
 	{Name: "output_linger_secs", Env: "AGENTD_OUTPUT_LINGER_SECS", Default: DefaultOutputLingerSecs, Description: "seconds to keep draining pipes after the child exits, for grandchildren still holding them"},
 	{Name: "port", Env: "AGENTD_PORT", Default: DefaultPort, Description: "TCP port the daemon listens on inside the VM"},
 	{Name: "sse_idle_timeout_secs", Env: "", Default: DefaultSseIdleTimeoutSecs, Description: "client-side threshold (four keepalive intervals) after which a silent SSE connection is treated as dead; not a daemon setting"},
 	{Name: "sse_keepalive_secs", Env: "AGENTD_SSE_KEEPALIVE_SECS", Default: DefaultSseKeepaliveSecs, Description: "interval of keepalive comment lines on a quiet SSE stream"},
 	{Name: "stdin_write_timeout_secs", Env: "AGENTD_STDIN_WRITE_TIMEOUT_SECS", Default: DefaultStdinWriteTimeoutSecs, Description: "seconds a stdin write may wait for the child to read before 408"},
 	{Name: "stream_replay_bytes", Env: "AGENTD_STREAM_BUFFER_BYTES", Default: DefaultStreamReplayBytes, Description: "size of the per-exec replay window a new or resuming stream can read back from"},
+	{Name: "stream_stall_secs", Env: "AGENTD_STREAM_STALL_SECS", Default: DefaultStreamStallSecs, Description: "seconds an attached stream that has fallen a whole replay window behind may go without taking a single byte before the output pump leaves it to a gap; a reader that makes any progress in that window keeps its bytes, so a reader slowed by a busy machine loses nothing"},
 }
 
 // Setting is one daemon setting from the environment that is not a limit.
@@ -171,6 +179,13 @@ var Settings = []Setting{
 	{Name: "repair_identity", Env: EnvRepairIdentity, Aliases: []string{"AGENTD_IDENTITY_REPAIR"}, Default: "", Description: "true marks this machine as a MicroVM guest and repairs its identity (machine-id, hostname, boot_id, stale seeds) at startup and at the first run hook; false, or unset, never touches it (docs/PLATFORM.md: Nothing inside a guest tells it from a development machine). The generated Dockerfile stanza sets it to 1. When the alias disagrees, false wins"},
 	{Name: "stream_channel_capacity", Env: EnvStreamChannelCapacity, Default: "256", Description: "accepted for the reference's images and has no effect here (a stream reads the replay window directly, so there is no fan-out channel to size); setting it logs one warning saying so"},
 }
+
+// SettingTrue and SettingFalse are the spellings of a boolean setting's two
+// values, lower case; a reader trims and folds case before comparing.
+var (
+	SettingTrue  = []string{"1", "true", "yes", "on"}
+	SettingFalse = []string{"0", "false", "no", "off"}
+)
 
 // ReferenceEnv is every environment variable the reference daemon reads; each
 // is the Env of a Limit or a Setting.

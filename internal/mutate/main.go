@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -67,6 +68,7 @@ func main() {
 	pkgs := flag.String("pkgs", "", "space-separated package directories, relative to the module root (make mutate passes MUTATE_PKGS)")
 	workers := flag.Int("workers", 1, "gremlins workers (each runs one mutant's tests at a time)")
 	coefficient := flag.Int("timeout-coefficient", 10, "a mutant's test run may take this many times the coverage run")
+	files := flag.String("files", "", "space-separated file names: mutate only these files of each package (for a package too slow to run whole)")
 	floor := flag.Duration("timeout-floor", 90*time.Second, "the least time a mutant's test run (build included) gets before it counts as timed out")
 	out := flag.String("out", "bin/mutate", "directory for gremlins' JSON reports and logs")
 	flag.Parse()
@@ -87,7 +89,7 @@ func main() {
 	}
 	var rows []row
 	for _, pkg := range strings.Fields(*pkgs) {
-		rows = append(rows, run(gremlins, pkg, *out, *workers, *coefficient, *floor))
+		rows = append(rows, run(gremlins, pkg, strings.Fields(*files), *out, *workers, *coefficient, *floor))
 	}
 	print(os.Stdout, rows)
 	for _, r := range rows {
@@ -97,7 +99,7 @@ func main() {
 	}
 }
 
-func run(gremlins, pkg, out string, workers, coefficient int, floor time.Duration) row {
+func run(gremlins, pkg string, only []string, out string, workers, coefficient int, floor time.Duration) row {
 	pkg = strings.TrimSuffix(strings.TrimPrefix(pkg, "./"), "/")
 	r := row{pkg: pkg}
 	// gremlins gives a mutant coefficient times its coverage run, which for
@@ -126,12 +128,27 @@ func run(gremlins, pkg, out string, workers, coefficient int, floor time.Duratio
 	fmt.Fprintf(os.Stderr, "mutate: %s, timeout coefficient %d (log %s)\n", pkg, coefficient, logFile.Name())
 	// --exclude-files /: gremlins walks the package directory recursively,
 	// and a file in a subdirectory belongs to another package with its own row.
-	cmd := exec.Command(gremlins, "unleash",
+	args := []string{"unleash",
 		"--workers", fmt.Sprint(workers),
 		"--timeout-coefficient", fmt.Sprint(coefficient),
 		"--exclude-files", "/",
-		"--output", jsonPath,
-		"./"+pkg)
+		"--output", jsonPath}
+	if len(only) > 0 {
+		// gremlins' regexps have no negation: every other file is excluded
+		// by name.
+		all, err := filepath.Glob(filepath.Join(pkg, "*.go"))
+		if err != nil {
+			r.err = err
+			return r
+		}
+		for _, f := range all {
+			if base := filepath.Base(f); !slices.Contains(only, base) {
+				args = append(args, "--exclude-files", "^"+regexp.QuoteMeta(base)+"$")
+			}
+		}
+		r.pkg += " (" + strings.Join(only, ", ") + ")"
+	}
+	cmd := exec.Command(gremlins, append(args, "./"+pkg)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	start := time.Now()
 	_ = os.Remove(jsonPath)

@@ -1,6 +1,7 @@
 package tarx
 
 import (
+	"archive/tar"
 	"bytes"
 	"errors"
 	"fmt"
@@ -214,5 +215,78 @@ func TestOneMemberOfExactlyTheByteCapExtracts(t *testing.T) {
 	_, root2, _ := layout(t)
 	if statusOf(extract(t, root2, tartest.Build(tartest.File("a", strings.Repeat("x", 65))), Caps{MaxBytes: 64})) != 413 {
 		t.Fatal("a member one byte over the cap was accepted")
+	}
+}
+
+// Catches: Check counting members or bytes wrongly (`members--`, a cap
+// read as `>=` or negated, a zero cap read as a cap), refusing an empty file
+// (`hdr.Size <= 0`), or skipping every member as if it were a global header
+// (`Typeflag != TypeXGlobalHeader`): Check must refuse exactly what Extract
+// refuses before its first write, at the same boundaries.
+func TestCheckAppliesTheCapsAtTheirBoundaries(t *testing.T) {
+	ten := make([]tartest.Member, 10)
+	for i := range ten {
+		ten[i] = tartest.File(string(rune('a'+i)), "12345")
+	}
+	archive := tartest.Build(ten...)
+	for _, c := range []struct {
+		caps Caps
+		want int
+	}{
+		{Caps{}, 204},
+		{Caps{MaxMembers: 10, MaxBytes: 50}, 204},
+		{Caps{MaxMembers: 9, MaxBytes: 50}, 413},
+		{Caps{MaxMembers: 10, MaxBytes: 49}, 413},
+		{Caps{MaxBytes: 5}, 413},
+	} {
+		if got := statusOf(Check(bytes.NewReader(archive), c.caps)); got != c.want {
+			t.Errorf("caps %+v: %d, want %d", c.caps, got, c.want)
+		}
+	}
+	one := tartest.Build(tartest.File("big", strings.Repeat("x", 64)), tartest.File("empty", ""))
+	if err := Check(bytes.NewReader(one), Caps{MaxBytes: 64}); err != nil {
+		t.Errorf("one member of exactly the byte cap, and an empty one: %v", err)
+	}
+	if got := statusOf(Check(bytes.NewReader(one), Caps{MaxBytes: 63})); got != 413 {
+		t.Errorf("one member a byte over the cap: %d", got)
+	}
+	fifo := tartest.Build(tartest.Member{Name: "p", Type: tar.TypeFifo})
+	if got := statusOf(Check(bytes.NewReader(fifo), Caps{})); got != 400 {
+		t.Errorf("a fifo member: %d", got)
+	}
+}
+
+// Catches: a member cut short found only as a missing end marker, without
+// its name and byte counts (the seek check negated, `pos-hdr.Size`, the
+// count in the message inverted, or every member taken for sparse), and a
+// member that ends exactly at the end of the bytes blamed as cut
+// (`pos+hdr.Size >= total`): that archive lacks only its end marker.
+func TestCheckNamesAMemberCutShort(t *testing.T) {
+	full := tartest.Build(tartest.File("a", "first"), tartest.File("b", strings.Repeat("b", 700)))
+	err := Check(bytes.NewReader(full[:1536+100]), Caps{})
+	if statusOf(err) != 400 || !strings.Contains(err.Error(), "member b ends after 100 of its 700 declared bytes") {
+		t.Fatalf("cut inside b: %v", err)
+	}
+	whole := tartest.Build(tartest.File("a", strings.Repeat("a", 1024)))
+	err = Check(bytes.NewReader(whole[:512+1024]), Caps{})
+	if !errors.Is(err, ErrNoEndMarker) {
+		t.Fatalf("content complete, end marker missing: %v", err)
+	}
+}
+
+// Catches: a name component of exactly NAME_MAX (255 bytes) refused
+// (`len(c) >= maxNameBytes`), by Check or by Extract.
+func TestNameComponentOfNameMaxIsAccepted(t *testing.T) {
+	long := strings.Repeat("n", 255)
+	archive := tartest.Build(tartest.Dir("d/"), tartest.File("d/"+long, "x"))
+	if err := Check(bytes.NewReader(archive), Caps{}); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	_, root, _ := layout(t)
+	if err := extract(t, root, archive, Caps{}); err != nil {
+		t.Fatalf("Extract: %v", err)
+	}
+	if got := statusOf(Check(bytes.NewReader(tartest.Build(tartest.File(long+"n", "x"))), Caps{})); got != 400 {
+		t.Fatalf("256 bytes: %d", got)
 	}
 }

@@ -24,6 +24,16 @@
 // are refused; member count and total size are capped; modes are masked to
 // 0755 and directory modes are applied only after every member has landed.
 //
+// A regular member is atomic: its content goes to an anonymous O_TMPFILE in
+// its directory and takes the name (link, or link beside and rename over)
+// only once complete, so a member that fails midway never costs the file that
+// was there, and a crash leaves no name behind. Runs of zero blocks are left
+// as holes, so a sparse member costs the disk its data, not its expansion. A
+// device node, fifo or socket in the way is never replaced. Check reads a
+// whole archive's structure (through its end-of-archive marker) without
+// writing, so a caller holding the archive can refuse a cut or malformed one
+// before anything lands.
+//
 // This package must not know about HTTP: callers map its typed errors to
 // statuses.
 package tarx
@@ -31,6 +41,7 @@ package tarx
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -51,6 +62,17 @@ import (
 type Caps struct {
 	MaxMembers int64
 	MaxBytes   int64
+	// Ctx, when set, stops a walk, a pack or an extraction with its error
+	// once done: the work is the request's, and ends when its client goes.
+	Ctx context.Context
+}
+
+// stopped is Ctx's error, or nil without one.
+func (c Caps) stopped() error {
+	if c.Ctx == nil {
+		return nil
+	}
+	return c.Ctx.Err()
 }
 
 // Options configure one extraction.
@@ -110,8 +132,11 @@ const confinement = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOL
 const maxCachedDirs = 256
 
 // Extract reads an archive from r and creates its members under root,
-// creating root if absent. Members that landed before a refusal stay: the
-// extraction is not transactional, and a retry converges.
+// creating root if absent. Each member lands whole or not at all; members
+// that landed before a refusal stay (across members the extraction is not
+// transactional, and a retry converges). An archive that ends without its
+// end-of-archive marker is a MalformedError, found only after its members:
+// callers that can should Check first.
 func Extract(root string, r io.Reader, opt Options) (Result, error) {
 	if opt.Openat2 == nil {
 		opt.Openat2 = unix.Openat2
@@ -218,6 +243,9 @@ func (x *extractor) run(r io.Reader) (Result, error) {
 		x.res.Members++
 		if x.opt.Caps.MaxMembers > 0 && x.res.Members > x.opt.Caps.MaxMembers {
 			return x.res, &LimitError{Detail: fmt.Sprintf("archive has more than %d members (limits.max_tar_members)", x.opt.Caps.MaxMembers)}
+		}
+		if err := x.opt.Caps.stopped(); err != nil {
+			return x.res, err
 		}
 		if err := x.member(tr, hdr); err != nil {
 			return x.res, err
@@ -795,6 +823,9 @@ func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64
 	}
 	var written int64
 	for written < size {
+		if err := x.opt.Caps.stopped(); err != nil {
+			return err
+		}
 		want := int64(len(x.buf))
 		if size-written < want {
 			want = size - written

@@ -3,6 +3,7 @@ package tarx
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -455,5 +456,28 @@ func TestCheckFindsTheEndMarker(t *testing.T) {
 	}
 	if err := Check(bytes.NewReader(full), Caps{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A request that has ended stops the walk, the pack and the extraction.
+// Catches: request-scoped tree work that runs on after its client has gone.
+func TestCancelledContextStopsTheWork(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, root, _ := layout(t)
+	caps := Caps{MaxMembers: 10, MaxBytes: 1 << 20, Ctx: ctx}
+	_, err := Extract(root, bytes.NewReader(tartest.Build(tartest.File("a", "x"))), Options{Caps: caps, Log: quiet})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("extract: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "a")); !os.IsNotExist(err) {
+		t.Fatal("a member landed after the request ended")
+	}
+	os.WriteFile(filepath.Join(root, "f"), []byte("x"), 0o644)
+	if _, _, err := Measure(root, caps); !errors.Is(err, context.Canceled) {
+		t.Fatalf("measure: %v", err)
+	}
+	if err := Pack(io.Discard, root, caps); !errors.Is(err, context.Canceled) {
+		t.Fatalf("pack: %v", err)
 	}
 }

@@ -19,6 +19,9 @@ func Measure(root string, caps Caps) (members, size int64, err error) {
 		if err != nil {
 			return err
 		}
+		if err := caps.stopped(); err != nil {
+			return err
+		}
 		if p == root {
 			return nil
 		}
@@ -66,6 +69,9 @@ func Pack(w io.Writer, root string, caps Caps) error {
 	var members, size int64
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := caps.stopped(); err != nil {
 			return err
 		}
 		if p == root || !packable(d.Type()) {
