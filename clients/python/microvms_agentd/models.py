@@ -20,17 +20,21 @@ LIMITS: Dict[str, float] = {
     "kill_grace_secs": 10,
     "max_body_bytes": 536870912,
     "max_drain_bytes": 65536,
+    "max_exec_id_bytes": 1024,
+    "max_open_bodies": 16,
     "max_output_bytes": 8388608,
     "max_start_body_bytes": 1048576,
     "max_stdin_write_bytes": 1048576,
     "max_tar_bytes": 8589934592,
     "max_tar_members": 100000,
+    "open_body_timeout_secs": 10,
     "output_linger_secs": 5,
     "port": 9000,
     "sse_idle_timeout_secs": 60,
     "sse_keepalive_secs": 15,
     "stdin_write_timeout_secs": 5,
     "stream_replay_bytes": 1048576,
+    "stream_stall_secs": 10,
 }
 
 

@@ -707,7 +707,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorUnknownExec"];
             };
         };
-        /** @description the target filesystem is below the disk reserve; the text gives free and reserved bytes, and the write should not be blindly retried */
+        /** @description the target filesystem is below the disk reserve (the text gives free and reserved bytes), or it ran out of space or quota during the write (ENOSPC, EDQUOT); the file that was at the path is unchanged, and the write should not be blindly retried */
         InsufficientStorage: {
             headers: {
                 "microvms-agentd-version": components["headers"]["AgentdVersion"];
@@ -846,6 +846,17 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description limits.max_open_bodies unauthenticated bodies are already being read; nothing is changed and the connection is closed, so retry */
+            503: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example too many unauthenticated request bodies are being read (limits.max_open_bodies); retry */
+                    "text/plain": string;
+                };
+            };
         };
     };
     hookSuspend: {
@@ -928,7 +939,7 @@ export interface operations {
                     "application/json": components["schemas"]["StartResponse"];
                 };
             };
-            /** @description body is not a start request, exec_id is empty, timeout_sec is not a finite positive number, or command is empty without shell */
+            /** @description body is not a start request, exec_id is empty or longer than limits.max_exec_id_bytes, cwd holds a NUL or a component over 255 bytes, timeout_sec is not a finite positive number, or command is empty without shell */
             400: {
                 headers: {
                     "microvms-agentd-version": components["headers"]["AgentdVersion"];
