@@ -82,17 +82,17 @@ func TestSlowOpenBodiesAreBounded(t *testing.T) {
 	if err != nil || resp.StatusCode != 503 || !resp.Close {
 		t.Fatalf("a run hook over max_open_bodies: %v %v", err, resp)
 	}
-	// Routes that read no body answer at once and close.
-	for _, path := range []string{protocol.HookPrefix + "/ready", "/v1/health"} {
-		method := "POST"
-		if path == "/v1/health" {
-			method = "GET"
-		}
-		read, closeConn := slowBody(t, d.addr, method, path)
+	// Routes that read no body, and paths no route has, answer at once and
+	// close.
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{{"POST", protocol.HookPrefix + "/ready", 200}, {"GET", "/v1/health", 200}, {"POST", "/no/such/route", 404}, {"POST", "/v1/health", 405}} {
+		read, closeConn := slowBody(t, d.addr, c.method, c.path)
 		defer closeConn()
 		resp, err := read()
-		if err != nil || resp.StatusCode != 200 || !resp.Close {
-			t.Fatalf("%s with a slow body: %v %v", path, err, resp)
+		if err != nil || resp.StatusCode != c.status || !resp.Close {
+			t.Fatalf("%s %s with a slow body: %v %v", c.method, c.path, err, resp)
 		}
 	}
 	if h, err := d.client.HealthWithResponse(context.Background()); err != nil || h.StatusCode() != 200 {
@@ -176,6 +176,24 @@ func TestBadCwdShapeIs400(t *testing.T) {
 		resp := d.start(protocol.StartRequest{ExecID: "cwd", Command: []string{"true"}, Cwd: &cwd})
 		if resp.StatusCode() != 400 || errorBody(t, resp.Body).Error != taxonomy.SlugMalformedRequest {
 			t.Fatalf("cwd of %d bytes: %d %s", len(cwd), resp.StatusCode(), resp.Body)
+		}
+	}
+}
+
+// Headers past limits.max_header_bytes are refused by the HTTP server before
+// any route runs, so an unauthenticated connection cannot make the daemon
+// hold a megabyte of header. Catches: net/http's 1 MiB default left in place.
+func TestHeadersAreCapped(t *testing.T) {
+	d := bootedDaemon(t, nil)
+	for _, c := range []struct {
+		size   int
+		status int
+	}{{16 << 10, 200}, {protocol.DefaultMaxHeaderBytes + 8<<10, 431}} {
+		conn, br := dialRaw(t, d.addr)
+		fmt.Fprintf(conn, "GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", strings.Repeat("p", c.size))
+		resp := readResponse(t, br, "GET")
+		if resp.StatusCode != c.status {
+			t.Fatalf("a %d-byte header: %d, want %d", c.size, resp.StatusCode, c.status)
 		}
 	}
 }

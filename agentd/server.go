@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -219,6 +220,18 @@ type gatedMux struct {
 	gate   func(http.HandlerFunc) http.HandlerFunc
 	open   func(pattern string, h http.HandlerFunc) http.HandlerFunc
 	err    error
+}
+
+// ServeHTTP answers an unmatched path (404, 405) without reading a body sent
+// with it: net/http would otherwise read that body before writing the status,
+// so a slow one held the connection open for as long as its sender liked.
+func (m *gatedMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		if _, pattern := m.ServeMux.Handler(r); pattern == "" {
+			w.Header().Set("Connection", "close")
+		}
+	}
+	m.ServeMux.ServeHTTP(w, r)
 }
 
 func (m *gatedMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
@@ -449,7 +462,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// limits.max_header_bytes: what one connection may make the daemon
+		// hold before anything is authenticated.
+		MaxHeaderBytes: int(min(s.cfg.MaxHeaderBytes, math.MaxInt32)),
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// The connection rides in each request's context so serveOuter can
 		// tell it a handler owns the next response; idle hands it back.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {

@@ -8,7 +8,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/smithy-go/logging"
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/lambdamicrovms"
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -47,6 +49,7 @@ type Client struct {
 	api      *cp.ClientWithResponses
 	now      func() time.Time
 	rnd      io.Reader
+	sdk      *lambdamicrovms.Client
 }
 
 // New builds a Client. It makes no network call; credentials are resolved
@@ -61,7 +64,11 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	}
 	creds := o.Credentials
 	if creds == nil {
-		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(o.Region.String()))
+		// The SDK's own logger writes lines like "WARN falling back to
+		// IMDSv1" on stderr, outside any caller's output contract; a
+		// credential the chain cannot resolve is reported as this client's
+		// Credentials error instead.
+		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(o.Region.String()), config.WithLogger(logging.Nop{}))
 		if err != nil {
 			return nil, client.Errorf(taxonomy.KindCredentials, "", "loading the AWS configuration: %w", err)
 		}
@@ -80,7 +87,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	if o.Random == nil {
 		o.Random = defaultRandom
 	}
-	return &Client{region: o.Region, endpoint: endpoint, api: api, now: o.Now, rnd: o.Random}, nil
+	return &Client{region: o.Region, endpoint: endpoint, api: api, now: o.Now, rnd: o.Random, sdk: newSDK(&o, endpoint, creds)}, nil
 }
 
 // Region is the region the client signs for.

@@ -4,6 +4,14 @@
 // between the two still leaves a record of what may be billing and by what
 // identifier to clean it up.
 //
+// It reads the records the reference CLI (microvms-cli) writes as well:
+// camelCase keys (runId, region, imageIdentifier, imageName, microvmId,
+// leaked) and no steps. The differences are deliberate: this ledger writes
+// snake_case keys with every billable step, and keeps a closed record
+// (closed: true) where the reference deletes the file of a clean run, so
+// `microvm ls` can show what ran; Close rewrites a reference record in this
+// format when a later terminate closes it.
+//
 // What it must never do: hold a secret (no agent or proxy token, no payload),
 // delete a record that still names a live or unconfirmed resource, or make a
 // caller's operation fail because a cloud call failed — a failed write of the

@@ -21,8 +21,9 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/lambdamicrovms"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/ledger"
-	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -186,7 +187,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 	if err != nil {
 		return s, err
 	}
-	got, err := c.WaitRunning(ctx, s.id, o.Wait)
+	got, err := s.waitFor(ctx, types.MicrovmStateRunning)
 	if err != nil {
 		if client.KindOf(err) == taxonomy.KindLaunchDied {
 			s.apply((*model).diedBeforeRunning)
@@ -202,7 +203,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 	if err != nil {
 		return s, err
 	}
-	sess, err := client.Proxied(control.EndpointURL(got.Endpoint), token, c.ProxyMinter(s.id),
+	sess, err := client.Proxied(control.EndpointURL(s.endpoint), token, c.ProxyMinter(s.id),
 		append([]client.Option{client.WithAgentPort(o.Port)}, o.SessionOptions...)...)
 	if err != nil {
 		return s, err
@@ -216,15 +217,15 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 // observeLocked takes what GetMicrovm says about the window. The platform's
 // figure is read rather than the one requested, since that is the window it
 // enforces.
-func (s *Sandbox) observeLocked(g *cp.GetMicrovmResponse) {
+func (s *Sandbox) observeLocked(g *lambdamicrovms.GetMicrovmOutput) {
 	if g == nil {
 		return
 	}
-	if g.IdlePolicy != nil && g.IdlePolicy.SuspendedDurationSeconds > 0 {
-		s.window = time.Duration(g.IdlePolicy.SuspendedDurationSeconds) * time.Second
+	if g.IdlePolicy != nil && g.IdlePolicy.SuspendedDurationSeconds != nil && *g.IdlePolicy.SuspendedDurationSeconds > 0 {
+		s.window = time.Duration(*g.IdlePolicy.SuspendedDurationSeconds) * time.Second
 	}
-	if g.Endpoint != "" {
-		s.endpoint = g.Endpoint
+	if g.Endpoint != nil && *g.Endpoint != "" {
+		s.endpoint = *g.Endpoint
 	}
 }
 
@@ -239,16 +240,16 @@ func (s *Sandbox) Suspend(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.billable(ctx, "SuspendMicrovm", func() error { return s.cp.Suspend(ctx, s.id) }); err != nil {
+	if err := s.billable(ctx, "SuspendMicrovm", func() error { return s.suspendVM(ctx) }); err != nil {
 		// Not sent, or refused: the VM is still RUNNING as far as anyone knows.
 		s.apply(func(m *model) { m.lifecycle = Running })
 		return err
 	}
-	got, err := s.cp.WaitSuspended(ctx, s.id, s.opts.Wait)
+	got, err := s.waitFor(ctx, types.MicrovmStateSuspended)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		if g, gerr := s.cp.GetMicrovm(ctx, s.id); gerr == nil && isDead(g.State) {
+		if g, gerr := s.getMicrovm(ctx); gerr == nil && isDead(g.State) {
 			s.m.terminated()
 		}
 		return err
@@ -259,8 +260,8 @@ func (s *Sandbox) Suspend(ctx context.Context) error {
 	return nil
 }
 
-func isDead(st cp.MicrovmState) bool {
-	return st == cp.MicrovmState(Terminated) || st == cp.MicrovmState(Terminating)
+func isDead(st types.MicrovmState) bool {
+	return st == types.MicrovmState(Terminated) || st == types.MicrovmState(Terminating)
 }
 
 // Resume thaws a SUSPENDED VM and waits for RUNNING. Nothing is re-delivered:
@@ -281,20 +282,20 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	if window > 0 && since > window {
 		// Refused without sending: the platform ends a suspended VM once the
 		// window passes. The read only brings the model up to date.
-		if g, err := s.cp.GetMicrovm(ctx, s.id); err == nil {
+		if g, err := s.getMicrovm(ctx); err == nil {
 			s.observeDead(g)
 		}
 		return s.windowClosed(window, since)
 	}
-	err := s.billable(ctx, "ResumeMicrovm", func() error { return s.cp.Resume(ctx, s.id) })
+	err := s.billable(ctx, "ResumeMicrovm", func() error { return s.resumeVM(ctx) })
 	if err != nil {
-		if g, gerr := s.cp.GetMicrovm(ctx, s.id); gerr == nil && isDead(g.State) {
+		if g, gerr := s.getMicrovm(ctx); gerr == nil && isDead(g.State) {
 			s.observeDead(g)
 			return s.windowClosed(window, since)
 		}
 		return err
 	}
-	got, err := s.cp.WaitRunning(ctx, s.id, s.opts.Wait)
+	got, err := s.waitFor(ctx, types.MicrovmStateRunning)
 	if err != nil {
 		if client.KindOf(err) == taxonomy.KindLaunchDied {
 			s.apply((*model).terminated)
@@ -313,7 +314,7 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sandbox) observeDead(g *cp.GetMicrovmResponse) {
+func (s *Sandbox) observeDead(g *lambdamicrovms.GetMicrovmOutput) {
 	if isDead(g.State) {
 		s.apply((*model).terminated)
 	}
