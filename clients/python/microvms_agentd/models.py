@@ -21,6 +21,7 @@ LIMITS: Dict[str, float] = {
     "max_body_bytes": 536870912,
     "max_drain_bytes": 65536,
     "max_exec_id_bytes": 1024,
+    "max_header_bytes": 65536,
     "max_open_bodies": 16,
     "max_output_bytes": 8388608,
     "max_start_body_bytes": 1048576,
