@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
@@ -71,22 +70,22 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	d := cliapi.DoctorData{Checks: rows, Ok: ok}
 	human := func(w io.Writer) error {
-		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+		g := grid{headers: []string{"status", "check", "detail", "remedy"}}
+		failing := 0
 		for _, ch := range checks {
 			status := "ok"
 			switch {
 			case !ch.OK && ch.Fatal:
 				status = "FAIL"
+				failing++
 			case !ch.OK:
 				status = "note"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s", status, ch.Name, ch.Detail)
-			if ch.Remedy != "" {
-				fmt.Fprintf(tw, "\ttry: %s", ch.Remedy)
-			}
-			fmt.Fprintln(tw)
+			// A fatal failure is the row the reader must not skim past.
+			g.add(!ch.OK && ch.Fatal, status, ch.Name, ch.Detail, ch.Remedy)
 		}
-		return tw.Flush()
+		g.footer = fmt.Sprintf("%d checks, %d failing", len(checks), failing)
+		return a.writeGrid(w, g)
 	}
 	if !ok {
 		return nil, &failure{err: client.Errorf(taxonomy.KindPrecondition, "", "a prerequisite is missing: see the failing checks"), data: d, human: human}
