@@ -233,6 +233,7 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"open_body_timeout_secs": 10,
 		"max_open_bodies":        16,
 		"stream_stall_secs":      10,
+		"max_header_bytes":       65536,
 	}
 	// The reference daemon's own environment variable names (agentd/src/config.rs).
 	wantEnv := map[string]string{
