@@ -443,7 +443,7 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request) bool {
 // JSON ErrorBody; the fs routes speak text/plain, as the spec declares.
 func (s *Server) paramError(w http.ResponseWriter, r *http.Request, err error) {
 	if strings.HasPrefix(r.URL.Path, "/v1/exec/") {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, err.Error())
+		writeError(w, taxonomy.SlugMalformedRequest, err.Error())
 		return
 	}
 	if strings.HasPrefix(r.URL.Path, "/v1/fs/") {
