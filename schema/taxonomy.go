@@ -37,6 +37,9 @@ type Taxonomy struct {
 		Value   int    `yaml:"value" json:"value"`
 		Code    string `yaml:"code" json:"code"`
 		Meaning string `yaml:"meaning" json:"meaning"`
+		// Reference is how this row compares with the reference CLI's row of
+		// the same integer: "agrees", or the difference and its reason.
+		Reference string `yaml:"reference" json:"reference"`
 	} `yaml:"exit_codes" json:"exit_codes"`
 	DaemonErrors []struct {
 		Slug     string `yaml:"slug" json:"slug"`
@@ -167,6 +170,11 @@ func (t *Taxonomy) check() error {
 		// must say why; otherwise the two would silently disagree.
 		if status != d.Status && d.Why == "" {
 			return fmt.Errorf("daemon error %s is sent with %d but classified as %s (%d) without a why", d.Slug, d.Status, d.WireKind, status)
+		}
+	}
+	for _, r := range t.ExitCodes {
+		if strings.TrimSpace(r.Reference) == "" {
+			return fmt.Errorf("exit row %d: say how it compares with the reference CLI's row (reference: agrees, or the difference and why)", r.Value)
 		}
 	}
 	keys := map[string]bool{}
