@@ -66,6 +66,7 @@ func (e *execEntry) isFinished() bool {
 
 // registry holds every exec until an ack plus the TTL lets it go.
 type registry struct {
+	reclaim reclaimer // collects released heads after large acks
 	cfg     *Config
 	log     *slog.Logger
 	devNull *os.File
@@ -991,6 +992,7 @@ func (s *Server) ExecAck(w http.ResponseWriter, r *http.Request, id protocol.Exe
 	e.log.release()
 	s.log.Info("exec acked; output released", "exec_id", id)
 	writeOutcome(w, id, protocol.PhaseAcked, stdout, stderr, st)
+	s.execs.reclaim.released(stdout.n + stderr.n)
 }
 
 // ExecKill signals the exec's whole process group: a shell that backgrounded a
