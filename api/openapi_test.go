@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -155,9 +156,7 @@ func TestStatusesAndSlugsMatchTheReference(t *testing.T) {
 					}
 					slugs = append(slugs, e.Slug)
 				}
-				if mt := v.Content.Get("application/json"); mt == nil || mt.Schema.Ref != "#/components/schemas/ErrorBody" {
-					t.Errorf("%s %s %d: a slugged response must carry an application/json ErrorBody", r.method, r.path, n)
-				}
+				checkSlugSchema(t, fmt.Sprintf("%s %s %d", r.method, r.path, n), v.Content.Get("application/json"), slugs)
 			}
 			if want := r.slugs[n]; !slices.Equal(slugs, want) {
 				t.Errorf("%s %s %d: slugs %v, want %v", r.method, r.path, n, slugs, want)
@@ -450,5 +449,32 @@ func TestWireShapes(t *testing.T) {
 	}
 	if e := schemas["ErrorBody"].Value; !slices.Equal(e.Required, []string{"error", "detail"}) {
 		t.Errorf("ErrorBody required %v", e.Required)
+	}
+}
+
+// checkSlugSchema: a slugged response carries application/json, its schema is a
+// named ErrorBody narrowed to exactly the slugs x-errors lists, so a generated
+// client's type names the slugs the route can send.
+// Catches: a slug added to x-errors but not to the body's enum (or the reverse),
+// and a slugged response pointing at the bare ErrorBody or at text/plain.
+func checkSlugSchema(t *testing.T, where string, mt *openapi3.MediaType, slugs []string) {
+	t.Helper()
+	if mt == nil || mt.Schema == nil || !strings.HasPrefix(mt.Schema.Ref, "#/components/schemas/Error") || mt.Schema.Ref == "#/components/schemas/ErrorBody" {
+		t.Errorf("%s: a slugged response must carry an application/json Error* schema narrowing ErrorBody", where)
+		return
+	}
+	s := mt.Schema.Value
+	if len(s.AllOf) != 2 || s.AllOf[0].Ref != "#/components/schemas/ErrorBody" {
+		t.Errorf("%s: %s must be allOf [ErrorBody, {error enum}]", where, mt.Schema.Ref)
+		return
+	}
+	var enum []string
+	if e := s.AllOf[1].Value.Properties["error"]; e != nil {
+		for _, v := range e.Value.Enum {
+			enum = append(enum, fmt.Sprint(v))
+		}
+	}
+	if !slices.Equal(enum, slugs) {
+		t.Errorf("%s: %s error enum %v, x-errors slugs %v", where, mt.Schema.Ref, enum, slugs)
 	}
 }

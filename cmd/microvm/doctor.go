@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
@@ -71,22 +70,44 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	d := cliapi.DoctorData{Checks: rows, Ok: ok}
 	human := func(w io.Writer) error {
-		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-		for _, ch := range checks {
-			status := "ok"
+		status := func(ch check) string {
 			switch {
 			case !ch.OK && ch.Fatal:
-				status = "FAIL"
+				return "FAIL"
 			case !ch.OK:
-				status = "note"
+				return "note"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s", status, ch.Name, ch.Detail)
-			if ch.Remedy != "" {
-				fmt.Fprintf(tw, "\ttry: %s", ch.Remedy)
-			}
-			fmt.Fprintln(tw)
+			return "ok  "
 		}
-		return tw.Flush()
+		if a.stdoutTTY {
+			// A frame on a terminal; a fatal failure is the row the reader
+			// must not skim past, so it is drawn in red.
+			g := grid{headers: []string{"status", "check", "detail", "remedy"}}
+			failing := 0
+			for _, ch := range checks {
+				if !ch.OK && ch.Fatal {
+					failing++
+				}
+				g.add(!ch.OK && ch.Fatal, strings.TrimSpace(status(ch)), ch.Name, ch.Detail, ch.Remedy)
+			}
+			g.footer = fmt.Sprintf("%d checks, %d failing", len(checks), failing)
+			return a.writeGrid(w, g)
+		}
+		// One check per line: status, name, what was found, then what to do.
+		width := 0
+		for _, ch := range checks {
+			width = max(width, len(ch.Name))
+		}
+		for _, ch := range checks {
+			line := fmt.Sprintf("%s  %-*s  %s", status(ch), width, ch.Name, ch.Detail)
+			if ch.Remedy != "" {
+				line += " -- try: " + ch.Remedy
+			}
+			if _, err := fmt.Fprintln(w, line); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	if !ok {
 		return nil, &failure{err: client.Errorf(taxonomy.KindPrecondition, "", "a prerequisite is missing: see the failing checks"), data: d, human: human}

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -193,7 +195,7 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 		return "", "", err
 	}
 	if found == nil {
-		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageArnColon,
+		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageARNColon,
 			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.region)
 	}
 	p.a.progress("resolved image name %s to %s", id, found.ImageArn)
@@ -232,6 +234,14 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	defer p.close()
+	binary := c.Binary
+	if c.Image == "" {
+		// Resolved before the ledger begins: a run that cannot build makes
+		// no record and prints no teardown.
+		if binary, err = p.daemonFor(c.Binary, c.Agentd); err != nil {
+			return nil, err
+		}
+	}
 	led, err := ledger.Open(dir, nil)
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
@@ -261,7 +271,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			a.progress("launching from the existing image %s", arn)
 		} else {
 			start := time.Now()
-			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, c.Binary, c.Agentd, "", false, rec)
+			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", false, rec)
 			if res != nil {
 				built = res
 				out.ImageIdentifier, out.ImageName = res.ImageARN, res.Name
@@ -359,12 +369,18 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	default:
 		_ = rec.Update(func(r *ledger.Run) { r.Closed = true })
 	}
-	if len(out.Leaked) == 0 && !out.Kept {
+	if built != nil && !built.Reused && !out.Kept && len(out.Leaked) == 0 && c.ArtifactURI == "" {
+		// The image is gone, so the artifact this run put in the local
+		// store is nobody's; S3 objects are the bucket's lifecycle's.
+		removeLocalArtifact(built.ArtifactURI)
+	}
+	made := sb != nil || (built != nil && !built.Reused && built.ImageARN != "")
+	if made && len(out.Leaked) == 0 && !out.Kept {
 		a.progress("teardown clean: nothing of this run is left")
 	}
 
-	// The cost of what ran, every line labelled.
-	if rep, cerr := runCost(out.ImageName, size, p.region, buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil {
+	// The cost of what ran, every line labelled; nothing ran, nothing to price.
+	if rep, cerr := runCost(out.ImageName, size, p.region, buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
 		out.Cost = reportJSON(rep)
 		if !a.g.Quiet && !a.g.JSON {
 			fmt.Fprintln(a.stderr, rep.String()) // its text carries any staleness warning
@@ -459,5 +475,17 @@ func runHuman(d cliapi.RunData, a *app, failed bool) func(io.Writer) error {
 			fmt.Fprintf(tw, "teardown\t%s\n", leakedText(d.Leaked))
 		}
 		return tw.Flush()
+	}
+}
+
+// removeLocalArtifact deletes a file:// artifact and its directory when that
+// is left empty; any other URI is left alone.
+func removeLocalArtifact(uri string) {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "file" || u.Path == "" {
+		return
+	}
+	if os.Remove(u.Path) == nil {
+		_ = os.Remove(filepath.Dir(u.Path)) // only if empty
 	}
 }

@@ -44,6 +44,51 @@ func (e Phase) Valid() bool {
 	}
 }
 
+// Defines values for SSEExitEvent.
+const (
+	SSEEventNameExit SSEExitEvent = "exit"
+)
+
+// Valid indicates whether the value is a known member of the SSEExitEvent enum.
+func (e SSEExitEvent) Valid() bool {
+	switch e {
+	case SSEEventNameExit:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SSEGapEvent.
+const (
+	SSEEventNameGap SSEGapEvent = "gap"
+)
+
+// Valid indicates whether the value is a known member of the SSEGapEvent enum.
+func (e SSEGapEvent) Valid() bool {
+	switch e {
+	case SSEEventNameGap:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SSEOutputEvent.
+const (
+	SSEEventNameOutput SSEOutputEvent = "output"
+)
+
+// Valid indicates whether the value is a known member of the SSEOutputEvent enum.
+func (e SSEOutputEvent) Valid() bool {
+	switch e {
+	case SSEEventNameOutput:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StreamKind.
 const (
 	StreamStderr StreamKind = "stderr"
@@ -62,7 +107,7 @@ func (e StreamKind) Valid() bool {
 	}
 }
 
-// DiskHealth free-space reading for the health response
+// DiskHealth free space on the daemon's working filesystem, as Health.disk reports it; null when it could not be measured, which is not the same as full
 type DiskHealth struct {
 	// AvailableBytes bytes an unprivileged writer can still use
 	AvailableBytes uint64 `json:"available_bytes"`
@@ -74,7 +119,10 @@ type DiskHealth struct {
 	UnderPressure bool `json:"under_pressure"`
 }
 
-// ErrorBody JSON error body of the exec routes
+// ErrorAckConflict ErrorBody of a 409 from POST /v1/exec/{id}/ack: the exec is still running, or was already acked
+type ErrorAckConflict = ErrorBody
+
+// ErrorBody JSON error body of the exec routes; each response narrows error to the slugs it can carry (the Error* schemas), and a client should still read an unknown slug as the status's generic meaning
 type ErrorBody struct {
 	// Detail human-readable explanation
 	Detail string `json:"detail"`
@@ -82,6 +130,30 @@ type ErrorBody struct {
 	// Error machine-readable slug, e.g. unknown_exec
 	Error string `json:"error"`
 }
+
+// ErrorMalformedRequest ErrorBody of a 400 on an exec route: the request failed validation before anything happened
+type ErrorMalformedRequest = ErrorBody
+
+// ErrorSpawnFailed ErrorBody of a 500 from POST /v1/exec/start: the operating system refused to start the child
+type ErrorSpawnFailed = ErrorBody
+
+// ErrorStdinClosed ErrorBody of a 410 from POST /v1/exec/{id}/stdin: the pipe is already closed
+type ErrorStdinClosed = ErrorBody
+
+// ErrorStdinNotRequested ErrorBody of a 409 from POST /v1/exec/{id}/stdin: the exec was started without stdin
+type ErrorStdinNotRequested = ErrorBody
+
+// ErrorStdinWriteFailed ErrorBody of a 500 from POST /v1/exec/{id}/stdin: the pipe write failed
+type ErrorStdinWriteFailed = ErrorBody
+
+// ErrorStdinWriteTimeout ErrorBody of a 408 from POST /v1/exec/{id}/stdin: the child did not read in time
+type ErrorStdinWriteTimeout = ErrorBody
+
+// ErrorStdinWriteTooLarge ErrorBody of a 413 from POST /v1/exec/{id}/stdin: one write carried too many bytes
+type ErrorStdinWriteTooLarge = ErrorBody
+
+// ErrorUnknownExec ErrorBody of a 404 on an exec route: no live exec has this exec_id
+type ErrorUnknownExec = ErrorBody
 
 // ExitEvent data of the terminal SSE exit event
 type ExitEvent struct {
@@ -129,7 +201,7 @@ type Health struct {
 	// Busy some exec has not finished yet; absent (older daemon) reads as false
 	Busy bool `json:"busy"`
 
-	// Disk free space on the daemon's working filesystem; null when it could not be measured, which is not the same as full
+	// Disk free space on the daemon's working filesystem, as Health.disk reports it; null when it could not be measured, which is not the same as full
 	Disk *DiskHealth `json:"disk"`
 
 	// Execs registered execs in any phase; absent (older daemon) reads as 0
@@ -199,8 +271,8 @@ type ProtocolDocument map[string]interface{}
 
 // RunHookEnvelope the run hook's request body, as the platform wraps the caller's runHookPayload string
 type RunHookEnvelope struct {
-	// RunHookPayload the caller's RunHookPayload, serialized to a JSON string; missing is 400
-	RunHookPayload *string `json:"runHookPayload,omitempty"`
+	// RunHookPayload the caller's RunHookPayload serialized to a JSON string (one parse deeper than this body); missing or not a string is 400
+	RunHookPayload *string `json:"runHookPayload"`
 }
 
 // RunHookPayload the JSON inside runHookPayload; the whole string is capped at 4096 UTF-8 bytes by the platform
@@ -213,9 +285,50 @@ type RunHookPayload struct {
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
 
+// SSEEvent one event of the GET /v1/exec/{id}/stream body, as its event: line names it and its data: line decodes; the body is a sequence of these with keepalive comments between, and exit is always last
+type SSEEvent struct {
+	union json.RawMessage
+}
+
+// SSEExit the exit event: the exec finished, and the stream ends
+type SSEExit struct {
+	// Data data of the terminal SSE exit event
+	Data ExitEvent `json:"data"`
+
+	// Event the SSE event name
+	Event SSEExitEvent `json:"event"`
+}
+
+// SSEExitEvent the SSE event name
+type SSEExitEvent string
+
+// SSEGap a gap event: bytes this reader will never see
+type SSEGap struct {
+	// Data data of an SSE gap event, the half-open byte range this reader missed
+	Data GapEvent `json:"data"`
+
+	// Event the SSE event name
+	Event SSEGapEvent `json:"event"`
+}
+
+// SSEGapEvent the SSE event name
+type SSEGapEvent string
+
+// SSEOutput an output event: a chunk of the child's combined output
+type SSEOutput struct {
+	// Data data of an SSE output event
+	Data OutputEvent `json:"data"`
+
+	// Event the SSE event name
+	Event SSEOutputEvent `json:"event"`
+}
+
+// SSEOutputEvent the SSE event name
+type SSEOutputEvent string
+
 // StartRequest body of POST /v1/exec/start
 type StartRequest struct {
-	// Command argv, or with shell true a single script for sh -c
+	// Command argv, or with shell true a script for sh -c (several elements are joined with newlines); must not be empty when shell is false
 	Command []string `json:"command"`
 
 	// Cwd working directory; absent means the daemon's own (the image WORKDIR)
@@ -285,8 +398,8 @@ type ExecID = string
 // FsPath defines model for FsPath.
 type FsPath = string
 
-// UnknownExecError JSON error body of the exec routes
-type UnknownExecError = ErrorBody
+// UnknownExecError ErrorBody of a 404 on an exec route: no live exec has this exec_id
+type UnknownExecError = ErrorUnknownExec
 
 // bearerAuthContextKey is the context key for bearerAuth security scheme
 type bearerAuthContextKey string
@@ -317,7 +430,7 @@ type FsWriteFileParams struct {
 	// Path absolute path in the guest; missing is 400, never 404
 	Path FsPath `form:"path" json:"path"`
 
-	// Mode octal permission bits for the file, as text (0644 and 644 are the same)
+	// Mode octal permission bits for the file, as text (0644, 644 and 0o644 are the same); at most 07777
 	Mode *string `form:"mode,omitempty" json:"mode,omitempty"`
 }
 
@@ -423,6 +536,143 @@ func (a RunHookPayload) MarshalJSON() ([]byte, error) {
 	return json.Marshal(object)
 }
 
+// AsSSEOutput returns the union data inside the SSEEvent as a SSEOutput
+func (t SSEEvent) AsSSEOutput() (SSEOutput, error) {
+	var body SSEOutput
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSSEOutput overwrites any union data inside the SSEEvent as the provided SSEOutput
+func (t *SSEEvent) FromSSEOutput(v SSEOutput) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"output"}`))
+	t.union = b
+	return err
+}
+
+// MergeSSEOutput performs a merge with any union data inside the SSEEvent, using the provided SSEOutput
+func (t *SSEEvent) MergeSSEOutput(v SSEOutput) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"output"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSSEGap returns the union data inside the SSEEvent as a SSEGap
+func (t SSEEvent) AsSSEGap() (SSEGap, error) {
+	var body SSEGap
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSSEGap overwrites any union data inside the SSEEvent as the provided SSEGap
+func (t *SSEEvent) FromSSEGap(v SSEGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	t.union = b
+	return err
+}
+
+// MergeSSEGap performs a merge with any union data inside the SSEEvent, using the provided SSEGap
+func (t *SSEEvent) MergeSSEGap(v SSEGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSSEExit returns the union data inside the SSEEvent as a SSEExit
+func (t SSEEvent) AsSSEExit() (SSEExit, error) {
+	var body SSEExit
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSSEExit overwrites any union data inside the SSEEvent as the provided SSEExit
+func (t *SSEEvent) FromSSEExit(v SSEExit) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"exit"}`))
+	t.union = b
+	return err
+}
+
+// MergeSSEExit performs a merge with any union data inside the SSEEvent, using the provided SSEExit
+func (t *SSEEvent) MergeSSEExit(v SSEExit) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"exit"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t SSEEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t SSEEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "exit":
+		return t.AsSSEExit()
+	case "gap":
+		return t.AsSSEGap()
+	case "output":
+		return t.AsSSEOutput()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t SSEEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *SSEEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
 
@@ -497,131 +747,173 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
-	// HookReady build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+	// HookReady Readiness hook
+	//
+	// build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/ready (the `HookReady` operationId).
 	HookReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookResume resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+	// HookResume Resume hook
+	//
+	// resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/resume (the `HookResume` operationId).
 	HookResume(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookRunWithBody installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRunWithBody Run hook: install the token
+	//
+	// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/run (the `HookRun` operationId).
 	HookRunWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookRun installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRun Run hook: install the token
+	//
+	// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/run (the `HookRun` operationId).
 	HookRun(ctx context.Context, body HookRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookSuspend suspend notice; logged and acknowledged
+	// HookSuspend Suspend hook
+	//
+	// suspend notice; logged and acknowledged
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/suspend (the `HookSuspend` operationId).
 	HookSuspend(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookTerminate terminate notice; starts a graceful shutdown that lets in-flight requests finish
+	// HookTerminate Terminate hook
+	//
+	// terminate notice; starts a graceful shutdown that lets in-flight requests finish
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/terminate (the `HookTerminate` operationId).
 	HookTerminate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookValidate build-time validation probe; answered like ready
+	// HookValidate Validation hook
+	//
+	// build-time validation probe; answered like ready
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 	HookValidate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStartWithBody starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStartWithBody Start an exec
+	//
+	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/exec/start (the `ExecStart` operationId).
 	ExecStartWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStart starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStart Start an exec
+	//
+	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/exec/start (the `ExecStart` operationId).
 	ExecStart(ctx context.Context, body ExecStartJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecPoll reads an exec's phase and, once it has exited, its output and status; never changes the entry
+	// ExecPoll Poll an exec
+	//
+	// reads an exec's phase and, once it has exited, its output and status; never changes the entry
 	//
 	// Corresponds with GET /v1/exec/{id} (the `ExecPoll` operationId).
 	ExecPoll(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecAck hands the output over and starts the TTL clock; the only way output is ever released
+	// ExecAck Acknowledge an exec
+	//
+	// hands the output over and starts the TTL clock; the only way output is ever released
 	//
 	// Corresponds with POST /v1/exec/{id}/ack (the `ExecAck` operationId).
 	ExecAck(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecKill sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+	// ExecKill Kill an exec
+	//
+	// sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
 	//
 	// Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 	ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStdinWithBody writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdinWithBody Write to an exec's stdin
+	//
+	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/exec/{id}/stdin (the `ExecStdin` operationId).
 	ExecStdinWithBody(ctx context.Context, id ExecID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStdin writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdin Write to an exec's stdin
+	//
+	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/exec/{id}/stdin (the `ExecStdin` operationId).
 	ExecStdin(ctx context.Context, id ExecID, body ExecStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStream follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+	// ExecStream Stream an exec's output
+	//
+	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
 	//
 	// Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 	ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// FsReadFile streams one file, or an inclusive 1-based range of its lines
+	// FsReadFile Read a file
+	//
+	// streams one file, or an inclusive 1-based range of its lines
 	//
 	// Corresponds with GET /v1/fs/file (the `FsReadFile` operationId).
 	FsReadFile(ctx context.Context, params *FsReadFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// FsWriteFileWithBody writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+	// FsWriteFileWithBody Write a file
+	//
+	// writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/fs/file (the `FsWriteFile` operationId).
 	FsWriteFileWithBody(ctx context.Context, params *FsWriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// FsReadTar streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+	// FsReadTar Read a directory as tar
+	//
+	// streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 	//
 	// Corresponds with GET /v1/fs/tar (the `FsReadTar` operationId).
 	FsReadTar(ctx context.Context, params *FsReadTarParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// FsWriteTarWithBody extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+	// FsWriteTarWithBody Extract a tar
 	//
-	// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
+	// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// Health liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+	// Health Health
+	//
+	// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 	//
 	// Corresponds with GET /v1/health (the `Health` operationId).
 	Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// Schema the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+	// Schema Protocol document
+	//
+	// the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 	//
 	// Corresponds with GET /v1/schema (the `Schema` operationId).
 	Schema(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
-// HookReady build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+// HookReady Readiness hook
+//
+// build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/ready (the `HookReady` operationId).
 func (c *Client) HookReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -636,7 +928,9 @@ func (c *Client) HookReady(ctx context.Context, reqEditors ...RequestEditorFn) (
 	return c.Client.Do(req)
 }
 
-// HookResume resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+// HookResume Resume hook
+//
+// resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/resume (the `HookResume` operationId).
 func (c *Client) HookResume(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -651,7 +945,9 @@ func (c *Client) HookResume(ctx context.Context, reqEditors ...RequestEditorFn) 
 	return c.Client.Do(req)
 }
 
-// HookRunWithBody installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+// HookRunWithBody Run hook: install the token
+//
+// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 //
 // Takes any type of body and a specified content type.
 //
@@ -668,7 +964,9 @@ func (c *Client) HookRunWithBody(ctx context.Context, contentType string, body i
 	return c.Client.Do(req)
 }
 
-// HookRun installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+// HookRun Run hook: install the token
+//
+// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 //
 // Takes a body of the `application/json` content type.
 //
@@ -685,7 +983,9 @@ func (c *Client) HookRun(ctx context.Context, body HookRunJSONRequestBody, reqEd
 	return c.Client.Do(req)
 }
 
-// HookSuspend suspend notice; logged and acknowledged
+// HookSuspend Suspend hook
+//
+// suspend notice; logged and acknowledged
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/suspend (the `HookSuspend` operationId).
 func (c *Client) HookSuspend(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -700,7 +1000,9 @@ func (c *Client) HookSuspend(ctx context.Context, reqEditors ...RequestEditorFn)
 	return c.Client.Do(req)
 }
 
-// HookTerminate terminate notice; starts a graceful shutdown that lets in-flight requests finish
+// HookTerminate Terminate hook
+//
+// terminate notice; starts a graceful shutdown that lets in-flight requests finish
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/terminate (the `HookTerminate` operationId).
 func (c *Client) HookTerminate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -715,7 +1017,9 @@ func (c *Client) HookTerminate(ctx context.Context, reqEditors ...RequestEditorF
 	return c.Client.Do(req)
 }
 
-// HookValidate build-time validation probe; answered like ready
+// HookValidate Validation hook
+//
+// build-time validation probe; answered like ready
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 func (c *Client) HookValidate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -730,7 +1034,9 @@ func (c *Client) HookValidate(ctx context.Context, reqEditors ...RequestEditorFn
 	return c.Client.Do(req)
 }
 
-// ExecStartWithBody starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+// ExecStartWithBody Start an exec
+//
+// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 //
 // Takes any type of body and a specified content type.
 //
@@ -747,7 +1053,9 @@ func (c *Client) ExecStartWithBody(ctx context.Context, contentType string, body
 	return c.Client.Do(req)
 }
 
-// ExecStart starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+// ExecStart Start an exec
+//
+// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 //
 // Takes a body of the `application/json` content type.
 //
@@ -764,7 +1072,9 @@ func (c *Client) ExecStart(ctx context.Context, body ExecStartJSONRequestBody, r
 	return c.Client.Do(req)
 }
 
-// ExecPoll reads an exec's phase and, once it has exited, its output and status; never changes the entry
+// ExecPoll Poll an exec
+//
+// reads an exec's phase and, once it has exited, its output and status; never changes the entry
 //
 // Corresponds with GET /v1/exec/{id} (the `ExecPoll` operationId).
 func (c *Client) ExecPoll(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -779,7 +1089,9 @@ func (c *Client) ExecPoll(ctx context.Context, id ExecID, reqEditors ...RequestE
 	return c.Client.Do(req)
 }
 
-// ExecAck hands the output over and starts the TTL clock; the only way output is ever released
+// ExecAck Acknowledge an exec
+//
+// hands the output over and starts the TTL clock; the only way output is ever released
 //
 // Corresponds with POST /v1/exec/{id}/ack (the `ExecAck` operationId).
 func (c *Client) ExecAck(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -794,7 +1106,9 @@ func (c *Client) ExecAck(ctx context.Context, id ExecID, reqEditors ...RequestEd
 	return c.Client.Do(req)
 }
 
-// ExecKill sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+// ExecKill Kill an exec
+//
+// sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
 //
 // Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 func (c *Client) ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -809,7 +1123,9 @@ func (c *Client) ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestE
 	return c.Client.Do(req)
 }
 
-// ExecStdinWithBody writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+// ExecStdinWithBody Write to an exec's stdin
+//
+// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes any type of body and a specified content type.
 //
@@ -826,7 +1142,9 @@ func (c *Client) ExecStdinWithBody(ctx context.Context, id ExecID, contentType s
 	return c.Client.Do(req)
 }
 
-// ExecStdin writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+// ExecStdin Write to an exec's stdin
+//
+// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes a body of the `application/json` content type.
 //
@@ -843,7 +1161,9 @@ func (c *Client) ExecStdin(ctx context.Context, id ExecID, body ExecStdinJSONReq
 	return c.Client.Do(req)
 }
 
-// ExecStream follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+// ExecStream Stream an exec's output
+//
+// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
 //
 // Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 func (c *Client) ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -858,7 +1178,9 @@ func (c *Client) ExecStream(ctx context.Context, id ExecID, params *ExecStreamPa
 	return c.Client.Do(req)
 }
 
-// FsReadFile streams one file, or an inclusive 1-based range of its lines
+// FsReadFile Read a file
+//
+// streams one file, or an inclusive 1-based range of its lines
 //
 // Corresponds with GET /v1/fs/file (the `FsReadFile` operationId).
 func (c *Client) FsReadFile(ctx context.Context, params *FsReadFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -873,7 +1195,9 @@ func (c *Client) FsReadFile(ctx context.Context, params *FsReadFileParams, reqEd
 	return c.Client.Do(req)
 }
 
-// FsWriteFileWithBody writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+// FsWriteFileWithBody Write a file
+//
+// writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
 //
 // Takes any type of body and a specified content type.
 //
@@ -890,7 +1214,9 @@ func (c *Client) FsWriteFileWithBody(ctx context.Context, params *FsWriteFilePar
 	return c.Client.Do(req)
 }
 
-// FsReadTar streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+// FsReadTar Read a directory as tar
+//
+// streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 //
 // Corresponds with GET /v1/fs/tar (the `FsReadTar` operationId).
 func (c *Client) FsReadTar(ctx context.Context, params *FsReadTarParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -905,9 +1231,9 @@ func (c *Client) FsReadTar(ctx context.Context, params *FsReadTarParams, reqEdit
 	return c.Client.Do(req)
 }
 
-// FsWriteTarWithBody extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+// FsWriteTarWithBody Extract a tar
 //
-// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
+// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 //
 // Takes any type of body and a specified content type.
 //
@@ -924,7 +1250,9 @@ func (c *Client) FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParam
 	return c.Client.Do(req)
 }
 
-// Health liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+// Health Health
+//
+// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 //
 // Corresponds with GET /v1/health (the `Health` operationId).
 func (c *Client) Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -939,7 +1267,9 @@ func (c *Client) Health(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 	return c.Client.Do(req)
 }
 
-// Schema the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+// Schema Protocol document
+//
+// the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 //
 // Corresponds with GET /v1/schema (the `Schema` operationId).
 func (c *Client) Schema(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1381,7 +1711,7 @@ func NewExecStreamRequest(server string, id ExecID, params *ExecStreamParams) (*
 		if params.LastEventID != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: "uint64"})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: "int64"})
 			if err != nil {
 				return nil, err
 			}
@@ -1432,7 +1762,7 @@ func NewFsReadFileRequest(server string, params *FsReadFileParams) (*http.Reques
 
 		if params.StartLine != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "start_line", *params.StartLine, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "uint64"}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "start_line", *params.StartLine, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -1444,7 +1774,7 @@ func NewFsReadFileRequest(server string, params *FsReadFileParams) (*http.Reques
 
 		if params.EndLine != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "end_line", *params.EndLine, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "uint64"}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "end_line", *params.EndLine, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -1732,149 +2062,189 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
-	// HookReadyWithResponse build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+	// HookReadyWithResponse Readiness hook
+	//
+	// build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/ready (the `HookReady` operationId).
 	HookReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookReadyReply, error)
 
-	// HookResumeWithResponse resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+	// HookResumeWithResponse Resume hook
+	//
+	// resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/resume (the `HookResume` operationId).
 	HookResumeWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookResumeReply, error)
 
-	// HookRunWithBodyWithResponse installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRunWithBodyWithResponse Run hook: install the token
+	//
+	// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/run (the `HookRun` operationId).
 	HookRunWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HookRunReply, error)
 
-	// HookRunWithResponse installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRunWithResponse Run hook: install the token
+	//
+	// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/run (the `HookRun` operationId).
 	HookRunWithResponse(ctx context.Context, body HookRunJSONRequestBody, reqEditors ...RequestEditorFn) (*HookRunReply, error)
 
-	// HookSuspendWithResponse suspend notice; logged and acknowledged
+	// HookSuspendWithResponse Suspend hook
+	//
+	// suspend notice; logged and acknowledged
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/suspend (the `HookSuspend` operationId).
 	HookSuspendWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookSuspendReply, error)
 
-	// HookTerminateWithResponse terminate notice; starts a graceful shutdown that lets in-flight requests finish
+	// HookTerminateWithResponse Terminate hook
+	//
+	// terminate notice; starts a graceful shutdown that lets in-flight requests finish
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/terminate (the `HookTerminate` operationId).
 	HookTerminateWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookTerminateReply, error)
 
-	// HookValidateWithResponse build-time validation probe; answered like ready
+	// HookValidateWithResponse Validation hook
+	//
+	// build-time validation probe; answered like ready
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 	HookValidateWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookValidateReply, error)
 
-	// ExecStartWithBodyWithResponse starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStartWithBodyWithResponse Start an exec
+	//
+	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/start (the `ExecStart` operationId).
 	ExecStartWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExecStartReply, error)
 
-	// ExecStartWithResponse starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStartWithResponse Start an exec
+	//
+	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/start (the `ExecStart` operationId).
 	ExecStartWithResponse(ctx context.Context, body ExecStartJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecStartReply, error)
 
-	// ExecPollWithResponse reads an exec's phase and, once it has exited, its output and status; never changes the entry
+	// ExecPollWithResponse Poll an exec
+	//
+	// reads an exec's phase and, once it has exited, its output and status; never changes the entry
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/exec/{id} (the `ExecPoll` operationId).
 	ExecPollWithResponse(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*ExecPollReply, error)
 
-	// ExecAckWithResponse hands the output over and starts the TTL clock; the only way output is ever released
+	// ExecAckWithResponse Acknowledge an exec
+	//
+	// hands the output over and starts the TTL clock; the only way output is ever released
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/{id}/ack (the `ExecAck` operationId).
 	ExecAckWithResponse(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*ExecAckReply, error)
 
-	// ExecKillWithResponse sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+	// ExecKillWithResponse Kill an exec
+	//
+	// sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 	ExecKillWithResponse(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*ExecKillReply, error)
 
-	// ExecStdinWithBodyWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdinWithBodyWithResponse Write to an exec's stdin
+	//
+	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/{id}/stdin (the `ExecStdin` operationId).
 	ExecStdinWithBodyWithResponse(ctx context.Context, id ExecID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExecStdinReply, error)
 
-	// ExecStdinWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdinWithResponse Write to an exec's stdin
+	//
+	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/{id}/stdin (the `ExecStdin` operationId).
 	ExecStdinWithResponse(ctx context.Context, id ExecID, body ExecStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecStdinReply, error)
 
-	// ExecStreamWithResponse follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+	// ExecStreamWithResponse Stream an exec's output
+	//
+	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 	ExecStreamWithResponse(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*ExecStreamReply, error)
 
-	// FsReadFileWithResponse streams one file, or an inclusive 1-based range of its lines
+	// FsReadFileWithResponse Read a file
+	//
+	// streams one file, or an inclusive 1-based range of its lines
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/fs/file (the `FsReadFile` operationId).
 	FsReadFileWithResponse(ctx context.Context, params *FsReadFileParams, reqEditors ...RequestEditorFn) (*FsReadFileReply, error)
 
-	// FsWriteFileWithBodyWithResponse writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+	// FsWriteFileWithBodyWithResponse Write a file
+	//
+	// writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/fs/file (the `FsWriteFile` operationId).
 	FsWriteFileWithBodyWithResponse(ctx context.Context, params *FsWriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteFileReply, error)
 
-	// FsReadTarWithResponse streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+	// FsReadTarWithResponse Read a directory as tar
+	//
+	// streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/fs/tar (the `FsReadTar` operationId).
 	FsReadTarWithResponse(ctx context.Context, params *FsReadTarParams, reqEditors ...RequestEditorFn) (*FsReadTarReply, error)
 
-	// FsWriteTarWithBodyWithResponse extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+	// FsWriteTarWithBodyWithResponse Extract a tar
 	//
-	// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
+	// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBodyWithResponse(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteTarReply, error)
 
-	// HealthWithResponse liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+	// HealthWithResponse Health
+	//
+	// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/health (the `Health` operationId).
 	HealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthReply, error)
 
-	// SchemaWithResponse the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+	// SchemaWithResponse Protocol document
+	//
+	// the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2185,9 +2555,9 @@ type ExecStartReply struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *StartResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorMalformedRequest
 	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *ErrorBody
+	JSON500 *ErrorSpawnFailed
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ExecStartReply200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -2208,12 +2578,12 @@ func (r ExecStartReply) GetJSON200() *StartResponse {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ExecStartReply) GetJSON400() *ErrorBody {
+func (r ExecStartReply) GetJSON400() *ErrorMalformedRequest {
 	return r.JSON400
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r ExecStartReply) GetJSON500() *ErrorBody {
+func (r ExecStartReply) GetJSON500() *ErrorSpawnFailed {
 	return r.JSON500
 }
 
@@ -2355,7 +2725,7 @@ type ExecAckReply struct {
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *UnknownExecError
 	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *ErrorBody
+	JSON409 *ErrorAckConflict
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ExecAckReply200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -2379,7 +2749,7 @@ func (r ExecAckReply) GetJSON404() *UnknownExecError {
 }
 
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r ExecAckReply) GetJSON409() *ErrorBody {
+func (r ExecAckReply) GetJSON409() *ErrorAckConflict {
 	return r.JSON409
 }
 
@@ -2544,19 +2914,19 @@ type ExecStdinReply struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *StdinResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorMalformedRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *UnknownExecError
 	// JSON408 the response for an HTTP 408 `application/json` response
-	JSON408 *ErrorBody
+	JSON408 *ErrorStdinWriteTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *ErrorBody
+	JSON409 *ErrorStdinNotRequested
 	// JSON410 the response for an HTTP 410 `application/json` response
-	JSON410 *ErrorBody
+	JSON410 *ErrorStdinClosed
 	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *ErrorBody
+	JSON413 *ErrorStdinWriteTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *ErrorBody
+	JSON500 *ErrorStdinWriteFailed
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ExecStdinReply200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -2585,7 +2955,7 @@ func (r ExecStdinReply) GetJSON200() *StdinResponse {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ExecStdinReply) GetJSON400() *ErrorBody {
+func (r ExecStdinReply) GetJSON400() *ErrorMalformedRequest {
 	return r.JSON400
 }
 
@@ -2595,27 +2965,27 @@ func (r ExecStdinReply) GetJSON404() *UnknownExecError {
 }
 
 // GetJSON408 returns the response for an HTTP 408 `application/json` response
-func (r ExecStdinReply) GetJSON408() *ErrorBody {
+func (r ExecStdinReply) GetJSON408() *ErrorStdinWriteTimeout {
 	return r.JSON408
 }
 
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r ExecStdinReply) GetJSON409() *ErrorBody {
+func (r ExecStdinReply) GetJSON409() *ErrorStdinNotRequested {
 	return r.JSON409
 }
 
 // GetJSON410 returns the response for an HTTP 410 `application/json` response
-func (r ExecStdinReply) GetJSON410() *ErrorBody {
+func (r ExecStdinReply) GetJSON410() *ErrorStdinClosed {
 	return r.JSON410
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r ExecStdinReply) GetJSON413() *ErrorBody {
+func (r ExecStdinReply) GetJSON413() *ErrorStdinWriteTooLarge {
 	return r.JSON413
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r ExecStdinReply) GetJSON500() *ErrorBody {
+func (r ExecStdinReply) GetJSON500() *ErrorStdinWriteFailed {
 	return r.JSON500
 }
 
@@ -2677,7 +3047,7 @@ type ExecStreamReply struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorMalformedRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *UnknownExecError
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -2693,7 +3063,7 @@ type ExecStreamReply struct {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ExecStreamReply) GetJSON400() *ErrorBody {
+func (r ExecStreamReply) GetJSON400() *ErrorMalformedRequest {
 	return r.JSON400
 }
 
@@ -3152,7 +3522,9 @@ func (r SchemaReply) ContentType() string {
 	return ""
 }
 
-// HookReadyWithResponse build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+// HookReadyWithResponse Readiness hook
+//
+// build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3165,7 +3537,9 @@ func (c *ClientWithResponses) HookReadyWithResponse(ctx context.Context, reqEdit
 	return ParseHookReadyReply(rsp)
 }
 
-// HookResumeWithResponse resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+// HookResumeWithResponse Resume hook
+//
+// resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3178,7 +3552,9 @@ func (c *ClientWithResponses) HookResumeWithResponse(ctx context.Context, reqEdi
 	return ParseHookResumeReply(rsp)
 }
 
-// HookRunWithBodyWithResponse installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+// HookRunWithBodyWithResponse Run hook: install the token
+//
+// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3191,7 +3567,9 @@ func (c *ClientWithResponses) HookRunWithBodyWithResponse(ctx context.Context, c
 	return ParseHookRunReply(rsp)
 }
 
-// HookRunWithResponse installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+// HookRunWithResponse Run hook: install the token
+//
+// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3204,7 +3582,9 @@ func (c *ClientWithResponses) HookRunWithResponse(ctx context.Context, body Hook
 	return ParseHookRunReply(rsp)
 }
 
-// HookSuspendWithResponse suspend notice; logged and acknowledged
+// HookSuspendWithResponse Suspend hook
+//
+// suspend notice; logged and acknowledged
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3217,7 +3597,9 @@ func (c *ClientWithResponses) HookSuspendWithResponse(ctx context.Context, reqEd
 	return ParseHookSuspendReply(rsp)
 }
 
-// HookTerminateWithResponse terminate notice; starts a graceful shutdown that lets in-flight requests finish
+// HookTerminateWithResponse Terminate hook
+//
+// terminate notice; starts a graceful shutdown that lets in-flight requests finish
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3230,7 +3612,9 @@ func (c *ClientWithResponses) HookTerminateWithResponse(ctx context.Context, req
 	return ParseHookTerminateReply(rsp)
 }
 
-// HookValidateWithResponse build-time validation probe; answered like ready
+// HookValidateWithResponse Validation hook
+//
+// build-time validation probe; answered like ready
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3243,7 +3627,9 @@ func (c *ClientWithResponses) HookValidateWithResponse(ctx context.Context, reqE
 	return ParseHookValidateReply(rsp)
 }
 
-// ExecStartWithBodyWithResponse starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+// ExecStartWithBodyWithResponse Start an exec
+//
+// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3256,7 +3642,9 @@ func (c *ClientWithResponses) ExecStartWithBodyWithResponse(ctx context.Context,
 	return ParseExecStartReply(rsp)
 }
 
-// ExecStartWithResponse starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+// ExecStartWithResponse Start an exec
+//
+// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3269,7 +3657,9 @@ func (c *ClientWithResponses) ExecStartWithResponse(ctx context.Context, body Ex
 	return ParseExecStartReply(rsp)
 }
 
-// ExecPollWithResponse reads an exec's phase and, once it has exited, its output and status; never changes the entry
+// ExecPollWithResponse Poll an exec
+//
+// reads an exec's phase and, once it has exited, its output and status; never changes the entry
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3282,7 +3672,9 @@ func (c *ClientWithResponses) ExecPollWithResponse(ctx context.Context, id ExecI
 	return ParseExecPollReply(rsp)
 }
 
-// ExecAckWithResponse hands the output over and starts the TTL clock; the only way output is ever released
+// ExecAckWithResponse Acknowledge an exec
+//
+// hands the output over and starts the TTL clock; the only way output is ever released
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3295,7 +3687,9 @@ func (c *ClientWithResponses) ExecAckWithResponse(ctx context.Context, id ExecID
 	return ParseExecAckReply(rsp)
 }
 
-// ExecKillWithResponse sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+// ExecKillWithResponse Kill an exec
+//
+// sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3308,7 +3702,9 @@ func (c *ClientWithResponses) ExecKillWithResponse(ctx context.Context, id ExecI
 	return ParseExecKillReply(rsp)
 }
 
-// ExecStdinWithBodyWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+// ExecStdinWithBodyWithResponse Write to an exec's stdin
+//
+// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3321,7 +3717,9 @@ func (c *ClientWithResponses) ExecStdinWithBodyWithResponse(ctx context.Context,
 	return ParseExecStdinReply(rsp)
 }
 
-// ExecStdinWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+// ExecStdinWithResponse Write to an exec's stdin
+//
+// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3334,7 +3732,9 @@ func (c *ClientWithResponses) ExecStdinWithResponse(ctx context.Context, id Exec
 	return ParseExecStdinReply(rsp)
 }
 
-// ExecStreamWithResponse follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+// ExecStreamWithResponse Stream an exec's output
+//
+// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3347,7 +3747,9 @@ func (c *ClientWithResponses) ExecStreamWithResponse(ctx context.Context, id Exe
 	return ParseExecStreamReply(rsp)
 }
 
-// FsReadFileWithResponse streams one file, or an inclusive 1-based range of its lines
+// FsReadFileWithResponse Read a file
+//
+// streams one file, or an inclusive 1-based range of its lines
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3360,7 +3762,9 @@ func (c *ClientWithResponses) FsReadFileWithResponse(ctx context.Context, params
 	return ParseFsReadFileReply(rsp)
 }
 
-// FsWriteFileWithBodyWithResponse writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+// FsWriteFileWithBodyWithResponse Write a file
+//
+// writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3373,7 +3777,9 @@ func (c *ClientWithResponses) FsWriteFileWithBodyWithResponse(ctx context.Contex
 	return ParseFsWriteFileReply(rsp)
 }
 
-// FsReadTarWithResponse streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+// FsReadTarWithResponse Read a directory as tar
+//
+// streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3386,9 +3792,9 @@ func (c *ClientWithResponses) FsReadTarWithResponse(ctx context.Context, params 
 	return ParseFsReadTarReply(rsp)
 }
 
-// FsWriteTarWithBodyWithResponse extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+// FsWriteTarWithBodyWithResponse Extract a tar
 //
-// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
+// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3401,7 +3807,9 @@ func (c *ClientWithResponses) FsWriteTarWithBodyWithResponse(ctx context.Context
 	return ParseFsWriteTarReply(rsp)
 }
 
-// HealthWithResponse liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+// HealthWithResponse Health
+//
+// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3414,7 +3822,9 @@ func (c *ClientWithResponses) HealthWithResponse(ctx context.Context, reqEditors
 	return ParseHealthReply(rsp)
 }
 
-// SchemaWithResponse the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+// SchemaWithResponse Protocol document
+//
+// the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3653,7 +4063,7 @@ func ParseExecStartReply(rsp *http.Response) (*ExecStartReply, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorMalformedRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -3663,7 +4073,7 @@ func ParseExecStartReply(rsp *http.Response) (*ExecStartReply, error) {
 		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest ErrorBody
+		var dest ErrorSpawnFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -3854,7 +4264,7 @@ func ParseExecAckReply(rsp *http.Response) (*ExecAckReply, error) {
 		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorBody
+		var dest ErrorAckConflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -4025,7 +4435,7 @@ func ParseExecStdinReply(rsp *http.Response) (*ExecStdinReply, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorMalformedRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -4042,35 +4452,35 @@ func ParseExecStdinReply(rsp *http.Response) (*ExecStdinReply, error) {
 		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
-		var dest ErrorBody
+		var dest ErrorStdinWriteTimeout
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON408 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorBody
+		var dest ErrorStdinNotRequested
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
-		var dest ErrorBody
+		var dest ErrorStdinClosed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest ErrorBody
+		var dest ErrorStdinWriteTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest ErrorBody
+		var dest ErrorStdinWriteFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -4202,7 +4612,7 @@ func ParseExecStreamReply(rsp *http.Response) (*ExecStreamReply, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorMalformedRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -4705,58 +5115,58 @@ func ParseSchemaReply(rsp *http.Response) (*SchemaReply, error) {
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
-	// HookReady build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+	// HookReady Readiness hook
 	// (POST /aws/lambda-microvms/runtime/v1/ready)
 	HookReady(w http.ResponseWriter, r *http.Request)
-	// HookResume resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+	// HookResume Resume hook
 	// (POST /aws/lambda-microvms/runtime/v1/resume)
 	HookResume(w http.ResponseWriter, r *http.Request)
-	// HookRun installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRun Run hook: install the token
 	// (POST /aws/lambda-microvms/runtime/v1/run)
 	HookRun(w http.ResponseWriter, r *http.Request)
-	// HookSuspend suspend notice; logged and acknowledged
+	// HookSuspend Suspend hook
 	// (POST /aws/lambda-microvms/runtime/v1/suspend)
 	HookSuspend(w http.ResponseWriter, r *http.Request)
-	// HookTerminate terminate notice; starts a graceful shutdown that lets in-flight requests finish
+	// HookTerminate Terminate hook
 	// (POST /aws/lambda-microvms/runtime/v1/terminate)
 	HookTerminate(w http.ResponseWriter, r *http.Request)
-	// HookValidate build-time validation probe; answered like ready
+	// HookValidate Validation hook
 	// (POST /aws/lambda-microvms/runtime/v1/validate)
 	HookValidate(w http.ResponseWriter, r *http.Request)
-	// ExecStart starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStart Start an exec
 	// (POST /v1/exec/start)
 	ExecStart(w http.ResponseWriter, r *http.Request)
-	// ExecPoll reads an exec's phase and, once it has exited, its output and status; never changes the entry
+	// ExecPoll Poll an exec
 	// (GET /v1/exec/{id})
 	ExecPoll(w http.ResponseWriter, r *http.Request, id ExecID)
-	// ExecAck hands the output over and starts the TTL clock; the only way output is ever released
+	// ExecAck Acknowledge an exec
 	// (POST /v1/exec/{id}/ack)
 	ExecAck(w http.ResponseWriter, r *http.Request, id ExecID)
-	// ExecKill sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+	// ExecKill Kill an exec
 	// (POST /v1/exec/{id}/kill)
 	ExecKill(w http.ResponseWriter, r *http.Request, id ExecID)
-	// ExecStdin writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdin Write to an exec's stdin
 	// (POST /v1/exec/{id}/stdin)
 	ExecStdin(w http.ResponseWriter, r *http.Request, id ExecID)
-	// ExecStream follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+	// ExecStream Stream an exec's output
 	// (GET /v1/exec/{id}/stream)
 	ExecStream(w http.ResponseWriter, r *http.Request, id ExecID, params ExecStreamParams)
-	// FsReadFile streams one file, or an inclusive 1-based range of its lines
+	// FsReadFile Read a file
 	// (GET /v1/fs/file)
 	FsReadFile(w http.ResponseWriter, r *http.Request, params FsReadFileParams)
-	// FsWriteFile writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+	// FsWriteFile Write a file
 	// (PUT /v1/fs/file)
 	FsWriteFile(w http.ResponseWriter, r *http.Request, params FsWriteFileParams)
-	// FsReadTar streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+	// FsReadTar Read a directory as tar
 	// (GET /v1/fs/tar)
 	FsReadTar(w http.ResponseWriter, r *http.Request, params FsReadTarParams)
-	// FsWriteTar extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+	// FsWriteTar Extract a tar
 	// (PUT /v1/fs/tar)
 	FsWriteTar(w http.ResponseWriter, r *http.Request, params FsWriteTarParams)
-	// Health liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+	// Health Health
 	// (GET /v1/health)
 	Health(w http.ResponseWriter, r *http.Request)
-	// Schema the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+	// Schema Protocol document
 	// (GET /v1/schema)
 	Schema(w http.ResponseWriter, r *http.Request)
 }
@@ -5050,7 +5460,7 @@ func (siw *ServerInterfaceWrapper) ExecStream(w http.ResponseWriter, r *http.Req
 			return
 		}
 
-		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "uint64"})
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"})
 		if err != nil {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
 			return
@@ -5101,7 +5511,7 @@ func (siw *ServerInterfaceWrapper) FsReadFile(w http.ResponseWriter, r *http.Req
 
 	// ------------- Optional query parameter "start_line" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "start_line", r.URL.Query(), &params.StartLine, runtime.BindQueryParameterOptions{Type: "integer", Format: "uint64"})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "start_line", r.URL.Query(), &params.StartLine, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {
@@ -5114,7 +5524,7 @@ func (siw *ServerInterfaceWrapper) FsReadFile(w http.ResponseWriter, r *http.Req
 
 	// ------------- Optional query parameter "end_line" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "end_line", r.URL.Query(), &params.EndLine, runtime.BindQueryParameterOptions{Type: "integer", Format: "uint64"})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "end_line", r.URL.Query(), &params.EndLine, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {
