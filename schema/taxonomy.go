@@ -203,11 +203,23 @@ func (t *Taxonomy) check() error {
 	return nil
 }
 
+// initialisms are the words Go writes in one case (as golint and
+// oapi-codegen do), when a slug names them as a whole word.
+var initialisms = map[string]bool{
+	"API": true, "ARN": true, "CPU": true, "HTTP": true, "ID": true, "IP": true,
+	"JSON": true, "PID": true, "PTY": true, "SSE": true, "TLS": true, "TTL": true,
+	"UID": true, "GID": true, "URL": true, "UTF8": true, "VM": true,
+}
+
 // goIdent turns a slug like "run-hook-payload-ceiling" or "still_running"
 // into an exported Go identifier suffix ("RunHookPayloadCeiling").
 func goIdent(s string) string {
 	var b strings.Builder
 	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == '-' || r == '_' || r == ' ' }) {
+		if up := strings.ToUpper(part); initialisms[up] {
+			b.WriteString(up) // Go's initialisms: ExecTTLSecs, not ExecTtlSecs
+			continue
+		}
 		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
 	}
 	return b.String()
