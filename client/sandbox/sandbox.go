@@ -138,7 +138,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 		return nil, err
 	}
 	if !ref.IsARN() {
-		return nil, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingImageArnColon, "launch needs the image's ARN, not the name %q", o.Image)
+		return nil, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingImageARNColon, "launch needs the image's ARN, not the name %q", o.Image)
 	}
 	token := o.AgentToken
 	if token == "" {

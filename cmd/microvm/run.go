@@ -195,7 +195,7 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 		return "", "", err
 	}
 	if found == nil {
-		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageArnColon,
+		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageARNColon,
 			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.region)
 	}
 	p.a.progress("resolved image name %s to %s", id, found.ImageArn)
