@@ -322,7 +322,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		if c.Exec == "" {
 			return nil
 		}
-		ro := client.RunOptions{StartOptions: client.StartOptions{ExecID: client.NewExecID(), Shell: true}, Timeout: time.Duration(c.Timeout * float64(time.Second))}
+		ro := client.RunOptions{StartOptions: client.StartOptions{ExecID: client.NewExecID(), Shell: true}, ClientTimeout: time.Duration(c.Timeout * float64(time.Second))}
 		if !a.g.JSON && !a.g.Dense {
 			// The child's bytes, exactly and as they arrive.
 			ro.Stdout, ro.Stderr = a.stdout, a.stderr
