@@ -427,14 +427,16 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request) bool {
 
 // paramError answers a request the generated wrapper could not bind: always
 // 400, never 404 (a client maps 404 to "absent"). The exec routes speak the
-// JSON ErrorBody; the fs routes speak text/plain, as the spec declares.
+// JSON ErrorBody; the file and tar routes speak text/plain, as the spec
+// declares.
 func (s *Server) paramError(w http.ResponseWriter, r *http.Request, err error) {
-	if strings.HasPrefix(r.URL.Path, "/v1/exec/") {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, err.Error())
+	if r.URL.Path == "/v1/fs/file" || r.URL.Path == "/v1/fs/tar" {
+		FSParamError(w, err)
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, "/v1/fs/") {
-		FSParamError(w, err)
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		// The exec routes and every route of ours (issue 21).
+		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, err.Error())
 		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)

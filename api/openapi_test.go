@@ -58,6 +58,17 @@ var routes = []route{
 	{"PUT", "/v1/fs/file", "fsWriteFile", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
 	{"GET", "/v1/fs/tar", "fsReadTar", true, []int{200, 400, 401, 404, 413, 500, 503}, nil},
 	{"PUT", "/v1/fs/tar", "fsWriteTar", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
+	// Ours, not the reference's (issue 21): additive filesystem operations.
+	{"GET", "/v1/fs/stat", "fsStat", true, []int{200, 400, 401, 404, 500, 503},
+		map[int][]string{400: {"malformed_request"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
+	{"GET", "/v1/fs/list", "fsList", true, []int{200, 400, 401, 404, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
+	{"POST", "/v1/fs/mkdir", "fsMkdir", true, []int{200, 400, 401, 409, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 409: {"path_exists"}, 500: {"fs_failed"}}},
+	{"POST", "/v1/fs/move", "fsMove", true, []int{200, 400, 401, 404, 409, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 409: {"path_exists", "directory_not_empty"}, 500: {"fs_failed"}}},
+	{"POST", "/v1/fs/remove", "fsRemove", true, []int{200, 400, 401, 404, 409, 500, 503},
+		map[int][]string{400: {"malformed_request"}, 404: {"path_not_found"}, 409: {"directory_not_empty"}, 500: {"fs_failed"}}},
 	{"GET", "/v1/health", "health", false, []int{200}, nil},
 	{"GET", "/v1/schema", "schema", false, []int{200}, nil},
 }
@@ -233,6 +244,9 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"open_body_timeout_secs": 10,
 		"max_open_bodies":        16,
 		"stream_stall_secs":      10,
+		// Ours (issue 21): the fs list page.
+		"max_list_page":     10000,
+		"list_page_default": 1000,
 	}
 	// The reference daemon's own environment variable names (agentd/src/config.rs).
 	wantEnv := map[string]string{
@@ -264,7 +278,10 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		if e, ok := wantEnv[name]; ok && got.Env != e {
 			t.Errorf("x-limits.%s env = %q, want %q", name, got.Env, e)
 		}
-		if name != "sse_idle_timeout_secs" && !strings.HasPrefix(got.Env, "AGENTD_") {
+		// Fixed bounds, not settings: the idle timeout is the client's, and the
+		// list page sizes (issue 21) keep one answer a few MiB whatever the env.
+		fixed := name == "sse_idle_timeout_secs" || name == "max_list_page" || name == "list_page_default"
+		if !fixed && !strings.HasPrefix(got.Env, "AGENTD_") {
 			t.Errorf("x-limits.%s env = %q, want an AGENTD_ variable", name, got.Env)
 		}
 	}

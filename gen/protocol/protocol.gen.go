@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/oapi-codegen/runtime"
 )
@@ -22,6 +23,39 @@ import (
 const (
 	BearerAuthScopes bearerAuthContextKey = "bearerAuth.Scopes"
 )
+
+// Defines values for FileType.
+const (
+	FileTypeBlockDevice FileType = "block_device"
+	FileTypeCharDevice  FileType = "char_device"
+	FileTypeDirectory   FileType = "directory"
+	FileTypeFifo        FileType = "fifo"
+	FileTypeFile        FileType = "file"
+	FileTypeSocket      FileType = "socket"
+	FileTypeSymlink     FileType = "symlink"
+)
+
+// Valid indicates whether the value is a known member of the FileType enum.
+func (e FileType) Valid() bool {
+	switch e {
+	case FileTypeBlockDevice:
+		return true
+	case FileTypeCharDevice:
+		return true
+	case FileTypeDirectory:
+		return true
+	case FileTypeFifo:
+		return true
+	case FileTypeFile:
+		return true
+	case FileTypeSocket:
+		return true
+	case FileTypeSymlink:
+		return true
+	default:
+		return false
+	}
+}
 
 // Defines values for Phase.
 const (
@@ -94,6 +128,33 @@ type ExitEvent struct {
 	WritersMayBeAlive bool   `json:"writers_may_be_alive"`
 }
 
+// FileInfo one filesystem entry, as lstat reports it (a symlink is described, not followed)
+type FileInfo struct {
+	GID uint32 `json:"gid"`
+
+	// Mode permission and setuid/setgid/sticky bits as four octal digits, e.g. 0755
+	Mode string `json:"mode"`
+
+	// Mtime last modification, RFC 3339 with nanoseconds, UTC
+	Mtime time.Time `json:"mtime"`
+
+	// Name the last component of path
+	Name string `json:"name"`
+
+	// Path the entry's path, as asked for or joined under the listed directory
+	Path string `json:"path"`
+
+	// Size bytes, as lstat reports them (a symlink's is its target's length)
+	Size uint64 `json:"size"`
+
+	// SymlinkTarget a symlink's target text, as stored; absent for anything else
+	SymlinkTarget *string `json:"symlink_target,omitempty"`
+
+	// Type what kind of entry a path names
+	Type FileType `json:"type"`
+	UID  uint32   `json:"uid"`
+}
+
 // FileReadQuery query string of GET /v1/fs/file
 type FileReadQuery struct {
 	// EndLine last line, inclusive; absent or past the end means through EOF
@@ -105,6 +166,9 @@ type FileReadQuery struct {
 	// StartLine first line, 1-based inclusive; absent means 1
 	StartLine *uint64 `json:"start_line,omitempty"`
 }
+
+// FileType what kind of entry a path names
+type FileType string
 
 // FsQuery query string shared by the fs routes (mode is read only by PUT /v1/fs/file)
 type FsQuery struct {
@@ -153,6 +217,28 @@ type KillResponse struct {
 	Killed bool `json:"killed"`
 }
 
+// ListResponse one page of a listing
+type ListResponse struct {
+	Entries []FileInfo `json:"entries"`
+
+	// NextCursor pass as cursor for the next page; absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+	Path       string  `json:"path"`
+}
+
+// MkdirResponse result of a mkdir
+type MkdirResponse struct {
+	// Created false when the directory already existed
+	Created bool   `json:"created"`
+	Path    string `json:"path"`
+}
+
+// MoveResponse result of a move
+type MoveResponse struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
 // OutputEvent data of an SSE output event
 type OutputEvent struct {
 	// Offset position of this chunk's first byte
@@ -196,6 +282,14 @@ type PollResponse struct {
 
 // ProtocolDocument the document GET /v1/schema returns; its shape is docs/schema.json's
 type ProtocolDocument map[string]interface{}
+
+// RemoveResponse result of a remove
+type RemoveResponse struct {
+	Path string `json:"path"`
+
+	// Removed entries removed (1 for a file; a tree counts every entry in it)
+	Removed uint64 `json:"removed"`
+}
 
 // RunHookEnvelope the run hook's request body, as the platform wraps the caller's runHookPayload string
 type RunHookEnvelope struct {
@@ -285,6 +379,18 @@ type ExecID = string
 // FsPath defines model for FsPath.
 type FsPath = string
 
+// FsFailed JSON error body of the exec routes
+type FsFailed = ErrorBody
+
+// FsMalformed JSON error body of the exec routes
+type FsMalformed = ErrorBody
+
+// FsPathExists JSON error body of the exec routes
+type FsPathExists = ErrorBody
+
+// FsPathNotFound JSON error body of the exec routes
+type FsPathNotFound = ErrorBody
+
 // UnknownExecError JSON error body of the exec routes
 type UnknownExecError = ErrorBody
 
@@ -319,6 +425,57 @@ type FsWriteFileParams struct {
 
 	// Mode octal permission bits for the file, as text (0644 and 644 are the same)
 	Mode *string `form:"mode,omitempty" json:"mode,omitempty"`
+}
+
+// FsListParams defines parameters for FsList.
+type FsListParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
+
+	// Depth how many levels to descend; 1 (the default) lists the directory's own entries, 2 adds their children, and so on
+	Depth *uint32 `form:"depth,omitempty" json:"depth,omitempty"`
+
+	// Cursor the next_cursor of the previous page; absent starts at the beginning
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Limit most entries in this page; absent means limits.list_page_default, and over limits.max_list_page is refused
+	Limit *uint32 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// FsMkdirParams defines parameters for FsMkdir.
+type FsMkdirParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
+
+	// Mode octal permission bits for directories this call creates, as text, before the umask; absent means 0755
+	Mode *string `form:"mode,omitempty" json:"mode,omitempty"`
+}
+
+// FsMoveParams defines parameters for FsMove.
+type FsMoveParams struct {
+	// From the path to move; path rules as for path
+	From string `form:"from" json:"from"`
+
+	// To the new path; its parent must exist
+	To string `form:"to" json:"to"`
+
+	// Replace true lets the move replace what is at to (a directory only by an empty directory); absent or false refuses with 409 path_exists, checked atomically by the kernel
+	Replace *bool `form:"replace,omitempty" json:"replace,omitempty"`
+}
+
+// FsRemoveParams defines parameters for FsRemove.
+type FsRemoveParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
+
+	// Recursive true removes a directory with everything under it; absent or false refuses a non-empty directory with 409 directory_not_empty
+	Recursive *bool `form:"recursive,omitempty" json:"recursive,omitempty"`
+}
+
+// FsStatParams defines parameters for FsStat.
+type FsStatParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
 }
 
 // FsReadTarParams defines parameters for FsReadTar.
@@ -595,6 +752,33 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/fs/file (the `FsWriteFile` operationId).
 	FsWriteFileWithBody(ctx context.Context, params *FsWriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsList lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+	//
+	// A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed.
+	//
+	// Corresponds with GET /v1/fs/list (the `FsList` operationId).
+	FsList(ctx context.Context, params *FsListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsMkdir creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+	//
+	// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
+	FsMkdir(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsMove renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+	//
+	// Corresponds with POST /v1/fs/move (the `FsMove` operationId).
+	FsMove(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+	//
+	// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
+	FsRemove(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsStat describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+	//
+	// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
+	FsStat(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FsReadTar streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 	//
@@ -880,6 +1064,83 @@ func (c *Client) FsReadFile(ctx context.Context, params *FsReadFileParams, reqEd
 // Corresponds with PUT /v1/fs/file (the `FsWriteFile` operationId).
 func (c *Client) FsWriteFileWithBody(ctx context.Context, params *FsWriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFsWriteFileRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsList lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+//
+// A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed.
+//
+// Corresponds with GET /v1/fs/list (the `FsList` operationId).
+func (c *Client) FsList(ctx context.Context, params *FsListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsListRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsMkdir creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+//
+// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
+func (c *Client) FsMkdir(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsMkdirRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsMove renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+//
+// Corresponds with POST /v1/fs/move (the `FsMove` operationId).
+func (c *Client) FsMove(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsMoveRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+//
+// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
+func (c *Client) FsRemove(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsRemoveRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsStat describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+//
+// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
+func (c *Client) FsStat(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsStatRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1532,6 +1793,336 @@ func NewFsWriteFileRequestWithBody(server string, params *FsWriteFileParams, con
 	return req, nil
 }
 
+// NewFsListRequest constructs an http.Request for the FsList method
+func NewFsListRequest(server string, params *FsListParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/list")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Depth != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "depth", *params.Depth, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "uint32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "uint32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewFsMkdirRequest constructs an http.Request for the FsMkdir method
+func NewFsMkdirRequest(server string, params *FsMkdirParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/mkdir")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Mode != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "mode", *params.Mode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewFsMoveRequest constructs an http.Request for the FsMove method
+func NewFsMoveRequest(server string, params *FsMoveParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/move")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Replace != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "replace", *params.Replace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewFsRemoveRequest constructs an http.Request for the FsRemove method
+func NewFsRemoveRequest(server string, params *FsRemoveParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/remove")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Recursive != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "recursive", *params.Recursive, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewFsStatRequest constructs an http.Request for the FsStat method
+func NewFsStatRequest(server string, params *FsStatParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/stat")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewFsReadTarRequest constructs an http.Request for the FsReadTar method
 func NewFsReadTarRequest(server string, params *FsReadTarParams) (*http.Request, error) {
 	var err error
@@ -1850,6 +2441,43 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/fs/file (the `FsWriteFile` operationId).
 	FsWriteFileWithBodyWithResponse(ctx context.Context, params *FsWriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteFileReply, error)
+
+	// FsListWithResponse lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+	//
+	// A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/fs/list (the `FsList` operationId).
+	FsListWithResponse(ctx context.Context, params *FsListParams, reqEditors ...RequestEditorFn) (*FsListReply, error)
+
+	// FsMkdirWithResponse creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
+	FsMkdirWithResponse(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*FsMkdirReply, error)
+
+	// FsMoveWithResponse renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/fs/move (the `FsMove` operationId).
+	FsMoveWithResponse(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*FsMoveReply, error)
+
+	// FsRemoveWithResponse removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
+	FsRemoveWithResponse(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*FsRemoveReply, error)
+
+	// FsStatWithResponse describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
+	FsStatWithResponse(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*FsStatReply, error)
 
 	// FsReadTarWithResponse streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 	//
@@ -2890,6 +3518,554 @@ func (r FsWriteFileReply) ContentType() string {
 	return ""
 }
 
+// FsListReply200Headers the declared response headers of an HTTP 200 response for FsList
+type FsListReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply400Headers the declared response headers of an HTTP 400 response for FsList
+type FsListReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply401Headers the declared response headers of an HTTP 401 response for FsList
+type FsListReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply404Headers the declared response headers of an HTTP 404 response for FsList
+type FsListReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply500Headers the declared response headers of an HTTP 500 response for FsList
+type FsListReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply503Headers the declared response headers of an HTTP 503 response for FsList
+type FsListReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsListReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsListReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsListReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsListReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsListReply404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsListReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsListReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsListReply) GetJSON200() *ListResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsListReply) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsListReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsListReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsListReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsListReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsListReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsListReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// FsMkdirReply200Headers the declared response headers of an HTTP 200 response for FsMkdir
+type FsMkdirReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply400Headers the declared response headers of an HTTP 400 response for FsMkdir
+type FsMkdirReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply401Headers the declared response headers of an HTTP 401 response for FsMkdir
+type FsMkdirReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply409Headers the declared response headers of an HTTP 409 response for FsMkdir
+type FsMkdirReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply500Headers the declared response headers of an HTTP 500 response for FsMkdir
+type FsMkdirReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply503Headers the declared response headers of an HTTP 503 response for FsMkdir
+type FsMkdirReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsMkdirReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MkdirResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *FsPathExists
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsMkdirReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsMkdirReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsMkdirReply401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *FsMkdirReply409Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsMkdirReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsMkdirReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsMkdirReply) GetJSON200() *MkdirResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsMkdirReply) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r FsMkdirReply) GetJSON409() *FsPathExists {
+	return r.JSON409
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsMkdirReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsMkdirReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsMkdirReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsMkdirReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsMkdirReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// FsMoveReply200Headers the declared response headers of an HTTP 200 response for FsMove
+type FsMoveReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply400Headers the declared response headers of an HTTP 400 response for FsMove
+type FsMoveReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply401Headers the declared response headers of an HTTP 401 response for FsMove
+type FsMoveReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply404Headers the declared response headers of an HTTP 404 response for FsMove
+type FsMoveReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply409Headers the declared response headers of an HTTP 409 response for FsMove
+type FsMoveReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply500Headers the declared response headers of an HTTP 500 response for FsMove
+type FsMoveReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply503Headers the declared response headers of an HTTP 503 response for FsMove
+type FsMoveReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsMoveReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MoveResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *ErrorBody
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsMoveReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsMoveReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsMoveReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsMoveReply404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *FsMoveReply409Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsMoveReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsMoveReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsMoveReply) GetJSON200() *MoveResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsMoveReply) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsMoveReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r FsMoveReply) GetJSON409() *ErrorBody {
+	return r.JSON409
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsMoveReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsMoveReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsMoveReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsMoveReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsMoveReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// FsRemoveReply200Headers the declared response headers of an HTTP 200 response for FsRemove
+type FsRemoveReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply400Headers the declared response headers of an HTTP 400 response for FsRemove
+type FsRemoveReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply401Headers the declared response headers of an HTTP 401 response for FsRemove
+type FsRemoveReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply404Headers the declared response headers of an HTTP 404 response for FsRemove
+type FsRemoveReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply409Headers the declared response headers of an HTTP 409 response for FsRemove
+type FsRemoveReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply500Headers the declared response headers of an HTTP 500 response for FsRemove
+type FsRemoveReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply503Headers the declared response headers of an HTTP 503 response for FsRemove
+type FsRemoveReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsRemoveReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RemoveResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *FsMalformed
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *ErrorBody
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsRemoveReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsRemoveReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsRemoveReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsRemoveReply404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *FsRemoveReply409Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsRemoveReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsRemoveReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsRemoveReply) GetJSON200() *RemoveResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsRemoveReply) GetJSON400() *FsMalformed {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsRemoveReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r FsRemoveReply) GetJSON409() *ErrorBody {
+	return r.JSON409
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsRemoveReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsRemoveReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsRemoveReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsRemoveReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsRemoveReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// FsStatReply200Headers the declared response headers of an HTTP 200 response for FsStat
+type FsStatReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply400Headers the declared response headers of an HTTP 400 response for FsStat
+type FsStatReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply401Headers the declared response headers of an HTTP 401 response for FsStat
+type FsStatReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply404Headers the declared response headers of an HTTP 404 response for FsStat
+type FsStatReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply500Headers the declared response headers of an HTTP 500 response for FsStat
+type FsStatReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply503Headers the declared response headers of an HTTP 503 response for FsStat
+type FsStatReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsStatReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FileInfo
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *FsMalformed
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsStatReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsStatReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsStatReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsStatReply404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsStatReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsStatReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsStatReply) GetJSON200() *FileInfo {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsStatReply) GetJSON400() *FsMalformed {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsStatReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsStatReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsStatReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsStatReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsStatReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsStatReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // FsReadTarReply200Headers the declared response headers of an HTTP 200 response for FsReadTar
 type FsReadTarReply200Headers struct {
 	MicrovmsAgentdVersion string
@@ -3371,6 +4547,73 @@ func (c *ClientWithResponses) FsWriteFileWithBodyWithResponse(ctx context.Contex
 		return nil, err
 	}
 	return ParseFsWriteFileReply(rsp)
+}
+
+// FsListWithResponse lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+//
+// A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/fs/list (the `FsList` operationId).
+func (c *ClientWithResponses) FsListWithResponse(ctx context.Context, params *FsListParams, reqEditors ...RequestEditorFn) (*FsListReply, error) {
+	rsp, err := c.FsList(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsListReply(rsp)
+}
+
+// FsMkdirWithResponse creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
+func (c *ClientWithResponses) FsMkdirWithResponse(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*FsMkdirReply, error) {
+	rsp, err := c.FsMkdir(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsMkdirReply(rsp)
+}
+
+// FsMoveWithResponse renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/fs/move (the `FsMove` operationId).
+func (c *ClientWithResponses) FsMoveWithResponse(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*FsMoveReply, error) {
+	rsp, err := c.FsMove(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsMoveReply(rsp)
+}
+
+// FsRemoveWithResponse removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
+func (c *ClientWithResponses) FsRemoveWithResponse(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*FsRemoveReply, error) {
+	rsp, err := c.FsRemove(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsRemoveReply(rsp)
+}
+
+// FsStatWithResponse describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
+func (c *ClientWithResponses) FsStatWithResponse(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*FsStatReply, error) {
+	rsp, err := c.FsStat(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsStatReply(rsp)
 }
 
 // FsReadTarWithResponse streams a directory tree as an uncompressed tar, symlinks kept as symlinks
@@ -4447,6 +5690,620 @@ func ParseFsWriteFileReply(rsp *http.Response) (*FsWriteFileReply, error) {
 	return response, nil
 }
 
+// ParseFsListReply parses an HTTP response from a FsListWithResponse call
+func ParseFsListReply(rsp *http.Response) (*FsListReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsListReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsListReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsListReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsListReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsListReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsListReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsListReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFsMkdirReply parses an HTTP response from a FsMkdirWithResponse call
+func ParseFsMkdirReply(rsp *http.Response) (*FsMkdirReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsMkdirReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MkdirResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest FsPathExists
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsMkdirReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsMkdirReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsMkdirReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers FsMkdirReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsMkdirReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsMkdirReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFsMoveReply parses an HTTP response from a FsMoveWithResponse call
+func ParseFsMoveReply(rsp *http.Response) (*FsMoveReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsMoveReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MoveResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsMoveReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsMoveReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsMoveReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsMoveReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers FsMoveReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsMoveReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsMoveReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFsRemoveReply parses an HTTP response from a FsRemoveWithResponse call
+func ParseFsRemoveReply(rsp *http.Response) (*FsRemoveReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsRemoveReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RemoveResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest FsMalformed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsRemoveReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsRemoveReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsRemoveReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsRemoveReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers FsRemoveReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsRemoveReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsRemoveReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFsStatReply parses an HTTP response from a FsStatWithResponse call
+func ParseFsStatReply(rsp *http.Response) (*FsStatReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsStatReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FileInfo
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest FsMalformed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsStatReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsStatReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsStatReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsStatReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsStatReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsStatReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseFsReadTarReply parses an HTTP response from a FsReadTarWithResponse call
 func ParseFsReadTarReply(rsp *http.Response) (*FsReadTarReply, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4747,6 +6604,21 @@ type ServerInterface interface {
 	// FsWriteFile writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
 	// (PUT /v1/fs/file)
 	FsWriteFile(w http.ResponseWriter, r *http.Request, params FsWriteFileParams)
+	// FsList lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+	// (GET /v1/fs/list)
+	FsList(w http.ResponseWriter, r *http.Request, params FsListParams)
+	// FsMkdir creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+	// (POST /v1/fs/mkdir)
+	FsMkdir(w http.ResponseWriter, r *http.Request, params FsMkdirParams)
+	// FsMove renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+	// (POST /v1/fs/move)
+	FsMove(w http.ResponseWriter, r *http.Request, params FsMoveParams)
+	// FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+	// (POST /v1/fs/remove)
+	FsRemove(w http.ResponseWriter, r *http.Request, params FsRemoveParams)
+	// FsStat describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+	// (GET /v1/fs/stat)
+	FsStat(w http.ResponseWriter, r *http.Request, params FsStatParams)
 	// FsReadTar streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 	// (GET /v1/fs/tar)
 	FsReadTar(w http.ResponseWriter, r *http.Request, params FsReadTarParams)
@@ -5188,6 +7060,292 @@ func (siw *ServerInterfaceWrapper) FsWriteFile(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// FsList operation middleware
+func (siw *ServerInterfaceWrapper) FsList(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsListParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "depth" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "depth", r.URL.Query(), &params.Depth, runtime.BindQueryParameterOptions{Type: "integer", Format: "uint32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "depth"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "depth", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: "uint32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsList(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// FsMkdir operation middleware
+func (siw *ServerInterfaceWrapper) FsMkdir(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsMkdirParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "mode" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "mode", r.URL.Query(), &params.Mode, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "mode"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "mode", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsMkdir(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// FsMove operation middleware
+func (siw *ServerInterfaceWrapper) FsMove(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsMoveParams
+
+	// ------------- Required query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "from", r.URL.Query(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "from"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "from", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "to", r.URL.Query(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "to"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "to", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "replace" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "replace", r.URL.Query(), &params.Replace, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "replace"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "replace", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsMove(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// FsRemove operation middleware
+func (siw *ServerInterfaceWrapper) FsRemove(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsRemoveParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "recursive" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "recursive", r.URL.Query(), &params.Recursive, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "recursive"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "recursive", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsRemove(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// FsStat operation middleware
+func (siw *ServerInterfaceWrapper) FsStat(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsStatParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsStat(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // FsReadTar operation middleware
 func (siw *ServerInterfaceWrapper) FsReadTar(w http.ResponseWriter, r *http.Request) {
 
@@ -5430,6 +7588,11 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/file", wrapper.FsWriteFile)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/tar", wrapper.FsReadTar)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/tar", wrapper.FsWriteTar)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/stat", wrapper.FsStat)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/list", wrapper.FsList)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/mkdir", wrapper.FsMkdir)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/move", wrapper.FsMove)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/remove", wrapper.FsRemove)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/health", wrapper.Health)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schema", wrapper.Schema)
 

@@ -60,6 +60,11 @@ const (
 	OpFsWriteFile   = "fsWriteFile"
 	OpFsReadTar     = "fsReadTar"
 	OpFsWriteTar    = "fsWriteTar"
+	OpFsStat        = "fsStat"
+	OpFsList        = "fsList"
+	OpFsMkdir       = "fsMkdir"
+	OpFsMove        = "fsMove"
+	OpFsRemove      = "fsRemove"
 	OpHealth        = "health"
 	OpSchema        = "schema"
 )
@@ -82,6 +87,11 @@ var Operations = []Operation{
 	{ID: OpFsWriteFile, Method: "PUT", Pattern: "/v1/fs/file", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
 	{ID: OpFsReadTar, Method: "GET", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 404: "text/plain", 413: "text/plain", 500: "text/plain", 503: ""}},
 	{ID: OpFsWriteTar, Method: "PUT", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
+	{ID: OpFsStat, Method: "GET", Pattern: "/v1/fs/stat", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsList, Method: "GET", Pattern: "/v1/fs/list", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsMkdir, Method: "POST", Pattern: "/v1/fs/mkdir", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 409: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsMove, Method: "POST", Pattern: "/v1/fs/move", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsRemove, Method: "POST", Pattern: "/v1/fs/remove", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpHealth, Method: "GET", Pattern: "/v1/health", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpSchema, Method: "GET", Pattern: "/v1/schema", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 }
@@ -110,9 +120,11 @@ const (
 	DefaultDiskReserveBytes      = 268435456  // AGENTD_DISK_RESERVE_BYTES
 	DefaultExecTtlSecs           = 900        // AGENTD_EXEC_TTL_SECS
 	DefaultKillGraceSecs         = 10         // AGENTD_KILL_GRACE_SECS
+	DefaultListPageDefault       = 1000       //
 	DefaultMaxBodyBytes          = 536870912  // AGENTD_MAX_BODY_BYTES
 	DefaultMaxDrainBytes         = 65536      // AGENTD_MAX_DRAIN_BYTES
 	DefaultMaxExecIdBytes        = 1024       // AGENTD_MAX_EXEC_ID_BYTES
+	DefaultMaxListPage           = 10000      //
 	DefaultMaxOpenBodies         = 16         // AGENTD_MAX_OPEN_BODIES
 	DefaultMaxOutputBytes        = 8388608    // AGENTD_MAX_OUTPUT_BYTES
 	DefaultMaxStartBodyBytes     = 1048576    // AGENTD_MAX_START_BODY_BYTES
@@ -134,9 +146,11 @@ var Limits = []Limit{
 	{Name: "disk_reserve_bytes", Env: "AGENTD_DISK_RESERVE_BYTES", Default: DefaultDiskReserveBytes, Description: "free bytes a filesystem must keep before writes to it are refused with 507; zero disables the guard"},
 	{Name: "exec_ttl_secs", Env: "AGENTD_EXEC_TTL_SECS", Default: DefaultExecTtlSecs, Description: "seconds an acked exec entry is kept before it is collected"},
 	{Name: "kill_grace_secs", Env: "AGENTD_KILL_GRACE_SECS", Default: DefaultKillGraceSecs, Description: "seconds between SIGTERM and SIGKILL when a process group is killed"},
+	{Name: "list_page_default", Env: "", Default: DefaultListPageDefault, Description: "entries in a GET /v1/fs/list page when the caller gives no limit"},
 	{Name: "max_body_bytes", Env: "AGENTD_MAX_BODY_BYTES", Default: DefaultMaxBodyBytes, Description: "largest request body accepted on a bearer route, counted on the wire (413 beyond it)"},
 	{Name: "max_drain_bytes", Env: "AGENTD_MAX_DRAIN_BYTES", Default: DefaultMaxDrainBytes, Description: "how much of a refused request's body is read and discarded to keep the connection reusable"},
 	{Name: "max_exec_id_bytes", Env: "AGENTD_MAX_EXEC_ID_BYTES", Default: DefaultMaxExecIdBytes, Description: "longest exec_id a start accepts (400 beyond it); an id is held and logged for the exec's whole life, so it stays small"},
+	{Name: "max_list_page", Env: "", Default: DefaultMaxListPage, Description: "most entries one GET /v1/fs/list page may hold; a bigger limit is refused, so one page's answer stays a few MiB"},
 	{Name: "max_open_bodies", Env: "AGENTD_MAX_OPEN_BODIES", Default: DefaultMaxOpenBodies, Description: "unauthenticated request bodies read at once; a run hook over it is 503 and a refused body over it is not drained, and either connection is closed; the other open routes never read a body (one sent to them closes the connection after the answer), so health stays answerable under a flood of slow bodies"},
 	{Name: "max_output_bytes", Env: "AGENTD_MAX_OUTPUT_BYTES", Default: DefaultMaxOutputBytes, Description: "per-stream output cap for one exec; past it output is cut and truncated is set"},
 	{Name: "max_start_body_bytes", Env: "AGENTD_MAX_START_BODY_BYTES", Default: DefaultMaxStartBodyBytes, Description: "largest POST /v1/exec/start body; argv and env are all a start carries, so it stays far below max_body_bytes and a start never holds a large body in memory to decode"},
