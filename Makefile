@@ -59,8 +59,9 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/agentd ./cmd/agentd
 
-# The main job on one machine: agentd on loopback, bootstrapped through its run
-# hook, driven by the microvm CLI.
+# The main job on one machine: microvm run --local builds, launches, runs
+# `uname -a` in a MicroVM on the in-process emulator, reports the cost and
+# tears down.
 demo:
 	bash scripts/demo.sh
 

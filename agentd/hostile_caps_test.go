@@ -82,17 +82,17 @@ func TestSlowOpenBodiesAreBounded(t *testing.T) {
 	if err != nil || resp.StatusCode != 503 || !resp.Close {
 		t.Fatalf("a run hook over max_open_bodies: %v %v", err, resp)
 	}
-	// Routes that read no body answer at once and close.
-	for _, path := range []string{protocol.HookPrefix + "/ready", "/v1/health"} {
-		method := "POST"
-		if path == "/v1/health" {
-			method = "GET"
-		}
-		read, closeConn := slowBody(t, d.addr, method, path)
+	// Routes that read no body, and paths no route has, answer at once and
+	// close.
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{{"POST", protocol.HookPrefix + "/ready", 200}, {"GET", "/v1/health", 200}, {"POST", "/no/such/route", 404}, {"POST", "/v1/health", 405}} {
+		read, closeConn := slowBody(t, d.addr, c.method, c.path)
 		defer closeConn()
 		resp, err := read()
-		if err != nil || resp.StatusCode != 200 || !resp.Close {
-			t.Fatalf("%s with a slow body: %v %v", path, err, resp)
+		if err != nil || resp.StatusCode != c.status || !resp.Close {
+			t.Fatalf("%s %s with a slow body: %v %v", c.method, c.path, err, resp)
 		}
 	}
 	if h, err := d.client.HealthWithResponse(context.Background()); err != nil || h.StatusCode() != 200 {

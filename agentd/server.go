@@ -221,6 +221,18 @@ type gatedMux struct {
 	err    error
 }
 
+// ServeHTTP answers an unmatched path (404, 405) without reading a body sent
+// with it: net/http would otherwise read that body before writing the status,
+// so a slow one held the connection open for as long as its sender liked.
+func (m *gatedMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		if _, pattern := m.ServeMux.Handler(r); pattern == "" {
+			w.Header().Set("Connection", "close")
+		}
+	}
+	m.ServeMux.ServeHTTP(w, r)
+}
+
 func (m *gatedMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
 	isBearer, known := m.bearer[pattern]
 	if !known {

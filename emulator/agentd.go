@@ -48,9 +48,13 @@ func UnsafeUnisolatedAgentdLauncher(bin string, stderr io.Writer) Launcher {
 		}
 		// A free port can be taken between probing and agentd binding it;
 		// a few attempts make that race irrelevant without looping forever.
+		daemon := bin
+		if spec.Daemon != "" {
+			daemon = spec.Daemon // the agentd the image's artifact carries
+		}
 		var last error
 		for attempt := 0; attempt < 3; attempt++ {
-			g, err := startAgentd(ctx, bin, dir, spec, stderr)
+			g, err := startAgentd(ctx, daemon, dir, spec, stderr)
 			if err == nil {
 				return g, nil
 			}
@@ -118,9 +122,18 @@ func startAgentd(ctx context.Context, bin, dir string, spec GuestSpec, stderr io
 	// or turn the identity repair on against the host.
 	env = append(env, "AGENTD_PORT="+strconv.Itoa(port), "AGENTD_REPAIR_IDENTITY=0", "AGENTD_LISTEN=127.0.0.1")
 
+	cwd := dir
+	if spec.Workdir != "" {
+		// The guest's directory stands in for /, so the image's WORKDIR is
+		// made inside it.
+		cwd = filepath.Join(dir, filepath.Clean("/"+spec.Workdir))
+		if err := os.MkdirAll(cwd, 0o700); err != nil {
+			return nil, err
+		}
+	}
 	var logTail tail
 	cmd := exec.Command(bin)
-	cmd.Dir, cmd.Env = dir, env
+	cmd.Dir, cmd.Env = cwd, env
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(stderr, &logTail), io.MultiWriter(stderr, &logTail)
 	// Its own session: every process of the guest (agentd's children put
 	// themselves in their own process groups, not sessions) is found by

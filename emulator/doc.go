@@ -20,8 +20,21 @@
 // terminate kills them and deletes the guest's writes; Close stops every
 // guest.
 //
-// State advances when it is observed (each read of a resource is one step),
-// never by the wall clock, so a test driving it is deterministic.
+// By default state advances when it is observed (each read of a resource is
+// one step), never by the wall clock, so a test driving it is deterministic.
+// With Options.WallClock it moves with time instead, for people: a launch
+// is RUNNING as soon as its run hook answered, a build finishes at its first
+// observation. In both modes a SUSPENDED MicroVM whose idlePolicy window has
+// passed by Options.Now is terminated, as the platform terminates it.
+//
+// A build whose codeArtifact.uri is a file:// URL (the local artifact store
+// client/build.DirUploader writes) is unpacked into Options.StateDir: that
+// image's guests run the agentd the artifact carries, with its Dockerfile's
+// ENV and WORKDIR; UnperformedSteps names the Dockerfile steps the emulator
+// does not carry out. The build's log lines go to an in-memory stand-in for
+// CloudWatch Logs served on the same listener (FilterLogEvents and
+// DeleteLogGroup, awsJson1.1), so aws-sdk-go-v2's client reads them. The
+// embedded sub-package runs all of this in-process with one call.
 //
 // AgentdLauncher confines each guest in its own mount, PID, UTS, IPC and
 // network namespaces (isolate_linux.go); it must never start a guest

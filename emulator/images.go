@@ -4,12 +4,14 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // image is one custom MicroVM image and its versions, oldest first.
@@ -38,6 +40,7 @@ type version struct {
 	builds    []*build
 	plan      BuildPlan
 	seen      int
+	local     *unpacked // what a file:// artifact carried; nil for any other
 }
 
 type build struct {
@@ -106,7 +109,7 @@ func (s *Server) observe(im *image) {
 		return
 	}
 	v.seen++
-	if v.seen <= max(v.plan.Steps, 1) {
+	if !s.opt.WallClock && v.seen <= max(v.plan.Steps, 1) {
 		v.state = cp.MicrovmImageVersionStateINPROGRESS
 		for _, b := range v.builds {
 			b.state = cp.BuildStateINPROGRESS
@@ -125,8 +128,10 @@ func (s *Server) observe(im *image) {
 		}
 		im.failed = v.id
 		im.state = map[bool]cp.MicrovmImageState{true: cp.MicrovmImageStateCREATEFAILED, false: cp.MicrovmImageStateUPDATEFAILED}[first]
+		s.logf(logGroupOf(im.name, v.spec), "build-"+v.id, "version %s FAILED: %s", v.id, v.plan.FailReason)
 		return
 	}
+	s.logf(logGroupOf(im.name, v.spec), "build-"+v.id, "version %s SUCCESSFUL", v.id)
 	v.state = cp.MicrovmImageVersionStateSUCCESSFUL
 	for _, b := range v.builds {
 		b.state = cp.BuildStateSUCCESSFUL
@@ -201,7 +206,46 @@ func (s *Server) newVersion(im *image, spec cp.UpdateMicrovmImageRequest, wedge 
 	}
 	im.versions = append(im.versions, v)
 	im.building = v
+	s.localBuild(im, v)
 	return v
+}
+
+// logGroupOf is the log group a version's build writes to: the one its
+// logging names, else the service's default (finding build-logs-location).
+func logGroupOf(name string, spec cp.UpdateMicrovmImageRequest) string {
+	if l := spec.Logging; l != nil && l.CloudWatch != nil && l.CloudWatch.LogGroup != nil && *l.CloudWatch.LogGroup != "" {
+		return *l.CloudWatch.LogGroup
+	}
+	return taxonomy.BuildLogGroupPrefix + name
+}
+
+// localBuild unpacks a file:// artifact for v's guests, or fails the build
+// with the reason; any other artifact leaves the guests on the launcher's
+// own daemon. Called with s.mu held.
+func (s *Server) localBuild(im *image, v *version) {
+	group, stream := logGroupOf(im.name, v.spec), "build-"+v.id
+	uri := ""
+	if v.spec.CodeArtifact.Uri != nil {
+		uri = *v.spec.CodeArtifact.Uri
+	}
+	s.logf(group, stream, "version %s of %s: building from %s", v.id, im.name, uri)
+	path := artifactPath(uri)
+	if path == "" {
+		s.logf(group, stream, "the emulator cannot read %s; this image's guests run the emulator's own agentd", uri)
+		return
+	}
+	dir, err := s.state()
+	if err == nil {
+		v.local, err = unpack(path, filepath.Join(dir, "images", im.name, v.id))
+	}
+	if err != nil {
+		v.plan.FailReason = err.Error()
+		return
+	}
+	s.logf(group, stream, "unpacked the artifact: guests run its agentd")
+	for _, step := range v.local.skipped {
+		s.logf(group, stream, "not performed by the emulator: %s", step)
+	}
 }
 
 // AddImage creates a built image directly, for tests that need many.

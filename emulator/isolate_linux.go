@@ -3,6 +3,7 @@
 package emulator
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -81,6 +82,7 @@ type guestConfig struct {
 	Env       []string // the daemon's whole environment
 	Hostname  string   // the name before identity repair renames it
 	OwnNet    bool     // a private network namespace: bring its loopback up
+	Workdir   string   // the image's WORKDIR inside the guest root; "" is /
 }
 
 // isolationError is the refusal of a host that cannot confine a guest. It
@@ -214,7 +216,11 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 		if err := CheckIsolation(); err != nil {
 			return nil, err
 		}
-		abs, err := filepath.Abs(bin)
+		daemon := bin
+		if spec.Daemon != "" {
+			daemon = spec.Daemon // the agentd the image's artifact carries
+		}
+		abs, err := filepath.Abs(daemon)
 		if err != nil {
 			return nil, err
 		}
@@ -292,7 +298,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	cfg := guestConfig{
 		State: dir, ImageRoot: spec.RootDir, Agentd: bin, Env: guestEnv(spec, port),
-		Hostname: spec.MicrovmID, OwnNet: !spec.Egress,
+		Hostname: spec.MicrovmID, OwnNet: !spec.Egress, Workdir: spec.Workdir,
 	}
 	if cfg.Hostname == "" {
 		cfg.Hostname = "microvm"
@@ -391,8 +397,16 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 			_ = removeState(dir)
 		})
 	}
-	g.Freeze = func() error { return signalPidns(leader, pidns, syscall.SIGSTOP) }
-	g.Thaw = func() error { return signalPidns(leader, pidns, syscall.SIGCONT) }
+	g.Freeze = func() error {
+		pids, err := signalPidns(leader, pidns, syscall.SIGSTOP)
+		if err != nil {
+			return err
+		}
+		// kill(2) returns before the target stops; the platform's suspend
+		// is complete only when the guest is frozen, so wait for it.
+		return waitStopped(pids, 5*time.Second)
+	}
+	g.Thaw = func() error { _, err := signalPidns(leader, pidns, syscall.SIGCONT); return err }
 
 	// Bounded: thirty seconds for the daemon to listen, generous for a
 	// loaded machine; a healthy guest listens within tens of milliseconds.
@@ -448,7 +462,7 @@ func dialInNetns(ctx context.Context, nsFD int, addr string) (net.Conn, error) {
 // signalPidns sends sig to the guest's init and then to every process in
 // its PID namespace, scanning /proc until a pass finds none it has not
 // signalled (a process forked mid-scan is caught by the next pass).
-func signalPidns(leader int, ns string, sig syscall.Signal) error {
+func signalPidns(leader int, ns string, sig syscall.Signal) ([]int, error) {
 	err := syscall.Kill(leader, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		err = nil
@@ -457,7 +471,7 @@ func signalPidns(leader int, ns string, sig syscall.Signal) error {
 	for pass := 0; pass < 8; pass++ {
 		entries, rerr := os.ReadDir("/proc")
 		if rerr != nil {
-			return errors.Join(err, rerr)
+			return nil, errors.Join(err, rerr)
 		}
 		fresh := 0
 		for _, e := range entries {
@@ -478,7 +492,11 @@ func signalPidns(leader int, ns string, sig syscall.Signal) error {
 			break
 		}
 	}
-	return err
+	pids := make([]int, 0, len(done))
+	for pid := range done {
+		pids = append(pids, pid)
+	}
+	return pids, err
 }
 
 // removeState deletes a MicroVM's state directory. The guest's mounts died
@@ -547,8 +565,17 @@ func guestInit() int {
 	}
 	// The daemon is executed through the descriptor opened before the
 	// pivot: its binary need not be inside the guest's tree.
+	// The image's WORKDIR is the daemon's cwd, which an exec without a cwd
+	// inherits; it is made in the guest's root, as the build would have.
+	cwd := "/"
+	if cfg.Workdir != "" {
+		cwd = filepath.Clean("/" + cfg.Workdir)
+		if err := os.MkdirAll(cwd, 0o755); err != nil {
+			return fail("making the WORKDIR", err)
+		}
+	}
 	proc, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(int(bin.Fd())), []string{"agentd"}, &os.ProcAttr{
-		Dir: "/", Env: cfg.Env, Files: []*os.File{null, os.Stdout, os.Stderr},
+		Dir: cwd, Env: cfg.Env, Files: []*os.File{null, os.Stdout, os.Stderr},
 		Sys: &syscall.SysProcAttr{Setsid: true},
 	})
 	if err != nil {
@@ -862,4 +889,37 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// waitStopped polls until every pid is stopped (T, t), a zombie or gone,
+// bounded by limit.
+func waitStopped(pids []int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, pid := range pids {
+		for {
+			st := procStateOf(pid)
+			if st == "T" || st == "t" || st == "Z" || st == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the guest's process %d did not stop within %s (state %s)", pid, limit, st)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// procStateOf is the state letter of /proc/PID/stat, or "" for a process
+// that is gone.
+func procStateOf(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+3 > len(b) {
+		return ""
+	}
+	return string(b[i+2])
 }

@@ -24,6 +24,7 @@ type microvm struct {
 	seen                            int
 	resumed                         bool
 	tokens                          []string
+	suspendedAt                     time.Time // by Options.Now, when the last suspend was accepted
 
 	// The VM backend (Options.VMs); all zero without it.
 	grants    map[string]grant // proxy token -> what it reaches
@@ -32,8 +33,31 @@ type microvm struct {
 	freezeErr error            // a failed freeze or thaw: the proxy forwards nothing
 }
 
+// expire ends a SUSPENDED VM whose suspended window (its idlePolicy's
+// suspendedDurationSeconds) has passed by Options.Now, as the platform
+// terminates it (finding idle-policy); called with s.mu held, in every mode,
+// before a VM is read or acted on.
+func (s *Server) expire(vm *microvm) {
+	p := vm.req.IdlePolicy
+	if vm.state != cp.MicrovmStateSUSPENDED || p == nil {
+		return
+	}
+	window := time.Duration(p.SuspendedDurationSeconds) * time.Second
+	if s.opt.Now().Sub(vm.suspendedAt) <= window {
+		return
+	}
+	now := s.now()
+	vm.state, vm.terminatedAt = cp.MicrovmStateTERMINATED, &now
+	vm.reason = ptr(fmt.Sprintf("The MicroVM was suspended for longer than its idlePolicy.suspendedDurationSeconds (%d) and was terminated.", p.SuspendedDurationSeconds))
+	if g := vm.detachGuest(); g != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); g.Stop() }()
+	}
+}
+
 // observeVM advances a VM one step along the transition it is in.
 func (s *Server) observeVM(vm *microvm) {
+	s.expire(vm)
 	switch vm.state {
 	case cp.MicrovmStatePENDING:
 		if vm.launching {
@@ -42,7 +66,7 @@ func (s *Server) observeVM(vm *microvm) {
 			return
 		}
 		vm.seen++
-		if vm.seen < max(vm.plan.Steps, 1) {
+		if !s.opt.WallClock && vm.seen < max(vm.plan.Steps, 1) {
 			return
 		}
 		if vm.plan.DieReason != "" && !vm.resumed {
@@ -185,6 +209,7 @@ func (s *Server) ListMicrovms(w http.ResponseWriter, r *http.Request, params cp.
 	defer s.mu.Unlock()
 	ids := slices.DeleteFunc(slices.Clone(s.vmOrder), func(id string) bool {
 		vm := s.vms[id]
+		s.expire(vm)
 		if params.ImageIdentifier != nil && *params.ImageIdentifier != vm.imageArn {
 			return true
 		}
@@ -216,10 +241,14 @@ func (s *Server) SuspendMicrovm(w http.ResponseWriter, r *http.Request, microvmI
 	if vm == nil {
 		return
 	}
+	s.expire(vm)
 	switch vm.state {
 	case cp.MicrovmStateRUNNING:
-		vm.state = cp.MicrovmStateSUSPENDING
+		vm.state, vm.suspendedAt = cp.MicrovmStateSUSPENDING, s.opt.Now()
 		vm.freeze()
+		if s.opt.WallClock {
+			vm.state = cp.MicrovmStateSUSPENDED
+		}
 	case cp.MicrovmStateSUSPENDING, cp.MicrovmStateSUSPENDED:
 	default:
 		s.conflict(w, vm, "suspend")
@@ -238,10 +267,14 @@ func (s *Server) ResumeMicrovm(w http.ResponseWriter, r *http.Request, microvmId
 	if vm == nil {
 		return
 	}
+	s.expire(vm)
 	switch vm.state {
 	case cp.MicrovmStateSUSPENDED:
 		vm.state, vm.seen, vm.resumed = cp.MicrovmStatePENDING, 0, true
 		vm.thaw()
+		if s.opt.WallClock {
+			vm.state = cp.MicrovmStateRUNNING
+		}
 	case cp.MicrovmStateRUNNING:
 	default:
 		s.conflict(w, vm, "resume")
@@ -271,6 +304,10 @@ func (s *Server) TerminateMicrovm(w http.ResponseWriter, r *http.Request, microv
 	if vm.state != cp.MicrovmStateTERMINATED {
 		vm.state = cp.MicrovmStateTERMINATING
 		gone = vm.detachGuest()
+		if s.opt.WallClock {
+			now := s.now()
+			vm.state, vm.terminatedAt = cp.MicrovmStateTERMINATED, &now
+		}
 	}
 	writeJSON(w, http.StatusOK, cp.TerminateMicrovmResponse{})
 }
@@ -379,4 +416,20 @@ func (s *Server) CreateMicrovmShellAuthToken(w http.ResponseWriter, r *http.Requ
 		return
 	}
 	writeJSON(w, http.StatusOK, cp.CreateMicrovmShellAuthTokenResponse{AuthToken: s.mint(vm)})
+}
+
+// LiveMicrovms lists the MicroVMs that are not TERMINATED (after applying
+// any suspended window that has passed): what would still bill.
+func (s *Server) LiveMicrovms() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var live []string
+	for _, id := range s.vmOrder {
+		vm := s.vms[id]
+		s.expire(vm)
+		if vm.state != cp.MicrovmStateTERMINATED {
+			live = append(live, id+" "+string(vm.state))
+		}
+	}
+	return live
 }

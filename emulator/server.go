@@ -37,6 +37,17 @@ type Options struct {
 	// through a proxy that checks X-aws-proxy-auth and X-aws-proxy-port.
 	// AgentdLauncher runs a real agentd. Call Close to stop the guests.
 	VMs Launcher
+	// WallClock makes the lifecycle move with time instead of with reads: a
+	// build finishes at its first observation, a launch is RUNNING as soon
+	// as its run hook answered 200, a suspend or terminate completes as soon
+	// as the guest is frozen or stopped. BuildPlan.Steps and LaunchPlan.Steps
+	// are ignored. This is the mode for people; tests keep the default,
+	// where each read is one step.
+	WallClock bool
+	// StateDir is where the emulator keeps what it unpacks from file://
+	// code artifacts (the daemon an image's guests run). Empty, a temporary
+	// directory is made when first needed and removed by Close.
+	StateDir string
 }
 
 // BuildPlan is how one image version's builds progress. Each read of the
@@ -105,6 +116,9 @@ type Server struct {
 	runToks  map[string]string // RunMicrovm clientToken -> microvm id
 	faults   map[string][]Fault
 	requests []Request
+	logs     map[string][]logEvent // CloudWatch Logs stand-in, by log group
+	stateDir string                // resolved Options.StateDir
+	tmpState bool                  // stateDir was made here and goes at Close
 
 	// The VM backend's resources: launches run under ctx, and Close waits
 	// for them and closes every endpoint proxy.
@@ -164,6 +178,26 @@ func (s *Server) ServeLoopback() (url string, stop func(), err error) {
 	return "http://" + l.Addr().String(), func() { _ = srv.Close(); s.Close() }, nil
 }
 
+// ServeOn serves on addr, which must be a loopback address (port 0 picks a
+// free one), and returns its base URL and a function that stops the server
+// and, through Close, its guests.
+func (s *Server) ServeOn(addr string) (url string, stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", nil, err
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", nil, fmt.Errorf("the emulator listens on loopback only, not %s", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), func() { _ = srv.Close(); s.Close() }, nil
+}
+
 // Inject queues faults for operation (its operationId, e.g. "GetMicrovm");
 // each request to it consumes one before any real handling.
 func (s *Server) Inject(operation string, faults ...Fault) {
@@ -195,6 +229,14 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		s.mu.Unlock()
 
 		region, service, ok := credentialScope(r.Header.Get("Authorization"))
+		if target := r.Header.Get("X-Amz-Target"); strings.HasPrefix(target, logsTargetPrefix) {
+			if !ok || service != "logs" {
+				writeLogsError(w, http.StatusBadRequest, "IncompleteSignatureException", "Credential should be scoped to correct service: 'logs'.")
+				return
+			}
+			s.serveLogs(w, r, body)
+			return
+		}
 		switch {
 		case !ok:
 			writeError(w, http.StatusForbidden, "IncompleteSignatureException", ptr("Authorization header requires a SigV4 Credential"))

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -33,8 +35,16 @@ type GuestSpec struct {
 	// HookPort is the guest port the lifecycle hooks are served on: the
 	// image version's hooks.port, else 9000.
 	HookPort int
-	// Env is the image version's environmentVariables (nil when none).
+	// Env is the image version's environment: its Dockerfile's ENV lines
+	// (for an image built from a local artifact) overlaid by its
+	// environmentVariables (nil when neither sets anything).
 	Env map[string]string
+	// Daemon is the agentd the image's local artifact carries; empty means
+	// the launcher's own.
+	Daemon string
+	// Workdir is the image's WORKDIR inside the guest's root, made there and
+	// the daemon's working directory; empty when none was set.
+	Workdir string
 	// Egress is true when the launch asked for an egress network connector:
 	// only then may the guest reach anything outside itself.
 	Egress bool
@@ -128,11 +138,20 @@ func guestSpec(vm *microvm, v *version) GuestSpec {
 		port = *h.Port
 	}
 	var env map[string]string
-	if v.spec.EnvironmentVariables != nil {
-		env = *v.spec.EnvironmentVariables
+	spec := GuestSpec{MicrovmID: vm.id, ImageArn: vm.imageArn, ImageVersion: vm.version, HookPort: port}
+	if l := v.local; l != nil {
+		env = maps.Clone(l.env)
+		spec.Daemon, spec.Workdir = l.daemon, l.workdir
 	}
-	egress := vm.req.EgressNetworkConnectors != nil && len(*vm.req.EgressNetworkConnectors) > 0
-	return GuestSpec{MicrovmID: vm.id, ImageArn: vm.imageArn, ImageVersion: vm.version, HookPort: port, Env: env, Egress: egress}
+	if v.spec.EnvironmentVariables != nil {
+		if env == nil {
+			env = map[string]string{}
+		}
+		maps.Copy(env, *v.spec.EnvironmentVariables)
+	}
+	spec.Env = env
+	spec.Egress = vm.req.EgressNetworkConnectors != nil && len(*vm.req.EgressNetworkConnectors) > 0
+	return spec
 }
 
 // startGuest is RunMicrovm's half of the VM backend, called with s.mu held:
@@ -195,8 +214,15 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 		// before RUNNING with the hook's status as its stateReason (finding
 		// dead-before-running).
 		vm.plan.DieReason = reason
+		if s.opt.WallClock && !dead {
+			now := s.now()
+			vm.state, vm.reason, vm.terminatedAt = cp.MicrovmStateTERMINATED, ptr(reason), &now
+		}
 	case !dead:
 		vm.guest, g = g, nil
+		if s.opt.WallClock && vm.state == cp.MicrovmStatePENDING {
+			vm.state = cp.MicrovmStateRUNNING
+		}
 	}
 	s.mu.Unlock()
 	if g != nil {
@@ -280,4 +306,30 @@ func (s *Server) Close() {
 	for _, p := range proxies {
 		_ = p.Close()
 	}
+	s.mu.Lock()
+	if s.tmpState && s.stateDir != "" {
+		_ = os.RemoveAll(s.stateDir)
+		s.stateDir, s.tmpState = "", false
+	}
+	s.mu.Unlock()
+}
+
+// state is the state directory, made on first use; called with s.mu held.
+func (s *Server) state() (string, error) {
+	if s.stateDir != "" {
+		return s.stateDir, nil
+	}
+	if s.opt.StateDir != "" {
+		if err := os.MkdirAll(s.opt.StateDir, 0o700); err != nil {
+			return "", err
+		}
+		s.stateDir = s.opt.StateDir
+		return s.stateDir, nil
+	}
+	dir, err := os.MkdirTemp("", "microvm-emulator-")
+	if err != nil {
+		return "", err
+	}
+	s.stateDir, s.tmpState = dir, true
+	return dir, nil
 }

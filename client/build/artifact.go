@@ -18,14 +18,27 @@ import (
 // CheckDaemon refuses a daemon binary the platform cannot run: anything but
 // an ELF executable for aarch64. A host-architecture binary builds cleanly and
 // then fails as a ready-hook timeout that says nothing about architecture.
-func CheckDaemon(binary []byte) error {
+func CheckDaemon(binary []byte) error { return CheckDaemonFor(binary, elf.EM_AARCH64) }
+
+// CheckDaemonFor is CheckDaemon for guests of another architecture: the
+// local emulator runs its guests on the host, so an image built for it
+// carries a daemon for the host's machine (emulator.HostMachine).
+func CheckDaemonFor(binary []byte, machine elf.Machine) error {
+	if machine == elf.EM_NONE {
+		machine = elf.EM_AARCH64
+	}
 	f, err := elf.NewFile(bytes.NewReader(binary))
 	if err != nil {
 		return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingArm64Only,
 			"the daemon binary is not an ELF file (%v); build it with GOOS=linux GOARCH=arm64", err)
 	}
 	defer f.Close()
-	if f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
+	if machine != elf.EM_AARCH64 {
+		if f.Machine != machine {
+			return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingArm64Only,
+				"the daemon binary is %s, but these guests run on %s", f.Machine, machine)
+		}
+	} else if f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
 		return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingArm64Only,
 			"the daemon binary is %s %s, but the platform runs aarch64 guests only; build it with GOOS=linux GOARCH=arm64", f.Class, f.Machine)
 	}

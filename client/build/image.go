@@ -2,6 +2,7 @@ package build
 
 import (
 	"context"
+	"debug/elf"
 	"slices"
 	"time"
 
@@ -14,8 +15,12 @@ import (
 
 // Spec is one image build.
 type Spec struct {
-	// Daemon is agentd built for linux/arm64.
+	// Daemon is agentd built for linux/arm64 (for Machine, when set).
 	Daemon []byte
+	// Machine is the guests' ELF machine; zero is aarch64, the platform's
+	// only one (finding arm64-only). The local emulator runs guests on the
+	// host and sets the host's.
+	Machine elf.Machine
 	// Dockerfile is the caller's; empty generates the stanza with Workdir.
 	Dockerfile string
 	Workdir    string
@@ -80,7 +85,7 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 		// Checked here so a missing role costs no upload either.
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "an image build needs a build role ARN")
 	}
-	if err := CheckDaemon(s.Daemon); err != nil {
+	if err := CheckDaemonFor(s.Daemon, s.Machine); err != nil {
 		return nil, err
 	}
 	df := s.Dockerfile

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
@@ -55,4 +59,42 @@ func (u *S3Uploader) Upload(ctx context.Context, key string, body []byte, progre
 		return "", client.Errorf(taxonomy.KindPlatform, "", "uploading the artifact to s3://%s/%s: %w", u.Bucket, key, err)
 	}
 	return fmt.Sprintf("s3://%s/%s", u.Bucket, key), nil
+}
+
+// DirUploader is the local artifact store the emulator reads: it writes the
+// artifact under Dir and returns its file:// URI, which only an emulator on
+// this machine can read. S3 stays the path on AWS.
+type DirUploader struct {
+	Dir string
+}
+
+// Upload implements Uploader.
+func (u DirUploader) Upload(_ context.Context, key string, body []byte, progress func(sent, total int64)) (string, error) {
+	if u.Dir == "" {
+		return "", client.Errorf(taxonomy.KindInvalidArg, "", "no local artifact directory was given")
+	}
+	dir, err := filepath.Abs(u.Dir)
+	if err != nil {
+		return "", client.Errorf(taxonomy.KindPrecondition, "", "the artifact directory %s: %w", u.Dir, err)
+	}
+	path := filepath.Join(dir, filepath.FromSlash(path.Clean("/"+key)))
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", client.Errorf(taxonomy.KindPrecondition, "", "the artifact directory: %w", err)
+	}
+	if err := os.WriteFile(path, body, 0o600); err != nil {
+		return "", client.Errorf(taxonomy.KindPrecondition, "", "writing the artifact: %w", err)
+	}
+	if progress != nil {
+		progress(int64(len(body)), int64(len(body)))
+	}
+	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(path)}).String(), nil
+}
+
+// PresetURI is an Uploader for an artifact already in place (--artifact-uri):
+// it uploads nothing and returns URI.
+type PresetURI string
+
+// Upload implements Uploader.
+func (p PresetURI) Upload(context.Context, string, []byte, func(sent, total int64)) (string, error) {
+	return string(p), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/lambdamicrovms"
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -47,6 +48,7 @@ type Client struct {
 	api      *cp.ClientWithResponses
 	now      func() time.Time
 	rnd      io.Reader
+	sdk      *lambdamicrovms.Client
 }
 
 // New builds a Client. It makes no network call; credentials are resolved
@@ -80,7 +82,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	if o.Random == nil {
 		o.Random = defaultRandom
 	}
-	return &Client{region: o.Region, endpoint: endpoint, api: api, now: o.Now, rnd: o.Random}, nil
+	return &Client{region: o.Region, endpoint: endpoint, api: api, now: o.Now, rnd: o.Random, sdk: newSDK(&o, endpoint, creds)}, nil
 }
 
 // Region is the region the client signs for.

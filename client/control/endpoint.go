@@ -80,9 +80,17 @@ func ResolveEndpoint(region string, useFIPS, useDualStack bool, custom string) (
 	return "https://" + host + "." + region + "." + suffix, nil
 }
 
-// endpointOverride is the endpoint a caller configured: the option first,
-// then AWS_ENDPOINT_URL_LAMBDA, then AWS_ENDPOINT_URL, unless
-// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true.
+// ConfiguredEndpoint is the control-plane endpoint a caller configured, ""
+// when none: the option first, then AWS_ENDPOINT_URL_LAMBDA_MICROVMS (the
+// service-specific variable aws-sdk-go-v2 derives from the model's sdkId
+// "Lambda Microvms"), AWS_ENDPOINT_URL_LAMBDA, then AWS_ENDPOINT_URL, unless
+// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true. getenv nil reads the process
+// environment.
+func ConfiguredEndpoint(option string, getenv func(string) string) string {
+	return endpointOverride(option, getenv)
+}
+
+// endpointOverride is ConfiguredEndpoint.
 func endpointOverride(option string, getenv func(string) string) string {
 	if option != "" {
 		return option
@@ -93,7 +101,7 @@ func endpointOverride(option string, getenv func(string) string) string {
 	if strings.EqualFold(getenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"), "true") {
 		return ""
 	}
-	for _, k := range []string{"AWS_ENDPOINT_URL_LAMBDA", "AWS_ENDPOINT_URL"} {
+	for _, k := range []string{"AWS_ENDPOINT_URL_LAMBDA_MICROVMS", "AWS_ENDPOINT_URL_LAMBDA", "AWS_ENDPOINT_URL"} {
 		if v := strings.TrimSpace(getenv(k)); v != "" {
 			return v
 		}

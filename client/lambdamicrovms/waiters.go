@@ -81,5 +81,16 @@ func waitFor[T any](ctx context.Context, name string, maxWaitDur, minDelay, maxD
 			return nil, fmt.Errorf("request cancelled while waiting, %w", err)
 		}
 	}
-	return nil, fmt.Errorf("exceeded max wait time for %s waiter", name)
+	return nil, &WaiterTimeoutError{Waiter: name}
+}
+
+// WaiterTimeoutError is a waiter that reached its maximum wait duration with
+// the resource still in a state it polls through.
+type WaiterTimeoutError struct {
+	// Waiter names the waiter, e.g. "MicrovmRunning".
+	Waiter string
+}
+
+func (e *WaiterTimeoutError) Error() string {
+	return fmt.Sprintf("exceeded max wait time for %s waiter", e.Waiter)
 }

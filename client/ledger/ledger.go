@@ -4,6 +4,14 @@
 // between the two still leaves a record of what may be billing and by what
 // identifier to clean it up.
 //
+// It reads the records the reference CLI (microvms-cli) writes as well:
+// camelCase keys (runId, region, imageIdentifier, imageName, microvmId,
+// leaked) and no steps. The differences are deliberate: this ledger writes
+// snake_case keys with every billable step, and keeps a closed record
+// (closed: true) where the reference deletes the file of a clean run, so
+// `microvm ls` can show what ran; Close rewrites a reference record in this
+// format when a later terminate closes it.
+//
 // What it must never do: hold a secret (no agent or proxy token, no payload),
 // delete a record that still names a live or unconfirmed resource, or make a
 // caller's operation fail because a cloud call failed — a failed write of the
@@ -213,10 +221,13 @@ func List(dir string) (runs []Run, unreadable []string, err error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("ledger: %w", err)
 		}
-		var r Run
-		if err := json.Unmarshal(b, &r); err != nil {
+		r, ok := decodeRun(b)
+		if !ok {
 			unreadable = append(unreadable, e.Name())
 			continue
+		}
+		if r.ID == "" {
+			r.ID = strings.TrimSuffix(e.Name(), ".json")
 		}
 		runs = append(runs, r)
 	}
@@ -239,4 +250,85 @@ func DefaultDir() (string, error) {
 		return "", fmt.Errorf("ledger: no state directory: %w", err)
 	}
 	return filepath.Join(home, ".microvm", "runs"), nil
+}
+
+// referenceRun is a record the reference CLI (microvms-cli) writes: camelCase
+// keys, no steps, no timestamps, and a file that exists only while
+// something is outstanding (it deletes the file of a clean run).
+type referenceRun struct {
+	RunID           string   `json:"runId"`
+	Region          string   `json:"region"`
+	ImageIdentifier *string  `json:"imageIdentifier"`
+	ImageName       *string  `json:"imageName"`
+	MicrovmID       *string  `json:"microvmId"`
+	Leaked          []string `json:"leaked"`
+}
+
+// decodeRun reads a run file in this package's format or the reference
+// CLI's. A reference record is open, since its file outlives a run only
+// while something may still bill; its runId ("<epoch>-<pid>") dates it.
+func decodeRun(b []byte) (Run, bool) {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(b, &probe) != nil || probe == nil {
+		return Run{}, false
+	}
+	if _, ref := probe["runId"]; !ref {
+		var r Run
+		if json.Unmarshal(b, &r) != nil {
+			return Run{}, false
+		}
+		return r, true
+	}
+	var rr referenceRun
+	if json.Unmarshal(b, &rr) != nil {
+		return Run{}, false
+	}
+	r := Run{ID: rr.RunID, Region: rr.Region, Steps: []Step{}, Leaked: rr.Leaked}
+	if rr.ImageIdentifier != nil {
+		r.ImageARN = *rr.ImageIdentifier
+	}
+	if rr.ImageName != nil {
+		r.Image = *rr.ImageName
+	}
+	if rr.MicrovmID != nil {
+		r.MicrovmID = *rr.MicrovmID
+	}
+	if epoch, _, ok := strings.Cut(rr.RunID, "-"); ok {
+		var sec int64
+		if _, err := fmt.Sscan(epoch, &sec); err == nil {
+			r.CreatedAt = time.Unix(sec, 0).UTC()
+			r.UpdatedAt = r.CreatedAt
+		}
+	}
+	return r, true
+}
+
+// Close records the teardown of run id under dir, done by a later process
+// than the one that wrote it (microvm terminate): leaked names what is
+// still left, and the run is closed when nothing is. A reference-format
+// record is rewritten in this package's format.
+func Close(dir, id string, leaked []string) error {
+	path := filepath.Join(dir, id+".json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	run, ok := decodeRun(b)
+	if !ok {
+		return fmt.Errorf("ledger: %s is unreadable", path)
+	}
+	l, err := Open(dir, nil)
+	if err != nil {
+		return err
+	}
+	r := &Record{l: l, run: run}
+	r.run.ID = id
+	if r.run.Steps == nil {
+		r.run.Steps = []Step{}
+	}
+	r.run.Leaked = append([]string(nil), leaked...)
+	r.run.Closed = len(leaked) == 0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writeLocked()
 }

@@ -88,3 +88,29 @@ func TestListMissingDirIsEmpty(t *testing.T) {
 		t.Fatalf("List created %s", dir)
 	}
 }
+
+// Catches: a record the reference CLI wrote (camelCase, no steps) hidden as
+// unreadable or read with its identifiers lost, and a later terminate that
+// cannot close it.
+func TestReferenceRecordsAreReadAndClosed(t *testing.T) {
+	dir := t.TempDir()
+	ref := `{"runId":"1786000000-4242","region":"us-east-1","imageIdentifier":"arn:aws:lambda:us-east-1:123456789012:microvm-image:img","imageName":"img","microvmId":"mvm-1","leaked":["mvm-1","arn:aws:lambda:us-east-1:123456789012:microvm-image:img"]}`
+	if err := os.WriteFile(filepath.Join(dir, "1786000000-4242.json"), []byte(ref), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runs, unreadable, err := List(dir)
+	if err != nil || len(unreadable) != 0 || len(runs) != 1 {
+		t.Fatalf("%v %v %v", runs, unreadable, err)
+	}
+	r := runs[0]
+	if r.ID != "1786000000-4242" || r.MicrovmID != "mvm-1" || r.Image != "img" || !strings.HasSuffix(r.ImageARN, ":img") || len(r.Leaked) != 2 || r.Closed || r.CreatedAt.Unix() != 1786000000 {
+		t.Fatalf("%+v", r)
+	}
+	if err := Close(dir, r.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	runs, _, _ = List(dir)
+	if len(runs) != 1 || !runs[0].Closed || runs[0].MicrovmID != "mvm-1" || len(runs[0].Leaked) != 0 {
+		t.Fatalf("after Close: %+v", runs)
+	}
+}

@@ -21,8 +21,9 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/lambdamicrovms"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/ledger"
-	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -73,6 +74,7 @@ type Sandbox struct {
 	window      time.Duration // suspendedDurationSeconds, as GetMicrovm reports it
 	suspendedAt time.Time
 	endpoint    string
+	token       string // the agent token, handed out only by AgentToken
 }
 
 // ID is the MicroVM id, "" before RunMicrovm answered.
@@ -97,6 +99,14 @@ func (s *Sandbox) BootstrapCount() int { s.mu.Lock(); defer s.mu.Unlock(); retur
 // SuspendedWindow is how long a suspended VM survives before the platform
 // terminates it, as GetMicrovm's idlePolicy reported it; zero when unknown.
 func (s *Sandbox) SuspendedWindow() time.Duration { s.mu.Lock(); defer s.mu.Unlock(); return s.window }
+
+// AgentToken is the bearer the VM's agentd accepts, for a caller that keeps
+// the VM and attaches to it later (microvm run --keep reports it). The
+// sandbox itself never logs, prints or persists it.
+func (s *Sandbox) AgentToken() string { return s.token }
+
+// Endpoint is the VM's endpoint as GetMicrovm last reported it (a bare host).
+func (s *Sandbox) Endpoint() string { s.mu.Lock(); defer s.mu.Unlock(); return s.endpoint }
 
 // Session is the session bound to the VM's endpoint, nil before RUNNING.
 func (s *Sandbox) Session() *client.Session { s.mu.Lock(); defer s.mu.Unlock(); return s.session }
@@ -144,7 +154,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{cp: c, opts: o, ref: ref, m: newModel()}
+	s := &Sandbox{cp: c, opts: o, ref: ref, m: newModel(), token: token}
 	var after func(string, error) error
 	if o.Ledger != nil {
 		if after, err = o.Ledger.Before("RunMicrovm", o.Image); err != nil {
@@ -177,7 +187,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 	if err != nil {
 		return s, err
 	}
-	got, err := c.WaitRunning(ctx, s.id, o.Wait)
+	got, err := s.waitFor(ctx, types.MicrovmStateRunning)
 	if err != nil {
 		if client.KindOf(err) == taxonomy.KindLaunchDied {
 			s.apply((*model).diedBeforeRunning)
@@ -193,7 +203,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 	if err != nil {
 		return s, err
 	}
-	sess, err := client.Proxied(control.EndpointURL(got.Endpoint), token, c.ProxyMinter(s.id),
+	sess, err := client.Proxied(control.EndpointURL(s.endpoint), token, c.ProxyMinter(s.id),
 		append([]client.Option{client.WithAgentPort(o.Port)}, o.SessionOptions...)...)
 	if err != nil {
 		return s, err
@@ -207,15 +217,15 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 // observeLocked takes what GetMicrovm says about the window. The platform's
 // figure is read rather than the one requested, since that is the window it
 // enforces.
-func (s *Sandbox) observeLocked(g *cp.GetMicrovmResponse) {
+func (s *Sandbox) observeLocked(g *lambdamicrovms.GetMicrovmOutput) {
 	if g == nil {
 		return
 	}
-	if g.IdlePolicy != nil && g.IdlePolicy.SuspendedDurationSeconds > 0 {
-		s.window = time.Duration(g.IdlePolicy.SuspendedDurationSeconds) * time.Second
+	if g.IdlePolicy != nil && g.IdlePolicy.SuspendedDurationSeconds != nil && *g.IdlePolicy.SuspendedDurationSeconds > 0 {
+		s.window = time.Duration(*g.IdlePolicy.SuspendedDurationSeconds) * time.Second
 	}
-	if g.Endpoint != "" {
-		s.endpoint = g.Endpoint
+	if g.Endpoint != nil && *g.Endpoint != "" {
+		s.endpoint = *g.Endpoint
 	}
 }
 
@@ -230,16 +240,16 @@ func (s *Sandbox) Suspend(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.billable(ctx, "SuspendMicrovm", func() error { return s.cp.Suspend(ctx, s.id) }); err != nil {
+	if err := s.billable(ctx, "SuspendMicrovm", func() error { return s.suspendVM(ctx) }); err != nil {
 		// Not sent, or refused: the VM is still RUNNING as far as anyone knows.
 		s.apply(func(m *model) { m.lifecycle = Running })
 		return err
 	}
-	got, err := s.cp.WaitSuspended(ctx, s.id, s.opts.Wait)
+	got, err := s.waitFor(ctx, types.MicrovmStateSuspended)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		if g, gerr := s.cp.GetMicrovm(ctx, s.id); gerr == nil && isDead(g.State) {
+		if g, gerr := s.getMicrovm(ctx); gerr == nil && isDead(g.State) {
 			s.m.terminated()
 		}
 		return err
@@ -250,8 +260,8 @@ func (s *Sandbox) Suspend(ctx context.Context) error {
 	return nil
 }
 
-func isDead(st cp.MicrovmState) bool {
-	return st == cp.MicrovmState(Terminated) || st == cp.MicrovmState(Terminating)
+func isDead(st types.MicrovmState) bool {
+	return st == types.MicrovmState(Terminated) || st == types.MicrovmState(Terminating)
 }
 
 // Resume thaws a SUSPENDED VM and waits for RUNNING. Nothing is re-delivered:
@@ -272,20 +282,20 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	if window > 0 && since > window {
 		// Refused without sending: the platform ends a suspended VM once the
 		// window passes. The read only brings the model up to date.
-		if g, err := s.cp.GetMicrovm(ctx, s.id); err == nil {
+		if g, err := s.getMicrovm(ctx); err == nil {
 			s.observeDead(g)
 		}
 		return s.windowClosed(window, since)
 	}
-	err := s.billable(ctx, "ResumeMicrovm", func() error { return s.cp.Resume(ctx, s.id) })
+	err := s.billable(ctx, "ResumeMicrovm", func() error { return s.resumeVM(ctx) })
 	if err != nil {
-		if g, gerr := s.cp.GetMicrovm(ctx, s.id); gerr == nil && isDead(g.State) {
+		if g, gerr := s.getMicrovm(ctx); gerr == nil && isDead(g.State) {
 			s.observeDead(g)
 			return s.windowClosed(window, since)
 		}
 		return err
 	}
-	got, err := s.cp.WaitRunning(ctx, s.id, s.opts.Wait)
+	got, err := s.waitFor(ctx, types.MicrovmStateRunning)
 	if err != nil {
 		if client.KindOf(err) == taxonomy.KindLaunchDied {
 			s.apply((*model).terminated)
@@ -304,7 +314,7 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sandbox) observeDead(g *cp.GetMicrovmResponse) {
+func (s *Sandbox) observeDead(g *lambdamicrovms.GetMicrovmOutput) {
 	if isDead(g.State) {
 		s.apply((*model).terminated)
 	}
@@ -343,3 +353,10 @@ func (s *Sandbox) Run(ctx context.Context, command []string, o client.RunOptions
 	}
 	return sess.Run(ctx, command, o)
 }
+
+// String names the sandbox by its MicroVM id and never shows the agent
+// token, under %v and %+v alike.
+func (s *Sandbox) String() string { return "Sandbox(" + s.id + ")" }
+
+// GoString is String, so %#v redacts the token too.
+func (s *Sandbox) GoString() string { return s.String() }

@@ -10,6 +10,7 @@ import (
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -100,7 +101,7 @@ func (s *Sandbox) Terminate(ctx context.Context, o TeardownOptions) TeardownRepo
 			rep.ImageDeleted = ImageFailed
 			rep.Leaked = append(rep.Leaked, Leak{"image", s.ref.String(), "not deleted: the MicroVM launched from it may still be running"})
 		default:
-			if _, err := s.cp.DeleteImage(ctx, s.ref); err != nil {
+			if err := s.deleteImage(ctx); err != nil {
 				rep.ImageDeleted = ImageFailed
 				rep.Leaked = append(rep.Leaked, Leak{"image", s.ref.String(), err.Error()})
 			} else {
@@ -133,7 +134,7 @@ func (s *Sandbox) terminateVM(ctx context.Context) error {
 	st := s.Lifecycle()
 	if st == Suspending {
 		// A terminate is not accepted mid-suspend; let the suspend land.
-		if _, err := s.cp.WaitSuspended(ctx, s.id, s.opts.Wait); err == nil {
+		if _, err := s.waitFor(ctx, types.MicrovmStateSuspended); err == nil {
 			s.apply((*model).suspended)
 		}
 	}
@@ -147,16 +148,16 @@ func (s *Sandbox) terminateVM(ctx context.Context) error {
 		return nil
 	}
 	if send {
-		if err := s.billable(ctx, "TerminateMicrovm", func() error { return s.cp.Terminate(ctx, s.id) }); err != nil {
+		if err := s.billable(ctx, "TerminateMicrovm", func() error { return s.terminateCall(ctx) }); err != nil {
 			// Whether the VM is gone is now unknown; look before calling it leaked.
-			if g, gerr := s.cp.GetMicrovm(ctx, s.id); gerr == nil && isDead(g.State) {
+			if g, gerr := s.getMicrovm(ctx); gerr == nil && isDead(g.State) {
 				s.apply((*model).terminated)
 				return nil
 			}
 			return err
 		}
 	}
-	if _, err := s.cp.WaitTerminated(ctx, s.id, s.opts.Wait); err != nil {
+	if _, err := s.waitFor(ctx, types.MicrovmStateTerminated); err != nil {
 		return err
 	}
 	s.apply((*model).terminated)

@@ -66,7 +66,8 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	// Credentials come from aws-sdk-go-v2's default chain; the endpoint from
 	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA or AWS_ENDPOINT_URL.
 	// Nothing is resolved over the network until the first mint.
-	cpc, err := control.New(ctx, control.Options{Region: region, Endpoint: f.ControlEndpoint})
+	// A loopback control plane is an emulator and needs no AWS credentials.
+	cpc, err := newControl(ctx, region, control.ConfiguredEndpoint(f.ControlEndpoint, a.env), a.env)
 	if err != nil {
 		return nil, err
 	}

@@ -9,12 +9,20 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// CLI is the whole command tree. The lifecycle commands (run build suspend
-// resume terminate doctor logs) join it in a later issue; api/cli.yaml
-// already declares their responses, and the tests require every command the
-// YAML marks ready, and no other, to be here.
+// CLI is the whole command tree; the tests require every command
+// api/cli.yaml marks ready, and no other, to be here.
 type CLI struct {
 	Globals
+
+	Run       RunCmd       `cmd:"" help:"Build (or name) an image, launch a MicroVM, run one command in it, report the cost and tear everything down; --local does it all on this machine."`
+	Build     BuildCmd     `cmd:"" help:"Build a MicroVM image and wait until it can launch; --reuse keys it to its inputs."`
+	Suspend   SuspendCmd   `cmd:"" help:"Freeze a RUNNING MicroVM: memory, files, token and endpoint survive."`
+	Resume    ResumeCmd    `cmd:"" help:"Thaw a SUSPENDED MicroVM and report its endpoint."`
+	Terminate TerminateCmd `cmd:"" help:"Tear down a MicroVM and, with --delete-image, its image and build log group; anything left is named."`
+	Logs      LogsCmd      `cmd:"" help:"Read an image's build log group through CloudWatch Logs (the emulator serves its own)."`
+	Doctor    DoctorCmd    `cmd:"" help:"Check every prerequisite, one per line: region, credentials, infra values, managed bases, the daemon's architecture."`
+	Emulator  EmulatorCmd  `cmd:"" help:"Serve the local emulator of the control plane in the foreground until Ctrl-C; guests are agentd processes on loopback."`
+	Kill      KillCmd      `cmd:"" help:"Stop a running exec: SIGTERM to its process group, then SIGKILL."`
 
 	Exec   ExecCmd   `cmd:"" help:"Run one command in a running MicroVM: wait for it, --stream it, --detach it, or --poll an existing exec."`
 	Health HealthCmd `cmd:"" help:"Ask a MicroVM's daemon whether it is up, busy, and how its identity repair and disk are."`

@@ -7,8 +7,10 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/alecthomas/kong"
+	"github.com/schollz/progressbar/v3"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -23,6 +25,10 @@ type app struct {
 	stdoutTTY, stderrTTY bool
 	env                  func(string) string
 	parser               *kong.Kong
+	// progressMu and bar keep a lifecycle command's progress lines from
+	// tearing through its spinner (progress.go).
+	progressMu sync.Mutex
+	bar        *progressbar.ProgressBar
 	// attached is set once a command addresses a VM it did not launch: an
 	// interrupt then leaves the VM and the exec as they were, which is the
 	// timeout row's meaning, not the interrupted row's (teardown ran).
@@ -212,7 +218,9 @@ func suggestionsFor(ce *client.Error) []string {
 	case taxonomy.KindPrecondition:
 		s = append(s, "microvm doctor")
 	case taxonomy.KindTimeout:
-		s = append(s, "raise --timeout; nothing was killed")
+		s = append(s, "raise --timeout; nothing was killed", "`microvm kill <exec-id>` stops an exec left running")
+	case taxonomy.KindInterrupted:
+		s = append(s, "an exec left running is stopped with `microvm kill <exec-id>`; a kept MicroVM with `microvm terminate <microvm-id>`")
 	case taxonomy.KindCredentials:
 		if ce.Finding() == taxonomy.FindingEndpointAuth {
 			// The client's answer to a 403 on a session without a proxy

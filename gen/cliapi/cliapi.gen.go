@@ -35,6 +35,8 @@ const (
 	TypeDoctor     = "microvm.doctor"
 	TypeManifest   = "microvm.manifest"
 	TypeConstants  = "microvm.constants"
+	TypeEmulator   = "microvm.emulator"
+	TypeKill       = "microvm.kill"
 	TypeDockerfile = "microvm.dockerfile"
 )
 
@@ -216,6 +218,23 @@ type ConstantsData struct {
 	Constants any `json:"constants"`
 }
 
+// EmulatorData is the data of a microvm.emulator envelope.
+type EmulatorData struct {
+	// Endpoint is the control plane's URL, http://127.0.0.1:PORT
+	Endpoint string `json:"endpoint"`
+	// Agentd is the host agentd its guests ran when an image carried none
+	Agentd string `json:"agentd"`
+	// StateDir is where it kept unpacked artifacts; null for a temporary directory it removed
+	StateDir *string `json:"stateDir"`
+}
+
+// KillData is the data of a microvm.kill envelope.
+type KillData struct {
+	ExecID string `json:"execId"`
+	// Killed is false when the exec's process group had already exited, which is also success
+	Killed bool `json:"killed"`
+}
+
 // DockerfileData is the data of a microvm.dockerfile envelope.
 type DockerfileData struct {
 	Stanza             string  `json:"stanza"`
@@ -289,6 +308,8 @@ var Responses = []Response{
 	{Type: "microvm.doctor", Keys: []string{"checks", "ok"}},
 	{Type: "microvm.manifest", Keys: []string{"apiVersion", "cli", "version", "commands", "exitCodes", "envelope", "conventions"}},
 	{Type: "microvm.constants", Keys: []string{"constants"}},
+	{Type: "microvm.emulator", Keys: []string{"endpoint", "agentd", "stateDir"}},
+	{Type: "microvm.kill", Keys: []string{"execId", "killed"}},
 	{Type: "microvm.dockerfile", Keys: []string{"stanza", "baseImageName", "baseImageDockerRef", "port", "workdir"}},
 }
 
@@ -302,23 +323,25 @@ type Command struct {
 
 // Commands lists every command in declaration order.
 var Commands = []Command{
-	{Name: "run", Type: "microvm.run", Ready: false},
-	{Name: "build", Type: "microvm.image", Ready: false},
+	{Name: "run", Type: "microvm.run", Ready: true},
+	{Name: "build", Type: "microvm.image", Ready: true},
 	{Name: "exec", Type: "microvm.exec", Ready: true},
 	{Name: "health", Type: "microvm.health", Ready: true},
 	{Name: "ack", Type: "microvm.exec", Ready: true},
 	{Name: "stdin", Type: "microvm.stdin", Ready: true},
 	{Name: "cp", Type: "microvm.copy", Ready: true},
-	{Name: "suspend", Type: "microvm.state", Ready: false},
-	{Name: "resume", Type: "microvm.state", Ready: false},
-	{Name: "terminate", Type: "microvm.teardown", Ready: false},
+	{Name: "suspend", Type: "microvm.state", Ready: true},
+	{Name: "resume", Type: "microvm.state", Ready: true},
+	{Name: "terminate", Type: "microvm.teardown", Ready: true},
 	{Name: "ls", Type: "microvm.runs", Ready: true},
-	{Name: "logs", Type: "microvm.logs", Ready: false},
+	{Name: "logs", Type: "microvm.logs", Ready: true},
 	{Name: "cost", Type: "microvm.cost", Ready: true},
-	{Name: "doctor", Type: "microvm.doctor", Ready: false},
+	{Name: "doctor", Type: "microvm.doctor", Ready: true},
 	{Name: "manifest", Type: "microvm.manifest", Ready: true},
 	{Name: "constants", Type: "microvm.constants", Ready: true},
 	{Name: "dockerfile", Type: "microvm.dockerfile", Ready: true},
+	{Name: "emulator", Type: "microvm.emulator", Ready: true},
+	{Name: "kill", Type: "microvm.kill", Ready: true},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.

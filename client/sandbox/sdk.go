@@ -1,0 +1,109 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/aws/smithy-go/middleware"
+	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/lambdamicrovms"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
+)
+
+// The sandbox's MicroVM calls and waits go through client/lambdamicrovms
+// (the generated SDK) with their errors classified by control.SDKError.
+
+func (s *Sandbox) api() *lambdamicrovms.Client { return s.cp.SDK() }
+
+func (s *Sandbox) getMicrovm(ctx context.Context) (*lambdamicrovms.GetMicrovmOutput, error) {
+	out, err := s.api().GetMicrovm(ctx, &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: &s.id})
+	return out, control.SDKError("GetMicrovm", err)
+}
+
+func (s *Sandbox) suspendVM(ctx context.Context) error {
+	_, err := s.api().SuspendMicrovm(ctx, &lambdamicrovms.SuspendMicrovmInput{MicrovmIdentifier: &s.id})
+	return control.SDKError("SuspendMicrovm", err)
+}
+
+func (s *Sandbox) resumeVM(ctx context.Context) error {
+	_, err := s.api().ResumeMicrovm(ctx, &lambdamicrovms.ResumeMicrovmInput{MicrovmIdentifier: &s.id})
+	return control.SDKError("ResumeMicrovm", err)
+}
+
+func (s *Sandbox) terminateCall(ctx context.Context) error {
+	_, err := s.api().TerminateMicrovm(ctx, &lambdamicrovms.TerminateMicrovmInput{MicrovmIdentifier: &s.id})
+	return control.SDKError("TerminateMicrovm", err)
+}
+
+func (s *Sandbox) deleteImage(ctx context.Context) error {
+	id := s.ref.String()
+	_, err := s.api().DeleteMicrovmImage(ctx, &lambdamicrovms.DeleteMicrovmImageInput{ImageIdentifier: &id})
+	return control.SDKError("DeleteMicrovmImage", err)
+}
+
+// waitPlan turns the sandbox's WaitOptions into a waiter's delays and budget:
+// Interval is the minimum delay (the SDK's default when unset), the maximum
+// delay is at least 10 s, and the budget is the context's deadline or Timeout
+// (10 minutes when unset). Progress is called after every poll.
+type waitPlan struct {
+	minDelay, maxDelay, budget time.Duration
+	apiOptions                 []func(*middleware.Stack) error
+}
+
+func planWait(ctx context.Context, o control.WaitOptions) waitPlan {
+	p := waitPlan{minDelay: o.Interval, maxDelay: max(o.Interval, 10*time.Second), budget: o.Timeout}
+	if p.minDelay <= 0 {
+		p.minDelay = time.Second
+	}
+	if p.budget <= 0 {
+		p.budget = 10 * time.Minute
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		p.budget = max(time.Until(dl), time.Millisecond)
+	}
+	if o.Progress != nil {
+		start, polls := time.Now(), 0
+		p.apiOptions = append(p.apiOptions, func(st *middleware.Stack) error {
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("WaitProgress",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					out, md, err := next.HandleInitialize(ctx, in)
+					if g, ok := out.Result.(*lambdamicrovms.GetMicrovmOutput); ok && err == nil {
+						polls++
+						o.Progress(control.Progress{Poll: polls, State: string(g.State), Elapsed: time.Since(start)})
+					}
+					return out, md, err
+				}), middleware.After)
+		})
+	}
+	return p
+}
+
+// waitFor runs the MicroVM waiter for target (RUNNING, SUSPENDED or
+// TERMINATED) with the sandbox's WaitOptions.
+func (s *Sandbox) waitFor(ctx context.Context, target types.MicrovmState) (*lambdamicrovms.GetMicrovmOutput, error) {
+	p := planWait(ctx, s.opts.Wait)
+	in := &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: &s.id}
+	var (
+		out *lambdamicrovms.GetMicrovmOutput
+		err error
+		op  string
+	)
+	switch target {
+	case types.MicrovmStateRunning:
+		op = "WaitRunning"
+		out, err = lambdamicrovms.NewMicrovmRunningWaiter(s.api(), func(o *lambdamicrovms.MicrovmRunningWaiterOptions) {
+			o.MinDelay, o.MaxDelay, o.APIOptions = p.minDelay, p.maxDelay, p.apiOptions
+		}).WaitForOutput(ctx, in, p.budget)
+	case types.MicrovmStateSuspended:
+		op = "WaitSuspended"
+		out, err = lambdamicrovms.NewMicrovmSuspendedWaiter(s.api(), func(o *lambdamicrovms.MicrovmSuspendedWaiterOptions) {
+			o.MinDelay, o.MaxDelay, o.APIOptions = p.minDelay, p.maxDelay, p.apiOptions
+		}).WaitForOutput(ctx, in, p.budget)
+	default:
+		op = "WaitTerminated"
+		out, err = lambdamicrovms.NewMicrovmTerminatedWaiter(s.api(), func(o *lambdamicrovms.MicrovmTerminatedWaiterOptions) {
+			o.MinDelay, o.MaxDelay, o.APIOptions = p.minDelay, p.maxDelay, p.apiOptions
+		}).WaitForOutput(ctx, in, p.budget)
+	}
+	return out, control.SDKError(op+" "+s.id, err)
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/build"
+	"github.com/microvms/microvms/emulator"
+	"github.com/microvms/microvms/emulator/embedded"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// DoctorCmd checks every prerequisite of the lifecycle commands and says
+// which one is wrong, one check per line.
+type DoctorCmd struct {
+	Binary string `help:"The agentd binary to check the architecture of (aarch64 for AWS, the host's for an emulator); unset, the one an emulator would run." type:"path" placeholder:"PATH"`
+	InfraFlags
+	LifecycleFlags
+}
+
+// check is one line of the report. A failing advisory check does not fail
+// the doctor.
+type check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Fatal  bool   `json:"fatal"`
+	Remedy string `json:"remedy"`
+}
+
+func pass(name, detail string) check { return check{Name: name, OK: true, Detail: detail, Fatal: true} }
+func fail(name, detail, remedy string) check {
+	return check{Name: name, Detail: detail, Fatal: true, Remedy: remedy}
+}
+func advisory(c check) check { c.Fatal = false; return c }
+
+func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
+	var checks []check
+	p, err := c.open(ctx, a)
+	if p != nil {
+		defer p.close()
+	}
+	switch {
+	case err != nil && client.KindOf(err) == taxonomy.KindInvalidArg:
+		return nil, err
+	case err != nil:
+		checks = append(checks, fail("control-plane", err.Error(), "see the suggestion of the check above, or pass --local"))
+	}
+	if p != nil {
+		checks = append(checks, pass("region", fmt.Sprintf("%s is a region measured to carry MicroVMs", p.region)))
+		checks = append(checks, c.credentials(ctx, p))
+		checks = append(checks, c.infra(p)...)
+		checks = append(checks, c.managedBases(ctx, p)...)
+	}
+	checks = append(checks, c.binary(p))
+	ok := true
+	var rows []any
+	for _, ch := range checks {
+		ok = ok && (ch.OK || !ch.Fatal)
+		rows = append(rows, ch)
+	}
+	d := cliapi.DoctorData{Checks: rows, Ok: ok}
+	human := func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+		for _, ch := range checks {
+			status := "ok"
+			switch {
+			case !ch.OK && ch.Fatal:
+				status = "FAIL"
+			case !ch.OK:
+				status = "note"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s", status, ch.Name, ch.Detail)
+			if ch.Remedy != "" {
+				fmt.Fprintf(tw, "\ttry: %s", ch.Remedy)
+			}
+			fmt.Fprintln(tw)
+		}
+		return tw.Flush()
+	}
+	if !ok {
+		return nil, &failure{err: client.Errorf(taxonomy.KindPrecondition, "", "a prerequisite is missing: see the failing checks"), data: d, human: human}
+	}
+	return &result{typ: cliapi.TypeDoctor, data: d, human: human}, nil
+}
+
+func (c *DoctorCmd) credentials(ctx context.Context, p *plane) check {
+	if p.local {
+		return pass("credentials", "not needed: the control plane at "+p.endpoint+" is on this machine (an emulator)")
+	}
+	cfg, err := p.awsConfig(ctx)
+	if err != nil {
+		return fail("credentials", err.Error(), "`aws sso login`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID")
+	}
+	id, err := sts.NewFromConfig(cfg).GetCallerIdentity(ctx, &sts.GetCallerIdentityInput{})
+	if err != nil {
+		return fail("credentials", "STS GetCallerIdentity: "+err.Error(), "`aws sso login`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID")
+	}
+	who := ""
+	if id.Arn != nil {
+		who = *id.Arn
+	}
+	return pass("credentials", "STS says "+who)
+}
+
+func (c *DoctorCmd) infra(p *plane) []check {
+	var out []check
+	for _, v := range []struct{ name, value, env string }{
+		{"bucket", c.Bucket, "MICROVM_BUCKET"},
+		{"build-role", c.BuildRoleARN, "MICROVM_BUILD_ROLE_ARN"},
+		{"execution-role", c.ExecutionRoleARN, "MICROVM_EXECUTION_ROLE_ARN"},
+	} {
+		switch {
+		case v.value != "":
+			out = append(out, pass(v.name, v.value))
+		case p.local:
+			out = append(out, pass(v.name, "not needed against an emulator ($"+v.env+" unset)"))
+		case v.name == "execution-role":
+			out = append(out, advisory(fail(v.name, "unset ($"+v.env+")", "a MicroVM without one gets no AWS credentials of its own")))
+		default:
+			out = append(out, fail(v.name, "unset ($"+v.env+")", "export "+v.env+"=... (or pass --"+strings.ReplaceAll(v.name, "-role", "-role-arn")+")"))
+		}
+	}
+	return out
+}
+
+func (c *DoctorCmd) managedBases(ctx context.Context, p *plane) []check {
+	base := p.cp.ManagedBaseImageARN()
+	var out []check
+	pg, err := p.cp.ListManagedImages(0)
+	if err == nil {
+		items, lerr := pg.All(ctx)
+		err = lerr
+		if err == nil {
+			var others []string
+			known := false
+			for _, it := range items {
+				if it.ImageArn == base {
+					known = true
+				} else {
+					others = append(others, it.ImageArn)
+				}
+			}
+			switch {
+			case known && len(others) == 0:
+				out = append(out, pass("managed-bases", base+" is the only managed base in "+p.region.String()))
+			case known:
+				out = append(out, advisory(fail("managed-bases", fmt.Sprintf("%s is known; also published: %s", base, strings.Join(others, ", ")),
+					"informational: the listing names no docker reference or WORKDIR, so this client builds on the base it knows")))
+			default:
+				out = append(out, fail("managed-bases", fmt.Sprintf("%s is not published in %s", base, p.region),
+					"check the region: the base this client builds on is not there"))
+			}
+		}
+	}
+	if err != nil {
+		out = append(out, advisory(fail("managed-bases", "listing the managed bases: "+err.Error(), "informational; a build does not depend on this read")))
+	}
+	vp, err := p.cp.ListManagedImageVersions(base, 0)
+	if err == nil {
+		vs, lerr := vp.All(ctx)
+		err = lerr
+		if err == nil {
+			var names []string
+			for _, v := range vs {
+				names = append(names, v.ImageVersion)
+			}
+			out = append(out, pass("base-image-versions", fmt.Sprintf("%s: %s (pin one with build --base-image-version)", taxonomy.ManagedBaseImage, strings.Join(names, ", "))))
+		}
+	}
+	if err != nil {
+		out = append(out, advisory(fail("base-image-versions", "listing the base's versions: "+err.Error(), "informational; an unpinned build floats on the service default")))
+	}
+	return out
+}
+
+func (c *DoctorCmd) binary(p *plane) check {
+	local := p != nil && p.local
+	path := c.Binary
+	if path == "" {
+		if !local {
+			return advisory(fail("binary", "no --binary given, so its architecture was not checked", "microvm doctor --binary bin/linux-arm64/agentd (make build writes it)"))
+		}
+		found, err := embedded.FindAgentd(c.Agentd, p.a.env)
+		if err != nil {
+			return fail("binary", err.Error(), "make build")
+		}
+		path = found
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fail("binary", err.Error(), "make build")
+	}
+	want := elf.EM_AARCH64
+	if local {
+		want = emulator.HostMachine()
+	}
+	if err := build.CheckDaemonFor(b, want); err != nil {
+		return fail("binary", err.Error(), map[bool]string{true: "go build -o bin/ ./cmd/agentd (the emulator runs guests on this host)", false: "CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go build ./cmd/agentd"}[local])
+	}
+	f, _ := elf.NewFile(bytes.NewReader(b))
+	arch := want.String()
+	if f != nil {
+		f.Close()
+	}
+	return pass("binary", fmt.Sprintf("%s is an ELF executable for %s", path, arch))
+}

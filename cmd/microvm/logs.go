@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/build"
+	"github.com/microvms/microvms/emulator/embedded"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// LogsCmd reads an image's build log group.
+type LogsCmd struct {
+	ImageName string `arg:"" name:"image-name" help:"The image whose build log group (/aws/lambda-microvms/<image-name>) to read."`
+	Limit     int    `help:"Most lines to read, oldest first." default:"1000"`
+	LifecycleFlags
+}
+
+func (c *LogsCmd) run(ctx context.Context, a *app) (*result, error) {
+	if c.Limit < 1 {
+		return nil, invalidArg("", "--limit must be at least 1, got %d", c.Limit)
+	}
+	group := build.LogGroup(c.ImageName)
+	p, err := c.open(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	logs, err := p.logs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := cliapi.LogsData{LogGroup: group, Lines: []string{}}
+	pg := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{LogGroupName: &group})
+	for pg.HasMorePages() && len(d.Lines) < c.Limit {
+		out, err := pg.NextPage(ctx)
+		var nf *cwtypes.ResourceNotFoundException
+		if errors.As(err, &nf) {
+			return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingBuildLogsLocation,
+				"no log group %s: the image was never built here, or its group was deleted", group)
+		}
+		if err != nil {
+			return nil, client.Errorf(client.KindOf(err), taxonomy.FindingBuildLogsLocation, "reading %s: %w", group, err)
+		}
+		for _, e := range out.Events {
+			if len(d.Lines) == c.Limit {
+				break
+			}
+			line := ""
+			if e.Message != nil {
+				line = *e.Message
+			}
+			if e.Timestamp != nil {
+				line = time.UnixMilli(*e.Timestamp).UTC().Format(time.RFC3339) + " " + line
+			}
+			d.Lines = append(d.Lines, line)
+		}
+	}
+	return &result{typ: cliapi.TypeLogs, data: d, human: func(w io.Writer) error {
+		if len(d.Lines) == 0 {
+			_, err := fmt.Fprintf(w, "%s holds no lines\n", group)
+			return err
+		}
+		for _, l := range d.Lines {
+			fmt.Fprintln(w, l)
+		}
+		return nil
+	}}, nil
+}
+
+// EmulatorCmd serves the emulated control plane in the foreground.
+type EmulatorCmd struct {
+	Listen   string `help:"Loopback address to serve on; port 0 picks a free one, printed on stderr." default:"127.0.0.1:4590" placeholder:"HOST:PORT"`
+	StateDir string `name:"state-dir" help:"Where the emulator keeps what it unpacks from local artifacts; unset, a temporary directory removed on exit." placeholder:"DIR" type:"path"`
+	Agentd   string `name:"agentd" help:"The host agentd guests run when an image carries none; unset: $MICROVM_AGENTD, then next to the microvm executable, then PATH." placeholder:"PATH" type:"path"`
+	GuestLog bool   `name:"guest-log" help:"Copy the guests' agentd log lines to stderr."`
+	RegionFlags
+}
+
+func (c *EmulatorCmd) run(ctx context.Context, a *app) (*result, error) {
+	region := client.USEast1
+	if r, ok, err := c.flagRegion(); err != nil {
+		return nil, err
+	} else if ok {
+		region = r
+	}
+	var guestLog io.Writer
+	if c.GuestLog {
+		guestLog = a.stderr
+	}
+	// SIGHUP ends it too, so closing its terminal stops every guest.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	emu, err := embedded.Start(ctx, embedded.Options{Listen: c.Listen, StateDir: c.StateDir, Agentd: c.Agentd, Region: region, GuestLog: guestLog, Getenv: a.env})
+	if err != nil {
+		return nil, err
+	}
+	defer emu.Close()
+	// Not progress: the address is what the user came for, so --quiet keeps it.
+	fmt.Fprintf(a.stderr, "microvm emulator: serving the Lambda MicroVMs control plane (%s) at %s\n", region, emu.URL)
+	fmt.Fprintf(a.stderr, "  point other commands at it:  export AWS_ENDPOINT_URL_LAMBDA_MICROVMS=%s\n", emu.URL)
+	fmt.Fprintf(a.stderr, "  guests run %s; Ctrl-C stops the emulator and every guest\n", emu.Agentd)
+	<-ctx.Done()
+	emu.Close()
+	d := cliapi.EmulatorData{Endpoint: emu.URL, Agentd: emu.Agentd}
+	if c.StateDir != "" {
+		d.StateDir = &c.StateDir
+	}
+	return &result{typ: cliapi.TypeEmulator, data: d, human: func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "emulator at %s stopped; every guest it started is gone\n", d.Endpoint)
+		return err
+	}}, nil
+}
+
+// KillCmd signals a running exec's process group.
+type KillCmd struct {
+	AttachFlags
+	ExecID string `arg:"" name:"exec-id" help:"The exec to stop: SIGTERM to its process group, SIGKILL after the daemon's grace period."`
+}
+
+func (c *KillCmd) run(ctx context.Context, a *app) (*result, error) {
+	s, err := c.session(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	killed, err := s.Exec(c.ExecID).Kill(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := cliapi.KillData{ExecID: c.ExecID, Killed: killed}
+	return &result{typ: cliapi.TypeKill, data: d, human: func(w io.Writer) error {
+		if killed {
+			_, err := fmt.Fprintf(w, "%s: signalled\n", c.ExecID)
+			return err
+		}
+		_, err := fmt.Fprintf(w, "%s: its process group had already exited\n", c.ExecID)
+		return err
+	}}, nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// Progress of the lifecycle commands goes to stderr, never stdout, and is
+// silenced by --quiet. On a terminal it is schollz/progressbar's spinner
+// while a wait is in flight and its byte bar while an artifact uploads; off
+// a terminal it is one plain line per step, which a log file can hold.
+
+// progress writes one step line.
+func (a *app) progress(format string, args ...any) {
+	if a.g.Quiet {
+		return
+	}
+	a.progressMu.Lock()
+	defer a.progressMu.Unlock()
+	if a.bar != nil {
+		_ = a.bar.Clear()
+	}
+	fmt.Fprintf(a.stderr, "microvm: "+format+"\n", args...)
+}
+
+// waiting shows a spinner labelled label until the returned stop is called;
+// update relabels it (a waiter's latest state). Off a terminal the label is
+// one line and updates print only when the text changes.
+func (a *app) waiting(label string) (update func(string), stop func()) {
+	if a.g.Quiet {
+		return func(string) {}, func() {}
+	}
+	if !a.stderrTTY {
+		a.progress("%s", label)
+		last := label
+		return func(s string) {
+			if s != last {
+				last = s
+				a.progress("%s", s)
+			}
+		}, func() {}
+	}
+	bar := progressbar.NewOptions(-1,
+		progressbar.OptionSetWriter(a.stderr),
+		progressbar.OptionSetDescription(label),
+		progressbar.OptionSpinnerType(14),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionEnableColorCodes(a.env("NO_COLOR") == ""),
+		progressbar.OptionSetSpinnerChangeInterval(100*time.Millisecond),
+	)
+	_ = bar.RenderBlank()
+	a.progressMu.Lock()
+	a.bar = bar
+	a.progressMu.Unlock()
+	var once sync.Once
+	return func(s string) { bar.Describe(s) }, func() {
+		once.Do(func() {
+			a.progressMu.Lock()
+			a.bar = nil
+			a.progressMu.Unlock()
+			_ = bar.Finish()
+			_ = bar.Clear()
+		})
+	}
+}
+
+// transfer shows a byte bar for total bytes and returns the callback that
+// advances it; off a terminal it writes a line at the start and the end.
+func (a *app) transfer(label string) (sent func(n, total int64), done func()) {
+	if a.g.Quiet {
+		return func(int64, int64) {}, func() {}
+	}
+	if !a.stderrTTY {
+		var total int64
+		return func(_, t int64) { total = t }, func() { a.progress("%s: %s", label, humanBytes(total)) }
+	}
+	var bar *progressbar.ProgressBar
+	return func(n, total int64) {
+			if bar == nil {
+				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(a.stderr), progressbar.OptionSetDescription(label),
+					progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(50*time.Millisecond),
+					progressbar.OptionEnableColorCodes(a.env("NO_COLOR") == ""))
+			}
+			_ = bar.Set64(n)
+		}, func() {
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			a.progress("%s: done", label)
+		}
+}

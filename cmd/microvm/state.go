@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/build"
+	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/ledger"
+	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/gen/cliapi"
+	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// BuildCmd builds an image and waits until it can launch.
+type BuildCmd struct {
+	Binary           string `arg:"" optional:"" help:"The agentd binary baked into the image as its CMD: aarch64 for AWS, the host's for an emulator (found as --agentd is when omitted)." type:"path"`
+	Reuse            bool   `help:"Name the image <name>-<hash12> after a sha256 of the daemon and the Dockerfile, and reuse an image already under that name instead of building."`
+	BaseImageVersion string `name:"base-image-version" help:"Pin the managed base image to this version (doctor lists them); unset, the build floats on the service default." placeholder:"VERSION"`
+	ImageFlags
+	InfraFlags
+	LifecycleFlags
+}
+
+func (c *BuildCmd) run(ctx context.Context, a *app) (*result, error) {
+	p, err := c.open(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, c.Binary, c.Agentd, c.BaseImageVersion, c.Reuse, nil)
+	if err != nil {
+		return nil, err
+	}
+	if res.Reused {
+		a.progress("reusing %s: the build inputs are unchanged, so nothing was built", res.ImageARN)
+	}
+	d := cliapi.ImageData{ImageIdentifier: res.ImageARN, ImageName: res.Name, BuildLogGroup: res.LogGroup, Size: int64(c.Memory), Reused: res.Reused}
+	return &result{typ: cliapi.TypeImage, data: d, human: func(w io.Writer) error {
+		fmt.Fprintf(w, "image: %s\nname: %s\n", d.ImageIdentifier, d.ImageName)
+		if d.Reused {
+			fmt.Fprintf(w, "reused: yes, the content hash matched; nothing was built\nsize: %d MiB requested (a reused image keeps the class it was created with)\n", d.Size)
+		} else {
+			fmt.Fprintf(w, "size: %d MiB\n", d.Size)
+		}
+		_, err := fmt.Fprintf(w, "build log group: %s (the service made it; deleting the image leaves it)\n", d.BuildLogGroup)
+		return err
+	}}, nil
+}
+
+// SuspendCmd freezes a RUNNING MicroVM.
+type SuspendCmd struct {
+	MicrovmID string  `arg:"" name:"microvm-id" help:"The MicroVM to freeze."`
+	Timeout   float64 `help:"Seconds to wait for SUSPENDED." default:"300"`
+	LifecycleFlags
+}
+
+func stateResult(id string, g *cp.GetMicrovmResponse) *result {
+	d := cliapi.StateData{MicrovmID: id, State: string(g.State)}
+	if g.Endpoint != "" {
+		ep := g.Endpoint
+		d.Endpoint = &ep
+	}
+	return &result{typ: cliapi.TypeState, data: d, human: func(w io.Writer) error {
+		if d.Endpoint != nil {
+			_, err := fmt.Fprintf(w, "%s is %s at %s\n", id, d.State, *d.Endpoint)
+			return err
+		}
+		_, err := fmt.Fprintf(w, "%s is %s\n", id, d.State)
+		return err
+	}}
+}
+
+func seconds64(s float64) (time.Duration, error) {
+	if s <= 0 {
+		return 0, invalidArg("", "--timeout must be positive seconds, got %v", s)
+	}
+	return time.Duration(s * float64(time.Second)), nil
+}
+
+func (c *SuspendCmd) run(ctx context.Context, a *app) (*result, error) {
+	timeout, err := seconds64(c.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.open(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	g, err := p.cp.GetMicrovm(ctx, c.MicrovmID)
+	if err != nil {
+		return nil, err
+	}
+	if g.State != cp.MicrovmStateRUNNING {
+		// Refused here: a suspend of a suspended VM is a caller who believes
+		// they resumed, and the service's answer would not say so.
+		return nil, &failure{err: client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingSuspendIsFreeze,
+			"MicroVM %s is %s; a suspend is sent only to a RUNNING MicroVM", c.MicrovmID, g.State),
+			data: map[string]any{"microvmId": c.MicrovmID, "state": string(g.State)}}
+	}
+	update, stop := a.waiting("suspending " + c.MicrovmID)
+	defer stop()
+	if err := p.cp.Suspend(ctx, c.MicrovmID); err != nil {
+		return nil, err
+	}
+	w := p.wait(timeout)
+	w.Progress = func(pr control.Progress) { update("suspending " + c.MicrovmID + ": " + pr.State) }
+	got, err := p.cp.WaitSuspended(ctx, c.MicrovmID, w)
+	if err != nil {
+		return nil, err
+	}
+	return stateResult(c.MicrovmID, got), nil
+}
+
+// ResumeCmd thaws a SUSPENDED MicroVM.
+type ResumeCmd struct {
+	MicrovmID string  `arg:"" name:"microvm-id" help:"The MicroVM to thaw."`
+	Timeout   float64 `help:"Seconds to wait for RUNNING." default:"300"`
+	LifecycleFlags
+}
+
+// windowClosed is the resume of a MicroVM the platform already ended: past
+// its suspended window there is nothing left to thaw (finding idle-policy).
+func windowClosed(id string, g *cp.GetMicrovmResponse) error {
+	window := "its suspended window"
+	if g.IdlePolicy != nil {
+		window = fmt.Sprintf("its suspended window (idlePolicy.suspendedDurationSeconds=%d)", g.IdlePolicy.SuspendedDurationSeconds)
+	}
+	reason := "no stateReason given"
+	if g.StateReason != nil {
+		reason = *g.StateReason
+	}
+	return &failure{err: client.Errorf(taxonomy.KindWindowClosed, taxonomy.FindingIdlePolicy,
+		"MicroVM %s is %s, so there is nothing to resume: %s has passed or it was terminated (%s); launch a new one", id, g.State, window, reason),
+		data: map[string]any{"microvmId": id, "state": string(g.State)}}
+}
+
+func (c *ResumeCmd) run(ctx context.Context, a *app) (*result, error) {
+	timeout, err := seconds64(c.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.open(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	g, err := p.cp.GetMicrovm(ctx, c.MicrovmID)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case slices.Contains(taxonomy.MicrovmDeadStates, string(g.State)):
+		return nil, windowClosed(c.MicrovmID, g)
+	case g.State == cp.MicrovmStateRUNNING:
+		return stateResult(c.MicrovmID, g), nil
+	case g.State != cp.MicrovmStateSUSPENDED && g.State != cp.MicrovmStateSUSPENDING:
+		return nil, &failure{err: client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingSuspendIsFreeze,
+			"MicroVM %s is %s; a resume is sent only to a SUSPENDED MicroVM", c.MicrovmID, g.State),
+			data: map[string]any{"microvmId": c.MicrovmID, "state": string(g.State)}}
+	}
+	update, stop := a.waiting("resuming " + c.MicrovmID)
+	defer stop()
+	if err := p.cp.Resume(ctx, c.MicrovmID); err != nil {
+		if g2, gerr := p.cp.GetMicrovm(ctx, c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g2.State)) {
+			return nil, windowClosed(c.MicrovmID, g2)
+		}
+		return nil, err
+	}
+	w := p.wait(timeout)
+	w.Progress = func(pr control.Progress) { update("resuming " + c.MicrovmID + ": " + pr.State) }
+	got, err := p.cp.WaitRunning(ctx, c.MicrovmID, w)
+	if err != nil {
+		if client.KindOf(err) == taxonomy.KindLaunchDied && got != nil {
+			return nil, windowClosed(c.MicrovmID, got)
+		}
+		return nil, err
+	}
+	return stateResult(c.MicrovmID, got), nil
+}
+
+// TerminateCmd tears down a MicroVM and, if asked, its image and build log
+// group. A step that fails is named in leaked; the command then exits
+// ERR_PLATFORM with the data, never silently.
+type TerminateCmd struct {
+	MicrovmID       string `arg:"" name:"microvm-id" help:"The MicroVM to terminate."`
+	ImageIdentifier string `name:"image-identifier" help:"The image to delete with --delete-image (its ARN or name); unset, the run ledger's record of this MicroVM names it." placeholder:"IDENTIFIER"`
+	ImageName       string `name:"image-name" help:"The image's name, which names its build log group; unset, it is read from the identifier." placeholder:"NAME"`
+	DeleteImage     bool   `name:"delete-image" help:"Also delete the image and its build log group (the service made the group; nothing else removes it)."`
+	Wait            bool   `help:"Wait for TERMINATED rather than returning once the call is accepted."`
+	StateDir        string `name:"state-dir" help:"Where the run ledgers live; the record of this MicroVM is closed." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
+	LifecycleFlags
+}
+
+// ledgerRecordFor finds the newest run record naming id.
+func ledgerRecordFor(dir, id string) (*ledger.Run, error) {
+	runs, _, err := ledger.List(dir)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(runs) - 1; i >= 0; i-- {
+		if runs[i].MicrovmID == id {
+			return &runs[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
+	dir, err := ledgerDir(a, c.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	rec, _ := ledgerRecordFor(dir, c.MicrovmID)
+	image := c.ImageIdentifier
+	if c.DeleteImage && image == "" && rec != nil {
+		image = rec.ImageARN
+	}
+	if c.DeleteImage && image == "" {
+		return nil, invalidArg(taxonomy.FindingBuildLogGroupSurvives, "--delete-image needs --image-identifier: no run record names the image of %s", c.MicrovmID)
+	}
+	name := c.ImageName
+	if name == "" && image != "" {
+		if _, n, ok := strings.Cut(image, ":microvm-image:"); ok {
+			name = n
+		} else if !strings.HasPrefix(image, "arn:") {
+			name = image
+		}
+	}
+	p, err := c.open(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	// Teardown outlives an interrupt: a half-done teardown is the worst leak.
+	ctx = context.WithoutCancel(ctx)
+	d := cliapi.TeardownData{MicrovmID: c.MicrovmID, Leaked: []string{}, UndeletedLogGroups: []string{}}
+	state := string(cp.MicrovmStateTERMINATING)
+	a.progress("terminating %s", c.MicrovmID)
+	terminated := true
+	if err := p.cp.Terminate(ctx, c.MicrovmID); err != nil {
+		if g, gerr := p.cp.GetMicrovm(ctx, c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g.State)) {
+			state = string(g.State)
+		} else {
+			terminated = false
+			d.Leaked = append(d.Leaked, "microvm "+c.MicrovmID)
+			a.warn("the terminate call for %s failed, so it may still bill: %v", c.MicrovmID, err)
+		}
+	}
+	if terminated && (c.Wait || c.DeleteImage) {
+		update, stop := a.waiting("waiting for " + c.MicrovmID + " to terminate")
+		w := p.wait(5 * time.Minute)
+		w.Progress = func(pr control.Progress) { update("waiting for " + c.MicrovmID + ": " + pr.State) }
+		g, err := p.cp.WaitTerminated(ctx, c.MicrovmID, w)
+		stop()
+		if err != nil {
+			a.warn("%s did not reach TERMINATED: %v", c.MicrovmID, err)
+		} else {
+			state = string(g.State)
+		}
+	}
+	if c.DeleteImage {
+		d.ImageIdentifier = &image
+		a.progress("deleting image %s", image)
+		ref, err := control.ParseImageRef(image)
+		if err == nil {
+			_, err = p.cp.DeleteImage(ctx, ref)
+		}
+		if err != nil {
+			d.Leaked = append(d.Leaked, "image "+image)
+			a.warn("could not delete image %s, which keeps billing storage: %v", image, err)
+		}
+		if name != "" {
+			group := build.LogGroup(name)
+			logs, err := p.logs(ctx)
+			if err == nil {
+				err = deleteGroup(ctx, logs, group)
+			}
+			if err != nil {
+				d.UndeletedLogGroups = append(d.UndeletedLogGroups, group)
+				a.warn("the build log group %s was not deleted (nothing else will remove it): %v", group, err)
+			}
+		}
+	}
+	d.State = &state
+	if rec != nil {
+		if err := closeRecord(dir, rec.ID, d.Leaked); err != nil {
+			a.warn("the run ledger was not updated: %v", err)
+		}
+	}
+	res := &result{typ: cliapi.TypeTeardown, data: d, human: func(w io.Writer) error {
+		fmt.Fprintf(w, "terminated %s (%s)\n", d.MicrovmID, state)
+		for _, l := range d.Leaked {
+			fmt.Fprintf(w, "LEAKED: %s\n", l)
+		}
+		for _, g := range d.UndeletedLogGroups {
+			fmt.Fprintf(w, "NOT DELETED: log group %s\n", g)
+		}
+		return nil
+	}}
+	if len(d.Leaked) > 0 {
+		return nil, &failure{err: client.Errorf(taxonomy.KindPlatform, taxonomy.FindingBuildLogGroupSurvives, "teardown left %s", strings.Join(d.Leaked, ", ")), data: d, human: res.human}
+	}
+	return res, nil
+}
+
+// closeRecord marks a run record closed (or names what leaked), rewriting
+// its file in place through the ledger's own writer.
+func closeRecord(dir, id string, leaked []string) error {
+	return ledger.Close(dir, id, leaked)
+}
+
+// deleteGroup deletes a CloudWatch Logs group; one already gone is deleted.
+func deleteGroup(ctx context.Context, logs sandbox.LogGroupDeleter, group string) error {
+	_, err := logs.DeleteLogGroup(ctx, &cloudwatchlogs.DeleteLogGroupInput{LogGroupName: &group})
+	var nf *cwtypes.ResourceNotFoundException
+	if errors.As(err, &nf) {
+		return nil
+	}
+	return err
+}

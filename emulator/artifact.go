@@ -1,0 +1,223 @@
+package emulator
+
+import (
+	"archive/zip"
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
+)
+
+// The artifact's entries as client/build zips them: the Dockerfile and the
+// daemon its COPY names.
+const (
+	artifactDockerfile = "Dockerfile"
+	artifactDaemon     = "agentd"
+)
+
+// maxArtifactBytes bounds what the emulator reads from a local artifact.
+const maxArtifactBytes = 512 << 20
+
+// unpacked is what a version's build took from a local (file://) artifact:
+// the daemon its guests run, the environment and working directory its
+// Dockerfile sets, and the steps the emulator did not perform.
+type unpacked struct {
+	daemon  string
+	env     map[string]string
+	workdir string
+	skipped []string
+}
+
+// HostMachine is the ELF machine of this host: the architecture a daemon
+// must be built for to run as an emulator guest. The platform runs aarch64
+// only (finding arm64-only); the emulator runs guests on the host, so an
+// emulated image carries a daemon for the host instead.
+func HostMachine() elf.Machine {
+	switch runtime.GOARCH {
+	case "amd64":
+		return elf.EM_X86_64
+	case "arm64":
+		return elf.EM_AARCH64
+	case "386":
+		return elf.EM_386
+	case "arm":
+		return elf.EM_ARM
+	case "riscv64":
+		return elf.EM_RISCV
+	case "ppc64", "ppc64le":
+		return elf.EM_PPC64
+	case "s390x":
+		return elf.EM_S390
+	}
+	return elf.EM_NONE
+}
+
+// artifactPath is the local file a file:// codeArtifact URI names, or "" for
+// any other scheme (s3:// is the platform's; the emulator cannot read it).
+func artifactPath(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "file" || (u.Host != "" && u.Host != "localhost") {
+		return ""
+	}
+	return u.Path
+}
+
+// unpack reads the zip at src, checks its daemon runs on this host, and
+// extracts it under dir. The error is the build's stateReason.
+func unpack(src, dir string) (*unpacked, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, fmt.Errorf("reading the code artifact: %v", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() > maxArtifactBytes {
+		return nil, fmt.Errorf("the code artifact %s is unreadable or larger than %d bytes", src, maxArtifactBytes)
+	}
+	zr, err := zip.NewReader(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("the code artifact is not a zip: %v", err)
+	}
+	read := func(name string) ([]byte, error) {
+		for _, e := range zr.File {
+			if e.Name == name {
+				rc, err := e.Open()
+				if err != nil {
+					return nil, err
+				}
+				defer rc.Close()
+				return io.ReadAll(io.LimitReader(rc, maxArtifactBytes))
+			}
+		}
+		return nil, fmt.Errorf("the code artifact has no %s entry", name)
+	}
+	df, err := read(artifactDockerfile)
+	if err != nil {
+		return nil, err
+	}
+	daemon, err := read(artifactDaemon)
+	if err != nil {
+		return nil, err
+	}
+	ef, err := elf.NewFile(bytes.NewReader(daemon))
+	if err != nil {
+		return nil, fmt.Errorf("the artifact's agentd is not an ELF executable: %v", err)
+	}
+	machine := ef.Machine
+	ef.Close()
+	if machine != HostMachine() {
+		return nil, fmt.Errorf("the artifact's agentd is built for %s, but emulator guests run on this host (%s); build it for %s/%s", machine, HostMachine(), runtime.GOOS, runtime.GOARCH)
+	}
+	u := &unpacked{env: map[string]string{}}
+	if err := u.readDockerfile(df); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	u.daemon = filepath.Join(dir, artifactDaemon)
+	if err := os.WriteFile(u.daemon, daemon, 0o755); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// UnperformedSteps lists, by their original text, the Dockerfile
+// instructions an emulated build does not carry out. The emulator performs
+// what makes the daemon run as the platform would run it: FROM (the host
+// stands in for the base), ARG and LABEL, COPY or ADD of the daemon, a RUN
+// that only chmods the daemon or mkdirs directories, WORKDIR and those
+// directories (inside the guest's own directory, which stands in for /),
+// ENV, EXPOSE, ENTRYPOINT and CMD. Anything else (a RUN installing packages,
+// a COPY of other files, USER, VOLUME) is named here so a caller can warn,
+// never dropped in silence.
+func UnperformedSteps(dockerfile []byte) ([]string, error) {
+	u := &unpacked{env: map[string]string{}}
+	if err := u.readDockerfile(dockerfile); err != nil {
+		return nil, err
+	}
+	return u.skipped, nil
+}
+
+func (u *unpacked) readDockerfile(dockerfile []byte) error {
+	res, err := parser.Parse(bytes.NewReader(dockerfile))
+	if err != nil {
+		return fmt.Errorf("the artifact's Dockerfile does not parse: %v", err)
+	}
+	lex := shell.NewLex(res.EscapeToken)
+	var env []string
+	for _, n := range res.AST.Children {
+		kw := strings.ToLower(n.Value)
+		var args []string
+		for a := n.Next; a != nil; a = a.Next {
+			args = append(args, a.Value)
+		}
+		performed := true
+		switch kw {
+		case "from", "arg", "label", "expose", "entrypoint", "cmd":
+		case "env":
+			// The parser yields (key, value, separator) triples.
+			for k := n.Next; k != nil && k.Next != nil; {
+				v := k.Next
+				word, _, err := lex.ProcessWord(v.Value, shell.EnvsFromSlice(env))
+				if err != nil {
+					word = v.Value
+				}
+				env = append(env, k.Value+"="+word)
+				u.env[k.Value] = word
+				k = v.Next
+				if k != nil && (k.Value == "=" || k.Value == "") {
+					k = k.Next
+				}
+			}
+		case "workdir":
+			if len(args) == 1 && filepath.IsAbs(args[0]) {
+				u.workdir = filepath.Clean(args[0])
+			} else {
+				performed = false
+			}
+		case "copy", "add":
+			performed = len(args) == 2 && args[0] == artifactDaemon
+		case "run":
+			performed = simpleRun(n)
+		default:
+			performed = false
+		}
+		if !performed {
+			u.skipped = append(u.skipped, strings.TrimSpace(n.Original))
+		}
+	}
+	return nil
+}
+
+// simpleRun reports whether a RUN only makes the daemon executable or makes
+// directories, the two things the generated stanza runs.
+func simpleRun(n *parser.Node) bool {
+	if n.Next == nil || n.Attributes["json"] {
+		return false
+	}
+	words := strings.Fields(n.Next.Value)
+	if len(words) < 2 || strings.ContainsAny(n.Next.Value, ";&|$`<>") {
+		return false
+	}
+	switch words[0] {
+	case "chmod":
+		return len(words) == 3 && words[2] == "/"+artifactDaemon
+	case "mkdir":
+		for _, w := range words[1:] {
+			if w != "-p" && !filepath.IsAbs(w) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
