@@ -382,3 +382,6 @@ func FuzzParseCursor(f *testing.F) {
 		}
 	})
 }
+
+// oursIssue21 counts the routes issue 21 added to the reference's 18.
+const oursIssue21 = 5
