@@ -39,6 +39,7 @@ type Config struct {
 	DiskReserveBytes   int64
 	MaxExecIDBytes     int64
 	MaxOpenBodies      int64
+	MaxHeaderBytes     int64
 
 	ExecTTL           time.Duration
 	KillGrace         time.Duration
@@ -70,6 +71,7 @@ var limitSetters = map[string]func(*Config, float64){
 	"max_body_bytes":           func(c *Config, v float64) { c.MaxBodyBytes = int64(v) },
 	"max_drain_bytes":          func(c *Config, v float64) { c.MaxDrainBytes = int64(v) },
 	"max_exec_id_bytes":        func(c *Config, v float64) { c.MaxExecIDBytes = int64(v) },
+	"max_header_bytes":         func(c *Config, v float64) { c.MaxHeaderBytes = int64(v) },
 	"max_open_bodies":          func(c *Config, v float64) { c.MaxOpenBodies = int64(v) },
 	"open_body_timeout_secs":   func(c *Config, v float64) { c.OpenBodyTimeout = seconds(v) },
 	"stream_stall_secs":        func(c *Config, v float64) { c.StreamStallTimeout = seconds(v) },
@@ -93,6 +95,7 @@ var limitGetters = map[string]func(*Config) float64{
 	"max_body_bytes":           func(c *Config) float64 { return float64(c.MaxBodyBytes) },
 	"max_drain_bytes":          func(c *Config) float64 { return float64(c.MaxDrainBytes) },
 	"max_exec_id_bytes":        func(c *Config) float64 { return float64(c.MaxExecIDBytes) },
+	"max_header_bytes":         func(c *Config) float64 { return float64(c.MaxHeaderBytes) },
 	"max_open_bodies":          func(c *Config) float64 { return float64(c.MaxOpenBodies) },
 	"open_body_timeout_secs":   func(c *Config) float64 { return c.OpenBodyTimeout.Seconds() },
 	"stream_stall_secs":        func(c *Config) float64 { return c.StreamStallTimeout.Seconds() },

@@ -179,3 +179,21 @@ func TestBadCwdShapeIs400(t *testing.T) {
 		}
 	}
 }
+
+// Headers past limits.max_header_bytes are refused by the HTTP server before
+// any route runs, so an unauthenticated connection cannot make the daemon
+// hold a megabyte of header. Catches: net/http's 1 MiB default left in place.
+func TestHeadersAreCapped(t *testing.T) {
+	d := bootedDaemon(t, nil)
+	for _, c := range []struct {
+		size   int
+		status int
+	}{{16 << 10, 200}, {protocol.DefaultMaxHeaderBytes + 8<<10, 431}} {
+		conn, br := dialRaw(t, d.addr)
+		fmt.Fprintf(conn, "GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", strings.Repeat("p", c.size))
+		resp := readResponse(t, br, "GET")
+		if resp.StatusCode != c.status {
+			t.Fatalf("a %d-byte header: %d, want %d", c.size, resp.StatusCode, c.status)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -463,7 +464,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// limits.max_header_bytes: what one connection may make the daemon
+		// hold before anything is authenticated.
+		MaxHeaderBytes: int(min(s.cfg.MaxHeaderBytes, math.MaxInt32)),
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// The connection rides in each request's context so serveOuter can
 		// tell it a handler owns the next response; idle hands it back.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {

@@ -244,6 +244,7 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"open_body_timeout_secs": 10,
 		"max_open_bodies":        16,
 		"stream_stall_secs":      10,
+		"max_header_bytes":       65536,
 		// Ours (issue 21): the fs list page.
 		"max_list_page":     10000,
 		"list_page_default": 1000,

@@ -363,7 +363,9 @@ func timeoutOr(ctx context.Context, id string, err error) error {
 	}
 	what := " before the exec started"
 	if id != "" {
-		what = fmt.Sprintf("; exec %s was left running (reattach with Session.Exec(%q))", id, id)
+		// The id is the handle a caller reattaches by; how to reattach is the
+		// caller's vocabulary (a CLI flag, a library call), so it is not named here.
+		what = fmt.Sprintf("; exec %s was left running", id)
 	}
 	how := "cancelled"
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {

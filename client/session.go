@@ -350,6 +350,18 @@ func (p *proxyAuth) token(ctx context.Context, now func() time.Time, agentPort, 
 	slices.Sort(want)
 	tok, err := p.minter.MintProxyToken(ctx, MintRequest{Ports: want, Minutes: taxonomy.MaxAuthTokenMinutes})
 	if err != nil {
+		switch k := KindOf(err); k {
+		case taxonomy.KindCredentials, taxonomy.KindInvalidArg, taxonomy.KindPrecondition:
+			// No credentials, or a request the control plane refused as
+			// malformed: the identical request cannot succeed, so it is not
+			// the retryable AuthTokenMint.
+			var finding taxonomy.FindingID
+			var inner *Error
+			if errors.As(err, &inner) {
+				finding = inner.Finding()
+			}
+			return ProxyToken{}, Errorf(k, finding, "minting a proxy token for ports %v failed: %v", want, err).WithCause(err)
+		}
 		return ProxyToken{}, WireErrorf(taxonomy.WireAuthTokenMint,
 			"minting a proxy token for ports %v failed: %v; minting is inside the request path, so the identical request may succeed", want, err).
 			WithFinding(taxonomy.FindingEndpointAuth).WithCause(err)

@@ -83,6 +83,7 @@ type guestConfig struct {
 	Hostname  string   // the name before identity repair renames it
 	OwnNet    bool     // a private network namespace: bring its loopback up
 	Workdir   string   // the image's WORKDIR inside the guest root; "" is /
+	Inherited []int    // descriptors the init inherited from the emulator's parent, to close
 }
 
 // isolationError is the refusal of a host that cannot confine a guest. It
@@ -299,6 +300,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	cfg := guestConfig{
 		State: dir, ImageRoot: spec.RootDir, Agentd: bin, Env: guestEnv(spec, port),
 		Hostname: spec.MicrovmID, OwnNet: !spec.Egress, Workdir: spec.Workdir,
+		Inherited: inheritedFDs(),
 	}
 	if cfg.Hostname == "" {
 		cfg.Hostname = "microvm"
@@ -533,6 +535,16 @@ func guestInit() int {
 	if err := json.Unmarshal(line, &cfg); err != nil {
 		return fail("reading the config", err)
 	}
+	// Nothing the emulator's own parent left open without close-on-exec
+	// (a directory, a terminal, a socket) may reach the guest: through
+	// /proc/1/fd a directory descriptor is a way out of the guest's root.
+	// Only the descriptors the launcher saw are closed: the Go runtime of
+	// this process keeps descriptors of its own (cgroup CPU limits).
+	for _, fd := range cfg.Inherited {
+		if fd > 3 {
+			_ = unix.Close(fd)
+		}
+	}
 	if os.Getpid() != 1 {
 		// Never set a guest up (and never let identity repair run) outside
 		// a fresh PID namespace: that would be the host.
@@ -562,6 +574,13 @@ func guestInit() int {
 	null, err := os.Open("/dev/null")
 	if err != nil {
 		return fail("opening /dev/null", err)
+	}
+	// The capabilities no guest needs leave the bounding set of the thread
+	// that forks the daemon, and so every guest process: identity repair
+	// keeps what it uses (CAP_SYS_ADMIN for sethostname and its bind mount).
+	runtime.LockOSThread()
+	if err := dropCapabilities(cfg.OwnNet); err != nil {
+		return fail("dropping capabilities", err)
 	}
 	// The daemon is executed through the descriptor opened before the
 	// pivot: its binary need not be inside the guest's tree.
@@ -600,6 +619,54 @@ func guestInit() int {
 			return ws.ExitStatus()
 		}
 	}
+}
+
+// inheritedFDs lists this process's descriptors above 3 that lack
+// close-on-exec, which every child inherits. Go opens its own with
+// close-on-exec, so these came from the emulator's parent.
+func inheritedFDs() []int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 3 {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			out = append(out, fd)
+		}
+	}
+	return out
+}
+
+// droppedCapabilities are taken from every guest: with them root inside the
+// guest could make a device node for the host's disk, load a kernel module,
+// set the host's clock, read the kernel log, or open host files by handle
+// (the classic container escape).
+var droppedCapabilities = []uintptr{
+	unix.CAP_MKNOD, unix.CAP_SYS_MODULE, unix.CAP_SYS_RAWIO, unix.CAP_SYS_TIME, unix.CAP_SYSLOG,
+	unix.CAP_DAC_READ_SEARCH, unix.CAP_SYS_BOOT, unix.CAP_MAC_ADMIN, unix.CAP_MAC_OVERRIDE,
+	unix.CAP_AUDIT_CONTROL, unix.CAP_WAKE_ALARM, unix.CAP_BLOCK_SUSPEND, unix.CAP_LINUX_IMMUTABLE,
+	unix.CAP_SYS_PACCT, unix.CAP_BPF, unix.CAP_PERFMON,
+}
+
+// dropCapabilities removes droppedCapabilities (and, for a guest on the
+// host's network, CAP_NET_ADMIN and CAP_NET_RAW) from the calling thread's
+// bounding set. A capability this kernel does not know is skipped.
+func dropCapabilities(ownNet bool) error {
+	caps := droppedCapabilities
+	if !ownNet {
+		caps = append(caps[:len(caps):len(caps)], unix.CAP_NET_ADMIN, unix.CAP_NET_RAW)
+	}
+	for _, c := range caps {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("capability %d: %w", c, err)
+		}
+	}
+	return nil
 }
 
 func readLine(f *os.File) ([]byte, error) {
@@ -680,6 +747,9 @@ func buildRoot(cfg guestConfig) error {
 	}
 	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	if err := readOnlyProc(filepath.Join(root, "proc")); err != nil {
+		return err
 	}
 	if err := unix.Mount("sysfs", filepath.Join(root, "sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /sys: %w", err)
@@ -763,6 +833,31 @@ func buildSkeleton(skel string) ([]string, error) {
 		return nil, fmt.Errorf("copying /etc: %w", err)
 	}
 	return dirs, nil
+}
+
+// procReadOnly are the parts of a guest's /proc that write to the host's
+// kernel rather than the guest's namespaces: sysctls (kernel.core_pattern
+// alone would run a program of the guest's choosing on the host), the
+// SysRq trigger, interrupt affinity, bus devices.
+var procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus"}
+
+// readOnlyProc bind-mounts each of procReadOnly onto itself read-only. A
+// mount may still be made on top of a path inside them, which is how
+// identity repair replaces the boot_id.
+func readOnlyProc(proc string) error {
+	for _, p := range procReadOnly {
+		path := filepath.Join(proc, p)
+		if _, err := os.Lstat(path); err != nil {
+			continue // not on this kernel
+		}
+		if err := unix.Mount(path, path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding /proc/%s: %w", p, err)
+		}
+		if err := unix.Mount(path, path, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("making /proc/%s read-only: %w", p, err)
+		}
+	}
+	return nil
 }
 
 func overlay(lower, upper, work, target string) error {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,14 +110,22 @@ func terminate(t *testing.T, base, id string) {
 	waitState(t, base, id, cp.MicrovmStateTERMINATED)
 }
 
-// stateDirs are the MicroVM's state directories on the host.
-func stateDirs(t *testing.T, id string) []string {
+// stateDirWith is the state directory on the host of the MicroVM id whose
+// upper layer holds rel (a file only this test's guest wrote: other test
+// processes on the machine may run MicroVMs with the same id), or "".
+func stateDirWith(t *testing.T, id, rel string) string {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(os.TempDir(), "emulator-"+id+"-*"))
+	m, err := filepath.Glob(filepath.Join(os.TempDir(), "emulator-"+id+"-*", "upper", rel))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	if len(m) > 1 {
+		t.Fatalf("state directories holding %s: %v, want one", rel, m)
+	}
+	if len(m) == 0 {
+		return ""
+	}
+	return strings.TrimSuffix(m[0], string(filepath.Separator)+filepath.Join("upper", rel))
 }
 
 // Catches: a guest whose writes reach the host's /tmp or /etc (no private
@@ -171,12 +180,9 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 		os.Remove("/usr/x-" + nonce)
 		t.Errorf("a guest write to /usr reached the host's /usr (%v)", err)
 	}
-	dirs := stateDirs(t, vm.MicrovmId)
-	if len(dirs) != 1 {
-		t.Fatalf("state directories of %s: %v, want one", vm.MicrovmId, dirs)
-	}
-	if _, err := os.Stat(filepath.Join(dirs[0], "upper", "tmp", "x-"+nonce)); err != nil {
-		t.Errorf("the guest's /tmp write is not in its state directory: %v", err)
+	state := stateDirWith(t, vm.MicrovmId, "tmp/x-"+nonce)
+	if state == "" {
+		t.Fatal("the guest's /tmp write is not in the upper layer of its state directory")
 	}
 
 	// Its own /proc: PID 1 is the guest's init, and only a handful of
@@ -202,8 +208,8 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 	}
 
 	terminate(t, base, vm.MicrovmId)
-	if d := stateDirs(t, vm.MicrovmId); len(d) != 0 {
-		t.Errorf("terminate left the state directory: %v", d)
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("terminate left the state directory %s (%v)", state, err)
 	}
 }
 
@@ -231,7 +237,9 @@ func TestGuestIdentityIsItsOwnAndTheHostsIsUntouched(t *testing.T) {
 		t.Errorf("identity repair in the guest: repaired %v degraded %v, want it to run and succeed", h.IdentityRepaired, h.IdentityDegraded)
 	}
 	name := mustSh(t, sess, "hostname")
-	if name == hostName || !strings.HasPrefix(name, "microvm-") {
+	// microvm-<12 hex> is identity repair's name; the init's own is the
+	// MicroVM id, so this also catches repair not running.
+	if name == hostName || !regexp.MustCompile(`^microvm-[0-9a-f]{12}$`).MatchString(name) {
 		t.Errorf("guest hostname %q (host %q): want its own, from identity repair", name, hostName)
 	}
 	guestID := mustSh(t, sess, "cat /etc/machine-id")
@@ -572,6 +580,10 @@ func TestTerminateWhileSuspendedLeavesNothing(t *testing.T) {
 	sess := session(t, base, vm)
 	name := "frozen-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	mustSh(t, sess, "cp \"$(command -v sleep)\" /tmp/"+name+" && (setsid /tmp/"+name+" 1000 </dev/null >/dev/null 2>&1 &) ; sleep 0.2")
+	state := stateDirWith(t, vm.MicrovmId, "tmp/"+name)
+	if state == "" {
+		t.Fatal("the guest's copy of sleep is not in its state directory")
+	}
 	if status, _, out := do(t, base, "POST", "/2025-09-09/microvms/"+vm.MicrovmId+"/suspend", "", auth); status != 200 {
 		t.Fatalf("suspend: %d %s", status, out)
 	}
@@ -580,9 +592,8 @@ func TestTerminateWhileSuspendedLeavesNothing(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("processes named %s on the host: %v, want the guest's one", name, pids)
 	}
-	if st := procState(pids[0]); st != "T" {
-		t.Fatalf("the guest's process %d is not frozen (state %s)", pids[0], st)
-	}
+	// A stop is delivered when the process is next scheduled.
+	waitProc(t, pids[0], "stopped", func(s string) bool { return s == "T" })
 	terminate(t, base, vm.MicrovmId)
 	for i := 0; i < 500 && len(procsNamed(t, name)) > 0; i++ { // bounded: about five seconds
 		time.Sleep(10 * time.Millisecond)
@@ -590,7 +601,55 @@ func TestTerminateWhileSuspendedLeavesNothing(t *testing.T) {
 	if p := procsNamed(t, name); len(p) != 0 {
 		t.Fatalf("the frozen guest's process %v outlived terminate", p)
 	}
-	if d := stateDirs(t, vm.MicrovmId); len(d) != 0 {
-		t.Fatalf("terminate left the state directory: %v", d)
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("terminate left the state directory %s (%v)", state, err)
+	}
+}
+
+// Catches: a host descriptor inherited without close-on-exec (here a
+// directory of the host's) reaching the guest, where /proc/<pid>/fd/N
+// would lead out of its root; a writable /proc/sys or SysRq trigger (host
+// kernel settings); and capabilities that let guest root reach
+// the host (a device node for its disk, files opened by handle) left in
+// the guest's bounding set.
+func TestGuestHoldsNoHostDescriptorAndNoEscapeCapabilities(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "escape-marker"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0) // no O_CLOEXEC: inherited by children
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	s, base := isolated(t)
+	vm := launchGuest(t, s, base, false)
+	sess := session(t, base, vm)
+	if out := mustSh(t, sess, `for f in /proc/[0-9]*/fd/*; do [ -e "$f/escape-marker" ] && echo "open: $f"; done; true`); out != "" {
+		t.Errorf("a guest process holds the host's directory: %s", out)
+	}
+
+	// Probed with test -w (access(2) answers EROFS), never by writing: a
+	// broken guard would otherwise change this machine's kernel settings.
+	for _, p := range []string{"/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger", "/proc/sys/vm/drop_caches"} {
+		if code, _ := sh(t, sess, "test -w "+p); code == 0 {
+			t.Errorf("the guest can write the host kernel's %s", p)
+		}
+	}
+	if code, out := sh(t, sess, "mknod /tmp/disk b 1 0"); code == 0 {
+		t.Errorf("guest root made a block device node: %s", out)
+	}
+	bnd := mustSh(t, sess, "grep CapBnd /proc/self/status | cut -f2")
+	caps, err := strconv.ParseUint(bnd, 16, 64)
+	if err != nil {
+		t.Fatalf("CapBnd %q: %v", bnd, err)
+	}
+	for _, c := range []uint{2 /* CAP_DAC_READ_SEARCH */, 16 /* CAP_SYS_MODULE */, 25 /* CAP_SYS_TIME */, 27 /* CAP_MKNOD */} {
+		if caps&(1<<c) != 0 {
+			t.Errorf("capability %d is in the guest's bounding set %s", c, bnd)
+		}
+	}
+	if caps&(1<<21) == 0 { // CAP_SYS_ADMIN: identity repair's sethostname and bind mount
+		t.Errorf("CAP_SYS_ADMIN was dropped; identity repair needs it (bounding set %s)", bnd)
 	}
 }

@@ -3,11 +3,13 @@ package build
 import (
 	"context"
 	"debug/elf"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"slices"
 	"time"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/ledger"
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -110,9 +112,9 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 
 	// A second create under an existing name is refused by the service, so
 	// look first: with Reuse a match is the same inputs; without it, a clash.
-	existing, err := c.FindImage(ctx, name)
+	existing, err := lambdamicrovms.FindMicrovmImage(ctx, c.SDK(), name)
 	if err != nil {
-		return nil, err
+		return nil, control.SDKError("ListMicrovmImages", err)
 	}
 	if existing != nil {
 		if !s.Reuse {
@@ -120,7 +122,7 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 				"an image named %s already exists; choose another name or build with reuse", name)
 		}
 		if slices.Contains(taxonomy.ImageReadyStates, string(existing.State)) && existing.LatestActiveImageVersion != nil {
-			res.ImageARN, res.Version, res.Reused = existing.ImageArn, *existing.LatestActiveImageVersion, true
+			res.ImageARN, res.Version, res.Reused = aws.ToString(existing.ImageArn), *existing.LatestActiveImageVersion, true
 			return res, nil
 		}
 		return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingDuplicateImageName,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/smithy-go/logging"
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	cp "github.com/microvms/microvms/gen/controlplane"
@@ -63,7 +64,11 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	}
 	creds := o.Credentials
 	if creds == nil {
-		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(o.Region.String()))
+		// The SDK's own logger writes lines like "WARN falling back to
+		// IMDSv1" on stderr, outside any caller's output contract; a
+		// credential the chain cannot resolve is reported as this client's
+		// Credentials error instead.
+		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(o.Region.String()), config.WithLogger(logging.Nop{}))
 		if err != nil {
 			return nil, client.Errorf(taxonomy.KindCredentials, "", "loading the AWS configuration: %w", err)
 		}

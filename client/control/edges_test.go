@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -493,5 +494,92 @@ func TestA300IsNotASuccess(t *testing.T) {
 	var se *ServiceError
 	if !errors.As(err, &se) || se.Status != http.StatusMultipleChoices {
 		t.Fatalf("a 300 answered %v", err)
+	}
+}
+
+// Catches: a Retry-After misread: ignored when present (`v != ""`), "0"
+// (the emulator's throttle) not read as seconds (`n > 0`), seconds divided
+// instead of multiplied, the overflow clamp one off at its edge, or an
+// HTTP-date ignored (a negated ParseTime check).
+func TestRetryAfterForms(t *testing.T) {
+	get := func(v string) *time.Duration {
+		h := http.Header{}
+		if v != "" {
+			h.Set("Retry-After", v)
+		}
+		return retryAfter(h)
+	}
+	if d := get(""); d != nil {
+		t.Errorf("absent: %v", *d)
+	}
+	for v, want := range map[string]time.Duration{
+		"0":          0,
+		"3":          3 * time.Second,
+		"9223372036": 9223372036 * time.Second, // the largest that does not overflow
+		"9223372037": time.Duration(math.MaxInt64),
+	} {
+		if d := get(v); d == nil || *d != want {
+			t.Errorf("%q: %v, want %s", v, d, want)
+		}
+	}
+	if d := get(time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)); d == nil || *d <= 30*time.Minute || *d > time.Hour {
+		t.Errorf("an HTTP-date an hour ahead: %v", d)
+	}
+	if d := get("Mon, 02 Jan 2006 15:04:05 GMT"); d == nil || *d != 0 {
+		t.Errorf("an HTTP-date in the past: %v", d)
+	}
+	if d := get("soon"); d != nil {
+		t.Errorf("garbage: %v", *d)
+	}
+}
+
+// Catches: a wait default applied over a caller's value or not applied to
+// a zero one (`o.Interval < 0`, `o.Timeout > 0`, ...).
+func TestWaitDefaultsApplyOnlyWhenUnset(t *testing.T) {
+	d := WaitOptions{}.withDefaults(7 * time.Minute)
+	if d.Interval != 10*time.Second || d.Timeout != 7*time.Minute || d.Grace != 10*time.Minute {
+		t.Fatalf("defaults: %+v", d)
+	}
+	set := WaitOptions{Interval: time.Millisecond, Timeout: time.Second, Grace: time.Minute}
+	if got := set.withDefaults(7 * time.Minute); got.Interval != set.Interval || got.Timeout != set.Timeout || got.Grace != set.Grace {
+		t.Fatalf("a caller's values were replaced: %+v", got)
+	}
+}
+
+// Catches: poll numbers counted down (`n--`): Progress numbers the polls
+// 1, 2, 3 as they happen.
+func TestProgressNumbersThePolls(t *testing.T) {
+	s := &scriptedVM{states: []cp.MicrovmState{cp.MicrovmStatePENDING, cp.MicrovmStatePENDING, cp.MicrovmStateRUNNING}}
+	var polls []int
+	o := fastWait
+	o.Progress = func(p Progress) { polls = append(polls, p.Poll) }
+	if _, err := scriptedClient(t, s).WaitRunning(ctxT(t), "mvm-0123456789abcdef", o); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(polls) != "[1 2 3]" {
+		t.Fatalf("polls numbered %v", polls)
+	}
+}
+
+// Catches: a default wait bound that is no bound, or none at all (`30 /
+// time.Minute` is zero, and a zero timeout ends the wait before its first
+// answer): with neither a deadline nor a Timeout, an image that builds is
+// waited for.
+func TestWaitImageWithoutADeadlineUsesItsDefault(t *testing.T) {
+	h := newHarness(t, emulator.Options{Builds: func(string) emulator.BuildPlan { return emulator.BuildPlan{Steps: 2} }}, nil)
+	created, err := h.c.CreateImage(ctxT(t), testSpec("undeadlined"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := ParseImageRef(created.ImageArn)
+	if _, err := h.c.WaitImage(context.Background(), ref, created.ImageVersion, WaitOptions{Interval: time.Millisecond}); err != nil {
+		t.Fatalf("no deadline, no Timeout: %v", err)
+	}
+	vm, err := h.c.Launch(ctxT(t), LaunchSpec{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.WaitRunning(context.Background(), vm.MicrovmId, WaitOptions{Interval: time.Millisecond}); err != nil {
+		t.Fatalf("no deadline, no Timeout: %v", err)
 	}
 }

@@ -165,7 +165,8 @@ type MicrovmRunningWaiterOptions struct {
 // reaches TERMINATING or TERMINATED first died before running (its stateReason
 // says why, usually a failed run hook). SUSPENDING and SUSPENDED are polled
 // again, not failures, because a resumed MicroVM may still read SUSPENDED for
-// a few polls.
+// a few polls (an assumption, not a measurement; docs/PLATFORM.md records no
+// state sequence after ResumeMicrovm, so the waiter tolerates either).
 type MicrovmRunningWaiter struct {
 	client  GetMicrovmAPIClient
 	options MicrovmRunningWaiterOptions

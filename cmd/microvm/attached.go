@@ -223,6 +223,12 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.Timeout <= 0 {
 		return nil, invalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
 	}
+	if err := requireText("the command's", c.Command); err != nil {
+		return nil, err
+	}
+	if err := requireText("--env", c.Env); err != nil {
+		return nil, err
+	}
 	env, err := parseEnv(c.Env)
 	if err != nil {
 		return nil, err
@@ -585,6 +591,16 @@ func (c *HealthCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if h.Bootstrapped {
+		// /v1/health is open, so it answers a wrong token too. Every other
+		// command would then fail with 401: ask once with the token, for an
+		// exec id no one uses, where "no such exec" means the token was
+		// accepted.
+		_, err := s.Exec("microvm-health-token-check").Poll(ctx)
+		if err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireNotFound)) {
+			return nil, err
+		}
+	}
 	d := cliapi.HealthData{Version: h.Version, Bootstrapped: h.Bootstrapped, IdentityDegraded: h.IdentityDegraded,
 		IdentityRepaired: h.IdentityRepaired, Busy: h.Busy, Execs: int64(h.Execs)}
 	if h.Disk != nil {
@@ -664,10 +680,11 @@ func (c *StdinCmd) run(ctx context.Context, a *app) (*result, error) {
 // CpCmd copies a file or a tar between here and the VM.
 type CpCmd struct {
 	AttachFlags
-	Src  string `arg:"" help:"Source: vm:/path reads from the VM, anything else is a local path."`
-	Dst  string `arg:"" help:"Destination: vm:/path writes to the VM, anything else is a local path."`
-	Tar  bool   `help:"Move a directory tree as an uncompressed tar: the vm: side is a directory, the local side a .tar file." xor:"tar-mode"`
-	Mode string `help:"Octal permissions for an uploaded file; a tar carries its members' own." placeholder:"OCTAL" xor:"tar-mode"`
+	Src     string `arg:"" help:"Source: vm:/path reads from the VM, anything else is a local path."`
+	Dst     string `arg:"" help:"Destination: vm:/path writes to the VM, anything else is a local path."`
+	Tar     bool   `help:"Move a directory tree as an uncompressed tar: the vm: side is a directory, the local side a .tar file." xor:"tar-mode,tar-parents"`
+	Mode    string `help:"Octal permissions for an uploaded file; a tar carries its members' own." placeholder:"OCTAL" xor:"tar-mode"`
+	Parents bool   `help:"Create the uploaded file's missing parent directories on the VM; without it a missing parent is refused." xor:"tar-parents"`
 }
 
 const vmPrefix = "vm:"
@@ -676,6 +693,28 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 	srcVM, dstVM := strings.HasPrefix(c.Src, vmPrefix), strings.HasPrefix(c.Dst, vmPrefix)
 	if srcVM == dstVM {
 		return nil, invalidArg("", "exactly one of SRC and DST must be vm:/path (got %q and %q)", c.Src, c.Dst)
+	}
+	remote := strings.TrimPrefix(c.Src, vmPrefix)
+	if dstVM {
+		remote = strings.TrimPrefix(c.Dst, vmPrefix)
+	}
+	if !strings.HasPrefix(remote, "/") {
+		// agentd would resolve it against its own working directory, which
+		// is nothing the caller chose.
+		return nil, invalidArg("", "vm:%s is relative: a vm: path is absolute in the guest, e.g. vm:/%s", remote, strings.TrimPrefix(remote, "./"))
+	}
+	if dstVM {
+		st, err := os.Stat(c.Src)
+		switch {
+		case err != nil:
+			return nil, invalidArg("", "%v", err)
+		case st.IsDir() && !c.Tar:
+			return nil, invalidArg("", "%s is a directory: copy a tree with --tar, from a .tar of it (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
+		case st.IsDir():
+			return nil, invalidArg("", "%s is a directory: with --tar the local side is a .tar archive (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
+		case !st.Mode().IsRegular():
+			return nil, invalidArg("", "%s is not a regular file", c.Src)
+		}
 	}
 	var mode os.FileMode
 	if c.Mode != "" {
@@ -704,11 +743,27 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		if st, err := f.Stat(); err == nil {
 			d.Bytes = st.Size()
 		}
-		if c.Tar {
-			err = s.WriteTar(ctx, d.Remote, f)
-		} else {
-			err = s.WriteFile(ctx, d.Remote, f, mode)
+		if !c.Tar && !c.Parents {
+			// The daemon creates missing parents; a typo in a directory
+			// name would then make a new tree instead of failing.
+			if err := c.parentExists(ctx, s, d.Remote); err != nil {
+				return nil, err
+			}
 		}
+		sent, done := a.transferBar("upload " + c.Src)
+		// Counted only when a bar is drawn: the file itself keeps the
+		// client's fast path (its size as Content-Length, sendfile).
+		var body io.Reader = f
+		if a.barOn() {
+			body = &countingReader{r: f, total: d.Bytes, sent: sent}
+		}
+		if c.Tar {
+			err = s.WriteTar(ctx, d.Remote, body)
+		} else {
+			err = s.WriteFile(ctx, d.Remote, body, mode)
+		}
+		sent(d.Bytes, d.Bytes)
+		done(err == nil)
 		if err != nil {
 			return nil, err
 		}
@@ -722,11 +777,14 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		}
 		defer os.Remove(tmp.Name())
 		var n int64
+		sent, done := a.transferBar("download " + c.Src)
+		sink := &countingWriter{w: tmp, total: -1, sent: sent}
 		if c.Tar {
-			n, err = s.ReadTar(ctx, d.Remote, tmp)
+			n, err = s.ReadTar(ctx, d.Remote, sink)
 		} else {
-			n, err = s.ReadFile(ctx, d.Remote, tmp, client.LineRange{})
+			n, err = s.ReadFile(ctx, d.Remote, sink, client.LineRange{})
 		}
+		done(err == nil)
 		if cerr := tmp.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
@@ -743,6 +801,27 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		_, err := fmt.Fprintf(w, "%s %s vm:%s  %s\n", d.Local, arrow, d.Remote, humanBytes(d.Bytes))
 		return err
 	}}, nil
+}
+
+// parentExists refuses an upload whose parent directory is missing on the
+// VM. Protocol v1 has no stat: reading a directory as a file answers 400
+// (it exists), a missing path 404; only the first line is asked for, in
+// case the parent is a file.
+func (c *CpCmd) parentExists(ctx context.Context, s *client.Session, remote string) error {
+	parent := dirOf(remote)
+	if parent == "/" {
+		return nil
+	}
+	_, err := s.ReadFile(ctx, parent, io.Discard, client.LineRange{Start: 1, End: 1})
+	switch {
+	case err == nil:
+		return invalidArg("", "vm:%s is a file, not a directory", parent)
+	case errors.Is(err, client.WireKindError(taxonomy.WireProtocolError)):
+		return nil // a directory
+	case errors.Is(err, client.WireKindError(taxonomy.WireNotFound)):
+		return client.Errorf(taxonomy.KindPrecondition, "", "vm:%s does not exist, so vm:%s has nowhere to go; pass --parents to create it", parent, remote)
+	}
+	return err
 }
 
 func dirOf(path string) string {

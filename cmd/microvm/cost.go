@@ -147,18 +147,70 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 			return nil, err
 		}
 		cmp = &r
-		m := map[string]any{"text": r.String(), "running": reportJSON(r.Running), "suspended": reportJSON(r.Suspended), "perCycleUsd": r.PerCycle().String()}
+		m := map[string]any{"text": r.String(), "running": reportJSON(r.Running), "suspended": reportJSON(r.Suspended), "perCycleUsd": r.PerCycle().String(), "breakEvenSec": nil}
 		if be, err := r.BreakEven(); err == nil {
 			m["breakEvenSec"] = be.Seconds()
 		}
 		data.Comparison = m
 	}
-	return &result{typ: cliapi.TypeCost, data: data, human: func(w io.Writer) error {
-		fmt.Fprintln(w, rep.String())
-		if cmp != nil {
-			fmt.Fprintln(w)
-			fmt.Fprintln(w, cmp.String())
+	return &result{typ: cliapi.TypeCost, data: data,
+		human: func(w io.Writer) error {
+			// The staleness went to stderr once, above; the table repeats
+			// only the figures.
+			if err := a.writeGrid(w, costGrid(rep)); err != nil {
+				return err
+			}
+			if cmp != nil {
+				fmt.Fprintln(w)
+				for _, r := range []cost.Report{cmp.Running, cmp.Suspended} {
+					if err := a.writeGrid(w, costGrid(r)); err != nil {
+						return err
+					}
+				}
+				line := "per suspend/resume cycle: $" + cmp.PerCycle().String()
+				if be, err := cmp.BreakEven(); err == nil {
+					line += "; suspending pays off for holds over " + humanDuration(be)
+				}
+				fmt.Fprintln(w, line)
+			}
+			return nil
+		},
+		// One line of figures: the report's text and lines stay in --json.
+		dense: func(w io.Writer) error {
+			t := rep.Total()
+			line := fmt.Sprintf("cost size=%s region=%s total_usd=%s lower_bound=%t lines=%d", rep.Size, rep.Rates.Region(), t.Floor(), t.IsLowerBound(), len(rep.Lines))
+			if cmp != nil {
+				line += " per_cycle_usd=" + cmp.PerCycle().String()
+				if be, err := cmp.BreakEven(); err == nil {
+					line += fmt.Sprintf(" break_even_sec=%g", be.Seconds())
+				}
+			}
+			_, err := fmt.Fprintln(w, line)
+			return err
+		},
+	}, nil
+}
+
+// costGrid is a report as a table: one row per line item, unpriced lines
+// saying so instead of $0, the total in the footer.
+func costGrid(r cost.Report) grid {
+	g := grid{headers: []string{"phase", "billing", "quantity", "unit", "usd"}}
+	for _, l := range r.Lines {
+		usd := "unpriced: " + l.Amount.UnpricedReason()
+		if v, ok := l.Amount.Estimate(); ok {
+			usd = "$" + v.String()
 		}
-		return nil
-	}}, nil
+		q := l.Quantity.String()
+		if !l.Duration.IsZero() {
+			q += " (" + l.Duration.Provenance().String() + ")"
+		}
+		g.add(false, fmt.Sprint(l.Phase), fmt.Sprint(l.Billing), q, l.Unit, usd)
+	}
+	t := r.Total()
+	total := "$" + t.Floor().String()
+	if t.IsLowerBound() {
+		total = "at least " + total + " (an unpriced line is not in it)"
+	}
+	g.footer = fmt.Sprintf("%s, %s in %s: %s, an estimate from published rates, never an invoice", r.Label, r.Size, r.Rates.Region(), total)
+	return g
 }

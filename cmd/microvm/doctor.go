@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
@@ -71,22 +70,28 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	d := cliapi.DoctorData{Checks: rows, Ok: ok}
 	human := func(w io.Writer) error {
-		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+		// One check per line: status, name, what was found, then what to do.
+		width := 0
 		for _, ch := range checks {
-			status := "ok"
+			width = max(width, len(ch.Name))
+		}
+		for _, ch := range checks {
+			status := "ok  "
 			switch {
 			case !ch.OK && ch.Fatal:
 				status = "FAIL"
 			case !ch.OK:
 				status = "note"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s", status, ch.Name, ch.Detail)
+			line := fmt.Sprintf("%s  %-*s  %s", status, width, ch.Name, ch.Detail)
 			if ch.Remedy != "" {
-				fmt.Fprintf(tw, "\ttry: %s", ch.Remedy)
+				line += " -- try: " + ch.Remedy
 			}
-			fmt.Fprintln(tw)
+			if _, err := fmt.Fprintln(w, line); err != nil {
+				return err
+			}
 		}
-		return tw.Flush()
+		return nil
 	}
 	if !ok {
 		return nil, &failure{err: client.Errorf(taxonomy.KindPrecondition, "", "a prerequisite is missing: see the failing checks"), data: d, human: human}

@@ -259,7 +259,7 @@ func TestEndToEndAgainstAgentd(t *testing.T) {
 		src := filepath.Join(local, "in.txt")
 		os.WriteFile(src, []byte("payload\n"), 0o644)
 		remote := filepath.Join(t.TempDir(), "guest")
-		envelope(t, cli(t, env, "", "--json", "cp", "--mode", "0600", src, "vm:"+remote+"/f.txt"))
+		envelope(t, cli(t, env, "", "--json", "cp", "--parents", "--mode", "0600", src, "vm:"+remote+"/f.txt"))
 		back := filepath.Join(local, "back.txt")
 		d := envelope(t, cli(t, env, "", "--json", "cp", "vm:"+remote+"/f.txt", back))["data"].(map[string]any)
 		if b, _ := os.ReadFile(back); string(b) != "payload\n" || d["bytes"] != float64(8) {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/alecthomas/kong"
 	"github.com/schollz/progressbar/v3"
@@ -25,6 +27,9 @@ type app struct {
 	stdoutTTY, stderrTTY bool
 	env                  func(string) string
 	parser               *kong.Kong
+	// command is the selected command's name (exec, cp...), for hints that
+	// differ by command: a 404 is a path to cp and an exec id to ack.
+	command string
 	// progressMu and bar keep a lifecycle command's progress lines from
 	// tearing through its spinner (progress.go).
 	progressMu sync.Mutex
@@ -33,6 +38,8 @@ type app struct {
 	// interrupt then leaves the VM and the exec as they were, which is the
 	// timeout row's meaning, not the interrupted row's (teardown ran).
 	attached bool
+	// unreachable is set when fail reclassed a refused connection.
+	unreachable bool
 	// streamed is set once exec --stream has written an NDJSON line: from
 	// then on the envelope must be one compact line, and on the human path a
 	// failure must stay off stdout, which holds the child's bytes.
@@ -117,7 +124,19 @@ func (a *app) succeed(res *result) int {
 // code, which is the error kind's row of the generated table and nothing else.
 func (a *app) fail(err error) int {
 	ce := asClientError(err)
+	if wire, _ := ce.WireKind(); a.attached && wire == taxonomy.WireTransport && nothingListens(ce) {
+		// The client retried and gave up: nothing listens at the endpoint
+		// (connection refused) or its name does not resolve. Running the
+		// identical command again will not help until the endpoint is fixed
+		// or the VM is up, so this is a missing prerequisite, not row 3.
+		// data.kind still says Transport.
+		ce = client.WireErrorf(taxonomy.WireTransport, "%s", ce.Error()).WithCause(ce)
+		ce = client.Errorf(taxonomy.KindPrecondition, "", "nothing answers at the endpoint: %s", ce.Error()).WithCause(ce)
+		a.unreachable = true
+	}
+	interrupted := false
 	if a.attached && ce.Kind() == taxonomy.KindInterrupted {
+		interrupted = true
 		// ERR_INTERRUPTED means "after launch; teardown ran": an attached
 		// command launched nothing and tears nothing down. Stopping its wait
 		// is a client-side deadline the caller chose, and the exec (or the
@@ -132,6 +151,10 @@ func (a *app) fail(err error) int {
 		partial, human, extra = f.data, f.human, f.suggestions
 	}
 	env := envelopeFor(ce, partial)
+	if m, ok := env.Data.(map[string]any); ok && a.unreachable {
+		m["kind"] = taxonomy.WireTransport.String()
+	}
+	env.Suggestions = a.suggestionsFor(ce, interrupted)
 	if len(extra) > 0 {
 		env.Suggestions = append(append([]string{}, extra...), env.Suggestions...)
 	}
@@ -186,15 +209,26 @@ func envelopeFor(ce *client.Error, partial any) cliapi.Failure {
 		// it for a consumer that wants a stable key.
 		Finding:     finding.Title(),
 		FindingSlug: string(finding),
-		Suggestions: suggestionsFor(ce),
+		Suggestions: []string{},
 		Data:        data,
 	}
 }
 
-// suggestionsFor names the flag or command that addresses a failure. The
-// library says what went wrong; the CLI says what to type next.
-func suggestionsFor(ce *client.Error) []string {
+// nothingListens reports a transport failure that retrying cannot fix:
+// the connection was refused, or the host name does not resolve.
+func nothingListens(err error) bool {
+	var dns *net.DNSError
+	return errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &dns) && dns.IsNotFound)
+}
+
+// suggestionsFor names the flag or command that addresses a failure, in
+// words a CLI user can type. The library says what went wrong; the CLI
+// says what to type next.
+func (a *app) suggestionsFor(ce *client.Error, interrupted bool) []string {
 	s := []string{}
+	if a.unreachable {
+		return append(s, "check --endpoint (or MICROVM_ENDPOINT): a MicroVM's endpoint is the bare host its launch reported, a local agentd's is http://127.0.0.1:PORT with --direct; then `microvm health`")
+	}
 	if wire, ok := ce.WireKind(); ok {
 		switch wire {
 		case taxonomy.WireUnauthorized:
@@ -202,33 +236,68 @@ func suggestionsFor(ce *client.Error) []string {
 		case taxonomy.WireNotBootstrapped:
 			s = append(s, "the daemon has no token yet: wait for the run hook, then run the same command again")
 		case taxonomy.WireTransport:
-			s = append(s, "check --endpoint (or MICROVM_ENDPOINT) and that the VM is RUNNING")
+			s = append(s, "check --endpoint (or MICROVM_ENDPOINT) and that the VM is RUNNING, then run the same command again")
 		case taxonomy.WireNotFound:
-			s = append(s, "check the exec id or path; an acked exec is collected after its TTL")
+			if a.command == "cp" {
+				s = append(s, "check the vm: path: it must exist on the VM; `microvm exec ls -la DIR` lists a directory")
+			} else {
+				s = append(s, "check the exec id: an acked exec is collected after its TTL; `microvm exec --poll ID` reads one that is still held")
+			}
 		case taxonomy.WireExecTimeout:
-			s = append(s, "the exec was left running: read it with `microvm exec --poll <exec-id>`, or raise --timeout")
+			s = append(s, "the exec was left running: read it with `microvm exec --poll ID`, or raise --timeout")
 		case taxonomy.WireOutputGap:
 			s = append(s, "output was lost before it was read: use `microvm exec --stream` to read as it arrives")
+		case taxonomy.WireAuthTokenMint:
+			s = append(s, "the proxy token is minted through the control plane for --microvm-id: check it and --region, then run the same command again")
 		}
 		return s
 	}
 	switch ce.Kind() {
 	case taxonomy.KindInvalidArg:
-		s = append(s, "microvm --help, or `microvm manifest` for every flag and its domain")
+		s = append(s, "microvm help "+a.command+", or `microvm manifest` for every flag and its domain")
+		if a.command == "" {
+			s[0] = "microvm --help, or `microvm manifest` for every flag and its domain"
+		}
 	case taxonomy.KindPrecondition:
-		s = append(s, "microvm doctor")
+		if a.command == "cp" {
+			s = append(s, "pass --parents to create the missing directories, or make them: microvm exec mkdir -p DIR")
+		} else if a.parser != nil && hasCommand(a.parser, "doctor") {
+			s = append(s, "microvm doctor")
+		}
 	case taxonomy.KindTimeout:
-		s = append(s, "raise --timeout; nothing was killed", "`microvm kill <exec-id>` stops an exec left running")
+		switch {
+		case interrupted && a.command == "exec":
+			s = append(s, "the exec was left running: `microvm exec --poll EXEC_ID` reads it, `microvm kill EXEC_ID` stops it")
+		case interrupted:
+			s = append(s, "nothing on the VM was stopped; run the same command again to finish")
+		case a.command == "exec":
+			s = append(s, "raise --timeout; nothing was killed", "`microvm kill EXEC_ID` stops an exec left running")
+		}
 	case taxonomy.KindInterrupted:
-		s = append(s, "an exec left running is stopped with `microvm kill <exec-id>`; a kept MicroVM with `microvm terminate <microvm-id>`")
+		s = append(s, "an exec left running is stopped with `microvm kill EXEC_ID`; a kept MicroVM with `microvm terminate MICROVM_ID`")
 	case taxonomy.KindCredentials:
 		if ce.Finding() == taxonomy.FindingEndpointAuth {
 			// The client's answer to a 403 on a session without a proxy
 			// token, which only --direct builds.
 			s = append(s, "drop --direct (and MICROVM_DIRECT): the endpoint is behind the platform proxy; pass --microvm-id so a proxy token is minted")
+		} else if ce.Finding() == taxonomy.FindingUnsupportedRegion {
+			s = append(s, "check --region first: an AccessDeniedException with a null message is the unsupported-region signature, not an IAM problem")
+		} else {
+			s = append(s, "give the AWS SDK credentials: AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (`aws configure` writes a profile)",
+				"an AccessDeniedException with a null message is the unsupported-region signature, not an IAM problem: check --region first")
 		}
 	}
 	return s
+}
+
+// hasCommand reports whether the parser has a top-level command name.
+func hasCommand(k *kong.Kong, name string) bool {
+	for _, n := range k.Model.Children {
+		if n.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *app) writeJSON(v any) {

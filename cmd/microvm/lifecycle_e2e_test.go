@@ -321,7 +321,7 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	remote := filepath.Join(dir, "in-vm.txt")
-	run(append([]string{"cp", local, "vm:" + remote}, attach...)...)
+	run(append([]string{"cp", "--parents", local, "vm:" + remote}, attach...)...) // the guest has no such directory: --parents makes it
 	ex := run(append(append([]string{"exec"}, attach...), "cat "+remote+"; echo $GREETING")...)
 	if ex["stdout"] != "carried across a freeze\nhello\n" {
 		t.Fatalf("%v", ex)

@@ -151,15 +151,23 @@ func (c *LsCmd) run(_ context.Context, a *app) (*result, error) {
 				_, err := fmt.Fprintf(w, "no runs recorded under %s\n", dir)
 				return err
 			}
-			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tREGION\tMICROVM\tIMAGE\tOPEN\tLEAKED")
+			g := grid{headers: []string{"run", "region", "microvm", "image", "open", "leaked"}}
+			open, leaked := 0, 0
 			for _, r := range recorded {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", r.ID, r.Region, r.MicrovmID, r.Image, !r.Closed, strings.Join(r.Leaked, ","))
+				if !r.Closed {
+					open++
+				}
+				if len(r.Leaked) > 0 {
+					leaked++
+				}
+				// A leak is the one thing here an operator must not skim past.
+				g.add(len(r.Leaked) > 0, r.ID, r.Region, r.MicrovmID, r.Image, strconv.FormatBool(!r.Closed), strings.Join(r.Leaked, ","))
 			}
 			for _, name := range unreadable {
-				fmt.Fprintf(tw, "%s\t?\t?\t?\t?\tunreadable record\n", strings.TrimSuffix(name, ".json"))
+				g.add(true, strings.TrimSuffix(name, ".json"), "?", "?", "?", "?", "unreadable record")
 			}
-			return tw.Flush()
+			g.footer = fmt.Sprintf("%d runs, %d open, %d with leaks, %d unreadable (%s)", len(runs), open, leaked, len(unreadable), dir)
+			return a.writeGrid(w, g)
 		},
 	}, nil
 }

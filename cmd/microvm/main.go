@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 
@@ -68,11 +69,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return a.fail(client.Errorf(taxonomy.KindUnexpected, "", "building the parser: %v", err))
 	}
 	a.parser = parser
-	kctx, err := parser.Parse(args)
+	protected, spelled := protectBytes(args)
+	kctx, err := parser.Parse(protected)
 	if err != nil {
 		return a.fail(parseError(err))
 	}
+	if spelled {
+		restoreBytes(reflect.ValueOf(cli))
+	}
 	a.g = cli.Globals
+	for _, p := range kctx.Path {
+		if p.Command != nil {
+			a.command = p.Command.Name
+			break
+		}
+	}
 	cmd, ok := kctx.Selected().Target.Addr().Interface().(command)
 	if !ok {
 		return a.fail(client.Errorf(taxonomy.KindUnexpected, "", "%s has no handler", kctx.Command()))

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"text/tabwriter"
+	"strconv"
 
 	"github.com/alecthomas/kong"
 
@@ -214,16 +214,20 @@ func (c *ManifestCmd) run(_ context.Context, a *app) (*result, error) {
 		data:       data,
 		alwaysJSON: true,
 		human: func(w io.Writer) error {
-			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "COMMAND\tTYPE\tSUMMARY")
+			// Reached on a terminal only: a pipe gets the envelope.
+			cmds := grid{headers: []string{"command", "type", "summary"}}
 			for _, c := range m["commands"].([]manifestCommand) {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.ResponseType, c.Summary)
+				cmds.add(false, c.Name, c.ResponseType, c.Summary)
 			}
-			fmt.Fprintln(tw, "\nEXIT\tCODE\tMEANING")
+			cmds.footer = fmt.Sprintf("microvm %s: %d commands; `microvm manifest | jq` for every flag and domain", version, len(cmds.rows))
+			if err := a.writeGrid(w, cmds); err != nil {
+				return err
+			}
+			exits := grid{headers: []string{"exit", "code", "meaning", "finding"}}
 			for _, e := range m["exitCodes"].([]manifestExit) {
-				fmt.Fprintf(tw, "%d\t%s\t%s\n", e.Exit, e.Code, e.Meaning)
+				exits.add(false, strconv.Itoa(e.Exit), e.Code, e.Meaning, e.FindingSlug)
 			}
-			return tw.Flush()
+			return a.writeGrid(w, exits)
 		},
 		dense: func(w io.Writer) error {
 			for _, c := range m["commands"].([]manifestCommand) {

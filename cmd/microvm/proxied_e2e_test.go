@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -167,7 +168,7 @@ func TestProxiedAttachThroughTheEmulator(t *testing.T) {
 			t.Fatal(err)
 		}
 		remote := filepath.Join(dir, "guest")
-		envelope(t, run("", "--json", "cp", src, "vm:"+remote+"/f.txt"))
+		envelope(t, run("", "--json", "cp", "--parents", src, "vm:"+remote+"/f.txt"))
 		envelope(t, run("", "--json", "cp", "vm:"+remote+"/f.txt", back))
 		if b, err := os.ReadFile(back); err != nil || string(b) != "payload\x00bytes\n" {
 			t.Fatalf("%q %v", b, err)
@@ -242,9 +243,11 @@ func TestProxiedAttachThroughTheEmulator(t *testing.T) {
 		// is signed for (AWS_REGION's us-east-1 would have minted), and the
 		// mint meets the measured null-message AccessDeniedException.
 		inv := cli(t, append(awsEnv(), "AWS_REGION=us-east-1"), "", append([]string{"--json", "health", "--unlisted-region", "eu-central-1"}, attachArgs...)...)
-		m := wantFailure(t, inv, taxonomy.KindRetryable, taxonomy.FindingEndpointAuth)
-		if k := m["data"].(map[string]any)["kind"]; k != taxonomy.WireAuthTokenMint.String() || !strings.Contains(m["error"].(string), "AccessDeniedException") {
-			t.Fatalf("data.kind %v: %v", k, m["error"])
+		// The reference classes it as a credential failure whose hint
+		// names the region; retrying the identical mint cannot help.
+		m := wantFailure(t, inv, taxonomy.KindCredentials, taxonomy.FindingUnsupportedRegion)
+		if s := fmt.Sprint(m["suggestions"]); !strings.Contains(m["error"].(string), "AccessDeniedException") || !strings.Contains(s, "--region") {
+			t.Fatalf("%v: %v", m["error"], s)
 		}
 		inv = cli(t, append(awsEnv(), "AWS_REGION=eu-central-1"), "", append([]string{"--json", "health", "--region", "us-west-2"}, attachArgs...)...)
 		if d := envelope(t, inv)["data"].(map[string]any); inv.code != 0 || d["bootstrapped"] != true {

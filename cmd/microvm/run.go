@@ -232,6 +232,14 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	defer p.close()
+	binary := c.Binary
+	if c.Image == "" {
+		// Resolved before the ledger begins: a run that cannot build makes
+		// no record and prints no teardown.
+		if binary, err = p.daemonFor(c.Binary, c.Agentd); err != nil {
+			return nil, err
+		}
+	}
 	led, err := ledger.Open(dir, nil)
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
@@ -261,7 +269,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			a.progress("launching from the existing image %s", arn)
 		} else {
 			start := time.Now()
-			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, c.Binary, c.Agentd, "", false, rec)
+			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", false, rec)
 			if res != nil {
 				built = res
 				out.ImageIdentifier, out.ImageName = res.ImageARN, res.Name
@@ -359,12 +367,13 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	default:
 		_ = rec.Update(func(r *ledger.Run) { r.Closed = true })
 	}
-	if len(out.Leaked) == 0 && !out.Kept {
+	made := sb != nil || (built != nil && !built.Reused && built.ImageARN != "")
+	if made && len(out.Leaked) == 0 && !out.Kept {
 		a.progress("teardown clean: nothing of this run is left")
 	}
 
-	// The cost of what ran, every line labelled.
-	if rep, cerr := runCost(out.ImageName, size, p.region, buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil {
+	// The cost of what ran, every line labelled; nothing ran, nothing to price.
+	if rep, cerr := runCost(out.ImageName, size, p.region, buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
 		out.Cost = reportJSON(rep)
 		if !a.g.Quiet && !a.g.JSON {
 			fmt.Fprintln(a.stderr, rep.String()) // its text carries any staleness warning

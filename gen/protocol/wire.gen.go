@@ -124,6 +124,7 @@ const (
 	DefaultMaxBodyBytes          = 536870912  // AGENTD_MAX_BODY_BYTES
 	DefaultMaxDrainBytes         = 65536      // AGENTD_MAX_DRAIN_BYTES
 	DefaultMaxExecIdBytes        = 1024       // AGENTD_MAX_EXEC_ID_BYTES
+	DefaultMaxHeaderBytes        = 65536      // AGENTD_MAX_HEADER_BYTES
 	DefaultMaxListPage           = 10000      //
 	DefaultMaxOpenBodies         = 16         // AGENTD_MAX_OPEN_BODIES
 	DefaultMaxOutputBytes        = 8388608    // AGENTD_MAX_OUTPUT_BYTES
@@ -150,6 +151,7 @@ var Limits = []Limit{
 	{Name: "max_body_bytes", Env: "AGENTD_MAX_BODY_BYTES", Default: DefaultMaxBodyBytes, Description: "largest request body accepted on a bearer route, counted on the wire (413 beyond it)"},
 	{Name: "max_drain_bytes", Env: "AGENTD_MAX_DRAIN_BYTES", Default: DefaultMaxDrainBytes, Description: "how much of a refused request's body is read and discarded to keep the connection reusable"},
 	{Name: "max_exec_id_bytes", Env: "AGENTD_MAX_EXEC_ID_BYTES", Default: DefaultMaxExecIdBytes, Description: "longest exec_id a start accepts (400 beyond it); an id is held and logged for the exec's whole life, so it stays small"},
+	{Name: "max_header_bytes", Env: "AGENTD_MAX_HEADER_BYTES", Default: DefaultMaxHeaderBytes, Description: "largest request line plus headers read for one request, before any route or authentication (431 beyond it, from the HTTP server itself); an unauthenticated caller could otherwise make the daemon hold a megabyte per open connection"},
 	{Name: "max_list_page", Env: "", Default: DefaultMaxListPage, Description: "most entries one GET /v1/fs/list page may hold; a bigger limit is refused, so one page's answer stays a few MiB"},
 	{Name: "max_open_bodies", Env: "AGENTD_MAX_OPEN_BODIES", Default: DefaultMaxOpenBodies, Description: "unauthenticated request bodies read at once; a run hook over it is 503 and a refused body over it is not drained, and either connection is closed; the other open routes never read a body (one sent to them closes the connection after the answer), so health stays answerable under a flood of slow bodies"},
 	{Name: "max_output_bytes", Env: "AGENTD_MAX_OUTPUT_BYTES", Default: DefaultMaxOutputBytes, Description: "per-stream output cap for one exec; past it output is cut and truncated is set"},

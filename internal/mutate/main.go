@@ -142,7 +142,7 @@ func run(gremlins, pkg string, only []string, out string, workers, coefficient i
 			return r
 		}
 		for _, f := range all {
-			if base := filepath.Base(f); !slices.Contains(only, base) {
+			if base := filepath.Base(f); !strings.HasSuffix(base, "_test.go") && !slices.Contains(only, base) {
 				args = append(args, "--exclude-files", "^"+regexp.QuoteMeta(base)+"$")
 			}
 		}

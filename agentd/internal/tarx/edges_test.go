@@ -290,3 +290,107 @@ func TestNameComponentOfNameMaxIsAccepted(t *testing.T) {
 		t.Fatalf("256 bytes: %d", got)
 	}
 }
+
+// Catches: content written at the wrong offsets or lengths across the
+// 1 MiB read buffer and 4 KiB block boundaries (`size+written`,
+// `off-int64(n)`, a hole test one off, a coalescing loop that stops or
+// runs on wrongly), Pace not told what landed (`landed <= 0`) or told of a
+// hole (`landed >= 0`), and a mode warning logged for a chmod that worked.
+// The member mixes data, whole zero blocks, a zero run that is not block
+// aligned and a trailing hole, and is larger than the buffer.
+func TestContentLandsWholeAroundHoles(t *testing.T) {
+	var content []byte
+	block := func(b byte, n int) { content = append(content, bytes.Repeat([]byte{b}, n)...) }
+	block('a', 100)   // data, unaligned end
+	block(0, 3*4096)  // zeros that straddle block boundaries
+	block('b', 4096)  // one whole data block
+	block(0, 256<<10) // a hole of whole blocks
+	block('c', 1<<20) // data across the read buffer's boundary
+	block(0, 7)       // a short zero run inside a block
+	block('d', 5000)  // data
+	block(0, 64<<10)  // a trailing hole
+	// h's first read of the buffer is all hole: nothing lands, so nothing is
+	// paced for it.
+	hole := string(make([]byte, 1<<20)) + "x"
+	archive := tartest.Build(tartest.File("f", string(content)), tartest.File("g", ""), tartest.File("h", hole))
+	_, root, _ := layout(t)
+	var paced int64
+	var logged bytes.Buffer
+	_, err := Extract(root, bytes.NewReader(archive), Options{
+		Caps: Caps{MaxMembers: 10, MaxBytes: 1 << 30},
+		Log:  slog.New(slog.NewTextHandler(&logged, nil)),
+		Pace: func(n int64) error {
+			if n <= 0 {
+				t.Errorf("Pace(%d): only bytes that landed are paced", n)
+			}
+			paced += n
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(root, "f"))
+	if err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("content differs (%d bytes read, want %d): %v", len(got), len(content), err)
+	}
+	if g, err := os.ReadFile(filepath.Join(root, "g")); err != nil || len(g) != 0 {
+		t.Fatalf("empty member: %q %v", g, err)
+	}
+	if h, err := os.ReadFile(filepath.Join(root, "h")); err != nil || string(h) != hole {
+		t.Fatalf("h: %d bytes, %v", len(h), err)
+	}
+	var nonzero int64
+	for _, c := range content {
+		if c != 0 {
+			nonzero++
+		}
+	}
+	// Every data byte is paced; holes of whole blocks are not, so the paced
+	// total is the data plus the zeros that share a block with data.
+	if paced < nonzero+1 || paced >= int64(len(content))-256<<10 {
+		t.Fatalf("paced %d bytes: the data is %d, the holes are not paced", paced, nonzero)
+	}
+	if logged.Len() != 0 {
+		t.Fatalf("a clean extraction logged: %s", logged.String())
+	}
+}
+
+// Catches: a member cut inside its content reported without its name and
+// counts (a negated io.EOF / ErrUnexpectedEOF test).
+func TestExtractNamesAMemberCutShort(t *testing.T) {
+	full := tartest.Build(tartest.File("a", "first"), tartest.File("b", strings.Repeat("b", 700)))
+	for cut, want := range map[int]string{1536 + 100: "member b ends after 100 of its 700 declared bytes", 1536: "member b ends after 0 of its 700 declared bytes"} {
+		_, root, _ := layout(t)
+		_, err := Extract(root, bytes.NewReader(full[:cut]), Options{Log: quiet})
+		if statusOf(err) != 400 || !strings.Contains(err.Error(), want) {
+			t.Errorf("cut at %d: %v", cut, err)
+		}
+	}
+}
+
+// Catches: a special file in the way not refused (a negated Fstatat check
+// in refuseSpecial or in clear): extraction never replaces a fifo (on a
+// guest the name may be /dev/null), and a directory that already exists is
+// entered, not refused (`err == unix.EEXIST` for `!=` after Mkdirat).
+func TestExistingTreeIsEnteredButSpecialFilesAreNotReplaced(t *testing.T) {
+	_, root, _ := layout(t)
+	if err := os.MkdirAll(filepath.Join(root, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(root, "p"), 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	if err := extract(t, root, tartest.Build(tartest.File("d/f", "x")), Caps{}); err != nil {
+		t.Fatalf("into an existing directory: %v", err)
+	}
+	for _, m := range []tartest.Member{tartest.File("p", "x"), tartest.Symlink("p", "d"), tartest.Hardlink("p", "d/f")} {
+		err := extract(t, root, tartest.Build(m), Caps{})
+		if statusOf(err) != 400 || !strings.Contains(err.Error(), "fifo") {
+			t.Fatalf("%s over a fifo: %v", m.Name, err)
+		}
+	}
+	if st, err := os.Lstat(filepath.Join(root, "p")); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("the fifo was replaced: %v %v", st, err)
+	}
+}

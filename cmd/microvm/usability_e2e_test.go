@@ -1,0 +1,247 @@
+package main_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/microvms/microvms/client/ledger"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// TestAttachedUsability drives the first-try failures of issue 15 against a
+// real agentd.
+func TestAttachedUsability(t *testing.T) {
+	endpoint, token := startAgentd(t)
+	env := []string{"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
+
+	// Catches: health answering 0 for a token every other command is
+	// refused with (the route itself is open).
+	t.Run("4 health with a wrong token", func(t *testing.T) {
+		bad := []string{"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=wrong", "MICROVM_DIRECT=1"}
+		m := wantFailure(t, cli(t, bad, "", "--json", "health"), taxonomy.KindCredentials, "")
+		if s := m["suggestions"].([]any); len(s) == 0 || !strings.Contains(s[0].(string), "--agent-token") {
+			t.Fatalf("suggestions %v", s)
+		}
+		if inv := cli(t, env, "", "--json", "health"); inv.code != 0 {
+			t.Fatalf("the right token: exit %d", inv.code)
+		}
+	})
+
+	// Catches: a relative vm: path sent as it is (agentd resolves it in
+	// its own working directory).
+	t.Run("2 a relative vm: path", func(t *testing.T) {
+		src := filepath.Join(t.TempDir(), "f")
+		os.WriteFile(src, []byte("x"), 0o644)
+		m := wantFailure(t, cli(t, env, "", "--json", "cp", src, "vm:relative.txt"), taxonomy.KindInvalidArg, "")
+		if !strings.Contains(m["error"].(string), "vm:/relative.txt") {
+			t.Fatalf("%v", m["error"])
+		}
+		wantFailure(t, cli(t, env, "", "--json", "cp", "vm:rel", src), taxonomy.KindInvalidArg, "")
+	})
+
+	// Catches: a local directory streamed as a file body (the read fails
+	// mid-request and reads as a transport failure, exit 3).
+	t.Run("2 a local directory without --tar", func(t *testing.T) {
+		dir := t.TempDir()
+		m := wantFailure(t, cli(t, env, "", "--json", "cp", dir, "vm:/tmp/x"), taxonomy.KindInvalidArg, "")
+		if !strings.Contains(m["error"].(string), "--tar") {
+			t.Fatalf("%v", m["error"])
+		}
+	})
+
+	// Catches: an upload into a directory that does not exist silently
+	// creating it (the daemon makes parents), and --parents not doing so.
+	t.Run("12 a missing parent, then --parents", func(t *testing.T) {
+		src := filepath.Join(t.TempDir(), "f")
+		os.WriteFile(src, []byte("x"), 0o644)
+		missing := filepath.Join(t.TempDir(), "no-such-dir")
+		m := wantFailure(t, cli(t, env, "", "--json", "cp", src, "vm:"+missing+"/x"), taxonomy.KindPrecondition, "")
+		if s := m["suggestions"].([]any); len(s) == 0 || !strings.Contains(s[0].(string), "--parents") {
+			t.Fatalf("suggestions %v", s)
+		}
+		if _, err := os.Stat(missing); err == nil {
+			t.Fatal("the refused upload created the directory")
+		}
+		envelope(t, cli(t, env, "", "--json", "cp", "--parents", src, "vm:"+missing+"/x"))
+		if b, err := os.ReadFile(filepath.Join(missing, "x")); err != nil || string(b) != "x" {
+			t.Fatalf("%q %v", b, err)
+		}
+		// An existing parent needs nothing.
+		envelope(t, cli(t, env, "", "--json", "cp", src, "vm:"+missing+"/y"))
+	})
+
+	// Catches: bytes that are not UTF-8 replaced with U+FFFD on the way
+	// through the parser: a local file so named "does not exist", and a
+	// command or env value runs as something else instead of being refused.
+	t.Run("bytes typed are carried or refused", func(t *testing.T) {
+		dir := t.TempDir()
+		name := filepath.Join(dir, "bad\xffname")
+		os.WriteFile(name, []byte("odd\n"), 0o644)
+		dst := filepath.Join(t.TempDir(), "dst\xfe")
+		envelope(t, cli(t, env, "", "--json", "cp", name, "vm:"+dst))
+		back := filepath.Join(dir, "back\xfd")
+		envelope(t, cli(t, env, "", "--json", "cp", "vm:"+dst, back))
+		if b, err := os.ReadFile(back); err != nil || string(b) != "odd\n" {
+			t.Fatalf("%q %v", b, err)
+		}
+		m := wantFailure(t, cli(t, env, "", "--json", "exec", "echo", "a\xffb"), taxonomy.KindInvalidArg, "")
+		if !strings.Contains(m["error"].(string), "0xff") {
+			t.Fatalf("%v", m["error"])
+		}
+		wantFailure(t, cli(t, env, "", "--json", "exec", "--env", "K=\xff", "true"), taxonomy.KindInvalidArg, "")
+	})
+
+	// Catches: a transfer on a terminal with no progress, and progress
+	// drawn into a pipe or under --quiet.
+	t.Run("progress on a terminal only", func(t *testing.T) {
+		src := filepath.Join(t.TempDir(), "big")
+		os.WriteFile(src, bytes.Repeat([]byte("0123456789abcdef"), 1<<18), 0o644) // 4 MiB
+		dst := filepath.Join(t.TempDir(), "big")
+		tty := onTerminal(t, env, bin, "cp", src, "vm:"+dst)
+		if !strings.Contains(tty, "% |█") || !strings.Contains(tty, "upload "+src+": done") {
+			t.Fatalf("no progress bar on a terminal:\n%q", tty)
+		}
+		piped := cli(t, env, "", "cp", src, "vm:"+dst)
+		if piped.code != 0 || strings.Contains(piped.stderr, "%") {
+			t.Fatalf("progress into a pipe: %q", piped.stderr)
+		}
+		if q := onTerminal(t, env, bin, "--quiet", "cp", src, "vm:"+dst); strings.Contains(q, "%") {
+			t.Fatalf("progress under --quiet: %q", q)
+		}
+	})
+}
+
+// onTerminal runs the binary under script(1), so stdout and stderr are a
+// terminal, and returns what the terminal showed.
+func onTerminal(t *testing.T, env []string, bin string, args ...string) string {
+	t.Helper()
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("script(1) is not installed: no terminal to test on")
+	}
+	quoted := []string{shellWord(bin)}
+	for _, a := range args {
+		quoted = append(quoted, shellWord(a))
+	}
+	cmd := exec.Command(script, "-qefc", strings.Join(quoted, " "), "/dev/null")
+	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), "TERM=xterm-256color"}, env...)
+	done := make(chan struct{})
+	timer := time.AfterFunc(60*time.Second, func() {
+		if cmd.Process != nil {
+			cmd.Process.Kill()
+		}
+		close(done)
+	})
+	defer timer.Stop()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v under a terminal: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func shellWord(w string) string { return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'" }
+
+// TestTablesAreFramesOnATerminal: ls draws a frame on a terminal, with a
+// leaked run in red; a pipe gets plain text; NO_COLOR keeps the frame and
+// drops every colour. Catches tabwriter text on a terminal, escape codes in
+// a pipe, and NO_COLOR ignored.
+func TestTablesAreFramesOnATerminal(t *testing.T) {
+	dir := t.TempDir()
+	l, err := ledger.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := l.Begin("us-east-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Update(func(r *ledger.Run) { r.MicrovmID, r.Leaked = "mvm-leak", []string{"mvm-leak"} }); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"MICROVM_STATE_DIR=" + dir}
+	tty := onTerminal(t, env, bin, "ls")
+	if !strings.Contains(tty, "╭") || !strings.Contains(tty, "mvm-leak") || !strings.Contains(tty, "1 with leaks") {
+		t.Fatalf("no frame on a terminal:\n%s", tty)
+	}
+	if !strings.Contains(tty, "\x1b[") {
+		t.Fatalf("no colour on a terminal:\n%q", tty)
+	}
+	plain := onTerminal(t, append(env, "NO_COLOR=1"), bin, "ls")
+	if !strings.Contains(plain, "╭") || strings.Contains(plain, "\x1b[3") || strings.Contains(plain, "\x1b[1m") {
+		t.Fatalf("NO_COLOR: %q", plain)
+	}
+	piped := cli(t, env, "", "ls")
+	if strings.ContainsAny(piped.stdout, "╭│\x1b") || !strings.Contains(piped.stdout, "RUN") {
+		t.Fatalf("a pipe got a frame:\n%s", piped.stdout)
+	}
+	for _, args := range [][]string{{"cost", "--running-sec", "60"}, {"manifest"}} {
+		if out := onTerminal(t, nil, bin, args...); !strings.Contains(out, "╭") {
+			t.Fatalf("%v on a terminal:\n%s", args, out)
+		}
+	}
+}
+
+// TestCostWarnsOnceAndDenseIsOneLine: the stale-rate warning is written
+// once, on stderr; --dense is one short line of figures. Catches the
+// report's text (which carries the warning) printed beside the warning,
+// and --dense flattening the whole report JSON.
+func TestCostWarnsOnceAndDenseIsOneLine(t *testing.T) {
+	inv := cli(t, nil, "", "cost", "--running-sec", "3600", "--compare")
+	if n := strings.Count(inv.stdout+inv.stderr, "rate table was read"); n > 1 {
+		t.Fatalf("the staleness warning appears %d times:\n%s%s", n, inv.stdout, inv.stderr)
+	}
+	d := cli(t, nil, "", "cost", "--running-sec", "3600", "--compare", "--dense")
+	if d.code != 0 || strings.Count(d.stdout, "\n") != 1 || len(d.stdout) > 400 || strings.Contains(d.stdout, "{") {
+		t.Fatalf("--dense is %d bytes:\n%s", len(d.stdout), d.stdout)
+	}
+}
+
+// TestSchemaIsTight: envelopes a wrong edit would produce fail the schema.
+// Each was accepted before the schema closed its keys.
+func TestSchemaIsTight(t *testing.T) {
+	good := envelope(t, cli(t, nil, "", "--json", "cost", "--running-sec", "60", "--compare"))
+	cons := envelope(t, cli(t, nil, "", "--json", "constants"))
+	man := envelope(t, cli(t, nil, "", "--json", "manifest"))
+	mutate := func(m map[string]any, f func(map[string]any)) any {
+		b, _ := json.Marshal(m)
+		var c map[string]any
+		json.Unmarshal(b, &c)
+		f(c)
+		return c
+	}
+	for name, bad := range map[string]any{
+		"phase bogus": map[string]any{"status": "ok", "apiVersion": cliapi.APIVersion, "type": cliapi.TypeExec,
+			"data": map[string]any{"execId": "x", "phase": "bogus", "exitCode": nil, "signal": nil, "stdout": "", "stderr": "", "truncated": false}},
+		"cost report empty": mutate(good, func(c map[string]any) { c["data"].(map[string]any)["report"] = map[string]any{} }),
+		"cost line usd a number": mutate(good, func(c map[string]any) {
+			c["data"].(map[string]any)["report"].(map[string]any)["lines"].([]any)[0].(map[string]any)["usd"] = 1.5
+		}),
+		"constant wrongly typed": mutate(cons, func(c map[string]any) {
+			c["data"].(map[string]any)["constants"].(map[string]any)["MAX_RUN_HOOK_PAYLOAD_BYTES"] = "4096"
+		}),
+		"constant missing": mutate(cons, func(c map[string]any) {
+			delete(c["data"].(map[string]any)["constants"].(map[string]any), "MODEL_API_VERSION")
+		}),
+		"manifest param type bogus": mutate(man, func(c map[string]any) {
+			c["data"].(map[string]any)["commands"].([]any)[0].(map[string]any)["parameters"].([]any)[0].(map[string]any)["type"] = "bogus"
+		}),
+		"runs item with an unknown key": map[string]any{"status": "ok", "apiVersion": cliapi.APIVersion, "type": cliapi.TypeRuns,
+			"data": map[string]any{"stateDir": "/x", "runs": []any{map[string]any{"id": "r", "bogus": 1}}}},
+		"doctor check without remedy": map[string]any{"status": "ok", "apiVersion": cliapi.APIVersion, "type": cliapi.TypeDoctor,
+			"data": map[string]any{"ok": true, "checks": []any{map[string]any{"name": "c", "ok": true, "detail": "", "fatal": true}}}},
+		"finding slug in finding": map[string]any{"status": "error", "apiVersion": cliapi.APIVersion, "error": "e", "code": "ERR_RETRYABLE", "exitCode": 3,
+			"finding": "endpoint-auth", "findingSlug": "endpoint-auth", "suggestions": []any{}, "data": map[string]any{}},
+	} {
+		if envelopeSchema.Validate(bad) == nil {
+			t.Errorf("%s: the schema accepts it", name)
+		}
+	}
+}
