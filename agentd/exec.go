@@ -32,6 +32,10 @@ type execEntry struct {
 	pgid int // captured at spawn: the child's pid, which is its group's id
 	log  *outputLog
 
+	// For GET /v1/execs: the argv spawned and when.
+	argv    []string
+	started time.Time
+
 	// sigMu orders every signal to the group against the reap and the pipe
 	// EOFs, so "is this group still ours" and the signal are one step. Once
 	// the leader is reaped and no member is known to be left, the number pgid
@@ -404,6 +408,8 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 		finished:       make(chan struct{}),
 		stdinRequested: sp.stdin,
 		stdin:          stdinW,
+		argv:           sp.argv,
+		started:        time.Now(),
 	}
 	if pidfd >= 0 {
 		// Non-blocking before NewFile, so the file lands on the poller.

@@ -78,6 +78,57 @@ func (e Phase) Valid() bool {
 	}
 }
 
+// Defines values for SignalName.
+const (
+	ALRM  SignalName = "ALRM"
+	CONT  SignalName = "CONT"
+	HUP   SignalName = "HUP"
+	INT   SignalName = "INT"
+	KILL  SignalName = "KILL"
+	PIPE  SignalName = "PIPE"
+	QUIT  SignalName = "QUIT"
+	STOP  SignalName = "STOP"
+	TERM  SignalName = "TERM"
+	TSTP  SignalName = "TSTP"
+	USR1  SignalName = "USR1"
+	USR2  SignalName = "USR2"
+	WINCH SignalName = "WINCH"
+)
+
+// Valid indicates whether the value is a known member of the SignalName enum.
+func (e SignalName) Valid() bool {
+	switch e {
+	case ALRM:
+		return true
+	case CONT:
+		return true
+	case HUP:
+		return true
+	case INT:
+		return true
+	case KILL:
+		return true
+	case PIPE:
+		return true
+	case QUIT:
+		return true
+	case STOP:
+		return true
+	case TERM:
+		return true
+	case TSTP:
+		return true
+	case USR1:
+		return true
+	case USR2:
+		return true
+	case WINCH:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StreamKind.
 const (
 	StreamStderr StreamKind = "stderr"
@@ -96,6 +147,18 @@ func (e StreamKind) Valid() bool {
 	}
 }
 
+// CPUMetrics CPU use from /proc/stat
+type CPUMetrics struct {
+	// Count online CPUs
+	Count int32 `json:"count"`
+
+	// UsedPercent share of all CPUs' time that was not idle or waiting on I/O, 0 to 100, over the window
+	UsedPercent float64 `json:"used_percent"`
+
+	// WindowSecs the window used_percent covers - since the previous metrics call, or since boot on the first
+	WindowSecs float64 `json:"window_secs"`
+}
+
 // DiskHealth free-space reading for the health response
 type DiskHealth struct {
 	// AvailableBytes bytes an unprivileged writer can still use
@@ -108,6 +171,17 @@ type DiskHealth struct {
 	UnderPressure bool `json:"under_pressure"`
 }
 
+// DiskMetrics the filesystem of the daemon's working directory, from statfs
+type DiskMetrics struct {
+	// AvailableBytes bytes an unprivileged writer can still use
+	AvailableBytes uint64 `json:"available_bytes"`
+	Path           string `json:"path"`
+	TotalBytes     uint64 `json:"total_bytes"`
+
+	// UsedBytes total minus the free blocks
+	UsedBytes uint64 `json:"used_bytes"`
+}
+
 // ErrorBody JSON error body of the exec routes
 type ErrorBody struct {
 	// Detail human-readable explanation
@@ -115,6 +189,27 @@ type ErrorBody struct {
 
 	// Error machine-readable slug, e.g. unknown_exec
 	Error string `json:"error"`
+}
+
+// ExecListResponse body of GET /v1/execs
+type ExecListResponse struct {
+	Execs []ExecSummary `json:"execs"`
+}
+
+// ExecSummary one registered exec
+type ExecSummary struct {
+	// Command the argv the child was started with (a shell start shows sh -c and its script)
+	Command []string `json:"command"`
+	ExecID  string   `json:"exec_id"`
+
+	// Phase lifecycle position of an exec
+	Phase Phase `json:"phase"`
+
+	// Pid the child's process id, which is also its process group's id; it may name another process once the exec has exited
+	Pid int32 `json:"pid"`
+
+	// StartedAt when the child was spawned, RFC 3339, UTC
+	StartedAt time.Time `json:"started_at"`
 }
 
 // ExitEvent data of the terminal SSE exit event
@@ -226,6 +321,40 @@ type ListResponse struct {
 	Path       string  `json:"path"`
 }
 
+// LoadAverage /proc/loadavg
+type LoadAverage struct {
+	// Load1 runnable and uninterruptible tasks, averaged over 1 minute
+	Load1  float64 `json:"load1"`
+	Load15 float64 `json:"load15"`
+	Load5  float64 `json:"load5"`
+}
+
+// MemoryMetrics memory from /proc/meminfo
+type MemoryMetrics struct {
+	// AvailableBytes MemAvailable, the kernel's estimate of what can be allocated without swapping
+	AvailableBytes uint64 `json:"available_bytes"`
+	TotalBytes     uint64 `json:"total_bytes"`
+
+	// UsedBytes total minus available
+	UsedBytes uint64 `json:"used_bytes"`
+}
+
+// Metrics body of GET /v1/metrics
+type Metrics struct {
+	// CPU CPU use from /proc/stat
+	CPU CPUMetrics `json:"cpu"`
+
+	// Disk the filesystem of the daemon's working directory, from statfs
+	Disk DiskMetrics `json:"disk"`
+
+	// Load /proc/loadavg
+	Load LoadAverage `json:"load"`
+
+	// Memory memory from /proc/meminfo
+	Memory    MemoryMetrics `json:"memory"`
+	SampledAt time.Time     `json:"sampled_at"`
+}
+
 // MkdirResponse result of a mkdir
 type MkdirResponse struct {
 	// Created false when the directory already existed
@@ -305,6 +434,19 @@ type RunHookPayload struct {
 	// Env base environment for every later exec, set only by the first successful bootstrap
 	Env                  map[string]string      `json:"env,omitempty"`
 	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// SignalName the signals an exec's group may be sent, by name without the SIG prefix
+type SignalName string
+
+// SignalResponse result of a signal
+type SignalResponse struct {
+	// Delivered false when the group had already gone
+	Delivered bool   `json:"delivered"`
+	ExecID    string `json:"exec_id"`
+
+	// Signal the signals an exec's group may be sent, by name without the SIG prefix
+	Signal SignalName `json:"signal"`
 }
 
 // StartRequest body of POST /v1/exec/start
@@ -396,6 +538,12 @@ type UnknownExecError = ErrorBody
 
 // bearerAuthContextKey is the context key for bearerAuth security scheme
 type bearerAuthContextKey string
+
+// ExecSignalParams defines parameters for ExecSignal.
+type ExecSignalParams struct {
+	// Signal the signal's name, with or without the SIG prefix (TERM and SIGTERM are the same); the set is SignalName's
+	Signal string `form:"signal" json:"signal"`
+}
 
 // ExecStreamParams defines parameters for ExecStream.
 type ExecStreamParams struct {
@@ -722,6 +870,11 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 	ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+	//
+	// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
+	ExecSignal(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExecStdinWithBody writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes any type of body and a specified content type.
@@ -740,6 +893,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 	ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExecList every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+	//
+	// Corresponds with GET /v1/execs (the `ExecList` operationId).
+	ExecList(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FsReadFile streams one file, or an inclusive 1-based range of its lines
 	//
@@ -798,6 +956,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/health (the `Health` operationId).
 	Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Metrics CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+	//
+	// Corresponds with GET /v1/metrics (the `Metrics` operationId).
+	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Schema the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 	//
@@ -993,6 +1156,21 @@ func (c *Client) ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestE
 	return c.Client.Do(req)
 }
 
+// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+//
+// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
+func (c *Client) ExecSignal(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecSignalRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ExecStdinWithBody writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes any type of body and a specified content type.
@@ -1032,6 +1210,21 @@ func (c *Client) ExecStdin(ctx context.Context, id ExecID, body ExecStdinJSONReq
 // Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 func (c *Client) ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExecStreamRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExecList every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+//
+// Corresponds with GET /v1/execs (the `ExecList` operationId).
+func (c *Client) ExecList(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecListRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1190,6 +1383,21 @@ func (c *Client) FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParam
 // Corresponds with GET /v1/health (the `Health` operationId).
 func (c *Client) Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Metrics CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+//
+// Corresponds with GET /v1/metrics (the `Metrics` operationId).
+func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMetricsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1532,6 +1740,63 @@ func NewExecKillRequest(server string, id ExecID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewExecSignalRequest constructs an http.Request for the ExecSignal method
+func NewExecSignalRequest(server string, id ExecID, params *ExecSignalParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/exec/%s/signal", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "signal", params.Signal, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewExecStdinRequest calls the generic ExecStdin builder with application/json body
 func NewExecStdinRequest(server string, id ExecID, body ExecStdinJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1650,6 +1915,33 @@ func NewExecStreamRequest(server string, id ExecID, params *ExecStreamParams) (*
 			req.Header.Set("Last-Event-ID", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewExecListRequest constructs an http.Request for the ExecList method
+func NewExecListRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/execs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -2252,6 +2544,33 @@ func NewHealthRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewMetricsRequest constructs an http.Request for the Metrics method
+func NewMetricsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/metrics")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewSchemaRequest constructs an http.Request for the Schema method
 func NewSchemaRequest(server string) (*http.Request, error) {
 	var err error
@@ -2407,6 +2726,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 	ExecKillWithResponse(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*ExecKillReply, error)
 
+	// ExecSignalWithResponse sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
+	ExecSignalWithResponse(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*ExecSignalReply, error)
+
 	// ExecStdinWithBodyWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -2427,6 +2753,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 	ExecStreamWithResponse(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*ExecStreamReply, error)
+
+	// ExecListWithResponse every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/execs (the `ExecList` operationId).
+	ExecListWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ExecListReply, error)
 
 	// FsReadFileWithResponse streams one file, or an inclusive 1-based range of its lines
 	//
@@ -2501,6 +2834,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/health (the `Health` operationId).
 	HealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthReply, error)
+
+	// MetricsWithResponse CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/metrics (the `Metrics` operationId).
+	MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsReply, error)
 
 	// SchemaWithResponse the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 	//
@@ -3116,6 +3456,96 @@ func (r ExecKillReply) ContentType() string {
 	return ""
 }
 
+// ExecSignalReply200Headers the declared response headers of an HTTP 200 response for ExecSignal
+type ExecSignalReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecSignalReply400Headers the declared response headers of an HTTP 400 response for ExecSignal
+type ExecSignalReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecSignalReply401Headers the declared response headers of an HTTP 401 response for ExecSignal
+type ExecSignalReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecSignalReply404Headers the declared response headers of an HTTP 404 response for ExecSignal
+type ExecSignalReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecSignalReply503Headers the declared response headers of an HTTP 503 response for ExecSignal
+type ExecSignalReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type ExecSignalReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SignalResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *UnknownExecError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExecSignalReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExecSignalReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExecSignalReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExecSignalReply404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExecSignalReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExecSignalReply) GetJSON200() *SignalResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ExecSignalReply) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ExecSignalReply) GetJSON404() *UnknownExecError {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecSignalReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecSignalReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecSignalReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecSignalReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ExecStdinReply200Headers the declared response headers of an HTTP 200 response for ExecStdin
 type ExecStdinReply200Headers struct {
 	MicrovmsAgentdVersion string
@@ -3353,6 +3783,68 @@ func (r ExecStreamReply) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ExecStreamReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExecListReply200Headers the declared response headers of an HTTP 200 response for ExecList
+type ExecListReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecListReply401Headers the declared response headers of an HTTP 401 response for ExecList
+type ExecListReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecListReply503Headers the declared response headers of an HTTP 503 response for ExecList
+type ExecListReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type ExecListReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ExecListResponse
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExecListReply200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExecListReply401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExecListReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExecListReply) GetJSON200() *ExecListResponse {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecListReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecListReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecListReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecListReply) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4280,6 +4772,82 @@ func (r HealthReply) ContentType() string {
 	return ""
 }
 
+// MetricsReply200Headers the declared response headers of an HTTP 200 response for Metrics
+type MetricsReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// MetricsReply401Headers the declared response headers of an HTTP 401 response for Metrics
+type MetricsReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// MetricsReply500Headers the declared response headers of an HTTP 500 response for Metrics
+type MetricsReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// MetricsReply503Headers the declared response headers of an HTTP 503 response for Metrics
+type MetricsReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type MetricsReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Metrics
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *MetricsReply200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *MetricsReply401Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *MetricsReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *MetricsReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MetricsReply) GetJSON200() *Metrics {
+	return r.JSON200
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r MetricsReply) GetJSON500() *ErrorBody {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r MetricsReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MetricsReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MetricsReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MetricsReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // SchemaReply200Headers the declared response headers of an HTTP 200 response for Schema
 type SchemaReply200Headers struct {
 	MicrovmsAgentdVersion string
@@ -4484,6 +5052,19 @@ func (c *ClientWithResponses) ExecKillWithResponse(ctx context.Context, id ExecI
 	return ParseExecKillReply(rsp)
 }
 
+// ExecSignalWithResponse sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
+func (c *ClientWithResponses) ExecSignalWithResponse(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*ExecSignalReply, error) {
+	rsp, err := c.ExecSignal(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecSignalReply(rsp)
+}
+
 // ExecStdinWithBodyWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -4521,6 +5102,19 @@ func (c *ClientWithResponses) ExecStreamWithResponse(ctx context.Context, id Exe
 		return nil, err
 	}
 	return ParseExecStreamReply(rsp)
+}
+
+// ExecListWithResponse every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/execs (the `ExecList` operationId).
+func (c *ClientWithResponses) ExecListWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ExecListReply, error) {
+	rsp, err := c.ExecList(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecListReply(rsp)
 }
 
 // FsReadFileWithResponse streams one file, or an inclusive 1-based range of its lines
@@ -4655,6 +5249,19 @@ func (c *ClientWithResponses) HealthWithResponse(ctx context.Context, reqEditors
 		return nil, err
 	}
 	return ParseHealthReply(rsp)
+}
+
+// MetricsWithResponse CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/metrics (the `Metrics` operationId).
+func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsReply, error) {
+	rsp, err := c.Metrics(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMetricsReply(rsp)
 }
 
 // SchemaWithResponse the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
@@ -5246,6 +5853,105 @@ func ParseExecKillReply(rsp *http.Response) (*ExecKillReply, error) {
 	return response, nil
 }
 
+// ParseExecSignalReply parses an HTTP response from a ExecSignalWithResponse call
+func ParseExecSignalReply(rsp *http.Response) (*ExecSignalReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecSignalReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SignalResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest UnknownExecError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExecSignalReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExecSignalReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExecSignalReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExecSignalReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExecSignalReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseExecStdinReply parses an HTTP response from a ExecStdinWithResponse call
 func ParseExecStdinReply(rsp *http.Response) (*ExecStdinReply, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5509,6 +6215,71 @@ func ParseExecStreamReply(rsp *http.Response) (*ExecStreamReply, error) {
 		response.Headers404 = &headers
 	case rsp.StatusCode == 503:
 		var headers ExecStreamReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExecListReply parses an HTTP response from a ExecListWithResponse call
+func ParseExecListReply(rsp *http.Response) (*ExecListReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecListReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ExecListResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExecListReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExecListReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExecListReply503Headers
 		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -6521,6 +7292,88 @@ func ParseHealthReply(rsp *http.Response) (*HealthReply, error) {
 	return response, nil
 }
 
+// ParseMetricsReply parses an HTTP response from a MetricsWithResponse call
+func ParseMetricsReply(rsp *http.Response) (*MetricsReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MetricsReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Metrics
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers MetricsReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers MetricsReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 500:
+		var headers MetricsReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers MetricsReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseSchemaReply parses an HTTP response from a SchemaWithResponse call
 func ParseSchemaReply(rsp *http.Response) (*SchemaReply, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6592,12 +7445,18 @@ type ServerInterface interface {
 	// ExecKill sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
 	// (POST /v1/exec/{id}/kill)
 	ExecKill(w http.ResponseWriter, r *http.Request, id ExecID)
+	// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+	// (POST /v1/exec/{id}/signal)
+	ExecSignal(w http.ResponseWriter, r *http.Request, id ExecID, params ExecSignalParams)
 	// ExecStdin writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	// (POST /v1/exec/{id}/stdin)
 	ExecStdin(w http.ResponseWriter, r *http.Request, id ExecID)
 	// ExecStream follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
 	// (GET /v1/exec/{id}/stream)
 	ExecStream(w http.ResponseWriter, r *http.Request, id ExecID, params ExecStreamParams)
+	// ExecList every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+	// (GET /v1/execs)
+	ExecList(w http.ResponseWriter, r *http.Request)
 	// FsReadFile streams one file, or an inclusive 1-based range of its lines
 	// (GET /v1/fs/file)
 	FsReadFile(w http.ResponseWriter, r *http.Request, params FsReadFileParams)
@@ -6628,6 +7487,9 @@ type ServerInterface interface {
 	// Health liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 	// (GET /v1/health)
 	Health(w http.ResponseWriter, r *http.Request)
+	// Metrics CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+	// (GET /v1/metrics)
+	Metrics(w http.ResponseWriter, r *http.Request)
 	// Schema the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 	// (GET /v1/schema)
 	Schema(w http.ResponseWriter, r *http.Request)
@@ -6842,6 +7704,54 @@ func (siw *ServerInterfaceWrapper) ExecKill(w http.ResponseWriter, r *http.Reque
 	handler.ServeHTTP(w, r)
 }
 
+// ExecSignal operation middleware
+func (siw *ServerInterfaceWrapper) ExecSignal(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ExecSignalParams
+
+	// ------------- Required query parameter "signal" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "signal", r.URL.Query(), &params.Signal, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "signal"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "signal", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecSignal(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ExecStdin operation middleware
 func (siw *ServerInterfaceWrapper) ExecStdin(w http.ResponseWriter, r *http.Request) {
 
@@ -6934,6 +7844,26 @@ func (siw *ServerInterfaceWrapper) ExecStream(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ExecStream(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ExecList operation middleware
+func (siw *ServerInterfaceWrapper) ExecList(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecList(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -7438,6 +8368,26 @@ func (siw *ServerInterfaceWrapper) Health(w http.ResponseWriter, r *http.Request
 	handler.ServeHTTP(w, r)
 }
 
+// Metrics operation middleware
+func (siw *ServerInterfaceWrapper) Metrics(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Metrics(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // Schema operation middleware
 func (siw *ServerInterfaceWrapper) Schema(w http.ResponseWriter, r *http.Request) {
 
@@ -7584,6 +8534,9 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/stdin", wrapper.ExecStdin)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/ack", wrapper.ExecAck)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/kill", wrapper.ExecKill)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/signal", wrapper.ExecSignal)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/execs", wrapper.ExecList)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/metrics", wrapper.Metrics)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/file", wrapper.FsReadFile)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/file", wrapper.FsWriteFile)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/tar", wrapper.FsReadTar)

@@ -343,6 +343,8 @@ const (
 	SlugPathExists         = "path_exists"
 	SlugDirectoryNotEmpty  = "directory_not_empty"
 	SlugFsFailed           = "fs_failed"
+	SlugUnknownSignal      = "unknown_signal"
+	SlugMetricsUnavailable = "metrics_unavailable"
 )
 
 // DaemonErrors lists every slug with the status it is sent with.
@@ -362,6 +364,8 @@ var DaemonErrors = []DaemonError{
 	{Slug: SlugPathExists, Status: 409, WireKind: WireConflict, Meaning: "something the operation may not replace is already at the path"},
 	{Slug: SlugDirectoryNotEmpty, Status: 409, WireKind: WireConflict, Meaning: "a non-empty directory is in the way of a remove or replace"},
 	{Slug: SlugFsFailed, Status: 500, WireKind: WireServerError, Meaning: "the filesystem refused an fs operation for another reason; the detail names the errno"},
+	{Slug: SlugUnknownSignal, Status: 400, WireKind: WireProtocolError, Meaning: "the signal name is not in the closed set SignalName lists"},
+	{Slug: SlugMetricsUnavailable, Status: 500, WireKind: WireServerError, Meaning: "a /proc file the metrics sample needs is missing or unreadable"},
 }
 
 // SlugStatus is the HTTP status the daemon sends slug with (each slug has
