@@ -67,6 +67,8 @@ var routes = []route{
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 409: {"path_exists"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/fs/move", "fsMove", true, []int{200, 400, 401, 404, 409, 500, 503},
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 409: {"path_exists", "directory_not_empty"}, 500: {"fs_failed"}}},
+	{"GET", "/v1/fs/watch", "fsWatch", true, []int{200, 400, 401, 404, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/fs/remove", "fsRemove", true, []int{200, 400, 401, 404, 409, 500, 503},
 		map[int][]string{400: {"malformed_request"}, 404: {"path_not_found"}, 409: {"directory_not_empty"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/exec/{id}/signal", "execSignal", true, []int{200, 400, 401, 404, 503},
@@ -251,8 +253,9 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"stream_stall_secs":      10,
 		"max_header_bytes":       65536,
 		// Ours (issue 21): the fs list page.
-		"max_list_page":     10000,
-		"list_page_default": 1000,
+		"max_list_page":      10000,
+		"list_page_default":  1000,
+		"watch_queue_events": 1024,
 	}
 	// The reference daemon's own environment variable names (agentd/src/config.rs).
 	wantEnv := map[string]string{
@@ -286,7 +289,7 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		}
 		// Fixed bounds, not settings: the idle timeout is the client's, and the
 		// list page sizes (issue 21) keep one answer a few MiB whatever the env.
-		fixed := name == "sse_idle_timeout_secs" || name == "max_list_page" || name == "list_page_default"
+		fixed := name == "sse_idle_timeout_secs" || name == "max_list_page" || name == "list_page_default" || name == "watch_queue_events"
 		if !fixed && !strings.HasPrefix(got.Env, "AGENTD_") {
 			t.Errorf("x-limits.%s env = %q, want an AGENTD_ variable", name, got.Env)
 		}

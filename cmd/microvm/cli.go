@@ -32,6 +32,7 @@ type CLI struct {
 	Rm      RmCmd      `cmd:"" help:"Remove a guest entry; a non-empty directory only with --recursive."`
 	Ps      PsCmd      `cmd:"" help:"List every exec the daemon holds: phase, start time, pid, command."`
 	Metrics MetricsCmd `cmd:"" help:"Sample the guest's CPU use, memory, disk and load average."`
+	Watch   WatchCmd   `cmd:"" help:"Follow a guest directory's changes (create, write, remove, rename) for --count changes or --for a while."`
 
 	Exec   ExecCmd   `cmd:"" help:"Run one command in a running MicroVM: wait for it, --stream it, --detach it, or --poll an existing exec."`
 	Health HealthCmd `cmd:"" help:"Ask a MicroVM's daemon whether it is up, busy, and how its identity repair and disk are."`

@@ -3,7 +3,10 @@ package main_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -77,5 +80,39 @@ func TestGuestCommandsAgainstAgentd(t *testing.T) {
 	d = data(cli(t, env, "", "--json", "kill", "--signal", "SIGKILL", "sleeper"), cliapi.TypeKill)
 	if d["killed"] != true || d["signal"] != "KILL" {
 		t.Fatalf("kill --signal SIGKILL: %v", d)
+	}
+}
+
+// TestWatchCommand: watch reports changes until --count, and refuses to
+// start without a bound. Wrong edits caught: --count not honoured (the
+// command would run to its --for and report more); a watch without any
+// bound accepted (it would never write its envelope).
+func TestWatchCommand(t *testing.T) {
+	endpoint, token := startAgentd(t)
+	env := []string{"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
+	wantFailure(t, cli(t, env, "", "--json", "watch", t.TempDir()), taxonomy.KindInvalidArg, "")
+	dir := t.TempDir()
+	s := startCLI(t, 60*time.Second, env, nil, "--json", "watch", "--count", "2", "--for", "50s", dir)
+	// The watch's start is not visible from here: keep making files until
+	// the command has seen two and exited (a zombie still answers signal 0,
+	// so the check is its state in /proc).
+	for i := 0; i < 400; i++ {
+		if err := os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(25 * time.Millisecond)
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/stat")
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			break
+		}
+	}
+	inv := s.wait(t)
+	m := envelope(t, inv)
+	if inv.code != 0 || m["type"] != cliapi.TypeWatch {
+		t.Fatalf("watch: exit %d %s %s", inv.code, inv.stdout, inv.stderr)
+	}
+	events := m["data"].(map[string]any)["events"].([]any)
+	if len(events) != 2 || events[0].(map[string]any)["op"] != "create" {
+		t.Fatalf("watch --count 2: %v", events)
 	}
 }

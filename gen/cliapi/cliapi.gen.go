@@ -43,6 +43,7 @@ const (
 	TypeMove       = "microvm.move"
 	TypeRemove     = "microvm.remove"
 	TypePs         = "microvm.ps"
+	TypeWatch      = "microvm.watch"
 	TypeMetrics    = "microvm.metrics"
 	TypeDockerfile = "microvm.dockerfile"
 )
@@ -281,6 +282,16 @@ type PsData struct {
 	Execs []any `json:"execs"`
 }
 
+// WatchData is the data of a microvm.watch envelope.
+type WatchData struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+	// Events is the changes seen, in order, until --count or --for ended the watch
+	Events []any `json:"events"`
+	// Gaps is runs of changes the daemon dropped because this reader fell behind
+	Gaps []any `json:"gaps"`
+}
+
 // MetricsData is the data of a microvm.metrics envelope.
 type MetricsData struct {
 	SampledAt      string  `json:"sampledAt"`
@@ -381,6 +392,7 @@ var Responses = []Response{
 	{Type: "microvm.move", Keys: []string{"from", "to"}},
 	{Type: "microvm.remove", Keys: []string{"path", "removed"}},
 	{Type: "microvm.ps", Keys: []string{"execs"}},
+	{Type: "microvm.watch", Keys: []string{"path", "recursive", "events", "gaps"}},
 	{Type: "microvm.metrics", Keys: []string{"sampledAt", "cpuCount", "cpuUsedPercent", "cpuWindowSecs", "memoryTotalBytes", "memoryAvailableBytes", "memoryUsedBytes", "diskPath", "diskTotalBytes", "diskAvailableBytes", "diskUsedBytes", "load1", "load5", "load15"}},
 	{Type: "microvm.dockerfile", Keys: []string{"stanza", "baseImageName", "baseImageDockerRef", "port", "workdir"}},
 }
@@ -421,6 +433,7 @@ var Commands = []Command{
 	{Name: "rm", Type: "microvm.remove", Ready: true},
 	{Name: "ps", Type: "microvm.ps", Ready: true},
 	{Name: "metrics", Type: "microvm.metrics", Ready: true},
+	{Name: "watch", Type: "microvm.watch", Ready: true},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.

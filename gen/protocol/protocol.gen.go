@@ -147,6 +147,30 @@ func (e StreamKind) Valid() bool {
 	}
 }
 
+// Defines values for WatchOp.
+const (
+	WatchOpCreate WatchOp = "create"
+	WatchOpRemove WatchOp = "remove"
+	WatchOpRename WatchOp = "rename"
+	WatchOpWrite  WatchOp = "write"
+)
+
+// Valid indicates whether the value is a known member of the WatchOp enum.
+func (e WatchOp) Valid() bool {
+	switch e {
+	case WatchOpCreate:
+		return true
+	case WatchOpRemove:
+		return true
+	case WatchOpRename:
+		return true
+	case WatchOpWrite:
+		return true
+	default:
+		return false
+	}
+}
+
 // CPUMetrics CPU use from /proc/stat
 type CPUMetrics struct {
 	// Count online CPUs
@@ -515,6 +539,29 @@ type StreamQuery struct {
 	Offset *uint64 `json:"offset,omitempty"`
 }
 
+// WatchEvent data of a watch stream's fs event
+type WatchEvent struct {
+	// Op what happened to an entry
+	Op WatchOp `json:"op"`
+
+	// Path the entry's path, under the watched directory
+	Path string `json:"path"`
+
+	// Seq this event's sequence number, counting from 0; a gap covers the numbers it skips
+	Seq uint64 `json:"seq"`
+}
+
+// WatchOp what happened to an entry
+type WatchOp string
+
+// WatchReady data of a watch stream's ready event
+type WatchReady struct {
+	// Directories directories being watched
+	Directories uint   `json:"directories"`
+	Path        string `json:"path"`
+	Recursive   bool   `json:"recursive"`
+}
+
 // ExecID defines model for ExecID.
 type ExecID = string
 
@@ -636,6 +683,15 @@ type FsReadTarParams struct {
 type FsWriteTarParams struct {
 	// Path absolute path in the guest; missing is 400, never 404
 	Path FsPath `form:"path" json:"path"`
+}
+
+// FsWatchParams defines parameters for FsWatch.
+type FsWatchParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
+
+	// Recursive true watches every directory under path too
+	Recursive *bool `form:"recursive,omitempty" json:"recursive,omitempty"`
 }
 
 // HookRunJSONRequestBody defines body for HookRun for application/json ContentType.
@@ -951,6 +1007,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsWatch follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+	//
+	// The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
+	//
+	// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
+	FsWatch(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Health liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 	//
@@ -1368,6 +1431,23 @@ func (c *Client) FsReadTar(ctx context.Context, params *FsReadTarParams, reqEdit
 // Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 func (c *Client) FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFsWriteTarRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsWatch follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+//
+// The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
+//
+// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
+func (c *Client) FsWatch(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsWatchRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2517,6 +2597,68 @@ func NewFsWriteTarRequestWithBody(server string, params *FsWriteTarParams, conte
 	return req, nil
 }
 
+// NewFsWatchRequest constructs an http.Request for the FsWatch method
+func NewFsWatchRequest(server string, params *FsWatchParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/watch")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Recursive != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "recursive", *params.Recursive, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewHealthRequest constructs an http.Request for the Health method
 func NewHealthRequest(server string) (*http.Request, error) {
 	var err error
@@ -2827,6 +2969,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBodyWithResponse(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteTarReply, error)
+
+	// FsWatchWithResponse follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+	//
+	// The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
+	FsWatchWithResponse(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*FsWatchReply, error)
 
 	// HealthWithResponse liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 	//
@@ -4724,6 +4875,103 @@ func (r FsWriteTarReply) ContentType() string {
 	return ""
 }
 
+// FsWatchReply200Headers the declared response headers of an HTTP 200 response for FsWatch
+type FsWatchReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply400Headers the declared response headers of an HTTP 400 response for FsWatch
+type FsWatchReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply401Headers the declared response headers of an HTTP 401 response for FsWatch
+type FsWatchReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply404Headers the declared response headers of an HTTP 404 response for FsWatch
+type FsWatchReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply500Headers the declared response headers of an HTTP 500 response for FsWatch
+type FsWatchReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply503Headers the declared response headers of an HTTP 503 response for FsWatch
+type FsWatchReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsWatchReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsWatchReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsWatchReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsWatchReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsWatchReply404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsWatchReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsWatchReply503Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsWatchReply) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsWatchReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsWatchReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsWatchReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsWatchReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsWatchReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsWatchReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // HealthReply200Headers the declared response headers of an HTTP 200 response for Health
 type HealthReply200Headers struct {
 	MicrovmsAgentdVersion string
@@ -5236,6 +5484,21 @@ func (c *ClientWithResponses) FsWriteTarWithBodyWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseFsWriteTarReply(rsp)
+}
+
+// FsWatchWithResponse follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+//
+// The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
+func (c *ClientWithResponses) FsWatchWithResponse(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*FsWatchReply, error) {
+	rsp, err := c.FsWatch(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsWatchReply(rsp)
 }
 
 // HealthWithResponse liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
@@ -7253,6 +7516,115 @@ func ParseFsWriteTarReply(rsp *http.Response) (*FsWriteTarReply, error) {
 	return response, nil
 }
 
+// ParseFsWatchReply parses an HTTP response from a FsWatchWithResponse call
+func ParseFsWatchReply(rsp *http.Response) (*FsWatchReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsWatchReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsWatchReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsWatchReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsWatchReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsWatchReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsWatchReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsWatchReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseHealthReply parses an HTTP response from a HealthWithResponse call
 func ParseHealthReply(rsp *http.Response) (*HealthReply, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7484,6 +7856,9 @@ type ServerInterface interface {
 	// FsWriteTar extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
 	// (PUT /v1/fs/tar)
 	FsWriteTar(w http.ResponseWriter, r *http.Request, params FsWriteTarParams)
+	// FsWatch follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+	// (GET /v1/fs/watch)
+	FsWatch(w http.ResponseWriter, r *http.Request, params FsWatchParams)
 	// Health liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 	// (GET /v1/health)
 	Health(w http.ResponseWriter, r *http.Request)
@@ -8354,6 +8729,58 @@ func (siw *ServerInterfaceWrapper) FsWriteTar(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// FsWatch operation middleware
+func (siw *ServerInterfaceWrapper) FsWatch(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsWatchParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "recursive" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "recursive", r.URL.Query(), &params.Recursive, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "recursive"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "recursive", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsWatch(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // Health operation middleware
 func (siw *ServerInterfaceWrapper) Health(w http.ResponseWriter, r *http.Request) {
 
@@ -8545,6 +8972,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/list", wrapper.FsList)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/mkdir", wrapper.FsMkdir)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/move", wrapper.FsMove)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/watch", wrapper.FsWatch)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/remove", wrapper.FsRemove)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/health", wrapper.Health)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schema", wrapper.Schema)

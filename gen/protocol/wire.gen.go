@@ -19,14 +19,16 @@ const VersionHeader = "microvms-agentd-version"
 // HookPrefix is the fixed path prefix of the platform's lifecycle hooks.
 const HookPrefix = "/aws/lambda-microvms/runtime/v1"
 
-// SSE event names of GET /v1/exec/{id}/stream.
+// SSE event names of GET /v1/exec/{id}/stream and GET /v1/fs/watch.
 const (
 	EventOutput = "output" // payload: #/components/schemas/OutputEvent
 	EventGap    = "gap"    // payload: #/components/schemas/GapEvent
 	EventExit   = "exit"   // payload: #/components/schemas/ExitEvent
+	EventReady  = "ready"  // payload: #/components/schemas/WatchReady
+	EventFs     = "fs"     // payload: #/components/schemas/WatchEvent
 )
 
-// SSETerminalEvent is the event after which the stream body ends.
+// SSETerminalEvent is the event after which an exec stream's body ends.
 const SSETerminalEvent = "exit"
 
 // Operation is one route of the protocol with the facts its callers and the
@@ -67,6 +69,7 @@ const (
 	OpFsList        = "fsList"
 	OpFsMkdir       = "fsMkdir"
 	OpFsMove        = "fsMove"
+	OpFsWatch       = "fsWatch"
 	OpFsRemove      = "fsRemove"
 	OpHealth        = "health"
 	OpSchema        = "schema"
@@ -97,6 +100,7 @@ var Operations = []Operation{
 	{ID: OpFsList, Method: "GET", Pattern: "/v1/fs/list", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpFsMkdir, Method: "POST", Pattern: "/v1/fs/mkdir", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 409: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpFsMove, Method: "POST", Pattern: "/v1/fs/move", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsWatch, Method: "GET", Pattern: "/v1/fs/watch", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpFsRemove, Method: "POST", Pattern: "/v1/fs/remove", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpHealth, Method: "GET", Pattern: "/v1/health", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpSchema, Method: "GET", Pattern: "/v1/schema", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
@@ -146,6 +150,7 @@ const (
 	DefaultStdinWriteTimeoutSecs = 5          // AGENTD_STDIN_WRITE_TIMEOUT_SECS
 	DefaultStreamReplayBytes     = 1048576    // AGENTD_STREAM_BUFFER_BYTES
 	DefaultStreamStallSecs       = 10         // AGENTD_STREAM_STALL_SECS
+	DefaultWatchQueueEvents      = 1024       //
 )
 
 // Limits lists every operative limit, sorted by name.
@@ -173,6 +178,7 @@ var Limits = []Limit{
 	{Name: "stdin_write_timeout_secs", Env: "AGENTD_STDIN_WRITE_TIMEOUT_SECS", Default: DefaultStdinWriteTimeoutSecs, Description: "seconds a stdin write may wait for the child to read before 408"},
 	{Name: "stream_replay_bytes", Env: "AGENTD_STREAM_BUFFER_BYTES", Default: DefaultStreamReplayBytes, Description: "size of the per-exec replay window a new or resuming stream can read back from"},
 	{Name: "stream_stall_secs", Env: "AGENTD_STREAM_STALL_SECS", Default: DefaultStreamStallSecs, Description: "seconds an attached stream that has fallen a whole replay window behind may go without taking a single byte before the output pump leaves it to a gap; a reader that makes any progress in that window keeps its bytes, so a reader slowed by a busy machine loses nothing"},
+	{Name: "watch_queue_events", Env: "", Default: DefaultWatchQueueEvents, Description: "events one GET /v1/fs/watch stream holds for a slow reader; past it they are dropped and reported as a gap"},
 }
 
 // Setting is one daemon setting from the environment that is not a limit.
