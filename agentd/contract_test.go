@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/microvms/microvms/gen/protocol"
 )
 
 // errorRecorder is a testing.TB whose Errorf is captured, so a test can prove
@@ -52,9 +54,7 @@ func TestContractTransportFailsOffSpecExchanges(t *testing.T) {
 	ctx := context.Background()
 	_, _ = d.client.Health(ctx)
 	_, _ = d.client.Schema(ctx)
-	_, _ = d.client.HookRun(ctx, struct {
-		RunHookPayload *string `json:"runHookPayload,omitempty"`
-	}{RunHookPayload: strp(`{"agent_token":"a"}`)})
+	_, _ = d.client.HookRun(ctx, protocol.RunHookEnvelope{RunHookPayload: strp(`{"agent_token":"a"}`)})
 	if got := exchanges.Load() - before; got != 3 {
 		t.Fatalf("validated %d exchanges, want 3", got)
 	}

@@ -258,9 +258,10 @@ func TestTimeout(t *testing.T) {
 	for _, bad := range []float64{0, -1} {
 		req := shell("bad-timeout", "touch "+marker)
 		req.TimeoutSec = &bad
-		resp := d.start(req)
-		if resp.StatusCode() != 400 || resp.JSON400.Error != taxonomy.SlugMalformedRequest {
-			t.Fatalf("timeout %v: %d", bad, resp.StatusCode())
+		// Off contract on purpose: the spec requires timeout_sec > 0.
+		resp, err := d.client.ExecStartWithResponse(offContract(context.Background()), req, auth(testToken))
+		if err != nil || resp.StatusCode() != 400 || resp.JSON400.Error != taxonomy.SlugMalformedRequest {
+			t.Fatalf("timeout %v: %v %d", bad, err, resp.StatusCode())
 		}
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -386,6 +387,10 @@ func TestStdin(t *testing.T) {
 	ctx := context.Background()
 	write := func(id string, data *string, signal *string) *protocol.ExecStdinReply {
 		t.Helper()
+		ctx := ctx
+		if signal != nil && *signal != "eof" {
+			ctx = offContract(ctx) // the spec allows only eof; this checks the daemon agrees
+		}
 		resp, err := d.client.ExecStdinWithResponse(ctx, id, protocol.StdinRequest{DataB64: data, Signal: signal}, auth(testToken))
 		if err != nil {
 			t.Fatal(err)

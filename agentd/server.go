@@ -51,7 +51,7 @@ type Server struct {
 	bootRepairDone chan struct{}
 	execs          *registry
 	schema         []byte
-	metrics        metricsSampler // GET /v1/metrics (metrics.go)
+	metrics        metricsSampler // GET /v1/metrics (metrics_linux.go)
 
 	// inner is the routed application; Handler wraps it in the rules that hold
 	// for every response. A field so a test can route to a handler that panics.
@@ -450,7 +450,7 @@ func (s *Server) paramError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
 		// The exec routes and every route of ours (issue 21).
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, err.Error())
+		writeError(w, taxonomy.SlugMalformedRequest, err.Error())
 		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -60,7 +61,7 @@ var routes = []route{
 	{"PUT", "/v1/fs/tar", "fsWriteTar", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
 	// Ours, not the reference's (issue 21): additive filesystem operations.
 	{"GET", "/v1/fs/stat", "fsStat", true, []int{200, 400, 401, 404, 500, 503},
-		map[int][]string{400: {"malformed_request"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
 	{"GET", "/v1/fs/list", "fsList", true, []int{200, 400, 401, 404, 500, 503},
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/fs/mkdir", "fsMkdir", true, []int{200, 400, 401, 409, 500, 503},
@@ -70,7 +71,7 @@ var routes = []route{
 	{"GET", "/v1/fs/watch", "fsWatch", true, []int{200, 400, 401, 404, 500, 503},
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/fs/remove", "fsRemove", true, []int{200, 400, 401, 404, 409, 500, 503},
-		map[int][]string{400: {"malformed_request"}, 404: {"path_not_found"}, 409: {"directory_not_empty"}, 500: {"fs_failed"}}},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 409: {"directory_not_empty"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/exec/{id}/signal", "execSignal", true, []int{200, 400, 401, 404, 503},
 		map[int][]string{400: {"malformed_request", "unknown_signal"}, 404: {"unknown_exec"}}},
 	{"GET", "/v1/execs", "execList", true, []int{200, 401, 503}, nil},
@@ -173,9 +174,7 @@ func TestStatusesAndSlugsMatchTheReference(t *testing.T) {
 					}
 					slugs = append(slugs, e.Slug)
 				}
-				if mt := v.Content.Get("application/json"); mt == nil || mt.Schema.Ref != "#/components/schemas/ErrorBody" {
-					t.Errorf("%s %s %d: a slugged response must carry an application/json ErrorBody", r.method, r.path, n)
-				}
+				checkSlugSchema(t, fmt.Sprintf("%s %s %d", r.method, r.path, n), v.Content.Get("application/json"), slugs)
 			}
 			if want := r.slugs[n]; !slices.Equal(slugs, want) {
 				t.Errorf("%s %s %d: slugs %v, want %v", r.method, r.path, n, slugs, want)
@@ -475,5 +474,32 @@ func TestWireShapes(t *testing.T) {
 	}
 	if e := schemas["ErrorBody"].Value; !slices.Equal(e.Required, []string{"error", "detail"}) {
 		t.Errorf("ErrorBody required %v", e.Required)
+	}
+}
+
+// checkSlugSchema: a slugged response carries application/json, its schema is a
+// named ErrorBody narrowed to exactly the slugs x-errors lists, so a generated
+// client's type names the slugs the route can send.
+// Catches: a slug added to x-errors but not to the body's enum (or the reverse),
+// and a slugged response pointing at the bare ErrorBody or at text/plain.
+func checkSlugSchema(t *testing.T, where string, mt *openapi3.MediaType, slugs []string) {
+	t.Helper()
+	if mt == nil || mt.Schema == nil || !strings.HasPrefix(mt.Schema.Ref, "#/components/schemas/Error") || mt.Schema.Ref == "#/components/schemas/ErrorBody" {
+		t.Errorf("%s: a slugged response must carry an application/json Error* schema narrowing ErrorBody", where)
+		return
+	}
+	s := mt.Schema.Value
+	if len(s.AllOf) != 2 || s.AllOf[0].Ref != "#/components/schemas/ErrorBody" {
+		t.Errorf("%s: %s must be allOf [ErrorBody, {error enum}]", where, mt.Schema.Ref)
+		return
+	}
+	var enum []string
+	if e := s.AllOf[1].Value.Properties["error"]; e != nil {
+		for _, v := range e.Value.Enum {
+			enum = append(enum, fmt.Sprint(v))
+		}
+	}
+	if !slices.Equal(enum, slugs) {
+		t.Errorf("%s: %s error enum %v, x-errors slugs %v", where, mt.Schema.Ref, enum, slugs)
 	}
 }

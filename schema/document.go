@@ -15,6 +15,10 @@ import (
 // jsonSchemaDialect is the dialect docs/schema.json's $defs are written in.
 const jsonSchemaDialect = "https://json-schema.org/draft/2020-12/schema"
 
+// SchemaID is docs/schema.json's $id: where the document lives in the
+// repository, so $defs can be referenced from other schemas by absolute URI.
+const SchemaID = "https://github.com/microvms/microvms/docs/schema.json"
+
 // methodOrder fixes the order routes sharing a path are listed in.
 var methodOrder = []string{"get", "put", "post", "patch", "delete"}
 
@@ -107,7 +111,12 @@ func toJSONSchema(v any) any {
 		out := map[string]any{}
 		for k, val := range x {
 			switch {
-			case k == "nullable" || strings.HasPrefix(k, "x-"):
+			case k == "nullable" || k == "discriminator" || strings.HasPrefix(k, "x-"):
+				// discriminator is OpenAPI's; in JSON Schema the oneOf branches'
+				// event enums already decide, and strict readers refuse the keyword.
+				continue
+			case k == "exclusiveMinimum" || k == "exclusiveMaximum":
+				// OpenAPI 3.0's boolean form becomes 2020-12's number form below.
 				continue
 			case k == "$ref":
 				out[k] = strings.Replace(asString(val), "#/components/schemas/", "#/$defs/", 1)
@@ -121,6 +130,12 @@ func toJSONSchema(v any) any {
 				out[k] = props
 			default:
 				out[k] = toJSONSchema(val)
+			}
+		}
+		for excl, bound := range map[string]string{"exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum"} {
+			if x[excl] == true {
+				out[excl] = out[bound]
+				delete(out, bound)
 			}
 		}
 		if x["nullable"] == true {
@@ -207,6 +222,16 @@ func Routes(root string) ([]Route, error) {
 	return routes(node, doc)
 }
 
+// routeSummary is the sentence docs/schema.json gives a route: the
+// operation's description, which says what it does and what it guarantees; the
+// OpenAPI summary is only a short title for generated clients and viewers.
+func routeSummary(op map[string]any) string {
+	if d := strings.TrimSpace(asString(op["description"])); d != "" {
+		return d
+	}
+	return strings.TrimSpace(asString(op["summary"]))
+}
+
 func routes(node *yaml.Node, doc map[string]any) ([]Route, error) {
 	paths := asMap(doc["paths"])
 	var out []Route
@@ -222,17 +247,19 @@ func routes(node *yaml.Node, doc map[string]any) ([]Route, error) {
 				Path:        path,
 				OperationID: asString(op["operationId"]),
 				Auth:        "none",
-				Summary:     strings.TrimSpace(asString(op["summary"]) + " " + asString(op["description"])),
+				Summary:     routeSummary(op),
 			}
 			if sec, ok := op["security"].([]any); ok && len(sec) > 0 && len(asMap(sec[0])) > 0 {
 				r.Auth = "bearer"
 			} else if strings.HasPrefix(path, asString(doc["x-hook-prefix"])) {
 				r.Auth = "none (platform hook)"
 			}
-			if q := asString(op["x-query-schema"]); q != "" {
+			// x-query-schema is a $ref object, so linters and readers see the
+			// component as used.
+			if q := asString(asMap(op["x-query-schema"])["$ref"]); q != "" {
 				r.Query = map[string]any{
 					"media_type": "application/x-www-form-urlencoded",
-					"schema":     map[string]any{"$ref": "#/$defs/" + q},
+					"schema":     toJSONSchema(map[string]any{"$ref": q}),
 				}
 			}
 			if rb := resolveRef(doc, op["requestBody"]); rb != nil {
@@ -316,6 +343,7 @@ func generateDocument(root string) ([]Output, error) {
 	info := asMap(doc["info"])
 	out := map[string]any{
 		"$schema":              jsonSchemaDialect,
+		"$id":                  SchemaID,
 		"title":                asString(info["title"]),
 		"generated_from":       "api/openapi.yaml and api/errors.yaml, by schema/",
 		"protocol_version":     doc["x-protocol-version"],

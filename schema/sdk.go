@@ -406,7 +406,8 @@ func (g *sdkGen) opFile(op *sdkOp) string {
 	}
 	for i, f := range op.Finding {
 		g.p("//")
-		g.comment("", fmt.Sprintf("Measured (docs/PLATFORM.md, %s): %s", f, op.Note[i]))
+		label, note, _ := strings.Cut(op.Note[i], "|")
+		g.comment("", fmt.Sprintf("%s (docs/PLATFORM.md, %s): %s", label, f, note))
 	}
 	g.p("func (c *Client) %s(ctx context.Context, params *%sInput, optFns ...func(*Options)) (*%sOutput, error) {", op.Name, op.Name, op.Name)
 	g.p("\tif params == nil {")

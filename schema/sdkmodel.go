@@ -457,24 +457,24 @@ func loadSDKModel(root string) (*sdkModel, error) {
 // collectMeasured gathers the x-measured and x-client notes of an operation
 // and of its parameters, for the operation's documentation.
 func collectMeasured(o *onode, op *sdkOp) {
-	add := func(n *onode) {
+	add := func(n *onode, label string) {
 		if n == nil {
 			return
 		}
 		if f := n.str("finding"); f != "" {
 			for i, have := range op.Finding {
-				if have == f && op.Note[i] == n.str("note") {
+				if have == f && op.Note[i] == label+"|"+n.str("note") {
 					return
 				}
 			}
 			op.Finding = append(op.Finding, f)
-			op.Note = append(op.Note, n.str("note"))
+			op.Note = append(op.Note, label+"|"+n.str("note"))
 		}
 	}
-	add(o.get("x-measured"))
-	add(o.get("x-client"))
+	add(o.get("x-measured"), "Measured")
+	add(o.get("x-client"), "Client policy")
 	for _, p := range o.get("parameters").List() {
-		add(p.get("x-measured"))
+		add(p.get("x-measured"), "Measured")
 	}
 }
 
@@ -493,6 +493,9 @@ func members(s *onode, shape string, docs *smithyDocs, loc string) ([]*sdkMember
 			return nil, fmt.Errorf("%s.%s: %w", shape, k, err)
 		}
 		doc := docs.memberDoc(shape, k)
+		if p.boolv("x-sensitive") || p.boolv("additionalProperties", "x-sensitive") || p.boolv("items", "x-sensitive") {
+			doc += "\n\nThis member holds secrets: never log or persist it."
+		}
 		if f := p.str("x-measured", "finding"); f != "" {
 			doc += fmt.Sprintf("\n\nMeasured (docs/PLATFORM.md, %s): %s", f, p.str("x-measured", "note"))
 		}

@@ -53,6 +53,8 @@ type CreateMicrovmAuthTokenOutput struct {
 	// "X-aws-proxy-auth" as the header value when connecting to the MicroVM
 	// endpoint.
 	//
+	// This member holds secrets: never log or persist it.
+	//
 	// Measured (docs/PLATFORM.md, auth-token-header-map): A map of header name to
 	// value; requests through the endpoint send X-aws-proxy-auth from it plus
 	// X-aws-proxy-port.

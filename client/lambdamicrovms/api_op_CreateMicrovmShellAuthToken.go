@@ -11,8 +11,10 @@ import (
 // running MicroVM. The MicroVM must have been run with the SHELL_INGRESS
 // network connector attached.
 //
-// Measured (docs/PLATFORM.md, shell-endpoint): Transcribed for the emulator;
-// client/control never calls it and never requests SHELL_INGRESS.
+// Client policy (docs/PLATFORM.md, shell-endpoint): Transcribed for the
+// emulator and generated into client/lambdamicrovms for completeness;
+// client/control and client/sandbox never call it and never request
+// SHELL_INGRESS.
 func (c *Client) CreateMicrovmShellAuthToken(ctx context.Context, params *CreateMicrovmShellAuthTokenInput, optFns ...func(*Options)) (*CreateMicrovmShellAuthTokenOutput, error) {
 	if params == nil {
 		params = &CreateMicrovmShellAuthTokenInput{}
@@ -47,6 +49,8 @@ type CreateMicrovmShellAuthTokenInput struct {
 type CreateMicrovmShellAuthTokenOutput struct {
 	// The generated shell authentication token key-value pairs for accessing the
 	// MicroVM.
+	//
+	// This member holds secrets: never log or persist it.
 	//
 	// This member is required.
 	AuthToken map[string]string

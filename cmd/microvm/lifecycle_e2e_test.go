@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,25 @@ func TestRunLocal(t *testing.T) {
 			if !strings.Contains(inv.stderr, want) {
 				t.Fatalf("stderr lacks %q:\n%s", want, inv.stderr)
 			}
+		}
+	})
+	t.Run("a Dockerfile step the emulator cannot perform is named, and the local artifact is removed", func(t *testing.T) {
+		df := filepath.Join(t.TempDir(), "Dockerfile")
+		body := "FROM public.ecr.aws/amazonlinux/amazonlinux:2023-minimal\nCOPY agentd /agentd\nRUN dnf install -y git\nWORKDIR /work\nENV AGENTD_PORT=9000\nENTRYPOINT []\nCMD [\"/agentd\"]\n"
+		if err := os.WriteFile(df, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		artifacts := t.TempDir()
+		own := slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, "MICROVM_ARTIFACT_DIR=") })
+		inv := cli(t, append(own, "MICROVM_ARTIFACT_DIR="+artifacts), "", "run", "--local", "--dockerfile", df, "--exec", "pwd")
+		if inv.code != 0 || inv.stdout != "/work\n" || !strings.Contains(inv.stderr, "does not perform this Dockerfile step; its guests run without it: RUN dnf install -y git") {
+			t.Fatalf("exit %d stdout %q\n%s", inv.code, inv.stdout, inv.stderr)
+		}
+		if !strings.Contains(inv.stderr, "uploading the artifact") {
+			t.Fatalf("no artifact went to the local store:\n%s", inv.stderr)
+		}
+		if left, _ := filepath.Glob(filepath.Join(artifacts, "*", "*")); len(left) != 0 {
+			t.Fatalf("the torn-down run left its artifact: %v", left)
 		}
 	})
 	t.Run("json", func(t *testing.T) {

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -367,6 +369,11 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	default:
 		_ = rec.Update(func(r *ledger.Run) { r.Closed = true })
 	}
+	if built != nil && !built.Reused && !out.Kept && len(out.Leaked) == 0 && c.ArtifactURI == "" {
+		// The image is gone, so the artifact this run put in the local
+		// store is nobody's; S3 objects are the bucket's lifecycle's.
+		removeLocalArtifact(built.ArtifactURI)
+	}
 	made := sb != nil || (built != nil && !built.Reused && built.ImageARN != "")
 	if made && len(out.Leaked) == 0 && !out.Kept {
 		a.progress("teardown clean: nothing of this run is left")
@@ -468,5 +475,17 @@ func runHuman(d cliapi.RunData, a *app, failed bool) func(io.Writer) error {
 			fmt.Fprintf(tw, "teardown\t%s\n", leakedText(d.Leaked))
 		}
 		return tw.Flush()
+	}
+}
+
+// removeLocalArtifact deletes a file:// artifact and its directory when that
+// is left empty; any other URI is left alone.
+func removeLocalArtifact(uri string) {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "file" || u.Path == "" {
+		return
+	}
+	if os.Remove(u.Path) == nil {
+		_ = os.Remove(filepath.Dir(u.Path)) // only if empty
 	}
 }

@@ -78,6 +78,51 @@ func (e Phase) Valid() bool {
 	}
 }
 
+// Defines values for SSEExitEvent.
+const (
+	SSEEventNameExit SSEExitEvent = "exit"
+)
+
+// Valid indicates whether the value is a known member of the SSEExitEvent enum.
+func (e SSEExitEvent) Valid() bool {
+	switch e {
+	case SSEEventNameExit:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SSEGapEvent.
+const (
+	SSEEventNameGap SSEGapEvent = "gap"
+)
+
+// Valid indicates whether the value is a known member of the SSEGapEvent enum.
+func (e SSEGapEvent) Valid() bool {
+	switch e {
+	case SSEEventNameGap:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SSEOutputEvent.
+const (
+	SSEEventNameOutput SSEOutputEvent = "output"
+)
+
+// Valid indicates whether the value is a known member of the SSEOutputEvent enum.
+func (e SSEOutputEvent) Valid() bool {
+	switch e {
+	case SSEEventNameOutput:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SignalName.
 const (
 	ALRM  SignalName = "ALRM"
@@ -171,6 +216,36 @@ func (e WatchOp) Valid() bool {
 	}
 }
 
+// Defines values for WatchSSEChangeEvent.
+const (
+	SSEEventNameFs WatchSSEChangeEvent = "fs"
+)
+
+// Valid indicates whether the value is a known member of the WatchSSEChangeEvent enum.
+func (e WatchSSEChangeEvent) Valid() bool {
+	switch e {
+	case SSEEventNameFs:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WatchSSEReadyEvent.
+const (
+	SSEEventNameReady WatchSSEReadyEvent = "ready"
+)
+
+// Valid indicates whether the value is a known member of the WatchSSEReadyEvent enum.
+func (e WatchSSEReadyEvent) Valid() bool {
+	switch e {
+	case SSEEventNameReady:
+		return true
+	default:
+		return false
+	}
+}
+
 // CPUMetrics CPU use from /proc/stat
 type CPUMetrics struct {
 	// Count online CPUs
@@ -183,7 +258,7 @@ type CPUMetrics struct {
 	WindowSecs float64 `json:"window_secs"`
 }
 
-// DiskHealth free-space reading for the health response
+// DiskHealth free space on the daemon's working filesystem, as Health.disk reports it; null when it could not be measured, which is not the same as full
 type DiskHealth struct {
 	// AvailableBytes bytes an unprivileged writer can still use
 	AvailableBytes uint64 `json:"available_bytes"`
@@ -206,7 +281,10 @@ type DiskMetrics struct {
 	UsedBytes uint64 `json:"used_bytes"`
 }
 
-// ErrorBody JSON error body of the exec routes
+// ErrorAckConflict ErrorBody of a 409 from POST /v1/exec/{id}/ack: the exec is still running, or was already acked
+type ErrorAckConflict = ErrorBody
+
+// ErrorBody JSON error body of the exec routes; each response narrows error to the slugs it can carry (the Error* schemas), and a client should still read an unknown slug as the status's generic meaning
 type ErrorBody struct {
 	// Detail human-readable explanation
 	Detail string `json:"detail"`
@@ -214,6 +292,54 @@ type ErrorBody struct {
 	// Error machine-readable slug, e.g. unknown_exec
 	Error string `json:"error"`
 }
+
+// ErrorDirectoryNotEmpty ErrorBody of a 409 from a remove: the directory is not empty and recursive was not asked for
+type ErrorDirectoryNotEmpty = ErrorBody
+
+// ErrorFsFailed ErrorBody of a 500 from an fs operation: the operating system refused for another reason
+type ErrorFsFailed = ErrorBody
+
+// ErrorFsRefused ErrorBody of a 400 from an fs operation: a malformed query, or a non-directory where a directory is needed
+type ErrorFsRefused = ErrorBody
+
+// ErrorMalformedRequest ErrorBody of a 400 on an exec route: the request failed validation before anything happened
+type ErrorMalformedRequest = ErrorBody
+
+// ErrorMetricsUnavailable ErrorBody of a 500 from metrics: a /proc file could not be read
+type ErrorMetricsUnavailable = ErrorBody
+
+// ErrorMoveInTheWay ErrorBody of a 409 from a move: the destination is taken, or is a non-empty directory
+type ErrorMoveInTheWay = ErrorBody
+
+// ErrorPathExists ErrorBody of a 409 from mkdir: something that is not a directory is at the path
+type ErrorPathExists = ErrorBody
+
+// ErrorPathNotFound ErrorBody of a 404 from an fs operation: nothing is at the path
+type ErrorPathNotFound = ErrorBody
+
+// ErrorSignalRefused ErrorBody of a 400 from a signal: the name is missing or outside the closed set
+type ErrorSignalRefused = ErrorBody
+
+// ErrorSpawnFailed ErrorBody of a 500 from POST /v1/exec/start: the operating system refused to start the child
+type ErrorSpawnFailed = ErrorBody
+
+// ErrorStdinClosed ErrorBody of a 410 from POST /v1/exec/{id}/stdin: the pipe is already closed
+type ErrorStdinClosed = ErrorBody
+
+// ErrorStdinNotRequested ErrorBody of a 409 from POST /v1/exec/{id}/stdin: the exec was started without stdin
+type ErrorStdinNotRequested = ErrorBody
+
+// ErrorStdinWriteFailed ErrorBody of a 500 from POST /v1/exec/{id}/stdin: the pipe write failed
+type ErrorStdinWriteFailed = ErrorBody
+
+// ErrorStdinWriteTimeout ErrorBody of a 408 from POST /v1/exec/{id}/stdin: the child did not read in time
+type ErrorStdinWriteTimeout = ErrorBody
+
+// ErrorStdinWriteTooLarge ErrorBody of a 413 from POST /v1/exec/{id}/stdin: one write carried too many bytes
+type ErrorStdinWriteTooLarge = ErrorBody
+
+// ErrorUnknownExec ErrorBody of a 404 on an exec route: no live exec has this exec_id
+type ErrorUnknownExec = ErrorBody
 
 // ExecListResponse body of GET /v1/execs
 type ExecListResponse struct {
@@ -312,7 +438,7 @@ type Health struct {
 	// Busy some exec has not finished yet; absent (older daemon) reads as false
 	Busy bool `json:"busy"`
 
-	// Disk free space on the daemon's working filesystem; null when it could not be measured, which is not the same as full
+	// Disk free space on the daemon's working filesystem, as Health.disk reports it; null when it could not be measured, which is not the same as full
 	Disk *DiskHealth `json:"disk"`
 
 	// Execs registered execs in any phase; absent (older daemon) reads as 0
@@ -446,8 +572,8 @@ type RemoveResponse struct {
 
 // RunHookEnvelope the run hook's request body, as the platform wraps the caller's runHookPayload string
 type RunHookEnvelope struct {
-	// RunHookPayload the caller's RunHookPayload, serialized to a JSON string; missing is 400
-	RunHookPayload *string `json:"runHookPayload,omitempty"`
+	// RunHookPayload the caller's RunHookPayload serialized to a JSON string (one parse deeper than this body); missing or not a string is 400
+	RunHookPayload *string `json:"runHookPayload"`
 }
 
 // RunHookPayload the JSON inside runHookPayload; the whole string is capped at 4096 UTF-8 bytes by the platform
@@ -459,6 +585,47 @@ type RunHookPayload struct {
 	Env                  map[string]string      `json:"env,omitempty"`
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
+
+// SSEEvent one event of the GET /v1/exec/{id}/stream body, as its event: line names it and its data: line decodes; the body is a sequence of these with keepalive comments between, and exit is always last
+type SSEEvent struct {
+	union json.RawMessage
+}
+
+// SSEExit the exit event: the exec finished, and the stream ends
+type SSEExit struct {
+	// Data data of the terminal SSE exit event
+	Data ExitEvent `json:"data"`
+
+	// Event the SSE event name
+	Event SSEExitEvent `json:"event"`
+}
+
+// SSEExitEvent the SSE event name
+type SSEExitEvent string
+
+// SSEGap a gap event: bytes this reader will never see
+type SSEGap struct {
+	// Data data of an SSE gap event, the half-open byte range this reader missed
+	Data GapEvent `json:"data"`
+
+	// Event the SSE event name
+	Event SSEGapEvent `json:"event"`
+}
+
+// SSEGapEvent the SSE event name
+type SSEGapEvent string
+
+// SSEOutput an output event: a chunk of the child's combined output
+type SSEOutput struct {
+	// Data data of an SSE output event
+	Data OutputEvent `json:"data"`
+
+	// Event the SSE event name
+	Event SSEOutputEvent `json:"event"`
+}
+
+// SSEOutputEvent the SSE event name
+type SSEOutputEvent string
 
 // SignalName the signals an exec's group may be sent, by name without the SIG prefix
 type SignalName string
@@ -475,7 +642,7 @@ type SignalResponse struct {
 
 // StartRequest body of POST /v1/exec/start
 type StartRequest struct {
-	// Command argv, or with shell true a single script for sh -c
+	// Command argv, or with shell true a script for sh -c (several elements are joined with newlines); must not be empty when shell is false
 	Command []string `json:"command"`
 
 	// Cwd working directory; absent means the daemon's own (the image WORKDIR)
@@ -562,26 +729,55 @@ type WatchReady struct {
 	Recursive   bool   `json:"recursive"`
 }
 
+// WatchSSEChange an fs event: one change under the watched directory
+type WatchSSEChange struct {
+	// Data data of a watch stream's fs event
+	Data WatchEvent `json:"data"`
+
+	// Event the SSE event name
+	Event WatchSSEChangeEvent `json:"event"`
+}
+
+// WatchSSEChangeEvent the SSE event name
+type WatchSSEChangeEvent string
+
+// WatchSSEEvent one event of the GET /v1/fs/watch body, as its event: line names it and its data: line decodes; ready comes first, then fs and gap events with keepalive comments between
+type WatchSSEEvent struct {
+	union json.RawMessage
+}
+
+// WatchSSEReady a ready event: the watch is in place
+type WatchSSEReady struct {
+	// Data data of a watch stream's ready event
+	Data WatchReady `json:"data"`
+
+	// Event the SSE event name
+	Event WatchSSEReadyEvent `json:"event"`
+}
+
+// WatchSSEReadyEvent the SSE event name
+type WatchSSEReadyEvent string
+
 // ExecID defines model for ExecID.
 type ExecID = string
 
 // FsPath defines model for FsPath.
 type FsPath = string
 
-// FsFailed JSON error body of the exec routes
-type FsFailed = ErrorBody
+// FsFailed ErrorBody of a 500 from an fs operation: the operating system refused for another reason
+type FsFailed = ErrorFsFailed
 
-// FsMalformed JSON error body of the exec routes
-type FsMalformed = ErrorBody
+// FsMalformed ErrorBody of a 400 from an fs operation: a malformed query, or a non-directory where a directory is needed
+type FsMalformed = ErrorFsRefused
 
-// FsPathExists JSON error body of the exec routes
-type FsPathExists = ErrorBody
+// FsPathExists ErrorBody of a 409 from mkdir: something that is not a directory is at the path
+type FsPathExists = ErrorPathExists
 
-// FsPathNotFound JSON error body of the exec routes
-type FsPathNotFound = ErrorBody
+// FsPathNotFound ErrorBody of a 404 from an fs operation: nothing is at the path
+type FsPathNotFound = ErrorPathNotFound
 
-// UnknownExecError JSON error body of the exec routes
-type UnknownExecError = ErrorBody
+// UnknownExecError ErrorBody of a 404 on an exec route: no live exec has this exec_id
+type UnknownExecError = ErrorUnknownExec
 
 // bearerAuthContextKey is the context key for bearerAuth security scheme
 type bearerAuthContextKey string
@@ -618,7 +814,7 @@ type FsWriteFileParams struct {
 	// Path absolute path in the guest; missing is 400, never 404
 	Path FsPath `form:"path" json:"path"`
 
-	// Mode octal permission bits for the file, as text (0644 and 644 are the same)
+	// Mode octal permission bits for the file, as text (0644, 644 and 0o644 are the same); at most 07777
 	Mode *string `form:"mode,omitempty" json:"mode,omitempty"`
 }
 
@@ -784,6 +980,280 @@ func (a RunHookPayload) MarshalJSON() ([]byte, error) {
 	return json.Marshal(object)
 }
 
+// AsSSEOutput returns the union data inside the SSEEvent as a SSEOutput
+func (t SSEEvent) AsSSEOutput() (SSEOutput, error) {
+	var body SSEOutput
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSSEOutput overwrites any union data inside the SSEEvent as the provided SSEOutput
+func (t *SSEEvent) FromSSEOutput(v SSEOutput) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"output"}`))
+	t.union = b
+	return err
+}
+
+// MergeSSEOutput performs a merge with any union data inside the SSEEvent, using the provided SSEOutput
+func (t *SSEEvent) MergeSSEOutput(v SSEOutput) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"output"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSSEGap returns the union data inside the SSEEvent as a SSEGap
+func (t SSEEvent) AsSSEGap() (SSEGap, error) {
+	var body SSEGap
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSSEGap overwrites any union data inside the SSEEvent as the provided SSEGap
+func (t *SSEEvent) FromSSEGap(v SSEGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	t.union = b
+	return err
+}
+
+// MergeSSEGap performs a merge with any union data inside the SSEEvent, using the provided SSEGap
+func (t *SSEEvent) MergeSSEGap(v SSEGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSSEExit returns the union data inside the SSEEvent as a SSEExit
+func (t SSEEvent) AsSSEExit() (SSEExit, error) {
+	var body SSEExit
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSSEExit overwrites any union data inside the SSEEvent as the provided SSEExit
+func (t *SSEEvent) FromSSEExit(v SSEExit) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"exit"}`))
+	t.union = b
+	return err
+}
+
+// MergeSSEExit performs a merge with any union data inside the SSEEvent, using the provided SSEExit
+func (t *SSEEvent) MergeSSEExit(v SSEExit) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"exit"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t SSEEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t SSEEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "exit":
+		return t.AsSSEExit()
+	case "gap":
+		return t.AsSSEGap()
+	case "output":
+		return t.AsSSEOutput()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t SSEEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *SSEEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsWatchSSEReady returns the union data inside the WatchSSEEvent as a WatchSSEReady
+func (t WatchSSEEvent) AsWatchSSEReady() (WatchSSEReady, error) {
+	var body WatchSSEReady
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWatchSSEReady overwrites any union data inside the WatchSSEEvent as the provided WatchSSEReady
+func (t *WatchSSEEvent) FromWatchSSEReady(v WatchSSEReady) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"ready"}`))
+	t.union = b
+	return err
+}
+
+// MergeWatchSSEReady performs a merge with any union data inside the WatchSSEEvent, using the provided WatchSSEReady
+func (t *WatchSSEEvent) MergeWatchSSEReady(v WatchSSEReady) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"ready"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsWatchSSEChange returns the union data inside the WatchSSEEvent as a WatchSSEChange
+func (t WatchSSEEvent) AsWatchSSEChange() (WatchSSEChange, error) {
+	var body WatchSSEChange
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWatchSSEChange overwrites any union data inside the WatchSSEEvent as the provided WatchSSEChange
+func (t *WatchSSEEvent) FromWatchSSEChange(v WatchSSEChange) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"fs"}`))
+	t.union = b
+	return err
+}
+
+// MergeWatchSSEChange performs a merge with any union data inside the WatchSSEEvent, using the provided WatchSSEChange
+func (t *WatchSSEEvent) MergeWatchSSEChange(v WatchSSEChange) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"fs"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSSEGap returns the union data inside the WatchSSEEvent as a SSEGap
+func (t WatchSSEEvent) AsSSEGap() (SSEGap, error) {
+	var body SSEGap
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSSEGap overwrites any union data inside the WatchSSEEvent as the provided SSEGap
+func (t *WatchSSEEvent) FromSSEGap(v SSEGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	t.union = b
+	return err
+}
+
+// MergeSSEGap performs a merge with any union data inside the WatchSSEEvent, using the provided SSEGap
+func (t *WatchSSEEvent) MergeSSEGap(v SSEGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t WatchSSEEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t WatchSSEEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "fs":
+		return t.AsWatchSSEChange()
+	case "gap":
+		return t.AsSSEGap()
+	case "ready":
+		return t.AsWatchSSEReady()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t WatchSSEEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *WatchSSEEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
 
@@ -858,109 +1328,147 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
-	// HookReady build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+	// HookReady Readiness hook
+	//
+	// build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/ready (the `HookReady` operationId).
 	HookReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookResume resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+	// HookResume Resume hook
+	//
+	// resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/resume (the `HookResume` operationId).
 	HookResume(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookRunWithBody installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRunWithBody Run hook: install the token
+	//
+	// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/run (the `HookRun` operationId).
 	HookRunWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookRun installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRun Run hook: install the token
+	//
+	// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/run (the `HookRun` operationId).
 	HookRun(ctx context.Context, body HookRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookSuspend suspend notice; logged and acknowledged
+	// HookSuspend Suspend hook
+	//
+	// suspend notice; logged and acknowledged
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/suspend (the `HookSuspend` operationId).
 	HookSuspend(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookTerminate terminate notice; starts a graceful shutdown that lets in-flight requests finish
+	// HookTerminate Terminate hook
+	//
+	// terminate notice; starts a graceful shutdown that lets in-flight requests finish
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/terminate (the `HookTerminate` operationId).
 	HookTerminate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// HookValidate build-time validation probe; answered like ready
+	// HookValidate Validation hook
+	//
+	// build-time validation probe; answered like ready
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 	HookValidate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStartWithBody starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStartWithBody Start an exec
+	//
+	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/exec/start (the `ExecStart` operationId).
 	ExecStartWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStart starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStart Start an exec
+	//
+	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/exec/start (the `ExecStart` operationId).
 	ExecStart(ctx context.Context, body ExecStartJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecPoll reads an exec's phase and, once it has exited, its output and status; never changes the entry
+	// ExecPoll Poll an exec
+	//
+	// reads an exec's phase and, once it has exited, its output and status; never changes the entry
 	//
 	// Corresponds with GET /v1/exec/{id} (the `ExecPoll` operationId).
 	ExecPoll(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecAck hands the output over and starts the TTL clock; the only way output is ever released
+	// ExecAck Acknowledge an exec
+	//
+	// hands the output over and starts the TTL clock; the only way output is ever released
 	//
 	// Corresponds with POST /v1/exec/{id}/ack (the `ExecAck` operationId).
 	ExecAck(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecKill sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+	// ExecKill Kill an exec
+	//
+	// sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
 	//
 	// Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 	ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
 	//
+	// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
+	//
 	// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
 	ExecSignal(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStdinWithBody writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdinWithBody Write to an exec's stdin
+	//
+	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/exec/{id}/stdin (the `ExecStdin` operationId).
 	ExecStdinWithBody(ctx context.Context, id ExecID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStdin writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdin Write to an exec's stdin
+	//
+	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/exec/{id}/stdin (the `ExecStdin` operationId).
 	ExecStdin(ctx context.Context, id ExecID, body ExecStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExecStream follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+	// ExecStream Stream an exec's output
+	//
+	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
 	//
 	// Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 	ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ExecList every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
 	//
+	// Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process.
+	//
 	// Corresponds with GET /v1/execs (the `ExecList` operationId).
 	ExecList(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// FsReadFile streams one file, or an inclusive 1-based range of its lines
+	// FsReadFile Read a file
+	//
+	// streams one file, or an inclusive 1-based range of its lines
 	//
 	// Corresponds with GET /v1/fs/file (the `FsReadFile` operationId).
 	FsReadFile(ctx context.Context, params *FsReadFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// FsWriteFileWithBody writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+	// FsWriteFileWithBody Write a file
+	//
+	// writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -976,32 +1484,42 @@ type ClientInterface interface {
 
 	// FsMkdir creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
 	//
+	// Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409.
+	//
 	// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
 	FsMkdir(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FsMove renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+	//
+	// rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile.
 	//
 	// Corresponds with POST /v1/fs/move (the `FsMove` operationId).
 	FsMove(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
 	//
+	// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+	//
 	// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
 	FsRemove(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FsStat describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
 	//
+	// lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400.
+	//
 	// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
 	FsStat(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// FsReadTar streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+	// FsReadTar Read a directory as tar
+	//
+	// streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 	//
 	// Corresponds with GET /v1/fs/tar (the `FsReadTar` operationId).
 	FsReadTar(ctx context.Context, params *FsReadTarParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// FsWriteTarWithBody extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+	// FsWriteTarWithBody Extract a tar
 	//
-	// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
+	// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1015,23 +1533,31 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
 	FsWatch(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// Health liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+	// Health Health
+	//
+	// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 	//
 	// Corresponds with GET /v1/health (the `Health` operationId).
 	Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Metrics CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
 	//
+	// CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg.
+	//
 	// Corresponds with GET /v1/metrics (the `Metrics` operationId).
 	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// Schema the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+	// Schema Protocol document
+	//
+	// the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 	//
 	// Corresponds with GET /v1/schema (the `Schema` operationId).
 	Schema(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
-// HookReady build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+// HookReady Readiness hook
+//
+// build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/ready (the `HookReady` operationId).
 func (c *Client) HookReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1046,7 +1572,9 @@ func (c *Client) HookReady(ctx context.Context, reqEditors ...RequestEditorFn) (
 	return c.Client.Do(req)
 }
 
-// HookResume resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+// HookResume Resume hook
+//
+// resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/resume (the `HookResume` operationId).
 func (c *Client) HookResume(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1061,7 +1589,9 @@ func (c *Client) HookResume(ctx context.Context, reqEditors ...RequestEditorFn) 
 	return c.Client.Do(req)
 }
 
-// HookRunWithBody installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+// HookRunWithBody Run hook: install the token
+//
+// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 //
 // Takes any type of body and a specified content type.
 //
@@ -1078,7 +1608,9 @@ func (c *Client) HookRunWithBody(ctx context.Context, contentType string, body i
 	return c.Client.Do(req)
 }
 
-// HookRun installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+// HookRun Run hook: install the token
+//
+// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1095,7 +1627,9 @@ func (c *Client) HookRun(ctx context.Context, body HookRunJSONRequestBody, reqEd
 	return c.Client.Do(req)
 }
 
-// HookSuspend suspend notice; logged and acknowledged
+// HookSuspend Suspend hook
+//
+// suspend notice; logged and acknowledged
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/suspend (the `HookSuspend` operationId).
 func (c *Client) HookSuspend(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1110,7 +1644,9 @@ func (c *Client) HookSuspend(ctx context.Context, reqEditors ...RequestEditorFn)
 	return c.Client.Do(req)
 }
 
-// HookTerminate terminate notice; starts a graceful shutdown that lets in-flight requests finish
+// HookTerminate Terminate hook
+//
+// terminate notice; starts a graceful shutdown that lets in-flight requests finish
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/terminate (the `HookTerminate` operationId).
 func (c *Client) HookTerminate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1125,7 +1661,9 @@ func (c *Client) HookTerminate(ctx context.Context, reqEditors ...RequestEditorF
 	return c.Client.Do(req)
 }
 
-// HookValidate build-time validation probe; answered like ready
+// HookValidate Validation hook
+//
+// build-time validation probe; answered like ready
 //
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 func (c *Client) HookValidate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1140,7 +1678,9 @@ func (c *Client) HookValidate(ctx context.Context, reqEditors ...RequestEditorFn
 	return c.Client.Do(req)
 }
 
-// ExecStartWithBody starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+// ExecStartWithBody Start an exec
+//
+// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 //
 // Takes any type of body and a specified content type.
 //
@@ -1157,7 +1697,9 @@ func (c *Client) ExecStartWithBody(ctx context.Context, contentType string, body
 	return c.Client.Do(req)
 }
 
-// ExecStart starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+// ExecStart Start an exec
+//
+// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1174,7 +1716,9 @@ func (c *Client) ExecStart(ctx context.Context, body ExecStartJSONRequestBody, r
 	return c.Client.Do(req)
 }
 
-// ExecPoll reads an exec's phase and, once it has exited, its output and status; never changes the entry
+// ExecPoll Poll an exec
+//
+// reads an exec's phase and, once it has exited, its output and status; never changes the entry
 //
 // Corresponds with GET /v1/exec/{id} (the `ExecPoll` operationId).
 func (c *Client) ExecPoll(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1189,7 +1733,9 @@ func (c *Client) ExecPoll(ctx context.Context, id ExecID, reqEditors ...RequestE
 	return c.Client.Do(req)
 }
 
-// ExecAck hands the output over and starts the TTL clock; the only way output is ever released
+// ExecAck Acknowledge an exec
+//
+// hands the output over and starts the TTL clock; the only way output is ever released
 //
 // Corresponds with POST /v1/exec/{id}/ack (the `ExecAck` operationId).
 func (c *Client) ExecAck(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1204,7 +1750,9 @@ func (c *Client) ExecAck(ctx context.Context, id ExecID, reqEditors ...RequestEd
 	return c.Client.Do(req)
 }
 
-// ExecKill sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+// ExecKill Kill an exec
+//
+// sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
 //
 // Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 func (c *Client) ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1221,6 +1769,8 @@ func (c *Client) ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestE
 
 // ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
 //
+// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
+//
 // Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
 func (c *Client) ExecSignal(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExecSignalRequest(c.Server, id, params)
@@ -1234,7 +1784,9 @@ func (c *Client) ExecSignal(ctx context.Context, id ExecID, params *ExecSignalPa
 	return c.Client.Do(req)
 }
 
-// ExecStdinWithBody writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+// ExecStdinWithBody Write to an exec's stdin
+//
+// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes any type of body and a specified content type.
 //
@@ -1251,7 +1803,9 @@ func (c *Client) ExecStdinWithBody(ctx context.Context, id ExecID, contentType s
 	return c.Client.Do(req)
 }
 
-// ExecStdin writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+// ExecStdin Write to an exec's stdin
+//
+// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1268,7 +1822,9 @@ func (c *Client) ExecStdin(ctx context.Context, id ExecID, body ExecStdinJSONReq
 	return c.Client.Do(req)
 }
 
-// ExecStream follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+// ExecStream Stream an exec's output
+//
+// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
 //
 // Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 func (c *Client) ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1285,6 +1841,8 @@ func (c *Client) ExecStream(ctx context.Context, id ExecID, params *ExecStreamPa
 
 // ExecList every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
 //
+// Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process.
+//
 // Corresponds with GET /v1/execs (the `ExecList` operationId).
 func (c *Client) ExecList(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExecListRequest(c.Server)
@@ -1298,7 +1856,9 @@ func (c *Client) ExecList(ctx context.Context, reqEditors ...RequestEditorFn) (*
 	return c.Client.Do(req)
 }
 
-// FsReadFile streams one file, or an inclusive 1-based range of its lines
+// FsReadFile Read a file
+//
+// streams one file, or an inclusive 1-based range of its lines
 //
 // Corresponds with GET /v1/fs/file (the `FsReadFile` operationId).
 func (c *Client) FsReadFile(ctx context.Context, params *FsReadFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1313,7 +1873,9 @@ func (c *Client) FsReadFile(ctx context.Context, params *FsReadFileParams, reqEd
 	return c.Client.Do(req)
 }
 
-// FsWriteFileWithBody writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+// FsWriteFileWithBody Write a file
+//
+// writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
 //
 // Takes any type of body and a specified content type.
 //
@@ -1349,6 +1911,8 @@ func (c *Client) FsList(ctx context.Context, params *FsListParams, reqEditors ..
 
 // FsMkdir creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
 //
+// Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409.
+//
 // Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
 func (c *Client) FsMkdir(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFsMkdirRequest(c.Server, params)
@@ -1363,6 +1927,8 @@ func (c *Client) FsMkdir(ctx context.Context, params *FsMkdirParams, reqEditors 
 }
 
 // FsMove renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+//
+// rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile.
 //
 // Corresponds with POST /v1/fs/move (the `FsMove` operationId).
 func (c *Client) FsMove(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1379,6 +1945,8 @@ func (c *Client) FsMove(ctx context.Context, params *FsMoveParams, reqEditors ..
 
 // FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
 //
+// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+//
 // Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
 func (c *Client) FsRemove(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFsRemoveRequest(c.Server, params)
@@ -1394,6 +1962,8 @@ func (c *Client) FsRemove(ctx context.Context, params *FsRemoveParams, reqEditor
 
 // FsStat describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
 //
+// lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400.
+//
 // Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
 func (c *Client) FsStat(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFsStatRequest(c.Server, params)
@@ -1407,7 +1977,9 @@ func (c *Client) FsStat(ctx context.Context, params *FsStatParams, reqEditors ..
 	return c.Client.Do(req)
 }
 
-// FsReadTar streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+// FsReadTar Read a directory as tar
+//
+// streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 //
 // Corresponds with GET /v1/fs/tar (the `FsReadTar` operationId).
 func (c *Client) FsReadTar(ctx context.Context, params *FsReadTarParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1422,9 +1994,9 @@ func (c *Client) FsReadTar(ctx context.Context, params *FsReadTarParams, reqEdit
 	return c.Client.Do(req)
 }
 
-// FsWriteTarWithBody extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+// FsWriteTarWithBody Extract a tar
 //
-// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
+// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1458,7 +2030,9 @@ func (c *Client) FsWatch(ctx context.Context, params *FsWatchParams, reqEditors 
 	return c.Client.Do(req)
 }
 
-// Health liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+// Health Health
+//
+// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 //
 // Corresponds with GET /v1/health (the `Health` operationId).
 func (c *Client) Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1475,6 +2049,8 @@ func (c *Client) Health(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // Metrics CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
 //
+// CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg.
+//
 // Corresponds with GET /v1/metrics (the `Metrics` operationId).
 func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewMetricsRequest(c.Server)
@@ -1488,7 +2064,9 @@ func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
-// Schema the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+// Schema Protocol document
+//
+// the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 //
 // Corresponds with GET /v1/schema (the `Schema` operationId).
 func (c *Client) Schema(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1987,7 +2565,7 @@ func NewExecStreamRequest(server string, id ExecID, params *ExecStreamParams) (*
 		if params.LastEventID != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: "uint64"})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: "int64"})
 			if err != nil {
 				return nil, err
 			}
@@ -2065,7 +2643,7 @@ func NewFsReadFileRequest(server string, params *FsReadFileParams) (*http.Reques
 
 		if params.StartLine != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "start_line", *params.StartLine, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "uint64"}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "start_line", *params.StartLine, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2077,7 +2655,7 @@ func NewFsReadFileRequest(server string, params *FsReadFileParams) (*http.Reques
 
 		if params.EndLine != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "end_line", *params.EndLine, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "uint64"}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "end_line", *params.EndLine, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2203,7 +2781,7 @@ func NewFsListRequest(server string, params *FsListParams) (*http.Request, error
 
 		if params.Depth != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "depth", *params.Depth, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "uint32"}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "depth", *params.Depth, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2227,7 +2805,7 @@ func NewFsListRequest(server string, params *FsListParams) (*http.Request, error
 
 		if params.Limit != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "uint32"}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2784,84 +3362,108 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
-	// HookReadyWithResponse build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+	// HookReadyWithResponse Readiness hook
+	//
+	// build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/ready (the `HookReady` operationId).
 	HookReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookReadyReply, error)
 
-	// HookResumeWithResponse resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+	// HookResumeWithResponse Resume hook
+	//
+	// resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/resume (the `HookResume` operationId).
 	HookResumeWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookResumeReply, error)
 
-	// HookRunWithBodyWithResponse installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRunWithBodyWithResponse Run hook: install the token
+	//
+	// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/run (the `HookRun` operationId).
 	HookRunWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HookRunReply, error)
 
-	// HookRunWithResponse installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRunWithResponse Run hook: install the token
+	//
+	// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/run (the `HookRun` operationId).
 	HookRunWithResponse(ctx context.Context, body HookRunJSONRequestBody, reqEditors ...RequestEditorFn) (*HookRunReply, error)
 
-	// HookSuspendWithResponse suspend notice; logged and acknowledged
+	// HookSuspendWithResponse Suspend hook
+	//
+	// suspend notice; logged and acknowledged
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/suspend (the `HookSuspend` operationId).
 	HookSuspendWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookSuspendReply, error)
 
-	// HookTerminateWithResponse terminate notice; starts a graceful shutdown that lets in-flight requests finish
+	// HookTerminateWithResponse Terminate hook
+	//
+	// terminate notice; starts a graceful shutdown that lets in-flight requests finish
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/terminate (the `HookTerminate` operationId).
 	HookTerminateWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookTerminateReply, error)
 
-	// HookValidateWithResponse build-time validation probe; answered like ready
+	// HookValidateWithResponse Validation hook
+	//
+	// build-time validation probe; answered like ready
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 	HookValidateWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookValidateReply, error)
 
-	// ExecStartWithBodyWithResponse starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStartWithBodyWithResponse Start an exec
+	//
+	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/start (the `ExecStart` operationId).
 	ExecStartWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExecStartReply, error)
 
-	// ExecStartWithResponse starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStartWithResponse Start an exec
+	//
+	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/start (the `ExecStart` operationId).
 	ExecStartWithResponse(ctx context.Context, body ExecStartJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecStartReply, error)
 
-	// ExecPollWithResponse reads an exec's phase and, once it has exited, its output and status; never changes the entry
+	// ExecPollWithResponse Poll an exec
+	//
+	// reads an exec's phase and, once it has exited, its output and status; never changes the entry
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/exec/{id} (the `ExecPoll` operationId).
 	ExecPollWithResponse(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*ExecPollReply, error)
 
-	// ExecAckWithResponse hands the output over and starts the TTL clock; the only way output is ever released
+	// ExecAckWithResponse Acknowledge an exec
+	//
+	// hands the output over and starts the TTL clock; the only way output is ever released
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/{id}/ack (the `ExecAck` operationId).
 	ExecAckWithResponse(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*ExecAckReply, error)
 
-	// ExecKillWithResponse sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+	// ExecKillWithResponse Kill an exec
+	//
+	// sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2870,26 +3472,34 @@ type ClientWithResponsesInterface interface {
 
 	// ExecSignalWithResponse sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
 	//
+	// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
 	ExecSignalWithResponse(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*ExecSignalReply, error)
 
-	// ExecStdinWithBodyWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdinWithBodyWithResponse Write to an exec's stdin
+	//
+	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/{id}/stdin (the `ExecStdin` operationId).
 	ExecStdinWithBodyWithResponse(ctx context.Context, id ExecID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExecStdinReply, error)
 
-	// ExecStdinWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdinWithResponse Write to an exec's stdin
+	//
+	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/exec/{id}/stdin (the `ExecStdin` operationId).
 	ExecStdinWithResponse(ctx context.Context, id ExecID, body ExecStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecStdinReply, error)
 
-	// ExecStreamWithResponse follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+	// ExecStreamWithResponse Stream an exec's output
+	//
+	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2898,19 +3508,25 @@ type ClientWithResponsesInterface interface {
 
 	// ExecListWithResponse every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
 	//
+	// Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/execs (the `ExecList` operationId).
 	ExecListWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ExecListReply, error)
 
-	// FsReadFileWithResponse streams one file, or an inclusive 1-based range of its lines
+	// FsReadFileWithResponse Read a file
+	//
+	// streams one file, or an inclusive 1-based range of its lines
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/fs/file (the `FsReadFile` operationId).
 	FsReadFileWithResponse(ctx context.Context, params *FsReadFileParams, reqEditors ...RequestEditorFn) (*FsReadFileReply, error)
 
-	// FsWriteFileWithBodyWithResponse writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+	// FsWriteFileWithBodyWithResponse Write a file
+	//
+	// writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2928,12 +3544,16 @@ type ClientWithResponsesInterface interface {
 
 	// FsMkdirWithResponse creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
 	//
+	// Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
 	FsMkdirWithResponse(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*FsMkdirReply, error)
 
 	// FsMoveWithResponse renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+	//
+	// rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2942,6 +3562,8 @@ type ClientWithResponsesInterface interface {
 
 	// FsRemoveWithResponse removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
 	//
+	// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
@@ -2949,21 +3571,25 @@ type ClientWithResponsesInterface interface {
 
 	// FsStatWithResponse describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
 	//
+	// lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
 	FsStatWithResponse(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*FsStatReply, error)
 
-	// FsReadTarWithResponse streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+	// FsReadTarWithResponse Read a directory as tar
+	//
+	// streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/fs/tar (the `FsReadTar` operationId).
 	FsReadTarWithResponse(ctx context.Context, params *FsReadTarParams, reqEditors ...RequestEditorFn) (*FsReadTarReply, error)
 
-	// FsWriteTarWithBodyWithResponse extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+	// FsWriteTarWithBodyWithResponse Extract a tar
 	//
-	// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
+	// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2979,7 +3605,9 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
 	FsWatchWithResponse(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*FsWatchReply, error)
 
-	// HealthWithResponse liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+	// HealthWithResponse Health
+	//
+	// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2988,12 +3616,16 @@ type ClientWithResponsesInterface interface {
 
 	// MetricsWithResponse CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
 	//
+	// CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/metrics (the `Metrics` operationId).
 	MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsReply, error)
 
-	// SchemaWithResponse the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+	// SchemaWithResponse Protocol document
+	//
+	// the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3304,9 +3936,9 @@ type ExecStartReply struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *StartResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorMalformedRequest
 	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *ErrorBody
+	JSON500 *ErrorSpawnFailed
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ExecStartReply200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -3327,12 +3959,12 @@ func (r ExecStartReply) GetJSON200() *StartResponse {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ExecStartReply) GetJSON400() *ErrorBody {
+func (r ExecStartReply) GetJSON400() *ErrorMalformedRequest {
 	return r.JSON400
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r ExecStartReply) GetJSON500() *ErrorBody {
+func (r ExecStartReply) GetJSON500() *ErrorSpawnFailed {
 	return r.JSON500
 }
 
@@ -3474,7 +4106,7 @@ type ExecAckReply struct {
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *UnknownExecError
 	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *ErrorBody
+	JSON409 *ErrorAckConflict
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ExecAckReply200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -3498,7 +4130,7 @@ func (r ExecAckReply) GetJSON404() *UnknownExecError {
 }
 
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r ExecAckReply) GetJSON409() *ErrorBody {
+func (r ExecAckReply) GetJSON409() *ErrorAckConflict {
 	return r.JSON409
 }
 
@@ -3638,7 +4270,7 @@ type ExecSignalReply struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *SignalResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorSignalRefused
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *UnknownExecError
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -3659,7 +4291,7 @@ func (r ExecSignalReply) GetJSON200() *SignalResponse {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ExecSignalReply) GetJSON400() *ErrorBody {
+func (r ExecSignalReply) GetJSON400() *ErrorSignalRefused {
 	return r.JSON400
 }
 
@@ -3753,19 +4385,19 @@ type ExecStdinReply struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *StdinResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorMalformedRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *UnknownExecError
 	// JSON408 the response for an HTTP 408 `application/json` response
-	JSON408 *ErrorBody
+	JSON408 *ErrorStdinWriteTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *ErrorBody
+	JSON409 *ErrorStdinNotRequested
 	// JSON410 the response for an HTTP 410 `application/json` response
-	JSON410 *ErrorBody
+	JSON410 *ErrorStdinClosed
 	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *ErrorBody
+	JSON413 *ErrorStdinWriteTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *ErrorBody
+	JSON500 *ErrorStdinWriteFailed
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ExecStdinReply200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -3794,7 +4426,7 @@ func (r ExecStdinReply) GetJSON200() *StdinResponse {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ExecStdinReply) GetJSON400() *ErrorBody {
+func (r ExecStdinReply) GetJSON400() *ErrorMalformedRequest {
 	return r.JSON400
 }
 
@@ -3804,27 +4436,27 @@ func (r ExecStdinReply) GetJSON404() *UnknownExecError {
 }
 
 // GetJSON408 returns the response for an HTTP 408 `application/json` response
-func (r ExecStdinReply) GetJSON408() *ErrorBody {
+func (r ExecStdinReply) GetJSON408() *ErrorStdinWriteTimeout {
 	return r.JSON408
 }
 
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r ExecStdinReply) GetJSON409() *ErrorBody {
+func (r ExecStdinReply) GetJSON409() *ErrorStdinNotRequested {
 	return r.JSON409
 }
 
 // GetJSON410 returns the response for an HTTP 410 `application/json` response
-func (r ExecStdinReply) GetJSON410() *ErrorBody {
+func (r ExecStdinReply) GetJSON410() *ErrorStdinClosed {
 	return r.JSON410
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r ExecStdinReply) GetJSON413() *ErrorBody {
+func (r ExecStdinReply) GetJSON413() *ErrorStdinWriteTooLarge {
 	return r.JSON413
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r ExecStdinReply) GetJSON500() *ErrorBody {
+func (r ExecStdinReply) GetJSON500() *ErrorStdinWriteFailed {
 	return r.JSON500
 }
 
@@ -3886,7 +4518,7 @@ type ExecStreamReply struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorMalformedRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *UnknownExecError
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -3902,7 +4534,7 @@ type ExecStreamReply struct {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ExecStreamReply) GetJSON400() *ErrorBody {
+func (r ExecStreamReply) GetJSON400() *ErrorMalformedRequest {
 	return r.JSON400
 }
 
@@ -4197,7 +4829,7 @@ type FsListReply struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ListResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorFsRefused
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *FsPathNotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -4222,7 +4854,7 @@ func (r FsListReply) GetJSON200() *ListResponse {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r FsListReply) GetJSON400() *ErrorBody {
+func (r FsListReply) GetJSON400() *ErrorFsRefused {
 	return r.JSON400
 }
 
@@ -4301,7 +4933,7 @@ type FsMkdirReply struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *MkdirResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorFsRefused
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *FsPathExists
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -4326,7 +4958,7 @@ func (r FsMkdirReply) GetJSON200() *MkdirResponse {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r FsMkdirReply) GetJSON400() *ErrorBody {
+func (r FsMkdirReply) GetJSON400() *ErrorFsRefused {
 	return r.JSON400
 }
 
@@ -4410,11 +5042,11 @@ type FsMoveReply struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *MoveResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorFsRefused
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *FsPathNotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *ErrorBody
+	JSON409 *ErrorMoveInTheWay
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *FsFailed
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -4439,7 +5071,7 @@ func (r FsMoveReply) GetJSON200() *MoveResponse {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r FsMoveReply) GetJSON400() *ErrorBody {
+func (r FsMoveReply) GetJSON400() *ErrorFsRefused {
 	return r.JSON400
 }
 
@@ -4449,7 +5081,7 @@ func (r FsMoveReply) GetJSON404() *FsPathNotFound {
 }
 
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r FsMoveReply) GetJSON409() *ErrorBody {
+func (r FsMoveReply) GetJSON409() *ErrorMoveInTheWay {
 	return r.JSON409
 }
 
@@ -4532,7 +5164,7 @@ type FsRemoveReply struct {
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *FsPathNotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *ErrorBody
+	JSON409 *ErrorDirectoryNotEmpty
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *FsFailed
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -4567,7 +5199,7 @@ func (r FsRemoveReply) GetJSON404() *FsPathNotFound {
 }
 
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r FsRemoveReply) GetJSON409() *ErrorBody {
+func (r FsRemoveReply) GetJSON409() *ErrorDirectoryNotEmpty {
 	return r.JSON409
 }
 
@@ -4909,7 +5541,7 @@ type FsWatchReply struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ErrorBody
+	JSON400 *ErrorFsRefused
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *FsPathNotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -4929,7 +5561,7 @@ type FsWatchReply struct {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r FsWatchReply) GetJSON400() *ErrorBody {
+func (r FsWatchReply) GetJSON400() *ErrorFsRefused {
 	return r.JSON400
 }
 
@@ -5046,7 +5678,7 @@ type MetricsReply struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Metrics
 	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *ErrorBody
+	JSON500 *ErrorMetricsUnavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *MetricsReply200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -5063,7 +5695,7 @@ func (r MetricsReply) GetJSON200() *Metrics {
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r MetricsReply) GetJSON500() *ErrorBody {
+func (r MetricsReply) GetJSON500() *ErrorMetricsUnavailable {
 	return r.JSON500
 }
 
@@ -5144,7 +5776,9 @@ func (r SchemaReply) ContentType() string {
 	return ""
 }
 
-// HookReadyWithResponse build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+// HookReadyWithResponse Readiness hook
+//
+// build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5157,7 +5791,9 @@ func (c *ClientWithResponses) HookReadyWithResponse(ctx context.Context, reqEdit
 	return ParseHookReadyReply(rsp)
 }
 
-// HookResumeWithResponse resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+// HookResumeWithResponse Resume hook
+//
+// resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5170,7 +5806,9 @@ func (c *ClientWithResponses) HookResumeWithResponse(ctx context.Context, reqEdi
 	return ParseHookResumeReply(rsp)
 }
 
-// HookRunWithBodyWithResponse installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+// HookRunWithBodyWithResponse Run hook: install the token
+//
+// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5183,7 +5821,9 @@ func (c *ClientWithResponses) HookRunWithBodyWithResponse(ctx context.Context, c
 	return ParseHookRunReply(rsp)
 }
 
-// HookRunWithResponse installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+// HookRunWithResponse Run hook: install the token
+//
+// installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5196,7 +5836,9 @@ func (c *ClientWithResponses) HookRunWithResponse(ctx context.Context, body Hook
 	return ParseHookRunReply(rsp)
 }
 
-// HookSuspendWithResponse suspend notice; logged and acknowledged
+// HookSuspendWithResponse Suspend hook
+//
+// suspend notice; logged and acknowledged
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5209,7 +5851,9 @@ func (c *ClientWithResponses) HookSuspendWithResponse(ctx context.Context, reqEd
 	return ParseHookSuspendReply(rsp)
 }
 
-// HookTerminateWithResponse terminate notice; starts a graceful shutdown that lets in-flight requests finish
+// HookTerminateWithResponse Terminate hook
+//
+// terminate notice; starts a graceful shutdown that lets in-flight requests finish
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5222,7 +5866,9 @@ func (c *ClientWithResponses) HookTerminateWithResponse(ctx context.Context, req
 	return ParseHookTerminateReply(rsp)
 }
 
-// HookValidateWithResponse build-time validation probe; answered like ready
+// HookValidateWithResponse Validation hook
+//
+// build-time validation probe; answered like ready
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5235,7 +5881,9 @@ func (c *ClientWithResponses) HookValidateWithResponse(ctx context.Context, reqE
 	return ParseHookValidateReply(rsp)
 }
 
-// ExecStartWithBodyWithResponse starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+// ExecStartWithBodyWithResponse Start an exec
+//
+// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5248,7 +5896,9 @@ func (c *ClientWithResponses) ExecStartWithBodyWithResponse(ctx context.Context,
 	return ParseExecStartReply(rsp)
 }
 
-// ExecStartWithResponse starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+// ExecStartWithResponse Start an exec
+//
+// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5261,7 +5911,9 @@ func (c *ClientWithResponses) ExecStartWithResponse(ctx context.Context, body Ex
 	return ParseExecStartReply(rsp)
 }
 
-// ExecPollWithResponse reads an exec's phase and, once it has exited, its output and status; never changes the entry
+// ExecPollWithResponse Poll an exec
+//
+// reads an exec's phase and, once it has exited, its output and status; never changes the entry
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5274,7 +5926,9 @@ func (c *ClientWithResponses) ExecPollWithResponse(ctx context.Context, id ExecI
 	return ParseExecPollReply(rsp)
 }
 
-// ExecAckWithResponse hands the output over and starts the TTL clock; the only way output is ever released
+// ExecAckWithResponse Acknowledge an exec
+//
+// hands the output over and starts the TTL clock; the only way output is ever released
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5287,7 +5941,9 @@ func (c *ClientWithResponses) ExecAckWithResponse(ctx context.Context, id ExecID
 	return ParseExecAckReply(rsp)
 }
 
-// ExecKillWithResponse sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+// ExecKillWithResponse Kill an exec
+//
+// sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5302,6 +5958,8 @@ func (c *ClientWithResponses) ExecKillWithResponse(ctx context.Context, id ExecI
 
 // ExecSignalWithResponse sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
 //
+// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
@@ -5313,7 +5971,9 @@ func (c *ClientWithResponses) ExecSignalWithResponse(ctx context.Context, id Exe
 	return ParseExecSignalReply(rsp)
 }
 
-// ExecStdinWithBodyWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+// ExecStdinWithBodyWithResponse Write to an exec's stdin
+//
+// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5326,7 +5986,9 @@ func (c *ClientWithResponses) ExecStdinWithBodyWithResponse(ctx context.Context,
 	return ParseExecStdinReply(rsp)
 }
 
-// ExecStdinWithResponse writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+// ExecStdinWithResponse Write to an exec's stdin
+//
+// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5339,7 +6001,9 @@ func (c *ClientWithResponses) ExecStdinWithResponse(ctx context.Context, id Exec
 	return ParseExecStdinReply(rsp)
 }
 
-// ExecStreamWithResponse follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+// ExecStreamWithResponse Stream an exec's output
+//
+// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5354,6 +6018,8 @@ func (c *ClientWithResponses) ExecStreamWithResponse(ctx context.Context, id Exe
 
 // ExecListWithResponse every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
 //
+// Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/execs (the `ExecList` operationId).
@@ -5365,7 +6031,9 @@ func (c *ClientWithResponses) ExecListWithResponse(ctx context.Context, reqEdito
 	return ParseExecListReply(rsp)
 }
 
-// FsReadFileWithResponse streams one file, or an inclusive 1-based range of its lines
+// FsReadFileWithResponse Read a file
+//
+// streams one file, or an inclusive 1-based range of its lines
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5378,7 +6046,9 @@ func (c *ClientWithResponses) FsReadFileWithResponse(ctx context.Context, params
 	return ParseFsReadFileReply(rsp)
 }
 
-// FsWriteFileWithBodyWithResponse writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+// FsWriteFileWithBodyWithResponse Write a file
+//
+// writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5408,6 +6078,8 @@ func (c *ClientWithResponses) FsListWithResponse(ctx context.Context, params *Fs
 
 // FsMkdirWithResponse creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
 //
+// Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
@@ -5420,6 +6092,8 @@ func (c *ClientWithResponses) FsMkdirWithResponse(ctx context.Context, params *F
 }
 
 // FsMoveWithResponse renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+//
+// rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5434,6 +6108,8 @@ func (c *ClientWithResponses) FsMoveWithResponse(ctx context.Context, params *Fs
 
 // FsRemoveWithResponse removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
 //
+// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
@@ -5447,6 +6123,8 @@ func (c *ClientWithResponses) FsRemoveWithResponse(ctx context.Context, params *
 
 // FsStatWithResponse describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
 //
+// lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
@@ -5458,7 +6136,9 @@ func (c *ClientWithResponses) FsStatWithResponse(ctx context.Context, params *Fs
 	return ParseFsStatReply(rsp)
 }
 
-// FsReadTarWithResponse streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+// FsReadTarWithResponse Read a directory as tar
+//
+// streams a directory tree as an uncompressed tar, symlinks kept as symlinks
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5471,9 +6151,9 @@ func (c *ClientWithResponses) FsReadTarWithResponse(ctx context.Context, params 
 	return ParseFsReadTarReply(rsp)
 }
 
-// FsWriteTarWithBodyWithResponse extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+// FsWriteTarWithBodyWithResponse Extract a tar
 //
-// The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
+// extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules. The archive is received whole and checked before anything is written: a truncated or malformed archive (one cut at a member boundary without its two zero end blocks included), one over the caps, a device or fifo member, or a name that climbs out of path is refused with the tree untouched. Each regular member is written to an anonymous temporary file and takes its name only once complete, so a member that fails midway (disk full, the disk reserve, a crash) never destroys the file already at its path and leaves no temporary name. Across members the extraction is not transactional: when a later member is refused or fails, the members before it stay, and a retry converges. Runs of zero blocks, a sparse member's holes included, are left as holes, so max_tar_bytes counts a member's logical size while the disk receives only its data. A device node, fifo or socket already at a member's path is never replaced.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5501,7 +6181,9 @@ func (c *ClientWithResponses) FsWatchWithResponse(ctx context.Context, params *F
 	return ParseFsWatchReply(rsp)
 }
 
-// HealthWithResponse liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+// HealthWithResponse Health
+//
+// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5516,6 +6198,8 @@ func (c *ClientWithResponses) HealthWithResponse(ctx context.Context, reqEditors
 
 // MetricsWithResponse CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
 //
+// CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/metrics (the `Metrics` operationId).
@@ -5527,7 +6211,9 @@ func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditor
 	return ParseMetricsReply(rsp)
 }
 
-// SchemaWithResponse the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+// SchemaWithResponse Protocol document
+//
+// the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5766,7 +6452,7 @@ func ParseExecStartReply(rsp *http.Response) (*ExecStartReply, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorMalformedRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -5776,7 +6462,7 @@ func ParseExecStartReply(rsp *http.Response) (*ExecStartReply, error) {
 		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest ErrorBody
+		var dest ErrorSpawnFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -5967,7 +6653,7 @@ func ParseExecAckReply(rsp *http.Response) (*ExecAckReply, error) {
 		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorBody
+		var dest ErrorAckConflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6138,7 +6824,7 @@ func ParseExecSignalReply(rsp *http.Response) (*ExecSignalReply, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorSignalRefused
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6237,7 +6923,7 @@ func ParseExecStdinReply(rsp *http.Response) (*ExecStdinReply, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorMalformedRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6254,35 +6940,35 @@ func ParseExecStdinReply(rsp *http.Response) (*ExecStdinReply, error) {
 		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
-		var dest ErrorBody
+		var dest ErrorStdinWriteTimeout
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON408 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorBody
+		var dest ErrorStdinNotRequested
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
-		var dest ErrorBody
+		var dest ErrorStdinClosed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest ErrorBody
+		var dest ErrorStdinWriteTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest ErrorBody
+		var dest ErrorStdinWriteFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6414,7 +7100,7 @@ func ParseExecStreamReply(rsp *http.Response) (*ExecStreamReply, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorMalformedRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6746,7 +7432,7 @@ func ParseFsListReply(rsp *http.Response) (*FsListReply, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorFsRefused
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6862,7 +7548,7 @@ func ParseFsMkdirReply(rsp *http.Response) (*FsMkdirReply, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorFsRefused
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6978,7 +7664,7 @@ func ParseFsMoveReply(rsp *http.Response) (*FsMoveReply, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorFsRefused
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6995,7 +7681,7 @@ func ParseFsMoveReply(rsp *http.Response) (*FsMoveReply, error) {
 		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorBody
+		var dest ErrorMoveInTheWay
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -7128,7 +7814,7 @@ func ParseFsRemoveReply(rsp *http.Response) (*FsRemoveReply, error) {
 		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorBody
+		var dest ErrorDirectoryNotEmpty
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -7531,7 +8217,7 @@ func ParseFsWatchReply(rsp *http.Response) (*FsWatchReply, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ErrorBody
+		var dest ErrorFsRefused
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -7689,7 +8375,7 @@ func ParseMetricsReply(rsp *http.Response) (*MetricsReply, error) {
 		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest ErrorBody
+		var dest ErrorMetricsUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -7787,52 +8473,52 @@ func ParseSchemaReply(rsp *http.Response) (*SchemaReply, error) {
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
-	// HookReady build-time readiness probe; succeeds before bootstrap because it only asks whether the daemon is up
+	// HookReady Readiness hook
 	// (POST /aws/lambda-microvms/runtime/v1/ready)
 	HookReady(w http.ResponseWriter, r *http.Request)
-	// HookResume resume notice; state survives a suspend, but guest wall-clock jumps, so running timeouts may fire at once
+	// HookResume Resume hook
 	// (POST /aws/lambda-microvms/runtime/v1/resume)
 	HookResume(w http.ResponseWriter, r *http.Request)
-	// HookRun installs the bearer token and the optional launch env, once; the caller's JSON arrives as a string inside runHookPayload
+	// HookRun Run hook: install the token
 	// (POST /aws/lambda-microvms/runtime/v1/run)
 	HookRun(w http.ResponseWriter, r *http.Request)
-	// HookSuspend suspend notice; logged and acknowledged
+	// HookSuspend Suspend hook
 	// (POST /aws/lambda-microvms/runtime/v1/suspend)
 	HookSuspend(w http.ResponseWriter, r *http.Request)
-	// HookTerminate terminate notice; starts a graceful shutdown that lets in-flight requests finish
+	// HookTerminate Terminate hook
 	// (POST /aws/lambda-microvms/runtime/v1/terminate)
 	HookTerminate(w http.ResponseWriter, r *http.Request)
-	// HookValidate build-time validation probe; answered like ready
+	// HookValidate Validation hook
 	// (POST /aws/lambda-microvms/runtime/v1/validate)
 	HookValidate(w http.ResponseWriter, r *http.Request)
-	// ExecStart starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
+	// ExecStart Start an exec
 	// (POST /v1/exec/start)
 	ExecStart(w http.ResponseWriter, r *http.Request)
-	// ExecPoll reads an exec's phase and, once it has exited, its output and status; never changes the entry
+	// ExecPoll Poll an exec
 	// (GET /v1/exec/{id})
 	ExecPoll(w http.ResponseWriter, r *http.Request, id ExecID)
-	// ExecAck hands the output over and starts the TTL clock; the only way output is ever released
+	// ExecAck Acknowledge an exec
 	// (POST /v1/exec/{id}/ack)
 	ExecAck(w http.ResponseWriter, r *http.Request, id ExecID)
-	// ExecKill sends SIGTERM, then SIGKILL after limits.kill_grace_secs, to the exec's whole process group
+	// ExecKill Kill an exec
 	// (POST /v1/exec/{id}/kill)
 	ExecKill(w http.ResponseWriter, r *http.Request, id ExecID)
 	// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
 	// (POST /v1/exec/{id}/signal)
 	ExecSignal(w http.ResponseWriter, r *http.Request, id ExecID, params ExecSignalParams)
-	// ExecStdin writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
+	// ExecStdin Write to an exec's stdin
 	// (POST /v1/exec/{id}/stdin)
 	ExecStdin(w http.ResponseWriter, r *http.Request, id ExecID)
-	// ExecStream follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+	// ExecStream Stream an exec's output
 	// (GET /v1/exec/{id}/stream)
 	ExecStream(w http.ResponseWriter, r *http.Request, id ExecID, params ExecStreamParams)
 	// ExecList every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
 	// (GET /v1/execs)
 	ExecList(w http.ResponseWriter, r *http.Request)
-	// FsReadFile streams one file, or an inclusive 1-based range of its lines
+	// FsReadFile Read a file
 	// (GET /v1/fs/file)
 	FsReadFile(w http.ResponseWriter, r *http.Request, params FsReadFileParams)
-	// FsWriteFile writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec
+	// FsWriteFile Write a file
 	// (PUT /v1/fs/file)
 	FsWriteFile(w http.ResponseWriter, r *http.Request, params FsWriteFileParams)
 	// FsList lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
@@ -7850,22 +8536,22 @@ type ServerInterface interface {
 	// FsStat describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
 	// (GET /v1/fs/stat)
 	FsStat(w http.ResponseWriter, r *http.Request, params FsStatParams)
-	// FsReadTar streams a directory tree as an uncompressed tar, symlinks kept as symlinks
+	// FsReadTar Read a directory as tar
 	// (GET /v1/fs/tar)
 	FsReadTar(w http.ResponseWriter, r *http.Request, params FsReadTarParams)
-	// FsWriteTar extracts an uncompressed tar under path, confined to it by the kernel and the CPython data-filter rules
+	// FsWriteTar Extract a tar
 	// (PUT /v1/fs/tar)
 	FsWriteTar(w http.ResponseWriter, r *http.Request, params FsWriteTarParams)
 	// FsWatch follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
 	// (GET /v1/fs/watch)
 	FsWatch(w http.ResponseWriter, r *http.Request, params FsWatchParams)
-	// Health liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
+	// Health Health
 	// (GET /v1/health)
 	Health(w http.ResponseWriter, r *http.Request)
 	// Metrics CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
 	// (GET /v1/metrics)
 	Metrics(w http.ResponseWriter, r *http.Request)
-	// Schema the machine-readable protocol description (routes, shapes, statuses, running limits); open because nothing in it is secret
+	// Schema Protocol document
 	// (GET /v1/schema)
 	Schema(w http.ResponseWriter, r *http.Request)
 }
@@ -8207,7 +8893,7 @@ func (siw *ServerInterfaceWrapper) ExecStream(w http.ResponseWriter, r *http.Req
 			return
 		}
 
-		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "uint64"})
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"})
 		if err != nil {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
 			return
@@ -8278,7 +8964,7 @@ func (siw *ServerInterfaceWrapper) FsReadFile(w http.ResponseWriter, r *http.Req
 
 	// ------------- Optional query parameter "start_line" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "start_line", r.URL.Query(), &params.StartLine, runtime.BindQueryParameterOptions{Type: "integer", Format: "uint64"})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "start_line", r.URL.Query(), &params.StartLine, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {
@@ -8291,7 +8977,7 @@ func (siw *ServerInterfaceWrapper) FsReadFile(w http.ResponseWriter, r *http.Req
 
 	// ------------- Optional query parameter "end_line" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "end_line", r.URL.Query(), &params.EndLine, runtime.BindQueryParameterOptions{Type: "integer", Format: "uint64"})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "end_line", r.URL.Query(), &params.EndLine, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {
@@ -8395,7 +9081,7 @@ func (siw *ServerInterfaceWrapper) FsList(w http.ResponseWriter, r *http.Request
 
 	// ------------- Optional query parameter "depth" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "depth", r.URL.Query(), &params.Depth, runtime.BindQueryParameterOptions{Type: "integer", Format: "uint32"})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "depth", r.URL.Query(), &params.Depth, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {
@@ -8421,7 +9107,7 @@ func (siw *ServerInterfaceWrapper) FsList(w http.ResponseWriter, r *http.Request
 
 	// ------------- Optional query parameter "limit" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: "uint32"})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {

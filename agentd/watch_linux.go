@@ -84,7 +84,7 @@ func (q *watchQueue) take(into []queuedEvent) ([]queuedEvent, *protocol.GapEvent
 // FsWatch serves the watch stream.
 func (s *Server) FsWatch(w http.ResponseWriter, r *http.Request, p protocol.FsWatchParams) {
 	if bad := opPathFault("path", p.Path); bad != "" {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, bad)
+		writeError(w, taxonomy.SlugMalformedRequest, bad)
 		return
 	}
 	st, err := os.Stat(p.Path)
@@ -93,7 +93,7 @@ func (s *Server) FsWatch(w http.ResponseWriter, r *http.Request, p protocol.FsWa
 		return
 	}
 	if !st.IsDir() {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugNotADirectory, "watch "+p.Path+": only a directory can be watched")
+		writeError(w, taxonomy.SlugNotADirectory, "watch "+p.Path+": only a directory can be watched")
 		return
 	}
 	recursive := p.Recursive != nil && *p.Recursive

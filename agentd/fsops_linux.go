@@ -42,22 +42,22 @@ func opPathFault(name, p string) string {
 func fsOpError(w http.ResponseWriter, what string, err error) {
 	var errno syscall.Errno
 	if !errors.As(err, &errno) {
-		writeError(w, http.StatusInternalServerError, taxonomy.SlugFsFailed, what+": "+err.Error())
+		writeError(w, taxonomy.SlugFsFailed, what+": "+err.Error())
 		return
 	}
 	switch errno {
 	case unix.ENOENT:
-		writeError(w, http.StatusNotFound, taxonomy.SlugPathNotFound, what+": no such file or directory")
+		writeError(w, taxonomy.SlugPathNotFound, what+": no such file or directory")
 	case unix.ENOTDIR:
-		writeError(w, http.StatusBadRequest, taxonomy.SlugNotADirectory, what+": a path component is not a directory")
+		writeError(w, taxonomy.SlugNotADirectory, what+": a path component is not a directory")
 	case unix.EEXIST:
-		writeError(w, http.StatusConflict, taxonomy.SlugPathExists, what+": something is already there")
+		writeError(w, taxonomy.SlugPathExists, what+": something is already there")
 	case unix.ENOTEMPTY:
-		writeError(w, http.StatusConflict, taxonomy.SlugDirectoryNotEmpty, what+": the directory is not empty")
+		writeError(w, taxonomy.SlugDirectoryNotEmpty, what+": the directory is not empty")
 	case unix.ENAMETOOLONG, unix.ELOOP:
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, what+": "+errno.Error())
+		writeError(w, taxonomy.SlugMalformedRequest, what+": "+errno.Error())
 	default:
-		writeError(w, http.StatusInternalServerError, taxonomy.SlugFsFailed, what+": "+errno.Error())
+		writeError(w, taxonomy.SlugFsFailed, what+": "+errno.Error())
 	}
 }
 
@@ -104,7 +104,7 @@ func fileInfo(path, name string, st *unix.Stat_t, target func() (string, error))
 // FsStat describes one path, a final symlink described rather than followed.
 func (s *Server) FsStat(w http.ResponseWriter, _ *http.Request, p protocol.FsStatParams) {
 	if bad := opPathFault("path", p.Path); bad != "" {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, bad)
+		writeError(w, taxonomy.SlugMalformedRequest, bad)
 		return
 	}
 	var st unix.Stat_t
@@ -119,14 +119,14 @@ func (s *Server) FsStat(w http.ResponseWriter, _ *http.Request, p protocol.FsSta
 // success with created false.
 func (s *Server) FsMkdir(w http.ResponseWriter, _ *http.Request, p protocol.FsMkdirParams) {
 	if bad := opPathFault("path", p.Path); bad != "" {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, bad)
+		writeError(w, taxonomy.SlugMalformedRequest, bad)
 		return
 	}
 	mode := uint32(0o755)
 	if p.Mode != nil {
 		m, ok := parseFileMode(*p.Mode)
 		if !ok {
-			writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, "mode is not octal permission bits (e.g. 0755)")
+			writeError(w, taxonomy.SlugMalformedRequest, "mode is not octal permission bits (e.g. 0755)")
 			return
 		}
 		mode = m
@@ -137,13 +137,13 @@ func (s *Server) FsMkdir(w http.ResponseWriter, _ *http.Request, p protocol.FsMk
 			writeJSON(w, http.StatusOK, protocol.MkdirResponse{Path: p.Path, Created: false})
 			return
 		}
-		writeError(w, http.StatusConflict, taxonomy.SlugPathExists, "mkdir "+p.Path+": something that is not a directory is there")
+		writeError(w, taxonomy.SlugPathExists, "mkdir "+p.Path+": something that is not a directory is there")
 		return
 	}
 	if err := os.MkdirAll(p.Path, os.FileMode(mode&0o777)|specialBitsMode(mode)); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			// MkdirAll reports EEXIST when a file took the name meanwhile.
-			writeError(w, http.StatusConflict, taxonomy.SlugPathExists, "mkdir "+p.Path+": something that is not a directory is there")
+			writeError(w, taxonomy.SlugPathExists, "mkdir "+p.Path+": something that is not a directory is there")
 			return
 		}
 		fsOpError(w, "mkdir "+p.Path, err)
@@ -158,7 +158,7 @@ func (s *Server) FsMkdir(w http.ResponseWriter, _ *http.Request, p protocol.FsMk
 func (s *Server) FsMove(w http.ResponseWriter, _ *http.Request, p protocol.FsMoveParams) {
 	for _, c := range [][2]string{{"from", p.From}, {"to", p.To}} {
 		if bad := opPathFault(c[0], c[1]); bad != "" {
-			writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, bad)
+			writeError(w, taxonomy.SlugMalformedRequest, bad)
 			return
 		}
 	}
@@ -185,20 +185,20 @@ func (s *Server) FsMove(w http.ResponseWriter, _ *http.Request, p protocol.FsMov
 	case err == unix.ENOENT:
 		var st unix.Stat_t
 		if unix.Lstat(p.From, &st) != nil {
-			writeError(w, http.StatusNotFound, taxonomy.SlugPathNotFound, what+": nothing is at from")
+			writeError(w, taxonomy.SlugPathNotFound, what+": nothing is at from")
 		} else {
-			writeError(w, http.StatusNotFound, taxonomy.SlugPathNotFound, what+": the parent of to does not exist")
+			writeError(w, taxonomy.SlugPathNotFound, what+": the parent of to does not exist")
 		}
 	case err == unix.EEXIST && !replace:
-		writeError(w, http.StatusConflict, taxonomy.SlugPathExists, what+": something is already at to; pass replace=true to replace it")
+		writeError(w, taxonomy.SlugPathExists, what+": something is already at to; pass replace=true to replace it")
 	case err == unix.EEXIST || err == unix.ENOTEMPTY:
-		writeError(w, http.StatusConflict, taxonomy.SlugDirectoryNotEmpty, what+": to is a directory that is not empty")
+		writeError(w, taxonomy.SlugDirectoryNotEmpty, what+": to is a directory that is not empty")
 	case err == unix.EISDIR:
-		writeError(w, http.StatusConflict, taxonomy.SlugPathExists, what+": to is a directory and from is not")
+		writeError(w, taxonomy.SlugPathExists, what+": to is a directory and from is not")
 	case err == unix.EXDEV:
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, what+": from and to are on different filesystems; a move never copies")
+		writeError(w, taxonomy.SlugMalformedRequest, what+": from and to are on different filesystems; a move never copies")
 	case err == unix.EINVAL:
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, what+": a directory cannot move inside itself")
+		writeError(w, taxonomy.SlugMalformedRequest, what+": a directory cannot move inside itself")
 	default:
 		fsOpError(w, what, err)
 	}
@@ -215,11 +215,11 @@ func moveIntoItself(from, to string) bool {
 // removed itself; nothing behind it is touched.
 func (s *Server) FsRemove(w http.ResponseWriter, _ *http.Request, p protocol.FsRemoveParams) {
 	if bad := opPathFault("path", p.Path); bad != "" {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, bad)
+		writeError(w, taxonomy.SlugMalformedRequest, bad)
 		return
 	}
 	if filepath.Clean(p.Path) == "/" {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, "refusing to remove /")
+		writeError(w, taxonomy.SlugMalformedRequest, "refusing to remove /")
 		return
 	}
 	what := "remove " + p.Path
@@ -239,7 +239,7 @@ func (s *Server) FsRemove(w http.ResponseWriter, _ *http.Request, p protocol.FsR
 	if p.Recursive == nil || !*p.Recursive {
 		if err := unix.Rmdir(p.Path); err != nil {
 			if err == unix.EEXIST || err == unix.ENOTEMPTY {
-				writeError(w, http.StatusConflict, taxonomy.SlugDirectoryNotEmpty, what+": the directory is not empty; pass recursive=true to remove the tree")
+				writeError(w, taxonomy.SlugDirectoryNotEmpty, what+": the directory is not empty; pass recursive=true to remove the tree")
 				return
 			}
 			fsOpError(w, what, err)
@@ -318,13 +318,13 @@ func removeTree(parent int, name string) (uint64, error) {
 // FsList serves one page of a directory listing (see listDir).
 func (s *Server) FsList(w http.ResponseWriter, _ *http.Request, p protocol.FsListParams) {
 	if bad := opPathFault("path", p.Path); bad != "" {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, bad)
+		writeError(w, taxonomy.SlugMalformedRequest, bad)
 		return
 	}
 	depth := 1
 	if p.Depth != nil {
 		if *p.Depth < 1 {
-			writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, "depth must be at least 1")
+			writeError(w, taxonomy.SlugMalformedRequest, "depth must be at least 1")
 			return
 		}
 		depth = int(min(*p.Depth, 1<<16))
@@ -332,7 +332,7 @@ func (s *Server) FsList(w http.ResponseWriter, _ *http.Request, p protocol.FsLis
 	limit := protocol.DefaultListPageDefault
 	if p.Limit != nil {
 		if *p.Limit < 1 || *p.Limit > protocol.DefaultMaxListPage {
-			writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest,
+			writeError(w, taxonomy.SlugMalformedRequest,
 				fmt.Sprintf("limit must be between 1 and %d (limits.max_list_page)", protocol.DefaultMaxListPage))
 			return
 		}
@@ -342,7 +342,7 @@ func (s *Server) FsList(w http.ResponseWriter, _ *http.Request, p protocol.FsLis
 	if p.Cursor != nil {
 		c, ok := parseCursor(*p.Cursor)
 		if !ok {
-			writeError(w, http.StatusBadRequest, taxonomy.SlugMalformedRequest, "cursor is not one this route hands out")
+			writeError(w, taxonomy.SlugMalformedRequest, "cursor is not one this route hands out")
 			return
 		}
 		cursor = c

@@ -39,7 +39,7 @@ func parseSignal(raw string) (protocol.SignalName, unix.Signal, bool) {
 func (s *Server) ExecSignal(w http.ResponseWriter, _ *http.Request, id protocol.ExecID, p protocol.ExecSignalParams) {
 	name, sig, ok := parseSignal(p.Signal)
 	if !ok {
-		writeError(w, http.StatusBadRequest, taxonomy.SlugUnknownSignal,
+		writeError(w, taxonomy.SlugUnknownSignal,
 			"signal must be one of HUP INT QUIT KILL USR1 USR2 PIPE ALRM TERM CONT STOP TSTP WINCH, with or without SIG")
 		return
 	}

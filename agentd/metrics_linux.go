@@ -195,7 +195,7 @@ func (s *Server) Metrics(w http.ResponseWriter, _ *http.Request) {
 	m, err := s.metrics.sample(time.Now())
 	if err != nil {
 		s.log.Warn("metrics sample failed", "err", err)
-		writeError(w, http.StatusInternalServerError, taxonomy.SlugMetricsUnavailable, err.Error())
+		writeError(w, taxonomy.SlugMetricsUnavailable, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, m)

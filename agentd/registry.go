@@ -1,0 +1,193 @@
+package agentd
+
+import (
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// execEntry is one exec, keyed by the caller-minted exec_id. The child is
+// owned by its supervise goroutine; handlers only read the log, signal the
+// group, or write stdin.
+type execEntry struct {
+	id   string
+	pgid int // captured at spawn: the child's pid, which is its group's id
+	log  *outputLog
+
+	// For GET /v1/execs: the argv spawned and when.
+	argv    []string
+	started time.Time
+
+	// sigMu orders every signal to the group against the reap and the pipe
+	// EOFs, so "is this group still ours" and the signal are one step. Once
+	// the leader is reaped and no member is known to be left, the number pgid
+	// may name another exec's new group, and nothing may be sent to it.
+	sigMu     sync.Mutex
+	pidfd     *os.File // the leader's pidfd, nil on kernels without one; closed once the group is gone
+	reaped    bool     // the leader was waited for; its pid no longer pins the group
+	reapTicks uint64   // boot-relative clock ticks at the reap, comparable to /proc/<pid>/stat starttime
+	lingered  bool     // the linger deadline passed with a pipe still held
+	groupGone bool     // the group is known empty: never signal pgid again
+	// finished closes once the child is reaped and its pipes reached EOF or the
+	// linger deadline passed. Until then the phase is running.
+	finished chan struct{}
+
+	stdinRequested bool
+	stdinMu        sync.Mutex
+	stdin          *os.File // nil when not requested, after eof, or once the child is gone
+
+	// Guarded by registry.mu.
+	acked   bool
+	ackedAt time.Time
+}
+
+func (e *execEntry) isFinished() bool {
+	select {
+	case <-e.finished:
+		return true
+	default:
+		return false
+	}
+}
+
+// registry holds every exec until an ack plus the TTL lets it go.
+type registry struct {
+	cfg     *Config
+	log     *slog.Logger
+	devNull *os.File
+
+	mu       sync.Mutex
+	execs    map[string]*execEntry
+	starting map[string]*startOp
+
+	// escalations counts running SIGTERM-to-SIGKILL escalations. Only tests
+	// wait on it (a test hook): nothing in the daemon needs them to have ended.
+	escalations sync.WaitGroup
+}
+
+// startOp lets a start that races an in-flight start of the same exec_id wait
+// for that one's outcome instead of spawning a second child.
+type startOp struct {
+	done chan struct{}
+	err  error
+}
+
+func newRegistry(cfg *Config, log *slog.Logger, devNull *os.File) *registry {
+	return &registry{cfg: cfg, log: log, devNull: devNull,
+		execs: map[string]*execEntry{}, starting: map[string]*startOp{}}
+}
+
+func (r *registry) get(id string) *execEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.execs[id]
+}
+
+func (r *registry) phase(e *execEntry) protocol.Phase {
+	r.mu.Lock()
+	acked := e.acked
+	r.mu.Unlock()
+	switch {
+	case acked:
+		return protocol.PhaseAcked
+	case e.isFinished():
+		return protocol.PhaseExited
+	default:
+		return protocol.PhaseRunning
+	}
+}
+
+// activity is health's busy (some child still producing; an exited-but-unacked
+// exec is not busy) and execs (entries in any phase).
+func (r *registry) activity() (busy bool, count int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.execs {
+		if !e.isFinished() {
+			busy = true
+		}
+	}
+	return busy, len(r.execs)
+}
+
+// collectLoop removes acked entries older than the TTL. Only acked entries are
+// ever collected: an unacked one holds output the caller has not read.
+func (r *registry) collectLoop(stop <-chan struct{}) {
+	every := min(max(r.cfg.ExecTTL/4, 10*time.Millisecond), 30*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			r.collect(now)
+		}
+	}
+}
+
+func (r *registry) collect(now time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for id, e := range r.execs {
+		if e.acked && now.Sub(e.ackedAt) >= r.cfg.ExecTTL {
+			delete(r.execs, id)
+			e.sigMu.Lock()
+			e.markGoneLocked() // an uncollected id can no longer be killed
+			e.sigMu.Unlock()
+			n++
+		}
+	}
+	if n > 0 {
+		r.log.Debug("collected acked execs", "count", n)
+	}
+	return n
+}
+
+// start registers and spawns an exec, or returns the phase of the one already
+// under this id. The id is claimed under the registry lock before spawning, so
+// concurrent retries cannot both spawn.
+func (r *registry) start(id string, sp *spec) (protocol.Phase, *startError) {
+	r.mu.Lock()
+	if e, ok := r.execs[id]; ok {
+		r.mu.Unlock()
+		r.log.Info("start retried; not spawning again", "exec_id", id)
+		return r.phase(e), nil
+	}
+	if op, ok := r.starting[id]; ok {
+		r.mu.Unlock()
+		<-op.done
+		if op.err != nil {
+			return "", &startError{taxonomy.SlugSpawnFailed, op.err.Error()}
+		}
+		if e := r.get(id); e != nil {
+			return r.phase(e), nil
+		}
+		return protocol.PhaseRunning, nil
+	}
+	op := &startOp{done: make(chan struct{})}
+	r.starting[id] = op
+	r.mu.Unlock()
+
+	e, err := r.spawn(id, sp)
+
+	r.mu.Lock()
+	delete(r.starting, id)
+	if err == nil {
+		r.execs[id] = e
+	}
+	r.mu.Unlock()
+	op.err = err
+	close(op.done)
+	if err != nil {
+		r.log.Warn("spawn failed", "exec_id", id, "err", err.Error())
+		// 500, deliberately not 404: 404 means an unknown exec.
+		return "", &startError{taxonomy.SlugSpawnFailed, err.Error()}
+	}
+	return protocol.PhaseRunning, nil
+}
