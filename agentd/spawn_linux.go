@@ -23,6 +23,9 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if sp.tty != nil {
+		return r.spawnTTY(id, sp, path)
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err

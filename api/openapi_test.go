@@ -72,6 +72,8 @@ var routes = []route{
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/fs/remove", "fsRemove", true, []int{200, 400, 401, 404, 409, 500, 503},
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 409: {"directory_not_empty"}, 500: {"fs_failed"}}},
+	{"POST", "/v1/exec/{id}/resize", "execResize", true, []int{200, 400, 401, 404, 409, 410, 503},
+		map[int][]string{400: {"malformed_request"}, 404: {"unknown_exec"}, 409: {"not_a_tty"}, 410: {"stdin_closed"}}},
 	{"POST", "/v1/exec/{id}/signal", "execSignal", true, []int{200, 400, 401, 404, 503},
 		map[int][]string{400: {"malformed_request", "unknown_signal"}, 404: {"unknown_exec"}}},
 	{"GET", "/v1/execs", "execList", true, []int{200, 401, 503}, nil},

@@ -54,3 +54,19 @@ func (s *Session) Metrics(ctx context.Context) (protocol.Metrics, error) {
 	}
 	return out, decodeJSON(protocol.OpMetrics, resp, &out)
 }
+
+// Resize sets the terminal size of an exec started with a TTY; the child's
+// foreground process group gets SIGWINCH. An exec on pipes is refused
+// (not_a_tty, a Conflict).
+func (e *Exec) Resize(ctx context.Context, rows, cols uint16) error {
+	params := protocol.ExecResizeParams{Rows: rows, Cols: cols}
+	resp, err := e.s.send(ctx, call{op: protocol.OpExecResize,
+		build: func(server string) (*http.Request, error) {
+			return protocol.NewExecResizeRequest(server, e.id, &params)
+		}})
+	if err != nil {
+		return err
+	}
+	var out protocol.ResizeResponse
+	return decodeJSON(protocol.OpExecResize, resp, &out)
+}

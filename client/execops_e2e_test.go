@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +54,48 @@ func TestAgentdSignalExecsMetrics(t *testing.T) {
 	m, err := s.Metrics(ctx)
 	if err != nil || m.Memory.TotalBytes == 0 || m.CPU.Count < 1 {
 		t.Fatalf("Metrics: %+v %v", m, err)
+	}
+}
+
+// TestAgentdTTY starts a shell on a terminal through the client, resizes
+// it, types into it, and reads the terminal's output through the ordinary
+// stream. Wrong edits caught: StartOptions.TTY not sent (test -t fails);
+// Resize sent to the wrong exec route (the second stty size would not
+// change).
+func TestAgentdTTY(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, "tok")
+	s := session(t, d.base, "tok")
+	ctx := testCtx(t)
+	e, err := s.Start(ctx, []string{`test -t 1 && echo on-a-tty; stty size; read x; stty size`}, client.StartOptions{
+		ExecID: "tty", Shell: true, TTY: &protocol.TTYSize{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.Stream(ctx, 0)
+	defer st.Close()
+	var out []byte
+	waitFor := func(want string) {
+		t.Helper()
+		for !strings.Contains(string(out), want) {
+			ev, err := st.Next()
+			if err != nil {
+				t.Fatalf("stream before %q: %v (have %q)", want, err, out)
+			}
+			if ev.Kind == client.EventOutput {
+				out = append(out, ev.Data...)
+			}
+		}
+	}
+	waitFor("24 80")
+	if err := e.Resize(ctx, 50, 132); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.WriteStdin(ctx, []byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("50 132")
+	if !strings.Contains(string(out), "on-a-tty") {
+		t.Fatalf("output %q", out)
 	}
 }

@@ -311,6 +311,9 @@ type ErrorMetricsUnavailable = ErrorBody
 // ErrorMoveInTheWay ErrorBody of a 409 from a move: the destination is taken, or is a non-empty directory
 type ErrorMoveInTheWay = ErrorBody
 
+// ErrorNotATty ErrorBody of a 409 from a resize: the exec has no terminal
+type ErrorNotATty = ErrorBody
+
 // ErrorPathExists ErrorBody of a 409 from mkdir: something that is not a directory is at the path
 type ErrorPathExists = ErrorBody
 
@@ -570,6 +573,13 @@ type RemoveResponse struct {
 	Removed uint64 `json:"removed"`
 }
 
+// ResizeResponse result of a resize
+type ResizeResponse struct {
+	Cols   uint16 `json:"cols"`
+	ExecID string `json:"exec_id"`
+	Rows   uint16 `json:"rows"`
+}
+
 // RunHookEnvelope the run hook's request body, as the platform wraps the caller's runHookPayload string
 type RunHookEnvelope struct {
 	// RunHookPayload the caller's RunHookPayload serialized to a JSON string (one parse deeper than this body); missing or not a string is 400
@@ -666,6 +676,9 @@ type StartRequest struct {
 	// TimeoutSec wall-clock budget in seconds, checked before spawning; absent means none
 	TimeoutSec *float64 `json:"timeout_sec,omitempty"`
 
+	// Tty run the child on a pseudo-terminal of this size (ours, not the reference's: additive): its stdin, stdout and stderr are the terminal, its output arrives as stdout in the one offset space, POST /v1/exec/{id}/stdin writes to the terminal (stdin true is implied; eof closes the daemon's input handle, and the terminal's own end-of-file is the byte 0x04), and POST /v1/exec/{id}/resize changes the size
+	Tty *TTYSize `json:"tty,omitempty"`
+
 	// User numeric uid to run as; absent keeps the daemon's uid
 	User *uint32 `json:"user,omitempty"`
 }
@@ -704,6 +717,12 @@ type StreamKind string
 type StreamQuery struct {
 	// Offset byte offset to resume after; absent means the Last-Event-ID header, or 0 without it
 	Offset *uint64 `json:"offset,omitempty"`
+}
+
+// TTYSize a terminal's size in character cells
+type TTYSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
 }
 
 // WatchEvent data of a watch stream's fs event
@@ -781,6 +800,15 @@ type UnknownExecError = ErrorUnknownExec
 
 // bearerAuthContextKey is the context key for bearerAuth security scheme
 type bearerAuthContextKey string
+
+// ExecResizeParams defines parameters for ExecResize.
+type ExecResizeParams struct {
+	// Rows rows, 1 to 65535
+	Rows uint16 `form:"rows" json:"rows"`
+
+	// Cols columns, 1 to 65535
+	Cols uint16 `form:"cols" json:"cols"`
+}
 
 // ExecSignalParams defines parameters for ExecSignal.
 type ExecSignalParams struct {
@@ -1420,6 +1448,13 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 	ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExecResize Resize an exec's terminal
+	//
+	// Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+	//
+	// Corresponds with POST /v1/exec/{id}/resize (the `ExecResize` operationId).
+	ExecResize(ctx context.Context, id ExecID, params *ExecResizeParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
 	//
 	// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
@@ -1757,6 +1792,23 @@ func (c *Client) ExecAck(ctx context.Context, id ExecID, reqEditors ...RequestEd
 // Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 func (c *Client) ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExecKillRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExecResize Resize an exec's terminal
+//
+// Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+//
+// Corresponds with POST /v1/exec/{id}/resize (the `ExecResize` operationId).
+func (c *Client) ExecResize(ctx context.Context, id ExecID, params *ExecResizeParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecResizeRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2388,6 +2440,71 @@ func NewExecKillRequest(server string, id ExecID) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewExecResizeRequest constructs an http.Request for the ExecResize method
+func NewExecResizeRequest(server string, id ExecID, params *ExecResizeParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/exec/%s/resize", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "rows", params.Rows, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cols", params.Cols, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
@@ -3470,6 +3587,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 	ExecKillWithResponse(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*ExecKillReply, error)
 
+	// ExecResizeWithResponse Resize an exec's terminal
+	//
+	// Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/exec/{id}/resize (the `ExecResize` operationId).
+	ExecResizeWithResponse(ctx context.Context, id ExecID, params *ExecResizeParams, reqEditors ...RequestEditorFn) (*ExecResizeReply, error)
+
 	// ExecSignalWithResponse sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
 	//
 	// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
@@ -4233,6 +4359,124 @@ func (r ExecKillReply) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ExecKillReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExecResizeReply200Headers the declared response headers of an HTTP 200 response for ExecResize
+type ExecResizeReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply400Headers the declared response headers of an HTTP 400 response for ExecResize
+type ExecResizeReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply401Headers the declared response headers of an HTTP 401 response for ExecResize
+type ExecResizeReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply404Headers the declared response headers of an HTTP 404 response for ExecResize
+type ExecResizeReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply409Headers the declared response headers of an HTTP 409 response for ExecResize
+type ExecResizeReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply410Headers the declared response headers of an HTTP 410 response for ExecResize
+type ExecResizeReply410Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply503Headers the declared response headers of an HTTP 503 response for ExecResize
+type ExecResizeReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type ExecResizeReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ResizeResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorMalformedRequest
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *UnknownExecError
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *ErrorNotATty
+	// JSON410 the response for an HTTP 410 `application/json` response
+	JSON410 *ErrorStdinClosed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExecResizeReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExecResizeReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExecResizeReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExecResizeReply404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ExecResizeReply409Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *ExecResizeReply410Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExecResizeReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExecResizeReply) GetJSON200() *ResizeResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ExecResizeReply) GetJSON400() *ErrorMalformedRequest {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ExecResizeReply) GetJSON404() *UnknownExecError {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ExecResizeReply) GetJSON409() *ErrorNotATty {
+	return r.JSON409
+}
+
+// GetJSON410 returns the response for an HTTP 410 `application/json` response
+func (r ExecResizeReply) GetJSON410() *ErrorStdinClosed {
+	return r.JSON410
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecResizeReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecResizeReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecResizeReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecResizeReply) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5956,6 +6200,21 @@ func (c *ClientWithResponses) ExecKillWithResponse(ctx context.Context, id ExecI
 	return ParseExecKillReply(rsp)
 }
 
+// ExecResizeWithResponse Resize an exec's terminal
+//
+// Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/exec/{id}/resize (the `ExecResize` operationId).
+func (c *ClientWithResponses) ExecResizeWithResponse(ctx context.Context, id ExecID, params *ExecResizeParams, reqEditors ...RequestEditorFn) (*ExecResizeReply, error) {
+	rsp, err := c.ExecResize(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecResizeReply(rsp)
+}
+
 // ExecSignalWithResponse sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
 //
 // A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
@@ -6789,6 +7048,139 @@ func ParseExecKillReply(rsp *http.Response) (*ExecKillReply, error) {
 		response.Headers404 = &headers
 	case rsp.StatusCode == 503:
 		var headers ExecKillReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExecResizeReply parses an HTTP response from a ExecResizeWithResponse call
+func ParseExecResizeReply(rsp *http.Response) (*ExecResizeReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecResizeReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ResizeResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorMalformedRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest UnknownExecError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorNotATty
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest ErrorStdinClosed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON410 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExecResizeReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExecResizeReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExecResizeReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExecResizeReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ExecResizeReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 410:
+		var headers ExecResizeReply410Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExecResizeReply503Headers
 		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -8503,6 +8895,9 @@ type ServerInterface interface {
 	// ExecKill Kill an exec
 	// (POST /v1/exec/{id}/kill)
 	ExecKill(w http.ResponseWriter, r *http.Request, id ExecID)
+	// ExecResize Resize an exec's terminal
+	// (POST /v1/exec/{id}/resize)
+	ExecResize(w http.ResponseWriter, r *http.Request, id ExecID, params ExecResizeParams)
 	// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
 	// (POST /v1/exec/{id}/signal)
 	ExecSignal(w http.ResponseWriter, r *http.Request, id ExecID, params ExecSignalParams)
@@ -8756,6 +9151,67 @@ func (siw *ServerInterfaceWrapper) ExecKill(w http.ResponseWriter, r *http.Reque
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ExecKill(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ExecResize operation middleware
+func (siw *ServerInterfaceWrapper) ExecResize(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ExecResizeParams
+
+	// ------------- Required query parameter "rows" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "rows", r.URL.Query(), &params.Rows, runtime.BindQueryParameterOptions{Type: "integer", Format: "int32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "rows"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rows", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "cols" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "cols", r.URL.Query(), &params.Cols, runtime.BindQueryParameterOptions{Type: "integer", Format: "int32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cols"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cols", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecResize(w, r, id, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -9647,6 +10103,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/stdin", wrapper.ExecStdin)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/ack", wrapper.ExecAck)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/kill", wrapper.ExecKill)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/resize", wrapper.ExecResize)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/signal", wrapper.ExecSignal)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/execs", wrapper.ExecList)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/metrics", wrapper.Metrics)

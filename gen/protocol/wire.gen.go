@@ -58,6 +58,7 @@ const (
 	OpExecStdin     = "execStdin"
 	OpExecAck       = "execAck"
 	OpExecKill      = "execKill"
+	OpExecResize    = "execResize"
 	OpExecSignal    = "execSignal"
 	OpExecList      = "execList"
 	OpMetrics       = "metrics"
@@ -89,6 +90,7 @@ var Operations = []Operation{
 	{ID: OpExecStdin, Method: "POST", Pattern: "/v1/exec/{id}/stdin", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 408: "application/json", 409: "application/json", 410: "application/json", 413: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpExecAck, Method: "POST", Pattern: "/v1/exec/{id}/ack", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{401: "", 404: "application/json", 409: "application/json", 503: ""}},
 	{ID: OpExecKill, Method: "POST", Pattern: "/v1/exec/{id}/kill", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 404: "application/json", 503: ""}},
+	{ID: OpExecResize, Method: "POST", Pattern: "/v1/exec/{id}/resize", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 410: "application/json", 503: ""}},
 	{ID: OpExecSignal, Method: "POST", Pattern: "/v1/exec/{id}/signal", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 503: ""}},
 	{ID: OpExecList, Method: "GET", Pattern: "/v1/execs", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 503: ""}},
 	{ID: OpMetrics, Method: "GET", Pattern: "/v1/metrics", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 500: "application/json", 503: ""}},

@@ -343,6 +343,7 @@ const (
 	SlugPathExists         = "path_exists"
 	SlugDirectoryNotEmpty  = "directory_not_empty"
 	SlugFsFailed           = "fs_failed"
+	SlugNotATty            = "not_a_tty"
 	SlugUnknownSignal      = "unknown_signal"
 	SlugMetricsUnavailable = "metrics_unavailable"
 )
@@ -364,6 +365,7 @@ var DaemonErrors = []DaemonError{
 	{Slug: SlugPathExists, Status: 409, WireKind: WireConflict, Meaning: "something the operation may not replace is already at the path"},
 	{Slug: SlugDirectoryNotEmpty, Status: 409, WireKind: WireConflict, Meaning: "a non-empty directory is in the way of a remove or replace"},
 	{Slug: SlugFsFailed, Status: 500, WireKind: WireServerError, Meaning: "the filesystem refused an fs operation for another reason; the detail names the errno"},
+	{Slug: SlugNotATty, Status: 409, WireKind: WireConflict, Meaning: "the exec was started without tty, so it has no terminal"},
 	{Slug: SlugUnknownSignal, Status: 400, WireKind: WireProtocolError, Meaning: "the signal name is not in the closed set SignalName lists"},
 	{Slug: SlugMetricsUnavailable, Status: 500, WireKind: WireServerError, Meaning: "a /proc file the metrics sample needs is missing or unreadable"},
 }

@@ -328,6 +328,24 @@ class Client:
             return (None if v is None else KillResponse.from_dict(v))
         raise _api_error("execKill", _resp, json_statuses=())
 
+    def exec_resize(self, id: str, *, rows: int, cols: int) -> ResizeResponse:
+        """POST /v1/exec/{id}/resize. Resize an exec's terminal: Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive."""
+        _path = f"/v1/exec/{_quote(id)}/resize"
+        _query: List[Tuple[str, str]] = []
+        if rows is not None:
+            _query.append(("rows", _query_value(rows)))
+        if cols is not None:
+            _query.append(("cols", _query_value(cols)))
+        _data = None
+        _resp = self._send("POST", _path, _query, _data, "", bearer=True, stream=False, operation="execResize")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("execResize", _resp, json_statuses=(400, 404, 409, 410))
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else ResizeResponse.from_dict(v))
+        raise _api_error("execResize", _resp, json_statuses=())
+
     def exec_signal(self, id: str, *, signal: str) -> SignalResponse:
         """POST /v1/exec/{id}/signal. sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive: A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation."""
         _path = f"/v1/exec/{_quote(id)}/signal"

@@ -347,6 +347,32 @@ class ErrorMoveInTheWay:
 
 
 @dataclass
+class ErrorNotATty:
+    """ErrorBody of a 409 from a resize: the exec has no terminal"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "not_a_tty",
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorNotATty:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorNotATty: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorNotATty"),
+            detail=_required(d, "detail", "ErrorNotATty"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
 class ErrorPathExists:
     """ErrorBody of a 409 from mkdir: something that is not a directory is at the path"""
 
@@ -1200,6 +1226,32 @@ class RemoveResponse:
 
 
 @dataclass
+class ResizeResponse:
+    """result of a resize"""
+
+    exec_id: str
+    rows: int
+    cols: int
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ResizeResponse:
+        if not isinstance(d, dict):
+            raise ValueError("ResizeResponse: expected a JSON object")
+        return cls(
+            exec_id=_required(d, "exec_id", "ResizeResponse"),
+            rows=_required(d, "rows", "ResizeResponse"),
+            cols=_required(d, "cols", "ResizeResponse"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["exec_id"] = self.exec_id
+        out["rows"] = self.rows
+        out["cols"] = self.cols
+        return out
+
+
+@dataclass
 class RunHookEnvelope:
     """the run hook's request body, as the platform wraps the caller's runHookPayload string"""
 
@@ -1424,6 +1476,8 @@ class StartRequest:
     timeout_sec: Optional[float] = None
     # give the child a writable stdin pipe; otherwise stdin is /dev/null
     stdin: bool = False
+    # run the child on a pseudo-terminal of this size (ours, not the reference's: additive): its stdin, stdout and stderr are the terminal, its output arrives as stdout in the one offset space, POST /v1/exec/{id}/stdin writes to the terminal (stdin true is implied; eof closes the daemon's input handle, and the terminal's own end-of-file is the byte 0x04), and POST /v1/exec/{id}/resize changes the size
+    tty: Optional[Any] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> StartRequest:
@@ -1439,6 +1493,7 @@ class StartRequest:
             group=d.get("group"),
             timeout_sec=d.get("timeout_sec"),
             stdin=d.get("stdin", False),
+            tty=d.get("tty"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -1459,6 +1514,8 @@ class StartRequest:
             out["timeout_sec"] = self.timeout_sec
         if self.stdin is not None:
             out["stdin"] = self.stdin
+        if self.tty is not None:
+            out["tty"] = self.tty
         return out
 
 
@@ -1570,6 +1627,29 @@ class StreamQuery:
         out: Dict[str, Any] = {}
         if self.offset is not None:
             out["offset"] = self.offset
+        return out
+
+
+@dataclass
+class TTYSize:
+    """a terminal's size in character cells"""
+
+    rows: int
+    cols: int
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> TTYSize:
+        if not isinstance(d, dict):
+            raise ValueError("TTYSize: expected a JSON object")
+        return cls(
+            rows=_required(d, "rows", "TTYSize"),
+            cols=_required(d, "cols", "TTYSize"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["rows"] = self.rows
+        out["cols"] = self.cols
         return out
 
 

@@ -244,6 +244,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/exec/{id}/resize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resize an exec's terminal
+         * @description Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+         */
+        post: operations["execResize"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/exec/{id}/signal": {
         parameters: {
             query?: never;
@@ -566,6 +586,8 @@ export interface components {
              * @default false
              */
             stdin?: boolean;
+            /** @description run the child on a pseudo-terminal of this size (ours, not the reference's: additive): its stdin, stdout and stderr are the terminal, its output arrives as stdout in the one offset space, POST /v1/exec/{id}/stdin writes to the terminal (stdin true is implied; eof closes the daemon's input handle, and the terminal's own end-of-file is the byte 0x04), and POST /v1/exec/{id}/resize changes the size */
+            tty?: components["schemas"]["TTYSize"];
         };
         /** @description answer to a start, fresh or repeated */
         StartResponse: {
@@ -1070,6 +1092,26 @@ export interface components {
             /** @enum {string} */
             error?: "metrics_unavailable";
         };
+        /** @description ErrorBody of a 409 from a resize: the exec has no terminal */
+        ErrorNotATty: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "not_a_tty";
+        };
+        /** @description a terminal's size in character cells */
+        TTYSize: {
+            /** Format: int32 */
+            rows: number;
+            /** Format: int32 */
+            cols: number;
+        };
+        /** @description result of a resize */
+        ResizeResponse: {
+            exec_id: string;
+            /** Format: int32 */
+            rows: number;
+            /** Format: int32 */
+            cols: number;
+        };
     };
     responses: {
         /** @description acknowledged; any other status would make the platform terminate the VM, so hooks do not report failure */
@@ -1285,6 +1327,9 @@ export type ErrorMoveInTheWay = components['schemas']['ErrorMoveInTheWay'];
 export type ErrorDirectoryNotEmpty = components['schemas']['ErrorDirectoryNotEmpty'];
 export type ErrorSignalRefused = components['schemas']['ErrorSignalRefused'];
 export type ErrorMetricsUnavailable = components['schemas']['ErrorMetricsUnavailable'];
+export type ErrorNotATty = components['schemas']['ErrorNotATty'];
+export type TTYSize = components['schemas']['TTYSize'];
+export type ResizeResponse = components['schemas']['ResizeResponse'];
 export type ResponseHookAcknowledged = components['responses']['HookAcknowledged'];
 export type ResponseUnauthorized = components['responses']['Unauthorized'];
 export type ResponseNotBootstrapped = components['responses']['NotBootstrapped'];
@@ -1823,6 +1868,93 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownExecError"];
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
+    execResize: {
+        parameters: {
+            query: {
+                /** @description rows, 1 to 65535 */
+                rows: number;
+                /** @description columns, 1 to 65535 */
+                cols: number;
+            };
+            header?: never;
+            path: {
+                /** @description the caller-minted exec_id given at start */
+                id: components["parameters"]["ExecID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the terminal has the new size */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "exec_id": "shell-1",
+                     *       "rows": 40,
+                     *       "cols": 120
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ResizeResponse"];
+                };
+            };
+            /** @description rows or cols is missing, 0 or over 65535 */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "malformed_request",
+                     *       "detail": "rows and cols must both be at least 1"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorMalformedRequest"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownExecError"];
+            /** @description the exec was started without tty, so it has no terminal to size */
+            409: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "not_a_tty",
+                     *       "detail": "this exec was started without tty, so it has no terminal to size"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorNotATty"];
+                };
+            };
+            /** @description the terminal is gone, because the exec exited or its input was closed with eof */
+            410: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "stdin_closed",
+                     *       "detail": "the terminal is gone: the exec exited or its input was closed with eof"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorStdinClosed"];
+                };
+            };
             503: components["responses"]["NotBootstrapped"];
         };
     };
@@ -2697,3 +2829,4 @@ export const errorMoveInTheWayErrorValues: ReadonlyArray<FlattenedDeepRequired<c
 export const errorDirectoryNotEmptyErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorDirectoryNotEmpty"]["error"]> = ["directory_not_empty"];
 export const errorSignalRefusedErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorSignalRefused"]["error"]> = ["malformed_request", "unknown_signal"];
 export const errorMetricsUnavailableErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorMetricsUnavailable"]["error"]> = ["metrics_unavailable"];
+export const errorNotATtyErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorNotATty"]["error"]> = ["not_a_tty"];
