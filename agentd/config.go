@@ -306,7 +306,7 @@ func (c Config) normalized() Config {
 		c.StreamReplayBytes = 1
 	}
 	if c.SSEKeepalive <= 0 {
-		c.SSEKeepalive = time.Duration(protocol.DefaultSseKeepaliveSecs) * time.Second
+		c.SSEKeepalive = time.Duration(protocol.DefaultSSEKeepaliveSecs) * time.Second
 	}
 	if c.StreamStallTimeout <= 0 {
 		c.StreamStallTimeout = time.Duration(protocol.DefaultStreamStallSecs) * time.Second

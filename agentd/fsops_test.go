@@ -389,6 +389,3 @@ func FuzzParseCursor(f *testing.F) {
 		}
 	})
 }
-
-// oursIssue21 counts the routes issue 21 added to the reference's 18.
-const oursIssue21 = 10

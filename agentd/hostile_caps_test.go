@@ -24,7 +24,7 @@ import (
 // twice per exec).
 func TestExecIDLengthIsCapped(t *testing.T) {
 	d := bootedDaemon(t, nil)
-	long := strings.Repeat("i", protocol.DefaultMaxExecIdBytes+1)
+	long := strings.Repeat("i", protocol.DefaultMaxExecIDBytes+1)
 	resp := d.start(protocol.StartRequest{ExecID: long, Command: []string{"true"}})
 	if resp.StatusCode() != 400 || errorBody(t, resp.Body).Error != taxonomy.SlugMalformedRequest || !strings.Contains(string(resp.Body), "max_exec_id_bytes") {
 		t.Fatalf("over-long exec_id: %d %s", resp.StatusCode(), resp.Body)

@@ -198,11 +198,7 @@ func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter 
 // decided before the wrapper parses query parameters (a bad offset from an
 // unauthenticated caller is 401, not 400) and before any body byte is read.
 func (s *Server) routes() (http.Handler, error) {
-	bearer, err := bearerPatterns()
-	if err != nil {
-		return nil, err
-	}
-	mux := &gatedMux{ServeMux: http.NewServeMux(), bearer: bearer, gate: s.gate, open: s.openRoute}
+	mux := &gatedMux{ServeMux: http.NewServeMux(), gate: s.gate, open: s.openRoute}
 	protocol.HandlerWithOptions(s, protocol.StdHTTPServerOptions{
 		BaseRouter:       mux,
 		ErrorHandlerFunc: s.paramError,
@@ -217,10 +213,9 @@ func (s *Server) routes() (http.Handler, error) {
 // wraps each bearer route's handler in the gate as the route is registered.
 type gatedMux struct {
 	*http.ServeMux
-	bearer map[string]bool
-	gate   func(http.HandlerFunc) http.HandlerFunc
-	open   func(pattern string, h http.HandlerFunc) http.HandlerFunc
-	err    error
+	gate func(http.HandlerFunc) http.HandlerFunc
+	open func(pattern string, h http.HandlerFunc) http.HandlerFunc
+	err  error
 }
 
 // ServeHTTP answers an unmatched path (404, 405) without reading a body sent
@@ -236,14 +231,15 @@ func (m *gatedMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (m *gatedMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
-	isBearer, known := m.bearer[pattern]
+	op, known := operationsByPattern[pattern]
 	if !known {
-		// Cannot happen while both passes run the same generated code; refusing
-		// to start beats serving a route whose auth was never decided.
-		m.err = fmt.Errorf("agentd: route %q was not classified as bearer or open", pattern)
+		// Cannot happen while the router and the table come from one
+		// api/openapi.yaml; refusing to start beats serving a route whose
+		// auth was never decided.
+		m.err = fmt.Errorf("agentd: route %q is not in the operations table", pattern)
 		return
 	}
-	if isBearer {
+	if op.Bearer {
 		h = m.gate(h)
 	} else {
 		h = m.open(pattern, h)
@@ -251,79 +247,17 @@ func (m *gatedMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.
 	m.ServeMux.HandleFunc(pattern, h)
 }
 
-// bearerPatterns asks the generated code itself which routes are bearer
-// routes: it registers every route on a probe mux, sends each one a synthetic
-// request, and records whether the generated wrapper put BearerAuthScopes in
-// the context (which it does exactly for operations with bearerAuth security).
-// No hand-typed list can drift from api/openapi.yaml this way.
-func bearerPatterns() (map[string]bool, error) {
-	rec := &patternRecorder{ServeMux: http.NewServeMux()}
-	var sawBearer bool
-	observe := func(r *http.Request) {
-		_, sawBearer = r.Context().Value(protocol.BearerAuthScopes).([]string)
+// operationsByPattern indexes api/openapi.yaml's operations table by the
+// ServeMux pattern the generated router registers ("GET /v1/exec/{id}"): the
+// bearer gate and the error-body media of each route are read from it, never
+// retyped here.
+var operationsByPattern = func() map[string]protocol.Operation {
+	m := make(map[string]protocol.Operation, len(protocol.Operations))
+	for _, op := range protocol.Operations {
+		m[op.Method+" "+op.Pattern] = op
 	}
-	protocol.HandlerWithOptions(nil, protocol.StdHTTPServerOptions{
-		BaseRouter: rec,
-		Middlewares: []protocol.MiddlewareFunc{func(http.Handler) http.Handler {
-			return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { observe(r) })
-		}},
-		// A route whose required query parameters are missing from the probe
-		// lands here, after the wrapper has already set the security scopes.
-		ErrorHandlerFunc: func(_ http.ResponseWriter, r *http.Request, _ error) { observe(r) },
-	})
-	out := make(map[string]bool, len(rec.patterns))
-	for _, pattern := range rec.patterns {
-		method, path, ok := strings.Cut(pattern, " ")
-		if !ok {
-			return nil, fmt.Errorf("agentd: generated route %q has no method", pattern)
-		}
-		path = fillWildcards(path)
-		req, err := http.NewRequest(method, path, nil)
-		if err != nil {
-			return nil, fmt.Errorf("agentd: probe %q: %w", pattern, err)
-		}
-		sawBearer = false
-		rec.ServeHTTP(discardWriter{}, req)
-		out[pattern] = sawBearer
-	}
-	return out, nil
-}
-
-// fillWildcards turns /v1/exec/{id}/stream into /v1/exec/x/stream.
-func fillWildcards(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		if i < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		j := strings.IndexByte(path[i:], '}')
-		if j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i])
-		b.WriteString("x")
-		path = path[i+j+1:]
-	}
-}
-
-type patternRecorder struct {
-	*http.ServeMux
-	patterns []string
-}
-
-func (p *patternRecorder) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
-	p.patterns = append(p.patterns, pattern)
-	p.ServeMux.HandleFunc(pattern, h)
-}
-
-type discardWriter struct{}
-
-func (discardWriter) Header() http.Header         { return http.Header{} }
-func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (discardWriter) WriteHeader(int)             {}
+	return m
+}()
 
 // gate decides a bearer route before the wrapper or handler runs: 503 until a
 // token is installed, 401 for a missing or wrong one, 413 for a declared body
@@ -440,20 +374,17 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // paramError answers a request the generated wrapper could not bind: always
-// 400, never 404 (a client maps 404 to "absent"). The exec routes speak the
-// JSON ErrorBody; the file and tar routes speak text/plain, as the spec
-// declares.
+// 400, never 404 (a client maps 404 to "absent"), in the body media the
+// route's 400 declares (the exec routes' JSON ErrorBody, the fs routes' text).
 func (s *Server) paramError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.URL.Path == "/v1/fs/file" || r.URL.Path == "/v1/fs/tar" {
-		FSParamError(w, err)
-		return
-	}
-	if strings.HasPrefix(r.URL.Path, "/v1/") {
-		// The exec routes and every route of ours (issue 21).
+	switch operationsByPattern[r.Pattern].ErrorMedia[http.StatusBadRequest] {
+	case "application/json":
 		writeError(w, taxonomy.SlugMalformedRequest, err.Error())
-		return
+	case "text/plain":
+		FSParamError(w, err)
+	default:
+		http.Error(w, err.Error(), http.StatusBadRequest)
 	}
-	http.Error(w, err.Error(), http.StatusBadRequest)
 }
 
 // Serve answers on ln until ctx ends or the terminate hook arrives, then shuts

@@ -17,27 +17,113 @@ import (
 	"github.com/microvms/microvms/gen/protocol"
 )
 
-// Catches: a generator change (or a dropped ErrorHandlerFunc observer in the
-// probe) that makes a bearer route look open, e.g. the fs routes whose
-// required ?path= makes the wrapper fail before any middleware runs.
-func TestRoutesAreClassifiedFromTheGeneratedCode(t *testing.T) {
-	got, err := bearerPatterns()
+// Catches: the operations table and the generated router disagreeing about a
+// route (the gate reads the table, the wrapper reads the security), e.g. a
+// generator change that marks an fs route open in one and bearer in the
+// other, or a route the table does not list (agentd would refuse to start).
+func TestOperationsTableMatchesTheGeneratedRouter(t *testing.T) {
+	got, err := probeBearerPatterns()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The 18 routes of the reference's protocol v1, plus ours (issue 21).
-	if want := 18 + oursIssue21; len(got) != want {
-		t.Fatalf("classified %d routes, want %d: %v", len(got), want, got)
+	if len(got) != len(operationsByPattern) {
+		t.Fatalf("the router has %d routes, the table %d", len(got), len(operationsByPattern))
 	}
 	for pattern, bearer := range got {
-		_, path, _ := strings.Cut(pattern, " ")
-		// Only the hooks, health and the schema are open.
-		want := !strings.HasPrefix(path, protocol.HookPrefix) && path != "/v1/health" && path != "/v1/schema"
-		if bearer != want {
-			t.Errorf("%s: bearer=%v, want %v", pattern, bearer, want)
+		op, ok := operationsByPattern[pattern]
+		if !ok {
+			t.Errorf("%s is routed but not in protocol.Operations", pattern)
+			continue
+		}
+		if op.Bearer != bearer {
+			t.Errorf("%s: the table says bearer=%v, the generated wrapper %v", pattern, op.Bearer, bearer)
+		}
+	}
+	for _, p := range []string{"GET /v1/health", "GET /v1/schema", "POST /aws/lambda-microvms/runtime/v1/run"} {
+		if got[p] {
+			t.Errorf("%s must stay open", p)
+		}
+	}
+	for _, p := range []string{"POST /v1/exec/start", "GET /v1/fs/file", "PUT /v1/fs/tar"} {
+		if !got[p] {
+			t.Errorf("%s must be a bearer route", p)
 		}
 	}
 }
+
+// probeBearerPatterns asks the generated router itself which routes are
+// bearer routes: it registers every route on a probe mux, sends each one a
+// synthetic request, and records whether the generated wrapper put
+// BearerAuthScopes in the context (it does exactly for operations with
+// bearerAuth security).
+func probeBearerPatterns() (map[string]bool, error) {
+	rec := &patternRecorder{ServeMux: http.NewServeMux()}
+	var sawBearer bool
+	observe := func(r *http.Request) {
+		_, sawBearer = r.Context().Value(protocol.BearerAuthScopes).([]string)
+	}
+	protocol.HandlerWithOptions(nil, protocol.StdHTTPServerOptions{
+		BaseRouter: rec,
+		Middlewares: []protocol.MiddlewareFunc{func(http.Handler) http.Handler {
+			return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { observe(r) })
+		}},
+		// A route whose required query parameters are missing from the probe
+		// lands here, after the wrapper has already set the security scopes.
+		ErrorHandlerFunc: func(_ http.ResponseWriter, r *http.Request, _ error) { observe(r) },
+	})
+	out := make(map[string]bool, len(rec.patterns))
+	for _, pattern := range rec.patterns {
+		method, path, ok := strings.Cut(pattern, " ")
+		if !ok {
+			return nil, fmt.Errorf("agentd: generated route %q has no method", pattern)
+		}
+		path = fillWildcards(path)
+		req, err := http.NewRequest(method, path, nil)
+		if err != nil {
+			return nil, fmt.Errorf("agentd: probe %q: %w", pattern, err)
+		}
+		sawBearer = false
+		rec.ServeHTTP(discardWriter{}, req)
+		out[pattern] = sawBearer
+	}
+	return out, nil
+}
+
+// fillWildcards turns /v1/exec/{id}/stream into /v1/exec/x/stream.
+func fillWildcards(path string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(path, '{')
+		if i < 0 {
+			b.WriteString(path)
+			return b.String()
+		}
+		j := strings.IndexByte(path[i:], '}')
+		if j < 0 {
+			b.WriteString(path)
+			return b.String()
+		}
+		b.WriteString(path[:i])
+		b.WriteString("x")
+		path = path[i+j+1:]
+	}
+}
+
+type patternRecorder struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (p *patternRecorder) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	p.patterns = append(p.patterns, pattern)
+	p.ServeMux.HandleFunc(pattern, h)
+}
+
+type discardWriter struct{}
+
+func (discardWriter) Header() http.Header         { return http.Header{} }
+func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (discardWriter) WriteHeader(int)             {}
 
 // Catches: auth placed inside the generated wrapper (a bad query from an
 // unauthenticated caller would then be 400, leaking route shape before auth),

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,14 +28,21 @@ func NewExecID() string {
 // StartOptions shape one exec. The zero value runs argv directly, in the
 // daemon's working directory, with the launch env, no stdin and no timeout.
 type StartOptions struct {
-	ExecID  string            // idempotency key; empty means NewExecID()
-	Shell   bool              // run command[0] through sh -c
-	Cwd     string            // empty means the daemon's own (the image WORKDIR)
-	Env     map[string]string // laid over the launch env
-	User    *uint32           // numeric uid; nil keeps the daemon's
-	Group   *uint32           // numeric gid; nil keeps the daemon's
-	Timeout time.Duration     // the daemon-side wall-clock budget; 0 means none
-	Stdin   bool              // give the child a writable stdin pipe
+	ExecID string // idempotency key; empty means NewExecID()
+	// Shell runs command[0] through sh -c. The command must then be exactly
+	// one string: a second element would be dropped by the shell, so Start
+	// refuses it.
+	Shell bool
+	Cwd   string            // empty means the daemon's own (the image WORKDIR)
+	Env   map[string]string // laid over the launch env
+	User  *uint32           // numeric uid; nil keeps the daemon's
+	Group *uint32           // numeric gid; nil keeps the daemon's
+	// DaemonTimeout is the budget agentd enforces inside the VM: past it the
+	// daemon kills the child and records the kill. 0 means none. It is not
+	// the client's deadline (RunOptions.ClientTimeout), which stops waiting
+	// and leaves the child running.
+	DaemonTimeout time.Duration
+	Stdin         bool // give the child a writable stdin pipe
 	// TTY runs the child on a pseudo-terminal of this size (issue 21): its
 	// output is all stdout, WriteStdin types into it, Exec.Resize sizes it.
 	TTY *protocol.TTYSize
@@ -60,6 +68,12 @@ func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (
 	if len(command) == 0 {
 		return nil, Errorf(taxonomy.KindInvalidArg, "", "an exec needs a command")
 	}
+	if o.Shell && len(command) > 1 {
+		// sh -c takes one script; agentd runs command[0] and the rest would
+		// vanish without a word.
+		return nil, Errorf(taxonomy.KindInvalidArg, "", "Shell runs one script string, but the command has %d elements %q; join them into one string (%q) or set Shell false to run argv directly",
+			len(command), command, strings.Join(command, " "))
+	}
 	id := o.ExecID
 	if id == "" {
 		id = NewExecID()
@@ -68,11 +82,11 @@ func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (
 	if o.Cwd != "" {
 		req.Cwd = &o.Cwd
 	}
-	if o.Timeout > 0 {
-		sec := o.Timeout.Seconds()
+	if o.DaemonTimeout > 0 {
+		sec := o.DaemonTimeout.Seconds()
 		req.TimeoutSec = &sec
 	}
-	resp, err := s.send(ctx, call{op: protocol.OpExecStart,
+	resp, err := s.send(ctx, call{op: protocol.OpExecStart, command: command,
 		build: func(server string) (*http.Request, error) { return protocol.NewExecStartRequest(server, req) }})
 	if err != nil {
 		return nil, err
@@ -86,10 +100,14 @@ func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (
 
 // Result is an exec's record: its phase and, once it has exited, its outcome.
 type Result struct {
-	ExecID   string
-	Phase    protocol.Phase
-	ExitCode *int32 // nil while running, or when a signal ended the child
-	Signal   *int32
+	ExecID string
+	Phase  protocol.Phase
+	// ExitStatus is the outcome as one plain int, the way a shell reports
+	// it: the exit code, 128+N when signal N ended the child, and -1 while
+	// it runs or when the record holds no status.
+	ExitStatus int
+	ExitCode   *int32 // nil while running, or when a signal ended the child
+	Signal     *int32
 	// Stdout and Stderr are the output as the record carries it: JSON text,
 	// with invalid UTF-8 replaced by U+FFFD. Session.Run fills them with the
 	// exact streamed bytes instead when the stream delivered all of them.
@@ -99,7 +117,14 @@ type Result struct {
 }
 
 func resultOf(p protocol.PollResponse) Result {
-	r := Result{ExecID: p.ExecID, Phase: p.Phase, ExitCode: p.ExitCode, Signal: p.Signal}
+	r := Result{ExecID: p.ExecID, Phase: p.Phase, ExitCode: p.ExitCode, Signal: p.Signal, ExitStatus: -1}
+	switch {
+	case p.Phase == protocol.PhaseRunning:
+	case p.ExitCode != nil:
+		r.ExitStatus = int(*p.ExitCode)
+	case p.Signal != nil:
+		r.ExitStatus = 128 + int(*p.Signal)
+	}
 	if p.Stdout != nil {
 		r.Stdout = *p.Stdout
 	}
@@ -235,9 +260,11 @@ func (e *Exec) WriteStdinAndClose(ctx context.Context, p []byte) (int, error) {
 // RunOptions shape Session.Run.
 type RunOptions struct {
 	StartOptions
-	// Timeout is a client-side deadline. When it passes, Run returns a Timeout
-	// error and leaves the VM and the exec exactly as they were.
-	Timeout time.Duration
+	// ClientTimeout is how long Run waits. When it passes, Run returns a
+	// Timeout error naming the exec id and leaves the VM and the exec
+	// exactly as they were (the child keeps running; reattach by id). To
+	// have the daemon kill the child instead, set DaemonTimeout.
+	ClientTimeout time.Duration
 	// Stdout and Stderr, when set, receive output live as it streams.
 	Stdout, Stderr io.Writer
 	// OnGap is called for every range of output lost before it was read.
@@ -259,9 +286,9 @@ type RunOptions struct {
 // stream, and whenever the record says it was truncated. Run never holds
 // more than that cap per stream: past it the record cannot hold more either.
 func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Result, error) {
-	if o.Timeout > 0 {
+	if o.ClientTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, o.ClientTimeout)
 		defer cancel()
 	}
 	e, err := s.Start(ctx, command, o.StartOptions)

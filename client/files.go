@@ -31,7 +31,7 @@ func (s *Session) OpenFile(ctx context.Context, path string, lines LineRange) (i
 	if lines.End != 0 {
 		params.EndLine = &lines.End
 	}
-	resp, err := s.send(ctx, call{op: protocol.OpFsReadFile, file: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsReadFile, file: true, path: path,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsReadFileRequest(server, &params) }})
 	if err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func (s *Session) WriteFile(ctx context.Context, path string, r io.Reader, mode 
 		params.Mode = &m
 	}
 	body := newUploadBody(r)
-	resp, err := s.send(ctx, call{op: protocol.OpFsWriteFile, oneShot: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsWriteFile, oneShot: true, path: path,
 		build: func(server string) (*http.Request, error) {
 			return protocol.NewFsWriteFileRequestWithBody(server, &params, "application/octet-stream", body)
 		}})
@@ -73,7 +73,7 @@ func (s *Session) WriteFile(ctx context.Context, path string, r io.Reader, mode 
 // OpenTar streams the directory tree at dir as an uncompressed tar.
 func (s *Session) OpenTar(ctx context.Context, dir string) (io.ReadCloser, error) {
 	params := protocol.FsReadTarParams{Path: dir}
-	resp, err := s.send(ctx, call{op: protocol.OpFsReadTar, file: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsReadTar, file: true, path: dir,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsReadTarRequest(server, &params) }})
 	if err != nil {
 		return nil, err
@@ -96,7 +96,7 @@ func (s *Session) ReadTar(ctx context.Context, dir string, w io.Writer) (int64, 
 func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
 	params := protocol.FsWriteTarParams{Path: dir}
 	body := newUploadBody(r)
-	resp, err := s.send(ctx, call{op: protocol.OpFsWriteTar, oneShot: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsWriteTar, oneShot: true, path: dir,
 		build: func(server string) (*http.Request, error) {
 			return protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", body)
 		}})

@@ -161,7 +161,7 @@ func TestAgentdCancelIsInterruptedDeadlineIsTimeout(t *testing.T) {
 		if _, err := s.Start(ctx, []string{"sleep", "30"}, o); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.Run(ctx, []string{"sleep", "30"}, client.RunOptions{StartOptions: o, Timeout: 200 * time.Millisecond})
+		_, err := s.Run(ctx, []string{"sleep", "30"}, client.RunOptions{StartOptions: o, ClientTimeout: 200 * time.Millisecond})
 		requireCtxKind(t, "Run", err, true)
 		requireStillRunning(t, ctx, s, id)
 	})

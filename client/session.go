@@ -403,6 +403,10 @@ type call struct {
 	op    string // a protocol.Op* id, also named in messages
 	build func(server string) (*http.Request, error)
 	file  bool // a 404 means fs.ErrNotExist
+	// path is the file or directory a file call names, quoted in its errors.
+	path string
+	// command is the argv an exec start names, quoted in a spawn failure.
+	command []string
 	// oneShot: the body is the caller's reader, which a second request
 	// cannot replay, so not even a proxy refusal resends it.
 	oneShot bool
@@ -499,6 +503,7 @@ func (s *Session) statusError(c call, resp *http.Response) error {
 		}
 		return Errorf(taxonomy.KindUnexpected, "", "%s (a status agentd does not send)", msg)
 	}
+	msg += hintFor(c, wire, slug)
 	e := WireError(wire, msg)
 	if slug != "" {
 		e = e.withSlug(slug)
@@ -507,6 +512,22 @@ func (s *Session) statusError(c call, resp *http.Response) error {
 		e = e.WithCause(fs.ErrNotExist)
 	}
 	return e
+}
+
+// hintFor is what a person does next about a daemon refusal, with the path
+// or command it concerns. The error kind stays what api/errors.yaml derives
+// (the exit table is the reference's and deliberately coarse); the message is
+// where the specific fix goes.
+func hintFor(c call, wire taxonomy.WireKind, slug string) string {
+	switch {
+	case wire == taxonomy.WireUnauthorized:
+		return "; the agent token is not the one installed at launch: reattach with the token the launching process read from Sandbox.AgentToken (or `microvm run --keep` printed)"
+	case c.file && wire == taxonomy.WireNotFound:
+		return fmt.Sprintf("; %q does not exist in the VM: check the path (relative paths are resolved against the daemon's working directory, the image WORKDIR), or write it first", c.path)
+	case slug == "spawn_failed":
+		return fmt.Sprintf("; the command %q could not be started: its program is not on the image's PATH or its cwd does not exist; name the program by absolute path, fix Cwd, or set Shell with one script string", c.command)
+	}
+	return ""
 }
 
 // decodeJSON reads a JSON answer into v, closing the body.

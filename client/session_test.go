@@ -257,7 +257,7 @@ func TestStartRetryReusesExecID(t *testing.T) {
 	f, srv := newFakeAgent(t)
 	s := direct(t, srv.URL, f.token)
 	f.statusOnce["start"] = []int{503, 500}
-	e, err := s.Start(context.Background(), []string{"true"}, StartOptions{Cwd: "/tmp", Env: map[string]string{"A": "1"}, Timeout: 1500 * time.Millisecond})
+	e, err := s.Start(context.Background(), []string{"true"}, StartOptions{Cwd: "/tmp", Env: map[string]string{"A": "1"}, DaemonTimeout: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +577,7 @@ func TestRunTimeoutLeavesExecUntouched(t *testing.T) {
 		return true
 	}
 	s := direct(t, srv.URL, f.token)
-	_, err := s.Run(context.Background(), []string{"sleep", "100"}, RunOptions{Timeout: 50 * time.Millisecond, StartOptions: StartOptions{ExecID: "long"}})
+	_, err := s.Run(context.Background(), []string{"sleep", "100"}, RunOptions{ClientTimeout: 50 * time.Millisecond, StartOptions: StartOptions{ExecID: "long"}})
 	if KindOf(err) != taxonomy.KindTimeout || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "long") {
 		t.Fatalf("want Timeout naming the exec, got %v", err)
 	}

@@ -248,7 +248,10 @@ func (s *Server) localBuild(im *image, v *version) {
 	}
 }
 
-// AddImage creates a built image directly, for tests that need many.
+// AddImage creates a built, ACTIVE image named name directly (no artifact,
+// no build), for tests and embedded use that need an image to launch from.
+// It returns the image's colon-form ARN, which is what RunMicrovm and
+// sandbox.Options.Image take. Its guests run the emulator's host agentd.
 func (s *Server) AddImage(name string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

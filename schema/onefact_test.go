@@ -167,3 +167,20 @@ func TestOperationWithoutIdempotencyFailsGeneration(t *testing.T) {
 		}
 	}
 }
+
+// Wrong edit caught: generated names that break Go's initialisms
+// (DefaultExecTtlSecs beside oapi-codegen's ExecID).
+func TestGoIdentKeepsInitialisms(t *testing.T) {
+	for in, want := range map[string]string{
+		"exec_ttl_secs":     "ExecTTLSecs",
+		"max_exec_id_bytes": "MaxExecIDBytes",
+		"tls-probe":         "TLSProbe",
+		"image-arn-colon":   "ImageARNColon",
+		"still_running":     "StillRunning",
+		"identity":          "Identity", // a word that merely starts like an initialism
+	} {
+		if got := goIdent(in); got != want {
+			t.Errorf("goIdent(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -37,6 +37,9 @@ type Taxonomy struct {
 		Value   int    `yaml:"value" json:"value"`
 		Code    string `yaml:"code" json:"code"`
 		Meaning string `yaml:"meaning" json:"meaning"`
+		// Reference is how this row compares with the reference CLI's row of
+		// the same integer: "agrees", or the difference and its reason.
+		Reference string `yaml:"reference" json:"reference"`
 	} `yaml:"exit_codes" json:"exit_codes"`
 	DaemonErrors []struct {
 		Slug     string `yaml:"slug" json:"slug"`
@@ -169,6 +172,11 @@ func (t *Taxonomy) check() error {
 			return fmt.Errorf("daemon error %s is sent with %d but classified as %s (%d) without a why", d.Slug, d.Status, d.WireKind, status)
 		}
 	}
+	for _, r := range t.ExitCodes {
+		if strings.TrimSpace(r.Reference) == "" {
+			return fmt.Errorf("exit row %d: say how it compares with the reference CLI's row (reference: agrees, or the difference and why)", r.Value)
+		}
+	}
 	keys := map[string]bool{}
 	for _, c := range t.Constants {
 		if err := need("constant "+c.Name, c.Finding); err != nil {
@@ -195,11 +203,23 @@ func (t *Taxonomy) check() error {
 	return nil
 }
 
+// initialisms are the words Go writes in one case (as golint and
+// oapi-codegen do), when a slug names them as a whole word.
+var initialisms = map[string]bool{
+	"API": true, "ARN": true, "CPU": true, "HTTP": true, "ID": true, "IP": true,
+	"JSON": true, "PID": true, "PTY": true, "SSE": true, "TLS": true, "TTL": true,
+	"UID": true, "GID": true, "URL": true, "UTF8": true, "VM": true,
+}
+
 // goIdent turns a slug like "run-hook-payload-ceiling" or "still_running"
 // into an exported Go identifier suffix ("RunHookPayloadCeiling").
 func goIdent(s string) string {
 	var b strings.Builder
 	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == '-' || r == '_' || r == ' ' }) {
+		if up := strings.ToUpper(part); initialisms[up] {
+			b.WriteString(up) // Go's initialisms: ExecTTLSecs, not ExecTtlSecs
+			continue
+		}
 		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
 	}
 	return b.String()

@@ -145,14 +145,14 @@ func ParseImageRef(s string) (ImageRef, error) {
 	switch {
 	case strings.Contains(s, ":microvm-image/"):
 		fixed := strings.Replace(s, ":microvm-image/", ":microvm-image:", 1)
-		return ImageRef{}, refuse(taxonomy.FindingImageArnColon,
+		return ImageRef{}, refuse(taxonomy.FindingImageARNColon,
 			"image ARN %q uses a slash before the name; the service answers that form with a misleading AccessDeniedException. Use %q", s, fixed)
 	case strings.HasPrefix(s, "arn:"):
 		if !colonImageARN.MatchString(s) {
-			return ImageRef{}, refuse(taxonomy.FindingImageArnColon, "%q is not an image ARN of the form arn:aws:lambda:<region>:<account>:microvm-image:<name>", s)
+			return ImageRef{}, refuse(taxonomy.FindingImageARNColon, "%q is not an image ARN of the form arn:aws:lambda:<region>:<account>:microvm-image:<name>", s)
 		}
 	case s == "" || len(s) > taxonomy.MaxImageNameLen || !imageNameRE.MatchString(s):
-		return ImageRef{}, refuse(taxonomy.FindingImageArnColon, "%q is neither an image name (1..%d of [a-zA-Z0-9-_]) nor a colon-form image ARN", s, taxonomy.MaxImageNameLen)
+		return ImageRef{}, refuse(taxonomy.FindingImageARNColon, "%q is neither an image name (1..%d of [a-zA-Z0-9-_]) nor a colon-form image ARN", s, taxonomy.MaxImageNameLen)
 	}
 	return ImageRef{id: s}, nil
 }
@@ -165,7 +165,7 @@ func (r ImageRef) IsARN() bool { return strings.HasPrefix(r.id, "arn:") }
 
 func (r ImageRef) check() error {
 	if r.id == "" {
-		return refuse(taxonomy.FindingImageArnColon, "no image named; build an ImageRef with ParseImageRef")
+		return refuse(taxonomy.FindingImageARNColon, "no image named; build an ImageRef with ParseImageRef")
 	}
 	return nil
 }

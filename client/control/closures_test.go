@@ -60,8 +60,8 @@ func TestLaunchRefusalsSendNothing(t *testing.T) {
 	}{
 		{"duration over 8h", LaunchSpec{Image: arn, MaxDuration: (taxonomy.MaxDurationSec + 1) * time.Second}, taxonomy.FindingMaxDuration},
 		{"fractional duration", LaunchSpec{Image: arn, MaxDuration: 1500 * time.Millisecond}, taxonomy.FindingMaxDuration},
-		{"name not ARN", LaunchSpec{Image: mustRef(t, "x")}, taxonomy.FindingImageArnColon},
-		{"zero image", LaunchSpec{}, taxonomy.FindingImageArnColon},
+		{"name not ARN", LaunchSpec{Image: mustRef(t, "x")}, taxonomy.FindingImageARNColon},
+		{"zero image", LaunchSpec{}, taxonomy.FindingImageARNColon},
 		{"version with space", LaunchSpec{Image: arn, Version: "1 .0"}, taxonomy.FindingImageVersionForm},
 		{"idle under 60s", LaunchSpec{Image: arn, Idle: &IdlePolicy{MaxIdle: 59 * time.Second}}, taxonomy.FindingIdlePolicy},
 	}

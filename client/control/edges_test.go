@@ -274,7 +274,7 @@ func TestImageOperationsReturnTheirReplies(t *testing.T) {
 func TestTaggingByNameIsRefused(t *testing.T) {
 	h := newHarness(t, emulator.Options{}, nil)
 	err := h.c.TagImage(ctxT(t), mustRef(t, "by-name"), map[string]string{"k": "v"})
-	requireKind(t, err, taxonomy.KindInvalidArg, taxonomy.FindingImageArnColon)
+	requireKind(t, err, taxonomy.KindInvalidArg, taxonomy.FindingImageARNColon)
 }
 
 // Catches: an image name of exactly the maximum length refused

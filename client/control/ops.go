@@ -291,7 +291,7 @@ func imageARNForTags(ref ImageRef) error {
 		return err
 	}
 	if !ref.IsARN() {
-		return refuse(taxonomy.FindingImageArnColon, "tagging takes the image's ARN (arn:aws:lambda:<region>:<account>:microvm-image:<name>), not its name %q", ref.id)
+		return refuse(taxonomy.FindingImageARNColon, "tagging takes the image's ARN (arn:aws:lambda:<region>:<account>:microvm-image:<name>), not its name %q", ref.id)
 	}
 	return nil
 }
@@ -368,7 +368,7 @@ func (c *Client) launchRequest(s LaunchSpec) (cp.RunMicrovmRequest, error) {
 		return out, err
 	}
 	if !s.Image.IsARN() {
-		return out, refuse(taxonomy.FindingImageArnColon, "RunMicrovm takes the image's colon-form ARN, not the name %q; GetImage returns it", s.Image.id)
+		return out, refuse(taxonomy.FindingImageARNColon, "RunMicrovm takes the image's colon-form ARN, not the name %q; GetImage returns it", s.Image.id)
 	}
 	if s.Version != "" {
 		if err := CheckImageVersion(s.Version); err != nil {

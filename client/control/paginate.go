@@ -249,7 +249,7 @@ func (c *Client) ListManagedImageVersions(baseARN string, size int) (*Paginator[
 		return nil, err
 	}
 	if !ref.IsARN() {
-		return nil, refuse(taxonomy.FindingImageArnColon, "ListManagedMicrovmImageVersions takes the managed image's ARN, not %q", baseARN)
+		return nil, refuse(taxonomy.FindingImageARNColon, "ListManagedMicrovmImageVersions takes the managed image's ARN, not %q", baseARN)
 	}
 	return newPaginator(func(ctx context.Context, tok *string) ([]cp.ManagedMicrovmImageVersion, *string, error) {
 		const op = "ListManagedMicrovmImageVersions"

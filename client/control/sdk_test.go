@@ -32,7 +32,7 @@ func TestSDKErrorKinds(t *testing.T) {
 		{"failed suspend", &lambdamicrovms.WaiterFailureError{Waiter: "MicrovmSuspended", State: "TERMINATED"}, taxonomy.KindPlatform, ""},
 		{"waited out", &lambdamicrovms.WaiterTimeoutError{Waiter: "MicrovmRunning"}, taxonomy.KindTimeout, ""},
 		{"cancelled", context.Canceled, taxonomy.KindInterrupted, ""},
-		{"refusal", &lambdamicrovms.RefusalError{Finding: taxonomy.FindingImageArnColon}, taxonomy.KindInvalidArg, taxonomy.FindingImageArnColon},
+		{"refusal", &lambdamicrovms.RefusalError{Finding: taxonomy.FindingImageARNColon}, taxonomy.KindInvalidArg, taxonomy.FindingImageARNColon},
 		{"invalid", smithy.InvalidParamsError{Context: "X"}, taxonomy.KindInvalidArg, ""},
 	}
 	for _, tc := range cases {

@@ -218,7 +218,7 @@ func TestSlashFormImageARNIsRefusedLocally(t *testing.T) {
 	h := newHarness(t, emulator.Options{}, nil)
 	slash := "arn:aws:lambda:us-east-1:123456789012:microvm-image/x"
 	_, err := ParseImageRef(slash)
-	ce := requireKind(t, err, taxonomy.KindInvalidArg, taxonomy.FindingImageArnColon)
+	ce := requireKind(t, err, taxonomy.KindInvalidArg, taxonomy.FindingImageARNColon)
 	if !strings.Contains(ce.Message(), "microvm-image:x") {
 		t.Fatalf("refusal should show the colon form: %v", err)
 	}

@@ -122,3 +122,46 @@ func TestWaitSuspendedPassesSuspendingAndFailsOnDead(t *testing.T) {
 	_, err := scriptedClient(t, s).WaitSuspended(ctxT(t), "mvm-0123456789abcdef", fastWait)
 	requireKind(t, err, taxonomy.KindPlatform, taxonomy.MicrovmStateFinding)
 }
+
+// Catches: an image with no builds listed yet called wedged
+// (`len(builds) >= 0`): "every build PENDING" says nothing when there are
+// none, so the wait goes on. A stand-in control plane on 127.0.0.1 answers
+// CREATING with no builds for three polls, then CREATED.
+func TestImageWithNoBuildsListedYetIsNotWedged(t *testing.T) {
+	var mu sync.Mutex
+	polls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/builds") {
+			_, _ = w.Write([]byte(`{"items":[]}`))
+			return
+		}
+		mu.Lock()
+		polls++
+		state := "CREATING"
+		if polls > 3 {
+			state = "CREATED"
+		}
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(cp.GetMicrovmImageOutput{
+			ImageArn: "arn:aws:lambda:us-east-1:123456789012:microvm-image:fresh", Name: "fresh",
+			State: cp.MicrovmImageState(state), CreatedAt: 1.7e9,
+		})
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(ctxT(t), Options{
+		Region: client.USEast1, Endpoint: srv.URL, MaxAttempts: 1, MaxBackoff: 1,
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", ""),
+		Now:         func() time.Time { return fixedNow },
+		Getenv:      func(string) string { return "" },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := fastWait
+	o.Grace = 1 // past the grace period from the first poll
+	got, err := c.WaitImage(ctxT(t), mustRef(t, "fresh"), "1.0", o)
+	if err != nil || got == nil || got.State != cp.MicrovmImageState("CREATED") {
+		t.Fatalf("%+v %v", got, err)
+	}
+}

@@ -307,7 +307,7 @@ func TestTrapRefusals(t *testing.T) {
 	c := testClient(srv.srv.URL)
 	ctx := ctxT(t)
 	cases := map[taxonomy.FindingID]func() error{
-		taxonomy.FindingImageArnColon: func() error {
+		taxonomy.FindingImageARNColon: func() error {
 			_, err := c.GetMicrovmImage(ctx, &GetMicrovmImageInput{ImageIdentifier: aws.String("arn:aws:lambda:us-east-1:123456789012:microvm-image/x")})
 			return err
 		},

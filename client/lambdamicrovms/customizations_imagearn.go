@@ -25,7 +25,7 @@ func checkImageARNs(opID string, input reflect.Value) error {
 			continue
 		}
 		return &RefusalError{
-			Finding: taxonomy.FindingImageArnColon,
+			Finding: taxonomy.FindingImageARNColon,
 			Field:   opID + "Input." + name,
 			Reason: fmt.Sprintf("image ARN %q puts a slash before the name, which the service answers with a misleading AccessDeniedException; send %q",
 				s, strings.Replace(s, ":microvm-image/", ":microvm-image:", 1)),

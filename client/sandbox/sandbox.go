@@ -1,15 +1,3 @@
-// Package sandbox is one MicroVM used as a sandbox: launched from an image
-// with a locally minted agent token, talked to through a session, suspended,
-// resumed and torn down, while holding the specification's state model
-// (lifecycle, token_installed, image_exists, was_terminated, bootstrap_count)
-// and refusing every transition the model refuses before any call is sent.
-//
-// What it must never do: log, print or persist the agent token; deliver a
-// runHookPayload more than once per VM (a resume re-delivers nothing); send a
-// suspend to anything but a RUNNING VM or a resume to anything but a SUSPENDED
-// one; bring a terminated VM back; or fail a teardown — Terminate reports what
-// it could not delete by identifier instead of returning an error, because a
-// leak nobody can name cannot be cleaned up.
 package sandbox
 
 import (
@@ -39,6 +27,11 @@ type Options struct {
 	ImageOwned          bool
 
 	ExecutionRoleARN string
+	// AgentToken, when set, is the bearer agentd installs instead of one
+	// Launch mints: for a caller that keeps tokens in its own store so
+	// another process can Attach later. Empty (the usual case) mints 32
+	// random bytes. Like a minted one it is never logged or persisted here.
+	AgentToken string
 	// Env is the launch environment, delivered once in the runHookPayload.
 	Env         map[string]string
 	Idle        *control.IdlePolicy
@@ -73,6 +66,8 @@ type Sandbox struct {
 	session     *client.Session
 	window      time.Duration // suspendedDurationSeconds, as GetMicrovm reports it
 	suspendedAt time.Time
+	cycles      int           // suspends that landed
+	frozen      time.Duration // time held SUSPENDED, summed over resumed cycles
 	endpoint    string
 	token       string // the agent token, handed out only by AgentToken
 }
@@ -143,11 +138,13 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 		return nil, err
 	}
 	if !ref.IsARN() {
-		return nil, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingImageArnColon, "launch needs the image's ARN, not the name %q", o.Image)
+		return nil, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingImageARNColon, "launch needs the image's ARN, not the name %q", o.Image)
 	}
-	token, err := newAgentToken()
-	if err != nil {
-		return nil, client.Errorf(taxonomy.KindUnexpected, "", "minting the agent token: %w", err)
+	token := o.AgentToken
+	if token == "" {
+		if token, err = newAgentToken(); err != nil {
+			return nil, client.Errorf(taxonomy.KindUnexpected, "", "minting the agent token: %w", err)
+		}
 	}
 	// The ceiling is checked here, before any call.
 	payload, err := control.NewRunHookPayload(token, o.Env)
@@ -305,6 +302,9 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.m.resumed()
+	s.cycles++
+	s.frozen += s.now().Sub(s.suspendedAt)
+	s.suspendedAt = time.Time{}
 	s.observeLocked(got)
 	sess := s.session
 	s.mu.Unlock()
@@ -342,14 +342,14 @@ func (s *Sandbox) billable(ctx context.Context, op string, call func() error) er
 	return cerr
 }
 
-// Run runs command in the VM through its session. Only a RUNNING VM is
-// asked: a suspended one would not answer, and the error would say so badly.
+// Run runs command in the VM through its session and returns its record;
+// a non-zero exit is not an error here (Result.Err classifies it, and
+// Result.ExitStatus is the plain int). Only a RUNNING VM is asked: a
+// suspended one would not answer, and a terminated one never will.
 func (s *Sandbox) Run(ctx context.Context, command []string, o client.RunOptions) (client.Result, error) {
-	s.mu.Lock()
-	st, sess := s.m.lifecycle, s.session
-	s.mu.Unlock()
-	if st != Running || sess == nil {
-		return client.Result{}, refuse(taxonomy.FindingSuspendIsFreeze, "commands run only in a RUNNING MicroVM; this one is %s", st)
+	sess, err := s.runningSession()
+	if err != nil {
+		return client.Result{}, err
 	}
 	return sess.Run(ctx, command, o)
 }

@@ -21,14 +21,20 @@ type LogGroupDeleter interface {
 	DeleteLogGroup(ctx context.Context, in *cloudwatchlogs.DeleteLogGroupInput, optFns ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.DeleteLogGroupOutput, error)
 }
 
-// ImageDeletion is whether teardown deleted the image: not asked, deleted, or
-// failed. Three values, because "not deleted" must not read as "failed" when
-// nobody asked, nor as "deleted" when the call failed.
+// ImageDeletion is whether teardown deleted the image: not asked, not this
+// run's to delete, deleted, or failed. Distinct values, because "not
+// deleted" must not read as "failed" when nobody asked, as "not asked" when
+// the caller asked about an image it did not build, nor as "deleted" when
+// the call failed.
 type ImageDeletion string
 
-// The three outcomes.
+// The outcomes.
 const (
 	ImageNotAsked ImageDeletion = "not_asked"
+	// ImageNotOwned: DeleteImage was asked, but this run did not build the
+	// image (Options.ImageOwned false: a reused, attached or shared image),
+	// so it was kept.
+	ImageNotOwned ImageDeletion = "not_owned"
 	ImageDeleted  ImageDeletion = "deleted"
 	ImageFailed   ImageDeletion = "failed"
 )
@@ -96,7 +102,7 @@ func (s *Sandbox) Terminate(ctx context.Context, o TeardownOptions) TeardownRepo
 		switch {
 		case !s.opts.ImageOwned:
 			// Someone else's image (a reused one, say) is never deleted here.
-			rep.ImageDeleted = ImageNotAsked
+			rep.ImageDeleted = ImageNotOwned
 		case !rep.MicrovmTerminated && s.id != "":
 			rep.ImageDeleted = ImageFailed
 			rep.Leaked = append(rep.Leaked, Leak{"image", s.ref.String(), "not deleted: the MicroVM launched from it may still be running"})

@@ -57,6 +57,10 @@ func TestMain(m *testing.M) {
 	if agentdArm64, err = os.ReadFile(filepath.Join(dir, "agentd-arm64")); err != nil {
 		panic(err)
 	}
+	// The examples (package sandbox_test) start the embedded emulator with
+	// no agentd path, as a library user does: it is found through
+	// $MICROVM_AGENTD, the way `microvm run --local` finds it.
+	os.Setenv("MICROVM_AGENTD", agentdHost)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -70,20 +70,36 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	d := cliapi.DoctorData{Checks: rows, Ok: ok}
 	human := func(w io.Writer) error {
+		status := func(ch check) string {
+			switch {
+			case !ch.OK && ch.Fatal:
+				return "FAIL"
+			case !ch.OK:
+				return "note"
+			}
+			return "ok  "
+		}
+		if a.stdoutTTY {
+			// A frame on a terminal; a fatal failure is the row the reader
+			// must not skim past, so it is drawn in red.
+			g := grid{headers: []string{"status", "check", "detail", "remedy"}}
+			failing := 0
+			for _, ch := range checks {
+				if !ch.OK && ch.Fatal {
+					failing++
+				}
+				g.add(!ch.OK && ch.Fatal, strings.TrimSpace(status(ch)), ch.Name, ch.Detail, ch.Remedy)
+			}
+			g.footer = fmt.Sprintf("%d checks, %d failing", len(checks), failing)
+			return a.writeGrid(w, g)
+		}
 		// One check per line: status, name, what was found, then what to do.
 		width := 0
 		for _, ch := range checks {
 			width = max(width, len(ch.Name))
 		}
 		for _, ch := range checks {
-			status := "ok  "
-			switch {
-			case !ch.OK && ch.Fatal:
-				status = "FAIL"
-			case !ch.OK:
-				status = "note"
-			}
-			line := fmt.Sprintf("%s  %-*s  %s", status, width, ch.Name, ch.Detail)
+			line := fmt.Sprintf("%s  %-*s  %s", status(ch), width, ch.Name, ch.Detail)
 			if ch.Remedy != "" {
 				line += " -- try: " + ch.Remedy
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
@@ -126,7 +127,9 @@ func (p *plane) wait(timeout time.Duration) control.WaitOptions {
 // awsConfig is the SDK configuration for the AWS services beside the
 // control plane (S3, CloudWatch Logs, STS).
 func (p *plane) awsConfig(ctx context.Context) (aws.Config, error) {
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(p.region.String()))
+	// The SDK's own logger ("WARN falling back to IMDSv1") would write
+	// outside the CLI's stderr contract; a failure arrives as an error.
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(p.region.String()), config.WithLogger(logging.Nop{}))
 	if err != nil {
 		return aws.Config{}, client.Errorf(taxonomy.KindCredentials, "", "loading the AWS configuration: %w", err)
 	}

@@ -752,3 +752,22 @@ func checkDomain(t *testing.T, command, flag string, choices []any) {
 		}
 	}
 }
+
+// TestExitTableAgainstTheReference holds the exit table to the reference
+// CLI's, written out here from its microvms-cli/src/exit.rs rather than read
+// from the generated table, so it disagrees with a renumbered or renamed row
+// instead of following it. How each row's use differs is written beside the
+// row in api/errors.yaml (`reference`), which generation requires.
+func TestExitTableAgainstTheReference(t *testing.T) {
+	reference := []string{"", "ERR_UNEXPECTED", "ERR_INVALID_ARG", "ERR_RETRYABLE", "ERR_CREDENTIALS", "ERR_PROTOCOL",
+		"ERR_BUILD_WEDGED", "ERR_LAUNCH_DIED", "ERR_WINDOW_CLOSED", "ERR_PLATFORM", "ERR_TIMEOUT", "ERR_INTERRUPTED",
+		"ERR_PRECONDITION", "ERR_EXEC_FAILED"}
+	if len(taxonomy.ExitTable) != len(reference) {
+		t.Fatalf("%d rows, the reference has %d", len(taxonomy.ExitTable), len(reference))
+	}
+	for i, row := range taxonomy.ExitTable {
+		if int(row.Value) != i || row.Code != reference[i] {
+			t.Errorf("row %d is %d %s; the reference's is %d %s", i, row.Value, row.Code, i, reference[i])
+		}
+	}
+}

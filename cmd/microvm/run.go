@@ -195,7 +195,7 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 		return "", "", err
 	}
 	if found == nil {
-		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageArnColon,
+		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageARNColon,
 			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.region)
 	}
 	p.a.progress("resolved image name %s to %s", id, found.ImageArn)
@@ -322,7 +322,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		if c.Exec == "" {
 			return nil
 		}
-		ro := client.RunOptions{StartOptions: client.StartOptions{ExecID: client.NewExecID(), Shell: true}, Timeout: time.Duration(c.Timeout * float64(time.Second))}
+		ro := client.RunOptions{StartOptions: client.StartOptions{ExecID: client.NewExecID(), Shell: true}, ClientTimeout: time.Duration(c.Timeout * float64(time.Second))}
 		if !a.g.JSON && !a.g.Dense {
 			// The child's bytes, exactly and as they arrive.
 			ro.Stdout, ro.Stderr = a.stdout, a.stderr

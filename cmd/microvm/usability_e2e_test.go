@@ -3,6 +3,10 @@ package main_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,8 +144,10 @@ func onTerminal(t *testing.T, env []string, bin string, args ...string) string {
 		close(done)
 	})
 	defer timer.Stop()
+	// A failing command still drew what it drew (doctor exits 12 here).
 	out, err := cmd.Output()
-	if err != nil {
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("%v under a terminal: %v\n%s", args, err, out)
 	}
 	return string(out)
@@ -182,8 +188,8 @@ func TestTablesAreFramesOnATerminal(t *testing.T) {
 	if strings.ContainsAny(piped.stdout, "╭│\x1b") || !strings.Contains(piped.stdout, "RUN") {
 		t.Fatalf("a pipe got a frame:\n%s", piped.stdout)
 	}
-	for _, args := range [][]string{{"cost", "--running-sec", "60"}, {"manifest"}} {
-		if out := onTerminal(t, nil, bin, args...); !strings.Contains(out, "╭") {
+	for _, args := range [][]string{{"cost", "--running-sec", "60"}, {"manifest"}, {"doctor", "--region", "us-east-1"}} {
+		if out := onTerminal(t, []string{"AWS_EC2_METADATA_DISABLED=true"}, bin, args...); !strings.Contains(out, "╭") {
 			t.Fatalf("%v on a terminal:\n%s", args, out)
 		}
 	}
@@ -243,5 +249,49 @@ func TestSchemaIsTight(t *testing.T) {
 		if envelopeSchema.Validate(bad) == nil {
 			t.Errorf("%s: the schema accepts it", name)
 		}
+	}
+}
+
+// TestCpInterruptAndMissingPath: Ctrl-C during a cp leaves the VM as it was
+// (the timeout row, not "after launch; teardown ran" and not "run the same
+// command again"), and a 404 on a download names the vm: path, not an exec
+// id. Catches the interrupt mapping narrowed to exec, and the exec-id hint
+// given for a file.
+func TestCpInterruptAndMissingPath(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(hang)
+	dst := filepath.Join(t.TempDir(), "out")
+	s := startCLI(t, 20*time.Second, nil, nil, append([]string{"--json", "cp", "vm:/etc/hostname", dst}, attach(srv.URL)...)...)
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the download never reached the server")
+	}
+	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	m := wantFailure(t, s.wait(t), taxonomy.KindTimeout, taxonomy.KindTimeout.Finding())
+	if sg := fmt.Sprint(m["suggestions"]); strings.Contains(sg, "--timeout") || !strings.Contains(sg, "nothing on the VM was stopped") {
+		t.Fatalf("suggestions %v", sg)
+	}
+	if _, err := os.Stat(dst); err == nil {
+		t.Fatal("an interrupted download left a file under the asked name")
+	}
+
+	nf := wantFailure(t, cli(t, nil, "", append([]string{"--json", "cp", "vm:/no/such/file", dst}, attach(statusServer(t, 404, "not_found"))...)...), taxonomy.KindProtocol, "")
+	if sg := fmt.Sprint(nf["suggestions"]); !strings.Contains(sg, "vm: path") || strings.Contains(sg, "exec id") {
+		t.Fatalf("a missing file's hint: %v", sg)
 	}
 }

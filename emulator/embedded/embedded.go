@@ -9,8 +9,12 @@
 //
 //	emu, err := embedded.Start(ctx, embedded.Options{})
 //	defer emu.Close()
-//	cpc, err := emu.Control(ctx)
-//	sb, err := sandbox.Launch(ctx, cpc, sandbox.Options{Image: arn, Wait: emu.Wait(0)})
+//	sb, err := emu.Launch(ctx, sandbox.Options{})
+//	defer sb.Terminate(ctx, sandbox.TeardownOptions{})
+//	res, err := sb.Run(ctx, []string{"echo", "hi"}, client.RunOptions{})
+//
+// Launch registers an image and polls fast; Client is the control-plane
+// client for anything else (images, listing, a sandbox.Launch of your own).
 //
 // It must never listen on anything but loopback, never call AWS, never read
 // or need a real credential, and never leave a guest running after Close.
@@ -83,6 +87,7 @@ type Emulator struct {
 	Agentd string
 	region client.Region
 	stop   func()
+	cp     controlOnce
 }
 
 // Start serves the emulator and returns once it accepts requests.

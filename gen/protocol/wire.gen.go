@@ -130,12 +130,12 @@ type Limit struct {
 // Default values of the operative limits.
 const (
 	DefaultDiskReserveBytes      = 268435456  // AGENTD_DISK_RESERVE_BYTES
-	DefaultExecTtlSecs           = 900        // AGENTD_EXEC_TTL_SECS
+	DefaultExecTTLSecs           = 900        // AGENTD_EXEC_TTL_SECS
 	DefaultKillGraceSecs         = 10         // AGENTD_KILL_GRACE_SECS
 	DefaultListPageDefault       = 1000       //
 	DefaultMaxBodyBytes          = 536870912  // AGENTD_MAX_BODY_BYTES
 	DefaultMaxDrainBytes         = 65536      // AGENTD_MAX_DRAIN_BYTES
-	DefaultMaxExecIdBytes        = 1024       // AGENTD_MAX_EXEC_ID_BYTES
+	DefaultMaxExecIDBytes        = 1024       // AGENTD_MAX_EXEC_ID_BYTES
 	DefaultMaxHeaderBytes        = 65536      // AGENTD_MAX_HEADER_BYTES
 	DefaultMaxListPage           = 10000      //
 	DefaultMaxOpenBodies         = 16         // AGENTD_MAX_OPEN_BODIES
@@ -147,8 +147,8 @@ const (
 	DefaultOpenBodyTimeoutSecs   = 10         // AGENTD_OPEN_BODY_TIMEOUT_SECS
 	DefaultOutputLingerSecs      = 5          // AGENTD_OUTPUT_LINGER_SECS
 	DefaultPort                  = 9000       // AGENTD_PORT
-	DefaultSseIdleTimeoutSecs    = 60         //
-	DefaultSseKeepaliveSecs      = 15         // AGENTD_SSE_KEEPALIVE_SECS
+	DefaultSSEIdleTimeoutSecs    = 60         //
+	DefaultSSEKeepaliveSecs      = 15         // AGENTD_SSE_KEEPALIVE_SECS
 	DefaultStdinWriteTimeoutSecs = 5          // AGENTD_STDIN_WRITE_TIMEOUT_SECS
 	DefaultStreamReplayBytes     = 1048576    // AGENTD_STREAM_BUFFER_BYTES
 	DefaultStreamStallSecs       = 10         // AGENTD_STREAM_STALL_SECS
@@ -158,12 +158,12 @@ const (
 // Limits lists every operative limit, sorted by name.
 var Limits = []Limit{
 	{Name: "disk_reserve_bytes", Env: "AGENTD_DISK_RESERVE_BYTES", Default: DefaultDiskReserveBytes, Description: "free bytes a filesystem must keep before writes to it are refused with 507; zero disables the guard"},
-	{Name: "exec_ttl_secs", Env: "AGENTD_EXEC_TTL_SECS", Default: DefaultExecTtlSecs, Description: "seconds an acked exec entry is kept before it is collected"},
+	{Name: "exec_ttl_secs", Env: "AGENTD_EXEC_TTL_SECS", Default: DefaultExecTTLSecs, Description: "seconds an acked exec entry is kept before it is collected"},
 	{Name: "kill_grace_secs", Env: "AGENTD_KILL_GRACE_SECS", Default: DefaultKillGraceSecs, Description: "seconds between SIGTERM and SIGKILL when a process group is killed"},
 	{Name: "list_page_default", Env: "", Default: DefaultListPageDefault, Description: "entries in a GET /v1/fs/list page when the caller gives no limit"},
 	{Name: "max_body_bytes", Env: "AGENTD_MAX_BODY_BYTES", Default: DefaultMaxBodyBytes, Description: "largest request body accepted on a bearer route, counted on the wire (413 beyond it)"},
 	{Name: "max_drain_bytes", Env: "AGENTD_MAX_DRAIN_BYTES", Default: DefaultMaxDrainBytes, Description: "how much of a refused request's body is read and discarded to keep the connection reusable"},
-	{Name: "max_exec_id_bytes", Env: "AGENTD_MAX_EXEC_ID_BYTES", Default: DefaultMaxExecIdBytes, Description: "longest exec_id a start accepts (400 beyond it); an id is held and logged for the exec's whole life, so it stays small"},
+	{Name: "max_exec_id_bytes", Env: "AGENTD_MAX_EXEC_ID_BYTES", Default: DefaultMaxExecIDBytes, Description: "longest exec_id a start accepts (400 beyond it); an id is held and logged for the exec's whole life, so it stays small"},
 	{Name: "max_header_bytes", Env: "AGENTD_MAX_HEADER_BYTES", Default: DefaultMaxHeaderBytes, Description: "largest request line plus headers read for one request, before any route or authentication (431 beyond it, from the HTTP server itself); an unauthenticated caller could otherwise make the daemon hold a megabyte per open connection"},
 	{Name: "max_list_page", Env: "", Default: DefaultMaxListPage, Description: "most entries one GET /v1/fs/list page may hold; a bigger limit is refused, so one page's answer stays a few MiB"},
 	{Name: "max_open_bodies", Env: "AGENTD_MAX_OPEN_BODIES", Default: DefaultMaxOpenBodies, Description: "unauthenticated request bodies read at once; a run hook over it is 503 and a refused body over it is not drained, and either connection is closed; the other open routes never read a body (one sent to them closes the connection after the answer), so health stays answerable under a flood of slow bodies"},
@@ -175,8 +175,8 @@ var Limits = []Limit{
 	{Name: "open_body_timeout_secs", Env: "AGENTD_OPEN_BODY_TIMEOUT_SECS", Default: DefaultOpenBodyTimeoutSecs, Description: "seconds an unauthenticated request body (the run hook's, or one refused before authentication) may take to arrive; past it the connection is closed, so a slow body cannot hold a connection open"},
 	{Name: "output_linger_secs", Env: "AGENTD_OUTPUT_LINGER_SECS", Default: DefaultOutputLingerSecs, Description: "seconds to keep draining pipes after the child exits, for grandchildren still holding them"},
 	{Name: "port", Env: "AGENTD_PORT", Default: DefaultPort, Description: "TCP port the daemon listens on inside the VM"},
-	{Name: "sse_idle_timeout_secs", Env: "", Default: DefaultSseIdleTimeoutSecs, Description: "client-side threshold (four keepalive intervals) after which a silent SSE connection is treated as dead; not a daemon setting"},
-	{Name: "sse_keepalive_secs", Env: "AGENTD_SSE_KEEPALIVE_SECS", Default: DefaultSseKeepaliveSecs, Description: "interval of keepalive comment lines on a quiet SSE stream"},
+	{Name: "sse_idle_timeout_secs", Env: "", Default: DefaultSSEIdleTimeoutSecs, Description: "client-side threshold (four keepalive intervals) after which a silent SSE connection is treated as dead; not a daemon setting"},
+	{Name: "sse_keepalive_secs", Env: "AGENTD_SSE_KEEPALIVE_SECS", Default: DefaultSSEKeepaliveSecs, Description: "interval of keepalive comment lines on a quiet SSE stream"},
 	{Name: "stdin_write_timeout_secs", Env: "AGENTD_STDIN_WRITE_TIMEOUT_SECS", Default: DefaultStdinWriteTimeoutSecs, Description: "seconds a stdin write may wait for the child to read before 408"},
 	{Name: "stream_replay_bytes", Env: "AGENTD_STREAM_BUFFER_BYTES", Default: DefaultStreamReplayBytes, Description: "size of the per-exec replay window a new or resuming stream can read back from"},
 	{Name: "stream_stall_secs", Env: "AGENTD_STREAM_STALL_SECS", Default: DefaultStreamStallSecs, Description: "seconds an attached stream that has fallen a whole replay window behind may go without taking a single byte before the output pump leaves it to a gap; a reader that makes any progress in that window keeps its bytes, so a reader slowed by a busy machine loses nothing"},

@@ -13,7 +13,7 @@ type FindingID string
 
 // The findings of docs/PLATFORM.md.
 const (
-	FindingNoExecApi                  FindingID = "no-exec-api"
+	FindingNoExecAPI                  FindingID = "no-exec-api"
 	FindingHookPrefix                 FindingID = "hook-prefix"
 	FindingRunHookPayloadWrapped      FindingID = "run-hook-payload-wrapped"
 	FindingRunHookPayloadCeiling      FindingID = "run-hook-payload-ceiling"
@@ -28,7 +28,7 @@ const (
 	FindingWhatCostsMoney             FindingID = "what-costs-money"
 	FindingSuspendIsFreeze            FindingID = "suspend-is-freeze"
 	FindingHooksOverLoopback          FindingID = "hooks-over-loopback"
-	FindingTlsProbe                   FindingID = "tls-probe"
+	FindingTLSProbe                   FindingID = "tls-probe"
 	FindingEndpointAuth               FindingID = "endpoint-auth"
 	FindingAllowedPortsUnion          FindingID = "allowed-ports-union"
 	FindingClientTokenPermanent       FindingID = "client-token-permanent"
@@ -38,7 +38,7 @@ const (
 	FindingPaginationCursorEncoding   FindingID = "pagination-cursor-encoding"
 	FindingMaxResultsBeforeNameFilter FindingID = "max-results-before-name-filter"
 	FindingDuplicateImageName         FindingID = "duplicate-image-name"
-	FindingImageArnColon              FindingID = "image-arn-colon"
+	FindingImageARNColon              FindingID = "image-arn-colon"
 	FindingBaseImagesLackWorkdir      FindingID = "base-images-lack-workdir"
 	FindingGuestKernelOpenat2         FindingID = "guest-kernel-openat2"
 	FindingMaxDuration                FindingID = "max-duration"
@@ -62,7 +62,7 @@ type Finding struct {
 
 // Findings lists every finding in declaration order.
 var Findings = []Finding{
-	{ID: FindingNoExecApi, Title: "The service offers no exec and no file transfer"},
+	{ID: FindingNoExecAPI, Title: "The service offers no exec and no file transfer"},
 	{ID: FindingHookPrefix, Title: "Lifecycle hooks live under a fixed prefix"},
 	{ID: FindingRunHookPayloadWrapped, Title: "The runHookPayload reaches the run hook wrapped in an envelope"},
 	{ID: FindingRunHookPayloadCeiling, Title: "The runHookPayload ceiling is 4096 bytes for the whole string"},
@@ -77,7 +77,7 @@ var Findings = []Finding{
 	{ID: FindingWhatCostsMoney, Title: "What is billed"},
 	{ID: FindingSuspendIsFreeze, Title: "Suspend and resume freeze and thaw the guest"},
 	{ID: FindingHooksOverLoopback, Title: "Platform hooks arrive over loopback"},
-	{ID: FindingTlsProbe, Title: "The agent port is probed with TLS before bootstrap"},
+	{ID: FindingTLSProbe, Title: "The agent port is probed with TLS before bootstrap"},
 	{ID: FindingEndpointAuth, Title: "Endpoint authentication and the 60-minute proxy token"},
 	{ID: FindingAllowedPortsUnion, Title: "allowedPorts is a three-form union and the scope is enforced"},
 	{ID: FindingClientTokenPermanent, Title: "A clientToken is an idempotency key forever"},
@@ -87,7 +87,7 @@ var Findings = []Finding{
 	{ID: FindingPaginationCursorEncoding, Title: "Pagination cursors must be percent-encoded, padding included"},
 	{ID: FindingMaxResultsBeforeNameFilter, Title: "maxResults is applied before nameFilter"},
 	{ID: FindingDuplicateImageName, Title: "A duplicate image name is refused with ValidationException"},
-	{ID: FindingImageArnColon, Title: "Image ARNs take a colon before the name"},
+	{ID: FindingImageARNColon, Title: "Image ARNs take a colon before the name"},
 	{ID: FindingBaseImagesLackWorkdir, Title: "Most public ARM64 base images set no WORKDIR"},
 	{ID: FindingGuestKernelOpenat2, Title: "The guest kernel is new enough for openat2"},
 	{ID: FindingMaxDuration, Title: "maximumDurationInSeconds is capped at eight hours"},

@@ -394,3 +394,73 @@ func TestExistingTreeIsEnteredButSpecialFilesAreNotReplaced(t *testing.T) {
 		t.Fatalf("the fifo was replaced: %v %v", st, err)
 	}
 }
+
+// leftovers lists the temp names extraction left in dir.
+func leftovers(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		if strings.HasPrefix(e.Name(), ".agentd-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// Catches: the temp name beside a member left behind when its rename over
+// the target fails (a negated Renameat check unlinks only on success): a
+// file member onto a directory is refused and leaves nothing.
+func TestFileOntoADirectoryLeavesNoTempName(t *testing.T) {
+	_, root, _ := layout(t)
+	if err := os.MkdirAll(filepath.Join(root, "d", "inside"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := extract(t, root, tartest.Build(tartest.File("d", "x")), Caps{}); statusOf(err) != 400 {
+		t.Fatalf("a file onto a directory: %v", err)
+	}
+	if l := leftovers(t, root); len(l) != 0 {
+		t.Fatalf("left behind: %v", l)
+	}
+}
+
+// Catches: a named temp file (the fallback on a filesystem without
+// O_TMPFILE) kept after its member failed (`named == ""` in the cleanup),
+// or not given its name when it succeeded, and a refusal of O_TMPFILE that
+// is not taken as "no O_TMPFILE here" (a negated EISDIR or EINVAL test; old
+// kernels answer those). Openat2 plays such a filesystem.
+func TestWithoutOTmpfileTheNamedTempIsCleanedUp(t *testing.T) {
+	for _, errno := range []unix.Errno{unix.EOPNOTSUPP, unix.EISDIR, unix.EINVAL} {
+		withoutTmpfile(t, errno)
+	}
+}
+
+func withoutTmpfile(t *testing.T, errno unix.Errno) {
+	noTmpfile := func(dirfd int, path string, how *unix.OpenHow) (int, error) {
+		if how.Flags&unix.O_TMPFILE == unix.O_TMPFILE {
+			return -1, errno
+		}
+		return unix.Openat2(dirfd, path, how)
+	}
+	full := tartest.Build(tartest.File("a", "first"), tartest.File("b", strings.Repeat("b", 700)))
+	_, root, _ := layout(t)
+	if _, err := Extract(root, bytes.NewReader(full), Options{Log: quiet, Openat2: noTmpfile}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "b")); string(got) != strings.Repeat("b", 700) {
+		t.Fatalf("b = %q", got)
+	}
+	_, root2, _ := layout(t)
+	if _, err := Extract(root2, bytes.NewReader(full[:1536+100]), Options{Log: quiet, Openat2: noTmpfile}); statusOf(err) != 400 {
+		t.Fatalf("cut inside b: %v", err)
+	}
+	if l := leftovers(t, root); len(l) != 0 {
+		t.Fatalf("left behind after success: %v", l)
+	}
+	if l := leftovers(t, root2); len(l) != 0 {
+		t.Fatalf("left behind after a cut member: %v", l)
+	}
+}

@@ -1,0 +1,39 @@
+package agentd
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// Catches: the overflow clamp of a seconds setting compared the wrong way
+// (`v / float64(time.Second)`, which clamps almost nothing) or one off at its
+// edge (`>` for `>=`: a product of exactly 2^63 ns converts to a negative
+// Duration). A limit set absurdly high must mean "as long as possible", never
+// a negative duration that fires at once.
+func TestSecondsSettingsClampInsteadOfOverflowing(t *testing.T) {
+	for _, v := range []float64{1e10, math.MaxInt64 / float64(time.Second), 1e300} {
+		if d := seconds(v); d != time.Duration(math.MaxInt64) {
+			t.Errorf("seconds(%g) = %d, want the clamp %d", v, d, int64(math.MaxInt64))
+		}
+	}
+	if d := seconds(1.5); d != 1500*time.Millisecond {
+		t.Errorf("seconds(1.5) = %s", d)
+	}
+}
+
+// Catches: a host-name character class one off at the edge of a range
+// (`r > '0'`, `r < '9'`, `r > 'a'`, `r < 'Z'`, ...) or negated: 0, 9, a, z,
+// A and Z are host-name characters.
+func TestHostNamesTakeEveryDigitAndLetter(t *testing.T) {
+	for _, h := range []string{"host0", "host9", "a-0.b-9.example", "az", "AZ", "zebra.Alpha"} {
+		if err := checkHost(h); err != nil {
+			t.Errorf("%s: %v", h, err)
+		}
+	}
+	for _, h := range []string{"host_1", "host/9", "hóst"} {
+		if err := checkHost(h); err == nil {
+			t.Errorf("%s accepted", h)
+		}
+	}
+}

@@ -1,0 +1,66 @@
+// Package sandbox is one MicroVM used as a sandbox: launched from an image
+// with a locally minted agent token (or reattached to by id and token), talked
+// to through a session, suspended, resumed and torn down, while holding the
+// specification's state model (lifecycle, token_installed, image_exists,
+// was_terminated, bootstrap_count) and refusing every transition the model
+// refuses before any call is sent.
+//
+// # A sandbox in a few lines
+//
+// On this machine, with the local emulator (package emulator/embedded, the
+// same code `microvm run --local` runs; it needs root for the guests'
+// namespaces and finds agentd as the CLI does):
+//
+//	emu, err := embedded.Start(ctx, embedded.Options{})
+//	defer emu.Close()
+//	sb, err := emu.Launch(ctx, sandbox.Options{})
+//	defer sb.Terminate(ctx, sandbox.TeardownOptions{})
+//	res, err := sb.Run(ctx, []string{"echo", "hi"}, client.RunOptions{})
+//	fmt.Print(res.Stdout, res.ExitStatus)
+//
+// Against AWS, the same Sandbox comes from Launch with a control.Client and
+// an image ARN (client/build builds one). Run, the file helpers (ReadFile,
+// WriteFile, UploadDir, DownloadDir), Suspend, Resume, Terminate and Cost
+// are the same calls in both places.
+//
+// # Coming from E2B or the reference library
+//
+// E2B's SDK and the reference implementation's Rust library
+// (docs/reference/public-api.md there) name the same steps differently:
+//
+//	E2B                      reference (microvms-core)       here
+//	Sandbox.create()         Sandbox::run(RunRequest)        Launch(ctx, cp, Options) · embedded: emu.Launch
+//	Sandbox.connect(id)      RunRequest.agent_token          Attach(ctx, cp, id, token, Options) · Options.AgentToken
+//	sandbox.commands.run()   Session::run + ExecHandle       Sandbox.Run (waits) · Session().Start / Spawn (does not)
+//	  on_stdout callback       ExecHandle stream               RunOptions.Stdout / Stderr (io.Writer, live)
+//	  —                        StartRequest.timeout_sec        StartOptions.DaemonTimeout (agentd kills the child)
+//	  —                        —                               RunOptions.ClientTimeout (stop waiting, child lives)
+//	  result.exit_code         ExecResult.outcome              Result.ExitStatus (int) · ExitCode / Signal (pointers)
+//	sandbox.files.write()    Session fs routes               Sandbox.WriteFile (bytes) · UploadDir (tree, tar)
+//	sandbox.files.read()     Session fs routes               Sandbox.ReadFile (bytes) · DownloadDir · Session().OpenFile (stream)
+//	sandbox.kill()           Sandbox::terminate              Sandbox.Terminate → TeardownReport (never an error)
+//	sandbox.pause()/resume   —                               Sandbox.Suspend / Resume
+//	—                        Sandbox::build_image            build.Build (client/build)
+//	—                        Lifecycle                       Lifecycle (Sandbox.Lifecycle)
+//	—                        TeardownOpts / TeardownReport   TeardownOptions / TeardownReport
+//	—                        cost::run_report                Sandbox.Cost(ctx, cost.Pinned(region)) · Sandbox.Usage
+//	—                        ControlPlane                    control.Client (emulator: emu.Client)
+//
+// Unlike E2B, a sandbox id alone does not reconnect: the agent token is the
+// credential the VM's agentd checks, so keep it (Sandbox.AgentToken) next to
+// the id, as a secret.
+//
+// # Errors
+//
+// Every error is a *client.Error; its Kind decides the CLI exit code and its
+// message says what to do. A missing file is errors.Is(err, fs.ErrNotExist)
+// and quotes the path; a wrong agent token is ERR_CREDENTIALS naming the
+// token; a command that cannot be started quotes the command.
+//
+// What it must never do: log, print or persist the agent token; deliver a
+// runHookPayload more than once per VM (a resume re-delivers nothing); send a
+// suspend to anything but a RUNNING VM or a resume to anything but a SUSPENDED
+// one; bring a terminated VM back; or fail a teardown — Terminate reports what
+// it could not delete by identifier instead of returning an error, because a
+// leak nobody can name cannot be cleaned up.
+package sandbox

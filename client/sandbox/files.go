@@ -1,0 +1,227 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// MaxReadFileBytes is the most ReadFile returns in one slice. A larger file
+// is refused rather than held whole; stream it with Session().OpenFile.
+const MaxReadFileBytes = 64 << 20
+
+// runningSession is the session of a RUNNING sandbox, or the refusal that says why
+// there is none (the same one Run gives).
+func (s *Sandbox) runningSession() (*client.Session, error) {
+	s.mu.Lock()
+	st, sess, dead := s.m.lifecycle, s.session, s.m.wasTerminated
+	s.mu.Unlock()
+	if st == Running && sess != nil {
+		return sess, nil
+	}
+	if dead {
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "",
+			"MicroVM %s was terminated (it is %s) and a terminated MicroVM never runs again; launch a new sandbox", s.id, st)
+	}
+	if st == Suspended || st == Suspending {
+		return nil, refuse(taxonomy.FindingSuspendIsFreeze, "MicroVM %s is %s and a suspended VM answers nothing; Resume it first", s.id, st)
+	}
+	return nil, client.Errorf(taxonomy.KindInvalidArg, "", "MicroVM %s is %s; commands and files are served only once Launch or Attach returned a RUNNING sandbox", s.id, st)
+}
+
+// ReadFile returns the whole file at path in the VM. A missing file is an
+// error for which errors.Is(err, fs.ErrNotExist) holds and whose message
+// quotes the path. Files over MaxReadFileBytes are refused.
+func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	sess, err := s.runningSession()
+	if err != nil {
+		return nil, err
+	}
+	rc, err := sess.OpenFile(ctx, path, client.LineRange{})
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, MaxReadFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxReadFileBytes {
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "%s is over %d bytes; stream it with Session().OpenFile instead of reading it whole", path, MaxReadFileBytes)
+	}
+	return b, nil
+}
+
+// WriteFile writes data to the file at path in the VM, creating its parent
+// directories. A zero mode leaves the daemon's default.
+func (s *Sandbox) WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error {
+	sess, err := s.runningSession()
+	if err != nil {
+		return err
+	}
+	return sess.WriteFile(ctx, path, bytes.NewReader(data), mode)
+}
+
+// UploadDir copies the local directory tree at local into dir in the VM. The
+// tree is streamed as a tar archive while it is walked, never held whole;
+// the daemon extracts it confined beneath dir. Regular files, directories
+// and symbolic links are sent; anything else (a socket, a device) is
+// refused by name.
+func (s *Sandbox) UploadDir(ctx context.Context, local, dir string) error {
+	sess, err := s.runningSession()
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(local)
+	if err != nil {
+		return client.Errorf(taxonomy.KindInvalidArg, "", "upload source %s: %w", local, err).WithCause(err)
+	}
+	if !st.IsDir() {
+		return client.Errorf(taxonomy.KindInvalidArg, "", "upload source %s is not a directory; send a single file with WriteFile", local)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(packDir(local, pw)) }()
+	err = sess.WriteTar(ctx, dir, pr)
+	pr.CloseWithError(errors.New("upload finished"))
+	return err
+}
+
+// packDir writes the tree at root to w as an uncompressed tar, with paths
+// relative to root.
+func packDir(root string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		switch {
+		case info.Mode().IsRegular(), info.IsDir():
+		case info.Mode()&fs.ModeSymlink != 0:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		default:
+			return client.Errorf(taxonomy.KindInvalidArg, "", "%s is a %s, which a directory upload cannot carry; remove it or upload around it", p, info.Mode().Type())
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		h.Uname, h.Gname = "", ""
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			f.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// DownloadDir copies the directory tree at dir in the VM into the local
+// directory local, creating it. The tree arrives as a tar stream and is
+// extracted as it is read, every entry confined beneath local (os.Root): an
+// entry naming a path outside it is refused, and no entry is ever written
+// through a link that leads out. Existing files are overwritten.
+func (s *Sandbox) DownloadDir(ctx context.Context, dir, local string) error {
+	sess, err := s.runningSession()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(local, 0o755); err != nil {
+		return client.Errorf(taxonomy.KindInvalidArg, "", "download target %s: %w", local, err).WithCause(err)
+	}
+	root, err := os.OpenRoot(local)
+	if err != nil {
+		return client.Errorf(taxonomy.KindInvalidArg, "", "download target %s: %w", local, err).WithCause(err)
+	}
+	defer root.Close()
+	rc, err := sess.OpenTar(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return unpack(tar.NewReader(rc), root, local)
+}
+
+func unpack(tr *tar.Reader, root *os.Root, local string) error {
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := filepath.FromSlash(strings.TrimPrefix(h.Name, "./"))
+		if name == "" || name == "." {
+			continue
+		}
+		if !filepath.IsLocal(name) {
+			return client.Errorf(taxonomy.KindProtocol, "", "the archive names %q, outside %s; nothing past it was extracted", h.Name, local)
+		}
+		mode := fs.FileMode(h.Mode).Perm()
+		if dir := filepath.Dir(name); dir != "." {
+			if err := root.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("extracting %s into %s: %w", h.Name, local, err)
+			}
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return fmt.Errorf("extracting %s into %s: %w", h.Name, local, err)
+			}
+			_ = root.Chmod(name, mode|0o700)
+		case tar.TypeReg:
+			_ = root.Remove(name) // never write through whatever was there
+			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+			if err != nil {
+				return fmt.Errorf("extracting %s into %s: %w", h.Name, local, err)
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("extracting %s into %s: %w", h.Name, local, err)
+			}
+		case tar.TypeSymlink:
+			_ = root.Remove(name)
+			if err := root.Symlink(h.Linkname, name); err != nil {
+				return fmt.Errorf("extracting %s into %s: %w", h.Name, local, err)
+			}
+		default:
+			return client.Errorf(taxonomy.KindProtocol, "", "the archive entry %q is of tar type %q, which DownloadDir does not extract", h.Name, h.Typeflag)
+		}
+	}
+}
