@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,37 +16,18 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/internal/testbin"
 )
 
 const binaryVersion = "9.9.9-test"
 
-var (
-	binaryOnce sync.Once
-	binaryPath string
-	binaryErr  error
-)
+var ()
 
 // agentdBinary builds cmd/agentd once per test run, with the version stamped
 // the way the Makefile does it.
 func agentdBinary(t testing.TB) string {
 	t.Helper()
-	binaryOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "agentd-bin")
-		if err != nil {
-			binaryErr = err
-			return
-		}
-		binaryPath = filepath.Join(dir, "agentd")
-		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/microvms/microvms/agentd.Version="+binaryVersion, "-o", binaryPath, "github.com/microvms/microvms/cmd/agentd")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binaryErr = fmt.Errorf("go build cmd/agentd: %v\n%s", err, out)
-		}
-	})
-	if binaryErr != nil {
-		t.Fatal(binaryErr)
-	}
-	return binaryPath
+	return testbin.MustBuild(t, "cmd/agentd", testbin.Options{LDFlags: "-X github.com/microvms/microvms/agentd.Version=" + binaryVersion})
 }
 
 // process is a running agentd binary.

@@ -37,3 +37,17 @@ func TestHostNamesTakeEveryDigitAndLetter(t *testing.T) {
 		}
 	}
 }
+
+// Catches: a zero keepalive, stall or open-body timeout kept by normalized
+// (`<= 0` made `< 0`: the engine would spin on it), or a caller's positive
+// value replaced by the default (the test negated).
+func TestNormalizedReplacesOnlyZeroTimeouts(t *testing.T) {
+	z := Config{}.normalized()
+	if z.SSEKeepalive <= 0 || z.StreamStallTimeout <= 0 || z.OpenBodyTimeout <= 0 || z.StreamReplayBytes != 1 || z.MaxOpenBodies != 1 {
+		t.Fatalf("zero config normalized to %+v", z)
+	}
+	set := Config{SSEKeepalive: 3 * time.Second, StreamStallTimeout: 4 * time.Second, OpenBodyTimeout: 5 * time.Second}.normalized()
+	if set.SSEKeepalive != 3*time.Second || set.StreamStallTimeout != 4*time.Second || set.OpenBodyTimeout != 5*time.Second {
+		t.Fatalf("a caller's timeouts were replaced: %s %s %s", set.SSEKeepalive, set.StreamStallTimeout, set.OpenBodyTimeout)
+	}
+}

@@ -112,6 +112,7 @@ func (s *Server) ExecAck(w http.ResponseWriter, r *http.Request, id protocol.Exe
 	e.log.release()
 	s.log.Info("exec acked; output released", "exec_id", id)
 	writeOutcome(w, id, protocol.PhaseAcked, stdout, stderr, st)
+	s.execs.reclaim.released(stdout.n + stderr.n)
 }
 
 // ExecKill signals the exec's whole process group: a shell that backgrounded a

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net/http"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/microvms/microvms/gen/protocol"
@@ -13,6 +14,11 @@ import (
 // is written, whatever the output's size: the heads are encoded from where
 // they are held straight into this buffer, never into a copy of the body.
 const outcomeBufferBytes = 32 << 10
+
+// outcomeWriters recycles the outcome buffers. Every exec's ack (and every
+// exited poll) writes one, and a fresh 32 KiB each time was most of what a
+// short exec allocated: at /bin/true rates the collector ran every few execs.
+var outcomeWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, outcomeBufferBytes) }}
 
 // writeOutcome streams an exited poll or an ack. The body is the JSON of
 // the exited PollResponse (exit_code null, not omitted, for a signal), but built as it is written: a head of 8 MiB
@@ -24,7 +30,12 @@ const outcomeBufferBytes = 32 << 10
 func writeOutcome(w http.ResponseWriter, id string, phase protocol.Phase, stdout, stderr head, st exitStatus) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, outcomeBufferBytes)
+	bw := outcomeWriters.Get().(*bufio.Writer)
+	bw.Reset(w)
+	defer func() {
+		bw.Reset(nil) // drop the connection; the buffer is all the pool keeps
+		outcomeWriters.Put(bw)
+	}()
 	e := jsonText{w: bw}
 	bw.WriteString(`{"exec_id":`)
 	e.string([][]byte{[]byte(id)})

@@ -59,6 +59,7 @@ func (e *execEntry) isFinished() bool {
 
 // registry holds every exec until an ack plus the TTL lets it go.
 type registry struct {
+	reclaim reclaimer // collects released heads after large acks
 	cfg     *Config
 	log     *slog.Logger
 	devNull *os.File

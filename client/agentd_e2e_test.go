@@ -32,46 +32,18 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/testbin"
 )
-
-var agentdBuild struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if agentdBuild.dir != "" {
-		os.RemoveAll(agentdBuild.dir)
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }
 
 // agentdBinary builds cmd/agentd once per test binary, on first use, so the
 // unit tests and fuzzing do not pay for it.
-func agentdBinary(t *testing.T) string {
-	t.Helper()
-	agentdBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "client-e2e-agentd-")
-		if err != nil {
-			agentdBuild.err = err
-			return
-		}
-		agentdBuild.dir = dir
-		agentdBuild.path = filepath.Join(dir, "agentd")
-		cmd := exec.Command("go", "build", "-o", agentdBuild.path, "github.com/microvms/microvms/cmd/agentd")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentdBuild.err = fmt.Errorf("go build cmd/agentd: %v\n%s", err, out)
-		}
-	})
-	if agentdBuild.err != nil {
-		t.Fatal(agentdBuild.err)
-	}
-	return agentdBuild.path
-}
+func agentdBinary(t *testing.T) string { t.Helper(); return testbin.Agentd(t) }
 
 // daemon is one running agentd.
 type daemon struct {

@@ -24,6 +24,7 @@ import (
 	"github.com/microvms/microvms/client"
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/testbin"
 )
 
 // The tests below run real guests: agentd confined by AgentdLauncher,
@@ -520,12 +521,7 @@ func TestImageRootIsTheLowerLayer(t *testing.T) {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
 	dir := t.TempDir()
-	static := filepath.Join(dir, "agentd-static")
-	build := exec.Command("go", "build", "-o", static, "github.com/microvms/microvms/cmd/agentd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building a static agentd: %v\n%s", err, out)
-	}
+	static := testbin.Agentd(t) // CGO off: static, so it runs under any image root
 	image := filepath.Join(dir, "image")
 	if err := os.MkdirAll(filepath.Join(image, "etc"), 0o755); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/testbin"
 )
 
 // agentdBin is the real daemon, built once for every test that needs a guest.
@@ -32,17 +32,13 @@ func TestMain(m *testing.M) {
 		agentdBin = p
 		os.Exit(m.Run())
 	}
-	dir, err := os.MkdirTemp("", "emulator-test-")
-	if err != nil {
-		panic(err)
-	}
-	agentdBin = filepath.Join(dir, "agentd")
-	if out, err := exec.Command("go", "build", "-o", agentdBin, "github.com/microvms/microvms/cmd/agentd").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building agentd: %v\n%s", err, out)
+	var err error
+	if agentdBin, err = testbin.Build("cmd/agentd", testbin.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	testbin.Cleanup()
 	os.Exit(code)
 }
 

@@ -79,6 +79,10 @@ func NewRunHookPayload(agentToken string, env map[string]string) (RunHookPayload
 	return RunHookPayload{s: string(full)}, nil
 }
 
+// Payload is the serialized string RunMicrovmInput.RunHookPayload carries.
+// It holds the agent token: send it, never log or persist it.
+func (p RunHookPayload) Payload() string { return p.s }
+
 // Len is the payload's size in bytes.
 func (p RunHookPayload) Len() int { return len(p.s) }
 

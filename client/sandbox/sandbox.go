@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/control"
 	"github.com/microvms/microvms/client/lambdamicrovms"
@@ -158,14 +159,16 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 			return nil, err
 		}
 	}
-	run, err := c.Launch(ctx, control.LaunchSpec{
-		Image: ref, Version: o.Version, ExecutionRoleARN: o.ExecutionRoleARN, Payload: payload,
-		Connectors: o.Connectors, Idle: o.Idle, MaxDuration: o.MaxDuration,
-	})
+	in, err := runInput(c.Region().String(), ref.String(), o, payload)
+	if err != nil {
+		return nil, err
+	}
+	run, err := s.api().RunMicrovm(ctx, in)
+	err = control.SDKError("RunMicrovm", err)
 	if after != nil {
 		id := ""
 		if run != nil {
-			id = run.MicrovmId
+			id = aws.ToString(run.MicrovmId)
 		}
 		if lerr := after(id, err); lerr != nil && err == nil {
 			err = lerr
@@ -176,10 +179,10 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 			return nil, err
 		}
 	}
-	s.id, s.endpoint = run.MicrovmId, run.Endpoint
+	s.id, s.endpoint = aws.ToString(run.MicrovmId), aws.ToString(run.Endpoint)
 	s.apply((*model).launchAccepted)
 	if o.Ledger != nil {
-		_ = o.Ledger.Update(func(r *ledger.Run) { r.MicrovmID = run.MicrovmId })
+		_ = o.Ledger.Update(func(r *ledger.Run) { r.MicrovmID = s.id })
 	}
 	if err != nil {
 		return s, err
@@ -200,7 +203,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 	if err != nil {
 		return s, err
 	}
-	sess, err := client.Proxied(control.EndpointURL(s.endpoint), token, c.ProxyMinter(s.id),
+	sess, err := client.Proxied(control.EndpointURL(s.endpoint), token, ProxyMinter(s.api(), s.id),
 		append([]client.Option{client.WithAgentPort(o.Port)}, o.SessionOptions...)...)
 	if err != nil {
 		return s, err

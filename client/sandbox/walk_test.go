@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +29,7 @@ import (
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/testbin"
 )
 
 var (
@@ -38,23 +38,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sandbox-test-")
+	var err error
+	if agentdHost, err = testbin.Build("cmd/agentd", testbin.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	arm64, err := testbin.Build("cmd/agentd", testbin.Options{GOOS: "linux", GOARCH: "arm64"})
 	if err != nil {
-		panic(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	agentdHost = filepath.Join(dir, "agentd")
-	for _, b := range []struct{ out, goarch string }{{agentdHost, ""}, {filepath.Join(dir, "agentd-arm64"), "arm64"}} {
-		cmd := exec.Command("go", "build", "-o", b.out, "github.com/microvms/microvms/cmd/agentd")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b.goarch != "" {
-			cmd.Env = append(cmd.Env, "GOOS=linux", "GOARCH="+b.goarch)
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building agentd: %v\n%s", err, out)
-			os.Exit(1)
-		}
-	}
-	if agentdArm64, err = os.ReadFile(filepath.Join(dir, "agentd-arm64")); err != nil {
+	if agentdArm64, err = os.ReadFile(arm64); err != nil {
 		panic(err)
 	}
 	// The examples (package sandbox_test) start the embedded emulator with
@@ -62,7 +56,7 @@ func TestMain(m *testing.M) {
 	// $MICROVM_AGENTD, the way `microvm run --local` finds it.
 	os.Setenv("MICROVM_AGENTD", agentdHost)
 	code := m.Run()
-	os.RemoveAll(dir)
+	testbin.Cleanup()
 	os.Exit(code)
 }
 

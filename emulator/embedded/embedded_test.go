@@ -3,10 +3,8 @@ package embedded
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client/control"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/testbin"
 )
 
 func executable(t testing.TB, dir, name string) string {
@@ -80,30 +79,7 @@ func TestIsLocal(t *testing.T) {
 	}
 }
 
-var (
-	agentdOnce sync.Once
-	agentdPath string
-	agentdErr  error
-)
-
-func buildAgentd(b testing.TB) string {
-	agentdOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "embedded-bench")
-		if err != nil {
-			agentdErr = err
-			return
-		}
-		agentdPath = filepath.Join(dir, "agentd")
-		if out, err := exec.Command("go", "build", "-o", agentdPath, "../../cmd/agentd").CombinedOutput(); err != nil {
-			agentdErr = err
-			b.Log(string(out))
-		}
-	})
-	if agentdErr != nil {
-		b.Fatal(agentdErr)
-	}
-	return agentdPath
-}
+func buildAgentd(b testing.TB) string { return testbin.Agentd(b) }
 
 // BenchmarkLaunchToRunning is one launch on the embedded emulator, from
 // RunMicrovm to the waiter seeing RUNNING: the guest starts, its run hook
