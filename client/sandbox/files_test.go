@@ -1,0 +1,95 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+type entry struct {
+	name, link, body string
+	typ              byte
+}
+
+func tarOf(t testing.TB, es []entry) []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range es {
+		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: 0o644, Size: int64(len(e.body))}
+		if e.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if e.typ == tar.TypeReg {
+			tw.Write([]byte(e.body))
+		}
+	}
+	tw.Close()
+	return b.Bytes()
+}
+
+func extract(t testing.TB, data []byte) (string, error) {
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	return dir, unpack(tar.NewReader(bytes.NewReader(data)), root, dir)
+}
+
+// Catches: DownloadDir writing outside the target directory. The wrong edits
+// it names: joining entry names onto the target with filepath.Join and
+// os.Create (a "../" entry or an absolute one escapes), or following a
+// symlink the archive planted ("link" -> outside, then "link/x").
+func TestUnpackConfined(t *testing.T) {
+	outside := t.TempDir()
+	for name, es := range map[string][]entry{
+		"dotdot":   {{name: "../escape", body: "x", typ: tar.TypeReg}},
+		"nested":   {{name: "a/../../escape", body: "x", typ: tar.TypeReg}},
+		"absolute": {{name: filepath.Join(outside, "escape"), body: "x", typ: tar.TypeReg}},
+		"symlink":  {{name: "link", link: outside, typ: tar.TypeSymlink}, {name: "link/escape", body: "x", typ: tar.TypeReg}},
+	} {
+		dir, err := extract(t, tarOf(t, es))
+		if err == nil {
+			t.Errorf("%s: extracted without complaint", name)
+		}
+		for _, p := range []string{filepath.Join(outside, "escape"), filepath.Join(filepath.Dir(dir), "escape")} {
+			if _, err := os.Lstat(p); err == nil {
+				t.Fatalf("%s: wrote %s, outside the target", name, p)
+			}
+		}
+	}
+	dir, err := extract(t, tarOf(t, []entry{{name: "d/", typ: tar.TypeDir}, {name: "d/f", body: "ok", typ: tar.TypeReg}, {name: "d/f", body: "new", typ: tar.TypeReg}}))
+	if b, _ := os.ReadFile(filepath.Join(dir, "d", "f")); err != nil || string(b) != "new" {
+		t.Fatalf("a plain tree: %q %v", b, err)
+	}
+}
+
+// FuzzUnpack: whatever bytes the VM sends as a tar, extraction stays
+// beneath its directory and never panics.
+func FuzzUnpack(f *testing.F) {
+	f.Add(tarOf(f, []entry{{name: "a/b", body: "hi", typ: tar.TypeReg}}))
+	f.Add(tarOf(f, []entry{{name: "../x", body: "hi", typ: tar.TypeReg}}))
+	f.Add(tarOf(f, []entry{{name: "l", link: "/", typ: tar.TypeSymlink}, {name: "l/x", body: "hi", typ: tar.TypeReg}}))
+	f.Add([]byte("not a tar"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "in")
+		os.Mkdir(dir, 0o755)
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		_ = unpack(tar.NewReader(bytes.NewReader(data)), root, dir)
+		ents, _ := os.ReadDir(parent)
+		if len(ents) != 1 {
+			t.Fatalf("wrote beside the target: %v", ents)
+		}
+	})
+}
