@@ -11,7 +11,6 @@ import (
 	"github.com/microvms/microvms/client/control"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/ledger"
-	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -143,22 +142,9 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 		return nil, err
 	}
 
-	spec := control.ImageSpec{
-		Name: name, BaseImageVersion: s.BaseImageVersion, BuildRoleARN: s.BuildRoleARN,
-		CodeArtifactURI: res.ArtifactURI, InternetEgress: s.InternetEgress, Size: s.Size,
-		RepairIdentity: s.RepairIdentity,
-		Hooks: &control.Hooks{
-			Port:  s.Port,
-			Run:   control.RunHook{Enabled: true, Timeout: s.Run},
-			Ready: control.BuildHook{Enabled: true, Timeout: s.Ready}, Validate: control.BuildHook{Enabled: true, Timeout: s.Validate},
-			// agentd serves these too; enabling them costs nothing and lets
-			// the daemon see a suspend coming.
-			Resume: control.RunHook{Enabled: true, Timeout: s.Run}, Suspend: control.RunHook{Enabled: true, Timeout: s.Run},
-			Terminate: control.RunHook{Enabled: true, Timeout: s.Run},
-		},
-		// Named explicitly so the group teardown deletes is the group the
-		// build wrote to.
-		Logging: &cp.Logging{CloudWatch: &cp.CloudWatchLogging{LogGroup: &res.LogGroup}},
+	in, err := createInput(c.Region().String(), name, s, res.ArtifactURI, res.LogGroup)
+	if err != nil {
+		return nil, err
 	}
 	var after func(string, error) error
 	if s.Ledger != nil {
@@ -171,11 +157,12 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 			return nil, err
 		}
 	}
-	created, err := c.CreateImage(ctx, spec)
+	created, err := c.SDK().CreateMicrovmImage(ctx, in)
+	err = control.SDKError("CreateMicrovmImage", err)
 	if after != nil {
 		arn := ""
 		if created != nil {
-			arn = created.ImageArn
+			arn = aws.ToString(created.ImageArn)
 		}
 		if lerr := after(arn, err); lerr != nil && err == nil {
 			err = lerr
@@ -184,13 +171,9 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 	if err != nil {
 		return nil, err
 	}
-	res.ImageARN, res.Version = created.ImageArn, created.ImageVersion
+	res.ImageARN, res.Version = aws.ToString(created.ImageArn), aws.ToString(created.ImageVersion)
 	if s.Ledger != nil {
-		_ = s.Ledger.Update(func(r *ledger.Run) { r.ImageARN = created.ImageArn })
-	}
-	ref, err := control.ParseImageRef(created.ImageArn)
-	if err != nil {
-		return nil, err
+		_ = s.Ledger.Update(func(r *ledger.Run) { r.ImageARN = res.ImageARN })
 	}
 	w := s.Wait
 	if s.Progress != nil {
@@ -202,7 +185,7 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 			s.Progress(Progress{Stage: "build", Poll: &p})
 		}
 	}
-	if _, err := c.WaitImage(ctx, ref, created.ImageVersion, w); err != nil {
+	if err := waitBuilt(ctx, c.SDK(), res.ImageARN, res.Version, w); err != nil {
 		return res, err
 	}
 	return res, nil

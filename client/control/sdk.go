@@ -59,7 +59,8 @@ func newSDK(o *Options, endpoint string, creds aws.CredentialsProvider) *lambdam
 // MicroVM that died while the running waiter waited is LaunchDied; throttling,
 // 5xx and unanswered requests are Retryable; 403s are Credentials (a
 // null-message one naming unsupported-region); waits that ran out are Timeout
-// or Interrupted.
+// or Interrupted; a wedged image build is BuildWedged and a failed one
+// Platform, each naming its finding.
 func SDKError(op string, err error) error {
 	if err == nil {
 		return nil
@@ -77,8 +78,14 @@ func SDKError(op string, err error) error {
 		signing *v4.SigningError
 		sendErr *smithyhttp.RequestSendError
 		apiErr  smithy.APIError
+		wedged  *lambdamicrovms.WedgedBuildError
+		broken  *lambdamicrovms.BuildFailedError
 	)
 	switch {
+	case errors.As(err, &wedged):
+		return client.Errorf(taxonomy.KindBuildWedged, taxonomy.FindingClientTokenPermanent, "%v", wedged).WithCause(err)
+	case errors.As(err, &broken):
+		return client.Errorf(taxonomy.KindPlatform, taxonomy.FindingBuildFailureOnBuild, "%v", broken).WithCause(err)
 	case errors.As(err, &refusal):
 		return client.Errorf(taxonomy.KindInvalidArg, refusal.Finding, "%s: %v", op, refusal).WithCause(err)
 	case errors.As(err, &invalid):
