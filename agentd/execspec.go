@@ -21,7 +21,8 @@ type spec struct {
 	dir     string
 	cred    *syscall.Credential
 	stdin   bool
-	timeout time.Duration // 0: none
+	timeout time.Duration     // 0: none
+	tty     *protocol.TTYSize // nil: pipes (pty_linux.go)
 }
 
 // startError carries the status and slug of a refused start.
@@ -45,6 +46,12 @@ func buildSpec(req *protocol.StartRequest, launchEnv map[string]string) (*spec, 
 		return nil, malformed("command is required: an argv array, or with shell true one script")
 	}
 	sp := &spec{stdin: req.Stdin}
+	if req.Tty != nil {
+		if req.Tty.Rows == 0 || req.Tty.Cols == 0 {
+			return nil, malformed("tty rows and cols must both be at least 1")
+		}
+		sp.tty, sp.stdin = req.Tty, true
+	}
 	if t := req.TimeoutSec; t != nil {
 		// Checked here, not in the waiter: a bad value found after the spawn
 		// would leave a running child nobody reaps.

@@ -18,6 +18,13 @@ type execEntry struct {
 	pgid int // captured at spawn: the child's pid, which is its group's id
 	log  *outputLog
 
+	// For GET /v1/execs: the argv spawned and when.
+	argv    []string
+	started time.Time
+	// tty: the child runs on a pseudo-terminal (pty_linux.go); stdin is
+	// its master.
+	tty bool
+
 	// sigMu orders every signal to the group against the reap and the pipe
 	// EOFs, so "is this group still ours" and the signal are one step. Once
 	// the leader is reaped and no member is known to be left, the number pgid

@@ -51,6 +51,7 @@ type Server struct {
 	bootRepairDone chan struct{}
 	execs          *registry
 	schema         []byte
+	metrics        metricsSampler // GET /v1/metrics (metrics_linux.go)
 
 	// inner is the routed application; Handler wraps it in the rules that hold
 	// for every response. A field so a test can route to a handler that panics.

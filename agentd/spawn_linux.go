@@ -23,6 +23,9 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if sp.tty != nil {
+		return r.spawnTTY(id, sp, path)
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -75,6 +78,8 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 		finished:       make(chan struct{}),
 		stdinRequested: sp.stdin,
 		stdin:          stdinW,
+		argv:           sp.argv,
+		started:        time.Now(),
 	}
 	if pidfd >= 0 {
 		// Non-blocking before NewFile, so the file lands on the poller.

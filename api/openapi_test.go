@@ -59,6 +59,26 @@ var routes = []route{
 	{"PUT", "/v1/fs/file", "fsWriteFile", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
 	{"GET", "/v1/fs/tar", "fsReadTar", true, []int{200, 400, 401, 404, 413, 500, 503}, nil},
 	{"PUT", "/v1/fs/tar", "fsWriteTar", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
+	// Ours, not the reference's (issue 21): additive filesystem operations.
+	{"GET", "/v1/fs/stat", "fsStat", true, []int{200, 400, 401, 404, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
+	{"GET", "/v1/fs/list", "fsList", true, []int{200, 400, 401, 404, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
+	{"POST", "/v1/fs/mkdir", "fsMkdir", true, []int{200, 400, 401, 409, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 409: {"path_exists"}, 500: {"fs_failed"}}},
+	{"POST", "/v1/fs/move", "fsMove", true, []int{200, 400, 401, 404, 409, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 409: {"path_exists", "directory_not_empty"}, 500: {"fs_failed"}}},
+	{"GET", "/v1/fs/watch", "fsWatch", true, []int{200, 400, 401, 404, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
+	{"POST", "/v1/fs/remove", "fsRemove", true, []int{200, 400, 401, 404, 409, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 409: {"directory_not_empty"}, 500: {"fs_failed"}}},
+	{"POST", "/v1/exec/{id}/resize", "execResize", true, []int{200, 400, 401, 404, 409, 410, 503},
+		map[int][]string{400: {"malformed_request"}, 404: {"unknown_exec"}, 409: {"not_a_tty"}, 410: {"stdin_closed"}}},
+	{"POST", "/v1/exec/{id}/signal", "execSignal", true, []int{200, 400, 401, 404, 503},
+		map[int][]string{400: {"malformed_request", "unknown_signal"}, 404: {"unknown_exec"}}},
+	{"GET", "/v1/execs", "execList", true, []int{200, 401, 503}, nil},
+	{"GET", "/v1/metrics", "metrics", true, []int{200, 401, 500, 503},
+		map[int][]string{500: {"metrics_unavailable"}}},
 	{"GET", "/v1/health", "health", false, []int{200}, nil},
 	{"GET", "/v1/schema", "schema", false, []int{200}, nil},
 }
@@ -233,6 +253,10 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"max_open_bodies":        16,
 		"stream_stall_secs":      10,
 		"max_header_bytes":       65536,
+		// Ours (issue 21): the fs list page.
+		"max_list_page":      10000,
+		"list_page_default":  1000,
+		"watch_queue_events": 1024,
 	}
 	// The reference daemon's own environment variable names (agentd/src/config.rs).
 	wantEnv := map[string]string{
@@ -264,7 +288,10 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		if e, ok := wantEnv[name]; ok && got.Env != e {
 			t.Errorf("x-limits.%s env = %q, want %q", name, got.Env, e)
 		}
-		if name != "sse_idle_timeout_secs" && !strings.HasPrefix(got.Env, "AGENTD_") {
+		// Fixed bounds, not settings: the idle timeout is the client's, and the
+		// list page sizes (issue 21) keep one answer a few MiB whatever the env.
+		fixed := name == "sse_idle_timeout_secs" || name == "max_list_page" || name == "list_page_default" || name == "watch_queue_events"
+		if !fixed && !strings.HasPrefix(got.Env, "AGENTD_") {
 			t.Errorf("x-limits.%s env = %q, want an AGENTD_ variable", name, got.Env)
 		}
 	}

@@ -43,6 +43,9 @@ type StartOptions struct {
 	// and leaves the child running.
 	DaemonTimeout time.Duration
 	Stdin         bool // give the child a writable stdin pipe
+	// TTY runs the child on a pseudo-terminal of this size (issue 21): its
+	// output is all stdout, WriteStdin types into it, Exec.Resize sizes it.
+	TTY *protocol.TTYSize
 }
 
 // Exec addresses one exec by its caller-minted id. The id is the whole
@@ -75,7 +78,7 @@ func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (
 	if id == "" {
 		id = NewExecID()
 	}
-	req := protocol.StartRequest{ExecID: id, Command: command, Shell: o.Shell, Env: o.Env, User: o.User, Group: o.Group, Stdin: o.Stdin}
+	req := protocol.StartRequest{ExecID: id, Command: command, Shell: o.Shell, Env: o.Env, User: o.User, Group: o.Group, Stdin: o.Stdin, Tty: o.TTY}
 	if o.Cwd != "" {
 		req.Cwd = &o.Cwd
 	}

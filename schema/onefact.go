@@ -122,6 +122,11 @@ func (fs wireFacts) duplicate(name, typ, value string) (string, bool) {
 		if f.typ != typ {
 			continue
 		}
+		// A Min/Max constant bounds a fact rather than restating it: MaxPort
+		// (65535, the model's) is not the daemon's port.
+		if bounds(name) != bounds(strings.TrimPrefix(f.pointer, "/x-limits/")) {
+			continue
+		}
 		if containsAll(constTokens, f.tokens) || (typ == "string" && f.value == value) {
 			return f.pointer, true
 		}
@@ -129,10 +134,8 @@ func (fs wireFacts) duplicate(name, typ, value string) (string, bool) {
 	return "", false
 }
 
-// nameTokens splits snake_case or CamelCase into lower-case words, dropping
-// the qualifiers that do not change what a number is (max, min, default) and
-// folding plurals of units.
-func nameTokens(s string) []string {
+// rawWords splits snake_case or CamelCase into lower-case words.
+func rawWords(s string) []string {
 	var words []string
 	var cur []rune
 	flush := func() {
@@ -153,6 +156,14 @@ func nameTokens(s string) []string {
 		cur = append(cur, r)
 	}
 	flush()
+	return words
+}
+
+// nameTokens splits snake_case or CamelCase into lower-case words, dropping
+// the qualifiers that do not change what a number is (max, min, default) and
+// folding plurals of units.
+func nameTokens(s string) []string {
+	words := rawWords(s)
 	var out []string
 	for _, w := range words {
 		switch w {
@@ -313,4 +324,15 @@ func (t *Taxonomy) resolveSlugStatuses(openapi map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// bounds is which of min and max a name says it is, as words.
+func bounds(name string) string {
+	var b []string
+	for _, w := range rawWords(name) {
+		if w == "min" || w == "max" {
+			b = append(b, w)
+		}
+	}
+	return strings.Join(b, ",")
 }

@@ -184,3 +184,12 @@ func TestGoIdentKeepsInitialisms(t *testing.T) {
 		}
 	}
 }
+
+// Wrong edit caught: a duplicate rule so broad that a bound on a fact reads
+// as the fact (the model's MaxPort 65535 is not the daemon's port).
+func TestABoundIsNotARepeatedFact(t *testing.T) {
+	root := plantedRoot(t, "errors.yaml", "constants:\n", "constants:\n  - {name: MaxPort, type: int, value: 65535, doc: highest TCP port the model accepts, key: MAX_PORT}\n")
+	if _, err := LoadTaxonomy(root); err != nil {
+		t.Fatalf("a bound was refused as a repeated fact: %v", err)
+	}
+}

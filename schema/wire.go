@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,14 +54,14 @@ const VersionHeader = {{quote .VersionHeader}}
 // HookPrefix is the fixed path prefix of the platform's lifecycle hooks.
 const HookPrefix = {{quote .HookPrefix}}
 
-// SSE event names of GET /v1/exec/{id}/stream.
+// SSE event names of GET /v1/exec/{id}/stream and GET /v1/fs/watch.
 const (
 {{- range .Events}}
 	Event{{.Ident}} = {{quote .Name}} // payload: {{.Schema}}
 {{- end}}
 )
 
-// SSETerminalEvent is the event after which the stream body ends.
+// SSETerminalEvent is the event after which an exec stream's body ends.
 const SSETerminalEvent = {{quote .Terminal}}
 
 // Operation is one route of the protocol with the facts its callers and the
@@ -176,17 +178,30 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 		VersionHeader:   asString(doc["x-version-header"]),
 		HookPrefix:      asString(doc["x-hook-prefix"]),
 	}
-	for _, item := range asMap(doc["paths"]) {
+	// Sorted, so the generated event list does not follow map order.
+	ssePaths := slices.Sorted(maps.Keys(asMap(doc["paths"])))
+	for _, p := range ssePaths {
+		item := asMap(doc["paths"])[p]
 		for _, op := range asMap(item) {
 			sse := asMap(asMap(op)["x-sse"])
 			if sse == nil {
 				continue
 			}
-			data.Terminal = asString(sse["terminal"])
+			// The exec stream has a terminal event; the watch stream (issue
+			// 21) has none and shares the gap event's name and shape.
+			if t := asString(sse["terminal"]); t != "" {
+				data.Terminal = t
+			}
 			for _, e := range sse["events"].([]any) {
 				em := asMap(e)
 				name := asString(em["event"])
 				ref := asString(asMap(em["schema"])["$ref"])
+				if i := slices.IndexFunc(data.Events, func(r eventRow) bool { return r.Name == name }); i >= 0 {
+					if data.Events[i].Schema != ref {
+						return nil, fmt.Errorf("SSE event %q has two payloads, %s and %s", name, data.Events[i].Schema, ref)
+					}
+					continue
+				}
 				data.Events = append(data.Events, eventRow{Ident: goIdent(name), Name: name, Schema: ref})
 			}
 		}

@@ -3,11 +3,15 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/control"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -215,5 +219,44 @@ func TestUsageFromPlatform(t *testing.T) {
 	}
 	if size != client.DefaultSizeClass() || u.Cycles != 1 || !u.Launched || u.Running.IsZero() || u.Suspended.IsZero() {
 		t.Fatalf("usage %+v size %v", u, size)
+	}
+}
+
+// Catches: reattach that only works inside the launching process (the
+// stumble: the token was never shown, so no other process could reach the
+// VM). A second process — this test binary run again — gets nothing but the
+// emulator URL, the MicroVM id and the agent token, attaches, and reads
+// what the first process wrote.
+func TestAttachFromAnotherProcess(t *testing.T) {
+	if url := os.Getenv("SANDBOX_TEST_ATTACH_URL"); url != "" {
+		ctx := context.Background()
+		cpc, err := control.New(ctx, control.Options{Region: client.USEast1, Endpoint: url, Credentials: embedded.Credentials()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := sandbox.Attach(ctx, cpc, os.Getenv("SANDBOX_TEST_ATTACH_ID"), os.Getenv("SANDBOX_TEST_ATTACH_TOKEN"), sandbox.Options{Wait: embedded.WaitOptions(0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := sb.ReadFile(ctx, "/tmp/from-parent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("child read %q\n", b)
+		return
+	}
+	ctx := context.Background()
+	emu, sb := localSandbox(t)
+	if emu.Region() != client.USEast1 {
+		t.Fatalf("region %v", emu.Region())
+	}
+	if err := sb.WriteFile(ctx, "/tmp/from-parent", []byte("parent wrote this"), 0); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAttachFromAnotherProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SANDBOX_TEST_ATTACH_URL="+emu.URL, "SANDBOX_TEST_ATTACH_ID="+sb.ID(), "SANDBOX_TEST_ATTACH_TOKEN="+sb.AgentToken())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `child read "parent wrote this"`) {
+		t.Fatalf("the other process could not attach: %v\n%s", err, out)
 	}
 }

@@ -416,6 +416,11 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, feed *stdin
 // stream writes the exec's events as they arrive: NDJSON under --json, the
 // raw bytes otherwise. The final envelope summarises rather than repeats.
 func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *stdinFeed) (*result, error) {
+	// Under --json the final envelope is one compact line even when no
+	// event came before it (an interrupted quiet child, or an interrupt
+	// while the stream is still connecting): a reader takes the last line
+	// as the envelope.
+	a.streamed = a.g.JSON
 	st := ex.Stream(ctx, c.FromOffset)
 	defer st.Close()
 	if err := st.Connect(); err == nil {
@@ -425,10 +430,6 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *std
 	sawExit := false
 	enc := json.NewEncoder(a.stdout)
 	enc.SetEscapeHTML(false)
-	// Under --json the final envelope is one compact line even when no
-	// event came before it (an interrupted quiet child): a reader takes the
-	// last line as the envelope.
-	a.streamed = a.g.JSON
 	line := func(v any) {
 		_ = enc.Encode(v)
 		sum.Events++

@@ -22,7 +22,17 @@ type CLI struct {
 	Logs      LogsCmd      `cmd:"" help:"Read an image's build log group through CloudWatch Logs (the emulator serves its own)."`
 	Doctor    DoctorCmd    `cmd:"" help:"Check every prerequisite, one per line: region, credentials, infra values, managed bases, the daemon's architecture."`
 	Emulator  EmulatorCmd  `cmd:"" help:"Serve the local emulator of the control plane in the foreground until Ctrl-C; guests are agentd processes on loopback."`
-	Kill      KillCmd      `cmd:"" help:"Stop a running exec: SIGTERM to its process group, then SIGKILL."`
+	Kill      KillCmd      `cmd:"" help:"Stop a running exec: SIGTERM to its process group, then SIGKILL; --signal sends one named signal instead."`
+
+	// Issue 21 (guest.go): the daemon's filesystem operations, exec listing and metrics.
+	Stat    StatCmd    `cmd:"" help:"Describe a guest path: type, size, mode, owner, mtime, symlink target."`
+	Dir     DirCmd     `cmd:"" help:"List a guest directory, --depth levels deep, page by page."`
+	Mkdir   MkdirCmd   `cmd:"" help:"Create a guest directory and its parents; one already there is success."`
+	Mv      MvCmd      `cmd:"" help:"Move a guest entry; an existing destination is refused unless --replace."`
+	Rm      RmCmd      `cmd:"" help:"Remove a guest entry; a non-empty directory only with --recursive."`
+	Ps      PsCmd      `cmd:"" help:"List every exec the daemon holds: phase, start time, pid, command."`
+	Metrics MetricsCmd `cmd:"" help:"Sample the guest's CPU use, memory, disk and load average."`
+	Watch   WatchCmd   `cmd:"" help:"Follow a guest directory's changes (create, write, remove, rename) for --count changes or --for a while."`
 
 	Exec   ExecCmd   `cmd:"" help:"Run one command in a running MicroVM: wait for it, --stream it, --detach it, or --poll an existing exec."`
 	Health HealthCmd `cmd:"" help:"Ask a MicroVM's daemon whether it is up, busy, and how its identity repair and disk are."`

@@ -127,6 +127,7 @@ func (c *EmulatorCmd) run(ctx context.Context, a *app) (*result, error) {
 type KillCmd struct {
 	AttachFlags
 	ExecID string `arg:"" name:"exec-id" help:"The exec to stop: SIGTERM to its process group, SIGKILL after the daemon's grace period."`
+	Signal string `help:"Send this one signal to the process group instead, with no escalation: HUP INT QUIT KILL USR1 USR2 PIPE ALRM TERM CONT STOP TSTP WINCH (SIG prefix optional)." placeholder:"NAME"`
 }
 
 func (c *KillCmd) run(ctx context.Context, a *app) (*result, error) {
@@ -134,11 +135,19 @@ func (c *KillCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	killed, err := s.Exec(c.ExecID).Kill(ctx)
+	var killed bool
+	var sent *string
+	if c.Signal != "" {
+		killed, err = s.Exec(c.ExecID).Signal(ctx, c.Signal)
+		name := signalLabel(c.Signal)
+		sent = &name
+	} else {
+		killed, err = s.Exec(c.ExecID).Kill(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
-	d := cliapi.KillData{ExecID: c.ExecID, Killed: killed}
+	d := cliapi.KillData{ExecID: c.ExecID, Killed: killed, Signal: sent}
 	return &result{typ: cliapi.TypeKill, data: d, human: func(w io.Writer) error {
 		if killed {
 			_, err := fmt.Fprintf(w, "%s: signalled\n", c.ExecID)

@@ -37,6 +37,14 @@ const (
 	TypeConstants  = "microvm.constants"
 	TypeEmulator   = "microvm.emulator"
 	TypeKill       = "microvm.kill"
+	TypeStat       = "microvm.stat"
+	TypeDir        = "microvm.dir"
+	TypeMkdir      = "microvm.mkdir"
+	TypeMove       = "microvm.move"
+	TypeRemove     = "microvm.remove"
+	TypePs         = "microvm.ps"
+	TypeWatch      = "microvm.watch"
+	TypeMetrics    = "microvm.metrics"
 	TypeDockerfile = "microvm.dockerfile"
 )
 
@@ -233,6 +241,74 @@ type KillData struct {
 	ExecID string `json:"execId"`
 	// Killed is false when the exec's process group had already exited, which is also success
 	Killed bool `json:"killed"`
+	// Signal is the one signal sent with --signal (no escalation), or null for the default SIGTERM-then-SIGKILL
+	Signal *string `json:"signal"`
+}
+
+// StatData is the data of a microvm.stat envelope.
+type StatData struct {
+	Entry any `json:"entry"`
+}
+
+// DirData is the data of a microvm.dir envelope.
+type DirData struct {
+	Path string `json:"path"`
+	// Entries is every entry to --depth, in the daemon's walk order, fetched page by page
+	Entries []any `json:"entries"`
+}
+
+// MkdirData is the data of a microvm.mkdir envelope.
+type MkdirData struct {
+	Path string `json:"path"`
+	// Created is false when a directory was already there
+	Created bool `json:"created"`
+}
+
+// MoveData is the data of a microvm.move envelope.
+type MoveData struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// RemoveData is the data of a microvm.remove envelope.
+type RemoveData struct {
+	Path string `json:"path"`
+	// Removed is entries removed
+	Removed int64 `json:"removed"`
+}
+
+// PsData is the data of a microvm.ps envelope.
+type PsData struct {
+	Execs []any `json:"execs"`
+}
+
+// WatchData is the data of a microvm.watch envelope.
+type WatchData struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+	// Events is the changes seen, in order, until --count or --for ended the watch
+	Events []any `json:"events"`
+	// Gaps is runs of changes the daemon dropped because this reader fell behind
+	Gaps []any `json:"gaps"`
+}
+
+// MetricsData is the data of a microvm.metrics envelope.
+type MetricsData struct {
+	SampledAt      string  `json:"sampledAt"`
+	CpuCount       int64   `json:"cpuCount"`
+	CpuUsedPercent float64 `json:"cpuUsedPercent"`
+	// CpuWindowSecs is the window cpuUsedPercent covers: since the previous sample by anyone, or since boot
+	CpuWindowSecs        float64 `json:"cpuWindowSecs"`
+	MemoryTotalBytes     int64   `json:"memoryTotalBytes"`
+	MemoryAvailableBytes int64   `json:"memoryAvailableBytes"`
+	MemoryUsedBytes      int64   `json:"memoryUsedBytes"`
+	DiskPath             string  `json:"diskPath"`
+	DiskTotalBytes       int64   `json:"diskTotalBytes"`
+	DiskAvailableBytes   int64   `json:"diskAvailableBytes"`
+	DiskUsedBytes        int64   `json:"diskUsedBytes"`
+	Load1                float64 `json:"load1"`
+	Load5                float64 `json:"load5"`
+	Load15               float64 `json:"load15"`
 }
 
 // DockerfileData is the data of a microvm.dockerfile envelope.
@@ -309,7 +385,15 @@ var Responses = []Response{
 	{Type: "microvm.manifest", Keys: []string{"apiVersion", "cli", "version", "commands", "exitCodes", "envelope", "conventions"}},
 	{Type: "microvm.constants", Keys: []string{"constants"}},
 	{Type: "microvm.emulator", Keys: []string{"endpoint", "agentd", "stateDir"}},
-	{Type: "microvm.kill", Keys: []string{"execId", "killed"}},
+	{Type: "microvm.kill", Keys: []string{"execId", "killed", "signal"}},
+	{Type: "microvm.stat", Keys: []string{"entry"}},
+	{Type: "microvm.dir", Keys: []string{"path", "entries"}},
+	{Type: "microvm.mkdir", Keys: []string{"path", "created"}},
+	{Type: "microvm.move", Keys: []string{"from", "to"}},
+	{Type: "microvm.remove", Keys: []string{"path", "removed"}},
+	{Type: "microvm.ps", Keys: []string{"execs"}},
+	{Type: "microvm.watch", Keys: []string{"path", "recursive", "events", "gaps"}},
+	{Type: "microvm.metrics", Keys: []string{"sampledAt", "cpuCount", "cpuUsedPercent", "cpuWindowSecs", "memoryTotalBytes", "memoryAvailableBytes", "memoryUsedBytes", "diskPath", "diskTotalBytes", "diskAvailableBytes", "diskUsedBytes", "load1", "load5", "load15"}},
 	{Type: "microvm.dockerfile", Keys: []string{"stanza", "baseImageName", "baseImageDockerRef", "port", "workdir"}},
 }
 
@@ -342,6 +426,14 @@ var Commands = []Command{
 	{Name: "dockerfile", Type: "microvm.dockerfile", Ready: true},
 	{Name: "emulator", Type: "microvm.emulator", Ready: true},
 	{Name: "kill", Type: "microvm.kill", Ready: true},
+	{Name: "stat", Type: "microvm.stat", Ready: true},
+	{Name: "dir", Type: "microvm.dir", Ready: true},
+	{Name: "mkdir", Type: "microvm.mkdir", Ready: true},
+	{Name: "mv", Type: "microvm.move", Ready: true},
+	{Name: "rm", Type: "microvm.remove", Ready: true},
+	{Name: "ps", Type: "microvm.ps", Ready: true},
+	{Name: "metrics", Type: "microvm.metrics", Ready: true},
+	{Name: "watch", Type: "microvm.watch", Ready: true},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.

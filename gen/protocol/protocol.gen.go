@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/oapi-codegen/runtime"
 )
@@ -22,6 +23,39 @@ import (
 const (
 	BearerAuthScopes bearerAuthContextKey = "bearerAuth.Scopes"
 )
+
+// Defines values for FileType.
+const (
+	FileTypeBlockDevice FileType = "block_device"
+	FileTypeCharDevice  FileType = "char_device"
+	FileTypeDirectory   FileType = "directory"
+	FileTypeFifo        FileType = "fifo"
+	FileTypeFile        FileType = "file"
+	FileTypeSocket      FileType = "socket"
+	FileTypeSymlink     FileType = "symlink"
+)
+
+// Valid indicates whether the value is a known member of the FileType enum.
+func (e FileType) Valid() bool {
+	switch e {
+	case FileTypeBlockDevice:
+		return true
+	case FileTypeCharDevice:
+		return true
+	case FileTypeDirectory:
+		return true
+	case FileTypeFifo:
+		return true
+	case FileTypeFile:
+		return true
+	case FileTypeSocket:
+		return true
+	case FileTypeSymlink:
+		return true
+	default:
+		return false
+	}
+}
 
 // Defines values for Phase.
 const (
@@ -89,6 +123,57 @@ func (e SSEOutputEvent) Valid() bool {
 	}
 }
 
+// Defines values for SignalName.
+const (
+	ALRM  SignalName = "ALRM"
+	CONT  SignalName = "CONT"
+	HUP   SignalName = "HUP"
+	INT   SignalName = "INT"
+	KILL  SignalName = "KILL"
+	PIPE  SignalName = "PIPE"
+	QUIT  SignalName = "QUIT"
+	STOP  SignalName = "STOP"
+	TERM  SignalName = "TERM"
+	TSTP  SignalName = "TSTP"
+	USR1  SignalName = "USR1"
+	USR2  SignalName = "USR2"
+	WINCH SignalName = "WINCH"
+)
+
+// Valid indicates whether the value is a known member of the SignalName enum.
+func (e SignalName) Valid() bool {
+	switch e {
+	case ALRM:
+		return true
+	case CONT:
+		return true
+	case HUP:
+		return true
+	case INT:
+		return true
+	case KILL:
+		return true
+	case PIPE:
+		return true
+	case QUIT:
+		return true
+	case STOP:
+		return true
+	case TERM:
+		return true
+	case TSTP:
+		return true
+	case USR1:
+		return true
+	case USR2:
+		return true
+	case WINCH:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StreamKind.
 const (
 	StreamStderr StreamKind = "stderr"
@@ -107,6 +192,72 @@ func (e StreamKind) Valid() bool {
 	}
 }
 
+// Defines values for WatchOp.
+const (
+	WatchOpCreate WatchOp = "create"
+	WatchOpRemove WatchOp = "remove"
+	WatchOpRename WatchOp = "rename"
+	WatchOpWrite  WatchOp = "write"
+)
+
+// Valid indicates whether the value is a known member of the WatchOp enum.
+func (e WatchOp) Valid() bool {
+	switch e {
+	case WatchOpCreate:
+		return true
+	case WatchOpRemove:
+		return true
+	case WatchOpRename:
+		return true
+	case WatchOpWrite:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WatchSSEChangeEvent.
+const (
+	SSEEventNameFs WatchSSEChangeEvent = "fs"
+)
+
+// Valid indicates whether the value is a known member of the WatchSSEChangeEvent enum.
+func (e WatchSSEChangeEvent) Valid() bool {
+	switch e {
+	case SSEEventNameFs:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WatchSSEReadyEvent.
+const (
+	SSEEventNameReady WatchSSEReadyEvent = "ready"
+)
+
+// Valid indicates whether the value is a known member of the WatchSSEReadyEvent enum.
+func (e WatchSSEReadyEvent) Valid() bool {
+	switch e {
+	case SSEEventNameReady:
+		return true
+	default:
+		return false
+	}
+}
+
+// CPUMetrics CPU use from /proc/stat
+type CPUMetrics struct {
+	// Count online CPUs
+	Count int32 `json:"count"`
+
+	// UsedPercent share of all CPUs' time that was not idle or waiting on I/O, 0 to 100, over the window
+	UsedPercent float64 `json:"used_percent"`
+
+	// WindowSecs the window used_percent covers - since the previous metrics call, or since boot on the first
+	WindowSecs float64 `json:"window_secs"`
+}
+
 // DiskHealth free space on the daemon's working filesystem, as Health.disk reports it; null when it could not be measured, which is not the same as full
 type DiskHealth struct {
 	// AvailableBytes bytes an unprivileged writer can still use
@@ -117,6 +268,17 @@ type DiskHealth struct {
 
 	// UnderPressure whether a write would be refused right now
 	UnderPressure bool `json:"under_pressure"`
+}
+
+// DiskMetrics the filesystem of the daemon's working directory, from statfs
+type DiskMetrics struct {
+	// AvailableBytes bytes an unprivileged writer can still use
+	AvailableBytes uint64 `json:"available_bytes"`
+	Path           string `json:"path"`
+	TotalBytes     uint64 `json:"total_bytes"`
+
+	// UsedBytes total minus the free blocks
+	UsedBytes uint64 `json:"used_bytes"`
 }
 
 // ErrorAckConflict ErrorBody of a 409 from POST /v1/exec/{id}/ack: the exec is still running, or was already acked
@@ -131,8 +293,35 @@ type ErrorBody struct {
 	Error string `json:"error"`
 }
 
+// ErrorDirectoryNotEmpty ErrorBody of a 409 from a remove: the directory is not empty and recursive was not asked for
+type ErrorDirectoryNotEmpty = ErrorBody
+
+// ErrorFsFailed ErrorBody of a 500 from an fs operation: the operating system refused for another reason
+type ErrorFsFailed = ErrorBody
+
+// ErrorFsRefused ErrorBody of a 400 from an fs operation: a malformed query, or a non-directory where a directory is needed
+type ErrorFsRefused = ErrorBody
+
 // ErrorMalformedRequest ErrorBody of a 400 on an exec route: the request failed validation before anything happened
 type ErrorMalformedRequest = ErrorBody
+
+// ErrorMetricsUnavailable ErrorBody of a 500 from metrics: a /proc file could not be read
+type ErrorMetricsUnavailable = ErrorBody
+
+// ErrorMoveInTheWay ErrorBody of a 409 from a move: the destination is taken, or is a non-empty directory
+type ErrorMoveInTheWay = ErrorBody
+
+// ErrorNotATty ErrorBody of a 409 from a resize: the exec has no terminal
+type ErrorNotATty = ErrorBody
+
+// ErrorPathExists ErrorBody of a 409 from mkdir: something that is not a directory is at the path
+type ErrorPathExists = ErrorBody
+
+// ErrorPathNotFound ErrorBody of a 404 from an fs operation: nothing is at the path
+type ErrorPathNotFound = ErrorBody
+
+// ErrorSignalRefused ErrorBody of a 400 from a signal: the name is missing or outside the closed set
+type ErrorSignalRefused = ErrorBody
 
 // ErrorSpawnFailed ErrorBody of a 500 from POST /v1/exec/start: the operating system refused to start the child
 type ErrorSpawnFailed = ErrorBody
@@ -155,6 +344,27 @@ type ErrorStdinWriteTooLarge = ErrorBody
 // ErrorUnknownExec ErrorBody of a 404 on an exec route: no live exec has this exec_id
 type ErrorUnknownExec = ErrorBody
 
+// ExecListResponse body of GET /v1/execs
+type ExecListResponse struct {
+	Execs []ExecSummary `json:"execs"`
+}
+
+// ExecSummary one registered exec
+type ExecSummary struct {
+	// Command the argv the child was started with (a shell start shows sh -c and its script)
+	Command []string `json:"command"`
+	ExecID  string   `json:"exec_id"`
+
+	// Phase lifecycle position of an exec
+	Phase Phase `json:"phase"`
+
+	// Pid the child's process id, which is also its process group's id; it may name another process once the exec has exited
+	Pid int32 `json:"pid"`
+
+	// StartedAt when the child was spawned, RFC 3339, UTC
+	StartedAt time.Time `json:"started_at"`
+}
+
 // ExitEvent data of the terminal SSE exit event
 type ExitEvent struct {
 	ExitCode *int32 `json:"exit_code"`
@@ -164,6 +374,33 @@ type ExitEvent struct {
 	Signal            *int32 `json:"signal"`
 	Truncated         bool   `json:"truncated"`
 	WritersMayBeAlive bool   `json:"writers_may_be_alive"`
+}
+
+// FileInfo one filesystem entry, as lstat reports it (a symlink is described, not followed)
+type FileInfo struct {
+	GID uint32 `json:"gid"`
+
+	// Mode permission and setuid/setgid/sticky bits as four octal digits, e.g. 0755
+	Mode string `json:"mode"`
+
+	// Mtime last modification, RFC 3339 with nanoseconds, UTC
+	Mtime time.Time `json:"mtime"`
+
+	// Name the last component of path
+	Name string `json:"name"`
+
+	// Path the entry's path, as asked for or joined under the listed directory
+	Path string `json:"path"`
+
+	// Size bytes, as lstat reports them (a symlink's is its target's length)
+	Size uint64 `json:"size"`
+
+	// SymlinkTarget a symlink's target text, as stored; absent for anything else
+	SymlinkTarget *string `json:"symlink_target,omitempty"`
+
+	// Type what kind of entry a path names
+	Type FileType `json:"type"`
+	UID  uint32   `json:"uid"`
 }
 
 // FileReadQuery query string of GET /v1/fs/file
@@ -177,6 +414,9 @@ type FileReadQuery struct {
 	// StartLine first line, 1-based inclusive; absent means 1
 	StartLine *uint64 `json:"start_line,omitempty"`
 }
+
+// FileType what kind of entry a path names
+type FileType string
 
 // FsQuery query string shared by the fs routes (mode is read only by PUT /v1/fs/file)
 type FsQuery struct {
@@ -225,6 +465,62 @@ type KillResponse struct {
 	Killed bool `json:"killed"`
 }
 
+// ListResponse one page of a listing
+type ListResponse struct {
+	Entries []FileInfo `json:"entries"`
+
+	// NextCursor pass as cursor for the next page; absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+	Path       string  `json:"path"`
+}
+
+// LoadAverage /proc/loadavg
+type LoadAverage struct {
+	// Load1 runnable and uninterruptible tasks, averaged over 1 minute
+	Load1  float64 `json:"load1"`
+	Load15 float64 `json:"load15"`
+	Load5  float64 `json:"load5"`
+}
+
+// MemoryMetrics memory from /proc/meminfo
+type MemoryMetrics struct {
+	// AvailableBytes MemAvailable, the kernel's estimate of what can be allocated without swapping
+	AvailableBytes uint64 `json:"available_bytes"`
+	TotalBytes     uint64 `json:"total_bytes"`
+
+	// UsedBytes total minus available
+	UsedBytes uint64 `json:"used_bytes"`
+}
+
+// Metrics body of GET /v1/metrics
+type Metrics struct {
+	// CPU CPU use from /proc/stat
+	CPU CPUMetrics `json:"cpu"`
+
+	// Disk the filesystem of the daemon's working directory, from statfs
+	Disk DiskMetrics `json:"disk"`
+
+	// Load /proc/loadavg
+	Load LoadAverage `json:"load"`
+
+	// Memory memory from /proc/meminfo
+	Memory    MemoryMetrics `json:"memory"`
+	SampledAt time.Time     `json:"sampled_at"`
+}
+
+// MkdirResponse result of a mkdir
+type MkdirResponse struct {
+	// Created false when the directory already existed
+	Created bool   `json:"created"`
+	Path    string `json:"path"`
+}
+
+// MoveResponse result of a move
+type MoveResponse struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
 // OutputEvent data of an SSE output event
 type OutputEvent struct {
 	// Offset position of this chunk's first byte
@@ -268,6 +564,21 @@ type PollResponse struct {
 
 // ProtocolDocument the document GET /v1/schema returns; its shape is docs/schema.json's
 type ProtocolDocument map[string]interface{}
+
+// RemoveResponse result of a remove
+type RemoveResponse struct {
+	Path string `json:"path"`
+
+	// Removed entries removed (1 for a file; a tree counts every entry in it)
+	Removed uint64 `json:"removed"`
+}
+
+// ResizeResponse result of a resize
+type ResizeResponse struct {
+	Cols   uint16 `json:"cols"`
+	ExecID string `json:"exec_id"`
+	Rows   uint16 `json:"rows"`
+}
 
 // RunHookEnvelope the run hook's request body, as the platform wraps the caller's runHookPayload string
 type RunHookEnvelope struct {
@@ -326,6 +637,19 @@ type SSEOutput struct {
 // SSEOutputEvent the SSE event name
 type SSEOutputEvent string
 
+// SignalName the signals an exec's group may be sent, by name without the SIG prefix
+type SignalName string
+
+// SignalResponse result of a signal
+type SignalResponse struct {
+	// Delivered false when the group had already gone
+	Delivered bool   `json:"delivered"`
+	ExecID    string `json:"exec_id"`
+
+	// Signal the signals an exec's group may be sent, by name without the SIG prefix
+	Signal SignalName `json:"signal"`
+}
+
 // StartRequest body of POST /v1/exec/start
 type StartRequest struct {
 	// Command argv, or with shell true a script for sh -c (several elements are joined with newlines); must not be empty when shell is false
@@ -351,6 +675,9 @@ type StartRequest struct {
 
 	// TimeoutSec wall-clock budget in seconds, checked before spawning; absent means none
 	TimeoutSec *float64 `json:"timeout_sec,omitempty"`
+
+	// Tty run the child on a pseudo-terminal of this size (ours, not the reference's: additive): its stdin, stdout and stderr are the terminal, its output arrives as stdout in the one offset space, POST /v1/exec/{id}/stdin writes to the terminal (stdin true is implied; eof closes the daemon's input handle, and the terminal's own end-of-file is the byte 0x04), and POST /v1/exec/{id}/resize changes the size
+	Tty *TTYSize `json:"tty,omitempty"`
 
 	// User numeric uid to run as; absent keeps the daemon's uid
 	User *uint32 `json:"user,omitempty"`
@@ -392,17 +719,102 @@ type StreamQuery struct {
 	Offset *uint64 `json:"offset,omitempty"`
 }
 
+// TTYSize a terminal's size in character cells
+type TTYSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// WatchEvent data of a watch stream's fs event
+type WatchEvent struct {
+	// Op what happened to an entry
+	Op WatchOp `json:"op"`
+
+	// Path the entry's path, under the watched directory
+	Path string `json:"path"`
+
+	// Seq this event's sequence number, counting from 0; a gap covers the numbers it skips
+	Seq uint64 `json:"seq"`
+}
+
+// WatchOp what happened to an entry
+type WatchOp string
+
+// WatchReady data of a watch stream's ready event
+type WatchReady struct {
+	// Directories directories being watched
+	Directories uint   `json:"directories"`
+	Path        string `json:"path"`
+	Recursive   bool   `json:"recursive"`
+}
+
+// WatchSSEChange an fs event: one change under the watched directory
+type WatchSSEChange struct {
+	// Data data of a watch stream's fs event
+	Data WatchEvent `json:"data"`
+
+	// Event the SSE event name
+	Event WatchSSEChangeEvent `json:"event"`
+}
+
+// WatchSSEChangeEvent the SSE event name
+type WatchSSEChangeEvent string
+
+// WatchSSEEvent one event of the GET /v1/fs/watch body, as its event: line names it and its data: line decodes; ready comes first, then fs and gap events with keepalive comments between
+type WatchSSEEvent struct {
+	union json.RawMessage
+}
+
+// WatchSSEReady a ready event: the watch is in place
+type WatchSSEReady struct {
+	// Data data of a watch stream's ready event
+	Data WatchReady `json:"data"`
+
+	// Event the SSE event name
+	Event WatchSSEReadyEvent `json:"event"`
+}
+
+// WatchSSEReadyEvent the SSE event name
+type WatchSSEReadyEvent string
+
 // ExecID defines model for ExecID.
 type ExecID = string
 
 // FsPath defines model for FsPath.
 type FsPath = string
 
+// FsFailed ErrorBody of a 500 from an fs operation: the operating system refused for another reason
+type FsFailed = ErrorFsFailed
+
+// FsMalformed ErrorBody of a 400 from an fs operation: a malformed query, or a non-directory where a directory is needed
+type FsMalformed = ErrorFsRefused
+
+// FsPathExists ErrorBody of a 409 from mkdir: something that is not a directory is at the path
+type FsPathExists = ErrorPathExists
+
+// FsPathNotFound ErrorBody of a 404 from an fs operation: nothing is at the path
+type FsPathNotFound = ErrorPathNotFound
+
 // UnknownExecError ErrorBody of a 404 on an exec route: no live exec has this exec_id
 type UnknownExecError = ErrorUnknownExec
 
 // bearerAuthContextKey is the context key for bearerAuth security scheme
 type bearerAuthContextKey string
+
+// ExecResizeParams defines parameters for ExecResize.
+type ExecResizeParams struct {
+	// Rows rows, 1 to 65535
+	Rows uint16 `form:"rows" json:"rows"`
+
+	// Cols columns, 1 to 65535
+	Cols uint16 `form:"cols" json:"cols"`
+}
+
+// ExecSignalParams defines parameters for ExecSignal.
+type ExecSignalParams struct {
+	// Signal the signal's name, with or without the SIG prefix (TERM and SIGTERM are the same); the set is SignalName's
+	Signal string `form:"signal" json:"signal"`
+}
 
 // ExecStreamParams defines parameters for ExecStream.
 type ExecStreamParams struct {
@@ -434,6 +846,57 @@ type FsWriteFileParams struct {
 	Mode *string `form:"mode,omitempty" json:"mode,omitempty"`
 }
 
+// FsListParams defines parameters for FsList.
+type FsListParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
+
+	// Depth how many levels to descend; 1 (the default) lists the directory's own entries, 2 adds their children, and so on
+	Depth *uint32 `form:"depth,omitempty" json:"depth,omitempty"`
+
+	// Cursor the next_cursor of the previous page; absent starts at the beginning
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Limit most entries in this page; absent means limits.list_page_default, and over limits.max_list_page is refused
+	Limit *uint32 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// FsMkdirParams defines parameters for FsMkdir.
+type FsMkdirParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
+
+	// Mode octal permission bits for directories this call creates, as text, before the umask; absent means 0755
+	Mode *string `form:"mode,omitempty" json:"mode,omitempty"`
+}
+
+// FsMoveParams defines parameters for FsMove.
+type FsMoveParams struct {
+	// From the path to move; path rules as for path
+	From string `form:"from" json:"from"`
+
+	// To the new path; its parent must exist
+	To string `form:"to" json:"to"`
+
+	// Replace true lets the move replace what is at to (a directory only by an empty directory); absent or false refuses with 409 path_exists, checked atomically by the kernel
+	Replace *bool `form:"replace,omitempty" json:"replace,omitempty"`
+}
+
+// FsRemoveParams defines parameters for FsRemove.
+type FsRemoveParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
+
+	// Recursive true removes a directory with everything under it; absent or false refuses a non-empty directory with 409 directory_not_empty
+	Recursive *bool `form:"recursive,omitempty" json:"recursive,omitempty"`
+}
+
+// FsStatParams defines parameters for FsStat.
+type FsStatParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
+}
+
 // FsReadTarParams defines parameters for FsReadTar.
 type FsReadTarParams struct {
 	// Path absolute path in the guest; missing is 400, never 404
@@ -444,6 +907,15 @@ type FsReadTarParams struct {
 type FsWriteTarParams struct {
 	// Path absolute path in the guest; missing is 400, never 404
 	Path FsPath `form:"path" json:"path"`
+}
+
+// FsWatchParams defines parameters for FsWatch.
+type FsWatchParams struct {
+	// Path absolute path in the guest; missing is 400, never 404
+	Path FsPath `form:"path" json:"path"`
+
+	// Recursive true watches every directory under path too
+	Recursive *bool `form:"recursive,omitempty" json:"recursive,omitempty"`
 }
 
 // HookRunJSONRequestBody defines body for HookRun for application/json ContentType.
@@ -673,6 +1145,143 @@ func (t *SSEEvent) UnmarshalJSON(b []byte) error {
 	return err
 }
 
+// AsWatchSSEReady returns the union data inside the WatchSSEEvent as a WatchSSEReady
+func (t WatchSSEEvent) AsWatchSSEReady() (WatchSSEReady, error) {
+	var body WatchSSEReady
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWatchSSEReady overwrites any union data inside the WatchSSEEvent as the provided WatchSSEReady
+func (t *WatchSSEEvent) FromWatchSSEReady(v WatchSSEReady) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"ready"}`))
+	t.union = b
+	return err
+}
+
+// MergeWatchSSEReady performs a merge with any union data inside the WatchSSEEvent, using the provided WatchSSEReady
+func (t *WatchSSEEvent) MergeWatchSSEReady(v WatchSSEReady) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"ready"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsWatchSSEChange returns the union data inside the WatchSSEEvent as a WatchSSEChange
+func (t WatchSSEEvent) AsWatchSSEChange() (WatchSSEChange, error) {
+	var body WatchSSEChange
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWatchSSEChange overwrites any union data inside the WatchSSEEvent as the provided WatchSSEChange
+func (t *WatchSSEEvent) FromWatchSSEChange(v WatchSSEChange) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"fs"}`))
+	t.union = b
+	return err
+}
+
+// MergeWatchSSEChange performs a merge with any union data inside the WatchSSEEvent, using the provided WatchSSEChange
+func (t *WatchSSEEvent) MergeWatchSSEChange(v WatchSSEChange) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"fs"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSSEGap returns the union data inside the WatchSSEEvent as a SSEGap
+func (t WatchSSEEvent) AsSSEGap() (SSEGap, error) {
+	var body SSEGap
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSSEGap overwrites any union data inside the WatchSSEEvent as the provided SSEGap
+func (t *WatchSSEEvent) FromSSEGap(v SSEGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	t.union = b
+	return err
+}
+
+// MergeSSEGap performs a merge with any union data inside the WatchSSEEvent, using the provided SSEGap
+func (t *WatchSSEEvent) MergeSSEGap(v SSEGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t WatchSSEEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t WatchSSEEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "fs":
+		return t.AsWatchSSEChange()
+	case "gap":
+		return t.AsSSEGap()
+	case "ready":
+		return t.AsWatchSSEReady()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t WatchSSEEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *WatchSSEEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
 
@@ -839,6 +1448,20 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 	ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExecResize Resize an exec's terminal
+	//
+	// Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+	//
+	// Corresponds with POST /v1/exec/{id}/resize (the `ExecResize` operationId).
+	ExecResize(ctx context.Context, id ExecID, params *ExecResizeParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+	//
+	// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
+	//
+	// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
+	ExecSignal(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExecStdinWithBody Write to an exec's stdin
 	//
 	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
@@ -864,6 +1487,13 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 	ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExecList every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+	//
+	// Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process.
+	//
+	// Corresponds with GET /v1/execs (the `ExecList` operationId).
+	ExecList(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// FsReadFile Read a file
 	//
 	// streams one file, or an inclusive 1-based range of its lines
@@ -879,6 +1509,41 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/fs/file (the `FsWriteFile` operationId).
 	FsWriteFileWithBody(ctx context.Context, params *FsWriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsList lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+	//
+	// A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed.
+	//
+	// Corresponds with GET /v1/fs/list (the `FsList` operationId).
+	FsList(ctx context.Context, params *FsListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsMkdir creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+	//
+	// Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409.
+	//
+	// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
+	FsMkdir(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsMove renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+	//
+	// rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile.
+	//
+	// Corresponds with POST /v1/fs/move (the `FsMove` operationId).
+	FsMove(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+	//
+	// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+	//
+	// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
+	FsRemove(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FsStat describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+	//
+	// lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400.
+	//
+	// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
+	FsStat(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FsReadTar Read a directory as tar
 	//
@@ -896,12 +1561,26 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// FsWatch follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+	//
+	// The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
+	//
+	// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
+	FsWatch(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// Health Health
 	//
 	// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
 	//
 	// Corresponds with GET /v1/health (the `Health` operationId).
 	Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Metrics CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+	//
+	// CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg.
+	//
+	// Corresponds with GET /v1/metrics (the `Metrics` operationId).
+	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Schema Protocol document
 	//
@@ -1123,6 +1802,40 @@ func (c *Client) ExecKill(ctx context.Context, id ExecID, reqEditors ...RequestE
 	return c.Client.Do(req)
 }
 
+// ExecResize Resize an exec's terminal
+//
+// Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+//
+// Corresponds with POST /v1/exec/{id}/resize (the `ExecResize` operationId).
+func (c *Client) ExecResize(ctx context.Context, id ExecID, params *ExecResizeParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecResizeRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+//
+// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
+//
+// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
+func (c *Client) ExecSignal(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecSignalRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ExecStdinWithBody Write to an exec's stdin
 //
 // writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
@@ -1178,6 +1891,23 @@ func (c *Client) ExecStream(ctx context.Context, id ExecID, params *ExecStreamPa
 	return c.Client.Do(req)
 }
 
+// ExecList every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+//
+// Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process.
+//
+// Corresponds with GET /v1/execs (the `ExecList` operationId).
+func (c *Client) ExecList(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecListRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // FsReadFile Read a file
 //
 // streams one file, or an inclusive 1-based range of its lines
@@ -1204,6 +1934,91 @@ func (c *Client) FsReadFile(ctx context.Context, params *FsReadFileParams, reqEd
 // Corresponds with PUT /v1/fs/file (the `FsWriteFile` operationId).
 func (c *Client) FsWriteFileWithBody(ctx context.Context, params *FsWriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFsWriteFileRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsList lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+//
+// A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed.
+//
+// Corresponds with GET /v1/fs/list (the `FsList` operationId).
+func (c *Client) FsList(ctx context.Context, params *FsListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsListRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsMkdir creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+//
+// Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409.
+//
+// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
+func (c *Client) FsMkdir(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsMkdirRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsMove renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+//
+// rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile.
+//
+// Corresponds with POST /v1/fs/move (the `FsMove` operationId).
+func (c *Client) FsMove(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsMoveRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+//
+// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+//
+// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
+func (c *Client) FsRemove(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsRemoveRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsStat describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+//
+// lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400.
+//
+// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
+func (c *Client) FsStat(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsStatRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1250,6 +2065,23 @@ func (c *Client) FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParam
 	return c.Client.Do(req)
 }
 
+// FsWatch follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+//
+// The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
+//
+// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
+func (c *Client) FsWatch(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsWatchRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // Health Health
 //
 // liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
@@ -1257,6 +2089,23 @@ func (c *Client) FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParam
 // Corresponds with GET /v1/health (the `Health` operationId).
 func (c *Client) Health(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Metrics CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+//
+// CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg.
+//
+// Corresponds with GET /v1/metrics (the `Metrics` operationId).
+func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMetricsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1601,6 +2450,128 @@ func NewExecKillRequest(server string, id ExecID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewExecResizeRequest constructs an http.Request for the ExecResize method
+func NewExecResizeRequest(server string, id ExecID, params *ExecResizeParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/exec/%s/resize", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "rows", params.Rows, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cols", params.Cols, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewExecSignalRequest constructs an http.Request for the ExecSignal method
+func NewExecSignalRequest(server string, id ExecID, params *ExecSignalParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/exec/%s/signal", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "signal", params.Signal, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewExecStdinRequest calls the generic ExecStdin builder with application/json body
 func NewExecStdinRequest(server string, id ExecID, body ExecStdinJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1719,6 +2690,33 @@ func NewExecStreamRequest(server string, id ExecID, params *ExecStreamParams) (*
 			req.Header.Set("Last-Event-ID", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewExecListRequest constructs an http.Request for the ExecList method
+func NewExecListRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/execs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -1862,6 +2860,336 @@ func NewFsWriteFileRequestWithBody(server string, params *FsWriteFileParams, con
 	return req, nil
 }
 
+// NewFsListRequest constructs an http.Request for the FsList method
+func NewFsListRequest(server string, params *FsListParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/list")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Depth != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "depth", *params.Depth, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewFsMkdirRequest constructs an http.Request for the FsMkdir method
+func NewFsMkdirRequest(server string, params *FsMkdirParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/mkdir")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Mode != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "mode", *params.Mode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewFsMoveRequest constructs an http.Request for the FsMove method
+func NewFsMoveRequest(server string, params *FsMoveParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/move")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Replace != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "replace", *params.Replace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewFsRemoveRequest constructs an http.Request for the FsRemove method
+func NewFsRemoveRequest(server string, params *FsRemoveParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/remove")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Recursive != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "recursive", *params.Recursive, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewFsStatRequest constructs an http.Request for the FsStat method
+func NewFsStatRequest(server string, params *FsStatParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/stat")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewFsReadTarRequest constructs an http.Request for the FsReadTar method
 func NewFsReadTarRequest(server string, params *FsReadTarParams) (*http.Request, error) {
 	var err error
@@ -1964,6 +3292,68 @@ func NewFsWriteTarRequestWithBody(server string, params *FsWriteTarParams, conte
 	return req, nil
 }
 
+// NewFsWatchRequest constructs an http.Request for the FsWatch method
+func NewFsWatchRequest(server string, params *FsWatchParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/watch")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Recursive != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "recursive", *params.Recursive, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewHealthRequest constructs an http.Request for the Health method
 func NewHealthRequest(server string) (*http.Request, error) {
 	var err error
@@ -1974,6 +3364,33 @@ func NewHealthRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/v1/health")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewMetricsRequest constructs an http.Request for the Metrics method
+func NewMetricsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/metrics")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -2170,6 +3587,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/exec/{id}/kill (the `ExecKill` operationId).
 	ExecKillWithResponse(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*ExecKillReply, error)
 
+	// ExecResizeWithResponse Resize an exec's terminal
+	//
+	// Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/exec/{id}/resize (the `ExecResize` operationId).
+	ExecResizeWithResponse(ctx context.Context, id ExecID, params *ExecResizeParams, reqEditors ...RequestEditorFn) (*ExecResizeReply, error)
+
+	// ExecSignalWithResponse sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+	//
+	// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
+	ExecSignalWithResponse(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*ExecSignalReply, error)
+
 	// ExecStdinWithBodyWithResponse Write to an exec's stdin
 	//
 	// writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
@@ -2197,6 +3632,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 	ExecStreamWithResponse(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*ExecStreamReply, error)
 
+	// ExecListWithResponse every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+	//
+	// Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/execs (the `ExecList` operationId).
+	ExecListWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ExecListReply, error)
+
 	// FsReadFileWithResponse Read a file
 	//
 	// streams one file, or an inclusive 1-based range of its lines
@@ -2214,6 +3658,51 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/fs/file (the `FsWriteFile` operationId).
 	FsWriteFileWithBodyWithResponse(ctx context.Context, params *FsWriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteFileReply, error)
+
+	// FsListWithResponse lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+	//
+	// A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/fs/list (the `FsList` operationId).
+	FsListWithResponse(ctx context.Context, params *FsListParams, reqEditors ...RequestEditorFn) (*FsListReply, error)
+
+	// FsMkdirWithResponse creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+	//
+	// Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
+	FsMkdirWithResponse(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*FsMkdirReply, error)
+
+	// FsMoveWithResponse renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+	//
+	// rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/fs/move (the `FsMove` operationId).
+	FsMoveWithResponse(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*FsMoveReply, error)
+
+	// FsRemoveWithResponse removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+	//
+	// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
+	FsRemoveWithResponse(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*FsRemoveReply, error)
+
+	// FsStatWithResponse describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+	//
+	// lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
+	FsStatWithResponse(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*FsStatReply, error)
 
 	// FsReadTarWithResponse Read a directory as tar
 	//
@@ -2233,6 +3722,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBodyWithResponse(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteTarReply, error)
 
+	// FsWatchWithResponse follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+	//
+	// The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
+	FsWatchWithResponse(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*FsWatchReply, error)
+
 	// HealthWithResponse Health
 	//
 	// liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
@@ -2241,6 +3739,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/health (the `Health` operationId).
 	HealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthReply, error)
+
+	// MetricsWithResponse CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+	//
+	// CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/metrics (the `Metrics` operationId).
+	MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsReply, error)
 
 	// SchemaWithResponse Protocol document
 	//
@@ -2858,6 +4365,214 @@ func (r ExecKillReply) ContentType() string {
 	return ""
 }
 
+// ExecResizeReply200Headers the declared response headers of an HTTP 200 response for ExecResize
+type ExecResizeReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply400Headers the declared response headers of an HTTP 400 response for ExecResize
+type ExecResizeReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply401Headers the declared response headers of an HTTP 401 response for ExecResize
+type ExecResizeReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply404Headers the declared response headers of an HTTP 404 response for ExecResize
+type ExecResizeReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply409Headers the declared response headers of an HTTP 409 response for ExecResize
+type ExecResizeReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply410Headers the declared response headers of an HTTP 410 response for ExecResize
+type ExecResizeReply410Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecResizeReply503Headers the declared response headers of an HTTP 503 response for ExecResize
+type ExecResizeReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type ExecResizeReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ResizeResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorMalformedRequest
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *UnknownExecError
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *ErrorNotATty
+	// JSON410 the response for an HTTP 410 `application/json` response
+	JSON410 *ErrorStdinClosed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExecResizeReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExecResizeReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExecResizeReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExecResizeReply404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ExecResizeReply409Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *ExecResizeReply410Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExecResizeReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExecResizeReply) GetJSON200() *ResizeResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ExecResizeReply) GetJSON400() *ErrorMalformedRequest {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ExecResizeReply) GetJSON404() *UnknownExecError {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ExecResizeReply) GetJSON409() *ErrorNotATty {
+	return r.JSON409
+}
+
+// GetJSON410 returns the response for an HTTP 410 `application/json` response
+func (r ExecResizeReply) GetJSON410() *ErrorStdinClosed {
+	return r.JSON410
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecResizeReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecResizeReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecResizeReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecResizeReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExecSignalReply200Headers the declared response headers of an HTTP 200 response for ExecSignal
+type ExecSignalReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecSignalReply400Headers the declared response headers of an HTTP 400 response for ExecSignal
+type ExecSignalReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecSignalReply401Headers the declared response headers of an HTTP 401 response for ExecSignal
+type ExecSignalReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecSignalReply404Headers the declared response headers of an HTTP 404 response for ExecSignal
+type ExecSignalReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecSignalReply503Headers the declared response headers of an HTTP 503 response for ExecSignal
+type ExecSignalReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type ExecSignalReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SignalResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorSignalRefused
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *UnknownExecError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExecSignalReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExecSignalReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExecSignalReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExecSignalReply404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExecSignalReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExecSignalReply) GetJSON200() *SignalResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ExecSignalReply) GetJSON400() *ErrorSignalRefused {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ExecSignalReply) GetJSON404() *UnknownExecError {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecSignalReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecSignalReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecSignalReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecSignalReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ExecStdinReply200Headers the declared response headers of an HTTP 200 response for ExecStdin
 type ExecStdinReply200Headers struct {
 	MicrovmsAgentdVersion string
@@ -3101,6 +4816,68 @@ func (r ExecStreamReply) ContentType() string {
 	return ""
 }
 
+// ExecListReply200Headers the declared response headers of an HTTP 200 response for ExecList
+type ExecListReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecListReply401Headers the declared response headers of an HTTP 401 response for ExecList
+type ExecListReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecListReply503Headers the declared response headers of an HTTP 503 response for ExecList
+type ExecListReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type ExecListReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ExecListResponse
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExecListReply200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExecListReply401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExecListReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExecListReply) GetJSON200() *ExecListResponse {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecListReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecListReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecListReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecListReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // FsReadFileReply200Headers the declared response headers of an HTTP 200 response for FsReadFile
 type FsReadFileReply200Headers struct {
 	MicrovmsAgentdVersion string
@@ -3254,6 +5031,554 @@ func (r FsWriteFileReply) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r FsWriteFileReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// FsListReply200Headers the declared response headers of an HTTP 200 response for FsList
+type FsListReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply400Headers the declared response headers of an HTTP 400 response for FsList
+type FsListReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply401Headers the declared response headers of an HTTP 401 response for FsList
+type FsListReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply404Headers the declared response headers of an HTTP 404 response for FsList
+type FsListReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply500Headers the declared response headers of an HTTP 500 response for FsList
+type FsListReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsListReply503Headers the declared response headers of an HTTP 503 response for FsList
+type FsListReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsListReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorFsRefused
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsListReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsListReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsListReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsListReply404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsListReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsListReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsListReply) GetJSON200() *ListResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsListReply) GetJSON400() *ErrorFsRefused {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsListReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsListReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsListReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsListReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsListReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsListReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// FsMkdirReply200Headers the declared response headers of an HTTP 200 response for FsMkdir
+type FsMkdirReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply400Headers the declared response headers of an HTTP 400 response for FsMkdir
+type FsMkdirReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply401Headers the declared response headers of an HTTP 401 response for FsMkdir
+type FsMkdirReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply409Headers the declared response headers of an HTTP 409 response for FsMkdir
+type FsMkdirReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply500Headers the declared response headers of an HTTP 500 response for FsMkdir
+type FsMkdirReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMkdirReply503Headers the declared response headers of an HTTP 503 response for FsMkdir
+type FsMkdirReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsMkdirReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MkdirResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorFsRefused
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *FsPathExists
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsMkdirReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsMkdirReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsMkdirReply401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *FsMkdirReply409Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsMkdirReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsMkdirReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsMkdirReply) GetJSON200() *MkdirResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsMkdirReply) GetJSON400() *ErrorFsRefused {
+	return r.JSON400
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r FsMkdirReply) GetJSON409() *FsPathExists {
+	return r.JSON409
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsMkdirReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsMkdirReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsMkdirReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsMkdirReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsMkdirReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// FsMoveReply200Headers the declared response headers of an HTTP 200 response for FsMove
+type FsMoveReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply400Headers the declared response headers of an HTTP 400 response for FsMove
+type FsMoveReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply401Headers the declared response headers of an HTTP 401 response for FsMove
+type FsMoveReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply404Headers the declared response headers of an HTTP 404 response for FsMove
+type FsMoveReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply409Headers the declared response headers of an HTTP 409 response for FsMove
+type FsMoveReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply500Headers the declared response headers of an HTTP 500 response for FsMove
+type FsMoveReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsMoveReply503Headers the declared response headers of an HTTP 503 response for FsMove
+type FsMoveReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsMoveReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MoveResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorFsRefused
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *ErrorMoveInTheWay
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsMoveReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsMoveReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsMoveReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsMoveReply404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *FsMoveReply409Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsMoveReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsMoveReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsMoveReply) GetJSON200() *MoveResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsMoveReply) GetJSON400() *ErrorFsRefused {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsMoveReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r FsMoveReply) GetJSON409() *ErrorMoveInTheWay {
+	return r.JSON409
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsMoveReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsMoveReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsMoveReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsMoveReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsMoveReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// FsRemoveReply200Headers the declared response headers of an HTTP 200 response for FsRemove
+type FsRemoveReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply400Headers the declared response headers of an HTTP 400 response for FsRemove
+type FsRemoveReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply401Headers the declared response headers of an HTTP 401 response for FsRemove
+type FsRemoveReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply404Headers the declared response headers of an HTTP 404 response for FsRemove
+type FsRemoveReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply409Headers the declared response headers of an HTTP 409 response for FsRemove
+type FsRemoveReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply500Headers the declared response headers of an HTTP 500 response for FsRemove
+type FsRemoveReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsRemoveReply503Headers the declared response headers of an HTTP 503 response for FsRemove
+type FsRemoveReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsRemoveReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RemoveResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *FsMalformed
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *ErrorDirectoryNotEmpty
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsRemoveReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsRemoveReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsRemoveReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsRemoveReply404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *FsRemoveReply409Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsRemoveReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsRemoveReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsRemoveReply) GetJSON200() *RemoveResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsRemoveReply) GetJSON400() *FsMalformed {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsRemoveReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r FsRemoveReply) GetJSON409() *ErrorDirectoryNotEmpty {
+	return r.JSON409
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsRemoveReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsRemoveReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsRemoveReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsRemoveReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsRemoveReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// FsStatReply200Headers the declared response headers of an HTTP 200 response for FsStat
+type FsStatReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply400Headers the declared response headers of an HTTP 400 response for FsStat
+type FsStatReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply401Headers the declared response headers of an HTTP 401 response for FsStat
+type FsStatReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply404Headers the declared response headers of an HTTP 404 response for FsStat
+type FsStatReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply500Headers the declared response headers of an HTTP 500 response for FsStat
+type FsStatReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsStatReply503Headers the declared response headers of an HTTP 503 response for FsStat
+type FsStatReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsStatReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FileInfo
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *FsMalformed
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsStatReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsStatReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsStatReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsStatReply404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsStatReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsStatReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FsStatReply) GetJSON200() *FileInfo {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsStatReply) GetJSON400() *FsMalformed {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsStatReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsStatReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsStatReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsStatReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsStatReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsStatReply) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3426,6 +5751,103 @@ func (r FsWriteTarReply) ContentType() string {
 	return ""
 }
 
+// FsWatchReply200Headers the declared response headers of an HTTP 200 response for FsWatch
+type FsWatchReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply400Headers the declared response headers of an HTTP 400 response for FsWatch
+type FsWatchReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply401Headers the declared response headers of an HTTP 401 response for FsWatch
+type FsWatchReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply404Headers the declared response headers of an HTTP 404 response for FsWatch
+type FsWatchReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply500Headers the declared response headers of an HTTP 500 response for FsWatch
+type FsWatchReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWatchReply503Headers the declared response headers of an HTTP 503 response for FsWatch
+type FsWatchReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsWatchReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorFsRefused
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *FsPathNotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *FsFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsWatchReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsWatchReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsWatchReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsWatchReply404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsWatchReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsWatchReply503Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FsWatchReply) GetJSON400() *ErrorFsRefused {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FsWatchReply) GetJSON404() *FsPathNotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r FsWatchReply) GetJSON500() *FsFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r FsWatchReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsWatchReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsWatchReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsWatchReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // HealthReply200Headers the declared response headers of an HTTP 200 response for Health
 type HealthReply200Headers struct {
 	MicrovmsAgentdVersion string
@@ -3468,6 +5890,82 @@ func (r HealthReply) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HealthReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// MetricsReply200Headers the declared response headers of an HTTP 200 response for Metrics
+type MetricsReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// MetricsReply401Headers the declared response headers of an HTTP 401 response for Metrics
+type MetricsReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// MetricsReply500Headers the declared response headers of an HTTP 500 response for Metrics
+type MetricsReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// MetricsReply503Headers the declared response headers of an HTTP 503 response for Metrics
+type MetricsReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type MetricsReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Metrics
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ErrorMetricsUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *MetricsReply200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *MetricsReply401Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *MetricsReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *MetricsReply503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MetricsReply) GetJSON200() *Metrics {
+	return r.JSON200
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r MetricsReply) GetJSON500() *ErrorMetricsUnavailable {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r MetricsReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MetricsReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MetricsReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MetricsReply) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3702,6 +6200,36 @@ func (c *ClientWithResponses) ExecKillWithResponse(ctx context.Context, id ExecI
 	return ParseExecKillReply(rsp)
 }
 
+// ExecResizeWithResponse Resize an exec's terminal
+//
+// Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/exec/{id}/resize (the `ExecResize` operationId).
+func (c *ClientWithResponses) ExecResizeWithResponse(ctx context.Context, id ExecID, params *ExecResizeParams, reqEditors ...RequestEditorFn) (*ExecResizeReply, error) {
+	rsp, err := c.ExecResize(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecResizeReply(rsp)
+}
+
+// ExecSignalWithResponse sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+//
+// A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/exec/{id}/signal (the `ExecSignal` operationId).
+func (c *ClientWithResponses) ExecSignalWithResponse(ctx context.Context, id ExecID, params *ExecSignalParams, reqEditors ...RequestEditorFn) (*ExecSignalReply, error) {
+	rsp, err := c.ExecSignal(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecSignalReply(rsp)
+}
+
 // ExecStdinWithBodyWithResponse Write to an exec's stdin
 //
 // writes bytes to an exec's stdin and/or closes it; separate from the stream so a lost attach never costs input
@@ -3747,6 +6275,21 @@ func (c *ClientWithResponses) ExecStreamWithResponse(ctx context.Context, id Exe
 	return ParseExecStreamReply(rsp)
 }
 
+// ExecListWithResponse every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+//
+// Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/execs (the `ExecList` operationId).
+func (c *ClientWithResponses) ExecListWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ExecListReply, error) {
+	rsp, err := c.ExecList(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecListReply(rsp)
+}
+
 // FsReadFileWithResponse Read a file
 //
 // streams one file, or an inclusive 1-based range of its lines
@@ -3775,6 +6318,81 @@ func (c *ClientWithResponses) FsWriteFileWithBodyWithResponse(ctx context.Contex
 		return nil, err
 	}
 	return ParseFsWriteFileReply(rsp)
+}
+
+// FsListWithResponse lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+//
+// A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/fs/list (the `FsList` operationId).
+func (c *ClientWithResponses) FsListWithResponse(ctx context.Context, params *FsListParams, reqEditors ...RequestEditorFn) (*FsListReply, error) {
+	rsp, err := c.FsList(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsListReply(rsp)
+}
+
+// FsMkdirWithResponse creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+//
+// Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/fs/mkdir (the `FsMkdir` operationId).
+func (c *ClientWithResponses) FsMkdirWithResponse(ctx context.Context, params *FsMkdirParams, reqEditors ...RequestEditorFn) (*FsMkdirReply, error) {
+	rsp, err := c.FsMkdir(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsMkdirReply(rsp)
+}
+
+// FsMoveWithResponse renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+//
+// rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/fs/move (the `FsMove` operationId).
+func (c *ClientWithResponses) FsMoveWithResponse(ctx context.Context, params *FsMoveParams, reqEditors ...RequestEditorFn) (*FsMoveReply, error) {
+	rsp, err := c.FsMove(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsMoveReply(rsp)
+}
+
+// FsRemoveWithResponse removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+//
+// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
+func (c *ClientWithResponses) FsRemoveWithResponse(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*FsRemoveReply, error) {
+	rsp, err := c.FsRemove(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsRemoveReply(rsp)
+}
+
+// FsStatWithResponse describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+//
+// lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/fs/stat (the `FsStat` operationId).
+func (c *ClientWithResponses) FsStatWithResponse(ctx context.Context, params *FsStatParams, reqEditors ...RequestEditorFn) (*FsStatReply, error) {
+	rsp, err := c.FsStat(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsStatReply(rsp)
 }
 
 // FsReadTarWithResponse Read a directory as tar
@@ -3807,6 +6425,21 @@ func (c *ClientWithResponses) FsWriteTarWithBodyWithResponse(ctx context.Context
 	return ParseFsWriteTarReply(rsp)
 }
 
+// FsWatchWithResponse follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+//
+// The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/fs/watch (the `FsWatch` operationId).
+func (c *ClientWithResponses) FsWatchWithResponse(ctx context.Context, params *FsWatchParams, reqEditors ...RequestEditorFn) (*FsWatchReply, error) {
+	rsp, err := c.FsWatch(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsWatchReply(rsp)
+}
+
 // HealthWithResponse Health
 //
 // liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token
@@ -3820,6 +6453,21 @@ func (c *ClientWithResponses) HealthWithResponse(ctx context.Context, reqEditors
 		return nil, err
 	}
 	return ParseHealthReply(rsp)
+}
+
+// MetricsWithResponse CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+//
+// CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/metrics (the `Metrics` operationId).
+func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsReply, error) {
+	rsp, err := c.Metrics(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMetricsReply(rsp)
 }
 
 // SchemaWithResponse Protocol document
@@ -4413,6 +7061,238 @@ func ParseExecKillReply(rsp *http.Response) (*ExecKillReply, error) {
 	return response, nil
 }
 
+// ParseExecResizeReply parses an HTTP response from a ExecResizeWithResponse call
+func ParseExecResizeReply(rsp *http.Response) (*ExecResizeReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecResizeReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ResizeResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorMalformedRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest UnknownExecError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorNotATty
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest ErrorStdinClosed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON410 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExecResizeReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExecResizeReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExecResizeReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExecResizeReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ExecResizeReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 410:
+		var headers ExecResizeReply410Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExecResizeReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExecSignalReply parses an HTTP response from a ExecSignalWithResponse call
+func ParseExecSignalReply(rsp *http.Response) (*ExecSignalReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecSignalReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SignalResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorSignalRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest UnknownExecError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExecSignalReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExecSignalReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExecSignalReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExecSignalReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExecSignalReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseExecStdinReply parses an HTTP response from a ExecStdinWithResponse call
 func ParseExecStdinReply(rsp *http.Response) (*ExecStdinReply, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4689,6 +7569,71 @@ func ParseExecStreamReply(rsp *http.Response) (*ExecStreamReply, error) {
 	return response, nil
 }
 
+// ParseExecListReply parses an HTTP response from a ExecListWithResponse call
+func ParseExecListReply(rsp *http.Response) (*ExecListReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecListReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ExecListResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExecListReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExecListReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExecListReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseFsReadFileReply parses an HTTP response from a FsReadFileWithResponse call
 func ParseFsReadFileReply(rsp *http.Response) (*FsReadFileReply, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4852,6 +7797,620 @@ func ParseFsWriteFileReply(rsp *http.Response) (*FsWriteFileReply, error) {
 			headers.MicrovmsAgentdVersion = value
 		}
 		response.Headers507 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFsListReply parses an HTTP response from a FsListWithResponse call
+func ParseFsListReply(rsp *http.Response) (*FsListReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsListReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorFsRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsListReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsListReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsListReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsListReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsListReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsListReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFsMkdirReply parses an HTTP response from a FsMkdirWithResponse call
+func ParseFsMkdirReply(rsp *http.Response) (*FsMkdirReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsMkdirReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MkdirResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorFsRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest FsPathExists
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsMkdirReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsMkdirReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsMkdirReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers FsMkdirReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsMkdirReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsMkdirReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFsMoveReply parses an HTTP response from a FsMoveWithResponse call
+func ParseFsMoveReply(rsp *http.Response) (*FsMoveReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsMoveReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MoveResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorFsRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorMoveInTheWay
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsMoveReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsMoveReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsMoveReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsMoveReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers FsMoveReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsMoveReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsMoveReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFsRemoveReply parses an HTTP response from a FsRemoveWithResponse call
+func ParseFsRemoveReply(rsp *http.Response) (*FsRemoveReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsRemoveReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RemoveResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest FsMalformed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorDirectoryNotEmpty
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsRemoveReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsRemoveReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsRemoveReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsRemoveReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers FsRemoveReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsRemoveReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsRemoveReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFsStatReply parses an HTTP response from a FsStatWithResponse call
+func ParseFsStatReply(rsp *http.Response) (*FsStatReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsStatReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FileInfo
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest FsMalformed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsStatReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsStatReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsStatReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsStatReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsStatReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsStatReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5035,6 +8594,115 @@ func ParseFsWriteTarReply(rsp *http.Response) (*FsWriteTarReply, error) {
 	return response, nil
 }
 
+// ParseFsWatchReply parses an HTTP response from a FsWatchWithResponse call
+func ParseFsWatchReply(rsp *http.Response) (*FsWatchReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsWatchReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorFsRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest FsPathNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest FsFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsWatchReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsWatchReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsWatchReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsWatchReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsWatchReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsWatchReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseHealthReply parses an HTTP response from a HealthWithResponse call
 func ParseHealthReply(rsp *http.Response) (*HealthReply, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5069,6 +8737,88 @@ func ParseHealthReply(rsp *http.Response) (*HealthReply, error) {
 			headers.MicrovmsAgentdVersion = value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMetricsReply parses an HTTP response from a MetricsWithResponse call
+func ParseMetricsReply(rsp *http.Response) (*MetricsReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MetricsReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Metrics
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorMetricsUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers MetricsReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers MetricsReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 500:
+		var headers MetricsReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers MetricsReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5145,27 +8895,57 @@ type ServerInterface interface {
 	// ExecKill Kill an exec
 	// (POST /v1/exec/{id}/kill)
 	ExecKill(w http.ResponseWriter, r *http.Request, id ExecID)
+	// ExecResize Resize an exec's terminal
+	// (POST /v1/exec/{id}/resize)
+	ExecResize(w http.ResponseWriter, r *http.Request, id ExecID, params ExecResizeParams)
+	// ExecSignal sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+	// (POST /v1/exec/{id}/signal)
+	ExecSignal(w http.ResponseWriter, r *http.Request, id ExecID, params ExecSignalParams)
 	// ExecStdin Write to an exec's stdin
 	// (POST /v1/exec/{id}/stdin)
 	ExecStdin(w http.ResponseWriter, r *http.Request, id ExecID)
 	// ExecStream Stream an exec's output
 	// (GET /v1/exec/{id}/stream)
 	ExecStream(w http.ResponseWriter, r *http.Request, id ExecID, params ExecStreamParams)
+	// ExecList every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+	// (GET /v1/execs)
+	ExecList(w http.ResponseWriter, r *http.Request)
 	// FsReadFile Read a file
 	// (GET /v1/fs/file)
 	FsReadFile(w http.ResponseWriter, r *http.Request, params FsReadFileParams)
 	// FsWriteFile Write a file
 	// (PUT /v1/fs/file)
 	FsWriteFile(w http.ResponseWriter, r *http.Request, params FsWriteFileParams)
+	// FsList lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+	// (GET /v1/fs/list)
+	FsList(w http.ResponseWriter, r *http.Request, params FsListParams)
+	// FsMkdir creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+	// (POST /v1/fs/mkdir)
+	FsMkdir(w http.ResponseWriter, r *http.Request, params FsMkdirParams)
+	// FsMove renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+	// (POST /v1/fs/move)
+	FsMove(w http.ResponseWriter, r *http.Request, params FsMoveParams)
+	// FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+	// (POST /v1/fs/remove)
+	FsRemove(w http.ResponseWriter, r *http.Request, params FsRemoveParams)
+	// FsStat describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+	// (GET /v1/fs/stat)
+	FsStat(w http.ResponseWriter, r *http.Request, params FsStatParams)
 	// FsReadTar Read a directory as tar
 	// (GET /v1/fs/tar)
 	FsReadTar(w http.ResponseWriter, r *http.Request, params FsReadTarParams)
 	// FsWriteTar Extract a tar
 	// (PUT /v1/fs/tar)
 	FsWriteTar(w http.ResponseWriter, r *http.Request, params FsWriteTarParams)
+	// FsWatch follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+	// (GET /v1/fs/watch)
+	FsWatch(w http.ResponseWriter, r *http.Request, params FsWatchParams)
 	// Health Health
 	// (GET /v1/health)
 	Health(w http.ResponseWriter, r *http.Request)
+	// Metrics CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+	// (GET /v1/metrics)
+	Metrics(w http.ResponseWriter, r *http.Request)
 	// Schema Protocol document
 	// (GET /v1/schema)
 	Schema(w http.ResponseWriter, r *http.Request)
@@ -5380,6 +9160,115 @@ func (siw *ServerInterfaceWrapper) ExecKill(w http.ResponseWriter, r *http.Reque
 	handler.ServeHTTP(w, r)
 }
 
+// ExecResize operation middleware
+func (siw *ServerInterfaceWrapper) ExecResize(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ExecResizeParams
+
+	// ------------- Required query parameter "rows" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "rows", r.URL.Query(), &params.Rows, runtime.BindQueryParameterOptions{Type: "integer", Format: "int32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "rows"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rows", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "cols" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "cols", r.URL.Query(), &params.Cols, runtime.BindQueryParameterOptions{Type: "integer", Format: "int32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cols"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cols", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecResize(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ExecSignal operation middleware
+func (siw *ServerInterfaceWrapper) ExecSignal(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ExecSignalParams
+
+	// ------------- Required query parameter "signal" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "signal", r.URL.Query(), &params.Signal, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "signal"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "signal", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecSignal(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ExecStdin operation middleware
 func (siw *ServerInterfaceWrapper) ExecStdin(w http.ResponseWriter, r *http.Request) {
 
@@ -5472,6 +9361,26 @@ func (siw *ServerInterfaceWrapper) ExecStream(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ExecStream(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ExecList operation middleware
+func (siw *ServerInterfaceWrapper) ExecList(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecList(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5598,6 +9507,292 @@ func (siw *ServerInterfaceWrapper) FsWriteFile(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// FsList operation middleware
+func (siw *ServerInterfaceWrapper) FsList(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsListParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "depth" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "depth", r.URL.Query(), &params.Depth, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "depth"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "depth", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsList(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// FsMkdir operation middleware
+func (siw *ServerInterfaceWrapper) FsMkdir(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsMkdirParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "mode" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "mode", r.URL.Query(), &params.Mode, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "mode"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "mode", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsMkdir(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// FsMove operation middleware
+func (siw *ServerInterfaceWrapper) FsMove(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsMoveParams
+
+	// ------------- Required query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "from", r.URL.Query(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "from"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "from", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "to", r.URL.Query(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "to"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "to", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "replace" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "replace", r.URL.Query(), &params.Replace, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "replace"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "replace", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsMove(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// FsRemove operation middleware
+func (siw *ServerInterfaceWrapper) FsRemove(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsRemoveParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "recursive" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "recursive", r.URL.Query(), &params.Recursive, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "recursive"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "recursive", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsRemove(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// FsStat operation middleware
+func (siw *ServerInterfaceWrapper) FsStat(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsStatParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsStat(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // FsReadTar operation middleware
 func (siw *ServerInterfaceWrapper) FsReadTar(w http.ResponseWriter, r *http.Request) {
 
@@ -5676,11 +9871,83 @@ func (siw *ServerInterfaceWrapper) FsWriteTar(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// FsWatch operation middleware
+func (siw *ServerInterfaceWrapper) FsWatch(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsWatchParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "recursive" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "recursive", r.URL.Query(), &params.Recursive, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "recursive"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "recursive", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsWatch(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // Health operation middleware
 func (siw *ServerInterfaceWrapper) Health(w http.ResponseWriter, r *http.Request) {
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Health(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Metrics operation middleware
+func (siw *ServerInterfaceWrapper) Metrics(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Metrics(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5836,10 +10103,20 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/stdin", wrapper.ExecStdin)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/ack", wrapper.ExecAck)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/kill", wrapper.ExecKill)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/resize", wrapper.ExecResize)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/signal", wrapper.ExecSignal)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/execs", wrapper.ExecList)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/metrics", wrapper.Metrics)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/file", wrapper.FsReadFile)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/file", wrapper.FsWriteFile)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/tar", wrapper.FsReadTar)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/tar", wrapper.FsWriteTar)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/stat", wrapper.FsStat)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/list", wrapper.FsList)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/mkdir", wrapper.FsMkdir)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/move", wrapper.FsMove)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/watch", wrapper.FsWatch)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/remove", wrapper.FsRemove)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/health", wrapper.Health)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schema", wrapper.Schema)
 

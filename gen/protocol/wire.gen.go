@@ -19,14 +19,16 @@ const VersionHeader = "microvms-agentd-version"
 // HookPrefix is the fixed path prefix of the platform's lifecycle hooks.
 const HookPrefix = "/aws/lambda-microvms/runtime/v1"
 
-// SSE event names of GET /v1/exec/{id}/stream.
+// SSE event names of GET /v1/exec/{id}/stream and GET /v1/fs/watch.
 const (
 	EventOutput = "output" // payload: #/components/schemas/OutputEvent
 	EventGap    = "gap"    // payload: #/components/schemas/GapEvent
 	EventExit   = "exit"   // payload: #/components/schemas/ExitEvent
+	EventReady  = "ready"  // payload: #/components/schemas/WatchReady
+	EventFs     = "fs"     // payload: #/components/schemas/WatchEvent
 )
 
-// SSETerminalEvent is the event after which the stream body ends.
+// SSETerminalEvent is the event after which an exec stream's body ends.
 const SSETerminalEvent = "exit"
 
 // Operation is one route of the protocol with the facts its callers and the
@@ -56,10 +58,20 @@ const (
 	OpExecStdin     = "execStdin"
 	OpExecAck       = "execAck"
 	OpExecKill      = "execKill"
+	OpExecResize    = "execResize"
+	OpExecSignal    = "execSignal"
+	OpExecList      = "execList"
+	OpMetrics       = "metrics"
 	OpFsReadFile    = "fsReadFile"
 	OpFsWriteFile   = "fsWriteFile"
 	OpFsReadTar     = "fsReadTar"
 	OpFsWriteTar    = "fsWriteTar"
+	OpFsStat        = "fsStat"
+	OpFsList        = "fsList"
+	OpFsMkdir       = "fsMkdir"
+	OpFsMove        = "fsMove"
+	OpFsWatch       = "fsWatch"
+	OpFsRemove      = "fsRemove"
 	OpHealth        = "health"
 	OpSchema        = "schema"
 )
@@ -78,10 +90,20 @@ var Operations = []Operation{
 	{ID: OpExecStdin, Method: "POST", Pattern: "/v1/exec/{id}/stdin", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 408: "application/json", 409: "application/json", 410: "application/json", 413: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpExecAck, Method: "POST", Pattern: "/v1/exec/{id}/ack", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{401: "", 404: "application/json", 409: "application/json", 503: ""}},
 	{ID: OpExecKill, Method: "POST", Pattern: "/v1/exec/{id}/kill", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 404: "application/json", 503: ""}},
+	{ID: OpExecResize, Method: "POST", Pattern: "/v1/exec/{id}/resize", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 410: "application/json", 503: ""}},
+	{ID: OpExecSignal, Method: "POST", Pattern: "/v1/exec/{id}/signal", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 503: ""}},
+	{ID: OpExecList, Method: "GET", Pattern: "/v1/execs", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 503: ""}},
+	{ID: OpMetrics, Method: "GET", Pattern: "/v1/metrics", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 500: "application/json", 503: ""}},
 	{ID: OpFsReadFile, Method: "GET", Pattern: "/v1/fs/file", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 404: "text/plain", 500: "text/plain", 503: ""}},
 	{ID: OpFsWriteFile, Method: "PUT", Pattern: "/v1/fs/file", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
 	{ID: OpFsReadTar, Method: "GET", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 404: "text/plain", 413: "text/plain", 500: "text/plain", 503: ""}},
 	{ID: OpFsWriteTar, Method: "PUT", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
+	{ID: OpFsStat, Method: "GET", Pattern: "/v1/fs/stat", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsList, Method: "GET", Pattern: "/v1/fs/list", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsMkdir, Method: "POST", Pattern: "/v1/fs/mkdir", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 409: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsMove, Method: "POST", Pattern: "/v1/fs/move", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsWatch, Method: "GET", Pattern: "/v1/fs/watch", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsRemove, Method: "POST", Pattern: "/v1/fs/remove", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpHealth, Method: "GET", Pattern: "/v1/health", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpSchema, Method: "GET", Pattern: "/v1/schema", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 }
@@ -110,10 +132,12 @@ const (
 	DefaultDiskReserveBytes      = 268435456  // AGENTD_DISK_RESERVE_BYTES
 	DefaultExecTTLSecs           = 900        // AGENTD_EXEC_TTL_SECS
 	DefaultKillGraceSecs         = 10         // AGENTD_KILL_GRACE_SECS
+	DefaultListPageDefault       = 1000       //
 	DefaultMaxBodyBytes          = 536870912  // AGENTD_MAX_BODY_BYTES
 	DefaultMaxDrainBytes         = 65536      // AGENTD_MAX_DRAIN_BYTES
 	DefaultMaxExecIDBytes        = 1024       // AGENTD_MAX_EXEC_ID_BYTES
 	DefaultMaxHeaderBytes        = 65536      // AGENTD_MAX_HEADER_BYTES
+	DefaultMaxListPage           = 10000      //
 	DefaultMaxOpenBodies         = 16         // AGENTD_MAX_OPEN_BODIES
 	DefaultMaxOutputBytes        = 8388608    // AGENTD_MAX_OUTPUT_BYTES
 	DefaultMaxStartBodyBytes     = 1048576    // AGENTD_MAX_START_BODY_BYTES
@@ -128,6 +152,7 @@ const (
 	DefaultStdinWriteTimeoutSecs = 5          // AGENTD_STDIN_WRITE_TIMEOUT_SECS
 	DefaultStreamReplayBytes     = 1048576    // AGENTD_STREAM_BUFFER_BYTES
 	DefaultStreamStallSecs       = 10         // AGENTD_STREAM_STALL_SECS
+	DefaultWatchQueueEvents      = 1024       //
 )
 
 // Limits lists every operative limit, sorted by name.
@@ -135,10 +160,12 @@ var Limits = []Limit{
 	{Name: "disk_reserve_bytes", Env: "AGENTD_DISK_RESERVE_BYTES", Default: DefaultDiskReserveBytes, Description: "free bytes a filesystem must keep before writes to it are refused with 507; zero disables the guard"},
 	{Name: "exec_ttl_secs", Env: "AGENTD_EXEC_TTL_SECS", Default: DefaultExecTTLSecs, Description: "seconds an acked exec entry is kept before it is collected"},
 	{Name: "kill_grace_secs", Env: "AGENTD_KILL_GRACE_SECS", Default: DefaultKillGraceSecs, Description: "seconds between SIGTERM and SIGKILL when a process group is killed"},
+	{Name: "list_page_default", Env: "", Default: DefaultListPageDefault, Description: "entries in a GET /v1/fs/list page when the caller gives no limit"},
 	{Name: "max_body_bytes", Env: "AGENTD_MAX_BODY_BYTES", Default: DefaultMaxBodyBytes, Description: "largest request body accepted on a bearer route, counted on the wire (413 beyond it)"},
 	{Name: "max_drain_bytes", Env: "AGENTD_MAX_DRAIN_BYTES", Default: DefaultMaxDrainBytes, Description: "how much of a refused request's body is read and discarded to keep the connection reusable"},
 	{Name: "max_exec_id_bytes", Env: "AGENTD_MAX_EXEC_ID_BYTES", Default: DefaultMaxExecIDBytes, Description: "longest exec_id a start accepts (400 beyond it); an id is held and logged for the exec's whole life, so it stays small"},
 	{Name: "max_header_bytes", Env: "AGENTD_MAX_HEADER_BYTES", Default: DefaultMaxHeaderBytes, Description: "largest request line plus headers read for one request, before any route or authentication (431 beyond it, from the HTTP server itself); an unauthenticated caller could otherwise make the daemon hold a megabyte per open connection"},
+	{Name: "max_list_page", Env: "", Default: DefaultMaxListPage, Description: "most entries one GET /v1/fs/list page may hold; a bigger limit is refused, so one page's answer stays a few MiB"},
 	{Name: "max_open_bodies", Env: "AGENTD_MAX_OPEN_BODIES", Default: DefaultMaxOpenBodies, Description: "unauthenticated request bodies read at once; a run hook over it is 503 and a refused body over it is not drained, and either connection is closed; the other open routes never read a body (one sent to them closes the connection after the answer), so health stays answerable under a flood of slow bodies"},
 	{Name: "max_output_bytes", Env: "AGENTD_MAX_OUTPUT_BYTES", Default: DefaultMaxOutputBytes, Description: "per-stream output cap for one exec; past it output is cut and truncated is set"},
 	{Name: "max_start_body_bytes", Env: "AGENTD_MAX_START_BODY_BYTES", Default: DefaultMaxStartBodyBytes, Description: "largest POST /v1/exec/start body; argv and env are all a start carries, so it stays far below max_body_bytes and a start never holds a large body in memory to decode"},
@@ -153,6 +180,7 @@ var Limits = []Limit{
 	{Name: "stdin_write_timeout_secs", Env: "AGENTD_STDIN_WRITE_TIMEOUT_SECS", Default: DefaultStdinWriteTimeoutSecs, Description: "seconds a stdin write may wait for the child to read before 408"},
 	{Name: "stream_replay_bytes", Env: "AGENTD_STREAM_BUFFER_BYTES", Default: DefaultStreamReplayBytes, Description: "size of the per-exec replay window a new or resuming stream can read back from"},
 	{Name: "stream_stall_secs", Env: "AGENTD_STREAM_STALL_SECS", Default: DefaultStreamStallSecs, Description: "seconds an attached stream that has fallen a whole replay window behind may go without taking a single byte before the output pump leaves it to a gap; a reader that makes any progress in that window keeps its bytes, so a reader slowed by a busy machine loses nothing"},
+	{Name: "watch_queue_events", Env: "", Default: DefaultWatchQueueEvents, Description: "events one GET /v1/fs/watch stream holds for a slow reader; past it they are dropped and reported as a gap"},
 }
 
 // Setting is one daemon setting from the environment that is not a limit.

@@ -338,6 +338,14 @@ const (
 	SlugStdinWriteTimeout  = "stdin_write_timeout"
 	SlugStdinWriteTooLarge = "stdin_write_too_large"
 	SlugStdinWriteFailed   = "stdin_write_failed"
+	SlugPathNotFound       = "path_not_found"
+	SlugNotADirectory      = "not_a_directory"
+	SlugPathExists         = "path_exists"
+	SlugDirectoryNotEmpty  = "directory_not_empty"
+	SlugFsFailed           = "fs_failed"
+	SlugNotATty            = "not_a_tty"
+	SlugUnknownSignal      = "unknown_signal"
+	SlugMetricsUnavailable = "metrics_unavailable"
 )
 
 // DaemonErrors lists every slug with the status it is sent with.
@@ -352,6 +360,14 @@ var DaemonErrors = []DaemonError{
 	{Slug: SlugStdinWriteTimeout, Status: 408, WireKind: WireRequestTimeout, Meaning: "the child did not read stdin within the write timeout"},
 	{Slug: SlugStdinWriteTooLarge, Status: 413, WireKind: WireTooLarge, Meaning: "one stdin write is over the cap"},
 	{Slug: SlugStdinWriteFailed, Status: 500, WireKind: WireServerError, Meaning: "the pipe write failed for another reason"},
+	{Slug: SlugPathNotFound, Status: 404, WireKind: WireNotFound, Meaning: "no file, directory or symlink is at the path (the fs operations: stat, list, move, remove)"},
+	{Slug: SlugNotADirectory, Status: 400, WireKind: WireProtocolError, Meaning: "the path, or a component of it, is not a directory where one is needed"},
+	{Slug: SlugPathExists, Status: 409, WireKind: WireConflict, Meaning: "something the operation may not replace is already at the path"},
+	{Slug: SlugDirectoryNotEmpty, Status: 409, WireKind: WireConflict, Meaning: "a non-empty directory is in the way of a remove or replace"},
+	{Slug: SlugFsFailed, Status: 500, WireKind: WireServerError, Meaning: "the filesystem refused an fs operation for another reason; the detail names the errno"},
+	{Slug: SlugNotATty, Status: 409, WireKind: WireConflict, Meaning: "the exec was started without tty, so it has no terminal"},
+	{Slug: SlugUnknownSignal, Status: 400, WireKind: WireProtocolError, Meaning: "the signal name is not in the closed set SignalName lists"},
+	{Slug: SlugMetricsUnavailable, Status: 500, WireKind: WireServerError, Meaning: "a /proc file the metrics sample needs is missing or unreadable"},
 }
 
 // SlugStatus is the HTTP status the daemon sends slug with (each slug has

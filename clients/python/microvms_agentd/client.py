@@ -328,6 +328,68 @@ class Client:
             return (None if v is None else KillResponse.from_dict(v))
         raise _api_error("execKill", _resp, json_statuses=())
 
+    def exec_resize(self, id: str, *, rows: int, cols: int) -> ResizeResponse:
+        """POST /v1/exec/{id}/resize. Resize an exec's terminal: Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive."""
+        _path = f"/v1/exec/{_quote(id)}/resize"
+        _query: List[Tuple[str, str]] = []
+        if rows is not None:
+            _query.append(("rows", _query_value(rows)))
+        if cols is not None:
+            _query.append(("cols", _query_value(cols)))
+        _data = None
+        _resp = self._send("POST", _path, _query, _data, "", bearer=True, stream=False, operation="execResize")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("execResize", _resp, json_statuses=(400, 404, 409, 410))
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else ResizeResponse.from_dict(v))
+        raise _api_error("execResize", _resp, json_statuses=())
+
+    def exec_signal(self, id: str, *, signal: str) -> SignalResponse:
+        """POST /v1/exec/{id}/signal. sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive: A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation."""
+        _path = f"/v1/exec/{_quote(id)}/signal"
+        _query: List[Tuple[str, str]] = []
+        if signal is not None:
+            _query.append(("signal", _query_value(signal)))
+        _data = None
+        _resp = self._send("POST", _path, _query, _data, "", bearer=True, stream=False, operation="execSignal")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("execSignal", _resp, json_statuses=(400, 404))
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else SignalResponse.from_dict(v))
+        raise _api_error("execSignal", _resp, json_statuses=())
+
+    def exec_list(self) -> ExecListResponse:
+        """GET /v1/execs. every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive: Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process."""
+        _path = "/v1/execs"
+        _query: List[Tuple[str, str]] = []
+        _data = None
+        _resp = self._send("GET", _path, _query, _data, "", bearer=True, stream=False, operation="execList")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("execList", _resp, json_statuses=())
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else ExecListResponse.from_dict(v))
+        raise _api_error("execList", _resp, json_statuses=())
+
+    def metrics(self) -> Metrics:
+        """GET /v1/metrics. CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive: CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg."""
+        _path = "/v1/metrics"
+        _query: List[Tuple[str, str]] = []
+        _data = None
+        _resp = self._send("GET", _path, _query, _data, "", bearer=True, stream=False, operation="metrics")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("metrics", _resp, json_statuses=(500,))
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else Metrics.from_dict(v))
+        raise _api_error("metrics", _resp, json_statuses=())
+
     def fs_read_file(self, *, path: str, start_line: Optional[int] = None, end_line: Optional[int] = None, stream: bool = False) -> Any:
         """GET /v1/fs/file. Read a file: streams one file, or an inclusive 1-based range of its lines With stream=True the open response is returned to read from (close it); otherwise its bytes."""
         _path = "/v1/fs/file"
@@ -395,6 +457,117 @@ class Client:
             _read_all(_resp)
             return None
         raise _api_error("fsWriteTar", _resp, json_statuses=())
+
+    def fs_stat(self, *, path: str) -> FileInfo:
+        """GET /v1/fs/stat. describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive): lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400."""
+        _path = "/v1/fs/stat"
+        _query: List[Tuple[str, str]] = []
+        if path is not None:
+            _query.append(("path", _query_value(path)))
+        _data = None
+        _resp = self._send("GET", _path, _query, _data, "", bearer=True, stream=False, operation="fsStat")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("fsStat", _resp, json_statuses=(400, 404, 500))
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else FileInfo.from_dict(v))
+        raise _api_error("fsStat", _resp, json_statuses=())
+
+    def fs_list(self, *, path: str, depth: Optional[int] = None, cursor: Optional[str] = None, limit: Optional[int] = None) -> ListResponse:
+        """GET /v1/fs/list. lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive: A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed."""
+        _path = "/v1/fs/list"
+        _query: List[Tuple[str, str]] = []
+        if path is not None:
+            _query.append(("path", _query_value(path)))
+        if depth is not None:
+            _query.append(("depth", _query_value(depth)))
+        if cursor is not None:
+            _query.append(("cursor", _query_value(cursor)))
+        if limit is not None:
+            _query.append(("limit", _query_value(limit)))
+        _data = None
+        _resp = self._send("GET", _path, _query, _data, "", bearer=True, stream=False, operation="fsList")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("fsList", _resp, json_statuses=(400, 404, 500))
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else ListResponse.from_dict(v))
+        raise _api_error("fsList", _resp, json_statuses=())
+
+    def fs_mkdir(self, *, path: str, mode: Optional[str] = None) -> MkdirResponse:
+        """POST /v1/fs/mkdir. creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive: Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409."""
+        _path = "/v1/fs/mkdir"
+        _query: List[Tuple[str, str]] = []
+        if path is not None:
+            _query.append(("path", _query_value(path)))
+        if mode is not None:
+            _query.append(("mode", _query_value(mode)))
+        _data = None
+        _resp = self._send("POST", _path, _query, _data, "", bearer=True, stream=False, operation="fsMkdir")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("fsMkdir", _resp, json_statuses=(400, 409, 500))
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else MkdirResponse.from_dict(v))
+        raise _api_error("fsMkdir", _resp, json_statuses=())
+
+    def fs_move(self, *, from_: str, to: str, replace: Optional[bool] = None) -> MoveResponse:
+        """POST /v1/fs/move. renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive: rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile."""
+        _path = "/v1/fs/move"
+        _query: List[Tuple[str, str]] = []
+        if from_ is not None:
+            _query.append(("from", _query_value(from_)))
+        if to is not None:
+            _query.append(("to", _query_value(to)))
+        if replace is not None:
+            _query.append(("replace", _query_value(replace)))
+        _data = None
+        _resp = self._send("POST", _path, _query, _data, "", bearer=True, stream=False, operation="fsMove")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("fsMove", _resp, json_statuses=(400, 404, 409, 500))
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else MoveResponse.from_dict(v))
+        raise _api_error("fsMove", _resp, json_statuses=())
+
+    def fs_watch(self, *, path: str, recursive: Optional[bool] = None) -> EventStream:
+        """GET /v1/fs/watch. follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive: The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed."""
+        _path = "/v1/fs/watch"
+        _query: List[Tuple[str, str]] = []
+        if path is not None:
+            _query.append(("path", _query_value(path)))
+        if recursive is not None:
+            _query.append(("recursive", _query_value(recursive)))
+        _data = None
+        _resp = self._send("GET", _path, _query, _data, "", bearer=True, stream=True, operation="fsWatch")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("fsWatch", _resp, json_statuses=(400, 404, 500))
+        if _status == 200:
+            return EventStream(_resp, lambda v: (None if v is None else WatchSSEEvent.from_dict(v)))
+        raise _api_error("fsWatch", _resp, json_statuses=())
+
+    def fs_remove(self, *, path: str, recursive: Optional[bool] = None) -> RemoveResponse:
+        """POST /v1/fs/remove. removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive: Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused."""
+        _path = "/v1/fs/remove"
+        _query: List[Tuple[str, str]] = []
+        if path is not None:
+            _query.append(("path", _query_value(path)))
+        if recursive is not None:
+            _query.append(("recursive", _query_value(recursive)))
+        _data = None
+        _resp = self._send("POST", _path, _query, _data, "", bearer=True, stream=False, operation="fsRemove")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("fsRemove", _resp, json_statuses=(400, 404, 409, 500))
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else RemoveResponse.from_dict(v))
+        raise _api_error("fsRemove", _resp, json_statuses=())
 
     def health(self) -> Health:
         """GET /v1/health. Health: liveness, version, bootstrap state, disk headroom and whether any exec is running; open so an outside poller needs no token"""

@@ -18,10 +18,12 @@ LIMITS: Dict[str, float] = {
     "disk_reserve_bytes": 268435456,
     "exec_ttl_secs": 900,
     "kill_grace_secs": 10,
+    "list_page_default": 1000,
     "max_body_bytes": 536870912,
     "max_drain_bytes": 65536,
     "max_exec_id_bytes": 1024,
     "max_header_bytes": 65536,
+    "max_list_page": 10000,
     "max_open_bodies": 16,
     "max_output_bytes": 8388608,
     "max_start_body_bytes": 1048576,
@@ -36,6 +38,7 @@ LIMITS: Dict[str, float] = {
     "stdin_write_timeout_secs": 5,
     "stream_replay_bytes": 1048576,
     "stream_stall_secs": 10,
+    "watch_queue_events": 1024,
 }
 
 
@@ -45,6 +48,35 @@ def _required(d: Dict[str, Any], key: str, cls: str) -> Any:
     if key not in d:
         raise ValueError(f"{cls}: required field {key!r} is missing")
     return d[key]
+
+
+@dataclass
+class CPUMetrics:
+    """CPU use from /proc/stat"""
+
+    # online CPUs
+    count: int
+    # share of all CPUs' time that was not idle or waiting on I/O, 0 to 100, over the window
+    used_percent: float
+    # the window used_percent covers - since the previous metrics call, or since boot on the first
+    window_secs: float
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> CPUMetrics:
+        if not isinstance(d, dict):
+            raise ValueError("CPUMetrics: expected a JSON object")
+        return cls(
+            count=_required(d, "count", "CPUMetrics"),
+            used_percent=_required(d, "used_percent", "CPUMetrics"),
+            window_secs=_required(d, "window_secs", "CPUMetrics"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["count"] = self.count
+        out["used_percent"] = self.used_percent
+        out["window_secs"] = self.window_secs
+        return out
 
 
 @dataclass
@@ -73,6 +105,37 @@ class DiskHealth:
         out["available_bytes"] = self.available_bytes
         out["reserve_bytes"] = self.reserve_bytes
         out["under_pressure"] = self.under_pressure
+        return out
+
+
+@dataclass
+class DiskMetrics:
+    """the filesystem of the daemon's working directory, from statfs"""
+
+    path: str
+    total_bytes: int
+    # bytes an unprivileged writer can still use
+    available_bytes: int
+    # total minus the free blocks
+    used_bytes: int
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> DiskMetrics:
+        if not isinstance(d, dict):
+            raise ValueError("DiskMetrics: expected a JSON object")
+        return cls(
+            path=_required(d, "path", "DiskMetrics"),
+            total_bytes=_required(d, "total_bytes", "DiskMetrics"),
+            available_bytes=_required(d, "available_bytes", "DiskMetrics"),
+            used_bytes=_required(d, "used_bytes", "DiskMetrics"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["path"] = self.path
+        out["total_bytes"] = self.total_bytes
+        out["available_bytes"] = self.available_bytes
+        out["used_bytes"] = self.used_bytes
         return out
 
 
@@ -128,6 +191,84 @@ class ErrorBody:
 
 
 @dataclass
+class ErrorDirectoryNotEmpty:
+    """ErrorBody of a 409 from a remove: the directory is not empty and recursive was not asked for"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "directory_not_empty",
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorDirectoryNotEmpty:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorDirectoryNotEmpty: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorDirectoryNotEmpty"),
+            detail=_required(d, "detail", "ErrorDirectoryNotEmpty"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class ErrorFsFailed:
+    """ErrorBody of a 500 from an fs operation: the operating system refused for another reason"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "fs_failed",
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorFsFailed:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorFsFailed: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorFsFailed"),
+            detail=_required(d, "detail", "ErrorFsFailed"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class ErrorFsRefused:
+    """ErrorBody of a 400 from an fs operation: a malformed query, or a non-directory where a directory is needed"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "malformed_request", "not_a_directory"
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorFsRefused:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorFsRefused: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorFsRefused"),
+            detail=_required(d, "detail", "ErrorFsRefused"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
 class ErrorMalformedRequest:
     """ErrorBody of a 400 on an exec route: the request failed validation before anything happened"""
 
@@ -144,6 +285,162 @@ class ErrorMalformedRequest:
         return cls(
             error=_required(d, "error", "ErrorMalformedRequest"),
             detail=_required(d, "detail", "ErrorMalformedRequest"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class ErrorMetricsUnavailable:
+    """ErrorBody of a 500 from metrics: a /proc file could not be read"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "metrics_unavailable",
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorMetricsUnavailable:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorMetricsUnavailable: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorMetricsUnavailable"),
+            detail=_required(d, "detail", "ErrorMetricsUnavailable"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class ErrorMoveInTheWay:
+    """ErrorBody of a 409 from a move: the destination is taken, or is a non-empty directory"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "path_exists", "directory_not_empty"
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorMoveInTheWay:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorMoveInTheWay: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorMoveInTheWay"),
+            detail=_required(d, "detail", "ErrorMoveInTheWay"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class ErrorNotATty:
+    """ErrorBody of a 409 from a resize: the exec has no terminal"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "not_a_tty",
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorNotATty:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorNotATty: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorNotATty"),
+            detail=_required(d, "detail", "ErrorNotATty"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class ErrorPathExists:
+    """ErrorBody of a 409 from mkdir: something that is not a directory is at the path"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "path_exists",
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorPathExists:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorPathExists: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorPathExists"),
+            detail=_required(d, "detail", "ErrorPathExists"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class ErrorPathNotFound:
+    """ErrorBody of a 404 from an fs operation: nothing is at the path"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "path_not_found",
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorPathNotFound:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorPathNotFound: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorPathNotFound"),
+            detail=_required(d, "detail", "ErrorPathNotFound"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class ErrorSignalRefused:
+    """ErrorBody of a 400 from a signal: the name is missing or outside the closed set"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "malformed_request", "unknown_signal"
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorSignalRefused:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorSignalRefused: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorSignalRefused"),
+            detail=_required(d, "detail", "ErrorSignalRefused"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -336,6 +633,62 @@ class ErrorUnknownExec:
 
 
 @dataclass
+class ExecListResponse:
+    """body of GET /v1/execs"""
+
+    execs: List[ExecSummary]
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ExecListResponse:
+        if not isinstance(d, dict):
+            raise ValueError("ExecListResponse: expected a JSON object")
+        return cls(
+            execs=(lambda v: (None if v is None else [(None if x is None else ExecSummary.from_dict(x)) for x in v]))(_required(d, "execs", "ExecListResponse")),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["execs"] = (None if self.execs is None else [(None if x is None else x.to_dict()) for x in self.execs])
+        return out
+
+
+@dataclass
+class ExecSummary:
+    """one registered exec"""
+
+    exec_id: str
+    # lifecycle position of an exec
+    phase: str
+    # when the child was spawned, RFC 3339, UTC
+    started_at: str
+    # the argv the child was started with (a shell start shows sh -c and its script)
+    command: List[str]
+    # the child's process id, which is also its process group's id; it may name another process once the exec has exited
+    pid: int
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ExecSummary:
+        if not isinstance(d, dict):
+            raise ValueError("ExecSummary: expected a JSON object")
+        return cls(
+            exec_id=_required(d, "exec_id", "ExecSummary"),
+            phase=_required(d, "phase", "ExecSummary"),
+            started_at=_required(d, "started_at", "ExecSummary"),
+            command=_required(d, "command", "ExecSummary"),
+            pid=_required(d, "pid", "ExecSummary"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["exec_id"] = self.exec_id
+        out["phase"] = self.phase
+        out["started_at"] = self.started_at
+        out["command"] = self.command
+        out["pid"] = self.pid
+        return out
+
+
+@dataclass
 class ExitEvent:
     """data of the terminal SSE exit event"""
 
@@ -369,6 +722,58 @@ class ExitEvent:
 
 
 @dataclass
+class FileInfo:
+    """one filesystem entry, as lstat reports it (a symlink is described, not followed)"""
+
+    # the entry's path, as asked for or joined under the listed directory
+    path: str
+    # the last component of path
+    name: str
+    # what kind of entry a path names
+    type: str
+    # bytes, as lstat reports them (a symlink's is its target's length)
+    size: int
+    # permission and setuid/setgid/sticky bits as four octal digits, e.g. 0755
+    mode: str
+    uid: int
+    gid: int
+    # last modification, RFC 3339 with nanoseconds, UTC
+    mtime: str
+    # a symlink's target text, as stored; absent for anything else
+    symlink_target: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> FileInfo:
+        if not isinstance(d, dict):
+            raise ValueError("FileInfo: expected a JSON object")
+        return cls(
+            path=_required(d, "path", "FileInfo"),
+            name=_required(d, "name", "FileInfo"),
+            type=_required(d, "type", "FileInfo"),
+            size=_required(d, "size", "FileInfo"),
+            mode=_required(d, "mode", "FileInfo"),
+            uid=_required(d, "uid", "FileInfo"),
+            gid=_required(d, "gid", "FileInfo"),
+            mtime=_required(d, "mtime", "FileInfo"),
+            symlink_target=d.get("symlink_target"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["path"] = self.path
+        out["name"] = self.name
+        out["type"] = self.type
+        out["size"] = self.size
+        out["mode"] = self.mode
+        out["uid"] = self.uid
+        out["gid"] = self.gid
+        out["mtime"] = self.mtime
+        if self.symlink_target is not None:
+            out["symlink_target"] = self.symlink_target
+        return out
+
+
+@dataclass
 class FileReadQuery:
     """query string of GET /v1/fs/file"""
 
@@ -397,6 +802,20 @@ class FileReadQuery:
         if self.end_line is not None:
             out["end_line"] = self.end_line
         return out
+
+
+class FileType:
+    """what kind of entry a path names"""
+
+    FILE = "file"
+    DIRECTORY = "directory"
+    SYMLINK = "symlink"
+    FIFO = "fifo"
+    SOCKET = "socket"
+    BLOCK_DEVICE = "block_device"
+    CHAR_DEVICE = "char_device"
+
+    VALUES = ("file", "directory", "symlink", "fifo", "socket", "block_device", "char_device")
 
 
 @dataclass
@@ -520,6 +939,172 @@ class KillResponse:
 
 
 @dataclass
+class ListResponse:
+    """one page of a listing"""
+
+    path: str
+    entries: List[FileInfo]
+    # pass as cursor for the next page; absent on the last page
+    next_cursor: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ListResponse:
+        if not isinstance(d, dict):
+            raise ValueError("ListResponse: expected a JSON object")
+        return cls(
+            path=_required(d, "path", "ListResponse"),
+            entries=(lambda v: (None if v is None else [(None if x is None else FileInfo.from_dict(x)) for x in v]))(_required(d, "entries", "ListResponse")),
+            next_cursor=d.get("next_cursor"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["path"] = self.path
+        out["entries"] = (None if self.entries is None else [(None if x is None else x.to_dict()) for x in self.entries])
+        if self.next_cursor is not None:
+            out["next_cursor"] = self.next_cursor
+        return out
+
+
+@dataclass
+class LoadAverage:
+    """/proc/loadavg"""
+
+    # runnable and uninterruptible tasks, averaged over 1 minute
+    load1: float
+    load5: float
+    load15: float
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> LoadAverage:
+        if not isinstance(d, dict):
+            raise ValueError("LoadAverage: expected a JSON object")
+        return cls(
+            load1=_required(d, "load1", "LoadAverage"),
+            load5=_required(d, "load5", "LoadAverage"),
+            load15=_required(d, "load15", "LoadAverage"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["load1"] = self.load1
+        out["load5"] = self.load5
+        out["load15"] = self.load15
+        return out
+
+
+@dataclass
+class MemoryMetrics:
+    """memory from /proc/meminfo"""
+
+    total_bytes: int
+    # MemAvailable, the kernel's estimate of what can be allocated without swapping
+    available_bytes: int
+    # total minus available
+    used_bytes: int
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> MemoryMetrics:
+        if not isinstance(d, dict):
+            raise ValueError("MemoryMetrics: expected a JSON object")
+        return cls(
+            total_bytes=_required(d, "total_bytes", "MemoryMetrics"),
+            available_bytes=_required(d, "available_bytes", "MemoryMetrics"),
+            used_bytes=_required(d, "used_bytes", "MemoryMetrics"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["total_bytes"] = self.total_bytes
+        out["available_bytes"] = self.available_bytes
+        out["used_bytes"] = self.used_bytes
+        return out
+
+
+@dataclass
+class Metrics:
+    """body of GET /v1/metrics"""
+
+    sampled_at: str
+    # CPU use from /proc/stat
+    cpu: CPUMetrics
+    # memory from /proc/meminfo
+    memory: MemoryMetrics
+    # the filesystem of the daemon's working directory, from statfs
+    disk: DiskMetrics
+    # /proc/loadavg
+    load: LoadAverage
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> Metrics:
+        if not isinstance(d, dict):
+            raise ValueError("Metrics: expected a JSON object")
+        return cls(
+            sampled_at=_required(d, "sampled_at", "Metrics"),
+            cpu=(lambda v: (None if v is None else CPUMetrics.from_dict(v)))(_required(d, "cpu", "Metrics")),
+            memory=(lambda v: (None if v is None else MemoryMetrics.from_dict(v)))(_required(d, "memory", "Metrics")),
+            disk=(lambda v: (None if v is None else DiskMetrics.from_dict(v)))(_required(d, "disk", "Metrics")),
+            load=(lambda v: (None if v is None else LoadAverage.from_dict(v)))(_required(d, "load", "Metrics")),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["sampled_at"] = self.sampled_at
+        out["cpu"] = (None if self.cpu is None else self.cpu.to_dict())
+        out["memory"] = (None if self.memory is None else self.memory.to_dict())
+        out["disk"] = (None if self.disk is None else self.disk.to_dict())
+        out["load"] = (None if self.load is None else self.load.to_dict())
+        return out
+
+
+@dataclass
+class MkdirResponse:
+    """result of a mkdir"""
+
+    path: str
+    # false when the directory already existed
+    created: bool
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> MkdirResponse:
+        if not isinstance(d, dict):
+            raise ValueError("MkdirResponse: expected a JSON object")
+        return cls(
+            path=_required(d, "path", "MkdirResponse"),
+            created=_required(d, "created", "MkdirResponse"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["path"] = self.path
+        out["created"] = self.created
+        return out
+
+
+@dataclass
+class MoveResponse:
+    """result of a move"""
+
+    from_: str
+    to: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> MoveResponse:
+        if not isinstance(d, dict):
+            raise ValueError("MoveResponse: expected a JSON object")
+        return cls(
+            from_=_required(d, "from", "MoveResponse"),
+            to=_required(d, "to", "MoveResponse"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["from"] = self.from_
+        out["to"] = self.to
+        return out
+
+
+@dataclass
 class OutputEvent:
     """data of an SSE output event"""
 
@@ -614,6 +1199,56 @@ class PollResponse:
 
 # the document GET /v1/schema returns; its shape is docs/schema.json's
 ProtocolDocument = Dict[str, Any]
+
+
+@dataclass
+class RemoveResponse:
+    """result of a remove"""
+
+    path: str
+    # entries removed (1 for a file; a tree counts every entry in it)
+    removed: int
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> RemoveResponse:
+        if not isinstance(d, dict):
+            raise ValueError("RemoveResponse: expected a JSON object")
+        return cls(
+            path=_required(d, "path", "RemoveResponse"),
+            removed=_required(d, "removed", "RemoveResponse"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["path"] = self.path
+        out["removed"] = self.removed
+        return out
+
+
+@dataclass
+class ResizeResponse:
+    """result of a resize"""
+
+    exec_id: str
+    rows: int
+    cols: int
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ResizeResponse:
+        if not isinstance(d, dict):
+            raise ValueError("ResizeResponse: expected a JSON object")
+        return cls(
+            exec_id=_required(d, "exec_id", "ResizeResponse"),
+            rows=_required(d, "rows", "ResizeResponse"),
+            cols=_required(d, "cols", "ResizeResponse"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["exec_id"] = self.exec_id
+        out["rows"] = self.rows
+        out["cols"] = self.cols
+        return out
 
 
 @dataclass
@@ -771,6 +1406,54 @@ class SSEOutput:
         return out
 
 
+class SignalName:
+    """the signals an exec's group may be sent, by name without the SIG prefix"""
+
+    HUP = "HUP"
+    INT = "INT"
+    QUIT = "QUIT"
+    KILL = "KILL"
+    USR1 = "USR1"
+    USR2 = "USR2"
+    PIPE = "PIPE"
+    ALRM = "ALRM"
+    TERM = "TERM"
+    CONT = "CONT"
+    STOP = "STOP"
+    TSTP = "TSTP"
+    WINCH = "WINCH"
+
+    VALUES = ("HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP", "TSTP", "WINCH")
+
+
+@dataclass
+class SignalResponse:
+    """result of a signal"""
+
+    exec_id: str
+    # the signals an exec's group may be sent, by name without the SIG prefix
+    signal: str
+    # false when the group had already gone
+    delivered: bool
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> SignalResponse:
+        if not isinstance(d, dict):
+            raise ValueError("SignalResponse: expected a JSON object")
+        return cls(
+            exec_id=_required(d, "exec_id", "SignalResponse"),
+            signal=_required(d, "signal", "SignalResponse"),
+            delivered=_required(d, "delivered", "SignalResponse"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["exec_id"] = self.exec_id
+        out["signal"] = self.signal
+        out["delivered"] = self.delivered
+        return out
+
+
 @dataclass
 class StartRequest:
     """body of POST /v1/exec/start"""
@@ -793,6 +1476,8 @@ class StartRequest:
     timeout_sec: Optional[float] = None
     # give the child a writable stdin pipe; otherwise stdin is /dev/null
     stdin: bool = False
+    # run the child on a pseudo-terminal of this size (ours, not the reference's: additive): its stdin, stdout and stderr are the terminal, its output arrives as stdout in the one offset space, POST /v1/exec/{id}/stdin writes to the terminal (stdin true is implied; eof closes the daemon's input handle, and the terminal's own end-of-file is the byte 0x04), and POST /v1/exec/{id}/resize changes the size
+    tty: Optional[Any] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> StartRequest:
@@ -808,6 +1493,7 @@ class StartRequest:
             group=d.get("group"),
             timeout_sec=d.get("timeout_sec"),
             stdin=d.get("stdin", False),
+            tty=d.get("tty"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -828,6 +1514,8 @@ class StartRequest:
             out["timeout_sec"] = self.timeout_sec
         if self.stdin is not None:
             out["stdin"] = self.stdin
+        if self.tty is not None:
+            out["tty"] = self.tty
         return out
 
 
@@ -942,6 +1630,168 @@ class StreamQuery:
         return out
 
 
+@dataclass
+class TTYSize:
+    """a terminal's size in character cells"""
+
+    rows: int
+    cols: int
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> TTYSize:
+        if not isinstance(d, dict):
+            raise ValueError("TTYSize: expected a JSON object")
+        return cls(
+            rows=_required(d, "rows", "TTYSize"),
+            cols=_required(d, "cols", "TTYSize"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["rows"] = self.rows
+        out["cols"] = self.cols
+        return out
+
+
+@dataclass
+class WatchEvent:
+    """data of a watch stream's fs event"""
+
+    # this event's sequence number, counting from 0; a gap covers the numbers it skips
+    seq: int
+    # what happened to an entry
+    op: str
+    # the entry's path, under the watched directory
+    path: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> WatchEvent:
+        if not isinstance(d, dict):
+            raise ValueError("WatchEvent: expected a JSON object")
+        return cls(
+            seq=_required(d, "seq", "WatchEvent"),
+            op=_required(d, "op", "WatchEvent"),
+            path=_required(d, "path", "WatchEvent"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["seq"] = self.seq
+        out["op"] = self.op
+        out["path"] = self.path
+        return out
+
+
+class WatchOp:
+    """what happened to an entry"""
+
+    CREATE = "create"
+    WRITE = "write"
+    REMOVE = "remove"
+    RENAME = "rename"
+
+    VALUES = ("create", "write", "remove", "rename")
+
+
+@dataclass
+class WatchReady:
+    """data of a watch stream's ready event"""
+
+    path: str
+    recursive: bool
+    # directories being watched
+    directories: int
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> WatchReady:
+        if not isinstance(d, dict):
+            raise ValueError("WatchReady: expected a JSON object")
+        return cls(
+            path=_required(d, "path", "WatchReady"),
+            recursive=_required(d, "recursive", "WatchReady"),
+            directories=_required(d, "directories", "WatchReady"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["path"] = self.path
+        out["recursive"] = self.recursive
+        out["directories"] = self.directories
+        return out
+
+
+@dataclass
+class WatchSSEChange:
+    """an fs event: one change under the watched directory"""
+
+    # the SSE event name
+    # one of: "fs",
+    event: str
+    # data of a watch stream's fs event
+    data: WatchEvent
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> WatchSSEChange:
+        if not isinstance(d, dict):
+            raise ValueError("WatchSSEChange: expected a JSON object")
+        return cls(
+            event=_required(d, "event", "WatchSSEChange"),
+            data=(lambda v: (None if v is None else WatchEvent.from_dict(v)))(_required(d, "data", "WatchSSEChange")),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["event"] = self.event
+        out["data"] = (None if self.data is None else self.data.to_dict())
+        return out
+
+
+class WatchSSEEvent:
+    """one event of the GET /v1/fs/watch body, as its event: line names it and its data: line decodes; ready comes first, then fs and gap events with keepalive comments between
+
+    One of WatchSSEReady, WatchSSEChange, SSEGap, chosen by the event field."""
+
+    DISCRIMINATOR = "event"
+    MAPPING: Dict[str, Any] = {}
+
+    @staticmethod
+    def from_dict(d: Dict[str, Any]) -> Union[WatchSSEReady, WatchSSEChange, SSEGap]:
+        tag = _required(d, "event", "WatchSSEEvent")
+        cls = WatchSSEEvent.MAPPING.get(tag)
+        if cls is None:
+            raise ValueError(f"WatchSSEEvent: unknown event {tag!r}")
+        return cls.from_dict(d)
+
+
+@dataclass
+class WatchSSEReady:
+    """a ready event: the watch is in place"""
+
+    # the SSE event name
+    # one of: "ready",
+    event: str
+    # data of a watch stream's ready event
+    data: WatchReady
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> WatchSSEReady:
+        if not isinstance(d, dict):
+            raise ValueError("WatchSSEReady: expected a JSON object")
+        return cls(
+            event=_required(d, "event", "WatchSSEReady"),
+            data=(lambda v: (None if v is None else WatchReady.from_dict(v)))(_required(d, "data", "WatchSSEReady")),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["event"] = self.event
+        out["data"] = (None if self.data is None else self.data.to_dict())
+        return out
+
+
 SSEEvent.MAPPING["exit"] = SSEExit
 SSEEvent.MAPPING["gap"] = SSEGap
 SSEEvent.MAPPING["output"] = SSEOutput
+WatchSSEEvent.MAPPING["fs"] = WatchSSEChange
+WatchSSEEvent.MAPPING["gap"] = SSEGap
+WatchSSEEvent.MAPPING["ready"] = WatchSSEReady

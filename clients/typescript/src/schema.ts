@@ -244,6 +244,86 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/exec/{id}/resize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resize an exec's terminal
+         * @description Sets the terminal size of an exec started with tty, which delivers SIGWINCH to its foreground process group. Ours, not the reference's: additive.
+         */
+        post: operations["execResize"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/exec/{id}/signal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * sends one named signal from a closed set to the exec's whole process group, once, with no escalation; ours, not the reference's: additive
+         * @description A named signal from the closed set SignalName, sent once to the whole process group through the same ownership checks as kill, so a group whose number was reused is never signalled. Unlike kill there is no escalation.
+         */
+        post: operations["execSignal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/execs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * every registered exec in any phase, oldest first, with its phase, start time, argv and process id; ours, not the reference's: additive
+         * @description Every exec the registry holds in any phase, ordered by start time. The pid is the process group id signals go to; once the exec has exited it may name another process.
+         */
+        get: operations["execList"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * CPU use, memory, disk and load average of the guest, read from /proc and statfs; a few small reads, cheap enough to poll every second; ours, not the reference's: additive
+         * @description CPU use is measured against the previous call's counters (since boot on the first), memory from MemTotal and MemAvailable, disk by statfs of the daemon's working directory, the load averages from /proc/loadavg.
+         */
+        get: operations["metrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/fs/file": {
         parameters: {
             query?: never;
@@ -286,6 +366,126 @@ export interface paths {
          */
         put: operations["fsWriteTar"];
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/stat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive)
+         * @description lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400.
+         */
+        get: operations["fsStat"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * lists a directory one level deep, or deeper with depth, in a fixed order (names byte-sorted, each directory's entries right after it), one page at a time; ours, not the reference's: additive
+         * @description A page holds at most limit entries; next_cursor, when present, is passed back as cursor to get the following page. The cursor names the last entry returned, so a page after entries were added or removed continues from the same place in the order without repeating or skipping what is still there. Symlinks are listed, never followed.
+         */
+        get: operations["fsList"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/mkdir": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * creates a directory and any missing parents (mkdir -p); an existing directory is success; ours, not the reference's: additive
+         * @description Creates path and every missing parent with mode (before the umask). A directory already at path, or a symlink to one, is success with created false; anything else there is 409.
+         */
+        post: operations["fsMkdir"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/move": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * renames from to to within one filesystem; an existing destination is refused unless replace is true; ours, not the reference's: additive
+         * @description rename(2) within one filesystem. Without replace the kernel refuses an existing destination atomically (RENAME_NOREPLACE), so no check-then-act window can clobber a file that appeared meanwhile.
+         */
+        post: operations["fsMove"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
+         * @description The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
+         */
+        get: operations["fsWatch"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/remove": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
+         * @description Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+         */
+        post: operations["fsRemove"];
         delete?: never;
         options?: never;
         head?: never;
@@ -386,6 +586,8 @@ export interface components {
              * @default false
              */
             stdin?: boolean;
+            /** @description run the child on a pseudo-terminal of this size (ours, not the reference's: additive): its stdin, stdout and stderr are the terminal, its output arrives as stdout in the one offset space, POST /v1/exec/{id}/stdin writes to the terminal (stdin true is implied; eof closes the daemon's input handle, and the terminal's own end-of-file is the byte 0x04), and POST /v1/exec/{id}/resize changes the size */
+            tty?: components["schemas"]["TTYSize"];
         };
         /** @description answer to a start, fresh or repeated */
         StartResponse: {
@@ -643,6 +845,273 @@ export interface components {
         ProtocolDocument: {
             [key: string]: unknown;
         };
+        /**
+         * @description what kind of entry a path names
+         * @enum {string}
+         */
+        FileType: "file" | "directory" | "symlink" | "fifo" | "socket" | "block_device" | "char_device";
+        /** @description one filesystem entry, as lstat reports it (a symlink is described, not followed) */
+        FileInfo: {
+            /** @description the entry's path, as asked for or joined under the listed directory */
+            path: string;
+            /** @description the last component of path */
+            name: string;
+            type: components["schemas"]["FileType"];
+            /**
+             * Format: int64
+             * @description bytes, as lstat reports them (a symlink's is its target's length)
+             */
+            size: number;
+            /** @description permission and setuid/setgid/sticky bits as four octal digits, e.g. 0755 */
+            mode: string;
+            /** Format: int64 */
+            uid: number;
+            /** Format: int64 */
+            gid: number;
+            /**
+             * Format: date-time
+             * @description last modification, RFC 3339 with nanoseconds, UTC
+             */
+            mtime: string;
+            /** @description a symlink's target text, as stored; absent for anything else */
+            symlink_target?: string | null;
+        };
+        /** @description one page of a listing */
+        ListResponse: {
+            path: string;
+            entries: components["schemas"]["FileInfo"][];
+            /** @description pass as cursor for the next page; absent on the last page */
+            next_cursor?: string | null;
+        };
+        /** @description result of a mkdir */
+        MkdirResponse: {
+            path: string;
+            /** @description false when the directory already existed */
+            created: boolean;
+        };
+        /** @description result of a move */
+        MoveResponse: {
+            from: string;
+            to: string;
+        };
+        /** @description result of a remove */
+        RemoveResponse: {
+            path: string;
+            /**
+             * Format: int64
+             * @description entries removed (1 for a file; a tree counts every entry in it)
+             */
+            removed: number;
+        };
+        /**
+         * @description the signals an exec's group may be sent, by name without the SIG prefix
+         * @enum {string}
+         */
+        SignalName: "HUP" | "INT" | "QUIT" | "KILL" | "USR1" | "USR2" | "PIPE" | "ALRM" | "TERM" | "CONT" | "STOP" | "TSTP" | "WINCH";
+        /** @description result of a signal */
+        SignalResponse: {
+            exec_id: string;
+            signal: components["schemas"]["SignalName"];
+            /** @description false when the group had already gone */
+            delivered: boolean;
+        };
+        /** @description one registered exec */
+        ExecSummary: {
+            exec_id: string;
+            phase: components["schemas"]["Phase"];
+            /**
+             * Format: date-time
+             * @description when the child was spawned, RFC 3339, UTC
+             */
+            started_at: string;
+            /** @description the argv the child was started with (a shell start shows sh -c and its script) */
+            command: string[];
+            /**
+             * Format: int32
+             * @description the child's process id, which is also its process group's id; it may name another process once the exec has exited
+             */
+            pid: number;
+        };
+        /** @description body of GET /v1/execs */
+        ExecListResponse: {
+            execs: components["schemas"]["ExecSummary"][];
+        };
+        /** @description body of GET /v1/metrics */
+        Metrics: {
+            /** Format: date-time */
+            sampled_at: string;
+            cpu: components["schemas"]["CPUMetrics"];
+            memory: components["schemas"]["MemoryMetrics"];
+            disk: components["schemas"]["DiskMetrics"];
+            load: components["schemas"]["LoadAverage"];
+        };
+        /** @description CPU use from /proc/stat */
+        CPUMetrics: {
+            /**
+             * Format: int32
+             * @description online CPUs
+             */
+            count: number;
+            /**
+             * Format: double
+             * @description share of all CPUs' time that was not idle or waiting on I/O, 0 to 100, over the window
+             */
+            used_percent: number;
+            /**
+             * Format: double
+             * @description the window used_percent covers - since the previous metrics call, or since boot on the first
+             */
+            window_secs: number;
+        };
+        /** @description memory from /proc/meminfo */
+        MemoryMetrics: {
+            /** Format: int64 */
+            total_bytes: number;
+            /**
+             * Format: int64
+             * @description MemAvailable, the kernel's estimate of what can be allocated without swapping
+             */
+            available_bytes: number;
+            /**
+             * Format: int64
+             * @description total minus available
+             */
+            used_bytes: number;
+        };
+        /** @description the filesystem of the daemon's working directory, from statfs */
+        DiskMetrics: {
+            path: string;
+            /** Format: int64 */
+            total_bytes: number;
+            /**
+             * Format: int64
+             * @description bytes an unprivileged writer can still use
+             */
+            available_bytes: number;
+            /**
+             * Format: int64
+             * @description total minus the free blocks
+             */
+            used_bytes: number;
+        };
+        /** @description /proc/loadavg */
+        LoadAverage: {
+            /**
+             * Format: double
+             * @description runnable and uninterruptible tasks, averaged over 1 minute
+             */
+            load1: number;
+            /** Format: double */
+            load5: number;
+            /** Format: double */
+            load15: number;
+        };
+        /**
+         * @description what happened to an entry
+         * @enum {string}
+         */
+        WatchOp: "create" | "write" | "remove" | "rename";
+        /** @description data of a watch stream's fs event */
+        WatchEvent: {
+            /**
+             * Format: int64
+             * @description this event's sequence number, counting from 0; a gap covers the numbers it skips
+             */
+            seq: number;
+            op: components["schemas"]["WatchOp"];
+            /** @description the entry's path, under the watched directory */
+            path: string;
+        };
+        /** @description data of a watch stream's ready event */
+        WatchReady: {
+            path: string;
+            recursive: boolean;
+            /**
+             * Format: int64
+             * @description directories being watched
+             */
+            directories: number;
+        };
+        /** @description one event of the GET /v1/fs/watch body, as its event: line names it and its data: line decodes; ready comes first, then fs and gap events with keepalive comments between */
+        WatchSSEEvent: components["schemas"]["WatchSSEReady"] | components["schemas"]["WatchSSEChange"] | components["schemas"]["SSEGap"];
+        /** @description a ready event: the watch is in place */
+        WatchSSEReady: {
+            /**
+             * @description the SSE event name (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            event: "ready";
+            data: components["schemas"]["WatchReady"];
+        };
+        /** @description an fs event: one change under the watched directory */
+        WatchSSEChange: {
+            /**
+             * @description the SSE event name (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            event: "fs";
+            data: components["schemas"]["WatchEvent"];
+        };
+        /** @description ErrorBody of a 404 from an fs operation: nothing is at the path */
+        ErrorPathNotFound: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "path_not_found";
+        };
+        /** @description ErrorBody of a 409 from mkdir: something that is not a directory is at the path */
+        ErrorPathExists: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "path_exists";
+        };
+        /** @description ErrorBody of a 500 from an fs operation: the operating system refused for another reason */
+        ErrorFsFailed: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "fs_failed";
+        };
+        /** @description ErrorBody of a 400 from an fs operation: a malformed query, or a non-directory where a directory is needed */
+        ErrorFsRefused: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "malformed_request" | "not_a_directory";
+        };
+        /** @description ErrorBody of a 409 from a move: the destination is taken, or is a non-empty directory */
+        ErrorMoveInTheWay: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "path_exists" | "directory_not_empty";
+        };
+        /** @description ErrorBody of a 409 from a remove: the directory is not empty and recursive was not asked for */
+        ErrorDirectoryNotEmpty: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "directory_not_empty";
+        };
+        /** @description ErrorBody of a 400 from a signal: the name is missing or outside the closed set */
+        ErrorSignalRefused: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "malformed_request" | "unknown_signal";
+        };
+        /** @description ErrorBody of a 500 from metrics: a /proc file could not be read */
+        ErrorMetricsUnavailable: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "metrics_unavailable";
+        };
+        /** @description ErrorBody of a 409 from a resize: the exec has no terminal */
+        ErrorNotATty: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "not_a_tty";
+        };
+        /** @description a terminal's size in character cells */
+        TTYSize: {
+            /** Format: int32 */
+            rows: number;
+            /** Format: int32 */
+            cols: number;
+        };
+        /** @description result of a resize */
+        ResizeResponse: {
+            exec_id: string;
+            /** Format: int32 */
+            rows: number;
+            /** Format: int32 */
+            cols: number;
+        };
     };
     responses: {
         /** @description acknowledged; any other status would make the platform terminate the VM, so hooks do not report failure */
@@ -718,6 +1187,70 @@ export interface components {
                 "text/plain": string;
             };
         };
+        /** @description a component of the path is not a directory, or path is missing, holds a NUL or a component over 255 bytes, names the root where the route refuses it, or another query value is malformed */
+        FsMalformed: {
+            headers: {
+                "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "malformed_request",
+                 *       "detail": "path query parameter is required"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorFsRefused"];
+            };
+        };
+        /** @description nothing exists at the path (or at from, for a move, or the destination's parent is missing) */
+        FsPathNotFound: {
+            headers: {
+                "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "path_not_found",
+                 *       "detail": "stat /work/missing: no such file or directory"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorPathNotFound"];
+            };
+        };
+        /** @description something that is not a directory is already at the path */
+        FsPathExists: {
+            headers: {
+                "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "path_exists",
+                 *       "detail": "move /work/a to /work/b: something is already at to; pass replace=true to replace it"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorPathExists"];
+            };
+        };
+        /** @description the filesystem refused the operation for another reason (permission, I/O error); the detail names the call and the errno */
+        FsFailed: {
+            headers: {
+                "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "fs_failed",
+                 *       "detail": "mkdir /proc/x: permission denied"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorFsFailed"];
+            };
+        };
     };
     parameters: {
         /** @description the caller-minted exec_id given at start */
@@ -765,6 +1298,38 @@ export type StreamQuery = components['schemas']['StreamQuery'];
 export type FsQuery = components['schemas']['FsQuery'];
 export type FileReadQuery = components['schemas']['FileReadQuery'];
 export type ProtocolDocument = components['schemas']['ProtocolDocument'];
+export type FileType = components['schemas']['FileType'];
+export type FileInfo = components['schemas']['FileInfo'];
+export type ListResponse = components['schemas']['ListResponse'];
+export type MkdirResponse = components['schemas']['MkdirResponse'];
+export type MoveResponse = components['schemas']['MoveResponse'];
+export type RemoveResponse = components['schemas']['RemoveResponse'];
+export type SignalName = components['schemas']['SignalName'];
+export type SignalResponse = components['schemas']['SignalResponse'];
+export type ExecSummary = components['schemas']['ExecSummary'];
+export type ExecListResponse = components['schemas']['ExecListResponse'];
+export type Metrics = components['schemas']['Metrics'];
+export type CPUMetrics = components['schemas']['CPUMetrics'];
+export type MemoryMetrics = components['schemas']['MemoryMetrics'];
+export type DiskMetrics = components['schemas']['DiskMetrics'];
+export type LoadAverage = components['schemas']['LoadAverage'];
+export type WatchOp = components['schemas']['WatchOp'];
+export type WatchEvent = components['schemas']['WatchEvent'];
+export type WatchReady = components['schemas']['WatchReady'];
+export type WatchSSEEvent = components['schemas']['WatchSSEEvent'];
+export type WatchSSEReady = components['schemas']['WatchSSEReady'];
+export type WatchSSEChange = components['schemas']['WatchSSEChange'];
+export type ErrorPathNotFound = components['schemas']['ErrorPathNotFound'];
+export type ErrorPathExists = components['schemas']['ErrorPathExists'];
+export type ErrorFsFailed = components['schemas']['ErrorFsFailed'];
+export type ErrorFsRefused = components['schemas']['ErrorFsRefused'];
+export type ErrorMoveInTheWay = components['schemas']['ErrorMoveInTheWay'];
+export type ErrorDirectoryNotEmpty = components['schemas']['ErrorDirectoryNotEmpty'];
+export type ErrorSignalRefused = components['schemas']['ErrorSignalRefused'];
+export type ErrorMetricsUnavailable = components['schemas']['ErrorMetricsUnavailable'];
+export type ErrorNotATty = components['schemas']['ErrorNotATty'];
+export type TTYSize = components['schemas']['TTYSize'];
+export type ResizeResponse = components['schemas']['ResizeResponse'];
 export type ResponseHookAcknowledged = components['responses']['HookAcknowledged'];
 export type ResponseUnauthorized = components['responses']['Unauthorized'];
 export type ResponseNotBootstrapped = components['responses']['NotBootstrapped'];
@@ -772,6 +1337,10 @@ export type ResponseStartBodyTooLarge = components['responses']['StartBodyTooLar
 export type ResponseBodyTooLarge = components['responses']['BodyTooLarge'];
 export type ResponseUnknownExecError = components['responses']['UnknownExecError'];
 export type ResponseInsufficientStorage = components['responses']['InsufficientStorage'];
+export type ResponseFsMalformed = components['responses']['FsMalformed'];
+export type ResponseFsPathNotFound = components['responses']['FsPathNotFound'];
+export type ResponseFsPathExists = components['responses']['FsPathExists'];
+export type ResponseFsFailed = components['responses']['FsFailed'];
 export type ParameterExecId = components['parameters']['ExecID'];
 export type ParameterFsPath = components['parameters']['FsPath'];
 export type HeaderAgentdVersion = components['headers']['AgentdVersion'];
@@ -1302,6 +1871,251 @@ export interface operations {
             503: components["responses"]["NotBootstrapped"];
         };
     };
+    execResize: {
+        parameters: {
+            query: {
+                /** @description rows, 1 to 65535 */
+                rows: number;
+                /** @description columns, 1 to 65535 */
+                cols: number;
+            };
+            header?: never;
+            path: {
+                /** @description the caller-minted exec_id given at start */
+                id: components["parameters"]["ExecID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the terminal has the new size */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "exec_id": "shell-1",
+                     *       "rows": 40,
+                     *       "cols": 120
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ResizeResponse"];
+                };
+            };
+            /** @description rows or cols is missing, 0 or over 65535 */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "malformed_request",
+                     *       "detail": "rows and cols must both be at least 1"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorMalformedRequest"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownExecError"];
+            /** @description the exec was started without tty, so it has no terminal to size */
+            409: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "not_a_tty",
+                     *       "detail": "this exec was started without tty, so it has no terminal to size"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorNotATty"];
+                };
+            };
+            /** @description the terminal is gone, because the exec exited or its input was closed with eof */
+            410: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "stdin_closed",
+                     *       "detail": "the terminal is gone: the exec exited or its input was closed with eof"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorStdinClosed"];
+                };
+            };
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
+    execSignal: {
+        parameters: {
+            query: {
+                /** @description the signal's name, with or without the SIG prefix (TERM and SIGTERM are the same); the set is SignalName's */
+                signal: string;
+            };
+            header?: never;
+            path: {
+                /** @description the caller-minted exec_id given at start */
+                id: components["parameters"]["ExecID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the group was signalled, or delivered is false because it had already gone, which is also success */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "exec_id": "job-1",
+                     *       "signal": "TERM",
+                     *       "delivered": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SignalResponse"];
+                };
+            };
+            /** @description the signal is missing or not one of the set */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "malformed_request",
+                     *       "detail": "path query parameter is required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorSignalRefused"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownExecError"];
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
+    execList: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the registry, as of the answer */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "execs": [
+                     *         {
+                     *           "exec_id": "job-1",
+                     *           "phase": "running",
+                     *           "started_at": "2026-11-30T12:00:00.123456Z",
+                     *           "command": [
+                     *             "sh",
+                     *             "-c",
+                     *             "make test"
+                     *           ],
+                     *           "pid": 4242
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ExecListResponse"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
+    metrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description one sample */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "sampled_at": "2026-11-30T12:00:01Z",
+                     *       "cpu": {
+                     *         "count": 2,
+                     *         "used_percent": 12.5,
+                     *         "window_secs": 1
+                     *       },
+                     *       "memory": {
+                     *         "total_bytes": 2147483648,
+                     *         "available_bytes": 1610612736,
+                     *         "used_bytes": 536870912
+                     *       },
+                     *       "disk": {
+                     *         "path": "/",
+                     *         "total_bytes": 10737418240,
+                     *         "available_bytes": 8589934592,
+                     *         "used_bytes": 2147483648
+                     *       },
+                     *       "load": {
+                     *         "load1": 0.42,
+                     *         "load5": 0.3,
+                     *         "load15": 0.2
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Metrics"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description /proc could not be read */
+            500: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "metrics_unavailable",
+                     *       "detail": "open /proc/meminfo: no such file or directory"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorMetricsUnavailable"];
+                };
+            };
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
     fsReadFile: {
         parameters: {
             query: {
@@ -1559,6 +2373,357 @@ export interface operations {
             507: components["responses"]["InsufficientStorage"];
         };
     };
+    fsStat: {
+        parameters: {
+            query: {
+                /** @description absolute path in the guest; missing is 400, never 404 */
+                path: components["parameters"]["FsPath"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the entry at path */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "path": "/etc/hostname",
+                     *       "name": "hostname",
+                     *       "type": "file",
+                     *       "size": 13,
+                     *       "mode": "0644",
+                     *       "uid": 0,
+                     *       "gid": 0,
+                     *       "mtime": "2026-11-30T12:00:00.000000001Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["FileInfo"];
+                };
+            };
+            400: components["responses"]["FsMalformed"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["FsPathNotFound"];
+            500: components["responses"]["FsFailed"];
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
+    fsList: {
+        parameters: {
+            query: {
+                /** @description absolute path in the guest; missing is 400, never 404 */
+                path: components["parameters"]["FsPath"];
+                /** @description how many levels to descend; 1 (the default) lists the directory's own entries, 2 adds their children, and so on */
+                depth?: number;
+                /** @description the next_cursor of the previous page; absent starts at the beginning */
+                cursor?: string;
+                /** @description most entries in this page; absent means limits.list_page_default, and over limits.max_list_page is refused */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description one page of entries */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "path": "/work",
+                     *       "entries": [
+                     *         {
+                     *           "path": "/work/src",
+                     *           "name": "src",
+                     *           "type": "directory",
+                     *           "size": 4096,
+                     *           "mode": "0755",
+                     *           "uid": 1000,
+                     *           "gid": 1000,
+                     *           "mtime": "2026-11-30T12:00:00Z"
+                     *         },
+                     *         {
+                     *           "path": "/work/latest",
+                     *           "name": "latest",
+                     *           "type": "symlink",
+                     *           "size": 3,
+                     *           "mode": "0777",
+                     *           "uid": 1000,
+                     *           "gid": 1000,
+                     *           "mtime": "2026-11-30T12:00:00Z",
+                     *           "symlink_target": "src"
+                     *         }
+                     *       ],
+                     *       "next_cursor": "latest"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ListResponse"];
+                };
+            };
+            /** @description the request cannot be served as asked */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "malformed_request",
+                     *       "detail": "path query parameter is required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorFsRefused"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["FsPathNotFound"];
+            500: components["responses"]["FsFailed"];
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
+    fsMkdir: {
+        parameters: {
+            query: {
+                /** @description absolute path in the guest; missing is 400, never 404 */
+                path: components["parameters"]["FsPath"];
+                /** @description octal permission bits for directories this call creates, as text, before the umask; absent means 0755 */
+                mode?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the directory exists now */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "path": "/work/out/logs",
+                     *       "created": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["MkdirResponse"];
+                };
+            };
+            /** @description the request cannot be served as asked */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "malformed_request",
+                     *       "detail": "path query parameter is required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorFsRefused"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            409: components["responses"]["FsPathExists"];
+            500: components["responses"]["FsFailed"];
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
+    fsMove: {
+        parameters: {
+            query: {
+                /** @description the path to move; path rules as for path */
+                from: string;
+                /** @description the new path; its parent must exist */
+                to: string;
+                /** @description true lets the move replace what is at to (a directory only by an empty directory); absent or false refuses with 409 path_exists, checked atomically by the kernel */
+                replace?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the entry now lives at to */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "from": "/work/a.txt",
+                     *       "to": "/work/b.txt"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["MoveResponse"];
+                };
+            };
+            /** @description the request cannot be served as asked */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "malformed_request",
+                     *       "detail": "path query parameter is required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorFsRefused"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["FsPathNotFound"];
+            /** @description the destination is in the way */
+            409: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "path_exists",
+                     *       "detail": "move /work/a to /work/b: something is already at to; pass replace=true to replace it"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorMoveInTheWay"];
+                };
+            };
+            500: components["responses"]["FsFailed"];
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
+    fsWatch: {
+        parameters: {
+            query: {
+                /** @description absolute path in the guest; missing is 400, never 404 */
+                path: components["parameters"]["FsPath"];
+                /** @description true watches every directory under path too */
+                recursive?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description an SSE stream of the directory's changes */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "event": "fs",
+                     *       "data": {
+                     *         "seq": 0,
+                     *         "op": "create",
+                     *         "path": "/tmp/w/new"
+                     *       }
+                     *     }
+                     */
+                    "text/event-stream": components["schemas"]["WatchSSEEvent"];
+                };
+            };
+            /** @description the watch cannot be set up as asked */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "not_a_directory",
+                     *       "detail": "watch /etc/hostname: only a directory can be watched"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorFsRefused"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["FsPathNotFound"];
+            500: components["responses"]["FsFailed"];
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
+    fsRemove: {
+        parameters: {
+            query: {
+                /** @description absolute path in the guest; missing is 400, never 404 */
+                path: components["parameters"]["FsPath"];
+                /** @description true removes a directory with everything under it; absent or false refuses a non-empty directory with 409 directory_not_empty */
+                recursive?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description nothing is at path any more */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "path": "/work/build",
+                     *       "removed": 42
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RemoveResponse"];
+                };
+            };
+            400: components["responses"]["FsMalformed"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["FsPathNotFound"];
+            /** @description the directory is not empty and recursive was not asked for; nothing was removed */
+            409: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "directory_not_empty",
+                     *       "detail": "remove /work/build: the directory is not empty; pass recursive=true to remove the tree"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorDirectoryNotEmpty"];
+                };
+            };
+            500: components["responses"]["FsFailed"];
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
     health: {
         parameters: {
             query?: never;
@@ -1651,3 +2816,17 @@ export const errorStdinClosedErrorValues: ReadonlyArray<FlattenedDeepRequired<co
 export const errorStdinWriteTooLargeErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorStdinWriteTooLarge"]["error"]> = ["stdin_write_too_large"];
 export const errorStdinWriteFailedErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorStdinWriteFailed"]["error"]> = ["stdin_write_failed"];
 export const errorAckConflictErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorAckConflict"]["error"]> = ["still_running", "already_acked"];
+export const fileTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FileType"]> = ["file", "directory", "symlink", "fifo", "socket", "block_device", "char_device"];
+export const signalNameValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SignalName"]> = ["HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP", "TSTP", "WINCH"];
+export const watchOpValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WatchOp"]> = ["create", "write", "remove", "rename"];
+export const watchSSEReadyEventValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WatchSSEReady"]["event"]> = ["ready"];
+export const watchSSEChangeEventValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WatchSSEChange"]["event"]> = ["fs"];
+export const errorPathNotFoundErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorPathNotFound"]["error"]> = ["path_not_found"];
+export const errorPathExistsErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorPathExists"]["error"]> = ["path_exists"];
+export const errorFsFailedErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorFsFailed"]["error"]> = ["fs_failed"];
+export const errorFsRefusedErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorFsRefused"]["error"]> = ["malformed_request", "not_a_directory"];
+export const errorMoveInTheWayErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorMoveInTheWay"]["error"]> = ["path_exists", "directory_not_empty"];
+export const errorDirectoryNotEmptyErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorDirectoryNotEmpty"]["error"]> = ["directory_not_empty"];
+export const errorSignalRefusedErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorSignalRefused"]["error"]> = ["malformed_request", "unknown_signal"];
+export const errorMetricsUnavailableErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorMetricsUnavailable"]["error"]> = ["metrics_unavailable"];
+export const errorNotATtyErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorNotATty"]["error"]> = ["not_a_tty"];
