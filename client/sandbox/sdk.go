@@ -81,8 +81,19 @@ func planWait(ctx context.Context, o control.WaitOptions) waitPlan {
 // waitFor runs the MicroVM waiter for target (RUNNING, SUSPENDED or
 // TERMINATED) with the sandbox's WaitOptions.
 func (s *Sandbox) waitFor(ctx context.Context, target types.MicrovmState) (*lambdamicrovms.GetMicrovmOutput, error) {
-	p := planWait(ctx, s.opts.Wait)
-	in := &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: &s.id}
+	return WaitMicrovm(ctx, s.api(), s.id, target, s.opts.Wait)
+}
+
+// WaitMicrovm waits for the MicroVM id to reach target (RUNNING, SUSPENDED
+// or TERMINATED) with client/lambdamicrovms's waiter: the first poll at
+// once, then delays from o.Interval (1 s when unset) backing off to at most
+// max(Interval, 10 s), within the context's deadline or o.Timeout (10
+// minutes when unset). o.Progress sees every poll. A MicroVM that dies
+// while RUNNING is awaited fails as LaunchDied; SUSPENDED and SUSPENDING are
+// waited through, since a resumed VM reads SUSPENDED for a few polls.
+func WaitMicrovm(ctx context.Context, api *lambdamicrovms.Client, id string, target types.MicrovmState, o control.WaitOptions) (*lambdamicrovms.GetMicrovmOutput, error) {
+	p := planWait(ctx, o)
+	in := &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: &id}
 	var (
 		out *lambdamicrovms.GetMicrovmOutput
 		err error
@@ -91,19 +102,19 @@ func (s *Sandbox) waitFor(ctx context.Context, target types.MicrovmState) (*lamb
 	switch target {
 	case types.MicrovmStateRunning:
 		op = "WaitRunning"
-		out, err = lambdamicrovms.NewMicrovmRunningWaiter(s.api(), func(o *lambdamicrovms.MicrovmRunningWaiterOptions) {
+		out, err = lambdamicrovms.NewMicrovmRunningWaiter(api, func(o *lambdamicrovms.MicrovmRunningWaiterOptions) {
 			o.MinDelay, o.MaxDelay, o.APIOptions = p.minDelay, p.maxDelay, p.apiOptions
 		}).WaitForOutput(ctx, in, p.budget)
 	case types.MicrovmStateSuspended:
 		op = "WaitSuspended"
-		out, err = lambdamicrovms.NewMicrovmSuspendedWaiter(s.api(), func(o *lambdamicrovms.MicrovmSuspendedWaiterOptions) {
+		out, err = lambdamicrovms.NewMicrovmSuspendedWaiter(api, func(o *lambdamicrovms.MicrovmSuspendedWaiterOptions) {
 			o.MinDelay, o.MaxDelay, o.APIOptions = p.minDelay, p.maxDelay, p.apiOptions
 		}).WaitForOutput(ctx, in, p.budget)
 	default:
 		op = "WaitTerminated"
-		out, err = lambdamicrovms.NewMicrovmTerminatedWaiter(s.api(), func(o *lambdamicrovms.MicrovmTerminatedWaiterOptions) {
+		out, err = lambdamicrovms.NewMicrovmTerminatedWaiter(api, func(o *lambdamicrovms.MicrovmTerminatedWaiterOptions) {
 			o.MinDelay, o.MaxDelay, o.APIOptions = p.minDelay, p.maxDelay, p.apiOptions
 		}).WaitForOutput(ctx, in, p.budget)
 	}
-	return out, control.SDKError(op+" "+s.id, err)
+	return out, control.SDKError(op+" "+id, err)
 }

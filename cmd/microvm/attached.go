@@ -17,6 +17,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -71,7 +72,7 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	if err != nil {
 		return nil, err
 	}
-	return client.Proxied(endpoint, f.AgentToken, cpc.ProxyMinter(f.MicrovmID), client.WithAgentPort(f.Port))
+	return client.Proxied(endpoint, f.AgentToken, sandbox.ProxyMinter(cpc.SDK(), f.MicrovmID), client.WithAgentPort(f.Port))
 }
 
 // regionEnv are the variables that name the control plane's region when no

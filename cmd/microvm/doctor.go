@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
 	"github.com/microvms/microvms/client"
@@ -158,18 +159,16 @@ func (c *DoctorCmd) infra(p *plane) []check {
 func (c *DoctorCmd) managedBases(ctx context.Context, p *plane) []check {
 	base := p.cp.ManagedBaseImageARN()
 	var out []check
-	pg, err := p.cp.ListManagedImages(0)
+	items, err := p.managedImages(ctx)
 	if err == nil {
-		items, lerr := pg.All(ctx)
-		err = lerr
-		if err == nil {
+		{
 			var others []string
 			known := false
 			for _, it := range items {
-				if it.ImageArn == base {
+				if aws.ToString(it.ImageArn) == base {
 					known = true
 				} else {
-					others = append(others, it.ImageArn)
+					others = append(others, aws.ToString(it.ImageArn))
 				}
 			}
 			switch {
@@ -187,14 +186,12 @@ func (c *DoctorCmd) managedBases(ctx context.Context, p *plane) []check {
 	if err != nil {
 		out = append(out, advisory(fail("managed-bases", "listing the managed bases: "+err.Error(), "informational; a build does not depend on this read")))
 	}
-	vp, err := p.cp.ListManagedImageVersions(base, 0)
+	vs, err := p.managedImageVersions(ctx, base)
 	if err == nil {
-		vs, lerr := vp.All(ctx)
-		err = lerr
-		if err == nil {
+		{
 			var names []string
 			for _, v := range vs {
-				names = append(names, v.ImageVersion)
+				names = append(names, aws.ToString(v.ImageVersion))
 			}
 			out = append(out, pass("base-image-versions", fmt.Sprintf("%s: %s (pin one with build --base-image-version)", taxonomy.ManagedBaseImage, strings.Join(names, ", "))))
 		}

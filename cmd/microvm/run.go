@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/shopspring/decimal"
 
 	"github.com/microvms/microvms/client"
@@ -190,7 +191,7 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 		_, n, _ := strings.Cut(id, ":microvm-image:")
 		return id, n, nil
 	}
-	found, err := p.cp.FindImage(ctx, id)
+	found, err := p.findImage(ctx, id)
 	if err != nil {
 		return "", "", err
 	}
@@ -198,8 +199,8 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageARNColon,
 			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.region)
 	}
-	p.a.progress("resolved image name %s to %s", id, found.ImageArn)
-	return found.ImageArn, id, nil
+	p.a.progress("resolved image name %s to %s", id, aws.ToString(found.ImageArn))
+	return aws.ToString(found.ImageArn), id, nil
 }
 
 func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
@@ -420,8 +421,8 @@ func leakedText(l []string) string {
 func teardownImage(ctx context.Context, p *plane, arn, group string, logs sandbox.LogGroupDeleter, a *app) []string {
 	ctx = context.WithoutCancel(ctx)
 	var leaked []string
-	if ref, err := control.ParseImageRef(arn); err == nil {
-		if _, err := p.cp.DeleteImage(ctx, ref); err != nil {
+	if _, err := control.ParseImageRef(arn); err == nil {
+		if err := p.deleteImage(ctx, arn); err != nil {
 			leaked = append(leaked, "image "+arn)
 			a.warn("could not delete image %s: %v", arn, err)
 		}

@@ -9,16 +9,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/lambdamicrovms"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/cliapi"
-	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -65,10 +67,9 @@ type SuspendCmd struct {
 	LifecycleFlags
 }
 
-func stateResult(id string, g *cp.GetMicrovmResponse) *result {
+func stateResult(id string, g *lambdamicrovms.GetMicrovmOutput) *result {
 	d := cliapi.StateData{MicrovmID: id, State: string(g.State)}
-	if g.Endpoint != "" {
-		ep := g.Endpoint
+	if ep := aws.ToString(g.Endpoint); ep != "" {
 		d.Endpoint = &ep
 	}
 	return &result{typ: cliapi.TypeState, data: d, human: func(w io.Writer) error {
@@ -98,11 +99,11 @@ func (c *SuspendCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	defer p.close()
-	g, err := p.cp.GetMicrovm(ctx, c.MicrovmID)
+	g, err := p.getMicrovm(ctx, c.MicrovmID)
 	if err != nil {
 		return nil, err
 	}
-	if g.State != cp.MicrovmStateRUNNING {
+	if g.State != types.MicrovmStateRunning {
 		// Refused here: a suspend of a suspended VM is a caller who believes
 		// they resumed, and the service's answer would not say so.
 		return nil, &failure{err: client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingSuspendIsFreeze,
@@ -111,12 +112,12 @@ func (c *SuspendCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	update, stop := a.waiting("suspending " + c.MicrovmID)
 	defer stop()
-	if err := p.cp.Suspend(ctx, c.MicrovmID); err != nil {
+	if err := p.suspendMicrovm(ctx, c.MicrovmID); err != nil {
 		return nil, err
 	}
 	w := p.wait(timeout)
 	w.Progress = func(pr control.Progress) { update("suspending " + c.MicrovmID + ": " + pr.State) }
-	got, err := p.cp.WaitSuspended(ctx, c.MicrovmID, w)
+	got, err := sandbox.WaitMicrovm(ctx, p.api(), c.MicrovmID, types.MicrovmStateSuspended, w)
 	if err != nil {
 		return nil, err
 	}
@@ -132,10 +133,10 @@ type ResumeCmd struct {
 
 // windowClosed is the resume of a MicroVM the platform already ended: past
 // its suspended window there is nothing left to thaw (finding idle-policy).
-func windowClosed(id string, g *cp.GetMicrovmResponse) error {
+func windowClosed(id string, g *lambdamicrovms.GetMicrovmOutput) error {
 	window := "its suspended window"
-	if g.IdlePolicy != nil {
-		window = fmt.Sprintf("its suspended window (idlePolicy.suspendedDurationSeconds=%d)", g.IdlePolicy.SuspendedDurationSeconds)
+	if g.IdlePolicy != nil && g.IdlePolicy.SuspendedDurationSeconds != nil {
+		window = fmt.Sprintf("its suspended window (idlePolicy.suspendedDurationSeconds=%d)", *g.IdlePolicy.SuspendedDurationSeconds)
 	}
 	reason := "no stateReason given"
 	if g.StateReason != nil {
@@ -156,34 +157,37 @@ func (c *ResumeCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	defer p.close()
-	g, err := p.cp.GetMicrovm(ctx, c.MicrovmID)
+	g, err := p.getMicrovm(ctx, c.MicrovmID)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case slices.Contains(taxonomy.MicrovmDeadStates, string(g.State)):
 		return nil, windowClosed(c.MicrovmID, g)
-	case g.State == cp.MicrovmStateRUNNING:
+	case g.State == types.MicrovmStateRunning:
 		return stateResult(c.MicrovmID, g), nil
-	case g.State != cp.MicrovmStateSUSPENDED && g.State != cp.MicrovmStateSUSPENDING:
+	case g.State != types.MicrovmStateSuspended && g.State != types.MicrovmStateSuspending:
 		return nil, &failure{err: client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingSuspendIsFreeze,
 			"MicroVM %s is %s; a resume is sent only to a SUSPENDED MicroVM", c.MicrovmID, g.State),
 			data: map[string]any{"microvmId": c.MicrovmID, "state": string(g.State)}}
 	}
 	update, stop := a.waiting("resuming " + c.MicrovmID)
 	defer stop()
-	if err := p.cp.Resume(ctx, c.MicrovmID); err != nil {
-		if g2, gerr := p.cp.GetMicrovm(ctx, c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g2.State)) {
+	if err := p.resumeMicrovm(ctx, c.MicrovmID); err != nil {
+		if g2, gerr := p.getMicrovm(ctx, c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g2.State)) {
 			return nil, windowClosed(c.MicrovmID, g2)
 		}
 		return nil, err
 	}
 	w := p.wait(timeout)
 	w.Progress = func(pr control.Progress) { update("resuming " + c.MicrovmID + ": " + pr.State) }
-	got, err := p.cp.WaitRunning(ctx, c.MicrovmID, w)
+	got, err := sandbox.WaitMicrovm(ctx, p.api(), c.MicrovmID, types.MicrovmStateRunning, w)
 	if err != nil {
-		if client.KindOf(err) == taxonomy.KindLaunchDied && got != nil {
-			return nil, windowClosed(c.MicrovmID, got)
+		// Dead while RUNNING was awaited: the window closed under the wait.
+		if client.KindOf(err) == taxonomy.KindLaunchDied {
+			if g2, gerr := p.getMicrovm(context.WithoutCancel(ctx), c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g2.State)) {
+				return nil, windowClosed(c.MicrovmID, g2)
+			}
 		}
 		return nil, err
 	}
@@ -246,11 +250,11 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 	// Teardown outlives an interrupt: a half-done teardown is the worst leak.
 	ctx = context.WithoutCancel(ctx)
 	d := cliapi.TeardownData{MicrovmID: c.MicrovmID, Leaked: []string{}, UndeletedLogGroups: []string{}}
-	state := string(cp.MicrovmStateTERMINATING)
+	state := string(types.MicrovmStateTerminating)
 	a.progress("terminating %s", c.MicrovmID)
 	terminated := true
-	if err := p.cp.Terminate(ctx, c.MicrovmID); err != nil {
-		if g, gerr := p.cp.GetMicrovm(ctx, c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g.State)) {
+	if err := p.terminateMicrovm(ctx, c.MicrovmID); err != nil {
+		if g, gerr := p.getMicrovm(ctx, c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g.State)) {
 			state = string(g.State)
 		} else {
 			terminated = false
@@ -262,7 +266,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 		update, stop := a.waiting("waiting for " + c.MicrovmID + " to terminate")
 		w := p.wait(5 * time.Minute)
 		w.Progress = func(pr control.Progress) { update("waiting for " + c.MicrovmID + ": " + pr.State) }
-		g, err := p.cp.WaitTerminated(ctx, c.MicrovmID, w)
+		g, err := sandbox.WaitMicrovm(ctx, p.api(), c.MicrovmID, types.MicrovmStateTerminated, w)
 		stop()
 		if err != nil {
 			a.warn("%s did not reach TERMINATED: %v", c.MicrovmID, err)
@@ -273,11 +277,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.DeleteImage {
 		d.ImageIdentifier = &image
 		a.progress("deleting image %s", image)
-		ref, err := control.ParseImageRef(image)
-		if err == nil {
-			_, err = p.cp.DeleteImage(ctx, ref)
-		}
-		if err != nil {
+		if err := p.deleteImage(ctx, image); err != nil {
 			d.Leaked = append(d.Leaked, "image "+image)
 			a.warn("could not delete image %s, which keeps billing storage: %v", image, err)
 		}
