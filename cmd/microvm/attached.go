@@ -134,7 +134,7 @@ type ExecCmd struct {
 	Stream     bool     `help:"Stream output as it arrives; under --json each event is one NDJSON line, then a compact envelope." xor:"poll-stream,detach-stream,stream-tty"`
 	FromOffset uint64   `name:"from-offset" help:"Resume a stream at this byte offset; requires --stream." placeholder:"BYTES"`
 	Stdin      bool     `help:"Give the command a stdin pipe, feed it this process's stdin, then close it." xor:"poll-stdin,detach-stdin,stdin-tty"`
-	TTY        bool     `name:"tty" help:"Run the command on a remote terminal of this terminal's size, interactively: this terminal goes raw (Ctrl-C goes to the command) and resizes follow. Needs a terminal on stdin; not with --json." xor:"poll-tty,detach-tty,stream-tty,stdin-tty"`
+	TTY        bool     `name:"tty" help:"Run the command on a remote terminal of this terminal's size, interactively: this terminal goes raw (Ctrl-C goes to the command) and resizes follow. Needs a terminal on stdin; not with --json. --timeout does not apply: the session lasts until the command exits." xor:"poll-tty,detach-tty,stream-tty,stdin-tty"`
 }
 
 // parseEnv splits each KEY=VALUE at its first '=': a value may contain '=',
@@ -245,6 +245,9 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An interactive session lasts until its command exits: --timeout
+	// bounds the others only (see runTTY).
+	session := ctx
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(c.Timeout*float64(time.Second)))
 	defer cancel()
 
@@ -261,7 +264,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 		opts.ExecID = client.NewExecID()
 	}
 	if ttyIn != nil {
-		return c.runTTY(ctx, a, s, ttyIn, opts)
+		return c.runTTY(session, a, s, ttyIn, opts)
 	}
 	stop := a.spinner("starting " + opts.ExecID)
 	ex, err := s.Start(ctx, c.Command, opts)

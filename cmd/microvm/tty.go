@@ -46,6 +46,8 @@ func ttySize(fd int) protocol.TTYSize {
 // with the local terminal in raw mode: every key (Ctrl-C and Ctrl-D
 // included) is a byte for the remote program, whose terminal does the
 // echoing and line editing. The local terminal is restored on every return.
+// ctx carries no --timeout: a person at a terminal, not a deadline, ends an
+// interactive session (an interrupt signal still ends the following).
 func (c *ExecCmd) runTTY(ctx context.Context, a *app, s *client.Session, in *os.File, opts client.StartOptions) (*result, error) {
 	fd := int(in.Fd())
 	size := ttySize(fd)

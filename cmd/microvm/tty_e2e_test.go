@@ -64,7 +64,8 @@ func (s *ptyScreen) waitFor(t *testing.T, re *regexp.Regexp, from int) ([]string
 // the typed line would be sent only at Enter with a local echo) or left raw
 // after it (termios differs from before), a SIGWINCH that resizes nothing
 // (stty size stays at the first size), Ctrl-C handled locally (the CLI dies
-// instead of the remote sleep), and a non-zero exit not mapped to 13.
+// instead of the remote sleep), --timeout ending an interactive session,
+// and a non-zero exit not mapped to 13.
 func TestExecTTYEndToEnd(t *testing.T) {
 	endpoint, token := startAgentd(t)
 	ptmx, tty, err := pty.Open()
@@ -86,11 +87,14 @@ func TestExecTTYEndToEnd(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // bounds a CLI that never ends
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "exec", "--tty", "--", "sh")
+	// --timeout 1 is passed to show it does not cut the session short (it
+	// lasts well over a second: see the wait before exit).
+	cmd := exec.CommandContext(ctx, bin, "exec", "--tty", "--timeout", "1", "--", "sh")
 	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"),
 		"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +180,9 @@ func TestExecTTYEndToEnd(t *testing.T) {
 	typeLine("echo C$((2+2))\r")
 	_, _ = screen.waitFor(t, regexp.MustCompile(`C4`), at)
 
+	time.Sleep(time.Until(t0.Add(1500 * time.Millisecond))) // past --timeout 1
+	typeLine("echo L$((1+2))\r")
+	_, _ = screen.waitFor(t, regexp.MustCompile(`L3`), at)
 	typeLine("exit 3\r")
 	err = cmd.Wait()
 	waited = true
