@@ -23,92 +23,22 @@ type Config struct {
 	// the default: the platform's endpoint proxy terminates outside the VM and
 	// forwards inward.
 	Host string
-	Port int
 
 	// LogLevel is AGENTD_LOG mapped onto slog.
 	LogLevel slog.Level
 
-	MaxBodyBytes       int64
-	MaxStartBodyBytes  int64
-	MaxDrainBytes      int64
-	MaxOutputBytes     int64
-	MaxStdinWriteBytes int64
-	MaxTarBytes        int64
-	MaxTarMembers      int64
-	StreamReplayBytes  int64
-	DiskReserveBytes   int64
-	MaxExecIDBytes     int64
-	MaxOpenBodies      int64
-	MaxHeaderBytes     int64
-
-	ExecTTL           time.Duration
-	KillGrace         time.Duration
-	OutputLinger      time.Duration
-	SSEKeepalive      time.Duration
-	StdinWriteTimeout time.Duration
-	OpenBodyTimeout   time.Duration
-
-	// StreamStallTimeout (stream_stall_secs) is how long the output pump
-	// waits for an attached stream that has fallen a whole replay window
-	// behind and takes nothing before leaving it to a gap. It trades a reader
-	// that keeps up losing nothing against a dead connection holding a
-	// child's pipe: a reader that goes away is detached at once, so only a
-	// silent, half-dead peer ever costs the whole window.
-	StreamStallTimeout time.Duration
+	// LimitSet holds every limit of api/openapi.yaml x-limits, typed and
+	// named by the generator (the port among them). Notably StreamStall
+	// (stream_stall_secs) is how long the output pump waits for an attached
+	// stream that has fallen a whole replay window behind and takes nothing
+	// before leaving it to a gap: it trades a reader that keeps up losing
+	// nothing against a dead connection holding a child's pipe.
+	protocol.LimitSet
 
 	// Identity says whether and where identity repair runs, at startup and
 	// again on the first successful run hook (only with
 	// AGENTD_REPAIR_IDENTITY true; see LoadConfig).
 	Identity IdentityConfig
-}
-
-// limitSetters wires each wire limit name to its Config field. A limit added to
-// api/openapi.yaml with an env var but no entry here fails TestEveryLimitIsWired.
-var limitSetters = map[string]func(*Config, float64){
-	"disk_reserve_bytes":       func(c *Config, v float64) { c.DiskReserveBytes = int64(v) },
-	"exec_ttl_secs":            func(c *Config, v float64) { c.ExecTTL = seconds(v) },
-	"kill_grace_secs":          func(c *Config, v float64) { c.KillGrace = seconds(v) },
-	"max_body_bytes":           func(c *Config, v float64) { c.MaxBodyBytes = int64(v) },
-	"max_drain_bytes":          func(c *Config, v float64) { c.MaxDrainBytes = int64(v) },
-	"max_exec_id_bytes":        func(c *Config, v float64) { c.MaxExecIDBytes = int64(v) },
-	"max_header_bytes":         func(c *Config, v float64) { c.MaxHeaderBytes = int64(v) },
-	"max_open_bodies":          func(c *Config, v float64) { c.MaxOpenBodies = int64(v) },
-	"open_body_timeout_secs":   func(c *Config, v float64) { c.OpenBodyTimeout = seconds(v) },
-	"stream_stall_secs":        func(c *Config, v float64) { c.StreamStallTimeout = seconds(v) },
-	"max_output_bytes":         func(c *Config, v float64) { c.MaxOutputBytes = int64(v) },
-	"max_start_body_bytes":     func(c *Config, v float64) { c.MaxStartBodyBytes = int64(v) },
-	"max_stdin_write_bytes":    func(c *Config, v float64) { c.MaxStdinWriteBytes = int64(v) },
-	"max_tar_bytes":            func(c *Config, v float64) { c.MaxTarBytes = int64(v) },
-	"max_tar_members":          func(c *Config, v float64) { c.MaxTarMembers = int64(v) },
-	"output_linger_secs":       func(c *Config, v float64) { c.OutputLinger = seconds(v) },
-	"port":                     func(c *Config, v float64) { c.Port = int(v) },
-	"sse_keepalive_secs":       func(c *Config, v float64) { c.SSEKeepalive = seconds(v) },
-	"stdin_write_timeout_secs": func(c *Config, v float64) { c.StdinWriteTimeout = seconds(v) },
-	"stream_replay_bytes":      func(c *Config, v float64) { c.StreamReplayBytes = int64(v) },
-}
-
-// limitGetters is the inverse, so /v1/schema can publish the running values.
-var limitGetters = map[string]func(*Config) float64{
-	"disk_reserve_bytes":       func(c *Config) float64 { return float64(c.DiskReserveBytes) },
-	"exec_ttl_secs":            func(c *Config) float64 { return c.ExecTTL.Seconds() },
-	"kill_grace_secs":          func(c *Config) float64 { return c.KillGrace.Seconds() },
-	"max_body_bytes":           func(c *Config) float64 { return float64(c.MaxBodyBytes) },
-	"max_drain_bytes":          func(c *Config) float64 { return float64(c.MaxDrainBytes) },
-	"max_exec_id_bytes":        func(c *Config) float64 { return float64(c.MaxExecIDBytes) },
-	"max_header_bytes":         func(c *Config) float64 { return float64(c.MaxHeaderBytes) },
-	"max_open_bodies":          func(c *Config) float64 { return float64(c.MaxOpenBodies) },
-	"open_body_timeout_secs":   func(c *Config) float64 { return c.OpenBodyTimeout.Seconds() },
-	"stream_stall_secs":        func(c *Config) float64 { return c.StreamStallTimeout.Seconds() },
-	"max_output_bytes":         func(c *Config) float64 { return float64(c.MaxOutputBytes) },
-	"max_start_body_bytes":     func(c *Config) float64 { return float64(c.MaxStartBodyBytes) },
-	"max_stdin_write_bytes":    func(c *Config) float64 { return float64(c.MaxStdinWriteBytes) },
-	"max_tar_bytes":            func(c *Config) float64 { return float64(c.MaxTarBytes) },
-	"max_tar_members":          func(c *Config) float64 { return float64(c.MaxTarMembers) },
-	"output_linger_secs":       func(c *Config) float64 { return c.OutputLinger.Seconds() },
-	"port":                     func(c *Config) float64 { return float64(c.Port) },
-	"sse_keepalive_secs":       func(c *Config) float64 { return c.SSEKeepalive.Seconds() },
-	"stdin_write_timeout_secs": func(c *Config) float64 { return c.StdinWriteTimeout.Seconds() },
-	"stream_replay_bytes":      func(c *Config) float64 { return float64(c.StreamReplayBytes) },
 }
 
 func seconds(v float64) time.Duration {
@@ -122,12 +52,7 @@ func seconds(v float64) time.Duration {
 // interface, identity repair off (only an image that declares itself a
 // MicroVM guest turns it on; see LoadConfig).
 func DefaultConfig() Config {
-	var c Config
-	for _, l := range protocol.Limits {
-		if set, ok := limitSetters[l.Name]; ok {
-			set(&c, l.Default)
-		}
-	}
+	c := Config{LimitSet: protocol.DefaultLimitSet()}
 	c.Identity = DefaultIdentityConfig()
 	c.Identity.Why = protocol.EnvRepairIdentity + " is unset, so this is not known to be a MicroVM guest"
 	c.LogLevel = slog.LevelInfo
@@ -158,7 +83,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 			warnings = append(warnings, fmt.Sprintf("%s is not a non-negative number; keeping the default %v", l.Env, l.Default))
 			continue
 		}
-		limitSetters[l.Name](&c, v)
+		c.SetLimit(l.Name, v)
 	}
 	warnings = append(warnings, loadIdentitySetting(&c, lookup)...)
 	if raw, ok := lookup(protocol.EnvIdentityRoot); ok && strings.TrimSpace(raw) != "" {
@@ -308,8 +233,8 @@ func (c Config) normalized() Config {
 	if c.SSEKeepalive <= 0 {
 		c.SSEKeepalive = time.Duration(protocol.DefaultSSEKeepaliveSecs) * time.Second
 	}
-	if c.StreamStallTimeout <= 0 {
-		c.StreamStallTimeout = time.Duration(protocol.DefaultStreamStallSecs) * time.Second
+	if c.StreamStall <= 0 {
+		c.StreamStall = time.Duration(protocol.DefaultStreamStallSecs) * time.Second
 	}
 	if c.OpenBodyTimeout <= 0 {
 		c.OpenBodyTimeout = time.Duration(protocol.DefaultOpenBodyTimeoutSecs) * time.Second

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/microvms/microvms/gen/protocol"
 )
 
 // Catches: the overflow clamp of a seconds setting compared the wrong way
@@ -43,11 +45,11 @@ func TestHostNamesTakeEveryDigitAndLetter(t *testing.T) {
 // value replaced by the default (the test negated).
 func TestNormalizedReplacesOnlyZeroTimeouts(t *testing.T) {
 	z := Config{}.normalized()
-	if z.SSEKeepalive <= 0 || z.StreamStallTimeout <= 0 || z.OpenBodyTimeout <= 0 || z.StreamReplayBytes != 1 || z.MaxOpenBodies != 1 {
+	if z.SSEKeepalive <= 0 || z.StreamStall <= 0 || z.OpenBodyTimeout <= 0 || z.StreamReplayBytes != 1 || z.MaxOpenBodies != 1 {
 		t.Fatalf("zero config normalized to %+v", z)
 	}
-	set := Config{SSEKeepalive: 3 * time.Second, StreamStallTimeout: 4 * time.Second, OpenBodyTimeout: 5 * time.Second}.normalized()
-	if set.SSEKeepalive != 3*time.Second || set.StreamStallTimeout != 4*time.Second || set.OpenBodyTimeout != 5*time.Second {
-		t.Fatalf("a caller's timeouts were replaced: %s %s %s", set.SSEKeepalive, set.StreamStallTimeout, set.OpenBodyTimeout)
+	set := Config{LimitSet: protocol.LimitSet{SSEKeepalive: 3 * time.Second, StreamStall: 4 * time.Second, OpenBodyTimeout: 5 * time.Second}}.normalized()
+	if set.SSEKeepalive != 3*time.Second || set.StreamStall != 4*time.Second || set.OpenBodyTimeout != 5*time.Second {
+		t.Fatalf("a caller's timeouts were replaced: %s %s %s", set.SSEKeepalive, set.StreamStall, set.OpenBodyTimeout)
 	}
 }

@@ -45,8 +45,8 @@ func schemaDocument(cfg *Config) ([]byte, error) {
 	changed := false
 	for _, l := range protocol.Limits {
 		v := l.Default
-		if get, ok := limitGetters[l.Name]; ok && l.Env != "" {
-			v = get(cfg)
+		if got, ok := cfg.LimitValue(l.Name); ok && l.Env != "" {
+			v = got
 		}
 		if v != l.Default {
 			changed = true

@@ -91,7 +91,7 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 	e := &execEntry{
 		id:             id,
 		pgid:           pid,
-		log:            newOutputLog(r.cfg.StreamReplayBytes, r.cfg.MaxOutputBytes, r.cfg.StreamStallTimeout),
+		log:            newOutputLog(r.cfg.StreamReplayBytes, r.cfg.MaxOutputBytes, r.cfg.StreamStall),
 		finished:       make(chan struct{}),
 		stdinRequested: true,
 		stdin:          in,

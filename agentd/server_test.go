@@ -601,11 +601,9 @@ func TestEveryLimitIsWired(t *testing.T) {
 		if l.Env == "" {
 			continue
 		}
-		if _, ok := limitSetters[l.Name]; !ok {
-			t.Errorf("limit %s (%s) has no Config field", l.Name, l.Env)
-		}
-		if _, ok := limitGetters[l.Name]; !ok {
-			t.Errorf("limit %s has no getter for /v1/schema", l.Name)
+		var probe protocol.LimitSet
+		if !probe.SetLimit(l.Name, 1) {
+			t.Errorf("limit %s (%s) has no LimitSet field", l.Name, l.Env)
 		}
 		env[l.Env] = "7"
 	}
@@ -615,8 +613,8 @@ func TestEveryLimitIsWired(t *testing.T) {
 		t.Fatalf("warnings: %v", warnings)
 	}
 	for _, l := range protocol.Limits {
-		if get, ok := limitGetters[l.Name]; ok && l.Env != "" && get(&c) != 7 {
-			t.Errorf("%s=7 was not applied (got %v)", l.Env, get(&c))
+		if got, ok := c.LimitValue(l.Name); l.Env != "" && (!ok || got != 7) {
+			t.Errorf("%s=7 was not applied (got %v)", l.Env, got)
 		}
 	}
 	if c.Identity.Enabled {

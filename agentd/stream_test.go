@@ -92,7 +92,7 @@ func TestLateReaderBeyondTheWindowGetsAGap(t *testing.T) {
 // (with a window far smaller than the output, a reader that keeps up would see
 // gaps), i.e. removing the wait in outputLog.makeRoom.
 func TestAReaderThatKeepsUpLosesNothingThroughASmallWindow(t *testing.T) {
-	d := bootedDaemon(t, func(c *Config) { c.StreamReplayBytes = 4096; c.StreamStallTimeout = 10 * time.Second })
+	d := bootedDaemon(t, func(c *Config) { c.StreamReplayBytes = 4096; c.StreamStall = 10 * time.Second })
 	d.mustStart(protocol.StartRequest{ExecID: "bp", Command: []string{"sh", "-c", "read go; head -c 4194304 /dev/urandom"}, Stdin: true})
 	resp, err := d.client.ExecStream(context.Background(), "bp", nil, auth(testToken))
 	if err != nil {
@@ -109,7 +109,7 @@ func TestAReaderThatKeepsUpLosesNothingThroughASmallWindow(t *testing.T) {
 // Catches: waiting on attached readers without a stall limit, so a client that
 // stops reading wedges the command.
 func TestAStalledReaderDoesNotHoldTheCommand(t *testing.T) {
-	d := bootedDaemon(t, func(c *Config) { c.StreamReplayBytes = 4096; c.StreamStallTimeout = 100 * time.Millisecond })
+	d := bootedDaemon(t, func(c *Config) { c.StreamReplayBytes = 4096; c.StreamStall = 100 * time.Millisecond })
 	d.mustStart(protocol.StartRequest{ExecID: "st", Command: []string{"sh", "-c", "read go; head -c 67108864 /dev/zero"}, Stdin: true})
 	c, br := dialRaw(t, d.addr)
 	fmt.Fprintf(c, "GET /v1/exec/st/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", testToken)

@@ -17,6 +17,21 @@ import (
 type limitRow struct {
 	Ident, Name, Env, Description, Value string
 	IsFloat                              bool
+	Field, GoType                        string // its LimitSet field
+}
+
+// limitField names a limit's LimitSet field and type from its wire name:
+// *_secs is a time.Duration without the unit in its name, the port an int,
+// every other limit (bytes, counts) an int64.
+func limitField(name string) (field, goType string) {
+	switch {
+	case strings.HasSuffix(name, "_secs"):
+		return goIdent(strings.TrimSuffix(name, "_secs")), "time.Duration"
+	case name == "port":
+		return "Port", "int"
+	default:
+		return goIdent(name), "int64"
+	}
 }
 
 type eventRow struct{ Ident, Name, Schema string }
@@ -124,6 +139,60 @@ var Limits = []Limit{
 {{- end}}
 }
 
+// LimitSet is every operative limit as a typed Go value, one field per
+// entry of Limits: seconds as a time.Duration, the port as an int, bytes and
+// counts as an int64. A daemon embeds it in its configuration so no limit is
+// wired by hand.
+type LimitSet struct {
+{{- range .Limits}}
+	{{.Field}} {{.GoType}} // {{.Name}}{{if .Env}} ({{.Env}}){{end}}
+{{- end}}
+}
+
+// DefaultLimitSet is every limit at its declared default.
+func DefaultLimitSet() LimitSet {
+	var l LimitSet
+	for _, d := range Limits {
+		l.SetLimit(d.Name, d.Default)
+	}
+	return l
+}
+
+// SetLimit sets the limit named name from v in its wire unit (bytes, a count
+// or seconds), and is false for a name that is no limit.
+func (l *LimitSet) SetLimit(name string, v float64) bool {
+	switch name {
+{{- range .Limits}}
+	case {{quote .Name}}:
+		{{if eq .GoType "time.Duration"}}l.{{.Field}} = secondsDuration(v){{else}}l.{{.Field}} = {{.GoType}}(v){{end}}
+{{- end}}
+	default:
+		return false
+	}
+	return true
+}
+
+// LimitValue is the limit named name in its wire unit, and false for a name
+// that is no limit.
+func (l *LimitSet) LimitValue(name string) (float64, bool) {
+	switch name {
+{{- range .Limits}}
+	case {{quote .Name}}:
+		return {{if eq .GoType "time.Duration"}}l.{{.Field}}.Seconds(){{else}}float64(l.{{.Field}}){{end}}, true
+{{- end}}
+	}
+	return 0, false
+}
+
+// secondsDuration converts seconds to a Duration, saturating rather than
+// overflowing for an absurdly large setting.
+func secondsDuration(v float64) time.Duration {
+	if v*float64(time.Second) >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(v * float64(time.Second))
+}
+
 // Setting is one daemon setting from the environment that is not a limit.
 type Setting struct {
 	Name        string
@@ -209,6 +278,7 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 	for name, l := range asMap(doc["x-limits"]) {
 		lm := asMap(l)
 		row := limitRow{Ident: goIdent(name), Name: name, Env: asString(lm["env"]), Description: asString(lm["description"])}
+		row.Field, row.GoType = limitField(name)
 		switch v := lm["value"].(type) {
 		case int:
 			row.Value = strconv.Itoa(v)
@@ -251,7 +321,7 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 	if err := wireTemplate.Execute(&buf, data); err != nil {
 		return nil, err
 	}
-	src := goFile("protocol", buf.String())
+	src := goFile("protocol", "import (\n\t\"math\"\n\t\"time\"\n)\n\n"+buf.String())
 	out, err := format.Source(src)
 	if err != nil {
 		return nil, fmt.Errorf("wire.gen.go: gofmt: %w", err)

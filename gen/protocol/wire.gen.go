@@ -2,6 +2,11 @@
 
 package protocol
 
+import (
+	"math"
+	"time"
+)
+
 // Constants of agentd protocol v1 that are not types: the version header, the
 // hook prefix, the SSE event names and the operative limits, from the x-
 // extensions of api/openapi.yaml.
@@ -181,6 +186,169 @@ var Limits = []Limit{
 	{Name: "stream_replay_bytes", Env: "AGENTD_STREAM_BUFFER_BYTES", Default: DefaultStreamReplayBytes, Description: "size of the per-exec replay window a new or resuming stream can read back from"},
 	{Name: "stream_stall_secs", Env: "AGENTD_STREAM_STALL_SECS", Default: DefaultStreamStallSecs, Description: "seconds an attached stream that has fallen a whole replay window behind may go without taking a single byte before the output pump leaves it to a gap; a reader that makes any progress in that window keeps its bytes, so a reader slowed by a busy machine loses nothing"},
 	{Name: "watch_queue_events", Env: "", Default: DefaultWatchQueueEvents, Description: "events one GET /v1/fs/watch stream holds for a slow reader; past it they are dropped and reported as a gap"},
+}
+
+// LimitSet is every operative limit as a typed Go value, one field per
+// entry of Limits: seconds as a time.Duration, the port as an int, bytes and
+// counts as an int64. A daemon embeds it in its configuration so no limit is
+// wired by hand.
+type LimitSet struct {
+	DiskReserveBytes   int64         // disk_reserve_bytes (AGENTD_DISK_RESERVE_BYTES)
+	ExecTTL            time.Duration // exec_ttl_secs (AGENTD_EXEC_TTL_SECS)
+	KillGrace          time.Duration // kill_grace_secs (AGENTD_KILL_GRACE_SECS)
+	ListPageDefault    int64         // list_page_default
+	MaxBodyBytes       int64         // max_body_bytes (AGENTD_MAX_BODY_BYTES)
+	MaxDrainBytes      int64         // max_drain_bytes (AGENTD_MAX_DRAIN_BYTES)
+	MaxExecIDBytes     int64         // max_exec_id_bytes (AGENTD_MAX_EXEC_ID_BYTES)
+	MaxHeaderBytes     int64         // max_header_bytes (AGENTD_MAX_HEADER_BYTES)
+	MaxListPage        int64         // max_list_page
+	MaxOpenBodies      int64         // max_open_bodies (AGENTD_MAX_OPEN_BODIES)
+	MaxOutputBytes     int64         // max_output_bytes (AGENTD_MAX_OUTPUT_BYTES)
+	MaxStartBodyBytes  int64         // max_start_body_bytes (AGENTD_MAX_START_BODY_BYTES)
+	MaxStdinWriteBytes int64         // max_stdin_write_bytes (AGENTD_MAX_STDIN_WRITE_BYTES)
+	MaxTarBytes        int64         // max_tar_bytes (AGENTD_MAX_TAR_BYTES)
+	MaxTarMembers      int64         // max_tar_members (AGENTD_MAX_TAR_MEMBERS)
+	OpenBodyTimeout    time.Duration // open_body_timeout_secs (AGENTD_OPEN_BODY_TIMEOUT_SECS)
+	OutputLinger       time.Duration // output_linger_secs (AGENTD_OUTPUT_LINGER_SECS)
+	Port               int           // port (AGENTD_PORT)
+	SSEIdleTimeout     time.Duration // sse_idle_timeout_secs
+	SSEKeepalive       time.Duration // sse_keepalive_secs (AGENTD_SSE_KEEPALIVE_SECS)
+	StdinWriteTimeout  time.Duration // stdin_write_timeout_secs (AGENTD_STDIN_WRITE_TIMEOUT_SECS)
+	StreamReplayBytes  int64         // stream_replay_bytes (AGENTD_STREAM_BUFFER_BYTES)
+	StreamStall        time.Duration // stream_stall_secs (AGENTD_STREAM_STALL_SECS)
+	WatchQueueEvents   int64         // watch_queue_events
+}
+
+// DefaultLimitSet is every limit at its declared default.
+func DefaultLimitSet() LimitSet {
+	var l LimitSet
+	for _, d := range Limits {
+		l.SetLimit(d.Name, d.Default)
+	}
+	return l
+}
+
+// SetLimit sets the limit named name from v in its wire unit (bytes, a count
+// or seconds), and is false for a name that is no limit.
+func (l *LimitSet) SetLimit(name string, v float64) bool {
+	switch name {
+	case "disk_reserve_bytes":
+		l.DiskReserveBytes = int64(v)
+	case "exec_ttl_secs":
+		l.ExecTTL = secondsDuration(v)
+	case "kill_grace_secs":
+		l.KillGrace = secondsDuration(v)
+	case "list_page_default":
+		l.ListPageDefault = int64(v)
+	case "max_body_bytes":
+		l.MaxBodyBytes = int64(v)
+	case "max_drain_bytes":
+		l.MaxDrainBytes = int64(v)
+	case "max_exec_id_bytes":
+		l.MaxExecIDBytes = int64(v)
+	case "max_header_bytes":
+		l.MaxHeaderBytes = int64(v)
+	case "max_list_page":
+		l.MaxListPage = int64(v)
+	case "max_open_bodies":
+		l.MaxOpenBodies = int64(v)
+	case "max_output_bytes":
+		l.MaxOutputBytes = int64(v)
+	case "max_start_body_bytes":
+		l.MaxStartBodyBytes = int64(v)
+	case "max_stdin_write_bytes":
+		l.MaxStdinWriteBytes = int64(v)
+	case "max_tar_bytes":
+		l.MaxTarBytes = int64(v)
+	case "max_tar_members":
+		l.MaxTarMembers = int64(v)
+	case "open_body_timeout_secs":
+		l.OpenBodyTimeout = secondsDuration(v)
+	case "output_linger_secs":
+		l.OutputLinger = secondsDuration(v)
+	case "port":
+		l.Port = int(v)
+	case "sse_idle_timeout_secs":
+		l.SSEIdleTimeout = secondsDuration(v)
+	case "sse_keepalive_secs":
+		l.SSEKeepalive = secondsDuration(v)
+	case "stdin_write_timeout_secs":
+		l.StdinWriteTimeout = secondsDuration(v)
+	case "stream_replay_bytes":
+		l.StreamReplayBytes = int64(v)
+	case "stream_stall_secs":
+		l.StreamStall = secondsDuration(v)
+	case "watch_queue_events":
+		l.WatchQueueEvents = int64(v)
+	default:
+		return false
+	}
+	return true
+}
+
+// LimitValue is the limit named name in its wire unit, and false for a name
+// that is no limit.
+func (l *LimitSet) LimitValue(name string) (float64, bool) {
+	switch name {
+	case "disk_reserve_bytes":
+		return float64(l.DiskReserveBytes), true
+	case "exec_ttl_secs":
+		return l.ExecTTL.Seconds(), true
+	case "kill_grace_secs":
+		return l.KillGrace.Seconds(), true
+	case "list_page_default":
+		return float64(l.ListPageDefault), true
+	case "max_body_bytes":
+		return float64(l.MaxBodyBytes), true
+	case "max_drain_bytes":
+		return float64(l.MaxDrainBytes), true
+	case "max_exec_id_bytes":
+		return float64(l.MaxExecIDBytes), true
+	case "max_header_bytes":
+		return float64(l.MaxHeaderBytes), true
+	case "max_list_page":
+		return float64(l.MaxListPage), true
+	case "max_open_bodies":
+		return float64(l.MaxOpenBodies), true
+	case "max_output_bytes":
+		return float64(l.MaxOutputBytes), true
+	case "max_start_body_bytes":
+		return float64(l.MaxStartBodyBytes), true
+	case "max_stdin_write_bytes":
+		return float64(l.MaxStdinWriteBytes), true
+	case "max_tar_bytes":
+		return float64(l.MaxTarBytes), true
+	case "max_tar_members":
+		return float64(l.MaxTarMembers), true
+	case "open_body_timeout_secs":
+		return l.OpenBodyTimeout.Seconds(), true
+	case "output_linger_secs":
+		return l.OutputLinger.Seconds(), true
+	case "port":
+		return float64(l.Port), true
+	case "sse_idle_timeout_secs":
+		return l.SSEIdleTimeout.Seconds(), true
+	case "sse_keepalive_secs":
+		return l.SSEKeepalive.Seconds(), true
+	case "stdin_write_timeout_secs":
+		return l.StdinWriteTimeout.Seconds(), true
+	case "stream_replay_bytes":
+		return float64(l.StreamReplayBytes), true
+	case "stream_stall_secs":
+		return l.StreamStall.Seconds(), true
+	case "watch_queue_events":
+		return float64(l.WatchQueueEvents), true
+	}
+	return 0, false
+}
+
+// secondsDuration converts seconds to a Duration, saturating rather than
+// overflowing for an absurdly large setting.
+func secondsDuration(v float64) time.Duration {
+	if v*float64(time.Second) >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(v * float64(time.Second))
 }
 
 // Setting is one daemon setting from the environment that is not a limit.
