@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
@@ -50,7 +50,7 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	}
 	// GetMicrovm's endpoint is a bare host (finding endpoint-bare-host), so
 	// it is accepted as given; EndpointURL picks the scheme.
-	endpoint := control.EndpointURL(f.Endpoint)
+	endpoint := cplane.EndpointURL(f.Endpoint)
 	if f.Direct {
 		return client.Direct(endpoint, f.AgentToken)
 	}
@@ -68,11 +68,11 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA or AWS_ENDPOINT_URL.
 	// Nothing is resolved over the network until the first mint.
 	// A loopback control plane is an emulator and needs no AWS credentials.
-	cpc, err := newControl(ctx, region, control.ConfiguredEndpoint(f.ControlEndpoint, a.env), a.env)
+	cpc, err := newControl(ctx, region, cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env), a.env)
 	if err != nil {
 		return nil, err
 	}
-	return client.Proxied(endpoint, f.AgentToken, sandbox.ProxyMinter(cpc.SDK(), f.MicrovmID), client.WithAgentPort(f.Port))
+	return client.Proxied(endpoint, f.AgentToken, sandbox.ProxyMinter(cpc, f.MicrovmID), client.WithAgentPort(f.Port))
 }
 
 // regionEnv are the variables that name the control plane's region when no
@@ -129,11 +129,12 @@ type ExecCmd struct {
 	User       *uint32  `help:"Numeric uid to run as; omitted keeps the daemon's." placeholder:"UID" xor:"poll-user"`
 	Group      *uint32  `help:"Numeric gid to run as; omitted keeps the daemon's." placeholder:"GID" xor:"poll-group"`
 	ExecID     string   `name:"exec-id" help:"Use this exec id instead of a fresh one, so a retry never spawns twice." placeholder:"ID" xor:"poll-execid"`
-	Poll       string   `help:"Read an existing exec's status and output; read-only, does not ack." placeholder:"ID" xor:"poll-execid,poll-stream,poll-stdin,poll-cwd,poll-detach,poll-env,poll-user,poll-group"`
-	Detach     bool     `help:"Start the command and return at once with its exec id, without waiting or acking." xor:"poll-detach,detach-stream,detach-stdin"`
-	Stream     bool     `help:"Stream output as it arrives; under --json each event is one NDJSON line, then a compact envelope." xor:"poll-stream,detach-stream"`
+	Poll       string   `help:"Read an existing exec's status and output; read-only, does not ack." placeholder:"ID" xor:"poll-execid,poll-stream,poll-stdin,poll-cwd,poll-detach,poll-env,poll-user,poll-group,poll-tty"`
+	Detach     bool     `help:"Start the command and return at once with its exec id, without waiting or acking." xor:"poll-detach,detach-stream,detach-stdin,detach-tty"`
+	Stream     bool     `help:"Stream output as it arrives; under --json each event is one NDJSON line, then a compact envelope." xor:"poll-stream,detach-stream,stream-tty"`
 	FromOffset uint64   `name:"from-offset" help:"Resume a stream at this byte offset; requires --stream." placeholder:"BYTES"`
-	Stdin      bool     `help:"Give the command a stdin pipe, feed it this process's stdin, then close it." xor:"poll-stdin,detach-stdin"`
+	Stdin      bool     `help:"Give the command a stdin pipe, feed it this process's stdin, then close it." xor:"poll-stdin,detach-stdin,stdin-tty"`
+	TTY        bool     `name:"tty" help:"Run the command on a remote terminal of this terminal's size, interactively: this terminal goes raw (Ctrl-C goes to the command) and resizes follow. Needs a terminal on stdin; not with --json." xor:"poll-tty,detach-tty,stream-tty,stdin-tty"`
 }
 
 // parseEnv splits each KEY=VALUE at its first '=': a value may contain '=',
@@ -234,6 +235,12 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ttyIn *os.File
+	if c.TTY {
+		if ttyIn, err = c.ttyStdin(a); err != nil {
+			return nil, err
+		}
+	}
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -252,6 +259,9 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	opts := client.StartOptions{ExecID: c.ExecID, Shell: len(c.Command) == 1, Cwd: c.Cwd, Env: env, User: c.User, Group: c.Group, Stdin: c.Stdin}
 	if opts.ExecID == "" {
 		opts.ExecID = client.NewExecID()
+	}
+	if ttyIn != nil {
+		return c.runTTY(ctx, a, s, ttyIn, opts)
 	}
 	stop := a.spinner("starting " + opts.ExecID)
 	ex, err := s.Start(ctx, c.Command, opts)
