@@ -116,7 +116,7 @@ fuzz:
 # a per-package table of killed, lived, timed-out and not-covered mutants and
 # every survivor go to stdout, the raw reports to bin/mutate. Slow (minutes a
 # package, agentd far more), so not part of check.
-MUTATE_PKGS    ?= agentd/internal/linerange client/cost agentd/internal/tarx client/control client client/sandbox cmd/microvm agentd
+MUTATE_PKGS    ?= agentd/internal/linerange client/cost agentd/internal/tarx client/cplane client client/sandbox cmd/microvm agentd
 MUTATE_WORKERS ?= 1
 MUTATE_FILES   ?=
 mutate:

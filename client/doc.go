@@ -1,8 +1,8 @@
 // Package client is the Go library for AWS Lambda MicroVMs: the typed closures
 // over the platform's measured traps (Region, SizeClass, hook timeouts), the one
 // error type every layer returns, and the session plane that talks to agentd
-// through a VM's endpoint. The control plane lives in client/control and the
-// cost engine in client/cost.
+// through a VM's endpoint. The control plane is client/lambdamicrovms
+// (configured by client/cplane) and the cost engine client/cost.
 //
 // Most programs start one level up: client/sandbox is one MicroVM as a
 // sandbox (launch or attach, run, files and directories, suspend, resume,

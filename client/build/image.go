@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -48,7 +48,7 @@ type Spec struct {
 	Ready, Validate client.BuildHookTimeout
 	Run             client.RunHookTimeout
 
-	Wait control.WaitOptions
+	Wait cplane.WaitOptions
 	// Progress, if set, sees the upload and every waiter poll.
 	Progress func(Progress)
 	// Ledger, if set, records the create before it is sent.
@@ -59,7 +59,7 @@ type Spec struct {
 type Progress struct {
 	Stage      string // "upload" or "build"
 	Sent, Size int64
-	Poll       *control.Progress
+	Poll       *cplane.Progress
 }
 
 // Result is a built (or reused) image.
@@ -75,7 +75,7 @@ type Result struct {
 // Build preflights, uploads and builds an image, or reuses an identical one.
 // Every local refusal comes before the upload; the only billable call is
 // CreateMicrovmImage, and the waiter fails fast on a wedged build.
-func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result, error) {
+func Build(ctx context.Context, c *lambdamicrovms.Client, up Uploader, s Spec) (*Result, error) {
 	if s.Base == (Base{}) {
 		s.Base = ManagedBase()
 	}
@@ -111,9 +111,9 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 
 	// A second create under an existing name is refused by the service, so
 	// look first: with Reuse a match is the same inputs; without it, a clash.
-	existing, err := lambdamicrovms.FindMicrovmImage(ctx, c.SDK(), name)
+	existing, err := lambdamicrovms.FindMicrovmImage(ctx, c, name)
 	if err != nil {
-		return nil, control.SDKError("ListMicrovmImages", err)
+		return nil, cplane.SDKError("ListMicrovmImages", err)
 	}
 	if existing != nil {
 		if !s.Reuse {
@@ -142,7 +142,7 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 		return nil, err
 	}
 
-	in, err := createInput(c.Region().String(), name, s, res.ArtifactURI, res.LogGroup)
+	in, err := createInput(c.Options().Region, name, s, res.ArtifactURI, res.LogGroup)
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +157,8 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 			return nil, err
 		}
 	}
-	created, err := c.SDK().CreateMicrovmImage(ctx, in)
-	err = control.SDKError("CreateMicrovmImage", err)
+	created, err := c.CreateMicrovmImage(ctx, in)
+	err = cplane.SDKError("CreateMicrovmImage", err)
 	if after != nil {
 		arn := ""
 		if created != nil {
@@ -178,14 +178,14 @@ func Build(ctx context.Context, c *control.Client, up Uploader, s Spec) (*Result
 	w := s.Wait
 	if s.Progress != nil {
 		prev := w.Progress
-		w.Progress = func(p control.Progress) {
+		w.Progress = func(p cplane.Progress) {
 			if prev != nil {
 				prev(p)
 			}
 			s.Progress(Progress{Stage: "build", Poll: &p})
 		}
 	}
-	if err := waitBuilt(ctx, c.SDK(), res.ImageARN, res.Version, w); err != nil {
+	if err := waitBuilt(ctx, c, res.ImageARN, res.Version, w); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -6,7 +6,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -16,11 +16,6 @@ import (
 // mints the clientToken (crypto/rand, one per call); its image waiter, with
 // lambdamicrovms.ImageBuildRetryable, fails a wedged build after the grace
 // period and reads a failed build's reason from the builds.
-
-// managedBaseARN is the managed base image's ARN in region.
-func managedBaseARN(region string) string {
-	return "arn:" + lambdamicrovms.PartitionID(region) + ":lambda:" + region + ":aws:microvm-image:" + taxonomy.ManagedBaseImage
-}
 
 func hookState(on bool) types.HookState {
 	if on {
@@ -52,7 +47,7 @@ func createInput(region, name string, s Spec, artifactURI, logGroup string) (*la
 	}
 	in := &lambdamicrovms.CreateMicrovmImageInput{
 		Name:              aws.String(name),
-		BaseImageArn:      aws.String(managedBaseARN(region)),
+		BaseImageArn:      aws.String(cplane.ManagedBaseImageARN(region)),
 		BuildRoleArn:      aws.String(s.BuildRoleARN),
 		CodeArtifact:      &types.CodeArtifactMemberUri{Value: artifactURI},
 		CpuConfigurations: []types.CpuConfiguration{{Architecture: types.ArchitectureArm64}},
@@ -74,7 +69,7 @@ func createInput(region, name string, s Spec, artifactURI, logGroup string) (*la
 		Logging: &types.LoggingMemberCloudWatch{Value: types.CloudWatchLogging{LogGroup: aws.String(logGroup)}},
 	}
 	if s.BaseImageVersion != "" {
-		if err := control.CheckImageVersion(s.BaseImageVersion); err != nil {
+		if err := cplane.CheckImageVersion(s.BaseImageVersion); err != nil {
 			return nil, err
 		}
 		in.BaseImageVersion = aws.String(s.BaseImageVersion)
@@ -98,7 +93,7 @@ func createInput(region, name string, s Spec, artifactURI, logGroup string) (*la
 // within the context's deadline or Timeout (30 minutes when unset); Grace
 // (10 minutes when unset) bounds how long every build may stay PENDING.
 // Progress sees every poll.
-func waitBuilt(ctx context.Context, api *lambdamicrovms.Client, image, version string, o control.WaitOptions) error {
+func waitBuilt(ctx context.Context, api *lambdamicrovms.Client, image, version string, o cplane.WaitOptions) error {
 	minDelay, budget := o.Interval, o.Timeout
 	if minDelay <= 0 {
 		minDelay = 2 * time.Second
@@ -117,10 +112,10 @@ func waitBuilt(ctx context.Context, api *lambdamicrovms.Client, image, version s
 			retry, derr := decide(ctx, in, out, err)
 			if out != nil && err == nil && o.Progress != nil {
 				polls++
-				o.Progress(control.Progress{Poll: polls, State: string(out.State), Elapsed: time.Since(start)})
+				o.Progress(cplane.Progress{Poll: polls, State: string(out.State), Elapsed: time.Since(start)})
 			}
 			return retry, derr
 		}
 	}).Wait(ctx, &lambdamicrovms.GetMicrovmImageInput{ImageIdentifier: aws.String(image)}, budget)
-	return control.SDKError("WaitImage "+image, err)
+	return cplane.SDKError("WaitImage "+image, err)
 }

@@ -13,7 +13,7 @@ import (
 //
 // Client policy (docs/PLATFORM.md, shell-endpoint): Transcribed for the
 // emulator and generated into client/lambdamicrovms for completeness;
-// client/control and client/sandbox never call it and never request
+// client/sandbox and cmd/microvm never call it and never request
 // SHELL_INGRESS.
 func (c *Client) CreateMicrovmShellAuthToken(ctx context.Context, params *CreateMicrovmShellAuthTokenInput, optFns ...func(*Options)) (*CreateMicrovmShellAuthTokenOutput, error) {
 	if params == nil {

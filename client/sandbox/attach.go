@@ -4,7 +4,8 @@ import (
 	"context"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -21,7 +22,7 @@ import (
 // running anything); any other state is refused, naming it. A wrong token is
 // not detected here (no request is sent to the VM to find out): the first
 // call answers 401 with a hint naming the token.
-func Attach(ctx context.Context, c *control.Client, id, agentToken string, o Options) (*Sandbox, error) {
+func Attach(ctx context.Context, c *lambdamicrovms.Client, id, agentToken string, o Options) (*Sandbox, error) {
 	if id == "" || agentToken == "" {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "Attach needs the MicroVM id and the agent token its launch installed (Sandbox.ID and Sandbox.AgentToken in the launching process)")
 	}
@@ -44,7 +45,7 @@ func Attach(ctx context.Context, c *control.Client, id, agentToken string, o Opt
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "MicroVM %s is %s%s; only a RUNNING or SUSPENDED MicroVM can be attached to", id, g.State, reason)
 	}
 	if g.ImageArn != nil {
-		if ref, err := control.ParseImageRef(*g.ImageArn); err == nil {
+		if ref, err := cplane.ParseImageRef(*g.ImageArn); err == nil {
 			s.ref = ref
 			s.opts.Image = *g.ImageArn
 		}
@@ -63,7 +64,7 @@ func Attach(ctx context.Context, c *control.Client, id, agentToken string, o Opt
 		s.suspendedAt = s.now()
 	}
 	s.observeLocked(g)
-	sess, err := client.Proxied(control.EndpointURL(s.endpoint), agentToken, c.ProxyMinter(id),
+	sess, err := client.Proxied(cplane.EndpointURL(s.endpoint), agentToken, ProxyMinter(c, id),
 		append([]client.Option{client.WithAgentPort(o.Port)}, o.SessionOptions...)...)
 	if err != nil {
 		return nil, err

@@ -18,7 +18,8 @@
 //	res, err := sb.Run(ctx, []string{"echo", "hi"}, client.RunOptions{})
 //	fmt.Print(res.Stdout, res.ExitStatus)
 //
-// Against AWS, the same Sandbox comes from Launch with a control.Client and
+// Against AWS, the same Sandbox comes from Launch with a lambdamicrovms.Client
+// (cplane.New configures one from the environment) and
 // an image ARN (client/build builds one). Run, the file helpers (ReadFile,
 // WriteFile, UploadDir, DownloadDir), Suspend, Resume, Terminate and Cost
 // are the same calls in both places.
@@ -44,7 +45,7 @@
 //	—                        Lifecycle                       Lifecycle (Sandbox.Lifecycle)
 //	—                        TeardownOpts / TeardownReport   TeardownOptions / TeardownReport
 //	—                        cost::run_report                Sandbox.Cost(ctx, cost.Pinned(region)) · Sandbox.Usage
-//	—                        ControlPlane                    control.Client (emulator: emu.Client)
+//	—                        ControlPlane                    lambdamicrovms.Client (cplane.New; emulator: emu.Client)
 //
 // Unlike E2B, a sandbox id alone does not reconnect: the agent token is the
 // credential the VM's agentd checks, so keep it (Sandbox.AgentToken) next to

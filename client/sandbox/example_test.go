@@ -10,9 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
 	"github.com/microvms/microvms/client/cost"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/lambdamicrovms"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator/embedded"
 )
@@ -142,7 +145,7 @@ func ExampleAttach() {
 	id, token := first.ID(), first.AgentToken() // hand these to the other process
 
 	// The other process: its own control-plane client, no shared state.
-	cpc, err := control.New(ctx, control.Options{Region: emu.Region(), Endpoint: emu.URL, Credentials: embedded.Credentials()})
+	cpc, err := cplane.New(ctx, cplane.Options{Region: emu.Region(), Endpoint: emu.URL, Credentials: embedded.Credentials()})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -195,8 +198,8 @@ func ExampleSandbox_Cost() {
 }
 
 // Control-plane basics: the emulator's client is an ordinary
-// control.Client, so listing, reading and terminating MicroVMs is the same
-// code against AWS.
+// lambdamicrovms.Client, so listing, reading and terminating MicroVMs is the
+// same code against AWS.
 func Example_controlPlane() {
 	ctx := context.Background()
 	emu, err := embedded.Start(ctx, embedded.Options{})
@@ -212,18 +215,19 @@ func Example_controlPlane() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	got, err := cpc.GetMicrovm(ctx, sb.ID())
+	got, err := cpc.GetMicrovm(ctx, &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: aws.String(sb.ID())})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(got.State)
-	pages, err := cpc.ListMicrovms(nil, "", 10)
-	if err != nil {
-		log.Fatal(err)
-	}
-	items, err := pages.All(ctx)
-	if err != nil {
-		log.Fatal(err)
+	var items []types.MicrovmItem
+	pages := lambdamicrovms.NewListMicrovmsPaginator(cpc, &lambdamicrovms.ListMicrovmsInput{MaxResults: aws.Int32(10)})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		items = append(items, page.Items...)
 	}
 	fmt.Println(len(items), "microvm")
 	fmt.Println(sb.Terminate(ctx, sandbox.TeardownOptions{}).Clean())

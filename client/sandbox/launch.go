@@ -8,7 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -23,10 +23,10 @@ import (
 
 // runInput is the RunMicrovm request of one launch, region naming the
 // connector ARNs.
-func runInput(region string, image string, o Options, payload control.RunHookPayload) (*lambdamicrovms.RunMicrovmInput, error) {
+func runInput(region string, image string, o Options, payload cplane.RunHookPayload) (*lambdamicrovms.RunMicrovmInput, error) {
 	in := &lambdamicrovms.RunMicrovmInput{ImageIdentifier: aws.String(image)}
 	if o.Version != "" {
-		if err := control.CheckImageVersion(o.Version); err != nil {
+		if err := cplane.CheckImageVersion(o.Version); err != nil {
 			return nil, err
 		}
 		in.ImageVersion = aws.String(o.Version)
@@ -77,7 +77,7 @@ func ProxyMinter(api *lambdamicrovms.Client, microvmID string) client.TokenMinte
 		}
 		out, err := api.CreateMicrovmAuthToken(ctx, in)
 		if err != nil {
-			return client.ProxyToken{}, control.SDKError("CreateMicrovmAuthToken", err)
+			return client.ProxyToken{}, cplane.SDKError("CreateMicrovmAuthToken", err)
 		}
 		return proxyToken(out.AuthToken)
 	})

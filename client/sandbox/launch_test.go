@@ -14,7 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -31,7 +31,7 @@ func TestProxyMinterMintsTheSessionsScope(t *testing.T) {
 	f := newFixture(t, emulator.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	api := f.cp.SDK()
+	api := f.cp
 	run, err := api.RunMicrovm(ctx, &lambdamicrovms.RunMicrovmInput{ImageIdentifier: aws.String(f.emu.AddImage("minter"))})
 	if err != nil {
 		t.Fatal(err)
@@ -106,13 +106,13 @@ func TestProxyTokenNeedsTheAuthEntry(t *testing.T) {
 // their findings), connectors sent as bare names or in another region's
 // ARN, or the idle policy's auto-resume dropped.
 func TestRunInput(t *testing.T) {
-	payload, err := control.NewRunHookPayload("tok", nil)
+	payload, err := cplane.NewRunHookPayload("tok", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := Options{Version: "2", MaxDuration: time.Hour, ExecutionRoleARN: role,
-		Idle:       &control.IdlePolicy{MaxIdle: 2 * time.Minute, SuspendedFor: time.Hour, AutoResume: true},
-		Connectors: control.Connectors{Ingress: true, InternetEgress: true}}
+		Idle:       &cplane.IdlePolicy{MaxIdle: 2 * time.Minute, SuspendedFor: time.Hour, AutoResume: true},
+		Connectors: cplane.Connectors{Ingress: true, InternetEgress: true}}
 	in, err := runInput("eu-west-1", "arn:aws:lambda:eu-west-1:123456789012:microvm-image:x", o, payload)
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestRunInput(t *testing.T) {
 	}
 	for finding, bad := range map[taxonomy.FindingID]Options{
 		taxonomy.FindingMaxDuration: {MaxDuration: 1500 * time.Millisecond},
-		taxonomy.FindingIdlePolicy:  {Idle: &control.IdlePolicy{MaxIdle: 90500 * time.Millisecond}},
+		taxonomy.FindingIdlePolicy:  {Idle: &cplane.IdlePolicy{MaxIdle: 90500 * time.Millisecond}},
 	} {
 		_, err := runInput("us-east-1", "arn:aws:lambda:us-east-1:123456789012:microvm-image:x", bad, payload)
 		var ce *client.Error

@@ -9,7 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/ledger"
@@ -35,13 +35,13 @@ type Options struct {
 	AgentToken string
 	// Env is the launch environment, delivered once in the runHookPayload.
 	Env         map[string]string
-	Idle        *control.IdlePolicy
+	Idle        *cplane.IdlePolicy
 	MaxDuration time.Duration
-	Connectors  control.Connectors
+	Connectors  cplane.Connectors
 	// Port is agentd's port (default 9000); the proxy token is scoped to it.
 	Port int
 
-	Wait control.WaitOptions
+	Wait cplane.WaitOptions
 	// SessionOptions are passed to client.Proxied (an HTTP client, retries).
 	SessionOptions []client.Option
 	// Now is the clock the suspended window is measured on (default time.Now).
@@ -55,10 +55,10 @@ type Options struct {
 // Sandbox is one launched MicroVM. Its methods are safe for concurrent use;
 // lifecycle operations are serialised.
 type Sandbox struct {
-	cp   *control.Client
+	cp   *lambdamicrovms.Client
 	opts Options
 	id   string
-	ref  control.ImageRef
+	ref  cplane.ImageRef
 
 	op sync.Mutex // one lifecycle operation at a time
 
@@ -130,11 +130,11 @@ func newAgentToken() (string, error) {
 // the returned Sandbox is non-nil even with an error (a launch that died, a
 // wait that timed out), so the caller can still Terminate it and learn what
 // leaked.
-func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error) {
+func Launch(ctx context.Context, c *lambdamicrovms.Client, o Options) (*Sandbox, error) {
 	if o.Port == 0 {
 		o.Port = taxonomy.DefaultAgentPort
 	}
-	ref, err := control.ParseImageRef(o.Image)
+	ref, err := cplane.ParseImageRef(o.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 		}
 	}
 	// The ceiling is checked here, before any call.
-	payload, err := control.NewRunHookPayload(token, o.Env)
+	payload, err := cplane.NewRunHookPayload(token, o.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -159,12 +159,12 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 			return nil, err
 		}
 	}
-	in, err := runInput(c.Region().String(), ref.String(), o, payload)
+	in, err := runInput(c.Options().Region, ref.String(), o, payload)
 	if err != nil {
 		return nil, err
 	}
 	run, err := s.api().RunMicrovm(ctx, in)
-	err = control.SDKError("RunMicrovm", err)
+	err = cplane.SDKError("RunMicrovm", err)
 	if after != nil {
 		id := ""
 		if run != nil {
@@ -203,7 +203,7 @@ func Launch(ctx context.Context, c *control.Client, o Options) (*Sandbox, error)
 	if err != nil {
 		return s, err
 	}
-	sess, err := client.Proxied(control.EndpointURL(s.endpoint), token, ProxyMinter(s.api(), s.id),
+	sess, err := client.Proxied(cplane.EndpointURL(s.endpoint), token, ProxyMinter(s.api(), s.id),
 		append([]client.Option{client.WithAgentPort(o.Port)}, o.SessionOptions...)...)
 	if err != nil {
 		return s, err

@@ -5,40 +5,40 @@ import (
 	"time"
 
 	"github.com/aws/smithy-go/middleware"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 )
 
 // The sandbox's MicroVM calls and waits go through client/lambdamicrovms
-// (the generated SDK) with their errors classified by control.SDKError.
+// (the generated SDK) with their errors classified by cplane.SDKError.
 
-func (s *Sandbox) api() *lambdamicrovms.Client { return s.cp.SDK() }
+func (s *Sandbox) api() *lambdamicrovms.Client { return s.cp }
 
 func (s *Sandbox) getMicrovm(ctx context.Context) (*lambdamicrovms.GetMicrovmOutput, error) {
 	out, err := s.api().GetMicrovm(ctx, &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: &s.id})
-	return out, control.SDKError("GetMicrovm", err)
+	return out, cplane.SDKError("GetMicrovm", err)
 }
 
 func (s *Sandbox) suspendVM(ctx context.Context) error {
 	_, err := s.api().SuspendMicrovm(ctx, &lambdamicrovms.SuspendMicrovmInput{MicrovmIdentifier: &s.id})
-	return control.SDKError("SuspendMicrovm", err)
+	return cplane.SDKError("SuspendMicrovm", err)
 }
 
 func (s *Sandbox) resumeVM(ctx context.Context) error {
 	_, err := s.api().ResumeMicrovm(ctx, &lambdamicrovms.ResumeMicrovmInput{MicrovmIdentifier: &s.id})
-	return control.SDKError("ResumeMicrovm", err)
+	return cplane.SDKError("ResumeMicrovm", err)
 }
 
 func (s *Sandbox) terminateCall(ctx context.Context) error {
 	_, err := s.api().TerminateMicrovm(ctx, &lambdamicrovms.TerminateMicrovmInput{MicrovmIdentifier: &s.id})
-	return control.SDKError("TerminateMicrovm", err)
+	return cplane.SDKError("TerminateMicrovm", err)
 }
 
 func (s *Sandbox) deleteImage(ctx context.Context) error {
 	id := s.ref.String()
 	_, err := s.api().DeleteMicrovmImage(ctx, &lambdamicrovms.DeleteMicrovmImageInput{ImageIdentifier: &id})
-	return control.SDKError("DeleteMicrovmImage", err)
+	return cplane.SDKError("DeleteMicrovmImage", err)
 }
 
 // waitPlan turns the sandbox's WaitOptions into a waiter's delays and budget:
@@ -50,7 +50,7 @@ type waitPlan struct {
 	apiOptions                 []func(*middleware.Stack) error
 }
 
-func planWait(ctx context.Context, o control.WaitOptions) waitPlan {
+func planWait(ctx context.Context, o cplane.WaitOptions) waitPlan {
 	p := waitPlan{minDelay: o.Interval, maxDelay: max(o.Interval, 10*time.Second), budget: o.Timeout}
 	if p.minDelay <= 0 {
 		p.minDelay = time.Second
@@ -69,7 +69,7 @@ func planWait(ctx context.Context, o control.WaitOptions) waitPlan {
 					out, md, err := next.HandleInitialize(ctx, in)
 					if g, ok := out.Result.(*lambdamicrovms.GetMicrovmOutput); ok && err == nil {
 						polls++
-						o.Progress(control.Progress{Poll: polls, State: string(g.State), Elapsed: time.Since(start)})
+						o.Progress(cplane.Progress{Poll: polls, State: string(g.State), Elapsed: time.Since(start)})
 					}
 					return out, md, err
 				}), middleware.After)
@@ -91,7 +91,7 @@ func (s *Sandbox) waitFor(ctx context.Context, target types.MicrovmState) (*lamb
 // minutes when unset). o.Progress sees every poll. A MicroVM that dies
 // while RUNNING is awaited fails as LaunchDied; SUSPENDED and SUSPENDING are
 // waited through, since a resumed VM reads SUSPENDED for a few polls.
-func WaitMicrovm(ctx context.Context, api *lambdamicrovms.Client, id string, target types.MicrovmState, o control.WaitOptions) (*lambdamicrovms.GetMicrovmOutput, error) {
+func WaitMicrovm(ctx context.Context, api *lambdamicrovms.Client, id string, target types.MicrovmState, o cplane.WaitOptions) (*lambdamicrovms.GetMicrovmOutput, error) {
 	p := planWait(ctx, o)
 	in := &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: &id}
 	var (
@@ -116,5 +116,5 @@ func WaitMicrovm(ctx context.Context, api *lambdamicrovms.Client, id string, tar
 			o.MinDelay, o.MaxDelay, o.APIOptions = p.minDelay, p.maxDelay, p.apiOptions
 		}).WaitForOutput(ctx, in, p.budget)
 	}
-	return out, control.SDKError(op+" "+id, err)
+	return out, cplane.SDKError(op+" "+id, err)
 }

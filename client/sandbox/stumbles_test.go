@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -230,7 +230,7 @@ func TestUsageFromPlatform(t *testing.T) {
 func TestAttachFromAnotherProcess(t *testing.T) {
 	if url := os.Getenv("SANDBOX_TEST_ATTACH_URL"); url != "" {
 		ctx := context.Background()
-		cpc, err := control.New(ctx, control.Options{Region: client.USEast1, Endpoint: url, Credentials: embedded.Credentials()})
+		cpc, err := cplane.New(ctx, cplane.Options{Region: client.USEast1, Endpoint: url, Credentials: embedded.Credentials()})
 		if err != nil {
 			t.Fatal(err)
 		}

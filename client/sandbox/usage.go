@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
 	"github.com/microvms/microvms/client/cost"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 )
 
@@ -70,7 +70,7 @@ func (s *Sandbox) sizeClass(ctx context.Context, g *lambdamicrovms.GetMicrovmOut
 	in := &lambdamicrovms.GetMicrovmImageVersionInput{ImageIdentifier: g.ImageArn, ImageVersion: g.ImageVersion}
 	v, err := s.api().GetMicrovmImageVersion(ctx, in)
 	if err != nil {
-		return client.SizeClass{}, control.SDKError("GetMicrovmImageVersion", err)
+		return client.SizeClass{}, cplane.SDKError("GetMicrovmImageVersion", err)
 	}
 	for _, r := range v.Resources {
 		if r.MinimumMemoryInMiB != nil {

@@ -25,7 +25,8 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -110,7 +111,7 @@ func (v *toVM) RoundTrip(r *http.Request) (*http.Response, error) {
 
 type fixture struct {
 	emu    *emulator.Server
-	cp     *control.Client
+	cp     *lambdamicrovms.Client
 	up     build.Uploader
 	s3objs map[string][]byte
 	clock  *fakeClock
@@ -134,7 +135,7 @@ func newFixture(t *testing.T, o emulator.Options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	c, err := control.New(context.Background(), control.Options{Region: client.USEast1, Endpoint: url, Credentials: creds, MaxBackoff: time.Millisecond})
+	c, err := cplane.New(context.Background(), cplane.Options{Region: client.USEast1, Endpoint: url, Credentials: creds, MaxBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func newFixture(t *testing.T, o emulator.Options) *fixture {
 
 const role = "arn:aws:iam::123456789012:role/build"
 
-var fast = control.WaitOptions{Interval: time.Millisecond, Timeout: 10 * time.Second}
+var fast = cplane.WaitOptions{Interval: time.Millisecond, Timeout: 10 * time.Second}
 
 // TestFullWalk: build → launch → exec → suspend → resume → exec → terminate,
 // against the emulated control plane with its VM backend: a real agentd per
@@ -207,7 +208,7 @@ func TestFullWalk(t *testing.T) {
 	sb, err := Launch(ctx, f.cp, Options{
 		Image: img.ImageARN, ImageName: img.Name, LogGroup: img.LogGroup, ImageOwned: true,
 		Env:  map[string]string{"GREETING": "hello"},
-		Idle: &control.IdlePolicy{MaxIdle: 10 * time.Minute, SuspendedFor: 10 * time.Minute},
+		Idle: &cplane.IdlePolicy{MaxIdle: 10 * time.Minute, SuspendedFor: 10 * time.Minute},
 		Wait: fast, Now: f.clock.Now, Ledger: rec,
 	})
 	if err != nil {
@@ -357,7 +358,7 @@ func TestWindowClosed(t *testing.T) {
 	v := startAgentd(t)
 	arn := f.emu.AddImage("window")
 	sb, err := Launch(ctx, f.cp, Options{Image: arn, Wait: fast, Now: f.clock.Now,
-		Idle:           &control.IdlePolicy{MaxIdle: time.Minute, SuspendedFor: 2 * time.Minute},
+		Idle:           &cplane.IdlePolicy{MaxIdle: time.Minute, SuspendedFor: 2 * time.Minute},
 		SessionOptions: []client.Option{client.WithHTTPClient(&http.Client{Transport: &toVM{addr: v.addr}})}})
 	if err != nil {
 		t.Fatal(err)

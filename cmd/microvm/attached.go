@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
@@ -50,7 +50,7 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	}
 	// GetMicrovm's endpoint is a bare host (finding endpoint-bare-host), so
 	// it is accepted as given; EndpointURL picks the scheme.
-	endpoint := control.EndpointURL(f.Endpoint)
+	endpoint := cplane.EndpointURL(f.Endpoint)
 	if f.Direct {
 		return client.Direct(endpoint, f.AgentToken)
 	}
@@ -68,11 +68,11 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA or AWS_ENDPOINT_URL.
 	// Nothing is resolved over the network until the first mint.
 	// A loopback control plane is an emulator and needs no AWS credentials.
-	cpc, err := newControl(ctx, region, control.ConfiguredEndpoint(f.ControlEndpoint, a.env), a.env)
+	cpc, err := newControl(ctx, region, cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env), a.env)
 	if err != nil {
 		return nil, err
 	}
-	return client.Proxied(endpoint, f.AgentToken, sandbox.ProxyMinter(cpc.SDK(), f.MicrovmID), client.WithAgentPort(f.Port))
+	return client.Proxied(endpoint, f.AgentToken, sandbox.ProxyMinter(cpc, f.MicrovmID), client.WithAgentPort(f.Port))
 }
 
 // regionEnv are the variables that name the control plane's region when no

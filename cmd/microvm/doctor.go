@@ -14,6 +14,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -157,7 +158,7 @@ func (c *DoctorCmd) infra(p *plane) []check {
 }
 
 func (c *DoctorCmd) managedBases(ctx context.Context, p *plane) []check {
-	base := p.cp.ManagedBaseImageARN()
+	base := cplane.ManagedBaseImageARN(p.region.String())
 	var out []check
 	items, err := p.managedImages(ctx)
 	if err == nil {

@@ -16,7 +16,8 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
@@ -43,7 +44,7 @@ type InfraFlags struct {
 
 // plane is the control plane one lifecycle command talks to.
 type plane struct {
-	cp     *control.Client
+	cp     *lambdamicrovms.Client
 	region client.Region
 	// endpoint is the configured control-plane URL, "" for AWS's own.
 	endpoint string
@@ -88,7 +89,7 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 		return nil, err
 	}
 	p.region = region
-	p.endpoint = control.ConfiguredEndpoint(f.ControlEndpoint, a.env)
+	p.endpoint = cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env)
 	p.local = embedded.IsLocal(p.endpoint)
 	p.cp, err = newControl(ctx, region, p.endpoint, a.env)
 	if err != nil {
@@ -100,12 +101,12 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 // newControl is the control-plane client for endpoint ("" is AWS's own). A
 // loopback endpoint is an emulator: it is signed with the emulator's
 // placeholder credentials, so no AWS account is needed.
-func newControl(ctx context.Context, region client.Region, endpoint string, getenv func(string) string) (*control.Client, error) {
-	o := control.Options{Region: region, Endpoint: endpoint, Getenv: getenv}
+func newControl(ctx context.Context, region client.Region, endpoint string, getenv func(string) string) (*lambdamicrovms.Client, error) {
+	o := cplane.Options{Region: region, Endpoint: endpoint, Getenv: getenv}
 	if embedded.IsLocal(endpoint) {
 		o.Credentials, o.MaxBackoff = embedded.Credentials(), 50*time.Millisecond
 	}
-	return control.New(ctx, o)
+	return cplane.New(ctx, o)
 }
 
 func (p *plane) close() {
@@ -117,11 +118,11 @@ func (p *plane) close() {
 // wait is the waiter options: fast polls against an emulator, the
 // platform's pace against AWS; timeout bounds a wait whose context has no
 // deadline.
-func (p *plane) wait(timeout time.Duration) control.WaitOptions {
+func (p *plane) wait(timeout time.Duration) cplane.WaitOptions {
 	if p.local {
 		return embedded.WaitOptions(timeout)
 	}
-	return control.WaitOptions{Interval: 5 * time.Second, Timeout: timeout}
+	return cplane.WaitOptions{Interval: 5 * time.Second, Timeout: timeout}
 }
 
 // awsConfig is the SDK configuration for the AWS services beside the

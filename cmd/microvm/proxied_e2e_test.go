@@ -12,10 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/lambdamicrovms"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
+	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator"
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -26,7 +30,7 @@ import (
 type proxiedVM struct {
 	emu        *emulator.Server
 	cpURL      string
-	cpc        *control.Client
+	cpc        *lambdamicrovms.Client
 	id         string
 	endpoint   string // bare host, as GetMicrovm returns it
 	agentToken string
@@ -43,29 +47,29 @@ func launchProxied(t *testing.T) *proxiedVM {
 	t.Cleanup(stop)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cpc, err := control.New(ctx, control.Options{Region: client.USEast1, Endpoint: url,
+	cpc, err := cplane.New(ctx, cplane.Options{Region: client.USEast1, Endpoint: url,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""), MaxBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := control.ParseImageRef(emu.AddImage("cli-proxied"))
+	ref, err := cplane.ParseImageRef(emu.AddImage("cli-proxied"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const token = "proxied-e2e-agent-token"
-	payload, err := control.NewRunHookPayload(token, nil)
+	payload, err := cplane.NewRunHookPayload(token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := cpc.Launch(ctx, control.LaunchSpec{Image: ref, Payload: payload})
+	run, err := cpc.RunMicrovm(ctx, &lambdamicrovms.RunMicrovmInput{ImageIdentifier: aws.String(ref.String()), RunHookPayload: aws.String(payload.Payload())})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := cpc.WaitRunning(ctx, run.MicrovmId, control.WaitOptions{Interval: 10 * time.Millisecond, Timeout: 30 * time.Second})
+	got, err := sandbox.WaitMicrovm(ctx, cpc, aws.ToString(run.MicrovmId), types.MicrovmStateRunning, cplane.WaitOptions{Interval: 10 * time.Millisecond, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &proxiedVM{emu: emu, cpURL: url, cpc: cpc, id: got.MicrovmId, endpoint: got.Endpoint, agentToken: token}
+	return &proxiedVM{emu: emu, cpURL: url, cpc: cpc, id: aws.ToString(got.MicrovmId), endpoint: aws.ToString(got.Endpoint), agentToken: token}
 }
 
 // awsEnv is what a shell with static credentials exports; IMDS is off so a
@@ -185,26 +189,24 @@ func TestProxiedAttachThroughTheEmulator(t *testing.T) {
 		// A second VM's id: its token is real and unexpired, but not for
 		// this endpoint.
 		ctx := t.Context()
-		ref, _ := control.ParseImageRef(vm.emu.AddImage("cli-proxied-other"))
-		payload, _ := control.NewRunHookPayload("other", nil)
-		other, err := vm.cpc.Launch(ctx, control.LaunchSpec{Image: ref, Payload: payload})
+		ref, _ := cplane.ParseImageRef(vm.emu.AddImage("cli-proxied-other"))
+		payload, _ := cplane.NewRunHookPayload("other", nil)
+		other, err := vm.cpc.RunMicrovm(ctx, &lambdamicrovms.RunMicrovmInput{ImageIdentifier: aws.String(ref.String()), RunHookPayload: aws.String(payload.Payload())})
 		if err != nil {
 			t.Fatal(err)
 		}
 		inv := cli(t, env, "", "--json", "health", "--endpoint", vm.endpoint, "--agent-token", vm.agentToken,
-			"--microvm-id", other.MicrovmId, "--control-endpoint", vm.cpURL)
+			"--microvm-id", aws.ToString(other.MicrovmId), "--control-endpoint", vm.cpURL)
 		wantFailure(t, inv, taxonomy.KindCredentials, taxonomy.FindingAllowedPortsUnion)
 	})
 	t.Run("a token minted for another port is refused", func(t *testing.T) {
-		tok, err := vm.cpc.MintAuthToken(t.Context(), vm.id, control.TokenRequest{Ports: []control.PortScope{control.Port(8080)}, Expiry: 5 * time.Minute})
+		tok, err := vm.cpc.CreateMicrovmAuthToken(t.Context(), &lambdamicrovms.CreateMicrovmAuthTokenInput{MicrovmIdentifier: aws.String(vm.id),
+			AllowedPorts: []types.PortSpecification{&types.PortSpecificationMemberPort{Value: 8080}}, ExpirationInMinutes: aws.Int32(5)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := tok.Headers(8080)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, _ := http.NewRequestWithContext(t.Context(), "GET", control.EndpointURL(vm.endpoint)+"/v1/health", nil)
+		h := tok.AuthToken
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", cplane.EndpointURL(vm.endpoint)+"/v1/health", nil)
 		req.Header.Set(taxonomy.ProxyAuthHeader, h[taxonomy.ProxyAuthHeader])
 		req.Header.Set(taxonomy.ProxyPortHeader, "9000")
 		resp, err := http.DefaultClient.Do(req)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
-	"github.com/microvms/microvms/client/control"
 	"github.com/microvms/microvms/client/cost"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator"
@@ -128,7 +128,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 		}
 	}
 	if baseVersion != "" {
-		if err := control.CheckImageVersion(baseVersion); err != nil {
+		if err := cplane.CheckImageVersion(baseVersion); err != nil {
 			return nil, err
 		}
 	}
@@ -218,7 +218,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	if c.ImageVersion != "" {
-		if err := control.CheckImageVersion(c.ImageVersion); err != nil {
+		if err := cplane.CheckImageVersion(c.ImageVersion); err != nil {
 			return nil, err
 		}
 	}
@@ -288,7 +288,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		update, stop := a.waiting("launching a MicroVM from " + name)
 		w := p.wait(10 * time.Minute)
 		launching := true
-		w.Progress = func(pr control.Progress) {
+		w.Progress = func(pr cplane.Progress) {
 			// The same options serve the teardown's waits, which say
 			// their own progress.
 			if launching {
@@ -298,9 +298,9 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		o := sandbox.Options{
 			Image: arn, Version: c.ImageVersion, ImageName: name, ImageOwned: built != nil && !built.Reused,
 			ExecutionRoleARN: c.ExecutionRoleARN, Env: env,
-			Idle:        &control.IdlePolicy{MaxIdle: time.Duration(c.MaxIdleSec) * time.Second, SuspendedFor: time.Duration(c.SuspendedSec) * time.Second},
+			Idle:        &cplane.IdlePolicy{MaxIdle: time.Duration(c.MaxIdleSec) * time.Second, SuspendedFor: time.Duration(c.SuspendedSec) * time.Second},
 			MaxDuration: time.Duration(c.MaxDurationSec) * time.Second,
-			Connectors:  control.Connectors{InternetEgress: c.Egress},
+			Connectors:  cplane.Connectors{InternetEgress: c.Egress},
 			Port:        c.Port, Wait: w, Ledger: rec, Logs: logs,
 		}
 		if built != nil {
@@ -421,7 +421,7 @@ func leakedText(l []string) string {
 func teardownImage(ctx context.Context, p *plane, arn, group string, logs sandbox.LogGroupDeleter, a *app) []string {
 	ctx = context.WithoutCancel(ctx)
 	var leaked []string
-	if _, err := control.ParseImageRef(arn); err == nil {
+	if _, err := cplane.ParseImageRef(arn); err == nil {
 		if err := p.deleteImage(ctx, arn); err != nil {
 			leaked = append(leaked, "image "+arn)
 			a.warn("could not delete image %s: %v", arn, err)

@@ -4,50 +4,50 @@ import (
 	"context"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 )
 
 // The lifecycle commands' control-plane calls, on client/lambdamicrovms, with
-// their errors in the client.Error taxonomy (control.SDKError) so each exits
+// their errors in the client.Error taxonomy (cplane.SDKError) so each exits
 // its generated row.
 
-func (p *plane) api() *lambdamicrovms.Client { return p.cp.SDK() }
+func (p *plane) api() *lambdamicrovms.Client { return p.cp }
 
 func (p *plane) getMicrovm(ctx context.Context, id string) (*lambdamicrovms.GetMicrovmOutput, error) {
 	out, err := p.api().GetMicrovm(ctx, &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: aws.String(id)})
-	return out, control.SDKError("GetMicrovm", err)
+	return out, cplane.SDKError("GetMicrovm", err)
 }
 
 func (p *plane) suspendMicrovm(ctx context.Context, id string) error {
 	_, err := p.api().SuspendMicrovm(ctx, &lambdamicrovms.SuspendMicrovmInput{MicrovmIdentifier: aws.String(id)})
-	return control.SDKError("SuspendMicrovm", err)
+	return cplane.SDKError("SuspendMicrovm", err)
 }
 
 func (p *plane) resumeMicrovm(ctx context.Context, id string) error {
 	_, err := p.api().ResumeMicrovm(ctx, &lambdamicrovms.ResumeMicrovmInput{MicrovmIdentifier: aws.String(id)})
-	return control.SDKError("ResumeMicrovm", err)
+	return cplane.SDKError("ResumeMicrovm", err)
 }
 
 func (p *plane) terminateMicrovm(ctx context.Context, id string) error {
 	_, err := p.api().TerminateMicrovm(ctx, &lambdamicrovms.TerminateMicrovmInput{MicrovmIdentifier: aws.String(id)})
-	return control.SDKError("TerminateMicrovm", err)
+	return cplane.SDKError("TerminateMicrovm", err)
 }
 
 // deleteImage deletes an image by its name or colon-form ARN.
 func (p *plane) deleteImage(ctx context.Context, identifier string) error {
-	if _, err := control.ParseImageRef(identifier); err != nil {
+	if _, err := cplane.ParseImageRef(identifier); err != nil {
 		return err
 	}
 	_, err := p.api().DeleteMicrovmImage(ctx, &lambdamicrovms.DeleteMicrovmImageInput{ImageIdentifier: aws.String(identifier)})
-	return control.SDKError("DeleteMicrovmImage", err)
+	return cplane.SDKError("DeleteMicrovmImage", err)
 }
 
 // findImage is the image named exactly name, nil when there is none.
 func (p *plane) findImage(ctx context.Context, name string) (*types.MicrovmImageSummary, error) {
 	found, err := lambdamicrovms.FindMicrovmImage(ctx, p.api(), name)
-	return found, control.SDKError("ListMicrovmImages", err)
+	return found, cplane.SDKError("ListMicrovmImages", err)
 }
 
 // managedImages lists every managed base image.
@@ -57,7 +57,7 @@ func (p *plane) managedImages(ctx context.Context) ([]types.ManagedMicrovmImageS
 	for pg.HasMorePages() {
 		page, err := pg.NextPage(ctx)
 		if err != nil {
-			return nil, control.SDKError("ListManagedMicrovmImages", err)
+			return nil, cplane.SDKError("ListManagedMicrovmImages", err)
 		}
 		out = append(out, page.Items...)
 	}
@@ -72,7 +72,7 @@ func (p *plane) managedImageVersions(ctx context.Context, baseARN string) ([]typ
 	for pg.HasMorePages() {
 		page, err := pg.NextPage(ctx)
 		if err != nil {
-			return nil, control.SDKError("ListManagedMicrovmImageVersions", err)
+			return nil, cplane.SDKError("ListManagedMicrovmImageVersions", err)
 		}
 		out = append(out, page.Items...)
 	}

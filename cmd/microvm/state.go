@@ -15,7 +15,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/ledger"
@@ -116,7 +116,7 @@ func (c *SuspendCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	w := p.wait(timeout)
-	w.Progress = func(pr control.Progress) { update("suspending " + c.MicrovmID + ": " + pr.State) }
+	w.Progress = func(pr cplane.Progress) { update("suspending " + c.MicrovmID + ": " + pr.State) }
 	got, err := sandbox.WaitMicrovm(ctx, p.api(), c.MicrovmID, types.MicrovmStateSuspended, w)
 	if err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ func (c *ResumeCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	w := p.wait(timeout)
-	w.Progress = func(pr control.Progress) { update("resuming " + c.MicrovmID + ": " + pr.State) }
+	w.Progress = func(pr cplane.Progress) { update("resuming " + c.MicrovmID + ": " + pr.State) }
 	got, err := sandbox.WaitMicrovm(ctx, p.api(), c.MicrovmID, types.MicrovmStateRunning, w)
 	if err != nil {
 		// Dead while RUNNING was awaited: the window closed under the wait.
@@ -265,7 +265,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 	if terminated && (c.Wait || c.DeleteImage) {
 		update, stop := a.waiting("waiting for " + c.MicrovmID + " to terminate")
 		w := p.wait(5 * time.Minute)
-		w.Progress = func(pr control.Progress) { update("waiting for " + c.MicrovmID + ": " + pr.State) }
+		w.Progress = func(pr cplane.Progress) { update("waiting for " + c.MicrovmID + ": " + pr.State) }
 		g, err := sandbox.WaitMicrovm(ctx, p.api(), c.MicrovmID, types.MicrovmStateTerminated, w)
 		stop()
 		if err != nil {

@@ -36,7 +36,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -133,21 +134,21 @@ func (e *Emulator) Region() client.Region { return e.region }
 
 // Control is a control-plane client for this emulator: its URL, the
 // emulator's placeholder credentials, retries without long backoffs.
-func (e *Emulator) Control(ctx context.Context) (*control.Client, error) {
-	return control.New(ctx, control.Options{Region: e.region, Endpoint: e.URL, Credentials: Credentials(), MaxBackoff: 50 * time.Millisecond})
+func (e *Emulator) Control(ctx context.Context) (*lambdamicrovms.Client, error) {
+	return cplane.New(ctx, cplane.Options{Region: e.region, Endpoint: e.URL, Credentials: Credentials(), MaxBackoff: 50 * time.Millisecond})
 }
 
 // Wait is the waiter options for the emulator: fast polls, a short wedge
 // grace, and timeout as the bound when the context has none (zero is the
 // waiter's default).
-func (e *Emulator) Wait(timeout time.Duration) control.WaitOptions {
+func (e *Emulator) Wait(timeout time.Duration) cplane.WaitOptions {
 	return WaitOptions(timeout)
 }
 
 // WaitOptions is Emulator.Wait for an emulator this process did not start
 // (one `microvm emulator` serves).
-func WaitOptions(timeout time.Duration) control.WaitOptions {
-	return control.WaitOptions{Interval: PollInterval, Grace: Grace, Timeout: timeout}
+func WaitOptions(timeout time.Duration) cplane.WaitOptions {
+	return cplane.WaitOptions{Interval: PollInterval, Grace: Grace, Timeout: timeout}
 }
 
 // Close stops the emulator and every guest it started.

@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/lambdamicrovms"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
+	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/testbin"
@@ -100,29 +104,33 @@ func BenchmarkLaunchToRunning(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ref, err := control.ParseImageRef(emu.Server.AddImage("bench"))
+	ref, err := cplane.ParseImageRef(emu.Server.AddImage("bench"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	payload, err := control.NewRunHookPayload("bench-agent-token", nil)
+	payload, err := cplane.NewRunHookPayload("bench-agent-token", nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	launch := func() string {
-		run, err := cpc.Launch(ctx, control.LaunchSpec{Image: ref, Payload: payload})
+		run, err := cpc.RunMicrovm(ctx, &lambdamicrovms.RunMicrovmInput{ImageIdentifier: aws.String(ref.String()), RunHookPayload: aws.String(payload.Payload())})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := cpc.WaitRunning(ctx, run.MicrovmId, emu.Wait(time.Minute)); err != nil {
+		id := aws.ToString(run.MicrovmId)
+		if _, err := sandbox.WaitMicrovm(ctx, cpc, id, types.MicrovmStateRunning, emu.Wait(time.Minute)); err != nil {
 			b.Fatal(err)
 		}
-		return run.MicrovmId
+		return id
+	}
+	terminate := func(id string) {
+		_, _ = cpc.TerminateMicrovm(ctx, &lambdamicrovms.TerminateMicrovmInput{MicrovmIdentifier: aws.String(id)})
 	}
 	b.Run("baseline-get", func(b *testing.B) {
 		id := launch()
-		defer cpc.Terminate(ctx, id)
+		defer terminate(id)
 		for b.Loop() {
-			if _, err := cpc.GetMicrovm(ctx, id); err != nil {
+			if _, err := cpc.GetMicrovm(ctx, &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: aws.String(id)}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -136,7 +144,7 @@ func BenchmarkLaunchToRunning(b *testing.B) {
 			total += time.Since(start)
 			n++
 			b.StopTimer()
-			_ = cpc.Terminate(ctx, id)
+			terminate(id)
 			b.StartTimer()
 		}
 		b.ReportMetric(float64(total.Milliseconds())/float64(n), "ms/launch")

@@ -4,7 +4,8 @@ import (
 	"context"
 	"sync"
 
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/sandbox"
 )
 
@@ -15,14 +16,14 @@ const DefaultImage = "sandbox"
 // controlOnce is the emulator's one control-plane client, made on first use.
 type controlOnce struct {
 	once sync.Once
-	c    *control.Client
+	c    *lambdamicrovms.Client
 	err  error
 }
 
 // Client is the control-plane client Launch and Attach use: the emulator's
 // URL and placeholder credentials (no AWS credential chain, no IMDS), fast
 // retries. It is made once per emulator.
-func (e *Emulator) Client(ctx context.Context) (*control.Client, error) {
+func (e *Emulator) Client(ctx context.Context) (*lambdamicrovms.Client, error) {
 	e.cp.once.Do(func() { e.cp.c, e.cp.err = e.Control(ctx) })
 	return e.cp.c, e.cp.err
 }
@@ -59,7 +60,7 @@ func (e *Emulator) Attach(ctx context.Context, id, agentToken string, o sandbox.
 	return sandbox.Attach(ctx, c, id, agentToken, o)
 }
 
-func (e *Emulator) fastWait(w control.WaitOptions) control.WaitOptions {
+func (e *Emulator) fastWait(w cplane.WaitOptions) cplane.WaitOptions {
 	f := WaitOptions(w.Timeout)
 	f.Progress = w.Progress
 	if w.Grace != 0 {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/control"
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator"
 )
@@ -45,7 +45,7 @@ func TestLaunchOneCall(t *testing.T) {
 	if !filepath.IsAbs(emu.Agentd) {
 		t.Fatalf("agentd kept relative: %s", emu.Agentd)
 	}
-	sb, err := emu.Launch(ctx, sandbox.Options{Wait: control.WaitOptions{Progress: func(control.Progress) {}}})
+	sb, err := emu.Launch(ctx, sandbox.Options{Wait: cplane.WaitOptions{Progress: func(cplane.Progress) {}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestLaunchOneCall(t *testing.T) {
 	if err != nil || r.ExitStatus != 0 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	w := emu.fastWait(control.WaitOptions{Timeout: time.Minute, Progress: func(control.Progress) {}})
+	w := emu.fastWait(cplane.WaitOptions{Timeout: time.Minute, Progress: func(cplane.Progress) {}})
 	if w.Interval != PollInterval || w.Timeout != time.Minute || w.Progress == nil || w.Grace != Grace {
 		t.Fatalf("fast wait: %+v", w)
 	}

@@ -1,4 +1,4 @@
-package control
+package cplane
 
 import (
 	"context"
@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	smithy "github.com/aws/smithy-go"
@@ -19,43 +16,9 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// The bridge to client/lambdamicrovms, the aws-sdk-go-v2-shaped client
-// generated from the same API: callers move onto it call by call, and
-// SDKError keeps their errors in the client.Error taxonomy meanwhile.
-
-// SDK is the client/lambdamicrovms client configured like c: the same region,
-// resolved endpoint, credentials, HTTP client, attempt count and backoff
-// ceiling.
-func (c *Client) SDK() *lambdamicrovms.Client { return c.sdk }
-
-func newSDK(o *Options, endpoint string, creds aws.CredentialsProvider) *lambdamicrovms.Client {
-	maxBackoff := o.MaxBackoff
-	if maxBackoff <= 0 {
-		maxBackoff = 20 * time.Second
-	}
-	attempts := o.MaxAttempts
-	if attempts <= 0 {
-		attempts = 5
-	}
-	so := lambdamicrovms.Options{
-		Region:       o.Region.String(),
-		BaseEndpoint: aws.String(endpoint),
-		Credentials:  creds,
-		Retryer: retry.NewStandard(func(so *retry.StandardOptions) {
-			so.MaxAttempts = attempts
-			so.MaxBackoff = maxBackoff
-			so.Backoff = retry.NewExponentialJitterBackoff(maxBackoff)
-		}),
-	}
-	if o.HTTPClient != nil {
-		so.HTTPClient = o.HTTPClient
-	}
-	return lambdamicrovms.New(so)
-}
-
 // SDKError classifies an error of a client/lambdamicrovms call or waiter,
-// op naming the call, into the client.Error taxonomy the way this package
-// classifies its own: local refusals are InvalidArg naming their finding; a
+// op naming the call, into the client.Error taxonomy:
+// local refusals are InvalidArg naming their finding; a
 // MicroVM that died while the running waiter waited is LaunchDied; throttling,
 // 5xx and unanswered requests are Retryable; 403s are Credentials (a
 // null-message one naming unsupported-region); waits that ran out are Timeout
@@ -125,6 +88,8 @@ func SDKError(op string, err error) error {
 			finding, why = taxonomy.FindingPaginationCursorEncoding, "a 400 with no message is the service's answer to a request it could not parse"
 		case status == http.StatusBadRequest && strings.Contains(msg, "already exists"):
 			finding, why = taxonomy.FindingDuplicateImageName, "an image name is taken; a new version of an existing image comes from UpdateMicrovmImage"
+		case status == http.StatusNotFound && strings.Contains(msg, "No active version"):
+			why = "the version exists but is INACTIVE (or there is no active one); UpdateMicrovmImageVersion sets it ACTIVE again"
 		}
 		text := fmt.Sprintf("%s failed: HTTP %d %s", op, status, apiErr.ErrorCode())
 		if msg != "" {
@@ -138,4 +103,13 @@ func SDKError(op string, err error) error {
 		return client.Errorf(taxonomy.KindRetryable, "", "%s: no answer from the control plane: %w", op, err)
 	}
 	return client.Errorf(taxonomy.KindUnexpected, "", "%s: %w", op, err)
+}
+
+func isCredentialType(t string) bool {
+	switch t {
+	case "UnrecognizedClientException", "InvalidSignatureException", "IncompleteSignatureException",
+		"ExpiredTokenException", "InvalidClientTokenId", "MissingAuthenticationTokenException":
+		return true
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package control
+package cplane
 
 import (
 	"encoding/json"
