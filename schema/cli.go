@@ -265,6 +265,36 @@ func goType(k CLIKey) string {
 	return t
 }
 
+// shapeIdent is the Go type of a shape: costReport -> CostReport.
+func shapeIdent(name string) string { return strings.ToUpper(name[:1]) + name[1:] }
+
+// writeShape writes one shape as a struct whose refs are the shapes' own types.
+func writeShape(b *strings.Builder, name string, keys []CLIKey) {
+	fmt.Fprintf(b, "// %s is the %q shape of api/cli.yaml.\n", shapeIdent(name), name)
+	fmt.Fprintf(b, "type %s struct {\n", shapeIdent(name))
+	for _, k := range keys {
+		if k.Doc != "" {
+			fmt.Fprintf(b, "\t// %s is %s\n", goFieldName(k.Name), k.Doc)
+		}
+		t := goType(k)
+		if k.Ref != "" && !builtinShapes[k.Ref] {
+			t = shapeIdent(k.Ref)
+			switch {
+			case k.Type == "array":
+				t = "[]" + t
+			case k.Nullable:
+				t = "*" + t
+			}
+		}
+		tag := k.Name
+		if k.Optional {
+			tag += ",omitempty"
+		}
+		fmt.Fprintf(b, "\t%s %s `json:%q`\n", goFieldName(k.Name), t, tag)
+	}
+	b.WriteString("}\n\n")
+}
+
 func writeStruct(b *strings.Builder, name, doc string, lead []string, keys []CLIKey) {
 	fmt.Fprintf(b, "// %s %s\n", name, doc)
 	fmt.Fprintf(b, "type %s struct {\n", name)
@@ -335,6 +365,17 @@ func cliGo(c *CLIContract, tax *Taxonomy) ([]byte, error) {
 	writeStruct(&b, "Failure", "is the envelope of a failed command; every key is always present.", nil, c.Envelope.Failure.Keys)
 	for _, r := range c.Responses {
 		writeStruct(&b, responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), nil, r.Keys)
+	}
+
+	// The shapes as Go types, so a command fills a typed value rather than
+	// spelling the keys of a map a second time.
+	shapeNames := make([]string, 0, len(c.Shapes))
+	for name := range c.Shapes {
+		shapeNames = append(shapeNames, name)
+	}
+	sort.Strings(shapeNames)
+	for _, name := range shapeNames {
+		writeShape(&b, name, c.Shapes[name])
 	}
 
 	b.WriteString("// The event discriminants of the exec --stream NDJSON lines.\nconst (\n")

@@ -36,24 +36,13 @@ func seconds(flag string, s float64) (time.Duration, error) {
 	return time.Duration(s * float64(time.Second)), nil
 }
 
-type costLine struct {
-	Phase      string  `json:"phase"`
-	Billing    string  `json:"billing"`
-	Quantity   string  `json:"quantity"`
-	Unit       string  `json:"unit"`
-	USD        *string `json:"usd,omitempty"` // omitted, never zero, for an unpriced line
-	Unpriced   string  `json:"unpriced,omitempty"`
-	Provenance string  `json:"provenance,omitempty"`
-	Note       string  `json:"note,omitempty"`
-}
-
-func reportJSON(r cost.Report) map[string]any {
-	lines := []costLine{}
+// reportJSON is a cost report as api/cli.yaml's costReport shape.
+func reportJSON(r cost.Report) cliapi.CostReport {
+	lines := []cliapi.CostLine{}
 	for _, l := range r.Lines {
-		cl := costLine{Phase: fmt.Sprint(l.Phase), Billing: fmt.Sprint(l.Billing), Quantity: l.Quantity.String(), Unit: l.Unit, Note: l.Note}
+		cl := cliapi.CostLine{Phase: fmt.Sprint(l.Phase), Billing: fmt.Sprint(l.Billing), Quantity: l.Quantity.String(), Unit: l.Unit, Note: l.Note}
 		if usd, ok := l.Amount.Estimate(); ok {
-			s := usd.String()
-			cl.USD = &s
+			cl.Usd = usd.String() // omitted, never zero, for an unpriced line
 		} else {
 			cl.Unpriced = l.Amount.UnpricedReason()
 		}
@@ -63,14 +52,14 @@ func reportJSON(r cost.Report) map[string]any {
 		lines = append(lines, cl)
 	}
 	t := r.Total()
-	return map[string]any{
-		"label":        r.Label,
-		"size":         r.Size.String(),
-		"lines":        lines,
-		"totalUsd":     t.Floor().String(),
-		"isLowerBound": t.IsLowerBound(),
-		"staleness":    r.Staleness,
-		"text":         r.String(),
+	return cliapi.CostReport{
+		Label:        r.Label,
+		Size:         r.Size.String(),
+		Lines:        lines,
+		TotalUsd:     t.Floor().String(),
+		IsLowerBound: t.IsLowerBound(),
+		Staleness:    r.Staleness,
+		Text:         r.String(),
 	}
 }
 
@@ -147,9 +136,10 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 			return nil, err
 		}
 		cmp = &r
-		m := map[string]any{"text": r.String(), "running": reportJSON(r.Running), "suspended": reportJSON(r.Suspended), "perCycleUsd": r.PerCycle().String(), "breakEvenSec": nil}
+		m := cliapi.CostComparison{Text: r.String(), Running: reportJSON(r.Running), Suspended: reportJSON(r.Suspended), PerCycleUsd: r.PerCycle().String()}
 		if be, err := r.BreakEven(); err == nil {
-			m["breakEvenSec"] = be.Seconds()
+			sec := be.Seconds()
+			m.BreakEvenSec = &sec
 		}
 		data.Comparison = m
 	}

@@ -320,6 +320,151 @@ type DockerfileData struct {
 	Workdir            *string `json:"workdir"`
 }
 
+// CostComparison is the "costComparison" shape of api/cli.yaml.
+type CostComparison struct {
+	Text        string     `json:"text"`
+	Running     CostReport `json:"running"`
+	Suspended   CostReport `json:"suspended"`
+	PerCycleUsd string     `json:"perCycleUsd"`
+	// BreakEvenSec is null when suspending never pays off
+	BreakEvenSec *float64 `json:"breakEvenSec"`
+}
+
+// CostLine is the "costLine" shape of api/cli.yaml.
+type CostLine struct {
+	Phase   string `json:"phase"`
+	Billing string `json:"billing"`
+	// Quantity is a decimal
+	Quantity string `json:"quantity"`
+	Unit     string `json:"unit"`
+	// Usd is a decimal estimate; omitted, never zero, for an unpriced line
+	Usd string `json:"usd,omitempty"`
+	// Unpriced is why the line has no price
+	Unpriced   string `json:"unpriced,omitempty"`
+	Provenance string `json:"provenance,omitempty"`
+	Note       string `json:"note,omitempty"`
+}
+
+// CostReport is the "costReport" shape of api/cli.yaml.
+type CostReport struct {
+	Label string     `json:"label"`
+	Size  string     `json:"size"`
+	Lines []CostLine `json:"lines"`
+	// TotalUsd is a decimal: the sum of the priced lines
+	TotalUsd string `json:"totalUsd"`
+	// IsLowerBound is true when an unpriced line makes the total a floor
+	IsLowerBound bool `json:"isLowerBound"`
+	// Staleness is why the rate table may be out of date, or empty
+	Staleness string `json:"staleness"`
+	Text      string `json:"text"`
+}
+
+// DoctorCheck is the "doctorCheck" shape of api/cli.yaml.
+type DoctorCheck struct {
+	Name   string `json:"name"`
+	Ok     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	// Fatal is false for an advisory check, which does not decide the exit
+	Fatal bool `json:"fatal"`
+	// Remedy is what to type or fix, or empty when ok
+	Remedy string `json:"remedy"`
+}
+
+// ExecSummary is the "execSummary" shape of api/cli.yaml.
+type ExecSummary struct {
+	ExecID string `json:"execId"`
+	Phase  string `json:"phase"`
+	// StartedAt is RFC 3339
+	StartedAt string   `json:"startedAt"`
+	Command   []string `json:"command"`
+	Pid       int64    `json:"pid"`
+}
+
+// ExitRow is the "exitRow" shape of api/cli.yaml.
+type ExitRow struct {
+	Exit    int64  `json:"exit"`
+	Code    string `json:"code"`
+	Meaning string `json:"meaning"`
+	// Finding is the finding's heading, or empty
+	Finding string `json:"finding"`
+	// FindingSlug is the finding's slug, or empty
+	FindingSlug string `json:"findingSlug"`
+}
+
+// FileEntry is the "fileEntry" shape of api/cli.yaml.
+type FileEntry struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+	// Mode is four octal digits
+	Mode string `json:"mode"`
+	Uid  int64  `json:"uid"`
+	Gid  int64  `json:"gid"`
+	// Mtime is RFC 3339
+	Mtime         string  `json:"mtime"`
+	SymlinkTarget *string `json:"symlinkTarget"`
+}
+
+// ManifestCommand is the "manifestCommand" shape of api/cli.yaml.
+type ManifestCommand struct {
+	Name              string          `json:"name"`
+	Summary           string          `json:"summary"`
+	Parameters        []ManifestParam `json:"parameters"`
+	SupportsJson      bool            `json:"supportsJson"`
+	ResponseType      string          `json:"responseType"`
+	ResponseKeys      []string        `json:"responseKeys"`
+	AlternateResponse any             `json:"alternateResponse"`
+}
+
+// ManifestParam is the "manifestParam" shape of api/cli.yaml.
+type ManifestParam struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// Choices is the closed domain; null for free text and for booleans
+	Choices    []string `json:"choices"`
+	Default    *string  `json:"default"`
+	Required   bool     `json:"required"`
+	Positional bool     `json:"positional"`
+	Repeatable bool     `json:"repeatable"`
+	Env        []string `json:"env"`
+	Conflicts  []string `json:"conflicts"`
+	Help       string   `json:"help"`
+}
+
+// Run is the "run" shape of api/cli.yaml.
+type Run struct {
+	ID string `json:"id"`
+	// Unreadable is true for a record that could not be parsed; it may still name a leak
+	Unreadable   bool     `json:"unreadable,omitempty"`
+	Created_at   string   `json:"created_at,omitempty"`
+	Updated_at   string   `json:"updated_at,omitempty"`
+	Region       string   `json:"region,omitempty"`
+	Image        string   `json:"image,omitempty"`
+	Image_arn    string   `json:"image_arn,omitempty"`
+	Image_owned  bool     `json:"image_owned,omitempty"`
+	Artifact_uri string   `json:"artifact_uri,omitempty"`
+	Log_group    string   `json:"log_group,omitempty"`
+	Microvm_id   string   `json:"microvm_id,omitempty"`
+	Steps        []any    `json:"steps,omitempty"`
+	Leaked       []string `json:"leaked,omitempty"`
+	Closed       bool     `json:"closed,omitempty"`
+}
+
+// WatchEvent is the "watchEvent" shape of api/cli.yaml.
+type WatchEvent struct {
+	Seq  int64  `json:"seq"`
+	Op   string `json:"op"`
+	Path string `json:"path"`
+}
+
+// WatchGap is the "watchGap" shape of api/cli.yaml.
+type WatchGap struct {
+	From int64 `json:"from"`
+	// To is half-open: the changes numbered [from, to) were dropped
+	To int64 `json:"to"`
+}
+
 // The event discriminants of the exec --stream NDJSON lines.
 const (
 	EventOutput = "output"
