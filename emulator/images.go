@@ -58,7 +58,7 @@ var managedVersions = []string{"1", "0"}
 
 const managedName = "al2023-1"
 
-var imageNameRE = regexp.MustCompile(`^[a-zA-Z0-9-_]+$`)
+var imageNameRE = regexp.MustCompile("^" + taxonomy.ImageNamePattern + "$")
 
 func (s *Server) managedArn() string {
 	return fmt.Sprintf("arn:aws:lambda:%s:aws:microvm-image:%s", s.opt.Region, managedName)
@@ -276,7 +276,7 @@ func (s *Server) CreateMicrovmImage(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !imageNameRE.MatchString(req.Name) || len(req.Name) > 64 {
-		writeError(w, http.StatusBadRequest, "ValidationException", ptr("name: Member must satisfy regular expression pattern: [a-zA-Z0-9-_]+"))
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr("name: Member must satisfy regular expression pattern: "+taxonomy.ImageNamePattern))
 		return
 	}
 	if !s.validateBuildSpec(w, &spec) {

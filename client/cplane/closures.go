@@ -93,7 +93,7 @@ type IdlePolicy struct {
 
 // ---- image references ------------------------------------------------------
 
-var imageNameRE = regexp.MustCompile(`^[a-zA-Z0-9-_]+$`)
+var imageNameRE = regexp.MustCompile("^" + taxonomy.ImageNamePattern + "$")
 
 // colonImageARN is the only image ARN spelling the service accepts.
 var colonImageARN = regexp.MustCompile(`^arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:(\d{12}|aws):microvm-image:[a-zA-Z0-9-_]+$`)
