@@ -41,13 +41,6 @@ type Config struct {
 	Identity IdentityConfig
 }
 
-func seconds(v float64) time.Duration {
-	if v*float64(time.Second) >= math.MaxInt64 {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(v * float64(time.Second))
-}
-
 // DefaultConfig is every limit at its declared default, listening on every
 // interface, identity repair off (only an image that declares itself a
 // MicroVM guest turns it on; see LoadConfig).

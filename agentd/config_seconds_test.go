@@ -15,12 +15,12 @@ import (
 // a negative duration that fires at once.
 func TestSecondsSettingsClampInsteadOfOverflowing(t *testing.T) {
 	for _, v := range []float64{1e10, math.MaxInt64 / float64(time.Second), 1e300} {
-		if d := seconds(v); d != time.Duration(math.MaxInt64) {
-			t.Errorf("seconds(%g) = %d, want the clamp %d", v, d, int64(math.MaxInt64))
+		if d := protocol.SecondsDuration(v); d != time.Duration(math.MaxInt64) {
+			t.Errorf("protocol.SecondsDuration(%g) = %d, want the clamp %d", v, d, int64(math.MaxInt64))
 		}
 	}
-	if d := seconds(1.5); d != 1500*time.Millisecond {
-		t.Errorf("seconds(1.5) = %s", d)
+	if d := protocol.SecondsDuration(1.5); d != 1500*time.Millisecond {
+		t.Errorf("protocol.SecondsDuration(1.5) = %s", d)
 	}
 }
 

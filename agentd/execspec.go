@@ -58,7 +58,7 @@ func buildSpec(req *protocol.StartRequest, launchEnv map[string]string) (*spec, 
 		if math.IsNaN(*t) || math.IsInf(*t, 0) || *t <= 0 {
 			return nil, malformed("timeout_sec must be a finite positive number of seconds")
 		}
-		sp.timeout = seconds(*t)
+		sp.timeout = protocol.SecondsDuration(*t)
 	}
 	// Launch env first, request env over it, and nothing else: the daemon's own
 	// environment (and so the agent token) never reaches a child.

@@ -164,7 +164,7 @@ func (l *LimitSet) SetLimit(name string, v float64) bool {
 	switch name {
 {{- range .Limits}}
 	case {{quote .Name}}:
-		{{if eq .GoType "time.Duration"}}l.{{.Field}} = secondsDuration(v){{else}}l.{{.Field}} = {{.GoType}}(v){{end}}
+		{{if eq .GoType "time.Duration"}}l.{{.Field}} = SecondsDuration(v){{else}}l.{{.Field}} = {{.GoType}}(v){{end}}
 {{- end}}
 	default:
 		return false
@@ -184,9 +184,9 @@ func (l *LimitSet) LimitValue(name string) (float64, bool) {
 	return 0, false
 }
 
-// secondsDuration converts seconds to a Duration, saturating rather than
+// SecondsDuration converts seconds to a Duration, saturating rather than
 // overflowing for an absurdly large setting.
-func secondsDuration(v float64) time.Duration {
+func SecondsDuration(v float64) time.Duration {
 	if v*float64(time.Second) >= math.MaxInt64 {
 		return time.Duration(math.MaxInt64)
 	}

@@ -235,9 +235,9 @@ func (l *LimitSet) SetLimit(name string, v float64) bool {
 	case "disk_reserve_bytes":
 		l.DiskReserveBytes = int64(v)
 	case "exec_ttl_secs":
-		l.ExecTTL = secondsDuration(v)
+		l.ExecTTL = SecondsDuration(v)
 	case "kill_grace_secs":
-		l.KillGrace = secondsDuration(v)
+		l.KillGrace = SecondsDuration(v)
 	case "list_page_default":
 		l.ListPageDefault = int64(v)
 	case "max_body_bytes":
@@ -263,21 +263,21 @@ func (l *LimitSet) SetLimit(name string, v float64) bool {
 	case "max_tar_members":
 		l.MaxTarMembers = int64(v)
 	case "open_body_timeout_secs":
-		l.OpenBodyTimeout = secondsDuration(v)
+		l.OpenBodyTimeout = SecondsDuration(v)
 	case "output_linger_secs":
-		l.OutputLinger = secondsDuration(v)
+		l.OutputLinger = SecondsDuration(v)
 	case "port":
 		l.Port = int(v)
 	case "sse_idle_timeout_secs":
-		l.SSEIdleTimeout = secondsDuration(v)
+		l.SSEIdleTimeout = SecondsDuration(v)
 	case "sse_keepalive_secs":
-		l.SSEKeepalive = secondsDuration(v)
+		l.SSEKeepalive = SecondsDuration(v)
 	case "stdin_write_timeout_secs":
-		l.StdinWriteTimeout = secondsDuration(v)
+		l.StdinWriteTimeout = SecondsDuration(v)
 	case "stream_replay_bytes":
 		l.StreamReplayBytes = int64(v)
 	case "stream_stall_secs":
-		l.StreamStall = secondsDuration(v)
+		l.StreamStall = SecondsDuration(v)
 	case "watch_queue_events":
 		l.WatchQueueEvents = int64(v)
 	default:
@@ -342,9 +342,9 @@ func (l *LimitSet) LimitValue(name string) (float64, bool) {
 	return 0, false
 }
 
-// secondsDuration converts seconds to a Duration, saturating rather than
+// SecondsDuration converts seconds to a Duration, saturating rather than
 // overflowing for an absurdly large setting.
-func secondsDuration(v float64) time.Duration {
+func SecondsDuration(v float64) time.Duration {
 	if v*float64(time.Second) >= math.MaxInt64 {
 		return time.Duration(math.MaxInt64)
 	}
