@@ -97,3 +97,25 @@ func TestAckCountsBothStreamsForReclaim(t *testing.T) {
 		t.Fatalf("the ack handed the reclaimer %d bytes, want 13 (10 of stdout and 3 of stderr)", got)
 	}
 }
+
+// A NUL is refused wherever it sits, the first byte included. Catches, in
+// buildSpec, `strings.IndexByte(…, 0) >= 0` made `> 0` for an env value or
+// for an argument: a NUL in the first byte would then reach the spawn, which
+// fails it as a 500 spawn_failed (the daemon's fault) instead of the
+// caller's 400.
+func TestNULInTheFirstByteIsMalformed(t *testing.T) {
+	d := bootedDaemon(t, nil)
+	for name, req := range map[string]protocol.StartRequest{
+		"argument": {ExecID: "nul-arg", Command: []string{"echo", "\x00b"}},
+		"program":  {ExecID: "nul-prog", Command: []string{"\x00true"}},
+		"env":      {ExecID: "nul-env", Command: []string{"true"}, Env: map[string]string{"A": "\x00a"}},
+	} {
+		resp := d.start(req)
+		if resp.StatusCode() != http.StatusBadRequest || resp.JSON400 == nil || resp.JSON400.Error != taxonomy.SlugMalformedRequest || !strings.Contains(resp.JSON400.Detail, "NUL") {
+			t.Errorf("NUL first in the %s: %d %s", name, resp.StatusCode(), resp.Body)
+		}
+		if code, _ := d.poll(req.ExecID); code != http.StatusNotFound {
+			t.Errorf("NUL first in the %s: the refused start registered an exec (%d)", name, code)
+		}
+	}
+}
