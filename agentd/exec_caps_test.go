@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -116,6 +117,32 @@ func TestNULInTheFirstByteIsMalformed(t *testing.T) {
 		}
 		if code, _ := d.poll(req.ExecID); code != http.StatusNotFound {
 			t.Errorf("NUL first in the %s: the refused start registered an exec (%d)", name, code)
+		}
+	}
+}
+
+// user alone or group alone each demotes: the one given is applied and the
+// other stays the daemon's. Catches, in buildSpec's `req.User != nil ||
+// req.Group != nil`, either half negated: `req.User == nil || …` runs a
+// user-only start as root, `… || req.Group == nil` a group-only start in
+// the daemon's group (TestDemotion gives both, which neither mutant breaks).
+func TestUserOrGroupAloneDemotes(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("demoting to another user needs root")
+	}
+	d := bootedDaemon(t, nil)
+	nobody := uint32(65534)
+	for _, tc := range []struct {
+		id          string
+		user, group *uint32
+		want        string
+	}{
+		{"user-only", &nobody, nil, fmt.Sprintf("65534 %d", os.Getgid())},
+		{"group-only", nil, &nobody, fmt.Sprintf("%d 65534", os.Getuid())},
+	} {
+		d.mustStart(protocol.StartRequest{ExecID: tc.id, Command: []string{"sh", "-c", `echo "$(id -u) $(id -g)"`}, User: tc.user, Group: tc.group})
+		if o := d.waitExited(tc.id); o.Stdout == nil || strings.TrimSpace(*o.Stdout) != tc.want {
+			t.Errorf("%s: uid and gid %s, want %q", tc.id, o.raw["stdout"], tc.want)
 		}
 	}
 }
