@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -303,7 +304,7 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 	body := io.Reader(r.Body) // capped by the gate
 	pace := &diskPacer{guard: f.guard, path: dir, name: target}
 	dst := &writeBehind{w: diskPacedWriter{tmp, pace}, fd: int(tmp.Fd())}
-	if _, err := io.CopyBuffer(dst, onlyReader{body}, make([]byte, 256<<10)); err != nil {
+	if _, err := copyBody(dst, body); err != nil {
 		f.copyFailed(w, target, err)
 		return
 	}
@@ -565,7 +566,7 @@ func (f *FS) spool(r *http.Request, root string) (*os.File, error) {
 	// The spool's filesystem is what this copy fills, and it need not be the
 	// root's; the refusal still names the root the caller asked about.
 	pace := &diskPacer{guard: f.guard, path: f.spoolDir, name: root}
-	if _, err := io.CopyBuffer(diskPacedWriter{file, pace}, onlyReader{body}, make([]byte, 256<<10)); err != nil {
+	if _, err := copyBody(diskPacedWriter{file, pace}, body); err != nil {
 		file.Close()
 		return nil, err
 	}
@@ -576,9 +577,49 @@ func (f *FS) spool(r *http.Request, root string) (*os.File, error) {
 	return file, nil
 }
 
-// onlyReader hides WriteTo so io.CopyBuffer uses the given buffer and every
-// write passes through the pacer.
-type onlyReader struct{ io.Reader }
+// uploadBufferBytes is how much of an upload body is gathered before it is
+// written. A loopback socket hands a reader whatever has arrived, often 64 KiB
+// or less, and writing each of those pieces as it came cost the filesystem a
+// call (and the daemon a wakeup) per piece: on the shared ruler, 256 MiB
+// uploads took 0.24-0.26 s of daemon CPU with 256 KiB copies of what arrived,
+// and 0.11-0.15 s gathering 1 MiB before each write. 4 MiB was no better
+// (0.21): 1 MiB still fits in this CPU's L2.
+const uploadBufferBytes = 1 << 20
+
+var uploadBuffers = sync.Pool{New: func() any { b := make([]byte, uploadBufferBytes); return &b }}
+
+// copyBody copies an upload body to dst in uploadBufferBytes writes. Only a
+// clean io.EOF ends it successfully; any other read error (a body cut short
+// is io.ErrUnexpectedEOF from net/http, a cap is *http.MaxBytesError) is
+// returned as it is, so a truncated upload never commits.
+func copyBody(dst io.Writer, body io.Reader) (int64, error) {
+	bp := uploadBuffers.Get().(*[]byte)
+	defer uploadBuffers.Put(bp)
+	buf := *bp
+	var total int64
+	for {
+		n := 0
+		var rerr error
+		for n < len(buf) && rerr == nil {
+			var k int
+			k, rerr = body.Read(buf[n:])
+			n += k
+		}
+		if rerr != nil && rerr != io.EOF {
+			return total, rerr
+		}
+		if n > 0 {
+			m, werr := dst.Write(buf[:n])
+			total += int64(m)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+	}
+}
 
 func errText(err error) string {
 	var pe *os.PathError
