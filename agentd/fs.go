@@ -24,14 +24,6 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// FSConfig holds the operative limits of the file and tar routes (see
-// protocol.Limits). A zero cap disables that cap; a zero reserve disables
-// the disk guard, as the protocol documents. max_body_bytes is not here: the
-// server's gate applies it to every bearer route before FS runs.
-type FSConfig struct {
-	MaxTarBytes, MaxTarMembers, DiskReserveBytes int64
-}
-
 // FS serves GET/PUT /v1/fs/file and GET/PUT /v1/fs/tar. Authentication,
 // the version header, routing and the max_body_bytes cap happen before these
 // handlers run: the gate refuses a declared length over the cap and wraps
@@ -44,9 +36,14 @@ type FSConfig struct {
 // one confined path, because there the names come out of an archive rather
 // than from the caller.
 type FS struct {
-	cfg   FSConfig
-	log   *slog.Logger
-	guard diskGuard
+	// limits is the daemon's generated limit set; FS reads max_tar_bytes,
+	// max_tar_members and disk_reserve_bytes from it. A zero cap disables
+	// that cap; a zero reserve disables the disk guard, as the protocol
+	// documents. max_body_bytes is the server's gate's, applied to every
+	// bearer route before FS runs.
+	limits protocol.LimitSet
+	log    *slog.Logger
+	guard  diskGuard
 	// spoolDir is where uploads are spooled before extraction; the guard
 	// measures it too, because it is the first filesystem an upload fills.
 	spoolDir string
@@ -58,17 +55,22 @@ type FS struct {
 	reading atomic.Int64
 }
 
-// NewFS returns the file and tar handlers.
-func NewFS(cfg FSConfig, log *slog.Logger) *FS {
+// FSConfig is the limit set NewFS takes: the name tests written before FS
+// read the generated LimitSet still use. It holds no limit of its own.
+type FSConfig = protocol.LimitSet
+
+// NewFS returns the file and tar handlers under limits (the server passes
+// its Config's LimitSet, so each limit is wired once).
+func NewFS(limits protocol.LimitSet, log *slog.Logger) *FS {
 	if log == nil {
 		log = slog.Default()
 	}
 	reserve := uint64(0)
-	if cfg.DiskReserveBytes > 0 {
-		reserve = uint64(cfg.DiskReserveBytes)
+	if limits.DiskReserveBytes > 0 {
+		reserve = uint64(limits.DiskReserveBytes)
 	}
 	return &FS{
-		cfg:      cfg,
+		limits:   limits,
 		log:      log,
 		guard:    diskGuard{probe: availableBytes, reserve: reserve, warn: log.Warn},
 		spoolDir: os.TempDir(),
@@ -435,7 +437,7 @@ func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTa
 		fsFail(w, http.StatusInternalServerError, "cannot read directory")
 		return
 	}
-	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes, Ctx: r.Context()}
+	caps := tarx.Caps{MaxMembers: f.limits.MaxTarMembers, MaxBytes: f.limits.MaxTarBytes, Ctx: r.Context()}
 	members, size, err := tarx.Measure(root, caps)
 	if err != nil {
 		var le *tarx.LimitError
@@ -495,7 +497,7 @@ func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWrite
 	}
 	defer spool.Close()
 
-	caps := tarx.Caps{MaxMembers: f.cfg.MaxTarMembers, MaxBytes: f.cfg.MaxTarBytes, Ctx: r.Context()}
+	caps := tarx.Caps{MaxMembers: f.limits.MaxTarMembers, MaxBytes: f.limits.MaxTarBytes, Ctx: r.Context()}
 	// The whole archive is read before anything is written: a truncated or
 	// malformed archive, one over the caps, and most bad members are refused
 	// with the tree untouched.
