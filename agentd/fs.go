@@ -55,10 +55,6 @@ type FS struct {
 	reading atomic.Int64
 }
 
-// FSConfig is the limit set NewFS takes: the name tests written before FS
-// read the generated LimitSet still use. It holds no limit of its own.
-type FSConfig = protocol.LimitSet
-
 // NewFS returns the file and tar handlers under limits (the server passes
 // its Config's LimitSet, so each limit is wired once).
 func NewFS(limits protocol.LimitSet, log *slog.Logger) *FS {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/microvms/microvms/gen/protocol"
 )
 
 // Uploads are gathered into uploadBufferBytes before each write; sizes on
@@ -19,7 +21,7 @@ import (
 // buffer's full length instead of what was read into it, or dropping the
 // last partial buffer at EOF.
 func TestUploadSizesAroundTheWriteBufferLandWhole(t *testing.T) {
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	dir := t.TempDir()
 	for _, size := range []int{0, 1, uploadBufferBytes - 1, uploadBufferBytes, uploadBufferBytes + 1, 3*uploadBufferBytes + 12345} {
 		want := make([]byte, size)
@@ -44,7 +46,7 @@ func TestUploadSizesAroundTheWriteBufferLandWhole(t *testing.T) {
 // io.ErrUnexpectedEOF like io.EOF (io.ReadFull's habit), which would commit
 // the first 1.5 MiB as if it were the whole file.
 func TestUploadCutShortAfterAFullBufferCommitsNothing(t *testing.T) {
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	dir := t.TempDir()
 	p := filepath.Join(dir, "cut")
 	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
