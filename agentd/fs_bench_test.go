@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/microvms/microvms/gen/protocol"
 )
 
 // peakRSS reads VmHWM, and resetPeakRSS benchZeroes it (clear_refs "5"), so a
@@ -49,7 +51,7 @@ func (benchZeroes) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // archive must be spooled and extracted without ever being held in memory.
 func BenchmarkUploadTar2GiB(b *testing.B) {
 	const size = 2 << 30
-	f := testFS(FSConfig{MaxTarBytes: 4 << 30})
+	f := testFS(protocol.LimitSet{MaxTarBytes: 4 << 30})
 	f.spoolDir = b.TempDir()
 	srv := fsServer(b, f)
 	for i := 0; i < b.N; i++ {
@@ -90,7 +92,7 @@ func BenchmarkReadLines1to5Of2GiB(b *testing.B) {
 	if err := os.Truncate(p, 2<<30); err != nil {
 		b.Fatal(err)
 	}
-	srv := fsServer(b, testFS(FSConfig{}))
+	srv := fsServer(b, testFS(protocol.LimitSet{}))
 	url := srv.URL + "/v1/fs/file?path=" + p + "&start_line=1&end_line=5"
 	var got []byte
 	for i := 0; i < b.N; i++ {

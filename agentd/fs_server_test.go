@@ -3,6 +3,9 @@ package agentd
 import (
 	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,5 +50,43 @@ func TestFSQueryErrorsThroughTheServer(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 			t.Errorf("%s %s: content type %q, want text/plain", c.method, c.query, ct)
 		}
+	}
+}
+
+// TestServerHandsFSItsLimitSet configures the tar caps on the daemon (as
+// AGENTD_MAX_TAR_MEMBERS would) and sees the fs route enforce them. Wrong
+// edit caught: FS given its own copy of the limits, or a field of it left
+// at zero, so a configured cap or disk reserve never reaches the tar routes.
+func TestServerHandsFSItsLimitSet(t *testing.T) {
+	d := startDaemon(t, func(c *Config) {
+		c.MaxTarMembers = 2
+		c.DiskReserveBytes = 12345
+	})
+	d.bootstrap(nil)
+	if d.srv.fs.limits != d.srv.cfg.LimitSet {
+		t.Fatalf("FS limits %+v, the server's %+v", d.srv.fs.limits, d.srv.cfg.LimitSet)
+	}
+	if d.srv.fs.guard.reserve != 12345 {
+		t.Fatalf("disk guard reserve %d, configured 12345", d.srv.fs.guard.reserve)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, err := http.NewRequest(http.MethodGet, d.base+"/v1/fs/tar?path="+url.QueryEscape(dir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := d.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "max_tar_members") {
+		t.Fatalf("a 4-member tree under max_tar_members=2: %d %q", resp.StatusCode, body)
 	}
 }

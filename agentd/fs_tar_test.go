@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/microvms/microvms/agentd/internal/tartest"
+	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -43,7 +44,7 @@ func TestTarHostile(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			base, root, outside := tarLayout(t)
 			c := hostileCase(name, outside)
-			srv := fsServer(t, testFS(FSConfig{MaxTarMembers: orDefault(c.MaxMembers, 1000), MaxTarBytes: orDefault(c.MaxBytes, 1<<30)}))
+			srv := fsServer(t, testFS(protocol.LimitSet{MaxTarMembers: orDefault(c.MaxMembers, 1000), MaxTarBytes: orDefault(c.MaxBytes, 1<<30)}))
 			r := fsDo(t, srv, "PUT", "/v1/fs/tar", fsQuery("path", root), bytes.NewReader(c.Archive))
 			if r.status != c.Status {
 				t.Fatalf("status %d %q, want %d", r.status, r.body, c.Status)
@@ -92,7 +93,7 @@ func TestTarDataFilterAcceptedLinkTargetsAre204(t *testing.T) {
 	for _, c := range tartest.Legitimate() {
 		t.Run(c.Name, func(t *testing.T) {
 			base, root, outside := tarLayout(t)
-			srv := fsServer(t, testFS(FSConfig{}))
+			srv := fsServer(t, testFS(protocol.LimitSet{}))
 			r := fsDo(t, srv, "PUT", "/v1/fs/tar", fsQuery("path", root), bytes.NewReader(c.Archive))
 			if r.status != 204 {
 				t.Fatalf("status %d %q, want 204", r.status, r.body)
@@ -111,7 +112,7 @@ func TestTarDataFilterAcceptedLinkTargetsAre204(t *testing.T) {
 
 // Catches: accepting a relative root (it would land under the daemon's cwd).
 func TestTarRelativeRootIs400(t *testing.T) {
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	r := fsDo(t, srv, "PUT", "/v1/fs/tar", fsQuery("path", "relative/dir"), bytes.NewReader(tartest.Build(tartest.File("f", "x"))))
 	if r.status != 400 || !strings.Contains(r.body, "absolute") {
 		t.Fatalf("%d %q", r.status, r.body)
@@ -122,7 +123,7 @@ func TestTarRelativeRootIs400(t *testing.T) {
 // that does not name the finding.
 func TestTarWithoutOpenat2Is500NamingFinding(t *testing.T) {
 	_, root, _ := tarLayout(t)
-	f := testFS(FSConfig{})
+	f := testFS(protocol.LimitSet{})
 	f.openat2 = func(int, string, *unix.OpenHow) (int, error) { return -1, unix.ENOSYS }
 	srv := fsServer(t, f)
 	r := fsDo(t, srv, "PUT", "/v1/fs/tar", fsQuery("path", root), bytes.NewReader(tartest.Build(tartest.File("f", "x"))))
@@ -156,7 +157,7 @@ func TestTarOverWireCapIs413(t *testing.T) {
 // Catches: a tar upload that skips the reserve check.
 func TestTarUnderReserveIs507(t *testing.T) {
 	_, root, _ := tarLayout(t)
-	f := testFS(FSConfig{DiskReserveBytes: 1 << 20})
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 1 << 20})
 	f.guard.probe = func(string) (uint64, error) { return 1000, nil }
 	srv := fsServer(t, f)
 	r := fsDo(t, srv, "PUT", "/v1/fs/tar", fsQuery("path", root), bytes.NewReader(tartest.Build(tartest.File("f", "x"))))
@@ -169,7 +170,7 @@ func TestTarUnderReserveIs507(t *testing.T) {
 // pacer wired to the spool only, or not at all.
 func TestTarCrossingReserveDuringExtraction(t *testing.T) {
 	_, root, _ := tarLayout(t)
-	f := testFS(FSConfig{DiskReserveBytes: 1 << 20, MaxTarBytes: 1 << 30})
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 1 << 20, MaxTarBytes: 1 << 30})
 	var calls int
 	f.guard.probe = func(p string) (uint64, error) {
 		// Plenty for the pre-flight and the spool; the root then fills.
@@ -225,7 +226,7 @@ func readArchive(t *testing.T, data []byte) map[string]tarEntry {
 // buffered-then-truncated stream, and the legitimate shapes being refused.
 func TestTarRoundTrip(t *testing.T) {
 	_, root, _ := tarLayout(t)
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	long := strings.Repeat("a-long-directory-name/", 8) + "and-a-long-file-name.bin"
 	big := strings.Repeat("0123456789abcdef", 70000) // > 1 MiB, spans copy buffers
 	// Every directory is an explicit member so the download, which carries
@@ -296,7 +297,7 @@ func TestTarRoundTrip(t *testing.T) {
 func TestReadTarStatuses(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "file"), []byte("x"), 0o644)
-	srv := fsServer(t, testFS(FSConfig{MaxTarMembers: 3, MaxTarBytes: 10}))
+	srv := fsServer(t, testFS(protocol.LimitSet{MaxTarMembers: 3, MaxTarBytes: 10}))
 	if r := fsDo(t, srv, "GET", "/v1/fs/tar", fsQuery("path", filepath.Join(dir, "absent")), nil); r.status != 404 {
 		t.Errorf("absent: %d", r.status)
 	}

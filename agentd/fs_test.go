@@ -64,7 +64,7 @@ func fsServer(t testing.TB, f *FS) *httptest.Server {
 	return srv
 }
 
-func testFS(cfg FSConfig) *FS {
+func testFS(cfg protocol.LimitSet) *FS {
 	if cfg.MaxTarBytes == 0 {
 		cfg.MaxTarBytes = 64 << 20
 	}
@@ -109,7 +109,7 @@ func fsQuery(kv ...string) url.Values {
 // Every fs route answers a missing path with the same 400, never 404.
 // Catches: an edit that lets os.Open("") run and report 404.
 func TestFSMissingPathIs400OnEveryRoute(t *testing.T) {
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	for _, c := range []struct{ method, route string }{
 		{"GET", "/v1/fs/file"}, {"PUT", "/v1/fs/file"}, {"GET", "/v1/fs/tar"}, {"PUT", "/v1/fs/tar"},
 	} {
@@ -131,7 +131,7 @@ func fiveLines(t *testing.T) string {
 // 404 for an empty window, and a non-integer bound answered as missing path.
 func TestReadFileLineRanges(t *testing.T) {
 	p := fiveLines(t)
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	cases := []struct {
 		start, end string
 		status     int
@@ -175,7 +175,7 @@ func TestReadFileLineRanges(t *testing.T) {
 
 // Catches: mapping every open error to 404, or a directory to 500.
 func TestReadFileAbsentAndDirectory(t *testing.T) {
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	dir := t.TempDir()
 	if r := fsDo(t, srv, "GET", "/v1/fs/file", fsQuery("path", filepath.Join(dir, "nope")), nil); r.status != 404 {
 		t.Errorf("absent: %d", r.status)
@@ -197,7 +197,7 @@ func TestReadFileAbsentAndDirectory(t *testing.T) {
 // the mode after the file was written.
 func TestWriteFileModes(t *testing.T) {
 	dir := t.TempDir()
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	for _, m := range []string{"0644", "644", "0o644"} {
 		p := filepath.Join(dir, "m"+m)
 		if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p, "mode", m), strings.NewReader("x")); r.status != 204 {
@@ -319,7 +319,7 @@ func TestWriteFileTruncatedUploadKeepsOldFile(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
 	os.WriteFile(p, []byte("old content"), 0o600)
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	req, _ := http.NewRequest("PUT", srv.URL+"/v1/fs/file?"+fsQuery("path", p).Encode(), &fsFailingReader{n: 100 << 10})
 	if resp, err := srv.Client().Do(req); err == nil {
 		resp.Body.Close()
@@ -354,7 +354,7 @@ func TestWriteFileFollowsSymlink(t *testing.T) {
 	real := filepath.Join(dir, "real")
 	os.WriteFile(real, []byte("a"), 0o644)
 	os.Symlink("real", filepath.Join(dir, "link"))
-	srv := fsServer(t, testFS(FSConfig{}))
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
 	if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", filepath.Join(dir, "link")), strings.NewReader("b")); r.status != 204 {
 		t.Fatal(r)
 	}
@@ -376,7 +376,7 @@ func (d *fakeDisk) probe(string) (uint64, error) { return d.avail.Load(), nil }
 // file (an empty file would land), or answering 500.
 func TestWriteFileUnderReserveIs507BeforeAnything(t *testing.T) {
 	dir := t.TempDir()
-	f := testFS(FSConfig{DiskReserveBytes: 1000})
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 1000})
 	disk := &fakeDisk{}
 	disk.avail.Store(999)
 	f.guard.probe = disk.probe
@@ -416,7 +416,7 @@ func TestWriteFileCrossingReserveMidStream(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
 	os.WriteFile(p, []byte("old"), 0o644)
-	f := testFS(FSConfig{DiskReserveBytes: 1 << 20})
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 1 << 20})
 	f.guard.probe = (&switchingDisk{}).probe
 	srv := fsServer(t, f)
 	body := struct{ io.Reader }{bytes.NewReader(make([]byte, 3*diskProbeInterval))}
@@ -436,7 +436,7 @@ func TestWriteFileCrossingReserveMidStream(t *testing.T) {
 // write path's comparison. Catches: reporting 0 available on a statvfs
 // failure (which reads as a full disk).
 func TestDiskHealth(t *testing.T) {
-	f := testFS(FSConfig{DiskReserveBytes: 100})
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 100})
 	f.guard.probe = func(string) (uint64, error) { return 0, errors.New("statvfs failed") }
 	if h := f.DiskHealth(); h != nil {
 		t.Fatalf("unmeasurable reported as %+v", h)
@@ -449,7 +449,7 @@ func TestDiskHealth(t *testing.T) {
 	if h := f.DiskHealth(); h.UnderPressure {
 		t.Fatal("at exactly the reserve is not pressure")
 	}
-	real := NewFS(FSConfig{}, quietLog).DiskHealth()
+	real := NewFS(protocol.LimitSet{}, quietLog).DiskHealth()
 	if real == nil || real.AvailableBytes == 0 || real.UnderPressure {
 		t.Fatalf("real statvfs: %+v", real)
 	}

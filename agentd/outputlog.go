@@ -378,10 +378,20 @@ func (h *head) snapshot() head {
 	return head{chunks: append([][]byte(nil), h.chunks...), n: h.n}
 }
 
-// release drops the head buffers once an ack has handed them over; the bytes
-// are never read again (the head slices are never appended to after done).
+// release drops the heads and the replay ring once an ack has handed the
+// output over (the pumps are done by then, so nothing writes to either
+// again). A stream attached later is told the released bytes are gone with a
+// gap event, then gets the exit event; a reader still encoding from a view of
+// the old ring keeps that array alive until it lets go. Kept until the entry
+// is collected, the ring of every acked exec would hold up to
+// stream_replay_bytes for exec_ttl_secs: six 256 MiB streams in a row left
+// 6 MiB resident for fifteen minutes.
 func (l *outputLog) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.head = [2]head{}
+	l.ring = nil
+	l.start = l.total
+	l.segs = nil
+	l.segHead = 0
 }

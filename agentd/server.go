@@ -90,13 +90,9 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg,
-		log: log,
-		fs: NewFS(FSConfig{
-			MaxTarBytes:      cfg.MaxTarBytes,
-			MaxTarMembers:    cfg.MaxTarMembers,
-			DiskReserveBytes: cfg.DiskReserveBytes,
-		}, log),
+		cfg:            cfg,
+		log:            log,
+		fs:             NewFS(cfg.LimitSet, log),
 		schema:         schema,
 		terminate:      make(chan struct{}),
 		stopping:       make(chan struct{}),

@@ -68,9 +68,11 @@ type CLIKey struct {
 	Doc      string `yaml:"doc"`
 	// Enum closes a string key to these values.
 	Enum []string `yaml:"enum"`
-	// Keys close an object key (or an array's object items) to these keys.
+	// Keys is refused on a key: an object's keys are a named shape, by Ref,
+	// so its generated Go type has a name. Decoded only to say so.
 	Keys []CLIKey `yaml:"keys"`
-	// Ref names a shape (an object, or an array's object items) instead of Keys.
+	// Ref names a shape: the object's (or an array's object items') closed
+	// keys and its Go type.
 	Ref string `yaml:"ref"`
 	// Optional is allowed only inside a shape, for a key the reference's own
 	// JSON omits (a cost line's usd when the line is unpriced).
@@ -95,8 +97,7 @@ func (c *CLIContract) check() error {
 	if c.APIVersion == "" {
 		return fmt.Errorf("api_version is required")
 	}
-	var checkKeys, checkNested func(where string, keys []CLIKey, nested bool) error
-	checkNested = func(where string, keys []CLIKey, nested bool) error {
+	checkNested := func(where string, keys []CLIKey, nested bool) error {
 		for _, k := range keys {
 			if k.Optional && !nested {
 				return fmt.Errorf("%s.%s: only a key inside a shape may be optional", where, k.Name)
@@ -104,26 +105,22 @@ func (c *CLIContract) check() error {
 			if len(k.Enum) > 0 && k.Type != "string" {
 				return fmt.Errorf("%s.%s: enum on a %s", where, k.Name, k.Type)
 			}
-			object := k.Type == "object" || (k.Type == "array" && k.Items == "object")
-			if (len(k.Keys) > 0 || k.Ref != "") && !object {
-				return fmt.Errorf("%s.%s: keys or ref on a key that holds no object", where, k.Name)
+			if len(k.Keys) > 0 {
+				// One shape, one name: gen/cliapi would otherwise need an
+				// anonymous struct, which a command cannot name to fill.
+				return fmt.Errorf("%s.%s: an object's keys listed inline; declare them as a shape under shapes: and ref it", where, k.Name)
 			}
-			if len(k.Keys) > 0 && k.Ref != "" {
-				return fmt.Errorf("%s.%s: both keys and ref", where, k.Name)
+			object := k.Type == "object" || (k.Type == "array" && k.Items == "object")
+			if k.Ref != "" && !object {
+				return fmt.Errorf("%s.%s: ref on a key that holds no object", where, k.Name)
 			}
 			if k.Ref != "" && c.Shapes[k.Ref] == nil && !builtinShapes[k.Ref] {
 				return fmt.Errorf("%s.%s: ref %q names no shape", where, k.Name, k.Ref)
 			}
-			if err := checkKeys(where+"."+k.Name, k.Keys, false); err != nil {
-				return err
-			}
-			if err := checkNested(where+"."+k.Name, k.Keys, true); err != nil {
-				return err
-			}
 		}
 		return nil
 	}
-	checkKeys = func(where string, keys []CLIKey, _ bool) error {
+	checkKeys := func(where string, keys []CLIKey, _ bool) error {
 		seen := map[string]bool{}
 		for _, k := range keys {
 			if seen[k.Name] {
@@ -211,31 +208,44 @@ func responseIdent(typ string) string {
 	return goIdent(strings.ReplaceAll(strings.TrimPrefix(typ, "microvm."), ".", "_"))
 }
 
-// goFieldName turns a camelCase JSON key into an exported Go field name,
-// spelling Go's initialisms (ID, API, EOF) in capitals word by word.
+// goFieldName turns a JSON key (camelCase, or the ledger's snake_case) into
+// an exported Go field name, spelling Go's initialisms in capitals word by
+// word: supportsJson -> SupportsJSON, totalUsd -> TotalUSD, image_arn ->
+// ImageARN, ok -> OK.
 func goFieldName(key string) string {
 	var words []string
-	w := 0
-	for i := 1; i <= len(key); i++ {
-		if i == len(key) || (key[i] >= 'A' && key[i] <= 'Z') {
-			words = append(words, key[w:i])
-			w = i
+	for _, part := range strings.Split(key, "_") {
+		w := 0
+		for i := 1; i <= len(part); i++ {
+			if i == len(part) || (part[i] >= 'A' && part[i] <= 'Z') {
+				words = append(words, part[w:i])
+				w = i
+			}
 		}
 	}
 	var b strings.Builder
 	for _, word := range words {
-		switch strings.ToLower(word) {
-		case "id", "api", "eof":
-			b.WriteString(strings.ToUpper(word))
-		default:
-			b.WriteString(strings.ToUpper(word[:1]) + word[1:])
+		if word == "" {
+			continue
 		}
+		if up := strings.ToUpper(word); initialisms[up] {
+			b.WriteString(up)
+			continue
+		}
+		b.WriteString(strings.ToUpper(word[:1]) + word[1:])
 	}
 	return b.String()
 }
 
+// goType is the Go type of a key. A ref is the named shape's generated type
+// (a pointer when the key is nullable); an object with no ref (the
+// manifest's JSON Schema) or a builtin shape stays any. An optional key, which
+// only a shape may hold, is a pointer so that absent (nil) and zero are told
+// apart: a ledger record's "closed": false is written, an unreadable one's
+// closed is absent.
 func goType(k CLIKey) string {
 	var t string
+	named := k.Ref != "" && !builtinShapes[k.Ref]
 	switch k.Type {
 	case "string":
 		t = "string"
@@ -246,55 +256,38 @@ func goType(k CLIKey) string {
 	case "boolean":
 		t = "bool"
 	case "object":
-		// An object's shape is the command's business (a manifest, a cost
-		// report); the envelope only promises it is an object.
-		return "any"
-	case "array":
-		switch k.Items {
-		case "string":
-			return "[]string"
-		case "integer":
-			return "[]int64"
-		default:
-			return "[]any"
+		if !named {
+			return "any"
 		}
+		t = shapeIdent(k.Ref)
+	case "array":
+		switch {
+		case k.Items == "string":
+			t = "[]string"
+		case k.Items == "integer":
+			t = "[]int64"
+		case named:
+			t = "[]" + shapeIdent(k.Ref)
+		default:
+			t = "[]any"
+		}
+		// A nullable array is a nil slice, which encodes as null.
+		if k.Optional {
+			return "*" + t
+		}
+		return t
 	}
-	if k.Nullable {
+	if k.Nullable || k.Optional {
 		return "*" + t
 	}
 	return t
 }
 
 // shapeIdent is the Go type of a shape: costReport -> CostReport.
-func shapeIdent(name string) string { return strings.ToUpper(name[:1]) + name[1:] }
+func shapeIdent(name string) string { return goFieldName(name) }
 
-// writeShape writes one shape as a struct whose refs are the shapes' own types.
-func writeShape(b *strings.Builder, name string, keys []CLIKey) {
-	fmt.Fprintf(b, "// %s is the %q shape of api/cli.yaml.\n", shapeIdent(name), name)
-	fmt.Fprintf(b, "type %s struct {\n", shapeIdent(name))
-	for _, k := range keys {
-		if k.Doc != "" {
-			fmt.Fprintf(b, "\t// %s is %s\n", goFieldName(k.Name), k.Doc)
-		}
-		t := goType(k)
-		if k.Ref != "" && !builtinShapes[k.Ref] {
-			t = shapeIdent(k.Ref)
-			switch {
-			case k.Type == "array":
-				t = "[]" + t
-			case k.Nullable:
-				t = "*" + t
-			}
-		}
-		tag := k.Name
-		if k.Optional {
-			tag += ",omitempty"
-		}
-		fmt.Fprintf(b, "\t%s %s `json:%q`\n", goFieldName(k.Name), t, tag)
-	}
-	b.WriteString("}\n\n")
-}
-
+// writeStruct writes one struct: lead lines, then a field per key in the
+// YAML's order, which is the order the JSON keys are written in.
 func writeStruct(b *strings.Builder, name, doc string, lead []string, keys []CLIKey) {
 	fmt.Fprintf(b, "// %s %s\n", name, doc)
 	fmt.Fprintf(b, "type %s struct {\n", name)
@@ -305,7 +298,11 @@ func writeStruct(b *strings.Builder, name, doc string, lead []string, keys []CLI
 		if k.Doc != "" {
 			fmt.Fprintf(b, "\t// %s is %s\n", goFieldName(k.Name), k.Doc)
 		}
-		fmt.Fprintf(b, "\t%s %s `json:%q`\n", goFieldName(k.Name), goType(k), k.Name)
+		tag := k.Name
+		if k.Optional {
+			tag += ",omitempty"
+		}
+		fmt.Fprintf(b, "\t%s %s `json:%q`\n", goFieldName(k.Name), goType(k), tag)
 	}
 	b.WriteString("}\n\n")
 }
@@ -375,7 +372,7 @@ func cliGo(c *CLIContract, tax *Taxonomy) ([]byte, error) {
 	}
 	sort.Strings(shapeNames)
 	for _, name := range shapeNames {
-		writeShape(&b, name, c.Shapes[name])
+		writeStruct(&b, shapeIdent(name), fmt.Sprintf("is the %q shape of api/cli.yaml.", name), nil, c.Shapes[name])
 	}
 
 	b.WriteString("// The event discriminants of the exec --stream NDJSON lines.\nconst (\n")
@@ -512,13 +509,10 @@ func keySchema(k CLIKey) map[string]any {
 		}
 		s["enum"] = enum
 	}
-	// An object's closed shape: its own keys, or a named shape by $ref.
+	// An object's closed shape: a named shape by $ref.
 	var shape map[string]any
-	switch {
-	case k.Ref != "":
+	if k.Ref != "" {
 		shape = map[string]any{"$ref": "#/$defs/shape:" + k.Ref}
-	case len(k.Keys) > 0:
-		shape = objectSchema("", k.Keys)
 	}
 	if k.Type == "array" {
 		if shape != nil {

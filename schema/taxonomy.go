@@ -204,11 +204,12 @@ func (t *Taxonomy) check() error {
 }
 
 // initialisms are the words Go writes in one case (as golint and
-// oapi-codegen do), when a slug names them as a whole word.
+// oapi-codegen do, plus CLI, OK and USD), when a slug or a JSON key names
+// them as a whole word.
 var initialisms = map[string]bool{
-	"API": true, "ARN": true, "CPU": true, "HTTP": true, "ID": true, "IP": true,
-	"JSON": true, "PID": true, "PTY": true, "SSE": true, "TLS": true, "TTL": true,
-	"UID": true, "GID": true, "URL": true, "UTF8": true, "VM": true,
+	"API": true, "ARN": true, "CLI": true, "CPU": true, "EOF": true, "HTTP": true, "ID": true, "IP": true,
+	"JSON": true, "OK": true, "PID": true, "PTY": true, "SSE": true, "TLS": true, "TTL": true,
+	"UID": true, "GID": true, "URI": true, "URL": true, "USD": true, "UTF8": true, "VM": true,
 }
 
 // goIdent turns a slug like "run-hook-payload-ceiling" or "still_running"

@@ -270,6 +270,12 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	ex, err := s.Start(ctx, c.Command, opts)
 	stop()
 	if err != nil {
+		if client.KindOf(err) == taxonomy.KindInterrupted {
+			// The daemon may have registered the exec before the interrupt
+			// reached its answer: name it, so the hint to read or kill it is
+			// usable either way.
+			return nil, client.Errorf(taxonomy.KindInterrupted, "", "starting %s (it may be running): %v", opts.ExecID, err).WithCause(err)
+		}
 		return nil, err
 	}
 	if c.Detach {

@@ -40,14 +40,14 @@ func seconds(flag string, s float64) (time.Duration, error) {
 func reportJSON(r cost.Report) cliapi.CostReport {
 	lines := []cliapi.CostLine{}
 	for _, l := range r.Lines {
-		cl := cliapi.CostLine{Phase: fmt.Sprint(l.Phase), Billing: fmt.Sprint(l.Billing), Quantity: l.Quantity.String(), Unit: l.Unit, Note: l.Note}
+		cl := cliapi.CostLine{Phase: fmt.Sprint(l.Phase), Billing: fmt.Sprint(l.Billing), Quantity: l.Quantity.String(), Unit: l.Unit, Note: present(l.Note)}
 		if usd, ok := l.Amount.Estimate(); ok {
-			cl.Usd = usd.String() // omitted, never zero, for an unpriced line
+			cl.USD = present(usd.String()) // omitted, never zero, for an unpriced line
 		} else {
-			cl.Unpriced = l.Amount.UnpricedReason()
+			cl.Unpriced = present(l.Amount.UnpricedReason())
 		}
 		if !l.Duration.IsZero() {
-			cl.Provenance = l.Duration.Provenance().String()
+			cl.Provenance = present(l.Duration.Provenance().String())
 		}
 		lines = append(lines, cl)
 	}
@@ -56,7 +56,7 @@ func reportJSON(r cost.Report) cliapi.CostReport {
 		Label:        r.Label,
 		Size:         r.Size.String(),
 		Lines:        lines,
-		TotalUsd:     t.Floor().String(),
+		TotalUSD:     t.Floor().String(),
 		IsLowerBound: t.IsLowerBound(),
 		Staleness:    r.Staleness,
 		Text:         r.String(),
@@ -136,12 +136,12 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 			return nil, err
 		}
 		cmp = &r
-		m := cliapi.CostComparison{Text: r.String(), Running: reportJSON(r.Running), Suspended: reportJSON(r.Suspended), PerCycleUsd: r.PerCycle().String()}
+		m := cliapi.CostComparison{Text: r.String(), Running: reportJSON(r.Running), Suspended: reportJSON(r.Suspended), PerCycleUSD: r.PerCycle().String()}
 		if be, err := r.BreakEven(); err == nil {
 			sec := be.Seconds()
 			m.BreakEvenSec = &sec
 		}
-		data.Comparison = m
+		data.Comparison = &m
 	}
 	return &result{typ: cliapi.TypeCost, data: data,
 		human: func(w io.Writer) error {

@@ -29,15 +29,9 @@ type DoctorCmd struct {
 	LifecycleFlags
 }
 
-// check is one line of the report. A failing advisory check does not fail
-// the doctor.
-type check struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail"`
-	Fatal  bool   `json:"fatal"`
-	Remedy string `json:"remedy"`
-}
+// check is one line of the report, api/cli.yaml's doctorCheck. A failing
+// advisory check does not fail the doctor.
+type check = cliapi.DoctorCheck
 
 func pass(name, detail string) check { return check{Name: name, OK: true, Detail: detail, Fatal: true} }
 func fail(name, detail, remedy string) check {
@@ -65,12 +59,10 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	checks = append(checks, c.binary(p))
 	ok := true
-	var rows []any
 	for _, ch := range checks {
 		ok = ok && (ch.OK || !ch.Fatal)
-		rows = append(rows, ch)
 	}
-	d := cliapi.DoctorData{Checks: rows, Ok: ok}
+	d := cliapi.DoctorData{Checks: checks, OK: ok}
 	human := func(w io.Writer) error {
 		status := func(ch check) string {
 			switch {

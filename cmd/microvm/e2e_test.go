@@ -304,7 +304,7 @@ func TestEndToEndAgainstAgentd(t *testing.T) {
 // started is a microvm invocation still running, for a test that signals it.
 type started struct {
 	cmd       *exec.Cmd
-	out, errb bytes.Buffer
+	out, errb lockedBuffer
 	ctx       context.Context
 	waited    bool
 	args      []string
@@ -350,6 +350,18 @@ func (s *started) wait(t *testing.T) invocation {
 		t.Fatalf("running microvm %v: %v", s.args, err)
 	}
 	return invocation{stdout: s.out.String(), stderr: s.errb.String(), code: code}
+}
+
+// untilOutput waits (bounded) until the CLI has written want to stdout.
+func (s *started) untilOutput(t *testing.T, want string) {
+	t.Helper()
+	for range 1000 {
+		if strings.Contains(s.out.String(), want) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the CLI never wrote %q; stdout=%q stderr=%q", want, s.out.String(), s.errb.String())
 }
 
 // untilExecExists polls the daemon (bounded by the count) until it holds the
@@ -418,8 +430,12 @@ func TestExecStopsWaiting(t *testing.T) {
 	})
 
 	t.Run("10 SIGINT ends a stream with its resume hint", func(t *testing.T) {
-		s := startCLI(t, bound, env, nil, "--json", "exec", "--stream", "--exec-id", "sigint-stream", "--", "sleep", "30")
-		untilExecExists(t, endpoint, token, "sigint-stream")
+		// The child prints first, so its output line on the CLI's stdout
+		// proves the stream is attached: the exec existing on the daemon
+		// only proves the start request arrived, and an interrupt landing
+		// before its answer ends the CLI in start, not in the stream.
+		s := startCLI(t, bound, env, nil, "--json", "exec", "--stream", "--exec-id", "sigint-stream", "--", "sh", "-c", "echo ready; exec sleep 30")
+		s.untilOutput(t, `"stream":"stdout"`)
 		if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
 			t.Fatal(err)
 		}
@@ -429,7 +445,8 @@ func TestExecStopsWaiting(t *testing.T) {
 			t.Fatalf("exit %d %v\n%s", inv.code, m["code"], inv.stdout)
 		}
 		sugg := m["suggestions"].([]any)
-		if len(sugg) == 0 || !strings.Contains(sugg[0].(string), "--stream --from-offset 0 --exec-id sigint-stream") {
+		// 6: past "ready\n", where this run stopped reading.
+		if len(sugg) == 0 || !strings.Contains(sugg[0].(string), "--stream --from-offset 6 --exec-id sigint-stream") {
 			t.Fatalf("no resume hint: %v", sugg)
 		}
 	})

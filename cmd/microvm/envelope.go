@@ -317,6 +317,15 @@ func (a *app) writeJSON(v any) {
 	a.stdout.Write(append(b, '\n'))
 }
 
+// present is a shape's optional key: nil (absent from the JSON) for the
+// empty string, as the key is omitted rather than written empty.
+func present(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 // toMap turns a generated data struct into its JSON object.
 func toMap(v any) map[string]any {
 	if m, ok := v.(map[string]any); ok {

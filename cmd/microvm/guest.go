@@ -20,26 +20,13 @@ import (
 // (stat, dir, mkdir, mv, rm), its exec listing (ps) and its metrics. Each is
 // one call (dir: one call per page) through client.Session.
 
-// fileEntry is api/cli.yaml's fileEntry shape.
-type fileEntry struct {
-	Path          string  `json:"path"`
-	Name          string  `json:"name"`
-	Type          string  `json:"type"`
-	Size          int64   `json:"size"`
-	Mode          string  `json:"mode"`
-	UID           int64   `json:"uid"`
-	GID           int64   `json:"gid"`
-	Mtime         string  `json:"mtime"`
-	SymlinkTarget *string `json:"symlinkTarget"`
-}
-
-func toFileEntry(fi protocol.FileInfo) fileEntry {
-	return fileEntry{Path: fi.Path, Name: fi.Name, Type: string(fi.Type), Size: int64(fi.Size), Mode: fi.Mode,
+func toFileEntry(fi protocol.FileInfo) cliapi.FileEntry {
+	return cliapi.FileEntry{Path: fi.Path, Name: fi.Name, Type: string(fi.Type), Size: int64(fi.Size), Mode: fi.Mode,
 		UID: int64(fi.UID), GID: int64(fi.GID), Mtime: fi.Mtime.UTC().Format(time.RFC3339Nano), SymlinkTarget: fi.SymlinkTarget}
 }
 
 // entryLine is one ls -l style line.
-func entryLine(e fileEntry) string {
+func entryLine(e cliapi.FileEntry) string {
 	name := e.Path
 	if e.SymlinkTarget != nil {
 		name += " -> " + *e.SymlinkTarget
@@ -86,12 +73,9 @@ func (c *DirCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := cliapi.DirData{Path: guestPath(c.Path), Entries: []any{}}
-	var lines []fileEntry
+	d := cliapi.DirData{Path: guestPath(c.Path), Entries: []cliapi.FileEntry{}}
 	err = s.List(ctx, d.Path, client.ListOptions{Depth: c.Depth, Limit: c.Page}, func(fi protocol.FileInfo) error {
-		e := toFileEntry(fi)
-		d.Entries = append(d.Entries, e)
-		lines = append(lines, e)
+		d.Entries = append(d.Entries, toFileEntry(fi))
 		return nil
 	})
 	if err != nil {
@@ -99,7 +83,7 @@ func (c *DirCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	return &result{typ: cliapi.TypeDir, data: d, human: func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-		for _, e := range lines {
+		for _, e := range d.Entries {
 			fmt.Fprintln(tw, entryLine(e))
 		}
 		return tw.Flush()
@@ -185,15 +169,6 @@ func (c *RmCmd) run(ctx context.Context, a *app) (*result, error) {
 	}}, nil
 }
 
-// execSummary is api/cli.yaml's execSummary shape.
-type execSummary struct {
-	ExecID    string   `json:"execId"`
-	Phase     string   `json:"phase"`
-	StartedAt string   `json:"startedAt"`
-	Command   []string `json:"command"`
-	Pid       int64    `json:"pid"`
-}
-
 // PsCmd lists the daemon's execs.
 type PsCmd struct {
 	AttachFlags
@@ -208,26 +183,23 @@ func (c *PsCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := cliapi.PsData{Execs: []any{}}
-	rows := make([]execSummary, 0, len(list))
+	d := cliapi.PsData{Execs: make([]cliapi.ExecSummary, 0, len(list))}
 	for _, e := range list {
 		cmd := e.Command
 		if cmd == nil {
 			cmd = []string{}
 		}
-		r := execSummary{ExecID: e.ExecID, Phase: string(e.Phase), StartedAt: e.StartedAt.UTC().Format(time.RFC3339Nano), Command: cmd, Pid: int64(e.Pid)}
-		rows = append(rows, r)
-		d.Execs = append(d.Execs, r)
+		d.Execs = append(d.Execs, cliapi.ExecSummary{ExecID: e.ExecID, Phase: string(e.Phase), StartedAt: e.StartedAt.UTC().Format(time.RFC3339Nano), Command: cmd, PID: int64(e.Pid)})
 	}
 	return &result{typ: cliapi.TypePs, data: d, human: func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 		fmt.Fprintln(tw, "EXEC ID\tPHASE\tPID\tSTARTED\tCOMMAND")
-		for _, r := range rows {
+		for _, r := range d.Execs {
 			words := make([]string, len(r.Command))
 			for i, w := range r.Command {
 				words[i] = shellQuote(w)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.ExecID, r.Phase, r.Pid, r.StartedAt, strings.Join(words, " "))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.ExecID, r.Phase, r.PID, r.StartedAt, strings.Join(words, " "))
 		}
 		return tw.Flush()
 	}}, nil
@@ -248,15 +220,15 @@ func (c *MetricsCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	d := cliapi.MetricsData{
-		SampledAt: m.SampledAt.UTC().Format(time.RFC3339Nano), CpuCount: int64(m.CPU.Count),
-		CpuUsedPercent: m.CPU.UsedPercent, CpuWindowSecs: m.CPU.WindowSecs,
+		SampledAt: m.SampledAt.UTC().Format(time.RFC3339Nano), CPUCount: int64(m.CPU.Count),
+		CPUUsedPercent: m.CPU.UsedPercent, CPUWindowSecs: m.CPU.WindowSecs,
 		MemoryTotalBytes: int64(m.Memory.TotalBytes), MemoryAvailableBytes: int64(m.Memory.AvailableBytes), MemoryUsedBytes: int64(m.Memory.UsedBytes),
 		DiskPath: m.Disk.Path, DiskTotalBytes: int64(m.Disk.TotalBytes), DiskAvailableBytes: int64(m.Disk.AvailableBytes), DiskUsedBytes: int64(m.Disk.UsedBytes),
 		Load1: m.Load.Load1, Load5: m.Load.Load5, Load15: m.Load.Load15,
 	}
 	return &result{typ: cliapi.TypeMetrics, data: d, human: func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-		fmt.Fprintf(tw, "cpu\t%.1f%% of %d over %.1fs\n", d.CpuUsedPercent, d.CpuCount, d.CpuWindowSecs)
+		fmt.Fprintf(tw, "cpu\t%.1f%% of %d over %.1fs\n", d.CPUUsedPercent, d.CPUCount, d.CPUWindowSecs)
 		fmt.Fprintf(tw, "memory\t%s used of %s (%s available)\n", humanBytes(d.MemoryUsedBytes), humanBytes(d.MemoryTotalBytes), humanBytes(d.MemoryAvailableBytes))
 		fmt.Fprintf(tw, "disk %s\t%s used of %s (%s available)\n", d.DiskPath, humanBytes(d.DiskUsedBytes), humanBytes(d.DiskTotalBytes), humanBytes(d.DiskAvailableBytes))
 		fmt.Fprintf(tw, "load\t%.2f %.2f %.2f\n", d.Load1, d.Load5, d.Load15)

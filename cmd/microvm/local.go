@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -117,6 +118,33 @@ func (c *DockerfileCmd) run(_ context.Context, a *app) (*result, error) {
 	}, nil
 }
 
+// runJSON is a ledger record as api/cli.yaml's run shape, each key present
+// exactly where client/ledger writes it: created_at, updated_at, steps and
+// closed always, the rest only when set.
+func runJSON(r ledger.Run) cliapi.Run {
+	stamp := func(t time.Time) *string { s := t.Format(time.RFC3339Nano); return &s }
+	var steps []cliapi.RunStep // a record's "steps": null stays null
+	if r.Steps != nil {
+		steps = make([]cliapi.RunStep, 0, len(r.Steps))
+	}
+	for _, s := range r.Steps {
+		steps = append(steps, cliapi.RunStep{Op: s.Op, Target: present(s.Target), State: string(s.State), Error: present(s.Error), At: *stamp(s.At)})
+	}
+	out := cliapi.Run{
+		ID: r.ID, CreatedAt: stamp(r.CreatedAt), UpdatedAt: stamp(r.UpdatedAt),
+		Region: present(r.Region), Image: present(r.Image), ImageARN: present(r.ImageARN),
+		ArtifactURI: present(r.ArtifactURI), LogGroup: present(r.LogGroup), MicrovmID: present(r.MicrovmID),
+		Steps: &steps, Closed: &r.Closed,
+	}
+	if r.ImageOwned {
+		out.ImageOwned = &r.ImageOwned
+	}
+	if len(r.Leaked) > 0 {
+		out.Leaked = &r.Leaked
+	}
+	return out
+}
+
 // LsCmd lists the local run ledger.
 type LsCmd struct {
 	StateDir string `name:"state-dir" help:"Where the run ledgers live; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
@@ -134,14 +162,15 @@ func (c *LsCmd) run(_ context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, invalidArg("", "reading the ledger %s: %v", dir, err)
 	}
-	runs := []any{}
+	runs := []cliapi.Run{}
 	for _, r := range recorded {
-		runs = append(runs, r)
+		runs = append(runs, runJSON(r))
 	}
 	for _, name := range unreadable {
 		// A damaged record still names a run that may have leaked; list it by
 		// file rather than hide it.
-		runs = append(runs, map[string]any{"id": strings.TrimSuffix(name, ".json"), "unreadable": true})
+		yes := true
+		runs = append(runs, cliapi.Run{ID: strings.TrimSuffix(name, ".json"), Unreadable: &yes})
 	}
 	return &result{
 		typ:  cliapi.TypeRuns,

@@ -629,18 +629,56 @@ func TestLsReadsTheLedger(t *testing.T) {
 	if err := rec.Update(func(r *ledger.Run) { r.MicrovmID = "mvm-1" }); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "damaged.json"), []byte(`{"id":`), 0o600)
-	m := envelope(t, cli(t, []string{"MICROVM_STATE_DIR=" + dir}, "", "--json", "ls"))
-	runs := m["data"].(map[string]any)["runs"].([]any)
-	if len(runs) != 2 {
-		t.Fatalf("runs %v, want the recorded run and the damaged one", runs)
+	// A run that began and was closed before its first step: "steps": [] and
+	// "closed": true, which an omitempty in the generated run type would drop.
+	begun, err := l.Begin("")
+	if err != nil {
+		t.Fatal(err)
 	}
-	first, second := runs[0].(map[string]any), runs[1].(map[string]any)
+	if err := begun.Update(func(r *ledger.Run) { r.Closed = true }); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "damaged.json"), []byte(`{"id":`), 0o600)
+	inv := cli(t, []string{"MICROVM_STATE_DIR=" + dir}, "", "--json", "ls")
+	m := envelope(t, inv)
+	runs := m["data"].(map[string]any)["runs"].([]any)
+	if len(runs) != 3 {
+		t.Fatalf("runs %v, want the two recorded runs and the damaged one", runs)
+	}
+	first, last := runs[0].(map[string]any), runs[2].(map[string]any)
 	if first["microvm_id"] != "mvm-1" || first["region"] != "us-east-1" || first["closed"] != false {
 		t.Fatalf("recorded run listed as %v", first)
 	}
-	if second["id"] != "damaged" || second["unreadable"] != true {
-		t.Fatalf("damaged record listed as %v", second)
+	if last["id"] != "damaged" || last["unreadable"] != true {
+		t.Fatalf("damaged record listed as %v", last)
+	}
+	// Each record is listed as client/ledger wrote it, key for key and in
+	// its order. Wrong edit caught: cmd/microvm's conversion into the
+	// generated cliapi.Run dropping a key the ledger always writes (closed,
+	// steps), writing one it omits, or reordering them.
+	var listed struct {
+		Data struct {
+			Runs []json.RawMessage `json:"runs"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(inv.stdout), &listed); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range []*ledger.Record{rec, begun} {
+		file, err := os.ReadFile(r.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want, got bytes.Buffer
+		if err := json.Compact(&want, file); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Compact(&got, listed.Data.Runs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("run %d listed as\n%s\nthe ledger wrote\n%s", i, got.String(), want.String())
+		}
 	}
 	human := cli(t, []string{"MICROVM_STATE_DIR=" + dir}, "", "ls")
 	if !strings.Contains(human.stdout, "mvm-1") || !strings.Contains(human.stdout, "unreadable record") {

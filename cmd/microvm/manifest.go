@@ -19,46 +19,6 @@ import (
 // run time, so it cannot describe a flag the binary does not accept.
 type ManifestCmd struct{}
 
-// Manifest types: the shape `microvm manifest` publishes in data.
-
-type manifestParam struct {
-	Name       string   `json:"name"`
-	Type       string   `json:"type"`
-	Choices    []string `json:"choices"` // null for free text and for booleans
-	Default    *string  `json:"default"`
-	Required   bool     `json:"required"`
-	Positional bool     `json:"positional"`
-	Repeatable bool     `json:"repeatable"`
-	Env        []string `json:"env"`
-	Conflicts  []string `json:"conflicts"`
-	Help       string   `json:"help"`
-}
-
-type manifestAlternate struct {
-	When         string   `json:"when"`
-	ResponseType string   `json:"responseType"`
-	ResponseKeys []string `json:"responseKeys"`
-	Stdout       string   `json:"stdout"`
-}
-
-type manifestCommand struct {
-	Name              string             `json:"name"`
-	Summary           string             `json:"summary"`
-	Parameters        []manifestParam    `json:"parameters"`
-	SupportsJSON      bool               `json:"supportsJson"`
-	ResponseType      string             `json:"responseType"`
-	ResponseKeys      []string           `json:"responseKeys"`
-	AlternateResponse *manifestAlternate `json:"alternateResponse"` // present-and-null when none
-}
-
-type manifestExit struct {
-	Exit        int    `json:"exit"`
-	Code        string `json:"code"`
-	Meaning     string `json:"meaning"`
-	Finding     string `json:"finding"`     // the heading, as the reference publishes it
-	FindingSlug string `json:"findingSlug"` // the stable slug beside it
-}
-
 // paramType names a parameter's type for an agent: four words, because a
 // caller needs to tell a switch, a closed set, a path and a number from text.
 func paramType(v *kong.Value) string {
@@ -83,8 +43,8 @@ func paramType(v *kong.Value) string {
 	return "string"
 }
 
-func param(v *kong.Value, f *kong.Flag) manifestParam {
-	p := manifestParam{
+func param(v *kong.Value, f *kong.Flag) cliapi.ManifestParam {
+	p := cliapi.ManifestParam{
 		Name:       v.Name,
 		Type:       paramType(v),
 		Required:   v.Required,
@@ -114,13 +74,13 @@ func param(v *kong.Value, f *kong.Flag) manifestParam {
 
 // buildManifest walks the kong model. Every command and flag comes from the
 // parser; response types come from api/cli.yaml; exit rows from the table.
-func buildManifest(k *kong.Kong) map[string]any {
-	cmds := []manifestCommand{}
+func buildManifest(k *kong.Kong) cliapi.ManifestData {
+	cmds := []cliapi.ManifestCommand{}
 	for _, node := range k.Model.Children {
 		if node.Type != kong.CommandNode || node.Hidden || node.Tag.Get("manifest") == "-" {
 			continue
 		}
-		mc := manifestCommand{Name: node.Name, Summary: node.Help, SupportsJSON: true, Parameters: []manifestParam{}, ResponseKeys: []string{}}
+		mc := cliapi.ManifestCommand{Name: node.Name, Summary: node.Help, SupportsJSON: true, Parameters: []cliapi.ManifestParam{}, ResponseKeys: []string{}}
 		if resp, ok := cliapi.ResponseFor(node.Name); ok {
 			mc.ResponseType, mc.ResponseKeys = resp.Type, resp.Keys
 		}
@@ -165,50 +125,39 @@ func buildManifest(k *kong.Kong) map[string]any {
 							keys = r.Keys
 						}
 					}
-					mc.AlternateResponse = &manifestAlternate{When: alt.When, ResponseType: alt.Type, ResponseKeys: keys, Stdout: alt.Stdout}
+					mc.AlternateResponse = &cliapi.ManifestAlternate{When: alt.When, ResponseType: alt.Type, ResponseKeys: keys, Stdout: alt.Stdout}
 				}
 			}
 		}
 		cmds = append(cmds, mc)
 	}
-	exits := []manifestExit{}
+	exits := []cliapi.ExitRow{}
 	for _, row := range taxonomy.ExitTable {
 		var finding taxonomy.FindingID
 		if k, ok := taxonomy.ErrorKindFromCode(row.Code); ok {
 			finding = k.Finding()
 		}
-		exits = append(exits, manifestExit{Exit: int(row.Value), Code: row.Code, Meaning: row.Meaning, Finding: finding.Title(), FindingSlug: string(finding)})
+		// The finding's heading, as the reference publishes it, and its
+		// stable slug beside it.
+		exits = append(exits, cliapi.ExitRow{Exit: int64(row.Value), Code: row.Code, Meaning: row.Meaning, Finding: finding.Title(), FindingSlug: string(finding)})
 	}
 	var schema any
 	if err := json.Unmarshal(cliapi.EnvelopeSchema, &schema); err != nil {
 		schema = map[string]any{}
 	}
-	return map[string]any{
-		"apiVersion":  cliapi.APIVersion,
-		"cli":         "microvm",
-		"version":     version,
-		"commands":    cmds,
-		"exitCodes":   exits,
-		"envelope":    schema,
-		"conventions": cliapi.Conventions,
+	return cliapi.ManifestData{
+		APIVersion:  cliapi.APIVersion,
+		CLI:         "microvm",
+		Version:     version,
+		Commands:    cmds,
+		ExitCodes:   exits,
+		Envelope:    schema,
+		Conventions: cliapi.Conventions,
 	}
 }
 
 func (c *ManifestCmd) run(_ context.Context, a *app) (*result, error) {
-	m := buildManifest(a.parser)
-	data := cliapi.ManifestData{
-		APIVersion:  cliapi.APIVersion,
-		Cli:         "microvm",
-		Version:     version,
-		Envelope:    m["envelope"],
-		Conventions: cliapi.Conventions,
-	}
-	for _, c := range m["commands"].([]manifestCommand) {
-		data.Commands = append(data.Commands, c)
-	}
-	for _, e := range m["exitCodes"].([]manifestExit) {
-		data.ExitCodes = append(data.ExitCodes, e)
-	}
+	data := buildManifest(a.parser)
 	return &result{
 		typ:        cliapi.TypeManifest,
 		data:       data,
@@ -216,7 +165,7 @@ func (c *ManifestCmd) run(_ context.Context, a *app) (*result, error) {
 		human: func(w io.Writer) error {
 			// Reached on a terminal only: a pipe gets the envelope.
 			cmds := grid{headers: []string{"command", "type", "summary"}}
-			for _, c := range m["commands"].([]manifestCommand) {
+			for _, c := range data.Commands {
 				cmds.add(false, c.Name, c.ResponseType, c.Summary)
 			}
 			cmds.footer = fmt.Sprintf("microvm %s: %d commands; `microvm manifest | jq` for every flag and domain", version, len(cmds.rows))
@@ -224,13 +173,13 @@ func (c *ManifestCmd) run(_ context.Context, a *app) (*result, error) {
 				return err
 			}
 			exits := grid{headers: []string{"exit", "code", "meaning", "finding"}}
-			for _, e := range m["exitCodes"].([]manifestExit) {
-				exits.add(false, strconv.Itoa(e.Exit), e.Code, e.Meaning, e.FindingSlug)
+			for _, e := range data.ExitCodes {
+				exits.add(false, strconv.FormatInt(e.Exit, 10), e.Code, e.Meaning, e.FindingSlug)
 			}
 			return a.writeGrid(w, exits)
 		},
 		dense: func(w io.Writer) error {
-			for _, c := range m["commands"].([]manifestCommand) {
+			for _, c := range data.Commands {
 				fmt.Fprintf(w, "%s\t%s\t%d params\n", c.Name, c.ResponseType, len(c.Parameters))
 			}
 			return nil

@@ -382,7 +382,8 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 
 	// The cost of what ran, every line labelled; nothing ran, nothing to price.
 	if rep, cerr := runCost(out.ImageName, size, p.region, buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
-		out.Cost = reportJSON(rep)
+		c := reportJSON(rep)
+		out.Cost = &c
 		if !a.g.Quiet && !a.g.JSON {
 			fmt.Fprintln(a.stderr, rep.String()) // its text carries any staleness warning
 		} else if rep.Staleness != "" {

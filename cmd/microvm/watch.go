@@ -22,17 +22,6 @@ type WatchCmd struct {
 	For       time.Duration `name:"for" help:"Stop after this long, e.g. 30s; 0 means no limit (then --count is needed)." default:"0s"`
 }
 
-type watchEventJSON struct {
-	Seq  int64  `json:"seq"`
-	Op   string `json:"op"`
-	Path string `json:"path"`
-}
-
-type watchGapJSON struct {
-	From int64 `json:"from"`
-	To   int64 `json:"to"`
-}
-
 func (c *WatchCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.Count <= 0 && c.For <= 0 {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "watch needs --count or --for, so it knows when to report")
@@ -54,7 +43,7 @@ func (c *WatchCmd) run(ctx context.Context, a *app) (*result, error) {
 	stop := context.AfterFunc(wctx, func() { _ = w.Close() })
 	defer stop()
 	defer w.Close()
-	d := cliapi.WatchData{Path: guestPath(c.Path), Recursive: c.Recursive, Events: []any{}, Gaps: []any{}}
+	d := cliapi.WatchData{Path: guestPath(c.Path), Recursive: c.Recursive, Events: []cliapi.WatchEvent{}, Gaps: []cliapi.WatchGap{}}
 	var lines []string
 	for c.Count <= 0 || len(d.Events) < c.Count {
 		ev, err := w.Next()
@@ -71,11 +60,11 @@ func (c *WatchCmd) run(ctx context.Context, a *app) (*result, error) {
 			return nil, err
 		}
 		if ev.Gap != nil {
-			d.Gaps = append(d.Gaps, watchGapJSON{From: int64(ev.Gap.From), To: int64(ev.Gap.To)})
+			d.Gaps = append(d.Gaps, cliapi.WatchGap{From: int64(ev.Gap.From), To: int64(ev.Gap.To)})
 			lines = append(lines, fmt.Sprintf("gap\t%d changes dropped", ev.Gap.To-ev.Gap.From))
 			continue
 		}
-		d.Events = append(d.Events, watchEventJSON{Seq: int64(ev.Change.Seq), Op: string(ev.Change.Op), Path: ev.Change.Path})
+		d.Events = append(d.Events, cliapi.WatchEvent{Seq: int64(ev.Change.Seq), Op: string(ev.Change.Op), Path: ev.Change.Path})
 		lines = append(lines, fmt.Sprintf("%s\t%s", ev.Change.Op, ev.Change.Path))
 	}
 	return &result{typ: cliapi.TypeWatch, data: d, human: func(w io.Writer) error {

@@ -87,16 +87,16 @@ type RunData struct {
 	MicrovmID       string `json:"microvmId"`
 	Endpoint        string `json:"endpoint"`
 	// AgentToken is present only with --keep, so the kept VM can be attached
-	AgentToken     *string  `json:"agentToken"`
-	ExecExitCode   *int64   `json:"execExitCode"`
-	Stdout         string   `json:"stdout"`
-	Stderr         string   `json:"stderr"`
-	Truncated      bool     `json:"truncated"`
-	BuildSeconds   *float64 `json:"buildSeconds"`
-	RunningSeconds *float64 `json:"runningSeconds"`
-	Kept           bool     `json:"kept"`
-	Leaked         []string `json:"leaked"`
-	Cost           any      `json:"cost"`
+	AgentToken     *string     `json:"agentToken"`
+	ExecExitCode   *int64      `json:"execExitCode"`
+	Stdout         string      `json:"stdout"`
+	Stderr         string      `json:"stderr"`
+	Truncated      bool        `json:"truncated"`
+	BuildSeconds   *float64    `json:"buildSeconds"`
+	RunningSeconds *float64    `json:"runningSeconds"`
+	Kept           bool        `json:"kept"`
+	Leaked         []string    `json:"leaked"`
+	Cost           *CostReport `json:"cost"`
 }
 
 // ImageData is the data of a microvm.image envelope.
@@ -186,7 +186,7 @@ type TeardownData struct {
 type RunsData struct {
 	StateDir string `json:"stateDir"`
 	// Runs is the ledger's records, as client/ledger writes them
-	Runs []any `json:"runs"`
+	Runs []Run `json:"runs"`
 }
 
 // LogsData is the data of a microvm.logs envelope.
@@ -197,25 +197,25 @@ type LogsData struct {
 
 // CostData is the data of a microvm.cost envelope.
 type CostData struct {
-	Report any `json:"report"`
+	Report CostReport `json:"report"`
 	// Comparison is present with --compare
-	Comparison any `json:"comparison"`
+	Comparison *CostComparison `json:"comparison"`
 }
 
 // DoctorData is the data of a microvm.doctor envelope.
 type DoctorData struct {
-	Checks []any `json:"checks"`
-	// Ok is every fatal check passed
-	Ok bool `json:"ok"`
+	Checks []DoctorCheck `json:"checks"`
+	// OK is every fatal check passed
+	OK bool `json:"ok"`
 }
 
 // ManifestData is the data of a microvm.manifest envelope.
 type ManifestData struct {
-	APIVersion string `json:"apiVersion"`
-	Cli        string `json:"cli"`
-	Version    string `json:"version"`
-	Commands   []any  `json:"commands"`
-	ExitCodes  []any  `json:"exitCodes"`
+	APIVersion string            `json:"apiVersion"`
+	CLI        string            `json:"cli"`
+	Version    string            `json:"version"`
+	Commands   []ManifestCommand `json:"commands"`
+	ExitCodes  []ExitRow         `json:"exitCodes"`
 	// Envelope is this JSON Schema
 	Envelope    any      `json:"envelope"`
 	Conventions []string `json:"conventions"`
@@ -247,14 +247,14 @@ type KillData struct {
 
 // StatData is the data of a microvm.stat envelope.
 type StatData struct {
-	Entry any `json:"entry"`
+	Entry FileEntry `json:"entry"`
 }
 
 // DirData is the data of a microvm.dir envelope.
 type DirData struct {
 	Path string `json:"path"`
 	// Entries is every entry to --depth, in the daemon's walk order, fetched page by page
-	Entries []any `json:"entries"`
+	Entries []FileEntry `json:"entries"`
 }
 
 // MkdirData is the data of a microvm.mkdir envelope.
@@ -279,7 +279,7 @@ type RemoveData struct {
 
 // PsData is the data of a microvm.ps envelope.
 type PsData struct {
-	Execs []any `json:"execs"`
+	Execs []ExecSummary `json:"execs"`
 }
 
 // WatchData is the data of a microvm.watch envelope.
@@ -287,18 +287,18 @@ type WatchData struct {
 	Path      string `json:"path"`
 	Recursive bool   `json:"recursive"`
 	// Events is the changes seen, in order, until --count or --for ended the watch
-	Events []any `json:"events"`
+	Events []WatchEvent `json:"events"`
 	// Gaps is runs of changes the daemon dropped because this reader fell behind
-	Gaps []any `json:"gaps"`
+	Gaps []WatchGap `json:"gaps"`
 }
 
 // MetricsData is the data of a microvm.metrics envelope.
 type MetricsData struct {
 	SampledAt      string  `json:"sampledAt"`
-	CpuCount       int64   `json:"cpuCount"`
-	CpuUsedPercent float64 `json:"cpuUsedPercent"`
-	// CpuWindowSecs is the window cpuUsedPercent covers: since the previous sample by anyone, or since boot
-	CpuWindowSecs        float64 `json:"cpuWindowSecs"`
+	CPUCount       int64   `json:"cpuCount"`
+	CPUUsedPercent float64 `json:"cpuUsedPercent"`
+	// CPUWindowSecs is the window cpuUsedPercent covers: since the previous sample by anyone, or since boot
+	CPUWindowSecs        float64 `json:"cpuWindowSecs"`
 	MemoryTotalBytes     int64   `json:"memoryTotalBytes"`
 	MemoryAvailableBytes int64   `json:"memoryAvailableBytes"`
 	MemoryUsedBytes      int64   `json:"memoryUsedBytes"`
@@ -325,7 +325,7 @@ type CostComparison struct {
 	Text        string     `json:"text"`
 	Running     CostReport `json:"running"`
 	Suspended   CostReport `json:"suspended"`
-	PerCycleUsd string     `json:"perCycleUsd"`
+	PerCycleUSD string     `json:"perCycleUsd"`
 	// BreakEvenSec is null when suspending never pays off
 	BreakEvenSec *float64 `json:"breakEvenSec"`
 }
@@ -337,12 +337,12 @@ type CostLine struct {
 	// Quantity is a decimal
 	Quantity string `json:"quantity"`
 	Unit     string `json:"unit"`
-	// Usd is a decimal estimate; omitted, never zero, for an unpriced line
-	Usd string `json:"usd,omitempty"`
+	// USD is a decimal estimate; omitted, never zero, for an unpriced line
+	USD *string `json:"usd,omitempty"`
 	// Unpriced is why the line has no price
-	Unpriced   string `json:"unpriced,omitempty"`
-	Provenance string `json:"provenance,omitempty"`
-	Note       string `json:"note,omitempty"`
+	Unpriced   *string `json:"unpriced,omitempty"`
+	Provenance *string `json:"provenance,omitempty"`
+	Note       *string `json:"note,omitempty"`
 }
 
 // CostReport is the "costReport" shape of api/cli.yaml.
@@ -350,8 +350,8 @@ type CostReport struct {
 	Label string     `json:"label"`
 	Size  string     `json:"size"`
 	Lines []CostLine `json:"lines"`
-	// TotalUsd is a decimal: the sum of the priced lines
-	TotalUsd string `json:"totalUsd"`
+	// TotalUSD is a decimal: the sum of the priced lines
+	TotalUSD string `json:"totalUsd"`
 	// IsLowerBound is true when an unpriced line makes the total a floor
 	IsLowerBound bool `json:"isLowerBound"`
 	// Staleness is why the rate table may be out of date, or empty
@@ -362,7 +362,7 @@ type CostReport struct {
 // DoctorCheck is the "doctorCheck" shape of api/cli.yaml.
 type DoctorCheck struct {
 	Name   string `json:"name"`
-	Ok     bool   `json:"ok"`
+	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
 	// Fatal is false for an advisory check, which does not decide the exit
 	Fatal bool `json:"fatal"`
@@ -377,7 +377,7 @@ type ExecSummary struct {
 	// StartedAt is RFC 3339
 	StartedAt string   `json:"startedAt"`
 	Command   []string `json:"command"`
-	Pid       int64    `json:"pid"`
+	PID       int64    `json:"pid"`
 }
 
 // ExitRow is the "exitRow" shape of api/cli.yaml.
@@ -399,22 +399,30 @@ type FileEntry struct {
 	Size int64  `json:"size"`
 	// Mode is four octal digits
 	Mode string `json:"mode"`
-	Uid  int64  `json:"uid"`
-	Gid  int64  `json:"gid"`
+	UID  int64  `json:"uid"`
+	GID  int64  `json:"gid"`
 	// Mtime is RFC 3339
 	Mtime         string  `json:"mtime"`
 	SymlinkTarget *string `json:"symlinkTarget"`
 }
 
+// ManifestAlternate is the "manifestAlternate" shape of api/cli.yaml.
+type ManifestAlternate struct {
+	When         string   `json:"when"`
+	ResponseType string   `json:"responseType"`
+	ResponseKeys []string `json:"responseKeys"`
+	Stdout       string   `json:"stdout"`
+}
+
 // ManifestCommand is the "manifestCommand" shape of api/cli.yaml.
 type ManifestCommand struct {
-	Name              string          `json:"name"`
-	Summary           string          `json:"summary"`
-	Parameters        []ManifestParam `json:"parameters"`
-	SupportsJson      bool            `json:"supportsJson"`
-	ResponseType      string          `json:"responseType"`
-	ResponseKeys      []string        `json:"responseKeys"`
-	AlternateResponse any             `json:"alternateResponse"`
+	Name              string             `json:"name"`
+	Summary           string             `json:"summary"`
+	Parameters        []ManifestParam    `json:"parameters"`
+	SupportsJSON      bool               `json:"supportsJson"`
+	ResponseType      string             `json:"responseType"`
+	ResponseKeys      []string           `json:"responseKeys"`
+	AlternateResponse *ManifestAlternate `json:"alternateResponse"`
 }
 
 // ManifestParam is the "manifestParam" shape of api/cli.yaml.
@@ -436,19 +444,28 @@ type ManifestParam struct {
 type Run struct {
 	ID string `json:"id"`
 	// Unreadable is true for a record that could not be parsed; it may still name a leak
-	Unreadable   bool     `json:"unreadable,omitempty"`
-	Created_at   string   `json:"created_at,omitempty"`
-	Updated_at   string   `json:"updated_at,omitempty"`
-	Region       string   `json:"region,omitempty"`
-	Image        string   `json:"image,omitempty"`
-	Image_arn    string   `json:"image_arn,omitempty"`
-	Image_owned  bool     `json:"image_owned,omitempty"`
-	Artifact_uri string   `json:"artifact_uri,omitempty"`
-	Log_group    string   `json:"log_group,omitempty"`
-	Microvm_id   string   `json:"microvm_id,omitempty"`
-	Steps        []any    `json:"steps,omitempty"`
-	Leaked       []string `json:"leaked,omitempty"`
-	Closed       bool     `json:"closed,omitempty"`
+	Unreadable  *bool      `json:"unreadable,omitempty"`
+	CreatedAt   *string    `json:"created_at,omitempty"`
+	UpdatedAt   *string    `json:"updated_at,omitempty"`
+	Region      *string    `json:"region,omitempty"`
+	Image       *string    `json:"image,omitempty"`
+	ImageARN    *string    `json:"image_arn,omitempty"`
+	ImageOwned  *bool      `json:"image_owned,omitempty"`
+	ArtifactURI *string    `json:"artifact_uri,omitempty"`
+	LogGroup    *string    `json:"log_group,omitempty"`
+	MicrovmID   *string    `json:"microvm_id,omitempty"`
+	Steps       *[]RunStep `json:"steps,omitempty"`
+	Leaked      *[]string  `json:"leaked,omitempty"`
+	Closed      *bool      `json:"closed,omitempty"`
+}
+
+// RunStep is the "runStep" shape of api/cli.yaml.
+type RunStep struct {
+	Op     string  `json:"op"`
+	Target *string `json:"target,omitempty"`
+	State  string  `json:"state"`
+	Error  *string `json:"error,omitempty"`
+	At     string  `json:"at"`
 }
 
 // WatchEvent is the "watchEvent" shape of api/cli.yaml.

@@ -1482,7 +1482,7 @@ type ClientInterface interface {
 
 	// ExecStream Stream an exec's output
 	//
-	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
 	//
 	// Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 	ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1876,7 +1876,7 @@ func (c *Client) ExecStdin(ctx context.Context, id ExecID, body ExecStdinJSONReq
 
 // ExecStream Stream an exec's output
 //
-// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
 //
 // Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 func (c *Client) ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3625,7 +3625,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExecStreamWithResponse Stream an exec's output
 	//
-	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6262,7 +6262,7 @@ func (c *ClientWithResponses) ExecStdinWithResponse(ctx context.Context, id Exec
 
 // ExecStreamWithResponse Stream an exec's output
 //
-// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -272,7 +272,7 @@ class Client:
         raise _api_error("execPoll", _resp, json_statuses=())
 
     def exec_stream(self, id: str, *, offset: Optional[int] = None) -> EventStream:
-        """GET /v1/exec/{id}/stream. Stream an exec's output: follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live"""
+        """GET /v1/exec/{id}/stream. Stream an exec's output: follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event"""
         _path = f"/v1/exec/{_quote(id)}/stream"
         _query: List[Tuple[str, str]] = []
         if offset is not None:

@@ -173,7 +173,7 @@ export interface paths {
         };
         /**
          * Stream an exec's output
-         * @description follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live
+         * @description follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
          */
         get: operations["execStream"];
         put?: never;
