@@ -70,9 +70,33 @@ type jsonText struct {
 	w       *bufio.Writer
 	invalid bool // the last thing written was a replacement for invalid bytes
 	window  [64<<10 + utf8.UTFMax]byte
+	// scratch gathers the escapes of a run of bytes that need them, so such
+	// a run costs one buffered write per 4 KiB instead of four per byte.
+	scratch [4 << 10]byte
 }
 
 const hexDigits = "0123456789abcdef"
+
+// jsonEscape is how each ASCII byte is written inside a JSON string: empty
+// for a byte written as itself, else its escape (\n, \r, \t, \", \\ and
+// \u00XX for the other controls, as poll bodies have always carried them).
+var jsonEscape = func() (t [utf8.RuneSelf]string) {
+	for b := 0; b < 0x20; b++ {
+		t[b] = `\u00` + string(hexDigits[b>>4]) + string(hexDigits[b&0xf])
+	}
+	t['\n'], t['\r'], t['\t'] = `\n`, `\r`, `\t`
+	t['"'], t['\\'] = `\"`, `\\`
+	return t
+}()
+
+// jsonPlain marks the bytes written as themselves: ASCII with no escape. One
+// bool per byte keeps the scan over ordinary text to a load and a branch.
+var jsonPlain = func() (t [256]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = jsonEscape[b] == ""
+	}
+	return t
+}()
 
 // string writes the concatenation of chunks as a quoted JSON string. A
 // character split across two chunks is carried over in a small window.
@@ -98,34 +122,31 @@ func (e *jsonText) string(chunks [][]byte) {
 
 // encode escapes p and returns how much of it was consumed: all of it when
 // final, otherwise all but an incomplete character at the end.
+//
+// Bytes are written in runs: p[start:i] is always valid text not yet
+// written, so a run ends only at a byte that needs an escape or a
+// replacement. A pending run also means the last thing written is no longer
+// a replacement, which is how invalid is kept without a store per byte.
 func (e *jsonText) encode(p []byte, final bool) int {
 	start := 0 // first byte not yet written
 	i := 0
 	for i < len(p) {
-		b := p[i]
-		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				e.invalid = false
-				continue
-			}
-			e.w.Write(p[start:i])
-			switch b {
-			case '"', '\\':
-				e.w.WriteByte('\\')
-				e.w.WriteByte(b)
-			case '\n':
-				e.w.WriteString(`\n`)
-			case '\r':
-				e.w.WriteString(`\r`)
-			case '\t':
-				e.w.WriteString(`\t`)
-			default:
-				e.w.WriteString(`\u00`)
-				e.w.WriteByte(hexDigits[b>>4])
-				e.w.WriteByte(hexDigits[b&0xf])
-			}
+		if jsonPlain[p[i]] {
 			i++
+			continue
+		}
+		if p[i] < utf8.RuneSelf {
+			e.w.Write(p[start:i])
+			esc := e.scratch[:0]
+			for i < len(p) && p[i] < utf8.RuneSelf && !jsonPlain[p[i]] {
+				if len(esc)+6 > len(e.scratch) {
+					e.w.Write(esc)
+					esc = e.scratch[:0]
+				}
+				esc = append(esc, jsonEscape[p[i]]...)
+				i++
+			}
+			e.w.Write(esc)
 			start = i
 			e.invalid = false
 			continue
@@ -135,7 +156,10 @@ func (e *jsonText) encode(p []byte, final bool) int {
 		}
 		r, size := utf8.DecodeRune(p[i:])
 		if r == utf8.RuneError && size == 1 {
-			e.w.Write(p[start:i])
+			if start < i {
+				e.w.Write(p[start:i])
+				e.invalid = false
+			}
 			if !e.invalid {
 				e.w.WriteString(`\ufffd`)
 				e.invalid = true
@@ -144,19 +168,22 @@ func (e *jsonText) encode(p []byte, final bool) int {
 			start = i
 			continue
 		}
-		e.invalid = false
 		if r == '\u2028' || r == '\u2029' {
 			// Valid JSON either way; escaped as encoding/json does, so the
 			// body is also safe inside JavaScript.
 			e.w.Write(p[start:i])
 			e.w.WriteString(`\u202`)
 			e.w.WriteByte(hexDigits[r&0xf])
+			e.invalid = false
 			i += size
 			start = i
 			continue
 		}
 		i += size
 	}
-	e.w.Write(p[start:i])
+	if start < i {
+		e.w.Write(p[start:i])
+		e.invalid = false
+	}
 	return i
 }

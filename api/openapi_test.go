@@ -257,6 +257,8 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"max_list_page":      10000,
 		"list_page_default":  1000,
 		"watch_queue_events": 1024,
+		// Ours (issue 19): how long a poll of a running exec may wait for its exit.
+		"poll_hold_secs": 0.02,
 	}
 	// The reference daemon's own environment variable names (agentd/src/config.rs).
 	wantEnv := map[string]string{

@@ -1429,7 +1429,7 @@ type ClientInterface interface {
 
 	// ExecPoll Poll an exec
 	//
-	// reads an exec's phase and, once it has exited, its output and status; never changes the entry
+	// reads an exec's phase and, once it has exited, its output and status; never changes the entry. A poll of a running exec waits up to limits.poll_hold_secs for it to exit before answering running, and answers the moment it does
 	//
 	// Corresponds with GET /v1/exec/{id} (the `ExecPoll` operationId).
 	ExecPoll(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1753,7 +1753,7 @@ func (c *Client) ExecStart(ctx context.Context, body ExecStartJSONRequestBody, r
 
 // ExecPoll Poll an exec
 //
-// reads an exec's phase and, once it has exited, its output and status; never changes the entry
+// reads an exec's phase and, once it has exited, its output and status; never changes the entry. A poll of a running exec waits up to limits.poll_hold_secs for it to exit before answering running, and answers the moment it does
 //
 // Corresponds with GET /v1/exec/{id} (the `ExecPoll` operationId).
 func (c *Client) ExecPoll(ctx context.Context, id ExecID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3562,7 +3562,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExecPollWithResponse Poll an exec
 	//
-	// reads an exec's phase and, once it has exited, its output and status; never changes the entry
+	// reads an exec's phase and, once it has exited, its output and status; never changes the entry. A poll of a running exec waits up to limits.poll_hold_secs for it to exit before answering running, and answers the moment it does
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6157,7 +6157,7 @@ func (c *ClientWithResponses) ExecStartWithResponse(ctx context.Context, body Ex
 
 // ExecPollWithResponse Poll an exec
 //
-// reads an exec's phase and, once it has exited, its output and status; never changes the entry
+// reads an exec's phase and, once it has exited, its output and status; never changes the entry. A poll of a running exec waits up to limits.poll_hold_secs for it to exit before answering running, and answers the moment it does
 //
 // Returns a wrapper object for the known response body format(s).
 //

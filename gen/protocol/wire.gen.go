@@ -151,6 +151,7 @@ const (
 	DefaultMaxTarMembers         = 100000     // AGENTD_MAX_TAR_MEMBERS
 	DefaultOpenBodyTimeoutSecs   = 10         // AGENTD_OPEN_BODY_TIMEOUT_SECS
 	DefaultOutputLingerSecs      = 5          // AGENTD_OUTPUT_LINGER_SECS
+	DefaultPollHoldSecs          = 0.02       // AGENTD_POLL_HOLD_SECS
 	DefaultPort                  = 9000       // AGENTD_PORT
 	DefaultSSEIdleTimeoutSecs    = 60         //
 	DefaultSSEKeepaliveSecs      = 15         // AGENTD_SSE_KEEPALIVE_SECS
@@ -179,6 +180,7 @@ var Limits = []Limit{
 	{Name: "max_tar_members", Env: "AGENTD_MAX_TAR_MEMBERS", Default: DefaultMaxTarMembers, Description: "member count allowed in one tar upload or download"},
 	{Name: "open_body_timeout_secs", Env: "AGENTD_OPEN_BODY_TIMEOUT_SECS", Default: DefaultOpenBodyTimeoutSecs, Description: "seconds an unauthenticated request body (the run hook's, or one refused before authentication) may take to arrive; past it the connection is closed, so a slow body cannot hold a connection open"},
 	{Name: "output_linger_secs", Env: "AGENTD_OUTPUT_LINGER_SECS", Default: DefaultOutputLingerSecs, Description: "seconds to keep draining pipes after the child exits, for grandchildren still holding them"},
+	{Name: "poll_hold_secs", Env: "AGENTD_POLL_HOLD_SECS", Default: DefaultPollHoldSecs, Description: "seconds a poll of a running exec waits for the exec to exit before it answers running; it answers as soon as the exec exits, so the first poll of a short command usually carries its outcome instead of sending the poller into its backoff, and a running answer, which carries nothing but the phase, comes at most this much later; 0 answers at once"},
 	{Name: "port", Env: "AGENTD_PORT", Default: DefaultPort, Description: "TCP port the daemon listens on inside the VM"},
 	{Name: "sse_idle_timeout_secs", Env: "", Default: DefaultSSEIdleTimeoutSecs, Description: "client-side threshold (four keepalive intervals) after which a silent SSE connection is treated as dead; not a daemon setting"},
 	{Name: "sse_keepalive_secs", Env: "AGENTD_SSE_KEEPALIVE_SECS", Default: DefaultSSEKeepaliveSecs, Description: "interval of keepalive comment lines on a quiet SSE stream"},
@@ -210,6 +212,7 @@ type LimitSet struct {
 	MaxTarMembers      int64         // max_tar_members (AGENTD_MAX_TAR_MEMBERS)
 	OpenBodyTimeout    time.Duration // open_body_timeout_secs (AGENTD_OPEN_BODY_TIMEOUT_SECS)
 	OutputLinger       time.Duration // output_linger_secs (AGENTD_OUTPUT_LINGER_SECS)
+	PollHold           time.Duration // poll_hold_secs (AGENTD_POLL_HOLD_SECS)
 	Port               int           // port (AGENTD_PORT)
 	SSEIdleTimeout     time.Duration // sse_idle_timeout_secs
 	SSEKeepalive       time.Duration // sse_keepalive_secs (AGENTD_SSE_KEEPALIVE_SECS)
@@ -266,6 +269,8 @@ func (l *LimitSet) SetLimit(name string, v float64) bool {
 		l.OpenBodyTimeout = SecondsDuration(v)
 	case "output_linger_secs":
 		l.OutputLinger = SecondsDuration(v)
+	case "poll_hold_secs":
+		l.PollHold = SecondsDuration(v)
 	case "port":
 		l.Port = int(v)
 	case "sse_idle_timeout_secs":
@@ -324,6 +329,8 @@ func (l *LimitSet) LimitValue(name string) (float64, bool) {
 		return l.OpenBodyTimeout.Seconds(), true
 	case "output_linger_secs":
 		return l.OutputLinger.Seconds(), true
+	case "poll_hold_secs":
+		return l.PollHold.Seconds(), true
 	case "port":
 		return float64(l.Port), true
 	case "sse_idle_timeout_secs":

@@ -258,7 +258,7 @@ class Client:
         raise _api_error("execStart", _resp, json_statuses=())
 
     def exec_poll(self, id: str) -> PollResponse:
-        """GET /v1/exec/{id}. Poll an exec: reads an exec's phase and, once it has exited, its output and status; never changes the entry"""
+        """GET /v1/exec/{id}. Poll an exec: reads an exec's phase and, once it has exited, its output and status; never changes the entry. A poll of a running exec waits up to limits.poll_hold_secs for it to exit before answering running, and answers the moment it does"""
         _path = f"/v1/exec/{_quote(id)}"
         _query: List[Tuple[str, str]] = []
         _data = None

@@ -32,6 +32,7 @@ LIMITS: Dict[str, float] = {
     "max_tar_members": 100000,
     "open_body_timeout_secs": 10,
     "output_linger_secs": 5,
+    "poll_hold_secs": 0.02,
     "port": 9000,
     "sse_idle_timeout_secs": 60,
     "sse_keepalive_secs": 15,

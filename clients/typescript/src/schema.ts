@@ -153,7 +153,7 @@ export interface paths {
         };
         /**
          * Poll an exec
-         * @description reads an exec's phase and, once it has exited, its output and status; never changes the entry
+         * @description reads an exec's phase and, once it has exited, its output and status; never changes the entry. A poll of a running exec waits up to limits.poll_hold_secs for it to exit before answering running, and answers the moment it does
          */
         get: operations["execPoll"];
         put?: never;
