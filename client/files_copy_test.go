@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -36,7 +37,10 @@ func TestTransportBodyWriteToClassifiesBreak(t *testing.T) {
 func TestUploadBodyCopiesAndCloses(t *testing.T) {
 	data := strings.Repeat("y", 3<<20+7)
 	c := &closeCounter{Reader: iotest.HalfReader(strings.NewReader(data))}
-	body := newUploadBody(c)
+	body, size := newUploadBody(c)
+	if size != -1 {
+		t.Fatalf("a reader of unknown length got size %d", size)
+	}
 	var dst bytes.Buffer
 	if n, err := io.Copy(&dst, body); err != nil || n != int64(len(data)) || dst.String() != data {
 		t.Fatalf("n=%d err=%v", n, err)
@@ -44,9 +48,81 @@ func TestUploadBodyCopiesAndCloses(t *testing.T) {
 	if err := body.(io.Closer).Close(); err != nil || c.closed != 1 {
 		t.Fatalf("close: err=%v closed=%d", err, c.closed)
 	}
-	if r := strings.NewReader(data); newUploadBody(r) != io.Reader(r) {
+	if r := strings.NewReader(data); func() io.Reader { b, _ := newUploadBody(r); return b }() != io.Reader(r) {
 		t.Fatal("a known-length reader was wrapped")
 	}
+}
+
+// A regular file is sent as itself with what is left of it as the size, so
+// the transport can sendfile it with a Content-Length. Catches: the whole
+// file's size for a file already read into (a Content-Length the body
+// cannot fill), and a file wrapped like any reader (chunked, copied through
+// this process).
+func TestUploadBodyOfAFileKeepsItsSize(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(strings.Repeat("z", 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(300, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	body, size := newUploadBody(f)
+	if body != io.Reader(f) || size != 700 {
+		t.Fatalf("body %T size %d, want the file itself and 700", body, size)
+	}
+	// A pipe is a file too, but has no size to promise.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	if body, size := newUploadBody(pr); body == io.Reader(pr) || size != -1 {
+		t.Fatalf("a pipe got body %T size %d", body, size)
+	}
+}
+
+// A download is written to its destination in full buffers: a body that
+// trickles in small reads still reaches the writer in copyBufferBytes
+// writes. Catches: writing each read as it came (the write count then
+// follows the reads, here 64 KiB each).
+func TestTransportBodyWritesFullBuffers(t *testing.T) {
+	data := bytes.Repeat([]byte("w"), 3*copyBufferBytes+5)
+	src := io.NopCloser(&chunkReader{data: data, step: 64 << 10})
+	var w countingSink
+	n, err := io.Copy(&w, &transportBody{op: "fsReadFile", rc: src})
+	if err != nil || n != int64(len(data)) || w.bytes != len(data) {
+		t.Fatalf("n=%d err=%v wrote %d", n, err, w.bytes)
+	}
+	if w.writes != 4 {
+		t.Fatalf("%d writes for %d bytes, want 4 (three full buffers and the rest)", w.writes, len(data))
+	}
+}
+
+type chunkReader struct {
+	data []byte
+	step int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), c.step)], c.data)
+	c.data = c.data[n:]
+	return n, nil
+}
+
+type countingSink struct{ writes, bytes int }
+
+func (c *countingSink) Write(p []byte) (int, error) {
+	c.writes++
+	c.bytes += len(p)
+	return len(p), nil
 }
 
 type closeCounter struct {
