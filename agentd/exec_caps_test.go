@@ -43,6 +43,18 @@ func TestStartBodyOfExactlyTheStartCapIsServed(t *testing.T) {
 	if o := d.waitExited("at-cap"); o.ExitCode == nil || *o.ExitCode != 0 {
 		t.Fatalf("the start at the cap did not run: %+v", o)
 	}
+	// Chunked, the cap is found while reading, and the text is still the
+	// start route's. Catches, in readJSON's choice of text, either half of
+	// `tooLargeText == "" || tooLarge.Limit != limit` negated: the start's
+	// own text is then replaced by max_body_bytes'.
+	c, br := dialRaw(t, d.addr)
+	over := padded + " "
+	fmt.Fprintf(c, "POST /v1/exec/start HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", testToken, len(over), over)
+	resp := readResponse(t, br, "POST")
+	text, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.HasPrefix(string(text), "exec start body is larger than 4096 bytes") {
+		t.Fatalf("a chunked start body over the cap: %d %q, want 413 with the start route's text naming 4096", resp.StatusCode, text)
+	}
 }
 
 // An exec_id of exactly limits.max_exec_id_bytes is an id like any other: a
