@@ -104,9 +104,13 @@ func launch(t testing.TB, o launchOpts) *process {
 	cmd := exec.Command(agentdBinary(t))
 	cmd.Dir = t.TempDir()
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, o.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if o.namespaced {
 		cmd.SysProcAttr = privateNamespaces()
 	}
+	// A daemon dies with the test binary, even one a timeout or a mutation run kills:
+	// an orphaned agentd once spun on a core for minutes after its test was gone.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		if o.namespaced {

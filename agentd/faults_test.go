@@ -57,6 +57,9 @@ func startFaultDaemon(t *testing.T, wrap []string, env ...string) *faultDaemon {
 	port := freePort(t)
 	argv := append(append([]string(nil), wrap...), agentdBinary(t))
 	cmd := exec.Command(argv[0], argv[1:]...)
+	// A daemon dies with the test binary, even one a timeout or a mutation run kills:
+	// an orphaned agentd once spun on a core for minutes after its test was gone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Dir = t.TempDir()
 	cmd.Env = append([]string{
 		"AGENTD_PORT=" + strconv.Itoa(port),

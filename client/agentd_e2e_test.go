@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +71,9 @@ func startAgentd(t *testing.T, env ...string) *daemon {
 	_, port, _ := net.SplitHostPort(addr)
 	d := &daemon{addr: addr, base: "http://" + addr, dir: t.TempDir()}
 	cmd := exec.Command(agentdBinary(t))
+	// A daemon dies with the test binary, even one a timeout or a mutation run kills:
+	// an orphaned agentd once spun on a core for minutes after its test was gone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Dir = d.dir
 	cmd.Env = append([]string{
 		"AGENTD_PORT=" + port,

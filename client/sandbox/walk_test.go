@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +74,9 @@ func startAgentd(t *testing.T) *vm {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	cmd := exec.Command(agentdHost)
+	// A daemon dies with the test binary, even one a timeout or a mutation run kills:
+	// an orphaned agentd once spun on a core for minutes after its test was gone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Env = []string{"AGENTD_PORT=" + fmt.Sprint(port), "AGENTD_IDENTITY_REPAIR=0", "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	cmd.Dir = t.TempDir()
 	cmd.Stderr = io.Discard

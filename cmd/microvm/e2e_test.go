@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +67,9 @@ func startAgentd(t *testing.T, env ...string) (endpoint, token string) {
 	l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, agentd)
+	// A daemon dies with the test binary, even one a timeout or a mutation run kills:
+	// an orphaned agentd once spun on a core for minutes after its test was gone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), fmt.Sprintf("AGENTD_PORT=%d", port), "AGENTD_IDENTITY_REPAIR=0"), env...)
 	var logs bytes.Buffer
