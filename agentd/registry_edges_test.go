@@ -3,6 +3,7 @@ package agentd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/microvms/microvms/gen/protocol"
 )
@@ -128,5 +131,65 @@ func TestFailedSpawnWithStdinLeaksNoDescriptor(t *testing.T) {
 	}
 	if after := count(); after > before+3 {
 		t.Fatalf("open descriptors grew from %d to %d over 20 failed spawns with stdin", before, after)
+	}
+}
+
+// exec_ttl_secs=0 (LoadConfig takes it) means an acked entry goes at the
+// collector's next tick, which is then its 10 ms floor. Catches:
+// `10*time.Millisecond` made `10/time.Millisecond` in collectLoop (the
+// period is then 0 and time.NewTicker panics, taking the daemon down).
+func TestZeroTTLCollectsAtTheNextTick(t *testing.T) {
+	d := bootedDaemon(t, func(c *Config) { c.ExecTTL = 0 })
+	d.mustStart(protocol.StartRequest{ExecID: "zero", Command: []string{"true"}})
+	d.waitExited("zero")
+	if resp, err := d.client.ExecAckWithResponse(context.Background(), "zero", auth(testToken)); err != nil || resp.StatusCode() != http.StatusOK {
+		t.Fatalf("ack: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if code, _ := d.poll("zero"); code == http.StatusNotFound {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("with exec_ttl_secs=0 the acked entry was never collected")
+		}
+	}
+}
+
+func threads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			var n int
+			if _, err := fmt.Sscan(v, &n); err == nil {
+				return n
+			}
+		}
+	}
+	t.Fatal("no Threads line")
+	return 0
+}
+
+// Waiting for a child parks on its pidfd through the runtime poller, so
+// forty running execs cost no thread each. Catches, in waitChild, the pidfd
+// path skipped (`e.pidfd != nil` or `err == nil` negated): every child then
+// holds a thread blocked in waitid for its whole life.
+func TestWaitingForChildrenTakesNoThreadEach(t *testing.T) {
+	d := bootedDaemon(t, nil)
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		t.Skip("no pidfd on this kernel: waiting takes the blocking path by design")
+	}
+	unix.Close(fd)
+	before := threads(t)
+	for i := range 40 {
+		d.mustStart(protocol.StartRequest{ExecID: fmt.Sprintf("s%d", i), Command: []string{"sleep", "30"}})
+	}
+	time.Sleep(200 * time.Millisecond) // let any blocking waiter reach waitid
+	if after := threads(t); after-before >= 20 {
+		t.Fatalf("threads grew from %d to %d with 40 children running", before, after)
 	}
 }
