@@ -28,9 +28,6 @@ const (
 	// smallStreamBytes is where a stream's buffer starts: most streams carry
 	// a few lines, and fifty of them at full size would be RSS for nothing.
 	smallStreamBytes = 4 << 10
-	// streamCoalesce is how long a stream that has caught up with a
-	// part-filled buffer waits for more output before sending it.
-	streamCoalesce = 200 * time.Microsecond
 )
 
 // streamBuffers is one attached stream's working memory, pooled so an attach
@@ -130,26 +127,6 @@ func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.
 			buf.exit(st.exit, st.total)
 			write()
 			return
-		}
-		// Caught up with output still flowing: a child writing fast refills
-		// the ring within microseconds, so wait briefly for more before
-		// handing a part-filled buffer to the connection. Each hand-off is a
-		// chunk, two write syscalls and a wakeup of the client; bulk output
-		// arrived 64 KiB at a time and went out that way (about 97 KiB of
-		// base64 per chunk). Waiting up to 200 us on the shared ruler, four
-		// interleaved pairs: 404 -> 474 MiB/s (medians), daemon CPU per
-		// 256 MiB 0.50 -> 0.46 s. A lone line waits those 200 us at most.
-		if len(buf.out) > 0 && len(buf.out) < streamBufferBytes/2 {
-			coalesce := time.NewTimer(streamCoalesce)
-			select {
-			case <-st.wait:
-				coalesce.Stop()
-				continue
-			case <-coalesce.C:
-			case <-r.Context().Done():
-				coalesce.Stop()
-				return
-			}
 		}
 		// Nothing to send right now: push out what is buffered, then wait.
 		if !flush() {
