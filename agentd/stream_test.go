@@ -1,8 +1,10 @@
 package agentd
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -226,5 +228,38 @@ func TestStreamRefusals(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest || errorBody(t, body).Error != "malformed_request" {
 			t.Fatalf("%s: %d %s", q, resp.StatusCode, body)
 		}
+	}
+}
+
+// Output followed by silence reaches an attached reader while the command
+// is still running. The child prints one line and then blocks on stdin,
+// which is only written once that line has arrived, under a 20 s client
+// deadline. Catches: a stream that holds a part-filled buffer when it has
+// caught up (waiting for more output, or for the exit, before writing), so
+// the line sits in the daemon until the child writes again, here never.
+func TestStreamDeliversOutputBeforeTheCommandGoesQuiet(t *testing.T) {
+	d := bootedDaemon(t, nil)
+	d.mustStart(protocol.StartRequest{ExecID: "quiet", Command: []string{"sh", "-c", "echo first; read x; echo second"}, Stdin: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := d.client.ExecStream(ctx, "quiet", nil, auth(testToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the first line never arrived while the command waited: %v", err)
+		}
+		if strings.HasPrefix(line, "data: ") && strings.Contains(line, `"output":"`+base64.StdEncoding.EncodeToString([]byte("first\n"))+`"`) {
+			break
+		}
+	}
+	d.client.ExecStdinWithResponse(ctx, "quiet", protocol.StdinRequest{DataB64: strp("eAo="), Signal: strp("eof")}, auth(testToken))
+	rest := readSSE(t, br)
+	if out, _, exit := collect(t, rest, 6); string(out) != "second\n" || exit.ExitCode == nil || *exit.ExitCode != 0 {
+		t.Fatalf("after stdin: %q %+v", out, exit)
 	}
 }
