@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +77,104 @@ func (f *floorServer) routes() http.Handler {
 		f.mu.Unlock()
 		fmt.Fprintf(w, `{"exec_id":%q,"phase":"acked","exit_code":%d,"stdout":"","stderr":""}`, r.PathValue("id"), <-done)
 	})
+	// The file routes as the ruler drives them: a raw body gathered 1 MiB
+	// per write into the named file (no temp file, no fsync), and a plain
+	// GET served with io.Copy, which net/http turns into sendfile.
+	m.HandleFunc("PUT /v1/fs/file", func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Create(r.URL.Query().Get("path"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer f.Close()
+		buf := make([]byte, 1<<20)
+		for {
+			n, err := io.ReadFull(r.Body, buf)
+			if n > 0 {
+				if _, werr := f.Write(buf[:n]); werr != nil {
+					http.Error(w, werr.Error(), http.StatusInternalServerError)
+					return
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	m.HandleFunc("GET /v1/fs/file", func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(r.URL.Query().Get("path"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		defer f.Close()
+		st, _ := f.Stat()
+		w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+		_, _ = io.Copy(w, f)
+	})
 	return m
+}
+
+// rulerUpload and rulerDownload move a file the way the ruler's agentd
+// adapter does: the upload body is the open file with its size (sendfile on
+// this side), the download is written as each read returns.
+func rulerUpload(b *testing.B, hc *http.Client, base, token, src, dst string) {
+	f, err := os.Open(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	req, _ := http.NewRequest("PUT", base+"/v1/fs/file?path="+dst, f)
+	req.ContentLength = st.Size()
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		b.Fatalf("upload: %d", resp.StatusCode)
+	}
+}
+
+func rulerDownload(b *testing.B, hc *http.Client, base, token, src, dst string) {
+	req, _ := http.NewRequest("GET", base+"/v1/fs/file?path="+src, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("download: %d", resp.StatusCode)
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := f.Write(buf[:n]); werr != nil {
+				b.Fatal(werr)
+			}
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // rulerExec is one exec as the shared ruler's agentd adapter runs it with
@@ -182,4 +280,66 @@ func BenchmarkExecRoundTripFloor(b *testing.B) {
 	b.ReportMetric(float64(agentdT)/float64(base), "x-os/exec")
 	b.ReportMetric(float64(floorT)/float64(base), "floor-x-os/exec")
 	b.ReportMetric(float64(agentdT)/float64(floorT), "x-floor")
+}
+
+// BenchmarkFileTransferFloor moves 256 MiB up and down the ruler's way
+// through agentd and through floorServer, beside a local file copy, in one
+// run: x-copy is agentd's ratio (the ruler's file rows), floor-x-copy the
+// floor's, x-floor agentd over the floor. The floor built as a daemon and
+// driven by the ruler measured 0.32-0.36x up and 0.33-0.41x down on this
+// machine while agentd measured 0.30-0.32x and 0.39-0.52x (2026-12-01, two
+// interleaved pairs under load): the issue's 0.6x and 0.7x are past what
+// loopback HTTP into ext4 gives a net/http daemon here.
+func BenchmarkFileTransferFloor(b *testing.B) {
+	d := startDaemon(b, nil)
+	d.bootstrap(nil)
+	floor := &floorServer{execs: map[string]chan int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fsrv := &http.Server{Handler: floor.routes()}
+	go func() { _ = fsrv.Serve(ln) }()
+	defer fsrv.Close()
+	floorBase := "http://" + ln.Addr().String()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	dir := b.TempDir()
+	src := filepath.Join(dir, "src.bin")
+	writeBenchFile(b, src, transferBytes)
+	b.SetBytes(transferBytes)
+	for _, dirn := range []string{"upload", "download"} {
+		b.Run(dirn, func(b *testing.B) {
+			remote := filepath.Join(dir, "remote.bin")
+			if dirn == "download" {
+				if _, err := localCopy(src, remote, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var base, agentdT, floorT time.Duration
+			for range b.N {
+				settle()
+				t, err := localCopy(src, filepath.Join(dir, "local.bin"), false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				base += t
+				for _, tgt := range []struct {
+					base, token string
+					sum         *time.Duration
+				}{{d.base, testToken, &agentdT}, {floorBase, "", &floorT}} {
+					settle()
+					t0 := time.Now()
+					if dirn == "upload" {
+						rulerUpload(b, hc, tgt.base, tgt.token, src, remote)
+					} else {
+						rulerDownload(b, hc, tgt.base, tgt.token, remote, filepath.Join(dir, "down.bin"))
+					}
+					*tgt.sum += time.Since(t0)
+				}
+			}
+			b.ReportMetric(float64(base)/float64(agentdT), "x-copy")
+			b.ReportMetric(float64(base)/float64(floorT), "floor-x-copy")
+			b.ReportMetric(float64(floorT)/float64(agentdT), "x-floor")
+		})
+	}
 }
