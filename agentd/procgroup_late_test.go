@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // With a pidfd for the leader, a kill reaches the exec's group even when its
@@ -32,6 +34,12 @@ func TestPidfdKillReachesAMemberStartedAfterTheReap(t *testing.T) {
 	d.waitExited("x")
 	e := d.srv.execs.get("x")
 	if e.pidfd == nil {
+		// Catches: the pidfd from clone dropped (`pidfd >= 0` negated in
+		// spawn, or the SetNonblock check negated, which closes it).
+		if fd, err := unix.PidfdOpen(os.Getpid(), 0); err == nil {
+			unix.Close(fd)
+			t.Fatal("this kernel has pidfds, but the exec kept none")
+		}
 		t.Skip("the spawn got no pidfd")
 	}
 	time.Sleep(30 * time.Millisecond) // a later clock tick than the reap
