@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +77,104 @@ func (f *floorServer) routes() http.Handler {
 		f.mu.Unlock()
 		fmt.Fprintf(w, `{"exec_id":%q,"phase":"acked","exit_code":%d,"stdout":"","stderr":""}`, r.PathValue("id"), <-done)
 	})
+	// The file routes as the ruler drives them: a raw body gathered 1 MiB
+	// per write into the named file (no temp file, no fsync), and a plain
+	// GET served with io.Copy, which net/http turns into sendfile.
+	m.HandleFunc("PUT /v1/fs/file", func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Create(r.URL.Query().Get("path"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer f.Close()
+		buf := make([]byte, 1<<20)
+		for {
+			n, err := io.ReadFull(r.Body, buf)
+			if n > 0 {
+				if _, werr := f.Write(buf[:n]); werr != nil {
+					http.Error(w, werr.Error(), http.StatusInternalServerError)
+					return
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	m.HandleFunc("GET /v1/fs/file", func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(r.URL.Query().Get("path"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		defer f.Close()
+		st, _ := f.Stat()
+		w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+		_, _ = io.Copy(w, f)
+	})
 	return m
+}
+
+// rulerUpload and rulerDownload move a file the way the ruler's agentd
+// adapter does: the upload body is the open file with its size (sendfile on
+// this side), the download is written as each read returns.
+func rulerUpload(b *testing.B, hc *http.Client, base, token, src, dst string) {
+	f, err := os.Open(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	req, _ := http.NewRequest("PUT", base+"/v1/fs/file?path="+dst, f)
+	req.ContentLength = st.Size()
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		b.Fatalf("upload: %d", resp.StatusCode)
+	}
+}
+
+func rulerDownload(b *testing.B, hc *http.Client, base, token, src, dst string) {
+	req, _ := http.NewRequest("GET", base+"/v1/fs/file?path="+src, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("download: %d", resp.StatusCode)
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := f.Write(buf[:n]); werr != nil {
+				b.Fatal(werr)
+			}
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // rulerExec is one exec as the shared ruler's agentd adapter runs it with
@@ -182,4 +280,141 @@ func BenchmarkExecRoundTripFloor(b *testing.B) {
 	b.ReportMetric(float64(agentdT)/float64(base), "x-os/exec")
 	b.ReportMetric(float64(floorT)/float64(base), "floor-x-os/exec")
 	b.ReportMetric(float64(agentdT)/float64(floorT), "x-floor")
+}
+
+// BenchmarkFileTransferFloor moves 256 MiB up and down the ruler's way
+// through agentd and through floorServer, beside a local file copy, in one
+// run: x-copy is agentd's ratio (the ruler's file rows), floor-x-copy the
+// floor's, x-floor agentd over the floor. The floor built as a daemon and
+// driven by the ruler measured 0.32-0.36x up and 0.33-0.41x down on this
+// machine while agentd measured 0.30-0.32x and 0.39-0.52x (2026-12-01, two
+// interleaved pairs under load): the issue's 0.6x and 0.7x are past what
+// loopback HTTP into ext4 gives a net/http daemon here.
+func BenchmarkFileTransferFloor(b *testing.B) {
+	d := startDaemon(b, nil)
+	d.bootstrap(nil)
+	floor := &floorServer{execs: map[string]chan int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fsrv := &http.Server{Handler: floor.routes()}
+	go func() { _ = fsrv.Serve(ln) }()
+	defer fsrv.Close()
+	floorBase := "http://" + ln.Addr().String()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	dir := b.TempDir()
+	src := filepath.Join(dir, "src.bin")
+	writeBenchFile(b, src, transferBytes)
+	b.SetBytes(transferBytes)
+	for _, dirn := range []string{"upload", "download"} {
+		b.Run(dirn, func(b *testing.B) {
+			remote := filepath.Join(dir, "remote.bin")
+			if dirn == "download" {
+				if _, err := localCopy(src, remote, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var base, agentdT, floorT time.Duration
+			for range b.N {
+				settle()
+				t, err := localCopy(src, filepath.Join(dir, "local.bin"), false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				base += t
+				for _, tgt := range []struct {
+					base, token string
+					sum         *time.Duration
+				}{{d.base, testToken, &agentdT}, {floorBase, "", &floorT}} {
+					settle()
+					t0 := time.Now()
+					if dirn == "upload" {
+						rulerUpload(b, hc, tgt.base, tgt.token, src, remote)
+					} else {
+						rulerDownload(b, hc, tgt.base, tgt.token, remote, filepath.Join(dir, "down.bin"))
+					}
+					*tgt.sum += time.Since(t0)
+				}
+			}
+			b.ReportMetric(float64(base)/float64(agentdT), "x-copy")
+			b.ReportMetric(float64(base)/float64(floorT), "floor-x-copy")
+			b.ReportMetric(float64(floorT)/float64(agentdT), "x-floor")
+		})
+	}
+}
+
+// rulerPolledExec is the ruler's exec with --agentd-wait poll: start, then
+// GET /v1/exec/{id} with a backoff from 100 us doubling to 5 ms until the
+// phase is exited, then ack.
+func rulerPolledExec(b *testing.B, hc *http.Client, base, token, id string) (polls int) {
+	do := func(method, path, body string) []byte {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		if body == "" {
+			req.Body = nil
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, out)
+		}
+		return out
+	}
+	do("POST", "/v1/exec/start", `{"exec_id":"`+id+`","command":["/bin/true"]}`)
+	delay := time.Duration(0)
+	for {
+		polls++
+		var p struct {
+			Phase string `json:"phase"`
+		}
+		if err := json.Unmarshal(do("GET", "/v1/exec/"+id, ""), &p); err != nil {
+			b.Fatal(err)
+		}
+		if p.Phase == "exited" {
+			break
+		}
+		if delay == 0 {
+			delay = 100 * time.Microsecond
+		} else if delay *= 2; delay > 5*time.Millisecond {
+			delay = 5 * time.Millisecond
+		}
+		time.Sleep(delay)
+	}
+	do("POST", "/v1/exec/"+id+"/ack", "")
+	return polls
+}
+
+// BenchmarkExecRoundTripPolled is the ruler's polled exec_rtt row through
+// agentd beside os/exec, interleaved (x-os/exec; the issue's target is
+// 1.5x), with the polls each exec took. poll_hold_secs is what keeps that
+// near one: the first poll waits for the exit instead of answering running
+// and sending the client into its backoff (2.65-2.85x on the ruler before
+// it, 1.82-1.83x after, 2026-12-01).
+func BenchmarkExecRoundTripPolled(b *testing.B) {
+	d := startDaemon(b, func(c *Config) { c.ExecTTL = time.Second })
+	d.bootstrap(nil)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	for i := range 20 {
+		rulerPolledExec(b, hc, d.base, testToken, "pw-"+strconv.Itoa(i))
+		_ = exec.Command("/bin/true").Run()
+	}
+	var base, got time.Duration
+	polls := 0
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		_ = exec.Command("/bin/true").Run()
+		base += time.Since(t0)
+		t0 = time.Now()
+		polls += rulerPolledExec(b, hc, d.base, testToken, "p-"+strconv.Itoa(i))
+		got += time.Since(t0)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(got)/float64(base), "x-os/exec")
+	b.ReportMetric(float64(polls)/float64(b.N), "polls/exec")
 }

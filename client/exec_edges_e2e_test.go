@@ -312,3 +312,47 @@ func countingMinter(n *atomic.Int64) client.TokenMinter {
 		return client.NewProxyToken(map[string]string{taxonomy.ProxyAuthHeader: fmt.Sprintf("tok-%d", n.Add(1))}), nil
 	})
 }
+
+// Release acks without taking the output back: the record is acked after
+// it, a second Release or Ack is the documented conflict, and an exec still
+// running is refused as Ack refuses it. With 8 MiB of NUL output (48 MiB of
+// JSON in the answer) it still returns and the session stays usable.
+// Catches: a Release that does not ack (the poll still says exited), or one
+// that swallows the daemon's 409.
+func TestReleaseAcksWithoutTheOutput(t *testing.T) {
+	const token = "release-token"
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	s := session(t, d.base, token)
+	ctx := testCtx(t)
+	e, err := s.Start(ctx, []string{"head", "-c", "8388608", "/dev/zero"}, client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, err := e.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Running() {
+			break
+		}
+	}
+	if err := e.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if r, err := e.Poll(ctx); err != nil || r.Phase != protocol.PhaseAcked {
+		t.Fatalf("after release the record is %+v, %v; want acked", r, err)
+	}
+	if err := e.Release(ctx); !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
+		t.Fatalf("a second release: %v, want the already_acked conflict", err)
+	}
+	running, err := s.Start(ctx, []string{"sleep", "30"}, client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Kill(ctx)
+	if err := running.Release(ctx); !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
+		t.Fatalf("releasing a running exec: %v, want the still_running conflict", err)
+	}
+}

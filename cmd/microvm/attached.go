@@ -547,7 +547,7 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *std
 	}
 	// Release the output now that every byte was delivered, so nothing
 	// lingers on the daemon; a failed ack is reported, never swallowed.
-	if _, err := ex.Ack(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
+	if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
 		return nil, &failure{err: asClientError(err), data: sum}
 	}
 	res := &result{typ: cliapi.TypeExecStream, data: sum, human: func(io.Writer) error { return nil }}
