@@ -2,8 +2,13 @@ package agentd
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/microvms/microvms/agentd/internal/tartest"
 	"github.com/microvms/microvms/gen/protocol"
@@ -37,5 +42,33 @@ func TestTarUploadSpoolLeaksNoDescriptor(t *testing.T) {
 	}
 	if after := count(); after > before+3 {
 		t.Fatalf("open descriptors grew from %d to %d over 20 uploads", before, after)
+	}
+}
+
+// Overwriting a setgid file without a mode keeps the setgid bit, as it keeps
+// setuid and sticky. Catches: the setgid test negated in unixSpecialBits
+// (`m&os.ModeSetgid == 0`), which drops setgid from such a file and adds it
+// to every other overwritten file.
+func TestOverwriteKeepsTheSetgidBit(t *testing.T) {
+	dir := t.TempDir()
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
+	for _, mode := range []uint32{0o2750, 0o640} {
+		p := filepath.Join(dir, fmt.Sprintf("f%o", mode))
+		if err := os.WriteFile(p, []byte("old"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), strings.NewReader("new")); r.status != 204 {
+			t.Fatalf("overwrite: %d %q", r.status, r.body)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode & 0o7777; got != mode {
+			t.Errorf("overwriting a %04o file without a mode left %04o", mode, got)
+		}
 	}
 }
