@@ -45,14 +45,15 @@ func TestTarUploadSpoolLeaksNoDescriptor(t *testing.T) {
 	}
 }
 
-// Overwriting a setgid file without a mode keeps the setgid bit, as it keeps
-// setuid and sticky. Catches: the setgid test negated in unixSpecialBits
-// (`m&os.ModeSetgid == 0`), which drops setgid from such a file and adds it
-// to every other overwritten file.
-func TestOverwriteKeepsTheSetgidBit(t *testing.T) {
+// Overwriting a file without a mode keeps its setuid, setgid and sticky
+// bits, each alone, and adds none to a plain file. Catches: any of the three
+// tests negated in unixSpecialBits (reading the old mode) or in
+// specialBitsMode (applying it), which drops the bit from such a file and
+// adds it to every other overwritten file.
+func TestOverwriteKeepsTheSpecialBits(t *testing.T) {
 	dir := t.TempDir()
 	srv := fsServer(t, testFS(protocol.LimitSet{}))
-	for _, mode := range []uint32{0o2750, 0o640} {
+	for _, mode := range []uint32{0o4750, 0o2750, 0o1750, 0o640} {
 		p := filepath.Join(dir, fmt.Sprintf("f%o", mode))
 		if err := os.WriteFile(p, []byte("old"), 0o600); err != nil {
 			t.Fatal(err)
