@@ -73,3 +73,22 @@ func TestOverwriteKeepsTheSpecialBits(t *testing.T) {
 		}
 	}
 }
+
+// The daemon reads its umask from /proc/self/status, so a new file written
+// without a mode gets 0666 less the umask the daemon really runs with, not
+// the usual 022. Catches, in processUmask: the read's success test negated
+// (`err == nil`) or the parse's (`err == nil` after ParseUint), either of
+// which falls back to 022 and makes files group-readable under umask 027.
+func TestNewFileModeFollowsTheProcessUmask(t *testing.T) {
+	was := unix.Umask(0o027)
+	defer unix.Umask(was)
+	dir := t.TempDir()
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
+	p := filepath.Join(dir, "new")
+	if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), strings.NewReader("x")); r.status != 204 {
+		t.Fatalf("write: %d %q", r.status, r.body)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("a new file under umask 027: %v %v, want 0640", fi.Mode(), err)
+	}
+}
