@@ -193,3 +193,17 @@ func TestWaitingForChildrenTakesNoThreadEach(t *testing.T) {
 		t.Fatalf("threads grew from %d to %d with 40 children running", before, after)
 	}
 }
+
+// Releasing exactly reclaimAfterBytes starts a collection: the threshold is
+// inclusive. Catches: `pending < reclaimAfterBytes` made `<=` in released
+// (an ack of exactly half the default max_output_bytes, the size the
+// threshold was chosen for, would never prompt one).
+func TestReleasingExactlyTheThresholdCollects(t *testing.T) {
+	var c reclaimer
+	c.released(reclaimAfterBytes)
+	for deadline := time.Now().Add(10 * time.Second); c.pending.Load() != 0 || c.running.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pending %d after releasing exactly reclaimAfterBytes: no collection started", c.pending.Load())
+		}
+	}
+}
