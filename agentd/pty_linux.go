@@ -91,7 +91,7 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 	e := &execEntry{
 		id:             id,
 		pgid:           pid,
-		log:            newOutputLog(r.cfg.StreamReplayBytes, r.cfg.MaxOutputBytes, r.cfg.StreamStall),
+		log:            newOutputLog(r.cfg.StreamReplayBytes, r.cfg.MaxOutputBytes, r.cfg.StreamStall, r.cfg.StreamAttachGrace),
 		finished:       make(chan struct{}),
 		stdinRequested: true,
 		stdin:          in,
