@@ -158,3 +158,31 @@ func TestUserOrGroupAloneDemotes(t *testing.T) {
 		}
 	}
 }
+
+// The gate's max_body_bytes has the same edge: a body of exactly the cap is
+// served, one byte more is refused with max_body_bytes' own text (here the
+// start cap is the larger one, so the gate's is what applies). Catches: the
+// gate's declared-length check made non-strict (`r.ContentLength >=
+// s.cfg.MaxBodyBytes`).
+func TestBodyOfExactlyMaxBodyBytesIsServed(t *testing.T) {
+	const limit = 4096
+	d := bootedDaemon(t, func(c *Config) { c.MaxBodyBytes = limit; c.MaxStartBodyBytes = 2 * limit })
+	body, _ := json.Marshal(protocol.StartRequest{ExecID: "at-gate", Command: []string{"true"}})
+	padded := string(body) + strings.Repeat(" ", limit-len(body))
+	for _, tc := range []struct {
+		body string
+		want int
+	}{{padded, http.StatusOK}, {padded + " ", http.StatusRequestEntityTooLarge}} {
+		c, br := dialRaw(t, d.addr)
+		fmt.Fprintf(c, "POST /v1/exec/start HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", testToken, len(tc.body), tc.body)
+		resp := readResponse(t, br, "POST")
+		text, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != tc.want {
+			t.Fatalf("a body of %d bytes (max_body_bytes %d): %d %q, want %d", len(tc.body), limit, resp.StatusCode, text, tc.want)
+		}
+		if tc.want == http.StatusRequestEntityTooLarge && !strings.Contains(string(text), "max_body_bytes (4096 bytes)") {
+			t.Fatalf("the over-cap body's 413 says %q, want max_body_bytes' text", text)
+		}
+	}
+	d.waitExited("at-gate")
+}
