@@ -81,10 +81,23 @@ type outputLog struct {
 
 	done bool
 	exit exitStatus
+
+	// graceEnd is when the pump stops waiting for a first stream
+	// (stream_attach_grace_secs after the start); everAttached is set by the
+	// first attach. Until one of them, bytes nobody has read stay in the
+	// ring: the usual client starts an exec and attaches one round trip
+	// later, and a fast writer filled the 1 MiB window before that (the
+	// CLI's exec --stream of head -c 256M lost its first 0.2-0.6 MiB).
+	graceEnd     time.Time
+	everAttached bool
 }
 
-func newOutputLog(replay, headCap int64, stall time.Duration) *outputLog {
-	return &outputLog{capacity: int(replay), headCap: int(headCap), stall: stall}
+func newOutputLog(replay, headCap int64, stall, attachGrace time.Duration) *outputLog {
+	l := &outputLog{capacity: int(replay), headCap: int(headCap), stall: stall}
+	if attachGrace > 0 {
+		l.graceEnd = time.Now().Add(attachGrace)
+	}
+	return l
 }
 
 // publish appends bytes read from one pipe. Bytes past the head cap still go
@@ -140,7 +153,11 @@ func (l *outputLog) makeRoom(n uint64) {
 				blocked = true
 			}
 		}
-		if !blocked {
+		graceLeft := time.Duration(0)
+		if !l.everAttached && newStart > l.start && !l.graceEnd.IsZero() {
+			graceLeft = time.Until(l.graceEnd)
+		}
+		if !blocked && graceLeft <= 0 {
 			return
 		}
 		waiting = true
@@ -150,6 +167,19 @@ func (l *outputLog) makeRoom(n uint64) {
 			l.progress = make(chan struct{})
 		}
 		ch := l.progress
+		if !blocked {
+			// Only the attach grace holds the pump: wait for a first stream
+			// (attach signals progress) or the grace's end, then re-check.
+			grace := time.NewTimer(graceLeft)
+			l.mu.Unlock()
+			select {
+			case <-ch:
+			case <-grace.C:
+			}
+			grace.Stop()
+			l.mu.Lock()
+			continue
+		}
 		if timer == nil {
 			timer = time.NewTimer(l.stall)
 		}
@@ -237,6 +267,12 @@ func (l *outputLog) attach(from uint64) *subscriber {
 		l.subs = make(map[*subscriber]struct{})
 	}
 	l.subs[s] = struct{}{}
+	if !l.everAttached {
+		// A pump held by the attach grace re-checks: this reader now
+		// speaks for itself.
+		l.everAttached = true
+		l.signalProgress()
+	}
 	return s
 }
 

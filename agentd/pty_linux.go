@@ -91,7 +91,7 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 	e := &execEntry{
 		id:             id,
 		pgid:           pid,
-		log:            newOutputLog(r.cfg.StreamReplayBytes, r.cfg.MaxOutputBytes, r.cfg.StreamStall),
+		log:            newOutputLog(r.cfg.StreamReplayBytes, r.cfg.MaxOutputBytes, r.cfg.StreamStall, r.cfg.StreamAttachGrace),
 		finished:       make(chan struct{}),
 		stdinRequested: true,
 		stdin:          in,
@@ -145,7 +145,10 @@ func (s *Server) ExecResize(w http.ResponseWriter, _ *http.Request, id protocol.
 	}
 	e.stdinMu.Lock()
 	defer e.stdinMu.Unlock()
-	if e.stdin == nil {
+	// Finished is checked, not only the terminal's handle: the handle is
+	// closed in the background just after the exit, and a poll that has
+	// already said exited must not be followed by a resize that succeeds.
+	if e.stdin == nil || e.isFinished() {
 		writeError(w, taxonomy.SlugStdinClosed, "the terminal is gone: the exec exited or its input was closed with eof")
 		return
 	}

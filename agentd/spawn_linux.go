@@ -74,7 +74,7 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 	e := &execEntry{
 		id:             id,
 		pgid:           pid,
-		log:            newOutputLog(r.cfg.StreamReplayBytes, r.cfg.MaxOutputBytes, r.cfg.StreamStall),
+		log:            newOutputLog(r.cfg.StreamReplayBytes, r.cfg.MaxOutputBytes, r.cfg.StreamStall, r.cfg.StreamAttachGrace),
 		finished:       make(chan struct{}),
 		stdinRequested: sp.stdin,
 		stdin:          stdinW,

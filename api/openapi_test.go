@@ -259,6 +259,8 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"watch_queue_events": 1024,
 		// Ours (issue 19): how long a poll of a running exec may wait for its exit.
 		"poll_hold_secs": 0.02,
+		// Ours (issue 19): a fast writer's first bytes wait for the stream a client attaches after its start.
+		"stream_attach_grace_secs": 1,
 	}
 	// The reference daemon's own environment variable names (agentd/src/config.rs).
 	wantEnv := map[string]string{

@@ -443,12 +443,21 @@ func (e *Exec) waitUntilExited(ctx context.Context) (Result, error) {
 }
 
 // waitAck waits for the record to say exited, then acks it. The outcome is
-// read from the record, never inferred from a stream ending.
+// read from the record, never inferred from a stream ending. The exited
+// poll already carried the whole record (nothing in it changes after the
+// exit), so the ack is a Release: the output is not transferred and
+// decoded a second time, which for an 8 MiB head of NUL bytes was 48 MiB of
+// JSON each way.
 func (e *Exec) waitAck(ctx context.Context) (Result, error) {
-	if _, err := e.waitUntilExited(ctx); err != nil {
+	r, err := e.waitUntilExited(ctx)
+	if err != nil {
 		return Result{}, err
 	}
-	return e.Ack(ctx)
+	if err := e.Release(ctx); err != nil {
+		return Result{}, err
+	}
+	r.Phase = protocol.PhaseAcked
+	return r, nil
 }
 
 // Process is a started exec with its stdout and stderr demultiplexed from the
@@ -594,7 +603,8 @@ func (p *Process) Close() error {
 // Timeout error and a cancelled ctx an Interrupted one; either leaves the
 // exec running.
 func (p *Process) Wait(ctx context.Context) (Result, error) {
-	if _, err := p.e.waitUntilExited(ctx); err != nil {
+	r, err := p.e.waitUntilExited(ctx)
+	if err != nil {
 		return Result{}, err
 	}
 	select {
@@ -602,5 +612,11 @@ func (p *Process) Wait(ctx context.Context) (Result, error) {
 	case <-ctx.Done():
 		return Result{}, timeoutOr(ctx, p.e.id, ctx.Err())
 	}
-	return p.e.Ack(ctx)
+	// As in waitAck: the exited poll's record is the outcome; the ack only
+	// releases it.
+	if err := p.e.Release(ctx); err != nil {
+		return Result{}, err
+	}
+	r.Phase = protocol.PhaseAcked
+	return r, nil
 }

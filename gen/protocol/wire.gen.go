@@ -156,6 +156,7 @@ const (
 	DefaultSSEIdleTimeoutSecs    = 60         //
 	DefaultSSEKeepaliveSecs      = 15         // AGENTD_SSE_KEEPALIVE_SECS
 	DefaultStdinWriteTimeoutSecs = 5          // AGENTD_STDIN_WRITE_TIMEOUT_SECS
+	DefaultStreamAttachGraceSecs = 1          // AGENTD_STREAM_ATTACH_GRACE_SECS
 	DefaultStreamReplayBytes     = 1048576    // AGENTD_STREAM_BUFFER_BYTES
 	DefaultStreamStallSecs       = 10         // AGENTD_STREAM_STALL_SECS
 	DefaultWatchQueueEvents      = 1024       //
@@ -185,6 +186,7 @@ var Limits = []Limit{
 	{Name: "sse_idle_timeout_secs", Env: "", Default: DefaultSSEIdleTimeoutSecs, Description: "client-side threshold (four keepalive intervals) after which a silent SSE connection is treated as dead; not a daemon setting"},
 	{Name: "sse_keepalive_secs", Env: "AGENTD_SSE_KEEPALIVE_SECS", Default: DefaultSSEKeepaliveSecs, Description: "interval of keepalive comment lines on a quiet SSE stream"},
 	{Name: "stdin_write_timeout_secs", Env: "AGENTD_STDIN_WRITE_TIMEOUT_SECS", Default: DefaultStdinWriteTimeoutSecs, Description: "seconds a stdin write may wait for the child to read before 408"},
+	{Name: "stream_attach_grace_secs", Env: "AGENTD_STREAM_ATTACH_GRACE_SECS", Default: DefaultStreamAttachGraceSecs, Description: "seconds after an exec starts during which, while no stream has attached to it yet, the output pump waits rather than let the replay window move past bytes nobody has read; a client that starts an exec and then attaches (two round trips) otherwise loses the start of a fast writer's output to a gap. A stream attaching ends the wait at once; a command nobody streams is held back at most this long, once; 0 turns it off"},
 	{Name: "stream_replay_bytes", Env: "AGENTD_STREAM_BUFFER_BYTES", Default: DefaultStreamReplayBytes, Description: "size of the per-exec replay window a new or resuming stream can read back from"},
 	{Name: "stream_stall_secs", Env: "AGENTD_STREAM_STALL_SECS", Default: DefaultStreamStallSecs, Description: "seconds an attached stream that has fallen a whole replay window behind may go without taking a single byte before the output pump leaves it to a gap; a reader that makes any progress in that window keeps its bytes, so a reader slowed by a busy machine loses nothing"},
 	{Name: "watch_queue_events", Env: "", Default: DefaultWatchQueueEvents, Description: "events one GET /v1/fs/watch stream holds for a slow reader; past it they are dropped and reported as a gap"},
@@ -217,6 +219,7 @@ type LimitSet struct {
 	SSEIdleTimeout     time.Duration // sse_idle_timeout_secs
 	SSEKeepalive       time.Duration // sse_keepalive_secs (AGENTD_SSE_KEEPALIVE_SECS)
 	StdinWriteTimeout  time.Duration // stdin_write_timeout_secs (AGENTD_STDIN_WRITE_TIMEOUT_SECS)
+	StreamAttachGrace  time.Duration // stream_attach_grace_secs (AGENTD_STREAM_ATTACH_GRACE_SECS)
 	StreamReplayBytes  int64         // stream_replay_bytes (AGENTD_STREAM_BUFFER_BYTES)
 	StreamStall        time.Duration // stream_stall_secs (AGENTD_STREAM_STALL_SECS)
 	WatchQueueEvents   int64         // watch_queue_events
@@ -279,6 +282,8 @@ func (l *LimitSet) SetLimit(name string, v float64) bool {
 		l.SSEKeepalive = SecondsDuration(v)
 	case "stdin_write_timeout_secs":
 		l.StdinWriteTimeout = SecondsDuration(v)
+	case "stream_attach_grace_secs":
+		l.StreamAttachGrace = SecondsDuration(v)
 	case "stream_replay_bytes":
 		l.StreamReplayBytes = int64(v)
 	case "stream_stall_secs":
@@ -339,6 +344,8 @@ func (l *LimitSet) LimitValue(name string) (float64, bool) {
 		return l.SSEKeepalive.Seconds(), true
 	case "stdin_write_timeout_secs":
 		return l.StdinWriteTimeout.Seconds(), true
+	case "stream_attach_grace_secs":
+		return l.StreamAttachGrace.Seconds(), true
 	case "stream_replay_bytes":
 		return float64(l.StreamReplayBytes), true
 	case "stream_stall_secs":

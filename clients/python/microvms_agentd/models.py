@@ -37,6 +37,7 @@ LIMITS: Dict[str, float] = {
     "sse_idle_timeout_secs": 60,
     "sse_keepalive_secs": 15,
     "stdin_write_timeout_secs": 5,
+    "stream_attach_grace_secs": 1,
     "stream_replay_bytes": 1048576,
     "stream_stall_secs": 10,
     "watch_queue_events": 1024,
