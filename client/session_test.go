@@ -439,12 +439,14 @@ func TestStreamIdleTimeoutReattaches(t *testing.T) {
 }
 
 // Keepalive comments are activity. Catches: an idle timer that only counts
-// events. The server sends comments every 10 ms for longer than the 80 ms
-// timeout and then the output; there must be exactly one attach.
+// events. The server sends comments every 10 ms for 1.5 s, longer than the
+// 1 s timeout, and then the output; there must be exactly one attach. (With
+// an 80 ms timeout a loaded machine's late 10 ms sleep alone ended the
+// stream now and then.)
 func TestStreamKeepalivesKeepConnectionAlive(t *testing.T) {
 	f, srv := newFakeAgent(t)
 	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
-		for range 20 {
+		for range 150 {
 			io.WriteString(w, ":\n\n")
 			flush(w)
 			time.Sleep(10 * time.Millisecond)
@@ -453,7 +455,7 @@ func TestStreamKeepalivesKeepConnectionAlive(t *testing.T) {
 		io.WriteString(w, exitFrame(0, 2))
 		return true
 	}
-	s := direct(t, srv.URL, f.token, WithIdleTimeout(80*time.Millisecond))
+	s := direct(t, srv.URL, f.token, WithIdleTimeout(time.Second))
 	out, _, _, _, err := collect(t, s.Exec("e1").Stream(context.Background(), 0))
 	if err != nil || out != "ok" || len(f.attaches) != 1 {
 		t.Fatalf("out %q err %v attaches %v", out, err, f.attaches)
