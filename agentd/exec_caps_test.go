@@ -186,3 +186,25 @@ func TestBodyOfExactlyMaxBodyBytesIsServed(t *testing.T) {
 	}
 	d.waitExited("at-gate")
 }
+
+// max_start_body_bytes set to 0 admits no start body at all, declared or
+// chunked. Catches: readJSON applying its cap only when it is positive (a
+// declared-length start was refused while the same body sent chunked was
+// read and served).
+func TestStartCapOfZeroRefusesChunkedBodiesToo(t *testing.T) {
+	d := bootedDaemon(t, func(c *Config) { c.MaxStartBodyBytes = 0 })
+	body, _ := json.Marshal(protocol.StartRequest{ExecID: "zero-cap", Command: []string{"true"}})
+	for _, chunked := range []bool{false, true} {
+		c, br := dialRaw(t, d.addr)
+		if chunked {
+			fmt.Fprintf(c, "POST /v1/exec/start HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", testToken, len(body), body)
+		} else {
+			fmt.Fprintf(c, "POST /v1/exec/start HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", testToken, len(body), body)
+		}
+		resp := readResponse(t, br, "POST")
+		text, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("chunked=%v: a start under a zero cap answered %d %q, want 413", chunked, resp.StatusCode, text)
+		}
+	}
+}

@@ -42,10 +42,9 @@ func writeError(w http.ResponseWriter, slug, detail string) {
 // with tooLargeSlug, a JSON ErrorBody; without, the spec's text/plain
 // BodyTooLarge, whose text is tooLargeText (or max_body_bytes' when empty).
 func readJSON(w http.ResponseWriter, r *http.Request, v any, limit int64, tooLargeSlug, tooLargeText string) bool {
-	body := r.Body
-	if limit > 0 {
-		body = http.MaxBytesReader(w, body, limit)
-	}
+	// A cap of 0 admits no body at all, chunked or not: the same refusal a
+	// declared Content-Length over it gets before anything is read.
+	body := http.MaxBytesReader(w, r.Body, max(limit, 0))
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
