@@ -22,6 +22,7 @@ import (
 	"github.com/microvms/microvms/agentd/internal/tarx"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/fullcopy"
 )
 
 // FS serves GET/PUT /v1/fs/file and GET/PUT /v1/fs/tar. Authentication,
@@ -589,36 +590,11 @@ const uploadBufferBytes = 1 << 20
 var uploadBuffers = sync.Pool{New: func() any { b := make([]byte, uploadBufferBytes); return &b }}
 
 // copyBody copies an upload body to dst in uploadBufferBytes writes. Only a
-// clean io.EOF ends it successfully; any other read error (a body cut short
-// is io.ErrUnexpectedEOF from net/http, a cap is *http.MaxBytesError) is
-// returned as it is, so a truncated upload never commits.
+// clean io.EOF ends it successfully, so a truncated upload never commits.
 func copyBody(dst io.Writer, body io.Reader) (int64, error) {
 	bp := uploadBuffers.Get().(*[]byte)
 	defer uploadBuffers.Put(bp)
-	buf := *bp
-	var total int64
-	for {
-		n := 0
-		var rerr error
-		for n < len(buf) && rerr == nil {
-			var k int
-			k, rerr = body.Read(buf[n:])
-			n += k
-		}
-		if rerr != nil && rerr != io.EOF {
-			return total, rerr
-		}
-		if n > 0 {
-			m, werr := dst.Write(buf[:n])
-			total += int64(m)
-			if werr != nil {
-				return total, werr
-			}
-		}
-		if rerr == io.EOF {
-			return total, nil
-		}
-	}
+	return fullcopy.Copy(dst, body, *bp)
 }
 
 func errText(err error) string {

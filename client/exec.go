@@ -453,6 +453,12 @@ func (e *Exec) waitAck(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	return e.releaseWith(ctx, r)
+}
+
+// releaseWith acks the exec and returns r, its exited record, as the ack's
+// answer would have carried it.
+func (e *Exec) releaseWith(ctx context.Context, r Result) (Result, error) {
 	if err := e.Release(ctx); err != nil {
 		return Result{}, err
 	}
@@ -614,9 +620,5 @@ func (p *Process) Wait(ctx context.Context) (Result, error) {
 	}
 	// As in waitAck: the exited poll's record is the outcome; the ack only
 	// releases it.
-	if err := p.e.Release(ctx); err != nil {
-		return Result{}, err
-	}
-	r.Phase = protocol.PhaseAcked
-	return r, nil
+	return p.e.releaseWith(ctx, r)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/fullcopy"
 )
 
 // LineRange selects lines of a file, 1-based and inclusive. Zero Start means
@@ -130,38 +131,11 @@ func (b *transportBody) Close() error { return b.rc.Close() }
 // 32 KiB buffer, so the copy goes through a large pooled buffer instead:
 // far fewer read and write syscalls per byte. Read errors are classified as
 // Read classifies them; write errors are the writer's own.
-//
-// Each write waits for a full buffer (or the end): a socket read returns
-// whatever has arrived, often 64 KiB, and writing each piece as it came cost
-// a write syscall per piece (the daemon's uploads measured the same: 2x the
-// CPU per 256 MiB).
+// Each write waits for a full buffer (or the end), as package fullcopy does.
 func (b *transportBody) WriteTo(w io.Writer) (int64, error) {
 	bp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bp)
-	buf := *bp
-	var total int64
-	for {
-		n := 0
-		var rerr error
-		for n < len(buf) && rerr == nil {
-			var k int
-			k, rerr = b.Read(buf[n:])
-			n += k
-		}
-		if n > 0 {
-			m, werr := w.Write(buf[:n])
-			total += int64(m)
-			if werr != nil {
-				return total, werr
-			}
-		}
-		if rerr == io.EOF {
-			return total, nil
-		}
-		if rerr != nil {
-			return total, rerr
-		}
-	}
+	return fullcopy.Copy(w, b, *bp)
 }
 
 // copyBufferBytes is the size of the buffers bulk transfers copy through.
