@@ -63,7 +63,8 @@ func (s *Session) WriteFile(ctx context.Context, path string, r io.Reader, mode 
 	body, size := newUploadBody(r)
 	resp, err := s.send(ctx, call{op: protocol.OpFsWriteFile, oneShot: true, path: path,
 		build: func(server string) (*http.Request, error) {
-			return sized(protocol.NewFsWriteFileRequestWithBody(server, &params, "application/octet-stream", body))(size)
+			req, err := protocol.NewFsWriteFileRequestWithBody(server, &params, "application/octet-stream", body)
+			return withSize(req, size), err
 		}})
 	if err != nil {
 		return err
@@ -100,7 +101,8 @@ func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
 	body, size := newUploadBody(r)
 	resp, err := s.send(ctx, call{op: protocol.OpFsWriteTar, oneShot: true, path: dir,
 		build: func(server string) (*http.Request, error) {
-			return sized(protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", body))(size)
+			req, err := protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", body)
+			return withSize(req, size), err
 		}})
 	if err != nil {
 		return err
@@ -195,18 +197,17 @@ func newUploadBody(r io.Reader) (body io.Reader, size int64) {
 	return &uploadBody{r: r}, -1
 }
 
-// sized sets a known body size on a built request; -1 leaves it as built.
-// A zero size also swaps the body for http.NoBody, since a zero
-// ContentLength with a non-nil body means "unknown" to the transport.
-func sized(req *http.Request, err error) func(int64) (*http.Request, error) {
-	return func(size int64) (*http.Request, error) {
-		if err != nil || size < 0 {
-			return req, err
-		}
-		req.ContentLength = size
-		if size == 0 {
-			req.Body = http.NoBody
-		}
-		return req, nil
+// withSize sets a known body size on a built request (nil stays nil); -1
+// leaves it as built. A zero size also swaps the body for http.NoBody,
+// since a zero ContentLength with a non-nil body means "unknown" to the
+// transport.
+func withSize(req *http.Request, size int64) *http.Request {
+	if req == nil || size < 0 {
+		return req
 	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	return req
 }
