@@ -271,6 +271,11 @@ func TestEndToEndAgainstAgentd(t *testing.T) {
 		if b, _ := os.ReadFile(back); string(b) != "payload\n" || d["bytes"] != float64(8) {
 			t.Fatalf("%q %v", b, d)
 		}
+		// Off a terminal the progress line names the bytes moved. Catches:
+		// a download (whose total is unknown, -1) reported as "-1 B".
+		if inv := cli(t, env, "", "cp", "vm:"+remote+"/f.txt", back); inv.code != 0 || !strings.Contains(inv.stderr, ": 8 B") {
+			t.Fatalf("download progress: exit %d, stderr %q; want the 8 bytes moved", inv.code, inv.stderr)
+		}
 		var tb bytes.Buffer
 		tw := tar.NewWriter(&tb)
 		tw.WriteHeader(&tar.Header{Name: "d/x.txt", Mode: 0o644, Size: 2, Typeflag: tar.TypeReg})

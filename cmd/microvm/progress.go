@@ -76,7 +76,9 @@ func (a *app) transfer(label string) (sent func(n, total int64), done func()) {
 	}
 	if !a.stderrTTY {
 		var total int64
-		return func(_, t int64) { total = t }, func() { a.progress("%s: %s", label, humanBytes(total)) }
+		// A download's total is unknown (-1) until it ends: report the
+		// bytes moved, never "-1 B".
+		return func(n, t int64) { total = max(t, n) }, func() { a.progress("%s: %s", label, humanBytes(total)) }
 	}
 	var bar *progressbar.ProgressBar
 	return func(n, total int64) {
