@@ -258,6 +258,12 @@ func TestFullWalk(t *testing.T) {
 	if _, err := sb.Run(ctx, []string{"true"}, client.RunOptions{}); err == nil {
 		t.Fatal("exec in a SUSPENDED VM was sent")
 	}
+	// The refusal cites the measured freeze and says to resume. Catches the
+	// SUSPENDED test in runningSession negated (a suspended sandbox refused
+	// with the generic "not RUNNING" text and no finding).
+	if _, err := sb.ReadFile(ctx, "note"); client.KindOf(err) != taxonomy.KindInvalidArg || !hasFinding(err, taxonomy.FindingSuspendIsFreeze) || !strings.Contains(err.Error(), "Resume") {
+		t.Fatalf("file read in a SUSPENDED VM: %v", err)
+	}
 	f.clock.Advance(5 * time.Minute) // inside the window
 	if err := sb.Resume(ctx); err != nil {
 		t.Fatalf("resume: %v", err)
@@ -344,10 +350,42 @@ func TestDeadLaunch(t *testing.T) {
 	if sb == nil || sb.ID() == "" || sb.Lifecycle() != Terminated || !sb.WasTerminated() || sb.TokenInstalled() {
 		t.Fatalf("dead sandbox: %+v", sb)
 	}
+	// Attaching to it is refused with the platform's reason. Catches the
+	// reason's non-empty test negated (the refusal would drop it).
+	if _, err := Attach(ctx, f.cp, sb.ID(), sb.AgentToken(), Options{Wait: fast}); client.KindOf(err) != taxonomy.KindInvalidArg ||
+		!strings.Contains(err.Error(), "TERMINATED (Run hook invocation timed out)") {
+		t.Fatalf("attach to a VM that died launching: %v", err)
+	}
 	rep := sb.Terminate(ctx, TeardownOptions{})
 	if !rep.Clean() || !rep.MicrovmTerminated {
 		t.Fatalf("teardown of a dead VM: %+v", rep)
 	}
+}
+
+// A launch whose wait ran out while the VM was still PENDING hands back its
+// sandbox; its files and commands are refused as not yet RUNNING, with no
+// finding: nothing about suspension applies. Catches the SUSPENDING test in
+// runningSession negated (a PENDING sandbox would be told to Resume, citing
+// the freeze finding).
+func TestLaunchStillPendingRefusesWithoutASuspendFinding(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, emulator.Options{Launches: func(string) emulator.LaunchPlan { return emulator.LaunchPlan{Steps: 1 << 30} }})
+	arn := f.emu.AddImage("slow")
+	sb, err := Launch(ctx, f.cp, Options{Image: arn, Wait: cplane.WaitOptions{Interval: time.Millisecond, Timeout: 50 * time.Millisecond}})
+	if err == nil || sb == nil || sb.Lifecycle() != Pending {
+		t.Fatalf("launch that never left PENDING: %v, %+v", err, sb)
+	}
+	t.Cleanup(func() { sb.Terminate(context.Background(), TeardownOptions{}) })
+	_, err = sb.ReadFile(ctx, "x")
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Kind() != taxonomy.KindInvalidArg || ce.Finding() != "" || !strings.Contains(err.Error(), "is PENDING") {
+		t.Fatalf("file read in a PENDING sandbox: %v", err)
+	}
+}
+
+func hasFinding(err error, f taxonomy.FindingID) bool {
+	var ce *client.Error
+	return errors.As(err, &ce) && ce.Finding() == f
 }
 
 // TestWedgedBuild: a build whose every build stays PENDING fails as
