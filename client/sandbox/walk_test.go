@@ -10,8 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -130,6 +133,7 @@ func (v *toVM) RoundTrip(r *http.Request) (*http.Response, error) {
 
 type fixture struct {
 	emu    *emulator.Server
+	cpURL  string // the emulator's control-plane endpoint
 	cp     *lambdamicrovms.Client
 	up     build.Uploader
 	s3objs map[string][]byte
@@ -149,16 +153,16 @@ var creds = credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""
 func newFixture(t *testing.T, o emulator.Options) *fixture {
 	t.Helper()
 	emu := emulator.New(o)
-	url, stop, err := emu.ServeLoopback()
+	cpURL, stop, err := emu.ServeLoopback()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	c, err := cplane.New(context.Background(), cplane.Options{Region: client.USEast1, Endpoint: url, Credentials: creds, MaxBackoff: time.Millisecond})
+	c, err := cplane.New(context.Background(), cplane.Options{Region: client.USEast1, Endpoint: cpURL, Credentials: creds, MaxBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{emu: emu, cp: c, s3objs: map[string][]byte{}, clock: &fakeClock{t: time.Unix(1_800_000_000, 0)}}
+	f := &fixture{emu: emu, cpURL: cpURL, cp: c, s3objs: map[string][]byte{}, clock: &fakeClock{t: time.Unix(1_800_000_000, 0)}}
 	// A loopback S3 that takes PutObject, so the upload goes through the real
 	// transfer manager and SDK client.
 	var mu sync.Mutex
@@ -498,5 +502,86 @@ func TestTerminateAfterInterrupt(t *testing.T) {
 	rep := sb.Terminate(ctx, TeardownOptions{})
 	if !rep.MicrovmTerminated || len(rep.Leaked) != 0 {
 		t.Fatalf("teardown after an interrupt: %+v", rep)
+	}
+}
+
+// The ledger's RunMicrovm step is settled by the launch: it names the
+// MicroVM once the service answered, records a refused launch as failed,
+// and a ledger that cannot be written is Launch's error (with the sandbox
+// still handed back, so the VM that did start can be terminated).
+// Catches, in Launch: the id taken only when RunMicrovm returned nothing
+// (`run != nil` negated: the step keeps the image as its target, and a
+// refused launch dereferences a nil answer), the refused launch going on to
+// read the nil answer (`err != nil` negated before `run == nil`), and the
+// ledger's error dropped (`lerr != nil` negated) or kept only when the
+// launch failed too (`err == nil` negated).
+func TestLaunchSettlesItsLedgerStep(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, emulator.Options{})
+	arn := f.emu.AddImage("ledgered")
+	runStep := func(rec *ledger.Record) ledger.Step {
+		t.Helper()
+		for _, s := range rec.Snapshot().Steps {
+			if s.Op == "RunMicrovm" {
+				return s
+			}
+		}
+		t.Fatalf("no RunMicrovm step: %+v", rec.Snapshot().Steps)
+		return ledger.Step{}
+	}
+
+	led, err := ledger.Open(t.TempDir(), f.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := led.Begin("us-east-1")
+	sb, err := Launch(ctx, f.cp, Options{Image: arn, Wait: fast, Ledger: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Terminate(context.Background(), TeardownOptions{}) })
+	if s := runStep(rec); s.Target != sb.ID() || s.State != ledger.Done {
+		t.Fatalf("RunMicrovm step after a launch: %+v, want target %s, done", s, sb.ID())
+	}
+
+	rec, _ = led.Begin("us-east-1")
+	f.emu.Inject("RunMicrovm", emulator.FaultValidation)
+	if sb, err := Launch(ctx, f.cp, Options{Image: arn, Wait: fast, Ledger: rec}); err == nil || sb != nil {
+		t.Fatalf("a refused RunMicrovm: %+v, %v", sb, err)
+	}
+	if s := runStep(rec); s.State != ledger.Failed || s.Target != arn {
+		t.Fatalf("RunMicrovm step after a refused launch: %+v", s)
+	}
+
+	// The ledger's directory disappears while RunMicrovm is in flight, so
+	// the step's settling write fails.
+	dir := filepath.Join(t.TempDir(), "ledger")
+	led, err = ledger.Open(dir, f.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err = led.Begin("us-east-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(f.cpURL)
+	px := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/microvms") {
+			os.RemoveAll(dir)
+		}
+		px.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	cp, err := cplane.New(ctx, cplane.Options{Region: client.USEast1, Endpoint: srv.URL, Credentials: creds, MaxBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb2, err := Launch(ctx, cp, Options{Image: arn, Wait: fast, Ledger: rec})
+	if sb2 != nil {
+		t.Cleanup(func() { sb2.Terminate(context.Background(), TeardownOptions{}) })
+	}
+	if err == nil || !strings.Contains(err.Error(), "ledger") || sb2 == nil || sb2.ID() == "" {
+		t.Fatalf("a launch whose ledger write failed: %+v, %v", sb2, err)
 	}
 }
