@@ -585,3 +585,56 @@ func TestLaunchSettlesItsLedgerStep(t *testing.T) {
 		t.Fatalf("a launch whose ledger write failed: %+v, %v", sb2, err)
 	}
 }
+
+// Resume against the suspended window and a failed ResumeMicrovm, with the
+// emulator on the sandbox's clock (so it ends a VM past its window as the
+// platform does). A resume at exactly the window is sent: only a window
+// that has passed is refused locally. Past it, the refusal also records the
+// VM as terminated, as GetMicrovm then says. A ResumeMicrovm refused while
+// the VM is still SUSPENDED returns that refusal and leaves the model
+// SUSPENDED. Catches: the window test made `since >= window` (a resume at
+// the edge refused), and either half of isDead negated (a TERMINATED VM
+// kept as SUSPENDED; a SUSPENDED one taken for dead, so a failed resume
+// reads as WindowClosed and the model says terminated).
+func TestResumeAtTheWindowsEdgeAndAfterAFailedCall(t *testing.T) {
+	ctx := context.Background()
+	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	f := newFixture(t, emulator.Options{Now: clk.Now})
+	arn := f.emu.AddImage("edges")
+	launch := func() *Sandbox {
+		t.Helper()
+		sb, err := Launch(ctx, f.cp, Options{Image: arn, Wait: fast, Now: clk.Now,
+			Idle: &cplane.IdlePolicy{MaxIdle: time.Minute, SuspendedFor: 2 * time.Minute}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Terminate(context.Background(), TeardownOptions{}) })
+		if err := sb.Suspend(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+
+	sb := launch()
+	clk.Advance(2 * time.Minute)
+	if err := sb.Resume(ctx); err != nil || sb.Lifecycle() != Running {
+		t.Fatalf("resume at exactly the window: %v (%s)", err, sb.Lifecycle())
+	}
+	if err := sb.Suspend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2*time.Minute + time.Second)
+	if err := sb.Resume(ctx); client.KindOf(err) != taxonomy.KindWindowClosed {
+		t.Fatalf("resume past the window: %v", err)
+	}
+	if sb.Lifecycle() != Terminated || !sb.WasTerminated() {
+		t.Fatalf("past the window the VM is gone, the model says %s (terminated %v)", sb.Lifecycle(), sb.WasTerminated())
+	}
+
+	sb = launch()
+	f.emu.Inject("ResumeMicrovm", emulator.FaultValidation)
+	err := sb.Resume(ctx)
+	if err == nil || client.KindOf(err) == taxonomy.KindWindowClosed || sb.Lifecycle() != Suspended || sb.WasTerminated() {
+		t.Fatalf("a refused resume of a SUSPENDED VM: %v, model %s (terminated %v)", err, sb.Lifecycle(), sb.WasTerminated())
+	}
+}
