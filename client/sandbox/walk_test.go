@@ -553,23 +553,20 @@ func TestLaunchSettlesItsLedgerStep(t *testing.T) {
 		t.Fatalf("RunMicrovm step after a refused launch: %+v", s)
 	}
 
-	// The ledger's directory disappears while RunMicrovm is in flight, so
-	// the step's settling write fails.
-	dir := filepath.Join(t.TempDir(), "ledger")
-	led, err = ledger.Open(dir, f.clock.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err = led.Begin("us-east-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The ledger's directory disappears while a call is in flight (the
+	// proxy below removes it on the request named by cut), so the step's
+	// settling write fails.
+	var mu sync.Mutex
+	var cutDir, cutSuffix string
+	cut := func(dir, suffix string) { mu.Lock(); cutDir, cutSuffix = dir, suffix; mu.Unlock() }
 	u, _ := url.Parse(f.cpURL)
 	px := httputil.NewSingleHostReverseProxy(u)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/microvms") {
-			os.RemoveAll(dir)
+		mu.Lock()
+		if cutSuffix != "" && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, cutSuffix) {
+			os.RemoveAll(cutDir)
 		}
+		mu.Unlock()
 		px.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
@@ -577,12 +574,64 @@ func TestLaunchSettlesItsLedgerStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb2, err := Launch(ctx, cp, Options{Image: arn, Wait: fast, Ledger: rec})
+	openRecord := func(dir string) *ledger.Record {
+		t.Helper()
+		led, err := ledger.Open(dir, f.clock.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := led.Begin("us-east-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+
+	dir := filepath.Join(t.TempDir(), "ledger")
+	cut(dir, "/microvms")
+	sb2, err := Launch(ctx, cp, Options{Image: arn, Wait: fast, Ledger: openRecord(dir)})
 	if sb2 != nil {
 		t.Cleanup(func() { sb2.Terminate(context.Background(), TeardownOptions{}) })
 	}
 	if err == nil || !strings.Contains(err.Error(), "ledger") || sb2 == nil || sb2.ID() == "" {
 		t.Fatalf("a launch whose ledger write failed: %+v, %v", sb2, err)
+	}
+
+	// The same for a billable call after the launch (billable's `lerr != nil`
+	// and `cerr == nil` negated: the ledger's error dropped).
+	dir = filepath.Join(t.TempDir(), "ledger")
+	cut("", "")
+	sb3, err := Launch(ctx, cp, Options{Image: arn, Wait: fast, Ledger: openRecord(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb3.Terminate(context.Background(), TeardownOptions{}) })
+	cut(dir, "/suspend")
+	if err := sb3.Suspend(ctx); err == nil || !strings.Contains(err.Error(), "ledger") {
+		t.Fatalf("a suspend whose ledger write failed: %v", err)
+	}
+}
+
+// The wait plan follows its documented defaults: Interval is the least
+// delay (1 s unset), the greatest is at least 10 s, the budget is Timeout
+// (10 minutes unset). Catches the 10 s floor of the greatest delay lost
+// (`10*time.Second` as `10/time.Second`, which leaves it at Interval) and
+// the unset test changed (`minDelay <= 0` as `< 0`, a zero delay kept, or
+// negated, so a caller's Interval is replaced by 1 s).
+func TestPlanWaitDefaults(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		o                          cplane.WaitOptions
+		minDelay, maxDelay, budget time.Duration
+	}{
+		{cplane.WaitOptions{}, time.Second, 10 * time.Second, 10 * time.Minute},
+		{cplane.WaitOptions{Interval: 5 * time.Millisecond, Timeout: time.Minute}, 5 * time.Millisecond, 10 * time.Second, time.Minute},
+		{cplane.WaitOptions{Interval: 20 * time.Second}, 20 * time.Second, 20 * time.Second, 10 * time.Minute},
+	} {
+		p := planWait(ctx, c.o)
+		if p.minDelay != c.minDelay || p.maxDelay != c.maxDelay || p.budget != c.budget {
+			t.Errorf("%+v: plan %v/%v/%v, want %v/%v/%v", c.o, p.minDelay, p.maxDelay, p.budget, c.minDelay, c.maxDelay, c.budget)
+		}
 	}
 }
 
