@@ -687,3 +687,68 @@ func TestResumeAtTheWindowsEdgeAndAfterAFailedCall(t *testing.T) {
 		t.Fatalf("a refused resume of a SUSPENDED VM: %v, model %s (terminated %v)", err, sb.Lifecycle(), sb.WasTerminated())
 	}
 }
+
+// Usage is read from the platform's times and the image's size, with the
+// emulator and the sandbox on one clock so every figure is exact: 15
+// minutes up less 3 suspended, and none for a VM ended the instant it
+// started. Catches: the end taken from terminatedAt only when there is
+// none (`TerminatedAt != nil` negated: a live VM's nil is read, a
+// terminated one is timed to now), the frozen time added instead of taken
+// off, a zero running time recorded as measured (`ran > 0` as `>=`), and
+// the image's size class ignored (either half of sizeClass's empty-ARN test
+// negated, so every VM reads as the default class).
+func TestUsageReadsThePlatformsTimesAndSize(t *testing.T) {
+	ctx := context.Background()
+	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	f := newFixture(t, emulator.Options{Now: clk.Now})
+	want, err := client.SizeClassFromBaseline(4096)
+	if err != nil || want == client.DefaultSizeClass() {
+		t.Fatalf("size %v %v", want, err)
+	}
+	img, err := build.Build(ctx, f.cp, f.up, build.Spec{Daemon: agentdArm64(t), Workdir: "/w", Name: "sized", BuildRoleARN: role, Wait: fast, Size: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := Launch(ctx, f.cp, Options{Image: img.ImageARN, Wait: fast, Now: clk.Now,
+		Idle: &cplane.IdlePolicy{MaxIdle: time.Minute, SuspendedFor: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Terminate(context.Background(), TeardownOptions{}) })
+	// A live VM has no terminatedAt; it is timed to the wall clock, which
+	// this test does not pin, so only the size and the suspend figures are
+	// checked here.
+	u, size, err := sb.Usage(ctx)
+	if err != nil || size != want || !u.Suspended.IsZero() || u.Cycles != 0 {
+		t.Fatalf("usage at launch: %+v size %v, %v", u, size, err)
+	}
+	clk.Advance(10 * time.Minute)
+	if err := sb.Suspend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(3 * time.Minute)
+	if err := sb.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute)
+	if rep := sb.Terminate(ctx, TeardownOptions{}); !rep.MicrovmTerminated {
+		t.Fatalf("terminate: %+v", rep)
+	}
+	clk.Advance(time.Hour) // after terminatedAt, nothing more is counted
+	u, size, err = sb.Usage(ctx)
+	if err != nil || size != want || u.Running.Time() != 12*time.Minute || u.Suspended.Time() != 3*time.Minute || u.Cycles != 1 {
+		t.Fatalf("usage after the run: running %v suspended %v cycles %d size %v, %v", u.Running.Time(), u.Suspended.Time(), u.Cycles, size, err)
+	}
+
+	// Started and terminated at one instant: no running time at all.
+	sb, err = Launch(ctx, f.cp, Options{Image: img.ImageARN, Wait: fast, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := sb.Terminate(ctx, TeardownOptions{}); !rep.MicrovmTerminated {
+		t.Fatalf("terminate: %+v", rep)
+	}
+	if u, _, err = sb.Usage(ctx); err != nil || !u.Running.IsZero() {
+		t.Fatalf("a VM that never ran for any time: running %v (%v), %v", u.Running.Time(), u.Running.Provenance(), err)
+	}
+}
