@@ -3,8 +3,8 @@ package agentd
 import (
 	"bytes"
 	"io"
-	"net/http"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 )
