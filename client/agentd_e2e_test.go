@@ -176,8 +176,28 @@ func readBoth(ctx context.Context, p *client.Process) (stdout, stderr []byte, ou
 
 const token = "e2e-token"
 
+type namedTest struct {
+	name string
+	f    func(*testing.T)
+}
+
+// concurrently runs each test as a subtest of t, all at once, and returns
+// when all have ended. For cases that spend their time waiting (a reattach
+// backoff, a keepalive interval): t.Run may be called from several
+// goroutines, and unlike t.Parallel this takes none of -parallel's slots,
+// which on a 2-core machine are two.
+func concurrently(t *testing.T, tests []namedTest) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, tc := range tests {
+		wg.Go(func() { t.Run(tc.name, tc.f) })
+	}
+	wg.Wait()
+}
+
 // TestAgentdExec runs the exec surface against one bootstrapped daemon.
 func TestAgentdExec(t *testing.T) {
+	t.Parallel()
 	d := startAgentd(t)
 	d.bootstrap(t, token)
 	s := session(t, d.base, token)
@@ -695,6 +715,7 @@ func TestAgentdStreamReconnectsAtCursor(t *testing.T) {
 // finished" from "the endpoint is wrong"), a give-up that touches the exec,
 // and ErrStreamCut attached to a connection that never opened.
 func TestAgentdStreamGivesUpWithErrStreamCut(t *testing.T) {
+	t.Parallel()
 	d := startAgentd(t)
 	d.bootstrap(t, token)
 	ctx := testCtx(t)
@@ -706,88 +727,94 @@ func TestAgentdStreamGivesUpWithErrStreamCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newCutProxy(t, d.addr, 300, -1)
-	st := session(t, px.url(), token).Exec(e.ID()).Stream(ctx, 0)
-	var serr error
-	for range 1000 {
-		if _, serr = st.Next(); serr != nil {
-			break
+	// Each case below waits out the whole reattach backoff, so they run at
+	// once, each with its own proxy (a connection count is one case's).
+	concurrently(t, []namedTest{{"Stream", func(t *testing.T) {
+		px := newCutProxy(t, d.addr, 300, -1)
+		st := session(t, px.url(), token).Exec(e.ID()).Stream(ctx, 0)
+		var serr error
+		for range 1000 {
+			if _, serr = st.Next(); serr != nil {
+				break
+			}
 		}
-	}
-	if !errors.Is(serr, client.ErrStreamCut) {
-		t.Fatalf("exhausted reconnects: %v", serr)
-	}
-	var ce *client.Error
-	if !errors.As(serr, &ce) || ce.Kind() != taxonomy.KindRetryable {
-		t.Fatalf("exhausted reconnects must stay Retryable: %v", serr)
-	}
-	if w, _ := ce.WireKind(); w != taxonomy.WireTransport {
-		t.Fatalf("wire kind %v", w)
-	}
-	if n := len(px.targets()); n < 2 {
-		t.Fatalf("gave up after %d connection(s) without reconnecting", n)
-	}
-	if _, again := st.Next(); again != serr {
-		t.Fatalf("a failed stream must keep returning its error: %v", again)
-	}
-	// The exec was left alone: its record is intact and ackable.
-	r, err := s.Exec(e.ID()).Poll(ctx)
-	for i := 0; err == nil && r.Running() && i < 1000; i++ {
-		time.Sleep(10 * time.Millisecond)
-		r, err = s.Exec(e.ID()).Poll(ctx)
-	}
-	if err != nil || !r.Success() || len(r.Stdout) != 100000 {
-		t.Fatalf("exec after the stream gave up: phase %s exit %v stdout %d bytes, %v", r.Phase, r.ExitCode, len(r.Stdout), err)
-	}
-
-	// A Process over the same cut stream: both readers end with the error,
-	// and Err says the output is a prefix. Catches: readers ended with a
-	// clean EOF (a caller copying them would take a prefix for the output).
-	p := session(t, px.url(), token).Exec(e.ID()).Attach(ctx, 0)
-	_, _, oe, ee := readBoth(ctx, p)
-	if !errors.Is(oe, client.ErrStreamCut) || !errors.Is(ee, client.ErrStreamCut) || !errors.Is(p.Err(), client.ErrStreamCut) {
-		t.Fatalf("process readers %v / %v, Err %v", oe, ee, p.Err())
-	}
-	p.Close()
-
-	// A daemon that cannot be reached at all is a transport failure, not a
-	// cut stream.
-	dead := session(t, "http://"+freeAddr(t), token).Exec(e.ID()).Stream(ctx, 0)
-	var derr error
-	for range 1000 {
-		if _, derr = dead.Next(); derr != nil {
-			break
+		if !errors.Is(serr, client.ErrStreamCut) {
+			t.Fatalf("exhausted reconnects: %v", serr)
 		}
-	}
-	if errors.Is(derr, client.ErrStreamCut) || !errors.Is(derr, client.WireKindError(taxonomy.WireTransport)) {
-		t.Fatalf("unreachable daemon: %v", derr)
-	}
-
-	// Connect and Attached on a daemon that cannot be reached. Catches: a
-	// Connect whose failure a later Next does not repeat (a caller would
-	// feed stdin and then follow a stream that reconnects from scratch), and
-	// an Attached never closed when the stream cannot connect (a caller
-	// waiting on it before feeding stdin would hang to its deadline), or
-	// closed before Err says why.
-	unreachable := session(t, "http://"+freeAddr(t), token).Exec(e.ID())
-	dead = unreachable.Stream(ctx, 0)
-	cerr := dead.Connect()
-	if !errors.Is(cerr, client.WireKindError(taxonomy.WireTransport)) {
-		t.Fatalf("Connect to an unreachable daemon: %v", cerr)
-	}
-	if _, nerr := dead.Next(); nerr != cerr {
-		t.Fatalf("Next after a failed Connect: %v, want Connect's %v", nerr, cerr)
-	}
-	dp := unreachable.Attach(ctx, 0)
-	defer dp.Close()
-	select {
-	case <-dp.Attached():
-	case <-ctx.Done():
-		t.Fatal("Attached never closed for an unreachable daemon")
-	}
-	if !errors.Is(dp.Err(), client.WireKindError(taxonomy.WireTransport)) {
-		t.Fatalf("Err once Attached closed on a failed connection: %v", dp.Err())
-	}
+		var ce *client.Error
+		if !errors.As(serr, &ce) || ce.Kind() != taxonomy.KindRetryable {
+			t.Fatalf("exhausted reconnects must stay Retryable: %v", serr)
+		}
+		if w, _ := ce.WireKind(); w != taxonomy.WireTransport {
+			t.Fatalf("wire kind %v", w)
+		}
+		if n := len(px.targets()); n < 2 {
+			t.Fatalf("gave up after %d connection(s) without reconnecting", n)
+		}
+		if _, again := st.Next(); again != serr {
+			t.Fatalf("a failed stream must keep returning its error: %v", again)
+		}
+		// The exec was left alone: its record is intact and ackable.
+		r, err := s.Exec(e.ID()).Poll(ctx)
+		for i := 0; err == nil && r.Running() && i < 1000; i++ {
+			time.Sleep(10 * time.Millisecond)
+			r, err = s.Exec(e.ID()).Poll(ctx)
+		}
+		if err != nil || !r.Success() || len(r.Stdout) != 100000 {
+			t.Fatalf("exec after the stream gave up: phase %s exit %v stdout %d bytes, %v", r.Phase, r.ExitCode, len(r.Stdout), err)
+		}
+	}}, {"Process", func(t *testing.T) {
+		// A Process over the same cut stream: both readers end with the error,
+		// and Err says the output is a prefix. Catches: readers ended with a
+		// clean EOF (a caller copying them would take a prefix for the output).
+		px := newCutProxy(t, d.addr, 300, -1)
+		p := session(t, px.url(), token).Exec(e.ID()).Attach(ctx, 0)
+		_, _, oe, ee := readBoth(ctx, p)
+		if !errors.Is(oe, client.ErrStreamCut) || !errors.Is(ee, client.ErrStreamCut) || !errors.Is(p.Err(), client.ErrStreamCut) {
+			t.Fatalf("process readers %v / %v, Err %v", oe, ee, p.Err())
+		}
+		p.Close()
+	}}, {"Unreachable", func(t *testing.T) {
+		// A daemon that cannot be reached at all is a transport failure, not a
+		// cut stream.
+		dead := session(t, "http://"+freeAddr(t), token).Exec(e.ID()).Stream(ctx, 0)
+		var derr error
+		for range 1000 {
+			if _, derr = dead.Next(); derr != nil {
+				break
+			}
+		}
+		if errors.Is(derr, client.ErrStreamCut) || !errors.Is(derr, client.WireKindError(taxonomy.WireTransport)) {
+			t.Fatalf("unreachable daemon: %v", derr)
+		}
+	}}, {"UnreachableConnect", func(t *testing.T) {
+		// Connect on a daemon that cannot be reached. Catches: a Connect whose
+		// failure a later Next does not repeat (a caller would feed stdin and
+		// then follow a stream that reconnects from scratch).
+		dead := session(t, "http://"+freeAddr(t), token).Exec(e.ID()).Stream(ctx, 0)
+		cerr := dead.Connect()
+		if !errors.Is(cerr, client.WireKindError(taxonomy.WireTransport)) {
+			t.Fatalf("Connect to an unreachable daemon: %v", cerr)
+		}
+		if _, nerr := dead.Next(); nerr != cerr {
+			t.Fatalf("Next after a failed Connect: %v, want Connect's %v", nerr, cerr)
+		}
+	}}, {"UnreachableAttached", func(t *testing.T) {
+		// Attached on a daemon that cannot be reached. Catches: an Attached
+		// never closed when the stream cannot connect (a caller waiting on it
+		// before feeding stdin would hang to its deadline), or closed before
+		// Err says why.
+		dp := session(t, "http://"+freeAddr(t), token).Exec(e.ID()).Attach(ctx, 0)
+		defer dp.Close()
+		select {
+		case <-dp.Attached():
+		case <-ctx.Done():
+			t.Fatal("Attached never closed for an unreachable daemon")
+		}
+		if !errors.Is(dp.Err(), client.WireKindError(taxonomy.WireTransport)) {
+			t.Fatalf("Err once Attached closed on a failed connection: %v", dp.Err())
+		}
+	}}})
 }
 
 // Catches: a late reader past the replay window told nothing (the output
@@ -795,6 +822,7 @@ func TestAgentdStreamGivesUpWithErrStreamCut(t *testing.T) {
 // next reconnect would ask for lost bytes again), and output after the gap
 // put at the wrong offset.
 func TestAgentdLateAttachSurfacesGap(t *testing.T) {
+	t.Parallel()
 	d := startAgentd(t, "AGENTD_STREAM_BUFFER_BYTES=4096")
 	d.bootstrap(t, token)
 	ctx := testCtx(t)

@@ -203,6 +203,7 @@ func TestAgentdCancelIsInterruptedDeadlineIsTimeout(t *testing.T) {
 // was truncated, so Result.Stdout ran past the cap Result.Truncated names;
 // and, at the client's own cap, a cap off by one or below the daemon's.
 func TestAgentdRunOutputIsCapped(t *testing.T) {
+	t.Parallel()
 	t.Run("SmallCapDaemon", func(t *testing.T) {
 		const limit = 4096
 		d := startAgentd(t, fmt.Sprintf("AGENTD_MAX_OUTPUT_BYTES=%d", limit))
@@ -320,6 +321,7 @@ func countingMinter(n *atomic.Int64) client.TokenMinter {
 // Catches: a Release that does not ack (the poll still says exited), or one
 // that swallows the daemon's 409.
 func TestReleaseAcksWithoutTheOutput(t *testing.T) {
+	t.Parallel()
 	const token = "release-token"
 	d := startAgentd(t)
 	d.bootstrap(t, token)

@@ -444,6 +444,7 @@ func TestStreamIdleTimeoutReattaches(t *testing.T) {
 // an 80 ms timeout a loaded machine's late 10 ms sleep alone ended the
 // stream now and then.)
 func TestStreamKeepalivesKeepConnectionAlive(t *testing.T) {
+	t.Parallel()
 	f, srv := newFakeAgent(t)
 	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
 		for range 150 {

@@ -46,6 +46,7 @@ func (s shortReader) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p)
 // exec is no longer running), a read error reported as the daemon's, and
 // written not counting what the daemon took.
 func TestAgentdCopyStdin(t *testing.T) {
+	t.Parallel()
 	d := startAgentd(t)
 	d.bootstrap(t, token)
 	px := newCutProxy(t, d.addr, 0, 0) // cuts nothing; counts requests

@@ -34,9 +34,32 @@ import (
 	"github.com/microvms/microvms/internal/testbin"
 )
 
+// agentdHost is agentd for this machine: it plays the VM.
+var agentdHost string
+
+// agentdArm64 is agentd for the platform, the bytes that go into a build's
+// artifact. Only the tests that build an image need it, so it is built on
+// the first call rather than in TestMain: a run that stops before them (a
+// mutant caught early under -failfast, a -run of other tests) skips the
+// cross-compile.
+func agentdArm64(t *testing.T) []byte {
+	t.Helper()
+	arm64Once.Do(func() {
+		var path string
+		if path, arm64Err = testbin.Build("cmd/agentd", testbin.Options{GOOS: "linux", GOARCH: "arm64"}); arm64Err == nil {
+			arm64Bytes, arm64Err = os.ReadFile(path)
+		}
+	})
+	if arm64Err != nil {
+		t.Fatal(arm64Err)
+	}
+	return arm64Bytes
+}
+
 var (
-	agentdHost  string // agentd for this machine: it plays the VM
-	agentdArm64 []byte // agentd for the platform: it goes into the artifact
+	arm64Once  sync.Once
+	arm64Bytes []byte
+	arm64Err   error
 )
 
 func TestMain(m *testing.M) {
@@ -44,14 +67,6 @@ func TestMain(m *testing.M) {
 	if agentdHost, err = testbin.Build("cmd/agentd", testbin.Options{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
-	}
-	arm64, err := testbin.Build("cmd/agentd", testbin.Options{GOOS: "linux", GOARCH: "arm64"})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if agentdArm64, err = os.ReadFile(arm64); err != nil {
-		panic(err)
 	}
 	// The examples (package sandbox_test) start the embedded emulator with
 	// no agentd path, as a library user does: it is found through
@@ -187,7 +202,7 @@ func TestFullWalk(t *testing.T) {
 	}
 	var sent []int64
 	img, err := build.Build(ctx, f.cp, f.up, build.Spec{
-		Daemon: agentdArm64, Workdir: "/workspace", Name: "walk", Reuse: true, BuildRoleARN: role,
+		Daemon: agentdArm64(t), Workdir: "/workspace", Name: "walk", Reuse: true, BuildRoleARN: role,
 		Wait: fast, Ledger: rec, Progress: func(p build.Progress) {
 			if p.Stage == "upload" {
 				sent = append(sent, p.Sent)
@@ -204,7 +219,7 @@ func TestFullWalk(t *testing.T) {
 		t.Fatalf("uploaded %d objects", len(f.s3objs))
 	}
 	// The same inputs again reuse the image: no second create, no upload.
-	again, err := build.Build(ctx, f.cp, f.up, build.Spec{Daemon: agentdArm64, Workdir: "/workspace", Name: "walk", Reuse: true, BuildRoleARN: role, Wait: fast})
+	again, err := build.Build(ctx, f.cp, f.up, build.Spec{Daemon: agentdArm64(t), Workdir: "/workspace", Name: "walk", Reuse: true, BuildRoleARN: role, Wait: fast})
 	if err != nil || !again.Reused || again.Name != img.Name || len(f.s3objs) != 1 {
 		t.Fatalf("reuse: %+v %v (objects %d)", again, err, len(f.s3objs))
 	}
@@ -342,7 +357,7 @@ func TestWedgedBuild(t *testing.T) {
 	f := newFixture(t, emulator.Options{Builds: func(string) emulator.BuildPlan { return emulator.BuildPlan{Wedge: true} }})
 	w := fast
 	w.Grace = time.Nanosecond
-	res, err := build.Build(context.Background(), f.cp, f.up, build.Spec{Daemon: agentdArm64, Workdir: "/w", Name: "wedge", BuildRoleARN: role, Wait: w})
+	res, err := build.Build(context.Background(), f.cp, f.up, build.Spec{Daemon: agentdArm64(t), Workdir: "/w", Name: "wedge", BuildRoleARN: role, Wait: w})
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Kind() != taxonomy.KindBuildWedged || ce.Finding() != taxonomy.FindingClientTokenPermanent {
 		t.Fatalf("want BuildWedged, got %v", err)
@@ -393,7 +408,7 @@ func TestLeakPath(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, emulator.Options{})
 	v := startAgentd(t)
-	img, err := build.Build(ctx, f.cp, f.up, build.Spec{Daemon: agentdArm64, Workdir: "/w", Name: "leaky", BuildRoleARN: role, Wait: fast})
+	img, err := build.Build(ctx, f.cp, f.up, build.Spec{Daemon: agentdArm64(t), Workdir: "/w", Name: "leaky", BuildRoleARN: role, Wait: fast})
 	if err != nil {
 		t.Fatal(err)
 	}
