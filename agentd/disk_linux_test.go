@@ -1,0 +1,48 @@
+package agentd
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/microvms/microvms/gen/protocol"
+)
+
+// The real guard (statvfs, no injected probe) measures a write's target on
+// the filesystem it will land on even when the target, or its parent, does
+// not exist yet, or when a component of the path is a regular file: it
+// walks up to the nearest ancestor that exists. With a reserve larger than
+// any disk, every such write is refused with 507 before anything is made.
+//
+// Catches, in availableBytes: either half of
+// `err != unix.ENOENT && err != unix.ENOTDIR` negated (a missing directory,
+// or a path through a file, then reads as unmeasurable, and an unmeasurable
+// filesystem is allowed: the write goes ahead past the reserve).
+func TestRealGuardMeasuresPathsThatDoNotExistYet(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{
+		filepath.Join(dir, "new", "deeper", "f"), // ENOENT up to dir
+		filepath.Join(file, "f"),                 // ENOTDIR at file
+	} {
+		if _, err := availableBytes(p); err != nil {
+			t.Fatalf("availableBytes(%s): %v; want the nearest existing ancestor measured", p, err)
+		}
+	}
+
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 1 << 62})
+	srv := fsServer(t, f)
+	for _, p := range []string{filepath.Join(dir, "new", "deeper", "f"), filepath.Join(file, "f")} {
+		r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), strings.NewReader("x"))
+		if r.status != 507 || !strings.Contains(r.body, "reserve") {
+			t.Fatalf("PUT %s under a reserve no disk has: %d %q, want 507", p, r.status, r.body)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
+		t.Fatalf("a refused write created its parent: %v", err)
+	}
+}
