@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,9 +17,10 @@ import (
 // any disk, every such write is refused with 507 before anything is made.
 //
 // Catches, in availableBytes: either half of
-// `err != unix.ENOENT && err != unix.ENOTDIR` negated (a missing directory,
-// or a path through a file, then reads as unmeasurable, and an unmeasurable
-// filesystem is allowed: the write goes ahead past the reserve).
+// `err != unix.ENOENT && err != unix.ENOTDIR` negated, and the root test
+// `parent == p` negated (a missing directory, or a path through a file, then
+// reads as unmeasurable, and an unmeasurable filesystem is allowed: the
+// write goes ahead past the reserve).
 func TestRealGuardMeasuresPathsThatDoNotExistYet(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
@@ -44,5 +46,31 @@ func TestRealGuardMeasuresPathsThatDoNotExistYet(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
 		t.Fatalf("a refused write created its parent: %v", err)
+	}
+}
+
+// A refused write whose length was not declared says the filesystem is
+// already below the reserve; only a declared length is named as "writing N
+// more". Catches: PressureError.Error's `e.Incoming > 0` made `>= 0` (a
+// chunked upload is told that "writing 0 more" would cross the reserve).
+func TestPressureRefusalNamesOnlyADeclaredLength(t *testing.T) {
+	dir := t.TempDir()
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 1000})
+	disk := &fakeDisk{}
+	disk.avail.Store(999)
+	f.guard.probe = disk.probe
+	srv := fsServer(t, f)
+	p := filepath.Join(dir, "f")
+	chunked := struct{ io.Reader }{strings.NewReader("x")} // no length: sent chunked
+	r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), chunked)
+	want := "refusing to write " + p + ": 999 bytes available on the target filesystem, below the 1000 byte reserve"
+	if r.status != 507 || !strings.Contains(r.body, want) {
+		t.Fatalf("chunked write under the reserve: %d %q, want 507 saying %q", r.status, r.body, want)
+	}
+	disk.avail.Store(1500)
+	r = fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), strings.NewReader(strings.Repeat("x", 600)))
+	want = "refusing to write " + p + ": 1500 bytes available on the target filesystem, and writing 600 more would go below the 1000 byte reserve"
+	if r.status != 507 || !strings.Contains(r.body, want) {
+		t.Fatalf("declared write over the reserve: %d %q, want 507 saying %q", r.status, r.body, want)
 	}
 }
