@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -72,5 +73,44 @@ func TestPressureRefusalNamesOnlyADeclaredLength(t *testing.T) {
 	want = "refusing to write " + p + ": 1500 bytes available on the target filesystem, and writing 600 more would go below the 1000 byte reserve"
 	if r.status != 507 || !strings.Contains(r.body, want) {
 		t.Fatalf("declared write over the reserve: %d %q, want 507 saying %q", r.status, r.body, want)
+	}
+}
+
+// A declared length that lands exactly on the reserve is allowed: the rule
+// is "would go below", not "would reach". Catches: preflight's
+// `r.Available-r.Reserve < uint64(incoming)` made `<=`.
+func TestDeclaredLengthUpToTheReserveIsAllowed(t *testing.T) {
+	dir := t.TempDir()
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 1000})
+	disk := &fakeDisk{}
+	disk.avail.Store(1500)
+	f.guard.probe = disk.probe
+	srv := fsServer(t, f)
+	p := filepath.Join(dir, "f")
+	if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), strings.NewReader(strings.Repeat("x", 500))); r.status != 204 {
+		t.Fatalf("500 bytes with 1500 available and a 1000 byte reserve: %d %q, want 204", r.status, r.body)
+	}
+	if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), strings.NewReader(strings.Repeat("x", 501))); r.status != 507 {
+		t.Fatalf("501 bytes with 1500 available and a 1000 byte reserve: %d %q, want 507", r.status, r.body)
+	}
+}
+
+// The guard measures again once exactly diskProbeInterval bytes have landed,
+// however the copy splits them: an upload of exactly that size, on a disk
+// that fills after the pre-flight reading, is refused. Catches: the pacer's
+// `p.since < diskProbeInterval` made `<=` (the second reading only comes one
+// byte later, so this upload completes on a full disk).
+func TestGuardMeasuresAgainAtExactlyTheProbeInterval(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 1 << 20})
+	f.guard.probe = (&switchingDisk{}).probe
+	srv := fsServer(t, f)
+	body := struct{ io.Reader }{bytes.NewReader(make([]byte, diskProbeInterval))}
+	if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", p), body); r.status != 507 {
+		t.Fatalf("an upload of exactly diskProbeInterval bytes onto a disk that fills: %d %q, want 507", r.status, r.body)
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatalf("the refused upload left %s: %v", p, err)
 	}
 }
