@@ -26,7 +26,7 @@ func coverBuildArgs() []string {
 	if mode == "" {
 		return nil
 	}
-	return []string{"-cover", "-covermode=" + mode, "-coverpkg=github.com/microvms/microvms/cmd/microvm"}
+	return []string{"-cover", "-covermode=" + mode, "-coverpkg=."}
 }
 
 // setUpCover makes coverDir inside dir when the run measures coverage. It is
