@@ -35,6 +35,16 @@ func TestParseLogFilter(t *testing.T) {
 		{"agentdx=debug", slog.LevelInfo, false},
 		{"agentd=loud", slog.LevelInfo, true},
 		{"agentd=loud,warn", slog.LevelWarn, true},
+		// The most verbose of several bare levels wins, in either order,
+		// and a directive that is only a span filter is a bare level.
+		// Catches: `l < bare` or `level < bare` negated (the first or last
+		// bare level wins instead), and the span cut's `i >= 0` made `i > 0`
+		// (a leading "[" stays in the target, so "[span]=debug" names no
+		// target and is dropped).
+		{"warn,debug", slog.LevelDebug, false},
+		{"debug,warn", slog.LevelDebug, false},
+		{"[span]=debug", slog.LevelDebug, false},
+		{"[a]=warn,[b]=debug,[c]=error", slog.LevelDebug, false},
 	} {
 		got, err := parseLogFilter(tc.in)
 		if got != tc.want || (err != nil) != tc.bad {

@@ -31,9 +31,12 @@ func TestExecSignal(t *testing.T) {
 	ready := filepath.Join(dir, "ready")
 	// The group's leader and a backgrounded member each trap USR1; only a
 	// group signal reaches both. The member leaves a file, the leader exits 7.
+	// The leader sets its trap before it starts the member, so "ready" means
+	// both traps are set (the other way round, a loaded machine let USR1
+	// reach the leader before its trap, and it died of the signal).
 	got := filepath.Join(dir, "member-got-usr1")
-	script := `sh -c 'trap "touch ` + got + `; exit 0" USR1; touch ` + ready + `; while :; do sleep 0.05; done' &
-trap 'wait; echo got-usr1; exit 7' USR1
+	script := `trap 'wait; echo got-usr1; exit 7' USR1
+sh -c 'trap "touch ` + got + `; exit 0" USR1; touch ` + ready + `; while :; do sleep 0.05; done' &
 while :; do sleep 0.05; done`
 	d.mustStart(shell("sig", script))
 	waitFile(t, ready)
