@@ -1,0 +1,95 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Edges of building and describing a Session that the mutation run left
+// untested (docs/mutation.md, client). None of them sends a request.
+
+// https is as good as http, any other scheme is refused, and so is a zero
+// idle timeout (every stream would end at once). Catches the https test
+// negated in newSession (https refused, another scheme let through) and
+// WithIdleTimeout's `d <= 0` made `d < 0`.
+func TestSessionConstructionEdges(t *testing.T) {
+	m := &countingMinter{}
+	if _, err := Proxied("https://vm.example.invalid", "tok", m); err != nil {
+		t.Fatalf("an https endpoint: %v", err)
+	}
+	if _, err := Proxied("ftp://vm.example.invalid", "tok", m); KindOf(err) != taxonomy.KindInvalidArg {
+		t.Fatalf("an ftp endpoint: %v", err)
+	}
+	if _, err := Proxied("https://vm.example.invalid", "tok", m, WithIdleTimeout(0)); KindOf(err) != taxonomy.KindInvalidArg {
+		t.Fatalf("a zero idle timeout: %v", err)
+	}
+}
+
+// String and LogValue say whether the session is proxied, and through
+// which port, and never carry the agent token. Catches either `proxy != nil`
+// test negated (a direct session described as proxied, or the reverse).
+func TestSessionDescribesItsMode(t *testing.T) {
+	const secret = "secret-agent-token"
+	direct, err := Direct("http://127.0.0.1:1", secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxied, err := Proxied("https://vm.example.invalid", secret, &countingMinter{}, WithAgentPort(9000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := direct.String(); !strings.Contains(s, " direct ") || strings.Contains(s, "proxied") || strings.Contains(s, secret) {
+		t.Fatalf("direct: %s", s)
+	}
+	if s := proxied.String(); !strings.Contains(s, "proxied port 9000") || strings.Contains(s, secret) {
+		t.Fatalf("proxied: %s", s)
+	}
+	port := func(v slog.Value) (int64, bool) {
+		for _, a := range v.Group() {
+			if a.Key == "proxy_port" {
+				return a.Value.Int64(), true
+			}
+			if strings.Contains(a.Value.String(), secret) {
+				t.Fatalf("log value carries the token: %v", v)
+			}
+		}
+		return 0, false
+	}
+	if p, ok := port(direct.LogValue()); ok {
+		t.Fatalf("a direct session logged proxy_port %d", p)
+	}
+	if p, ok := port(proxied.LogValue()); !ok || p != 9000 {
+		t.Fatalf("a proxied session logged proxy_port %d (%v)", p, ok)
+	}
+}
+
+// ConnectHeaders takes ports 1 and 65535 and refuses 0 and 65536 before
+// minting. Catches either bound made strict the wrong way (`port < 1` as
+// `<= 1`, `port > 65535` as `>=`).
+func TestConnectHeadersPortBoundsAreInclusive(t *testing.T) {
+	m := &countingMinter{}
+	s, err := Proxied("https://vm.example.invalid", "tok", m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, p := range []int{1, 65535} {
+		h, err := s.ConnectHeaders(ctx, p)
+		if err != nil || h.Get(taxonomy.ProxyAuthHeader) == "" {
+			t.Fatalf("port %d: %v %v", p, h, err)
+		}
+	}
+	before := m.count()
+	for _, p := range []int{0, 65536} {
+		if _, err := s.ConnectHeaders(ctx, p); KindOf(err) != taxonomy.KindInvalidArg {
+			t.Fatalf("port %d: %v", p, err)
+		}
+	}
+	if m.count() != before {
+		t.Fatal("a refused port was minted for")
+	}
+}
