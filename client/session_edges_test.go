@@ -2,10 +2,14 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -91,5 +95,20 @@ func TestConnectHeadersPortBoundsAreInclusive(t *testing.T) {
 	}
 	if m.count() != before {
 		t.Fatal("a refused port was minted for")
+	}
+}
+
+// Only a 2xx is success: a 300 whose body is a well-formed health answer
+// is still an error. Catches `StatusCode < 300` made `<= 300` in send.
+func TestStatus300IsNotSuccess(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusMultipleChoices)
+		json.NewEncoder(w).Encode(protocol.Health{Version: "test", Bootstrapped: true})
+	}))
+	defer srv.Close()
+	s := direct(t, srv.URL, "tok")
+	if h, err := s.Health(context.Background()); err == nil {
+		t.Fatalf("a 300 read as health %+v", h)
 	}
 }
