@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -110,5 +111,42 @@ func TestStatus300IsNotSuccess(t *testing.T) {
 	s := direct(t, srv.URL, "tok")
 	if h, err := s.Health(context.Background()); err == nil {
 		t.Fatalf("a 300 read as health %+v", h)
+	}
+}
+
+// A refusal's message carries the daemon's slug and detail, and a body
+// that is not an error object is quoted as the detail with no slug.
+// Catches either test in statusError negated (`slug != ""`: the slug
+// dropped, or an empty one printed; `detail != ""`: the detail dropped).
+func TestRefusalMessageNamesSlugAndDetail(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{http.StatusConflict, `{"error":"already_acked","detail":"exec e1 was acked"}`, "HTTP 409 already_acked: exec e1 was acked"},
+		{http.StatusBadGateway, "upstream went away", "HTTP 502: upstream went away"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(c.status)
+			io.WriteString(w, c.body)
+		}))
+		s := direct(t, srv.URL, "tok", WithRetryPolicy(RetryPolicy{MaxAttempts: 1}))
+		_, err := s.Health(context.Background())
+		srv.Close()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("HTTP %d %s: %v, want it to say %q", c.status, c.body, err, c.want)
+		}
+	}
+}
+
+// A body that ends inside a line is cut, whatever line it is: here the
+// first line of the next frame. Catches readLine's `err == io.EOF` negated
+// (the partial line read as a clean end, so a cut stream looks finished).
+func TestSSEPartialLineAtTheEndIsACut(t *testing.T) {
+	body := outputFrame(0, protocol.StreamStdout, []byte("hi")) + "event: exi"
+	evs, err := parseAll(newSSEParser(strings.NewReader(body)))
+	if len(evs) != 1 || err != io.ErrUnexpectedEOF {
+		t.Fatalf("%d events then %v, want 1 then io.ErrUnexpectedEOF", len(evs), err)
 	}
 }
