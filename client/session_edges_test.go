@@ -150,3 +150,26 @@ func TestSSEPartialLineAtTheEndIsACut(t *testing.T) {
 		t.Fatalf("%d events then %v, want 1 then io.ErrUnexpectedEOF", len(evs), err)
 	}
 }
+
+// A frame whose lines all arrived but whose blank line did not is cut too.
+// Catches nextFrame's `err == io.EOF` negated (the half frame read as a
+// clean end).
+func TestSSEFrameWithoutItsBlankLineIsACut(t *testing.T) {
+	body := outputFrame(0, protocol.StreamStdout, []byte("hi")) + strings.TrimSuffix(exitFrame(0, 2), "\n")
+	evs, err := parseAll(newSSEParser(strings.NewReader(body)))
+	if len(evs) != 1 || err != io.ErrUnexpectedEOF {
+		t.Fatalf("%d events then %v, want 1 then io.ErrUnexpectedEOF", len(evs), err)
+	}
+}
+
+// A field with nothing after its colon is a field with an empty value (the
+// SSE grammar allows it; an "id:" line resets the id). Catches the
+// leading-space test made `len(value) >= 0`, which indexes an empty value.
+func TestSSEEmptyFieldValue(t *testing.T) {
+	frame := outputFrame(0, protocol.StreamStdout, []byte("hi"))
+	body := strings.Replace(frame, "data:", "id:\ndata:", 1)
+	evs, err := parseAll(newSSEParser(strings.NewReader(body)))
+	if len(evs) != 1 || string(evs[0].Data) != "hi" || err != io.EOF {
+		t.Fatalf("%+v then %v", evs, err)
+	}
+}
