@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -171,5 +172,15 @@ func TestSSEEmptyFieldValue(t *testing.T) {
 	evs, err := parseAll(newSSEParser(strings.NewReader(body)))
 	if len(evs) != 1 || string(evs[0].Data) != "hi" || err != io.EOF {
 		t.Fatalf("%+v then %v", evs, err)
+	}
+}
+
+// Only a gap that ends before it starts is malformed; an empty one
+// ([n, n), nothing lost) is read as it is. Catches the check made
+// `To <= From`.
+func TestSSEEmptyGapIsNotMalformed(t *testing.T) {
+	evs, err := parseAll(newSSEParser(strings.NewReader(gapFrame(5, 5) + gapFrame(7, 6))))
+	if len(evs) != 1 || evs[0].Kind != EventGap || evs[0].Gap.From != 5 || evs[0].Gap.To != 5 || !errors.Is(err, errMalformed) {
+		t.Fatalf("%+v then %v; want the empty gap, then the backwards one refused", evs, err)
 	}
 }
