@@ -184,3 +184,26 @@ func TestSSEEmptyGapIsNotMalformed(t *testing.T) {
 		t.Fatalf("%+v then %v; want the empty gap, then the backwards one refused", evs, err)
 	}
 }
+
+// scanOutput, the fast path for output payloads, on bytes that end early
+// and on the largest offset. Each short input is declined (the slow path
+// then judges it), never read past its end; the largest uint64 offset is
+// taken, and one more is declined. Catches the end-of-input tests made
+// `i > len(b)` (at the start, after '{', after a key) or `i <= len(b)` in
+// the digit loop, each of which reads b[len(b)], and the overflow guard
+// made `>=` or computed as `1<<64-1+d` (the fast path gives up on offsets
+// it can hold).
+func TestScanOutputEdges(t *testing.T) {
+	for _, in := range []string{"", "{", `{"offset"`, `{"offset":12`} {
+		if _, _, _, ok := scanOutput([]byte(in)); ok {
+			t.Errorf("%q taken", in)
+		}
+	}
+	off, stream, b64, ok := scanOutput([]byte(`{"offset":18446744073709551615,"stream":"stdout","output":"aGk="}`))
+	if !ok || off != 1<<64-1 || stream != protocol.StreamStdout || string(b64) != "aGk=" {
+		t.Fatalf("the largest offset: %d %q %q %v", off, stream, b64, ok)
+	}
+	if _, _, _, ok := scanOutput([]byte(`{"offset":18446744073709551616,"stream":"stdout","output":"aGk="}`)); ok {
+		t.Fatal("an offset past uint64 taken")
+	}
+}
