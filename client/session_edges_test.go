@@ -189,12 +189,12 @@ func TestSSEEmptyGapIsNotMalformed(t *testing.T) {
 // and on the largest offset. Each short input is declined (the slow path
 // then judges it), never read past its end; the largest uint64 offset is
 // taken, and one more is declined. Catches the end-of-input tests made
-// `i > len(b)` (at the start, after '{', after a key) or `i <= len(b)` in
-// the digit loop, each of which reads b[len(b)], and the overflow guard
+// `i > len(b)` (at the start, after '{', after a key, before the stream's
+// or the output's string) or `i <= len(b)` in the digit loop, each of which reads b[len(b)], and the overflow guard
 // made `>=` or computed as `1<<64-1+d` (the fast path gives up on offsets
 // it can hold).
 func TestScanOutputEdges(t *testing.T) {
-	for _, in := range []string{"", "{", `{"offset"`, `{"offset":12`} {
+	for _, in := range []string{"", "{", `{"offset"`, `{"offset":12`, `{"offset":1,"stream":`, `{"offset":1,"output":`} {
 		if _, _, _, ok := scanOutput([]byte(in)); ok {
 			t.Errorf("%q taken", in)
 		}
