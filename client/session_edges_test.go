@@ -206,4 +206,9 @@ func TestScanOutputEdges(t *testing.T) {
 	if _, _, _, ok := scanOutput([]byte(`{"offset":18446744073709551616,"stream":"stdout","output":"aGk="}`)); ok {
 		t.Fatal("an offset past uint64 taken")
 	}
+	// Whitespace around the tokens, leading whitespace included, is skipped.
+	// Catches skipWS's `i++` made `i--` (it walks back off the slice's start).
+	if off, _, b64, ok := scanOutput([]byte(" { \"offset\" : 7 ,\t\"stream\":\"stderr\",\"output\":\"aGk=\" } ")); !ok || off != 7 || string(b64) != "aGk=" {
+		t.Fatalf("spaced payload: %d %q %v", off, b64, ok)
+	}
 }
