@@ -212,3 +212,31 @@ func TestScanOutputEdges(t *testing.T) {
 		t.Fatalf("spaced payload: %d %q %v", off, b64, ok)
 	}
 }
+
+// Close ends a stream with io.EOF unless it already failed, in which case
+// its failure stays. Catches Close's `st.err == nil` negated: a stream
+// closed before any read would then answer Next with no event and no error
+// forever, and a failed one would read as cleanly ended.
+func TestStreamCloseKeepsAFailure(t *testing.T) {
+	s := direct(t, "http://127.0.0.1:1", "tok")
+	st := s.Exec("e1").Stream(context.Background(), 0)
+	st.Close()
+	if _, err := st.Next(); err != io.EOF {
+		t.Fatalf("Next after Close: %v, want io.EOF", err)
+	}
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"error":"exec_not_found","detail":"no exec e1"}`)
+	}))
+	defer srv.Close()
+	st = direct(t, srv.URL, "tok").Exec("e1").Stream(context.Background(), 0)
+	_, ferr := st.Next()
+	if ferr == nil || ferr == io.EOF {
+		t.Fatalf("a stream of an unknown exec: %v", ferr)
+	}
+	st.Close()
+	if _, err := st.Next(); err != ferr {
+		t.Fatalf("Next after closing a failed stream: %v, want its failure %v", err, ferr)
+	}
+}
