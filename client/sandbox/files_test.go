@@ -3,8 +3,11 @@ package sandbox
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -67,6 +70,40 @@ func TestUnpackConfined(t *testing.T) {
 	dir, err := extract(t, tarOf(t, []entry{{name: "d/", typ: tar.TypeDir}, {name: "d/f", body: "ok", typ: tar.TypeReg}, {name: "d/f", body: "new", typ: tar.TypeReg}}))
 	if b, _ := os.ReadFile(filepath.Join(dir, "d", "f")); err != nil || string(b) != "new" {
 		t.Fatalf("a plain tree: %q %v", b, err)
+	}
+}
+
+// An archive need not list a member's directories before it (another
+// daemon's tar, or one written by hand, may not): the parents are made.
+// Catches the parent test negated (`dir != "."` as `==`), which makes no
+// parent for a nested member and refuses a file whose directory has no
+// entry of its own.
+func TestUnpackMakesParentsAnArchiveDoesNotList(t *testing.T) {
+	dir, err := extract(t, tarOf(t, []entry{{name: "a/b/c.txt", body: "deep", typ: tar.TypeReg}, {name: "top", body: "t", typ: tar.TypeReg}}))
+	if b, _ := os.ReadFile(filepath.Join(dir, "a", "b", "c.txt")); err != nil || string(b) != "deep" {
+		t.Fatalf("nested member without directory entries: %q %v", b, err)
+	}
+}
+
+// A symlink in the tree arrives as the same symlink. Catches the symlink
+// branch's error test negated (every link would fail the download with a
+// nil cause).
+func TestUnpackKeepsSymlinks(t *testing.T) {
+	dir, err := extract(t, tarOf(t, []entry{{name: "f", body: "x", typ: tar.TypeReg}, {name: "l", link: "f", typ: tar.TypeSymlink}}))
+	if got, lerr := os.Readlink(filepath.Join(dir, "l")); err != nil || lerr != nil || got != "f" {
+		t.Fatalf("symlink: %q %v %v", got, err, lerr)
+	}
+}
+
+// An archive cut inside a member fails naming that member, not with a bare
+// "unexpected EOF" from the next header. Catches the copy error dropped for
+// the close's (`err == nil` as `!=` before `err = cerr`): extraction goes on
+// to the next header and the member that was cut goes unnamed.
+func TestUnpackNamesAMemberCutShort(t *testing.T) {
+	whole := tarOf(t, []entry{{name: "big.bin", body: strings.Repeat("x", 4096), typ: tar.TypeReg}})
+	_, err := extract(t, whole[:512+1000]) // the header and 1000 of 4096 bytes
+	if err == nil || !strings.Contains(err.Error(), "extracting big.bin") || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a member cut short: %v", err)
 	}
 }
 

@@ -136,3 +136,28 @@ func TestRunInput(t *testing.T) {
 		}
 	}
 }
+
+// The mint's local bounds are inclusive: ports 1 and 65535 and an expiry of
+// exactly MaxAuthTokenMinutes are sent; 0, 65536 and one minute more are
+// not. Catches each bound made strict the wrong way (`p < 1` as `p <= 1`,
+// `p > 65535` as `>=`, `Minutes > Max` as `>=`), which would refuse a port
+// or expiry the service takes.
+func TestTokenInputBoundsAreInclusive(t *testing.T) {
+	in, err := tokenInput("vm", client.MintRequest{Ports: []int{1, 65535}, Minutes: taxonomy.MaxAuthTokenMinutes})
+	if err != nil || len(in.AllowedPorts) != 2 || aws.ToInt32(in.ExpirationInMinutes) != taxonomy.MaxAuthTokenMinutes {
+		t.Fatalf("edges refused: %+v %v", in, err)
+	}
+	if in, err := tokenInput("vm", client.MintRequest{Ports: []int{9000}, Minutes: 1}); err != nil || aws.ToInt32(in.ExpirationInMinutes) != 1 {
+		t.Fatalf("one minute refused: %v", err)
+	}
+	for _, bad := range []client.MintRequest{
+		{Ports: []int{0}, Minutes: 1},
+		{Ports: []int{65536}, Minutes: 1},
+		{Ports: []int{9000}, Minutes: taxonomy.MaxAuthTokenMinutes + 1},
+		{Ports: []int{9000}, Minutes: 0},
+	} {
+		if _, err := tokenInput("vm", bad); client.KindOf(err) != taxonomy.KindInvalidArg {
+			t.Fatalf("%+v: %v, want a local refusal", bad, err)
+		}
+	}
+}

@@ -260,3 +260,27 @@ func TestAttachFromAnotherProcess(t *testing.T) {
 		t.Fatalf("the other process could not attach: %v\n%s", err, out)
 	}
 }
+
+// ReadFile returns a file of exactly MaxReadFileBytes whole and refuses one
+// byte more. Catches: the read limit one short (MaxReadFileBytes-1 instead
+// of +1: a file at the cap, or over it, comes back cut and without an
+// error), and the cap's comparison made >= (a file of exactly the cap
+// refused).
+func TestReadFileCapEdges(t *testing.T) {
+	ctx := context.Background()
+	_, sb := localSandbox(t)
+	const limit = sandbox.MaxReadFileBytes
+	r, err := sb.Run(ctx, []string{"sh", "-c", fmt.Sprintf("d=$(mktemp -d) && head -c %d /dev/zero > $d/at && head -c %d /dev/zero > $d/over && echo $d", limit, limit+1)}, client.RunOptions{})
+	if err != nil || r.ExitStatus != 0 {
+		t.Fatalf("making the files: %+v %v", r, err)
+	}
+	dir := strings.TrimSpace(r.Stdout)
+	t.Cleanup(func() { sb.Run(context.Background(), []string{"rm", "-rf", dir}, client.RunOptions{}) })
+	if b, err := sb.ReadFile(ctx, dir+"/at"); err != nil || len(b) != limit {
+		t.Fatalf("a file of exactly the cap: %d bytes, %v", len(b), err)
+	}
+	b, err := sb.ReadFile(ctx, dir+"/over")
+	if client.KindOf(err) != taxonomy.KindInvalidArg || !strings.Contains(fmt.Sprint(err), fmt.Sprintf("over %d bytes", limit)) || b != nil {
+		t.Fatalf("a file one byte over the cap: %d bytes, %v", len(b), err)
+	}
+}

@@ -239,7 +239,7 @@ func TestCutStream(t *testing.T) {
 		// --json goes before the command's words: every word after the
 		// command's first is the command's.
 		sh := exec.Command("sh", "-c", strings.Replace(hint, "microvm exec ", "microvm --json exec ", 1))
-		sh.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")}, direct...)
+		sh.Env = append(append([]string{"HOME=" + t.TempDir(), "PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")}, coverEnv()...), direct...)
 		var out, errb bytes.Buffer
 		sh.Stdout, sh.Stderr = &out, &errb
 		err := sh.Run()

@@ -327,7 +327,7 @@ func startCLI(t *testing.T, bound time.Duration, env []string, stdin io.Reader, 
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	s := &started{ctx: ctx, args: args}
 	s.cmd = exec.CommandContext(ctx, bin, args...)
-	s.cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...)
+	s.cmd.Env = append(append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, coverEnv()...), env...)
 	s.cmd.Stdin = stdin
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.errb
 	if err := s.cmd.Start(); err != nil {

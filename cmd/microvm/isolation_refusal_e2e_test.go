@@ -41,8 +41,8 @@ func TestLocalRunRefusedWithoutNamespaces(t *testing.T) {
 	marker := filepath.Join(dir, "ran-unconfined")
 	cmd := exec.Command(lone, "--json", "run", "--local", "--exec", "touch "+marker)
 	cmd.Dir = dir
-	cmd.Env = []string{"HOME=" + dir, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir,
-		"MICROVM_AGENTD=" + daemon, "MICROVM_STATE_DIR=" + filepath.Join(dir, "state"), "MICROVM_ARTIFACT_DIR=" + filepath.Join(dir, "artifacts")}
+	cmd.Env = append([]string{"HOME=" + dir, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir,
+		"MICROVM_AGENTD=" + daemon, "MICROVM_STATE_DIR=" + filepath.Join(dir, "state"), "MICROVM_ARTIFACT_DIR=" + filepath.Join(dir, "artifacts")}, coverEnv()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var out bytes.Buffer
 	cmd.Stdout = &out

@@ -118,7 +118,7 @@ func TestRunLocal(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(lone, "--json", "run", "--local")
-		cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=/nonexistent", "MICROVM_STATE_DIR=" + t.TempDir()}
+		cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=/nonexistent", "MICROVM_STATE_DIR=" + t.TempDir()}, coverEnv()...)
 		var out bytes.Buffer
 		cmd.Stdout = &out
 		err = cmd.Run()
@@ -247,7 +247,7 @@ func startEmulator(t *testing.T, env []string, args ...string) *emulatorProcess 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	p := &emulatorProcess{errb: &lockedBuffer{}}
 	p.cmd = exec.CommandContext(ctx, bin, append([]string{"emulator", "--listen", "127.0.0.1:0", "--json"}, args...)...)
-	p.cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...)
+	p.cmd.Env = append(append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, coverEnv()...), env...)
 	p.cmd.Stdout = &p.out
 	pr, pw := io.Pipe()
 	p.cmd.Stderr = pw
@@ -391,7 +391,7 @@ func TestRunInterrupted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--json", "run", "--local", "--exec", "sleep 60")
-	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Env = append(append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, coverEnv()...), env...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	pr, pw := io.Pipe()

@@ -40,7 +40,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bin = filepath.Join(dir, "microvm")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if err := setUpCover(dir); err != nil {
+		panic(err)
+	}
+	build := append(append([]string{"build"}, coverBuildArgs()...), "-o", bin, ".")
+	if out, err := exec.Command("go", build...).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building microvm: %v\n%s", err, out)
 		os.Exit(1)
 	}
@@ -69,6 +73,10 @@ func TestMain(m *testing.M) {
 	if code == 0 {
 		code = checkRowsReached()
 	}
+	if err := appendSpawnedCoverage(); err != nil {
+		fmt.Fprintln(os.Stderr, "adding the spawned binaries' coverage:", err)
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -85,7 +93,7 @@ func cli(t *testing.T, env []string, stdin string, args ...string) invocation {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	// No inherited AWS_REGION or MICROVM_* can change what a test means.
-	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Env = append(append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, coverEnv()...), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

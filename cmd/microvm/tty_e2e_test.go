@@ -90,8 +90,8 @@ func TestExecTTYEndToEnd(t *testing.T) {
 	// --timeout 1 is passed to show it does not cut the session short (it
 	// lasts well over a second: see the wait before exit).
 	cmd := exec.CommandContext(ctx, bin, "exec", "--tty", "--timeout", "1", "--", "sh")
-	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"),
-		"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
+	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"),
+		"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}, coverEnv()...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	t0 := time.Now()

@@ -135,7 +135,7 @@ func onTerminal(t *testing.T, env []string, bin string, args ...string) string {
 		quoted = append(quoted, shellWord(a))
 	}
 	cmd := exec.Command(script, "-qefc", strings.Join(quoted, " "), "/dev/null")
-	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), "TERM=xterm-256color"}, env...)
+	cmd.Env = append(append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), "TERM=xterm-256color"}, coverEnv()...), env...)
 	done := make(chan struct{})
 	timer := time.AfterFunc(60*time.Second, func() {
 		if cmd.Process != nil {

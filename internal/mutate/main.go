@@ -27,7 +27,7 @@ import (
 // report is the part of gremlins' -o JSON this command reads.
 type report struct {
 	Files []struct {
-		Name      string `json:"file_name"`
+		Name      string `json:"file_name"` // relative to the package directory
 		Mutations []struct {
 			Type   string `json:"type"`
 			Status string `json:"status"`
@@ -78,6 +78,10 @@ func main() {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fatal(err)
 	}
+	// Absolute: a package gremlins misnames runs in a staged copy (stage).
+	if abs, err := filepath.Abs(*out); err == nil {
+		*out = abs
+	}
 	gremlins, err := filepath.Abs(filepath.Join(*out, "gremlins"))
 	if err != nil {
 		fatal(err)
@@ -102,12 +106,23 @@ func main() {
 func run(gremlins, pkg string, only []string, out string, workers, coefficient int, floor time.Duration) row {
 	pkg = strings.TrimSuffix(strings.TrimPrefix(pkg, "./"), "/")
 	r := row{pkg: pkg}
+	// root is the tree gremlins runs in and target the package's directory
+	// there: the module itself, unless gremlins would test the wrong package.
+	root, target := ".", pkg
+	if staged, dir, err := stage(pkg); err != nil {
+		r.err = err
+		return r
+	} else if staged != "" {
+		defer os.RemoveAll(staged)
+		root, target = staged, dir
+	}
 	// gremlins gives a mutant coefficient times its coverage run, which for
 	// a small package is well under the time a loaded machine needs to
 	// rebuild and link the mutated test binary: every such mutant would
 	// "time out". Timing the same run here lets the coefficient be raised so
 	// that no mutant gets less than floor.
-	cover := exec.Command("go", "test", "-count=1", "-cover", "./"+pkg+"/...")
+	cover := exec.Command("go", "test", "-count=1", "-cover", "./"+target+"/...")
+	cover.Dir = root
 	cover.Stdout, cover.Stderr = io.Discard, io.Discard
 	t0 := time.Now()
 	if err := cover.Run(); err != nil {
@@ -148,7 +163,8 @@ func run(gremlins, pkg string, only []string, out string, workers, coefficient i
 		}
 		r.pkg += " (" + strings.Join(only, ", ") + ")"
 	}
-	cmd := exec.Command(gremlins, append(args, "./"+pkg)...)
+	cmd := exec.Command(gremlins, append(args, "./"+target)...)
+	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	start := time.Now()
 	_ = os.Remove(jsonPath)
@@ -171,6 +187,10 @@ func run(gremlins, pkg string, only []string, out string, workers, coefficient i
 		for _, m := range f.Mutations {
 			switch m.Status {
 			case "KILLED":
+				if m.Type == "ARITHMETIC_BASE" && !compiles(pkg, f.Name, m.Line, m.Column) {
+					r.other++ // not viable: see compiles
+					continue
+				}
 				r.killed++
 			case "LIVED":
 				r.lived++
@@ -214,4 +234,141 @@ func print(w io.Writer, rows []row) {
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "mutate:", err)
 	os.Exit(1)
+}
+
+// stage works around gremlins 0.6 naming a file's package by walking up from
+// its directory to the first one whose path ends with the package clause's
+// name, and the module root if none does. For a command (package main in
+// cmd/microvm) that is the module root: every mutant's `go test` then fails
+// at setup and is counted killed. Such a package is mutated in a copy of the
+// module's files in which its directory is renamed to end with its name
+// (cmd/microvm becomes cmd/microvm_main); nothing imports a command, so the
+// copy builds and tests as the original does. staged is "" when the package
+// needs no copy.
+func stage(pkg string) (staged, dir string, err error) {
+	out, err := exec.Command("go", "list", "-f", "{{.Name}}", "./"+pkg).Output()
+	if err != nil {
+		return "", "", fmt.Errorf("go list ./%s: %w", pkg, err)
+	}
+	name := strings.TrimSpace(string(out))
+	if gremlinsPackageDir(pkg, name) == pkg {
+		return "", "", nil
+	}
+	dir = pkg + "_" + name
+	if gremlinsPackageDir(dir, name) != dir {
+		return "", "", fmt.Errorf("%s: gremlins cannot name package %s's directory", pkg, name)
+	}
+	files, err := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("listing the module's files: %w", err)
+	}
+	staged, err = os.MkdirTemp("", "mutate-stage-")
+	if err != nil {
+		return "", "", err
+	}
+	for _, f := range strings.Split(strings.TrimRight(string(files), "\x00"), "\x00") {
+		dst := f
+		if rest, ok := strings.CutPrefix(f, pkg+"/"); ok {
+			dst = dir + "/" + rest
+		}
+		if err := copyFile(f, filepath.Join(staged, dst)); err != nil {
+			os.RemoveAll(staged)
+			return "", "", err
+		}
+	}
+	return staged, dir, nil
+}
+
+// gremlinsPackageDir is the directory gremlins 0.6 takes for the package of
+// a file in dir whose package clause says name (its engine.pkgName).
+func gremlinsPackageDir(dir, name string) string {
+	for p := dir; ; {
+		if strings.HasSuffix(p, name) {
+			return p
+		}
+		up := filepath.Dir(p)
+		if up == p {
+			return "."
+		}
+		p = up
+	}
+}
+
+func copyFile(src, dst string) error {
+	info, err := os.Lstat(src)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil // listed by git, deleted in the work tree
+		}
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if info.Mode()&os.ModeSymlink != 0 {
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	}
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, raw, info.Mode().Perm())
+}
+
+// arithmeticBase is gremlins 0.6's ARITHMETIC_BASE replacement per operator.
+var arithmeticBase = map[string]string{"+": "-", "-": "+", "*": "/", "/": "*", "%": "*"}
+
+// compiles says whether pkg still builds with the ARITHMETIC_BASE mutant at
+// line:column of file applied. gremlins 0.6 counts a mutant whose package no
+// longer compiles as killed: go test exits 1 for a build failure, and
+// gremlins reads 1 as a failing test (only 2 is "not viable"). `+` made `-`
+// between strings is the usual case, and a constant expression that
+// overflows is another. The mutant is laid over the tree with go build
+// -overlay, so the tree is never edited. Any doubt (the file or the operator
+// not where the report says) answers true: the mutant stays killed.
+func compiles(pkg, file string, line, column int) bool {
+	path := filepath.Join(pkg, file)
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return true
+	}
+	off := 0
+	for l := 1; l < line; l++ {
+		i := strings.IndexByte(string(src[off:]), '\n')
+		if i < 0 {
+			return true
+		}
+		off += i + 1
+	}
+	off += column - 1
+	if off < 0 || off >= len(src) {
+		return true
+	}
+	repl, ok := arithmeticBase[string(src[off])]
+	if !ok {
+		return true
+	}
+	mutated := append(append(append([]byte{}, src[:off]...), repl...), src[off+1:]...)
+	dir, err := os.MkdirTemp("", "mutate-viable-")
+	if err != nil {
+		return true
+	}
+	defer os.RemoveAll(dir)
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return true
+	}
+	mpath := filepath.Join(dir, filepath.Base(file))
+	overlay := filepath.Join(dir, "overlay.json")
+	spec, _ := json.Marshal(map[string]map[string]string{"Replace": {abs: mpath}})
+	if os.WriteFile(mpath, mutated, 0o644) != nil || os.WriteFile(overlay, spec, 0o644) != nil {
+		return true
+	}
+	build := exec.Command("go", "build", "-overlay", overlay, "-o", os.DevNull, "./"+pkg)
+	build.Stdout, build.Stderr = io.Discard, io.Discard
+	return build.Run() == nil
 }
