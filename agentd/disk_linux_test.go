@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/microvms/microvms/gen/protocol"
@@ -112,5 +113,35 @@ func TestGuardMeasuresAgainAtExactlyTheProbeInterval(t *testing.T) {
 	}
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
 		t.Fatalf("the refused upload left %s: %v", p, err)
+	}
+}
+
+// countingDisk always has room, and counts its readings.
+type countingDisk struct{ calls atomic.Int64 }
+
+func (d *countingDisk) probe(string) (uint64, error) { d.calls.Add(1); return 1 << 40, nil }
+
+// An upload is measured once before anything lands and then once per
+// diskProbeInterval bytes, not on every write of the copy: statvfs per 32
+// KiB would cost more than the write. Catches: the pacer's
+// `p.since < diskProbeInterval` negated (it then measures after every write
+// until the interval is reached, and never after).
+func TestGuardMeasuresOncePerProbeInterval(t *testing.T) {
+	// copyBody writes whole uploadBufferBytes buffers, so the pacer's count
+	// lands exactly on each interval.
+	if diskProbeInterval%uploadBufferBytes != 0 {
+		t.Fatalf("uploadBufferBytes (%d) no longer divides diskProbeInterval (%d): recount this test's readings", uploadBufferBytes, diskProbeInterval)
+	}
+	dir := t.TempDir()
+	f := testFS(protocol.LimitSet{DiskReserveBytes: 1 << 20})
+	disk := &countingDisk{}
+	f.guard.probe = disk.probe
+	srv := fsServer(t, f)
+	body := struct{ io.Reader }{bytes.NewReader(make([]byte, 3*diskProbeInterval))}
+	if r := fsDo(t, srv, "PUT", "/v1/fs/file", fsQuery("path", filepath.Join(dir, "f")), body); r.status != 204 {
+		t.Fatalf("upload: %d %q", r.status, r.body)
+	}
+	if n := disk.calls.Load(); n != 4 {
+		t.Fatalf("a %d-byte upload measured the disk %d times, want 4 (before, then every %d bytes)", 3*diskProbeInterval, n, diskProbeInterval)
 	}
 }

@@ -132,3 +132,37 @@ func TestRepairIdentityEdgeCases(t *testing.T) {
 		t.Fatalf("id failure: %+v", rep)
 	}
 }
+
+// An id source that answers without an error but not with 32 characters is
+// a failed step, like one that errs: nothing is written, named or mounted
+// from it. For the boot_id's own id the same holds on its own. Catches:
+// either `err == nil && len(id) != 32` check negated (`err != nil && …`),
+// which takes a 40-character machine-id and hostname from a bad source, or
+// hands a 31-character boot id to bindBootID (which panics slicing it).
+func TestRepairIdentityRefusesAnIDOfTheWrongLength(t *testing.T) {
+	h := &fakeHost{}
+	cfg, dir := identityLayout(t, h)
+	cfg.FreshID = func() (string, error) { return strings.Repeat("b", 40), nil }
+	if rep := RepairIdentity(cfg, quietLog); !rep.Degraded || !rep.Repaired {
+		t.Fatalf("a 40-character id: %+v, want repaired and degraded", rep)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "etc/machine-id")); string(b) != "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n" {
+		t.Fatalf("machine-id rewritten from a 40-character id: %q", b)
+	}
+	if len(h.hostnames) != 0 || len(h.mounts) != 0 {
+		t.Fatalf("a 40-character id named the host %v and mounted %v", h.hostnames, h.mounts)
+	}
+
+	// A good machine id, then a boot id one character short.
+	ids := []string{strings.Repeat("c", 32), strings.Repeat("d", 31)}
+	cfg.FreshID = func() (string, error) { id := ids[0]; ids = ids[1:]; return id, nil }
+	if rep := RepairIdentity(cfg, quietLog); !rep.Degraded {
+		t.Fatalf("a 31-character boot id: %+v, want degraded", rep)
+	}
+	if len(h.mounts) != 0 {
+		t.Fatalf("a 31-character boot id was mounted: %v", h.mounts)
+	}
+	if len(h.hostnames) != 1 || h.hostnames[0] != "microvm-cccccccccccc" {
+		t.Fatalf("hostnames %v, want the good machine id's", h.hostnames)
+	}
+}

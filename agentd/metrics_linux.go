@@ -87,8 +87,10 @@ func parseMeminfo(b []byte) (total, available uint64, err error) {
 		default:
 			continue
 		}
+		// 1<<53 kB is 1<<63 bytes, past the int64 the API gives memory
+		// counts (and 1<<54 kB would wrap to 0).
 		v, perr := strconv.ParseUint(string(fields[1]), 10, 64)
-		if perr != nil || v > (1<<54) {
+		if perr != nil || v >= 1<<53 {
 			return 0, 0, fmt.Errorf("/proc/meminfo: %s is not a kB count", fields[0])
 		}
 		*dst = v * 1024
