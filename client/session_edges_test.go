@@ -240,3 +240,35 @@ func TestStreamCloseKeepsAFailure(t *testing.T) {
 		t.Fatalf("Next after closing a failed stream: %v, want its failure %v", err, ferr)
 	}
 }
+
+// After a reconnect the daemon may replay a frame that ends exactly at the
+// cursor; it was delivered already, and nothing of it (not even an empty
+// output event) is delivered again. Catches the skip made `end < cursor`.
+func TestStreamSkipsAReplayEndingAtTheCursor(t *testing.T) {
+	f, srv := newFakeAgent(t)
+	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
+		io.WriteString(w, outputFrame(0, protocol.StreamStdout, []byte("abc")))
+		if n > 0 {
+			io.WriteString(w, outputFrame(3, protocol.StreamStdout, []byte("def")))
+			io.WriteString(w, exitFrame(0, 6))
+		}
+		return true
+	}
+	st := direct(t, srv.URL, f.token).Exec("e1").Stream(context.Background(), 0)
+	var outputs []string
+	for range 100 {
+		ev, err := st.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == EventOutput {
+			outputs = append(outputs, string(ev.Data))
+		}
+	}
+	if len(outputs) != 2 || outputs[0] != "abc" || outputs[1] != "def" {
+		t.Fatalf("output events %q, want [abc def]", outputs)
+	}
+}
