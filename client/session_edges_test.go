@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -270,5 +271,45 @@ func TestStreamSkipsAReplayEndingAtTheCursor(t *testing.T) {
 	}
 	if len(outputs) != 2 || outputs[0] != "abc" || outputs[1] != "def" {
 		t.Fatalf("output events %q, want [abc def]", outputs)
+	}
+	// The stream request asks for an event stream. Catches the request
+	// builder's `err == nil` negated (the Accept header never set).
+	if a := f.lastHeader().Get("Accept"); a != "text/event-stream" {
+		t.Fatalf("stream request Accept %q", a)
+	}
+}
+
+// A daemon that never answers within the idle timeout is retried like a
+// dropped connection, and the give-up says so. Catches attach's
+// `st.ctx.Err() == nil` negated (the timeout reported as the caller's
+// cancellation, which is not retried) and exhausted's `lastErr != nil`
+// negated (the give-up forgets why the last attempt failed).
+func TestStreamWithNoAnswerIsRetriedThenNamed(t *testing.T) {
+	f, srv := newFakeAgent(t)
+	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
+		<-r.Context().Done() // no header, no byte
+		return true
+	}
+	s := direct(t, srv.URL, f.token, WithIdleTimeout(10*time.Millisecond))
+	s.maxReattach = 1
+	_, _, _, _, err := collect(t, s.Exec("e1").Stream(context.Background(), 0))
+	f.mu.Lock()
+	attaches := len(f.attaches)
+	f.mu.Unlock()
+	if KindOf(err) != taxonomy.KindRetryable || !errors.Is(err, errStreamIdle) || !strings.Contains(err.Error(), "gave up after 2 attempts") ||
+		!strings.Contains(err.Error(), "no answer within the idle timeout") || attaches != 2 {
+		t.Fatalf("%v after %d attaches", err, attaches)
+	}
+}
+
+// The reattach backoff doubles from 50 ms and stops at 1.6 s. Catches the
+// base or the shift changed (`50/time.Millisecond`, `attempt+1`,
+// `-(attempt-1)`): tests never time the waits, so only this pins them.
+func TestReattachBackoffDoubles(t *testing.T) {
+	want := []time.Duration{50, 100, 200, 400, 800, 1600, 1600, 1600}
+	for i, w := range want {
+		if got := reattachBackoff(i + 1); got != w*time.Millisecond {
+			t.Errorf("attempt %d: %v, want %v", i+1, got, w*time.Millisecond)
+		}
 	}
 }
