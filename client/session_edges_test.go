@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,5 +313,50 @@ func TestReattachBackoffDoubles(t *testing.T) {
 		if got := reattachBackoff(i + 1); got != w*time.Millisecond {
 			t.Errorf("attempt %d: %v, want %v", i+1, got, w*time.Millisecond)
 		}
+	}
+}
+
+// WriteStdin takes exactly the daemon's per-write cap and refuses a byte
+// more without sending it; CloseStdin sends the eof signal and no data
+// field. Catches the cap made `>=` (a write of exactly the cap refused)
+// and stdin's `len(data) > 0` made `>= 0` (an empty data_b64 sent with
+// every eof).
+func TestStdinCapAndEOFOnTheWire(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(raw))
+		mu.Unlock()
+		var req protocol.StdinRequest
+		json.Unmarshal(raw, &req)
+		n := 0
+		if req.DataB64 != nil {
+			b, _ := base64.StdEncoding.DecodeString(*req.DataB64)
+			n = len(b)
+		}
+		writeJSON(w, protocol.StdinResponse{ExecID: r.PathValue("id"), Written: uint(n), EOF: req.Signal != nil})
+	}))
+	defer srv.Close()
+	e := direct(t, srv.URL, "tok").Exec("e1")
+	ctx := context.Background()
+	if n, err := e.WriteStdin(ctx, make([]byte, protocol.DefaultMaxStdinWriteBytes)); err != nil || n != protocol.DefaultMaxStdinWriteBytes {
+		t.Fatalf("a write of exactly the cap: %d, %v", n, err)
+	}
+	if _, err := e.WriteStdin(ctx, make([]byte, protocol.DefaultMaxStdinWriteBytes+1)); KindOf(err) != taxonomy.KindInvalidArg {
+		t.Fatalf("a write over the cap: %v", err)
+	}
+	if err := e.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 2 {
+		t.Fatalf("%d stdin requests, want 2 (the refused write is never sent)", len(bodies))
+	}
+	var last map[string]any
+	if err := json.Unmarshal([]byte(bodies[1]), &last); err != nil || len(last) != 1 || last["signal"] != "eof" {
+		t.Fatalf("CloseStdin sent %s, want only the eof signal", bodies[1])
 	}
 }
