@@ -316,9 +316,10 @@ func TestReattachBackoffDoubles(t *testing.T) {
 	}
 }
 
-// WriteStdin takes exactly the daemon's per-write cap and refuses a byte
-// more without sending it; CloseStdin sends the eof signal and no data
-// field. Catches the cap made `>=` (a write of exactly the cap refused)
+// WriteStdin and WriteStdinAndClose take exactly the daemon's per-write cap
+// and refuse a byte more without sending it; CloseStdin sends the eof
+// signal and no data field. Catches either cap made `>=` (a write of
+// exactly the cap refused)
 // and stdin's `len(data) > 0` made `>= 0` (an empty data_b64 sent with
 // every eof).
 func TestStdinCapAndEOFOnTheWire(t *testing.T) {
@@ -350,13 +351,36 @@ func TestStdinCapAndEOFOnTheWire(t *testing.T) {
 	if err := e.CloseStdin(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The same cap for the last chunk.
+	if n, err := e.WriteStdinAndClose(ctx, make([]byte, protocol.DefaultMaxStdinWriteBytes)); err != nil || n != protocol.DefaultMaxStdinWriteBytes {
+		t.Fatalf("a last chunk of exactly the cap: %d, %v", n, err)
+	}
+	if _, err := e.WriteStdinAndClose(ctx, make([]byte, protocol.DefaultMaxStdinWriteBytes+1)); KindOf(err) != taxonomy.KindInvalidArg {
+		t.Fatalf("a last chunk over the cap: %v", err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(bodies) != 2 {
-		t.Fatalf("%d stdin requests, want 2 (the refused write is never sent)", len(bodies))
+	if len(bodies) != 3 {
+		t.Fatalf("%d stdin requests, want 3 (the refused writes are never sent)", len(bodies))
 	}
 	var last map[string]any
 	if err := json.Unmarshal([]byte(bodies[1]), &last); err != nil || len(last) != 1 || last["signal"] != "eof" {
 		t.Fatalf("CloseStdin sent %s, want only the eof signal", bodies[1])
+	}
+}
+
+// Run whose stream gives up still answers from the exec's record.
+// Catches Run's `ctx.Err() != nil` negated (a stream
+// that gave up while the caller's context is live reported as a timeout
+// instead of falling back to the record).
+func TestRunFallsBackToTheRecordWhenTheStreamGivesUp(t *testing.T) {
+	f, srv := newFakeAgent(t)
+	f.chunks = []chunk{{protocol.StreamStdout, "from the record"}}
+	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool { return true } // every body ends at once
+	s := direct(t, srv.URL, f.token)
+	s.maxReattach = 1
+	r, err := s.Run(context.Background(), []string{"true"}, RunOptions{})
+	if err != nil || r.Stdout != "from the record" || !r.Success() {
+		t.Fatalf("run over a stream that gave up: %+v, %v", r, err)
 	}
 }
