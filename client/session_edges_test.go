@@ -384,3 +384,18 @@ func TestRunFallsBackToTheRecordWhenTheStreamGivesUp(t *testing.T) {
 		t.Fatalf("run over a stream that gave up: %+v, %v", r, err)
 	}
 }
+
+// WriteTar returns the daemon's refusal. Catches its `err != nil` negated
+// (a refused upload then closes the body of an answer it does not have).
+func TestWriteTarReturnsARefusal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":"bad_request","detail":"not a tar"}`)
+	}))
+	defer srv.Close()
+	err := direct(t, srv.URL, "tok").WriteTar(context.Background(), "/w", strings.NewReader("not a tar"))
+	if err == nil || !strings.Contains(err.Error(), "not a tar") {
+		t.Fatalf("a refused tar upload: %v", err)
+	}
+}
