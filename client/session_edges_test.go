@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -397,5 +399,59 @@ func TestWriteTarReturnsARefusal(t *testing.T) {
 	err := direct(t, srv.URL, "tok").WriteTar(context.Background(), "/w", strings.NewReader("not a tar"))
 	if err == nil || !strings.Contains(err.Error(), "not a tar") {
 		t.Fatalf("a refused tar upload: %v", err)
+	}
+}
+
+// A regular file is uploaded with its remaining size as the Content-Length,
+// never chunked; one read to its end (nothing remaining) is sent as an
+// empty body of length 0. Catches newUploadBody's `off <= size` made `<`
+// (a file at its end sent chunked) and withSize's tests negated or made
+// `size <= 0` (the size never set, or a zero size left as an unknown
+// length, which the transport sends chunked).
+func TestFileUploadsCarryTheirLength(t *testing.T) {
+	type seen struct {
+		length  int64
+		chunked bool
+		n       int
+	}
+	got := make(chan seen, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got <- seen{r.ContentLength, len(r.TransferEncoding) > 0, int(n)}
+		writeJSON(w, map[string]any{"path": "/f", "bytes": n})
+	}))
+	defer srv.Close()
+	s := direct(t, srv.URL, "tok")
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx := context.Background()
+	if err := s.WriteFile(ctx, "/f", f, 0); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g.length != 5 || g.chunked || g.n != 5 {
+		t.Fatalf("a 5-byte file went as %+v", g)
+	}
+	// The transport closed f once it was sent; a second handle, read to
+	// its end.
+	f, err = os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteFile(ctx, "/f", f, 0); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g.length != 0 || g.chunked || g.n != 0 {
+		t.Fatalf("a file at its end went as %+v", g)
 	}
 }
