@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -453,5 +454,46 @@ func TestFileUploadsCarryTheirLength(t *testing.T) {
 	}
 	if g := <-got; g.length != 0 || g.chunked || g.n != 0 {
 		t.Fatalf("a file at its end went as %+v", g)
+	}
+}
+
+// Resize returns the daemon's refusal (an exec on pipes is not_a_tty, a
+// Conflict). Catches its `err != nil` negated (the refusal's missing
+// answer then decoded).
+func TestResizeReturnsARefusal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+		io.WriteString(w, `{"error":"not_a_tty","detail":"exec e1 runs on pipes"}`)
+	}))
+	defer srv.Close()
+	err := direct(t, srv.URL, "tok").Exec("e1").Resize(context.Background(), 24, 80)
+	if !errors.Is(err, WireKindError(taxonomy.WireConflict)) || !strings.Contains(err.Error(), "not_a_tty") {
+		t.Fatalf("resize of an exec on pipes: %v", err)
+	}
+}
+
+// ListPage sends a page size only when one is asked for. Catches the
+// `Limit != 0` test negated (limit=0 sent by default, an asked-for limit
+// dropped).
+func TestListPageSendsTheLimitAskedFor(t *testing.T) {
+	queries := make(chan url.Values, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries <- r.URL.Query()
+		writeJSON(w, protocol.ListResponse{})
+	}))
+	defer srv.Close()
+	s := direct(t, srv.URL, "tok")
+	ctx := context.Background()
+	if _, err := s.ListPage(ctx, "/w", ListOptions{Limit: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if q := <-queries; q.Get("limit") != "2" {
+		t.Fatalf("limit 2 sent as %v", q)
+	}
+	if _, err := s.ListPage(ctx, "/w", ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if q := <-queries; q.Has("limit") {
+		t.Fatalf("no limit asked for, sent %v", q)
 	}
 }
