@@ -497,3 +497,29 @@ func TestListPageSendsTheLimitAskedFor(t *testing.T) {
 		t.Fatalf("no limit asked for, sent %v", q)
 	}
 }
+
+// Mkdir sends a mode only when one is given, in octal, and reports what
+// the daemon says it created. Catches the `mode != 0` test negated (mode
+// "0" sent by default, a given mode dropped).
+func TestMkdirSendsTheModeGiven(t *testing.T) {
+	queries := make(chan url.Values, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries <- r.URL.Query()
+		writeJSON(w, protocol.MkdirResponse{Created: true})
+	}))
+	defer srv.Close()
+	s := direct(t, srv.URL, "tok")
+	ctx := context.Background()
+	if created, err := s.Mkdir(ctx, "/w/d", 0o700); err != nil || !created {
+		t.Fatalf("mkdir: %v %v", created, err)
+	}
+	if q := <-queries; q.Get("mode") != "700" {
+		t.Fatalf("mode 0700 sent as %v", q)
+	}
+	if _, err := s.Mkdir(ctx, "/w/d", 0); err != nil {
+		t.Fatal(err)
+	}
+	if q := <-queries; q.Has("mode") {
+		t.Fatalf("no mode given, sent %v", q)
+	}
+}
