@@ -523,3 +523,14 @@ func TestMkdirSendsTheModeGiven(t *testing.T) {
 		t.Fatalf("no mode given, sent %v", q)
 	}
 }
+
+// The watch stream's frames join their data lines with newlines, as SSE
+// says. Catches the `data != nil` test negated (a newline put before the
+// first line and none between the others).
+func TestWatchFrameJoinsDataLines(t *testing.T) {
+	fr := newWatchFrames(strings.NewReader("event: change\ndata: a\ndata: b\n\n"))
+	name, data, err := fr.next()
+	if err != nil || name != "change" || string(data) != "a\nb" {
+		t.Fatalf("%q %q %v", name, data, err)
+	}
+}
