@@ -81,10 +81,21 @@ func TestRepairIdentityRegeneratesEverything(t *testing.T) {
 		t.Fatal("random seed survived")
 	}
 	// A second boot from the same snapshot gets a different identity.
-	RepairIdentity(cfg, quietLog)
+	// The boot_id's source file, left 0444 by the first repair, is
+	// rewritten and mounted again. Catches: bindBootID's chmod test with its
+	// `err != nil` negated (a chmod that succeeds then returns before the
+	// rewrite and the mount, so the second repair keeps the first boot_id
+	// and reports no failure).
+	if rep := RepairIdentity(cfg, quietLog); rep != (IdentityReport{Repaired: true}) {
+		t.Fatalf("second repair: %+v", rep)
+	}
 	mid2, _ := os.ReadFile(cfg.MachineIDPath)
 	if string(mid2) == string(mid) {
 		t.Fatal("two repairs produced the same machine-id")
+	}
+	boot2, _ := os.ReadFile(cfg.BootIDSourcePath)
+	if string(boot2) == string(boot) || len(h.mounts) != 2 {
+		t.Fatalf("second repair: boot_id %q (first %q), mounts %v; want a new one, mounted again", boot2, boot, h.mounts)
 	}
 }
 
