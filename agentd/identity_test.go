@@ -177,3 +177,36 @@ func TestRepairIdentityRefusesAnIDOfTheWrongLength(t *testing.T) {
 		t.Fatalf("hostnames %v, want the good machine id's", h.hostnames)
 	}
 }
+
+// A stale file that cannot be removed, or a machine-id that cannot be
+// replaced, is a failed step: the repair reports itself degraded, and the
+// machine-id's temporary file is cleaned up. A non-empty directory at the
+// path makes each fail (remove: ENOTEMPTY; rename over it: EISDIR).
+// Catches: the stale removal's `err != nil` negated (a failed removal then
+// passes as done), and writeMachineID's rename test negated (a failed
+// rename reports success and leaves machine-id.agentd-new behind).
+func TestRepairIdentityReportsWhatItCouldNotReplace(t *testing.T) {
+	h := &fakeHost{}
+	cfg, _ := identityLayout(t, h)
+	stale := cfg.StalePaths[0]
+	os.Remove(stale)
+	if err := os.MkdirAll(filepath.Join(stale, "kept"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if rep := RepairIdentity(cfg, quietLog); !rep.Degraded {
+		t.Fatalf("a stale path that could not be removed: %+v, want degraded", rep)
+	}
+
+	h = &fakeHost{}
+	cfg, _ = identityLayout(t, h)
+	os.Remove(cfg.MachineIDPath)
+	if err := os.MkdirAll(filepath.Join(cfg.MachineIDPath, "kept"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if rep := RepairIdentity(cfg, quietLog); !rep.Degraded {
+		t.Fatalf("a machine-id that could not be replaced: %+v, want degraded", rep)
+	}
+	if _, err := os.Lstat(cfg.MachineIDPath + ".agentd-new"); !os.IsNotExist(err) {
+		t.Fatalf("the failed replacement left its temporary file: %v", err)
+	}
+}
