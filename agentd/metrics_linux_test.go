@@ -24,7 +24,9 @@ func fakeProc(t *testing.T, dir, stat, uptime, meminfo, loadavg string) {
 // GET /v1/metrics over a /proc whose numbers the test chose: every figure
 // is the one those files give, to the byte and the tick.
 //
-// Catches, in parseProcStat: the guest columns counted (`i >= 8` made
+// Catches, in parseProcStat: a line other than the aggregate read
+// (`string(fields[0]) != "cpu"` negated: cpu0, or intr, instead), the guest
+// columns counted (`i >= 8` made
 // `> 8`), idle or iowait counted as busy or another column left out (either
 // `i != 3 && i != 4` test negated or made `<`/`>`), a cpu line of exactly
 // five fields skipped (`len(fields) < 5` made `<=`); in parseMeminfo, a
@@ -52,7 +54,7 @@ func TestMetricsFromAKnownProc(t *testing.T) {
 	// user nice system idle iowait irq softirq steal guest guest_nice:
 	// total 720 (the guest columns are inside user and nice), idle and
 	// iowait 450, busy 270.
-	stat := "cpu  10 20 30 400 50 60 70 80 90 100\ncpu0 10 20 30 400 50 60 70 80 90 100\nintr 5\n"
+	stat := "cpu  10 20 30 400 50 60 70 80 90 100\ncpu0 1 1 1 1 1 1 1 1 1 1\nintr 5 6 7 8 9\n"
 	fakeProc(t, proc, stat, "1234.5 999.0\n",
 		"MemTotal:       1000 kB\nMemFree:          10 kB\nMemAvailable:    400\n",
 		"0.00 1.25 1000000000 1/100 4321\n")
