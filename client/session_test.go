@@ -68,7 +68,9 @@ func TestProxyTokenRefreshesBeforeCeiling(t *testing.T) {
 	}{
 		{29 * time.Minute, 1, "re-minting on every request"},
 		{59 * time.Second, 1, "re-minting before the refresh interval"},
-		{2 * time.Second, 2, "not refreshing at half the ceiling (30 min)"},
+		// Exactly the refresh interval after the mint: the token is not
+		// reused (catches the age test made `<=`).
+		{time.Second, 2, "not refreshing at half the ceiling (30 min)"},
 		{31 * time.Minute, 3, "refreshing only once"},
 	}
 	for _, st := range steps {
@@ -82,6 +84,10 @@ func TestProxyTokenRefreshesBeforeCeiling(t *testing.T) {
 	}
 	if got := f.lastHeader().Get(taxonomy.ProxyAuthHeader); got != "jwe-3" {
 		t.Errorf("request carried %q, want the fresh jwe-3", got)
+	}
+	// Catches: the session's own mint count going the wrong way.
+	if s.Mints() != 3 {
+		t.Errorf("Mints() = %d after three mints", s.Mints())
 	}
 	// Catches: a refresh interval at the ceiling being accepted.
 	for _, d := range []time.Duration{60 * time.Minute, 61 * time.Minute, 0} {

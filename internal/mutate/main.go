@@ -165,6 +165,13 @@ func run(gremlins, pkg string, only []string, out string, workers, coefficient i
 	}
 	cmd := exec.Command(gremlins, append(args, "./"+target)...)
 	cmd.Dir = root
+	// gremlins runs go test without -count=1, and go test reuses a cached
+	// pass when the test binary is unchanged. A command's tests are external
+	// (package main_test) and build the binary in a child process, so a
+	// mutant of the command leaves the test binary as it was: every mutant
+	// the first run did not kill "lived" from the cache (37 of 54 in
+	// cmd/microvm's first run). Every mutant runs its tests.
+	cmd.Env = append(os.Environ(), strings.TrimSpace("GOFLAGS=-count=1 "+os.Getenv("GOFLAGS")))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	start := time.Now()
 	_ = os.Remove(jsonPath)
