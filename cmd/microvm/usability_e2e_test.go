@@ -95,8 +95,12 @@ func TestAttachedUsability(t *testing.T) {
 		if b, err := os.ReadFile(back); err != nil || string(b) != "odd\n" {
 			t.Fatalf("%q %v", b, err)
 		}
-		m := wantFailure(t, cli(t, env, "", "--json", "exec", "echo", "a\xffb"), taxonomy.KindInvalidArg, "")
-		if !strings.Contains(m["error"].(string), "0xff") {
+		// The refusal names the word, the bad byte and its offset after a
+		// valid multi-byte rune. Catches: the word counted from 0, the scan
+		// stopping at the first rune or skipping the bad byte (a message
+		// naming 0xc3 or offset 0, or a panic past the word's end).
+		m := wantFailure(t, cli(t, env, "", "--json", "exec", "echo", "é\xffb"), taxonomy.KindInvalidArg, "")
+		if e := m["error"].(string); !strings.Contains(e, "word 2 ") || !strings.Contains(e, "byte 0xff at offset 2,") {
 			t.Fatalf("%v", m["error"])
 		}
 		wantFailure(t, cli(t, env, "", "--json", "exec", "--env", "K=\xff", "true"), taxonomy.KindInvalidArg, "")
