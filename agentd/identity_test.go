@@ -81,10 +81,21 @@ func TestRepairIdentityRegeneratesEverything(t *testing.T) {
 		t.Fatal("random seed survived")
 	}
 	// A second boot from the same snapshot gets a different identity.
-	RepairIdentity(cfg, quietLog)
+	// The boot_id's source file, left 0444 by the first repair, is
+	// rewritten and mounted again. Catches: bindBootID's chmod test with its
+	// `err != nil` negated (a chmod that succeeds then returns before the
+	// rewrite and the mount, so the second repair keeps the first boot_id
+	// and reports no failure).
+	if rep := RepairIdentity(cfg, quietLog); rep != (IdentityReport{Repaired: true}) {
+		t.Fatalf("second repair: %+v", rep)
+	}
 	mid2, _ := os.ReadFile(cfg.MachineIDPath)
 	if string(mid2) == string(mid) {
 		t.Fatal("two repairs produced the same machine-id")
+	}
+	boot2, _ := os.ReadFile(cfg.BootIDSourcePath)
+	if string(boot2) == string(boot) || len(h.mounts) != 2 {
+		t.Fatalf("second repair: boot_id %q (first %q), mounts %v; want a new one, mounted again", boot2, boot, h.mounts)
 	}
 }
 
@@ -164,5 +175,38 @@ func TestRepairIdentityRefusesAnIDOfTheWrongLength(t *testing.T) {
 	}
 	if len(h.hostnames) != 1 || h.hostnames[0] != "microvm-cccccccccccc" {
 		t.Fatalf("hostnames %v, want the good machine id's", h.hostnames)
+	}
+}
+
+// A stale file that cannot be removed, or a machine-id that cannot be
+// replaced, is a failed step: the repair reports itself degraded, and the
+// machine-id's temporary file is cleaned up. A non-empty directory at the
+// path makes each fail (remove: ENOTEMPTY; rename over it: EISDIR).
+// Catches: the stale removal's `err != nil` negated (a failed removal then
+// passes as done), and writeMachineID's rename test negated (a failed
+// rename reports success and leaves machine-id.agentd-new behind).
+func TestRepairIdentityReportsWhatItCouldNotReplace(t *testing.T) {
+	h := &fakeHost{}
+	cfg, _ := identityLayout(t, h)
+	stale := cfg.StalePaths[0]
+	os.Remove(stale)
+	if err := os.MkdirAll(filepath.Join(stale, "kept"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if rep := RepairIdentity(cfg, quietLog); !rep.Degraded {
+		t.Fatalf("a stale path that could not be removed: %+v, want degraded", rep)
+	}
+
+	h = &fakeHost{}
+	cfg, _ = identityLayout(t, h)
+	os.Remove(cfg.MachineIDPath)
+	if err := os.MkdirAll(filepath.Join(cfg.MachineIDPath, "kept"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if rep := RepairIdentity(cfg, quietLog); !rep.Degraded {
+		t.Fatalf("a machine-id that could not be replaced: %+v, want degraded", rep)
+	}
+	if _, err := os.Lstat(cfg.MachineIDPath + ".agentd-new"); !os.IsNotExist(err) {
+		t.Fatalf("the failed replacement left its temporary file: %v", err)
 	}
 }

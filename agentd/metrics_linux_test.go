@@ -5,7 +5,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -24,7 +27,9 @@ func fakeProc(t *testing.T, dir, stat, uptime, meminfo, loadavg string) {
 // GET /v1/metrics over a /proc whose numbers the test chose: every figure
 // is the one those files give, to the byte and the tick.
 //
-// Catches, in parseProcStat: the guest columns counted (`i >= 8` made
+// Catches, in parseProcStat: a line other than the aggregate read
+// (`string(fields[0]) != "cpu"` negated: cpu0, or intr, instead), the guest
+// columns counted (`i >= 8` made
 // `> 8`), idle or iowait counted as busy or another column left out (either
 // `i != 3 && i != 4` test negated or made `<`/`>`), a cpu line of exactly
 // five fields skipped (`len(fields) < 5` made `<=`); in parseMeminfo, a
@@ -35,7 +40,9 @@ func fakeProc(t *testing.T, dir, stat, uptime, meminfo, loadavg string) {
 // `cur.busy >= m.prev.busy` made `>`: the second reading's window is then
 // the uptime and its use the average since boot), and a reading with no
 // ticks since the last divided by zero (`d > 0` made `>= 0`: NaN); an empty
-// uptime file indexed (`len(f) > 0` made `>= 0`).
+// uptime file indexed (`len(f) > 0` made `>= 0`); the disk measured at
+// "/" while the working directory is known (Getwd's `err != nil` negated),
+// and any of its byte counts computed with `/` for `*`.
 func TestMetricsFromAKnownProc(t *testing.T) {
 	d := startDaemon(t, nil)
 	d.bootstrap(nil)
@@ -52,7 +59,7 @@ func TestMetricsFromAKnownProc(t *testing.T) {
 	// user nice system idle iowait irq softirq steal guest guest_nice:
 	// total 720 (the guest columns are inside user and nice), idle and
 	// iowait 450, busy 270.
-	stat := "cpu  10 20 30 400 50 60 70 80 90 100\ncpu0 10 20 30 400 50 60 70 80 90 100\nintr 5\n"
+	stat := "cpu  10 20 30 400 50 60 70 80 90 100\ncpu0 1 1 1 1 1 1 1 1 1 1\nintr 5 6 7 8 9\n"
 	fakeProc(t, proc, stat, "1234.5 999.0\n",
 		"MemTotal:       1000 kB\nMemFree:          10 kB\nMemAvailable:    400\n",
 		"0.00 1.25 1000000000 1/100 4321\n")
@@ -65,6 +72,18 @@ func TestMetricsFromAKnownProc(t *testing.T) {
 	}
 	if m.Load != (protocol.LoadAverage{Load1: 0, Load5: 1.25, Load15: 1e9}) {
 		t.Fatalf("load %+v, want 0, 1.25, 1e9", m.Load)
+	}
+	// The disk is the working directory's filesystem, in bytes. Free space
+	// moves while other processes write, so that is compared within 1 GiB.
+	wd, _ := os.Getwd()
+	var st unix.Statfs_t
+	if err := unix.Statfs(wd, &st); err != nil {
+		t.Fatal(err)
+	}
+	bs := uint64(st.Bsize)
+	near := func(a, b uint64) bool { return max(a, b)-min(a, b) < 1<<30 }
+	if m.Disk.Path != wd || m.Disk.TotalBytes != st.Blocks*bs || !near(m.Disk.AvailableBytes, st.Bavail*bs) || !near(m.Disk.UsedBytes, (st.Blocks-st.Bfree)*bs) {
+		t.Fatalf("disk %+v; statfs of %s says %d total, %d available, %d used", m.Disk, wd, st.Blocks*bs, st.Bavail*bs, (st.Blocks-st.Bfree)*bs)
 	}
 
 	// The same counters again: no tick since the last reading, so 0% over
@@ -106,13 +125,23 @@ func TestMetricsFromAKnownProc(t *testing.T) {
 		wantSlug(t, "MemTotal of "+kb+" kB", r.StatusCode(), r.Body, 500, taxonomy.SlugMetricsUnavailable)
 	}
 
-	// A negative or not-a-number load is refused.
-	for _, bad := range []string{"-0.5 0 0\n", "NaN 0 0\n", "0 0 1000000000.5\n"} {
-		fakeProc(t, proc, stat, "1.0\n", "MemTotal: 1000 kB\nMemAvailable: 400 kB\n", bad)
+	// A negative, not-a-number or absurd load is refused, and the refusal
+	// names the field; so does an unreadable cpu column. Catches: `i+1` in
+	// either message made `i-1` or `i*1`.
+	for _, tc := range []struct{ stat, load, want string }{
+		{stat, "-0.5 0 0\n", "/proc/loadavg: field 1 is not a load"},
+		{stat, "0 NaN 0\n", "/proc/loadavg: field 2 is not a load"},
+		{stat, "0 0 1000000000.5\n", "/proc/loadavg: field 3 is not a load"},
+		{"cpu 1 2 x 4\n", "0 0 0\n", "/proc/stat: cpu column 3 is not a counter"},
+	} {
+		fakeProc(t, proc, tc.stat, "1.0\n", "MemTotal: 1000 kB\nMemAvailable: 400 kB\n", tc.load)
 		r, err := d.client.MetricsWithResponse(context.Background(), auth(testToken))
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantSlug(t, "loadavg "+bad, r.StatusCode(), r.Body, 500, taxonomy.SlugMetricsUnavailable)
+		wantSlug(t, "loadavg "+tc.load, r.StatusCode(), r.Body, 500, taxonomy.SlugMetricsUnavailable)
+		if !strings.Contains(string(r.Body), tc.want) {
+			t.Fatalf("stat %q, loadavg %q: %s, want it to say %q", tc.stat, tc.load, r.Body, tc.want)
+		}
 	}
 }

@@ -3,9 +3,12 @@ package agentd
 import (
 	"context"
 	"encoding/base64"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -85,4 +88,32 @@ func (d *daemon) output(id string) string {
 		b.Write(c)
 	}
 	return b.String()
+}
+
+// A terminal exec keeps the pidfd clone gave it, as a pipe exec does, so its
+// signals and kills take the pidfd path (which needs no proof that the group
+// is still the exec's). Catches, in spawnTTY: `pidfd >= 0` negated, or the
+// SetNonblock check negated (the descriptor is then closed), either of
+// which leaves a terminal exec with none.
+func TestTTYExecKeepsItsPidfd(t *testing.T) {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		t.Skip("this kernel has no pidfds")
+	}
+	unix.Close(fd)
+	d := startDaemon(t, nil)
+	d.bootstrap(nil)
+	req := protocol.StartRequest{ExecID: "tty-pidfd", Command: []string{"sleep", "30"}, Tty: &protocol.TTYSize{Rows: 24, Cols: 80}}
+	d.mustStart(req)
+	e := d.srv.execs.get("tty-pidfd")
+	if e == nil || e.pidfd == nil {
+		t.Fatal("a terminal exec holds no pidfd on a kernel that has them")
+	}
+	r, err := d.client.ExecKillWithResponse(context.Background(), "tty-pidfd", auth(testToken))
+	if err != nil || r.StatusCode() != 200 || !r.JSON200.Killed {
+		t.Fatalf("kill: %v %d %s", err, r.StatusCode(), r.Body)
+	}
+	if o := d.waitExited("tty-pidfd"); o.Signal == nil {
+		t.Fatalf("after the kill: %s", o.raw)
+	}
 }

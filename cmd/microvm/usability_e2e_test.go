@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -95,9 +96,18 @@ func TestAttachedUsability(t *testing.T) {
 		if b, err := os.ReadFile(back); err != nil || string(b) != "odd\n" {
 			t.Fatalf("%q %v", b, err)
 		}
-		m := wantFailure(t, cli(t, env, "", "--json", "exec", "echo", "a\xffb"), taxonomy.KindInvalidArg, "")
-		if !strings.Contains(m["error"].(string), "0xff") {
+		// The refusal names the word, the bad byte and its offset after a
+		// valid multi-byte rune. Catches: the word counted from 0, the scan
+		// stopping at the first rune or skipping the bad byte (a message
+		// naming 0xc3 or offset 0, or a panic past the word's end).
+		m := wantFailure(t, cli(t, env, "", "--json", "exec", "echo", "é\xffb"), taxonomy.KindInvalidArg, "")
+		if e := m["error"].(string); !strings.Contains(e, "word 2 ") || !strings.Contains(e, "byte 0xff at offset 2,") {
 			t.Fatalf("%v", m["error"])
+		}
+		// A command's own refusal points at that command's help. Catches:
+		// suggestionsFor's a.command == "" test negated ("microvm --help").
+		if sg := m["suggestions"].([]any); len(sg) != 1 || sg[0] != "microvm help exec, or `microvm manifest` for every flag and its domain" {
+			t.Fatalf("suggestions %v", sg)
 		}
 		wantFailure(t, cli(t, env, "", "--json", "exec", "--env", "K=\xff", "true"), taxonomy.KindInvalidArg, "")
 	})
@@ -293,5 +303,59 @@ func TestCpInterruptAndMissingPath(t *testing.T) {
 	nf := wantFailure(t, cli(t, nil, "", append([]string{"--json", "cp", "vm:/no/such/file", dst}, attach(statusServer(t, 404, "not_found"))...)...), taxonomy.KindProtocol, "")
 	if sg := fmt.Sprint(nf["suggestions"]); !strings.Contains(sg, "vm: path") || strings.Contains(sg, "exec id") {
 		t.Fatalf("a missing file's hint: %v", sg)
+	}
+}
+
+// Catches (envelope.go's suggestionsFor): a parse error, which names no
+// command, suggesting "microvm help , or ..."; a precondition outside cp
+// not pointing at doctor (a.parser != nil negated).
+func TestRefusalsSuggestTheNextStep(t *testing.T) {
+	const manifest = ", or `microvm manifest` for every flag and its domain"
+	m := wantFailure(t, cli(t, nil, "", "--json", "no-such-command"), taxonomy.KindInvalidArg, "")
+	if sg := m["suggestions"].([]any); len(sg) != 1 || sg[0] != "microvm --help"+manifest {
+		t.Fatalf("parse error: suggestions %v", sg)
+	}
+	// Until kong has parsed, --json is read from the raw words: a typo
+	// without it is a human's error on stderr, with --json=true an
+	// envelope. Catches: either half of rawFlag's match negated (every
+	// parse failure an envelope on stdout).
+	inv := cli(t, nil, "", "no-such-command")
+	if inv.code != int(taxonomy.KindInvalidArg.Exit()) || inv.stdout != "" || !strings.HasPrefix(inv.stderr, "microvm: "+taxonomy.KindInvalidArg.Code()+": ") {
+		t.Fatalf("human parse error: exit %d stdout %q stderr %q", inv.code, inv.stdout, inv.stderr)
+	}
+	wantFailure(t, cli(t, nil, "", "--json=true", "no-such-command"), taxonomy.KindInvalidArg, "")
+	// An AWS build without a role is refused before any call to AWS.
+	daemon := filepath.Join(t.TempDir(), "agentd")
+	if err := os.WriteFile(daemon, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m = wantFailure(t, cli(t, nil, "", "--json", "build", daemon, "--region", "us-east-1"), taxonomy.KindPrecondition, "")
+	if sg := m["suggestions"].([]any); len(sg) != 1 || sg[0] != "microvm doctor" {
+		t.Fatalf("precondition: suggestions %v", sg)
+	}
+}
+
+// exitedFour matches the verdict's note for a child that exited 4, as the
+// waiting and the streaming paths word it.
+var exitedFour = regexp.MustCompile(`exited with status 4|\(exit 4\)`)
+
+// Catches (envelope.go): a failed exec's verdict left off stderr in human
+// and dense output, printed for a success, or printed without its note.
+// stdout carries only the child's bytes either way.
+func TestFailedExecVerdictGoesToStderr(t *testing.T) {
+	endpoint, token := startAgentd(t)
+	env := []string{"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
+	failed := int(taxonomy.KindExecFailed.Exit())
+	inv := cli(t, env, "", "exec", "--", "sh", "-c", "echo out; exit 4")
+	if inv.code != failed || inv.stdout != "out\n" || !strings.HasPrefix(inv.stderr, "microvm: ") || !exitedFour.MatchString(inv.stderr) {
+		t.Fatalf("human: exit %d stdout %q stderr %q", inv.code, inv.stdout, inv.stderr)
+	}
+	inv = cli(t, env, "", "--dense", "exec", "--", "sh", "-c", "exit 4")
+	if inv.code != failed || !strings.HasPrefix(inv.stderr, fmt.Sprintf("exit=%d ", failed)) || !exitedFour.MatchString(inv.stderr) {
+		t.Fatalf("dense: exit %d stderr %q", inv.code, inv.stderr)
+	}
+	inv = cli(t, env, "", "exec", "--", "echo", "fine")
+	if inv.code != 0 || inv.stdout != "fine\n" || inv.stderr != "" {
+		t.Fatalf("success: exit %d stdout %q stderr %q", inv.code, inv.stdout, inv.stderr)
 	}
 }

@@ -163,7 +163,7 @@ func run(gremlins, pkg string, only []string, out string, workers, coefficient i
 		}
 		r.pkg += " (" + strings.Join(only, ", ") + ")"
 	}
-	cmd := exec.Command(gremlins, append(args, "./"+target)...)
+	cmd := isolated(exec.Command(gremlins, append(args, "./"+target)...))
 	cmd.Dir = root
 	// gremlins runs go test without -count=1, and go test reuses a cached
 	// pass when the test binary is unchanged. A command's tests are external
@@ -378,4 +378,26 @@ func compiles(pkg, file string, line, column int) bool {
 	build := exec.Command("go", "build", "-overlay", overlay, "-o", os.DevNull, "./"+pkg)
 	build.Stdout, build.Stderr = io.Discard, io.Discard
 	return build.Run() == nil
+}
+
+// isolated runs cmd in its own UTS and mount namespaces when this process
+// is root and unshare(1) is there. A mutant can turn agentd's identity
+// repair on, or swap a test's injected sethostname and mount for the real
+// calls (`!cfg.Enabled` or `cfg.SetHostname == nil` negated in
+// identity_linux.go), and as root on the host that renamed this machine (a
+// run of identity_linux.go set its hostname to microvm-<hex>) and left bind
+// mounts under /tmp. Inside the namespaces the hostname and the mounts die
+// with the run. A process that is not root cannot make either call, so it
+// runs as it is.
+func isolated(cmd *exec.Cmd) *exec.Cmd {
+	if os.Geteuid() != 0 {
+		return cmd
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mutate: running as root without unshare(1): a mutant of agentd's identity repair can rename this machine")
+		return cmd
+	}
+	wrapped := exec.Command(unshare, append([]string{"--uts", "--mount", "--propagation", "private", "--"}, cmd.Args...)...)
+	return wrapped
 }
