@@ -534,3 +534,41 @@ func TestWatchFrameJoinsDataLines(t *testing.T) {
 		t.Fatalf("%q %q %v", name, data, err)
 	}
 }
+
+// errors.Is with a target that names a finding matches only that finding.
+// Catches the finding comparison negated in Error.Is.
+func TestErrorIsComparesTheFinding(t *testing.T) {
+	err := Errorf(taxonomy.KindInvalidArg, taxonomy.FindingEndpointAuth, "x")
+	if !errors.Is(err, Errorf(taxonomy.KindInvalidArg, taxonomy.FindingEndpointAuth, "target")) {
+		t.Fatal("the same kind and finding did not match")
+	}
+	if errors.Is(err, Errorf(taxonomy.KindInvalidArg, taxonomy.FindingAllowedPortsUnion, "target")) {
+		t.Fatal("another finding matched")
+	}
+	if !errors.Is(err, KindError(taxonomy.KindInvalidArg)) {
+		t.Fatal("a target without a finding did not match")
+	}
+}
+
+// The retry delay after attempt n is drawn from [d/2, d], d the base
+// doubled n times and capped. Catches the doubling loop's bound changed
+// (`i <= attempt`: one doubling too many; `i >= attempt`: none after the
+// first attempt, or all of them at once) and its cap test negated (no
+// doubling at all).
+func TestRetryDelayRanges(t *testing.T) {
+	p := RetryPolicy{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
+	for _, c := range []struct {
+		attempt  int
+		min, max time.Duration
+	}{
+		{0, 50 * time.Millisecond, 100 * time.Millisecond},
+		{2, 200 * time.Millisecond, 400 * time.Millisecond},
+		{6, 500 * time.Millisecond, time.Second},
+	} {
+		for range 20 {
+			if d := p.delay(c.attempt); d < c.min || d > c.max {
+				t.Fatalf("delay(%d) = %v, want within [%v, %v]", c.attempt, d, c.min, c.max)
+			}
+		}
+	}
+}
