@@ -553,8 +553,8 @@ func TestErrorIsComparesTheFinding(t *testing.T) {
 // The retry delay after attempt n is drawn from [d/2, d], d the base
 // doubled n times and capped. Catches the doubling loop's bound changed
 // (`i <= attempt`: one doubling too many; `i >= attempt`: none after the
-// first attempt, or all of them at once) and its cap test negated (no
-// doubling at all).
+// first attempt, or all of them at once; `i--`), its cap test negated (no
+// doubling at all), and the final clamp's test negated (no clamp).
 func TestRetryDelayRanges(t *testing.T) {
 	p := RetryPolicy{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
 	for _, c := range []struct {
@@ -569,6 +569,14 @@ func TestRetryDelayRanges(t *testing.T) {
 			if d := p.delay(c.attempt); d < c.min || d > c.max {
 				t.Fatalf("delay(%d) = %v, want within [%v, %v]", c.attempt, d, c.min, c.max)
 			}
+		}
+	}
+	// No ceiling (MaxDelay 0): no doubling either, and no cap to zero.
+	// Catches the cap's `MaxDelay > 0` made `>= 0`.
+	p.MaxDelay = 0
+	for range 20 {
+		if d := p.delay(3); d < 50*time.Millisecond || d > 100*time.Millisecond {
+			t.Fatalf("delay(3) without a ceiling = %v", d)
 		}
 	}
 }
