@@ -571,6 +571,23 @@ func TestRetryDelayRanges(t *testing.T) {
 			}
 		}
 	}
+	// The delays are jittered, not all d. Catches the jitter's `d <= 1`
+	// test negated (every delay then exactly d).
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		seen[p.delay(0)] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("20 delays after the first attempt, all %v", seen)
+	}
+	// The smallest delay that is jittered, 2 ns, is drawn from [1, 2].
+	// Catches the draw's bound `d/2+1` made `d/2-1` (rand.N(0) panics).
+	tiny := RetryPolicy{BaseDelay: 2, MaxDelay: 2}
+	for range 20 {
+		if d := tiny.delay(0); d < 1 || d > 2 {
+			t.Fatalf("a 2 ns delay drew %v", d)
+		}
+	}
 	// No ceiling (MaxDelay 0): no doubling either, and no cap to zero.
 	// Catches the cap's `MaxDelay > 0` made `>= 0`.
 	p.MaxDelay = 0
