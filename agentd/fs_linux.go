@@ -107,16 +107,27 @@ type writeBehind struct {
 	w           io.Writer
 	fd          int
 	off, kicked int64
+	// kick starts writeback of n bytes at off; nil is startWriteback. Tests
+	// record the kicks: the file's bytes are the same whenever they come.
+	kick func(fd int, off, n int64)
 }
 
 func (w *writeBehind) Write(p []byte) (int, error) {
 	n, err := w.w.Write(p)
 	w.off += int64(n)
 	if w.off-w.kicked >= writeBehindBytes {
-		_ = unix.SyncFileRange(w.fd, w.kicked, w.off-w.kicked, unix.SYNC_FILE_RANGE_WRITE)
+		kick := w.kick
+		if kick == nil {
+			kick = startWriteback
+		}
+		kick(w.fd, w.kicked, w.off-w.kicked)
 		w.kicked = w.off
 	}
 	return n, err
+}
+
+func startWriteback(fd int, off, n int64) {
+	_ = unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
 
 // isFull is a write the filesystem itself refused for space or quota.

@@ -26,6 +26,15 @@ func TestCapBuffer(t *testing.T) {
 	if b.String() != "" || b.b != nil {
 		t.Fatal("reset kept the bytes")
 	}
+	// A write that exactly fills the capacity there is does not grow it.
+	// Catches the growth test made `need >= cap` (a reallocation, doubling
+	// the memory, for bytes that already fit).
+	g := capBuffer{limit: 1 << 20}
+	g.write(make([]byte, 100))
+	c := cap(g.b)
+	if !g.write(make([]byte, c-100)) || cap(g.b) != c {
+		t.Fatalf("filling a capacity of %d grew it to %d", c, cap(g.b))
+	}
 	if runBufferCap < 1<<20 {
 		t.Fatalf("runBufferCap %d", runBufferCap)
 	}

@@ -358,3 +358,30 @@ func TestReleaseAcksWithoutTheOutput(t *testing.T) {
 		t.Fatalf("releasing a running exec: %v, want the still_running conflict", err)
 	}
 }
+
+// Process.Wait called while the child still runs polls until the record
+// says exited, then releases it. Catches waitUntilExited's `err != nil`
+// negated: the first poll's running record would be returned as the
+// outcome, and its release refused as still_running.
+func TestProcessWaitPollsUntilExited(t *testing.T) {
+	t.Parallel()
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	s := session(t, d.base, token)
+	ctx := testCtx(t)
+	e, err := s.Start(ctx, []string{"sleep 1; echo done"}, client.StartOptions{Shell: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.Attach(ctx, 0)
+	defer p.Close()
+	read := make(chan string, 1)
+	go func() { out, _, _, _ := readBoth(ctx, p); read <- string(out) }()
+	r, err := p.Wait(ctx)
+	if err != nil || !r.Success() || r.Phase != protocol.PhaseAcked {
+		t.Fatalf("wait on a running exec: %+v, %v", r, err)
+	}
+	if out := <-read; out != "done\n" {
+		t.Fatalf("stdout %q", out)
+	}
+}

@@ -2,14 +2,20 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -238,5 +244,293 @@ func TestStreamCloseKeepsAFailure(t *testing.T) {
 	st.Close()
 	if _, err := st.Next(); err != ferr {
 		t.Fatalf("Next after closing a failed stream: %v, want its failure %v", err, ferr)
+	}
+}
+
+// After a reconnect the daemon may replay a frame that ends exactly at the
+// cursor; it was delivered already, and nothing of it (not even an empty
+// output event) is delivered again. Catches the skip made `end < cursor`.
+func TestStreamSkipsAReplayEndingAtTheCursor(t *testing.T) {
+	f, srv := newFakeAgent(t)
+	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
+		io.WriteString(w, outputFrame(0, protocol.StreamStdout, []byte("abc")))
+		if n > 0 {
+			io.WriteString(w, outputFrame(3, protocol.StreamStdout, []byte("def")))
+			io.WriteString(w, exitFrame(0, 6))
+		}
+		return true
+	}
+	st := direct(t, srv.URL, f.token).Exec("e1").Stream(context.Background(), 0)
+	var outputs []string
+	for range 100 {
+		ev, err := st.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == EventOutput {
+			outputs = append(outputs, string(ev.Data))
+		}
+	}
+	if len(outputs) != 2 || outputs[0] != "abc" || outputs[1] != "def" {
+		t.Fatalf("output events %q, want [abc def]", outputs)
+	}
+	// The stream request asks for an event stream. Catches the request
+	// builder's `err == nil` negated (the Accept header never set).
+	if a := f.lastHeader().Get("Accept"); a != "text/event-stream" {
+		t.Fatalf("stream request Accept %q", a)
+	}
+}
+
+// A daemon that never answers within the idle timeout is retried like a
+// dropped connection, and the give-up says so. Catches attach's
+// `st.ctx.Err() == nil` negated (the timeout reported as the caller's
+// cancellation, which is not retried) and exhausted's `lastErr != nil`
+// negated (the give-up forgets why the last attempt failed).
+func TestStreamWithNoAnswerIsRetriedThenNamed(t *testing.T) {
+	f, srv := newFakeAgent(t)
+	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
+		<-r.Context().Done() // no header, no byte
+		return true
+	}
+	s := direct(t, srv.URL, f.token, WithIdleTimeout(10*time.Millisecond))
+	s.maxReattach = 1
+	_, _, _, _, err := collect(t, s.Exec("e1").Stream(context.Background(), 0))
+	f.mu.Lock()
+	attaches := len(f.attaches)
+	f.mu.Unlock()
+	if KindOf(err) != taxonomy.KindRetryable || !errors.Is(err, errStreamIdle) || !strings.Contains(err.Error(), "gave up after 2 attempts") ||
+		!strings.Contains(err.Error(), "no answer within the idle timeout") || attaches != 2 {
+		t.Fatalf("%v after %d attaches", err, attaches)
+	}
+}
+
+// The reattach backoff doubles from 50 ms and stops at 1.6 s. Catches the
+// base or the shift changed (`50/time.Millisecond`, `attempt+1`,
+// `-(attempt-1)`): tests never time the waits, so only this pins them.
+func TestReattachBackoffDoubles(t *testing.T) {
+	want := []time.Duration{50, 100, 200, 400, 800, 1600, 1600, 1600}
+	for i, w := range want {
+		if got := reattachBackoff(i + 1); got != w*time.Millisecond {
+			t.Errorf("attempt %d: %v, want %v", i+1, got, w*time.Millisecond)
+		}
+	}
+}
+
+// WriteStdin and WriteStdinAndClose take exactly the daemon's per-write cap
+// and refuse a byte more without sending it; CloseStdin sends the eof
+// signal and no data field. Catches either cap made `>=` (a write of
+// exactly the cap refused)
+// and stdin's `len(data) > 0` made `>= 0` (an empty data_b64 sent with
+// every eof).
+func TestStdinCapAndEOFOnTheWire(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(raw))
+		mu.Unlock()
+		var req protocol.StdinRequest
+		json.Unmarshal(raw, &req)
+		n := 0
+		if req.DataB64 != nil {
+			b, _ := base64.StdEncoding.DecodeString(*req.DataB64)
+			n = len(b)
+		}
+		writeJSON(w, protocol.StdinResponse{ExecID: r.PathValue("id"), Written: uint(n), EOF: req.Signal != nil})
+	}))
+	defer srv.Close()
+	e := direct(t, srv.URL, "tok").Exec("e1")
+	ctx := context.Background()
+	if n, err := e.WriteStdin(ctx, make([]byte, protocol.DefaultMaxStdinWriteBytes)); err != nil || n != protocol.DefaultMaxStdinWriteBytes {
+		t.Fatalf("a write of exactly the cap: %d, %v", n, err)
+	}
+	if _, err := e.WriteStdin(ctx, make([]byte, protocol.DefaultMaxStdinWriteBytes+1)); KindOf(err) != taxonomy.KindInvalidArg {
+		t.Fatalf("a write over the cap: %v", err)
+	}
+	if err := e.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The same cap for the last chunk.
+	if n, err := e.WriteStdinAndClose(ctx, make([]byte, protocol.DefaultMaxStdinWriteBytes)); err != nil || n != protocol.DefaultMaxStdinWriteBytes {
+		t.Fatalf("a last chunk of exactly the cap: %d, %v", n, err)
+	}
+	if _, err := e.WriteStdinAndClose(ctx, make([]byte, protocol.DefaultMaxStdinWriteBytes+1)); KindOf(err) != taxonomy.KindInvalidArg {
+		t.Fatalf("a last chunk over the cap: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 3 {
+		t.Fatalf("%d stdin requests, want 3 (the refused writes are never sent)", len(bodies))
+	}
+	var last map[string]any
+	if err := json.Unmarshal([]byte(bodies[1]), &last); err != nil || len(last) != 1 || last["signal"] != "eof" {
+		t.Fatalf("CloseStdin sent %s, want only the eof signal", bodies[1])
+	}
+}
+
+// Run whose stream gives up still answers from the exec's record.
+// Catches Run's `ctx.Err() != nil` negated (a stream
+// that gave up while the caller's context is live reported as a timeout
+// instead of falling back to the record).
+func TestRunFallsBackToTheRecordWhenTheStreamGivesUp(t *testing.T) {
+	f, srv := newFakeAgent(t)
+	f.chunks = []chunk{{protocol.StreamStdout, "from the record"}}
+	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool { return true } // every body ends at once
+	s := direct(t, srv.URL, f.token)
+	s.maxReattach = 1
+	r, err := s.Run(context.Background(), []string{"true"}, RunOptions{})
+	if err != nil || r.Stdout != "from the record" || !r.Success() {
+		t.Fatalf("run over a stream that gave up: %+v, %v", r, err)
+	}
+}
+
+// WriteTar returns the daemon's refusal. Catches its `err != nil` negated
+// (a refused upload then closes the body of an answer it does not have).
+func TestWriteTarReturnsARefusal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":"bad_request","detail":"not a tar"}`)
+	}))
+	defer srv.Close()
+	err := direct(t, srv.URL, "tok").WriteTar(context.Background(), "/w", strings.NewReader("not a tar"))
+	if err == nil || !strings.Contains(err.Error(), "not a tar") {
+		t.Fatalf("a refused tar upload: %v", err)
+	}
+}
+
+// A regular file is uploaded with its remaining size as the Content-Length,
+// never chunked; one read to its end (nothing remaining) is sent as an
+// empty body of length 0. Catches newUploadBody's `off <= size` made `<`
+// (a file at its end sent chunked) and withSize's tests negated or made
+// `size <= 0` (the size never set, or a zero size left as an unknown
+// length, which the transport sends chunked).
+func TestFileUploadsCarryTheirLength(t *testing.T) {
+	type seen struct {
+		length  int64
+		chunked bool
+		n       int
+	}
+	got := make(chan seen, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got <- seen{r.ContentLength, len(r.TransferEncoding) > 0, int(n)}
+		writeJSON(w, map[string]any{"path": "/f", "bytes": n})
+	}))
+	defer srv.Close()
+	s := direct(t, srv.URL, "tok")
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx := context.Background()
+	if err := s.WriteFile(ctx, "/f", f, 0); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g.length != 5 || g.chunked || g.n != 5 {
+		t.Fatalf("a 5-byte file went as %+v", g)
+	}
+	// The transport closed f once it was sent; a second handle, read to
+	// its end.
+	f, err = os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteFile(ctx, "/f", f, 0); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g.length != 0 || g.chunked || g.n != 0 {
+		t.Fatalf("a file at its end went as %+v", g)
+	}
+}
+
+// Resize returns the daemon's refusal (an exec on pipes is not_a_tty, a
+// Conflict). Catches its `err != nil` negated (the refusal's missing
+// answer then decoded).
+func TestResizeReturnsARefusal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+		io.WriteString(w, `{"error":"not_a_tty","detail":"exec e1 runs on pipes"}`)
+	}))
+	defer srv.Close()
+	err := direct(t, srv.URL, "tok").Exec("e1").Resize(context.Background(), 24, 80)
+	if !errors.Is(err, WireKindError(taxonomy.WireConflict)) || !strings.Contains(err.Error(), "not_a_tty") {
+		t.Fatalf("resize of an exec on pipes: %v", err)
+	}
+}
+
+// ListPage sends a page size only when one is asked for. Catches the
+// `Limit != 0` test negated (limit=0 sent by default, an asked-for limit
+// dropped).
+func TestListPageSendsTheLimitAskedFor(t *testing.T) {
+	queries := make(chan url.Values, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries <- r.URL.Query()
+		writeJSON(w, protocol.ListResponse{})
+	}))
+	defer srv.Close()
+	s := direct(t, srv.URL, "tok")
+	ctx := context.Background()
+	if _, err := s.ListPage(ctx, "/w", ListOptions{Limit: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if q := <-queries; q.Get("limit") != "2" {
+		t.Fatalf("limit 2 sent as %v", q)
+	}
+	if _, err := s.ListPage(ctx, "/w", ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if q := <-queries; q.Has("limit") {
+		t.Fatalf("no limit asked for, sent %v", q)
+	}
+}
+
+// Mkdir sends a mode only when one is given, in octal, and reports what
+// the daemon says it created. Catches the `mode != 0` test negated (mode
+// "0" sent by default, a given mode dropped).
+func TestMkdirSendsTheModeGiven(t *testing.T) {
+	queries := make(chan url.Values, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries <- r.URL.Query()
+		writeJSON(w, protocol.MkdirResponse{Created: true})
+	}))
+	defer srv.Close()
+	s := direct(t, srv.URL, "tok")
+	ctx := context.Background()
+	if created, err := s.Mkdir(ctx, "/w/d", 0o700); err != nil || !created {
+		t.Fatalf("mkdir: %v %v", created, err)
+	}
+	if q := <-queries; q.Get("mode") != "700" {
+		t.Fatalf("mode 0700 sent as %v", q)
+	}
+	if _, err := s.Mkdir(ctx, "/w/d", 0); err != nil {
+		t.Fatal(err)
+	}
+	if q := <-queries; q.Has("mode") {
+		t.Fatalf("no mode given, sent %v", q)
+	}
+}
+
+// The watch stream's frames join their data lines with newlines, as SSE
+// says. Catches the `data != nil` test negated (a newline put before the
+// first line and none between the others).
+func TestWatchFrameJoinsDataLines(t *testing.T) {
+	fr := newWatchFrames(strings.NewReader("event: change\ndata: a\ndata: b\n\n"))
+	name, data, err := fr.next()
+	if err != nil || name != "change" || string(data) != "a\nb" {
+		t.Fatalf("%q %q %v", name, data, err)
 	}
 }

@@ -473,17 +473,42 @@ func TestStreamKeepalivesKeepConnectionAlive(t *testing.T) {
 // looping forever, and says it was the silence that ended it. Catches: an
 // unbounded reconnect loop, and an idle give-up without ErrStreamCut and the
 // idle cause in its chain.
+//
+// The idle timeout is 200 ms, not less: the headers must reach the client
+// within it, or the attach itself reads as unanswered (a different give-up);
+// at 10 ms a loaded machine did that now and then.
 func TestStreamGivesUpAfterRepeatedSilence(t *testing.T) {
+	t.Parallel()
 	f, srv := newFakeAgent(t)
 	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
 		flush(w)
 		<-r.Context().Done()
 		return true
 	}
-	s := direct(t, srv.URL, f.token, WithIdleTimeout(10*time.Millisecond))
+	s := direct(t, srv.URL, f.token, WithIdleTimeout(200*time.Millisecond))
 	s.maxReattach = 2
 	_, _, _, _, err := collect(t, s.Exec("e1").Stream(context.Background(), 0))
 	if KindOf(err) != taxonomy.KindRetryable || len(f.attaches) != 3 || !errors.Is(err, ErrStreamCut) || !errors.Is(err, errStreamIdle) {
+		t.Fatalf("err %v after %d attaches", err, len(f.attaches))
+	}
+	// The idle cause names the timeout. Catches the stream's read error kept
+	// in place of the idle body's cause (`c != nil` negated in Next).
+	if !strings.Contains(err.Error(), "idle timeout (200ms)") {
+		t.Fatalf("the give-up does not name the idle timeout: %v", err)
+	}
+}
+
+// A stream whose bodies keep ending cleanly without an exit event gives up
+// naming that end (io.EOF) as the last connection's cause. Catches the
+// read error dropped when the body had no idle cause (`c != nil` negated:
+// the last cause is then nil and the error says nothing of it).
+func TestStreamGivesUpNamingTheLastEnd(t *testing.T) {
+	f, srv := newFakeAgent(t)
+	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool { return true }
+	s := direct(t, srv.URL, f.token)
+	s.maxReattach = 1
+	_, _, _, _, err := collect(t, s.Exec("e1").Stream(context.Background(), 0))
+	if !errors.Is(err, ErrStreamCut) || !errors.Is(err, io.EOF) || len(f.attaches) != 2 {
 		t.Fatalf("err %v after %d attaches", err, len(f.attaches))
 	}
 }

@@ -315,6 +315,15 @@ func TestRefusalsSuggestTheNextStep(t *testing.T) {
 	if sg := m["suggestions"].([]any); len(sg) != 1 || sg[0] != "microvm --help"+manifest {
 		t.Fatalf("parse error: suggestions %v", sg)
 	}
+	// Until kong has parsed, --json is read from the raw words: a typo
+	// without it is a human's error on stderr, with --json=true an
+	// envelope. Catches: either half of rawFlag's match negated (every
+	// parse failure an envelope on stdout).
+	inv := cli(t, nil, "", "no-such-command")
+	if inv.code != int(taxonomy.KindInvalidArg.Exit()) || inv.stdout != "" || !strings.HasPrefix(inv.stderr, "microvm: "+taxonomy.KindInvalidArg.Code()+": ") {
+		t.Fatalf("human parse error: exit %d stdout %q stderr %q", inv.code, inv.stdout, inv.stderr)
+	}
+	wantFailure(t, cli(t, nil, "", "--json=true", "no-such-command"), taxonomy.KindInvalidArg, "")
 	// An AWS build without a role is refused before any call to AWS.
 	daemon := filepath.Join(t.TempDir(), "agentd")
 	if err := os.WriteFile(daemon, []byte("#!/bin/sh\n"), 0o755); err != nil {
