@@ -197,3 +197,21 @@ func TestHeadersAreCapped(t *testing.T) {
 		}
 	}
 }
+
+// Catches: the header deadline lost (30 * time.Second made 30 / ..., which
+// is zero: a client that sends half a request line holds its connection and
+// goroutine forever) or the idle timeout dropped. Holding a half-sent
+// request open for 30 s in a test would cost 30 s per run; the server's
+// settings are read instead.
+func TestServerBoundsWhatAConnectionMayHold(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxHeaderBytes = 12345
+	srv, err := NewServer(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := srv.httpServer()
+	if hs.ReadHeaderTimeout != 30*time.Second || hs.IdleTimeout != 2*time.Minute || hs.MaxHeaderBytes != 12345 {
+		t.Fatalf("header timeout %v, idle timeout %v, max header bytes %d", hs.ReadHeaderTimeout, hs.IdleTimeout, hs.MaxHeaderBytes)
+	}
+}

@@ -121,8 +121,7 @@ func (r *registry) activity() (busy bool, count int) {
 // collectLoop removes acked entries older than the TTL. Only acked entries are
 // ever collected: an unacked one holds output the caller has not read.
 func (r *registry) collectLoop(stop <-chan struct{}) {
-	every := min(max(r.cfg.ExecTTL/4, 10*time.Millisecond), 30*time.Second)
-	t := time.NewTicker(every)
+	t := time.NewTicker(collectEvery(r.cfg.ExecTTL))
 	defer t.Stop()
 	for {
 		select {
@@ -132,6 +131,13 @@ func (r *registry) collectLoop(stop <-chan struct{}) {
 			r.collect(now)
 		}
 	}
+}
+
+// collectEvery is the collector's period for an exec TTL: a quarter of it,
+// so an acked record outlives its TTL by at most a quarter, but never under
+// 10 ms (a zero TTL would make time.NewTicker panic) nor over 30 s.
+func collectEvery(ttl time.Duration) time.Duration {
+	return min(max(ttl/4, 10*time.Millisecond), 30*time.Second)
 }
 
 func (r *registry) collect(now time.Time) int {

@@ -383,12 +383,10 @@ func (s *Server) paramError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// Serve answers on ln until ctx ends or the terminate hook arrives, then shuts
-// down gracefully: in-flight requests finish (up to a deadline) and open
-// streams end without an exit event, which tells their clients the connection
-// ended, not the command.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
+// httpServer is the daemon's HTTP server: the handler and the limits a
+// connection gets before anything is authenticated.
+func (s *Server) httpServer() *http.Server {
+	return &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -407,6 +405,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		},
 	}
+}
+
+// Serve answers on ln until ctx ends or the terminate hook arrives, then shuts
+// down gracefully: in-flight requests finish (up to a deadline) and open
+// streams end without an exit event, which tells their clients the connection
+// ended, not the command.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := s.httpServer()
 	go s.execs.collectLoop(s.stopping)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(&tlsProbeListener{Listener: ln, log: s.log}) }()

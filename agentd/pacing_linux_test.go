@@ -4,6 +4,7 @@ import (
 	"io"
 	"slices"
 	"testing"
+	"time"
 )
 
 // Catches: writeBehind's threshold made strict (`>`) or negated, its
@@ -44,5 +45,21 @@ func TestWriteBehindKicksEachStretchOnce(t *testing.T) {
 	want = append(want, kick{16 * mib, 8*mib + 5})
 	if !slices.Equal(kicks, want) {
 		t.Fatalf("kicks %v, want %v", kicks, want)
+	}
+}
+
+// Catches: the collector's period made TTL*4 or TTL (an acked record kept
+// for up to five times its TTL), or its floor or ceiling lost or swapped.
+func TestCollectorRunsFourTimesPerTTL(t *testing.T) {
+	for _, c := range []struct{ ttl, want time.Duration }{
+		{100 * time.Millisecond, 25 * time.Millisecond},
+		{60 * time.Second, 15 * time.Second},
+		{15 * time.Minute, 30 * time.Second}, // the default TTL: the ceiling
+		{20 * time.Millisecond, 10 * time.Millisecond},
+		{0, 10 * time.Millisecond}, // the floor: time.NewTicker panics on 0
+	} {
+		if got := collectEvery(c.ttl); got != c.want {
+			t.Errorf("collectEvery(%v) = %v, want %v", c.ttl, got, c.want)
+		}
 	}
 }
