@@ -597,3 +597,18 @@ func TestRetryDelayRanges(t *testing.T) {
 		}
 	}
 }
+
+// SizeClasses lists the documented classes in table order, smallest first.
+// Catches the index stored as `i - 1` (the first class invalid, every other
+// one its neighbour).
+func TestSizeClassesFollowTheTable(t *testing.T) {
+	got := SizeClasses()
+	if len(got) != len(sizeTable) {
+		t.Fatalf("%d classes, table has %d", len(got), len(sizeTable))
+	}
+	for i, c := range got {
+		if c.IsZero() || c.BaselineMiB() != sizeTable[i].BaselineMiB {
+			t.Fatalf("class %d: %v, want baseline %d MiB", i, c, sizeTable[i].BaselineMiB)
+		}
+	}
+}
