@@ -236,19 +236,24 @@ func TestSDKErrorKinds(t *testing.T) {
 	if SDKError("Op", nil) != nil {
 		t.Fatal("nil must stay nil")
 	}
+	// text is the tail of the message: the service's message quoted, then
+	// why, each only when there is one. Catches: msg != "" or why != ""
+	// negated in SDKError (an empty `, ""` or `: ` appended, the service's
+	// own message or the explanation dropped).
 	statuses := []struct {
 		status  int
 		body    string
 		kind    taxonomy.ErrorKind
 		finding taxonomy.FindingID
+		text    string
 	}{
-		{429, `{"message":"slow"}`, taxonomy.KindRetryable, ""},
-		{503, `<html>down</html>`, taxonomy.KindRetryable, ""},
-		{403, `{"message":null}`, taxonomy.KindCredentials, taxonomy.FindingUnsupportedRegion},
-		{403, `{"message":"User x is not authorized"}`, taxonomy.KindCredentials, ""},
-		{400, `{"message":"Image web already exists"}`, taxonomy.KindPlatform, taxonomy.FindingDuplicateImageName},
-		{404, `{"message":"not found"}`, taxonomy.KindPlatform, ""},
-		{404, `{"message":"No active version"}`, taxonomy.KindPlatform, ""},
+		{429, `{"message":"slow"}`, taxonomy.KindRetryable, "", `, "slow": the identical request may succeed later`},
+		{503, `<html>down</html>`, taxonomy.KindRetryable, "", `HTTP 503 UnknownError, "Service Unavailable": the identical request may succeed later`},
+		{403, `{"message":null}`, taxonomy.KindCredentials, taxonomy.FindingUnsupportedRegion, ""},
+		{403, `{"message":"User x is not authorized"}`, taxonomy.KindCredentials, "", `, "User x is not authorized": the identity was refused`},
+		{400, `{"message":"Image web already exists"}`, taxonomy.KindPlatform, taxonomy.FindingDuplicateImageName, `, "Image web already exists": an image name is taken`},
+		{404, `{"message":"not found"}`, taxonomy.KindPlatform, "", `HTTP 404 UnknownError, "not found"`},
+		{404, `{"message":"No active version"}`, taxonomy.KindPlatform, "", `, "No active version": the version exists but is INACTIVE`},
 	}
 	for _, st := range statuses {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -260,7 +265,10 @@ func TestSDKErrorKinds(t *testing.T) {
 		}))
 		c := lambdamicrovms.New(lambdamicrovms.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), RetryMaxAttempts: 1})
 		_, err := c.GetMicrovm(context.Background(), &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: aws.String("m")})
-		requireKind(t, SDKError("GetMicrovm", err), st.kind, st.finding)
+		ce := requireKind(t, SDKError("GetMicrovm", err), st.kind, st.finding)
+		if msg := ce.Error(); !strings.Contains(msg, st.text) || strings.Contains(msg, `, ""`) || strings.HasSuffix(msg, ": ") {
+			t.Errorf("HTTP %d %s: message %q, want it to hold %q", st.status, st.body, msg, st.text)
+		}
 		srv.Close()
 	}
 }
