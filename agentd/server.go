@@ -425,15 +425,22 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.log.Info("shutting down", "grace", shutdownGrace.String())
 	s.stop()
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		_ = hs.Close()
-	}
+	shutdownWithin(hs, shutdownGrace)
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// shutdownWithin lets in-flight requests finish for up to grace, then closes
+// every connection still open, so a handler that outlives the grace cannot
+// hold the daemon's exit.
+func shutdownWithin(hs *http.Server, grace time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		_ = hs.Close()
+	}
 }
 
 // logIdentityDecision is the one startup line saying whether identity repair
