@@ -150,3 +150,23 @@ func daemonRaw(t *testing.T, d *daemon, method, route, path string) fsReply {
 	}
 	return fsReply{resp.StatusCode, string(b), resp.Header.Get("Content-Type")}
 }
+
+// NAME_MAX is the longest file name itself (no NUL counted), so a name of
+// exactly 255 bytes is written and read back, and 256 is refused by name.
+// Catches, in badPath, `len(c) > nameMax` made `>=` (the longest legal name
+// refused as too long).
+func TestFileNameOfExactlyNameMaxIsAllowed(t *testing.T) {
+	d := bootedDaemon(t, nil)
+	dir := t.TempDir()
+	longest := dir + "/" + strings.Repeat("n", nameMax)
+	if r := daemonPut(t, d, "/v1/fs/file", longest, strings.NewReader("at the limit"), 12); r.status != http.StatusNoContent {
+		t.Fatalf("PUT of a %d-byte name: %d %q, want 204", nameMax, r.status, r.body)
+	}
+	if r := daemonRaw(t, d, "GET", "/v1/fs/file", longest); r.status != http.StatusOK || r.body != "at the limit" {
+		t.Fatalf("GET of a %d-byte name: %d %q", nameMax, r.status, r.body)
+	}
+	want := "a path component is 256 bytes; a file name may have at most 255"
+	if r := daemonRaw(t, d, "GET", "/v1/fs/file", longest+"n"); r.status != http.StatusBadRequest || r.body != want {
+		t.Fatalf("GET of a %d-byte name: %d %q, want 400 %q", nameMax+1, r.status, r.body, want)
+	}
+}
