@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/microvms/microvms/gen/protocol"
 )
 
@@ -168,5 +170,43 @@ func TestFileNameOfExactlyNameMaxIsAllowed(t *testing.T) {
 	want := "a path component is 256 bytes; a file name may have at most 255"
 	if r := daemonRaw(t, d, "GET", "/v1/fs/file", longest+"n"); r.status != http.StatusBadRequest || r.body != want {
 		t.Fatalf("GET of a %d-byte name: %d %q, want 400 %q", nameMax+1, r.status, r.body, want)
+	}
+}
+
+// The widest mode a write takes is 7777 octal: every permission bit plus
+// setuid, setgid and sticky, which land on the file (one past it is refused,
+// which TestWriteFileModes holds). Catches, in parseFileMode, `v > 0o7777` made `>=`
+// (the full mode refused).
+func TestWriteFileTakesTheWidestMode(t *testing.T) {
+	d := bootedDaemon(t, nil)
+	dir := t.TempDir()
+	put := func(name, mode string) fsReply {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		q := fsQuery("path", dir+"/"+name, "mode", mode)
+		req, err := http.NewRequestWithContext(ctx, "PUT", d.base+"/v1/fs/file?"+q.Encode(), strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Content-Type", "application/octet-stream")
+		resp, err := d.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fsReply{resp.StatusCode, string(b), resp.Header.Get("Content-Type")}
+	}
+	if r := put("widest", "7777"); r.status != http.StatusNoContent {
+		t.Fatalf("PUT with mode 7777: %d %q, want 204", r.status, r.body)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir+"/widest", &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o7777 != 0o7777 {
+		t.Fatalf("mode 7777 landed as %o", st.Mode&0o7777)
 	}
 }
