@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"bytes"
 	"log/slog"
 	"net/http"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // A write through a chain of symlinks lands in the file at its end, and one
@@ -95,5 +98,45 @@ func TestSuccessfulWriteLogsNoWarning(t *testing.T) {
 	}
 	if got := logs.String(); strings.Contains(got, "level=WARN") {
 		t.Fatalf("successful writes logged a warning:\n%s", got)
+	}
+}
+
+// On a filesystem without O_TMPFILE a write stages a named temp file, and a
+// write that fails removes it, as one that succeeds renames it: either way
+// the directory holds only the target. Catches, in WriteFile's cleanup,
+// `named != ""` made `named == ""` (the named temp of a failed write left
+// behind, one per failure, on such a filesystem).
+func TestFailedWriteWithoutOTmpfileLeavesNoTempName(t *testing.T) {
+	tmpfileFlag = 0
+	// Registered before the daemon's own cleanup, so it runs after it.
+	t.Cleanup(func() { tmpfileFlag = unix.O_TMPFILE })
+	dir := t.TempDir()
+	probe, named, err := createTempIn(dir)
+	if err != nil || named == "" {
+		t.Fatalf("createTempIn without O_TMPFILE: name %q, %v; want the named fallback", named, err)
+	}
+	probe.Close()
+	os.Remove(named)
+
+	d := bootedDaemon(t, func(c *Config) { c.MaxBodyBytes = 1024 })
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Chunked and over the cap: the temp file has bytes when the copy fails.
+	if r := daemonPut(t, d, "/v1/fs/file", p, bytes.NewReader(make([]byte, 4096)), -1); r.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked PUT over the cap: %d %q, want 413", r.status, r.body)
+	}
+	if extra := tempLeftovers(t, dir, "f"); len(extra) > 0 {
+		t.Fatalf("the failed write left %v behind", extra)
+	}
+	if r := daemonPut(t, d, "/v1/fs/file", p, strings.NewReader("new"), 3); r.status != http.StatusNoContent {
+		t.Fatalf("PUT: %d %q", r.status, r.body)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "new" {
+		t.Fatalf("%s holds %q (%v), want %q", p, b, err, "new")
+	}
+	if extra := tempLeftovers(t, dir, "f"); len(extra) > 0 {
+		t.Fatalf("the write left %v behind", extra)
 	}
 }
