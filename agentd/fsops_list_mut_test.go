@@ -112,4 +112,3 @@ func TestListedSymlinkTargetsAreReadWhole(t *testing.T) {
 		}
 	}
 }
-
