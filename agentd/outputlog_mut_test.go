@@ -123,3 +123,80 @@ func TestReadAcrossTheRingsEnd(t *testing.T) {
 		t.Fatalf("views of %v bytes, want [1096 904]", got)
 	}
 }
+
+// readTo copies s's bytes out of l until its cursor reaches to.
+func readTo(t *testing.T, l *outputLog, s *subscriber, to uint64) {
+	t.Helper()
+	for s.cursor < to {
+		st := l.next(s, int(to-s.cursor))
+		if st.kind != stepOutput {
+			t.Fatalf("at %d: step %+v, want output", s.cursor, st)
+		}
+		l.consumed(s, len(st.data))
+	}
+}
+
+// TestPumpDoesNotWaitForAReaderPastWhatItOverwrites: a reader whose cursor is
+// exactly where the window's new start will be needs none of the bytes the
+// write overwrites, so the write goes ahead at once; with an hour's stall
+// timeout, waiting for it would hold the pump for an hour.
+// Catches, in makeRoom, `s.cursor < newStart` made `<=`.
+func TestPumpDoesNotWaitForAReaderPastWhatItOverwrites(t *testing.T) {
+	l := newOutputLog(4096, 0, time.Hour, 0)
+	l.publish(stdoutKind, bytes.Repeat([]byte{'a'}, 4096))
+	s := l.attach(0)
+	readTo(t, l, s, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.publish(stdoutKind, bytes.Repeat([]byte{'b'}, 100))
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		l.detach(s) // let the pump go
+		<-done
+		t.Fatal("a write overwriting only bytes the reader had read waited for it")
+	}
+	if st := l.next(s, 1<<20); st.kind != stepOutput || st.off != 100 {
+		t.Fatalf("the reader's next step: %+v, want output from 100", st)
+	}
+}
+
+// TestACaughtUpReaderIsNeverLeftBehind: while the pump waits (here for a
+// reader holding a view of the ring, which it waits for whatever the stall
+// timeout), each stall period leaves behind only readers that still have
+// bytes to read and made no progress. A reader that has read everything is
+// idle, not slow: marking it stalled would stop the pump waiting for it
+// later, and it would lose bytes it could have had.
+// Catches, in makeRoom, `s.cursor < l.total` made `<=` in the stall check
+// (a caught-up reader is stalled at the second period it sits still).
+func TestACaughtUpReaderIsNeverLeftBehind(t *testing.T) {
+	l := newOutputLog(4096, 0, time.Millisecond, 0)
+	holder, idle := l.attach(0), l.attach(0)
+	l.publish(stdoutKind, bytes.Repeat([]byte{'a'}, 4096))
+	readTo(t, l, idle, 4096)
+	view := l.next(holder, 1<<20)
+	if view.kind != stepOutput {
+		t.Fatalf("holder's step %+v, want output", view)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.publish(stdoutKind, bytes.Repeat([]byte{'b'}, 100))
+	}()
+	// Some hundred stall periods pass while the holder keeps the pump waiting.
+	time.Sleep(200 * time.Millisecond)
+	l.consumed(holder, len(view.data))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pump did not go on once the view was released")
+	}
+	l.mu.Lock()
+	stalled := idle.stalled
+	l.mu.Unlock()
+	if stalled {
+		t.Fatal("a reader that had read every byte was marked stalled")
+	}
+}
