@@ -80,7 +80,8 @@ func TestListBoundsAreInclusive(t *testing.T) {
 // while the target fills it, since a full buffer may hold a cut target.
 // Targets of exactly 256 bytes, just past it, and of the longest Linux
 // allows (PATH_MAX-1) must come back whole.
-// Catches, in readlinkat, `n < size` made `<=` (a target cut at 256 bytes),
+// Catches, in readlinkat, `n < size` made `<=` (a target cut at 256 bytes)
+// or negated (every buffer read as too small: no entry has a target),
 // `pathMax*4` made `pathMax/4` (a target of 1 KiB or more is read as too
 // long, and the entry is listed without one), `size <= pathMax*4` negated
 // (no read at all: no entry has a target) and `err != nil` negated (every
