@@ -81,7 +81,7 @@ func TestListBoundsAreInclusive(t *testing.T) {
 // Targets of exactly 256 bytes, just past it, and of the longest Linux
 // allows (PATH_MAX-1) must come back whole.
 // Catches, in readlinkat, `n < size` made `<=` (a target cut at 256 bytes)
-// or negated (every buffer read as too small: no entry has a target),
+// or negated (a target that fills the buffer is returned cut there),
 // `pathMax*4` made `pathMax/4` (a target of 1 KiB or more is read as too
 // long, and the entry is listed without one), `size <= pathMax*4` negated
 // (no read at all: no entry has a target) and `err != nil` negated (every
