@@ -58,11 +58,16 @@ func pseudoFS(file *os.File) bool {
 	return false
 }
 
+// tmpfileFlag is O_TMPFILE. A test sets it to 0 to play a filesystem
+// without it (9p, some FUSE): opening a directory for writing is then
+// EISDIR, the answer of a kernel that predates the flag.
+var tmpfileFlag = unix.O_TMPFILE
+
 // createTempIn opens an anonymous file (O_TMPFILE) in dir, so an upload that
 // fails, or a daemon killed mid-upload, leaves no name behind. A filesystem
 // without O_TMPFILE gets a named temp file, returned so it can be removed.
 func createTempIn(dir string) (*os.File, string, error) {
-	fd, err := unix.Open(dir, unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Open(dir, unix.O_WRONLY|tmpfileFlag|unix.O_CLOEXEC, 0o600)
 	if err == nil {
 		return os.NewFile(uintptr(fd), filepath.Join(dir, "(anonymous)")), "", nil
 	}
