@@ -200,3 +200,37 @@ func TestACaughtUpReaderIsNeverLeftBehind(t *testing.T) {
 		t.Fatal("a reader that had read every byte was marked stalled")
 	}
 }
+
+// TestNextHandsOutOnePipesRunWithoutAnEmptyGap: a reader at the window's
+// start has missed nothing, so its first step is output, not a gap from the
+// start to itself; and a reader that starts inside a run gets the rest of
+// that run only, then the other pipe's run, each under its own pipe.
+// Catches, in outputLog.next, `s.cursor < l.start` made `<=` (an empty gap
+// step) and `segEnd-s.cursor` made `+` (a view past the end of its run,
+// carrying the other pipe's bytes under the first one's name).
+func TestNextHandsOutOnePipesRunWithoutAnEmptyGap(t *testing.T) {
+	l := newOutputLog(4096, 0, time.Second, 0)
+	l.publish(stdoutKind, bytes.Repeat([]byte{'o'}, 100))
+	l.publish(stderrKind, bytes.Repeat([]byte{'e'}, 100))
+	s := l.attach(50)
+	for _, want := range []struct {
+		kind   streamKind
+		off    uint64
+		n      int
+		filler byte
+	}{{stdoutKind, 50, 50, 'o'}, {stderrKind, 100, 100, 'e'}} {
+		st := l.next(s, 1<<20)
+		if st.kind != stepOutput || st.stream != want.kind || st.off != want.off || len(st.data) != want.n ||
+			!bytes.Equal(st.data, bytes.Repeat([]byte{want.filler}, want.n)) {
+			t.Fatalf("at %d: step kind %d, %v, off %d, %d bytes; want output of %d bytes of %v from %d",
+				s.cursor, st.kind, st.stream, st.off, len(st.data), want.n, want.kind, want.off)
+		}
+		l.consumed(s, len(st.data))
+	}
+	if st := l.next(s, 1<<20); st.kind != stepWait {
+		t.Fatalf("after the last byte: step kind %d, want a wait", st.kind)
+	}
+	if st := l.next(l.attach(0), 1<<20); st.kind != stepOutput || st.off != 0 {
+		t.Fatalf("a reader at the window's start: step kind %d from %d, want output from 0", st.kind, st.off)
+	}
+}

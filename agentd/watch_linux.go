@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,9 +113,16 @@ func (s *Server) FsWatch(w http.ResponseWriter, r *http.Request, p protocol.FsWa
 		return nil
 	}
 	if recursive {
-		err = filepath.WalkDir(p.Path, func(path string, d fs.DirEntry, err error) error {
+		// WalkDir takes a root that is a symlink as a leaf and never descends;
+		// with a trailing slash the kernel resolves it, as the Stat above did.
+		// Below the root, links are not followed (no loops).
+		walkRoot := p.Path
+		if !strings.HasSuffix(walkRoot, "/") {
+			walkRoot += "/"
+		}
+		err = filepath.WalkDir(walkRoot, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
-				if path == p.Path {
+				if path == walkRoot {
 					return err
 				}
 				return nil // vanished or unreadable below the root: not watched
