@@ -51,6 +51,9 @@ type FS struct {
 	umask    uint32
 	// openat2 lets a test play a kernel without the syscall.
 	openat2 func(dirfd int, path string, how *unix.OpenHow) (int, error)
+	// sizeIsFiction says a file's stat size cannot be trusted (pseudoFS);
+	// a test plays a filesystem the list does not know.
+	sizeIsFiction func(*os.File) bool
 	// reading counts file reads in progress, so a test can see a read end
 	// once its client has gone (a test hook; nothing in the daemon reads it).
 	reading atomic.Int64
@@ -67,12 +70,13 @@ func NewFS(limits protocol.LimitSet, log *slog.Logger) *FS {
 		reserve = uint64(limits.DiskReserveBytes)
 	}
 	return &FS{
-		limits:   limits,
-		log:      log,
-		guard:    diskGuard{probe: availableBytes, reserve: reserve, warn: log.Warn},
-		spoolDir: os.TempDir(),
-		umask:    processUmask(),
-		openat2:  unix.Openat2,
+		limits:        limits,
+		log:           log,
+		guard:         diskGuard{probe: availableBytes, reserve: reserve, warn: log.Warn},
+		spoolDir:      os.TempDir(),
+		umask:         processUmask(),
+		openat2:       unix.Openat2,
+		sizeIsFiction: pseudoFS,
 	}
 }
 
@@ -201,7 +205,7 @@ func (f *FS) ReadFile(w http.ResponseWriter, r *http.Request, p protocol.FsReadF
 	// Without a range the bytes go out untouched. A known length lets the
 	// server use sendfile; files whose stat size is fiction (procfs, sysfs)
 	// are streamed chunked instead.
-	if info.Mode().IsRegular() && info.Size() > 0 && !pseudoFS(file) {
+	if info.Mode().IsRegular() && info.Size() > 0 && !f.sizeIsFiction(file) {
 		w.Header().Set("Content-Length", strconv.FormatInt(info.Size(), 10))
 		w.WriteHeader(http.StatusOK)
 		if _, err := io.CopyN(w, file, info.Size()); err != nil {
