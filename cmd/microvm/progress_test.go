@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// ttyApp is an app whose stderr counts as a terminal, so transfer draws
+// schollz/progressbar's byte bar into b; NO_COLOR is noColor.
+func ttyApp(b *bytes.Buffer, noColor string) *app {
+	return &app{stderr: b, stderrTTY: true, env: func(k string) string {
+		if k == "NO_COLOR" {
+			return noColor
+		}
+		return ""
+	}}
+}
+
+// Off a terminal a waiter's repeated state is one line, not one per poll.
+// Catches, in waiting's update, `s != last` made `==` (the same state
+// printed on every poll and a new one never).
+func TestWaitingOffATerminalPrintsEachStateOnce(t *testing.T) {
+	var b bytes.Buffer
+	a := &app{stderr: &b, env: func(string) string { return "" }}
+	update, stop := a.waiting("waiting for boot")
+	for _, s := range []string{"waiting for boot", "booting", "booting", "booting", "ready"} {
+		update(s)
+	}
+	stop()
+	want := "microvm: waiting for boot\nmicrovm: booting\nmicrovm: ready\n"
+	if b.String() != want {
+		t.Fatalf("stderr = %q, want %q", b.String(), want)
+	}
+}
+
+// The byte bar is cleared when the transfer ends, so the "done" line
+// starts a clean line; a transfer that moved no bytes never drew a bar and
+// ends with just the line. Catches, in transfer's done, `bar != nil` made
+// `==` (the bar left on screen with the line glued to it, and a nil
+// bar's Finish called when no bytes moved).
+func TestTransferClearsItsBarBeforeTheDoneLine(t *testing.T) {
+	var b bytes.Buffer
+	a := ttyApp(&b, "")
+	sent, done := a.transfer("upload x")
+	sent(5, 10)
+	done()
+	if out := b.String(); !strings.Contains(out, "upload x  50%") || !strings.HasSuffix(out, "\rmicrovm: upload x: done\n") {
+		t.Fatalf("stderr = %q, want the bar, cleared, then the done line", out)
+	}
+
+	b.Reset()
+	_, done = ttyApp(&b, "").transfer("upload empty")
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("done after no bytes moved panicked: %v", r)
+			}
+		}()
+		done()
+	}()
+	if b.String() != "microvm: upload empty: done\n" {
+		t.Fatalf("stderr = %q, want only the done line", b.String())
+	}
+}
+
+// Under NO_COLOR the bar writes no escape codes, even when the label (a
+// user's path) holds something colorstring reads as a colour tag. Catches,
+// in transfer, the NO_COLOR test for OptionEnableColorCodes negated.
+func TestTransferBarUnderNoColorHasNoEscapes(t *testing.T) {
+	var b bytes.Buffer
+	sent, done := ttyApp(&b, "1").transfer("upload /tmp/[red]x")
+	sent(5, 10)
+	done()
+	if out := b.String(); strings.Contains(out, "\x1b") || !strings.Contains(out, "[red]x  50%") {
+		t.Fatalf("stderr = %q, want the label verbatim and no escape codes", out)
+	}
+}
+
+// A fast transfer's callbacks arrive far quicker than a terminal should be
+// redrawn: the bar draws a frame at most every 50ms (plus its first and
+// last), not one per callback. Catches, in transfer, the throttle's
+// `50*time.Millisecond` made `/` (zero: every callback that moves the
+// percentage redraws). Each of the 99 callbacks below moves it; they would
+// have to take over 2s for the original to draw 50 frames.
+func TestTransferBarIsThrottled(t *testing.T) {
+	var b bytes.Buffer
+	sent, done := ttyApp(&b, "").transfer("upload x")
+	for i := int64(1); i < 100; i++ {
+		sent(i, 100)
+	}
+	done()
+	if frames := strings.Count(b.String(), "upload x "); frames >= 50 {
+		t.Fatalf("99 callbacks drew %d frames, want them throttled", frames)
+	}
+}
