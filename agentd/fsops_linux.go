@@ -222,6 +222,11 @@ func (s *Server) FsRemove(w http.ResponseWriter, _ *http.Request, p protocol.FsR
 		writeError(w, taxonomy.SlugMalformedRequest, "refusing to remove /")
 		return
 	}
+	dir, base := splitParent(p.Path)
+	if base == "." || base == ".." {
+		writeError(w, taxonomy.SlugMalformedRequest, "refusing to remove a path ending in . or ..; name the directory itself")
+		return
+	}
 	what := "remove " + p.Path
 	var st unix.Stat_t
 	if err := unix.Lstat(p.Path, &st); err != nil {
@@ -248,19 +253,36 @@ func (s *Server) FsRemove(w http.ResponseWriter, _ *http.Request, p protocol.FsR
 		writeJSON(w, http.StatusOK, protocol.RemoveResponse{Path: p.Path, Removed: 1})
 		return
 	}
-	parent, err := unix.Open(filepath.Dir(filepath.Clean(p.Path)), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	// The parent as the kernel resolves it, as the Lstat above did: a
+	// lexically cleaned path would turn x/link/../y into x/y, another tree.
+	parent, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		fsOpError(w, what, err)
 		return
 	}
 	defer unix.Close(parent)
-	n, err := removeTree(parent, filepath.Base(filepath.Clean(p.Path)))
+	n, err := removeTree(parent, base)
 	if err != nil {
 		s.log.Warn("recursive remove stopped", "path", p.Path, "removed", n, "err", err)
 		fsOpError(w, fmt.Sprintf("%s (after %d entries)", what, n), err)
 		return
 	}
 	writeJSON(w, http.StatusOK, protocol.RemoveResponse{Path: p.Path, Removed: n})
+}
+
+// splitParent splits p at its last slash, trailing slashes ignored, without
+// cleaning: the parent keeps its symlinks and dot-dots for the kernel to
+// resolve. A path of one component has the parent ".".
+func splitParent(p string) (dir, base string) {
+	t := strings.TrimRight(p, "/")
+	i := strings.LastIndexByte(t, '/')
+	switch {
+	case i < 0:
+		return ".", t
+	case i == 0:
+		return "/", t[1:]
+	}
+	return t[:i], t[i+1:]
 }
 
 // removeTree removes the directory name under parent and everything in it,

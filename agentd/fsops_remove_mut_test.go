@@ -17,11 +17,11 @@ import (
 // TestRemoveRefusalsSayWhatToDo: a non-recursive remove of a non-empty
 // directory is answered by FsRemove's own refusal, which tells the caller
 // the way out (recursive=true), and an rmdir error that is not "not empty"
-// keeps its own meaning. "dir/." is such a path: lstat sees a directory, and
-// rmdir refuses a final "." with EINVAL, which must not read as
-// directory_not_empty.
+// keeps its own meaning. /proc/self/fd is such a path: lstat sees a
+// directory, and procfs refuses the rmdir with EPERM, which must not read as
+// directory_not_empty (nothing is removed either way).
 // Catches, in FsRemove, `err == unix.ENOTEMPTY` made `!=` (ENOTEMPTY falls
-// through to fsOpError's generic detail; EINVAL reads as not empty) and
+// through to fsOpError's generic detail; EPERM reads as not empty) and
 // `err == unix.EEXIST` made `!=` (every other rmdir error reads as not empty).
 func TestRemoveRefusalsSayWhatToDo(t *testing.T) {
 	d := startDaemon(t, nil)
@@ -46,18 +46,11 @@ func TestRemoveRefusalsSayWhatToDo(t *testing.T) {
 		t.Errorf("remove a non-empty dir: detail %q does not point at recursive=true", eb.Detail)
 	}
 
-	empty := filepath.Join(root, "empty")
-	if err := os.Mkdir(empty, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r, err = d.client.FsRemoveWithResponse(ctx, &protocol.FsRemoveParams{Path: empty + "/."}, auth(testToken))
+	r, err = d.client.FsRemoveWithResponse(ctx, &protocol.FsRemoveParams{Path: "/proc/self/fd"}, auth(testToken))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantSlug(t, "remove dir/.", r.StatusCode(), r.Body, 500, taxonomy.SlugFsFailed)
-	if _, err := os.Stat(empty); err != nil {
-		t.Fatalf("remove dir/. removed the directory: %v", err)
-	}
+	wantSlug(t, "remove /proc/self/fd", r.StatusCode(), r.Body, 500, taxonomy.SlugFsFailed)
 }
 
 // TestRecursiveRemoveReadsPastOneBatch: removeTree reads a directory's names

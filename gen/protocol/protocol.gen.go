@@ -1533,7 +1533,7 @@ type ClientInterface interface {
 
 	// FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
 	//
-	// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+	// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused, and so is a path whose last component is . or .. (400), as rm refuses them: such a path names a directory only through its parent links, and the tree walk starts from the parent the kernel resolves, never from a lexically cleaned path.
 	//
 	// Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
 	FsRemove(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1997,7 +1997,7 @@ func (c *Client) FsMove(ctx context.Context, params *FsMoveParams, reqEditors ..
 
 // FsRemove removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
 //
-// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused, and so is a path whose last component is . or .. (400), as rm refuses them: such a path names a directory only through its parent links, and the tree walk starts from the parent the kernel resolves, never from a lexically cleaned path.
 //
 // Corresponds with POST /v1/fs/remove (the `FsRemove` operationId).
 func (c *Client) FsRemove(ctx context.Context, params *FsRemoveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3688,7 +3688,7 @@ type ClientWithResponsesInterface interface {
 
 	// FsRemoveWithResponse removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
 	//
-	// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+	// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused, and so is a path whose last component is . or .. (400), as rm refuses them: such a path names a directory only through its parent links, and the tree walk starts from the parent the kernel resolves, never from a lexically cleaned path.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6367,7 +6367,7 @@ func (c *ClientWithResponses) FsMoveWithResponse(ctx context.Context, params *Fs
 
 // FsRemoveWithResponse removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
 //
-// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+// Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused, and so is a path whose last component is . or .. (400), as rm refuses them: such a path names a directory only through its parent links, and the tree walk starts from the parent the kernel resolves, never from a lexically cleaned path.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -552,7 +552,7 @@ class Client:
         raise _api_error("fsWatch", _resp, json_statuses=())
 
     def fs_remove(self, *, path: str, recursive: Optional[bool] = None) -> RemoveResponse:
-        """POST /v1/fs/remove. removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive: Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused."""
+        """POST /v1/fs/remove. removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive: Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused, and so is a path whose last component is . or .. (400), as rm refuses them: such a path names a directory only through its parent links, and the tree walk starts from the parent the kernel resolves, never from a lexically cleaned path."""
         _path = "/v1/fs/remove"
         _query: List[Tuple[str, str]] = []
         if path is not None:

@@ -483,7 +483,7 @@ export interface paths {
         put?: never;
         /**
          * removes a file, symlink or empty directory, or a whole tree only with recursive true; a symlink is removed, never followed; ours, not the reference's: additive
-         * @description Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused.
+         * @description Removes one entry; a directory with its contents only with recursive true, walking through descriptors so a symlink swapped in mid-walk is removed as a link and never followed. Removing / is refused, and so is a path whose last component is . or .. (400), as rm refuses them: such a path names a directory only through its parent links, and the tree walk starts from the parent the kernel resolves, never from a lexically cleaned path.
          */
         post: operations["fsRemove"];
         delete?: never;
