@@ -86,6 +86,11 @@ func TestDaemonLogSaysWhatHappened(t *testing.T) {
 	d.bootstrap(nil)
 	d.mustStart(shell("killed", "kill -9 $$"))
 	d.waitExited("killed")
+	// The supervisor logs "exec finished" just after the exit becomes
+	// visible, so the line may trail the poll by a moment.
+	for i := 0; i < 500 && !strings.Contains(logs.String(), "exec finished"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !strings.Contains(logs.String(), "exit_code=-1 signal=9") {
 		t.Fatalf("a SIGKILLed child's log line lacks exit_code=-1 signal=9:\n%s", logs.String())
 	}
