@@ -49,7 +49,6 @@ func (a *app) waiting(label string) (update func(string), stop func()) {
 		progressbar.OptionSpinnerType(14),
 		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionClearOnFinish(),
-		progressbar.OptionEnableColorCodes(a.env("NO_COLOR") == ""),
 		progressbar.OptionSetSpinnerChangeInterval(100*time.Millisecond),
 	)
 	_ = bar.RenderBlank()
@@ -84,8 +83,7 @@ func (a *app) transfer(label string) (sent func(n, total int64), done func()) {
 	return func(n, total int64) {
 			if bar == nil {
 				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(a.stderr), progressbar.OptionSetDescription(label),
-					progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(50*time.Millisecond),
-					progressbar.OptionEnableColorCodes(a.env("NO_COLOR") == ""))
+					progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(50*time.Millisecond))
 			}
 			_ = bar.Set64(n)
 		}, func() {

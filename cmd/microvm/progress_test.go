@@ -64,16 +64,24 @@ func TestTransferClearsItsBarBeforeTheDoneLine(t *testing.T) {
 	}
 }
 
-// Under NO_COLOR the bar writes no escape codes, even when the label (a
-// user's path) holds something colorstring reads as a colour tag. Catches,
-// in transfer, the NO_COLOR test for OptionEnableColorCodes negated.
-func TestTransferBarUnderNoColorHasNoEscapes(t *testing.T) {
-	var b bytes.Buffer
-	sent, done := ttyApp(&b, "1").transfer("upload /tmp/[red]x")
-	sent(5, 10)
-	done()
-	if out := b.String(); strings.Contains(out, "\x1b") || !strings.Contains(out, "[red]x  50%") {
-		t.Fatalf("stderr = %q, want the label verbatim and no escape codes", out)
+// A bar's label is shown as written, never read as colorstring's colour
+// tags: it holds a user's path or id, and "upload /tmp/[red]x" must not
+// turn the rest of the line red, with or without NO_COLOR (the bars draw
+// no colour of their own). Catches OptionEnableColorCodes turned on for the
+// byte bar or the spinner.
+func TestBarLabelsAreVerbatim(t *testing.T) {
+	for _, noColor := range []string{"", "1"} {
+		var b bytes.Buffer
+		a := ttyApp(&b, noColor)
+		sent, done := a.transfer("upload /tmp/[red]x")
+		sent(5, 10)
+		done()
+		_, stop := a.waiting("waiting for [blue]vm")
+		stop()
+		out := b.String()
+		if strings.Contains(out, "\x1b[3") || !strings.Contains(out, "[red]x  50%") || !strings.Contains(out, "[blue]vm") {
+			t.Fatalf("NO_COLOR=%q: stderr = %q, want the labels verbatim and no colour codes", noColor, out)
+		}
 	}
 }
 
