@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,4 +77,38 @@ func TestRemoveFollowsThePathTheKernelResolves(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(x, "y", "keep")); err != nil {
 		t.Fatalf("x/y, the lexical reading of x/link/../y, was removed: %v", err)
 	}
+}
+
+// splitParent reads a remove's path from the query as the kernel would
+// walk it: the base is the last component (no slash), and the parent,
+// joined back with it, gives the path again up to trailing slashes, with
+// no component cleaned away. Catches a split that cleans (x/link/.. read
+// as x) or keeps a slash in the base.
+func FuzzSplitParent(f *testing.F) {
+	for _, s := range []string{"x", "/x", "x/y", "x/link/..", "x/link/../y", "x/y/", "x//y//", "//x", "/a/./b", ".", "..", "a/.."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		trimmed := strings.TrimRight(p, "/")
+		if trimmed == "" {
+			return // "/" and "" never reach the split
+		}
+		dir, base := splitParent(p)
+		if strings.Contains(base, "/") || base == "" {
+			t.Fatalf("splitParent(%q) = %q, %q: the base must be one component", p, dir, base)
+		}
+		if !strings.Contains(trimmed, "/") {
+			if dir != "." || base != trimmed {
+				t.Fatalf("splitParent(%q) = %q, %q, want \".\", %q", p, dir, base, trimmed)
+			}
+			return
+		}
+		cut := len(trimmed) - len(base) - 1
+		if cut < 0 || trimmed[cut] != '/' || trimmed[cut+1:] != base {
+			t.Fatalf("splitParent(%q) = %q, %q: the base is not the last component", p, dir, base)
+		}
+		if want := trimmed[:cut]; dir != want && !(want == "" && dir == "/") {
+			t.Fatalf("splitParent(%q) = %q, %q: the parent is not the path before the base, %q", p, dir, base, want)
+		}
+	})
 }
