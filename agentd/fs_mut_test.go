@@ -93,7 +93,7 @@ func TestPathStartingWithNULIs400(t *testing.T) {
 	// Read routes only: under the mutant a write of the relative path "\x00"
 	// would stage a temp file in the package directory.
 	for _, route := range []string{"/v1/fs/file", "/v1/fs/tar"} {
-		r := daemonRaw(t, d, "GET", route, "\x00")
+		r := fsGet(t, d, route, "\x00")
 		if r.status != http.StatusBadRequest || r.body != "path contains a NUL byte" {
 			t.Errorf("GET %s of a path that is one NUL: %d %q, want 400 %q", route, r.status, r.body, "path contains a NUL byte")
 		}
@@ -117,40 +117,25 @@ func TestPathOfExactlyPathMaxIsRefusedByName(t *testing.T) {
 	}
 	want := "path is 4096 bytes; a path may have at most 4095"
 	for _, route := range []string{"/v1/fs/file", "/v1/fs/tar"} {
-		r := daemonRaw(t, d, "GET", route, p)
+		r := fsGet(t, d, route, p)
 		if r.status != http.StatusBadRequest || r.body != want {
 			t.Errorf("GET %s of a %d-byte path: %d %q, want 400 %q", route, len(p), r.status, r.body, want)
 		}
 	}
 	// One byte shorter is a path the kernel takes: the answer is about the
 	// file, which does not exist.
-	r := daemonRaw(t, d, "GET", "/v1/fs/file", p[:pathMax-1])
+	r := fsGet(t, d, "/v1/fs/file", p[:pathMax-1])
 	if r.status != http.StatusNotFound {
 		t.Errorf("GET of a %d-byte path: %d %q, want 404", pathMax-1, r.status, r.body)
 	}
 }
 
-// daemonRaw sends an authorized request without a body to a real daemon's
-// fs route, bounded in time.
-func daemonRaw(t *testing.T, d *daemon, method, route, path string) fsReply {
+// fsGet GETs path from a real daemon's fs route, bounded in time.
+func fsGet(t *testing.T, d *daemon, route, path string) fsReply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, d.base+route+"?"+fsQuery("path", path).Encode(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := d.http.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("reading body: %v", err)
-	}
-	return fsReply{resp.StatusCode, string(b), resp.Header.Get("Content-Type")}
+	return daemonGet(t, ctx, d, route, fsQuery("path", path).Encode())
 }
 
 // NAME_MAX is the longest file name itself (no NUL counted), so a name of
@@ -164,11 +149,11 @@ func TestFileNameOfExactlyNameMaxIsAllowed(t *testing.T) {
 	if r := daemonPut(t, d, "/v1/fs/file", longest, strings.NewReader("at the limit"), 12); r.status != http.StatusNoContent {
 		t.Fatalf("PUT of a %d-byte name: %d %q, want 204", nameMax, r.status, r.body)
 	}
-	if r := daemonRaw(t, d, "GET", "/v1/fs/file", longest); r.status != http.StatusOK || r.body != "at the limit" {
+	if r := fsGet(t, d, "/v1/fs/file", longest); r.status != http.StatusOK || r.body != "at the limit" {
 		t.Fatalf("GET of a %d-byte name: %d %q", nameMax, r.status, r.body)
 	}
 	want := "a path component is 256 bytes; a file name may have at most 255"
-	if r := daemonRaw(t, d, "GET", "/v1/fs/file", longest+"n"); r.status != http.StatusBadRequest || r.body != want {
+	if r := fsGet(t, d, "/v1/fs/file", longest+"n"); r.status != http.StatusBadRequest || r.body != want {
 		t.Fatalf("GET of a %d-byte name: %d %q, want 400 %q", nameMax+1, r.status, r.body, want)
 	}
 }

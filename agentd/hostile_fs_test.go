@@ -244,15 +244,16 @@ func TestReadFifoDoesNotHang(t *testing.T) {
 	d := bootedDaemon(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r := daemonGet(t, ctx, d, fsQuery("path", fifo).Encode())
+	r := daemonGet(t, ctx, d, "/v1/fs/file", fsQuery("path", fifo).Encode())
 	if r.status != 400 || !strings.Contains(r.body, "fifo") {
 		t.Fatalf("%d %q", r.status, r.body)
 	}
 }
 
-func daemonGet(t *testing.T, ctx context.Context, d *daemon, query string) fsReply {
+// daemonGet sends an authorized GET of route?query to a real daemon.
+func daemonGet(t *testing.T, ctx context.Context, d *daemon, route, query string) fsReply {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, "GET", d.base+"/v1/fs/file?"+query, nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", d.base+route+"?"+query, nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	resp, err := d.http.Do(req)
 	if err != nil {
