@@ -2,7 +2,6 @@ package agentd
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -36,13 +35,7 @@ func TestExecListIsInStartOrderNotIDOrder(t *testing.T) {
 // `err != nil` negated in ExecSignal (every delivered signal logged as a
 // failure with a nil error, and a real failure not logged).
 func TestDeliveredSignalLogsNoFailure(t *testing.T) {
-	var logs syncBuffer
-	srv, err := NewServer(testConfig(), slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := serveDaemon(t, srv)
-	d.bootstrap(nil)
+	d, logs := loggedDaemon(t)
 	d.mustStart(shell("sleeper", "exec sleep 30"))
 	r, err := d.client.ExecSignalWithResponse(context.Background(), "sleeper", &protocol.ExecSignalParams{Signal: "TERM"}, auth(testToken))
 	if err != nil || r.JSON200 == nil || !r.JSON200.Delivered {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -76,13 +75,7 @@ func TestRegularFileReadDeclaresItsLength(t *testing.T) {
 // `err == nil`: the ranged copy's (CopyContext), the declared-length
 // copy's (io.CopyN) and the streamed copy's (io.Copy).
 func TestFileReadsLogOnlyTheirFailures(t *testing.T) {
-	var logs syncBuffer
-	srv, err := NewServer(testConfig(), slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := serveDaemon(t, srv)
-	d.bootstrap(nil)
+	d, logs := loggedDaemon(t)
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big")
 	if err := os.WriteFile(big, bytes.Repeat([]byte("line\n"), 1000), 0o644); err != nil {

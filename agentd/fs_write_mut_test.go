@@ -2,7 +2,6 @@ package agentd
 
 import (
 	"bytes"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -83,13 +82,7 @@ func TestWriteFileLeavesNoDescriptorOpen(t *testing.T) {
 // `err != nil` made `err == nil` (every successful write logged as a failed
 // close).
 func TestSuccessfulWriteLogsNoWarning(t *testing.T) {
-	var logs syncBuffer
-	srv, err := NewServer(testConfig(), slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := serveDaemon(t, srv)
-	d.bootstrap(nil)
+	d, logs := loggedDaemon(t)
 	p := filepath.Join(t.TempDir(), "f")
 	for _, content := range []string{"first", "overwrite"} {
 		if r := daemonPut(t, d, "/v1/fs/file", p, strings.NewReader(content), int64(len(content))); r.status != http.StatusNoContent {

@@ -49,6 +49,20 @@ func TestAckedEntryIsKeptForExactlyTheTTL(t *testing.T) {
 	}
 }
 
+// loggedDaemon is a bootstrapped daemon whose log (info and up) the test
+// reads back.
+func loggedDaemon(t *testing.T) (*daemon, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	srv, err := NewServer(testConfig(), slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := serveDaemon(t, srv)
+	d.bootstrap(nil)
+	return d, logs
+}
+
 // syncBuffer is a log sink safe for the daemon's goroutines.
 type syncBuffer struct {
 	mu sync.Mutex

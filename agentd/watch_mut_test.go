@@ -2,12 +2,10 @@ package agentd
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,25 +32,7 @@ type rawWatch struct {
 
 func openRawWatch(t *testing.T, d *daemon, dir string, recursive bool) *rawWatch {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	q := url.Values{"path": {dir}}
-	if recursive {
-		q.Set("recursive", "true")
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/v1/fs/watch?"+q.Encode(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("watch %s: %d", dir, resp.StatusCode)
-	}
+	resp := openWatch(t, d, dir, recursive)
 	return &rawWatch{t: t, dir: dir, resp: resp, br: bufio.NewReader(resp.Body)}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,13 +25,27 @@ type watchStream struct {
 
 func (d *daemon) watch(t *testing.T, dir string, recursive bool) *watchStream {
 	t.Helper()
+	resp := openWatch(t, d, dir, recursive)
+	w := &watchStream{t: t, resp: resp, br: bufio.NewReader(resp.Body)}
+	name, data := w.next()
+	var ready protocol.WatchReady
+	if name != "ready" || json.Unmarshal([]byte(data), &ready) != nil || ready.Path != dir || ready.Directories < 1 {
+		t.Fatalf("first event %s %s, want ready", name, data)
+	}
+	return w
+}
+
+// openWatch starts a watch of dir and returns its 200 event stream, closed
+// when the test ends.
+func openWatch(t *testing.T, d *daemon, dir string, recursive bool) *http.Response {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	q := "/v1/fs/watch?path=" + dir
+	q := url.Values{"path": {dir}}
 	if recursive {
-		q += "&recursive=true"
+		q.Set("recursive", "true")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+q, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/v1/fs/watch?"+q.Encode(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +58,7 @@ func (d *daemon) watch(t *testing.T, dir string, recursive bool) *watchStream {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("watch %s: %d %s", dir, resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	w := &watchStream{t: t, resp: resp, br: bufio.NewReader(resp.Body)}
-	name, data := w.next()
-	var ready protocol.WatchReady
-	if name != "ready" || json.Unmarshal([]byte(data), &ready) != nil || ready.Path != dir || ready.Directories < 1 {
-		t.Fatalf("first event %s %s, want ready", name, data)
-	}
-	return w
+	return resp
 }
 
 // next reads one event (keepalives skipped), failing after a bound.
