@@ -15,6 +15,7 @@ require (
 	github.com/oapi-codegen/oapi-codegen/v2 v2.8.2
 	github.com/oapi-codegen/runtime v1.9.0
 	github.com/schollz/progressbar/v3 v3.19.1
+	github.com/segmentio/asm v1.2.1
 	golang.org/x/term v0.46.0
 	gopkg.in/yaml.v3 v3.0.1
 	honnef.co/go/tools v0.8.2

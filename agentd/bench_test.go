@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	simdbase64 "github.com/segmentio/asm/base64"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/protocol"
@@ -326,47 +327,11 @@ func BenchmarkRSS(b *testing.B) {
 	b.ReportMetric(peak/1024, "peak-MiB")
 }
 
-// quadDecode holds, for each of the four positions in a base64 quantum, every
-// character's 6 bits already shifted into place, or a high byte of 0xff for a
-// character outside the standard alphabet (padding included). 4 KiB in all,
-// so it stays in L1 next to the daemon's encoder table.
-var quadDecode = func() (t [4][256]uint32) {
-	for q := range t {
-		for c := range t[q] {
-			t[q][c] = 0xff000000
-		}
-	}
-	for i := range 64 {
-		c := stdAlphabet[i]
-		t[0][c], t[1][c], t[2][c], t[3][c] = uint32(i)<<18, uint32(i)<<12, uint32(i)<<6, uint32(i)
-	}
-	return t
-}()
-
-// decodeBase64 is the minimal benchmark client's decoder: 16 characters to 12
-// bytes per step, about twice the standard library's speed, so the client is
-// not what the stream benchmark measures. Padding, the last quantum and
-// anything invalid go to the standard decoder, which judges them. dst needs
-// 4 bytes of slack past the decoded length.
+// decodeBase64 is the benchmark client's decoder: the same SIMD codec the
+// daemon encodes with, so the client is not what the stream benchmark
+// measures.
 func decodeBase64(dst, src []byte) (int, error) {
-	t := &quadDecode
-	di, si := 0, 0
-	for len(src)-si > 16 && len(dst)-di >= 16 {
-		s := src[si : si+16 : si+16]
-		a := t[0][s[0]] | t[1][s[1]] | t[2][s[2]] | t[3][s[3]]
-		b := t[0][s[4]] | t[1][s[5]] | t[2][s[6]] | t[3][s[7]]
-		c := t[0][s[8]] | t[1][s[9]] | t[2][s[10]] | t[3][s[11]]
-		d := t[0][s[12]] | t[1][s[13]] | t[2][s[14]] | t[3][s[15]]
-		if (a|b|c|d)&0xff000000 != 0 {
-			break
-		}
-		binary.BigEndian.PutUint64(dst[di:], uint64(a)<<40|uint64(b)<<16)
-		binary.BigEndian.PutUint64(dst[di+6:], uint64(c)<<40|uint64(d)<<16)
-		si += 16
-		di += 12
-	}
-	n, err := base64.StdEncoding.Decode(dst[di:], src[si:])
-	return di + n, err
+	return simdbase64.StdEncoding.Decode(dst, src)
 }
 
 // attached is how many readers follow the log, so a benchmark can release a

@@ -367,7 +367,7 @@ func scanOutput(b []byte) (offset uint64, stream protocol.StreamKind, b64 []byte
 // invalid, so encoding/json judges those payloads), and with the standard
 // decoder on the unescaped string of the slow path.
 func (p *sseParser) decode(b64 []byte, decode func(dst, src []byte) (int, error)) (int, error) {
-	// The slack lets b64Decode's 16-character steps run to the last quantum.
+	// Slack past DecodedLen, so a decoder's last vector store always fits.
 	if n := base64.StdEncoding.DecodedLen(len(b64)) + 16; cap(p.out) < n {
 		p.out = make([]byte, n)
 	}
