@@ -26,43 +26,41 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 	if sp.tty != nil {
 		return r.spawnTTY(id, sp, path)
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := childPipe(true)
 	if err != nil {
 		return nil, err
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := childPipe(true)
 	if err != nil {
 		outR.Close()
-		outW.Close()
+		unix.Close(outW)
 		return nil, err
 	}
-	stdinChild := r.devNull
+	stdinChild := int(r.devNull.Fd())
 	var stdinW *os.File
 	if sp.stdin {
-		var stdinR *os.File
-		if stdinR, stdinW, err = os.Pipe(); err != nil {
+		var stdinR int
+		if stdinW, stdinR, err = childPipe(false); err != nil {
 			outR.Close()
-			outW.Close()
+			unix.Close(outW)
 			errR.Close()
-			errW.Close()
+			unix.Close(errW)
 			return nil, err
 		}
 		stdinChild = stdinR
-		defer stdinR.Close()
+		defer unix.Close(stdinR)
 	}
-	// Fd puts the child's ends in blocking mode, which is what a child expects;
-	// the daemon's ends stay non-blocking on the poller.
 	pidfd := -1
 	pid, err := syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
 		Dir:   sp.dir,
 		Env:   sp.env,
-		Files: []uintptr{stdinChild.Fd(), outW.Fd(), errW.Fd()},
+		Files: []uintptr{uintptr(stdinChild), uintptr(outW), uintptr(errW)},
 		// Its own group, so kill reaches everything the child started. The
 		// pidfd comes from clone itself, so it can never name another process.
 		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: sp.cred, PidFD: &pidfd},
 	})
-	outW.Close()
-	errW.Close()
+	unix.Close(outW)
+	unix.Close(errW)
 	if err != nil {
 		outR.Close()
 		errR.Close()
@@ -89,9 +87,44 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 			unix.Close(pidfd)
 		}
 	}
-	r.log.Info("exec started", "exec_id", id, "pid", pid, "stdin", sp.stdin)
-	go r.supervise(e, pid, outR, errR, sp.timeout)
+	stdin, timeout := sp.stdin, sp.timeout
+	go func() {
+		// Logged here rather than before the return: the line is a write to
+		// stderr, and the start's reply need not wait for it. It still
+		// comes before the exec's "finished", from the same goroutine.
+		r.log.Info("exec started", "exec_id", id, "pid", pid, "stdin", stdin)
+		r.supervise(e, pid, outR, errR, timeout)
+	}()
 	return e, nil
+}
+
+// childPipe makes a pipe for one of a child's stdio descriptors. The child's
+// end is a plain blocking descriptor, as a child expects, that never touches
+// the runtime poller: it is only handed to the fork and closed. The daemon's
+// end is non-blocking on the poller, so a pump parks instead of holding a
+// thread and honours the linger deadline. (os.Pipe registers both ends with
+// the poller and Fd then takes the child's end off again: twice the
+// syscalls, on every exec's critical path.) daemonReads says which end is
+// the daemon's: the read end for stdout and stderr, the write end for stdin.
+// A non-blocking child end fails TestStreamAttachedAfterTheStartLosesNothing
+// (head -c meets EAGAIN); a blocking daemon end fails
+// TestLingerDeadlineReportsWritersMayBeAlive (the deadline never fires).
+func childPipe(daemonReads bool) (daemon *os.File, child int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, -1, os.NewSyscallError("pipe2", err)
+	}
+	mine, theirs, name := p[0], p[1], "|0"
+	if !daemonReads {
+		mine, theirs, name = p[1], p[0], "|1"
+	}
+	if err := unix.SetNonblock(mine, true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, os.NewSyscallError("fcntl", err)
+	}
+	// Non-blocking before NewFile, so the file lands on the poller.
+	return os.NewFile(uintptr(mine), name), theirs, nil
 }
 
 // checkCwd names a missing or unusable cwd. Without it the chdir inside the
@@ -186,6 +219,11 @@ func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout
 	r.log.Info("exec finished", "exec_id", e.id, "exit_code", derefOr(st.code, -1),
 		"signal", derefOr(st.signal, 0), "writers_may_be_alive", st.writersMayBeAlive)
 	// The child can read no more; our copy of its stdin only pins an fd.
+	// In a goroutine, since a stdin write blocked on a full pipe holds
+	// stdinMu; an exec that never had stdin has nothing to close.
+	if !e.stdinRequested {
+		return
+	}
 	go func() {
 		e.stdinMu.Lock()
 		defer e.stdinMu.Unlock()
