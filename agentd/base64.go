@@ -8,8 +8,8 @@ import (
 // segmentio/asm encodes with AVX2 on amd64 and NEON on arm64 and falls back
 // to encoding/base64 elsewhere; its output is byte-identical to
 // base64.StdEncoding (TestBase64MatchesStdEncoding). On this 2-core machine
-// it encodes a 48 KiB event at about 9.5 GB/s, against 2.7 GB/s for the
-// table encoder it replaced and 0.87 GB/s for the standard library
+// it encodes a 48 KiB event in about 2.4 us, against 24 us for the table
+// encoder it replaced and 45-52 us for the standard library
 // (BenchmarkBase64Encode).
 
 // encodeBase64 writes the standard base64 of src into dst, which must hold
