@@ -3,7 +3,6 @@ package agentd
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -167,22 +166,7 @@ func TestWriteFileTakesTheWidestMode(t *testing.T) {
 	dir := t.TempDir()
 	put := func(name, mode string) fsReply {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		q := fsQuery("path", dir+"/"+name, "mode", mode)
-		req, err := http.NewRequestWithContext(ctx, "PUT", d.base+"/v1/fs/file?"+q.Encode(), strings.NewReader("x"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		req.Header.Set("Content-Type", "application/octet-stream")
-		resp, err := d.http.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return fsReply{resp.StatusCode, string(b), resp.Header.Get("Content-Type")}
+		return daemonPut(t, d, "/v1/fs/file", dir+"/"+name, strings.NewReader("x"), 1, "mode", mode)
 	}
 	if r := put("widest", "7777"); r.status != http.StatusNoContent {
 		t.Fatalf("PUT with mode 7777: %d %q, want 204", r.status, r.body)

@@ -276,10 +276,11 @@ func TestWriteFileOverCapKeepsOldFile(t *testing.T) {
 }
 
 // daemonPut sends an authorized PUT of body to a real daemon's fs route;
-// length -1 sends it chunked.
-func daemonPut(t testing.TB, d *daemon, route, path string, body io.Reader, length int64) fsReply {
+// length -1 sends it chunked. query adds key, value pairs beside the path.
+func daemonPut(t testing.TB, d *daemon, route, path string, body io.Reader, length int64, query ...string) fsReply {
 	t.Helper()
-	req, err := http.NewRequest("PUT", d.base+route+"?"+fsQuery("path", path).Encode(), io.NopCloser(body))
+	q := fsQuery(append([]string{"path", path}, query...)...)
+	req, err := http.NewRequest("PUT", d.base+route+"?"+q.Encode(), io.NopCloser(body))
 	if err != nil {
 		t.Fatal(err)
 	}
