@@ -44,13 +44,13 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 	}
 	// The stderr pump gets a pipe that is already at EOF: a terminal has one
 	// output stream.
-	errR, errW, err := os.Pipe()
+	errR, errW, err := childPipe(true)
 	if err != nil {
 		master.Close()
 		unix.Close(inFd)
 		return nil, err
 	}
-	errW.Close()
+	unix.Close(errW)
 	pidfd := -1
 	pid, err := syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
 		Dir:   sp.dir,
@@ -113,19 +113,14 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 	return e, nil
 }
 
-// pollable returns a non-blocking *os.File for a duplicate of fd, so the
-// runtime poller owns it (os.NewFile registers only non-blocking
-// descriptors).
+// pollable returns a duplicate of fd on the runtime poller (onPoller); fd
+// stays the caller's.
 func pollable(fd int, name string) (*os.File, error) {
 	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.SetNonblock(d, true); err != nil {
-		unix.Close(d)
-		return nil, err
-	}
-	return os.NewFile(uintptr(d), name), nil
+	return onPoller(d, name)
 }
 
 // ExecResize sets an exec's terminal size.

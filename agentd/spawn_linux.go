@@ -80,12 +80,8 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 		started:        time.Now(),
 	}
 	if pidfd >= 0 {
-		// Non-blocking before NewFile, so the file lands on the poller.
-		if unix.SetNonblock(pidfd, true) == nil {
-			e.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
-		} else {
-			unix.Close(pidfd)
-		}
+		// Without it (closed on failure) waitChild blocks a thread instead.
+		e.pidfd, _ = onPoller(pidfd, "pidfd")
 	}
 	stdin, timeout := sp.stdin, sp.timeout
 	go func() {
@@ -118,13 +114,23 @@ func childPipe(daemonReads bool) (daemon *os.File, child int, err error) {
 	if !daemonReads {
 		mine, theirs, name = p[1], p[0], "|1"
 	}
-	if err := unix.SetNonblock(mine, true); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
+	f, err := onPoller(mine, name)
+	if err != nil {
+		unix.Close(theirs)
 		return nil, -1, os.NewSyscallError("fcntl", err)
 	}
-	// Non-blocking before NewFile, so the file lands on the poller.
-	return os.NewFile(uintptr(mine), name), theirs, nil
+	return f, theirs, nil
+}
+
+// onPoller makes fd non-blocking and wraps it, so the runtime poller owns it
+// (os.NewFile registers only non-blocking descriptors). The file owns fd from
+// here on; on failure fd is closed.
+func onPoller(fd int, name string) (*os.File, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 // checkCwd names a missing or unusable cwd. Without it the chdir inside the
