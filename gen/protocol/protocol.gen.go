@@ -418,13 +418,16 @@ type FileReadQuery struct {
 // FileType what kind of entry a path names
 type FileType string
 
-// FsQuery query string shared by the fs routes (mode is read only by PUT /v1/fs/file)
+// FsQuery query string shared by the fs routes (mode and sync are read only by PUT /v1/fs/file)
 type FsQuery struct {
 	// Mode octal file mode as text
 	Mode *string `json:"mode,omitempty"`
 
 	// Path absolute path in the guest
 	Path string `json:"path"`
+
+	// Sync wait for fsync of the file and its directory before answering (read only by PUT /v1/fs/file)
+	Sync *bool `json:"sync,omitempty"`
 }
 
 // GapEvent data of an SSE gap event, the half-open byte range this reader missed
@@ -844,6 +847,9 @@ type FsWriteFileParams struct {
 
 	// Mode octal permission bits for the file, as text (0644, 644 and 0o644 are the same); at most 07777
 	Mode *string `form:"mode,omitempty" json:"mode,omitempty"`
+
+	// Sync true makes the 204 wait until the file's bytes and its directory entry are on the disk (fsync of both); absent or false answers once they are in the guest's page cache, where every process sees them and a suspend keeps them, like the reference daemon and like the tar route
+	Sync *bool `form:"sync,omitempty" json:"sync,omitempty"`
 }
 
 // FsListParams defines parameters for FsList.
@@ -2835,6 +2841,18 @@ func NewFsWriteFileRequestWithBody(server string, params *FsWriteFileParams, con
 		if params.Mode != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "mode", *params.Mode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Sync != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "sync", *params.Sync, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -9492,6 +9510,19 @@ func (siw *ServerInterfaceWrapper) FsWriteFile(w http.ResponseWriter, r *http.Re
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "mode"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "mode", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "sync" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "sync", r.URL.Query(), &params.Sync, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "sync"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sync", Err: err})
 		}
 		return
 	}

@@ -409,7 +409,7 @@ class Client:
             return _resp if stream else _read_all(_resp)
         raise _api_error("fsReadFile", _resp, json_statuses=())
 
-    def fs_write_file(self, body: Union[bytes, BinaryIO], *, path: str, mode: Optional[str] = None) -> None:
+    def fs_write_file(self, body: Union[bytes, BinaryIO], *, path: str, mode: Optional[str] = None, sync: Optional[bool] = None) -> None:
         """PUT /v1/fs/file. Write a file: writes one file from the request body, creating parents; any absolute path is allowed, since the same token can already exec"""
         _path = "/v1/fs/file"
         _query: List[Tuple[str, str]] = []
@@ -417,6 +417,8 @@ class Client:
             _query.append(("path", _query_value(path)))
         if mode is not None:
             _query.append(("mode", _query_value(mode)))
+        if sync is not None:
+            _query.append(("sync", _query_value(sync)))
         _data = body
         _resp = self._send("PUT", _path, _query, _data, "application/octet-stream", bearer=True, stream=False, operation="fsWriteFile")
         _status = _resp.status

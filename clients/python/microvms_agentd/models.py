@@ -822,12 +822,14 @@ class FileType:
 
 @dataclass
 class FsQuery:
-    """query string shared by the fs routes (mode is read only by PUT /v1/fs/file)"""
+    """query string shared by the fs routes (mode and sync are read only by PUT /v1/fs/file)"""
 
     # absolute path in the guest
     path: str
     # octal file mode as text
     mode: Optional[str] = None
+    # wait for fsync of the file and its directory before answering (read only by PUT /v1/fs/file)
+    sync: Optional[bool] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> FsQuery:
@@ -836,6 +838,7 @@ class FsQuery:
         return cls(
             path=_required(d, "path", "FsQuery"),
             mode=d.get("mode"),
+            sync=d.get("sync"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -843,6 +846,8 @@ class FsQuery:
         out["path"] = self.path
         if self.mode is not None:
             out["mode"] = self.mode
+        if self.sync is not None:
+            out["sync"] = self.sync
         return out
 
 

@@ -819,12 +819,14 @@ export interface components {
              */
             offset?: number | null;
         };
-        /** @description query string shared by the fs routes (mode is read only by PUT /v1/fs/file) */
+        /** @description query string shared by the fs routes (mode and sync are read only by PUT /v1/fs/file) */
         FsQuery: {
             /** @description absolute path in the guest */
             path: string;
             /** @description octal file mode as text */
             mode?: string | null;
+            /** @description wait for fsync of the file and its directory before answering (read only by PUT /v1/fs/file) */
+            sync?: boolean | null;
         };
         /** @description query string of GET /v1/fs/file */
         FileReadQuery: {
@@ -2190,6 +2192,8 @@ export interface operations {
                 path: components["parameters"]["FsPath"];
                 /** @description octal permission bits for the file, as text (0644, 644 and 0o644 are the same); at most 07777 */
                 mode?: string;
+                /** @description true makes the 204 wait until the file's bytes and its directory entry are on the disk (fsync of both); absent or false answers once they are in the guest's page cache, where every process sees them and a suspend keeps them, like the reference daemon and like the tar route */
+                sync?: boolean;
             };
             header?: never;
             path?: never;
