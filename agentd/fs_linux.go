@@ -102,10 +102,10 @@ func commitTemp(tmp *os.File, named, target string) error {
 // writeBehindBytes is how much of an upload lands between two writeback kicks.
 const writeBehindBytes = 8 << 20
 
-// writeBehind starts writeback of each writeBehindBytes an upload lands, so
-// the disk works while the rest is still arriving and the fsync before the
-// commit finds most of the file already written instead of starting all of
-// it then. SYNC_FILE_RANGE_WRITE only starts writeback (it neither waits nor
+// writeBehind starts writeback of each writeBehindBytes a durable upload
+// (?sync=true) lands, so the disk works while the rest is still arriving and
+// the fsync before the commit finds most of the file already written instead
+// of starting all of it then. SYNC_FILE_RANGE_WRITE only starts writeback (it neither waits nor
 // syncs metadata); durability still comes from that fsync. A failure here is
 // ignored for the same reason: the fsync reports it.
 type writeBehind struct {

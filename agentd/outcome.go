@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"bufio"
+	"encoding/binary"
 	"net/http"
 	"strconv"
 	"sync"
@@ -103,6 +104,19 @@ var jsonEscape = func() (t [utf8.RuneSelf]string) {
 	return t
 }()
 
+// escapeWord and escapeLen are jsonEscape packed for the escape loop: each
+// escape (at most six bytes) little-endian in a word, and its length. An
+// 8 MiB head of NUL bytes is 48 MiB of \u0000, written after every stream of
+// a zero-filled output; appending the strings one by one spent 2.6 ns a byte.
+var escapeWord, escapeLen = func() (w [utf8.RuneSelf]uint64, n [utf8.RuneSelf]uint8) {
+	for b, esc := range jsonEscape {
+		var word [8]byte
+		copy(word[:], esc)
+		w[b], n[b] = binary.LittleEndian.Uint64(word[:]), uint8(len(esc))
+	}
+	return w, n
+}()
+
 // jsonPlain marks the bytes written as themselves: ASCII with no escape. One
 // bool per byte keeps the scan over ordinary text to a load and a branch.
 var jsonPlain = func() (t [256]bool) {
@@ -151,16 +165,19 @@ func (e *jsonText) encode(p []byte, final bool) int {
 		}
 		if p[i] < utf8.RuneSelf {
 			e.w.Write(p[start:i])
-			esc := e.scratch[:0]
+			j := 0
 			for i < len(p) && p[i] < utf8.RuneSelf && !jsonPlain[p[i]] {
-				if len(esc)+6 > len(e.scratch) {
-					e.w.Write(esc)
-					esc = e.scratch[:0]
+				if j > len(e.scratch)-8 {
+					e.w.Write(e.scratch[:j])
+					j = 0
 				}
-				esc = append(esc, jsonEscape[p[i]]...)
+				// One 8-byte store per escape; only its first escapeLen
+				// bytes count, the rest is overwritten by the next.
+				binary.LittleEndian.PutUint64(e.scratch[j:], escapeWord[p[i]])
+				j += int(escapeLen[p[i]])
 				i++
 			}
-			e.w.Write(esc)
+			e.w.Write(e.scratch[:j])
 			start = i
 			e.invalid = false
 			continue
