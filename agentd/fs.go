@@ -628,11 +628,16 @@ func errText(err error) string {
 	return err.Error()
 }
 
+// syncNotBool refuses a PUT /v1/fs/file whose sync is neither true nor
+// false (strconv.ParseBool's spellings), before anything is written.
+const syncNotBool = "sync must be true or false"
+
 // FSParamError answers a query-decoding failure from the generated wrapper
 // on an fs route with the bodies these routes promise: a missing path gets
-// the one missing-path body, and a start_line or end_line that is not an
-// integer says so rather than masquerading as a missing path. The Server's
-// ErrorHandlerFunc calls it for /v1/fs/ requests.
+// the one missing-path body, a start_line or end_line that is not an
+// integer says so rather than masquerading as a missing path, and so does a
+// sync that is not a boolean. The Server's ErrorHandlerFunc calls it for
+// /v1/fs/ requests.
 func FSParamError(w http.ResponseWriter, err error) {
 	var req *protocol.RequiredParamError
 	var inv *protocol.InvalidParamFormatError
@@ -641,6 +646,8 @@ func FSParamError(w http.ResponseWriter, err error) {
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 	case errors.As(err, &inv) && (inv.ParamName == "start_line" || inv.ParamName == "end_line"):
 		fsFail(w, http.StatusBadRequest, linerange.ErrNotInteger.Error())
+	case errors.As(err, &inv) && inv.ParamName == "sync":
+		fsFail(w, http.StatusBadRequest, syncNotBool)
 	default:
 		fsFail(w, http.StatusBadRequest, err.Error())
 	}

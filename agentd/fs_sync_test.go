@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -59,8 +60,12 @@ func TestWriteFileFsyncsOnlyWhenAsked(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				status = resp.StatusCode
+				if string(body) != syncNotBool {
+					t.Fatalf("refusal says %q, want %q", body, syncNotBool)
+				}
 			} else {
 				status = daemonPut(t, d, "/v1/fs/file", p, strings.NewReader("payload"), 7, tc.query...).status
 			}

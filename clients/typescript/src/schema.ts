@@ -2217,7 +2217,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description path is missing, holds a NUL or a component over 255 bytes, names a device node, fifo or socket (never replaced), or mode is not valid octal; checked before anything is written. The body lands in an anonymous temporary file that takes the name only once complete, so a failed or interrupted upload leaves the old file and no temporary name */
+            /** @description path is missing, holds a NUL or a component over 255 bytes, names a device node, fifo or socket (never replaced), mode is not valid octal, or sync is neither true nor false; checked before anything is written. The body lands in an anonymous temporary file that takes the name only once complete, so a failed or interrupted upload leaves the old file and no temporary name */
             400: {
                 headers: {
                     "microvms-agentd-version": components["headers"]["AgentdVersion"];
