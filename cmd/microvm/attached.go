@@ -703,9 +703,10 @@ type CpCmd struct {
 	AttachFlags
 	Src     string `arg:"" help:"Source: vm:/path reads from the VM, anything else is a local path."`
 	Dst     string `arg:"" help:"Destination: vm:/path writes to the VM, anything else is a local path."`
-	Tar     bool   `help:"Move a directory tree as an uncompressed tar: the vm: side is a directory, the local side a .tar file." xor:"tar-mode,tar-parents"`
+	Tar     bool   `help:"Move a directory tree as an uncompressed tar: the vm: side is a directory, the local side a .tar file." xor:"tar-mode,tar-parents,tar-sync"`
 	Mode    string `help:"Octal permissions for an uploaded file; a tar carries its members' own." placeholder:"OCTAL" xor:"tar-mode"`
 	Parents bool   `help:"Create the uploaded file's missing parent directories on the VM; without it a missing parent is refused." xor:"tar-parents"`
+	Sync    bool   `help:"Return only once the uploaded file is on the VM's disk (fsync of the file and its directory); without it the copy ends once the file is whole under its name in the VM's page cache." xor:"tar-sync"`
 }
 
 const vmPrefix = "vm:"
@@ -749,6 +750,9 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 			return nil, invalidArg("", "--mode applies to an upload only")
 		}
 	}
+	if c.Sync && srcVM {
+		return nil, invalidArg("", "--sync applies to an upload only")
+	}
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -780,6 +784,8 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		}
 		if c.Tar {
 			err = s.WriteTar(ctx, d.Remote, body)
+		} else if c.Sync {
+			err = s.WriteFileDurable(ctx, d.Remote, body, mode)
 		} else {
 			err = s.WriteFile(ctx, d.Remote, body, mode)
 		}
