@@ -312,13 +312,13 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 
 	body := io.Reader(r.Body) // capped by the gate
 	pace := &diskPacer{guard: f.guard, path: dir, name: target}
-	// Durable only when asked: an fsync of a 256 MiB upload to the guest's
-	// virtio disk cost two thirds of the upload's time on the shared ruler
-	// (in-process, 0.22x a local copy against 0.65x without it), and the
-	// page cache already holds the bytes for every process and across a
-	// suspend (docs/PLATFORM.md, "Suspend and resume freeze and thaw the
-	// guest"). The rename is atomic either way, so no reader ever sees a
-	// partial file.
+	// Durable only when asked: the fsync of a 256 MiB upload (and the
+	// writeback kicks feeding it) took the shared ruler's upload from
+	// 0.64-0.65x a local copy to 0.57-0.58x, and the page cache already
+	// holds the bytes for every process and across a suspend
+	// (docs/PLATFORM.md, "Suspend and resume freeze and thaw the guest").
+	// The rename is atomic either way, so no reader ever sees a partial
+	// file.
 	durable := p.Sync != nil && *p.Sync
 	var dst io.Writer = diskPacedWriter{tmp, pace}
 	if durable {
