@@ -2,14 +2,11 @@ package client_test
 
 import (
 	"bytes"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
+
+	"github.com/microvms/microvms/internal/fswiretap"
 )
 
 // WriteFileDurable asks a real agentd for the fsync (sync=true on the PUT)
@@ -22,24 +19,9 @@ import (
 func TestWriteFileDurableAsksForTheFsync(t *testing.T) {
 	d := startAgentd(t)
 	d.bootstrap(t, token)
-	target, err := url.Parse(d.base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var syncs []string // the sync query value of each file write, "" when absent
-	rp := httputil.NewSingleHostReverseProxy(target)
-	px := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPut && r.URL.Path == "/v1/fs/file" {
-			mu.Lock()
-			syncs = append(syncs, r.URL.Query().Get("sync"))
-			mu.Unlock()
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(px.Close)
+	tap := fswiretap.Start(t, d.base)
 	ctx := testCtx(t)
-	s := session(t, px.URL, token)
+	s := session(t, tap.URL, token)
 	blob := randomBytes(t, 3<<20)
 	plain, durable := filepath.Join(d.dir, "plain"), filepath.Join(d.dir, "durable")
 	if err := s.WriteFile(ctx, plain, bytes.NewReader(blob), 0); err != nil {
@@ -48,9 +30,7 @@ func TestWriteFileDurableAsksForTheFsync(t *testing.T) {
 	if err := s.WriteFileDurable(ctx, durable, bytes.NewReader(blob), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	got := append([]string(nil), syncs...)
-	mu.Unlock()
+	got := tap.Syncs()
 	if len(got) != 2 || got[0] != "" || got[1] != "true" {
 		t.Fatalf("sync values sent: %q, want [\"\" \"true\"]", got)
 	}
