@@ -2,8 +2,6 @@ package agentd
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,28 +47,16 @@ func TestWriteFileFsyncsOnlyWhenAsked(t *testing.T) {
 				return file.Sync()
 			}
 			p := filepath.Join(t.TempDir(), "sub", "f.txt")
-			var status int
+			ctx := context.Background()
 			if tc.status == 400 {
-				// Malformed on purpose: only the response is held to the spec.
-				q := fsQuery(append([]string{"path", p}, tc.query...)...)
-				req, _ := http.NewRequestWithContext(offContract(context.Background()), "PUT",
-					d.base+"/v1/fs/file?"+q.Encode(), strings.NewReader("payload"))
-				req.Header.Set("Authorization", "Bearer "+testToken)
-				resp, err := d.http.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				status = resp.StatusCode
-				if string(body) != syncNotBool {
-					t.Fatalf("refusal says %q, want %q", body, syncNotBool)
-				}
-			} else {
-				status = daemonPut(t, d, "/v1/fs/file", p, strings.NewReader("payload"), 7, tc.query...).status
+				ctx = offContract(ctx) // malformed on purpose: only the response is held to the spec
 			}
-			if status != tc.status {
-				t.Fatalf("status %d, want %d", status, tc.status)
+			r := daemonPutCtx(ctx, t, d, "/v1/fs/file", p, strings.NewReader("payload"), 7, tc.query...)
+			if r.status != tc.status {
+				t.Fatalf("status %d %q, want %d", r.status, r.body, tc.status)
+			}
+			if tc.status == 400 && r.body != syncNotBool {
+				t.Fatalf("refusal says %q, want %q", r.body, syncNotBool)
 			}
 			if files != tc.files || dirs != tc.dirs {
 				t.Fatalf("fsynced %d files and %d directories, want %d and %d", files, dirs, tc.files, tc.dirs)

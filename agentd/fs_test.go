@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -279,8 +280,15 @@ func TestWriteFileOverCapKeepsOldFile(t *testing.T) {
 // length -1 sends it chunked. query adds key, value pairs beside the path.
 func daemonPut(t testing.TB, d *daemon, route, path string, body io.Reader, length int64, query ...string) fsReply {
 	t.Helper()
+	return daemonPutCtx(context.Background(), t, d, route, path, body, length, query...)
+}
+
+// daemonPutCtx is daemonPut under ctx (offContract for a request malformed
+// on purpose).
+func daemonPutCtx(ctx context.Context, t testing.TB, d *daemon, route, path string, body io.Reader, length int64, query ...string) fsReply {
+	t.Helper()
 	q := fsQuery(append([]string{"path", path}, query...)...)
-	req, err := http.NewRequest("PUT", d.base+route+"?"+q.Encode(), io.NopCloser(body))
+	req, err := http.NewRequestWithContext(ctx, "PUT", d.base+route+"?"+q.Encode(), io.NopCloser(body))
 	if err != nil {
 		t.Fatal(err)
 	}
