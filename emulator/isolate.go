@@ -24,3 +24,11 @@ func (e *IsolationError) Unwrap() error { return e.Err }
 // Kind is the error kind a caller reports it as: a missing prerequisite
 // (ERR_PRECONDITION, exit 12).
 func (e *IsolationError) Kind() taxonomy.ErrorKind { return taxonomy.KindPrecondition }
+
+// LimitsReport says which of a local guest's limits hold.
+type LimitsReport struct {
+	// Applied lists each limit in force, e.g. "memory.max 8192 MiB".
+	Applied []string
+	// Missing lists each limit that could not be set, with the reason.
+	Missing []string
+}

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/testbin"
+	"golang.org/x/sys/unix"
 )
 
 // The tests below run real guests: agentd confined by AgentdLauncher,
@@ -111,22 +113,62 @@ func terminate(t *testing.T, base, id string) {
 	waitState(t, base, id, cp.MicrovmStateTERMINATED)
 }
 
-// stateDirWith is the state directory on the host of the MicroVM id whose
-// upper layer holds rel (a file only this test's guest wrote: other test
-// processes on the machine may run MicroVMs with the same id), or "".
-func stateDirWith(t *testing.T, id, rel string) string {
+// stateDirOf is the state directory on the host of the MicroVM id whose
+// guest runs host process pid: the directory is handed to the guest's
+// host uid, which no other guest shares (other test processes on the
+// machine may run MicroVMs with the same id).
+func stateDirOf(t *testing.T, id string, pid int) string {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(os.TempDir(), "emulator-"+id+"-*", "upper", rel))
+	uid := hostUIDOf(t, pid)
+	m, err := filepath.Glob(filepath.Join(os.TempDir(), "emulator-"+id+"-*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m) > 1 {
-		t.Fatalf("state directories holding %s: %v, want one", rel, m)
+	var out []string
+	for _, d := range m {
+		var st syscall.Stat_t
+		if syscall.Stat(d, &st) == nil && int(st.Uid) == uid {
+			out = append(out, d)
+		}
 	}
-	if len(m) == 0 {
-		return ""
+	if len(out) != 1 {
+		t.Fatalf("state directories of %s owned by uid %d: %v, want one", id, uid, out)
 	}
-	return strings.TrimSuffix(m[0], string(filepath.Separator)+filepath.Join("upper", rel))
+	return out[0]
+}
+
+// hostUIDOf is the real uid of host process pid.
+func hostUIDOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			uid, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return uid
+		}
+	}
+	t.Fatalf("no Uid line for %d", pid)
+	return -1
+}
+
+// startSleeper starts a private copy of sleep in the guest, in a session of
+// its own, and returns its host pid: the host can find exactly this
+// process by its name.
+func startSleeper(t *testing.T, sess *client.Session, prefix string) (string, int) {
+	t.Helper()
+	name := prefix + strconv.FormatInt(time.Now().UnixNano(), 36)
+	mustSh(t, sess, "cp \"$(command -v sleep)\" /tmp/"+name+" && (setsid /tmp/"+name+" 1000 </dev/null >/dev/null 2>&1 &) ; sleep 0.2")
+	pids := procsNamed(t, name)
+	if len(pids) != 1 {
+		t.Fatalf("processes named %s on the host: %v, want the guest's one", name, pids)
+	}
+	return name, pids[0]
 }
 
 // Catches: a guest whose writes reach the host's /tmp or /etc (no private
@@ -174,17 +216,25 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 			t.Errorf("the guest's %s appeared on the host (%v)", f, err)
 		}
 	}
-	// The host's system directories are read-only under the overlay: a
-	// write to /usr lands in the guest's layer, not on the host.
-	mustSh(t, sess, "echo guest > /usr/x-"+nonce)
+	// The host's system directories are bound read-only: guest root is not
+	// host root, and a write to /usr is refused, never landing on the host.
+	if code, out := sh(t, sess, "echo guest > /usr/x-"+nonce); code == 0 || !strings.Contains(out, "Read-only file system") {
+		t.Errorf("a guest write to /usr: %d %q, want a read-only refusal", code, out)
+	}
 	if _, err := os.Stat("/usr/x-" + nonce); !errors.Is(err, os.ErrNotExist) {
 		os.Remove("/usr/x-" + nonce)
 		t.Errorf("a guest write to /usr reached the host's /usr (%v)", err)
 	}
-	state := stateDirWith(t, vm.MicrovmId, "tmp/x-"+nonce)
-	if state == "" {
-		t.Fatal("the guest's /tmp write is not in the upper layer of its state directory")
-	}
+	// The writable layer is a tmpfs in the guest's own mount namespace: its
+	// files are nowhere on the host's disk, not even in the state directory.
+	_, sleeper := startSleeper(t, sess, "fs-")
+	state := stateDirOf(t, vm.MicrovmId, sleeper)
+	_ = filepath.WalkDir(state, func(p string, d os.DirEntry, err error) error {
+		if err == nil && strings.Contains(d.Name(), nonce) {
+			t.Errorf("the guest's write is on the host's disk at %s", p)
+		}
+		return nil
+	})
 
 	// Its own /proc: PID 1 is the guest's init, and only a handful of
 	// processes exist.
@@ -259,15 +309,70 @@ func TestGuestIdentityIsItsOwnAndTheHostsIsUntouched(t *testing.T) {
 	}
 }
 
-// Catches: a guest without egress that shares the host's network (it would
-// reach the listener), and an egress launch that is not given a way out.
-// Traffic goes only to 127.0.0.1.
-func TestGuestReachesTheHostOnlyWithEgress(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// Catches: a guest without egress that can reach anything outside itself;
+// an egress guest that shares the host's network namespace or is handed
+// the host's loopback (it would reach the emulator's control plane and
+// every loopback service: the listener on 127.0.0.1 here); and an egress
+// launch that is not given a way out at all (it must reach a listener in a
+// network namespace this test made, over a veth pair: the only non-loopback
+// address a test may dial).
+func TestGuestEgressReachesOutButNeverTheHostsLoopback(t *testing.T) {
+	if err := CheckEgress(); err != nil {
+		t.Skip(err)
+	}
+	loopback := listenCounting(t, "tcp", "127.0.0.1:0")
+	outside, outsideAddr := outsideListener(t)
+	s, base := isolated(t)
+	dial := func(addr string) string {
+		host, port, _ := net.SplitHostPort(addr)
+		return "bash -c 'exec 3<>/dev/tcp/" + host + "/" + port + "'"
+	}
+
+	closed := launchGuest(t, s, base, false)
+	for _, addr := range []string{loopback.addr, outsideAddr} {
+		if code, out := sh(t, session(t, base, closed), dial(addr)); code == 0 {
+			t.Errorf("a guest without egress connected to %s: %s", addr, out)
+		}
+	}
+
+	open := launchGuest(t, s, base, true)
+	sess := session(t, base, open)
+	if code, out := sh(t, sess, dial(loopback.addr)); code == 0 {
+		t.Errorf("a guest with egress reached the host's loopback listener %s: %s", loopback.addr, out)
+	}
+	if outsideAddr != "" {
+		if code, out := sh(t, sess, dial(outsideAddr)); code != 0 {
+			t.Errorf("a guest with egress could not reach %s: %d %s", outsideAddr, code, out)
+		}
+		select {
+		case <-outside:
+		case <-time.After(10 * time.Second):
+			t.Error("the outside listener never saw the egress guest's connection")
+		}
+	}
+	select {
+	case <-loopback.accepted:
+		t.Error("the host's loopback listener accepted a connection from a guest")
+	default:
+	}
+}
+
+type countingListener struct {
+	addr     string
+	accepted chan struct{}
+}
+
+func listenCounting(t *testing.T, network, addr string) countingListener {
+	t.Helper()
+	l, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
+	return countingListener{addr: l.Addr().String(), accepted: acceptAll(l)}
+}
+
+func acceptAll(l net.Listener) chan struct{} {
 	accepted := make(chan struct{}, 16)
 	go func() {
 		for {
@@ -275,32 +380,89 @@ func TestGuestReachesTheHostOnlyWithEgress(t *testing.T) {
 			if err != nil {
 				return
 			}
-			accepted <- struct{}{}
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
 			c.Close()
 		}
 	}()
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	dial := "exec 3<>/dev/tcp/127.0.0.1/" + port
-	s, base := isolated(t)
+	return accepted
+}
 
-	closed := launchGuest(t, s, base, false)
-	if code, out := sh(t, session(t, base, closed), "bash -c '"+dial+"'"); code == 0 {
-		t.Errorf("a guest without egress connected to the host's listener: %s", out)
+// outsideListener makes a network namespace of the test's own, joined to
+// the host's by a veth pair on a private /30, and listens inside it: an
+// address "outside" the host that a test may dial. It needs root and ip(8);
+// without them it returns "" and the caller checks only refusals.
+func outsideListener(t *testing.T) (chan struct{}, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil, ""
 	}
-	select {
-	case <-accepted:
-		t.Fatal("the host's listener accepted a connection from a guest without egress")
-	default:
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		return nil, ""
 	}
+	n := strconv.Itoa(os.Getpid() % 100000)
+	ns, hostIf, nsIf := "mvtest-"+n, "mvh"+n, "mvg"+n
+	// 10.213.x.y/30 from the pid: two concurrent test processes never share
+	// a subnet.
+	third, fourth := (os.Getpid()/64)%256, (os.Getpid()%64)*4
+	hostAddr := fmt.Sprintf("10.213.%d.%d", third, fourth+1)
+	nsAddr := fmt.Sprintf("10.213.%d.%d", third, fourth+2)
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(ip, args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v %s", args, err, out)
+		}
+	}
+	run("netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command(ip, "netns", "del", ns).Run() })
+	run("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
+	t.Cleanup(func() { _ = exec.Command(ip, "link", "del", hostIf).Run() })
+	run("link", "set", nsIf, "netns", ns)
+	run("addr", "add", hostAddr+"/30", "dev", hostIf)
+	run("link", "set", hostIf, "up")
+	run("-n", ns, "addr", "add", nsAddr+"/30", "dev", nsIf)
+	run("-n", ns, "link", "set", nsIf, "up")
+	run("-n", ns, "link", "set", "lo", "up")
+	nsFile, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsFile.Close()
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread that enters the namespace is never handed back.
+		runtime.LockOSThread()
+		if err := unix.Setns(int(nsFile.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		l, err := net.Listen("tcp", nsAddr+":0")
+		ch <- result{l, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { r.l.Close() })
+	return acceptAll(r.l), r.l.Addr().String()
+}
 
-	open := launchGuest(t, s, base, true)
-	if code, out := sh(t, session(t, base, open), "bash -c '"+dial+"'"); code != 0 {
-		t.Errorf("a guest with egress could not reach the host's listener: %d %s", code, out)
-	}
-	select {
-	case <-accepted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the listener never saw the egress guest's connection")
+// Catches: an egress launch that falls back to the host's network (or to
+// no network at all, silently) when slirp4netns is missing, instead of refusing
+// with the package to install.
+func TestEgressWithoutSlirpIsRefusedNamingThePackage(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := AgentdLauncher(agentdBin, nil)(t.Context(), GuestSpec{MicrovmID: "mv-no-pasta", HookPort: 9000, Egress: true})
+	var ie *IsolationError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "slirp4netns") {
+		t.Fatalf("an egress launch without pasta: %v, want an *IsolationError naming the slirp4netns package", err)
 	}
 }
 
@@ -369,26 +531,23 @@ func TestSuspendResumeKeepsTheGuestsFiles(t *testing.T) {
 	}
 }
 
-// Catches: a host without namespaces (here: an unprivileged user) getting
-// an unconfined guest instead of a refusal, and a refusal that is not a
-// precondition or does not say what is missing. The test binary re-runs
-// itself as nobody to be that host.
-func TestUnprivilegedHostIsRefusedNotUnconfined(t *testing.T) {
-	if os.Getenv("EMULATOR_REFUSAL_CHILD") == "1" {
-		refusalChild(t)
+// Catches: local mode that still needs root (the old refusal of an
+// unprivileged host), and a rootless guest whose root is not confined to
+// the caller's own uid. The test binary re-runs itself as nobody, with a
+// fresh HOME and TMPDIR, to be that host.
+func TestUnprivilegedHostRunsConfinedGuests(t *testing.T) {
+	if os.Getenv("EMULATOR_UNPRIVILEGED_CHILD") == "1" {
+		unprivilegedChild(t)
 		return
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to become an unprivileged user")
 	}
-	dir, err := os.MkdirTemp("", "emulator-refusal-")
+	dir, err := os.MkdirTemp("", "emulator-rootless-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -403,9 +562,9 @@ func TestUnprivilegedHostIsRefusedNotUnconfined(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bin, "-test.run=^TestUnprivilegedHostIsRefusedNotUnconfined$", "-test.v")
+	cmd := exec.Command(bin, "-test.run=^TestUnprivilegedHostRunsConfinedGuests$", "-test.v")
 	cmd.Dir = dir
-	cmd.Env = []string{"EMULATOR_REFUSAL_CHILD=1", "EMULATOR_REFUSAL_CHILD_AGENTD=" + filepath.Join(dir, "agentd"), "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir, "HOME=" + dir}
+	cmd.Env = []string{"EMULATOR_UNPRIVILEGED_CHILD=1", "EMULATOR_UNPRIVILEGED_CHILD_AGENTD=" + filepath.Join(dir, "agentd"), "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir, "HOME=" + dir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
@@ -414,34 +573,46 @@ func TestUnprivilegedHostIsRefusedNotUnconfined(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the unprivileged run failed: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "refusal-checked") {
+	if !strings.Contains(string(out), "rootless-checked") {
 		t.Fatalf("the unprivileged run did not reach its checks:\n%s", out)
 	}
 }
 
-func refusalChild(t *testing.T) {
-	err := CheckIsolation()
-	var ie *IsolationError
-	if !errors.As(err, &ie) || ie.Kind() != taxonomy.KindPrecondition || ie.Missing == "" {
-		t.Fatalf("CheckIsolation as an unprivileged user: %v (%T), want an *IsolationError naming what is missing", err, err)
+func unprivilegedChild(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("CheckIsolation as an unprivileged user: %v, want nil (user namespaces are enabled here)", err)
 	}
-	if !strings.Contains(err.Error(), "missing: ") {
-		t.Fatalf("the refusal does not say what is missing: %v", err)
+	s, base := isolated(t)
+	vm := launchGuest(t, s, base, false)
+	sess := session(t, base, vm)
+	if got := mustSh(t, sess, "id -u"); got != "0" {
+		t.Errorf("the guest's uid is %s, want 0 (root of its own namespace)", got)
 	}
-	// A launch dies before RUNNING with the same reason: no guest runs.
-	s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil)})
-	vm := run(t, s, base, payload())
-	var got cp.GetMicrovmResponse
-	for i := 0; i < 2000 && got.State != cp.MicrovmStateTERMINATED; i++ { // bounded
-		if got = get(t, base, vm.MicrovmId); got.State == cp.MicrovmStateRUNNING {
-			t.Fatal("an unconfined guest reached RUNNING")
+	_, pid := startSleeper(t, sess, "rootless-")
+	if uid := hostUIDOf(t, pid); uid != os.Getuid() {
+		t.Errorf("the guest's process runs as host uid %d, want the caller's %d", uid, os.Getuid())
+	}
+	terminate(t, base, vm.MicrovmId)
+	fmt.Println("rootless-checked")
+}
+
+// Catches: a refusal that does not name the host setting that blocks
+// unprivileged user namespaces, or names the wrong one.
+func TestUserNamespaceRefusalNamesTheSetting(t *testing.T) {
+	for _, tc := range []struct {
+		files map[string]string
+		want  string
+	}{
+		{map[string]string{"/proc/sys/user/max_user_namespaces": "0"}, "user.max_user_namespaces"},
+		{map[string]string{"/proc/sys/user/max_user_namespaces": "100", "/proc/sys/kernel/unprivileged_userns_clone": "0"}, "kernel.unprivileged_userns_clone"},
+		{map[string]string{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "1"}, "apparmor_restrict_unprivileged_userns"},
+		{map[string]string{"/proc/sys/user/max_user_namespaces": "100", "/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "0"}, ""},
+	} {
+		got := userNamespacesRefusalFrom(func(p string) string { return tc.files[p] })
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("%v: %q, want it to name %q", tc.files, got, tc.want)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
-	if !strings.Contains(deref(got.StateReason), "cannot isolate a MicroVM") {
-		t.Fatalf("%s %s", got.State, deref(got.StateReason))
-	}
-	fmt.Println("refusal-checked")
 }
 
 // BenchmarkLaunchToRunning measures RunMicrovm to RUNNING, polling
@@ -574,12 +745,8 @@ func TestTerminateWhileSuspendedLeavesNothing(t *testing.T) {
 	s, base := isolated(t)
 	vm := launchGuest(t, s, base, false)
 	sess := session(t, base, vm)
-	name := "frozen-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	mustSh(t, sess, "cp \"$(command -v sleep)\" /tmp/"+name+" && (setsid /tmp/"+name+" 1000 </dev/null >/dev/null 2>&1 &) ; sleep 0.2")
-	state := stateDirWith(t, vm.MicrovmId, "tmp/"+name)
-	if state == "" {
-		t.Fatal("the guest's copy of sleep is not in its state directory")
-	}
+	name, sleeper := startSleeper(t, sess, "frozen-")
+	state := stateDirOf(t, vm.MicrovmId, sleeper)
 	if status, _, out := do(t, base, "POST", "/2025-09-09/microvms/"+vm.MicrovmId+"/suspend", "", auth); status != 200 {
 		t.Fatalf("suspend: %d %s", status, out)
 	}

@@ -48,6 +48,9 @@ type GuestSpec struct {
 	// Egress is true when the launch asked for an egress network connector:
 	// only then may the guest reach anything outside itself.
 	Egress bool
+	// MemoryMiB is the image's minimumMemoryInMiB, which picks the size
+	// class a confined guest is limited to; 0 is the default class.
+	MemoryMiB int
 	// RootDir is the image's root filesystem on this machine, when the
 	// emulator has one; "" means the guest is built from the host's system
 	// directories.
@@ -73,6 +76,8 @@ type Guest struct {
 	// (finding suspend-is-freeze). Nil means the guest cannot be frozen; the
 	// proxy still refuses traffic while the MicroVM is suspended.
 	Freeze, Thaw func() error
+	// Limits says which of a confined guest's resource limits hold.
+	Limits LimitsReport
 	// Stop ends the guest and releases what it holds. The emulator calls it
 	// exactly once.
 	Stop func()
@@ -150,6 +155,9 @@ func guestSpec(vm *microvm, v *version) GuestSpec {
 		maps.Copy(env, *v.spec.EnvironmentVariables)
 	}
 	spec.Env = env
+	if r := v.spec.Resources; r != nil && len(*r) > 0 {
+		spec.MemoryMiB = (*r)[0].MinimumMemoryInMiB
+	}
 	spec.Egress = vm.req.EgressNetworkConnectors != nil && len(*vm.req.EgressNetworkConnectors) > 0
 	return spec
 }

@@ -26,8 +26,8 @@ import (
 var agentdBin string
 
 func TestMain(m *testing.M) {
-	if p := os.Getenv("EMULATOR_REFUSAL_CHILD_AGENTD"); p != "" {
-		// The unprivileged re-run of TestUnprivilegedHostIsRefusedNotUnconfined:
+	if p := os.Getenv("EMULATOR_UNPRIVILEGED_CHILD_AGENTD"); p != "" {
+		// The unprivileged re-run of TestUnprivilegedHostRunsConfinedGuests:
 		// the parent built the daemon.
 		agentdBin = p
 		os.Exit(m.Run())

@@ -659,6 +659,8 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "HoursPerMonth", Key: "HOURS_PER_MONTH", Value: int64(730), Doc: "hours in AWS's billing month", Finding: "what-costs-money"},
 	{Name: "SSEIdleTimeoutSec", Key: "SSE_IDLE_TIMEOUT_SEC", Value: int64(60), Doc: "silence after which a client treats an SSE stream as dead (four keepalive intervals)", Finding: ""},
 	{Name: "BuildLogGroupPrefix", Key: "BUILD_LOG_GROUP_PREFIX", Value: "/aws/lambda-microvms/", Doc: "prefix of an image's build log group", Finding: "build-logs-location"},
+	{Name: "LocalGuestWritableMiB", Key: "LOCAL_GUEST_WRITABLE_MIB", Value: int64(4096), Doc: "size of a local guest's writable layer, a tmpfs (its pages also count against the guest's memory limit); a guest that fills it gets ENOSPC", Finding: ""},
+	{Name: "LocalGuestMaxPids", Key: "LOCAL_GUEST_MAX_PIDS", Value: int64(4096), Doc: "most processes and threads one local guest may hold at once", Finding: ""},
 	{Name: "ImageNamePattern", Key: "IMAGE_NAME_PATTERN", Value: "[a-zA-Z0-9-_]+", Doc: "ImageName.pattern: no dots and no slashes", Finding: ""},
 	{Name: "VersionPattern", Key: "VERSION_PATTERN", Value: "[^\\s]+", Doc: "Version.pattern", Finding: "image-version-form"},
 	{Name: "MaxNonBlankLen", Key: "MAX_NON_BLANK_LEN", Value: int64(2048), Doc: "NonBlankString.max", Finding: ""},

@@ -447,6 +447,10 @@ const (
 	SSEIdleTimeoutSec = 60
 	// BuildLogGroupPrefix: prefix of an image's build log group. Finding: build-logs-location.
 	BuildLogGroupPrefix = "/aws/lambda-microvms/"
+	// LocalGuestWritableMiB: size of a local guest's writable layer, a tmpfs (its pages also count against the guest's memory limit); a guest that fills it gets ENOSPC.
+	LocalGuestWritableMiB = 4096
+	// LocalGuestMaxPids: most processes and threads one local guest may hold at once.
+	LocalGuestMaxPids = 4096
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
 	ImageNamePattern = "[a-zA-Z0-9-_]+"
 	// VersionPattern: Version.pattern. Finding: image-version-form.
