@@ -101,7 +101,8 @@ func applyLimits(spec GuestSpec, pid int) *guestLimits {
 		l.missing = append(l.missing, "memory, pids and cpu: reading /proc/self/cgroup: "+err.Error())
 		return l
 	}
-	if unified, ok := paths[""]; ok && len(paths) == 1 {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		unified := paths[""]
 		l.applyV2(filepath.Join("/sys/fs/cgroup", unified), name, v, pid)
 		return l
 	}
@@ -131,6 +132,16 @@ func applyLimits(spec GuestSpec, pid int) *guestLimits {
 			continue
 		}
 		l.applied = append(l.applied, describeLimit(c.ctrl, v))
+	}
+	// On a hybrid host the unified hierarchy holds no controllers, but a
+	// guest that mounts cgroup2 sees it from its cgroup namespace's root:
+	// a group of its own there keeps the host's tree out of its view.
+	if unified, ok := paths[""]; ok {
+		dir := filepath.Join("/sys/fs/cgroup/unified", unified, name)
+		if os.Mkdir(dir, 0o755) == nil {
+			l.dirs = append(l.dirs, dir)
+			_ = os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+		}
 	}
 	return l
 }
@@ -219,9 +230,7 @@ func ownCgroups() (map[string]string, error) {
 			continue
 		}
 		if parts[1] == "" {
-			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-				out[""] = parts[2]
-			}
+			out[""] = parts[2]
 			continue
 		}
 		for _, c := range strings.Split(parts[1], ",") {

@@ -318,8 +318,12 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 			return nil, err
 		}
 	}
+	writable := spec.WritableMiB
+	if writable <= 0 {
+		writable = taxonomy.LocalGuestWritableMiB
+	}
 	cfg := guestConfig{
-		State: dir, WritableBytes: int64(taxonomy.LocalGuestWritableMiB) << 20, ImageRoot: spec.RootDir,
+		State: dir, WritableBytes: int64(writable) << 20, ImageRoot: spec.RootDir,
 		Env: guestEnv(spec), Hostname: spec.MicrovmID, Workdir: spec.Workdir, Inherited: inheritedFDs(),
 	}
 	if cfg.Hostname == "" {

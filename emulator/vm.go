@@ -51,6 +51,9 @@ type GuestSpec struct {
 	// MemoryMiB is the image's minimumMemoryInMiB, which picks the size
 	// class a confined guest is limited to; 0 is the default class.
 	MemoryMiB int
+	// WritableMiB bounds a confined guest's writable layer; 0 is
+	// taxonomy.LocalGuestWritableMiB.
+	WritableMiB int
 	// RootDir is the image's root filesystem on this machine, when the
 	// emulator has one; "" means the guest is built from the host's system
 	// directories.
