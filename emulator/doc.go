@@ -36,10 +36,13 @@
 // DeleteLogGroup, awsJson1.1), so aws-sdk-go-v2's client reads them. The
 // embedded sub-package runs all of this in-process with one call.
 //
-// AgentdLauncher confines each guest in its own mount, PID, UTS, IPC and
-// network namespaces (isolate_linux.go); it must never start a guest
-// unconfined on a host that cannot do that, but refuse with an
-// *IsolationError. UnsafeUnisolatedAgentdLauncher is the old plain-process
+// AgentdLauncher confines each guest in its own user, mount, PID, UTS, IPC,
+// network and cgroup namespaces, under a seccomp filter and its size
+// class's cgroup limits, as root or not (isolate_*_linux.go); it must never
+// start a guest unconfined on a host that cannot do that, but refuse with
+// an *IsolationError, never give a guest host root, and never share the
+// host's network namespace with one (egress is slirp4netns in the guest's
+// own). UnsafeUnisolatedAgentdLauncher is the old plain-process
 // mode, by name only.
 //
 // It must never listen on anything but the address its caller gives it (tests

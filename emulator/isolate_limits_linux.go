@@ -96,6 +96,9 @@ func applyLimits(spec GuestSpec, pid int) *guestLimits {
 	v := limitsFor(spec)
 	l := &guestLimits{}
 	name := "microvm-" + sanitizeCgroupName(spec.MicrovmID) + "-" + strconv.Itoa(pid)
+	if pid == 0 {
+		name += "-" + strconv.Itoa(os.Getpid())
+	}
 	paths, err := ownCgroups()
 	if err != nil {
 		l.missing = append(l.missing, "memory, pids and cpu: reading /proc/self/cgroup: "+err.Error())
@@ -138,7 +141,7 @@ func applyLimits(spec GuestSpec, pid int) *guestLimits {
 	// a group of its own there keeps the host's tree out of its view.
 	if unified, ok := paths[""]; ok {
 		dir := filepath.Join("/sys/fs/cgroup/unified", unified, name)
-		if os.Mkdir(dir, 0o755) == nil {
+		if pid != 0 && os.Mkdir(dir, 0o755) == nil {
 			l.dirs = append(l.dirs, dir)
 			_ = os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
 		}
@@ -196,8 +199,17 @@ func describeLimit(ctrl string, v limitValues) string {
 	}
 }
 
-// writeCgroupFiles sets each limit, then moves pid in: the limits hold from
-// the guest's first instruction.
+// ProbeLimits says which limits a guest launched now would get, by making
+// (and removing) an empty cgroup for each as a launch would: what microvm
+// doctor reports before any launch.
+func ProbeLimits() LimitsReport {
+	l := applyLimits(GuestSpec{MicrovmID: "probe"}, 0)
+	l.remove()
+	return l.report()
+}
+
+// writeCgroupFiles sets each limit, then moves pid in (pid 0: a probe,
+// nothing moved): the limits hold from the guest's first instruction.
 func writeCgroupFiles(dir string, files [][2]string, pid int) error {
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0); err != nil {
@@ -206,6 +218,9 @@ func writeCgroupFiles(dir string, files [][2]string, pid int) error {
 			}
 			return fmt.Errorf("setting %s: %w", f[0], err)
 		}
+	}
+	if pid == 0 {
+		return nil
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 		return fmt.Errorf("moving the guest into %s: %w", dir, err)

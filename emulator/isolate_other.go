@@ -22,3 +22,9 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 		return nil, CheckIsolation()
 	}
 }
+
+// ProbeLimits reports that no limit can be set on this host: a local guest
+// needs Linux.
+func ProbeLimits() LimitsReport {
+	return LimitsReport{Missing: []string{"memory, pids and cpu: local guests need Linux (this host runs " + runtime.GOOS + ")"}}
+}

@@ -344,3 +344,15 @@ func (s *Server) state() (string, error) {
 	s.stateDir, s.tmpState = dir, true
 	return dir, nil
 }
+
+// GuestLimits says which resource limits hold for MicroVM id's guest; ok is
+// false while it has no running guest.
+func (s *Server) GuestLimits(id string) (l LimitsReport, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm := s.vms[id]
+	if vm == nil || vm.guest == nil {
+		return LimitsReport{}, false
+	}
+	return vm.guest.Limits, true
+}

@@ -58,6 +58,9 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 		checks = append(checks, c.managedBases(ctx, p)...)
 	}
 	checks = append(checks, c.binary(p))
+	if p != nil && p.local {
+		checks = append(checks, localGuestChecks()...)
+	}
 	ok := true
 	for _, ch := range checks {
 		ok = ok && (ch.OK || !ch.Fatal)
@@ -225,4 +228,33 @@ func (c *DoctorCmd) binary(p *plane) check {
 		f.Close()
 	}
 	return pass("binary", fmt.Sprintf("%s is an ELF executable for %s", path, arch))
+}
+
+// localGuestChecks say whether this host confines local guests, and which
+// of their limits it can set (measured here, as this user: a separate
+// `microvm emulator` run as another user may get others).
+func localGuestChecks() []check {
+	var out []check
+	if err := emulator.CheckIsolation(); err != nil {
+		out = append(out, fail("local-isolation", err.Error(), "see what is missing above; local guests are never started unconfined"))
+	} else {
+		out = append(out, pass("local-isolation", "guests get user, mount, PID, UTS, IPC, network and cgroup namespaces, a syscall filter and no new privileges"))
+	}
+	l := emulator.ProbeLimits()
+	switch {
+	case len(l.Missing) == 0:
+		out = append(out, pass("local-limits", strings.Join(l.Applied, ", ")+" (the default size class)"))
+	default:
+		detail := "missing: " + strings.Join(l.Missing, "; ")
+		if len(l.Applied) > 0 {
+			detail = "in force: " + strings.Join(l.Applied, ", ") + "; " + detail
+		}
+		out = append(out, advisory(fail("local-limits", detail, "run under a systemd user slice with cgroup delegation (systemd-run --user --scope -p Delegate=yes microvm ...), or as root on a cgroup v1 host")))
+	}
+	if err := emulator.CheckEgress(); err != nil {
+		out = append(out, advisory(fail("local-egress", err.Error(), "only needed for --egress")))
+	} else {
+		out = append(out, pass("local-egress", "--egress guests get slirp4netns, with the host's loopback out of reach"))
+	}
+	return out
 }

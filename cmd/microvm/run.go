@@ -320,6 +320,14 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		}
 		out.Endpoint = sb.Endpoint()
 		a.progress("MicroVM %s RUNNING at %s after %s", sb.ID(), out.Endpoint, humanDuration(time.Since(launched)))
+		if p.emu != nil {
+			if l, ok := p.emu.Server.GuestLimits(sb.ID()); ok {
+				out.LocalLimits = &cliapi.LocalLimits{Applied: nonNil(l.Applied), Missing: nonNil(l.Missing)}
+				if len(l.Missing) > 0 {
+					a.warn("this local guest runs without some limits (microvm doctor --local says why): %s", strings.Join(l.Missing, "; "))
+				}
+			}
+		}
 		if c.Exec == "" {
 			return nil
 		}
@@ -490,4 +498,13 @@ func removeLocalArtifact(uri string) {
 	if os.Remove(u.Path) == nil {
 		_ = os.Remove(filepath.Dir(u.Path)) // only if empty
 	}
+}
+
+// nonNil is list, or an empty list for nil: the envelope's arrays are never
+// null.
+func nonNil(list []string) []string {
+	if list == nil {
+		return []string{}
+	}
+	return list
 }

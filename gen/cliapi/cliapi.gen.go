@@ -97,6 +97,8 @@ type RunData struct {
 	Kept           bool        `json:"kept"`
 	Leaked         []string    `json:"leaked"`
 	Cost           *CostReport `json:"cost"`
+	// LocalLimits is local mode only: the guest's resource limits in force, and those this host could not set
+	LocalLimits *LocalLimits `json:"localLimits"`
 }
 
 // ImageData is the data of a microvm.image envelope.
@@ -406,6 +408,14 @@ type FileEntry struct {
 	SymlinkTarget *string `json:"symlinkTarget"`
 }
 
+// LocalLimits is the "localLimits" shape of api/cli.yaml.
+type LocalLimits struct {
+	// Applied is each limit in force, e.g. memory 8192 MiB
+	Applied []string `json:"applied"`
+	// Missing is each limit this host could not set, with the reason; empty when all hold
+	Missing []string `json:"missing"`
+}
+
 // ManifestAlternate is the "manifestAlternate" shape of api/cli.yaml.
 type ManifestAlternate struct {
 	When         string   `json:"when"`
@@ -531,7 +541,7 @@ type Response struct {
 
 // Responses lists every response type in declaration order.
 var Responses = []Response{
-	{Type: "microvm.run", Keys: []string{"imageIdentifier", "imageName", "microvmId", "endpoint", "agentToken", "execExitCode", "stdout", "stderr", "truncated", "buildSeconds", "runningSeconds", "kept", "leaked", "cost"}},
+	{Type: "microvm.run", Keys: []string{"imageIdentifier", "imageName", "microvmId", "endpoint", "agentToken", "execExitCode", "stdout", "stderr", "truncated", "buildSeconds", "runningSeconds", "kept", "leaked", "cost", "localLimits"}},
 	{Type: "microvm.image", Keys: []string{"imageIdentifier", "imageName", "buildLogGroup", "size", "reused"}},
 	{Type: "microvm.exec", Keys: []string{"execId", "phase", "exitCode", "signal", "stdout", "stderr", "truncated"}},
 	{Type: "microvm.exec.stream", Keys: []string{"execId", "events", "bytes", "nextOffset", "gaps", "exitCode", "truncated"}},
