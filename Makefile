@@ -67,12 +67,16 @@ lint-api: $(LINT_DIR)/node_modules/.installed
 	cd $(LINT_DIR) && node --test test/
 
 # The generated clients against a real agentd each test starts on 127.0.0.1
-# (identity repair off): python3 -m unittest, then tsc and node --test.
-CLIENTS_AGENTD := $(abspath $(BIN))/clients-test/agentd
+# (identity repair off), and the Python and TypeScript packages through a real
+# `microvm engine` in local mode (root): the whole sandbox lifecycle, the
+# READMEs' quickstarts run verbatim, mypy --strict (when installed) and tsc.
+CLIENTS_BIN    := $(abspath $(BIN))/clients-test
+CLIENTS_AGENTD := $(CLIENTS_BIN)/agentd
+CLIENTS_ENV    := AGENTD_BIN=$(CLIENTS_AGENTD) MICROVM_BIN=$(CLIENTS_BIN)/microvm MICROVM_AGENTD=$(CLIENTS_AGENTD) MICROVMS_REQUIRE_ENGINE=1
 test-clients: $(TS_DIR)/node_modules/.installed
-	$(GO) build -o $(CLIENTS_AGENTD) ./cmd/agentd
-	cd clients/python && AGENTD_BIN=$(CLIENTS_AGENTD) PYTHONDONTWRITEBYTECODE=1 python3 -m unittest -v
-	cd $(TS_DIR) && node_modules/.bin/tsc -p . && AGENTD_BIN=$(CLIENTS_AGENTD) node --test dist/test/
+	$(GO) build -o $(CLIENTS_BIN)/ ./cmd/agentd ./cmd/microvm
+	cd clients/python && $(CLIENTS_ENV) PYTHONDONTWRITEBYTECODE=1 python3 -m unittest -v
+	cd $(TS_DIR) && node_modules/.bin/tsc -p . && $(CLIENTS_ENV) node --test dist/test/
 
 
 # The fault suite: the real agentd killed mid-upload and restarted, a client
