@@ -15,6 +15,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,6 +178,9 @@ func decodeArgs(raw json.RawMessage, v any) error {
 }
 
 func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, any, error) {
+	if !slices.ContainsFunc(engineapi.Ops, func(o engineapi.Op) bool { return o.Name == req.Op }) {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
+	}
 	switch req.Op {
 	case engineapi.OpCreate:
 		var args engineapi.CreateArgs
