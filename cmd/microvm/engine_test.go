@@ -56,4 +56,3 @@ func TestEngineRefusesBeforeAnySandbox(t *testing.T) {
 		}
 	}
 }
-
