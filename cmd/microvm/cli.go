@@ -52,6 +52,9 @@ type CLI struct {
 	Help       HelpCmd       `cmd:"" manifest:"-" help:"Show help for microvm or for one command: microvm help exec."`
 	Version    VersionCmd    `cmd:"" manifest:"-" help:"Print the version."`
 	Completion CompletionCmd `cmd:"" manifest:"-" help:"Print a shell completion script: eval \"$(microvm completion bash)\", or source it from your shell's startup file."`
+	// Issue 34 (engine.go): the line protocol of api/engine.yaml, which
+	// the Python and TypeScript packages speak; frames, never an envelope.
+	Engine EngineCmd `cmd:"" manifest:"-" hidden:"" help:"Serve one sandbox over the line protocol of api/engine.yaml on stdin/stdout, for the Python and TypeScript packages; ends, tearing down what it launched, when stdin ends."`
 }
 
 // Globals parse on either side of the subcommand because kong lets a child

@@ -1,0 +1,51 @@
+"""microvms: MicroVM sandboxes from Python.
+
+    from microvms import Sandbox
+    with Sandbox.create(local=True) as sb:
+        print(sb.run("echo hi; exit 3").exit_code)   # 3: a result, not an exception
+
+The lifecycle, the platform's traps, the state machine and the cost engine
+are the Go library's: each Sandbox drives one `microvm engine` child process
+(api/engine.yaml), found through binary=, $MICROVM_BIN, then PATH. The
+generated agentd protocol client is the sibling package microvms_agentd.
+"""
+from ._contract import ERROR_KINDS, PROTOCOL_VERSION
+from ._engine import BINARY_ENV, find_binary
+from .errors import (
+    BuildWedgedError,
+    CredentialsError,
+    ExecFailedError,
+    InterruptedError,
+    InvalidArgError,
+    LaunchDiedError,
+    MicrovmError,
+    PlatformError,
+    PreconditionError,
+    ProtocolError,
+    RetryableError,
+    TimeoutError,
+    UnexpectedError,
+    WindowClosedError,
+)
+from .sandbox import (
+    CostReport,
+    ExecResult,
+    ExecStream,
+    Exit,
+    FileEntry,
+    Files,
+    Gap,
+    LineItem,
+    OutputChunk,
+    Sandbox,
+    TeardownReport,
+)
+
+__all__ = [
+    "BINARY_ENV", "ERROR_KINDS", "PROTOCOL_VERSION", "find_binary",
+    "Sandbox", "Files", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
+    "TeardownReport", "CostReport", "LineItem",
+    "MicrovmError", "UnexpectedError", "InvalidArgError", "RetryableError", "CredentialsError",
+    "ProtocolError", "BuildWedgedError", "LaunchDiedError", "WindowClosedError", "PlatformError",
+    "TimeoutError", "InterruptedError", "PreconditionError", "ExecFailedError",
+]

@@ -1,0 +1,184 @@
+"""The whole lifecycle in local mode, through the real microvm engine and the
+real embedded emulator: nothing here is stubbed."""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from microvms import (ERROR_KINDS, Exit, InvalidArgError, OutputChunk, PreconditionError, ProtocolError, Sandbox)
+from microvms.errors import ERROR_CLASSES
+
+from .engine_env import alive, guest_inits_of, require_engine
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class ErrorTableTest(unittest.TestCase):
+    def test_every_generated_code_has_its_class(self) -> None:
+        # Catches: a kind added to api/errors.yaml (regenerated into
+        # _contract.ERROR_KINDS) without its class here.
+        self.assertEqual(sorted(ERROR_CLASSES), sorted(ERROR_KINDS))
+        for code, cls in ERROR_CLASSES.items():
+            err = cls("m", code)
+            self.assertEqual((err.kind, err.exit_code), ERROR_KINDS[code])
+
+    def test_missing_binary_is_a_precondition(self) -> None:
+        # Catches: a lookup that falls through to PATH when the option names
+        # a file that is not there, or a bare FileNotFoundError.
+        with self.assertRaises(PreconditionError) as ctx:
+            Sandbox.create(local=True, binary="/nonexistent/microvm")
+        self.assertEqual(ctx.exception.exit_code, 12)
+        self.assertIn("/nonexistent/microvm", str(ctx.exception))
+
+
+class LifecycleTest(unittest.TestCase):
+    def setUp(self) -> None:
+        require_engine()
+
+    def test_whole_lifecycle(self) -> None:
+        sb = Sandbox.create(local=True)
+        engine_pid = sb._engine.pid
+        guests = guest_inits_of(engine_pid)
+        self.assertEqual(len(guests), 1, "one guest init under the engine")
+        try:
+            self.assertEqual(sb.lifecycle, "RUNNING")
+
+            ok = sb.run("echo hi")
+            self.assertEqual((ok.exit_code, ok.stdout, ok.ok), (0, "hi\n", True))
+            # A non-zero exit is a result: the wrong edit is raising on it.
+            three = sb.run("echo oops >&2; exit 3")
+            self.assertEqual((three.exit_code, three.stderr, three.ok), (3, "oops\n", False))
+            argv = sb.run(["printf", "%s|", "a b", "c"])
+            self.assertEqual(argv.stdout, "a b|c|")
+
+            # Line by line while it runs: the command waits for a file the
+            # test writes only after seeing the first line, so output held
+            # back until exit makes it exit 9 instead of printing "two".
+            gate = "/tmp/stream-gate"
+            script = ("echo one; i=0; while [ ! -e %s ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                      "[ -e %s ] || exit 9; echo two" % (gate, gate))
+            seen = []
+            st = sb.stream(script)
+            for line in st.lines():
+                seen.append(line)
+                if line == "one":
+                    sb.files.write(gate, "")
+            self.assertEqual(seen, ["one", "two"])
+            assert st.exit is not None
+            self.assertEqual(st.exit.exit_code, 0)
+            items = list(sb.stream("echo x; exit 4"))
+            self.assertIsInstance(items[0], OutputChunk)
+            self.assertIsInstance(items[-1], Exit)
+            self.assertEqual(items[-1].exit_code, 4)  # type: ignore[union-attr]
+
+            sb.files.write("/work/notes.txt", "kept\n")
+            self.assertEqual(sb.files.read("/work/notes.txt"), "kept\n")
+            sb.files.write("/work/bin.dat", b"\x00\xff\x01", mode="0600")
+            self.assertEqual(sb.files.read_bytes("/work/bin.dat"), b"\x00\xff\x01")
+            names = {e.name: e for e in sb.files.list("/work")}
+            self.assertEqual(sorted(names), ["bin.dat", "notes.txt"])
+            self.assertEqual((names["bin.dat"].size, names["bin.dat"].mode), (3, "0600"))
+
+            with self.assertRaises(ProtocolError) as ctx:
+                sb.files.read("/work/missing.txt")
+            self.assertEqual((ctx.exception.code, ctx.exception.exit_code, ctx.exception.wire_kind),
+                             ("ERR_PROTOCOL", 5, "NotFound"))
+
+            with tempfile.TemporaryDirectory() as tmp:
+                src = os.path.join(tmp, "src")
+                os.makedirs(os.path.join(src, "sub"))
+                with open(os.path.join(src, "a.txt"), "w") as f:
+                    f.write("alpha")
+                with open(os.path.join(src, "sub", "b.txt"), "w") as f:
+                    f.write("beta!")
+                self.assertEqual(sb.files.upload_dir(src, "/work/tree"), 10)
+                self.assertEqual(sb.run("cat /work/tree/a.txt /work/tree/sub/b.txt").stdout, "alphabeta!")
+                sb.run("echo made-in-vm > /work/tree/sub/c.txt")
+                dst = os.path.join(tmp, "dst")
+                sb.files.download_dir("/work/tree", dst)
+                with open(os.path.join(dst, "sub", "c.txt")) as f:
+                    self.assertEqual(f.read(), "made-in-vm\n")
+                with open(os.path.join(dst, "a.txt")) as f:
+                    self.assertEqual(f.read(), "alpha")
+
+            self.assertEqual(sb.suspend(), "SUSPENDED")
+            # The state machine is Go's: a run on a suspended VM is refused locally.
+            with self.assertRaises(InvalidArgError):
+                sb.run("true")
+            self.assertEqual(sb.resume(), "RUNNING")
+            self.assertEqual(sb.files.read("/work/notes.txt"), "kept\n")
+
+            # Another process attaches by id and token, sees the file, leaves one.
+            child = subprocess.run(
+                [sys.executable, "-c", ATTACH_SCRIPT, sb.microvm_id, sb.agent_token, sb.control_endpoint or ""],
+                env=dict(os.environ, PYTHONPATH=HERE), capture_output=True, text=True, timeout=120)
+            self.assertEqual(child.returncode, 0, child.stderr)
+            self.assertEqual(child.stdout, "kept\n")
+            self.assertEqual(sb.files.read("/work/from-child.txt"), "child was here")
+            self.assertEqual(sb.lifecycle, "RUNNING", "leaving an attached sandbox must not terminate it")
+
+            report = sb.terminate()
+            self.assertEqual(report.microvm_id, sb.microvm_id)
+            self.assertEqual(report.undeleted, [])
+            self.assertFalse(report.leaked)
+            cost = sb.cost()
+            self.assertTrue(cost.items)
+            self.assertGreater(float(cost.total_usd), 0)
+            self.assertIn(sb.microvm_id, str(cost))
+            self.assertIn("suspended", {li.phase for li in cost.items})
+        finally:
+            sb.close()
+        self.assertFalse(alive(engine_pid), "the engine exits on close")
+        self.assertEqual([p for p in guests if alive(p)], [], "no guest is left behind")
+
+    def test_leaving_the_block_stops_every_guest(self) -> None:
+        # Catches: a context manager that does not close the engine (the
+        # guest would outlive the block until the interpreter exits).
+        with Sandbox.create(local=True) as sb:
+            pid = sb._engine.pid
+            guests = guest_inits_of(pid)
+            self.assertEqual(len(guests), 1)
+            sb.files.write("/tmp/x", "y")
+        self.assertFalse(alive(pid))
+        self.assertEqual([p for p in guests if alive(p)], [])
+
+    def test_a_killed_caller_leaves_no_guest(self) -> None:
+        # Catches: an engine that keeps running (and its guest) once its
+        # caller is gone without closing it.
+        proc = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT], env=dict(os.environ, PYTHONPATH=HERE),
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        engine_pid = int(proc.stdout.readline())
+        guests = guest_inits_of(engine_pid)
+        self.assertEqual(len(guests), 1)
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        for _ in range(600):  # bounded: up to a minute for the engine's teardown
+            if not alive(engine_pid) and not any(alive(p) for p in guests):
+                break
+            time.sleep(0.1)
+        self.assertFalse(alive(engine_pid))
+        self.assertEqual([p for p in guests if alive(p)], [])
+
+
+ATTACH_SCRIPT = """
+import sys
+from microvms import Sandbox
+with Sandbox.attach(sys.argv[1], agent_token=sys.argv[2], control_endpoint=sys.argv[3] or None) as other:
+    print(other.files.read("/work/notes.txt"), end="")
+    other.files.write("/work/from-child.txt", "child was here")
+"""
+
+ORPHAN_SCRIPT = """
+import time
+from microvms import Sandbox
+sb = Sandbox.create(local=True)
+print(sb._engine.pid, flush=True)
+time.sleep(600)
+"""
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,504 @@
+/**
+ * microvms: MicroVM sandboxes from TypeScript.
+ *
+ *   await using sb = await Sandbox.create({ local: true });
+ *   const r = await sb.run("echo hi; exit 3");   // r.exitCode === 3: a result, not a throw
+ *
+ * The lifecycle, the platform's traps, the state machine and the cost engine
+ * are the Go library's: each Sandbox drives one `microvm engine` child
+ * process over the line protocol of api/engine.yaml, whose types
+ * (src/contract.ts) are generated. Nothing here decides what Go decides.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { accessSync, constants as fsConstants, statSync } from "node:fs";
+import { delimiter, join } from "node:path";
+import { createInterface } from "node:readline";
+
+import * as C from "./contract.js";
+
+export * as contract from "./contract.js";
+export { ERROR_KINDS, PROTOCOL_VERSION, type ErrorCode } from "./contract.js";
+
+/** The environment variable naming the microvm binary. */
+export const BINARY_ENV = "MICROVM_BIN";
+
+/** Base of every error this package throws; branch on the class or `code`, never on the message. */
+export class MicrovmError extends Error {
+  /** The stable ERR_* code of api/errors.yaml. */
+  readonly code: C.ErrorCode;
+  /** The error kind behind the code (InvalidArg, Protocol...). */
+  readonly kind: string;
+  /** The exit status the microvm CLI exits with for the same failure. */
+  readonly exitCode: number;
+  /** The daemon's wire kind (NotFound, Conflict...) when the daemon produced it. */
+  readonly wireKind: string | null;
+  /** The docs/PLATFORM.md finding behind a local refusal, or empty. */
+  readonly finding: string;
+  readonly findingSlug: string;
+  /** The envelope's partial result. */
+  readonly data: Record<string, unknown>;
+
+  constructor(message: string, code: C.ErrorCode, extra: { wireKind?: string | null; finding?: string; findingSlug?: string; data?: Record<string, unknown> } = {}) {
+    super(message);
+    this.name = new.target.name;
+    this.code = code;
+    this.kind = C.ERROR_KINDS[code].kind;
+    this.exitCode = C.ERROR_KINDS[code].exitCode;
+    this.wireKind = extra.wireKind ?? null;
+    this.finding = extra.finding ?? "";
+    this.findingSlug = extra.findingSlug ?? "";
+    this.data = extra.data ?? {};
+  }
+
+  /** Whether the identical request may succeed if sent again. */
+  get retryable(): boolean {
+    return this.code === "ERR_RETRYABLE";
+  }
+}
+
+export class UnexpectedError extends MicrovmError {}
+export class InvalidArgError extends MicrovmError {}
+export class RetryableError extends MicrovmError {}
+export class CredentialsError extends MicrovmError {}
+export class ProtocolError extends MicrovmError {}
+export class BuildWedgedError extends MicrovmError {}
+export class LaunchDiedError extends MicrovmError {}
+export class WindowClosedError extends MicrovmError {}
+export class PlatformError extends MicrovmError {}
+export class TimeoutError extends MicrovmError {}
+export class InterruptedError extends MicrovmError {}
+export class PreconditionError extends MicrovmError {}
+export class ExecFailedError extends MicrovmError {}
+
+/** The class of each generated error code; `satisfies` makes a code added to api/errors.yaml a compile error here. */
+export const ERROR_CLASSES = {
+  ERR_UNEXPECTED: UnexpectedError,
+  ERR_INVALID_ARG: InvalidArgError,
+  ERR_RETRYABLE: RetryableError,
+  ERR_CREDENTIALS: CredentialsError,
+  ERR_PROTOCOL: ProtocolError,
+  ERR_BUILD_WEDGED: BuildWedgedError,
+  ERR_LAUNCH_DIED: LaunchDiedError,
+  ERR_WINDOW_CLOSED: WindowClosedError,
+  ERR_PLATFORM: PlatformError,
+  ERR_TIMEOUT: TimeoutError,
+  ERR_INTERRUPTED: InterruptedError,
+  ERR_PRECONDITION: PreconditionError,
+  ERR_EXEC_FAILED: ExecFailedError,
+} satisfies Record<C.ErrorCode, typeof MicrovmError>;
+
+function fromEnvelope(env: C.FailureEnvelope): MicrovmError {
+  const code = (env.code in C.ERROR_KINDS ? env.code : "ERR_UNEXPECTED") as C.ErrorCode;
+  const data = (env.data ?? {}) as Record<string, unknown>;
+  const kind = typeof data.kind === "string" ? data.kind : null;
+  return new ERROR_CLASSES[code](env.error, code, { wireKind: kind, finding: env.finding, findingSlug: env.findingSlug, data });
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, fsConstants.X_OK);
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** The microvm binary: `explicit`, then $MICROVM_BIN, then PATH. */
+export function findBinary(explicit?: string): string {
+  for (const [candidate, origin] of [[explicit, "the binary option"], [process.env[BINARY_ENV], `$${BINARY_ENV}`]] as const) {
+    if (candidate) {
+      if (isExecutable(candidate)) return candidate;
+      throw new PreconditionError(`${origin} names ${candidate}, which is not an executable file`, "ERR_PRECONDITION");
+    }
+  }
+  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
+    if (dir && isExecutable(join(dir, "microvm"))) return join(dir, "microvm");
+  }
+  throw new PreconditionError(
+    `the microvm binary was not found: pass { binary }, set $${BINARY_ENV}, or put microvm on PATH (\`make build\` in the repository writes bin/microvm)`,
+    "ERR_PRECONDITION",
+  );
+}
+
+interface Pending {
+  event(ev: unknown): void;
+  done(env: Record<string, unknown> | null): void;
+}
+
+/** A running `microvm engine`: requests out on stdin, frames routed back by id. */
+class Engine extends C.Ops {
+  private readonly proc: ChildProcess;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 0;
+  private exited = false;
+  private closing = false;
+  private readonly exit: Promise<void>;
+
+  constructor(binary?: string) {
+    super();
+    this.proc = spawn(findBinary(binary), ["engine"], { stdio: ["pipe", "pipe", "inherit"] });
+    this.exit = new Promise((resolve) => {
+      this.proc.once("close", () => {
+        this.exited = true;
+        for (const p of this.pending.values()) p.done(null);
+        this.pending.clear();
+        resolve();
+      });
+      this.proc.once("error", () => resolve());
+    });
+    const lines = createInterface({ input: this.proc.stdout! });
+    lines.on("line", (line) => {
+      let frame: { id?: number; event?: unknown; envelope?: Record<string, unknown> };
+      try {
+        frame = JSON.parse(line);
+      } catch {
+        return;
+      }
+      const p = this.pending.get(frame.id ?? -1);
+      if (!p) return;
+      if (frame.envelope !== undefined) {
+        this.pending.delete(frame.id!);
+        this.refresh();
+        p.done(frame.envelope);
+      } else {
+        p.event(frame.event);
+      }
+    });
+    this.refresh();
+  }
+
+  get pid(): number | undefined {
+    return this.proc.pid;
+  }
+
+  /** Keep Node alive only while a request waits, so a forgotten Sandbox does not hang the process. */
+  private refresh(): void {
+    const busy = (this.pending.size > 0 || this.closing) && !this.exited;
+    const handles = [this.proc, this.proc.stdout, this.proc.stdin] as unknown as Array<{ ref?: () => void; unref?: () => void } | null>;
+    for (const h of handles) {
+      if (busy) h?.ref?.();
+      else h?.unref?.();
+    }
+  }
+
+  private send(op: C.OpName, args: object, p: Pending): void {
+    if (this.exited) {
+      p.done(null);
+      return;
+    }
+    const id = ++this.nextId;
+    this.pending.set(id, p);
+    this.refresh();
+    this.proc.stdin!.write(JSON.stringify({ id, op, args }) + "\n");
+  }
+
+  private settle(env: Record<string, unknown> | null): unknown {
+    if (env === null) {
+      throw new UnexpectedError(`the microvm engine exited before answering (exit status ${this.proc.exitCode}); its stderr says why`, "ERR_UNEXPECTED");
+    }
+    if (env.status !== "ok") throw fromEnvelope(env as unknown as C.FailureEnvelope);
+    return env.data;
+  }
+
+  protected call(op: C.OpName, args: object): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      this.send(op, args, {
+        event: () => {},
+        done: (env) => {
+          try {
+            resolve(this.settle(env));
+          } catch (err) {
+            reject(err);
+          }
+        },
+      });
+    });
+  }
+
+  protected stream(op: C.OpName, args: object): AsyncIterable<unknown> {
+    const queue: Array<{ ev?: unknown; env?: Record<string, unknown> | null }> = [];
+    let wake: (() => void) | undefined;
+    const push = (item: { ev?: unknown; env?: Record<string, unknown> | null }) => {
+      queue.push(item);
+      wake?.();
+    };
+    this.send(op, args, { event: (ev) => push({ ev }), done: (env) => push({ env }) });
+    const settle = this.settle.bind(this);
+    return {
+      async *[Symbol.asyncIterator]() {
+        for (;;) {
+          while (queue.length === 0) await new Promise<void>((r) => (wake = r));
+          const item = queue.shift()!;
+          if ("env" in item) {
+            yield settle(item.env ?? null);
+            return;
+          }
+          yield item.ev;
+        }
+      },
+    };
+  }
+
+  // The generated per-op methods, opened to this module.
+  create(a: C.CreateArgs) { return this.opCreate(a); }
+  attach(a: C.AttachArgs) { return this.opAttach(a); }
+  info() { return this.opInfo({}); }
+  run(a: C.RunArgs) { return this.opRun(a); }
+  streamExec(a: C.StreamArgs) { return this.opStream(a); }
+  write(a: C.WriteArgs) { return this.opWrite(a); }
+  read(a: C.ReadArgs) { return this.opRead(a); }
+  list(a: C.ListArgs) { return this.opList(a); }
+  uploadDir(a: C.UploadDirArgs) { return this.opUploadDir(a); }
+  downloadDir(a: C.DownloadDirArgs) { return this.opDownloadDir(a); }
+  suspend() { return this.opSuspend({}); }
+  resume() { return this.opResume({}); }
+  terminate(a: C.TerminateArgs) { return this.opTerminate(a); }
+  cost() { return this.opCost({}); }
+
+  /** End the engine: it tears down what it launched and stops its emulator. */
+  async close(): Promise<void> {
+    this.closing = true;
+    this.refresh();
+    if (!this.exited) this.proc.stdin!.end();
+    await this.exit;
+  }
+}
+
+/** A finished command: a non-zero exit is a result, not a throw. */
+export interface ExecResult {
+  readonly execId: string;
+  readonly phase: string;
+  /** null when a signal ended the child. */
+  readonly exitCode: number | null;
+  readonly signal: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly truncated: boolean;
+  /** Whether the command exited zero. */
+  readonly ok: boolean;
+}
+
+/** Output as it arrived: `text` is UTF-8 with invalid bytes replaced (`lossy` says whether any were). */
+export interface OutputChunk { readonly kind: "output"; readonly stream: string; readonly offset: number; readonly text: string; readonly size: number; readonly lossy: boolean }
+/** Output [start, end) was lost before it was read. */
+export interface Gap { readonly kind: "gap"; readonly start: number; readonly end: number }
+/** The terminal event: its absence is what tells a cut stream from a finished command. */
+export interface Exit { readonly kind: "exit"; readonly exitCode: number | null; readonly signal: number | null; readonly truncated: boolean; readonly writersMayBeAlive: boolean; readonly offset: number }
+export type StreamItem = OutputChunk | Gap | Exit;
+
+/** A command's output as it arrives; the engine's stream resumes at its byte offset after a dropped connection. */
+export class ExecStream implements AsyncIterable<StreamItem> {
+  /** The Exit event, once seen. */
+  exit: Exit | null = null;
+  /** The final envelope's summary, once the stream ended. */
+  summary: C.ExecStreamData | null = null;
+
+  constructor(private readonly events: AsyncIterable<C.StreamEvent | C.ExecStreamData>) {}
+
+  async *[Symbol.asyncIterator](): AsyncIterator<StreamItem> {
+    for await (const ev of this.events) {
+      if (!("event" in ev)) {
+        this.summary = ev;
+      } else if (ev.event === "output") {
+        yield { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy };
+      } else if (ev.event === "gap") {
+        yield { kind: "gap", start: ev.from, end: ev.to };
+      } else {
+        this.exit = { kind: "exit", exitCode: ev.exitCode, signal: ev.signal, truncated: ev.truncated, writersMayBeAlive: ev.writersMayBeAlive, offset: ev.offset };
+        yield this.exit;
+      }
+    }
+  }
+
+  /** Complete lines of one stream (without their newline) as each arrives. */
+  async *lines(stream = "stdout"): AsyncGenerator<string> {
+    let pending = "";
+    for await (const item of this) {
+      if (item.kind !== "output" || item.stream !== stream) continue;
+      pending += item.text;
+      let nl: number;
+      while ((nl = pending.indexOf("\n")) >= 0) {
+        yield pending.slice(0, nl);
+        pending = pending.slice(nl + 1);
+      }
+    }
+    if (pending) yield pending;
+  }
+}
+
+/** One entry of a directory listing. */
+export interface FileEntry { readonly path: string; readonly name: string; readonly type: C.FileEntry["type"]; readonly size: number; readonly mode: string; readonly mtime: string; readonly symlinkTarget: string | null }
+
+/** What terminate did: it never throws for what it could not delete, it names it in `undeleted`. */
+export interface TeardownReport { readonly microvmId: string; readonly lifecycle: string | null; readonly undeleted: string[]; readonly leaked: boolean; readonly imageIdentifier: string | null }
+
+/** An estimate from a dated rate table, never an invoice; amounts are decimal strings, `usd` absent (never zero) when unpriced. */
+export interface CostReport { readonly label: string; readonly size: string; readonly items: C.CostLine[]; readonly totalUsd: string; readonly isLowerBound: boolean; readonly staleness: string; readonly text: string }
+
+export interface ExecOptions { cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string }
+
+function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunArgs {
+  // A string is a shell script (E2B's commands.run); an array is an argv.
+  return {
+    ...(typeof cmd === "string" ? { command: [cmd], shell: true } : { command: [...cmd] }),
+    ...(o.cwd !== undefined ? { cwd: o.cwd } : {}),
+    ...(o.env ? { env: Object.entries(o.env).map(([k, v]) => `${k}=${v}`) } : {}),
+    ...(o.timeoutSec !== undefined ? { timeoutSec: o.timeoutSec } : {}),
+    ...(o.execId !== undefined ? { execId: o.execId } : {}),
+  };
+}
+
+/** The sandbox's filesystem (E2B's sandbox.files). */
+export class Files {
+  constructor(private readonly engine: Engine) {}
+
+  /** Write a whole file, creating its parents; mode is four octal digits ("0755"). */
+  async write(path: string, data: string | Uint8Array, opts: { mode?: string } = {}): Promise<void> {
+    const dataBase64 = Buffer.from(typeof data === "string" ? Buffer.from(data, "utf8") : data).toString("base64");
+    await this.engine.write({ path, dataBase64, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) });
+  }
+
+  /** The whole file at path. */
+  async readBytes(path: string): Promise<Uint8Array> {
+    return new Uint8Array(Buffer.from((await this.engine.read({ path })).dataBase64, "base64"));
+  }
+
+  /** The whole file at path as UTF-8 text. */
+  async read(path: string): Promise<string> {
+    return Buffer.from(await this.readBytes(path)).toString("utf8");
+  }
+
+  /** The entries under path, depth levels deep. */
+  async list(path: string, opts: { depth?: number } = {}): Promise<FileEntry[]> {
+    const d = await this.engine.list({ path, depth: opts.depth ?? 1 });
+    return d.entries.map((e) => ({ path: e.path, name: e.name, type: e.type, size: e.size, mode: e.mode, mtime: e.mtime, symlinkTarget: e.symlinkTarget }));
+  }
+
+  /** Copy a local directory tree into the VM; resolves to the bytes of its files. */
+  async uploadDir(local: string, remote: string): Promise<number> {
+    return (await this.engine.uploadDir({ local, remote })).bytes;
+  }
+
+  /** Copy a VM directory tree into local, every entry confined beneath it. */
+  async downloadDir(remote: string, local: string): Promise<number> {
+    return (await this.engine.downloadDir({ remote, local })).bytes;
+  }
+}
+
+export interface CreateOptions {
+  /** Run the emulator inside the engine: no AWS account; Linux and root. */
+  local?: boolean;
+  /** The image's name or ARN (AWS, or a running emulator). */
+  image?: string;
+  imageVersion?: string;
+  region?: string;
+  controlEndpoint?: string;
+  executionRoleArn?: string;
+  agentToken?: string;
+  /** Local mode: the host agentd guests run. */
+  agentd?: string;
+  timeoutSec?: number;
+  /** The microvm binary; unset: $MICROVM_BIN, then PATH. */
+  binary?: string;
+}
+
+export interface AttachOptions {
+  /** The agent token the launch installed: the credential, kept secret. */
+  agentToken: string;
+  /** The launching sandbox's controlEndpoint, for a local one. */
+  controlEndpoint?: string | null;
+  region?: string;
+  binary?: string;
+}
+
+/**
+ * One MicroVM as a sandbox. `Sandbox.create({ local: true })` runs the
+ * embedded emulator inside the engine; `Sandbox.create({ image })` launches
+ * on AWS. `await using` closes it: the engine terminates what it launched,
+ * and a process that dies takes its engine, and so its MicroVM, with it.
+ */
+export class Sandbox implements AsyncDisposable {
+  readonly files: Files;
+
+  private constructor(private readonly engine: Engine, private info: C.SandboxData) {
+    this.files = new Files(engine);
+  }
+
+  static async create(opts: CreateOptions = {}): Promise<Sandbox> {
+    const { binary, ...rest } = opts;
+    const engine = new Engine(binary);
+    try {
+      return new Sandbox(engine, await engine.create(rest));
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+  }
+
+  /** Reach a MicroVM another process launched; closing an attached sandbox leaves it running. */
+  static async attach(microvmId: string, opts: AttachOptions): Promise<Sandbox> {
+    const engine = new Engine(opts.binary);
+    try {
+      return new Sandbox(engine, await engine.attach({
+        microvmId, agentToken: opts.agentToken,
+        ...(opts.controlEndpoint ? { controlEndpoint: opts.controlEndpoint } : {}),
+        ...(opts.region ? { region: opts.region } : {}),
+      }));
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+  }
+
+  get microvmId(): string { return this.info.microvmId; }
+  /** The bearer the VM's agentd accepts: a secret, needed to attach. */
+  get agentToken(): string { return this.info.agentToken; }
+  get controlEndpoint(): string | null { return this.info.controlEndpoint; }
+  get region(): string { return this.info.region; }
+  get endpoint(): string | null { return this.info.endpoint; }
+  /** The engine's pid, for a caller checking what it left behind. */
+  get enginePid(): number | undefined { return this.engine.pid; }
+
+  /** The last state the platform confirmed (RUNNING, SUSPENDED, TERMINATED...). */
+  async lifecycle(): Promise<string> {
+    this.info = await this.engine.info();
+    return this.info.state;
+  }
+
+  toString(): string { return `Sandbox(${this.info.microvmId})`; }
+  toJSON(): object { return { microvmId: this.info.microvmId }; } // never the token
+
+  /** Run a command and wait: a string through sh -c, an array as argv. */
+  async run(cmd: string | readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    const d = await this.engine.run(execArgs(cmd, opts));
+    return { execId: d.execId, phase: d.phase, exitCode: d.exitCode, signal: d.signal, stdout: d.stdout, stderr: d.stderr, truncated: d.truncated, ok: d.exitCode === 0 };
+  }
+
+  /** Run a command, yielding its output as it arrives (output, gap, then exit). */
+  stream(cmd: string | readonly string[], opts: ExecOptions = {}): ExecStream {
+    return new ExecStream(this.engine.streamExec(execArgs(cmd, opts)));
+  }
+
+  /** Freeze the VM: files, processes and the token survive. Resolves to the new state. */
+  async suspend(): Promise<string> { return (await this.engine.suspend()).state; }
+  /** Thaw a suspended VM and wait until it runs. Resolves to the new state. */
+  async resume(): Promise<string> { return (await this.engine.resume()).state; }
+
+  /** Tear the VM down; never throws for what it could not delete, it names it. */
+  async terminate(opts: { deleteImage?: boolean } = {}): Promise<TeardownReport> {
+    const d = await this.engine.terminate({ deleteImage: opts.deleteImage ?? false });
+    const undeleted = [...d.leaked, ...d.undeletedLogGroups];
+    return { microvmId: d.microvmId, lifecycle: d.state, undeleted, leaked: undeleted.length > 0, imageIdentifier: d.imageIdentifier };
+  }
+
+  /** What the run cost so far, from what the platform reports (also after terminate). */
+  async cost(): Promise<CostReport> {
+    const r = (await this.engine.cost()).report;
+    return { label: r.label, size: r.size, items: r.lines, totalUsd: r.totalUsd, isLowerBound: r.isLowerBound, staleness: r.staleness, text: r.text };
+  }
+
+  /** End the engine: a sandbox this process launched is terminated, a local emulator stops. */
+  async close(): Promise<void> { await this.engine.close(); }
+
+  async [Symbol.asyncDispose](): Promise<void> { await this.close(); }
+}

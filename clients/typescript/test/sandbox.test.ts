@@ -1,0 +1,216 @@
+// The whole lifecycle in local mode through the real `microvm engine` and the
+// real embedded emulator, and the README's blocks compiled under tsc --strict
+// and the quickstart run verbatim. Needs $MICROVM_BIN and $MICROVM_AGENTD
+// (make test-clients sets them, with MICROVMS_REQUIRE_ENGINE, which turns a
+// missing one from a skip into a failure) and root.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import {
+  ERROR_CLASSES, ERROR_KINDS, InvalidArgError, PreconditionError, ProtocolError, Sandbox, type StreamItem,
+} from "../src/sandbox.js";
+
+// dist/test/sandbox.test.js -> the package directory.
+const pkg = resolve(fileURLToPath(import.meta.url), "../../..");
+
+const missing = ["MICROVM_BIN", "MICROVM_AGENTD"].filter((n) => !process.env[n]);
+const skip = missing.length > 0 && !process.env.MICROVMS_REQUIRE_ENGINE ? `needs ${missing.join(" and ")}` : false;
+if (missing.length > 0 && process.env.MICROVMS_REQUIRE_ENGINE) throw new Error(`MICROVMS_REQUIRE_ENGINE: ${missing.join(" and ")} unset`);
+
+/** The emulator guest init processes whose parent is pid (the engine). */
+function guestInitsOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const argv0 = readFileSync(`/proc/${entry}/cmdline`, "latin1").split("\0")[0];
+      const stat = readFileSync(`/proc/${entry}/stat`, "latin1");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (argv0 === "microvms-emulator-guest-init" && ppid === pid) out.push(Number(entry));
+    } catch {
+      // gone while listing
+    }
+  }
+  return out;
+}
+
+function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+describe("errors", () => {
+  test("every generated code has its class", () => {
+    // Catches: a code in ERROR_KINDS (generated) without a class, or a class
+    // whose kind or exit code disagrees with the table.
+    assert.deepEqual(Object.keys(ERROR_CLASSES).sort(), Object.keys(ERROR_KINDS).sort());
+    for (const [code, cls] of Object.entries(ERROR_CLASSES)) {
+      const err = new cls("m", code as keyof typeof ERROR_KINDS);
+      assert.equal(err.exitCode, ERROR_KINDS[code as keyof typeof ERROR_KINDS].exitCode);
+    }
+  });
+
+  test("a missing binary is a precondition naming it", async () => {
+    await assert.rejects(Sandbox.create({ local: true, binary: "/nonexistent/microvm" }), (err: unknown) =>
+      err instanceof PreconditionError && err.exitCode === 12 && err.message.includes("/nonexistent/microvm"));
+  });
+});
+
+describe("sandbox", { skip }, () => {
+  test("the whole lifecycle", async () => {
+    const sb = await Sandbox.create({ local: true });
+    const enginePid = sb.enginePid!;
+    const guests = guestInitsOf(enginePid);
+    assert.equal(guests.length, 1, "one guest init under the engine");
+    try {
+      assert.equal(await sb.lifecycle(), "RUNNING");
+      const ok = await sb.run("echo hi");
+      assert.deepEqual([ok.exitCode, ok.stdout, ok.ok], [0, "hi\n", true]);
+      // A non-zero exit is a result: the wrong edit is rejecting on it.
+      const three = await sb.run("echo oops >&2; exit 3");
+      assert.deepEqual([three.exitCode, three.stderr, three.ok], [3, "oops\n", false]);
+      assert.equal((await sb.run(["printf", "%s|", "a b", "c"])).stdout, "a b|c|");
+
+      // Line by line while it runs: the command waits for a file written
+      // only after the first line arrives; output held until exit makes it exit 9.
+      const gate = "/tmp/stream-gate";
+      const st = sb.stream(`echo one; i=0; while [ ! -e ${gate} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; [ -e ${gate} ] || exit 9; echo two`);
+      const seen: string[] = [];
+      for await (const line of st.lines()) {
+        seen.push(line);
+        if (line === "one") await sb.files.write(gate, "");
+      }
+      assert.deepEqual(seen, ["one", "two"]);
+      assert.equal(st.exit?.exitCode, 0);
+      const items: StreamItem[] = [];
+      for await (const item of sb.stream("echo x; exit 4")) items.push(item);
+      assert.equal(items[0]?.kind, "output");
+      const last = items[items.length - 1];
+      assert.ok(last?.kind === "exit" && last.exitCode === 4);
+
+      await sb.files.write("/work/notes.txt", "kept\n");
+      assert.equal(await sb.files.read("/work/notes.txt"), "kept\n");
+      await sb.files.write("/work/bin.dat", new Uint8Array([0, 255, 1]), { mode: "0600" });
+      assert.deepEqual([...(await sb.files.readBytes("/work/bin.dat"))], [0, 255, 1]);
+      const entries = await sb.files.list("/work");
+      assert.deepEqual(entries.map((e) => e.name).sort(), ["bin.dat", "notes.txt"]);
+      const bin = entries.find((e) => e.name === "bin.dat")!;
+      assert.deepEqual([bin.size, bin.mode], [3, "0600"]);
+
+      await assert.rejects(sb.files.read("/work/missing.txt"), (err: unknown) =>
+        err instanceof ProtocolError && err.code === "ERR_PROTOCOL" && err.exitCode === 5 && err.wireKind === "NotFound");
+
+      const tmp = mkdtempSync(join(tmpdir(), "microvms-ts-"));
+      try {
+        mkdirSync(join(tmp, "src", "sub"), { recursive: true });
+        writeFileSync(join(tmp, "src", "a.txt"), "alpha");
+        writeFileSync(join(tmp, "src", "sub", "b.txt"), "beta!");
+        assert.equal(await sb.files.uploadDir(join(tmp, "src"), "/work/tree"), 10);
+        assert.equal((await sb.run("cat /work/tree/a.txt /work/tree/sub/b.txt")).stdout, "alphabeta!");
+        await sb.run("echo made-in-vm > /work/tree/sub/c.txt");
+        await sb.files.downloadDir("/work/tree", join(tmp, "dst"));
+        assert.equal(readFileSync(join(tmp, "dst", "sub", "c.txt"), "utf8"), "made-in-vm\n");
+        assert.equal(readFileSync(join(tmp, "dst", "a.txt"), "utf8"), "alpha");
+      } finally {
+        rmSync(tmp, { recursive: true, force: true });
+      }
+
+      assert.equal(await sb.suspend(), "SUSPENDED");
+      // The state machine is Go's: a run on a suspended VM is refused locally.
+      await assert.rejects(sb.run("true"), InvalidArgError);
+      assert.equal(await sb.resume(), "RUNNING");
+      assert.equal(await sb.files.read("/work/notes.txt"), "kept\n");
+
+      // Another process attaches by id and token, sees the file, leaves one.
+      const child = execFileSync(process.execPath, ["--input-type=module", "-e", ATTACH_SCRIPT, sb.microvmId, sb.agentToken, sb.controlEndpoint ?? ""],
+        { cwd: pkg, encoding: "utf8", timeout: 120_000 });
+      assert.equal(child, "kept\n");
+      assert.equal(await sb.files.read("/work/from-child.txt"), "child was here");
+      assert.equal(await sb.lifecycle(), "RUNNING", "closing an attached sandbox must not terminate it");
+
+      const report = await sb.terminate();
+      assert.equal(report.microvmId, sb.microvmId);
+      assert.deepEqual(report.undeleted, []);
+      assert.equal(report.leaked, false);
+      const cost = await sb.cost();
+      assert.ok(cost.items.length > 0);
+      assert.ok(Number(cost.totalUsd) > 0);
+      assert.ok(cost.text.includes(sb.microvmId));
+      assert.ok(cost.items.some((l) => l.phase === "suspended"));
+    } finally {
+      await sb.close();
+    }
+    assert.equal(alive(enginePid), false, "the engine exits on close");
+    assert.deepEqual(guests.filter(alive), [], "no guest is left behind");
+  });
+
+  test("await using stops every guest", async () => {
+    // Catches: a Symbol.asyncDispose that does not close the engine.
+    let pid = 0;
+    let guests: number[] = [];
+    {
+      await using sb = await Sandbox.create({ local: true });
+      pid = sb.enginePid!;
+      guests = guestInitsOf(pid);
+      assert.equal(guests.length, 1);
+    }
+    assert.equal(alive(pid), false);
+    assert.deepEqual(guests.filter(alive), []);
+  });
+
+  test("a killed caller leaves no guest", async () => {
+    // Catches: an engine that outlives its caller (and keeps its guest).
+    const child = spawn(process.execPath, ["--input-type=module", "-e", ORPHAN_SCRIPT], { cwd: pkg, stdio: ["ignore", "pipe", "inherit"] });
+    const enginePid = await new Promise<number>((res) => child.stdout.once("data", (b: Buffer) => res(Number(b.toString().trim()))));
+    const guests = guestInitsOf(enginePid);
+    assert.equal(guests.length, 1);
+    child.kill("SIGKILL");
+    for (let i = 0; i < 600 && (alive(enginePid) || guests.some(alive)); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(alive(enginePid), false);
+    assert.deepEqual(guests.filter(alive), []);
+  });
+
+  test("the README's blocks compile under tsc --strict and the quickstart runs verbatim", () => {
+    const blocks = [...readFileSync(join(pkg, "README.md"), "utf8").matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    assert.ok(blocks.length >= 2);
+    // Inside the package, so `import ... from "microvms"` resolves to it by its own name.
+    const dir = join(pkg, "dist", "readme-check");
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { recursive: true });
+    blocks.forEach((b, i) => writeFileSync(join(dir, `example_${i}.ts`), b));
+    writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({
+      extends: "../../tsconfig.json", compilerOptions: { rootDir: ".", outDir: "out", strict: true }, include: ["*.ts"],
+    }));
+    execFileSync(join(pkg, "node_modules", ".bin", "tsc"), ["-p", dir], { stdio: "inherit" });
+    const out = execFileSync(process.execPath, [join(dir, "out", "example_0.js")], { encoding: "utf8", timeout: 300_000 });
+    const lines = out.split("\n");
+    assert.deepEqual(lines.slice(0, 5), ["0 hello from the sandbox", "3 oops", "tick 1", "tick 2", "tick 3"]);
+    assert.ok(lines.includes("kept across a suspend"));
+    assert.ok(lines.includes("left behind: []"));
+  });
+});
+
+const ATTACH_SCRIPT = `
+import { Sandbox } from "microvms";
+const [id, token, endpoint] = process.argv.slice(1);
+const other = await Sandbox.attach(id, { agentToken: token, controlEndpoint: endpoint || null });
+process.stdout.write(await other.files.read("/work/notes.txt"));
+await other.files.write("/work/from-child.txt", "child was here");
+await other.close();
+`;
+
+const ORPHAN_SCRIPT = `
+import { Sandbox } from "microvms";
+const sb = await Sandbox.create({ local: true });
+console.log(sb.enginePid);
+setInterval(() => {}, 1000);
+`;
