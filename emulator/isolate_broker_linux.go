@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -72,27 +73,44 @@ func brokerDial(ctx context.Context, ctl int, port int) (net.Conn, error) {
 		}
 		return nil, fmt.Errorf("waiting for the guest's init to connect port %d: %w", port, err)
 	}
-	fds := receivedFDs(oob[:oobn])
-	if n < 1 || msg[0] != 0 {
-		closeAll(fds)
-		why := "no answer"
-		if n > 1 {
-			why = string(msg[1:n])
-		}
-		return nil, fmt.Errorf("guest port %d: %s", port, why)
+	fd, err := parseBrokerReply(msg[:n], oob[:oobn])
+	if err != nil {
+		return nil, fmt.Errorf("guest port %d: %w", port, err)
 	}
-	if len(fds) != 1 {
-		closeAll(fds)
-		return nil, fmt.Errorf("guest port %d: the init answered with %d descriptors", port, len(fds))
-	}
-	if typ, err := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
-		unix.Close(fds[0])
+	if typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
+		unix.Close(fd)
 		return nil, fmt.Errorf("guest port %d: the init answered with something other than a stream socket", port)
 	}
-	f := os.NewFile(uintptr(fds[0]), "guest-conn")
+	f := os.NewFile(uintptr(fd), "guest-conn")
 	defer f.Close()
 	return net.FileConn(f)
 }
+
+// parseBrokerReply reads an init's answer: a status byte (0: connected,
+// the socket in the control message; else the reason in the text after
+// it). Every descriptor a bad answer carried is closed; a good one carries
+// exactly one, which the caller owns. The bytes come from the guest, which
+// may be hostile: FuzzBrokerReply.
+func parseBrokerReply(msg, oob []byte) (int, error) {
+	fds := receivedFDs(oob)
+	if len(msg) < 1 || msg[0] != 0 {
+		closeAll(fds)
+		why := "no answer"
+		if len(msg) > 1 {
+			why = strings.ToValidUTF8(string(msg[1:min(len(msg), 200)]), "?")
+		}
+		return -1, errors.New(why)
+	}
+	if len(fds) != 1 {
+		closeAll(fds)
+		return -1, fmt.Errorf("the init answered with %d descriptors", len(fds))
+	}
+	return fds[0], nil
+}
+
+// closeFD closes a received descriptor; a variable so the fuzz target can
+// keep made-up descriptor numbers away from the real close.
+var closeFD = unix.Close
 
 func receivedFDs(oob []byte) []int {
 	msgs, err := unix.ParseSocketControlMessage(oob)
@@ -101,6 +119,12 @@ func receivedFDs(oob []byte) []int {
 	}
 	var fds []int
 	for _, m := range msgs {
+		// ParseUnixRights indexes past a payload that is not whole
+		// descriptors (found by FuzzBrokerReply); the kernel never builds
+		// one, but nothing here trusts the bytes.
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS || len(m.Data)%4 != 0 {
+			continue
+		}
 		if got, err := unix.ParseUnixRights(&m); err == nil {
 			fds = append(fds, got...)
 		}
@@ -110,7 +134,7 @@ func receivedFDs(oob []byte) []int {
 
 func closeAll(fds []int) {
 	for _, fd := range fds {
-		unix.Close(fd)
+		_ = closeFD(fd)
 	}
 }
 

@@ -30,9 +30,6 @@ func dockerAllowed(goarch string) map[string]bool {
 		for _, n := range sc.Names {
 			out[n] = true
 		}
-		if sc.Name != "" {
-			out[sc.Name] = true
-		}
 	}
 	return out
 }

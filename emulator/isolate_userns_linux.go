@@ -86,17 +86,6 @@ func guestIDMapping() idMapping {
 	}
 }
 
-// hostID is the host uid of guest uid id under m, or -1 when id is not
-// mapped.
-func (m idMapping) hostID(id int) int {
-	for _, r := range m.uids {
-		if id >= r.ContainerID && id < r.ContainerID+r.Size {
-			return r.HostID + id - r.ContainerID
-		}
-	}
-	return -1
-}
-
 // apply sets cmd up to start in a new user namespace mapped by m, as the
 // namespace's root.
 func (m idMapping) apply(attr *syscall.SysProcAttr) {
