@@ -229,14 +229,30 @@ func (s *Server) localBuild(im *image, v *version) {
 		uri = *v.spec.CodeArtifact.Uri
 	}
 	s.logf(group, stream, "version %s of %s: building from %s", v.id, im.name, uri)
-	path := artifactPath(uri)
-	if path == "" {
+	var artifact []byte
+	var err error
+	if path := artifactPath(uri); path != "" {
+		artifact, err = readArtifactFile(path)
+	} else if bucket, key, ok := artifactObject(uri); ok && s.buckets[bucket] != nil {
+		// A bucket of the emulator's own S3 slice: the build reads the
+		// object as the platform's build reads it from S3, and a missing
+		// object fails the build.
+		obj := s.buckets[bucket].objects[key]
+		if obj == nil {
+			err = fmt.Errorf("reading the code artifact: s3://%s/%s: NoSuchKey: The specified key does not exist", bucket, key)
+		} else {
+			artifact = obj.body
+		}
+	} else {
 		s.logf(group, stream, "the emulator cannot read %s; this image's guests run the emulator's own agentd", uri)
 		return
 	}
-	dir, err := s.state()
+	dir, derr := s.state()
+	if err == nil && derr != nil {
+		err = derr
+	}
 	if err == nil {
-		v.local, err = unpack(path, filepath.Join(dir, "images", im.name, v.id))
+		v.local, err = unpack(artifact, filepath.Join(dir, "images", im.name, v.id))
 	}
 	if err != nil {
 		v.plan.FailReason = err.Error()
