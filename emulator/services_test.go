@@ -216,7 +216,6 @@ func TestLogsSliceRefusesWhatItDoesNotServe(t *testing.T) {
 	}
 }
 
-
 // Catches: a build whose s3:// artifact sits in the emulator's own S3 slice
 // run with the emulator's agentd instead of the artifact's (the artifact
 // ignored in silence), and a missing object that does not fail the build.

@@ -15,8 +15,6 @@ import (
 // AccessDenied messages name. Any other action is refused as STS refuses an
 // action it does not know: 400 InvalidAction in an ErrorResponse.
 
-
-
 type (
 	stsResponseMetadata struct {
 		RequestID string `xml:"RequestId"`
