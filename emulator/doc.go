@@ -20,6 +20,17 @@
 // terminate kills them and deletes the guest's writes; Close stops every
 // guest.
 //
+// Every control-plane request is validated against its operation's input
+// in the spec gen/controlplane embeds (wire.go): each enum, length,
+// pattern and range of every path, query and body member, and each union's
+// one key, so no handler can forget one. Every answer is held to the
+// errors its operation lists; one it does not list becomes that
+// operation's listed 500 naming the slip. Model defaults apply: an image
+// that says nothing of microvmHooks.run gets no run hook (DISABLED).
+// SuspendMicrovm and ResumeMicrovm are idempotent, as the model marks
+// them: repeating one on a MicroVM already in (or moving to) that state
+// answers 200 and changes nothing.
+//
 // By default state advances when it is observed (each read of a resource is
 // one step), never by the wall clock, so a test driving it is deterministic.
 // With Options.WallClock it moves with time instead, for people: a launch

@@ -265,7 +265,7 @@ func (s *Server) localBuild(im *image, v *version) {
 }
 
 // AddImage creates a built, ACTIVE image named name directly (no artifact,
-// no build), for tests and embedded use that need an image to launch from.
+// no build, its run hook enabled), for tests and embedded use that need an image to launch from.
 // It returns the image's colon-form ARN, which is what RunMicrovm and
 // sandbox.Options.Image take. Its guests run the emulator's host agentd.
 func (s *Server) AddImage(name string) string {
@@ -273,7 +273,10 @@ func (s *Server) AddImage(name string) string {
 	defer s.mu.Unlock()
 	im := &image{name: name, arn: s.imageArn(name), state: cp.MicrovmImageStateCREATING, createdAt: s.now()}
 	s.images[name] = im
-	v := s.newVersion(im, cp.UpdateMicrovmImageRequest{BaseImageArn: s.managedArn(), BuildRoleArn: "arn:aws:iam::" + s.opt.Account + ":role/build", CodeArtifact: cp.CodeArtifact{Uri: ptr("s3://emulator/" + name + ".zip")}}, false)
+	// Its run hook is enabled, as client/build enables it: the model's
+	// default (DISABLED) would leave the guest's daemon without a token.
+	hooks := &cp.Hooks{MicrovmHooks: &cp.MicrovmHooks{Run: ptr(cp.ENABLED)}}
+	v := s.newVersion(im, cp.UpdateMicrovmImageRequest{BaseImageArn: s.managedArn(), BuildRoleArn: "arn:aws:iam::" + s.opt.Account + ":role/build", CodeArtifact: cp.CodeArtifact{Uri: ptr("s3://emulator/" + name + ".zip")}, Hooks: hooks}, false)
 	v.plan = BuildPlan{Steps: 0}
 	s.observe(im)
 	s.observe(im)

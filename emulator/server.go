@@ -165,10 +165,10 @@ func New(opt Options) *Server {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	api := controlplane.HandlerWithOptions(s, controlplane.StdHTTPServerOptions{
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, http.StatusBadRequest, "ValidationException", ptr(err.Error()))
+			writeError(w, http.StatusBadRequest, errorName(w, http.StatusBadRequest, "ValidationException"), ptr(err.Error()))
 		},
 	})
-	s.handler = s.gate(api)
+	s.handler = s.gate(s.wire(api))
 	return s
 }
 
@@ -330,12 +330,13 @@ func (s *Server) fault(w http.ResponseWriter, operation string) bool {
 	f := q[0]
 	s.faults[operation] = q[1:]
 	s.mu.Unlock()
+	markInjected(w)
 	switch f {
 	case FaultThrottle:
 		w.Header().Set("Retry-After", "0")
-		writeError(w, http.StatusTooManyRequests, "ThrottlingException", ptr("Rate exceeded"))
+		writeError(w, http.StatusTooManyRequests, errorName(w, http.StatusTooManyRequests, "ThrottlingException"), ptr("Rate exceeded"))
 	case FaultInternal:
-		writeError(w, http.StatusInternalServerError, "InternalServerException", ptr("Internal failure, please retry"))
+		writeError(w, http.StatusInternalServerError, errorName(w, http.StatusInternalServerError, "InternalServerException"), ptr("Internal failure, please retry"))
 	case FaultGatewayHTML:
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(http.StatusBadGateway)
@@ -379,7 +380,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, "ValidationException", ptr("Could not parse request body: "+err.Error()))
+		writeError(w, http.StatusBadRequest, errorName(w, http.StatusBadRequest, "ValidationException"), ptr("Could not parse request body: "+err.Error()))
 		return false
 	}
 	return true
