@@ -17,7 +17,11 @@ import (
 // python3 or boto3 is missing.
 func TestBoto3DrivesTheEmulator(t *testing.T) {
 	strict := os.Getenv("EMULATOR_BOTO3_STRICT") == "1"
-	if err := exec.Command("python3", "-c", "import boto3").Run(); err != nil {
+	python := "python3"
+	if p := os.Getenv("EMULATOR_PYTHON"); p != "" {
+		python = p // e.g. /usr/bin/python3, Debian's boto3 rather than another install's
+	}
+	if err := exec.Command(python, "-c", "import boto3").Run(); err != nil {
 		if strict {
 			t.Fatalf("python3 with boto3 is needed (apt-get install python3-boto3): %v", err)
 		}
@@ -33,7 +37,7 @@ func TestBoto3DrivesTheEmulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(t.Context(), "python3", "test_lambda_microvms.py")
+	cmd := exec.CommandContext(t.Context(), python, "test_lambda_microvms.py")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "MICROVMS_EMULATOR_URL="+base, "AWS_DATA_PATH="+dir,
 		"PYTHONDONTWRITEBYTECODE=1", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
