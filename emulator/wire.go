@@ -64,7 +64,7 @@ var (
 // loadContract reads the embedded spec once.
 func loadContract() (*wireContract, error) {
 	contractOnce.Do(func() {
-		doc, err := cp.GetSwagger()
+		doc, err := cp.GetSpec()
 		if err != nil {
 			contractErr = err
 			return
