@@ -70,9 +70,18 @@ func artifactPath(uri string) string {
 	return u.Path
 }
 
-// unpack reads the zip at src, checks its daemon runs on this host, and
-// extracts it under dir. The error is the build's stateReason.
-func unpack(src, dir string) (*unpacked, error) {
+// artifactObject is the bucket and key an s3:// codeArtifact URI names, ok
+// false for any other scheme.
+func artifactObject(uri string) (bucket, key string, ok bool) {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "s3" || u.Host == "" || len(u.Path) < 2 {
+		return "", "", false
+	}
+	return u.Host, strings.TrimPrefix(u.Path, "/"), true
+}
+
+// readArtifactFile reads a local artifact, bounded by maxArtifactBytes.
+func readArtifactFile(src string) ([]byte, error) {
 	f, err := os.Open(src)
 	if err != nil {
 		return nil, fmt.Errorf("reading the code artifact: %v", err)
@@ -82,7 +91,13 @@ func unpack(src, dir string) (*unpacked, error) {
 	if err != nil || st.Size() > maxArtifactBytes {
 		return nil, fmt.Errorf("the code artifact %s is unreadable or larger than %d bytes", src, maxArtifactBytes)
 	}
-	zr, err := zip.NewReader(f, st.Size())
+	return io.ReadAll(io.LimitReader(f, maxArtifactBytes))
+}
+
+// unpack reads the artifact zip, checks its daemon runs on this host, and
+// extracts it under dir. The error is the build's stateReason.
+func unpack(artifact []byte, dir string) (*unpacked, error) {
+	zr, err := zip.NewReader(bytes.NewReader(artifact), int64(len(artifact)))
 	if err != nil {
 		return nil, fmt.Errorf("the code artifact is not a zip: %v", err)
 	}

@@ -20,6 +20,17 @@
 // terminate kills them and deletes the guest's writes; Close stops every
 // guest.
 //
+// Every control-plane request is validated against its operation's input
+// in the spec gen/controlplane embeds (wire.go): each enum, length,
+// pattern and range of every path, query and body member, and each union's
+// one key, so no handler can forget one. Every answer is held to the
+// errors its operation lists; one it does not list becomes that
+// operation's listed 500 naming the slip. Model defaults apply: an image
+// that says nothing of microvmHooks.run gets no run hook (DISABLED).
+// SuspendMicrovm and ResumeMicrovm are idempotent, as the model marks
+// them: repeating one on a MicroVM already in (or moving to) that state
+// answers 200 and changes nothing.
+//
 // By default state advances when it is observed (each read of a resource is
 // one step), never by the wall clock, so a test driving it is deterministic.
 // With Options.WallClock it moves with time instead, for people: a launch
@@ -27,14 +38,27 @@
 // observation. In both modes a SUSPENDED MicroVM whose idlePolicy window has
 // passed by Options.Now is terminated, as the platform terminates it.
 //
+// One listener is one local AWS endpoint, as LocalStack's is: requests are
+// told apart by the service their SigV4 credential scope names, and each
+// service answers in its own wire protocol and error shape. "lambda" is
+// the control plane (restJson1); "s3" is the slice of S3 the build path
+// uses (buckets, objects, multipart uploads; restXml, s3.go); "logs" is
+// CloudWatch Logs' FilterLogEvents and DeleteLogGroup (awsJson1.1,
+// logs.go); "sts" is GetCallerIdentity (awsQuery, sts.go). An operation
+// outside a slice is refused in that service's words (S3's 501
+// NotImplemented, CloudWatch Logs' UnknownOperationException, STS's
+// InvalidAction), never answered as if served.
+//
 // A build whose codeArtifact.uri is a file:// URL (the local artifact store
-// client/build.DirUploader writes) is unpacked into Options.StateDir: that
-// image's guests run the agentd the artifact carries, with its Dockerfile's
-// ENV and WORKDIR; UnperformedSteps names the Dockerfile steps the emulator
-// does not carry out. The build's log lines go to an in-memory stand-in for
-// CloudWatch Logs served on the same listener (FilterLogEvents and
-// DeleteLogGroup, awsJson1.1), so aws-sdk-go-v2's client reads them. The
-// embedded sub-package runs all of this in-process with one call.
+// client/build.DirUploader writes), or an s3:// URL naming a bucket of the
+// emulator's own S3 slice, is unpacked into Options.StateDir: that image's
+// guests run the agentd the artifact carries, with its Dockerfile's ENV and
+// WORKDIR; UnperformedSteps names the Dockerfile steps the emulator does
+// not carry out. A missing object fails the build, as on the platform; an
+// s3:// bucket the emulator does not hold leaves the guests on the
+// launcher's own agentd. The build's log lines go to the CloudWatch Logs
+// slice, so aws-sdk-go-v2's client reads them. The embedded sub-package
+// runs all of this in-process with one call.
 //
 // AgentdLauncher confines each guest in its own user, mount, PID, UTS, IPC,
 // network and cgroup namespaces, under a seccomp filter and its size
@@ -47,6 +71,8 @@
 //
 // It must never listen on anything but the address its caller gives it (tests
 // use loopback) and, with a VM backend, fresh 127.0.0.1 ports for the
-// MicroVM endpoints; never call AWS; and never invent wire fields: every body it
-// reads or writes is a type from gen/controlplane.
+// MicroVM endpoints; never call AWS; and never invent wire fields: every
+// control-plane body it reads or writes is a type from gen/controlplane,
+// and every S3, CloudWatch Logs and STS body carries only members of that
+// service's model.
 package emulator

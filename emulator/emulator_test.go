@@ -47,7 +47,7 @@ func TestEmulatorRefusesWhatTheServiceRefuses(t *testing.T) {
 		{"wrong service", "GET", "/2025-09-09/microvm-images", "", strings.Replace(auth, "/lambda/", "/lambda-microvms/", 1), 403, "InvalidSignatureException", ""},
 		{"unsupported region", "GET", "/2025-09-09/microvm-images", "", strings.Replace(auth, "us-east-1", "eu-central-1", 1), 403, "AccessDeniedException", `{"message":null}`},
 		{"raw = in cursor", "GET", "/2025-09-09/microvm-images?nextToken=b2Zmc2V0OjE=", "", auth, 400, "ValidationException", `{"message":null}`},
-		{"discriminator union", "POST", "/2025-09-09/microvms/x/auth-token", `{"expirationInMinutes":5,"allowedPorts":[{"type":"port","port":9000}]}`, auth, 400, "ValidationException", "unknown field"},
+		{"discriminator union", "POST", "/2025-09-09/microvms/x/auth-token", `{"expirationInMinutes":5,"allowedPorts":[{"type":"port","port":9000}]}`, auth, 400, "ValidationException", "exactly one"},
 		{"two-key union", "POST", "/2025-09-09/microvms/x/auth-token", `{"expirationInMinutes":5,"allowedPorts":[{"port":9000,"allPorts":{}}]}`, auth, 400, "ValidationException", "exactly one"},
 		{"bare connector", "POST", "/2025-09-09/microvms", `{"imageIdentifier":"` + arn + `","ingressNetworkConnectors":["ALL_INGRESS"]}`, auth, 400, "ValidationException", "Malformed network connector ARN"},
 		// Catches counting the ceiling in characters: 2049 two-byte runes are

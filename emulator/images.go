@@ -229,14 +229,30 @@ func (s *Server) localBuild(im *image, v *version) {
 		uri = *v.spec.CodeArtifact.Uri
 	}
 	s.logf(group, stream, "version %s of %s: building from %s", v.id, im.name, uri)
-	path := artifactPath(uri)
-	if path == "" {
+	var artifact []byte
+	var err error
+	if path := artifactPath(uri); path != "" {
+		artifact, err = readArtifactFile(path)
+	} else if bucket, key, ok := artifactObject(uri); ok && s.buckets[bucket] != nil {
+		// A bucket of the emulator's own S3 slice: the build reads the
+		// object as the platform's build reads it from S3, and a missing
+		// object fails the build.
+		obj := s.buckets[bucket].objects[key]
+		if obj == nil {
+			err = fmt.Errorf("reading the code artifact: s3://%s/%s: NoSuchKey: The specified key does not exist", bucket, key)
+		} else {
+			artifact = obj.body
+		}
+	} else {
 		s.logf(group, stream, "the emulator cannot read %s; this image's guests run the emulator's own agentd", uri)
 		return
 	}
-	dir, err := s.state()
+	dir, derr := s.state()
+	if err == nil && derr != nil {
+		err = derr
+	}
 	if err == nil {
-		v.local, err = unpack(path, filepath.Join(dir, "images", im.name, v.id))
+		v.local, err = unpack(artifact, filepath.Join(dir, "images", im.name, v.id))
 	}
 	if err != nil {
 		v.plan.FailReason = err.Error()
@@ -249,7 +265,7 @@ func (s *Server) localBuild(im *image, v *version) {
 }
 
 // AddImage creates a built, ACTIVE image named name directly (no artifact,
-// no build), for tests and embedded use that need an image to launch from.
+// no build, its run hook enabled), for tests and embedded use that need an image to launch from.
 // It returns the image's colon-form ARN, which is what RunMicrovm and
 // sandbox.Options.Image take. Its guests run the emulator's host agentd.
 func (s *Server) AddImage(name string) string {
@@ -257,7 +273,10 @@ func (s *Server) AddImage(name string) string {
 	defer s.mu.Unlock()
 	im := &image{name: name, arn: s.imageArn(name), state: cp.MicrovmImageStateCREATING, createdAt: s.now()}
 	s.images[name] = im
-	v := s.newVersion(im, cp.UpdateMicrovmImageRequest{BaseImageArn: s.managedArn(), BuildRoleArn: "arn:aws:iam::" + s.opt.Account + ":role/build", CodeArtifact: cp.CodeArtifact{Uri: ptr("s3://emulator/" + name + ".zip")}}, false)
+	// Its run hook is enabled, as client/build enables it: the model's
+	// default (DISABLED) would leave the guest's daemon without a token.
+	hooks := &cp.Hooks{MicrovmHooks: &cp.MicrovmHooks{Run: ptr(cp.ENABLED)}}
+	v := s.newVersion(im, cp.UpdateMicrovmImageRequest{BaseImageArn: s.managedArn(), BuildRoleArn: "arn:aws:iam::" + s.opt.Account + ":role/build", CodeArtifact: cp.CodeArtifact{Uri: ptr("s3://emulator/" + name + ".zip")}, Hooks: hooks}, false)
 	v.plan = BuildPlan{Steps: 0}
 	s.observe(im)
 	s.observe(im)

@@ -231,6 +231,10 @@ func (s *Server) conflict(w http.ResponseWriter, vm *microvm, action string) {
 	writeError(w, http.StatusConflict, "ConflictException", ptr(fmt.Sprintf("Cannot %s MicroVM %s in state %s", action, vm.id, vm.state)))
 }
 
+// SuspendMicrovm and ResumeMicrovm are idempotent, as the model marks them:
+// a suspend of a SUSPENDING or SUSPENDED MicroVM, and a resume of a RUNNING
+// one or one whose resume is under way (PENDING after a resume), answer 200
+// and change nothing; each other state answers 409 ConflictException.
 func (s *Server) SuspendMicrovm(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
 	if s.fault(w, "SuspendMicrovm") {
 		return
@@ -276,6 +280,12 @@ func (s *Server) ResumeMicrovm(w http.ResponseWriter, r *http.Request, microvmId
 			vm.state = cp.MicrovmStateRUNNING
 		}
 	case cp.MicrovmStateRUNNING:
+	case cp.MicrovmStatePENDING:
+		if !vm.resumed {
+			// A launch still booting was never suspended.
+			s.conflict(w, vm, "resume")
+			return
+		}
 	default:
 		s.conflict(w, vm, "resume")
 		return
@@ -375,7 +385,11 @@ func (s *Server) CreateMicrovmAuthToken(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	if vm.state == cp.MicrovmStateTERMINATED || vm.state == cp.MicrovmStateTERMINATING {
-		s.conflict(w, vm, "mint a token for")
+		// Not 409: CreateMicrovmAuthToken lists no ConflictException, and
+		// a client's decoder would see an unknown error. The platform's
+		// answer here is unmeasured; a request for a VM that can no longer
+		// be reached is invalid, so it is the listed 400.
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr(fmt.Sprintf("Cannot create an auth token for MicroVM %s in state %s", vm.id, vm.state)))
 		return
 	}
 	tok := s.mint(vm)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/microvms/microvms/gen/controlplane"
@@ -99,7 +100,12 @@ type Request struct {
 	Path     string // escaped, exactly as sent
 	RawQuery string
 	Header   http.Header
-	Body     []byte
+	Body     []byte // nil for S3, whose bodies are objects
+	// Service is the service the SigV4 credential scope names ("lambda",
+	// "s3", "logs", "sts"), "" for an unsigned request.
+	Service string
+	// Local is the listener address the request arrived at.
+	Local string
 }
 
 // Server is the emulated control plane. Its zero value is not usable; call New.
@@ -117,6 +123,9 @@ type Server struct {
 	faults   map[string][]Fault
 	requests []Request
 	logs     map[string][]logEvent // CloudWatch Logs stand-in, by log group
+	buckets  map[string]*s3Bucket  // the S3 slice
+	uploads  map[string]*s3Upload  // open multipart uploads, by upload id
+	reqIDs   atomic.Int64          // request ids of S3 and STS answers
 	stateDir string                // resolved Options.StateDir
 	tmpState bool                  // stateDir was made here and goes at Close
 
@@ -156,10 +165,10 @@ func New(opt Options) *Server {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	api := controlplane.HandlerWithOptions(s, controlplane.StdHTTPServerOptions{
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, http.StatusBadRequest, "ValidationException", ptr(err.Error()))
+			writeError(w, http.StatusBadRequest, errorName(w, http.StatusBadRequest, "ValidationException"), ptr(err.Error()))
 		},
 	})
-	s.handler = s.gate(api)
+	s.handler = s.gate(s.wire(api))
 	return s
 }
 
@@ -213,36 +222,71 @@ func (s *Server) Requests() []Request {
 	return slices.Clone(s.requests)
 }
 
-// gate records each request and applies the checks the service makes before
-// routing: a SigV4 credential scope for lambda in a region that carries
-// MicroVMs, and cursors whose '=' padding is percent-encoded.
+// The SigV4 signing names of the services the emulator answers on its one
+// listener: the control plane signs as "lambda" (the model's sigv4 name),
+// and the slices of S3, CloudWatch Logs and STS the CLI needs beside it.
+const (
+	serviceMicrovms = "lambda"
+	serviceS3       = "s3"
+	serviceLogs     = "logs"
+	serviceSTS      = "sts"
+)
+
+// maxControlBody bounds a control-plane, CloudWatch Logs or STS body; an S3
+// body is bounded by maxObjectBytes and never kept in Requests.
+const maxControlBody = 8 << 20
+
+// gate records each request and routes it by the service its SigV4
+// credential scope names, as AWS's endpoints are told apart by host: each
+// service answers in its own wire protocol and error shape. A control-plane
+// request is then checked as the service checks it before routing: a region
+// that carries MicroVMs, and cursors whose '=' padding is percent-encoded.
 func (s *Server) gate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		region, service, ok := credentialScope(r.Header.Get("Authorization"))
+		if !ok {
+			// A presigned S3 URL carries its scope in the query.
+			region, service, ok = credentialScope("AWS4-HMAC-SHA256 Credential=" + r.URL.Query().Get("X-Amz-Credential"))
+		}
+		rec := Request{Method: r.Method, Host: r.Host, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Service: service}
+		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			rec.Local = la.String()
+		}
+		if ok && service == serviceS3 {
+			s.mu.Lock()
+			s.requests = append(s.requests, rec)
+			s.mu.Unlock()
+			s.serveS3(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxControlBody))
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "ValidationException", ptr("unreadable body"))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec.Body = body
 		s.mu.Lock()
-		s.requests = append(s.requests, Request{Method: r.Method, Host: r.Host, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+		s.requests = append(s.requests, rec)
 		s.mu.Unlock()
 
-		region, service, ok := credentialScope(r.Header.Get("Authorization"))
-		if target := r.Header.Get("X-Amz-Target"); strings.HasPrefix(target, logsTargetPrefix) {
-			if !ok || service != "logs" {
-				writeLogsError(w, http.StatusBadRequest, "IncompleteSignatureException", "Credential should be scoped to correct service: 'logs'.")
-				return
-			}
+		switch {
+		case ok && service == serviceLogs:
 			s.serveLogs(w, r, body)
 			return
-		}
-		switch {
+		case ok && service == serviceSTS:
+			s.serveSTS(w, r, body)
+			return
+		case strings.HasPrefix(r.Header.Get("X-Amz-Target"), logsTargetPrefix):
+			// A CloudWatch Logs call signed for another service (or not at
+			// all) is answered in CloudWatch Logs' words.
+			writeLogsError(w, http.StatusBadRequest, "IncompleteSignatureException", "Credential should be scoped to correct service: 'logs'.")
+			return
 		case !ok:
 			writeError(w, http.StatusForbidden, "IncompleteSignatureException", ptr("Authorization header requires a SigV4 Credential"))
 			return
-		case service != "lambda":
-			writeError(w, http.StatusForbidden, "InvalidSignatureException", ptr("Credential should be scoped to correct service: 'lambda'."))
+		case service != serviceMicrovms:
+			writeError(w, http.StatusForbidden, "InvalidSignatureException", ptr(fmt.Sprintf("Credential should be scoped to correct service: 'lambda'. This endpoint also serves 's3', 'logs' and 'sts'; %q is none of them.", service)))
 			return
 		case !slices.Contains(taxonomy.Regions, region):
 			// A region without MicroVMs: the measured answer names nothing.
@@ -286,12 +330,13 @@ func (s *Server) fault(w http.ResponseWriter, operation string) bool {
 	f := q[0]
 	s.faults[operation] = q[1:]
 	s.mu.Unlock()
+	markInjected(w)
 	switch f {
 	case FaultThrottle:
 		w.Header().Set("Retry-After", "0")
-		writeError(w, http.StatusTooManyRequests, "ThrottlingException", ptr("Rate exceeded"))
+		writeError(w, http.StatusTooManyRequests, errorName(w, http.StatusTooManyRequests, "ThrottlingException"), ptr("Rate exceeded"))
 	case FaultInternal:
-		writeError(w, http.StatusInternalServerError, "InternalServerException", ptr("Internal failure, please retry"))
+		writeError(w, http.StatusInternalServerError, errorName(w, http.StatusInternalServerError, "InternalServerException"), ptr("Internal failure, please retry"))
 	case FaultGatewayHTML:
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(http.StatusBadGateway)
@@ -335,7 +380,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, "ValidationException", ptr("Could not parse request body: "+err.Error()))
+		writeError(w, http.StatusBadRequest, errorName(w, http.StatusBadRequest, "ValidationException"), ptr("Could not parse request body: "+err.Error()))
 		return false
 	}
 	return true

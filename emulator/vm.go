@@ -132,12 +132,13 @@ func runHookTimeout(spec cp.UpdateMicrovmImageRequest) time.Duration {
 	return time.Duration(sec) * time.Second
 }
 
-// runHookEnabled is false only for an image that disabled its run hook; an
-// image that says nothing gets it, which is what the daemon needs to
-// bootstrap.
+// runHookEnabled is true only for an image that enabled its run hook: the
+// model's default for microvmHooks.run is DISABLED, so an image that says
+// nothing gets no run hook (and its daemon no token). client/build enables
+// it explicitly.
 func runHookEnabled(spec cp.UpdateMicrovmImageRequest) bool {
 	h := spec.Hooks
-	return h == nil || h.MicrovmHooks == nil || h.MicrovmHooks.Run == nil || *h.MicrovmHooks.Run != cp.DISABLED
+	return h != nil && h.MicrovmHooks != nil && h.MicrovmHooks.Run != nil && *h.MicrovmHooks.Run == cp.ENABLED
 }
 
 func guestSpec(vm *microvm, v *version) GuestSpec {

@@ -100,28 +100,50 @@ func New(ctx context.Context, o Options) (*lambdamicrovms.Client, error) {
 	return lambdamicrovms.New(so), nil
 }
 
-// ConfiguredEndpoint is the control-plane endpoint a caller configured, ""
-// when none: the option first, then AWS_ENDPOINT_URL_LAMBDA_MICROVMS (the
-// service-specific variable aws-sdk-go-v2 derives from the model's sdkId
-// "Lambda Microvms"), AWS_ENDPOINT_URL_LAMBDA, then AWS_ENDPOINT_URL, unless
-// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true. getenv nil reads the process
-// environment.
-func ConfiguredEndpoint(option string, getenv func(string) string) string {
-	if option != "" {
-		return option
-	}
+// Service names one AWS service this project calls by the suffix of its
+// AWS_ENDPOINT_URL_<SERVICE> variable, which the SDKs derive from the
+// service model's sdkId (upper case, spaces to underscores).
+type Service string
+
+// The services the CLI calls, each reached only at its own endpoint.
+const (
+	ServiceMicrovms Service = "LAMBDA_MICROVMS" // sdkId "Lambda Microvms": the control plane
+	ServiceS3       Service = "S3"              // build artifacts
+	ServiceLogs     Service = "CLOUDWATCH_LOGS" // build log groups (`logs`, teardown)
+	ServiceSTS      Service = "STS"             // GetCallerIdentity (`doctor`)
+)
+
+// ServiceEndpoint is the endpoint configured for svc by the SDKs' rules, ""
+// when none: AWS_ENDPOINT_URL_<svc>, then AWS_ENDPOINT_URL, and neither when
+// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true. No other service's variable
+// ever applies: Lambda's AWS_ENDPOINT_URL_LAMBDA is not the control plane's.
+// getenv nil reads the process environment.
+func ServiceEndpoint(svc Service, getenv func(string) string) string {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	if strings.EqualFold(getenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"), "true") {
+	if strings.EqualFold(strings.TrimSpace(getenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")), "true") {
 		return ""
 	}
-	for _, k := range []string{"AWS_ENDPOINT_URL_LAMBDA_MICROVMS", "AWS_ENDPOINT_URL_LAMBDA", "AWS_ENDPOINT_URL"} {
+	for _, k := range []string{"AWS_ENDPOINT_URL_" + string(svc), "AWS_ENDPOINT_URL"} {
 		if v := strings.TrimSpace(getenv(k)); v != "" {
 			return v
 		}
 	}
 	return ""
+}
+
+// ConfiguredEndpoint is the control-plane endpoint a caller configured, ""
+// when none: the option (--control-endpoint) first, then
+// ServiceEndpoint(ServiceMicrovms): AWS_ENDPOINT_URL_LAMBDA_MICROVMS, then
+// AWS_ENDPOINT_URL, unless AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true. The
+// option reaches the control plane only. getenv nil reads the process
+// environment.
+func ConfiguredEndpoint(option string, getenv func(string) string) string {
+	if option != "" {
+		return option
+	}
+	return ServiceEndpoint(ServiceMicrovms, getenv)
 }
 
 // ManagedBaseImageARN is the managed base image's ARN in region.

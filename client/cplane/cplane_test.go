@@ -156,31 +156,37 @@ func TestZeroRegionIsRefused(t *testing.T) {
 }
 
 // Catches: the endpoint override order (option, then the service-specific
-// variable, then the global one) or ignoring the opt-out.
+// variable, then the global one), ignoring the opt-out, and another
+// service's variable routing the control plane: Lambda's
+// AWS_ENDPOINT_URL_LAMBDA once did, and S3's or CloudWatch Logs' must not.
 func TestEndpointOverrideOrder(t *testing.T) {
-	env := map[string]string{"AWS_ENDPOINT_URL_LAMBDA": "http://lambda.local", "AWS_ENDPOINT_URL": "http://global.local"}
+	env := map[string]string{"AWS_ENDPOINT_URL_LAMBDA": "http://lambda.local", "AWS_ENDPOINT_URL_S3": "http://s3.local", "AWS_ENDPOINT_URL": "http://global.local"}
 	get := func(k string) string { return env[k] }
-	if got := ConfiguredEndpoint("", get); got != "http://lambda.local" {
-		t.Errorf("Lambda's variable: %s", got)
+	if got := ConfiguredEndpoint("", get); got != "http://global.local" {
+		t.Errorf("Lambda's variable is not the control plane's: %s", got)
 	}
 	env["AWS_ENDPOINT_URL_LAMBDA_MICROVMS"] = "http://microvms.local"
 	if got := ConfiguredEndpoint("", get); got != "http://microvms.local" {
 		t.Errorf("the service's own variable first: %s", got)
 	}
-	delete(env, "AWS_ENDPOINT_URL_LAMBDA_MICROVMS")
 	if got := ConfiguredEndpoint("http://opt", get); got != "http://opt" {
 		t.Errorf("option: %s", got)
 	}
-	if got := ConfiguredEndpoint("", get); got != "http://lambda.local" {
-		t.Errorf("service variable: %s", got)
+	for svc, want := range map[Service]string{ServiceS3: "http://s3.local", ServiceLogs: "http://global.local", ServiceSTS: "http://global.local", ServiceMicrovms: "http://microvms.local"} {
+		if got := ServiceEndpoint(svc, get); got != want {
+			t.Errorf("%s: %s, want %s", svc, got, want)
+		}
 	}
-	delete(env, "AWS_ENDPOINT_URL_LAMBDA")
+	delete(env, "AWS_ENDPOINT_URL_LAMBDA_MICROVMS")
 	if got := ConfiguredEndpoint("", get); got != "http://global.local" {
 		t.Errorf("global variable: %s", got)
 	}
 	env["AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"] = "true"
 	if got := ConfiguredEndpoint("", get); got != "" {
 		t.Errorf("opt-out ignored: %s", got)
+	}
+	if got := ServiceEndpoint(ServiceS3, get); got != "" {
+		t.Errorf("opt-out ignored for S3: %s", got)
 	}
 }
 

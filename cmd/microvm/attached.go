@@ -65,7 +65,7 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 		return nil, err
 	}
 	// Credentials come from aws-sdk-go-v2's default chain; the endpoint from
-	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA or AWS_ENDPOINT_URL.
+	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA_MICROVMS or AWS_ENDPOINT_URL.
 	// Nothing is resolved over the network until the first mint.
 	// A loopback control plane is an emulator and needs no AWS credentials.
 	cpc, err := newControl(ctx, region, cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env), a.env)

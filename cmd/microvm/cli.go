@@ -88,8 +88,8 @@ type AttachFlags struct {
 	Port       int    `help:"The daemon's port inside the guest." default:"${default_port}" env:"MICROVM_PORT"`
 	Direct     bool   `help:"Talk to a daemon reached directly (a local agentd, tests): no proxy token is minted." env:"MICROVM_DIRECT"`
 	// The control plane mints the proxy token; tests and the emulator point
-	// it elsewhere. The SDK's own AWS_ENDPOINT_URL_LAMBDA works too.
-	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL for minting the proxy token (the emulator, a proxy); unset, AWS_ENDPOINT_URL_LAMBDA then AWS_ENDPOINT_URL apply. Not used with --direct." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
+	// it elsewhere. The SDK rule applies too: AWS_ENDPOINT_URL_LAMBDA_MICROVMS, then AWS_ENDPOINT_URL.
+	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL for minting the proxy token (the emulator, a proxy); unset, AWS_ENDPOINT_URL_LAMBDA_MICROVMS then AWS_ENDPOINT_URL apply. Not used with --direct." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
 	RegionFlags
 }
 

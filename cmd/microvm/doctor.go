@@ -112,11 +112,15 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 	return &result{typ: cliapi.TypeDoctor, data: d, human: human}, nil
 }
 
+// credentials asks STS, at STS's own endpoint, whose credentials sign: an
+// emulator's STS answers for its placeholder principal. A control plane on
+// this machine with STS on AWS needs no credentials for the control plane,
+// so STS is not asked.
 func (c *DoctorCmd) credentials(ctx context.Context, p *plane) check {
-	if p.local {
+	if p.local && !embedded.IsLocal(p.stsEndpoint) {
 		return pass("credentials", "not needed: the control plane at "+p.endpoint+" is on this machine (an emulator)")
 	}
-	cfg, err := p.awsConfig(ctx)
+	cfg, err := p.awsConfig(ctx, p.stsEndpoint)
 	if err != nil {
 		return fail("credentials", err.Error(), "`aws sso login`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID")
 	}
@@ -127,6 +131,9 @@ func (c *DoctorCmd) credentials(ctx context.Context, p *plane) check {
 	who := ""
 	if id.Arn != nil {
 		who = *id.Arn
+	}
+	if embedded.IsLocal(p.stsEndpoint) {
+		return pass("credentials", "not needed: STS at "+p.stsEndpoint+" (an emulator) says "+who)
 	}
 	return pass("credentials", "STS says "+who)
 }

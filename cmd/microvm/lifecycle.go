@@ -30,7 +30,7 @@ import (
 type LifecycleFlags struct {
 	Local           bool   `help:"Run the local emulator in this process for this one command: no AWS account, guests are agentd processes on this machine, and everything stops when the command exits."`
 	Agentd          string `name:"agentd" help:"The host agentd the emulator's guests run with --local; unset: $MICROVM_AGENTD, then an agentd next to the microvm executable, then PATH." placeholder:"PATH" type:"path"`
-	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL: a running 'microvm emulator' or any compatible endpoint; a loopback one needs no AWS credentials. Unset: AWS_ENDPOINT_URL_LAMBDA_MICROVMS, AWS_ENDPOINT_URL_LAMBDA, AWS_ENDPOINT_URL, else AWS." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
+	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL: a running 'microvm emulator' or any compatible endpoint; a loopback one needs no AWS credentials. Reaches the control plane only. Unset: AWS_ENDPOINT_URL_LAMBDA_MICROVMS, then AWS_ENDPOINT_URL, else AWS." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
 	RegionFlags
 }
 
@@ -52,8 +52,12 @@ type plane struct {
 	// needs no credentials, moves with the wall clock and reads artifacts
 	// from a local store.
 	local bool
-	emu   *embedded.Emulator // --local: the emulator this process runs
-	a     *app
+	// The endpoints of the services beside the control plane, each by the
+	// SDKs' rules (cplane.ServiceEndpoint): "" is AWS's own. With --local
+	// every one is the in-process emulator.
+	s3Endpoint, logsEndpoint, stsEndpoint string
+	emu                                   *embedded.Emulator // --local: the emulator this process runs
+	a                                     *app
 }
 
 // open resolves the plane. With --local it starts the emulator, which close
@@ -82,6 +86,7 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 			return nil, err
 		}
 		p.cp, p.region, p.endpoint, p.local, p.emu = cpc, region, emu.URL, true, emu
+		p.s3Endpoint, p.logsEndpoint, p.stsEndpoint = emu.URL, emu.URL, emu.URL
 		return p, nil
 	}
 	region, err := f.controlRegion(a.env)
@@ -91,6 +96,9 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 	p.region = region
 	p.endpoint = cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env)
 	p.local = embedded.IsLocal(p.endpoint)
+	p.s3Endpoint = cplane.ServiceEndpoint(cplane.ServiceS3, a.env)
+	p.logsEndpoint = cplane.ServiceEndpoint(cplane.ServiceLogs, a.env)
+	p.stsEndpoint = cplane.ServiceEndpoint(cplane.ServiceSTS, a.env)
 	p.cp, err = newControl(ctx, region, p.endpoint, a.env)
 	if err != nil {
 		return nil, err
@@ -125,26 +133,39 @@ func (p *plane) wait(timeout time.Duration) cplane.WaitOptions {
 	return cplane.WaitOptions{Interval: 5 * time.Second, Timeout: timeout}
 }
 
-// awsConfig is the SDK configuration for the AWS services beside the
-// control plane (S3, CloudWatch Logs, STS).
-func (p *plane) awsConfig(ctx context.Context) (aws.Config, error) {
+// awsConfig is the SDK configuration for a service beside the control plane
+// (S3, CloudWatch Logs, STS) reached at endpoint: "" is AWS's own, resolved
+// by the SDK from its configuration; a loopback endpoint is an emulator,
+// signed with its placeholder credentials, so no AWS account is needed.
+func (p *plane) awsConfig(ctx context.Context, endpoint string) (aws.Config, error) {
+	if embedded.IsLocal(endpoint) {
+		return aws.Config{Region: p.region.String(), Credentials: embedded.Credentials(), BaseEndpoint: aws.String(endpoint), Logger: logging.Nop{}}, nil
+	}
 	// The SDK's own logger ("WARN falling back to IMDSv1") would write
 	// outside the CLI's stderr contract; a failure arrives as an error.
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(p.region.String()), config.WithLogger(logging.Nop{}))
 	if err != nil {
 		return aws.Config{}, client.Errorf(taxonomy.KindCredentials, "", "loading the AWS configuration: %w", err)
 	}
+	if endpoint != "" {
+		// Resolved from this command's environment, which the SDK's own
+		// loader never sees when it is not the process's.
+		cfg.BaseEndpoint = aws.String(endpoint)
+	}
 	return cfg, nil
 }
 
-// logs is a CloudWatch Logs client: AWS's, or the emulator's stand-in on
-// the same loopback endpoint.
+// logs is the CloudWatch Logs client, at CloudWatch Logs' own endpoint
+// (AWS_ENDPOINT_URL_CLOUDWATCH_LOGS, AWS_ENDPOINT_URL, else AWS): never the
+// control plane's, which is another service's. A local control plane with
+// CloudWatch Logs on AWS is refused without a request: its build log groups
+// are in the emulator, and AWS's group of the same name is someone else's.
 func (p *plane) logs(ctx context.Context) (*cloudwatchlogs.Client, error) {
-	if p.local {
-		ep := p.endpoint
-		return cloudwatchlogs.New(cloudwatchlogs.Options{Region: p.region.String(), Credentials: embedded.Credentials(), BaseEndpoint: &ep}), nil
+	if p.local && !embedded.IsLocal(p.logsEndpoint) {
+		return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingBuildLogsLocation,
+			"the control plane is an emulator at %s but CloudWatch Logs resolves to AWS, where its build log groups are not; set AWS_ENDPOINT_URL (every service) or AWS_ENDPOINT_URL_CLOUDWATCH_LOGS to the emulator", p.endpoint)
 	}
-	cfg, err := p.awsConfig(ctx)
+	cfg, err := p.awsConfig(ctx, p.logsEndpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +173,10 @@ func (p *plane) logs(ctx context.Context) (*cloudwatchlogs.Client, error) {
 }
 
 // uploader is where a build's artifact goes: nowhere with --artifact-uri
-// (it is already there), the local store an emulator reads, or S3.
+// (it is already there), the local store an emulator reads when no bucket
+// is set, else S3 at its own endpoint (AWS_ENDPOINT_URL_S3,
+// AWS_ENDPOINT_URL, else AWS). A local control plane with S3 on AWS is
+// refused: the emulator could never read what was uploaded.
 func (p *plane) uploader(ctx context.Context, artifactURI, bucket string) (build.Uploader, error) {
 	switch {
 	case artifactURI != "":
@@ -166,12 +190,24 @@ func (p *plane) uploader(ctx context.Context, artifactURI, bucket string) (build
 	case bucket == "":
 		return nil, client.Errorf(taxonomy.KindPrecondition, "",
 			"no --bucket (MICROVM_BUCKET) and no --artifact-uri: an AWS build reads its artifact from S3")
+	case p.local && !embedded.IsLocal(p.s3Endpoint):
+		return nil, client.Errorf(taxonomy.KindPrecondition, "",
+			"the control plane is an emulator at %s but S3 resolves to AWS: the emulator cannot read s3://%s; set AWS_ENDPOINT_URL (every service) or AWS_ENDPOINT_URL_S3 to the emulator, or unset MICROVM_BUCKET to use the local artifact store", p.endpoint, bucket)
 	}
-	cfg, err := p.awsConfig(ctx)
+	if p.emu != nil {
+		// --local: this process's emulator holds no bucket yet.
+		p.emu.Server.CreateBucket(bucket)
+	}
+	cfg, err := p.awsConfig(ctx, p.s3Endpoint)
 	if err != nil {
 		return nil, err
 	}
-	return build.NewS3Uploader(s3.NewFromConfig(cfg), bucket), nil
+	custom := p.s3Endpoint != ""
+	return build.NewS3Uploader(s3.NewFromConfig(cfg, func(o *s3.Options) {
+		// A custom endpoint (an emulator, LocalStack) is addressed by
+		// path: a bucket-named host under 127.0.0.1 resolves nowhere.
+		o.UsePathStyle = o.UsePathStyle || custom
+	}), bucket), nil
 }
 
 // artifactDir is the local artifact store: $MICROVM_ARTIFACT_DIR, else the

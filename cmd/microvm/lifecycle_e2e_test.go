@@ -303,7 +303,7 @@ func (p *emulatorProcess) stop(t *testing.T) invocation {
 func TestKeptVMAcrossProcesses(t *testing.T) {
 	env, stateDir := lifecycleEnv(t)
 	emu := startEmulator(t, env)
-	env = append(env, "AWS_ENDPOINT_URL_LAMBDA_MICROVMS="+emu.url)
+	env = append(env, "AWS_ENDPOINT_URL="+emu.url) // every service: logs and teardown reach CloudWatch Logs there
 	run := func(args ...string) map[string]any {
 		t.Helper()
 		inv := cli(t, env, "", append([]string{"--json"}, args...)...)

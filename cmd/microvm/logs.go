@@ -85,6 +85,7 @@ type EmulatorCmd struct {
 	StateDir string `name:"state-dir" help:"Where the emulator keeps what it unpacks from local artifacts; unset, a temporary directory removed on exit." placeholder:"DIR" type:"path"`
 	Agentd   string `name:"agentd" help:"The host agentd guests run when an image carries none; unset: $MICROVM_AGENTD, then next to the microvm executable, then PATH." placeholder:"PATH" type:"path"`
 	GuestLog bool   `name:"guest-log" help:"Copy the guests' agentd log lines to stderr."`
+	Bucket   string `help:"An S3 bucket the emulator's S3 slice holds from the start, for builds that upload their artifact to it (AWS_ENDPOINT_URL routes S3 here too)." env:"MICROVM_BUCKET" placeholder:"BUCKET"`
 	RegionFlags
 }
 
@@ -102,14 +103,22 @@ func (c *EmulatorCmd) run(ctx context.Context, a *app) (*result, error) {
 	// SIGHUP ends it too, so closing its terminal stops every guest.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	emu, err := embedded.Start(ctx, embedded.Options{Listen: c.Listen, StateDir: c.StateDir, Agentd: c.Agentd, Region: region, GuestLog: guestLog, Getenv: a.env})
+	var buckets []string
+	if c.Bucket != "" {
+		buckets = append(buckets, c.Bucket)
+	}
+	emu, err := embedded.Start(ctx, embedded.Options{Listen: c.Listen, StateDir: c.StateDir, Agentd: c.Agentd, Region: region, GuestLog: guestLog, Getenv: a.env, Buckets: buckets})
 	if err != nil {
 		return nil, err
 	}
 	defer emu.Close()
 	// Not progress: the address is what the user came for, so --quiet keeps it.
-	fmt.Fprintf(a.stderr, "microvm emulator: serving the Lambda MicroVMs control plane (%s) at %s\n", region, emu.URL)
-	fmt.Fprintf(a.stderr, "  point other commands at it:  export AWS_ENDPOINT_URL_LAMBDA_MICROVMS=%s\n", emu.URL)
+	fmt.Fprintf(a.stderr, "microvm emulator: serving Lambda MicroVMs (%s) with slices of S3, CloudWatch Logs and STS at %s\n", region, emu.URL)
+	fmt.Fprintf(a.stderr, "  point other commands at it:  export AWS_ENDPOINT_URL=%s\n", emu.URL)
+	fmt.Fprintf(a.stderr, "  (AWS_ENDPOINT_URL_LAMBDA_MICROVMS routes only the control plane; logs and S3 builds then go to AWS)\n")
+	if c.Bucket != "" {
+		fmt.Fprintf(a.stderr, "  bucket s3://%s is ready for build artifacts\n", c.Bucket)
+	}
 	fmt.Fprintf(a.stderr, "  guests run %s; Ctrl-C stops the emulator and every guest\n", emu.Agentd)
 	<-ctx.Done()
 	emu.Close()

@@ -179,7 +179,7 @@ func TestProxiedAttachThroughTheEmulator(t *testing.T) {
 		}
 	})
 	t.Run("the SDK's endpoint variable reaches the minter", func(t *testing.T) {
-		inv := cli(t, append(awsEnv(), "AWS_ENDPOINT_URL_LAMBDA="+vm.cpURL), "", "--json", "health",
+		inv := cli(t, append(awsEnv(), "AWS_ENDPOINT_URL_LAMBDA_MICROVMS="+vm.cpURL), "", "--json", "health",
 			"--endpoint", vm.endpoint, "--agent-token", vm.agentToken, "--microvm-id", vm.id)
 		if d := envelope(t, inv)["data"].(map[string]any); d["bootstrapped"] != true {
 			t.Fatalf("%v", d)

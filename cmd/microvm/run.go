@@ -256,9 +256,12 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	var built *build.Result
 	var runStart time.Time
 	var buildTook, ranFor time.Duration
-	logs, lerr := p.logs(ctx)
-	if lerr != nil {
-		logs = nil // teardown then names the log group as leaked
+	// Without a client (CloudWatch Logs unreachable, or on AWS while the
+	// control plane is local), teardown names the log group as left behind.
+	// An untyped nil: a nil *Client in the interface would be called.
+	var logs sandbox.LogGroupDeleter
+	if lc, lerr := p.logs(ctx); lerr == nil {
+		logs = lc
 	}
 
 	body := func() error {

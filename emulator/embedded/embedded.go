@@ -73,6 +73,9 @@ type Options struct {
 	GuestLog io.Writer
 	// Getenv reads the environment for FindAgentd; nil is os.Getenv.
 	Getenv func(string) string
+	// Buckets are made in the emulator's S3 slice before it serves, for
+	// builds that upload their artifact to S3.
+	Buckets []string
 	// Launcher starts the guests; nil is emulator.AgentdLauncher, which
 	// confines each in its own namespaces and refuses a host that cannot.
 	Launcher func(agentd string, guestLog io.Writer) emulator.Launcher
@@ -82,7 +85,8 @@ type Options struct {
 type Emulator struct {
 	// Server is the emulator itself, for fault injection and inspection.
 	Server *emulator.Server
-	// URL is the control plane's base URL, http://127.0.0.1:PORT.
+	// URL is the base URL of every service it serves (the control plane,
+	// and the S3, CloudWatch Logs and STS slices), http://127.0.0.1:PORT.
 	URL string
 	// Agentd is the host agentd guests run.
 	Agentd string
@@ -121,6 +125,9 @@ func Start(ctx context.Context, o Options) (*Emulator, error) {
 		WallClock: true,
 		StateDir:  o.StateDir,
 	})
+	for _, b := range o.Buckets {
+		srv.CreateBucket(b)
+	}
 	u, stop, err := srv.ServeOn(o.Listen)
 	if err != nil {
 		srv.Close()

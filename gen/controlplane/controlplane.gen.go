@@ -7,15 +7,19 @@ package controlplane
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/oapi-codegen/runtime"
 )
 
@@ -10356,4 +10360,222 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/2025-09-09/microvms/{microvmIdentifier}/suspend", wrapper.SuspendMicrovm)
 
 	return m
+}
+
+// Base64 encoded, compressed with deflate, json marshaled OpenAPI spec.
+// Stored as a slice of fixed-width chunks rather than one concatenated
+// const string: with thousands of chunks the chained `+` fold is several
+// times slower for the Go compiler than parsing a slice literal.
+var swaggerSpec = []string{
+	"7H1rU9tIFuhf6dJs1cCMZAwh2YmpqVlPIBnuBcLFJLu1QzbVSMd2D1K3prsFOMT//VY/JEu2ZMvEvIK+",
+	"JMbu5+nz7nNO3zg+i2JGgUrhdG4cDiJmVID+o+v7IMQuUALB3rUPsSSMqh98RiVQqT7iOA6Jj9UvG38J",
+	"87PwhxBh9ekfHPpOx/lhYzLLhvlVbJSPPh6PXScA4XNip6tYhusMAQfA9Ur/43WjL9Tb45zx01EM6rvi",
+	"IKdDQJB2RhRH4CLBIpAkAoH6LAzZFQTofIQw8lnIKMI0QBh9ODloOW5uS1IP7wjJCR2Y5V57EWCRcAhU",
+	"gz6hgfqp4yRUJHHMuITA4zAwq6ZMqv5dRJMwRBEIgQeAIswvBMLINENXRA5ZItEh8Tn7eCjQGuP6178T",
+	"EBLJISAB/JL4gHyWhAGiTKIYcwHrrv6MKdrvHqIAKMHhju6KQ/un3r3Qg8ScUJ/EONS7Vd9gXwGo5ah9",
+	"vWG0HxJfrv7sZ0cuOffZRo/mzMeus08lcIrDHvBL4KsHUdX4JYCqaloA1wlIPvK6fQm8uAi7OUIlDIA7",
+	"Fp+jc9XO4aqX7tQDn9FAqN8fHPKXOCTBMeY4Agn8Iw4TuIsDmDtN6TnM7fGYsPcEBEu4D3dH4tUzlECu",
+	"uvFjBNoRk29ZQoO7A9rsDHOANtv4MQGtZ+TU6mE1M3AJiGbaPELI/L+ESaxWCMFdqFnzZ6mGWUWHxwTA",
+	"0yFnUoaEDlYPtrKxS4BV1uw7FbunjB1iOjoxOqi4A5BXTVAG96q2jwk/PyptQENi9cAqG7sETmXNnoDl",
+	"FOMBoXrZnp9wwbgH1Gf6x5wFVWoOYZrZQmhNJP4QYaHMoYTqISBAvyJC1Vr1wOsIU3EFXKDtdlvbXQgX",
+	"TLOWWamF+1yzOOYsBi6JsZ5tf/VRjYfPQ3A6kifgzkAi+4ad/wW+dBRgQJ2IhgpOQul0HD8kCmtcZyhl",
+	"3JNYJsLpbLdfqO5d7g+JBF8mXE8INImczp9O9+Tw86tt59PMlK7ze0LCQA1T6HC8d7S7f/TOcZ39o8/H",
+	"J+/fnez1eo7r9D68ebPX6739cOC4ztvu/sHebumob3CMz0lI5KiwjIOD8tZDEguQ+abvTrof90/fH5W3",
+	"D1kS/BtLf3jABgONKtNQD9ngHWdJrE8AXx8AHcih03m5ueU6EaHp35uuE2OpzCan4/zvT+x96Xr/bXuv",
+	"P5+deRutHz79/A9nen51KCIicjjyxBDrX3rZykI26EkOOFpu3v91fvr001JTzeCKttMD6HJJ+tiXdv7j",
+	"HFA29QqmvilCLeFkauFb7e1f5q787EzUhNIRo7+HmF705qG77ZNQTUuKTKocELelMtfhVmHeD0rY0eTn",
+	"lA2ukkpfa39KnKgdkUHCcflu8BQdz/Wf5duO9fr/TohmpX8WB/pUhjMcsATtX7qMuokcnrILoFaelizM",
+	"cPljxo2fkEiIxKIVqta9GHzStzJOTRwRum86b2bLwpzjURnqHBAh3/dLx4HrmBgw7tNDQhNp8YFQEilW",
+	"Mhk9VbFKxj9mgkhyCfupFjYFxrJJ3CIwlgGu8a2WQDdtov8IAqJmxOFxEdMnxPlLu90uJTygZj8pCcxs",
+	"OFuM9k3o85hiFu0ybjGL+BcwmuYYL1+tiGFki/y/MHLmaAkKbJ5UDT2j0XgRjvMKQoRjxPrI/KhVFyQZ",
+	"ulRb30m1B4HkkLNkMNRqBNAgZoRKJIAG6D8evhJezNn1yFOToT5nESISxWEiCr/GjMuWWevUZvRGjrFC",
+	"lRkizY59IRLtR3gA1dSZocx7kUlg+1stSs2J7fFiqpy0VvSpepxjAXqJXU7vT5Dk5v0IXFiOejdzpxOo",
+	"SZXmdMLCOpvdahdmxJx28JVQ+sbZmffppw7BUafzZ9t7/elmc2vc4SyEjd+sOvK57b3++Ve39a+zM+/z",
+	"Rs11pusau1YUZXwlt8zNrRmwzA5MAohiJoH6I0NkmVj2p/SN+Z7+XFvVd0oGLoGj09KzDqZO9UnxtWDh",
+	"lKgCMOAgxBHIK8Yv3jBKwZeMF9e6AM8WY/PU6JYZ1xeO0wOkmwN6STijEVD5EXOiVCJRU7Bst1+/qrH0",
+	"vdkZquTJy/Z9S4+SxWVyZHHTQxyrpkPGLhZi5B+6kdH+U2tkXvvUaBm7jpJFUxB4tV3LQvE+14SD5otH",
+	"ap6cbluf3E6yHsviZdYzRUiJB3URUKNBbt9rf56dxTcHY/Xvf/W/R+PPrc7Grz+fnXn/+vTTei1QnOJB",
+	"hp91kLGEP97FmqrQ8lTBa1pZKIjYKSE0xZItetVVKiq10karaLSKWa3iyQt/X9NA0NXL7zMeYWW4Byw5",
+	"D2ECDJpoX7waV3s6JY5iL2sNMfOHnpg45xuNotEoVqhRkAdge+ReWN7svCGWIGTX146YB13DW0xCCB5s",
+	"DY0WOU+LFOldxbz58pqNudxo9M9b6p+uk8TBqgXllFJLJgqtxuX0lPNC2l1O9S1wsYUqcG8IYbjY/f1g",
+	"zualN9C4mG/pYl6V23YXQihaWO8TGSclSKUxdT8AKkmfmPCQ+XtduKv8rLmBv4F5ltFrbuR04HqAsFT5",
+	"GODxULrO0udg11j3OAr7mnc670Dmp9HRAFUHc/tbScuszYXrvZnvhciGeYvNxUAou3ASjTDXFLXNJj3e",
+	"AYXJje59bfNOzNjnZHcIimMxZFJjwcIwykLjlJJPAItSg79az5mi0JQ+CmjrFklugpplKJfHhBqUXkXk",
+	"3w06NebkwxiHjX32PO2zGjxngeLXXDSsnj2UR8yoCT19qN6lmdKjChNCIiCYRM6cAA7QOfYvTKTspAkS",
+	"MYQhoQO0hlFMKGJ9tIk44ECY9ligzVZ73UWCISLTaNxzQOrUMIfAhNjKIWTRu4zrPyNM8QACFBIh1QRY",
+	"IIzMhsoDa5q7k+bupLk7ae5OnvfdydJ3Bk/Lh190fyywuubIPSUgvD4mYcLBY9TTX0wE3qHtZTI/GEV9",
+	"rbojKyTFjpVYal5EhGqhvtCjCJMsL2ys9632lohGD37MevDyNxClxn6qPFtcqa9FV/v1H4FsbH+LcDTh",
+	"1rdaZTmpp0N655iDN2RClpA5o2gC3A7CSDVGqrGJEtdKKmVIky3sIIx8HIbAUcwhBhoINJQyFp2NDUSk",
+	"gLBveABcg58oyn0CuigJQjhmIfFHCwshTFouIV232ks66NN13XfgFaFPmoQifE2iJNpN0qvDNGO4NMc4",
+	"sgAPVni7Mn3RxFduICyjNlSpCitiLwHgwDuHPuPg8YTSQkrqqbJjWQAhUsMJJIdEGEOWMu9qSCSIGPtg",
+	"zVoXnSfSFOYxmoVAigsJoBKoDwKt9RlHcI2jOASEU52EJxQphdgY2bqKj6EBpZgoazsAP9Sm9hA4tBzX",
+	"YZfAOQmUwPgzI5hP41oKpgQeEXrH4nWClRMZmYmGeQK1EvnziFgmWpWxMJP8urvf6/5+sLfruM7ekflU",
+	"loX6R2qNTGUimk38UcdWOcy3zZGl2t0yA+Q6jF0nZjyVpCYs4dXLly9euvPCFErzSfcLomEmjoCdgEgi",
+	"2KPKQsunUp4zFgKmKW8LQkgPJseTssW8arslDEokQglYCOZ1bZfuo4BR5fPPGd8t2VoZ5syp+3S3+d9C",
+	"TziVWfqy3XZNtYjJ+PVqJBUXW5Hz6t5XFntbdVci7dC4AUvsJFEZN5AK6VrWbPUEdfxi1b1TeUzhepJz",
+	"tUxad8HvrndShn4VMLo74PSSKMJ8dEvg2N73CZzpqIZVgWZ63GUAU96XGJfKPQNlxeRU4tC4HWCKvR8I",
+	"Y0S1pX17uNwSIA+EJCsHgYRoma1LiO7x8E/xYM6GTxuP3O0y12ZhPXFUL1+exM/qviy865qpEDN2nYCI",
+	"TFWt4SXfTZsvUalkuusEX3M9B8ybADfx5c1YrW6OzP1+g3TuNXRhvpd1jkL4/cL/oe6r7vXcp5wFC9Bg",
+	"ynwvHjzXdqGthPO+73T+XHwZaT1Rn1wngNT8yVwM5iYuieCURMASWfDbZe033Zwx355vybsOT+iKV5jQ",
+	"FS7Pmt6rXaIddIXLzDxeq11oNuzKljquxuJZK6UJ6m6Cup9FUPdTCcs+LHP5TgsdHIxWLXNwMJrLgV60",
+	"cyzoxav2Qn55aUqMrphdpqOucq2LGObMhcCbk73uqSmHqT/qqwHz6bMtguk6H45300b64+TLXKPdvYM9",
+	"20h/nP6p4qrheRkFTeT+04rcX1GweGW81y3r0pZQ2+4M3S2itmJwVr6W7ZvT/Y97eiH2Y92hKjWxJvy9",
+	"CX9vwt+b8Pcm/L0Jf2/C35vw9yb8vblsa8Lf8xfCFcVCvqcw5GcTmVsj9nMuCvGFGDPHejz5cHRkPvU+",
+	"9CZf2z+0nXi6d3K4f5S6dNK/KkzGY8blCaaDsswMql8IWDIgs7RuFJdH5ljSY1z9wFOnMpnFzTZSBvHZ",
+	"pxludcGPwzB7WmIeJn2gRN4y0nUhYHl6jIuetDDnvURwwNzHFh9XHObrhe8cPuDzKwW2YSf+9C273c7v",
+	"tjSkW6PTIUSMj/bpIfm9LKtihqHNdCqjHBNpXJLfNdsyoVmzivp0d1bq/5Gml5WrudQM5PnZOj3MwcOc",
+	"iomuu4f9IQIq+Uhpshj1lcqb9UDdkyPUtz6Z1EVjHmXeSdPEdIZY+rJY9+Dg8/6Rdkeq8Tj0EwFBucum",
+	"0kZ+Lmlj31VxtyeQQvZ9kcnyxv683LhMddj65Zd2ndCaPxi7OMajkOGgpqOqHPw8od6QsQsvNoN5PpBw",
+	"No1MPwWKAuYnEVCp148EHgm0+cp98cs2Oh9JsIa5Bpz5US0le8s9fRMRaJ8pAad/dRGhfpgIcgluashf",
+	"DVmomxMcki8QTBzPiyoOlkq2nLxq0pabtOUmbblJW27Slpu05SZt+ZvTlsse038gB0JVOmqtl+1v70T4",
+	"W435hgUw14dwOxeD61iNqWL8b/KsbGnATJecnTLjWQD7VEgchj3yBfbp7yNbaT7DSELlq22nTEUNiLhI",
+	"x1++d6TdFbftXxZZ1zOR2XU8HKd4kHphKl0cTSrWCh4R01+WMZbTlF/WOq4hZ1Iqm+VeiPruiHLrdSF5",
+	"/saR2c7SVHq1XcYOMR1ZzBSP13u7pb232kdeSSh9HApwy574j2I5QiYxLeGwoywEdEU4KDs/UkL6Ztxy",
+	"3NppbR/0rWTzfG3z0FzzfG3zfG0TMfZdPV/7gFFUtw9NKdN7yqRU8x5qI6aaoOYmqLkRUU1Qc/MeavMe",
+	"6nf3HuqTfNdzsugab3zOqnW2daUP4pvj12cDKNXXSy6uUT0b1bNRPRvVs1E9G9Wzyad74Hy6JqutyWpb",
+	"fVbbR1PYhjB6j7XDq6tuj3UoWZ+ZujqFS0GOafY3Yn0ds9PTh2WjhWJCKQToHAQJABGJsEQ4Jhshjs4D",
+	"7NnwGNH6SzB6Rtc4CPl/BKObLuoe76Ot9tZLr/3aa79eb6G9S+Aje91IIDTxq2bVaYUEiJIQS/UHS/wh",
+	"CEREFjN0RofAYQcNgG74jErOwjjEFFSbganJBAHqcxaZ4KY+CUGHyZopNnzd+keBfM6E8Pwh+BdIWcBn",
+	"1FZuEGp/WfGGAhhsqO75yH5qndEz+obRS6Bas+qcUQ910z46NUjHVFNkjswMC9fYl+EIMQroAkZorZAz",
+	"hX5FBdmLfkWb7hlFKML8AgJUzDxab6FcDLEODSVCL/wCRjpmmOtvKFwCRxgFRB20DgBg3BxASy36NCUp",
+	"E+KlyQlZcnJRzIQg5+EI9Tn2DWtDk0P+UZ2Oxr91165SrXeWTvVMRTaglyzykDZfY2TJZKSOilEhOSZU",
+	"CuSrLarj3UGapSEfc05AqBkxinD8o9BAzfVx0dWQ+EP0Pgaq0NHW6oDrWGmHdlFpMJ3egEBXGnDZl+cw",
+	"xJeEJRytBcwXG8cH3dO3708OW1Hg6sWrbQTIRuGtp3HZ+tg05gRE4AEHUChuxpZZKB4RSJBQ4T8+Z4lE",
+	"GEmO4510NItBJMNqPaz9UehYfKGD96kmSc0RRGuEo7CF9qVAWXCdrjgyAfhkcXn4BhCSc01F4QiF0JeI",
+	"JdIEn09TDMJhyK5Ehs9yyARYcF5hIoELtMYSbmPXLSCgTygIRBmFdY1rOizdNrdEathKylUyulb0hdQK",
+	"8Uio7Wb4iX3FXxkXSHICgfqN8QA4WlOD9wkXEkVY+kPFRhQodnTJFSwBUZb1VoMb6BCBYhaGECA8wEQR",
+	"WYzlMIerTFdUT8kO02yMHxU4YvAVE7pUshgRjZqFqjCuDac8xpbJpOMgm7iPOMSMS4Obe+pAEbceA6ER",
+	"fmT4ZCpWLOFT9B+vG32hnu5yOooBrSlMJBR9/qxkh/qk0/lZoNiPWphgkY7PHIr1nTwrNqVugCgO0jpT",
+	"0k8SqWST0/13Dx3oA0JaHfp4qClUcWKkmavjOpepQutMeL8SiSwGimPidJwXrXbrhaMVjqEWhBtb7c1/",
+	"eu0X3ovNDaVJbdykSuDYSKwQjAao2IIJpgycjvOByklImR7PvoMhdHE6otag5kj9UxPd0snrCEbiGjVv",
+	"Wktqt23WSLmehDntrFlPQNf7r/fpp/WOQeDOGiTC99a1F+DTzdZ4bc0bsMv1r2seEWxNf/vb+vr6b57+",
+	"+LN3dhbcbI47+r+tcWetn1DNbjtF9+VaZ+3s7B8H3dO93unX4k/r6799DfEIeGdt6oevSs3xBBlQQgee",
+	"r230ji98PbfxWvxz/BWUKPMMgLwIxzGhA+3UwF6/6739dPPL2Mv/ub3Mn5tb469rPo6xT+TIizm7JAHw",
+	"rzNZSl8t5ZsCTutTu6+tdw6UMpWd9njs3jhwHYc6uMyct8aOvxPgowl6SK2wirnYUeY8uF9lepEBZVpO",
+	"rKeRJl0lhm3ouFam03ZCl2fMWIza2VZ7e1ZR7CW+D0K4imsqHqKzurbb7SqzKRtxY8ErNXqY7cXDVOcr",
+	"6xFe1x9hNkNbjbBVY4TKIMGx67ysA4uZ0O7xuBDGJLP4pYEpZ1vkeOlbBg2za5hdNbObpee2iTunBsNu",
+	"HBzHoS3lsPGXdYtMcGKuU2j6NQ1tW5ayikfGIR6SvpVGxWg4yqg7ZqKEvE8bdaah8NoUrnH0d2aKR6+E",
+	"uEsyNKZygy36NurC41IXxq6yoVJra8OWGfUKyKfPqlKrKHttroIHTSnNEb4+AZGEUie25dmOybR/ubBe",
+	"d/m4k2eh8sPWfh+qOksyxgNC9e49P+GCcQ+oz4JCsuQxcF+xD/2L8VOYti76FcU4MM4Z6odJAMEOUrxd",
+	"uwLOhTKgs6WnRjeHOBwhnZuN0+KvrXuQ1HPeEFyF3C7zcuu+Lxb37eq5doESuI2gLklOqktUVW97Gtqy",
+	"2GGQhtA4SZMTCghprUD7v+sYp1BZyxgPoEe+TFFKmVZQi4g3bqaKM4w30vqNy9J3+kRgQ+Z3TeZuqfY2",
+	"XWWjphK3yio6D8GApl6mfLx86J5MjmfAyZZQQxr94yEY0/TWcQRvSSg1UypnQncZn1IFuAgrTNNHnVa5",
+	"UCv1+ulSLfC6SCTnZkJkfkOai0GAcF/9pU9g0EFYfQIU4RE6T3Njr4YkBBRi2w6EuT1y9b0epubGy1y6",
+	"RIkolv039yeevihnl8AR6AtvNcy9aHulT9w2it5jY49V7p83OqQkf4rO3dj5sxMtZe5v3ulC7gNtt2qb",
+	"3hXVTR6DdlHHh/ENvos7I7yK2kWJQaL06RabUZCx9Ox3pH83HBhTcQVcoO12G5UctqtLDm23X6MZONiq",
+	"d9VqyqyhNe8qeld/P0W6ix24j8AEqD4Rcw6YU89noQ6Cyw5DA5/p6IfuyZF5MAcC1Gq1OgUods6SdvuF",
+	"r5rrT2BLGYZYDE3FifQEMYqICAFrxWa7/eKu5eXsgT0De+Spcoy616OTsokNCT5+Epw6rcYfcMdUVNRC",
+	"1Tc29E4NXCh2eYlJmBZLyuLrNAGlAW5KW83eyrQB+o4w5+TYaJu04eS9zAUNp9/cTJvbyLjycWs3zz0X",
+	"WKdl7SHnreCT6xRq+zod59+YSIESKkmoQzu1MkMEsuBUJG0B1kIFgEx+Sb9Q02QhlCbeceb1Husc/lHY",
+	"d3xcJADQFOnpQnXrLsICBaZqo9mZiZMULVPMcBdCPLLPsRJq/9oyYXya79l0i/zIRswGcxFpFtwF/Ejj",
+	"GXP33bPUtRC3VnlUdsGuOhHKUMjoADjqqxUtBSpFlorlzQY2zuSONqJsNaJs9bZ0dQW0WrZ0+04X0tjS",
+	"z00zXtKmrXl52NwaNreGz95eqaKExnB5nheZc7ip/cliyJKew0nSaaPyfRs3mMNBJ0CuB7C7u++8Zzen",
+	"3Xjj7fzevJ0N22jYxh25Zp8Pz3giHtq0/ogBez8J5zrYeh/evNnr9d5+OFjsJ/sevKnTPk+daj4Bwg6y",
+	"/tP0BbWCs7PoVXUn1SAmo+bqySzj71P0mqZ+p1/aqjTGFYilP6zjDGw4/TPk9PfhuZwqn/jgDszpiomN",
+	"tvq4tNVV2ccbhk/X9kH+bpo3HsjGA9mIlFuJlAqkxtwfEgn6baACXs/j2918p8qh/SGJBcjao76x7RcN",
+	"+M4UCLKXwN+TEVbO9RojrPE215KmGzf6//1gXClXy8JAGqvimYmA4iotzjwzB5fG/Iaz3qt7q4Ld1bIC",
+	"Gt3/oVIDZzn/3Scpz1tKrkJvxUHcm5ImnoWfoknaK3Klk4Ta87+jZL3JBA/kl8svoAkofH7uPLFxk72B",
+	"XysZbvqZ6VomxcwU92FU3FcpjMqHtxuP9vcQf9Eg+AQWjRL0KMIEThJK7RsvlXEBJx+OjopX+BVBAad7",
+	"J4f7R9169/1p4zpX/sd7R7vFQfVD/dPNeh96y7UszG0bLooeSCuaIyKQhYxr64VMNCDEOFJaYpRy8hbq",
+	"Zh3lEOvi6frdihzMVKcJVGxN+oDotwX6jAPi5rDQmlpOLi4ACTwS6Go4clEiEhwqS07HJ0Cg+qAhYxfr",
+	"LTQBjw5pyGCg4x7yxexNPrw9C+Gic/BxIgBhxPWegmwrER4hIUkY6mLwuSH7TNeqhys9sEBryrQUIoly",
+	"Cfc4fTxBwXoHTb+agDj4jAcCUWYL8Qul2FIfUnDnAewiwXLvBCDJQvMggC1Qv14MwdgshGBsLhGCkSWu",
+	"9RIRAw0WZK2VYdrdk88ySJytcGceMuajXVYOykzvmQ/L0j2vJAlwGXhNVrE4s+/2sFlKy97AiRx60hiu",
+	"N3XKxnQTOZwYt09DJ7njAjcZSB7Ifq5aTKMnPRJbdsNIv2oKKwikRtkvgKMxZZ9+emg5VYghhKG3tATq",
+	"qW6NGJrh/EW4PAZZNL2iRiDdMTnaBxoLV36GyoAGMSP68Ub9XF+K9fbOL32l8RwCbYEVXkpUNt/k+UNC",
+	"Jat4S031VKsOQQIFIXbSdgLT4Jxdm7cSoyBlC/blQB+HoX73kQb2G0srqPfH3sHB5/2jdyd7vV51RbUK",
+	"9mLMrGquYu2wRuxa2i3Co5G7T0ru5h7BVYNn9N7Rj7WKzoYl1tYNhwFhdNzCEf7CKL4SLZ8p7E+7HHPo",
+	"k2un45gOii44k8xnodNxVPP0T/FD9kynMo2DCxNFkXu+zwRSCHOZ5nQcn0W5aYvc4wfTMd/PPMByZEjP",
+	"rmY8/v8BAAD//w==",
+}
+
+// decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
+// after base64-decoding and flate-decompressing the embedded blob.
+func decodeSpec() ([]byte, error) {
+	encoded := strings.Join(swaggerSpec, "")
+	compressed, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		return nil, fmt.Errorf("error base64 decoding spec: %w", err)
+	}
+	zr := flate.NewReader(bytes.NewReader(compressed))
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(zr); err != nil {
+		return nil, fmt.Errorf("read flate: %w", err)
+	}
+	if err := zr.Close(); err != nil {
+		return nil, fmt.Errorf("close flate reader: %w", err)
+	}
+
+	return buf.Bytes(), nil
+}
+
+var rawSpec = decodeSpecCached()
+
+// a naive cache of the decoded OpenAPI spec
+func decodeSpecCached() func() ([]byte, error) {
+	data, err := decodeSpec()
+	return func() ([]byte, error) {
+		return data, err
+	}
+}
+
+// Constructs a synthetic filesystem for resolving external references when loading openapi specifications.
+func PathToRawSpec(pathToFile string) map[string]func() ([]byte, error) {
+	res := make(map[string]func() ([]byte, error))
+	if len(pathToFile) > 0 {
+		res[pathToFile] = rawSpec
+	}
+
+	return res
+}
+
+// GetSpec returns the OpenAPI specification corresponding to the generated
+// code in this file. External references in the spec are resolved through
+// PathToRawSpec; externally-referenced files must be embedded in their
+// corresponding Go packages (via the import-mapping feature). URL-based
+// external refs are not supported.
+func GetSpec() (swagger *openapi3.T, err error) {
+	resolvePath := PathToRawSpec("")
+
+	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = true
+	loader.ReadFromURIFunc = func(loader *openapi3.Loader, url *url.URL) ([]byte, error) {
+		pathToFile := url.String()
+		pathToFile = path.Clean(pathToFile)
+		getSpec, ok := resolvePath[pathToFile]
+		if !ok {
+			err1 := fmt.Errorf("path not found: %s", pathToFile)
+			return nil, err1
+		}
+		return getSpec()
+	}
+	var specData []byte
+	specData, err = rawSpec()
+	if err != nil {
+		return
+	}
+	swagger, err = loader.LoadFromData(specData)
+	if err != nil {
+		return
+	}
+	return
+}
+
+// GetSpecJSON returns the raw JSON bytes of the embedded OpenAPI
+// specification: decompressed but not unmarshaled. External references
+// are not resolved here; the bytes are the spec exactly as embedded by
+// codegen. The result is cached at package init time, so repeated calls
+// are cheap.
+func GetSpecJSON() ([]byte, error) {
+	return rawSpec()
+}
+
+// GetSwagger returns the OpenAPI specification corresponding to the
+// generated code in this file.
+//
+// Deprecated: GetSwagger predates kin-openapi renaming openapi3.Swagger
+// to openapi3.T. Use [GetSpec] instead. This wrapper is retained for
+// backwards compatibility.
+func GetSwagger() (*openapi3.T, error) {
+	return GetSpec()
 }

@@ -1,0 +1,492 @@
+package emulator
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/md5"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The emulator's slice of S3: the buckets and objects the build path uses
+// (client/build.S3Uploader through aws-sdk-go-v2's transfer manager, which
+// sends a PutObject or, past its threshold, a multipart upload) and the
+// reads that let a build take its artifact from s3://, served in S3's own
+// restXml protocol on the same listener for requests signed for "s3". The
+// operations are CreateBucket, HeadBucket, DeleteBucket, PutObject,
+// GetObject, HeadObject, DeleteObject, CreateMultipartUpload, UploadPart,
+// CompleteMultipartUpload and AbortMultipartUpload; anything else is refused
+// with S3's own 501 NotImplemented. The XML element names are the members
+// of the S3 model's shapes (the aws-sdk-go-v2 s3 package's types), and the
+// tests read every answer through that package's own client.
+
+// maxObjectBytes bounds one object or part the emulator keeps in memory.
+const maxObjectBytes = 512 << 20
+
+// minPartBytes is S3's floor for every part but the last.
+const minPartBytes = 5 << 20
+
+type s3Object struct {
+	body     []byte
+	etag     string
+	modified time.Time
+	ctype    string
+	checksum map[string]string // x-amz-checksum-* header -> value, as sent
+}
+
+type s3Upload struct {
+	bucket, key string
+	ctype       string
+	parts       map[int32]*s3Object
+}
+
+type s3Bucket struct {
+	created time.Time
+	objects map[string]*s3Object
+}
+
+// The restXml bodies, named and shaped as the S3 model's members.
+type (
+	s3Error struct {
+		XMLName    xml.Name `xml:"Error"`
+		Code       string   `xml:"Code"`
+		Message    string   `xml:"Message"`
+		BucketName string   `xml:"BucketName,omitempty"`
+		Key        string   `xml:"Key,omitempty"`
+		UploadID   string   `xml:"UploadId,omitempty"`
+		Resource   string   `xml:"Resource,omitempty"`
+		RequestID  string   `xml:"RequestId"`
+	}
+	initiateMultipartUploadResult struct {
+		XMLName  xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ InitiateMultipartUploadResult"`
+		Bucket   string   `xml:"Bucket"`
+		Key      string   `xml:"Key"`
+		UploadID string   `xml:"UploadId"`
+	}
+	completedPart struct {
+		PartNumber     int32  `xml:"PartNumber"`
+		ETag           string `xml:"ETag"`
+		ChecksumCRC32  string `xml:"ChecksumCRC32,omitempty"`
+		ChecksumCRC32C string `xml:"ChecksumCRC32C,omitempty"`
+	}
+	completeMultipartUpload struct {
+		XMLName xml.Name        `xml:"CompleteMultipartUpload"`
+		Parts   []completedPart `xml:"Part"`
+	}
+	completeMultipartUploadResult struct {
+		XMLName  xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ CompleteMultipartUploadResult"`
+		Location string   `xml:"Location"`
+		Bucket   string   `xml:"Bucket"`
+		Key      string   `xml:"Key"`
+		ETag     string   `xml:"ETag"`
+	}
+)
+
+// s3Fail is one S3 error: its status, code and message.
+type s3Fail struct {
+	status  int
+	code    string
+	message string
+}
+
+var (
+	errNoSuchBucket   = s3Fail{http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist"}
+	errNoSuchKey      = s3Fail{http.StatusNotFound, "NoSuchKey", "The specified key does not exist."}
+	errNoSuchUpload   = s3Fail{http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed."}
+	errNotImplemented = s3Fail{http.StatusNotImplemented, "NotImplemented", "A header you provided implies functionality that is not implemented"}
+)
+
+func (s *Server) writeS3Error(w http.ResponseWriter, r *http.Request, f s3Fail, bucket, key string) {
+	id := fmt.Sprintf("%016X", s.reqIDs.Add(1))
+	w.Header().Set("x-amz-request-id", id)
+	if r.Method == http.MethodHead {
+		// A HEAD answer has no body; the SDK reads the status alone.
+		w.WriteHeader(f.status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(f.status)
+	e := s3Error{Code: f.code, Message: f.message, RequestID: id, Key: key, Resource: r.URL.Path}
+	if f.code == "NoSuchBucket" {
+		e.BucketName = bucket
+	}
+	_, _ = io.WriteString(w, xml.Header)
+	_ = xml.NewEncoder(w).Encode(e)
+}
+
+func writeS3XML(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, xml.Header)
+	_ = xml.NewEncoder(w).Encode(v)
+}
+
+// s3Address splits a request into bucket and key, path-style
+// (/bucket/key) or virtual-hosted (bucket.localhost/key).
+func s3Address(r *http.Request) (bucket, key string) {
+	host := r.Host
+	if h, _, ok := strings.Cut(host, ":"); ok {
+		host = h
+	}
+	if b, ok := strings.CutSuffix(host, ".localhost"); ok && b != "" {
+		return b, strings.TrimPrefix(r.URL.Path, "/")
+	}
+	bucket, key, _ = strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	return bucket, key
+}
+
+// CreateBucket makes an empty bucket directly, as `microvm emulator` does
+// for $MICROVM_BUCKET; an existing one is kept.
+func (s *Server) CreateBucket(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bucketLocked(name)
+}
+
+func (s *Server) bucketLocked(name string) *s3Bucket {
+	if s.buckets == nil {
+		s.buckets = map[string]*s3Bucket{}
+	}
+	b := s.buckets[name]
+	if b == nil {
+		b = &s3Bucket{created: s.opt.Now(), objects: map[string]*s3Object{}}
+		s.buckets[name] = b
+	}
+	return b
+}
+
+// Object returns a copy of an object's bytes, false when there is none.
+func (s *Server) Object(bucket, key string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.buckets[bucket]
+	if b == nil || b.objects[key] == nil {
+		return nil, false
+	}
+	return slices.Clone(b.objects[key].body), true
+}
+
+// serveS3 answers one request signed for s3.
+func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
+	bucket, key := s3Address(r)
+	q := r.URL.Query()
+	q.Del("x-id") // aws-sdk-go-v2 names the operation in the query
+	op := s3Operation(r.Method, key, q)
+	if op == "" {
+		s.writeS3Error(w, r, errNotImplemented, bucket, key)
+		return
+	}
+	if s.fault(w, op) {
+		return
+	}
+	var body []byte
+	if r.Method == http.MethodPut || r.Method == http.MethodPost {
+		var f *s3Fail
+		body, f = readS3Body(r)
+		if f != nil {
+			s.writeS3Error(w, r, *f, bucket, key)
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.buckets[bucket]
+	if op == "CreateBucket" {
+		if b != nil {
+			s.writeS3Error(w, r, s3Fail{http.StatusConflict, "BucketAlreadyOwnedByYou", "Your previous request to create the named bucket succeeded and you already own it."}, bucket, "")
+			return
+		}
+		s.bucketLocked(bucket)
+		w.Header().Set("Location", "/"+bucket)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if b == nil {
+		s.writeS3Error(w, r, errNoSuchBucket, bucket, key)
+		return
+	}
+	fail := func(f s3Fail) { s.writeS3Error(w, r, f, bucket, key) }
+	switch op {
+	case "HeadBucket":
+		w.Header().Set("x-amz-bucket-region", s.opt.Region)
+		w.WriteHeader(http.StatusOK)
+	case "DeleteBucket":
+		if len(b.objects) > 0 {
+			fail(s3Fail{http.StatusConflict, "BucketNotEmpty", "The bucket you tried to delete is not empty"})
+			return
+		}
+		delete(s.buckets, bucket)
+		w.WriteHeader(http.StatusNoContent)
+	case "PutObject":
+		obj := &s3Object{body: body, etag: etagOf(body), modified: s.opt.Now(), ctype: r.Header.Get("Content-Type"), checksum: checksumHeaders(r)}
+		b.objects[key] = obj
+		obj.writeHeaders(w)
+		w.WriteHeader(http.StatusOK)
+	case "GetObject", "HeadObject":
+		obj := b.objects[key]
+		if obj == nil {
+			fail(errNoSuchKey)
+			return
+		}
+		obj.writeHeaders(w)
+		w.Header().Set("Content-Length", strconv.Itoa(len(obj.body)))
+		w.Header().Set("Last-Modified", obj.modified.UTC().Format(http.TimeFormat))
+		ct := obj.ctype
+		if ct == "" {
+			ct = "binary/octet-stream"
+		}
+		w.Header().Set("Content-Type", ct)
+		w.WriteHeader(http.StatusOK)
+		if op == "GetObject" {
+			_, _ = w.Write(obj.body)
+		}
+	case "DeleteObject":
+		delete(b.objects, key)
+		w.WriteHeader(http.StatusNoContent)
+	case "CreateMultipartUpload":
+		if s.uploads == nil {
+			s.uploads = map[string]*s3Upload{}
+		}
+		id := base64.RawURLEncoding.EncodeToString([]byte(s.nextID("upload-")))
+		s.uploads[id] = &s3Upload{bucket: bucket, key: key, ctype: r.Header.Get("Content-Type"), parts: map[int32]*s3Object{}}
+		if alg := r.Header.Get("x-amz-checksum-algorithm"); alg != "" {
+			w.Header().Set("x-amz-checksum-algorithm", alg)
+		}
+		writeS3XML(w, initiateMultipartUploadResult{Bucket: bucket, Key: key, UploadID: id})
+	case "UploadPart":
+		up := s.uploads[q.Get("uploadId")]
+		if up == nil || up.bucket != bucket || up.key != key {
+			fail(errNoSuchUpload)
+			return
+		}
+		n, err := strconv.Atoi(q.Get("partNumber"))
+		if err != nil || n < 1 || n > 10000 {
+			fail(s3Fail{http.StatusBadRequest, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive"})
+			return
+		}
+		part := &s3Object{body: body, etag: etagOf(body), checksum: checksumHeaders(r)}
+		up.parts[int32(n)] = part
+		part.writeHeaders(w)
+		w.WriteHeader(http.StatusOK)
+	case "CompleteMultipartUpload":
+		id := q.Get("uploadId")
+		up := s.uploads[id]
+		if up == nil || up.bucket != bucket || up.key != key {
+			fail(errNoSuchUpload)
+			return
+		}
+		var req completeMultipartUpload
+		if err := xml.Unmarshal(body, &req); err != nil || len(req.Parts) == 0 {
+			fail(s3Fail{http.StatusBadRequest, "MalformedXML", "The XML you provided was not well-formed or did not validate against our published schema"})
+			return
+		}
+		var whole []byte
+		sums := md5.New()
+		for i, p := range req.Parts {
+			part := up.parts[p.PartNumber]
+			if i > 0 && p.PartNumber <= req.Parts[i-1].PartNumber {
+				fail(s3Fail{http.StatusBadRequest, "InvalidPartOrder", "The list of parts was not in ascending order. Parts must be ordered by part number."})
+				return
+			}
+			if part == nil || strings.Trim(p.ETag, `"`) != strings.Trim(part.etag, `"`) {
+				fail(s3Fail{http.StatusBadRequest, "InvalidPart", "One or more of the specified parts could not be found.  The part may not have been uploaded, or the specified entity tag may not match the part's entity tag."})
+				return
+			}
+			if i < len(req.Parts)-1 && len(part.body) < minPartBytes {
+				fail(s3Fail{http.StatusBadRequest, "EntityTooSmall", "Your proposed upload is smaller than the minimum allowed object size."})
+				return
+			}
+			whole = append(whole, part.body...)
+			raw, _ := hex.DecodeString(strings.Trim(part.etag, `"`))
+			sums.Write(raw)
+		}
+		etag := fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(sums.Sum(nil)), len(req.Parts))
+		b.objects[key] = &s3Object{body: whole, etag: etag, modified: s.opt.Now(), ctype: up.ctype}
+		delete(s.uploads, id)
+		writeS3XML(w, completeMultipartUploadResult{Location: "/" + bucket + "/" + url.PathEscape(key), Bucket: bucket, Key: key, ETag: etag})
+	case "AbortMultipartUpload":
+		if s.uploads[q.Get("uploadId")] == nil {
+			fail(errNoSuchUpload)
+			return
+		}
+		delete(s.uploads, q.Get("uploadId"))
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// s3Operation names the S3 operation a request is, "" for one outside the
+// slice (a subresource such as ?acl or ?tagging, a listing, a copy).
+func s3Operation(method, key string, q url.Values) string {
+	has := func(k string) bool { _, ok := q[k]; return ok }
+	only := func(keys ...string) bool {
+		for k := range q {
+			if !slices.Contains(keys, k) {
+				return false
+			}
+		}
+		return true
+	}
+	if key == "" {
+		if !only() {
+			return ""
+		}
+		return map[string]string{http.MethodPut: "CreateBucket", http.MethodHead: "HeadBucket", http.MethodDelete: "DeleteBucket"}[method]
+	}
+	switch {
+	case method == http.MethodPost && has("uploads") && only("uploads"):
+		return "CreateMultipartUpload"
+	case method == http.MethodPut && has("uploadId") && has("partNumber") && only("uploadId", "partNumber"):
+		return "UploadPart"
+	case method == http.MethodPost && has("uploadId") && only("uploadId"):
+		return "CompleteMultipartUpload"
+	case method == http.MethodDelete && has("uploadId") && only("uploadId"):
+		return "AbortMultipartUpload"
+	case !only():
+		return ""
+	}
+	return map[string]string{http.MethodPut: "PutObject", http.MethodGet: "GetObject", http.MethodHead: "HeadObject", http.MethodDelete: "DeleteObject"}[method]
+}
+
+func etagOf(b []byte) string {
+	sum := md5.Sum(b)
+	return `"` + hex.EncodeToString(sum[:]) + `"`
+}
+
+func (o *s3Object) writeHeaders(w http.ResponseWriter) {
+	w.Header().Set("ETag", o.etag)
+	for k, v := range o.checksum {
+		w.Header().Set(k, v)
+	}
+}
+
+// checksumHeaders are the x-amz-checksum-* values a request carried (in its
+// headers or, aws-chunked, its trailer, which readS3Body moved there).
+func checksumHeaders(r *http.Request) map[string]string {
+	out := map[string]string{}
+	for k, v := range r.Header {
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "x-amz-checksum-") && lk != "x-amz-checksum-algorithm" && len(v) > 0 {
+			out[lk] = v[0]
+		}
+	}
+	return out
+}
+
+// readS3Body reads an object or part: plain, or aws-chunked as the SDK
+// sends a streamed body with a trailing checksum. A checksum the request
+// names (CRC32, CRC32C) is verified, as S3 verifies it.
+func readS3Body(r *http.Request) ([]byte, *s3Fail) {
+	tooBig := &s3Fail{http.StatusBadRequest, "EntityTooLarge", "Your proposed upload exceeds the maximum allowed size"}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxObjectBytes+1<<20))
+	if err != nil {
+		return nil, &s3Fail{http.StatusBadRequest, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header."}
+	}
+	body := raw
+	if strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") || strings.HasPrefix(r.Header.Get("X-Amz-Content-Sha256"), "STREAMING-") {
+		var trailer map[string]string
+		body, trailer, err = decodeAWSChunked(raw, maxObjectBytes)
+		if err != nil {
+			return nil, &s3Fail{http.StatusBadRequest, "IncompleteBody", "The aws-chunked body could not be decoded: " + err.Error()}
+		}
+		if dl := r.Header.Get("X-Amz-Decoded-Content-Length"); dl != "" && dl != strconv.Itoa(len(body)) {
+			return nil, &s3Fail{http.StatusBadRequest, "IncompleteBody", "The decoded length is not x-amz-decoded-content-length."}
+		}
+		for k, v := range trailer {
+			r.Header.Set(k, v)
+		}
+	}
+	if len(body) > maxObjectBytes {
+		return nil, tooBig
+	}
+	for name, h := range map[string]func() hash.Hash32{
+		"X-Amz-Checksum-Crc32":  crc32.NewIEEE,
+		"X-Amz-Checksum-Crc32c": func() hash.Hash32 { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) },
+	} {
+		want := r.Header.Get(name)
+		if want == "" {
+			continue
+		}
+		sum := h()
+		sum.Write(body)
+		var got [4]byte
+		binary.BigEndian.PutUint32(got[:], sum.Sum32())
+		if base64.StdEncoding.EncodeToString(got[:]) != want {
+			return nil, &s3Fail{http.StatusBadRequest, "BadDigest", "The " + strings.ToUpper(strings.TrimPrefix(strings.ToLower(name), "x-amz-checksum-")) + " you specified did not match the calculated checksum."}
+		}
+	}
+	return body, nil
+}
+
+// decodeAWSChunked decodes the aws-chunked content encoding: hex-sized
+// chunks (each size may carry ";chunk-signature=..."), a zero-sized last
+// chunk, then trailer lines up to an empty line. It returns the payload and
+// the trailers by lower-case name; at most limit payload bytes.
+func decodeAWSChunked(raw []byte, limit int) ([]byte, map[string]string, error) {
+	br := bufio.NewReader(bytes.NewReader(raw))
+	line := func() (string, error) {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			return "", errors.New("truncated")
+		}
+		return strings.TrimRight(l, "\r\n"), nil
+	}
+	var out []byte
+	for {
+		l, err := line()
+		if err != nil {
+			return nil, nil, err
+		}
+		sizeHex, _, _ := strings.Cut(l, ";")
+		size, err := strconv.ParseUint(strings.TrimSpace(sizeHex), 16, 31)
+		if err != nil {
+			return nil, nil, fmt.Errorf("bad chunk size %q", sizeHex)
+		}
+		if size == 0 {
+			break
+		}
+		if len(out)+int(size) > limit {
+			return nil, nil, errors.New("payload too large")
+		}
+		chunk := make([]byte, size)
+		if _, err := io.ReadFull(br, chunk); err != nil {
+			return nil, nil, errors.New("truncated chunk")
+		}
+		out = append(out, chunk...)
+		if end, err := line(); err != nil || end != "" {
+			return nil, nil, errors.New("chunk not followed by CRLF")
+		}
+	}
+	trailer := map[string]string{}
+	for {
+		l, err := line()
+		if err != nil {
+			// Some writers end after the last trailer without the empty line.
+			return out, trailer, nil
+		}
+		if l == "" {
+			return out, trailer, nil
+		}
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			return nil, nil, fmt.Errorf("bad trailer %q", l)
+		}
+		if lk := strings.ToLower(strings.TrimSpace(k)); lk != "x-amz-trailer-signature" {
+			trailer[lk] = strings.TrimSpace(v)
+		}
+		if len(trailer) > 16 {
+			return nil, nil, errors.New("too many trailers")
+		}
+	}
+}
