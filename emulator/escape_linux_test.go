@@ -324,3 +324,32 @@ func TestStaleCgroupsOfDeadEmulatorsAreSwept(t *testing.T) {
 		t.Errorf("this emulator's own group was swept: %v", err)
 	}
 }
+
+// Catches: a guest that dies while starting (here: a daemon that cannot be
+// executed) whose state directory is removed while the image root is still
+// bound inside it: the removal would recurse into the image and delete its
+// files, for every later guest of the image.
+func TestAGuestDyingAtStartLeavesItsImageWhole(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatal(err)
+	}
+	image := t.TempDir()
+	marker := filepath.Join(image, "etc", "image-marker")
+	if err := os.MkdirAll(filepath.Dir(marker), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(marker, []byte("kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(t.TempDir(), "agentd")
+	if err := os.WriteFile(broken, []byte("not an executable\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := AgentdLauncher(agentdBin, nil)(t.Context(), GuestSpec{MicrovmID: "microvm-dies-at-start", HookPort: 9000, RootDir: image, Daemon: broken})
+	if err == nil {
+		t.Fatal("a guest whose daemon cannot start was launched")
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the image lost its files when the guest died: %v", err)
+	}
+}

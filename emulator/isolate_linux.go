@@ -351,7 +351,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 			_ = unix.Unmount(image, unix.MNT_DETACH)
 			return nil, fmt.Errorf("binding the image's root: %w", err)
 		}
-		defer unix.Unmount(image, unix.MNT_DETACH)
+		defer detachImage(dir) // on every path; after the start, at once
 		cfg.ImageRoot = image
 	}
 	raw, err := json.Marshal(cfg)
@@ -387,6 +387,10 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	err = startOwnedBy(cmd, m)
 	r.Close()
 	guestEnd.Close()
+	// The clone copied the image's bind into the guest's mount namespace;
+	// the host's copy goes now, before anything could remove the state
+	// directory through it.
+	detachImage(dir)
 	if err != nil {
 		w.Close()
 		unix.Close(broker)
@@ -534,6 +538,10 @@ func signalPidns(leader int, ns string, sig syscall.Signal) ([]int, error) {
 // removeState deletes a MicroVM's state directory. The guest's mounts died
 // with its mount namespace; a busy directory is retried briefly.
 func removeState(dir string) error {
+	// Never recurse through a bound image root into the image itself.
+	if err := detachImage(dir); err != nil {
+		return err
+	}
 	var err error
 	for i := 0; i < 50; i++ {
 		if err = os.RemoveAll(dir); err == nil {
@@ -542,6 +550,21 @@ func removeState(dir string) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return err
+}
+
+// detachImage detaches the image root bound at dir/image in this mount
+// namespace, if one is; it fails only when one may be there and stays. A
+// bind of a directory on the same filesystem has the same device number,
+// so the unmount itself is the test.
+func detachImage(dir string) error {
+	err := unix.Unmount(filepath.Join(dir, "image"), unix.MNT_DETACH)
+	switch {
+	case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+		return nil // detached, or nothing mounted there
+	case errors.Is(err, unix.EPERM) && os.Geteuid() != 0:
+		return nil // only root binds an image root
+	}
+	return fmt.Errorf("detaching the image root bound at %s/image (the state directory is left in place): %w", dir, err)
 }
 
 // inheritedFDs lists this process's descriptors above 3 that lack
