@@ -383,6 +383,9 @@ func (s *mcpServer) server() *mcp.Server {
 
 func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxCreateArgs) (mcpapi.SandboxCreateResult, string, error) {
 	var out mcpapi.SandboxCreateResult
+	if in.SizeMib != 0 && (s.p.emu == nil || in.Image != "") {
+		return out, "", invalidArg(taxonomy.SizeClassFinding, "size_mib %d: an image's size class is fixed when it is built (microvm build --memory), so size_mib only applies to the local default image", in.SizeMib)
+	}
 	// The cap counts creates in flight, so concurrent calls cannot pass it together.
 	st.mu.Lock()
 	if n := len(st.boxes) + st.creating; n >= mcpapi.MaxLiveSandboxes {
@@ -443,9 +446,6 @@ func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpS
 // emulator's default image).
 func (s *mcpServer) imageFor(ctx context.Context, in mcpapi.SandboxCreateArgs) (string, error) {
 	local := s.p.emu != nil
-	if in.SizeMib != 0 && (!local || in.Image != "") {
-		return "", invalidArg(taxonomy.SizeClassFinding, "size_mib %d: an image's size class is fixed when it is built (microvm build --memory), so size_mib only applies to the local default image", in.SizeMib)
-	}
 	image := in.Image
 	if image == "" {
 		image = s.image
@@ -526,7 +526,9 @@ func (s *mcpServer) list(_ context.Context, _ *mcp.CallToolRequest, st *mcpSessi
 		out.Sandboxes = append(out.Sandboxes, mcpapi.Sandbox{SandboxID: b.sb.ID(), State: string(b.sb.Lifecycle()), Image: b.image, CreatedAt: b.created.Format(time.RFC3339)})
 	}
 	st.mu.Unlock()
-	slices.SortFunc(out.Sandboxes, func(x, y mcpapi.Sandbox) int { return strings.Compare(x.CreatedAt+x.SandboxID, y.CreatedAt+y.SandboxID) })
+	slices.SortFunc(out.Sandboxes, func(x, y mcpapi.Sandbox) int {
+		return strings.Compare(x.CreatedAt+x.SandboxID, y.CreatedAt+y.SandboxID)
+	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d of at most %d sandboxes", len(out.Sandboxes), out.MaxLiveSandboxes)
 	for _, sb := range out.Sandboxes {
