@@ -304,6 +304,33 @@ func exercise(t *testing.T, ctx context.Context, cs *mcp.ClientSession, ps *prog
 		t.Fatalf("progress of a 2.5 s exec: %q", msgs)
 	}
 
+	// A call the client cancels takes its command with it. Catches: an
+	// exec left running in the sandbox after its caller gave up on it.
+	cctx, ccancel := context.WithCancel(ctx)
+	params = &mcp.CallToolParams{Name: mcpapi.ToolSandboxExec, Arguments: map[string]any{"sandbox_id": id, "command": "exec sleep 301"}}
+	params.SetProgressToken("cancelled-1")
+	gone := make(chan struct{})
+	go func() { _, _ = cs.CallTool(cctx, params); close(gone) }()
+	for len(ps.of("cancelled-1")) == 0 {
+		select {
+		case <-ps.ch:
+		case <-ctx.Done():
+			t.Fatal("the exec never reported its start")
+		}
+	}
+	ccancel()
+	<-gone
+	for i := 0; ; i++ {
+		call(t, ctx, cs, mcpapi.ToolSandboxExec, map[string]any{"sandbox_id": id, "command": "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"}, &ex)
+		if !strings.Contains(ex.Stdout, "sleep 301") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("sleep 301 still runs after its call was cancelled: %q", ex.Stdout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
 	var wrote mcpapi.SandboxWriteFileResult
 	call(t, ctx, cs, mcpapi.ToolSandboxWriteFile, map[string]any{"sandbox_id": id, "path": "/tmp/mcp/notes.txt", "content": "hello from mcp\n"}, &wrote)
 	if wrote.Bytes != 15 {
