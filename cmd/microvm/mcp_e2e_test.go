@@ -111,6 +111,11 @@ func startMCP(t *testing.T, http bool) (p *mcpServerProc, stdin io.WriteCloser, 
 	if http {
 		args = append(args, "--http", "127.0.0.1:0")
 	}
+	return startMCPWith(t, http, env, args...)
+}
+
+func startMCPWith(t *testing.T, http bool, env []string, args ...string) (p *mcpServerProc, stdin io.WriteCloser, stdout io.ReadCloser, url string) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, coverEnv()...), env...)
 	p = &mcpServerProc{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan error, 1)}
@@ -587,5 +592,55 @@ func TestMCPSessionCapAndOwnership(t *testing.T) {
 func TestMCPHTTPIsLoopbackUnlessTold(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:80"} {
 		wantFailure(t, cli(t, nil, "", "--json", "mcp", "--local", "--http", addr), taxonomy.KindInvalidArg, "")
+	}
+}
+
+// TestMCPAgainstAControlEndpoint runs the server without --local, the way
+// it drives AWS: a control plane reached through the usual environment
+// (here a `microvm emulator`) and a default image by name (MICROVM_IMAGE).
+// Catches: the default image not resolved, the AWS path launching nothing
+// or leaving its MicroVM up after the session, size_mib accepted where the
+// image fixes the class.
+func TestMCPAgainstAControlEndpoint(t *testing.T) {
+	env, _ := lifecycleEnv(t)
+	emu := startEmulator(t, env)
+	env = append(env, "AWS_ENDPOINT_URL_LAMBDA_MICROVMS="+emu.url)
+	inv := cli(t, env, "", "--json", "build", "--reuse", "--name", "mcp")
+	if inv.code != 0 {
+		t.Fatalf("build: %s %s", inv.stdout, inv.stderr)
+	}
+	name := data(envelope(t, inv))["imageName"].(string)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, stdin, stdout, _ := startMCPWith(t, false, append(env, "MICROVM_IMAGE="+name), "mcp")
+	cs, _ := connectMCP(t, ctx, &mcp.IOTransport{Reader: stdout, Writer: stdin})
+	toolErr(t, ctx, cs, mcpapi.ToolSandboxCreate, map[string]any{"size_mib": 1024}, "ERR_INVALID_ARG")
+	var created mcpapi.SandboxCreateResult
+	call(t, ctx, cs, mcpapi.ToolSandboxCreate, nil, &created)
+	if !strings.Contains(created.Image, ":microvm-image:"+name) {
+		t.Fatalf("launched from %q, want the image named %s", created.Image, name)
+	}
+	var ex mcpapi.SandboxExecResult
+	call(t, ctx, cs, mcpapi.ToolSandboxExec, map[string]any{"sandbox_id": created.SandboxID, "command": "echo via-endpoint"}, &ex)
+	if ex.Stdout != "via-endpoint\n" {
+		t.Fatalf("exec: %+v", ex)
+	}
+	guests := guestInits(t, emu.cmd.Process.Pid)
+	if len(guests) == 0 {
+		t.Fatal("no guest init under the emulator")
+	}
+	_ = cs.Close()
+	p.waitExit(t, time.Minute)
+	if want := created.SandboxID + " terminated"; !strings.Contains(p.stderr.String(), want) {
+		t.Fatalf("the log lacks %q:\n%s", want, p.stderr.String())
+	}
+	// The emulator outlives the server: the MicroVM's guest must be gone
+	// because the session's teardown terminated it.
+	for i := 0; len(stillGuests(guests)) > 0; i++ {
+		if i == 200 {
+			t.Fatalf("guest inits %v still run under the emulator after the session ended", stillGuests(guests))
+		}
+		time.Sleep(25 * time.Millisecond)
 	}
 }
