@@ -58,6 +58,11 @@ func buildSpec(req *protocol.StartRequest, launchEnv map[string]string) (*spec, 
 		if math.IsNaN(*t) || math.IsInf(*t, 0) || *t <= 0 {
 			return nil, malformed("timeout_sec must be a finite positive number of seconds")
 		}
+		// A budget below what the timer honours converted to a zero
+		// Duration, which means none: 1e-10 ran the child unbounded.
+		if *t < protocol.DefaultMinTimeoutSecs {
+			return nil, malformed("timeout_sec must be at least %v seconds (limits.min_timeout_secs); %g is below the daemon's timer resolution", protocol.DefaultMinTimeoutSecs, *t)
+		}
 		sp.timeout = protocol.SecondsDuration(*t)
 	}
 	// Launch env first, request env over it, and nothing else: the daemon's own
