@@ -118,3 +118,128 @@ func TestRoundTwoRelativePathsAre400(t *testing.T) {
 		t.Errorf("a refused relative path still reached the file it resolves to: %q %v", b, err)
 	}
 }
+
+// openCappedWatch starts a watch stream of dir and returns once its ready event
+// arrived (or the refusal, with its status and body), never waiting past a
+// deadline: a cap must refuse, not hang.
+func openCappedWatch(t *testing.T, d *daemon, dir string) (status int, body string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	req, _ := http.NewRequestWithContext(ctx, "GET", d.base+"/v1/fs/watch?"+url.Values{"path": {dir}}.Encode(), nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := d.http.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("watch: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		return resp.StatusCode, string(b), func() {}
+	}
+	buf := make([]byte, 0, 256)
+	chunk := make([]byte, 256)
+	for !strings.Contains(string(buf), "event: ready") {
+		n, err := resp.Body.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		if err != nil {
+			cancel()
+			t.Fatalf("watch ended before ready: %v %q", err, buf)
+		}
+	}
+	// The deadline bounds the whole stream; the test is done well within it.
+	return resp.StatusCode, "", func() { cancel(); resp.Body.Close() }
+}
+
+func inotifyInstances(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
+}
+
+// Concurrent watches are capped at limits.max_watches and terminals at
+// limits.max_ptys: one over is 429 at_capacity at once, creating nothing, and
+// a slot comes back when its holder ends. Before: 100 watches made 100 inotify
+// instances (a root process could then open only 28) and terminals had no
+// cap at all. Catches: no cap, a cap that blocks instead of refusing (the
+// request hangs to the deadline), a slot never given back (the retry after
+// one ends is refused too), or a refusal with a slug the contract does not
+// list.
+func TestRoundTwoWatchesAndTerminalsAreCapped(t *testing.T) {
+	d := bootedDaemon(t, func(c *Config) { c.MaxPtys = 2 })
+	dir := t.TempDir()
+	before := inotifyInstances(t)
+	var stops []func()
+	for range protocol.DefaultMaxWatches {
+		status, body, stop := openCappedWatch(t, d, dir)
+		if status != http.StatusOK {
+			t.Fatalf("watch within the cap: %d %s", status, body)
+		}
+		stops = append(stops, stop)
+	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	began := time.Now()
+	status, body, _ := openCappedWatch(t, d, dir)
+	if status != http.StatusTooManyRequests || errorBody(t, []byte(body)).Error != taxonomy.SlugAtCapacity || !strings.Contains(body, "max_watches") {
+		t.Fatalf("watch over the cap: %d %s", status, body)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("the refusal took %v", took)
+	}
+	if n := inotifyInstances(t) - before; n > int(protocol.DefaultMaxWatches) {
+		t.Fatalf("%d inotify instances for a cap of %d", n, protocol.DefaultMaxWatches)
+	}
+	stops[0]()
+	stops = stops[1:]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, body, stop := openCappedWatch(t, d, dir)
+		if status == http.StatusOK {
+			stops = append(stops, stop)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a watch slot was not given back after its stream ended: %d %s", status, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Terminals.
+	tty := func(id string) protocol.StartRequest {
+		return protocol.StartRequest{ExecID: id, Command: []string{"sleep", "30"}, Tty: &protocol.TTYSize{Rows: 24, Cols: 80}}
+	}
+	d.mustStart(tty("t1"))
+	d.mustStart(tty("t2"))
+	resp := d.start(tty("t3"))
+	if resp.StatusCode() != http.StatusTooManyRequests || errorBody(t, resp.Body).Error != taxonomy.SlugAtCapacity || !strings.Contains(string(resp.Body), "max_ptys") {
+		t.Fatalf("terminal over the cap: %d %s", resp.StatusCode(), resp.Body)
+	}
+	if d.srv.execs.get("t3") != nil {
+		t.Fatal("the refused terminal exec was registered")
+	}
+	if _, err := d.srv.execs.get("t1").signalGroup(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.waitExited("t1")
+	deadline = time.Now().Add(10 * time.Second)
+	for resp := d.start(tty("t4")); resp.StatusCode() != http.StatusOK; resp = d.start(tty("t4")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a terminal slot was not given back after its exec finished: %d %s", resp.StatusCode(), resp.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -70,6 +70,8 @@ type Server struct {
 
 	// conns holds the open connections under limits.max_connections.
 	conns *connTable
+	// watchSlots holds one token per open watch stream (limits.max_watches).
+	watchSlots chan struct{}
 }
 
 var _ protocol.ServerInterface = (*Server)(nil)
@@ -102,6 +104,7 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		bootRepairDone: make(chan struct{}),
 		openSlots:      make(chan struct{}, cfg.MaxOpenBodies),
 		conns:          &connTable{bound: connBound(cfg.MaxConnections)},
+		watchSlots:     make(chan struct{}, max(cfg.MaxWatches, 0)),
 	}
 	s.identity = RepairIdentity(cfg.Identity, log)
 	logIdentityDecision(log, cfg.Identity, s.identity)
