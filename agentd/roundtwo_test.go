@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -241,5 +242,107 @@ func TestRoundTwoWatchesAndTerminalsAreCapped(t *testing.T) {
 			t.Fatalf("a terminal slot was not given back after its exec finished: %d %s", resp.StatusCode(), resp.Body)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// passwdEntry reads uid's primary gid from this machine's passwd file, which
+// is the guest's database when the daemon runs here.
+func passwdEntry(t *testing.T, uid string) (name, gid string, ok bool) {
+	t.Helper()
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		t.Skip("no /etc/passwd to check against")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 4 && f[2] == uid {
+			return f[0], f[3], true
+		}
+	}
+	return "", "", false
+}
+
+// memberOf lists the gids whose /etc/group line names user as a member.
+func memberOf(t *testing.T, user string) []string {
+	t.Helper()
+	b, _ := os.ReadFile("/etc/group")
+	var gids []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) == 4 {
+			for _, m := range strings.Split(f[3], ",") {
+				if m == user {
+					gids = append(gids, f[2])
+				}
+			}
+		}
+	}
+	return gids
+}
+
+// user without group takes the user's primary group from the passwd
+// database (gid = uid for a uid with no entry), and the supplementary groups
+// come from the group database, never root's. Before: user 65534 alone ran
+// with gid 0, and so did an unknown uid. Catches: keeping the daemon's gid
+// when group is absent, taking gid = uid for a user who has an entry (sync,
+// uid 4, whose group is 65534), or leaving the supplementary list to the
+// daemon's.
+func TestRoundTwoUserWithoutGroup(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("demoting to another user needs root")
+	}
+	d := bootedDaemon(t, nil)
+	type row struct {
+		uid       uint32
+		gid       string
+		wantExtra []string
+	}
+	rows := []row{{uid: 54321, gid: "54321"}} // no entry: gid = uid, no groups
+	for _, uid := range []string{"65534", "4", "101"} {
+		name, gid, ok := passwdEntry(t, uid)
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseUint(uid, 10, 32)
+		rows = append(rows, row{uid: uint32(n), gid: gid, wantExtra: memberOf(t, name)})
+	}
+	if len(rows) < 2 {
+		t.Fatal("this machine's passwd has none of the users the test checks against")
+	}
+	for i, r := range rows {
+		id := "user-" + strconv.Itoa(i)
+		uid := r.uid
+		d.mustStart(protocol.StartRequest{ExecID: id, Command: []string{"sh", "-c", `grep -E '^(Uid|Gid|Groups):' /proc/self/status`}, User: &uid})
+		o := d.waitExited(id)
+		if o.Stdout == nil {
+			t.Fatalf("uid %d: %v", uid, o.raw)
+		}
+		fields := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(*o.Stdout), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			fields[k] = strings.Fields(v)
+		}
+		if len(fields["Gid"]) == 0 || fields["Gid"][0] != r.gid || fields["Gid"][1] != r.gid {
+			t.Errorf("uid %d ran with gid %v, want %s from the passwd database", uid, fields["Gid"], r.gid)
+		}
+		want := map[string]bool{}
+		if r.uid != 54321 {
+			want[r.gid] = true
+		}
+		for _, g := range r.wantExtra {
+			want[g] = true
+		}
+		got := map[string]bool{}
+		for _, g := range fields["Groups"] {
+			got[g] = true
+		}
+		if got["0"] || len(got) != len(want) {
+			t.Errorf("uid %d ran with supplementary groups %v, want those of the group database %v", uid, fields["Groups"], want)
+		}
+		for g := range want {
+			if !got[g] {
+				t.Errorf("uid %d lacks group %s from the group database: %v", uid, g, fields["Groups"])
+			}
+		}
 	}
 }
