@@ -5,7 +5,10 @@ package agentd
 // under `make faults`.
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -344,5 +347,92 @@ func TestRoundTwoUserWithoutGroup(t *testing.T) {
 				t.Errorf("uid %d lacks group %s from the group database: %v", uid, g, fields["Groups"])
 			}
 		}
+	}
+}
+
+// withNULAt returns archive with the first occurrence of marker (a byte
+// string unique to the archive) turned into a NUL, leaving lengths and
+// checksums as they are (recomputing the one of a header block it falls in).
+func withNULAt(t *testing.T, archive []byte, marker string) []byte {
+	t.Helper()
+	i := bytes.Index(archive, []byte(marker))
+	if i < 0 {
+		t.Fatalf("marker %q not in the archive", marker)
+	}
+	out := bytes.Clone(archive)
+	out[i] = 0
+	blk := out[i&^511 : i&^511+512]
+	if string(blk[257:262]) == "ustar" && i%512 < 500 {
+		for j := 148; j < 156; j++ {
+			blk[j] = ' '
+		}
+		var sum int64
+		for _, c := range blk {
+			sum += int64(c)
+		}
+		copy(blk[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	}
+	return out
+}
+
+// A tar member whose name holds a NUL is refused in every header form, and
+// nothing of that archive lands, not even the good member before it. Before:
+// a GNU long-name record "aaa…\0tail" was written as "aaa…" with a 204
+// (archive/tar cuts the name at the NUL), and a NUL inside a ustar name field
+// likewise. Catches: checking only the parsed name (the NUL is gone by then),
+// checking only one header form, or refusing after the first member landed.
+func TestRoundTwoTarNameWithNULIsRefused(t *testing.T) {
+	d := bootedDaemon(t, nil)
+	long := strings.Repeat("a", 150) + "Qtail"
+	build := func(format tar.Format, name string, link string) []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		_ = tw.WriteHeader(&tar.Header{Name: "first", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg, Format: format})
+		_, _ = tw.Write([]byte("1"))
+		h := &tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeReg, Format: format}
+		if link != "" {
+			h.Typeflag, h.Linkname = tar.TypeSymlink, link
+		} else {
+			h.Size = 1
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if link == "" {
+			_, _ = tw.Write([]byte("2"))
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	cases := map[string][]byte{
+		"GNU long name":    withNULAt(t, build(tar.FormatGNU, long, ""), "Qtail"),
+		"GNU long link":    withNULAt(t, build(tar.FormatGNU, "ln", long), "Qtail"),
+		"ustar name field": withNULAt(t, build(tar.FormatUSTAR, "shortQtail", ""), "Qtail"),
+		"ustar prefix":     withNULAt(t, build(tar.FormatUSTAR, strings.Repeat("p", 20)+"Qx/"+strings.Repeat("n", 90), ""), "Qx"),
+		"ustar linkname":   withNULAt(t, build(tar.FormatUSTAR, "ln", "targetQtail"), "Qtail"),
+		"PAX path record":  withNULAt(t, build(tar.FormatPAX, long, ""), "Qtail"),
+		"PAX linkpath":     withNULAt(t, build(tar.FormatPAX, "ln", long), "Qtail"),
+	}
+	for name, archive := range cases {
+		root := t.TempDir()
+		r := daemonPut(t, d, "/v1/fs/tar", root, bytes.NewReader(archive), int64(len(archive)))
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d %q, want 400", name, r.status, r.body)
+		}
+		if ents, _ := os.ReadDir(root); len(ents) != 0 {
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			t.Errorf("%s: the refused archive left %v in the root", name, names)
+		}
+	}
+	// The same archives without the NUL extract: the refusal is the NUL's.
+	root := t.TempDir()
+	good := build(tar.FormatGNU, long, "")
+	if r := daemonPut(t, d, "/v1/fs/tar", root, bytes.NewReader(good), int64(len(good))); r.status != http.StatusNoContent {
+		t.Fatalf("the same archive without a NUL: %d %q", r.status, r.body)
 	}
 }
