@@ -346,6 +346,7 @@ const (
 	SlugNotATty            = "not_a_tty"
 	SlugUnknownSignal      = "unknown_signal"
 	SlugMetricsUnavailable = "metrics_unavailable"
+	SlugAtCapacity         = "at_capacity"
 )
 
 // DaemonErrors lists every slug with the status it is sent with.
@@ -368,6 +369,7 @@ var DaemonErrors = []DaemonError{
 	{Slug: SlugNotATty, Status: 409, WireKind: WireConflict, Meaning: "the exec was started without tty, so it has no terminal"},
 	{Slug: SlugUnknownSignal, Status: 400, WireKind: WireProtocolError, Meaning: "the signal name is not in the closed set SignalName lists"},
 	{Slug: SlugMetricsUnavailable, Status: 500, WireKind: WireServerError, Meaning: "a /proc file the metrics sample needs is missing or unreadable"},
+	{Slug: SlugAtCapacity, Status: 429, WireKind: WireServerError, Meaning: "a declared cap on a per-request kernel object is full (limits.max_watches watch streams, limits.max_ptys terminals); nothing was created"},
 }
 
 // SlugStatus is the HTTP status the daemon sends slug with (each slug has

@@ -237,6 +237,9 @@ func (x *extractor) run(r io.Reader) (Result, error) {
 		if err != nil && !errors.Is(err, tar.ErrInsecurePath) {
 			return x.res, &MalformedError{Err: err}
 		}
+		if err := er.headerFault(hdr); err != nil {
+			return x.res, err
+		}
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
@@ -271,17 +274,141 @@ var ErrNoEndMarker = errors.New("the archive ends without its end-of-archive mar
 // blocks, and the only other bytes tar.Reader reads inside Next before it
 // answers io.EOF are a member's padding (under one block), so 1024 trailing
 // zero bytes mean the marker was there.
+//
+// It also keeps the raw bytes Next reads (padding, header blocks and the GNU
+// long-name and PAX records, each under 1 MiB by archive/tar's own cap) for
+// headerFault, which archive/tar's parsed header cannot answer: it cuts a
+// name at its first NUL.
 type endReader struct {
 	r     io.Reader
 	zeros int64
+
+	off        int64 // bytes consumed from the start of the archive
+	recording  bool  // between mark and headerFault
+	rec        []byte
+	recStart   int64 // archive offset of rec[0]
+	nextHeader int64 // archive offset where the next header is due; 0: unknown
 }
 
-func (e *endReader) mark()        { e.zeros = 0 }
+func (e *endReader) mark() {
+	e.zeros = 0
+	e.recording, e.rec, e.recStart = true, e.rec[:0], e.off
+}
 func (e *endReader) sawEnd() bool { return e.zeros >= 2*512 }
 func (e *endReader) Read(p []byte) (int, error) {
 	n, err := e.r.Read(p)
 	e.count(p[:n])
+	if e.recording {
+		e.rec = append(e.rec, p[:n]...)
+	}
+	e.off += int64(n)
 	return n, err
+}
+
+// headerFault walks the header blocks Next just read and refuses a member
+// whose name or link target holds a NUL in any header form: the ustar name,
+// prefix or linkname field, or a GNU long-name or long-link record.
+// archive/tar cuts each at its first NUL, so "aaa\x00tail" was written as
+// "aaa"; a NUL in a PAX path archive/tar refuses itself. It ends recording.
+func (e *endReader) headerFault(hdr *tar.Header) error {
+	rec, start := e.rec, e.recStart
+	e.recording = false
+	// Where this Next's header blocks begin: past the previous member's data
+	// (which Next may have read, or skipped by seeking) and its padding.
+	at := e.nextHeader - start
+	if e.nextHeader == 0 || at < 0 || at > int64(len(rec)) {
+		at = ((start + 511) &^ 511) - start
+	}
+	e.nextHeader = 0
+	if at < 0 || at > int64(len(rec)) {
+		return nil
+	}
+	pos := start + at
+	blocks := rec[at:]
+	for len(blocks) >= 512 {
+		blk := blocks[:512]
+		blocks, pos = blocks[512:], pos+512
+		if bytes.Count(blk, []byte{0}) == 512 {
+			return nil
+		}
+		flag := blk[156]
+		switch flag {
+		case tar.TypeGNULongName, tar.TypeGNULongLink, tar.TypeXHeader, tar.TypeXGlobalHeader:
+			size, ok := sizeField(blk[124:136])
+			if !ok || size > int64(len(blocks)) {
+				return nil // archive/tar judged this record; nothing to add
+			}
+			data := blocks[:size]
+			skip := min((size+511)&^511, int64(len(blocks)))
+			blocks, pos = blocks[skip:], pos+skip
+			if (flag == tar.TypeGNULongName || flag == tar.TypeGNULongLink) && innerNUL(data) {
+				return &MemberError{hdr.Name, "its name or link target holds a NUL byte (in a GNU long-name record)"}
+			}
+			if flag == tar.TypeXGlobalHeader {
+				e.nextHeader = pos // Next returns a global header itself
+				return nil
+			}
+			continue
+		}
+		fields := [][]byte{blk[0:100], blk[157:257]}
+		if string(blk[257:263]) == "ustar\x00" { // POSIX ustar: the prefix field
+			fields = append(fields, blk[345:500])
+		}
+		for _, f := range fields {
+			if innerNUL(f) {
+				return &MemberError{hdr.Name, "its name or link target holds a NUL byte (in the header's name, prefix or linkname field)"}
+			}
+		}
+		// The member's data on the wire, as archive/tar sizes it: none for a
+		// header-only type, else a PAX size record over the size field.
+		var phys int64
+		switch flag {
+		case tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
+		default:
+			if v, ok := hdr.PAXRecords["size"]; ok {
+				phys, _ = strconv.ParseInt(v, 10, 64)
+			} else {
+				phys, _ = sizeField(blk[124:136])
+			}
+		}
+		if phys >= 0 {
+			e.nextHeader = pos + (phys+511)&^511
+		}
+		return nil
+	}
+	return nil
+}
+
+// sizeField reads a header's size field: octal text, or GNU base-256 when
+// its first byte has the high bit set.
+func sizeField(b []byte) (int64, bool) {
+	if len(b) > 0 && b[0]&0x80 != 0 {
+		var n int64
+		for _, c := range b[1:] {
+			if n > (1<<62)>>8 {
+				return 0, false
+			}
+			n = n<<8 | int64(c)
+		}
+		return n, true
+	}
+	return octal(b)
+}
+
+// innerNUL reports a NUL followed by anything but NULs: a field's own
+// terminator and zero fill are fine, a NUL inside the text is not.
+func innerNUL(b []byte) bool {
+	return bytes.IndexByte(bytes.TrimRight(b, "\x00"), 0) >= 0
+}
+
+// octal reads a header's octal size field (space- or NUL-terminated).
+func octal(b []byte) (int64, bool) {
+	t := strings.Trim(string(b), " \x00")
+	if t == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseInt(t, 8, 64)
+	return n, err == nil && n >= 0
 }
 
 func (e *endReader) count(p []byte) {
@@ -308,7 +435,15 @@ func (e *seekEndReader) Seek(off int64, whence int) (int64, error) {
 	if !(off == 0 && whence == io.SeekCurrent) {
 		e.zeros = 0
 	}
-	return e.s.Seek(off, whence)
+	n, err := e.s.Seek(off, whence)
+	if err == nil && n != e.off {
+		e.off = n
+		if e.recording {
+			// Skipped content is never header bytes: record afresh from here.
+			e.rec, e.recStart = e.rec[:0], n
+		}
+	}
+	return n, err
 }
 
 // Check reads an archive's structure without writing anything: every header,
@@ -339,6 +474,9 @@ func Check(r io.ReadSeeker, caps Caps) error {
 		}
 		if err != nil && !errors.Is(err, tar.ErrInsecurePath) {
 			return &MalformedError{Err: err}
+		}
+		if err := er.headerFault(hdr); err != nil {
+			return err
 		}
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue
