@@ -431,7 +431,9 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		release()
 		return nil, fmt.Errorf("configuring the guest's init: %w", err)
 	}
-	g := &Guest{Limits: limits.report()}
+	// The init exits when agentd does (it is the daemon's reaper and returns
+	// with its status): the control plane learns of a dead guest at once.
+	g := &Guest{Limits: limits.report(), Exited: exited}
 	g.Ports = map[int]string{spec.HookPort: "127.0.0.1:" + strconv.Itoa(spec.HookPort)}
 	g.Dial = func(ctx context.Context, p int) (net.Conn, error) {
 		// Held across the request: once Stop closed the channel its
