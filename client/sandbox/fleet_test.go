@@ -19,7 +19,7 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-func startEmbedded(t *testing.T) *embedded.Emulator {
+func startEmbedded(t testing.TB) *embedded.Emulator {
 	t.Helper()
 	emu, err := embedded.Start(context.Background(), embedded.Options{})
 	if err != nil {

@@ -153,6 +153,7 @@ func (p *Pool) Ready() int { p.mu.Lock(); defer p.mu.Unlock(); return len(p.read
 func (p *Pool) WaitReady(ctx context.Context) error {
 	p.mu.Lock()
 	failures := p.failures
+	p.fillLocked() // after failures, nothing refills until someone asks
 	for {
 		switch {
 		case p.closed:
@@ -200,7 +201,6 @@ func (p *Pool) Acquire(ctx context.Context) (*Sandbox, error) {
 			p.ready = p.ready[1:]
 			// Leased from here on, so a Close while it resumes tears it down.
 			p.leased[sb] = true
-			p.fillLocked()
 			p.mu.Unlock()
 			if err := sb.Resume(ctx); err != nil {
 				p.mu.Lock()
@@ -210,6 +210,9 @@ func (p *Pool) Acquire(ctx context.Context) (*Sandbox, error) {
 				if mine {
 					p.discard(sb)
 				}
+				p.mu.Lock()
+				p.fillLocked()
+				p.mu.Unlock()
 				if ctx.Err() != nil {
 					return nil, err
 				}
@@ -222,6 +225,10 @@ func (p *Pool) Acquire(ctx context.Context) (*Sandbox, error) {
 				p.mu.Unlock()
 				return nil, p.closedError()
 			}
+			// The replacement starts once this one is RUNNING: on the local
+			// emulator a launch is a guest starting on this machine, and the
+			// resume should not wait behind it.
+			p.fillLocked()
 			p.served++
 			p.mu.Unlock()
 			return sb, nil
