@@ -93,9 +93,11 @@ func Sum(label string, reports ...Report) (Report, error) {
 		}
 		l.Note = fmt.Sprintf("%d sandboxes", a.parts)
 		if a.parts == 1 {
-			l.Note = "1 sandbox"
-		}
-		if len(a.notes) == 1 {
+			// One report's line (a shared image's, say) is that line.
+			for n := range a.notes {
+				l.Note = n
+			}
+		} else if len(a.notes) == 1 {
 			for n := range a.notes {
 				if n != "" {
 					l.Note += "; each " + n

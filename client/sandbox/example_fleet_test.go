@@ -72,7 +72,7 @@ func ExamplePool() {
 	// running memory (3 sandboxes; each 2 GB baseline)
 	// suspended snapshot-storage 1008 GB-hours (3 sandboxes)
 	// suspend snapshot-write (3 sandboxes; each 1 x 2 GB)
-	// resume snapshot-read (1 sandbox; each 1 x 2 GB)
+	// resume snapshot-read (1 x 2 GB)
 }
 
 // A fleet: the same command in several sandboxes, at most two alive at

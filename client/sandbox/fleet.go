@@ -119,25 +119,37 @@ func (r FleetReport) Leaked() []Leak {
 // what the platform reports (Sandbox.Cost) and summed line by line
 // (cost.Sum). A sandbox that never launched costs nothing and adds no line.
 func (r FleetReport) Cost(ctx context.Context, rates cost.RateTable, label string) (cost.Report, error) {
+	reports, err := r.Costs(ctx, rates)
+	if err != nil {
+		return cost.Report{}, err
+	}
+	return cost.Sum(label, reports...)
+}
+
+// Costs is each launched sandbox's own report, in index order, for a
+// caller that sums them with something else (the image a fleet built).
+// Ask before deleting the image: a sandbox's size class is read from its
+// image version.
+func (r FleetReport) Costs(ctx context.Context, rates cost.RateTable) ([]cost.Report, error) {
 	var sbs []*Sandbox
 	for _, o := range r.Outcomes {
 		if o.Sandbox != nil {
 			sbs = append(sbs, o.Sandbox)
 		}
 	}
-	return costOf(ctx, sbs, rates, label)
+	return costsOf(ctx, sbs, rates)
 }
 
-func costOf(ctx context.Context, sbs []*Sandbox, rates cost.RateTable, label string) (cost.Report, error) {
+func costsOf(ctx context.Context, sbs []*Sandbox, rates cost.RateTable) ([]cost.Report, error) {
 	reports := make([]cost.Report, 0, len(sbs))
 	for _, sb := range sbs {
 		rep, err := sb.Cost(ctx, rates)
 		if err != nil {
-			return cost.Report{}, err
+			return nil, err
 		}
 		reports = append(reports, rep)
 	}
-	return cost.Sum(label, reports...)
+	return reports, nil
 }
 
 // checkFleet refuses, before anything is launched, a count or bound out of

@@ -344,5 +344,9 @@ func (p *Pool) Cost(ctx context.Context, rates cost.RateTable) (cost.Report, err
 	p.mu.Lock()
 	sbs := append([]*Sandbox(nil), p.all...)
 	p.mu.Unlock()
-	return costOf(ctx, sbs, rates, "pool")
+	reports, err := costsOf(ctx, sbs, rates)
+	if err != nil {
+		return cost.Report{}, err
+	}
+	return cost.Sum("pool", reports...)
 }
