@@ -453,6 +453,16 @@ const (
 	LocalGuestWritableMiB = 4096
 	// LocalGuestMaxPids: most processes and threads one local guest may hold at once.
 	LocalGuestMaxPids = 4096
+	// MaxPoolSize: most sandboxes a sandbox.Pool keeps launched and suspended (its N).
+	MaxPoolSize = 64
+	// MaxFleetCount: most sandboxes one RunMany or `microvm run --count` launches.
+	MaxFleetCount = 256
+	// MaxFleetParallel: most launches (and runs) a fleet, or a pool's refill, has in flight at once (its K).
+	MaxFleetParallel = 32
+	// DefaultFleetParallel: the concurrency bound of a fleet or a pool's refill when none is given.
+	DefaultFleetParallel = 4
+	// FleetLaunchAttempts: launches a fleet or pool tries for one sandbox while the control plane throttles (each after the SDK retryer's own attempts), backing off between them as that retryer does.
+	FleetLaunchAttempts = 6
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
 	ImageNamePattern = "[a-zA-Z0-9-_]+"
 	// VersionPattern: Version.pattern. Finding: image-version-form.
