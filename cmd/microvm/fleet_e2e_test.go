@@ -93,13 +93,14 @@ func TestRunFleetRefusalsAndExit(t *testing.T) {
 }
 
 // guestProcesses lists the host's processes whose command line holds
-// marker: the fleet's commands, running in their guests.
+// marker and that are not the CLI itself (its --exec argument holds the
+// marker too): the fleet's commands, running in their guests.
 func guestProcesses(marker string) []string {
 	var found []string
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range dirs {
 		b, err := os.ReadFile(filepath.Join(dir, "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(marker)) {
+		if err == nil && bytes.Contains(b, []byte(marker)) && !bytes.Contains(b, []byte("--exec\x00")) {
 			found = append(found, filepath.Base(dir)+" "+strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
