@@ -122,7 +122,7 @@ func (f *RegionFlags) controlRegion(getenv func(string) string) (client.Region, 
 // ExecCmd runs one command in a running MicroVM.
 type ExecCmd struct {
 	AttachFlags
-	Command    []string `arg:"" optional:"" passthrough:"partial" help:"The command's words, after exec's own flags: one word is a shell script run with sh -c (microvm exec 'ls | wc -l'); several are an argv run directly (microvm exec uname -a), every word after the first taken as the command's, flags included. Omitted only with --poll."`
+	Command    []string `arg:"" optional:"" passthrough:"partial" help:"The command's words: one word is a shell script run with sh -c (microvm exec 'ls | wc -l'); several are an argv run directly (microvm exec uname -a). exec's own flags are flags wherever they stand (microvm exec 'mkdir -p /w' --json); every word after -- is the command's, verbatim (microvm exec -- grep --json f). Omitted only with --poll."`
 	Timeout    float64  `help:"Seconds to wait for the command before giving up client-side (the exec is left running)." default:"300"`
 	Cwd        string   `help:"Working directory; omitted inherits the image WORKDIR, which is not the same as /." xor:"poll-cwd"`
 	Env        []string `help:"KEY=VALUE for the command, repeatable, split at the first '='; these are laid over the launch env and are the child's whole environment beside it." placeholder:"KEY=VALUE" sep:"none" xor:"poll-env"`

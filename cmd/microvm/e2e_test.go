@@ -139,11 +139,37 @@ func TestEndToEndAgainstAgentd(t *testing.T) {
 				t.Fatalf("microvm %q: exit %d stdout %q stderr %s", args, inv.code, inv.stdout, inv.stderr)
 			}
 		}
-		// Flags after the first word are the command's, not microvm's.
-		inv := cli(t, env, "", "exec", "echo", "--json")
+		// After "--" every word is the command's, verbatim, microvm's own
+		// flag names included.
+		inv := cli(t, env, "", "exec", "--", "echo", "--json")
 		if inv.code != 0 || inv.stdout != "--json\n" {
 			t.Fatalf("exit %d stdout %q", inv.code, inv.stdout)
 		}
+	})
+	// The exec lines of the reference's coding-agents example
+	// (examples/coding-agents-on-bedrock/run.sh), as written there: the
+	// command string first, then the addressing flags, then --json or
+	// --timeout. Catches: flags after the command taken as the command's
+	// words (the "missing --endpoint" exit 2 the example met), a flag's
+	// value taken as a command word, and a one-string command with spaces
+	// no longer run through the shell.
+	t.Run("the reference example's exec lines, as written", func(t *testing.T) {
+		addr := []string{"--endpoint", endpoint, "--agent-token", token, "--direct"}
+		inv := cli(t, nil, "", append(append([]string{"exec", "mkdir -p /tmp/ref-example/.codex"}, addr...), "--json")...)
+		if d := data(envelope(t, inv)); inv.code != 0 || d["exitCode"] != float64(0) {
+			t.Fatalf("exit %d %v\n%s", inv.code, d, inv.stderr)
+		}
+		inv = cli(t, nil, "", append(append([]string{"exec", "cat /tmp/ref-example/none 2>/dev/null; ls -la /tmp/ref-example"}, addr...), "--timeout", "60")...)
+		if inv.code != 0 || !strings.Contains(inv.stdout, ".codex") {
+			t.Fatalf("exit %d stdout %q\n%s", inv.code, inv.stdout, inv.stderr)
+		}
+		// A flag's value that looks like a flag stays the flag's.
+		inv = cli(t, nil, "", append(append([]string{"exec", "echo \"$X\""}, addr...), "--env", "X=--json")...)
+		if inv.code != 0 || inv.stdout != "--json\n" {
+			t.Fatalf("exit %d stdout %q\n%s", inv.code, inv.stdout, inv.stderr)
+		}
+		// A typo before the command is still refused as a flag.
+		wantFailure(t, cli(t, nil, "", append(append([]string{"--json", "exec", "--tiemout", "3"}, addr...), "true")...), taxonomy.KindInvalidArg, "")
 	})
 	t.Run("exec wait, raw bytes without --json", func(t *testing.T) {
 		inv := cli(t, env, "", "exec", "printf 'a\\000b'")

@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return a.fail(client.Errorf(taxonomy.KindUnexpected, "", "building the parser: %v", err))
 	}
 	a.parser = parser
-	protected, spelled := protectBytes(args)
+	protected, spelled := protectBytes(hoistFlags(parser, args))
 	kctx, err := parser.Parse(protected)
 	if err != nil {
 		return a.fail(parseError(err))
