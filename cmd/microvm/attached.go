@@ -35,6 +35,9 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	// Not required by the parser: kong would print both as required even
 	// when the variables fill them, and its refusal would not name the
 	// variables.
+	if _, err := f.fillFromKept(a); err != nil {
+		return nil, err
+	}
 	var missing []string
 	if f.Endpoint == "" {
 		missing = append(missing, "--endpoint (or MICROVM_ENDPOINT)")
@@ -43,7 +46,7 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 		missing = append(missing, "--agent-token (or MICROVM_AGENT_TOKEN)")
 	}
 	if len(missing) > 0 {
-		return nil, invalidArg("", "missing %s: the VM to attach to is named by its endpoint and the agent token given at launch", strings.Join(missing, " and "))
+		return nil, invalidArg("", "missing %s: the VM to attach to is named by its endpoint and the agent token given at launch%s", strings.Join(missing, " and "), notKeptHint(a, f))
 	}
 	if f.Port < 1 || f.Port > 65535 {
 		return nil, invalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", f.Port)

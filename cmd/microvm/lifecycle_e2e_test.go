@@ -335,6 +335,20 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	id := kept["microvmId"].(string)
 	attach := []string{"--endpoint", kept["endpoint"].(string), "--agent-token", kept["agentToken"].(string), "--microvm-id", id}
 
+	// The kept MicroVM is remembered for this user only, and reached by its
+	// id alone; an explicit flag still wins over what is remembered.
+	// Catches: a record others can read, an attached command that ignores
+	// the record, and a record that overrides an explicit --agent-token.
+	record := filepath.Join(stateDir, "kept", id+".json")
+	if st, err := os.Stat(record); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the kept record: %v %v", st, err)
+	}
+	byID := cli(t, env, "", "exec", "--microvm-id", id, "echo", "by-id")
+	if byID.code != 0 || byID.stdout != "by-id\n" {
+		t.Fatalf("exec by id alone: exit %d %q\n%s", byID.code, byID.stdout, byID.stderr)
+	}
+	wantFailure(t, cli(t, append(env, "MICROVM_ID="+id), "", "--json", "exec", "--agent-token", "not-the-token", "true"), taxonomy.KindCredentials, "")
+
 	dir := t.TempDir()
 	local := filepath.Join(dir, "notes.txt")
 	if err := os.WriteFile(local, []byte("carried across a freeze\n"), 0o644); err != nil {
@@ -370,6 +384,9 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	td := run("terminate", id, "--delete-image", "--wait")
 	if td["state"] != string(cp.MicrovmStateTERMINATED) || len(td["leaked"].([]any)) != 0 || len(td["undeletedLogGroups"].([]any)) != 0 || td["imageIdentifier"] != first["imageIdentifier"] {
 		t.Fatalf("%v", td)
+	}
+	if _, err := os.Stat(record); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("terminate left the kept record: %v", err)
 	}
 	wantFailure(t, cli(t, env, "", "--json", "logs", name), taxonomy.KindPrecondition, taxonomy.FindingBuildLogsLocation)
 	runs, _, err := ledger.List(stateDir)

@@ -20,6 +20,7 @@ import (
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator"
@@ -51,7 +52,8 @@ type RunCmd struct {
 	Exec           string   `help:"A shell command to run in the VM; omitted, the run only launches and tears down, which checks that the image boots." placeholder:"COMMAND"`
 	Egress         bool     `help:"Give the VM outbound network."`
 	LaunchEnv      []string `name:"launch-env" help:"KEY=VALUE for every exec in the VM, repeatable; delivered once in the runHookPayload (4096 bytes with the token)." placeholder:"KEY=VALUE" sep:"none"`
-	Keep           bool     `help:"Leave the VM (and a built image) running and report the agent token to attach with; both keep billing until terminated."`
+	Keep           bool     `help:"Leave the VM (and a built image) running, remember it (endpoint and agent token, in the state directory, this user only) so later commands need only --microvm-id, and print its id; both keep billing until terminated."`
+	Reuse          bool     `help:"As build --reuse: name the image <name>-<hash12> after its inputs and launch an image already under that name instead of building. Ignored with --image."`
 	Timeout        float64  `help:"Seconds to wait for the exec." default:"300"`
 	MaxIdleSec     int      `name:"max-idle-sec" help:"Suspend the VM after this many seconds without inbound traffic." default:"600"`
 	SuspendedSec   int      `name:"suspended-sec" help:"Terminate the VM after this many seconds suspended; a resume after that fails." default:"600"`
@@ -275,7 +277,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			a.progress("launching from the existing image %s", arn)
 		} else {
 			start := time.Now()
-			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", false, rec)
+			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", c.Reuse, rec)
 			if res != nil {
 				built = res
 				out.ImageIdentifier, out.ImageName = res.ImageARN, res.Name
@@ -288,6 +290,12 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			a.progress("image %s built in %s", arn, humanDuration(buildTook))
 		}
 		out.ImageIdentifier, out.ImageName = arn, name
+		// A reused image is recorded too, so terminate --delete-image finds it.
+		_ = rec.Update(func(r *ledger.Run) {
+			if r.ImageARN == "" {
+				r.Image, r.ImageARN = name, arn
+			}
+		})
 		update, stop := a.waiting("launching a MicroVM from " + name)
 		w := p.wait(10 * time.Minute)
 		launching := true
@@ -366,7 +374,8 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	case c.Keep && sb != nil && err == nil:
 		tok := sb.AgentToken()
 		out.AgentToken, out.Kept = &tok, true
-		a.progress("keeping MicroVM %s and image %s: both bill until `microvm terminate %s --delete-image --image-identifier %s`", sb.ID(), out.ImageIdentifier, sb.ID(), out.ImageIdentifier)
+		a.remember(dir, kept.MicroVM{ID: sb.ID(), Endpoint: out.Endpoint, AgentToken: tok, Port: c.Port, ControlEndpoint: p.endpoint, Region: p.region.String()})
+		a.progress("keeping MicroVM %s and image %s: both bill until `microvm terminate %s --delete-image`", sb.ID(), out.ImageIdentifier, sb.ID())
 	case sb != nil:
 		a.progress("tearing down MicroVM %s", sb.ID())
 		rep := sb.Terminate(ctx, sandbox.TeardownOptions{DeleteImage: true, DeleteLogGroup: true})
@@ -418,7 +427,19 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		ce := asClientError(err)
 		return nil, &failure{err: ce, data: out, human: runHuman(out, a, true)}
 	}
-	return &result{typ: cliapi.TypeRun, data: out, human: runHuman(out, a, false)}, nil
+	res := &result{typ: cliapi.TypeRun, data: out, human: runHuman(out, a, false)}
+	if out.Kept && c.Exec == "" {
+		// Like `docker run -d`, the id is the one line on stdout, so a
+		// shell keeps it: export MICROVM_ID=$(microvm run --keep).
+		human := res.human
+		res.human = func(w io.Writer) error {
+			if _, err := fmt.Fprintln(w, out.MicrovmID); err != nil {
+				return err
+			}
+			return human(w)
+		}
+	}
+	return res, nil
 }
 
 func leakedText(l []string) string {
@@ -483,7 +504,7 @@ func runHuman(d cliapi.RunData, a *app, failed bool) func(io.Writer) error {
 			fmt.Fprintf(tw, "exit\t%d\n", *d.ExecExitCode)
 		}
 		if d.Kept {
-			fmt.Fprintf(tw, "endpoint\t%s\nkept\tyes: attach with --endpoint %s --microvm-id %s --agent-token (data.agentToken under --json)\n", d.Endpoint, d.Endpoint, d.MicrovmID)
+			fmt.Fprintf(tw, "endpoint\t%s\nkept\tyes: remembered, so attach with --microvm-id %s (or MICROVM_ID) alone; `microvm terminate %s --delete-image` ends it\n", d.Endpoint, d.MicrovmID, d.MicrovmID)
 		} else {
 			fmt.Fprintf(tw, "teardown\t%s\n", leakedText(d.Leaked))
 		}

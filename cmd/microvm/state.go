@@ -94,6 +94,7 @@ func (c *SuspendCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.forKept(a, "", c.MicrovmID)
 	p, err := c.open(ctx, a)
 	if err != nil {
 		return nil, err
@@ -152,6 +153,7 @@ func (c *ResumeCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.forKept(a, "", c.MicrovmID)
 	p, err := c.open(ctx, a)
 	if err != nil {
 		return nil, err
@@ -242,6 +244,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 			name = image
 		}
 	}
+	c.forKept(a, c.StateDir, c.MicrovmID)
 	p, err := c.open(ctx, a)
 	if err != nil {
 		return nil, err
@@ -294,6 +297,9 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 		}
 	}
 	d.State = &state
+	if terminated {
+		a.forget(dir, c.MicrovmID)
+	}
 	if rec != nil {
 		if err := closeRecord(dir, rec.ID, d.Leaked); err != nil {
 			a.warn("the run ledger was not updated: %v", err)
