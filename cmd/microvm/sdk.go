@@ -7,6 +7,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
+	"github.com/microvms/microvms/client/sandbox"
 )
 
 // The lifecycle commands' control-plane calls, on client/lambdamicrovms, with
@@ -15,25 +16,9 @@ import (
 
 func (p *plane) api() *lambdamicrovms.Client { return p.cp }
 
-func (p *plane) getMicrovm(ctx context.Context, id string) (*lambdamicrovms.GetMicrovmOutput, error) {
-	out, err := p.api().GetMicrovm(ctx, &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: aws.String(id)})
-	return out, cplane.SDKError("GetMicrovm", err)
-}
-
-func (p *plane) suspendMicrovm(ctx context.Context, id string) error {
-	_, err := p.api().SuspendMicrovm(ctx, &lambdamicrovms.SuspendMicrovmInput{MicrovmIdentifier: aws.String(id)})
-	return cplane.SDKError("SuspendMicrovm", err)
-}
-
-func (p *plane) resumeMicrovm(ctx context.Context, id string) error {
-	_, err := p.api().ResumeMicrovm(ctx, &lambdamicrovms.ResumeMicrovmInput{MicrovmIdentifier: aws.String(id)})
-	return cplane.SDKError("ResumeMicrovm", err)
-}
-
-func (p *plane) terminateMicrovm(ctx context.Context, id string) error {
-	_, err := p.api().TerminateMicrovm(ctx, &lambdamicrovms.TerminateMicrovmInput{MicrovmIdentifier: aws.String(id)})
-	return cplane.SDKError("TerminateMicrovm", err)
-}
+// handle is the MicroVM id on this control plane, for the by-id lifecycle
+// client/sandbox owns.
+func (p *plane) handle(id string) *sandbox.Handle { return sandbox.Open(p.cp, id) }
 
 // deleteImage deletes an image by its name or colon-form ARN.
 func (p *plane) deleteImage(ctx context.Context, identifier string) error {
