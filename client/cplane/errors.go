@@ -119,3 +119,11 @@ func isCredentialType(t string) bool {
 	}
 	return false
 }
+
+// IsNotFound reports whether err is (or wraps) the control plane's
+// ResourceNotFoundException: the identifier names nothing in this account
+// and region.
+func IsNotFound(err error) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "ResourceNotFoundException"
+}

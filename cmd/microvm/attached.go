@@ -71,10 +71,15 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA_MICROVMS or AWS_ENDPOINT_URL.
 	// Nothing is resolved over the network until the first mint.
 	// A loopback control plane is an emulator and needs no AWS credentials.
-	cpc, err := newControl(ctx, region, cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env), a.env)
+	control := cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env)
+	if err := a.requireAWSCredentials(ctx, control, region); err != nil {
+		return nil, err
+	}
+	cpc, err := newControl(ctx, region, control, a.env)
 	if err != nil {
 		return nil, err
 	}
+	a.status = func(ctx context.Context) (sandbox.Status, error) { return sandbox.Open(cpc, f.MicrovmID).Status(ctx) }
 	return client.Proxied(endpoint, f.AgentToken, sandbox.ProxyMinter(cpc, f.MicrovmID), client.WithAgentPort(f.Port))
 }
 

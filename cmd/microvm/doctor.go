@@ -49,7 +49,12 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 	case err != nil && client.KindOf(err) == taxonomy.KindInvalidArg:
 		return nil, err
 	case err != nil:
-		checks = append(checks, fail("control-plane", err.Error(), "see the suggestion of the check above, or pass --local"))
+		remedy := "pass --local to check this machine's emulator instead, or `microvm emulator` and AWS_ENDPOINT_URL for a running one"
+		if c.Local {
+			// --local was passed: the in-process emulator did not start.
+			remedy = "make build (bin/agentd next to bin/microvm), or pass --agentd PATH"
+		}
+		checks = append(checks, fail("control-plane", err.Error(), remedy))
 	}
 	if p != nil {
 		checks = append(checks, pass("region", fmt.Sprintf("%s is a region measured to carry MicroVMs", p.region)))

@@ -99,6 +99,12 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 	p.s3Endpoint = cplane.ServiceEndpoint(cplane.ServiceS3, a.env)
 	p.logsEndpoint = cplane.ServiceEndpoint(cplane.ServiceLogs, a.env)
 	p.stsEndpoint = cplane.ServiceEndpoint(cplane.ServiceSTS, a.env)
+	if a.command != "doctor" {
+		// doctor reports the credentials as one of its checks.
+		if err := a.requireAWSCredentials(ctx, p.endpoint, region); err != nil {
+			return nil, err
+		}
+	}
 	p.cp, err = newControl(ctx, region, p.endpoint, a.env)
 	if err != nil {
 		return nil, err
@@ -115,6 +121,21 @@ func newControl(ctx context.Context, region client.Region, endpoint string, gete
 		o.Credentials, o.MaxBackoff = embedded.Credentials(), 50*time.Millisecond
 	}
 	return cplane.New(ctx, o)
+}
+
+// requireAWSCredentials refuses, before anything else fails for want of
+// them, a command bound for AWS itself (no control endpoint) on a machine
+// whose credential chain yields nothing: its hints name --local and
+// `microvm emulator` (hints.go).
+func (a *app) requireAWSCredentials(ctx context.Context, endpoint string, region client.Region) error {
+	if endpoint != "" {
+		return nil
+	}
+	if err := cplane.CheckCredentials(ctx, region); err != nil {
+		a.awsWithoutCredentials = true
+		return err
+	}
+	return nil
 }
 
 func (p *plane) close() {

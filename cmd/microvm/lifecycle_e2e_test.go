@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -363,6 +364,12 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	if s := run("suspend", id); s["state"] != "SUSPENDED" {
 		t.Fatalf("%v", s)
 	}
+	// Catches: an exec on a suspended MicroVM answered "transient, run it
+	// again" (exit 3 with the proxy's 502), which never names the resume.
+	m := wantFailure(t, cli(t, env, "", "--json", "exec", "--microvm-id", id, "true"), taxonomy.KindPrecondition, taxonomy.FindingSuspendIsFreeze)
+	if sg := fmt.Sprint(m["suggestions"]); !strings.Contains(sg, "microvm resume "+id) || !strings.Contains(m["error"].(string), "SUSPENDED") {
+		t.Fatalf("%v: %v", m["error"], sg)
+	}
 	r := run("resume", id)
 	if r["state"] != "RUNNING" || r["endpoint"] != kept["endpoint"] {
 		t.Fatalf("%v", r)
@@ -395,7 +402,7 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	}
 
 	inv := emu.stop(t)
-	m := envelope(t, inv)
+	m = envelope(t, inv)
 	if inv.code != 0 || m["type"] != cliapi.TypeEmulator || data(m)["endpoint"] != emu.url {
 		t.Fatalf("%d %v", inv.code, m)
 	}

@@ -329,9 +329,22 @@ func TestRefusalsSuggestTheNextStep(t *testing.T) {
 	if err := os.WriteFile(daemon, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m = wantFailure(t, cli(t, nil, "", "--json", "build", daemon, "--region", "us-east-1"), taxonomy.KindPrecondition, "")
+	m = wantFailure(t, cli(t, awsEnv(), "", "--json", "build", daemon, "--region", "us-east-1"), taxonomy.KindPrecondition, "")
 	if sg := m["suggestions"].([]any); len(sg) != 1 || sg[0] != "microvm doctor" {
 		t.Fatalf("precondition: suggestions %v", sg)
+	}
+	// Forgetting --local on a machine with no AWS credentials at all: one
+	// refusal that names --local and `microvm emulator`, before the aarch64
+	// daemon, the build role or the instance-metadata service's own words.
+	// Catches: the chain's failure reached only at the first signed call,
+	// and hints that never mention the local paths.
+	for _, args := range [][]string{{"run"}, {"build", daemon}, {"suspend", "mvm-x"}} {
+		inv := cli(t, []string{"AWS_EC2_METADATA_DISABLED=true"}, "", append([]string{"--json"}, args...)...)
+		m = wantFailure(t, inv, taxonomy.KindCredentials, "")
+		sg := fmt.Sprint(m["suggestions"])
+		if !strings.Contains(sg, "--local") || !strings.Contains(sg, "microvm emulator") || strings.Contains(m["error"].(string), "aarch64") {
+			t.Fatalf("microvm %v: %s\n%v", args, m["error"], sg)
+		}
 	}
 }
 
