@@ -38,7 +38,9 @@ func TestEveryHintNamesAFix(t *testing.T) {
 	suspended := sandbox.Status{ID: "mvm-1", State: sandbox.Suspended}
 	dead := sandbox.Status{ID: "mvm-1", State: sandbox.Terminated}
 	wire := func(w taxonomy.WireKind) *client.Error { return client.WireErrorf(w, "x") }
-	kind := func(kd taxonomy.ErrorKind, f taxonomy.FindingID, msg string) *client.Error { return client.Errorf(kd, f, "%s", msg) }
+	kind := func(kd taxonomy.ErrorKind, f taxonomy.FindingID, msg string) *client.Error {
+		return client.Errorf(kd, f, "%s", msg)
+	}
 	cases := []struct {
 		name        string
 		command     string
