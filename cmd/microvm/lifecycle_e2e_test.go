@@ -97,6 +97,11 @@ func TestRunLocal(t *testing.T) {
 		if len(d["leaked"].([]any)) != 0 || d["cost"] == nil || d["microvmId"] == "" || !strings.HasPrefix(d["imageIdentifier"].(string), "arn:aws:lambda:") {
 			t.Fatalf("%v", d)
 		}
+		// Catches: a local run's cost read as a bill (nothing is billed
+		// locally; the figures are what AWS would charge).
+		if label := d["cost"].(map[string]any)["label"].(string); !strings.Contains(label, "nothing is billed") || !strings.Contains(label, "AWS would bill") {
+			t.Fatalf("the local cost label %q", label)
+		}
 	})
 	t.Run("13 a non-zero exit is ERR_EXEC_FAILED and still tears down", func(t *testing.T) {
 		inv := cli(t, env, "", "--json", "run", "--local", "--exec", "exit 3")

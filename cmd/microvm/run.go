@@ -401,14 +401,21 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 
 	// The cost of what ran, every line labelled; nothing ran, nothing to price.
-	if rep, cerr := runCost(out.ImageName, size, p.region, buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
+	label := "run " + out.ImageName
+	if p.local {
+		// An emulator bills nothing: the figures are what the same run
+		// would cost on AWS, and the label says so wherever it is read.
+		label += " (local: nothing is billed; priced as AWS would bill it)"
+	}
+	if rep, cerr := runCost(label, size, p.region, buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
 		c := reportJSON(rep)
 		out.Cost = &c
+		stale := rep.Staleness
+		rep.Staleness = "" // said once a day at most, by staleRates
 		if !a.g.Quiet && !a.g.JSON {
-			fmt.Fprintln(a.stderr, rep.String()) // its text carries any staleness warning
-		} else if rep.Staleness != "" {
-			a.warn("%s", rep.Staleness)
+			fmt.Fprintln(a.stderr, rep.String())
 		}
+		a.staleRates(stale)
 	}
 	if ranFor > 0 {
 		v := ranFor.Seconds()
@@ -470,7 +477,7 @@ func teardownImage(ctx context.Context, p *plane, arn, group string, logs sandbo
 }
 
 // runCost prices what a run measured with the pinned rate table.
-func runCost(name string, size client.SizeClass, region client.Region, buildFor, ranFor time.Duration, built, launched bool) (cost.Report, error) {
+func runCost(label string, size client.SizeClass, region client.Region, buildFor, ranFor time.Duration, built, launched bool) (cost.Report, error) {
 	u := cost.Usage{Launched: launched}
 	var err error
 	if ranFor > 0 {
@@ -488,7 +495,7 @@ func runCost(name string, size client.SizeClass, region client.Region, buildFor,
 		// baseline memory stands in, as the reference does.
 		u.ImageGB = decimal.NewFromInt(int64(size.BaselineMiB())).Div(decimal.NewFromInt(1024))
 	}
-	return cost.RunReport("run "+name, size, u, cost.Pinned(region), time.Now())
+	return cost.RunReport(label, size, u, cost.Pinned(region), time.Now())
 }
 
 // runHuman is the human form: the child's bytes already went to stdout as

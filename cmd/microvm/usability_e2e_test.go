@@ -372,3 +372,28 @@ func TestFailedExecVerdictGoesToStderr(t *testing.T) {
 		t.Fatalf("success: exit %d stdout %q stderr %q", inv.code, inv.stdout, inv.stderr)
 	}
 }
+
+// The rate table's staleness is said at most once a day, and never under
+// --quiet; the JSON report still carries it. Catches: the warning on every
+// run (the stamp not read, or not written), --quiet not silencing it, and
+// the JSON losing it.
+func TestStalenessOnceADayNeverQuiet(t *testing.T) {
+	stale := data(envelope(t, cli(t, nil, "", "--json", "cost", "--running-sec", "60")))["report"].(map[string]any)["staleness"]
+	if stale == "" {
+		t.Skip("the pinned rate table is not stale today")
+	}
+	const said = "rate table was read"
+	cache := []string{"XDG_CACHE_HOME=" + t.TempDir()}
+	if inv := cli(t, cache, "", "--quiet", "cost", "--running-sec", "60"); strings.Contains(inv.stderr, said) {
+		t.Fatalf("--quiet printed the staleness:\n%s", inv.stderr)
+	}
+	if inv := cli(t, cache, "", "cost", "--running-sec", "60"); strings.Count(inv.stderr, said) != 1 {
+		t.Fatalf("the first run of the day does not say it once:\n%s", inv.stderr)
+	}
+	if inv := cli(t, cache, "", "cost", "--running-sec", "60"); strings.Contains(inv.stderr, said) {
+		t.Fatalf("the second run of the day says it again:\n%s", inv.stderr)
+	}
+	if d := data(envelope(t, cli(t, cache, "", "--json", "cost", "--running-sec", "60"))); d["report"].(map[string]any)["staleness"] != stale {
+		t.Fatalf("the JSON report lost the staleness: %v", d)
+	}
+}
