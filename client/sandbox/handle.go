@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
@@ -241,4 +242,18 @@ func List(ctx context.Context, c *lambdamicrovms.Client) ([]Status, error) {
 		}
 	}
 	return out, nil
+}
+
+// Cost prices the MicroVM's life so far (its whole life, once terminated)
+// with rates: the time since startedAt as RUNNING, at the size class its
+// image version was built with. A handle does not know how long the MicroVM
+// spent suspended, so that time is priced as running: an upper bound for one
+// that was suspended, exact for one that never was.
+func (h *Handle) Cost(ctx context.Context, rates cost.RateTable) (cost.Report, error) {
+	s := &Sandbox{cp: h.cp, id: h.id, m: newModel()}
+	u, size, err := s.Usage(ctx)
+	if err != nil {
+		return cost.Report{}, err
+	}
+	return cost.RunReport("microvm "+h.id+" so far", size, u, rates, time.Now())
 }

@@ -40,7 +40,7 @@ type CLI struct {
 	Stdin  StdinCmd  `cmd:"" help:"Write to an exec's stdin (started with exec --stdin) and optionally close it."`
 	Cp     CpCmd     `cmd:"" help:"Copy a file or a tar archive between here and a MicroVM; vm:/path names the guest side."`
 
-	Ls         LsCmd         `cmd:"" help:"List the runs this CLI recorded in its local ledger."`
+	Ls         LsCmd         `cmd:"" help:"List what is alive (state, age, cost so far) and the ledger's open runs; --all adds the closed ones."`
 	Cost       CostCmd       `cmd:"" help:"Estimate what a run cost or a plan will cost, every line labelled."`
 	Manifest   ManifestCmd   `cmd:"" help:"Emit the command surface, exit table and envelope schema, generated from the parser."`
 	Constants  ConstantsCmd  `cmd:"" help:"Emit every service constant this client enforces."`

@@ -355,6 +355,20 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	}
 	wantFailure(t, cli(t, append(env, "MICROVM_ID="+id), "", "--json", "exec", "--agent-token", "not-the-token", "true"), taxonomy.KindCredentials, "")
 
+	// ls shows what is alive, joined with the ledger. Catches: ls reading
+	// the ledger alone, the kept MicroVM without its state, age or cost so
+	// far, and the join to its run record lost.
+	ls := run("ls")
+	var found map[string]any
+	for _, m := range ls["microvms"].([]any) {
+		if m.(map[string]any)["microvmId"] == id {
+			found = m.(map[string]any)
+		}
+	}
+	if found == nil || found["state"] != "RUNNING" || found["kept"] != true || found["runId"] == nil || found["costSoFarUsd"] == nil || found["ageSeconds"] == nil || found["runningIn"] != nil || ls["controlPlaneError"] != nil {
+		t.Fatalf("ls: %v", ls)
+	}
+
 	dir := t.TempDir()
 	local := filepath.Join(dir, "notes.txt")
 	if err := os.WriteFile(local, []byte("carried across a freeze\n"), 0o644); err != nil {

@@ -647,13 +647,35 @@ func TestLsReadsTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "damaged.json"), []byte(`{"id":`), 0o600)
-	inv := cli(t, []string{"MICROVM_STATE_DIR=" + dir}, "", "--json", "ls")
+	// A record whose process is still going is another process's run, and
+	// is shown as such rather than as something left open. Catches: the
+	// pid not written, or not read.
+	other := exec.Command("sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	going, err := l.Begin("us-east-1")
+	if err != nil || going.Snapshot().PID != os.Getpid() {
+		t.Fatalf("the record's pid %d, want this process's %d (%v)", going.Snapshot().PID, os.Getpid(), err)
+	}
+	if err := going.Update(func(r *ledger.Run) { r.PID = other.Process.Pid; r.MicrovmID = "mvm-elsewhere" }); err != nil {
+		t.Fatal(err)
+	}
+	noAWS := []string{"MICROVM_STATE_DIR=" + dir, "AWS_EC2_METADATA_DISABLED=true"}
+	// Without --all, a closed record is not listed. Catches: the filter
+	// dropped or inverted.
+	open := data(envelope(t, cli(t, noAWS, "", "--json", "ls")))
+	if runs := open["runs"].([]any); len(runs) != 3 || open["controlPlaneError"] == nil {
+		t.Fatalf("without --all: %v", open)
+	}
+	inv := cli(t, noAWS, "", "--json", "ls", "--all")
 	m := envelope(t, inv)
 	runs := m["data"].(map[string]any)["runs"].([]any)
-	if len(runs) != 3 {
-		t.Fatalf("runs %v, want the two recorded runs and the damaged one", runs)
+	if len(runs) != 4 {
+		t.Fatalf("runs %v, want the three recorded runs and the damaged one", runs)
 	}
-	first, last := runs[0].(map[string]any), runs[2].(map[string]any)
+	first, last := runs[0].(map[string]any), runs[3].(map[string]any)
 	if first["microvm_id"] != "mvm-1" || first["region"] != "us-east-1" || first["closed"] != false {
 		t.Fatalf("recorded run listed as %v", first)
 	}
@@ -688,8 +710,9 @@ func TestLsReadsTheLedger(t *testing.T) {
 			t.Errorf("run %d listed as\n%s\nthe ledger wrote\n%s", i, got.String(), want.String())
 		}
 	}
-	human := cli(t, []string{"MICROVM_STATE_DIR=" + dir}, "", "ls")
-	if !strings.Contains(human.stdout, "mvm-1") || !strings.Contains(human.stdout, "unreadable record") {
+	human := cli(t, noAWS, "", "ls")
+	if !strings.Contains(human.stdout, "mvm-1") || !strings.Contains(human.stdout, "unreadable record") ||
+		!strings.Contains(human.stdout, fmt.Sprintf("another process's run, still going (pid %d)", other.Process.Pid)) {
 		t.Fatalf("human listing:\n%s", human.stdout)
 	}
 }

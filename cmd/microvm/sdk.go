@@ -63,3 +63,6 @@ func (p *plane) managedImageVersions(ctx context.Context, baseARN string) ([]typ
 	}
 	return out, nil
 }
+
+// list is every MicroVM the control plane lists.
+func (p *plane) list(ctx context.Context) ([]sandbox.Status, error) { return sandbox.List(ctx, p.cp) }
