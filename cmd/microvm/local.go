@@ -148,4 +148,3 @@ func runJSON(r ledger.Run) cliapi.Run {
 	}
 	return out
 }
-
