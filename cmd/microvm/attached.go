@@ -839,22 +839,37 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 }
 
 // parentExists refuses an upload whose parent directory is missing on the
-// VM. Protocol v1 has no stat: reading a directory as a file answers 400
-// (it exists), a missing path 404; only the first line is asked for, in
-// case the parent is a file.
+// VM, through Session.Stat (which follows no symlink: a symlinked parent is
+// left to the daemon). A daemon without /v1/fs/stat (the reference's)
+// answers its 404 without the path_not_found slug; only then is the parent
+// probed the old way, by reading it as a file: a directory answers 400, a
+// missing path 404.
 func (c *CpCmd) parentExists(ctx context.Context, s *client.Session, remote string) error {
 	parent := dirOf(remote)
 	if parent == "/" {
 		return nil
 	}
-	_, err := s.ReadFile(ctx, parent, io.Discard, client.LineRange{Start: 1, End: 1})
+	missing := client.Errorf(taxonomy.KindPrecondition, "", "vm:%s does not exist, so vm:%s has nowhere to go; pass --parents to create it", parent, remote)
+	fi, err := s.Stat(ctx, parent)
+	var ce *client.Error
+	switch {
+	case err == nil && fi.Type == protocol.FileTypeDirectory, err == nil && fi.Type == protocol.FileTypeSymlink:
+		return nil
+	case err == nil:
+		return invalidArg("", "vm:%s is a %s, not a directory", parent, fi.Type)
+	case errors.As(err, &ce) && ce.Slug() == "path_not_found":
+		return missing
+	case !errors.Is(err, client.WireKindError(taxonomy.WireNotFound)):
+		return err
+	}
+	_, err = s.ReadFile(ctx, parent, io.Discard, client.LineRange{Start: 1, End: 1})
 	switch {
 	case err == nil:
 		return invalidArg("", "vm:%s is a file, not a directory", parent)
 	case errors.Is(err, client.WireKindError(taxonomy.WireProtocolError)):
 		return nil // a directory
 	case errors.Is(err, client.WireKindError(taxonomy.WireNotFound)):
-		return client.Errorf(taxonomy.KindPrecondition, "", "vm:%s does not exist, so vm:%s has nowhere to go; pass --parents to create it", parent, remote)
+		return missing
 	}
 	return err
 }

@@ -78,6 +78,12 @@ func TestAttachedUsability(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(missing, "x")); err != nil || string(b) != "x" {
 			t.Fatalf("%q %v", b, err)
 		}
+		// A parent that is a file is refused by its stat, naming its type.
+		// Catches: the stat's answer ignored (the file taken for a directory).
+		m = wantFailure(t, cli(t, env, "", "--json", "cp", src, "vm:"+src+"/y"), taxonomy.KindInvalidArg, "")
+		if !strings.Contains(m["error"].(string), "is a file, not a directory") {
+			t.Fatalf("%v", m["error"])
+		}
 		// An existing parent needs nothing.
 		envelope(t, cli(t, env, "", "--json", "cp", src, "vm:"+missing+"/y"))
 	})
