@@ -17,6 +17,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
@@ -71,16 +72,16 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA_MICROVMS or AWS_ENDPOINT_URL.
 	// Nothing is resolved over the network until the first mint.
 	// A loopback control plane is an emulator and needs no AWS credentials.
-	control := cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env)
-	if err := a.requireAWSCredentials(ctx, control, region); err != nil {
-		return nil, err
-	}
-	cpc, err := newControl(ctx, region, control, a.env)
+	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env),
+		Emulator: emulatorSide(nil), Getenv: a.env})
 	if err != nil {
 		return nil, err
 	}
-	a.status = func(ctx context.Context) (sandbox.Status, error) { return sandbox.Open(cpc, f.MicrovmID).Status(ctx) }
-	return client.Proxied(endpoint, f.AgentToken, sandbox.ProxyMinter(cpc, f.MicrovmID), client.WithAgentPort(f.Port))
+	if err := a.requireAWSCredentials(ctx, pf); err != nil {
+		return nil, err
+	}
+	a.status = func(ctx context.Context) (sandbox.Status, error) { return pf.Handle(f.MicrovmID).Status(ctx) }
+	return client.Proxied(endpoint, f.AgentToken, sandbox.ProxyMinter(pf.Control(), f.MicrovmID), client.WithAgentPort(f.Port))
 }
 
 // regionEnv are the variables that name the control plane's region when no

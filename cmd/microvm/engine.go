@@ -25,7 +25,7 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/cplane"
-	"github.com/microvms/microvms/client/lambdamicrovms"
+	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -57,7 +57,7 @@ type engine struct {
 	mu              sync.Mutex
 	sb              *sandbox.Sandbox
 	emu             *embedded.Emulator
-	cp              *lambdamicrovms.Client
+	bound           bool // a control plane is chosen (create or attach began)
 	region          client.Region
 	controlEndpoint string
 	launched        bool // this engine launched sb, so it tears it down when its caller goes
@@ -340,7 +340,7 @@ func (e *engine) sandbox() (*sandbox.Sandbox, error) {
 // claim refuses a second create or attach: an engine holds one sandbox, so
 // its teardown on exit is never ambiguous.
 func (e *engine) claim() error {
-	if e.sb != nil || e.cp != nil {
+	if e.sb != nil || e.bound {
 		return client.Errorf(taxonomy.KindInvalidArg, "", "engine: this engine already holds a sandbox; start another engine for another")
 	}
 	return nil
@@ -389,12 +389,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 		if err != nil {
 			return "", nil, err
 		}
-		cp, err := emu.Control(life)
-		if err != nil {
-			emu.Close()
-			return "", nil, err
-		}
-		e.emu, e.cp, e.controlEndpoint = emu, cp, emu.URL
+		e.emu, e.bound, e.controlEndpoint = emu, true, emu.URL
 		sb, err = emu.Launch(ctx, sandbox.Options{AgentToken: args.AgentToken, Wait: waitFor(true, args.TimeoutSec)})
 		if sb != nil {
 			e.sb, e.launched = sb, true
@@ -406,18 +401,19 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 		if args.Image == "" {
 			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: an AWS sandbox needs an image (its ARN or name; `microvm build` makes one), or local mode")
 		}
-		p := &plane{a: e.a, region: region, endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.env)}
-		p.local = embedded.IsLocal(p.endpoint)
-		if p.cp, err = newControl(life, region, p.endpoint, e.a.env); err != nil {
+		pf, err := platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.env),
+			Emulator: emulatorSide(nil), Getenv: e.a.env})
+		if err != nil {
 			return "", nil, err
 		}
+		p := &plane{Platform: pf, a: e.a}
 		arn, name, err := p.resolveImage(ctx, args.Image)
 		if err != nil {
 			return "", nil, err
 		}
-		e.cp, e.controlEndpoint, e.imageARN = p.cp, p.endpoint, arn
-		sb, err = sandbox.Launch(ctx, p.cp, sandbox.Options{Image: arn, Version: args.ImageVersion, ImageName: name,
-			ExecutionRoleARN: args.ExecutionRoleARN, AgentToken: args.AgentToken, Wait: waitFor(p.local, args.TimeoutSec)})
+		e.bound, e.controlEndpoint, e.imageARN = true, p.Endpoint(), arn
+		sb, err = sandbox.Launch(ctx, p.Control(), sandbox.Options{Image: arn, Version: args.ImageVersion, ImageName: name,
+			ExecutionRoleARN: args.ExecutionRoleARN, AgentToken: args.AgentToken, Wait: waitFor(p.Local(), args.TimeoutSec)})
 		if sb != nil {
 			e.sb, e.launched = sb, true
 		}
@@ -443,15 +439,15 @@ func (e *engine) attach(ctx context.Context, args engineapi.AttachArgs) (string,
 		return "", nil, err
 	}
 	endpoint := cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.env)
-	cp, err := newControl(context.WithoutCancel(ctx), region, endpoint, e.a.env)
+	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: emulatorSide(nil), Getenv: e.a.env})
 	if err != nil {
 		return "", nil, err
 	}
-	sb, err := sandbox.Attach(ctx, cp, args.MicrovmID, args.AgentToken, sandbox.Options{Wait: waitFor(embedded.IsLocal(endpoint), 0)})
+	sb, err := pf.Handle(args.MicrovmID).Attach(ctx, args.AgentToken, sandbox.Options{Wait: waitFor(pf.Local(), 0)})
 	if err != nil {
 		return "", nil, err
 	}
-	e.sb, e.cp, e.region, e.controlEndpoint = sb, cp, region, endpoint
+	e.sb, e.bound, e.region, e.controlEndpoint = sb, true, region, endpoint
 	return engineapi.TypeSandbox, e.infoLocked(), nil
 }
 

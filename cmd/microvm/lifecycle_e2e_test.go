@@ -150,9 +150,13 @@ func TestRunLocal(t *testing.T) {
 				t.Fatalf("run %+v is not closed clean", r)
 			}
 		}
-		d := data(envelope(t, cli(t, env, "", "--json", "ls")))
+		// Closed runs are listed with --all only.
+		d := data(envelope(t, cli(t, append(env, "AWS_EC2_METADATA_DISABLED=true"), "", "--json", "ls", "--all")))
 		if len(d["runs"].([]any)) != len(runs) {
-			t.Fatalf("ls lists %d runs, the ledger holds %d", len(d["runs"].([]any)), len(runs))
+			t.Fatalf("ls --all lists %d runs, the ledger holds %d", len(d["runs"].([]any)), len(runs))
+		}
+		if d := data(envelope(t, cli(t, append(env, "AWS_EC2_METADATA_DISABLED=true"), "", "--json", "ls"))); len(d["runs"].([]any)) != 0 {
+			t.Fatalf("ls without --all lists closed runs: %v", d["runs"])
 		}
 	})
 }

@@ -130,16 +130,16 @@ func (c *LsCmd) live(ctx context.Context, a *app) ([]liveStatus, error) {
 		return nil, err
 	}
 	defer p.close()
-	listed, err := p.list(ctx)
+	listed, err := p.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rates := cost.Pinned(p.region)
+	rates := cost.Pinned(p.Region())
 	out := make([]liveStatus, 0, len(listed))
 	for _, st := range listed {
 		ls := liveStatus{Status: st}
 		if st.State != sandbox.Terminated {
-			if rep, err := p.handle(st.ID).Cost(ctx, rates); err == nil {
+			if rep, err := p.Handle(st.ID).Cost(ctx, rates); err == nil {
 				ls.costUSD = rep.Total().Floor().String()
 			}
 		}

@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/shopspring/decimal"
 
 	"github.com/microvms/microvms/client"
@@ -95,7 +94,7 @@ func (p *plane) daemonFor(binary, agentdFlag string) (string, error) {
 		return binary, nil
 	case p.emu != nil:
 		return p.emu.Agentd, nil
-	case p.local:
+	case p.Local():
 		return embedded.FindAgentd(agentdFlag, p.a.env)
 	}
 	return "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingArm64Only,
@@ -120,7 +119,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 			return nil, client.Errorf(taxonomy.KindPrecondition, "", "reading the Dockerfile: %w", err)
 		}
 		dockerfile = string(b)
-		if p.local {
+		if p.Local() {
 			steps, err := emulator.UnperformedSteps(b)
 			if err == nil {
 				for _, s := range steps {
@@ -138,7 +137,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 	if err != nil {
 		return nil, err
 	}
-	role, err := p.buildRole(infra.BuildRoleARN)
+	role, err := p.BuildRole(infra.BuildRoleARN)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +159,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 	spec := build.Spec{
 		Daemon: daemon, Dockerfile: dockerfile, Workdir: defaultWorkdir, Port: f.Port, Name: name, Reuse: reuse,
 		BuildRoleARN: role, BaseImageVersion: baseVersion, Size: size, RepairIdentity: f.RepairIdentity,
-		Machine: p.guestMachine(), Wait: p.wait(30 * time.Minute), Ledger: rec,
+		Machine: p.guestMachine(), Wait: p.Wait(30 * time.Minute), Ledger: rec,
 		Progress: func(pr build.Progress) {
 			switch pr.Stage {
 			case "upload":
@@ -179,7 +178,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 		},
 	}
 	a.progress("building image %s (%s)", name, size)
-	res, err := build.Build(ctx, p.cp, up, spec)
+	res, err := build.Build(ctx, p.Control(), up, spec)
 	if uploading {
 		sentDone()
 	}
@@ -193,16 +192,16 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 		_, n, _ := strings.Cut(id, ":microvm-image:")
 		return id, n, nil
 	}
-	found, err := p.findImage(ctx, id)
+	arn, err = p.FindImage(ctx, id)
 	if err != nil {
 		return "", "", err
 	}
-	if found == nil {
+	if arn == "" {
 		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageARNColon,
-			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.region)
+			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.Region())
 	}
-	p.a.progress("resolved image name %s to %s", id, aws.ToString(found.ImageArn))
-	return aws.ToString(found.ImageArn), id, nil
+	p.a.progress("resolved image name %s to %s", id, arn)
+	return arn, id, nil
 }
 
 func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
@@ -249,7 +248,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
 	}
-	rec, err := led.Begin(p.region.String())
+	rec, err := led.Begin(p.Region().String())
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
 	}
@@ -260,11 +259,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	var buildTook, ranFor time.Duration
 	// Without a client (CloudWatch Logs unreachable, or on AWS while the
 	// control plane is local), teardown names the log group as left behind.
-	// An untyped nil: a nil *Client in the interface would be called.
-	var logs sandbox.LogGroupDeleter
-	if lc, lerr := p.logs(ctx); lerr == nil {
-		logs = lc
-	}
+	logs := p.LogGroups(ctx)
 
 	body := func() error {
 		arn, name := "", ""
@@ -297,7 +292,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			}
 		})
 		update, stop := a.waiting("launching a MicroVM from " + name)
-		w := p.wait(10 * time.Minute)
+		w := p.Wait(10 * time.Minute)
 		launching := true
 		w.Progress = func(pr cplane.Progress) {
 			// The same options serve the teardown's waits, which say
@@ -318,7 +313,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			o.LogGroup = built.LogGroup
 		}
 		launched := time.Now()
-		s, err := sandbox.Launch(ctx, p.cp, o)
+		s, err := sandbox.Launch(ctx, p.Control(), o)
 		launching = false
 		stop()
 		sb = s
@@ -374,7 +369,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	case c.Keep && sb != nil && err == nil:
 		tok := sb.AgentToken()
 		out.AgentToken, out.Kept = &tok, true
-		a.remember(dir, kept.MicroVM{ID: sb.ID(), Endpoint: out.Endpoint, AgentToken: tok, Port: c.Port, ControlEndpoint: p.endpoint, Region: p.region.String()})
+		a.remember(dir, kept.MicroVM{ID: sb.ID(), Endpoint: out.Endpoint, AgentToken: tok, Port: c.Port, ControlEndpoint: p.Endpoint(), Region: p.Region().String()})
 		a.progress("keeping MicroVM %s and image %s: both bill until `microvm terminate %s --delete-image`", sb.ID(), out.ImageIdentifier, sb.ID())
 	case sb != nil:
 		a.progress("tearing down MicroVM %s", sb.ID())
@@ -402,12 +397,12 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 
 	// The cost of what ran, every line labelled; nothing ran, nothing to price.
 	label := "run " + out.ImageName
-	if p.local {
+	if p.Local() {
 		// An emulator bills nothing: the figures are what the same run
 		// would cost on AWS, and the label says so wherever it is read.
 		label += " (local: nothing is billed; priced as AWS would bill it)"
 	}
-	if rep, cerr := runCost(label, size, p.region, buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
+	if rep, cerr := runCost(label, size, p.Region(), buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
 		c := reportJSON(rep)
 		out.Cost = &c
 		stale := rep.Staleness
@@ -462,13 +457,13 @@ func teardownImage(ctx context.Context, p *plane, arn, group string, logs sandbo
 	ctx = context.WithoutCancel(ctx)
 	var leaked []string
 	if _, err := cplane.ParseImageRef(arn); err == nil {
-		if err := p.deleteImage(ctx, arn); err != nil {
+		if err := p.DeleteImage(ctx, arn); err != nil {
 			leaked = append(leaked, "image "+arn)
 			a.warn("could not delete image %s: %v", arn, err)
 		}
 	}
 	if group != "" && logs != nil {
-		if err := deleteGroup(ctx, logs, group); err != nil {
+		if err := p.DeleteLogGroup(ctx, group); err != nil {
 			leaked = append(leaked, "log_group "+group)
 			a.warn("could not delete the build log group %s: %v", group, err)
 		}

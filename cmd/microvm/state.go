@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
-	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
@@ -109,9 +105,9 @@ func (c *SuspendCmd) run(ctx context.Context, a *app) (*result, error) {
 	defer p.close()
 	update, stop := a.waiting("suspending " + c.MicrovmID)
 	defer stop()
-	w := p.wait(timeout)
+	w := p.Wait(timeout)
 	w.Progress = func(pr cplane.Progress) { update("suspending " + c.MicrovmID + ": " + pr.State) }
-	st, err := p.handle(c.MicrovmID).Suspend(ctx, w)
+	st, err := p.Handle(c.MicrovmID).Suspend(ctx, w)
 	if err != nil {
 		return nil, refusedIn(st, err)
 	}
@@ -138,9 +134,9 @@ func (c *ResumeCmd) run(ctx context.Context, a *app) (*result, error) {
 	defer p.close()
 	update, stop := a.waiting("resuming " + c.MicrovmID)
 	defer stop()
-	w := p.wait(timeout)
+	w := p.Wait(timeout)
 	w.Progress = func(pr cplane.Progress) { update("resuming " + c.MicrovmID + ": " + pr.State) }
-	st, err := p.handle(c.MicrovmID).Resume(ctx, w)
+	st, err := p.Handle(c.MicrovmID).Resume(ctx, w)
 	if err != nil {
 		return nil, refusedIn(st, err)
 	}
@@ -205,7 +201,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 	ctx = context.WithoutCancel(ctx)
 	d := cliapi.TeardownData{MicrovmID: c.MicrovmID, Leaked: []string{}, UndeletedLogGroups: []string{}}
 	a.progress("terminating %s", c.MicrovmID)
-	h := p.handle(c.MicrovmID)
+	h := p.Handle(c.MicrovmID)
 	st, err := h.Terminate(ctx)
 	state := string(st.State)
 	terminated := err == nil
@@ -215,7 +211,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	if terminated && (c.Wait || c.DeleteImage) {
 		update, stop := a.waiting("waiting for " + c.MicrovmID + " to terminate")
-		w := p.wait(5 * time.Minute)
+		w := p.Wait(5 * time.Minute)
 		w.Progress = func(pr cplane.Progress) { update("waiting for " + c.MicrovmID + ": " + pr.State) }
 		got, err := h.Await(ctx, sandbox.Terminated, w)
 		stop()
@@ -228,17 +224,13 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.DeleteImage {
 		d.ImageIdentifier = &image
 		a.progress("deleting image %s", image)
-		if err := p.deleteImage(ctx, image); err != nil {
+		if err := p.DeleteImage(ctx, image); err != nil {
 			d.Leaked = append(d.Leaked, "image "+image)
 			a.warn("could not delete image %s, which keeps billing storage: %v", image, err)
 		}
 		if name != "" {
 			group := build.LogGroup(name)
-			logs, err := p.logs(ctx)
-			if err == nil {
-				err = deleteGroup(ctx, logs, group)
-			}
-			if err != nil {
+			if err := p.DeleteLogGroup(ctx, group); err != nil {
 				d.UndeletedLogGroups = append(d.UndeletedLogGroups, group)
 				a.warn("the build log group %s was not deleted (nothing else will remove it): %v", group, err)
 			}
@@ -273,14 +265,4 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 // its file in place through the ledger's own writer.
 func closeRecord(dir, id string, leaked []string) error {
 	return ledger.Close(dir, id, leaked)
-}
-
-// deleteGroup deletes a CloudWatch Logs group; one already gone is deleted.
-func deleteGroup(ctx context.Context, logs sandbox.LogGroupDeleter, group string) error {
-	_, err := logs.DeleteLogGroup(ctx, &cloudwatchlogs.DeleteLogGroupInput{LogGroupName: &group})
-	var nf *cwtypes.ResourceNotFoundException
-	if errors.As(err, &nf) {
-		return nil
-	}
-	return err
 }
