@@ -132,7 +132,7 @@ func (a *app) suggestionsFor(ce *client.Error, interrupted bool) []string {
 			if !a.attached {
 				s = append(s, "pass --local to run everything on this machine, with no AWS account")
 			}
-			s = append(s, "or serve a local control plane with `microvm emulator` and export AWS_ENDPOINT_URL=http://127.0.0.1:PORT (the address it prints)",
+			s = append(s, "serve a local control plane with `microvm emulator` and export AWS_ENDPOINT_URL=http://127.0.0.1:PORT (the address it prints)",
 				"for AWS itself, give the SDK credentials: AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (`aws configure` writes a profile)")
 		default:
 			s = append(s, "give the AWS SDK credentials: AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (`aws configure` writes a profile)",
