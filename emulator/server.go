@@ -3,6 +3,8 @@ package emulator
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -396,8 +398,14 @@ func (s *Server) now() float64 {
 	return float64(s.opt.Now().UnixMilli()) / 1000
 }
 
-// nextID returns a deterministic identifier unique within this server.
+// nextID returns an identifier unique within this server and, by its 48
+// random bits, across servers and restarts: a counter alone repeated a
+// fresh emulator's ids run after run, so a ledger or a kept record of an
+// earlier emulator named a MicroVM of the next one. The counter still leads,
+// so ids sort in the order they were made.
 func (s *Server) nextID(prefix string) string {
 	s.seq++
-	return fmt.Sprintf("%s%08x-0000-4000-8000-%012x", prefix, s.seq, s.seq)
+	var r [8]byte
+	_, _ = rand.Read(r[2:])
+	return fmt.Sprintf("%s%08x-0000-4000-8000-%012x", prefix, s.seq, binary.BigEndian.Uint64(r[:]))
 }

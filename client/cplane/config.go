@@ -195,3 +195,13 @@ func dualStackState(on bool) aws.DualStackEndpointState {
 	}
 	return aws.DualStackEndpointStateUnset
 }
+
+// IsLoopbackURL reports whether a URL's host names this machine (127.0.0.0/8,
+// ::1, localhost): an emulator's control plane, never AWS's.
+func IsLoopbackURL(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	return isLoopbackHost(u.Host)
+}

@@ -259,6 +259,9 @@ func TestSDKErrorKinds(t *testing.T) {
 		{403, `{"message":"User x is not authorized"}`, taxonomy.KindCredentials, "", `, "User x is not authorized": the identity was refused`},
 		{400, `{"message":"Image web already exists"}`, taxonomy.KindPlatform, taxonomy.FindingDuplicateImageName, `, "Image web already exists": an image name is taken`},
 		{404, `{"message":"not found"}`, taxonomy.KindPlatform, "", `HTTP 404 UnknownError, "not found"`},
+		// Catches: a wrong MicroVM id classed Platform (or, through the
+		// session's mint, Retryable: "the identical request may succeed").
+		{404, `{"__type":"ResourceNotFoundException","message":"MicroVM m not found"}`, taxonomy.KindPrecondition, "", `HTTP 404 ResourceNotFoundException, "MicroVM m not found": nothing by that identifier`},
 		{404, `{"message":"No active version"}`, taxonomy.KindPlatform, "", `, "No active version": the version exists but is INACTIVE`},
 	}
 	for _, st := range statuses {

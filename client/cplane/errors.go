@@ -21,7 +21,8 @@ import (
 // local refusals are InvalidArg naming their finding; a
 // MicroVM that died while the running waiter waited is LaunchDied; throttling,
 // 5xx and unanswered requests are Retryable; 403s are Credentials (a
-// null-message one naming unsupported-region); waits that ran out are Timeout
+// null-message one naming unsupported-region); a ResourceNotFoundException
+// is Precondition (the identifier names nothing); waits that ran out are Timeout
 // or Interrupted; a wedged image build is BuildWedged and a failed one
 // Platform, each naming its finding.
 func SDKError(op string, err error) error {
@@ -90,6 +91,11 @@ func SDKError(op string, err error) error {
 			finding, why = taxonomy.FindingDuplicateImageName, "an image name is taken; a new version of an existing image comes from UpdateMicrovmImage"
 		case status == http.StatusNotFound && strings.Contains(msg, "No active version"):
 			why = "the version exists but is INACTIVE (or there is no active one); UpdateMicrovmImageVersion sets it ACTIVE again"
+		case apiErr.ErrorCode() == "ResourceNotFoundException":
+			// Not transient and not the platform's failure: the identifier
+			// names nothing in this account and region, and asking again
+			// cannot change that.
+			kind, why = taxonomy.KindPrecondition, "nothing by that identifier in this account and region; check the identifier and the region"
 		}
 		text := fmt.Sprintf("%s failed: HTTP %d %s", op, status, apiErr.ErrorCode())
 		if msg != "" {
@@ -112,4 +118,12 @@ func isCredentialType(t string) bool {
 		return true
 	}
 	return false
+}
+
+// IsNotFound reports whether err is (or wraps) the control plane's
+// ResourceNotFoundException: the identifier names nothing in this account
+// and region.
+func IsNotFound(err error) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "ResourceNotFoundException"
 }

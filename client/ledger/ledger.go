@@ -70,6 +70,9 @@ type Run struct {
 	Leaked []string `json:"leaked,omitempty"`
 	// Closed is set once teardown confirmed nothing of this run is left.
 	Closed bool `json:"closed"`
+	// PID is the process that began the run, so a reader can tell a run
+	// still going in another process from one whose process ended.
+	PID int `json:"pid,omitempty"`
 }
 
 // Ledger is a state directory of run files.
@@ -106,7 +109,7 @@ func (l *Ledger) Begin(region string) (*Record, error) {
 	t := l.now().UTC()
 	r := &Record{l: l, run: Run{
 		ID:        t.Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:]),
-		CreatedAt: t, UpdatedAt: t, Region: region, Steps: []Step{},
+		CreatedAt: t, UpdatedAt: t, Region: region, Steps: []Step{}, PID: os.Getpid(),
 	}}
 	return r, r.writeLocked()
 }

@@ -44,7 +44,7 @@
 //
 //	E2B                      reference (microvms-core)       here
 //	Sandbox.create()         Sandbox::run(RunRequest)        Launch(ctx, cp, Options) · embedded: emu.Launch
-//	Sandbox.connect(id)      RunRequest.agent_token          Attach(ctx, cp, id, token, Options) · Options.AgentToken
+//	Sandbox.connect(id)      RunRequest.agent_token          Open(cp, id).Attach(ctx, token, Options) · Options.AgentToken
 //	sandbox.commands.run()   Session::run + ExecHandle       Sandbox.Run (waits) · Session().Start / Spawn (does not)
 //	  on_stdout callback       ExecHandle stream               RunOptions.Stdout / Stderr (io.Writer, live)
 //	  —                        StartRequest.timeout_sec        StartOptions.DaemonTimeout (agentd kills the child)
@@ -60,9 +60,13 @@
 //	—                        cost::run_report                Sandbox.Cost(ctx, cost.Pinned(region)) · Sandbox.Usage
 //	—                        ControlPlane                    lambdamicrovms.Client (cplane.New; emulator: emu.Client)
 //
-// Unlike E2B, a sandbox id alone does not reconnect: the agent token is the
-// credential the VM's agentd checks, so keep it (Sandbox.AgentToken) next to
-// the id, as a secret.
+// A MicroVM another process launched is reached by its id: Open(cp, id)
+// is a Handle for the lifecycle (Status, Suspend, Resume, Terminate, Await,
+// Cost; List pages every MicroVM), each call refusing unsent what the state
+// model refuses. Unlike E2B, the id alone does not run commands: the agent
+// token is the credential the VM's agentd checks, so keep it
+// (Sandbox.AgentToken) next to the id, as a secret, and Handle.Attach with
+// it (the CLI remembers it for `run --keep`, in client/kept).
 //
 // # Errors
 //

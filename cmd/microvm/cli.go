@@ -40,7 +40,7 @@ type CLI struct {
 	Stdin  StdinCmd  `cmd:"" help:"Write to an exec's stdin (started with exec --stdin) and optionally close it."`
 	Cp     CpCmd     `cmd:"" help:"Copy a file or a tar archive between here and a MicroVM; vm:/path names the guest side."`
 
-	Ls         LsCmd         `cmd:"" help:"List the runs this CLI recorded in its local ledger."`
+	Ls         LsCmd         `cmd:"" help:"List what is alive (state, age, cost so far) and the ledger's open runs; --all adds the closed ones."`
 	Cost       CostCmd       `cmd:"" help:"Estimate what a run cost or a plan will cost, every line labelled."`
 	Manifest   ManifestCmd   `cmd:"" help:"Emit the command surface, exit table and envelope schema, generated from the parser."`
 	Constants  ConstantsCmd  `cmd:"" help:"Emit every service constant this client enforces."`
@@ -82,16 +82,18 @@ type RegionFlags struct {
 }
 
 // AttachFlags address a VM this invocation did not launch. Each has an
-// environment default so a shell session sets them once.
+// environment default so a shell session sets them once; a MicroVM this user
+// kept (`run --keep`) needs only --microvm-id, the rest being remembered.
 type AttachFlags struct {
-	Endpoint   string `help:"The VM's endpoint as GetMicrovm returns it (a bare host: https:// is added, http:// for a loopback host such as the emulator's), or the daemon's URL with --direct. Needed: this or MICROVM_ENDPOINT." env:"MICROVM_ENDPOINT"`
-	AgentToken string `help:"The agent token delivered to the VM at launch. Needed: this or MICROVM_AGENT_TOKEN." env:"MICROVM_AGENT_TOKEN"`
+	Endpoint   string `help:"The VM's endpoint as GetMicrovm returns it (a bare host: https:// is added, http:// for a loopback host such as the emulator's), or the daemon's URL with --direct. Needed: this or MICROVM_ENDPOINT, unless --microvm-id names a kept MicroVM." env:"MICROVM_ENDPOINT"`
+	AgentToken string `help:"The agent token delivered to the VM at launch. Needed: this or MICROVM_AGENT_TOKEN, unless --microvm-id names a kept MicroVM." env:"MICROVM_AGENT_TOKEN"`
 	MicrovmID  string `name:"microvm-id" help:"The MicroVM id, needed to mint the endpoint proxy token; not needed with --direct." env:"MICROVM_ID"`
 	Port       int    `help:"The daemon's port inside the guest." default:"${default_port}" env:"MICROVM_PORT"`
 	Direct     bool   `help:"Talk to a daemon reached directly (a local agentd, tests): no proxy token is minted." env:"MICROVM_DIRECT"`
 	// The control plane mints the proxy token; tests and the emulator point
 	// it elsewhere. The SDK rule applies too: AWS_ENDPOINT_URL_LAMBDA_MICROVMS, then AWS_ENDPOINT_URL.
 	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL for minting the proxy token (the emulator, a proxy); unset, AWS_ENDPOINT_URL_LAMBDA_MICROVMS then AWS_ENDPOINT_URL apply. Not used with --direct." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
+	StateDir        string `name:"state-dir" help:"Where the kept MicroVMs are remembered (kept/ under the run ledger's directory); defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
 	RegionFlags
 }
 

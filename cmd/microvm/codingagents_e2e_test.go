@@ -84,7 +84,14 @@ CMD ["/agentd"]
 		t.Fatal(err)
 	}
 	run(append([]string{"cp", envFile, "vm:/workspace/.agent-env", "--mode", "0600"}, attach...)...)
-	run(append(append([]string{"exec"}, attach...), "mkdir -p /workspace/.codex")...)
+	// The reference's own line, as run.sh writes it: the command string,
+	// then the addressing flags, then --json (issue 31: this exited 2 with
+	// "missing --endpoint" when every word after the command was the
+	// command's).
+	mk := cli(t, env, "", append(append([]string{"exec", "mkdir -p /workspace/.codex"}, attach...), "--json")...)
+	if d := data(envelope(t, mk)); mk.code != 0 || d["exitCode"] != float64(0) {
+		t.Fatalf("exec \"mkdir -p /workspace/.codex\" ATTACH --json: exit %d %v\n%s", mk.code, d, mk.stderr)
+	}
 	cfg := filepath.Join(here, "config.toml")
 	if err := os.WriteFile(cfg, []byte("model = \"plain-model\"\nmodel_provider = \"local\"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -92,11 +99,11 @@ CMD ["/agentd"]
 	run(append([]string{"cp", cfg, "vm:/workspace/.codex/config.toml", "--mode", "0600"}, attach...)...)
 
 	// 4. the "agents": plain commands in the shell the env file sets up.
-	agent := run(append(append([]string{"exec"}, attach...), ". /workspace/.agent-env && echo \"model=$ANTHROPIC_MODEL home=$HOME\" && printf 'print(\"hello from a microvm\")\\n' > $HOME/hello.py && cat $HOME/hello.py")...)
+	agent := run(append([]string{"exec", ". /workspace/.agent-env && echo \"model=$ANTHROPIC_MODEL home=$HOME\" && printf 'print(\"hello from a microvm\")\\n' > $HOME/hello.py && cat $HOME/hello.py"}, attach...)...)
 	if got := agent["stdout"]; got != "model=plain-model home=/workspace\nprint(\"hello from a microvm\")\n" {
 		t.Fatalf("the agent step: %v", agent)
 	}
-	proof := run(append(append([]string{"exec"}, attach...), "stat -c '%a %n' /workspace/.agent-env /workspace/.codex/config.toml; cat /workspace/.codex/config.toml; pwd")...)
+	proof := run(append(append([]string{"exec", "stat -c '%a %n' /workspace/.agent-env /workspace/.codex/config.toml; cat /workspace/.codex/config.toml; pwd"}, attach...), "--timeout", "60")...)
 	if got := proof["stdout"]; got != "600 /workspace/.agent-env\n600 /workspace/.codex/config.toml\nmodel = \"plain-model\"\nmodel_provider = \"local\"\n/workspace\n" {
 		t.Fatalf("proof of work: %v", proof)
 	}

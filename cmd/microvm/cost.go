@@ -124,10 +124,7 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rep.Staleness != "" {
-		// A stale rate table is a warning, which --quiet never silences.
-		a.warn("%s", rep.Staleness)
-	}
+	a.staleRates(rep.Staleness)
 	data := cliapi.CostData{Report: reportJSON(rep)}
 	var cmp *cost.Residency
 	if c.Compare {
@@ -145,7 +142,7 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 	}
 	return &result{typ: cliapi.TypeCost, data: data,
 		human: func(w io.Writer) error {
-			// The staleness went to stderr once, above; the table repeats
+			// The staleness went to stderr (once a day), above; the table repeats
 			// only the figures.
 			if err := a.writeGrid(w, costGrid(rep)); err != nil {
 				return err

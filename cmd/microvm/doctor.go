@@ -9,9 +9,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sts"
-
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
@@ -49,16 +46,21 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 	case err != nil && client.KindOf(err) == taxonomy.KindInvalidArg:
 		return nil, err
 	case err != nil:
-		checks = append(checks, fail("control-plane", err.Error(), "see the suggestion of the check above, or pass --local"))
+		remedy := "pass --local to check this machine's emulator instead, or `microvm emulator` and AWS_ENDPOINT_URL for a running one"
+		if c.Local {
+			// --local was passed: the in-process emulator did not start.
+			remedy = "make build (bin/agentd next to bin/microvm), or pass --agentd PATH"
+		}
+		checks = append(checks, fail("control-plane", err.Error(), remedy))
 	}
 	if p != nil {
-		checks = append(checks, pass("region", fmt.Sprintf("%s is a region measured to carry MicroVMs", p.region)))
+		checks = append(checks, pass("region", fmt.Sprintf("%s is a region measured to carry MicroVMs", p.Region())))
 		checks = append(checks, c.credentials(ctx, p))
 		checks = append(checks, c.infra(p)...)
 		checks = append(checks, c.managedBases(ctx, p)...)
 	}
 	checks = append(checks, c.binary(p))
-	if p != nil && p.local {
+	if p != nil && p.Local() {
 		checks = append(checks, localGuestChecks()...)
 	}
 	ok := true
@@ -117,23 +119,14 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 // this machine with STS on AWS needs no credentials for the control plane,
 // so STS is not asked.
 func (c *DoctorCmd) credentials(ctx context.Context, p *plane) check {
-	if p.local && !embedded.IsLocal(p.stsEndpoint) {
-		return pass("credentials", "not needed: the control plane at "+p.endpoint+" is on this machine (an emulator)")
-	}
-	cfg, err := p.awsConfig(ctx, p.stsEndpoint)
-	if err != nil {
+	who, stsLocal, needless, err := p.Identity(ctx)
+	switch {
+	case needless:
+		return pass("credentials", "not needed: the control plane at "+p.Endpoint()+" is on this machine (an emulator)")
+	case err != nil:
 		return fail("credentials", err.Error(), "`aws sso login`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID")
-	}
-	id, err := sts.NewFromConfig(cfg).GetCallerIdentity(ctx, &sts.GetCallerIdentityInput{})
-	if err != nil {
-		return fail("credentials", "STS GetCallerIdentity: "+err.Error(), "`aws sso login`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID")
-	}
-	who := ""
-	if id.Arn != nil {
-		who = *id.Arn
-	}
-	if embedded.IsLocal(p.stsEndpoint) {
-		return pass("credentials", "not needed: STS at "+p.stsEndpoint+" (an emulator) says "+who)
+	case stsLocal:
+		return pass("credentials", "not needed: STS at "+p.STSEndpoint()+" (an emulator) says "+who)
 	}
 	return pass("credentials", "STS says "+who)
 }
@@ -148,7 +141,7 @@ func (c *DoctorCmd) infra(p *plane) []check {
 		switch {
 		case v.value != "":
 			out = append(out, pass(v.name, v.value))
-		case p.local:
+		case p.Local():
 			out = append(out, pass(v.name, "not needed against an emulator ($"+v.env+" unset)"))
 		case v.name == "execution-role":
 			out = append(out, advisory(fail(v.name, "unset ($"+v.env+")", "a MicroVM without one gets no AWS credentials of its own")))
@@ -160,44 +153,36 @@ func (c *DoctorCmd) infra(p *plane) []check {
 }
 
 func (c *DoctorCmd) managedBases(ctx context.Context, p *plane) []check {
-	base := cplane.ManagedBaseImageARN(p.region.String())
+	base := cplane.ManagedBaseImageARN(p.Region().String())
 	var out []check
-	items, err := p.managedImages(ctx)
+	items, err := p.ManagedImages(ctx)
 	if err == nil {
-		{
-			var others []string
-			known := false
-			for _, it := range items {
-				if aws.ToString(it.ImageArn) == base {
-					known = true
-				} else {
-					others = append(others, aws.ToString(it.ImageArn))
-				}
+		var others []string
+		known := false
+		for _, arn := range items {
+			if arn == base {
+				known = true
+			} else {
+				others = append(others, arn)
 			}
-			switch {
-			case known && len(others) == 0:
-				out = append(out, pass("managed-bases", base+" is the only managed base in "+p.region.String()))
-			case known:
-				out = append(out, advisory(fail("managed-bases", fmt.Sprintf("%s is known; also published: %s", base, strings.Join(others, ", ")),
-					"informational: the listing names no docker reference or WORKDIR, so this client builds on the base it knows")))
-			default:
-				out = append(out, fail("managed-bases", fmt.Sprintf("%s is not published in %s", base, p.region),
-					"check the region: the base this client builds on is not there"))
-			}
+		}
+		switch {
+		case known && len(others) == 0:
+			out = append(out, pass("managed-bases", base+" is the only managed base in "+p.Region().String()))
+		case known:
+			out = append(out, advisory(fail("managed-bases", fmt.Sprintf("%s is known; also published: %s", base, strings.Join(others, ", ")),
+				"informational: the listing names no docker reference or WORKDIR, so this client builds on the base it knows")))
+		default:
+			out = append(out, fail("managed-bases", fmt.Sprintf("%s is not published in %s", base, p.Region()),
+				"check the region: the base this client builds on is not there"))
 		}
 	}
 	if err != nil {
 		out = append(out, advisory(fail("managed-bases", "listing the managed bases: "+err.Error(), "informational; a build does not depend on this read")))
 	}
-	vs, err := p.managedImageVersions(ctx, base)
+	names, err := p.ManagedImageVersions(ctx, base)
 	if err == nil {
-		{
-			var names []string
-			for _, v := range vs {
-				names = append(names, aws.ToString(v.ImageVersion))
-			}
-			out = append(out, pass("base-image-versions", fmt.Sprintf("%s: %s (pin one with build --base-image-version)", taxonomy.ManagedBaseImage, strings.Join(names, ", "))))
-		}
+		out = append(out, pass("base-image-versions", fmt.Sprintf("%s: %s (pin one with build --base-image-version)", taxonomy.ManagedBaseImage, strings.Join(names, ", "))))
 	}
 	if err != nil {
 		out = append(out, advisory(fail("base-image-versions", "listing the base's versions: "+err.Error(), "informational; an unpinned build floats on the service default")))
@@ -206,7 +191,7 @@ func (c *DoctorCmd) managedBases(ctx context.Context, p *plane) []check {
 }
 
 func (c *DoctorCmd) binary(p *plane) check {
-	local := p != nil && p.local
+	local := p != nil && p.Local()
 	path := c.Binary
 	if path == "" {
 		if !local {

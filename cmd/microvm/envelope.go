@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -40,6 +42,13 @@ type app struct {
 	attached bool
 	// unreachable is set when fail reclassed a refused connection.
 	unreachable bool
+	// vmStatus is the attached MicroVM's state when a failure at its
+	// endpoint was explained by it (hints.go); status reads it.
+	vmStatus *sandbox.Status
+	status   func(context.Context) (sandbox.Status, error)
+	// awsWithoutCredentials is set when a command bound for AWS itself (no
+	// control endpoint, no --local) found no credentials at all.
+	awsWithoutCredentials bool
 	// streamed is set once exec --stream has written an NDJSON line: from
 	// then on the envelope must be one compact line, and on the human path a
 	// failure must stay off stdout, which holds the child's bytes.
@@ -134,6 +143,7 @@ func (a *app) fail(err error) int {
 		ce = client.Errorf(taxonomy.KindPrecondition, "", "nothing answers at the endpoint: %s", ce.Error()).WithCause(ce)
 		a.unreachable = true
 	}
+	ce = a.diagnosed(ce)
 	interrupted := false
 	if a.attached && ce.Kind() == taxonomy.KindInterrupted {
 		interrupted = true
@@ -219,85 +229,6 @@ func envelopeFor(ce *client.Error, partial any) cliapi.Failure {
 func nothingListens(err error) bool {
 	var dns *net.DNSError
 	return errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &dns) && dns.IsNotFound)
-}
-
-// suggestionsFor names the flag or command that addresses a failure, in
-// words a CLI user can type. The library says what went wrong; the CLI
-// says what to type next.
-func (a *app) suggestionsFor(ce *client.Error, interrupted bool) []string {
-	s := []string{}
-	if a.unreachable {
-		return append(s, "check --endpoint (or MICROVM_ENDPOINT): a MicroVM's endpoint is the bare host its launch reported, a local agentd's is http://127.0.0.1:PORT with --direct; then `microvm health`")
-	}
-	if wire, ok := ce.WireKind(); ok {
-		switch wire {
-		case taxonomy.WireUnauthorized:
-			s = append(s, "check --agent-token (or MICROVM_AGENT_TOKEN): the daemon holds a different token")
-		case taxonomy.WireNotBootstrapped:
-			s = append(s, "the daemon has no token yet: wait for the run hook, then run the same command again")
-		case taxonomy.WireTransport:
-			s = append(s, "check --endpoint (or MICROVM_ENDPOINT) and that the VM is RUNNING, then run the same command again")
-		case taxonomy.WireNotFound:
-			if a.command == "cp" {
-				s = append(s, "check the vm: path: it must exist on the VM; `microvm exec ls -la DIR` lists a directory")
-			} else {
-				s = append(s, "check the exec id: an acked exec is collected after its TTL; `microvm exec --poll ID` reads one that is still held")
-			}
-		case taxonomy.WireExecTimeout:
-			s = append(s, "the exec was left running: read it with `microvm exec --poll ID`, or raise --timeout")
-		case taxonomy.WireOutputGap:
-			s = append(s, "output was lost before it was read: use `microvm exec --stream` to read as it arrives")
-		case taxonomy.WireAuthTokenMint:
-			s = append(s, "the proxy token is minted through the control plane for --microvm-id: check it and --region, then run the same command again")
-		}
-		return s
-	}
-	switch ce.Kind() {
-	case taxonomy.KindInvalidArg:
-		s = append(s, "microvm help "+a.command+", or `microvm manifest` for every flag and its domain")
-		if a.command == "" {
-			s[0] = "microvm --help, or `microvm manifest` for every flag and its domain"
-		}
-	case taxonomy.KindPrecondition:
-		if a.command == "cp" {
-			s = append(s, "pass --parents to create the missing directories, or make them: microvm exec mkdir -p DIR")
-		} else if a.parser != nil && hasCommand(a.parser, "doctor") {
-			s = append(s, "microvm doctor")
-		}
-	case taxonomy.KindTimeout:
-		switch {
-		case interrupted && a.command == "exec":
-			s = append(s, "the exec was left running: `microvm exec --poll EXEC_ID` reads it, `microvm kill EXEC_ID` stops it")
-		case interrupted:
-			s = append(s, "nothing on the VM was stopped; run the same command again to finish")
-		case a.command == "exec":
-			s = append(s, "raise --timeout; nothing was killed", "`microvm kill EXEC_ID` stops an exec left running")
-		}
-	case taxonomy.KindInterrupted:
-		s = append(s, "an exec left running is stopped with `microvm kill EXEC_ID`; a kept MicroVM with `microvm terminate MICROVM_ID`")
-	case taxonomy.KindCredentials:
-		if ce.Finding() == taxonomy.FindingEndpointAuth {
-			// The client's answer to a 403 on a session without a proxy
-			// token, which only --direct builds.
-			s = append(s, "drop --direct (and MICROVM_DIRECT): the endpoint is behind the platform proxy; pass --microvm-id so a proxy token is minted")
-		} else if ce.Finding() == taxonomy.FindingUnsupportedRegion {
-			s = append(s, "check --region first: an AccessDeniedException with a null message is the unsupported-region signature, not an IAM problem")
-		} else {
-			s = append(s, "give the AWS SDK credentials: AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (`aws configure` writes a profile)",
-				"an AccessDeniedException with a null message is the unsupported-region signature, not an IAM problem: check --region first")
-		}
-	}
-	return s
-}
-
-// hasCommand reports whether the parser has a top-level command name.
-func hasCommand(k *kong.Kong, name string) bool {
-	for _, n := range k.Model.Children {
-		if n.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 func (a *app) writeJSON(v any) {

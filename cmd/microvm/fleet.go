@@ -104,14 +104,11 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*result, error) {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
 	}
 	// The image's record; each MicroVM gets one of its own.
-	rec, err := led.Begin(p.region.String())
+	rec, err := led.Begin(p.Region().String())
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
 	}
-	logs, lerr := p.logs(ctx)
-	if lerr != nil {
-		logs = nil
-	}
+	logs := p.LogGroups(ctx)
 	out := cliapi.RunFleetData{Count: int64(c.Count), Parallel: int64(parallel), Runs: []cliapi.FleetRun{}, Leaked: []string{}}
 	var built *build.Result
 	var buildTook time.Duration
@@ -138,16 +135,16 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*result, error) {
 		}
 		out.ImageIdentifier, out.ImageName = arn, name
 		o := sandbox.FleetOptions{
-			Count: c.Count, Parallel: parallel, Launch: sandbox.LaunchOn(p.cp),
+			Count: c.Count, Parallel: parallel, Launch: sandbox.LaunchOn(p.Control()),
 			Options: sandbox.Options{
 				Image: arn, Version: c.ImageVersion, ImageName: name, ExecutionRoleARN: c.ExecutionRoleARN, Env: env,
 				Idle:        &cplane.IdlePolicy{MaxIdle: time.Duration(c.MaxIdleSec) * time.Second, SuspendedFor: time.Duration(c.SuspendedSec) * time.Second},
 				MaxDuration: time.Duration(c.MaxDurationSec) * time.Second,
 				Connectors:  cplane.Connectors{InternetEgress: c.Egress},
-				Port:        c.Port, Wait: p.wait(10 * time.Minute),
+				Port:        c.Port, Wait: p.Wait(10 * time.Minute),
 			},
 			PerSandbox: func(i int, so *sandbox.Options) error {
-				r, err := led.Begin(p.region.String())
+				r, err := led.Begin(p.Region().String())
 				if err != nil {
 					return client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
 				}
@@ -179,7 +176,7 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*result, error) {
 	for _, o := range fleet.Outcomes {
 		launched = launched || o.Sandbox != nil
 	}
-	if rep, cerr := fleetCost(ctx, fleet, out.ImageName, size, p.region, buildTook, built != nil && !built.Reused, launched); cerr == nil {
+	if rep, cerr := fleetCost(ctx, fleet, out.ImageName, size, p.Region(), buildTook, built != nil && !built.Reused, launched); cerr == nil {
 		cr := reportJSON(rep)
 		out.Cost = &cr
 		if !a.g.Quiet && !a.g.JSON {

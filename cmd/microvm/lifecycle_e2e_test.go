@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -96,6 +97,11 @@ func TestRunLocal(t *testing.T) {
 		if len(d["leaked"].([]any)) != 0 || d["cost"] == nil || d["microvmId"] == "" || !strings.HasPrefix(d["imageIdentifier"].(string), "arn:aws:lambda:") {
 			t.Fatalf("%v", d)
 		}
+		// Catches: a local run's cost read as a bill (nothing is billed
+		// locally; the figures are what AWS would charge).
+		if label := d["cost"].(map[string]any)["label"].(string); !strings.Contains(label, "nothing is billed") || !strings.Contains(label, "AWS would bill") {
+			t.Fatalf("the local cost label %q", label)
+		}
 	})
 	t.Run("13 a non-zero exit is ERR_EXEC_FAILED and still tears down", func(t *testing.T) {
 		inv := cli(t, env, "", "--json", "run", "--local", "--exec", "exit 3")
@@ -144,9 +150,13 @@ func TestRunLocal(t *testing.T) {
 				t.Fatalf("run %+v is not closed clean", r)
 			}
 		}
-		d := data(envelope(t, cli(t, env, "", "--json", "ls")))
+		// Closed runs are listed with --all only.
+		d := data(envelope(t, cli(t, append(env, "AWS_EC2_METADATA_DISABLED=true"), "", "--json", "ls", "--all")))
 		if len(d["runs"].([]any)) != len(runs) {
-			t.Fatalf("ls lists %d runs, the ledger holds %d", len(d["runs"].([]any)), len(runs))
+			t.Fatalf("ls --all lists %d runs, the ledger holds %d", len(d["runs"].([]any)), len(runs))
+		}
+		if d := data(envelope(t, cli(t, append(env, "AWS_EC2_METADATA_DISABLED=true"), "", "--json", "ls"))); len(d["runs"].([]any)) != 0 {
+			t.Fatalf("ls without --all lists closed runs: %v", d["runs"])
 		}
 	})
 }
@@ -335,6 +345,34 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	id := kept["microvmId"].(string)
 	attach := []string{"--endpoint", kept["endpoint"].(string), "--agent-token", kept["agentToken"].(string), "--microvm-id", id}
 
+	// The kept MicroVM is remembered for this user only, and reached by its
+	// id alone; an explicit flag still wins over what is remembered.
+	// Catches: a record others can read, an attached command that ignores
+	// the record, and a record that overrides an explicit --agent-token.
+	record := filepath.Join(stateDir, "kept", id+".json")
+	if st, err := os.Stat(record); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the kept record: %v %v", st, err)
+	}
+	byID := cli(t, env, "", "exec", "--microvm-id", id, "echo", "by-id")
+	if byID.code != 0 || byID.stdout != "by-id\n" {
+		t.Fatalf("exec by id alone: exit %d %q\n%s", byID.code, byID.stdout, byID.stderr)
+	}
+	wantFailure(t, cli(t, append(env, "MICROVM_ID="+id), "", "--json", "exec", "--agent-token", "not-the-token", "true"), taxonomy.KindCredentials, "")
+
+	// ls shows what is alive, joined with the ledger. Catches: ls reading
+	// the ledger alone, the kept MicroVM without its state, age or cost so
+	// far, and the join to its run record lost.
+	ls := run("ls")
+	var found map[string]any
+	for _, m := range ls["microvms"].([]any) {
+		if m.(map[string]any)["microvmId"] == id {
+			found = m.(map[string]any)
+		}
+	}
+	if found == nil || found["state"] != "RUNNING" || found["kept"] != true || found["runId"] == nil || found["costSoFarUsd"] == nil || found["ageSeconds"] == nil || found["runningIn"] != nil || ls["controlPlaneError"] != nil {
+		t.Fatalf("ls: %v", ls)
+	}
+
 	dir := t.TempDir()
 	local := filepath.Join(dir, "notes.txt")
 	if err := os.WriteFile(local, []byte("carried across a freeze\n"), 0o644); err != nil {
@@ -348,6 +386,12 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	}
 	if s := run("suspend", id); s["state"] != "SUSPENDED" {
 		t.Fatalf("%v", s)
+	}
+	// Catches: an exec on a suspended MicroVM answered "transient, run it
+	// again" (exit 3 with the proxy's 502), which never names the resume.
+	m := wantFailure(t, cli(t, env, "", "--json", "exec", "--microvm-id", id, "true"), taxonomy.KindPrecondition, taxonomy.FindingSuspendIsFreeze)
+	if sg := fmt.Sprint(m["suggestions"]); !strings.Contains(sg, "microvm resume "+id) || !strings.Contains(m["error"].(string), "SUSPENDED") {
+		t.Fatalf("%v: %v", m["error"], sg)
 	}
 	r := run("resume", id)
 	if r["state"] != "RUNNING" || r["endpoint"] != kept["endpoint"] {
@@ -371,6 +415,9 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	if td["state"] != string(cp.MicrovmStateTERMINATED) || len(td["leaked"].([]any)) != 0 || len(td["undeletedLogGroups"].([]any)) != 0 || td["imageIdentifier"] != first["imageIdentifier"] {
 		t.Fatalf("%v", td)
 	}
+	if _, err := os.Stat(record); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("terminate left the kept record: %v", err)
+	}
 	wantFailure(t, cli(t, env, "", "--json", "logs", name), taxonomy.KindPrecondition, taxonomy.FindingBuildLogsLocation)
 	runs, _, err := ledger.List(stateDir)
 	if err != nil || len(runs) != 1 || !runs[0].Closed || runs[0].MicrovmID != id {
@@ -378,7 +425,7 @@ func TestKeptVMAcrossProcesses(t *testing.T) {
 	}
 
 	inv := emu.stop(t)
-	m := envelope(t, inv)
+	m = envelope(t, inv)
 	if inv.code != 0 || m["type"] != cliapi.TypeEmulator || data(m)["endpoint"] != emu.url {
 		t.Fatalf("%d %v", inv.code, m)
 	}

@@ -142,61 +142,9 @@ func runJSON(r ledger.Run) cliapi.Run {
 	if len(r.Leaked) > 0 {
 		out.Leaked = &r.Leaked
 	}
+	if r.PID != 0 {
+		pid := int64(r.PID)
+		out.PID = &pid
+	}
 	return out
-}
-
-// LsCmd lists the local run ledger.
-type LsCmd struct {
-	StateDir string `name:"state-dir" help:"Where the run ledgers live; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
-}
-
-func (c *LsCmd) run(_ context.Context, a *app) (*result, error) {
-	dir := c.StateDir
-	if dir == "" {
-		var err error
-		if dir, err = ledger.DefaultDir(); err != nil {
-			return nil, invalidArg("", "%v; pass --state-dir", err)
-		}
-	}
-	recorded, unreadable, err := ledger.List(dir)
-	if err != nil {
-		return nil, invalidArg("", "reading the ledger %s: %v", dir, err)
-	}
-	runs := []cliapi.Run{}
-	for _, r := range recorded {
-		runs = append(runs, runJSON(r))
-	}
-	for _, name := range unreadable {
-		// A damaged record still names a run that may have leaked; list it by
-		// file rather than hide it.
-		yes := true
-		runs = append(runs, cliapi.Run{ID: strings.TrimSuffix(name, ".json"), Unreadable: &yes})
-	}
-	return &result{
-		typ:  cliapi.TypeRuns,
-		data: cliapi.RunsData{StateDir: dir, Runs: runs},
-		human: func(w io.Writer) error {
-			if len(runs) == 0 {
-				_, err := fmt.Fprintf(w, "no runs recorded under %s\n", dir)
-				return err
-			}
-			g := grid{headers: []string{"run", "region", "microvm", "image", "open", "leaked"}}
-			open, leaked := 0, 0
-			for _, r := range recorded {
-				if !r.Closed {
-					open++
-				}
-				if len(r.Leaked) > 0 {
-					leaked++
-				}
-				// A leak is the one thing here an operator must not skim past.
-				g.add(len(r.Leaked) > 0, r.ID, r.Region, r.MicrovmID, r.Image, strconv.FormatBool(!r.Closed), strings.Join(r.Leaked, ","))
-			}
-			for _, name := range unreadable {
-				g.add(true, strings.TrimSuffix(name, ".json"), "?", "?", "?", "?", "unreadable record")
-			}
-			g.footer = fmt.Sprintf("%d runs, %d open, %d with leaks, %d unreadable (%s)", len(runs), open, leaked, len(unreadable), dir)
-			return a.writeGrid(w, g)
-		},
-	}, nil
 }

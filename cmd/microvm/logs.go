@@ -2,22 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
-	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
-	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // LogsCmd reads an image's build log group.
@@ -37,36 +31,11 @@ func (c *LogsCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	defer p.close()
-	logs, err := p.logs(ctx)
+	lines, err := p.ReadLogGroup(ctx, group, c.Limit)
 	if err != nil {
 		return nil, err
 	}
-	d := cliapi.LogsData{LogGroup: group, Lines: []string{}}
-	pg := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{LogGroupName: &group})
-	for pg.HasMorePages() && len(d.Lines) < c.Limit {
-		out, err := pg.NextPage(ctx)
-		var nf *cwtypes.ResourceNotFoundException
-		if errors.As(err, &nf) {
-			return nil, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingBuildLogsLocation,
-				"no log group %s: the image was never built here, or its group was deleted", group)
-		}
-		if err != nil {
-			return nil, client.Errorf(client.KindOf(err), taxonomy.FindingBuildLogsLocation, "reading %s: %w", group, err)
-		}
-		for _, e := range out.Events {
-			if len(d.Lines) == c.Limit {
-				break
-			}
-			line := ""
-			if e.Message != nil {
-				line = *e.Message
-			}
-			if e.Timestamp != nil {
-				line = time.UnixMilli(*e.Timestamp).UTC().Format(time.RFC3339) + " " + line
-			}
-			d.Lines = append(d.Lines, line)
-		}
-	}
+	d := cliapi.LogsData{LogGroup: group, Lines: lines}
 	return &result{typ: cliapi.TypeLogs, data: d, human: func(w io.Writer) error {
 		if len(d.Lines) == 0 {
 			_, err := fmt.Fprintf(w, "%s holds no lines\n", group)

@@ -1,9 +1,14 @@
 // Command microvm is the CLI over the microvms client: it parses, calls the
-// client, and renders. It must never hold protocol or platform logic of its
-// own, never write anything but one envelope to stdout under --json (the
-// NDJSON of exec --stream and constants --emit-json are the two declared
-// exceptions), and never choose an exit code except through an error kind
-// and the generated exit table.
+// client, and renders. The platform is the library's: client/platform wires
+// the control plane and the AWS services beside it, client/sandbox owns a
+// MicroVM's lifecycle (by id too), client/kept remembers kept MicroVMs; the
+// layering test refuses this package importing the control plane's SDK. It
+// must never hold protocol or platform logic of its own, never write
+// anything but one envelope to stdout under --json (the NDJSON of exec
+// --stream and constants --emit-json are the two declared exceptions), and
+// never choose an exit code except through an error kind and the generated
+// exit table; its try: hints (hints.go) name something that can fix the
+// failure.
 package main
 
 import (
@@ -69,7 +74,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return a.fail(client.Errorf(taxonomy.KindUnexpected, "", "building the parser: %v", err))
 	}
 	a.parser = parser
-	protected, spelled := protectBytes(args)
+	protected, spelled := protectBytes(hoistFlags(parser, args))
 	kctx, err := parser.Parse(protected)
 	if err != nil {
 		return a.fail(parseError(err))

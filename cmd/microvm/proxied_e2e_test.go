@@ -146,17 +146,15 @@ func TestProxiedAttachThroughTheEmulator(t *testing.T) {
 			t.Fatalf("data.kind %v", k)
 		}
 	})
-	t.Run("3 a MicroVM the control plane does not know: the mint fails", func(t *testing.T) {
-		// The control plane answers 404 ResourceNotFoundException, which it
-		// classes ERR_PLATFORM; the session wraps every mint failure as
-		// AuthTokenMint (Retryable) and retries it. This pins what the binary
-		// does today: if the session starts keeping the control plane's kind
-		// for a refusal retrying cannot fix, this becomes a row 9 case.
+	// Catches: a wrong --microvm-id classed transient (ERR_RETRYABLE, "the
+	// identical request may succeed", which it never will) and a hint that
+	// does not say where the live ids are.
+	t.Run("12 a MicroVM the control plane does not know: not transient", func(t *testing.T) {
 		inv := cli(t, env, "", "--json", "health", "--endpoint", vm.endpoint, "--agent-token", vm.agentToken,
 			"--microvm-id", "mvm-nosuchvm0000000000000", "--control-endpoint", vm.cpURL)
-		m := wantFailure(t, inv, taxonomy.KindRetryable, taxonomy.FindingEndpointAuth)
-		if k := m["data"].(map[string]any)["kind"]; k != taxonomy.WireAuthTokenMint.String() {
-			t.Fatalf("data.kind %v\n%s", k, inv.stdout)
+		m := wantFailure(t, inv, taxonomy.KindPrecondition, "")
+		if s := fmt.Sprint(m["suggestions"]); !strings.Contains(s, "microvm ls") || !strings.Contains(m["error"].(string), "ResourceNotFoundException") {
+			t.Fatalf("%v\n%s", s, inv.stdout)
 		}
 	})
 	t.Run("exec stream", func(t *testing.T) {

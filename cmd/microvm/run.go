@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/url"
@@ -13,17 +11,15 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/shopspring/decimal"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
-	"github.com/microvms/microvms/emulator"
-	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -31,16 +27,6 @@ import (
 // defaultWorkdir is the WORKDIR the generated Dockerfile sets: the managed
 // base declares none (finding base-images-lack-workdir).
 const defaultWorkdir = "/workspace"
-
-// ImageFlags shape an image build; run and build share them.
-type ImageFlags struct {
-	ArtifactURI    string `name:"artifact-uri" help:"Where the build artifact already is (s3:// on AWS, file:// for an emulator); nothing is uploaded." placeholder:"URI"`
-	Name           string `help:"Image name; unset, a fresh per-invocation name (reusing a name can replay a clientToken and wedge the image)." placeholder:"NAME"`
-	Memory         int    `help:"Baseline MiB, selecting a documented size class." enum:"${memory}" default:"${default_memory}"`
-	Dockerfile     string `help:"A Dockerfile to build instead of the generated stanza; its FROM must match the base, and it needs a WORKDIR." type:"path" placeholder:"PATH"`
-	RepairIdentity bool   `name:"repair-identity" help:"Give the guest the capabilities identity repair needs (sethostname, the boot_id bind mount)."`
-	Port           int    `help:"The daemon's port inside the guest." default:"${default_port}"`
-}
 
 // RunCmd builds (or names) an image, launches a MicroVM, runs one command,
 // reports the cost and tears everything down.
@@ -51,7 +37,8 @@ type RunCmd struct {
 	Exec           string   `help:"A shell command to run in the VM; omitted, the run only launches and tears down, which checks that the image boots." placeholder:"COMMAND"`
 	Egress         bool     `help:"Give the VM outbound network."`
 	LaunchEnv      []string `name:"launch-env" help:"KEY=VALUE for every exec in the VM, repeatable; delivered once in the runHookPayload (4096 bytes with the token)." placeholder:"KEY=VALUE" sep:"none"`
-	Keep           bool     `help:"Leave the VM (and a built image) running and report the agent token to attach with; both keep billing until terminated."`
+	Keep           bool     `help:"Leave the VM (and a built image) running, remember it (endpoint and agent token, in the state directory, this user only) so later commands need only --microvm-id, and print its id; both keep billing until terminated."`
+	Reuse          bool     `help:"As build --reuse: name the image <name>-<hash12> after its inputs and launch an image already under that name instead of building. Ignored with --image."`
 	Timeout        float64  `help:"Seconds to wait for the exec." default:"300"`
 	MaxIdleSec     int      `name:"max-idle-sec" help:"Suspend the VM after this many seconds without inbound traffic." default:"600"`
 	SuspendedSec   int      `name:"suspended-sec" help:"Terminate the VM after this many seconds suspended; a resume after that fails." default:"600"`
@@ -76,132 +63,6 @@ func checkLaunch(maxDuration, maxIdle, suspended int) error {
 		return invalidArg(taxonomy.FindingIdlePolicy, "--suspended-sec %d is negative", suspended)
 	}
 	return nil
-}
-
-// freshName is a per-invocation image name: a fixed one can replay a
-// clientToken (finding client-token-permanent).
-func freshName() string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("microvm-cli-%d-%s", time.Now().Unix(), hex.EncodeToString(b[:]))
-}
-
-// daemonFor is the agentd an image is built from: BINARY, else (against an
-// emulator) the host agentd the emulator's guests run.
-func (p *plane) daemonFor(binary, agentdFlag string) (string, error) {
-	switch {
-	case binary != "":
-		return binary, nil
-	case p.emu != nil:
-		return p.emu.Agentd, nil
-	case p.local:
-		return embedded.FindAgentd(agentdFlag, p.a.env)
-	}
-	return "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingArm64Only,
-		"no BINARY and no --image: a build on AWS bakes an aarch64 agentd into the image (make build writes bin/linux-arm64/agentd), or --image launches an existing one")
-}
-
-// buildImage runs one build with the flags in f and reports its progress.
-func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, binary, agentdFlag, baseVersion string, reuse bool, rec *ledger.Record) (*build.Result, error) {
-	a := p.a
-	daemonPath, err := p.daemonFor(binary, agentdFlag)
-	if err != nil {
-		return nil, err
-	}
-	daemon, err := os.ReadFile(daemonPath)
-	if err != nil {
-		return nil, client.Errorf(taxonomy.KindPrecondition, "", "reading the daemon binary: %w", err)
-	}
-	var dockerfile string
-	if f.Dockerfile != "" {
-		b, err := os.ReadFile(f.Dockerfile)
-		if err != nil {
-			return nil, client.Errorf(taxonomy.KindPrecondition, "", "reading the Dockerfile: %w", err)
-		}
-		dockerfile = string(b)
-		if p.local {
-			steps, err := emulator.UnperformedSteps(b)
-			if err == nil {
-				for _, s := range steps {
-					a.warn("the emulator does not perform this Dockerfile step; its guests run without it: %s", s)
-				}
-			}
-		}
-	}
-	if baseVersion != "" {
-		if err := cplane.CheckImageVersion(baseVersion); err != nil {
-			return nil, err
-		}
-	}
-	size, err := client.SizeClassFromBaseline(f.Memory)
-	if err != nil {
-		return nil, err
-	}
-	role, err := p.buildRole(infra.BuildRoleARN)
-	if err != nil {
-		return nil, err
-	}
-	up, err := p.uploader(ctx, f.ArtifactURI, infra.Bucket)
-	if err != nil {
-		return nil, err
-	}
-	name := f.Name
-	if name == "" {
-		name = freshName()
-		if reuse {
-			name = "microvm-cli" // the stable stem: the hash makes it unique
-		}
-	}
-	sent, sentDone := a.transfer("uploading the artifact")
-	update, stop := func(string) {}, func() {}
-	defer func() { stop() }()
-	uploading := false
-	spec := build.Spec{
-		Daemon: daemon, Dockerfile: dockerfile, Workdir: defaultWorkdir, Port: f.Port, Name: name, Reuse: reuse,
-		BuildRoleARN: role, BaseImageVersion: baseVersion, Size: size, RepairIdentity: f.RepairIdentity,
-		Machine: p.guestMachine(), Wait: p.wait(30 * time.Minute), Ledger: rec,
-		Progress: func(pr build.Progress) {
-			switch pr.Stage {
-			case "upload":
-				uploading = true
-				sent(pr.Sent, pr.Size)
-			case "build":
-				if uploading {
-					sentDone()
-					uploading = false
-					update, stop = a.waiting("building image " + name)
-				}
-				if pr.Poll != nil {
-					update(fmt.Sprintf("building image %s: %s", name, pr.Poll.State))
-				}
-			}
-		},
-	}
-	a.progress("building image %s (%s)", name, size)
-	res, err := build.Build(ctx, p.cp, up, spec)
-	if uploading {
-		sentDone()
-	}
-	return res, err
-}
-
-// resolveImage turns --image into an ARN: an ARN passes through, a name is
-// looked up through every page of the listing.
-func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, err error) {
-	if strings.HasPrefix(id, "arn:") {
-		_, n, _ := strings.Cut(id, ":microvm-image:")
-		return id, n, nil
-	}
-	found, err := p.findImage(ctx, id)
-	if err != nil {
-		return "", "", err
-	}
-	if found == nil {
-		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageARNColon,
-			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.region)
-	}
-	p.a.progress("resolved image name %s to %s", id, aws.ToString(found.ImageArn))
-	return aws.ToString(found.ImageArn), id, nil
 }
 
 func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
@@ -251,7 +112,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
 	}
-	rec, err := led.Begin(p.region.String())
+	rec, err := led.Begin(p.Region().String())
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
 	}
@@ -262,11 +123,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	var buildTook, ranFor time.Duration
 	// Without a client (CloudWatch Logs unreachable, or on AWS while the
 	// control plane is local), teardown names the log group as left behind.
-	// An untyped nil: a nil *Client in the interface would be called.
-	var logs sandbox.LogGroupDeleter
-	if lc, lerr := p.logs(ctx); lerr == nil {
-		logs = lc
-	}
+	logs := p.LogGroups(ctx)
 
 	body := func() error {
 		arn, name := "", ""
@@ -279,7 +136,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			a.progress("launching from the existing image %s", arn)
 		} else {
 			start := time.Now()
-			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", false, rec)
+			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", c.Reuse, rec)
 			if res != nil {
 				built = res
 				out.ImageIdentifier, out.ImageName = res.ImageARN, res.Name
@@ -292,8 +149,14 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			a.progress("image %s built in %s", arn, humanDuration(buildTook))
 		}
 		out.ImageIdentifier, out.ImageName = arn, name
+		// A reused image is recorded too, so terminate --delete-image finds it.
+		_ = rec.Update(func(r *ledger.Run) {
+			if r.ImageARN == "" {
+				r.Image, r.ImageARN = name, arn
+			}
+		})
 		update, stop := a.waiting("launching a MicroVM from " + name)
-		w := p.wait(10 * time.Minute)
+		w := p.Wait(10 * time.Minute)
 		launching := true
 		w.Progress = func(pr cplane.Progress) {
 			// The same options serve the teardown's waits, which say
@@ -314,7 +177,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			o.LogGroup = built.LogGroup
 		}
 		launched := time.Now()
-		s, err := sandbox.Launch(ctx, p.cp, o)
+		s, err := sandbox.Launch(ctx, p.Control(), o)
 		launching = false
 		stop()
 		sb = s
@@ -370,7 +233,8 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	case c.Keep && sb != nil && err == nil:
 		tok := sb.AgentToken()
 		out.AgentToken, out.Kept = &tok, true
-		a.progress("keeping MicroVM %s and image %s: both bill until `microvm terminate %s --delete-image --image-identifier %s`", sb.ID(), out.ImageIdentifier, sb.ID(), out.ImageIdentifier)
+		a.remember(dir, kept.MicroVM{ID: sb.ID(), Endpoint: out.Endpoint, AgentToken: tok, Port: c.Port, ControlEndpoint: p.Endpoint(), Region: p.Region().String()})
+		a.progress("keeping MicroVM %s and image %s: both bill until `microvm terminate %s --delete-image`", sb.ID(), out.ImageIdentifier, sb.ID())
 	case sb != nil:
 		a.progress("tearing down MicroVM %s", sb.ID())
 		rep := sb.Terminate(ctx, sandbox.TeardownOptions{DeleteImage: true, DeleteLogGroup: true})
@@ -396,14 +260,21 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 
 	// The cost of what ran, every line labelled; nothing ran, nothing to price.
-	if rep, cerr := runCost(out.ImageName, size, p.region, buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
+	label := "run " + out.ImageName
+	if p.Local() {
+		// An emulator bills nothing: the figures are what the same run
+		// would cost on AWS, and the label says so wherever it is read.
+		label += " (local: nothing is billed; priced as AWS would bill it)"
+	}
+	if rep, cerr := runCost(label, size, p.Region(), buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
 		c := reportJSON(rep)
 		out.Cost = &c
+		stale := rep.Staleness
+		rep.Staleness = "" // said once a day at most, by staleRates
 		if !a.g.Quiet && !a.g.JSON {
-			fmt.Fprintln(a.stderr, rep.String()) // its text carries any staleness warning
-		} else if rep.Staleness != "" {
-			a.warn("%s", rep.Staleness)
+			fmt.Fprintln(a.stderr, rep.String())
 		}
+		a.staleRates(stale)
 	}
 	if ranFor > 0 {
 		v := ranFor.Seconds()
@@ -422,7 +293,19 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		ce := asClientError(err)
 		return nil, &failure{err: ce, data: out, human: runHuman(out, a, true)}
 	}
-	return &result{typ: cliapi.TypeRun, data: out, human: runHuman(out, a, false)}, nil
+	res := &result{typ: cliapi.TypeRun, data: out, human: runHuman(out, a, false)}
+	if out.Kept && c.Exec == "" {
+		// Like `docker run -d`, the id is the one line on stdout, so a
+		// shell keeps it: export MICROVM_ID=$(microvm run --keep).
+		human := res.human
+		res.human = func(w io.Writer) error {
+			if _, err := fmt.Fprintln(w, out.MicrovmID); err != nil {
+				return err
+			}
+			return human(w)
+		}
+	}
+	return res, nil
 }
 
 func leakedText(l []string) string {
@@ -432,28 +315,8 @@ func leakedText(l []string) string {
 	return "leaked: " + strings.Join(l, ", ")
 }
 
-// teardownImage deletes an image this run built but never launched from, and
-// its build log group; it returns what it could not delete.
-func teardownImage(ctx context.Context, p *plane, arn, group string, logs sandbox.LogGroupDeleter, a *app) []string {
-	ctx = context.WithoutCancel(ctx)
-	var leaked []string
-	if _, err := cplane.ParseImageRef(arn); err == nil {
-		if err := p.deleteImage(ctx, arn); err != nil {
-			leaked = append(leaked, "image "+arn)
-			a.warn("could not delete image %s: %v", arn, err)
-		}
-	}
-	if group != "" && logs != nil {
-		if err := deleteGroup(ctx, logs, group); err != nil {
-			leaked = append(leaked, "log_group "+group)
-			a.warn("could not delete the build log group %s: %v", group, err)
-		}
-	}
-	return leaked
-}
-
 // runCost prices what a run measured with the pinned rate table.
-func runCost(name string, size client.SizeClass, region client.Region, buildFor, ranFor time.Duration, built, launched bool) (cost.Report, error) {
+func runCost(label string, size client.SizeClass, region client.Region, buildFor, ranFor time.Duration, built, launched bool) (cost.Report, error) {
 	u := cost.Usage{Launched: launched}
 	var err error
 	if ranFor > 0 {
@@ -471,7 +334,7 @@ func runCost(name string, size client.SizeClass, region client.Region, buildFor,
 		// baseline memory stands in, as the reference does.
 		u.ImageGB = decimal.NewFromInt(int64(size.BaselineMiB())).Div(decimal.NewFromInt(1024))
 	}
-	return cost.RunReport("run "+name, size, u, cost.Pinned(region), time.Now())
+	return cost.RunReport(label, size, u, cost.Pinned(region), time.Now())
 }
 
 // runHuman is the human form: the child's bytes already went to stdout as
@@ -487,7 +350,7 @@ func runHuman(d cliapi.RunData, a *app, failed bool) func(io.Writer) error {
 			fmt.Fprintf(tw, "exit\t%d\n", *d.ExecExitCode)
 		}
 		if d.Kept {
-			fmt.Fprintf(tw, "endpoint\t%s\nkept\tyes: attach with --endpoint %s --microvm-id %s --agent-token (data.agentToken under --json)\n", d.Endpoint, d.Endpoint, d.MicrovmID)
+			fmt.Fprintf(tw, "endpoint\t%s\nkept\tyes: remembered, so attach with --microvm-id %s (or MICROVM_ID) alone; `microvm terminate %s --delete-image` ends it\n", d.Endpoint, d.MicrovmID, d.MicrovmID)
 		} else {
 			fmt.Fprintf(tw, "teardown\t%s\n", leakedText(d.Leaked))
 		}

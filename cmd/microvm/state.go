@@ -2,22 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
-	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
-	"github.com/microvms/microvms/client/lambdamicrovms"
-	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -67,9 +59,11 @@ type SuspendCmd struct {
 	LifecycleFlags
 }
 
-func stateResult(id string, g *lambdamicrovms.GetMicrovmOutput) *result {
-	d := cliapi.StateData{MicrovmID: id, State: string(g.State)}
-	if ep := aws.ToString(g.Endpoint); ep != "" {
+func stateResult(st sandbox.Status) *result {
+	id := st.ID
+	d := cliapi.StateData{MicrovmID: id, State: string(st.State)}
+	if st.Endpoint != "" {
+		ep := st.Endpoint
 		d.Endpoint = &ep
 	}
 	return &result{typ: cliapi.TypeState, data: d, human: func(w io.Writer) error {
@@ -80,6 +74,15 @@ func stateResult(id string, g *lambdamicrovms.GetMicrovmOutput) *result {
 		_, err := fmt.Fprintf(w, "%s is %s\n", id, d.State)
 		return err
 	}}
+}
+
+// refusedIn carries the state a lifecycle refusal was made in into the
+// failure envelope's data, as microvmId and state.
+func refusedIn(st sandbox.Status, err error) error {
+	if k := client.KindOf(err); st.State != "" && (k == taxonomy.KindInvalidArg || k == taxonomy.KindWindowClosed) {
+		return &failure{err: asClientError(err), data: map[string]any{"microvmId": st.ID, "state": string(st.State)}}
+	}
+	return err
 }
 
 func seconds64(s float64) (time.Duration, error) {
@@ -94,34 +97,21 @@ func (c *SuspendCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.forKept(a, "", c.MicrovmID)
 	p, err := c.open(ctx, a)
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
-	g, err := p.getMicrovm(ctx, c.MicrovmID)
-	if err != nil {
-		return nil, err
-	}
-	if g.State != types.MicrovmStateRunning {
-		// Refused here: a suspend of a suspended VM is a caller who believes
-		// they resumed, and the service's answer would not say so.
-		return nil, &failure{err: client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingSuspendIsFreeze,
-			"MicroVM %s is %s; a suspend is sent only to a RUNNING MicroVM", c.MicrovmID, g.State),
-			data: map[string]any{"microvmId": c.MicrovmID, "state": string(g.State)}}
-	}
 	update, stop := a.waiting("suspending " + c.MicrovmID)
 	defer stop()
-	if err := p.suspendMicrovm(ctx, c.MicrovmID); err != nil {
-		return nil, err
-	}
-	w := p.wait(timeout)
+	w := p.Wait(timeout)
 	w.Progress = func(pr cplane.Progress) { update("suspending " + c.MicrovmID + ": " + pr.State) }
-	got, err := sandbox.WaitMicrovm(ctx, p.api(), c.MicrovmID, types.MicrovmStateSuspended, w)
+	st, err := p.Handle(c.MicrovmID).Suspend(ctx, w)
 	if err != nil {
-		return nil, err
+		return nil, refusedIn(st, err)
 	}
-	return stateResult(c.MicrovmID, got), nil
+	return stateResult(st), nil
 }
 
 // ResumeCmd thaws a SUSPENDED MicroVM.
@@ -131,67 +121,26 @@ type ResumeCmd struct {
 	LifecycleFlags
 }
 
-// windowClosed is the resume of a MicroVM the platform already ended: past
-// its suspended window there is nothing left to thaw (finding idle-policy).
-func windowClosed(id string, g *lambdamicrovms.GetMicrovmOutput) error {
-	window := "its suspended window"
-	if g.IdlePolicy != nil && g.IdlePolicy.SuspendedDurationSeconds != nil {
-		window = fmt.Sprintf("its suspended window (idlePolicy.suspendedDurationSeconds=%d)", *g.IdlePolicy.SuspendedDurationSeconds)
-	}
-	reason := "no stateReason given"
-	if g.StateReason != nil {
-		reason = *g.StateReason
-	}
-	return &failure{err: client.Errorf(taxonomy.KindWindowClosed, taxonomy.FindingIdlePolicy,
-		"MicroVM %s is %s, so there is nothing to resume: %s has passed or it was terminated (%s); launch a new one", id, g.State, window, reason),
-		data: map[string]any{"microvmId": id, "state": string(g.State)}}
-}
-
 func (c *ResumeCmd) run(ctx context.Context, a *app) (*result, error) {
 	timeout, err := seconds64(c.Timeout)
 	if err != nil {
 		return nil, err
 	}
+	c.forKept(a, "", c.MicrovmID)
 	p, err := c.open(ctx, a)
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
-	g, err := p.getMicrovm(ctx, c.MicrovmID)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case slices.Contains(taxonomy.MicrovmDeadStates, string(g.State)):
-		return nil, windowClosed(c.MicrovmID, g)
-	case g.State == types.MicrovmStateRunning:
-		return stateResult(c.MicrovmID, g), nil
-	case g.State != types.MicrovmStateSuspended && g.State != types.MicrovmStateSuspending:
-		return nil, &failure{err: client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingSuspendIsFreeze,
-			"MicroVM %s is %s; a resume is sent only to a SUSPENDED MicroVM", c.MicrovmID, g.State),
-			data: map[string]any{"microvmId": c.MicrovmID, "state": string(g.State)}}
-	}
 	update, stop := a.waiting("resuming " + c.MicrovmID)
 	defer stop()
-	if err := p.resumeMicrovm(ctx, c.MicrovmID); err != nil {
-		if g2, gerr := p.getMicrovm(ctx, c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g2.State)) {
-			return nil, windowClosed(c.MicrovmID, g2)
-		}
-		return nil, err
-	}
-	w := p.wait(timeout)
+	w := p.Wait(timeout)
 	w.Progress = func(pr cplane.Progress) { update("resuming " + c.MicrovmID + ": " + pr.State) }
-	got, err := sandbox.WaitMicrovm(ctx, p.api(), c.MicrovmID, types.MicrovmStateRunning, w)
+	st, err := p.Handle(c.MicrovmID).Resume(ctx, w)
 	if err != nil {
-		// Dead while RUNNING was awaited: the window closed under the wait.
-		if client.KindOf(err) == taxonomy.KindLaunchDied {
-			if g2, gerr := p.getMicrovm(context.WithoutCancel(ctx), c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g2.State)) {
-				return nil, windowClosed(c.MicrovmID, g2)
-			}
-		}
-		return nil, err
+		return nil, refusedIn(st, err)
 	}
-	return stateResult(c.MicrovmID, got), nil
+	return stateResult(st), nil
 }
 
 // TerminateCmd tears down a MicroVM and, if asked, its image and build log
@@ -242,6 +191,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 			name = image
 		}
 	}
+	c.forKept(a, c.StateDir, c.MicrovmID)
 	p, err := c.open(ctx, a)
 	if err != nil {
 		return nil, err
@@ -250,50 +200,46 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 	// Teardown outlives an interrupt: a half-done teardown is the worst leak.
 	ctx = context.WithoutCancel(ctx)
 	d := cliapi.TeardownData{MicrovmID: c.MicrovmID, Leaked: []string{}, UndeletedLogGroups: []string{}}
-	state := string(types.MicrovmStateTerminating)
 	a.progress("terminating %s", c.MicrovmID)
-	terminated := true
-	if err := p.terminateMicrovm(ctx, c.MicrovmID); err != nil {
-		if g, gerr := p.getMicrovm(ctx, c.MicrovmID); gerr == nil && slices.Contains(taxonomy.MicrovmDeadStates, string(g.State)) {
-			state = string(g.State)
-		} else {
-			terminated = false
-			d.Leaked = append(d.Leaked, "microvm "+c.MicrovmID)
-			a.warn("the terminate call for %s failed, so it may still bill: %v", c.MicrovmID, err)
-		}
+	h := p.Handle(c.MicrovmID)
+	st, err := h.Terminate(ctx)
+	state := string(st.State)
+	terminated := err == nil
+	if err != nil {
+		d.Leaked = append(d.Leaked, "microvm "+c.MicrovmID)
+		a.warn("the terminate call for %s failed, so it may still bill: %v", c.MicrovmID, err)
 	}
 	if terminated && (c.Wait || c.DeleteImage) {
 		update, stop := a.waiting("waiting for " + c.MicrovmID + " to terminate")
-		w := p.wait(5 * time.Minute)
+		w := p.Wait(5 * time.Minute)
 		w.Progress = func(pr cplane.Progress) { update("waiting for " + c.MicrovmID + ": " + pr.State) }
-		g, err := sandbox.WaitMicrovm(ctx, p.api(), c.MicrovmID, types.MicrovmStateTerminated, w)
+		got, err := h.Await(ctx, sandbox.Terminated, w)
 		stop()
 		if err != nil {
 			a.warn("%s did not reach TERMINATED: %v", c.MicrovmID, err)
 		} else {
-			state = string(g.State)
+			state = string(got.State)
 		}
 	}
 	if c.DeleteImage {
 		d.ImageIdentifier = &image
 		a.progress("deleting image %s", image)
-		if err := p.deleteImage(ctx, image); err != nil {
+		if err := p.DeleteImage(ctx, image); err != nil {
 			d.Leaked = append(d.Leaked, "image "+image)
 			a.warn("could not delete image %s, which keeps billing storage: %v", image, err)
 		}
 		if name != "" {
 			group := build.LogGroup(name)
-			logs, err := p.logs(ctx)
-			if err == nil {
-				err = deleteGroup(ctx, logs, group)
-			}
-			if err != nil {
+			if err := p.DeleteLogGroup(ctx, group); err != nil {
 				d.UndeletedLogGroups = append(d.UndeletedLogGroups, group)
 				a.warn("the build log group %s was not deleted (nothing else will remove it): %v", group, err)
 			}
 		}
 	}
 	d.State = &state
+	if terminated {
+		a.forget(dir, c.MicrovmID)
+	}
 	if rec != nil {
 		if err := closeRecord(dir, rec.ID, d.Leaked); err != nil {
 			a.warn("the run ledger was not updated: %v", err)
@@ -319,14 +265,4 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 // its file in place through the ledger's own writer.
 func closeRecord(dir, id string, leaked []string) error {
 	return ledger.Close(dir, id, leaked)
-}
-
-// deleteGroup deletes a CloudWatch Logs group; one already gone is deleted.
-func deleteGroup(ctx context.Context, logs sandbox.LogGroupDeleter, group string) error {
-	_, err := logs.DeleteLogGroup(ctx, &cloudwatchlogs.DeleteLogGroupInput{LogGroupName: &group})
-	var nf *cwtypes.ResourceNotFoundException
-	if errors.As(err, &nf) {
-		return nil
-	}
-	return err
 }

@@ -78,6 +78,12 @@ func TestAttachedUsability(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(missing, "x")); err != nil || string(b) != "x" {
 			t.Fatalf("%q %v", b, err)
 		}
+		// A parent that is a file is refused by its stat, naming its type.
+		// Catches: the stat's answer ignored (the file taken for a directory).
+		m = wantFailure(t, cli(t, env, "", "--json", "cp", src, "vm:"+src+"/y"), taxonomy.KindInvalidArg, "")
+		if !strings.Contains(m["error"].(string), "is a file, not a directory") {
+			t.Fatalf("%v", m["error"])
+		}
 		// An existing parent needs nothing.
 		envelope(t, cli(t, env, "", "--json", "cp", src, "vm:"+missing+"/y"))
 	})
@@ -329,9 +335,22 @@ func TestRefusalsSuggestTheNextStep(t *testing.T) {
 	if err := os.WriteFile(daemon, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m = wantFailure(t, cli(t, nil, "", "--json", "build", daemon, "--region", "us-east-1"), taxonomy.KindPrecondition, "")
+	m = wantFailure(t, cli(t, awsEnv(), "", "--json", "build", daemon, "--region", "us-east-1"), taxonomy.KindPrecondition, "")
 	if sg := m["suggestions"].([]any); len(sg) != 1 || sg[0] != "microvm doctor" {
 		t.Fatalf("precondition: suggestions %v", sg)
+	}
+	// Forgetting --local on a machine with no AWS credentials at all: one
+	// refusal that names --local and `microvm emulator`, before the aarch64
+	// daemon, the build role or the instance-metadata service's own words.
+	// Catches: the chain's failure reached only at the first signed call,
+	// and hints that never mention the local paths.
+	for _, args := range [][]string{{"run"}, {"build", daemon}, {"suspend", "mvm-x"}} {
+		inv := cli(t, []string{"AWS_EC2_METADATA_DISABLED=true"}, "", append([]string{"--json"}, args...)...)
+		m = wantFailure(t, inv, taxonomy.KindCredentials, "")
+		sg := fmt.Sprint(m["suggestions"])
+		if !strings.Contains(sg, "--local") || !strings.Contains(sg, "microvm emulator") || strings.Contains(m["error"].(string), "aarch64") {
+			t.Fatalf("microvm %v: %s\n%v", args, m["error"], sg)
+		}
 	}
 }
 
@@ -357,5 +376,30 @@ func TestFailedExecVerdictGoesToStderr(t *testing.T) {
 	inv = cli(t, env, "", "exec", "--", "echo", "fine")
 	if inv.code != 0 || inv.stdout != "fine\n" || inv.stderr != "" {
 		t.Fatalf("success: exit %d stdout %q stderr %q", inv.code, inv.stdout, inv.stderr)
+	}
+}
+
+// The rate table's staleness is said at most once a day, and never under
+// --quiet; the JSON report still carries it. Catches: the warning on every
+// run (the stamp not read, or not written), --quiet not silencing it, and
+// the JSON losing it.
+func TestStalenessOnceADayNeverQuiet(t *testing.T) {
+	stale := data(envelope(t, cli(t, nil, "", "--json", "cost", "--running-sec", "60")))["report"].(map[string]any)["staleness"]
+	if stale == "" {
+		t.Skip("the pinned rate table is not stale today")
+	}
+	const said = "rate table was read"
+	cache := []string{"XDG_CACHE_HOME=" + t.TempDir()}
+	if inv := cli(t, cache, "", "--quiet", "cost", "--running-sec", "60"); strings.Contains(inv.stderr, said) {
+		t.Fatalf("--quiet printed the staleness:\n%s", inv.stderr)
+	}
+	if inv := cli(t, cache, "", "cost", "--running-sec", "60"); strings.Count(inv.stderr, said) != 1 {
+		t.Fatalf("the first run of the day does not say it once:\n%s", inv.stderr)
+	}
+	if inv := cli(t, cache, "", "cost", "--running-sec", "60"); strings.Contains(inv.stderr, said) {
+		t.Fatalf("the second run of the day says it again:\n%s", inv.stderr)
+	}
+	if d := data(envelope(t, cli(t, cache, "", "--json", "cost", "--running-sec", "60"))); d["report"].(map[string]any)["staleness"] != stale {
+		t.Fatalf("the JSON report lost the staleness: %v", d)
 	}
 }

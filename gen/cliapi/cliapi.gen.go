@@ -204,8 +204,12 @@ type TeardownData struct {
 // RunsData is the data of a microvm.runs envelope.
 type RunsData struct {
 	StateDir string `json:"stateDir"`
-	// Runs is the ledger's records, as client/ledger writes them
+	// Runs is the ledger's records, as client/ledger writes them: the open ones, and with --all the closed ones too
 	Runs []Run `json:"runs"`
+	// Microvms is what the control plane lists as alive (not TERMINATED), joined with the ledger and the kept records
+	Microvms []LiveMicrovm `json:"microvms"`
+	// ControlPlaneError is why the control plane could not be listed; microvms is then empty and only the ledger is shown
+	ControlPlaneError *string `json:"controlPlaneError"`
 }
 
 // LogsData is the data of a microvm.logs envelope.
@@ -441,6 +445,25 @@ type FleetRun struct {
 	Error string `json:"error"`
 }
 
+// LiveMicrovm is the "liveMicrovm" shape of api/cli.yaml.
+type LiveMicrovm struct {
+	MicrovmID       string  `json:"microvmId"`
+	State           string  `json:"state"`
+	ImageIdentifier *string `json:"imageIdentifier"`
+	// StartedAt is RFC 3339
+	StartedAt *string `json:"startedAt"`
+	// AgeSeconds is seconds since startedAt
+	AgeSeconds *float64 `json:"ageSeconds"`
+	// CostSoFarUSD is a decimal estimate of its life so far, time suspended priced as running (an upper bound); null when it could not be priced
+	CostSoFarUSD *string `json:"costSoFarUsd"`
+	// RunID is the ledger record naming it; null for one this CLI did not launch
+	RunID *string `json:"runId"`
+	// Kept is remembered by run --keep, so --microvm-id alone reaches it
+	Kept bool `json:"kept"`
+	// RunningIn is the pid of another process whose run it is, still going
+	RunningIn *int64 `json:"runningIn"`
+}
+
 // LocalLimits is the "localLimits" shape of api/cli.yaml.
 type LocalLimits struct {
 	// Applied is each limit in force, e.g. memory 8192 MiB
@@ -500,6 +523,8 @@ type Run struct {
 	Steps       *[]RunStep `json:"steps,omitempty"`
 	Leaked      *[]string  `json:"leaked,omitempty"`
 	Closed      *bool      `json:"closed,omitempty"`
+	// PID is the process that wrote the record
+	PID *int64 `json:"pid,omitempty"`
 }
 
 // RunStep is the "runStep" shape of api/cli.yaml.
@@ -584,7 +609,7 @@ var Responses = []Response{
 	{Type: "microvm.copy", Keys: []string{"direction", "bytes", "local", "remote", "tar"}},
 	{Type: "microvm.state", Keys: []string{"microvmId", "state", "endpoint"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
-	{Type: "microvm.runs", Keys: []string{"stateDir", "runs"}},
+	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError"}},
 	{Type: "microvm.logs", Keys: []string{"logGroup", "lines"}},
 	{Type: "microvm.cost", Keys: []string{"report", "comparison"}},
 	{Type: "microvm.doctor", Keys: []string{"checks", "ok"}},

@@ -7,7 +7,9 @@
 // inside the VM) and client (the library) never import each other, the
 // emulator or a command; the emulator is a development stand-in that may use
 // the library and the generated contracts but not the daemon's code (it runs
-// agentd as a process); and nothing imports cmd/. It must never hold
+// agentd as a process); nothing imports cmd/; and a command reaches the
+// control plane only through the library (client/sandbox, client/platform),
+// never its generated SDK client/lambdamicrovms. It must never hold
 // behaviour beyond reading the graph `go list` reports.
 package layering
 
@@ -26,22 +28,25 @@ type Graph map[string][]string
 
 // rule says which of this module's packages a layer may import, by prefix.
 type rule struct {
-	layer string   // prefix of the importing package
-	may   []string // prefixes it may import
+	layer  string   // prefix of the importing package
+	may    []string // prefixes it may import
+	mayNot []string // prefixes it may not import even so
 }
 
 // rules, most specific layer first. A package matching no layer is refused,
 // so a new top-level directory has to be placed here deliberately.
 var rules = []rule{
-	{"gen/", []string{"gen/"}},
-	{"api", []string{}},
-	{"docs", []string{}}, // the generated JSON documents, embedded
-	{"schema", []string{"schema", "internal/"}},
-	{"internal/", []string{"internal/", "gen/"}},
-	{"agentd", []string{"agentd", "gen/", "internal/", "docs"}},
-	{"client", []string{"client", "gen/", "internal/"}},
-	{"emulator", []string{"emulator", "client", "gen/", "internal/"}},
-	{"cmd/", []string{"agentd", "client", "emulator", "gen/", "internal/", "api", "schema", "docs"}},
+	{layer: "gen/", may: []string{"gen/"}},
+	{layer: "api", may: []string{}},
+	{layer: "docs", may: []string{}}, // the generated JSON documents, embedded
+	{layer: "schema", may: []string{"schema", "internal/"}},
+	{layer: "internal/", may: []string{"internal/", "gen/"}},
+	{layer: "agentd", may: []string{"agentd", "gen/", "internal/", "docs"}},
+	{layer: "client", may: []string{"client", "gen/", "internal/"}},
+	{layer: "emulator", may: []string{"emulator", "client", "gen/", "internal/"}},
+	// A command parses, calls and renders: the platform is the library's
+	// (issue 31), so the control plane's SDK is out of its reach.
+	{layer: "cmd/", may: []string{"agentd", "client", "emulator", "gen/", "internal/", "api", "schema", "docs"}, mayNot: []string{"client/lambdamicrovms"}},
 }
 
 // Check returns every import in g that points the wrong way, sorted.
@@ -60,6 +65,12 @@ func Check(g Graph) []string {
 			}
 			if !allowed(r, imp) {
 				bad = append(bad, fmt.Sprintf("%s imports %s: the %s layer may import only %v", pkg, imp, r.layer, r.may))
+				continue
+			}
+			for _, p := range r.mayNot {
+				if within(imp, p) {
+					bad = append(bad, fmt.Sprintf("%s imports %s: the %s layer may not import %s; call the library (client/sandbox, client/platform)", pkg, imp, r.layer, p))
+				}
 			}
 		}
 	}

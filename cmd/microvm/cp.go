@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// CpCmd copies a file or a tar between here and the VM.
+type CpCmd struct {
+	AttachFlags
+	Src     string `arg:"" help:"Source: vm:/path reads from the VM, anything else is a local path."`
+	Dst     string `arg:"" help:"Destination: vm:/path writes to the VM, anything else is a local path."`
+	Tar     bool   `help:"Move a directory tree as an uncompressed tar: the vm: side is a directory, the local side a .tar file." xor:"tar-mode,tar-parents,tar-sync"`
+	Mode    string `help:"Octal permissions for an uploaded file; a tar carries its members' own." placeholder:"OCTAL" xor:"tar-mode"`
+	Parents bool   `help:"Create the uploaded file's missing parent directories on the VM; without it a missing parent is refused." xor:"tar-parents"`
+	Sync    bool   `help:"Return only once the uploaded file is on the VM's disk (fsync of the file and its directory); without it the copy ends once the file is whole under its name in the VM's page cache." xor:"tar-sync"`
+}
+
+const vmPrefix = "vm:"
+
+func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
+	srcVM, dstVM := strings.HasPrefix(c.Src, vmPrefix), strings.HasPrefix(c.Dst, vmPrefix)
+	if srcVM == dstVM {
+		return nil, invalidArg("", "exactly one of SRC and DST must be vm:/path (got %q and %q)", c.Src, c.Dst)
+	}
+	remote := strings.TrimPrefix(c.Src, vmPrefix)
+	if dstVM {
+		remote = strings.TrimPrefix(c.Dst, vmPrefix)
+	}
+	if !strings.HasPrefix(remote, "/") {
+		// agentd would resolve it against its own working directory, which
+		// is nothing the caller chose.
+		return nil, invalidArg("", "vm:%s is relative: a vm: path is absolute in the guest, e.g. vm:/%s", remote, strings.TrimPrefix(remote, "./"))
+	}
+	if dstVM {
+		st, err := os.Stat(c.Src)
+		switch {
+		case err != nil:
+			return nil, invalidArg("", "%v", err)
+		case st.IsDir() && !c.Tar:
+			return nil, invalidArg("", "%s is a directory: copy a tree with --tar, from a .tar of it (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
+		case st.IsDir():
+			return nil, invalidArg("", "%s is a directory: with --tar the local side is a .tar archive (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
+		case !st.Mode().IsRegular():
+			return nil, invalidArg("", "%s is not a regular file", c.Src)
+		}
+	}
+	var mode os.FileMode
+	if c.Mode != "" {
+		if !srcVM {
+			m, err := strconv.ParseUint(c.Mode, 8, 32)
+			if err != nil || m > 0o7777 {
+				return nil, invalidArg("", "--mode %q is not octal permission bits", c.Mode)
+			}
+			mode = os.FileMode(m)
+		} else {
+			return nil, invalidArg("", "--mode applies to an upload only")
+		}
+	}
+	if c.Sync && srcVM {
+		return nil, invalidArg("", "--sync applies to an upload only")
+	}
+	s, err := c.session(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	d := cliapi.CopyData{Tar: c.Tar}
+	if dstVM {
+		d.Direction, d.Local, d.Remote = "upload", c.Src, strings.TrimPrefix(c.Dst, vmPrefix)
+		f, err := os.Open(d.Local)
+		if err != nil {
+			return nil, invalidArg("", "opening %s: %v", d.Local, err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil {
+			d.Bytes = st.Size()
+		}
+		if !c.Tar && !c.Parents {
+			// The daemon creates missing parents; a typo in a directory
+			// name would then make a new tree instead of failing.
+			if err := c.parentExists(ctx, s, d.Remote); err != nil {
+				return nil, err
+			}
+		}
+		sent, done := a.transferBar("upload " + c.Src)
+		// Counted only when a bar is drawn: the file itself keeps the
+		// client's fast path (its size as Content-Length, sendfile).
+		var body io.Reader = f
+		if a.barOn() {
+			body = &countingReader{r: f, total: d.Bytes, sent: sent}
+		}
+		if c.Tar {
+			err = s.WriteTar(ctx, d.Remote, body)
+		} else if c.Sync {
+			err = s.WriteFileDurable(ctx, d.Remote, body, mode)
+		} else {
+			err = s.WriteFile(ctx, d.Remote, body, mode)
+		}
+		sent(d.Bytes, d.Bytes)
+		done(err == nil)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		d.Direction, d.Local, d.Remote = "download", c.Dst, strings.TrimPrefix(c.Src, vmPrefix)
+		// Written to a temporary sibling and renamed, so a failed download
+		// never leaves a half file under the name the caller asked for.
+		tmp, err := os.CreateTemp(dirOf(d.Local), ".microvm-cp-*")
+		if err != nil {
+			return nil, invalidArg("", "creating %s: %v", d.Local, err)
+		}
+		defer os.Remove(tmp.Name())
+		var n int64
+		sent, done := a.transferBar("download " + c.Src)
+		sink := &countingWriter{w: tmp, total: -1, sent: sent}
+		if c.Tar {
+			n, err = s.ReadTar(ctx, d.Remote, sink)
+		} else {
+			n, err = s.ReadFile(ctx, d.Remote, sink, client.LineRange{})
+		}
+		done(err == nil)
+		if cerr := tmp.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp.Name(), d.Local); err != nil {
+			return nil, invalidArg("", "writing %s: %v", d.Local, err)
+		}
+		d.Bytes = n
+	}
+	return &result{typ: cliapi.TypeCopy, data: d, human: func(w io.Writer) error {
+		arrow := map[string]string{"upload": "->", "download": "<-"}[d.Direction]
+		_, err := fmt.Fprintf(w, "%s %s vm:%s  %s\n", d.Local, arrow, d.Remote, humanBytes(d.Bytes))
+		return err
+	}}, nil
+}
+
+// parentExists refuses an upload whose parent directory is missing on the
+// VM, through Session.Stat (which follows no symlink: a symlinked parent is
+// left to the daemon). A daemon without /v1/fs/stat (the reference's)
+// answers its 404 without the path_not_found slug; only then is the parent
+// probed the old way, by reading it as a file: a directory answers 400, a
+// missing path 404.
+func (c *CpCmd) parentExists(ctx context.Context, s *client.Session, remote string) error {
+	parent := dirOf(remote)
+	if parent == "/" {
+		return nil
+	}
+	missing := client.Errorf(taxonomy.KindPrecondition, "", "vm:%s does not exist, so vm:%s has nowhere to go; pass --parents to create it", parent, remote)
+	fi, err := s.Stat(ctx, parent)
+	var ce *client.Error
+	switch {
+	case err == nil && fi.Type == protocol.FileTypeDirectory, err == nil && fi.Type == protocol.FileTypeSymlink:
+		return nil
+	case err == nil:
+		return invalidArg("", "vm:%s is a %s, not a directory", parent, fi.Type)
+	case errors.As(err, &ce) && ce.Slug() == "path_not_found":
+		return missing
+	case !errors.Is(err, client.WireKindError(taxonomy.WireNotFound)):
+		return err
+	}
+	_, err = s.ReadFile(ctx, parent, io.Discard, client.LineRange{Start: 1, End: 1})
+	switch {
+	case err == nil:
+		return invalidArg("", "vm:%s is a file, not a directory", parent)
+	case errors.Is(err, client.WireKindError(taxonomy.WireProtocolError)):
+		return nil // a directory
+	case errors.Is(err, client.WireKindError(taxonomy.WireNotFound)):
+		return missing
+	}
+	return err
+}
+
+func dirOf(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		if i == 0 {
+			return "/"
+		}
+		return path[:i]
+	}
+	return "."
+}
