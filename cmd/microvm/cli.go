@@ -20,8 +20,8 @@ type CLI struct {
 	Resume    ResumeCmd    `cmd:"" help:"Thaw a SUSPENDED MicroVM and report its endpoint."`
 	Terminate TerminateCmd `cmd:"" help:"Tear down a MicroVM and, with --delete-image, its image and build log group; anything left is named."`
 	Logs      LogsCmd      `cmd:"" help:"Read an image's build log group through CloudWatch Logs (the emulator serves its own)."`
-	Doctor    DoctorCmd    `cmd:"" help:"Check every prerequisite, one per line: region, credentials, infra values, managed bases, the daemon's architecture."`
-	Emulator  EmulatorCmd  `cmd:"" help:"Serve the local emulator of the control plane in the foreground until Ctrl-C; guests are agentd processes on loopback."`
+	Doctor    DoctorCmd    `cmd:"" help:"Check every prerequisite, one per line: region, credentials, infra values, managed bases, the daemon's architecture; with --local, guest isolation, limits and egress."`
+	Emulator  EmulatorCmd  `cmd:"" help:"Serve the local emulator of the control plane in the foreground until Ctrl-C; each guest is an agentd confined in namespaces of its own (no root needed)."`
 	Kill      KillCmd      `cmd:"" help:"Stop a running exec: SIGTERM to its process group, then SIGKILL; --signal sends one named signal instead."`
 
 	// Issue 21 (guest.go): the daemon's filesystem operations, exec listing and metrics.
