@@ -45,6 +45,13 @@ func egressPath() (string, error) {
 		return "", isolationError(fmt.Sprintf("%s, the user-mode network a local guest's egress runs on (install the %s package: apt-get install %s, or dnf install %s)",
 			egressTool, egressPackage, egressPackage, egressPackage), err)
 	}
+	// slirp4netns opens the tun device as this user; some hosts make it
+	// root's alone (mode 0600), where egress cannot work.
+	tun, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
+	if err != nil {
+		return "", isolationError("read-write access to /dev/net/tun, which slirp4netns needs for a guest's egress (most distributions make it mode 0666; here it is not open to this user)", err)
+	}
+	tun.Close()
 	return p, nil
 }
 
