@@ -1,0 +1,258 @@
+//go:build linux
+
+package emulator
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// testBaseBinaries are the host programs the test base image carries, with
+// the shared libraries ldd says they need: enough for a shell RUN step to
+// make files and directories, change owners and say who it runs as.
+var testBaseBinaries = []string{"sh", "mkdir", "cat", "chown", "id", "stat", "rm", "ls"}
+
+// testBaseImage makes a one-layer base image from the host's programs, as
+// an OCI image layout (or, with dockerSave, a `docker save` tarball), and
+// returns its path. It has a user "builder" (1000:1000) and a file owned
+// by it, so the image's own ids are exercised from the base up.
+func testBaseImage(t *testing.T, dockerSave bool) string {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	addDir := func(p string) {
+		for _, d := range parents(p) {
+			if !dirs[d] {
+				dirs[d] = true
+				if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	addFile := func(p string, data []byte, mode int64, uid int) {
+		addDir(filepath.Dir(p))
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: mode, Size: int64(len(data)), Uid: uid, Gid: uid}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, b := range testBaseBinaries {
+		src, err := exec.LookPath(b)
+		if err != nil {
+			t.Fatalf("the host lacks %s for the test base image: %v", b, err)
+		}
+		files := []string{src}
+		out, err := exec.Command("ldd", src).Output()
+		if err != nil {
+			t.Fatalf("ldd %s: %v", src, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			for _, f := range strings.Fields(line) {
+				if strings.HasPrefix(f, "/") {
+					files = append(files, f)
+				}
+			}
+		}
+		for i, f := range files {
+			dst := strings.TrimPrefix(f, "/")
+			if i == 0 {
+				dst = "bin/" + b
+			}
+			if seen[dst] {
+				continue
+			}
+			seen[dst] = true
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addFile(dst, data, 0o755, 0)
+		}
+	}
+	addFile("etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nbuilder:x:1000:1000::/home/builder:/bin/sh\n"), 0o644, 0)
+	addFile("etc/group", []byte("root:x:0:\nbuilder:x:1000:\n"), 0o644, 0)
+	addFile("home/builder/base-owned", []byte("the base's\n"), 0o644, 1000)
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", hostPlatform().Architecture
+	cf.Config.Env = []string{"PATH=/bin", "FROM_BASE=yes"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if dockerSave {
+		p := filepath.Join(dir, "base.tar")
+		tag, _ := name.NewTag("example.test/base:1")
+		if err := tarball.WriteToFile(p, tag, img); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := filepath.Join(dir, "layout")
+	lp, err := layout.Write(p, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendImage(img, layout.WithPlatform(v1.Platform{OS: "linux", Architecture: hostPlatform().Architecture})); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func parents(p string) []string {
+	var out []string
+	for p != "." && p != "/" && p != "" {
+		out = append([]string{p}, out...)
+		p = filepath.Dir(p)
+	}
+	return out
+}
+
+const testDockerfile = `FROM example.test/base:1
+ARG GREETING=hello
+ENV APP_HOME=/srv/app
+WORKDIR $APP_HOME
+COPY --chmod=0750 tool.sh ./bin/
+RUN echo "$GREETING from run, base said $FROM_BASE" > made-by-run && mkdir -p /opt/data && chown 1000:1000 /opt/data
+USER builder
+RUN ["/bin/sh", "-c", "echo mine > /opt/data/owned-by-builder; id -u > /opt/data/uid"]
+USER root
+CMD ["/agentd"]
+`
+
+func testContext(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tool.sh"), []byte("#!/bin/sh\necho tool\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func ownerOf(t *testing.T, p string) (uint32, uint32) {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return st.Uid, st.Gid
+}
+
+// Catches: a RUN that is not performed (or performed on the host's tree
+// instead of the image's), ENV, ARG and WORKDIR not reaching it, a COPY
+// that ignores --chmod or the WORKDIR, a USER the step does not run as,
+// a RUN's files given the guest's host ids rather than the image's, and
+// a repeated build that redoes steps instead of finding them made.
+func TestDockerfileRunsEveryStepOnTheImageRoot(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	cache := t.TempDir()
+	var events []BuildEvent
+	b := DockerBuild{
+		Dockerfile: []byte(testDockerfile), Context: testContext(t), BaseImage: testBaseImage(t, false), Cache: cache,
+		Progress: func(e BuildEvent) { events = append(events, e) },
+	}
+	img, err := BuildDockerfile(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Steps != 10 || img.Cached == img.Steps-1 {
+		t.Fatalf("first build: %d steps, %d cached", img.Steps, img.Cached)
+	}
+	got, err := os.ReadFile(filepath.Join(img.Root, "srv/app/made-by-run"))
+	if err != nil || string(got) != "hello from run, base said yes\n" {
+		t.Fatalf("the RUN's file: %q %v", got, err)
+	}
+	fi, err := os.Stat(filepath.Join(img.Root, "srv/app/bin/tool.sh"))
+	if err != nil || fi.Mode().Perm() != 0o750 {
+		t.Fatalf("COPY --chmod=0750: %v %v", fi, err)
+	}
+	if uid, _ := os.ReadFile(filepath.Join(img.Root, "opt/data/uid")); string(uid) != "1000\n" {
+		t.Fatalf("USER builder: the RUN ran as uid %q", uid)
+	}
+	if os.Geteuid() == 0 {
+		if u, g := ownerOf(t, filepath.Join(img.Root, "opt/data/owned-by-builder")); u != 1000 || g != 1000 {
+			t.Fatalf("a file the image's uid 1000 made is owned by %d:%d on disk, want the image's ids", u, g)
+		}
+	}
+	if img.Workdir != "/srv/app" || !strings.Contains(strings.Join(img.Env, " "), "APP_HOME=/srv/app") || strings.Join(img.Cmd, " ") != "/agentd" {
+		t.Fatalf("config: workdir %q env %v cmd %v", img.Workdir, img.Env, img.Cmd)
+	}
+	var out bytes.Buffer
+	for _, e := range events {
+		out.Write(e.Output)
+	}
+	if len(events) == 0 || events[len(events)-1].Step != 10 || events[len(events)-1].Steps != 10 || !events[len(events)-1].Done {
+		t.Fatalf("progress: %+v", events)
+	}
+
+	// The same build again: every step is found made, and the image is the
+	// same snapshot.
+	again, err := BuildDockerfile(t.Context(), DockerBuild{Dockerfile: b.Dockerfile, Context: b.Context, BaseImage: b.BaseImage, Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Cached != again.Steps-1 || again.Root != img.Root {
+		t.Fatalf("second build: %d of %d steps cached, root %s (first %s)", again.Cached, again.Steps-1, again.Root, img.Root)
+	}
+}
+
+// Catches: a failing RUN that passes (its status lost), an error that
+// does not name the Dockerfile line or the status, and a failed step that
+// leaves a snapshot an image could be made of.
+func TestFailingRunNamesItsLine(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	cache := t.TempDir()
+	df := "FROM example.test/base:1\nRUN echo before > /before\nRUN echo doomed; exit 3\n"
+	_, err := BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte(df), Context: t.TempDir(), BaseImage: testBaseImage(t, true), Cache: cache})
+	var se *BuildStepError
+	if !errors.As(err, &se) {
+		t.Fatalf("a failing RUN: %v, want a *BuildStepError", err)
+	}
+	if se.Line != 3 || se.Exit != 3 || !strings.Contains(se.Output, "doomed") || !strings.Contains(err.Error(), "line 3") {
+		t.Fatalf("the failure: line %d exit %d output %q: %v", se.Line, se.Exit, se.Output, err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(cache, "steps"))
+	if len(entries) != 1 {
+		t.Fatalf("steps kept after the failure: %d, want only the first RUN's", len(entries))
+	}
+}
