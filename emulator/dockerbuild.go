@@ -65,8 +65,9 @@ type BuildEvent struct {
 	Instruction string // its original text
 	// Output is a chunk of a RUN's output; empty for the start and end.
 	Output []byte
-	// Done marks the step's end; Cached says its result was found made.
-	Done, Cached bool
+	// Done marks the step's end; Cached says its result was found made,
+	// Made that it was made now (neither: a step that changes no file).
+	Done, Cached, Made bool
 }
 
 // BuiltImage is a finished build: the image's root and config.
@@ -79,7 +80,9 @@ type BuiltImage struct {
 	Entrypoint []string
 	Cmd        []string
 	Steps      int // instructions performed, FROM included
-	Cached     int // of them, the ones whose result was found made
+	// Made and Cached count the steps that change files (RUN, COPY, ADD,
+	// WORKDIR of a missing directory): made now, or found made before.
+	Made, Cached int
 }
 
 // BuildStepError is a step that failed: its line, text and, for a RUN,
@@ -105,6 +108,16 @@ func (e *BuildStepError) Error() string {
 }
 
 func (e *BuildStepError) Unwrap() error { return e.Err }
+
+// BaseUnavailableError is a FROM that could be neither read from the given
+// base image nor pulled (nor found pulled before).
+type BaseUnavailableError struct {
+	Ref string
+	Err error
+}
+
+func (e *BaseUnavailableError) Error() string { return e.Err.Error() }
+func (e *BaseUnavailableError) Unwrap() error { return e.Err }
 
 // imageState is the build's state between instructions.
 type imageState struct {
@@ -159,7 +172,7 @@ func BuildDockerfile(ctx context.Context, b DockerBuild) (*BuiltImage, error) {
 	}
 	base, err := resolveBase(ctx, from, b.BaseImage, b.Cache)
 	if err != nil {
-		return nil, &BuildStepError{Line: fromLine, Instruction: st.SourceCode, Err: err}
+		return nil, &BuildStepError{Line: fromLine, Instruction: st.SourceCode, Err: &BaseUnavailableError{Ref: from, Err: err}}
 	}
 	emit(BuildEvent{Step: 1, Steps: steps, Line: fromLine, Instruction: st.SourceCode, Done: true})
 	out.BaseDigest = base.digest
@@ -195,7 +208,9 @@ func BuildDockerfile(ctx context.Context, b DockerBuild) (*BuiltImage, error) {
 				emit(BuildEvent{Step: i + 2, Steps: steps, Line: line, Instruction: text, Output: p})
 			})
 		}
+		before := s.key
 		cached, err := b.step(ctx, s, c, args, output)
+		made := !cached && s.key != before
 		if err != nil {
 			var se *BuildStepError
 			if errors.As(err, &se) {
@@ -204,10 +219,14 @@ func BuildDockerfile(ctx context.Context, b DockerBuild) (*BuiltImage, error) {
 			}
 			return nil, &BuildStepError{Line: line, Instruction: text, Err: err}
 		}
+		cached = cached && s.key != before
 		if cached {
 			out.Cached++
 		}
-		emit(BuildEvent{Step: i + 2, Steps: steps, Line: line, Instruction: text, Done: true, Cached: cached})
+		if made {
+			out.Made++
+		}
+		emit(BuildEvent{Step: i + 2, Steps: steps, Line: line, Instruction: text, Done: true, Cached: cached, Made: made})
 	}
 	out.Root, out.Env, out.Workdir, out.User = s.root, s.Env, s.Workdir, s.User
 	out.Entrypoint, out.Cmd = s.Entrypoint, s.Cmd

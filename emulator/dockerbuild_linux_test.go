@@ -5,6 +5,7 @@ package emulator
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -20,6 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	cp "github.com/microvms/microvms/gen/controlplane"
 )
 
 // testBaseBinaries are the host programs the test base image carries, with
@@ -193,8 +197,9 @@ func TestDockerfileRunsEveryStepOnTheImageRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img.Steps != 10 || img.Cached == img.Steps-1 {
-		t.Fatalf("first build: %d steps, %d cached", img.Steps, img.Cached)
+	// COPY, WORKDIR (a missing directory) and two RUNs change files.
+	if img.Steps != 10 || img.Made != 4 || img.Cached != 0 {
+		t.Fatalf("first build: %d steps, %d made, %d cached", img.Steps, img.Made, img.Cached)
 	}
 	got, err := os.ReadFile(filepath.Join(img.Root, "srv/app/made-by-run"))
 	if err != nil || string(got) != "hello from run, base said yes\n" {
@@ -229,8 +234,8 @@ func TestDockerfileRunsEveryStepOnTheImageRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Cached != again.Steps-1 || again.Root != img.Root {
-		t.Fatalf("second build: %d of %d steps cached, root %s (first %s)", again.Cached, again.Steps-1, again.Root, img.Root)
+	if again.Cached != 4 || again.Made != 0 || again.Root != img.Root {
+		t.Fatalf("second build: %d steps made, %d cached, root %s (first %s)", again.Made, again.Cached, again.Root, img.Root)
 	}
 }
 
@@ -255,4 +260,75 @@ func TestFailingRunNamesItsLine(t *testing.T) {
 	if len(entries) != 1 {
 		t.Fatalf("steps kept after the failure: %d, want only the first RUN's", len(entries))
 	}
+}
+
+// Catches: guests of a Dockerfile-built image run on the host's /usr
+// instead of the image's root (the RUN's files missing, the host's
+// programs present); image files shown with the guest's host ids (as
+// nobody, read-only) instead of the image's owners; guest root unable to
+// change an image file (no copy-up over an unmapped lower layer); and a
+// build that does not wait for its Dockerfile before reporting CREATED.
+func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	daemon, err := os.ReadFile(agentdBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := "FROM example.test/base:1\nCOPY --chmod=0755 agentd /agentd\n" + strings.SplitN(testDockerfile, "\n", 2)[1]
+	df = strings.Replace(df, "COPY --chmod=0750 tool.sh ./bin/\n", "", 1)
+	s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), WallClock: true, StateDir: t.TempDir(), BaseImage: testBaseImage(t, false)})
+	uri := artifactZip(t, df, daemon)
+	enabled := cp.ENABLED
+	create, _ := json.Marshal(cp.CreateMicrovmImageRequest{Name: "dockerfile-root", BaseImageArn: "arn:aws:lambda:us-east-1:aws:microvm-image:al2023-1",
+		BuildRoleArn: "arn:aws:iam::123456789012:role/b", CodeArtifact: cp.CodeArtifact{Uri: &uri}, Hooks: &cp.Hooks{MicrovmHooks: &cp.MicrovmHooks{Run: &enabled}}})
+	if status, _, out := do(t, base, "POST", "/2025-09-09/microvm-images", string(create), auth); status != 201 {
+		t.Fatalf("create: %d %s", status, out)
+	}
+	var out string
+	for i := 0; i < 600; i++ { // bounded: about a minute
+		_, _, out = do(t, base, "GET", "/2025-09-09/microvm-images/dockerfile-root", "", auth)
+		if !strings.Contains(out, `"CREATING"`) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(out, `"CREATED"`) {
+		_, _, builds := do(t, base, "GET", "/2025-09-09/microvm-images/dockerfile-root/versions/1.0/builds", "", auth)
+		t.Fatalf("the image: %s; builds %s; log %q", out, builds, s.LogLines("/aws/lambda-microvms/dockerfile-root"))
+	}
+	log := strings.Join(s.LogLines("/aws/lambda-microvms/dockerfile-root"), "\n")
+	if !strings.Contains(log, "step 6/10 (line 6): RUN echo") || !strings.Contains(log, "guests run on it") {
+		t.Fatalf("build log: %s", log)
+	}
+	p := payload()
+	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: "arn:aws:lambda:us-east-1:123456789012:microvm-image:dockerfile-root", RunHookPayload: &p})
+	status, _, resp := do(t, base, "POST", "/2025-09-09/microvms", string(body), auth)
+	if status != 200 {
+		t.Fatalf("RunMicrovm: %d %s", status, resp)
+	}
+	var r cp.RunMicrovmResponse
+	if err := json.Unmarshal([]byte(resp), &r); err != nil {
+		t.Fatal(err)
+	}
+	sess := session(t, base, waitState(t, base, r.MicrovmId, cp.MicrovmStateRUNNING))
+	if got := mustSh(t, sess, "pwd; cat made-by-run"); got != "/srv/app\nhello from run, base said yes" {
+		t.Fatalf("the guest's view of the RUN's effects: %q", got)
+	}
+	if got := mustSh(t, sess, "stat -c %u:%g:%U /opt/data/owned-by-builder /home/builder/base-owned"); got != "1000:1000:builder\n1000:1000:builder" {
+		t.Fatalf("image owners inside the guest: %q, want the image's (1000, builder)", got)
+	}
+	if got := mustSh(t, sess, "echo guest >> /srv/app/made-by-run && cat /srv/app/made-by-run && echo x > /home/builder/base-owned && id -u"); !strings.HasSuffix(got, "guest\n0") {
+		t.Fatalf("guest root changing image files: %q", got)
+	}
+	for _, host := range []string{"/usr/bin/python3", "/usr/bin/env", "/usr/bin/git"} {
+		if _, err := os.Stat(host); err != nil {
+			continue
+		}
+		if code, _ := sh(t, sess, "test -e "+host); code == 0 {
+			t.Errorf("the host's %s is visible in a guest of a Dockerfile-built image", host)
+		}
+	}
+	terminate(t, base, r.MicrovmId)
 }
