@@ -3,149 +3,19 @@
 package emulator
 
 import (
-	"archive/tar"
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-
 	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/internal/testimage"
 )
-
-// testBaseBinaries are the host programs the test base image carries, with
-// the shared libraries ldd says they need: enough for a shell RUN step to
-// make files and directories, change owners and say who it runs as.
-var testBaseBinaries = []string{"sh", "mkdir", "cat", "chown", "id", "stat", "rm", "ls"}
-
-// testBaseImage makes a one-layer base image from the host's programs, as
-// an OCI image layout (or, with dockerSave, a `docker save` tarball), and
-// returns its path. It has a user "builder" (1000:1000) and a file owned
-// by it, so the image's own ids are exercised from the base up.
-func testBaseImage(t *testing.T, dockerSave bool) string {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	dirs := map[string]bool{}
-	addDir := func(p string) {
-		for _, d := range parents(p) {
-			if !dirs[d] {
-				dirs[d] = true
-				if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	addFile := func(p string, data []byte, mode int64, uid int) {
-		addDir(filepath.Dir(p))
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: mode, Size: int64(len(data)), Uid: uid, Gid: uid}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seen := map[string]bool{}
-	for _, b := range testBaseBinaries {
-		src, err := exec.LookPath(b)
-		if err != nil {
-			t.Fatalf("the host lacks %s for the test base image: %v", b, err)
-		}
-		files := []string{src}
-		out, err := exec.Command("ldd", src).Output()
-		if err != nil {
-			t.Fatalf("ldd %s: %v", src, err)
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			for _, f := range strings.Fields(line) {
-				if strings.HasPrefix(f, "/") {
-					files = append(files, f)
-				}
-			}
-		}
-		for i, f := range files {
-			dst := strings.TrimPrefix(f, "/")
-			if i == 0 {
-				dst = "bin/" + b
-			}
-			if seen[dst] {
-				continue
-			}
-			seen[dst] = true
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			addFile(dst, data, 0o755, 0)
-		}
-	}
-	addFile("etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nbuilder:x:1000:1000::/home/builder:/bin/sh\n"), 0o644, 0)
-	addFile("etc/group", []byte("root:x:0:\nbuilder:x:1000:\n"), 0o644, 0)
-	addFile("home/builder/base-owned", []byte("the base's\n"), 0o644, 1000)
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	raw := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", hostPlatform().Architecture
-	cf.Config.Env = []string{"PATH=/bin", "FROM_BASE=yes"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if dockerSave {
-		p := filepath.Join(dir, "base.tar")
-		tag, _ := name.NewTag("example.test/base:1")
-		if err := tarball.WriteToFile(p, tag, img); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	p := filepath.Join(dir, "layout")
-	lp, err := layout.Write(p, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lp.AppendImage(img, layout.WithPlatform(v1.Platform{OS: "linux", Architecture: hostPlatform().Architecture})); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func parents(p string) []string {
-	var out []string
-	for p != "." && p != "/" && p != "" {
-		out = append([]string{p}, out...)
-		p = filepath.Dir(p)
-	}
-	return out
-}
 
 const testDockerfile = `FROM example.test/base:1
 ARG GREETING=hello
@@ -190,7 +60,7 @@ func TestDockerfileRunsEveryStepOnTheImageRoot(t *testing.T) {
 	cache := t.TempDir()
 	var events []BuildEvent
 	b := DockerBuild{
-		Dockerfile: []byte(testDockerfile), Context: testContext(t), BaseImage: testBaseImage(t, false), Cache: cache,
+		Dockerfile: []byte(testDockerfile), Context: testContext(t), BaseImage: testimage.Base(t, false), Cache: cache,
 		Progress: func(e BuildEvent) { events = append(events, e) },
 	}
 	img, err := BuildDockerfile(t.Context(), b)
@@ -248,7 +118,7 @@ func TestFailingRunNamesItsLine(t *testing.T) {
 	}
 	cache := t.TempDir()
 	df := "FROM example.test/base:1\nRUN echo before > /before\nRUN echo doomed; exit 3\n"
-	_, err := BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte(df), Context: t.TempDir(), BaseImage: testBaseImage(t, true), Cache: cache})
+	_, err := BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte(df), Context: t.TempDir(), BaseImage: testimage.Base(t, true), Cache: cache})
 	var se *BuildStepError
 	if !errors.As(err, &se) {
 		t.Fatalf("a failing RUN: %v, want a *BuildStepError", err)
@@ -278,7 +148,7 @@ func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
 	}
 	df := "FROM example.test/base:1\nCOPY --chmod=0755 agentd /agentd\n" + strings.SplitN(testDockerfile, "\n", 2)[1]
 	df = strings.Replace(df, "COPY --chmod=0750 tool.sh ./bin/\n", "", 1)
-	s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), WallClock: true, StateDir: t.TempDir(), BaseImage: testBaseImage(t, false)})
+	s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), WallClock: true, StateDir: t.TempDir(), BaseImage: testimage.Base(t, false)})
 	uri := artifactZip(t, df, daemon)
 	enabled := cp.ENABLED
 	create, _ := json.Marshal(cp.CreateMicrovmImageRequest{Name: "dockerfile-root", BaseImageArn: "arn:aws:lambda:us-east-1:aws:microvm-image:al2023-1",

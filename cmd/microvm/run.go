@@ -119,12 +119,21 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 		}
 		dockerfile = string(b)
 		if p.local {
-			steps, err := emulator.UnperformedSteps(b)
-			if err == nil {
-				for _, s := range steps {
-					a.warn("the emulator does not perform this Dockerfile step; its guests run without it: %s", s)
+			// Named only if the emulator did not run the Dockerfile after
+			// all (no base image to build from): then its guests run on
+			// the host's system directories without these steps.
+			defer func() {
+				if p.steps != nil && p.steps.performed() {
+					return
 				}
-			}
+				steps, err := emulator.UnperformedSteps(b)
+				if err == nil && len(steps) > 0 {
+					for _, s := range steps {
+						a.warn("the emulator does not perform this Dockerfile step; its guests run without it: %s", s)
+					}
+					a.warn("with no base image for FROM (--base-image, or a registry to pull it from), the guests run on this machine's system directories")
+				}
+			}()
 		}
 	}
 	if baseVersion != "" {
@@ -169,6 +178,9 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 					sentDone()
 					uploading = false
 					update, stop = a.waiting("building image " + name)
+					if p.steps != nil {
+						p.steps.setLabel(update)
+					}
 				}
 				if pr.Poll != nil {
 					update(fmt.Sprintf("building image %s: %s", name, pr.Poll.State))
