@@ -218,7 +218,9 @@ func unpackContext(zr *zip.Reader, dir string) error {
 }
 
 // UnperformedSteps lists, by their original text, the Dockerfile
-// instructions an emulated build does not carry out. The emulator performs
+// instructions an emulated build without a base image (no
+// Options.BaseImage, no pull) does not carry out; with one, every step is
+// run (BuildDockerfile). Without, the emulator performs
 // what makes the daemon run as the platform would run it: FROM (the host
 // stands in for the base), ARG and LABEL, COPY or ADD of the daemon, a RUN
 // that only chmods the daemon or mkdirs directories, WORKDIR and those

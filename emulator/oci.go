@@ -33,6 +33,11 @@ import (
 // kept by digest under the build cache, so a base is pulled and extracted
 // once per machine.
 
+// maxImageBytes bounds the files a base image's root may hold once
+// extracted: generous for any real base (they run to a few GiB), a stop
+// for a layer whose headers (or sparse entries) claim the disk.
+const maxImageBytes = 64 << 30
+
 // baseImage is a resolved, extracted FROM.
 type baseImage struct {
 	digest string // the image's manifest digest, sha256:...
@@ -146,7 +151,7 @@ func extractBase(img v1.Image, cache string) (*baseImage, error) {
 		return nil, err
 	}
 	rc := mutate.Extract(img)
-	err = extractTar(rc, filepath.Join(tmp, "root"))
+	err = extractTar(rc, filepath.Join(tmp, "root"), maxImageBytes)
 	rc.Close()
 	if err != nil {
 		return nil, fmt.Errorf("extracting the base image %s: %w", digest, err)
@@ -215,7 +220,7 @@ func cachedRef(refFile, cache string) (*baseImage, bool) {
 // through a symlink the archive planted, cannot write outside it. Owners
 // are kept when running as root (they are the image's ids; a guest sees
 // them through an idmapped mount); device nodes are not made.
-func extractTar(r io.Reader, dst string) error {
+func extractTar(r io.Reader, dst string, budget int64) error {
 	root, err := os.OpenRoot(dst)
 	if err != nil {
 		return err
@@ -250,6 +255,11 @@ func extractTar(r io.Reader, dst string) error {
 				return fmt.Errorf("%s: %w", h.Name, err)
 			}
 		case tar.TypeReg:
+			// Counted before a byte is written: a header may claim any
+			// size, a sparse entry reads as that many bytes of zeros.
+			if budget -= h.Size; h.Size < 0 || budget < 0 {
+				return fmt.Errorf("%s: the image's files add up to more than the extraction bound", h.Name)
+			}
 			_ = root.RemoveAll(rel)
 			f, err := root.OpenFile(rel, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 			if err != nil {

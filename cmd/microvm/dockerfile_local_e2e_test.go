@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/microvms/microvms/emulator"
+	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/testimage"
 )
 
@@ -64,9 +65,11 @@ CMD ["/agentd"]
 		t.Fatal(err)
 	}
 	inv := cli(t, env, "", "--json", "run", "--local", "--base-image", base, "--dockerfile", failing, "--exec", "true")
-	m := envelope(t, inv)
+	// A failed build is the exit table's ERR_PLATFORM (9), its reason read
+	// from the builds (finding build-failure-on-build).
+	m := wantFailure(t, inv, taxonomy.KindPlatform, taxonomy.FindingBuildFailureOnBuild)
 	msg, _ := m["error"].(string)
-	if inv.code == 0 || !strings.Contains(msg, "Dockerfile line 5") || !strings.Contains(msg, "status 7") || !strings.Contains(msg, "about to fail") {
+	if inv.code != 9 || !strings.Contains(msg, "Dockerfile line 5") || !strings.Contains(msg, "status 7") || !strings.Contains(msg, "about to fail") {
 		t.Fatalf("a failing RUN: exit %d error %q\n%s", inv.code, msg, inv.stderr)
 	}
 }
