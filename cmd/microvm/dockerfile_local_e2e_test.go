@@ -27,6 +27,7 @@ func TestRunLocalPerformsTheDockerfile(t *testing.T) {
 	df := filepath.Join(dir, "Dockerfile")
 	body := `FROM public.ecr.aws/amazonlinux/amazonlinux:2023-minimal
 COPY --chmod=0755 agentd /agentd
+COPY --chmod=0750 tool.sh /opt/tools/
 RUN mkdir -p /opt/data && echo built-by-run > /opt/data/by-run && chown 1000:1000 /opt/data
 USER builder
 RUN echo mine > /opt/data/mine
@@ -39,12 +40,15 @@ CMD ["/agentd"]
 	if err := os.WriteFile(df, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	script := "pwd; cat /opt/data/by-run; stat -c %U:%u /opt/data/mine; if test -e /usr/bin/python3; then echo host-python; fi"
+	if err := os.WriteFile(filepath.Join(dir, "tool.sh"), []byte("#!/bin/sh\necho tool-from-context\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := "pwd; cat /opt/data/by-run; stat -c %U:%u /opt/data/mine; /opt/tools/tool.sh; stat -c %a /opt/tools/tool.sh; if test -e /usr/bin/python3; then echo host-python; fi"
 	first := cli(t, env, "", "run", "--local", "--base-image", base, "--dockerfile", df, "--exec", script)
-	if first.code != 0 || first.stdout != "/work\nbuilt-by-run\nbuilder:1000\n" {
+	if first.code != 0 || first.stdout != "/work\nbuilt-by-run\nbuilder:1000\ntool-from-context\n750\n" {
 		t.Fatalf("exit %d stdout %q\n%s", first.code, first.stdout, first.stderr)
 	}
-	for _, want := range []string{"step 3/10 (Dockerfile line 3): RUN mkdir -p /opt/data", "step 3/10: done", "step 5/10: done"} {
+	for _, want := range []string{"step 3/11 (Dockerfile line 3): COPY --chmod=0750 tool.sh /opt/tools/", "step 4/11 (Dockerfile line 4): RUN mkdir -p /opt/data", "step 4/11: done", "step 6/11: done"} {
 		if !strings.Contains(first.stderr, want) {
 			t.Fatalf("progress lacks %q:\n%s", want, first.stderr)
 		}
@@ -56,7 +60,7 @@ CMD ["/agentd"]
 	if second.code != 0 || second.stdout != "mine\n" {
 		t.Fatalf("second run: exit %d stdout %q\n%s", second.code, second.stdout, second.stderr)
 	}
-	if strings.Contains(second.stderr, ": done") || strings.Count(second.stderr, ": cached") != 4 {
+	if strings.Contains(second.stderr, ": done") || strings.Count(second.stderr, ": cached") != 5 {
 		t.Fatalf("the second build is not all cache hits:\n%s", second.stderr)
 	}
 
@@ -69,7 +73,7 @@ CMD ["/agentd"]
 	// from the builds (finding build-failure-on-build).
 	m := wantFailure(t, inv, taxonomy.KindPlatform, taxonomy.FindingBuildFailureOnBuild)
 	msg, _ := m["error"].(string)
-	if inv.code != 9 || !strings.Contains(msg, "Dockerfile line 5") || !strings.Contains(msg, "status 7") || !strings.Contains(msg, "about to fail") {
+	if inv.code != 9 || !strings.Contains(msg, "Dockerfile line 6") || !strings.Contains(msg, "status 7") || !strings.Contains(msg, "about to fail") {
 		t.Fatalf("a failing RUN: exit %d error %q\n%s", inv.code, msg, inv.stderr)
 	}
 }

@@ -111,8 +111,13 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "reading the daemon binary: %w", err)
 	}
-	var dockerfile string
+	var dockerfile, context string
 	if f.Dockerfile != "" {
+		if p.local {
+			// A local build carries what the Dockerfile copies from its
+			// directory; an AWS artifact stays the Dockerfile and the daemon.
+			context = filepath.Dir(f.Dockerfile)
+		}
 		b, err := os.ReadFile(f.Dockerfile)
 		if err != nil {
 			return nil, client.Errorf(taxonomy.KindPrecondition, "", "reading the Dockerfile: %w", err)
@@ -165,7 +170,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 	defer func() { stop() }()
 	uploading := false
 	spec := build.Spec{
-		Daemon: daemon, Dockerfile: dockerfile, Workdir: defaultWorkdir, Port: f.Port, Name: name, Reuse: reuse,
+		Daemon: daemon, Dockerfile: dockerfile, Context: context, Workdir: defaultWorkdir, Port: f.Port, Name: name, Reuse: reuse,
 		BuildRoleARN: role, BaseImageVersion: baseVersion, Size: size, RepairIdentity: f.RepairIdentity,
 		Machine: p.guestMachine(), Wait: p.wait(30 * time.Minute), Ledger: rec,
 		Progress: func(pr build.Progress) {
