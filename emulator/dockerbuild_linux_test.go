@@ -6,12 +6,21 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/internal/testimage"
@@ -201,4 +210,141 @@ func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
 		}
 	}
 	terminate(t, base, r.MicrovmId)
+}
+
+// Catches: a FROM that is not pulled from its registry when no base image
+// is given, a pulled base not kept by digest (a second build offline
+// failing), and an unreachable, never-pulled FROM that is not reported as
+// such. The registry is go-containerregistry's own, on loopback.
+func TestFromIsPulledAndKeptByDigest(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	img, err := imageFromFile(testimage.Base(t, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	host := strings.TrimPrefix(reg.URL, "http://")
+	ref, err := name.ParseReference(host + "/base:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOME", t.TempDir()) // no Docker config: anonymous, as the keychain allows
+	cache := t.TempDir()
+	build := func(run string) (*BuiltImage, error) {
+		return BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte("FROM " + ref.String() + "\nRUN " + run + "\n"), Cache: cache})
+	}
+	if _, err := build("echo pulled > /pulled"); err != nil {
+		t.Fatalf("building from a registry's image: %v", err)
+	}
+	reg.Close()
+	again, err := build("echo offline > /offline")
+	if err != nil {
+		t.Fatalf("building again with the registry gone: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(again.Root, "offline")); string(b) != "offline\n" {
+		t.Fatalf("the offline build's RUN: %q", b)
+	}
+	want, _ := img.Digest()
+	if again.BaseDigest != want.String() {
+		t.Fatalf("base digest %s, want the pushed image's %s", again.BaseDigest, want)
+	}
+	_, err = BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte("FROM " + host + "/never-pulled:1\nRUN true\n"), Cache: cache})
+	var unavailable *BaseUnavailableError
+	if !errors.As(err, &unavailable) || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("a FROM neither reachable nor pulled before: %v", err)
+	}
+}
+
+const deletionsDockerfile = `FROM example.test/base:1
+RUN rm /bin/ls && rm -r /home/builder && mkdir -p /home/builder && echo fresh > /home/builder/only
+RUN mkdir -p /srv && echo made > /srv/by-run
+`
+
+// checkDeletions builds deletionsDockerfile and checks its snapshot: a
+// file the RUN deleted (an overlay whiteout) and a directory it replaced
+// (an opaque directory) are gone from the image, not carried over from the
+// base.
+func checkDeletions(t *testing.T) {
+	t.Helper()
+	img, err := BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte(deletionsDockerfile), BaseImage: testimage.Base(t, false), Cache: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(img.Root, "bin/ls")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file the RUN deleted is still in the image (%v)", err)
+	}
+	if _, err := os.Lstat(filepath.Join(img.Root, "bin/cat")); err != nil {
+		t.Fatalf("a file the RUN kept is gone: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(img.Root, "home/builder"))
+	if len(entries) != 1 || entries[0].Name() != "only" {
+		t.Fatalf("a directory the RUN replaced holds %v, want only its new file", entries)
+	}
+	if b, _ := os.ReadFile(filepath.Join(img.Root, "srv/by-run")); string(b) != "made\n" {
+		t.Fatalf("the second RUN's file: %q", b)
+	}
+}
+
+// Catches: deletions in a RUN (whiteouts, opaque directories) lost when
+// its upper layer becomes the image, so a removed file comes back.
+func TestRunDeletionsReachTheImage(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	checkDeletions(t)
+}
+
+// Catches: a build that works only as root (chowns it cannot make, an
+// idmapped mount it may not create, a layer it cannot read back): as an
+// unprivileged user the base is extracted as the caller's, RUN steps run as
+// guest root mapped to the caller, and their changes, deletions included,
+// become the image.
+func TestUnprivilegedBuildRunsTheDockerfile(t *testing.T) {
+	if os.Getenv("EMULATOR_UNPRIVILEGED_BUILD") == "1" {
+		if err := CheckIsolation(); err != nil {
+			t.Fatalf("CheckIsolation as an unprivileged user: %v", err)
+		}
+		checkDeletions(t)
+		fmt.Println("rootless-build-checked")
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to become an unprivileged user")
+	}
+	dir, err := os.MkdirTemp("", "emulator-rootless-build-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "emulator.test")
+	raw, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestUnprivilegedBuildRunsTheDockerfile$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = []string{"EMULATOR_UNPRIVILEGED_BUILD=1", "EMULATOR_UNPRIVILEGED_CHILD_AGENTD=" + agentdBin, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir, "HOME=" + dir}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the unprivileged build failed: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "rootless-build-checked") {
+		t.Fatalf("the unprivileged build did not reach its checks:\n%s", out)
+	}
 }

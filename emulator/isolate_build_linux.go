@@ -80,7 +80,7 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		Inherited: inheritedFDs(), Step: &s.cmd, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"),
 	}
 	if m.byRoot {
-		image, err := bindImageRoot(s.root, dir, m)
+		image, err := bindImageRoot(s.root, dir, m, true)
 		if err != nil {
 			return fail(err)
 		}

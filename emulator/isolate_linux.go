@@ -355,7 +355,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	defer agentd.Close()
 	files := []*os.File{nil, agentd, nil}
 	if spec.RootDir != "" && m.byRoot {
-		image, err := bindImageRoot(spec.RootDir, dir, m)
+		image, err := bindImageRoot(spec.RootDir, dir, m, false)
 		if err != nil {
 			return nil, err
 		}
@@ -581,10 +581,20 @@ func inheritedFDs() []int {
 // the guest has started (the caller unmounts it). The mount is idmapped
 // with the guest's mapping (isolate_idmap_linux.go), so the image's own ids
 // are the guest's.
-func bindImageRoot(root, dir string, m idMapping) (string, error) {
+//
+// A run-time guest on a filesystem without idmapped mounts still gets the
+// image, bound as it is (its files then read-only to the guest, shown as
+// nobody); a build step (required) does not, since its RUN could not
+// write the image.
+func bindImageRoot(root, dir string, m idMapping, required bool) (string, error) {
 	image := filepath.Join(dir, "image")
 	if err := mountIDMapped(root, image, m); err != nil {
-		return "", err
+		if required {
+			return "", err
+		}
+		if err := unix.Mount(root, image, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return "", fmt.Errorf("binding the image's root: %w", err)
+		}
 	}
 	if err := unix.Mount("", image, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		_ = unix.Unmount(image, unix.MNT_DETACH)
