@@ -4,6 +4,7 @@ package emulator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -346,5 +347,41 @@ func TestUnprivilegedBuildRunsTheDockerfile(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "rootless-build-checked") {
 		t.Fatalf("the unprivileged build did not reach its checks:\n%s", out)
+	}
+}
+
+// Catches: a RUN cancelled mid-step whose clean-up removes the step's
+// state directory while the image's root is still mounted in it, deleting
+// the image (the base, here) through the mount.
+func TestCancelledRunLeavesTheImageWhole(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	cache := t.TempDir()
+	base := testimage.Base(t, false)
+	ctx, cancel := context.WithCancel(t.Context())
+	started := make(chan struct{}, 1)
+	go func() {
+		<-started
+		time.Sleep(300 * time.Millisecond)
+		cancel()
+	}()
+	_, err := BuildDockerfile(ctx, DockerBuild{
+		Dockerfile: []byte("FROM example.test/base:1\nRUN echo spinning; while :; do :; done\n"), BaseImage: base, Cache: cache,
+		Progress: func(e BuildEvent) {
+			if len(e.Output) > 0 {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
+			}
+		},
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled RUN: %v, want context.Canceled", err)
+	}
+	roots, _ := filepath.Glob(filepath.Join(cache, "base", "*", "root", "bin", "sh"))
+	if len(roots) != 1 {
+		t.Fatalf("the base image lost its /bin/sh when the RUN was cancelled: %v", roots)
 	}
 }

@@ -61,7 +61,18 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 	}
 	cleanup := func() { _ = removeState(dir) }
 	res := &stepResult{upper: filepath.Join(dir, "upper"), cleanup: cleanup}
-	fail := func(err error) (*stepResult, error) { cleanup(); return nil, err }
+	// The image's root is mounted under dir while the step starts: it is
+	// detached before anything removes dir, or the removal would descend
+	// into the image and delete it.
+	var image string
+	unmount := func() {
+		if image != "" {
+			_ = unix.Unmount(image, unix.MNT_DETACH)
+			image = ""
+		}
+	}
+	defer unmount()
+	fail := func(err error) (*stepResult, error) { unmount(); cleanup(); return nil, err }
 	for _, d := range []string{"rw", "image", "upper", "work"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			return fail(err)
@@ -80,12 +91,11 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		Inherited: inheritedFDs(), Step: &s.cmd, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"),
 	}
 	if m.byRoot {
-		image, err := bindImageRoot(s.root, dir, m, true)
+		mounted, err := bindImageRoot(s.root, dir, m, true)
 		if err != nil {
 			return fail(err)
 		}
-		defer unix.Unmount(image, unix.MNT_DETACH)
-		cfg.ImageRoot = image
+		image, cfg.ImageRoot = mounted, mounted
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -115,6 +125,8 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 	if err != nil {
 		return fail(isolationError("permission to create the build step's namespaces", err))
 	}
+	// The guest's mount namespace holds its own copy of the image's mount.
+	unmount()
 	leader := cmd.Process.Pid
 	limits := applyLimits(GuestSpec{MicrovmID: "build"}, leader)
 	defer limits.remove()
@@ -142,6 +154,7 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 	}()
 	werr := cmd.Wait()
 	close(done)
+	unmount()
 	if ctx.Err() != nil {
 		return fail(ctx.Err())
 	}
