@@ -385,3 +385,27 @@ func TestCancelledRunLeavesTheImageWhole(t *testing.T) {
 		t.Fatalf("the base image lost its /bin/sh when the RUN was cancelled: %v", roots)
 	}
 }
+
+// Catches: a guest whose daemon exits before it listens, stopped (its
+// state directory removed) while the image's root is still mounted in
+// that directory, deleting the image through the mount.
+func TestGuestDyingAtStartLeavesItsImageWhole(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	img, err := BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte("FROM example.test/base:1\n"), BaseImage: testimage.Base(t, false), Cache: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quitter := filepath.Join(t.TempDir(), "agentd")
+	if err := os.WriteFile(quitter, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = AgentdLauncher(agentdBin, nil)(t.Context(), GuestSpec{MicrovmID: "microvm-dies", HookPort: 9000, RootDir: img.Root, Daemon: quitter})
+	if err == nil {
+		t.Fatal("a daemon that exits at once was reported as started")
+	}
+	if _, err := os.Stat(filepath.Join(img.Root, "bin", "sh")); err != nil {
+		t.Fatalf("the image lost its /bin/sh when its guest died at start: %v", err)
+	}
+}

@@ -354,12 +354,18 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	defer agentd.Close()
 	files := []*os.File{nil, agentd, nil}
+	// detach takes the image's mount off the state directory: done as soon
+	// as the guest has its own copy, and always before anything removes
+	// the directory (a removal through the mount would delete the image).
+	detach := func() {}
 	if spec.RootDir != "" && m.byRoot {
 		image, err := bindImageRoot(spec.RootDir, dir, m, false)
 		if err != nil {
 			return nil, err
 		}
-		defer unix.Unmount(image, unix.MNT_DETACH)
+		var once sync.Once
+		detach = func() { once.Do(func() { _ = unix.Unmount(image, unix.MNT_DETACH) }) }
+		defer detach()
 		cfg.ImageRoot = image
 	}
 	raw, err := json.Marshal(cfg)
@@ -393,6 +399,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: guestCloneFlags, Setsid: true}
 	m.apply(cmd.SysProcAttr)
 	err = startOwnedBy(cmd, m)
+	detach()
 	r.Close()
 	guestEnd.Close()
 	if err != nil {
