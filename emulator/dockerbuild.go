@@ -3,6 +3,7 @@ package emulator
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -260,9 +261,7 @@ func (b *DockerBuild) step(ctx context.Context, s *imageState, c instructions.Co
 		return true, nil
 	case *instructions.EntrypointCommand:
 		s.Entrypoint = b.commandLine(s, c.ShellDependantCmdLine)
-		if !c.PrependShell || len(c.CmdLine) > 0 {
-			s.Cmd = nil // an ENTRYPOINT resets an inherited CMD, as Docker does
-		}
+		s.Cmd = nil // an ENTRYPOINT resets an inherited CMD, as Docker does
 		return true, nil
 	case *instructions.CmdCommand:
 		s.Cmd = b.commandLine(s, c.ShellDependantCmdLine)
@@ -408,6 +407,17 @@ func (b *DockerBuild) copyStep(s *imageState, sd instructions.SourcesAndDest, ch
 		dest = path.Join("/", s.Workdir, dest)
 	}
 	intoDir := strings.HasSuffix(sd.DestPath, "/") || len(srcs) > 1
+	if !intoDir {
+		// A destination the image has as a directory is copied into, as
+		// Docker does; resolved inside the image's root.
+		if r, err := os.OpenRoot(s.root); err == nil {
+			if fi, err := r.Stat(strings.TrimPrefix(dest, "/")); err == nil && fi.IsDir() {
+				intoDir = true
+			}
+			r.Close()
+		}
+	}
+	unpack := verb == "ADD"
 	// The key hashes the bytes and modes copied, not their names alone.
 	h := sha256.New()
 	for _, src := range srcs {
@@ -438,7 +448,7 @@ func (b *DockerBuild) copyStep(s *imageState, sd instructions.SourcesAndDest, ch
 			return false, fmt.Errorf("%s source %s: %w", verb, src, err)
 		}
 	}
-	key := chainKey(s.key, verb, srcs, hex.EncodeToString(h.Sum(nil)), dest, intoDir, chown, chmod, s.Workdir)
+	key := chainKey(s.key, verb, srcs, hex.EncodeToString(h.Sum(nil)), dest, intoDir, chown, chmod, s.Workdir, unpack)
 	if s.adopt(b.Cache, key) {
 		return true, nil
 	}
@@ -459,6 +469,14 @@ func (b *DockerBuild) copyStep(s *imageState, sd instructions.SourcesAndDest, ch
 				return err
 			}
 			target := strings.TrimPrefix(dest, "/")
+			if unpack && fi.Mode().IsRegular() {
+				// ADD unpacks a local tar archive (plain or gzip) into the
+				// destination directory, as Docker does; anything else is
+				// copied.
+				if done, err := addArchive(ctxRoot, src, root, target); done || err != nil {
+					return err
+				}
+			}
 			if fi.IsDir() {
 				// A directory's contents are copied, not the directory.
 			} else if intoDir {
@@ -921,3 +939,45 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.buf) }
+
+// addArchive unpacks src into target if it is a tar archive, plain or
+// gzip-compressed, and reports whether it was one. The archive's entries
+// are confined to the image's root like a base layer's.
+func addArchive(ctxRoot *os.Root, src string, root *os.Root, target string) (bool, error) {
+	f, err := ctxRoot.Open(src)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return false, err
+	}
+	var r io.Reader = f
+	if bytes.HasPrefix(head, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return false, nil
+		}
+		defer zr.Close()
+		r = zr
+	} else if len(head) < 262 || string(head[257:262]) != "ustar" {
+		return false, nil
+	}
+	into := root
+	if target != "" && target != "." {
+		if err := root.MkdirAll(target, 0o755); err != nil {
+			return false, err
+		}
+		if into, err = root.OpenRoot(target); err != nil {
+			return false, err
+		}
+		defer into.Close()
+	}
+	if err := extractTarIn(r, into, maxImageBytes); err != nil {
+		return true, fmt.Errorf("unpacking %s: %w", src, err)
+	}
+	return true, nil
+}

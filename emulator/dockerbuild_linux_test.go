@@ -3,7 +3,9 @@
 package emulator
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -407,5 +409,45 @@ func TestGuestDyingAtStartLeavesItsImageWhole(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(img.Root, "bin", "sh")); err != nil {
 		t.Fatalf("the image lost its /bin/sh when its guest died at start: %v", err)
+	}
+}
+
+// Catches: a COPY to a path the image has as a directory that replaces the
+// directory instead of copying into it, an ADD of a local tar archive that
+// is copied rather than unpacked (or unpacked when it is not one), and a
+// --chown by name that is not the image's user.
+func TestCopyAndAddFollowDockerSemantics(t *testing.T) {
+	ctxDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ctxDir, "conf.txt"), []byte("conf\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var tgz bytes.Buffer
+	zw := gzip.NewWriter(&tgz)
+	zw.Write(tarOf(t, tarEntry{name: "a/b.txt", typ: tar.TypeReg, body: "from the archive\n"}))
+	zw.Close()
+	if err := os.WriteFile(filepath.Join(ctxDir, "bundle.tar.gz"), tgz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	df := "FROM example.test/base:1\nCOPY conf.txt /etc\nADD bundle.tar.gz /opt/bundle/\nADD conf.txt /opt/plain\nCOPY --chown=builder:builder conf.txt /home/builder/\n"
+	img, err := BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte(df), Context: ctxDir, BaseImage: testimage.Base(t, true), Cache: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(img.Root, "etc/conf.txt")); err != nil || string(b) != "conf\n" {
+		t.Fatalf("COPY into the image's /etc: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(img.Root, "etc/passwd")); err != nil {
+		t.Fatalf("COPY to /etc replaced the directory: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(img.Root, "opt/bundle/a/b.txt")); err != nil || string(b) != "from the archive\n" {
+		t.Fatalf("ADD of a local archive: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(img.Root, "opt/plain")); err != nil || string(b) != "conf\n" {
+		t.Fatalf("ADD of a plain file: %q %v", b, err)
+	}
+	if os.Geteuid() == 0 {
+		if u, g := ownerOf(t, filepath.Join(img.Root, "home/builder/conf.txt")); u != 1000 || g != 1000 {
+			t.Fatalf("COPY --chown=builder:builder gave %d:%d", u, g)
+		}
 	}
 }

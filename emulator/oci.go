@@ -226,6 +226,11 @@ func extractTar(r io.Reader, dst string, budget int64) error {
 		return err
 	}
 	defer root.Close()
+	return extractTarIn(r, root, budget)
+}
+
+// extractTarIn is extractTar into an open root.
+func extractTarIn(r io.Reader, root *os.Root, budget int64) error {
 	asRoot := os.Geteuid() == 0
 	tr := tar.NewReader(r)
 	for {
