@@ -662,7 +662,13 @@ func linkTree(src, dst string) error {
 		rel, _ := filepath.Rel(src, p)
 		out := filepath.Join(dst, rel)
 		if !d.IsDir() {
-			return os.Link(p, out)
+			err := os.Link(p, out)
+			if errors.Is(err, syscall.EMLINK) {
+				// An inode at the filesystem's link limit (a busybox
+				// image's hundreds of links, once per snapshot): a copy.
+				return copyEntry(p, out, asRoot)
+			}
+			return err
 		}
 		fi, err := d.Info()
 		if err != nil {
@@ -980,4 +986,52 @@ func addArchive(ctxRoot *os.Root, src string, root *os.Root, target string) (boo
 		return true, fmt.Errorf("unpacking %s: %w", src, err)
 	}
 	return true, nil
+}
+
+// copyEntry copies the file or symlink at src to dst with its owner (as
+// root) and mode.
+func copyEntry(src, dst string, asRoot bool) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		l, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(l, dst); err != nil {
+			return err
+		}
+	case fi.Mode().IsRegular():
+		in, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(out, in)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	default:
+		return nil
+	}
+	if asRoot && st != nil {
+		if err := os.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return nil
+	}
+	return os.Chmod(dst, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -449,5 +450,46 @@ func TestCopyAndAddFollowDockerSemantics(t *testing.T) {
 		if u, g := ownerOf(t, filepath.Join(img.Root, "home/builder/conf.txt")); u != 1000 || g != 1000 {
 			t.Fatalf("COPY --chown=builder:builder gave %d:%d", u, g)
 		}
+	}
+}
+
+// Catches: a snapshot that fails once a file reaches the filesystem's hard
+// link limit (every snapshot adds a link to each unchanged file, and a
+// busybox image starts with hundreds to one binary): such a file is copied.
+func TestSnapshotCopiesAFileAtTheLinkLimit(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "root")
+	links := filepath.Join(t.TempDir(), "links")
+	for _, d := range []string{src, links} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := filepath.Join(src, "busybox")
+	if err := os.WriteFile(full, []byte("binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	limited := false
+	for i := 0; i < 70000; i++ { // bounded: ext4's limit is 65,000
+		err := os.Link(full, filepath.Join(links, strconv.Itoa(i)))
+		if errors.Is(err, syscall.EMLINK) {
+			limited = true
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !limited {
+		t.Skip("this filesystem allows more than 70,000 links to a file")
+	}
+	dst := filepath.Join(t.TempDir(), "snap")
+	if err := linkTree(src, dst); err != nil {
+		t.Fatalf("snapshotting a tree with a file at the link limit: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "busybox")); err != nil || string(b) != "binary" {
+		t.Fatalf("the copied file: %q %v", b, err)
+	}
+	if fi, _ := os.Stat(filepath.Join(dst, "busybox")); fi == nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("the copy's mode: %v", fi)
 	}
 }
