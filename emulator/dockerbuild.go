@@ -620,11 +620,10 @@ func (b *DockerBuild) commit(s *imageState, key string, change func(*os.Root) er
 		return false, err
 	}
 	defer os.RemoveAll(tmp)
-	// A hard-linked snapshot is read through by its link peers; the guest
-	// and the builder only ever replace a file, never write one in place.
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return false, err
-	}
+	// The snapshot shares every unchanged file's inode with its parent:
+	// the builder only ever replaces a file, never writes one in place,
+	// and a guest sees a snapshot only as an overlay's lower layer. It
+	// stays 0700: an image's setuid files are nobody else's to reach.
 	newRoot := filepath.Join(tmp, "root")
 	if err := linkTree(s.root, newRoot); err != nil {
 		return false, fmt.Errorf("snapshotting the image root: %w", err)

@@ -111,6 +111,21 @@ func TestDockerfileRunsEveryStepOnTheImageRoot(t *testing.T) {
 		t.Fatalf("progress: %+v", events)
 	}
 
+	// Image roots hold the image's setuid files with the image's owners:
+	// no other host user may reach them (a wrong edit making the cache
+	// world-traversable hands them a setuid-root binary).
+	for _, d := range []string{filepath.Join(cache, "steps"), filepath.Join(cache, "base")} {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm()&0o077 != 0 {
+			t.Fatalf("%s is reachable by other users: %v %v", d, fi.Mode(), err)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(cache, "steps"))
+	for _, e := range entries {
+		if fi, _ := e.Info(); fi.Mode().Perm()&0o077 != 0 {
+			t.Fatalf("snapshot %s has mode %v", e.Name(), fi.Mode())
+		}
+	}
+
 	// The same build again: every step is found made, and the image is the
 	// same snapshot.
 	again, err := BuildDockerfile(t.Context(), DockerBuild{Dockerfile: b.Dockerfile, Context: b.Context, BaseImage: b.BaseImage, Cache: cache})
