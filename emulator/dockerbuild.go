@@ -275,9 +275,7 @@ func (b *DockerBuild) step(ctx context.Context, s *imageState, c instructions.Co
 			p = path.Join("/", s.Workdir, p)
 		}
 		s.Workdir = path.Clean(p)
-		return b.snapshot(s, "WORKDIR "+s.Workdir, func(root *os.Root) error {
-			return root.MkdirAll(strings.TrimPrefix(s.Workdir, "/"), 0o755)
-		})
+		return b.workdirStep(s)
 	case *instructions.CopyCommand:
 		if c.From != "" {
 			return false, errors.New("COPY --from names another stage or image; a local build performs one stage")
@@ -593,18 +591,26 @@ func (s *imageState) adopt(cache, key string) bool {
 	return true
 }
 
-// snapshot is commit for a metadata-like step that changes files only
-// when they are missing (WORKDIR): its result is the parent when change
-// would leave it as it is.
-func (b *DockerBuild) snapshot(s *imageState, what string, change func(*os.Root) error) (bool, error) {
-	if _, err := os.Lstat(filepath.Join(s.root, strings.TrimPrefix(strings.TrimPrefix(what, "WORKDIR "), "/"))); err == nil {
+// workdirStep makes the WORKDIR in the image when it is missing (a
+// snapshot of its own); an existing one leaves the image as it is. The
+// path is resolved inside the image's root.
+func (b *DockerBuild) workdirStep(s *imageState) (bool, error) {
+	rel := strings.TrimPrefix(s.Workdir, "/")
+	if rel == "" {
 		return true, nil
 	}
-	key := chainKey(s.key, what)
+	if r, err := os.OpenRoot(s.root); err == nil {
+		_, serr := r.Stat(rel)
+		r.Close()
+		if serr == nil {
+			return true, nil
+		}
+	}
+	key := chainKey(s.key, "WORKDIR", s.Workdir)
 	if s.adopt(b.Cache, key) {
 		return true, nil
 	}
-	return b.commit(s, key, change)
+	return b.commit(s, key, func(root *os.Root) error { return root.MkdirAll(rel, 0o755) })
 }
 
 // commit makes the snapshot named key: the parent's root linked file by
