@@ -274,7 +274,7 @@ func cpuTime() time.Duration {
 }
 
 // procStatusKiB reads a field such as VmRSS or VmHWM from /proc/<pid>/status.
-func procStatusKiB(b *testing.B, pid int, field string) float64 {
+func procStatusKiB(b testing.TB, pid int, field string) float64 {
 	b.Helper()
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {

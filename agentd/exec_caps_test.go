@@ -133,8 +133,9 @@ func TestNULInTheFirstByteIsMalformed(t *testing.T) {
 	}
 }
 
-// user alone or group alone each demotes: the one given is applied and the
-// other stays the daemon's. Catches, in buildSpec's `req.User != nil ||
+// user alone or group alone each demotes: the one given is applied, and
+// user alone takes the user's primary group while group alone keeps the
+// daemon's uid. Catches, in buildSpec's `req.User != nil ||
 // req.Group != nil`, either half negated: `req.User == nil || …` runs a
 // user-only start as root, `… || req.Group == nil` a group-only start in
 // the daemon's group (TestDemotion gives both, which neither mutant breaks).
@@ -149,7 +150,7 @@ func TestUserOrGroupAloneDemotes(t *testing.T) {
 		user, group *uint32
 		want        string
 	}{
-		{"user-only", &nobody, nil, fmt.Sprintf("65534 %d", os.Getgid())},
+		{"user-only", &nobody, nil, "65534 65534"}, // nobody's primary group (TestRoundTwoUserWithoutGroup)
 		{"group-only", nil, &nobody, fmt.Sprintf("%d 65534", os.Getuid())},
 	} {
 		d.mustStart(protocol.StartRequest{ExecID: tc.id, Command: []string{"sh", "-c", `echo "$(id -u) $(id -g)"`}, User: tc.user, Group: tc.group})

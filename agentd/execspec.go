@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -58,6 +60,11 @@ func buildSpec(req *protocol.StartRequest, launchEnv map[string]string) (*spec, 
 		if math.IsNaN(*t) || math.IsInf(*t, 0) || *t <= 0 {
 			return nil, malformed("timeout_sec must be a finite positive number of seconds")
 		}
+		// A budget below what the timer honours converted to a zero
+		// Duration, which means none: 1e-10 ran the child unbounded.
+		if *t < protocol.DefaultMinTimeoutSecs {
+			return nil, malformed("timeout_sec must be at least %v seconds (limits.min_timeout_secs); %g is below the daemon's timer resolution", protocol.DefaultMinTimeoutSecs, *t)
+		}
 		sp.timeout = protocol.SecondsDuration(*t)
 	}
 	// Launch env first, request env over it, and nothing else: the daemon's own
@@ -108,17 +115,48 @@ func buildSpec(req *protocol.StartRequest, launchEnv map[string]string) (*spec, 
 	}
 	if req.User != nil || req.Group != nil {
 		uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
+		var groups []uint32
 		if req.User != nil {
 			uid = *req.User
+			// The user's own primary and supplementary groups, never the
+			// daemon's: user 65534 alone once ran with gid 0.
+			gid, groups = userGroups(uid)
 		}
 		if req.Group != nil {
 			gid = *req.Group
 		}
 		// setgroups needs privilege; an unprivileged daemon can only keep its
-		// own groups, and asking would fail every demoting spawn.
-		sp.cred = &syscall.Credential{Uid: uid, Gid: gid, NoSetGroups: os.Getuid() != 0}
+		// own groups, and asking would fail every demoting spawn. As root an
+		// empty list clears root's supplementary groups.
+		sp.cred = &syscall.Credential{Uid: uid, Gid: gid, Groups: groups, NoSetGroups: os.Getuid() != 0}
 	}
 	return sp, nil
+}
+
+// userGroups is what the guest's passwd and group databases give uid: its
+// primary gid and its groups as initgroups(3) lists them (the primary one
+// included). A uid with no passwd entry gets
+// gid = uid and no supplementary groups, as setpriv would give it, rather
+// than keep the daemon's root group.
+func userGroups(uid uint32) (gid uint32, groups []uint32) {
+	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
+	if err != nil {
+		return uid, nil
+	}
+	g, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return uid, nil
+	}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return uint32(g), nil
+	}
+	for _, id := range ids {
+		if n, err := strconv.ParseUint(id, 10, 32); err == nil {
+			groups = append(groups, uint32(n))
+		}
+	}
+	return uint32(g), groups
 }
 
 // lookPath resolves argv[0] the way a shell would: a name with a slash is used

@@ -122,6 +122,19 @@ func badPath(p string) string {
 	return ""
 }
 
+// fsPathFault is badPath plus the fs routes' own rule: the path is absolute.
+// A relative one would resolve against the daemon's working directory, which
+// no caller can see ("../../etc" listed /etc with a 200).
+func fsPathFault(p string) string {
+	if bad := badPath(p); bad != "" {
+		return bad
+	}
+	if !filepath.IsAbs(p) {
+		return "path must be absolute"
+	}
+	return ""
+}
+
 // nameMax and pathMax are Linux's NAME_MAX and PATH_MAX (which counts the NUL).
 const (
 	nameMax = 255
@@ -146,7 +159,7 @@ func (f *FS) ReadFile(w http.ResponseWriter, r *http.Request, p protocol.FsReadF
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 		return
 	}
-	if bad := badPath(p.Path); bad != "" {
+	if bad := fsPathFault(p.Path); bad != "" {
 		fsFail(w, http.StatusBadRequest, bad)
 		return
 	}
@@ -246,7 +259,7 @@ func (f *FS) WriteFile(w http.ResponseWriter, r *http.Request, p protocol.FsWrit
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 		return
 	}
-	if bad := badPath(p.Path); bad != "" {
+	if bad := fsPathFault(p.Path); bad != "" {
 		fsFail(w, http.StatusBadRequest, bad)
 		return
 	}
@@ -433,7 +446,7 @@ func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTa
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 		return
 	}
-	if bad := badPath(p.Path); bad != "" {
+	if bad := fsPathFault(p.Path); bad != "" {
 		fsFail(w, http.StatusBadRequest, bad)
 		return
 	}
@@ -493,14 +506,8 @@ func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWrite
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 		return
 	}
-	if bad := badPath(p.Path); bad != "" {
+	if bad := fsPathFault(p.Path); bad != "" {
 		fsFail(w, http.StatusBadRequest, bad)
-		return
-	}
-	if !filepath.IsAbs(p.Path) {
-		// Relative would mean relative to the daemon's working directory,
-		// which the caller cannot see.
-		fsFail(w, http.StatusBadRequest, "path must be absolute for extraction")
 		return
 	}
 	root := filepath.Clean(p.Path)

@@ -31,7 +31,7 @@ func opPathFault(name, p string) string {
 	if p == "" {
 		return name + " query parameter is required"
 	}
-	if bad := badPath(p); bad != "" {
+	if bad := fsPathFault(p); bad != "" {
 		return name + ": " + bad
 	}
 	return ""

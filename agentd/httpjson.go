@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -62,15 +65,41 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any, limit int64, tooLar
 		writeError(w, taxonomy.SlugMalformedRequest, "the request body could not be read")
 		return false
 	}
-	if err := json.Unmarshal(data, v); err != nil {
+	if err := decodeStrict(data, v); err != nil {
 		writeError(w, taxonomy.SlugMalformedRequest, "the body is not a valid request: "+jsonFault(err))
 		return false
 	}
 	return true
 }
 
+// decodeStrict decodes a request body with encoding/json/v2 semantics
+// (github.com/go-json-experiment/json, the mirror of the standard library's
+// experiment): keys match field names exactly, a duplicate key is refused, and
+// so is invalid UTF-8, as the reference daemon's decoder does. encoding/json
+// matched keys case-insensitively and let the last duplicate win, so
+// {"COMMAND": [...], "Exec_ID": "x"} ran a command every other client reads
+// as a body without one. An unknown key is still ignored, so a newer client's
+// extra field is not a refusal.
+func decodeStrict(data []byte, v any) error {
+	return jsonv2.Unmarshal(data, v)
+}
+
 // jsonFault describes a decode error by position and type, not by quoting input.
 func jsonFault(err error) string {
+	if errors.Is(err, jsontext.ErrDuplicateName) {
+		return "a key appears twice in one object; keys must be unique"
+	}
+	var semErr *jsonv2.SemanticError
+	if errors.As(err, &semErr) {
+		if semErr.GoType != nil {
+			return fmt.Sprintf("field %s must be %s", shortPointer(string(semErr.JSONPointer)), semErr.GoType)
+		}
+		return "field " + shortPointer(string(semErr.JSONPointer)) + " is not valid"
+	}
+	var synErr *jsontext.SyntacticError
+	if errors.As(err, &synErr) {
+		return fmt.Sprintf("invalid JSON at byte %d", synErr.ByteOffset)
+	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
 		return fmt.Sprintf("field %q must be %s, not a JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
@@ -80,6 +109,15 @@ func jsonFault(err error) string {
 		return fmt.Sprintf("invalid JSON at byte %d", syntaxErr.Offset)
 	}
 	return "invalid JSON"
+}
+
+// shortPointer quotes a JSON pointer into the body, cut short: it may hold a
+// caller's map key.
+func shortPointer(p string) string {
+	if len(p) > 64 {
+		p = p[:64] + "..."
+	}
+	return strconv.Quote(p)
 }
 
 func startBodyTooLargeText(limit int64) string {

@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"syscall"
@@ -26,6 +27,18 @@ import (
 
 // spawnTTY is spawn's pseudo-terminal path.
 func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err error) {
+	// The guest's PTY pool is shared with every process; a caller may hold at
+	// most limits.max_ptys of it, until each exec finishes.
+	select {
+	case r.ptySlots <- struct{}{}:
+	default:
+		return nil, &capacityError{fmt.Sprintf("%d terminals are held by running execs (limits.max_ptys); retry when one exits", cap(r.ptySlots))}
+	}
+	defer func() {
+		if err != nil {
+			<-r.ptySlots
+		}
+	}()
 	master, slave, err := pty.Open()
 	if err != nil {
 		return nil, err
@@ -110,6 +123,12 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 	// The master reads EIO once every slave descriptor is closed, which the
 	// pump takes as the end of output, as EOF on a pipe.
 	go r.supervise(e, pid, out, errR, sp.timeout)
+	go func() {
+		// Finished means the pump has ended and closed its master; the input
+		// master closes right after.
+		<-e.finished
+		<-r.ptySlots
+	}()
 	return e, nil
 }
 

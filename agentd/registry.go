@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"sync"
@@ -68,10 +69,20 @@ type registry struct {
 	execs    map[string]*execEntry
 	starting map[string]*startOp
 
+	// ptySlots holds one token per exec holding a pseudo-terminal
+	// (limits.max_ptys), from before pty.Open until the exec has finished.
+	ptySlots chan struct{}
+
 	// escalations counts running SIGTERM-to-SIGKILL escalations. Only tests
 	// wait on it (a test hook): nothing in the daemon needs them to have ended.
 	escalations sync.WaitGroup
 }
+
+// capacityError is a start refused because a declared cap on a kernel object
+// is full (429 at_capacity), not a failed spawn.
+type capacityError struct{ detail string }
+
+func (e *capacityError) Error() string { return e.detail }
 
 // startOp lets a start that races an in-flight start of the same exec_id wait
 // for that one's outcome instead of spawning a second child.
@@ -82,7 +93,8 @@ type startOp struct {
 
 func newRegistry(cfg *Config, log *slog.Logger, devNull *os.File) *registry {
 	return &registry{cfg: cfg, log: log, devNull: devNull,
-		execs: map[string]*execEntry{}, starting: map[string]*startOp{}}
+		execs: map[string]*execEntry{}, starting: map[string]*startOp{},
+		ptySlots: make(chan struct{}, max(cfg.MaxPtys, 0))}
 }
 
 func (r *registry) get(id string) *execEntry {
@@ -195,6 +207,11 @@ func (r *registry) start(id string, sp *spec) (protocol.Phase, *startError) {
 	op.err = err
 	close(op.done)
 	if err != nil {
+		var full *capacityError
+		if errors.As(err, &full) {
+			r.log.Warn("start refused: at capacity", "exec_id", id, "err", err.Error())
+			return "", &startError{taxonomy.SlugAtCapacity, err.Error()}
+		}
 		r.log.Warn("spawn failed", "exec_id", id, "err", err.Error())
 		// 500, deliberately not 404: 404 means an unknown exec.
 		return "", &startError{taxonomy.SlugSpawnFailed, err.Error()}

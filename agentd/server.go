@@ -67,6 +67,11 @@ type Server struct {
 	// openSlots holds one token per unauthenticated body being read
 	// (limits.max_open_bodies).
 	openSlots chan struct{}
+
+	// conns holds the open connections under limits.max_connections.
+	conns *connTable
+	// watchSlots holds one token per open watch stream (limits.max_watches).
+	watchSlots chan struct{}
 }
 
 var _ protocol.ServerInterface = (*Server)(nil)
@@ -98,6 +103,8 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		stopping:       make(chan struct{}),
 		bootRepairDone: make(chan struct{}),
 		openSlots:      make(chan struct{}, cfg.MaxOpenBodies),
+		conns:          &connTable{bound: connBound(cfg.MaxConnections)},
+		watchSlots:     make(chan struct{}, max(cfg.MaxWatches, 0)),
 	}
 	s.identity = RepairIdentity(cfg.Identity, log)
 	logIdentityDecision(log, cfg.Identity, s.identity)
@@ -125,6 +132,11 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) serveOuter(w http.ResponseWriter, r *http.Request) {
 	if c, ok := r.Context().Value(connKey{}).(*tlsProbeConn); ok {
 		c.handlerOwns()
+		if c.slot != nil {
+			// A connection inside a handler is never shed for a newcomer.
+			c.slot.inHandler.Store(true)
+			defer c.slot.inHandler.Store(false)
+		}
 	}
 	w.Header().Set(protocol.VersionHeader, Version)
 	tw := &trackingWriter{ResponseWriter: w}
@@ -266,12 +278,22 @@ func (s *Server) gate(next http.HandlerFunc) http.HandlerFunc {
 			s.refuse(w, r, status, "")
 			return
 		}
+		markAuthenticated(r)
 		if r.ContentLength > s.cfg.MaxBodyBytes {
 			s.refuse(w, r, http.StatusRequestEntityTooLarge, bodyTooLargeText(s.cfg.MaxBodyBytes))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		next(w, r)
+	}
+}
+
+// markAuthenticated records that r's connection carried an authenticated
+// request, so the connection bound sheds it only after every connection that
+// never did.
+func markAuthenticated(r *http.Request) {
+	if c, ok := r.Context().Value(connKey{}).(*tlsProbeConn); ok && c.slot != nil {
+		c.slot.authed.Store(true)
 	}
 }
 
@@ -288,6 +310,12 @@ const runHookPattern = "POST " + protocol.HookPrefix + "/run"
 func (s *Server) openRoute(pattern string, next http.HandlerFunc) http.HandlerFunc {
 	if pattern != runHookPattern {
 		return func(w http.ResponseWriter, r *http.Request) {
+			// An open route needs no token, but a caller that sends the right
+			// one (a client's health check) counts as authenticated for the
+			// connection bound's shedding order.
+			if h := r.Header.Get("Authorization"); h != "" && s.boot.authorize(h) == 0 {
+				markAuthenticated(r)
+			}
 			if r.ContentLength != 0 {
 				w.Header().Set("Connection", "close")
 			}
@@ -413,9 +441,10 @@ func (s *Server) httpServer() *http.Server {
 // ended, not the command.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := s.httpServer()
+	s.log.Info("connection bound", "max_connections", s.conns.bound, "configured", s.cfg.MaxConnections)
 	go s.execs.collectLoop(s.stopping)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(&tlsProbeListener{Listener: ln, log: s.log}) }()
+	go func() { errc <- hs.Serve(&tlsProbeListener{Listener: ln, log: s.log, table: s.conns}) }()
 	select {
 	case err := <-errc:
 		s.stop()
@@ -492,14 +521,32 @@ func (s *Server) repairIdentityAtBootstrap() {
 type tlsProbeListener struct {
 	net.Listener
 	log *slog.Logger
+	// table bounds the connections held open (limits.max_connections); nil
+	// holds any number.
+	table *connTable
 }
 
 func (l *tlsProbeListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		pc := &tlsProbeConn{Conn: c, log: l.log, table: l.table}
+		if l.table == nil {
+			return pc, nil
+		}
+		slot, ok := l.table.admit(c.Close)
+		if !ok {
+			// Every held connection is inside a handler: this one waits for
+			// nothing and is closed at once, so the accept loop never stalls.
+			l.log.Debug("connection bound full, every connection busy; closing the newcomer", "max_connections", l.table.bound)
+			_ = c.Close()
+			continue
+		}
+		pc.slot = slot
+		return pc, nil
 	}
-	return &tlsProbeConn{Conn: c, log: l.log}, nil
 }
 
 // tlsHandshakeRecord is the TLS record type of a handshake (RFC 8446 §5.1); no
@@ -516,9 +563,20 @@ type tlsProbeConn struct {
 	// a malformed request, 431, 501, 505, 417), which never passed through
 	// serveOuter; Write stamps the version header into it.
 	handled atomic.Bool
+	// table and slot are this connection's place under the connection bound.
+	table *connTable
+	slot  *connSlot
 }
 
 type connKey struct{}
+
+// Close releases the connection's place under the bound.
+func (c *tlsProbeConn) Close() error {
+	if c.slot != nil {
+		c.table.release(c.slot)
+	}
+	return c.Conn.Close()
+}
 
 func (c *tlsProbeConn) handlerOwns() { c.handled.Store(true) }
 func (c *tlsProbeConn) serverOwns()  { c.handled.Store(false) }

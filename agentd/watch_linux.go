@@ -3,6 +3,7 @@ package agentd
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -98,6 +99,16 @@ func (s *Server) FsWatch(w http.ResponseWriter, r *http.Request, p protocol.FsWa
 		return
 	}
 	recursive := p.Recursive != nil && *p.Recursive
+	// Each watch holds an inotify instance from a per-uid pool (128 by
+	// default) the guest's own services share: 100 uncapped watches left a
+	// root process on the host able to open 28.
+	select {
+	case s.watchSlots <- struct{}{}:
+		defer func() { <-s.watchSlots }()
+	default:
+		writeError(w, taxonomy.SlugAtCapacity, fmt.Sprintf("%d watches are open (limits.max_watches); retry when one ends", cap(s.watchSlots)))
+		return
+	}
 	wt, err := fsnotify.NewBufferedWatcher(256)
 	if err != nil {
 		fsOpError(w, "watch "+p.Path+": inotify", err)

@@ -39,8 +39,9 @@ var routes = []route{
 	{"POST", hookPrefix + "/suspend", "hookSuspend", false, []int{200}, nil},
 	{"POST", hookPrefix + "/resume", "hookResume", false, []int{200}, nil},
 	{"POST", hookPrefix + "/terminate", "hookTerminate", false, []int{200}, nil},
-	{"POST", "/v1/exec/start", "execStart", true, []int{200, 400, 401, 413, 500, 503},
-		map[int][]string{400: {"malformed_request"}, 500: {"spawn_failed"}}},
+	// 429 at_capacity is ours (issue 30): only a tty start, itself additive, meets it.
+	{"POST", "/v1/exec/start", "execStart", true, []int{200, 400, 401, 413, 429, 500, 503},
+		map[int][]string{400: {"malformed_request"}, 429: {"at_capacity"}, 500: {"spawn_failed"}}},
 	{"GET", "/v1/exec/{id}", "execPoll", true, []int{200, 401, 404, 503},
 		map[int][]string{404: {"unknown_exec"}}},
 	{"GET", "/v1/exec/{id}/stream", "execStream", true, []int{200, 400, 401, 404, 503},
@@ -68,8 +69,8 @@ var routes = []route{
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 409: {"path_exists"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/fs/move", "fsMove", true, []int{200, 400, 401, 404, 409, 500, 503},
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 409: {"path_exists", "directory_not_empty"}, 500: {"fs_failed"}}},
-	{"GET", "/v1/fs/watch", "fsWatch", true, []int{200, 400, 401, 404, 500, 503},
-		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},
+	{"GET", "/v1/fs/watch", "fsWatch", true, []int{200, 400, 401, 404, 429, 500, 503},
+		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 429: {"at_capacity"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/fs/remove", "fsRemove", true, []int{200, 400, 401, 404, 409, 500, 503},
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 409: {"directory_not_empty"}, 500: {"fs_failed"}}},
 	{"POST", "/v1/exec/{id}/resize", "execResize", true, []int{200, 400, 401, 404, 409, 410, 503},
@@ -261,6 +262,12 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"poll_hold_secs": 0.02,
 		// Ours (issue 19): a fast writer's first bytes wait for the stream a client attaches after its start.
 		"stream_attach_grace_secs": 1,
+		// Ours (issue 30): caps on connections and per-request kernel objects,
+		// and the smallest exec timeout the daemon's timer honours.
+		"max_connections":  1024,
+		"max_watches":      16,
+		"max_ptys":         64,
+		"min_timeout_secs": 0.001,
 	}
 	// The reference daemon's own environment variable names (agentd/src/config.rs).
 	wantEnv := map[string]string{
@@ -293,11 +300,17 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 			t.Errorf("x-limits.%s env = %q, want %q", name, got.Env, e)
 		}
 		// Fixed bounds, not settings: the idle timeout is the client's, and the
-		// list page sizes (issue 21) keep one answer a few MiB whatever the env.
-		fixed := name == "sse_idle_timeout_secs" || name == "max_list_page" || name == "list_page_default" || name == "watch_queue_events"
+		// list page sizes (issue 21) keep one answer a few MiB whatever the env,
+		// and the smallest timeout (issue 30) is the wire schema's minimum.
+		fixed := name == "sse_idle_timeout_secs" || name == "max_list_page" || name == "list_page_default" || name == "watch_queue_events" || name == "min_timeout_secs"
 		if !fixed && !strings.HasPrefix(got.Env, "AGENTD_") {
 			t.Errorf("x-limits.%s env = %q, want an AGENTD_ variable", name, got.Env)
 		}
+	}
+	// timeout_sec's schema minimum is min_timeout_secs, so a client refuses
+	// locally what the daemon would.
+	if ts := doc.Components.Schemas["StartRequest"].Value.Properties["timeout_sec"].Value; ts.Min == nil || *ts.Min != limits["min_timeout_secs"].Value || ts.ExclusiveMin.IsSet() {
+		t.Errorf("StartRequest.timeout_sec minimum is not min_timeout_secs (%v), inclusive", limits["min_timeout_secs"].Value)
 	}
 	if idle, ka := limits["sse_idle_timeout_secs"].Value, limits["sse_keepalive_secs"].Value; idle != 4*ka {
 		t.Errorf("sse_idle_timeout_secs = %v, want four keepalive intervals (%v)", idle, 4*ka)

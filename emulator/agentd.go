@@ -174,6 +174,7 @@ func startAgentd(ctx context.Context, bin, dir string, spec GuestSpec, stderr io
 				Freeze: func() error { return signalSession(sid, syscall.SIGSTOP) },
 				Thaw:   func() error { return signalSession(sid, syscall.SIGCONT) },
 				Stop:   stop,
+				Exited: exited,
 			}, nil
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -4,9 +4,11 @@ package emulator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -259,4 +261,95 @@ func slicesContainPrefix(list []string, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// Catches: the launcher's clone thread (whose effective ids are the guest
+// owner's for the clone) handed back to the runtime with those ids, or left
+// wedged as the process's main thread: the emulator's own /proc entries
+// would then belong to a guest's uid. Every thread of this process must be
+// root, or whoever started it, after launches.
+func TestLaunchLeavesEveryThreadAsItWas(t *testing.T) {
+	for i := 0; i < 4; i++ {
+		directGuest(t, GuestSpec{})
+	}
+	want := fmt.Sprintf("%d", os.Geteuid())
+	tasks, err := filepath.Glob("/proc/self/task/*/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread exited
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") && (f[1] != want && f[0] == "Uid:" || f[2] != f[1] || f[3] != f[1]) {
+				t.Errorf("%s: %s", p, line)
+			}
+		}
+	}
+}
+
+// Catches: cgroups left behind by an emulator killed without its teardown
+// (SIGKILL), which no later run removes. A group named for a dead emulator
+// is swept; one of a live emulator (this process) is kept.
+func TestStaleCgroupsOfDeadEmulatorsAreSwept(t *testing.T) {
+	paths, err := ownCgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, ok := paths["pids"]
+	if !ok || os.Geteuid() != 0 {
+		t.Skip("needs root on a host with a cgroup v1 pids controller")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Join("/sys/fs/cgroup/pids", rel)
+	stale := filepath.Join(parent, fmt.Sprintf("%s%d-sweep-test-1", cgroupPrefix, dead.Process.Pid))
+	live := filepath.Join(parent, fmt.Sprintf("%s%d-sweep-test-2", cgroupPrefix, os.Getpid()))
+	for _, d := range []string{stale, live} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(d) })
+	}
+	sweepStaleCgroups(paths)
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dead emulator's group %s is still there (%v)", stale, err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("this emulator's own group was swept: %v", err)
+	}
+}
+
+// Catches: a guest that dies while starting (here: a daemon that cannot be
+// executed) whose state directory is removed while the image root is still
+// bound inside it: the removal would recurse into the image and delete its
+// files, for every later guest of the image.
+func TestAGuestDyingAtStartLeavesItsImageWhole(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatal(err)
+	}
+	image := t.TempDir()
+	marker := filepath.Join(image, "etc", "image-marker")
+	if err := os.MkdirAll(filepath.Dir(marker), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(marker, []byte("kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(t.TempDir(), "agentd")
+	if err := os.WriteFile(broken, []byte("not an executable\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := AgentdLauncher(agentdBin, nil)(t.Context(), GuestSpec{MicrovmID: "microvm-dies-at-start", HookPort: 9000, RootDir: image, Daemon: broken})
+	if err == nil {
+		t.Fatal("a guest whose daemon cannot start was launched")
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the image lost its files when the guest died: %v", err)
+	}
 }

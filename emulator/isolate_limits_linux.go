@@ -10,7 +10,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -95,15 +98,16 @@ func sizeRowFor(baselineMiB int) taxonomy.SizeRow {
 func applyLimits(spec GuestSpec, pid int) *guestLimits {
 	v := limitsFor(spec)
 	l := &guestLimits{}
-	name := "microvm-" + sanitizeCgroupName(spec.MicrovmID) + "-" + strconv.Itoa(pid)
-	if pid == 0 {
-		name += "-" + strconv.Itoa(os.Getpid())
-	}
+	// The emulator's pid leads the name: a group whose emulator died
+	// without removing it (SIGKILL) is found and removed by the next
+	// emulator on the host (sweepStaleCgroups).
+	name := cgroupPrefix + strconv.Itoa(os.Getpid()) + "-" + sanitizeCgroupName(spec.MicrovmID) + "-" + strconv.Itoa(pid)
 	paths, err := ownCgroups()
 	if err != nil {
 		l.missing = append(l.missing, "memory, pids and cpu: reading /proc/self/cgroup: "+err.Error())
 		return l
 	}
+	sweepOnce.Do(func() { sweepStaleCgroups(paths) })
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		unified := paths[""]
 		l.applyV2(filepath.Join("/sys/fs/cgroup", unified), name, v, pid)
@@ -255,6 +259,49 @@ func ownCgroups() (map[string]string, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// cgroupPrefix starts the name of every cgroup the emulator makes.
+const cgroupPrefix = "microvms-"
+
+var sweepOnce sync.Once
+
+// sweepStaleCgroups removes the empty guest cgroups, beside this process's
+// own, of emulators that are no longer running. A group still holding a
+// process is left alone (rmdir refuses it anyway).
+func sweepStaleCgroups(paths map[string]string) {
+	var parents []string
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		parents = append(parents, filepath.Join("/sys/fs/cgroup", paths[""]))
+	} else {
+		for ctrl, rel := range paths {
+			if ctrl == "" {
+				ctrl = "unified"
+			}
+			parents = append(parents, filepath.Join("/sys/fs/cgroup", ctrl, rel))
+		}
+	}
+	for _, parent := range parents {
+		entries, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			rest, ok := strings.CutPrefix(e.Name(), cgroupPrefix)
+			if !ok || !e.IsDir() {
+				continue
+			}
+			owner, _, _ := strings.Cut(rest, "-")
+			pid, err := strconv.Atoi(owner)
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			if err := unix.Kill(pid, 0); err == nil || errors.Is(err, unix.EPERM) {
+				continue // its emulator still runs
+			}
+			_ = os.Remove(filepath.Join(parent, e.Name()))
+		}
+	}
 }
 
 func sanitizeCgroupName(s string) string {

@@ -354,18 +354,12 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	defer agentd.Close()
 	files := []*os.File{nil, agentd, nil}
-	// detach takes the image's mount off the state directory: done as soon
-	// as the guest has its own copy, and always before anything removes
-	// the directory (a removal through the mount would delete the image).
-	detach := func() {}
 	if spec.RootDir != "" && m.byRoot {
 		image, err := bindImageRoot(spec.RootDir, dir, m, false)
 		if err != nil {
 			return nil, err
 		}
-		var once sync.Once
-		detach = func() { once.Do(func() { _ = unix.Unmount(image, unix.MNT_DETACH) }) }
-		defer detach()
+		defer detachImage(dir) // on every path; after the start, at once
 		cfg.ImageRoot = image
 	}
 	raw, err := json.Marshal(cfg)
@@ -399,9 +393,12 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: guestCloneFlags, Setsid: true}
 	m.apply(cmd.SysProcAttr)
 	err = startOwnedBy(cmd, m)
-	detach()
 	r.Close()
 	guestEnd.Close()
+	// The clone copied the image's bind into the guest's mount namespace;
+	// the host's copy goes now, before anything could remove the state
+	// directory through it.
+	detachImage(dir)
 	if err != nil {
 		w.Close()
 		unix.Close(broker)
@@ -442,7 +439,9 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		release()
 		return nil, fmt.Errorf("configuring the guest's init: %w", err)
 	}
-	g := &Guest{Limits: limits.report()}
+	// The init exits when agentd does (it is the daemon's reaper and returns
+	// with its status): the control plane learns of a dead guest at once.
+	g := &Guest{Limits: limits.report(), Exited: exited}
 	g.Ports = map[int]string{spec.HookPort: "127.0.0.1:" + strconv.Itoa(spec.HookPort)}
 	g.Dial = func(ctx context.Context, p int) (net.Conn, error) {
 		// Held across the request: once Stop closed the channel its
@@ -549,6 +548,10 @@ func signalPidns(leader int, ns string, sig syscall.Signal) ([]int, error) {
 // removeState deletes a MicroVM's state directory. The guest's mounts died
 // with its mount namespace; a busy directory is retried briefly.
 func removeState(dir string) error {
+	// Never recurse through a bound image root into the image itself.
+	if err := detachImage(dir); err != nil {
+		return err
+	}
 	var err error
 	for i := 0; i < 50; i++ {
 		if err = os.RemoveAll(dir); err == nil {
@@ -557,6 +560,21 @@ func removeState(dir string) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return err
+}
+
+// detachImage detaches the image root bound at dir/image in this mount
+// namespace, if one is; it fails only when one may be there and stays. A
+// bind of a directory on the same filesystem has the same device number,
+// so the unmount itself is the test.
+func detachImage(dir string) error {
+	err := unix.Unmount(filepath.Join(dir, "image"), unix.MNT_DETACH)
+	switch {
+	case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+		return nil // detached, or nothing mounted there
+	case errors.Is(err, unix.EPERM) && os.Geteuid() != 0:
+		return nil // only root binds an image root
+	}
+	return fmt.Errorf("detaching the image root bound at %s/image (the state directory is left in place): %w", dir, err)
 }
 
 // inheritedFDs lists this process's descriptors above 3 that lack

@@ -9,13 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,7 +23,6 @@ import (
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/testbin"
-	"golang.org/x/sys/unix"
 )
 
 // The tests below run real guests: agentd confined by AgentdLauncher,
@@ -309,163 +305,6 @@ func TestGuestIdentityIsItsOwnAndTheHostsIsUntouched(t *testing.T) {
 	}
 }
 
-// Catches: a guest without egress that can reach anything outside itself;
-// an egress guest that shares the host's network namespace or is handed
-// the host's loopback (it would reach the emulator's control plane and
-// every loopback service: the listener on 127.0.0.1 here); and an egress
-// launch that is not given a way out at all (it must reach a listener in a
-// network namespace this test made, over a veth pair: the only non-loopback
-// address a test may dial).
-func TestGuestEgressReachesOutButNeverTheHostsLoopback(t *testing.T) {
-	if err := CheckEgress(); err != nil {
-		t.Skip(err)
-	}
-	loopback := listenCounting(t, "tcp", "127.0.0.1:0")
-	outside, outsideAddr := outsideListener(t)
-	s, base := isolated(t)
-	dial := func(addr string) string {
-		host, port, _ := net.SplitHostPort(addr)
-		return "bash -c 'exec 3<>/dev/tcp/" + host + "/" + port + "'"
-	}
-
-	closed := launchGuest(t, s, base, false)
-	for _, addr := range []string{loopback.addr, outsideAddr} {
-		if code, out := sh(t, session(t, base, closed), dial(addr)); code == 0 {
-			t.Errorf("a guest without egress connected to %s: %s", addr, out)
-		}
-	}
-
-	open := launchGuest(t, s, base, true)
-	sess := session(t, base, open)
-	if code, out := sh(t, sess, dial(loopback.addr)); code == 0 {
-		t.Errorf("a guest with egress reached the host's loopback listener %s: %s", loopback.addr, out)
-	}
-	if outsideAddr != "" {
-		if code, out := sh(t, sess, dial(outsideAddr)); code != 0 {
-			t.Errorf("a guest with egress could not reach %s: %d %s", outsideAddr, code, out)
-		}
-		select {
-		case <-outside:
-		case <-time.After(10 * time.Second):
-			t.Error("the outside listener never saw the egress guest's connection")
-		}
-	}
-	select {
-	case <-loopback.accepted:
-		t.Error("the host's loopback listener accepted a connection from a guest")
-	default:
-	}
-}
-
-type countingListener struct {
-	addr     string
-	accepted chan struct{}
-}
-
-func listenCounting(t *testing.T, network, addr string) countingListener {
-	t.Helper()
-	l, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return countingListener{addr: l.Addr().String(), accepted: acceptAll(l)}
-}
-
-func acceptAll(l net.Listener) chan struct{} {
-	accepted := make(chan struct{}, 16)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			select {
-			case accepted <- struct{}{}:
-			default:
-			}
-			c.Close()
-		}
-	}()
-	return accepted
-}
-
-// outsideListener makes a network namespace of the test's own, joined to
-// the host's by a veth pair on a private /30, and listens inside it: an
-// address "outside" the host that a test may dial. It needs root and ip(8);
-// without them it returns "" and the caller checks only refusals.
-func outsideListener(t *testing.T) (chan struct{}, string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		return nil, ""
-	}
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		return nil, ""
-	}
-	n := strconv.Itoa(os.Getpid() % 100000)
-	ns, hostIf, nsIf := "mvtest-"+n, "mvh"+n, "mvg"+n
-	// 10.213.x.y/30 from the pid: two concurrent test processes never share
-	// a subnet.
-	third, fourth := (os.Getpid()/64)%256, (os.Getpid()%64)*4
-	hostAddr := fmt.Sprintf("10.213.%d.%d", third, fourth+1)
-	nsAddr := fmt.Sprintf("10.213.%d.%d", third, fourth+2)
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(ip, args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v %s", args, err, out)
-		}
-	}
-	run("netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command(ip, "netns", "del", ns).Run() })
-	run("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
-	t.Cleanup(func() { _ = exec.Command(ip, "link", "del", hostIf).Run() })
-	run("link", "set", nsIf, "netns", ns)
-	run("addr", "add", hostAddr+"/30", "dev", hostIf)
-	run("link", "set", hostIf, "up")
-	run("-n", ns, "addr", "add", nsAddr+"/30", "dev", nsIf)
-	run("-n", ns, "link", "set", nsIf, "up")
-	run("-n", ns, "link", "set", "lo", "up")
-	nsFile, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsFile.Close()
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread that enters the namespace is never handed back.
-		runtime.LockOSThread()
-		if err := unix.Setns(int(nsFile.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		l, err := net.Listen("tcp", nsAddr+":0")
-		ch <- result{l, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { r.l.Close() })
-	return acceptAll(r.l), r.l.Addr().String()
-}
-
-// Catches: an egress launch that falls back to the host's network (or to
-// no network at all, silently) when slirp4netns is missing, instead of refusing
-// with the package to install.
-func TestEgressWithoutSlirpIsRefusedNamingThePackage(t *testing.T) {
-	t.Setenv("PATH", t.TempDir())
-	_, err := AgentdLauncher(agentdBin, nil)(t.Context(), GuestSpec{MicrovmID: "mv-no-pasta", HookPort: 9000, Egress: true})
-	var ie *IsolationError
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "slirp4netns") {
-		t.Fatalf("an egress launch without pasta: %v, want an *IsolationError naming the slirp4netns package", err)
-	}
-}
-
 // Catches: a terminate that kills the daemon but not what the guest left
 // running in a session of its own (the old session-id sweep misses a
 // setsid grandchild), and a state directory left behind.
@@ -528,90 +367,6 @@ func TestSuspendResumeKeepsTheGuestsFiles(t *testing.T) {
 	waitState(t, base, vm.MicrovmId, cp.MicrovmStateRUNNING)
 	if got := mustSh(t, sess, "cat /tmp/kept /root/kept"); got != "kept\nkept" {
 		t.Fatalf("after resume the guest reads %q", got)
-	}
-}
-
-// Catches: local mode that still needs root (the old refusal of an
-// unprivileged host), and a rootless guest whose root is not confined to
-// the caller's own uid. The test binary re-runs itself as nobody, with a
-// fresh HOME and TMPDIR, to be that host.
-func TestUnprivilegedHostRunsConfinedGuests(t *testing.T) {
-	if os.Getenv("EMULATOR_UNPRIVILEGED_CHILD") == "1" {
-		unprivilegedChild(t)
-		return
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to become an unprivileged user")
-	}
-	dir, err := os.MkdirTemp("", "emulator-rootless-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "emulator.test")
-	for src, dst := range map[string]string{self: bin, agentdBin: filepath.Join(dir, "agentd")} {
-		raw, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst, raw, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(bin, "-test.run=^TestUnprivilegedHostRunsConfinedGuests$", "-test.v")
-	cmd.Dir = dir
-	cmd.Env = []string{"EMULATOR_UNPRIVILEGED_CHILD=1", "EMULATOR_UNPRIVILEGED_CHILD_AGENTD=" + filepath.Join(dir, "agentd"), "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir, "HOME=" + dir}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the unprivileged run failed: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "rootless-checked") {
-		t.Fatalf("the unprivileged run did not reach its checks:\n%s", out)
-	}
-}
-
-func unprivilegedChild(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
-		t.Fatalf("CheckIsolation as an unprivileged user: %v, want nil (user namespaces are enabled here)", err)
-	}
-	s, base := isolated(t)
-	vm := launchGuest(t, s, base, false)
-	sess := session(t, base, vm)
-	if got := mustSh(t, sess, "id -u"); got != "0" {
-		t.Errorf("the guest's uid is %s, want 0 (root of its own namespace)", got)
-	}
-	_, pid := startSleeper(t, sess, "rootless-")
-	if uid := hostUIDOf(t, pid); uid != os.Getuid() {
-		t.Errorf("the guest's process runs as host uid %d, want the caller's %d", uid, os.Getuid())
-	}
-	terminate(t, base, vm.MicrovmId)
-	fmt.Println("rootless-checked")
-}
-
-// Catches: a refusal that does not name the host setting that blocks
-// unprivileged user namespaces, or names the wrong one.
-func TestUserNamespaceRefusalNamesTheSetting(t *testing.T) {
-	for _, tc := range []struct {
-		files map[string]string
-		want  string
-	}{
-		{map[string]string{"/proc/sys/user/max_user_namespaces": "0"}, "user.max_user_namespaces"},
-		{map[string]string{"/proc/sys/user/max_user_namespaces": "100", "/proc/sys/kernel/unprivileged_userns_clone": "0"}, "kernel.unprivileged_userns_clone"},
-		{map[string]string{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "1"}, "apparmor_restrict_unprivileged_userns"},
-		{map[string]string{"/proc/sys/user/max_user_namespaces": "100", "/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "0"}, ""},
-	} {
-		got := userNamespacesRefusalFrom(func(p string) string { return tc.files[p] })
-		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
-			t.Errorf("%v: %q, want it to name %q", tc.files, got, tc.want)
-		}
 	}
 }
 

@@ -5,6 +5,7 @@ package emulator
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -97,13 +98,14 @@ func (m idMapping) apply(attr *syscall.SysProcAttr) {
 
 // startOwnedBy starts cmd so that the user namespace its clone makes is
 // owned by m's owner. The kernel makes a namespace's owner the effective
-// uid of the thread that creates it, so root does the clone from a thread
-// of its own whose effective ids are the owner's. The thread keeps root's
-// capabilities across that change (SECBIT_NO_SETUID_FIXUP, cleared again
-// before the clone so the guest does not inherit it): writing a map of more
-// than one id needs CAP_SETUID over the new namespace. The thread is never
-// handed back to the runtime: its goroutine ends locked, and the runtime
-// discards a thread whose goroutine exits locked.
+// uid of the thread that creates it, so root does the clone from a locked
+// thread whose effective ids are, for the clone only, the owner's. The
+// thread keeps root's capabilities across that change
+// (SECBIT_NO_SETUID_FIXUP, cleared again before the clone so the guest does
+// not inherit it): writing a map of more than one id needs CAP_SETUID over
+// the new namespace. Afterwards the thread takes root's ids back and is
+// handed back to the runtime; should that fail, its goroutine ends locked
+// and the runtime discards the thread.
 func startOwnedBy(cmd *exec.Cmd, m idMapping) error {
 	if !m.byRoot {
 		return cmd.Start()
@@ -111,36 +113,55 @@ func startOwnedBy(cmd *exec.Cmd, m idMapping) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := becomeOwner(m); err != nil {
-			errc <- err
-			return
+		err := becomeOwner(m)
+		if err == nil {
+			err = cmd.Start()
 		}
-		errc <- cmd.Start()
+		if rerr := becomeRootAgain(); rerr != nil {
+			errc <- errors.Join(err, rerr)
+			return // locked: the thread is not reused
+		}
+		runtime.UnlockOSThread()
+		errc <- err
 	}()
 	return <-errc
 }
 
-// becomeOwner changes the calling thread's (only this thread's: raw
-// syscalls, not the runtime's all-threads wrappers) effective ids to m's
-// owner, keeping its capabilities.
+// threadSyscall makes one raw syscall on the calling thread only (not the
+// runtime's all-threads wrappers, which would change every thread's ids).
+func threadSyscall(what string, trap, a1, a2, a3 uintptr) error {
+	if _, _, e := unix.RawSyscall(trap, a1, a2, a3); e != 0 {
+		return fmt.Errorf("%s: %w", what, e)
+	}
+	return nil
+}
+
+// becomeOwner changes the calling thread's effective ids to m's owner,
+// keeping its capabilities.
 func becomeOwner(m idMapping) error {
-	step := func(what string, trap, a1, a2, a3 uintptr) error {
-		if _, _, e := unix.RawSyscall(trap, a1, a2, a3); e != 0 {
-			return fmt.Errorf("%s: %w", what, e)
-		}
-		return nil
-	}
 	keep := ^uintptr(0)
-	if err := step("keeping capabilities across the uid change", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitNoSetuidFixup, 0); err != nil {
+	if err := threadSyscall("keeping capabilities across the uid change", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitNoSetuidFixup, 0); err != nil {
 		return err
 	}
-	if err := step("setting the owner gid", unix.SYS_SETRESGID, keep, uintptr(m.ownerGID), keep); err != nil {
+	if err := threadSyscall("setting the owner gid", unix.SYS_SETRESGID, keep, uintptr(m.ownerGID), keep); err != nil {
 		return err
 	}
-	if err := step("setting the owner uid", unix.SYS_SETRESUID, keep, uintptr(m.ownerUID), keep); err != nil {
+	if err := threadSyscall("setting the owner uid", unix.SYS_SETRESUID, keep, uintptr(m.ownerUID), keep); err != nil {
 		return err
 	}
-	return step("clearing the securebits", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, 0, 0)
+	return threadSyscall("clearing the securebits", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, 0, 0)
+}
+
+// becomeRootAgain gives the calling thread root's effective ids back (its
+// real and saved ids never left root, so its permitted capabilities are
+// whole) and clears the securebits.
+func becomeRootAgain() error {
+	keep := ^uintptr(0)
+	return errors.Join(
+		threadSyscall("restoring the uid", unix.SYS_SETRESUID, keep, 0, keep),
+		threadSyscall("restoring the gid", unix.SYS_SETRESGID, keep, 0, keep),
+		threadSyscall("clearing the securebits", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, 0, 0),
+	)
 }
 
 // userNamespacesRefusal says which host setting keeps an unprivileged user

@@ -3,7 +3,9 @@ package emulator
 import (
 	"net/http"
 	"net/http/httputil"
+	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
@@ -30,6 +32,16 @@ func (g grant) covers(port int) bool {
 		}
 	}
 	return false
+}
+
+// isHookPath reports whether p, cleaned, is the hook prefix or under it.
+func isHookPath(p string) bool {
+	if p == "" {
+		return false
+	}
+	clean := strings.ToLower(path.Clean("/" + p))
+	prefix := strings.ToLower(taxonomy.HookPrefix)
+	return clean == prefix || strings.HasPrefix(clean, prefix+"/")
 }
 
 // proxyTransport reaches guests on loopback. It never consults a proxy
@@ -59,6 +71,16 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 			return
 		case !now.Before(g.expires):
 			http.Error(w, "Token expired", http.StatusForbidden)
+			return
+		}
+		// The hook prefix is the platform's, reached over loopback from
+		// inside (finding hooks-over-loopback), never from outside: one
+		// proxied POST .../terminate killed the guest. Compared cleaned and
+		// in any case, and on the request line as sent too, so ./, //, and
+		// percent-encoded spellings do not slip past.
+		requestPath, _, _ := strings.Cut(r.RequestURI, "?")
+		if isHookPath(r.URL.Path) || isHookPath(r.URL.RawPath) || isHookPath(requestPath) {
+			http.Error(w, "the lifecycle hook prefix "+taxonomy.HookPrefix+" is the platform's and is not forwarded", http.StatusForbidden)
 			return
 		}
 		port, err := strconv.Atoi(r.Header.Get(taxonomy.ProxyPortHeader))

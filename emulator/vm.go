@@ -84,6 +84,10 @@ type Guest struct {
 	// Stop ends the guest and releases what it holds. The emulator calls it
 	// exactly once.
 	Stop func()
+	// Exited, when set, is closed once the guest's daemon has exited for
+	// any reason (a terminate hook sent from outside, a crash, a kill).
+	// Without it the emulator finds out by dialing the hook port.
+	Exited <-chan struct{}
 
 	transportOnce sync.Once
 	transport     *http.Transport // built from Dial on first use
@@ -235,11 +239,102 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 		if s.opt.WallClock && vm.state == cp.MicrovmStatePENDING {
 			vm.state = cp.MicrovmStateRUNNING
 		}
+		s.wg.Add(1)
+		go s.watchGuest(vm, vm.guest, spec.HookPort)
 	}
 	s.mu.Unlock()
 	if g != nil {
 		g.stop()
 	}
+}
+
+// guestExitedReason is the stateReason of a MicroVM whose daemon exited. The
+// emulator's own words: what the platform reports when a guest's main
+// process exits is unmeasured (docs/PLATFORM.md, "Platform hooks arrive over
+// loopback").
+const guestExitedReason = "The MicroVM's main process exited, so the MicroVM was terminated."
+
+// guestProbeInterval is how often the hook port of a guest without Exited is
+// dialed; two refused dials in a row are its death.
+const guestProbeInterval = 500 * time.Millisecond
+
+// watchGuest terminates vm once its guest's daemon has exited, whatever
+// ended it, so GetMicrovm never reports a dead guest RUNNING: a terminate
+// hook sent through the proxy once killed the guest while the control plane
+// went on saying RUNNING. It returns when the guest is detached (terminate,
+// expiry, Close) or found dead.
+func (s *Server) watchGuest(vm *microvm, g *Guest, hookPort int) {
+	defer s.wg.Done()
+	tick := time.NewTicker(guestProbeInterval)
+	defer tick.Stop()
+	refused := 0
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-g.Exited:
+			s.guestDied(vm, g)
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		attached := vm.guest == g
+		probe := g.Exited == nil && vm.state == cp.MicrovmStateRUNNING && vm.freezeErr == nil
+		s.mu.Unlock()
+		if !attached {
+			return
+		}
+		if !probe {
+			refused = 0
+			continue
+		}
+		if dialGuest(s.ctx, g, hookPort) {
+			refused = 0
+			continue
+		}
+		if refused++; refused >= 2 {
+			s.guestDied(vm, g)
+			return
+		}
+	}
+}
+
+// dialGuest reports whether something accepts a connection on the guest's
+// hook port.
+func dialGuest(ctx context.Context, g *Guest, port int) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var c net.Conn
+	var err error
+	if g.Dial != nil {
+		c, err = g.Dial(ctx, port)
+	} else if addr, ok := g.Ports[port]; ok {
+		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	} else {
+		return true // nothing to probe: assume alive
+	}
+	if err != nil {
+		return ctx.Err() != nil // a slow dial is a busy guest, not a dead one
+	}
+	c.Close()
+	return true
+}
+
+// guestDied moves vm to TERMINATED, as the platform ends a MicroVM whose
+// main process is gone, and releases what the guest held.
+func (s *Server) guestDied(vm *microvm, g *Guest) {
+	s.mu.Lock()
+	if vm.guest != g {
+		s.mu.Unlock()
+		return
+	}
+	vm.detachGuest()
+	if vm.state != cp.MicrovmStateTERMINATED {
+		now := s.now()
+		vm.state, vm.reason, vm.terminatedAt = cp.MicrovmStateTERMINATED, ptr(guestExitedReason), &now
+	}
+	s.mu.Unlock()
+	g.stop()
 }
 
 // postRunHook delivers the wrapped payload and returns "" on a 200, else

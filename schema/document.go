@@ -97,11 +97,6 @@ func asSlice(v any) []any {
 	return s
 }
 
-func asString(v any) string {
-	s, _ := v.(string)
-	return s
-}
-
 // toJSONSchema converts an OpenAPI 3.0 schema object to JSON Schema 2020-12:
 // `nullable` becomes a null type, component refs become $defs refs, and
 // extensions are dropped.

@@ -70,6 +70,13 @@ func generateSDK(root string) ([]Output, error) {
 			return nil, err
 		}
 	}
+	traps, err := trapsSource(root, m)
+	if err != nil {
+		return nil, err
+	}
+	if err := add("traps.go", "lambdamicrovms", traps); err != nil {
+		return nil, err
+	}
 	for _, f := range []struct {
 		name string
 		body func() string

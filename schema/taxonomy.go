@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/template"
@@ -116,21 +114,6 @@ func LoadTaxonomy(root string) (*Taxonomy, error) {
 	return &t, nil
 }
 
-// decodeStrict decodes api/<name> into v, refusing keys v does not declare so
-// a misspelt key fails generation instead of being silently dropped.
-func decodeStrict(root, name string, v any) error {
-	raw, err := os.ReadFile(filepath.Join(root, "api", name))
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("api/%s: %w", name, err)
-	}
-	return nil
-}
-
 // check refuses references that point nowhere; the invariants a reviewer
 // cares about (counts, injectivity) are asserted by tests over generated code.
 func (t *Taxonomy) check() error {
@@ -210,33 +193,6 @@ var initialisms = map[string]bool{
 	"API": true, "ARN": true, "CLI": true, "CPU": true, "EOF": true, "HTTP": true, "ID": true, "IP": true,
 	"JSON": true, "OK": true, "PID": true, "PTY": true, "SSE": true, "TLS": true, "TTL": true,
 	"UID": true, "GID": true, "URI": true, "URL": true, "USD": true, "UTF8": true, "VM": true,
-}
-
-// goIdent turns a slug like "run-hook-payload-ceiling" or "still_running"
-// into an exported Go identifier suffix ("RunHookPayloadCeiling").
-func goIdent(s string) string {
-	var b strings.Builder
-	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == '-' || r == '_' || r == ' ' }) {
-		if up := strings.ToUpper(part); initialisms[up] {
-			b.WriteString(up) // Go's initialisms: ExecTTLSecs, not ExecTtlSecs
-			continue
-		}
-		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
-	}
-	return b.String()
-}
-
-func constValue(typ string, n yaml.Node) (string, error) {
-	switch typ {
-	case "string":
-		return strconv.Quote(n.Value), nil
-	case "int":
-		if _, err := strconv.ParseInt(n.Value, 10, 64); err != nil {
-			return "", err
-		}
-		return n.Value, nil
-	}
-	return "", fmt.Errorf("unknown type %q", typ)
 }
 
 var taxonomyTemplate = template.Must(template.New("taxonomy").Funcs(template.FuncMap{

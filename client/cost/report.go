@@ -118,6 +118,9 @@ type Usage struct {
 	ImageGB       decimal.Decimal // stored image size; zero when an existing image was reused
 	ImageRetained Duration        // how long the image was kept; zero means the one-week floor, projected
 	Cycles        int             // suspend/resume cycles, each a snapshot write plus a read
+	// Unresumed says the sandbox ended suspended: its last suspend wrote a
+	// snapshot that no resume read (a warm pool's member never handed out).
+	Unresumed bool
 	// SnapshotGB is the suspend snapshot's size; zero means the baseline
 	// memory, which is what the measured worked figures use.
 	SnapshotGB decimal.Decimal
@@ -176,10 +179,15 @@ func RunReport(label string, size client.SizeClass, usage Usage, rates RateTable
 		// is frozen.
 		lines = append(lines, p.storage(PhaseSuspended, snapshot, usage.Suspended))
 	}
+	writes := usage.Cycles
+	if usage.Unresumed {
+		writes++
+	}
+	if writes > 0 {
+		lines = append(lines, p.transfer(PhaseSuspend, BillSnapshotWrite, snapshot, writes))
+	}
 	if usage.Cycles > 0 {
-		lines = append(lines,
-			p.transfer(PhaseSuspend, BillSnapshotWrite, snapshot, usage.Cycles),
-			p.transfer(PhaseResume, BillSnapshotRead, snapshot, usage.Cycles))
+		lines = append(lines, p.transfer(PhaseResume, BillSnapshotRead, snapshot, usage.Cycles))
 	}
 	return Report{Label: label, Size: size, Rates: rates, Lines: lines, Staleness: rates.Staleness(now)}, nil
 }

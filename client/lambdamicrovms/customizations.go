@@ -3,15 +3,15 @@ package lambdamicrovms
 import (
 	"context"
 	"fmt"
-	"reflect"
 
 	"github.com/aws/smithy-go/middleware"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // Hand-written: the local refusals of platform traps docs/PLATFORM.md
-// measured, one file each (customizations_<trap>.go), run after the generated
-// validation and before anything is sent.
+// measured, one typed check per file (customizations_<trap>.go), wired to
+// the input members they inspect by api/traps.yaml (generated: traps.go),
+// run after the generated validation and before anything is sent.
 
 // RefusalError is a request refused locally because the platform is measured
 // to answer it badly. Finding names the docs/PLATFORM.md finding.
@@ -27,12 +27,6 @@ func (e *RefusalError) Error() string {
 	return fmt.Sprintf("%s: %s (docs/PLATFORM.md: %s)", e.Field, e.Reason, e.Finding.Title())
 }
 
-// trapCheck inspects one operation's input; a non-nil error refuses it.
-type trapCheck func(opID string, input reflect.Value) error
-
-// trapChecks are the customizations_*.go checks, registered by their files.
-var trapChecks []trapCheck
-
 type trapRefusals struct{ opID string }
 
 func (*trapRefusals) ID() string { return "MeasuredTrapRefusals" }
@@ -40,13 +34,10 @@ func (*trapRefusals) ID() string { return "MeasuredTrapRefusals" }
 func (m *trapRefusals) HandleInitialize(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
 	out middleware.InitializeOutput, metadata middleware.Metadata, err error,
 ) {
-	v := reflect.ValueOf(in.Parameters)
-	if v.Kind() == reflect.Pointer && !v.IsNil() {
-		for _, check := range trapChecks {
-			if err := check(m.opID, v.Elem()); err != nil {
-				return out, metadata, err
-			}
-		}
+	// checkTraps (traps.go) is generated from api/traps.yaml: each check
+	// is called on its typed input member.
+	if err := checkTraps(in.Parameters); err != nil {
+		return out, metadata, err
 	}
 	return next.HandleInitialize(ctx, in)
 }
@@ -58,14 +49,4 @@ func addCustomizations(stack *middleware.Stack, options Options, opID string) er
 		return err
 	}
 	return stack.Deserialize.Add(&unsupportedRegionMiddleware{region: options.Region}, middleware.Before)
-}
-
-// stringField reads the *string member name of input, if it has one set.
-func stringField(input reflect.Value, name string) (string, bool) {
-	f := input.FieldByName(name)
-	if !f.IsValid() || f.Kind() != reflect.Pointer || f.IsNil() {
-		return "", false
-	}
-	s, ok := f.Elem().Interface().(string)
-	return s, ok
 }

@@ -2,7 +2,6 @@ package lambdamicrovms
 
 import (
 	"fmt"
-	"reflect"
 
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -11,20 +10,14 @@ import (
 // token is valid for at most 60 minutes (finding endpoint-auth), so a longer
 // request is refused here rather than by the service.
 
-func init() { trapChecks = append(trapChecks, checkTokenExpiry) }
-
-func checkTokenExpiry(opID string, input reflect.Value) error {
-	f := input.FieldByName("ExpirationInMinutes")
-	if !f.IsValid() || f.Kind() != reflect.Pointer || f.IsNil() {
+func checkTokenExpiry(opID, field string, minutes *int32) error {
+	if minutes == nil || *minutes <= taxonomy.MaxAuthTokenMinutes {
 		return nil
 	}
-	n := f.Elem().Int()
-	if n <= taxonomy.MaxAuthTokenMinutes {
-		return nil
-	}
+	n := *minutes
 	return &RefusalError{
 		Finding: taxonomy.FindingEndpointAuth,
-		Field:   opID + "Input.ExpirationInMinutes",
+		Field:   opID + "Input." + field,
 		Reason:  fmt.Sprintf("%d minutes is over the %d-minute ceiling of an endpoint token", n, taxonomy.MaxAuthTokenMinutes),
 	}
 }

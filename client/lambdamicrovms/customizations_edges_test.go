@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +19,7 @@ import (
 // `<`, refusing a token of exactly the measured ceiling).
 func TestTokenOfExactlyTheCeilingIsAllowed(t *testing.T) {
 	at := func(n int32) error {
-		return checkTokenExpiry("CreateMicrovmAuthToken", reflect.ValueOf(CreateMicrovmAuthTokenInput{ExpirationInMinutes: aws.Int32(n)}))
+		return checkTraps(&CreateMicrovmAuthTokenInput{ExpirationInMinutes: aws.Int32(n)})
 	}
 	if err := at(taxonomy.MaxAuthTokenMinutes); err != nil {
 		t.Fatalf("exactly the ceiling refused: %v", err)
@@ -36,7 +35,7 @@ func TestTokenOfExactlyTheCeilingIsAllowed(t *testing.T) {
 // trim more than the whole payload).
 func TestRunHookPayloadCeilingAndWhatToTrim(t *testing.T) {
 	at := func(n int) error {
-		return checkRunHookPayload("RunMicrovm", reflect.ValueOf(RunMicrovmInput{RunHookPayload: aws.String(strings.Repeat("a", n))}))
+		return checkTraps(&RunMicrovmInput{RunHookPayload: aws.String(strings.Repeat("a", n))})
 	}
 	if err := at(taxonomy.MaxRunHookPayloadBytes); err != nil {
 		t.Fatalf("exactly the ceiling refused: %v", err)

@@ -2,7 +2,6 @@ package lambdamicrovms
 
 import (
 	"fmt"
-	"reflect"
 
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -13,16 +12,14 @@ import (
 // run-hook-payload-ceiling). A multi-byte payload under the model's length can
 // still be over the measured ceiling, so the byte count is checked here.
 
-func init() { trapChecks = append(trapChecks, checkRunHookPayload) }
-
-func checkRunHookPayload(opID string, input reflect.Value) error {
-	s, ok := stringField(input, "RunHookPayload")
-	if !ok || len(s) <= taxonomy.MaxRunHookPayloadBytes {
+func checkRunHookPayload(opID, field string, payload *string) error {
+	if payload == nil || len(*payload) <= taxonomy.MaxRunHookPayloadBytes {
 		return nil
 	}
+	s := *payload
 	return &RefusalError{
 		Finding: taxonomy.FindingRunHookPayloadCeiling,
-		Field:   opID + "Input.RunHookPayload",
+		Field:   opID + "Input." + field,
 		Reason: fmt.Sprintf("%d bytes of UTF-8, over the %d-byte ceiling the service enforces (the model's prose says %d); trim %d bytes",
 			len(s), taxonomy.MaxRunHookPayloadBytes, taxonomy.DocumentedRunHookPayloadBytes, len(s)-taxonomy.MaxRunHookPayloadBytes),
 	}

@@ -24,6 +24,19 @@
 // WriteFile, UploadDir, DownloadDir), Suspend, Resume, Terminate and Cost
 // are the same calls in both places.
 //
+// # Many sandboxes
+//
+// RunMany launches a fleet (FleetOptions.Count sandboxes, at most Parallel
+// alive at once), runs a Task in each (Command, or any function), and
+// returns every sandbox's Outcome with its teardown; one Cost report prices
+// the fleet. A Pool keeps Size sandboxes launched and suspended, so Acquire
+// is a resume instead of a launch (BenchmarkPoolAcquire measures both);
+// Release terminates, never recycles, and Close returns one report for the
+// pool's life. Both take a Launcher (LaunchOn(client), or emu.Launch), refuse
+// bounds outside api/errors.yaml's MaxFleetCount, MaxPoolSize and
+// MaxFleetParallel before launching anything, and launch again after a
+// throttled RunMicrovm with the SDK retryer's backoff.
+//
 // # Coming from E2B or the reference library
 //
 // E2B's SDK and the reference implementation's Rust library

@@ -27,13 +27,23 @@ func (s *Sandbox) Usage(ctx context.Context) (cost.Usage, client.SizeClass, erro
 		return u, client.SizeClass{}, err
 	}
 	s.mu.Lock()
-	frozen, cycles := s.frozen, s.cycles
-	if !s.suspendedAt.IsZero() {
-		frozen += s.now().Sub(s.suspendedAt)
+	frozen, cycles, unresumed := s.frozen, s.cycles, !s.suspendedAt.IsZero()
+	if unresumed {
+		// Held suspended until now, or until the platform says it ended: a
+		// VM terminated while suspended stops billing storage then, however
+		// long after that the report is asked for.
+		end := s.now()
+		if g.TerminatedAt != nil && g.TerminatedAt.Before(end) {
+			end = *g.TerminatedAt
+		}
+		if d := end.Sub(s.suspendedAt); d > 0 {
+			frozen += d
+		}
 	}
 	s.mu.Unlock()
 	u.Launched = true
 	u.Cycles = cycles
+	u.Unresumed = unresumed
 	if g.StartedAt != nil {
 		end := time.Now()
 		if g.TerminatedAt != nil {
@@ -45,7 +55,9 @@ func (s *Sandbox) Usage(ctx context.Context) (cost.Usage, client.SizeClass, erro
 			}
 		}
 	}
-	if frozen > 0 {
+	if frozen > 0 || unresumed {
+		// A VM that ended suspended held a snapshot, however short the
+		// platform's millisecond timestamps make the hold look.
 		if u.Suspended, err = cost.MeasuredDuration(frozen); err != nil {
 			return u, size, err
 		}

@@ -55,6 +55,8 @@ type CLI struct {
 	// Issue 34 (engine.go): the line protocol of api/engine.yaml, which
 	// the Python and TypeScript packages speak; frames, never an envelope.
 	Engine EngineCmd `cmd:"" manifest:"-" hidden:"" help:"Serve one sandbox over the line protocol of api/engine.yaml on stdin/stdout, for the Python and TypeScript packages; ends, tearing down what it launched, when stdin ends."`
+	// Issue 38 (mcp.go): sandboxes as MCP tools (api/mcp.yaml); speaks MCP, never an envelope.
+	Mcp McpCmd `cmd:"" manifest:"-" help:"Serve sandboxes as Model Context Protocol tools (api/mcp.yaml) over stdio, or streamable HTTP with --http; every sandbox a session created is terminated when it ends."`
 }
 
 // Globals parse on either side of the subcommand because kong lets a child

@@ -60,6 +60,7 @@ type RunCmd struct {
 	ImageFlags
 	InfraFlags
 	LifecycleFlags
+	FleetFlags
 }
 
 // checkLaunch refuses, before any call, the launch values a finding says
@@ -221,6 +222,9 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 }
 
 func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
+	if c.Count != 0 || c.Parallel != 0 {
+		return c.runFleet(ctx, a) // fleet.go
+	}
 	if c.Keep && c.Local {
 		return nil, invalidArg("", "--keep with --local: the in-process emulator stops when this command exits; run `microvm emulator` and pass --control-endpoint to keep a VM")
 	}

@@ -21,6 +21,7 @@ const (
 // The response type discriminants.
 const (
 	TypeRun        = "microvm.run"
+	TypeRunFleet   = "microvm.run.fleet"
 	TypeImage      = "microvm.image"
 	TypeExec       = "microvm.exec"
 	TypeExecStream = "microvm.exec.stream"
@@ -99,6 +100,22 @@ type RunData struct {
 	Cost           *CostReport `json:"cost"`
 	// LocalLimits is local mode only: the guest's resource limits in force, and those this host could not set
 	LocalLimits *LocalLimits `json:"localLimits"`
+}
+
+// RunFleetData is the data of a microvm.run.fleet envelope.
+type RunFleetData struct {
+	ImageIdentifier string `json:"imageIdentifier"`
+	ImageName       string `json:"imageName"`
+	// Count is MicroVMs asked for (--count)
+	Count int64 `json:"count"`
+	// Parallel is most alive at once (--parallel)
+	Parallel int64 `json:"parallel"`
+	// Runs is one per MicroVM, in launch order, those never launched included
+	Runs []FleetRun `json:"runs"`
+	// Leaked is everything any teardown of the fleet, or of its image, could not delete
+	Leaked []string `json:"leaked"`
+	// Cost is one report for the whole fleet: every MicroVM's lines summed, and the image's
+	Cost *CostReport `json:"cost"`
 }
 
 // ImageData is the data of a microvm.image envelope.
@@ -408,6 +425,22 @@ type FileEntry struct {
 	SymlinkTarget *string `json:"symlinkTarget"`
 }
 
+// FleetRun is the "fleetRun" shape of api/cli.yaml.
+type FleetRun struct {
+	Index int64 `json:"index"`
+	// MicrovmID is empty when this MicroVM was never launched
+	MicrovmID string `json:"microvmId"`
+	// ExitCode is the command's exit code; null when it did not run to an exit or a signal ended it
+	ExitCode  *int64 `json:"exitCode"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated"`
+	// Code is the ERR_* code of this run's failure (ERR_EXEC_FAILED for a non-zero exit), or empty
+	Code string `json:"code"`
+	// Error is this run's failure in words, or empty
+	Error string `json:"error"`
+}
+
 // LocalLimits is the "localLimits" shape of api/cli.yaml.
 type LocalLimits struct {
 	// Applied is each limit in force, e.g. memory 8192 MiB
@@ -542,6 +575,7 @@ type Response struct {
 // Responses lists every response type in declaration order.
 var Responses = []Response{
 	{Type: "microvm.run", Keys: []string{"imageIdentifier", "imageName", "microvmId", "endpoint", "agentToken", "execExitCode", "stdout", "stderr", "truncated", "buildSeconds", "runningSeconds", "kept", "leaked", "cost", "localLimits"}},
+	{Type: "microvm.run.fleet", Keys: []string{"imageIdentifier", "imageName", "count", "parallel", "runs", "leaked", "cost"}},
 	{Type: "microvm.image", Keys: []string{"imageIdentifier", "imageName", "buildLogGroup", "size", "reused"}},
 	{Type: "microvm.exec", Keys: []string{"execId", "phase", "exitCode", "signal", "stdout", "stderr", "truncated"}},
 	{Type: "microvm.exec.stream", Keys: []string{"execId", "events", "bytes", "nextOffset", "gaps", "exitCode", "truncated"}},
@@ -616,6 +650,7 @@ type Alternate struct {
 // Alternates lists every such flag.
 var Alternates = []Alternate{
 	{Command: "exec", When: "--stream", Type: "microvm.exec.stream", Stdout: "ndjson: one event object per line (see stream_events), then the envelope as the final line, compact. The events are the command's output, not progress, so they cannot go to stderr."},
+	{Command: "run", When: "--count", Type: "microvm.run.fleet", Stdout: "with --json, the envelope; otherwise each MicroVM's stdout in turn, in launch order, once all have finished (progress, each run's summary and the fleet's one cost report go to stderr). The exit status is the worst run's row: any failure other than a command's non-zero exit outranks ERR_EXEC_FAILED, which outranks success."},
 }
 
 // Conventions are the rules the manifest publishes beside the command tree.
@@ -671,6 +706,11 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "BuildLogGroupPrefix", Key: "BUILD_LOG_GROUP_PREFIX", Value: "/aws/lambda-microvms/", Doc: "prefix of an image's build log group", Finding: "build-logs-location"},
 	{Name: "LocalGuestWritableMiB", Key: "LOCAL_GUEST_WRITABLE_MIB", Value: int64(4096), Doc: "size of a local guest's writable layer, a tmpfs (its pages also count against the guest's memory limit); a guest that fills it gets ENOSPC", Finding: ""},
 	{Name: "LocalGuestMaxPids", Key: "LOCAL_GUEST_MAX_PIDS", Value: int64(4096), Doc: "most processes and threads one local guest may hold at once", Finding: ""},
+	{Name: "MaxPoolSize", Key: "MAX_POOL_SIZE", Value: int64(64), Doc: "most sandboxes a sandbox.Pool keeps launched and suspended (its N)", Finding: ""},
+	{Name: "MaxFleetCount", Key: "MAX_FLEET_COUNT", Value: int64(256), Doc: "most sandboxes one RunMany or `microvm run --count` launches", Finding: ""},
+	{Name: "MaxFleetParallel", Key: "MAX_FLEET_PARALLEL", Value: int64(32), Doc: "most launches (and runs) a fleet, or a pool's refill, has in flight at once (its K)", Finding: ""},
+	{Name: "DefaultFleetParallel", Key: "DEFAULT_FLEET_PARALLEL", Value: int64(4), Doc: "the concurrency bound of a fleet or a pool's refill when none is given", Finding: ""},
+	{Name: "FleetLaunchAttempts", Key: "FLEET_LAUNCH_ATTEMPTS", Value: int64(6), Doc: "launches a fleet or pool tries for one sandbox while the control plane throttles (each after the SDK retryer's own attempts), backing off between them as that retryer does", Finding: ""},
 	{Name: "ImageNamePattern", Key: "IMAGE_NAME_PATTERN", Value: "[a-zA-Z0-9-_]+", Doc: "ImageName.pattern: no dots and no slashes", Finding: ""},
 	{Name: "VersionPattern", Key: "VERSION_PATTERN", Value: "[^\\s]+", Doc: "Version.pattern", Finding: "image-version-form"},
 	{Name: "MaxNonBlankLen", Key: "MAX_NON_BLANK_LEN", Value: int64(2048), Doc: "NonBlankString.max", Finding: ""},

@@ -284,6 +284,9 @@ type DiskMetrics struct {
 // ErrorAckConflict ErrorBody of a 409 from POST /v1/exec/{id}/ack: the exec is still running, or was already acked
 type ErrorAckConflict = ErrorBody
 
+// ErrorAtCapacity ErrorBody of a 429: a declared cap on a per-request kernel object (watches, terminals) is full
+type ErrorAtCapacity = ErrorBody
+
 // ErrorBody JSON error body of the exec routes; each response narrows error to the slugs it can carry (the Error* schemas), and a client should still read an unknown slug as the status's generic meaning
 type ErrorBody struct {
 	// Detail human-readable explanation
@@ -676,7 +679,7 @@ type StartRequest struct {
 	// Stdin give the child a writable stdin pipe; otherwise stdin is /dev/null
 	Stdin bool `json:"stdin,omitempty"`
 
-	// TimeoutSec wall-clock budget in seconds, checked before spawning; absent means none
+	// TimeoutSec wall-clock budget in seconds, checked before spawning; absent means none; below limits.min_timeout_secs (0.001) is 400, never rounded to no timeout
 	TimeoutSec *float64 `json:"timeout_sec,omitempty"`
 
 	// Tty run the child on a pseudo-terminal of this size (ours, not the reference's: additive): its stdin, stdout and stderr are the terminal, its output arrives as stdout in the one offset space, POST /v1/exec/{id}/stdin writes to the terminal (stdin true is implied; eof closes the daemon's input handle, and the terminal's own end-of-file is the byte 0x04), and POST /v1/exec/{id}/resize changes the size
@@ -786,6 +789,9 @@ type ExecID = string
 // FsPath defines model for FsPath.
 type FsPath = string
 
+// AtCapacity ErrorBody of a 429: a declared cap on a per-request kernel object (watches, terminals) is full
+type AtCapacity = ErrorAtCapacity
+
 // FsFailed ErrorBody of a 500 from an fs operation: the operating system refused for another reason
 type FsFailed = ErrorFsFailed
 
@@ -830,7 +836,7 @@ type ExecStreamParams struct {
 
 // FsReadFileParams defines parameters for FsReadFile.
 type FsReadFileParams struct {
-	// Path absolute path in the guest; missing is 400, never 404
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
 	Path FsPath `form:"path" json:"path"`
 
 	// StartLine first line to return, counting from 1; absent means 1, and 0 is refused
@@ -842,7 +848,7 @@ type FsReadFileParams struct {
 
 // FsWriteFileParams defines parameters for FsWriteFile.
 type FsWriteFileParams struct {
-	// Path absolute path in the guest; missing is 400, never 404
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
 	Path FsPath `form:"path" json:"path"`
 
 	// Mode octal permission bits for the file, as text (0644, 644 and 0o644 are the same); at most 07777
@@ -854,7 +860,7 @@ type FsWriteFileParams struct {
 
 // FsListParams defines parameters for FsList.
 type FsListParams struct {
-	// Path absolute path in the guest; missing is 400, never 404
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
 	Path FsPath `form:"path" json:"path"`
 
 	// Depth how many levels to descend; 1 (the default) lists the directory's own entries, 2 adds their children, and so on
@@ -869,7 +875,7 @@ type FsListParams struct {
 
 // FsMkdirParams defines parameters for FsMkdir.
 type FsMkdirParams struct {
-	// Path absolute path in the guest; missing is 400, never 404
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
 	Path FsPath `form:"path" json:"path"`
 
 	// Mode octal permission bits for directories this call creates, as text, before the umask; absent means 0755
@@ -881,7 +887,7 @@ type FsMoveParams struct {
 	// From the path to move; path rules as for path
 	From string `form:"from" json:"from"`
 
-	// To the new path; its parent must exist
+	// To the new path, absolute; its parent must exist
 	To string `form:"to" json:"to"`
 
 	// Replace true lets the move replace what is at to (a directory only by an empty directory); absent or false refuses with 409 path_exists, checked atomically by the kernel
@@ -890,7 +896,7 @@ type FsMoveParams struct {
 
 // FsRemoveParams defines parameters for FsRemove.
 type FsRemoveParams struct {
-	// Path absolute path in the guest; missing is 400, never 404
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
 	Path FsPath `form:"path" json:"path"`
 
 	// Recursive true removes a directory with everything under it; absent or false refuses a non-empty directory with 409 directory_not_empty
@@ -899,25 +905,25 @@ type FsRemoveParams struct {
 
 // FsStatParams defines parameters for FsStat.
 type FsStatParams struct {
-	// Path absolute path in the guest; missing is 400, never 404
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
 	Path FsPath `form:"path" json:"path"`
 }
 
 // FsReadTarParams defines parameters for FsReadTar.
 type FsReadTarParams struct {
-	// Path absolute path in the guest; missing is 400, never 404
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
 	Path FsPath `form:"path" json:"path"`
 }
 
 // FsWriteTarParams defines parameters for FsWriteTar.
 type FsWriteTarParams struct {
-	// Path absolute path in the guest; missing is 400, never 404
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
 	Path FsPath `form:"path" json:"path"`
 }
 
 // FsWatchParams defines parameters for FsWatch.
 type FsWatchParams struct {
-	// Path absolute path in the guest; missing is 400, never 404
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
 	Path FsPath `form:"path" json:"path"`
 
 	// Recursive true watches every directory under path too
@@ -4064,6 +4070,11 @@ type ExecStartReply413Headers struct {
 	MicrovmsAgentdVersion string
 }
 
+// ExecStartReply429Headers the declared response headers of an HTTP 429 response for ExecStart
+type ExecStartReply429Headers struct {
+	MicrovmsAgentdVersion string
+}
+
 // ExecStartReply500Headers the declared response headers of an HTTP 500 response for ExecStart
 type ExecStartReply500Headers struct {
 	MicrovmsAgentdVersion string
@@ -4081,6 +4092,8 @@ type ExecStartReply struct {
 	JSON200 *StartResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *ErrorMalformedRequest
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AtCapacity
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *ErrorSpawnFailed
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -4091,6 +4104,8 @@ type ExecStartReply struct {
 	Headers401 *ExecStartReply401Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ExecStartReply413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExecStartReply429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ExecStartReply500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -4105,6 +4120,11 @@ func (r ExecStartReply) GetJSON200() *StartResponse {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r ExecStartReply) GetJSON400() *ErrorMalformedRequest {
 	return r.JSON400
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ExecStartReply) GetJSON429() *AtCapacity {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -5789,6 +5809,11 @@ type FsWatchReply404Headers struct {
 	MicrovmsAgentdVersion string
 }
 
+// FsWatchReply429Headers the declared response headers of an HTTP 429 response for FsWatch
+type FsWatchReply429Headers struct {
+	MicrovmsAgentdVersion string
+}
+
 // FsWatchReply500Headers the declared response headers of an HTTP 500 response for FsWatch
 type FsWatchReply500Headers struct {
 	MicrovmsAgentdVersion string
@@ -5806,6 +5831,8 @@ type FsWatchReply struct {
 	JSON400 *ErrorFsRefused
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *FsPathNotFound
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AtCapacity
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *FsFailed
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -5816,6 +5843,8 @@ type FsWatchReply struct {
 	Headers401 *FsWatchReply401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *FsWatchReply404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *FsWatchReply429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *FsWatchReply500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5830,6 +5859,11 @@ func (r FsWatchReply) GetJSON400() *ErrorFsRefused {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r FsWatchReply) GetJSON404() *FsPathNotFound {
 	return r.JSON404
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r FsWatchReply) GetJSON429() *AtCapacity {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -6738,6 +6772,13 @@ func ParseExecStartReply(rsp *http.Response) (*ExecStartReply, error) {
 	case rsp.StatusCode == 401:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AtCapacity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorSpawnFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6791,6 +6832,16 @@ func ParseExecStartReply(rsp *http.Response) (*ExecStartReply, error) {
 			headers.MicrovmsAgentdVersion = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExecStartReply429Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ExecStartReply500Headers
 		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
@@ -8643,6 +8694,13 @@ func ParseFsWatchReply(rsp *http.Response) (*FsWatchReply, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AtCapacity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest FsFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8696,6 +8754,16 @@ func ParseFsWatchReply(rsp *http.Response) (*FsWatchReply, error) {
 			headers.MicrovmsAgentdVersion = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers FsWatchReply429Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers FsWatchReply500Headers
 		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {

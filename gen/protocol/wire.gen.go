@@ -89,7 +89,7 @@ var Operations = []Operation{
 	{ID: OpHookSuspend, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/suspend", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpHookResume, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/resume", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpHookTerminate, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/terminate", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
-	{ID: OpExecStart, Method: "POST", Pattern: "/v1/exec/start", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 413: "text/plain", 500: "application/json", 503: ""}},
+	{ID: OpExecStart, Method: "POST", Pattern: "/v1/exec/start", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
 	{ID: OpExecPoll, Method: "GET", Pattern: "/v1/exec/{id}", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 404: "application/json", 503: ""}},
 	{ID: OpExecStream, Method: "GET", Pattern: "/v1/exec/{id}/stream", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 503: ""}},
 	{ID: OpExecStdin, Method: "POST", Pattern: "/v1/exec/{id}/stdin", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 408: "application/json", 409: "application/json", 410: "application/json", 413: "application/json", 500: "application/json", 503: ""}},
@@ -107,7 +107,7 @@ var Operations = []Operation{
 	{ID: OpFsList, Method: "GET", Pattern: "/v1/fs/list", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpFsMkdir, Method: "POST", Pattern: "/v1/fs/mkdir", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 409: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpFsMove, Method: "POST", Pattern: "/v1/fs/move", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 500: "application/json", 503: ""}},
-	{ID: OpFsWatch, Method: "GET", Pattern: "/v1/fs/watch", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
+	{ID: OpFsWatch, Method: "GET", Pattern: "/v1/fs/watch", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 429: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpFsRemove, Method: "POST", Pattern: "/v1/fs/remove", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpHealth, Method: "GET", Pattern: "/v1/health", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpSchema, Method: "GET", Pattern: "/v1/schema", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
@@ -139,16 +139,20 @@ const (
 	DefaultKillGraceSecs         = 10         // AGENTD_KILL_GRACE_SECS
 	DefaultListPageDefault       = 1000       //
 	DefaultMaxBodyBytes          = 536870912  // AGENTD_MAX_BODY_BYTES
+	DefaultMaxConnections        = 1024       // AGENTD_MAX_CONNECTIONS
 	DefaultMaxDrainBytes         = 65536      // AGENTD_MAX_DRAIN_BYTES
 	DefaultMaxExecIDBytes        = 1024       // AGENTD_MAX_EXEC_ID_BYTES
 	DefaultMaxHeaderBytes        = 65536      // AGENTD_MAX_HEADER_BYTES
 	DefaultMaxListPage           = 10000      //
 	DefaultMaxOpenBodies         = 16         // AGENTD_MAX_OPEN_BODIES
 	DefaultMaxOutputBytes        = 8388608    // AGENTD_MAX_OUTPUT_BYTES
+	DefaultMaxPtys               = 64         // AGENTD_MAX_PTYS
 	DefaultMaxStartBodyBytes     = 1048576    // AGENTD_MAX_START_BODY_BYTES
 	DefaultMaxStdinWriteBytes    = 1048576    // AGENTD_MAX_STDIN_WRITE_BYTES
 	DefaultMaxTarBytes           = 8589934592 // AGENTD_MAX_TAR_BYTES
 	DefaultMaxTarMembers         = 100000     // AGENTD_MAX_TAR_MEMBERS
+	DefaultMaxWatches            = 16         // AGENTD_MAX_WATCHES
+	DefaultMinTimeoutSecs        = 0.001      //
 	DefaultOpenBodyTimeoutSecs   = 10         // AGENTD_OPEN_BODY_TIMEOUT_SECS
 	DefaultOutputLingerSecs      = 5          // AGENTD_OUTPUT_LINGER_SECS
 	DefaultPollHoldSecs          = 0.02       // AGENTD_POLL_HOLD_SECS
@@ -169,16 +173,20 @@ var Limits = []Limit{
 	{Name: "kill_grace_secs", Env: "AGENTD_KILL_GRACE_SECS", Default: DefaultKillGraceSecs, Description: "seconds between SIGTERM and SIGKILL when a process group is killed"},
 	{Name: "list_page_default", Env: "", Default: DefaultListPageDefault, Description: "entries in a GET /v1/fs/list page when the caller gives no limit"},
 	{Name: "max_body_bytes", Env: "AGENTD_MAX_BODY_BYTES", Default: DefaultMaxBodyBytes, Description: "largest request body accepted on a bearer route, counted on the wire (413 beyond it)"},
+	{Name: "max_connections", Env: "AGENTD_MAX_CONNECTIONS", Default: DefaultMaxConnections, Description: "TCP connections held open at once; the running bound is this or half the daemon's descriptor limit (RLIMIT_NOFILE), whichever is smaller, so connections alone never exhaust descriptors. A connection past the bound is still accepted: to make room the daemon closes the oldest connection outside a handler that has never carried an authenticated request (a new, idle or header-reading one), then the oldest idle authenticated one; only when every held connection is inside a handler is the newcomer closed instead. So a flood of idle unauthenticated connections cannot keep an authenticated request out"},
 	{Name: "max_drain_bytes", Env: "AGENTD_MAX_DRAIN_BYTES", Default: DefaultMaxDrainBytes, Description: "how much of a refused request's body is read and discarded to keep the connection reusable"},
 	{Name: "max_exec_id_bytes", Env: "AGENTD_MAX_EXEC_ID_BYTES", Default: DefaultMaxExecIDBytes, Description: "longest exec_id a start accepts (400 beyond it); an id is held and logged for the exec's whole life, so it stays small"},
 	{Name: "max_header_bytes", Env: "AGENTD_MAX_HEADER_BYTES", Default: DefaultMaxHeaderBytes, Description: "largest request line plus headers read for one request, before any route or authentication (431 beyond it, from the HTTP server itself); an unauthenticated caller could otherwise make the daemon hold a megabyte per open connection"},
 	{Name: "max_list_page", Env: "", Default: DefaultMaxListPage, Description: "most entries one GET /v1/fs/list page may hold; a bigger limit is refused, so one page's answer stays a few MiB"},
 	{Name: "max_open_bodies", Env: "AGENTD_MAX_OPEN_BODIES", Default: DefaultMaxOpenBodies, Description: "unauthenticated request bodies read at once; a run hook over it is 503 and a refused body over it is not drained, and either connection is closed; the other open routes never read a body (one sent to them closes the connection after the answer), so health stays answerable under a flood of slow bodies"},
 	{Name: "max_output_bytes", Env: "AGENTD_MAX_OUTPUT_BYTES", Default: DefaultMaxOutputBytes, Description: "per-stream output cap for one exec; past it output is cut and truncated is set"},
+	{Name: "max_ptys", Env: "AGENTD_MAX_PTYS", Default: DefaultMaxPtys, Description: "execs started with tty that hold a pseudo-terminal at once (until the exec exits and its output drains); the guest's PTY pool (kernel.pty.max) is shared with every process. One over it is 429 at_capacity before anything is spawned"},
 	{Name: "max_start_body_bytes", Env: "AGENTD_MAX_START_BODY_BYTES", Default: DefaultMaxStartBodyBytes, Description: "largest POST /v1/exec/start body; argv and env are all a start carries, so it stays far below max_body_bytes and a start never holds a large body in memory to decode"},
 	{Name: "max_stdin_write_bytes", Env: "AGENTD_MAX_STDIN_WRITE_BYTES", Default: DefaultMaxStdinWriteBytes, Description: "largest decoded payload of a single stdin write (413 beyond it)"},
 	{Name: "max_tar_bytes", Env: "AGENTD_MAX_TAR_BYTES", Default: DefaultMaxTarBytes, Description: "total member bytes allowed in one tar upload or download"},
 	{Name: "max_tar_members", Env: "AGENTD_MAX_TAR_MEMBERS", Default: DefaultMaxTarMembers, Description: "member count allowed in one tar upload or download"},
+	{Name: "max_watches", Env: "AGENTD_MAX_WATCHES", Default: DefaultMaxWatches, Description: "GET /v1/fs/watch streams open at once; each holds one inotify instance, of which a user gets 128 by default (fs.inotify.max_user_instances) shared with every process of that uid, so a caller could otherwise starve the guest's own services. One over it is 429 at_capacity before any inotify instance is created"},
+	{Name: "min_timeout_secs", Env: "", Default: DefaultMinTimeoutSecs, Description: "smallest exec timeout_sec accepted; a smaller positive budget (1e-10, 1e-300) is below what the daemon's timer can honour and would round to no timeout at all, so it is 400 malformed_request naming this minimum rather than silently unbounded"},
 	{Name: "open_body_timeout_secs", Env: "AGENTD_OPEN_BODY_TIMEOUT_SECS", Default: DefaultOpenBodyTimeoutSecs, Description: "seconds an unauthenticated request body (the run hook's, or one refused before authentication) may take to arrive; past it the connection is closed, so a slow body cannot hold a connection open"},
 	{Name: "output_linger_secs", Env: "AGENTD_OUTPUT_LINGER_SECS", Default: DefaultOutputLingerSecs, Description: "seconds to keep draining pipes after the child exits, for grandchildren still holding them"},
 	{Name: "poll_hold_secs", Env: "AGENTD_POLL_HOLD_SECS", Default: DefaultPollHoldSecs, Description: "seconds a poll of a running exec waits for the exec to exit before it answers running; it answers as soon as the exec exits, so the first poll of a short command usually carries its outcome instead of sending the poller into its backoff, and a running answer, which carries nothing but the phase, comes at most this much later; 0 answers at once"},
@@ -202,16 +210,20 @@ type LimitSet struct {
 	KillGrace          time.Duration // kill_grace_secs (AGENTD_KILL_GRACE_SECS)
 	ListPageDefault    int64         // list_page_default
 	MaxBodyBytes       int64         // max_body_bytes (AGENTD_MAX_BODY_BYTES)
+	MaxConnections     int64         // max_connections (AGENTD_MAX_CONNECTIONS)
 	MaxDrainBytes      int64         // max_drain_bytes (AGENTD_MAX_DRAIN_BYTES)
 	MaxExecIDBytes     int64         // max_exec_id_bytes (AGENTD_MAX_EXEC_ID_BYTES)
 	MaxHeaderBytes     int64         // max_header_bytes (AGENTD_MAX_HEADER_BYTES)
 	MaxListPage        int64         // max_list_page
 	MaxOpenBodies      int64         // max_open_bodies (AGENTD_MAX_OPEN_BODIES)
 	MaxOutputBytes     int64         // max_output_bytes (AGENTD_MAX_OUTPUT_BYTES)
+	MaxPtys            int64         // max_ptys (AGENTD_MAX_PTYS)
 	MaxStartBodyBytes  int64         // max_start_body_bytes (AGENTD_MAX_START_BODY_BYTES)
 	MaxStdinWriteBytes int64         // max_stdin_write_bytes (AGENTD_MAX_STDIN_WRITE_BYTES)
 	MaxTarBytes        int64         // max_tar_bytes (AGENTD_MAX_TAR_BYTES)
 	MaxTarMembers      int64         // max_tar_members (AGENTD_MAX_TAR_MEMBERS)
+	MaxWatches         int64         // max_watches (AGENTD_MAX_WATCHES)
+	MinTimeout         time.Duration // min_timeout_secs
 	OpenBodyTimeout    time.Duration // open_body_timeout_secs (AGENTD_OPEN_BODY_TIMEOUT_SECS)
 	OutputLinger       time.Duration // output_linger_secs (AGENTD_OUTPUT_LINGER_SECS)
 	PollHold           time.Duration // poll_hold_secs (AGENTD_POLL_HOLD_SECS)
@@ -248,6 +260,8 @@ func (l *LimitSet) SetLimit(name string, v float64) bool {
 		l.ListPageDefault = int64(v)
 	case "max_body_bytes":
 		l.MaxBodyBytes = int64(v)
+	case "max_connections":
+		l.MaxConnections = int64(v)
 	case "max_drain_bytes":
 		l.MaxDrainBytes = int64(v)
 	case "max_exec_id_bytes":
@@ -260,6 +274,8 @@ func (l *LimitSet) SetLimit(name string, v float64) bool {
 		l.MaxOpenBodies = int64(v)
 	case "max_output_bytes":
 		l.MaxOutputBytes = int64(v)
+	case "max_ptys":
+		l.MaxPtys = int64(v)
 	case "max_start_body_bytes":
 		l.MaxStartBodyBytes = int64(v)
 	case "max_stdin_write_bytes":
@@ -268,6 +284,10 @@ func (l *LimitSet) SetLimit(name string, v float64) bool {
 		l.MaxTarBytes = int64(v)
 	case "max_tar_members":
 		l.MaxTarMembers = int64(v)
+	case "max_watches":
+		l.MaxWatches = int64(v)
+	case "min_timeout_secs":
+		l.MinTimeout = SecondsDuration(v)
 	case "open_body_timeout_secs":
 		l.OpenBodyTimeout = SecondsDuration(v)
 	case "output_linger_secs":
@@ -310,6 +330,8 @@ func (l *LimitSet) LimitValue(name string) (float64, bool) {
 		return float64(l.ListPageDefault), true
 	case "max_body_bytes":
 		return float64(l.MaxBodyBytes), true
+	case "max_connections":
+		return float64(l.MaxConnections), true
 	case "max_drain_bytes":
 		return float64(l.MaxDrainBytes), true
 	case "max_exec_id_bytes":
@@ -322,6 +344,8 @@ func (l *LimitSet) LimitValue(name string) (float64, bool) {
 		return float64(l.MaxOpenBodies), true
 	case "max_output_bytes":
 		return float64(l.MaxOutputBytes), true
+	case "max_ptys":
+		return float64(l.MaxPtys), true
 	case "max_start_body_bytes":
 		return float64(l.MaxStartBodyBytes), true
 	case "max_stdin_write_bytes":
@@ -330,6 +354,10 @@ func (l *LimitSet) LimitValue(name string) (float64, bool) {
 		return float64(l.MaxTarBytes), true
 	case "max_tar_members":
 		return float64(l.MaxTarMembers), true
+	case "max_watches":
+		return float64(l.MaxWatches), true
+	case "min_timeout_secs":
+		return l.MinTimeout.Seconds(), true
 	case "open_body_timeout_secs":
 		return l.OpenBodyTimeout.Seconds(), true
 	case "output_linger_secs":

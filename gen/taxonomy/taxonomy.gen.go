@@ -346,6 +346,7 @@ const (
 	SlugNotATty            = "not_a_tty"
 	SlugUnknownSignal      = "unknown_signal"
 	SlugMetricsUnavailable = "metrics_unavailable"
+	SlugAtCapacity         = "at_capacity"
 )
 
 // DaemonErrors lists every slug with the status it is sent with.
@@ -368,6 +369,7 @@ var DaemonErrors = []DaemonError{
 	{Slug: SlugNotATty, Status: 409, WireKind: WireConflict, Meaning: "the exec was started without tty, so it has no terminal"},
 	{Slug: SlugUnknownSignal, Status: 400, WireKind: WireProtocolError, Meaning: "the signal name is not in the closed set SignalName lists"},
 	{Slug: SlugMetricsUnavailable, Status: 500, WireKind: WireServerError, Meaning: "a /proc file the metrics sample needs is missing or unreadable"},
+	{Slug: SlugAtCapacity, Status: 429, WireKind: WireServerError, Meaning: "a declared cap on a per-request kernel object is full (limits.max_watches watch streams, limits.max_ptys terminals); nothing was created"},
 }
 
 // SlugStatus is the HTTP status the daemon sends slug with (each slug has
@@ -451,6 +453,16 @@ const (
 	LocalGuestWritableMiB = 4096
 	// LocalGuestMaxPids: most processes and threads one local guest may hold at once.
 	LocalGuestMaxPids = 4096
+	// MaxPoolSize: most sandboxes a sandbox.Pool keeps launched and suspended (its N).
+	MaxPoolSize = 64
+	// MaxFleetCount: most sandboxes one RunMany or `microvm run --count` launches.
+	MaxFleetCount = 256
+	// MaxFleetParallel: most launches (and runs) a fleet, or a pool's refill, has in flight at once (its K).
+	MaxFleetParallel = 32
+	// DefaultFleetParallel: the concurrency bound of a fleet or a pool's refill when none is given.
+	DefaultFleetParallel = 4
+	// FleetLaunchAttempts: launches a fleet or pool tries for one sandbox while the control plane throttles (each after the SDK retryer's own attempts), backing off between them as that retryer does.
+	FleetLaunchAttempts = 6
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
 	ImageNamePattern = "[a-zA-Z0-9-_]+"
 	// VersionPattern: Version.pattern. Finding: image-version-form.

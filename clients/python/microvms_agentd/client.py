@@ -251,7 +251,7 @@ class Client:
         _resp = self._send("POST", _path, _query, _data, "application/json", bearer=True, stream=False, operation="execStart")
         _status = _resp.status
         if _status < 200 or _status >= 300:
-            raise _api_error("execStart", _resp, json_statuses=(400, 500))
+            raise _api_error("execStart", _resp, json_statuses=(400, 429, 500))
         if _status == 200:
             v = json.loads(_read_all(_resp))
             return (None if v is None else StartResponse.from_dict(v))
@@ -548,7 +548,7 @@ class Client:
         _resp = self._send("GET", _path, _query, _data, "", bearer=True, stream=True, operation="fsWatch")
         _status = _resp.status
         if _status < 200 or _status >= 300:
-            raise _api_error("fsWatch", _resp, json_statuses=(400, 404, 500))
+            raise _api_error("fsWatch", _resp, json_statuses=(400, 404, 429, 500))
         if _status == 200:
             return EventStream(_resp, lambda v: (None if v is None else WatchSSEEvent.from_dict(v)))
         raise _api_error("fsWatch", _resp, json_statuses=())

@@ -20,16 +20,20 @@ LIMITS: Dict[str, float] = {
     "kill_grace_secs": 10,
     "list_page_default": 1000,
     "max_body_bytes": 536870912,
+    "max_connections": 1024,
     "max_drain_bytes": 65536,
     "max_exec_id_bytes": 1024,
     "max_header_bytes": 65536,
     "max_list_page": 10000,
     "max_open_bodies": 16,
     "max_output_bytes": 8388608,
+    "max_ptys": 64,
     "max_start_body_bytes": 1048576,
     "max_stdin_write_bytes": 1048576,
     "max_tar_bytes": 8589934592,
     "max_tar_members": 100000,
+    "max_watches": 16,
+    "min_timeout_secs": 0.001,
     "open_body_timeout_secs": 10,
     "output_linger_secs": 5,
     "poll_hold_secs": 0.02,
@@ -158,6 +162,32 @@ class ErrorAckConflict:
         return cls(
             error=_required(d, "error", "ErrorAckConflict"),
             detail=_required(d, "detail", "ErrorAckConflict"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class ErrorAtCapacity:
+    """ErrorBody of a 429: a declared cap on a per-request kernel object (watches, terminals) is full"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "at_capacity",
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorAtCapacity:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorAtCapacity: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorAtCapacity"),
+            detail=_required(d, "detail", "ErrorAtCapacity"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -1479,7 +1509,7 @@ class StartRequest:
     user: Optional[int] = None
     # numeric gid to run as; absent keeps the daemon's gid
     group: Optional[int] = None
-    # wall-clock budget in seconds, checked before spawning; absent means none
+    # wall-clock budget in seconds, checked before spawning; absent means none; below limits.min_timeout_secs (0.001) is 400, never rounded to no timeout
     timeout_sec: Optional[float] = None
     # give the child a writable stdin pipe; otherwise stdin is /dev/null
     stdin: bool = False

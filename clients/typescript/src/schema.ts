@@ -578,7 +578,7 @@ export interface components {
             group?: number | null;
             /**
              * Format: double
-             * @description wall-clock budget in seconds, checked before spawning; absent means none
+             * @description wall-clock budget in seconds, checked before spawning; absent means none; below limits.min_timeout_secs (0.001) is 400, never rounded to no timeout
              */
             timeout_sec?: number | null;
             /**
@@ -1069,6 +1069,11 @@ export interface components {
             /** @enum {string} */
             error?: "fs_failed";
         };
+        /** @description ErrorBody of a 429: a declared cap on a per-request kernel object (watches, terminals) is full */
+        ErrorAtCapacity: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "at_capacity";
+        };
         /** @description ErrorBody of a 400 from an fs operation: a malformed query, or a non-directory where a directory is needed */
         ErrorFsRefused: components["schemas"]["ErrorBody"] & {
             /** @enum {string} */
@@ -1178,6 +1183,22 @@ export interface components {
                 "application/json": components["schemas"]["ErrorUnknownExec"];
             };
         };
+        /** @description a declared cap on a per-request kernel object is full; nothing was created, and the same request succeeds once one of the others ends */
+        AtCapacity: {
+            headers: {
+                "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "at_capacity",
+                 *       "detail": "16 watches are open (limits.max_watches); retry when one ends"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorAtCapacity"];
+            };
+        };
         /** @description the target filesystem is below the disk reserve (the text gives free and reserved bytes), or it ran out of space or quota during the write (ENOSPC, EDQUOT); the file that was at the path is unchanged, and the write should not be blindly retried */
         InsufficientStorage: {
             headers: {
@@ -1257,7 +1278,7 @@ export interface components {
     parameters: {
         /** @description the caller-minted exec_id given at start */
         ExecID: string;
-        /** @description absolute path in the guest; missing is 400, never 404 */
+        /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
         FsPath: string;
     };
     requestBodies: never;
@@ -1324,6 +1345,7 @@ export type WatchSSEChange = components['schemas']['WatchSSEChange'];
 export type ErrorPathNotFound = components['schemas']['ErrorPathNotFound'];
 export type ErrorPathExists = components['schemas']['ErrorPathExists'];
 export type ErrorFsFailed = components['schemas']['ErrorFsFailed'];
+export type ErrorAtCapacity = components['schemas']['ErrorAtCapacity'];
 export type ErrorFsRefused = components['schemas']['ErrorFsRefused'];
 export type ErrorMoveInTheWay = components['schemas']['ErrorMoveInTheWay'];
 export type ErrorDirectoryNotEmpty = components['schemas']['ErrorDirectoryNotEmpty'];
@@ -1338,6 +1360,7 @@ export type ResponseNotBootstrapped = components['responses']['NotBootstrapped']
 export type ResponseStartBodyTooLarge = components['responses']['StartBodyTooLarge'];
 export type ResponseBodyTooLarge = components['responses']['BodyTooLarge'];
 export type ResponseUnknownExecError = components['responses']['UnknownExecError'];
+export type ResponseAtCapacity = components['responses']['AtCapacity'];
 export type ResponseInsufficientStorage = components['responses']['InsufficientStorage'];
 export type ResponseFsMalformed = components['responses']['FsMalformed'];
 export type ResponseFsPathNotFound = components['responses']['FsPathNotFound'];
@@ -1528,6 +1551,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             413: components["responses"]["StartBodyTooLarge"];
+            429: components["responses"]["AtCapacity"];
             /** @description the child could not be spawned (for example argv[0] does not exist); deliberately not 404, which means an unknown exec */
             500: {
                 headers: {
@@ -2121,7 +2145,7 @@ export interface operations {
     fsReadFile: {
         parameters: {
             query: {
-                /** @description absolute path in the guest; missing is 400, never 404 */
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
                 path: components["parameters"]["FsPath"];
                 /** @description first line to return, counting from 1; absent means 1, and 0 is refused */
                 start_line?: number;
@@ -2188,7 +2212,7 @@ export interface operations {
     fsWriteFile: {
         parameters: {
             query: {
-                /** @description absolute path in the guest; missing is 400, never 404 */
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
                 path: components["parameters"]["FsPath"];
                 /** @description octal permission bits for the file, as text (0644, 644 and 0o644 are the same); at most 07777 */
                 mode?: string;
@@ -2248,7 +2272,7 @@ export interface operations {
     fsReadTar: {
         parameters: {
             query: {
-                /** @description absolute path in the guest; missing is 400, never 404 */
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
                 path: components["parameters"]["FsPath"];
             };
             header?: never;
@@ -2318,7 +2342,7 @@ export interface operations {
     fsWriteTar: {
         parameters: {
             query: {
-                /** @description absolute path in the guest; missing is 400, never 404 */
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
                 path: components["parameters"]["FsPath"];
             };
             header?: never;
@@ -2380,7 +2404,7 @@ export interface operations {
     fsStat: {
         parameters: {
             query: {
-                /** @description absolute path in the guest; missing is 400, never 404 */
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
                 path: components["parameters"]["FsPath"];
             };
             header?: never;
@@ -2421,7 +2445,7 @@ export interface operations {
     fsList: {
         parameters: {
             query: {
-                /** @description absolute path in the guest; missing is 400, never 404 */
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
                 path: components["parameters"]["FsPath"];
                 /** @description how many levels to descend; 1 (the default) lists the directory's own entries, 2 adds their children, and so on */
                 depth?: number;
@@ -2500,7 +2524,7 @@ export interface operations {
     fsMkdir: {
         parameters: {
             query: {
-                /** @description absolute path in the guest; missing is 400, never 404 */
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
                 path: components["parameters"]["FsPath"];
                 /** @description octal permission bits for directories this call creates, as text, before the umask; absent means 0755 */
                 mode?: string;
@@ -2554,7 +2578,7 @@ export interface operations {
             query: {
                 /** @description the path to move; path rules as for path */
                 from: string;
-                /** @description the new path; its parent must exist */
+                /** @description the new path, absolute; its parent must exist */
                 to: string;
                 /** @description true lets the move replace what is at to (a directory only by an empty directory); absent or false refuses with 409 path_exists, checked atomically by the kernel */
                 replace?: boolean;
@@ -2622,7 +2646,7 @@ export interface operations {
     fsWatch: {
         parameters: {
             query: {
-                /** @description absolute path in the guest; missing is 400, never 404 */
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
                 path: components["parameters"]["FsPath"];
                 /** @description true watches every directory under path too */
                 recursive?: boolean;
@@ -2671,6 +2695,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["FsPathNotFound"];
+            429: components["responses"]["AtCapacity"];
             500: components["responses"]["FsFailed"];
             503: components["responses"]["NotBootstrapped"];
         };
@@ -2678,7 +2703,7 @@ export interface operations {
     fsRemove: {
         parameters: {
             query: {
-                /** @description absolute path in the guest; missing is 400, never 404 */
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
                 path: components["parameters"]["FsPath"];
                 /** @description true removes a directory with everything under it; absent or false refuses a non-empty directory with 409 directory_not_empty */
                 recursive?: boolean;
@@ -2828,6 +2853,7 @@ export const watchSSEChangeEventValues: ReadonlyArray<FlattenedDeepRequired<comp
 export const errorPathNotFoundErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorPathNotFound"]["error"]> = ["path_not_found"];
 export const errorPathExistsErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorPathExists"]["error"]> = ["path_exists"];
 export const errorFsFailedErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorFsFailed"]["error"]> = ["fs_failed"];
+export const errorAtCapacityErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorAtCapacity"]["error"]> = ["at_capacity"];
 export const errorFsRefusedErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorFsRefused"]["error"]> = ["malformed_request", "not_a_directory"];
 export const errorMoveInTheWayErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorMoveInTheWay"]["error"]> = ["path_exists", "directory_not_empty"];
 export const errorDirectoryNotEmptyErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorDirectoryNotEmpty"]["error"]> = ["directory_not_empty"];

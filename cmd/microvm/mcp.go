@@ -1,0 +1,538 @@
+package main
+
+// `microvm mcp` (api/mcp.yaml): sandboxes as Model Context Protocol tools,
+// served with the official Go SDK over stdio or streamable HTTP. The tools,
+// their JSON Schemas and the limits come from gen/mcpapi; the SDK validates
+// every call's arguments and every structured result against those schemas.
+//
+// Every sandbox belongs to the client session that created it: another
+// session cannot name it, and it is terminated when that session ends (stdin
+// closes, an HTTP session is deleted or idles out) or the server is
+// interrupted, with a teardown report on stderr, the server's log.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/gen/mcpapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// McpCmd serves the tools of api/mcp.yaml until its client goes (stdio) or
+// it is interrupted.
+type McpCmd struct {
+	HTTP             string `name:"http" help:"Serve streamable HTTP at http://ADDR/mcp instead of stdio; ADDR is host:port on loopback unless --allow-remote." placeholder:"ADDR"`
+	AllowRemote      bool   `name:"allow-remote" help:"Let --http listen on a non-loopback address. Anyone who reaches it can run commands in sandboxes this server pays for; put authentication in front."`
+	Image            string `help:"The image sandbox_create launches when a call names none (AWS or a control endpoint): its ARN or name." env:"MICROVM_IMAGE" placeholder:"IDENTIFIER"`
+	ExecutionRoleARN string `name:"execution-role-arn" help:"IAM role the MicroVMs run as (AWS)." env:"MICROVM_EXECUTION_ROLE_ARN" placeholder:"ARN"`
+	LifecycleFlags
+}
+
+// mcpSessionProtocols are the MCP versions the server speaks: the ones with
+// a session. From 2026-07-28 streamable HTTP is sessionless, and a sandbox
+// must belong to a session that ends, or nothing would ever tear it down.
+func mcpSessionProtocols() []string {
+	var vs []string
+	for _, v := range mcp.SupportedProtocolVersions() {
+		if v < "2026-07-28" {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+func (c *McpCmd) run(ctx context.Context, a *app) (*result, error) {
+	if c.HTTP != "" {
+		if err := checkListen(c.HTTP, c.AllowRemote); err != nil {
+			return nil, err
+		}
+	}
+	p, err := c.open(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	s := &mcpServer{a: a, p: p, image: c.Image, role: c.ExecutionRoleARN, agentd: c.Agentd,
+		sessions: map[*mcp.ServerSession]*mcpSession{}, sizeImages: map[int64]string{}}
+	srv := s.server()
+	why := "the client closed the session"
+	if c.HTTP == "" {
+		err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}})
+		if ctx.Err() != nil {
+			why = "the server was interrupted"
+		}
+	} else {
+		err = s.serveHTTP(ctx, srv, c.HTTP)
+		why = "the server was interrupted"
+	}
+	s.closeAll(why)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+		return nil, client.Errorf(taxonomy.KindUnexpected, "", "mcp: %v", err)
+	}
+	return &result{written: true}, nil
+}
+
+// checkListen refuses a non-loopback --http address unless asked for.
+func checkListen(addr string, allowRemote bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return invalidArg("", "--http %q is not host:port: %v", addr, err)
+	}
+	if allowRemote {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return invalidArg("", "--http %q is not a loopback address: anyone who reaches it could run commands in these sandboxes; use 127.0.0.1:PORT, or pass --allow-remote behind your own authentication", addr)
+	}
+	return nil
+}
+
+func (s *mcpServer) serveHTTP(ctx context.Context, srv *mcp.Server, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return client.Errorf(taxonomy.KindPrecondition, "", "mcp: listening on %s: %v", addr, err)
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{SessionTimeout: mcpapi.HTTPSessionIdleSec * time.Second})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.logf("serving MCP over streamable HTTP at http://%s/mcp", ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+	}
+	// Sessions first: their calls in flight hold requests open, which a
+	// graceful shutdown would otherwise wait out.
+	s.closeAll("the server was interrupted")
+	// Every session is torn down and its calls cancelled: nothing is left
+	// to finish gracefully, and a client's open event stream would
+	// otherwise hold a Shutdown to its deadline.
+	_ = hs.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// mcpServer is one `microvm mcp` process: its control plane and the
+// sandboxes of every session.
+type mcpServer struct {
+	a      *app
+	p      *plane
+	image  string
+	role   string
+	agentd string
+
+	logMu sync.Mutex
+
+	imageMu    sync.Mutex
+	sizeImages map[int64]string // local mode: a size class's image, built once
+
+	mu       sync.Mutex
+	seq      int
+	sessions map[*mcp.ServerSession]*mcpSession
+	closing  bool
+}
+
+// mcpSession is one client session and the sandboxes it created.
+type mcpSession struct {
+	name   string
+	life   context.Context
+	cancel context.CancelFunc // stops every call in flight
+	done   chan struct{}      // closed when teardown finished
+
+	mu       sync.Mutex
+	closed   bool
+	creating int
+	boxes    map[string]*mcpBox
+	inflight sync.WaitGroup
+}
+
+type mcpBox struct {
+	sb      *sandbox.Sandbox
+	image   string
+	created time.Time
+}
+
+func (s *mcpServer) logf(format string, args ...any) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	fmt.Fprintf(s.a.stderr, "microvm mcp: "+format+"\n", args...)
+}
+
+// session is the state of ss, made on first sight; a watcher tears it down
+// when ss ends.
+func (s *mcpServer) session(ss *mcp.ServerSession) (*mcpSession, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.sessions[ss]; ok {
+		return st, nil
+	}
+	if s.closing {
+		return nil, client.Errorf(taxonomy.KindInterrupted, "", "the server is shutting down")
+	}
+	s.seq++
+	life, cancel := context.WithCancel(context.Background())
+	st := &mcpSession{name: fmt.Sprintf("session %d", s.seq), life: life, cancel: cancel, done: make(chan struct{}), boxes: map[string]*mcpBox{}}
+	s.sessions[ss] = st
+	go func() {
+		_ = ss.Wait()
+		s.endSession(st, "the client closed the session")
+	}()
+	return st, nil
+}
+
+// closeAll ends every session and waits for each teardown.
+func (s *mcpServer) closeAll(why string) {
+	s.mu.Lock()
+	s.closing = true
+	var all []*mcpSession
+	for _, st := range s.sessions {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	for _, st := range all {
+		s.endSession(st, why)
+	}
+	for _, st := range all {
+		<-st.done
+	}
+}
+
+// endSession stops the session's calls in flight and terminates every
+// sandbox it created, logging what each teardown did. It runs once.
+func (s *mcpServer) endSession(st *mcpSession, why string) {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
+	st.closed = true
+	st.mu.Unlock()
+	defer close(st.done)
+	st.cancel()
+	budget := time.Duration(mcpapi.TeardownBudgetSec) * time.Second
+	// A create in flight lands its sandbox in boxes, or terminates it
+	// itself once it sees the session closed; wait for those first.
+	waited := make(chan struct{})
+	go func() { st.inflight.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(budget):
+		s.logf("teardown (%s): calls still in flight after %s; terminating anyway", st.name, budget)
+	}
+	st.mu.Lock()
+	boxes := make([]*mcpBox, 0, len(st.boxes))
+	for _, b := range st.boxes {
+		boxes = append(boxes, b)
+	}
+	st.boxes = map[string]*mcpBox{}
+	st.mu.Unlock()
+	if len(boxes) == 0 {
+		s.logf("teardown (%s, %s): no sandbox to terminate", st.name, why)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	var wg sync.WaitGroup
+	lines := make([]string, len(boxes))
+	leaked := 0
+	var leakMu sync.Mutex
+	for i, b := range boxes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep := b.sb.Terminate(ctx, sandbox.TeardownOptions{})
+			if rep.Clean() {
+				lines[i] = b.sb.ID() + " terminated"
+				return
+			}
+			leakMu.Lock()
+			leaked++
+			leakMu.Unlock()
+			lines[i] = fmt.Sprintf("%s left %v", b.sb.ID(), rep.Leaked)
+		}()
+	}
+	wg.Wait()
+	s.logf("teardown (%s, %s): %d sandboxes, %d leaked: %s", st.name, why, len(boxes), leaked, strings.Join(lines, "; "))
+}
+
+// enter admits one call into the session, or refuses it once the session
+// is ending; the returned context also ends with the session.
+func (st *mcpSession) enter(ctx context.Context) (context.Context, func(), error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil, nil, client.Errorf(taxonomy.KindInterrupted, "", "this session is ending; its sandboxes are being terminated")
+	}
+	st.inflight.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(st.life, cancel)
+	return ctx, func() { stop(); cancel(); st.inflight.Done() }, nil
+}
+
+// box is the session's sandbox id, or a refusal naming the tool that lists them.
+func (st *mcpSession) box(id string) (*mcpBox, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if b, ok := st.boxes[id]; ok {
+		return b, nil
+	}
+	return nil, client.Errorf(taxonomy.KindInvalidArg, "", "no sandbox %q in this session (sandbox_list names them; a sandbox belongs to the session that created it)", id)
+}
+
+// toolDecl is the tool's declaration in gen/mcpapi.
+func toolDecl(name string) *mcp.Tool {
+	i := slices.IndexFunc(mcpapi.Tools, func(t mcpapi.Tool) bool { return t.Name == name })
+	if i < 0 {
+		panic("mcp: tool " + name + " is not declared in api/mcp.yaml")
+	}
+	t := mcpapi.Tools[i]
+	destructive := t.Destructive
+	openWorld := false
+	return &mcp.Tool{Name: t.Name, Title: t.Title, Description: t.Description,
+		InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
+		Annotations: &mcp.ToolAnnotations{Title: t.Title, ReadOnlyHint: t.ReadOnly, DestructiveHint: &destructive,
+			IdempotentHint: t.Idempotent, OpenWorldHint: &openWorld}}
+}
+
+// mcpHandler is one tool's behaviour: its structured result and its text
+// rendering.
+type mcpHandler[In, Out any] func(ctx context.Context, req *mcp.CallToolRequest, st *mcpSession, in In) (Out, string, error)
+
+// addTool registers the declared tool name with h. The SDK validates the
+// arguments against the declared input schema before h runs and the result
+// against the output schema after; an error becomes a tool error (isError)
+// whose text leads with the error's stable code.
+func addTool[In, Out any](s *mcpServer, srv *mcp.Server, name string, h mcpHandler[In, Out]) {
+	mcp.AddTool(srv, toolDecl(name), func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		var zero Out
+		st, err := s.session(req.Session)
+		if err != nil {
+			return nil, zero, toolError(err)
+		}
+		ctx, leave, err := st.enter(ctx)
+		if err != nil {
+			return nil, zero, toolError(err)
+		}
+		defer leave()
+		out, text, err := h(ctx, req, st, in)
+		if err != nil {
+			return nil, zero, toolError(err)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+	})
+}
+
+// toolError is the error an agent reads: the stable code, then the message.
+func toolError(err error) error {
+	ce := asClientError(err)
+	return fmt.Errorf("%s: %s", ce.Code(), ce.Error())
+}
+
+func (s *mcpServer) server() *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: mcpapi.ServerName, Title: mcpapi.ServerTitle, Version: version},
+		&mcp.ServerOptions{
+			Instructions:              mcpapi.ServerInstructions,
+			SupportedProtocolVersions: mcpSessionProtocols(),
+			Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+			InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) {
+				if st, err := s.session(req.Session); err == nil {
+					who := "a client"
+					if ip := req.Session.InitializeParams(); ip != nil && ip.ClientInfo != nil {
+						who = ip.ClientInfo.Name
+					}
+					s.logf("%s: %s connected", st.name, who)
+				}
+			},
+		})
+	addTool(s, srv, mcpapi.ToolSandboxCreate, s.create)
+	addTool(s, srv, mcpapi.ToolSandboxExec, s.exec)
+	addTool(s, srv, mcpapi.ToolSandboxWriteFile, s.writeFile)
+	addTool(s, srv, mcpapi.ToolSandboxReadFile, s.readFile)
+	addTool(s, srv, mcpapi.ToolSandboxListFiles, s.listFiles)
+	addTool(s, srv, mcpapi.ToolSandboxSuspend, s.suspend)
+	addTool(s, srv, mcpapi.ToolSandboxResume, s.resume)
+	addTool(s, srv, mcpapi.ToolSandboxTerminate, s.terminate)
+	addTool(s, srv, mcpapi.ToolSandboxList, s.list)
+	return srv
+}
+
+func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxCreateArgs) (mcpapi.SandboxCreateResult, string, error) {
+	var out mcpapi.SandboxCreateResult
+	if in.SizeMib != 0 && (s.p.emu == nil || in.Image != "") {
+		return out, "", invalidArg(taxonomy.SizeClassFinding, "size_mib %d: an image's size class is fixed when it is built (microvm build --memory), so size_mib only applies to the local default image", in.SizeMib)
+	}
+	// The cap counts creates in flight, so concurrent calls cannot pass it together.
+	st.mu.Lock()
+	if n := len(st.boxes) + st.creating; n >= mcpapi.MaxLiveSandboxes {
+		st.mu.Unlock()
+		return out, "", client.Errorf(taxonomy.KindPrecondition, "", "this session already holds %d sandboxes, the most it may (max_live_sandboxes in api/mcp.yaml); terminate one with sandbox_terminate first", n)
+	}
+	st.creating++
+	st.mu.Unlock()
+	defer func() {
+		st.mu.Lock()
+		st.creating--
+		st.mu.Unlock()
+	}()
+	o := sandbox.Options{Env: in.Env, Connectors: cplane.Connectors{InternetEgress: in.Egress}, ExecutionRoleARN: s.role}
+	image, err := s.imageFor(ctx, in)
+	if err != nil {
+		return out, "", err
+	}
+	var sb *sandbox.Sandbox
+	if s.p.emu != nil && image == "" {
+		image = "the local default image"
+		sb, err = s.p.emu.Launch(ctx, o)
+	} else {
+		o.Image, o.ImageName = image, image
+		if strings.HasPrefix(image, "arn:") {
+			_, o.ImageName, _ = strings.Cut(image, ":microvm-image:")
+		}
+		o.Wait = s.p.wait(10 * time.Minute)
+		sb, err = sandbox.Launch(ctx, s.p.cp, o)
+	}
+	if sb != nil {
+		// Whatever the launch answered, a MicroVM exists: the session owns
+		// it, or tears it down here when the session ended meanwhile.
+		st.mu.Lock()
+		if st.closed {
+			st.mu.Unlock()
+			rep := sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{})
+			s.logf("teardown (%s): %s, launched as the session ended, terminated (leaked %v)", st.name, sb.ID(), rep.Leaked)
+			return out, "", client.Errorf(taxonomy.KindInterrupted, "", "the session ended during the launch; %s was terminated", sb.ID())
+		}
+		st.boxes[sb.ID()] = &mcpBox{sb: sb, image: image, created: time.Now().UTC()}
+		out.LiveSandboxes = int64(len(st.boxes))
+		st.mu.Unlock()
+	}
+	if err != nil {
+		if sb != nil {
+			return out, "", fmt.Errorf("%w (sandbox %s is kept in this session so sandbox_terminate can clean it up)", err, sb.ID())
+		}
+		return out, "", err
+	}
+	s.logf("%s: created %s from %s", st.name, sb.ID(), image)
+	out.SandboxID, out.State, out.Image, out.MaxLiveSandboxes = sb.ID(), string(sb.Lifecycle()), image, mcpapi.MaxLiveSandboxes
+	return out, fmt.Sprintf("sandbox %s is %s (image %s); this session holds %d of at most %d", sb.ID(), sb.Lifecycle(), image, out.LiveSandboxes, out.MaxLiveSandboxes), nil
+}
+
+// imageFor is the image a create launches: the call's, the server's
+// --image, or in local mode an image of the asked size class ("" for the
+// emulator's default image).
+func (s *mcpServer) imageFor(ctx context.Context, in mcpapi.SandboxCreateArgs) (string, error) {
+	local := s.p.emu != nil
+	image := in.Image
+	if image == "" {
+		image = s.image
+	}
+	if image != "" {
+		arn, _, err := s.p.resolveImage(ctx, image)
+		return arn, err
+	}
+	if !local {
+		return "", client.Errorf(taxonomy.KindPrecondition, "", "no image: pass image to sandbox_create, or start the server with --image (MICROVM_IMAGE); `microvm build` makes one")
+	}
+	if in.SizeMib == 0 || in.SizeMib == taxonomy.DefaultBaselineMiB {
+		return "", nil
+	}
+	s.imageMu.Lock()
+	defer s.imageMu.Unlock()
+	if arn, ok := s.sizeImages[in.SizeMib]; ok {
+		return arn, nil
+	}
+	res, err := s.p.buildImage(ctx, ImageFlags{Memory: int(in.SizeMib), Port: taxonomy.DefaultAgentPort}, InfraFlags{}, "", s.agentd, "", true, nil)
+	if err != nil {
+		return "", err
+	}
+	s.sizeImages[in.SizeMib] = res.ImageARN
+	return res.ImageARN, nil
+}
+
+func (s *mcpServer) suspend(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxSuspendArgs) (mcpapi.SandboxSuspendResult, string, error) {
+	b, err := st.box(in.SandboxID)
+	if err != nil {
+		return mcpapi.SandboxSuspendResult{}, "", err
+	}
+	if err := b.sb.Suspend(ctx); err != nil {
+		return mcpapi.SandboxSuspendResult{}, "", err
+	}
+	return mcpapi.SandboxSuspendResult{SandboxID: b.sb.ID(), State: string(b.sb.Lifecycle())}, fmt.Sprintf("sandbox %s is %s", b.sb.ID(), b.sb.Lifecycle()), nil
+}
+
+func (s *mcpServer) resume(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxResumeArgs) (mcpapi.SandboxResumeResult, string, error) {
+	b, err := st.box(in.SandboxID)
+	if err != nil {
+		return mcpapi.SandboxResumeResult{}, "", err
+	}
+	if err := b.sb.Resume(ctx); err != nil {
+		return mcpapi.SandboxResumeResult{}, "", err
+	}
+	return mcpapi.SandboxResumeResult{SandboxID: b.sb.ID(), State: string(b.sb.Lifecycle())}, fmt.Sprintf("sandbox %s is %s", b.sb.ID(), b.sb.Lifecycle()), nil
+}
+
+func (s *mcpServer) terminate(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxTerminateArgs) (mcpapi.SandboxTerminateResult, string, error) {
+	b, err := st.box(in.SandboxID)
+	if err != nil {
+		return mcpapi.SandboxTerminateResult{}, "", err
+	}
+	// Teardown outlives the caller's cancel: a half-done one is the worst leak.
+	rep := b.sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{})
+	out := mcpapi.SandboxTerminateResult{SandboxID: b.sb.ID(), State: string(b.sb.Lifecycle()), Leaked: []string{}}
+	for _, l := range rep.Leaked {
+		out.Leaked = append(out.Leaked, l.String())
+	}
+	if rep.Clean() {
+		st.mu.Lock()
+		delete(st.boxes, in.SandboxID)
+		st.mu.Unlock()
+	}
+	s.logf("%s: terminated %s (leaked %v)", st.name, b.sb.ID(), out.Leaked)
+	text := fmt.Sprintf("sandbox %s is %s", b.sb.ID(), b.sb.Lifecycle())
+	if len(out.Leaked) > 0 {
+		text += "; left behind: " + strings.Join(out.Leaked, "; ")
+	}
+	return out, text, nil
+}
+
+func (s *mcpServer) list(_ context.Context, _ *mcp.CallToolRequest, st *mcpSession, _ mcpapi.SandboxListArgs) (mcpapi.SandboxListResult, string, error) {
+	st.mu.Lock()
+	out := mcpapi.SandboxListResult{Sandboxes: []mcpapi.Sandbox{}, MaxLiveSandboxes: mcpapi.MaxLiveSandboxes}
+	for _, b := range st.boxes {
+		out.Sandboxes = append(out.Sandboxes, mcpapi.Sandbox{SandboxID: b.sb.ID(), State: string(b.sb.Lifecycle()), Image: b.image, CreatedAt: b.created.Format(time.RFC3339)})
+	}
+	st.mu.Unlock()
+	slices.SortFunc(out.Sandboxes, func(x, y mcpapi.Sandbox) int {
+		return strings.Compare(x.CreatedAt+x.SandboxID, y.CreatedAt+y.SandboxID)
+	})
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of at most %d sandboxes", len(out.Sandboxes), out.MaxLiveSandboxes)
+	for _, sb := range out.Sandboxes {
+		fmt.Fprintf(&b, "\n%s %s (image %s, created %s)", sb.SandboxID, sb.State, sb.Image, sb.CreatedAt)
+	}
+	return out, b.String(), nil
+}

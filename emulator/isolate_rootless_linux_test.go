@@ -1,0 +1,100 @@
+//go:build linux
+
+package emulator
+
+// Local mode as an ordinary user, and the refusals of a host that forbids
+// unprivileged user namespaces.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Catches: local mode that still needs root (the old refusal of an
+// unprivileged host), and a rootless guest whose root is not confined to
+// the caller's own uid. The test binary re-runs itself as nobody, with a
+// fresh HOME and TMPDIR, to be that host.
+func TestUnprivilegedHostRunsConfinedGuests(t *testing.T) {
+	if os.Getenv("EMULATOR_UNPRIVILEGED_CHILD") == "1" {
+		unprivilegedChild(t)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to become an unprivileged user")
+	}
+	dir, err := os.MkdirTemp("", "emulator-rootless-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "emulator.test")
+	for src, dst := range map[string]string{self: bin, agentdBin: filepath.Join(dir, "agentd")} {
+		raw, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, raw, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "-test.run=^TestUnprivilegedHostRunsConfinedGuests$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = []string{"EMULATOR_UNPRIVILEGED_CHILD=1", "EMULATOR_UNPRIVILEGED_CHILD_AGENTD=" + filepath.Join(dir, "agentd"), "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir, "HOME=" + dir}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the unprivileged run failed: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "rootless-checked") {
+		t.Fatalf("the unprivileged run did not reach its checks:\n%s", out)
+	}
+}
+
+func unprivilegedChild(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("CheckIsolation as an unprivileged user: %v, want nil (user namespaces are enabled here)", err)
+	}
+	s, base := isolated(t)
+	vm := launchGuest(t, s, base, false)
+	sess := session(t, base, vm)
+	if got := mustSh(t, sess, "id -u"); got != "0" {
+		t.Errorf("the guest's uid is %s, want 0 (root of its own namespace)", got)
+	}
+	_, pid := startSleeper(t, sess, "rootless-")
+	if uid := hostUIDOf(t, pid); uid != os.Getuid() {
+		t.Errorf("the guest's process runs as host uid %d, want the caller's %d", uid, os.Getuid())
+	}
+	terminate(t, base, vm.MicrovmId)
+	fmt.Println("rootless-checked")
+}
+
+// Catches: a refusal that does not name the host setting that blocks
+// unprivileged user namespaces, or names the wrong one.
+func TestUserNamespaceRefusalNamesTheSetting(t *testing.T) {
+	for _, tc := range []struct {
+		files map[string]string
+		want  string
+	}{
+		{map[string]string{"/proc/sys/user/max_user_namespaces": "0"}, "user.max_user_namespaces"},
+		{map[string]string{"/proc/sys/user/max_user_namespaces": "100", "/proc/sys/kernel/unprivileged_userns_clone": "0"}, "kernel.unprivileged_userns_clone"},
+		{map[string]string{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "1"}, "apparmor_restrict_unprivileged_userns"},
+		{map[string]string{"/proc/sys/user/max_user_namespaces": "100", "/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "0"}, ""},
+	} {
+		got := userNamespacesRefusalFrom(func(p string) string { return tc.files[p] })
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("%v: %q, want it to name %q", tc.files, got, tc.want)
+		}
+	}
+}

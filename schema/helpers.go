@@ -1,0 +1,187 @@
+package schema
+
+// The helpers every generator shares: strict YAML decoding of api/ files,
+// Go identifiers from contract names, Go source for a generated file, the
+// Go types and structs of contract keys, and reading a YAML/JSON scalar.
+// A generator's own file holds only what that generator writes.
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// decodeStrict decodes api/<name> into v, refusing keys v does not declare so
+// a misspelt key fails generation instead of being silently dropped.
+func decodeStrict(root, name string, v any) error {
+	raw, err := os.ReadFile(filepath.Join(root, "api", name))
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("api/%s: %w", name, err)
+	}
+	return nil
+}
+
+// goIdent turns a slug like "run-hook-payload-ceiling" or "still_running"
+// into an exported Go identifier suffix ("RunHookPayloadCeiling").
+func goIdent(s string) string {
+	var b strings.Builder
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == '-' || r == '_' || r == ' ' }) {
+		if up := strings.ToUpper(part); initialisms[up] {
+			b.WriteString(up) // Go's initialisms: ExecTTLSecs, not ExecTtlSecs
+			continue
+		}
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	return b.String()
+}
+
+func constValue(typ string, n yaml.Node) (string, error) {
+	switch typ {
+	case "string":
+		return strconv.Quote(n.Value), nil
+	case "int":
+		if _, err := strconv.ParseInt(n.Value, 10, 64); err != nil {
+			return "", err
+		}
+		return n.Value, nil
+	}
+	return "", fmt.Errorf("unknown type %q", typ)
+}
+
+// goFile assembles a generated Go file. A body that opens with a
+// "// Package ..." comment block has that block placed above the package
+// clause, where go doc reads it as the package comment.
+func goFile(pkg, body string) []byte {
+	var doc string
+	if strings.HasPrefix(body, "// Package ") {
+		if end := strings.Index(body, "\n\n"); end >= 0 {
+			doc, body = body[:end+1], body[end+2:]
+		}
+	}
+	var b strings.Builder
+	b.WriteString(GeneratedHeader)
+	b.WriteString("\n")
+	b.WriteString(doc)
+	b.WriteString("package " + pkg + "\n\n")
+	b.WriteString(body)
+	return []byte(b.String())
+}
+
+// responseIdent turns "microvm.exec.stream" into "ExecStream".
+func responseIdent(typ string) string {
+	return goIdent(strings.ReplaceAll(strings.TrimPrefix(typ, "microvm."), ".", "_"))
+}
+
+// goFieldName turns a JSON key (camelCase, or the ledger's snake_case) into
+// an exported Go field name, spelling Go's initialisms in capitals word by
+// word: supportsJson -> SupportsJSON, totalUsd -> TotalUSD, image_arn ->
+// ImageARN, ok -> OK.
+func goFieldName(key string) string {
+	var words []string
+	for _, part := range strings.Split(key, "_") {
+		w := 0
+		for i := 1; i <= len(part); i++ {
+			if i == len(part) || (part[i] >= 'A' && part[i] <= 'Z') {
+				words = append(words, part[w:i])
+				w = i
+			}
+		}
+	}
+	var b strings.Builder
+	for _, word := range words {
+		if word == "" {
+			continue
+		}
+		if up := strings.ToUpper(word); initialisms[up] {
+			b.WriteString(up)
+			continue
+		}
+		b.WriteString(strings.ToUpper(word[:1]) + word[1:])
+	}
+	return b.String()
+}
+
+// goType is the Go type of a key. A ref is the named shape's generated type
+// (a pointer when the key is nullable); an object with no ref (the
+// manifest's JSON Schema) or a builtin shape stays any. An optional key, which
+// only a shape may hold, is a pointer so that absent (nil) and zero are told
+// apart: a ledger record's "closed": false is written, an unreadable one's
+// closed is absent.
+func goType(k CLIKey) string {
+	var t string
+	named := k.Ref != "" && !builtinShapes[k.Ref]
+	switch k.Type {
+	case "string":
+		t = "string"
+	case "integer":
+		t = "int64"
+	case "number":
+		t = "float64"
+	case "boolean":
+		t = "bool"
+	case "object":
+		if !named {
+			return "any"
+		}
+		t = shapeIdent(k.Ref)
+	case "array":
+		switch {
+		case k.Items == "string":
+			t = "[]string"
+		case k.Items == "integer":
+			t = "[]int64"
+		case named:
+			t = "[]" + shapeIdent(k.Ref)
+		default:
+			t = "[]any"
+		}
+		// A nullable array is a nil slice, which encodes as null.
+		if k.Optional {
+			return "*" + t
+		}
+		return t
+	}
+	if k.Nullable || k.Optional {
+		return "*" + t
+	}
+	return t
+}
+
+// shapeIdent is the Go type of a shape: costReport -> CostReport.
+func shapeIdent(name string) string { return goFieldName(name) }
+
+// writeStruct writes one struct: lead lines, then a field per key in the
+// YAML's order, which is the order the JSON keys are written in.
+func writeStruct(b *strings.Builder, name, doc string, lead []string, keys []CLIKey) {
+	fmt.Fprintf(b, "// %s %s\n", name, doc)
+	fmt.Fprintf(b, "type %s struct {\n", name)
+	for _, l := range lead {
+		b.WriteString(l)
+	}
+	for _, k := range keys {
+		if k.Doc != "" {
+			fmt.Fprintf(b, "\t// %s is %s\n", goFieldName(k.Name), k.Doc)
+		}
+		tag := k.Name
+		if k.Optional {
+			tag += ",omitempty"
+		}
+		fmt.Fprintf(b, "\t%s %s `json:%q`\n", goFieldName(k.Name), goType(k), tag)
+	}
+	b.WriteString("}\n\n")
+}
+
+func asString(v any) string {
+	s, _ := v.(string)
+	return s
+}
