@@ -508,3 +508,50 @@ func TestSnapshotCopiesAFileAtTheLinkLimit(t *testing.T) {
 		t.Fatalf("the copy's mode: %v", fi)
 	}
 }
+
+// Catches: a RUN that is not confined as a run-time guest is: without the
+// syscall filter or no_new_privs, in the host's user namespace (its root
+// the host's root), or in the host's network namespace (reaching the
+// host's interfaces without an egress connector).
+func TestBuildStepIsConfinedLikeAGuest(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	probe, err := escapeProbe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxDir := t.TempDir()
+	raw, err := os.ReadFile(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ctxDir, "escapeprobe"), raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	df := "FROM example.test/base:1\nCOPY escapeprobe /escapeprobe\n" +
+		`RUN /escapeprobe syscalls; echo "nnp=$(cat /proc/self/status | while read k v; do [ "$k" = NoNewPrivs: ] && echo $v; done)"; echo "uidmap=$(cat /proc/self/uid_map)"; echo "ifaces=$(cat /proc/net/dev | while read i rest; do case $i in *:) echo -n "$i";; esac; done)"` + "\n"
+	var out bytes.Buffer
+	_, err = BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte(df), Context: ctxDir, BaseImage: testimage.Base(t, false), Cache: t.TempDir(),
+		Progress: func(e BuildEvent) { out.Write(e.Output) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, name := range []string{"keyctl", "add_key", "userfaultfd", "perf_event_open", "io_uring_setup"} {
+		if !strings.Contains(got, name+" EPERM") {
+			t.Errorf("%s in a build step: want EPERM from the filter; the step said:\n%s", name, got)
+		}
+	}
+	if !strings.Contains(got, "nnp=1\n") {
+		t.Errorf("NoNewPrivs is not set in a build step:\n%s", got)
+	}
+	_, after, _ := strings.Cut(got, "uidmap=")
+	line, _, _ := strings.Cut(after, "\n")
+	if f := strings.Fields(line); len(f) != 3 || f[0] != "0" || f[1] == "0" || f[2] == "4294967295" {
+		t.Errorf("a build step's uid map is %q: its root is the host's, or it is in the host's user namespace", line)
+	}
+	if !strings.Contains(got, "ifaces=lo:\n") {
+		t.Errorf("a build step without egress sees more than its loopback:\n%s", got)
+	}
+}
