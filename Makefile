@@ -101,8 +101,10 @@ test-boto3:
 check: drift fmt vet lint lint-api test faults test-clients test-boto3
 
 # agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
+# Both static (CGO off): a local guest of a Dockerfile-built image runs the
+# host agentd on the image's own root, whose libc may be any or none.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/agentd ./cmd/agentd
 
 # The main job on one machine: microvm run --local builds, launches, runs

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -34,6 +35,13 @@ type unpacked struct {
 	env     map[string]string
 	workdir string
 	skipped []string
+	// dockerfile and context are what a local build runs: the artifact's
+	// Dockerfile, and its entries as the build context.
+	dockerfile []byte
+	context    string
+	// root is the image's root filesystem once its Dockerfile has been
+	// run; "" leaves its guests on the host's system directories.
+	root string
 }
 
 // HostMachine is the ELF machine of this host: the architecture a daemon
@@ -142,11 +150,77 @@ func unpack(artifact []byte, dir string) (*unpacked, error) {
 	if err := os.WriteFile(u.daemon, daemon, 0o755); err != nil {
 		return nil, err
 	}
+	u.dockerfile, u.context = df, filepath.Join(dir, "context")
+	if err := unpackContext(zr, u.context); err != nil {
+		return nil, fmt.Errorf("unpacking the code artifact: %v", err)
+	}
 	return u, nil
 }
 
+// unpackContext writes the artifact's entries into dir, the context its
+// Dockerfile's COPY and ADD read from. Every name is resolved inside dir
+// (os.Root), so an entry named "../x" cannot land outside it; the total is
+// bounded by maxArtifactBytes.
+func unpackContext(zr *zip.Reader, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	budget := int64(maxArtifactBytes)
+	for _, e := range zr.File {
+		name := strings.TrimPrefix(path.Clean("/"+e.Name), "/")
+		if name == "" {
+			continue
+		}
+		if e.FileInfo().IsDir() {
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return err
+			}
+			continue
+		}
+		if !e.FileInfo().Mode().IsRegular() {
+			continue
+		}
+		if d := path.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		rc, err := e.Open()
+		if err != nil {
+			return err
+		}
+		f, err := root.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, e.Mode().Perm()|0o600)
+		if err != nil {
+			rc.Close()
+			return err
+		}
+		n, err := io.Copy(f, io.LimitReader(rc, budget+1))
+		rc.Close()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if budget -= n; budget < 0 {
+			return fmt.Errorf("the artifact unpacks to more than %d bytes", maxArtifactBytes)
+		}
+		if err := root.Chmod(name, e.Mode().Perm()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // UnperformedSteps lists, by their original text, the Dockerfile
-// instructions an emulated build does not carry out. The emulator performs
+// instructions an emulated build without a base image (no
+// Options.BaseImage, no pull) does not carry out; with one, every step is
+// run (BuildDockerfile). Without, the emulator performs
 // what makes the daemon run as the platform would run it: FROM (the host
 // stands in for the base), ARG and LABEL, COPY or ADD of the daemon, a RUN
 // that only chmods the daemon or mkdirs directories, WORKDIR and those

@@ -52,9 +52,14 @@
 // A build whose codeArtifact.uri is a file:// URL (the local artifact store
 // client/build.DirUploader writes), or an s3:// URL naming a bucket of the
 // emulator's own S3 slice, is unpacked into Options.StateDir: that image's
-// guests run the agentd the artifact carries, with its Dockerfile's ENV and
-// WORKDIR; UnperformedSteps names the Dockerfile steps the emulator does
-// not carry out. A missing object fails the build, as on the platform; an
+// guests run the agentd the artifact carries. With a base image for its
+// FROM (Options.BaseImage, or Options.PullBase and a reachable registry)
+// the Dockerfile is run step by step (dockerbuild.go: RUN in a build guest
+// confined as a MicroVM is, COPY/ADD from the artifact, each step's result
+// a content-addressed snapshot under Options.BuildCache) and the guests run
+// on the root it made; without one they run on the host's system
+// directories with the Dockerfile's ENV and WORKDIR, and UnperformedSteps
+// names the steps not carried out. A missing object fails the build, as on the platform; an
 // s3:// bucket the emulator does not hold leaves the guests on the
 // launcher's own agentd. The build's log lines go to the CloudWatch Logs
 // slice, so aws-sdk-go-v2's client reads them. The embedded sub-package
@@ -67,7 +72,9 @@
 // an *IsolationError, never give a guest host root, and never share the
 // host's network namespace with one (egress is slirp4netns in the guest's
 // own). UnsafeUnisolatedAgentdLauncher is the old plain-process
-// mode, by name only.
+// mode, by name only. A build step never runs on the host either: it is
+// a guest of the same init; and a base image's layers are extracted only
+// inside their root (os.Root), never through a path they planted.
 //
 // It must never listen on anything but the address its caller gives it (tests
 // use loopback) and, with a VM backend, fresh 127.0.0.1 ports for the

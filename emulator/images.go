@@ -41,6 +41,8 @@ type version struct {
 	plan      BuildPlan
 	seen      int
 	local     *unpacked // what a file:// artifact carried; nil for any other
+	// dockerBuilding is true while the version's Dockerfile is being run.
+	dockerBuilding bool
 }
 
 type build struct {
@@ -106,6 +108,15 @@ func (im *image) version(id string) *version {
 func (s *Server) observe(im *image) {
 	v := im.building
 	if v == nil || v.plan.Wedge {
+		return
+	}
+	if v.dockerBuilding {
+		// The Dockerfile is still being run: IN_PROGRESS however often it
+		// is read.
+		v.state = cp.MicrovmImageVersionStateINPROGRESS
+		for _, b := range v.builds {
+			b.state = cp.BuildStateINPROGRESS
+		}
 		return
 	}
 	v.seen++
@@ -259,9 +270,7 @@ func (s *Server) localBuild(im *image, v *version) {
 		return
 	}
 	s.logf(group, stream, "unpacked the artifact: guests run its agentd")
-	for _, step := range v.local.skipped {
-		s.logf(group, stream, "not performed by the emulator: %s", step)
-	}
+	s.startDockerBuild(im, v, filepath.Join(dir, "build-cache"))
 }
 
 // AddImage creates a built, ACTIVE image named name directly (no artifact,

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -118,12 +119,30 @@ func guestInit() int {
 			return fail("making the WORKDIR", err)
 		}
 	}
-	proc, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(fdAgentd), []string{"agentd"}, &os.ProcAttr{
-		Dir: cwd, Env: cfg.Env, Files: []*os.File{null, os.Stdout, os.Stderr},
-		Sys: &syscall.SysProcAttr{Setsid: true},
-	})
-	if err != nil {
-		return fail("starting agentd", err)
+	var proc *os.Process
+	if st := cfg.Step; st != nil {
+		// A build step: the image's command as the image's user, its
+		// output the step's output; nothing of the emulator's is run.
+		dir := filepath.Clean("/" + st.Dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fail("making the step's WORKDIR", err)
+		}
+		cred := &syscall.Credential{Uid: st.UID, Gid: st.GID, Groups: st.Groups, NoSetGroups: st.UID == 0 && len(st.Groups) == 0}
+		proc, err = os.StartProcess(lookStepPath(st.Argv[0], st.Env), st.Argv, &os.ProcAttr{
+			Dir: dir, Env: st.Env, Files: []*os.File{null, os.Stdout, os.Stderr},
+			Sys: &syscall.SysProcAttr{Setsid: true, Credential: cred},
+		})
+		if err != nil {
+			return fail("starting the step's command "+st.Argv[0], err)
+		}
+	} else {
+		proc, err = os.StartProcess("/proc/self/fd/"+strconv.Itoa(fdAgentd), []string{"agentd"}, &os.ProcAttr{
+			Dir: cwd, Env: cfg.Env, Files: []*os.File{null, os.Stdout, os.Stderr},
+			Sys: &syscall.SysProcAttr{Setsid: true},
+		})
+		if err != nil {
+			return fail("starting agentd", err)
+		}
 	}
 	_ = unix.Close(fdAgentd)
 	null.Close()
@@ -215,7 +234,24 @@ func buildRoot(cfg guestConfig) error {
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return err
 	}
-	if cfg.ImageRoot != "" {
+	if cfg.ImageRoot != "" && cfg.Upper != "" {
+		// A build step: the upper layer is on the host's disk, where the
+		// emulator reads the step's changes once it has exited, and /etc is
+		// the image's own (its changes are the step's too).
+		if err := overlay(cfg.ImageRoot, cfg.Upper, cfg.Work, root, "userxattr"); err != nil {
+			return err
+		}
+		// Only the mount points: anything else the step makes is its own.
+		for _, d := range []string{"proc", "sys", "dev"} {
+			p := filepath.Join(root, d)
+			if _, err := os.Lstat(p); err == nil {
+				continue
+			}
+			if err := os.Mkdir(p, 0o555); err != nil {
+				return fmt.Errorf("the image lacks /%s and the step cannot make it: %w", d, err)
+			}
+		}
+	} else if cfg.ImageRoot != "" {
 		upper, work := filepath.Join(rw, "upper"), filepath.Join(rw, "work")
 		for _, d := range []string{upper, work} {
 			if err := os.Mkdir(d, 0o755); err != nil {
@@ -279,16 +315,18 @@ func buildRoot(cfg guestConfig) error {
 	}
 	// A machine-id of its own from the first instruction, so a guest whose
 	// identity repair is off still does not carry the host's (or share the
-	// image's).
-	id, err := randomHex()
-	if err != nil {
-		return err
-	}
-	if err := writeFileReplacing(filepath.Join(root, "etc/machine-id"), id+"\n", 0o444); err != nil {
-		return err
-	}
-	if err := writeFileReplacing(filepath.Join(root, "etc/hostname"), cfg.Hostname+"\n", 0o644); err != nil {
-		return err
+	// image's). A build step writes neither: they would become the image's.
+	if cfg.Step == nil {
+		id, err := randomHex()
+		if err != nil {
+			return err
+		}
+		if err := writeFileReplacing(filepath.Join(root, "etc/machine-id"), id+"\n", 0o444); err != nil {
+			return err
+		}
+		if err := writeFileReplacing(filepath.Join(root, "etc/hostname"), cfg.Hostname+"\n", 0o644); err != nil {
+			return err
+		}
 	}
 	if err := os.Chdir(root); err != nil {
 		return err
@@ -445,8 +483,11 @@ func readOnlyProc(proc string) error {
 	return nil
 }
 
-func overlay(lower, upper, work, target string) error {
+func overlay(lower, upper, work, target string, extra ...string) error {
 	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	for _, o := range extra {
+		opts += "," + o
+	}
 	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("overlay of %s: %w", lower, err)
 	}
@@ -615,4 +656,25 @@ func procStateOf(pid int) string {
 		return ""
 	}
 	return string(b[i+2])
+}
+
+// lookStepPath resolves a step's command as the image's shell would: a name
+// without a slash is searched in the step's PATH inside the guest's root.
+func lookStepPath(name string, env []string) string {
+	if name == "" || strings.Contains(name, "/") {
+		return name
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join("/", dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return name
 }

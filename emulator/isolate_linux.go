@@ -87,6 +87,23 @@ type guestConfig struct {
 	Hostname      string   // the name before identity repair renames it
 	Workdir       string   // the image's WORKDIR inside the guest root; "" is /
 	Inherited     []int    // descriptors the init inherited from the emulator's parent, to close
+	// Step, for a build step's guest, is the command the init runs instead
+	// of agentd; its exit status is the init's.
+	Step *stepCommand `json:",omitempty"`
+	// Upper and Work, for a build step's guest, are the overlay's upper and
+	// work directories on the host's disk (reached through State), so the
+	// step's changes outlive the guest and become its layer.
+	Upper, Work string `json:",omitempty"`
+}
+
+// stepCommand is one build step's process: its argv, environment, working
+// directory and the image user it runs as.
+type stepCommand struct {
+	Argv     []string
+	Env      []string
+	Dir      string
+	UID, GID uint32
+	Groups   []uint32
 }
 
 // isolationError is the refusal of a host that cannot confine a guest. It
@@ -338,18 +355,9 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	defer agentd.Close()
 	files := []*os.File{nil, agentd, nil}
 	if spec.RootDir != "" && m.byRoot {
-		// The guest's uid may not be able to reach the image's directory,
-		// and overlayfs takes its layers only from the mounter's own mount
-		// namespace: the image is bound under the state directory here,
-		// copied into the guest's namespace by its clone, and detached from
-		// the host's as soon as the guest has started.
-		image := filepath.Join(dir, "image")
-		if err := unix.Mount(spec.RootDir, image, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return nil, fmt.Errorf("binding the image's root: %w", err)
-		}
-		if err := unix.Mount("", image, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
-			_ = unix.Unmount(image, unix.MNT_DETACH)
-			return nil, fmt.Errorf("binding the image's root: %w", err)
+		image, err := bindImageRoot(spec.RootDir, dir, m, false)
+		if err != nil {
+			return nil, err
 		}
 		defer detachImage(dir) // on every path; after the start, at once
 		cfg.ImageRoot = image
@@ -588,4 +596,34 @@ func inheritedFDs() []int {
 		}
 	}
 	return out
+}
+
+// bindImageRoot mounts a root-started guest's image root under its state
+// directory dir and returns where. The guest's uid may not be able to reach
+// the image's directory, and overlayfs takes its layers only from the
+// mounter's own mount namespace: the image is mounted here, copied into the
+// guest's namespace by its clone, and detached from the host's as soon as
+// the guest has started (the caller unmounts it). The mount is idmapped
+// with the guest's mapping (isolate_idmap_linux.go), so the image's own ids
+// are the guest's.
+//
+// A run-time guest on a filesystem without idmapped mounts still gets the
+// image, bound as it is (its files then read-only to the guest, shown as
+// nobody); a build step (required) does not, since its RUN could not
+// write the image.
+func bindImageRoot(root, dir string, m idMapping, required bool) (string, error) {
+	image := filepath.Join(dir, "image")
+	if err := mountIDMapped(root, image, m); err != nil {
+		if required {
+			return "", err
+		}
+		if err := unix.Mount(root, image, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return "", fmt.Errorf("binding the image's root: %w", err)
+		}
+	}
+	if err := unix.Mount("", image, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		_ = unix.Unmount(image, unix.MNT_DETACH)
+		return "", fmt.Errorf("binding the image's root: %w", err)
+	}
+	return image, nil
 }

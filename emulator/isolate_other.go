@@ -28,3 +28,30 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 func ProbeLimits() LimitsReport {
 	return LimitsReport{Missing: []string{"memory, pids and cpu: local guests need Linux (this host runs " + runtime.GOOS + ")"}}
 }
+
+// runStepGuest refuses on this host: a build step is a confined guest.
+func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
+	return nil, CheckIsolation()
+}
+
+type stepGuest struct {
+	root   string
+	cmd    stepCommand
+	egress bool
+	output io.Writer
+}
+
+type stepCommand struct {
+	Argv     []string
+	Env      []string
+	Dir      string
+	UID, GID uint32
+	Groups   []uint32
+}
+
+type stepResult struct {
+	exit     int
+	upper    string
+	idOffset int
+	cleanup  func()
+}

@@ -51,6 +51,22 @@ type Options struct {
 	// code artifacts (the daemon an image's guests run). Empty, a temporary
 	// directory is made when first needed and removed by Close.
 	StateDir string
+	// BaseImage, when set, is the OCI image layout directory or `docker
+	// save` tarball every local build's FROM resolves to; empty pulls
+	// FROM from its registry (docs/PLATFORM.md, "A managed base image
+	// builds from one docker reference").
+	BaseImage string
+	// PullBase lets a local build without BaseImage pull its FROM from
+	// the registry (with the user's Docker credentials). Without either,
+	// guests run on the host's system directories and the build log names
+	// the steps not performed.
+	PullBase bool
+	// BuildCache is where local builds keep base images and step
+	// snapshots; empty is StateDir's build-cache.
+	BuildCache string
+	// BuildProgress, if set, sees every step of every local Dockerfile
+	// build, as it happens.
+	BuildProgress func(image string, e BuildEvent)
 }
 
 // BuildPlan is how one image version's builds progress. Each read of the

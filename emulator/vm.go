@@ -154,7 +154,7 @@ func guestSpec(vm *microvm, v *version) GuestSpec {
 	spec := GuestSpec{MicrovmID: vm.id, ImageArn: vm.imageArn, ImageVersion: vm.version, HookPort: port}
 	if l := v.local; l != nil {
 		env = maps.Clone(l.env)
-		spec.Daemon, spec.Workdir = l.daemon, l.workdir
+		spec.Daemon, spec.Workdir, spec.RootDir = l.daemon, l.workdir, l.root
 	}
 	if v.spec.EnvironmentVariables != nil {
 		if env == nil {

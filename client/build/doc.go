@@ -1,7 +1,9 @@
 // Package build turns a daemon binary and a Dockerfile into a MicroVM image:
 // it writes the Dockerfile stanza that wraps the managed base with agentd,
 // preflights a caller's own Dockerfile with moby/buildkit's parser, checks that
-// the daemon is an aarch64 ELF, zips the two deterministically, names the image
+// the daemon is an aarch64 ELF, zips the two deterministically (a local
+// build adds the files its COPY and ADD name from the Dockerfile's
+// directory, its build context; an AWS artifact stays the two), names the image
 // after a hash of the inputs so an identical build is reused, uploads the zip
 // with the S3 transfer manager, and drives CreateMicrovmImage and its waiter
 // through client/lambdamicrovms.

@@ -24,8 +24,13 @@ type Spec struct {
 	Machine elf.Machine
 	// Dockerfile is the caller's; empty generates the stanza with Workdir.
 	Dockerfile string
-	Workdir    string
-	Base       Base
+	// Context, for a local build, is the directory the Dockerfile's COPY
+	// and ADD sources (other than the daemon) are read from; the artifact
+	// carries them. Empty, the artifact is the Dockerfile and the daemon
+	// alone, as an AWS build's is.
+	Context string
+	Workdir string
+	Base    Base
 	// Port is agentd's port and hooks.port; zero means 9000.
 	Port int
 	// IdleTimeout is the session's SSE idle timeout the keepalive must beat.
@@ -99,7 +104,14 @@ func Build(ctx context.Context, c *lambdamicrovms.Client, up Uploader, s Spec) (
 	if err := Preflight([]byte(df), Check{Base: s.Base, Port: s.Port, IdleTimeout: s.IdleTimeout, RepairIdentity: s.RepairIdentity}); err != nil {
 		return nil, err
 	}
-	hash := ContentHash(df, s.Daemon)
+	var context []ContextFile
+	if s.Context != "" {
+		var err error
+		if context, err = ContextFiles([]byte(df), s.Context); err != nil {
+			return nil, err
+		}
+	}
+	hash := ContentHashWith(df, s.Daemon, context)
 	name := s.Name
 	if s.Reuse {
 		var err error
@@ -128,7 +140,7 @@ func Build(ctx context.Context, c *lambdamicrovms.Client, up Uploader, s Spec) (
 			"image %s exists in state %s, so it can be neither reused nor built again under that name; delete it (or wait for its build) and retry", name, existing.State)
 	}
 
-	zip, err := Artifact(df, s.Daemon)
+	zip, err := ArtifactWith(df, s.Daemon, context)
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindUnexpected, "", "building the artifact: %w", err)
 	}

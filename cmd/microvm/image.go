@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -63,20 +64,34 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "reading the daemon binary: %w", err)
 	}
-	var dockerfile string
+	var dockerfile, context string
 	if f.Dockerfile != "" {
+		if p.Local() {
+			// A local build carries what the Dockerfile copies from its
+			// directory; an AWS artifact stays the Dockerfile and the daemon.
+			context = filepath.Dir(f.Dockerfile)
+		}
 		b, err := os.ReadFile(f.Dockerfile)
 		if err != nil {
 			return nil, client.Errorf(taxonomy.KindPrecondition, "", "reading the Dockerfile: %w", err)
 		}
 		dockerfile = string(b)
 		if p.Local() {
-			steps, err := emulator.UnperformedSteps(b)
-			if err == nil {
-				for _, s := range steps {
-					a.warn("the emulator does not perform this Dockerfile step; its guests run without it: %s", s)
+			// Named only if the emulator did not run the Dockerfile after
+			// all (no base image to build from): then its guests run on
+			// the host's system directories without these steps.
+			defer func() {
+				if p.steps != nil && p.steps.performed() {
+					return
 				}
-			}
+				steps, err := emulator.UnperformedSteps(b)
+				if err == nil && len(steps) > 0 {
+					for _, s := range steps {
+						a.warn("the emulator does not perform this Dockerfile step; its guests run without it: %s", s)
+					}
+					a.warn("with no base image for FROM (--base-image, or a registry to pull it from), the guests run on this machine's system directories")
+				}
+			}()
 		}
 	}
 	if baseVersion != "" {
@@ -108,7 +123,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 	defer func() { stop() }()
 	uploading := false
 	spec := build.Spec{
-		Daemon: daemon, Dockerfile: dockerfile, Workdir: defaultWorkdir, Port: f.Port, Name: name, Reuse: reuse,
+		Daemon: daemon, Dockerfile: dockerfile, Context: context, Workdir: defaultWorkdir, Port: f.Port, Name: name, Reuse: reuse,
 		BuildRoleARN: role, BaseImageVersion: baseVersion, Size: size, RepairIdentity: f.RepairIdentity,
 		Machine: p.guestMachine(), Wait: p.Wait(30 * time.Minute), Ledger: rec,
 		Progress: func(pr build.Progress) {
@@ -121,6 +136,9 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 					sentDone()
 					uploading = false
 					update, stop = a.waiting("building image " + name)
+					if p.steps != nil {
+						p.steps.setLabel(update)
+					}
 				}
 				if pr.Poll != nil {
 					update(fmt.Sprintf("building image %s: %s", name, pr.Poll.State))

@@ -23,6 +23,7 @@ import (
 type LifecycleFlags struct {
 	Local           bool   `help:"Run the local emulator in this process for this one command: no AWS account, guests are agentd processes on this machine, and everything stops when the command exits."`
 	Agentd          string `name:"agentd" help:"The host agentd the emulator's guests run with --local; unset: $MICROVM_AGENTD, then an agentd next to the microvm executable, then PATH." placeholder:"PATH" type:"path"`
+	BaseImage       string `name:"base-image" help:"With --local: the image a Dockerfile's FROM stands for, as an OCI image layout directory or a docker-save tarball (for offline machines); unset, FROM is pulled from its registry with your Docker credentials and kept by digest in the state directory." placeholder:"PATH" type:"path"`
 	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL: a running 'microvm emulator' or any compatible endpoint; a loopback one needs no AWS credentials. Reaches the control plane only. Unset: AWS_ENDPOINT_URL_LAMBDA_MICROVMS, then AWS_ENDPOINT_URL, else AWS." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
 	RegionFlags
 }
@@ -40,8 +41,9 @@ type InfraFlags struct {
 // runs for --local.
 type plane struct {
 	*platform.Platform
-	emu *embedded.Emulator // --local: the emulator this process runs
-	a   *app
+	emu   *embedded.Emulator // --local: the emulator this process runs
+	steps *buildSteps        // --local: the Dockerfile builds' progress
+	a     *app
 }
 
 // emulatorSide is what client/platform needs to know of a local control
@@ -66,7 +68,9 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 		if a.env("MICROVM_GUEST_LOG") != "" {
 			guestLog = a.stderr
 		}
-		emu, err := embedded.Start(ctx, embedded.Options{Agentd: f.Agentd, Region: region, GuestLog: guestLog, Getenv: a.env})
+		steps := &buildSteps{a: a}
+		emu, err := embedded.Start(ctx, embedded.Options{Agentd: f.Agentd, Region: region, GuestLog: guestLog, Getenv: a.env,
+			BaseImage: f.BaseImage, BuildProgress: steps.event})
 		if err != nil {
 			return nil, err
 		}
@@ -80,7 +84,7 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 			emu.Close()
 			return nil, err
 		}
-		p.emu = emu
+		p.emu, p.steps = emu, steps
 		return p, nil
 	}
 	region, err := f.controlRegion(a.env)

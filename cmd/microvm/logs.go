@@ -50,11 +50,12 @@ func (c *LogsCmd) run(ctx context.Context, a *app) (*result, error) {
 
 // EmulatorCmd serves the emulated control plane in the foreground.
 type EmulatorCmd struct {
-	Listen   string `help:"Loopback address to serve on; port 0 picks a free one, printed on stderr." default:"127.0.0.1:4590" placeholder:"HOST:PORT"`
-	StateDir string `name:"state-dir" help:"Where the emulator keeps what it unpacks from local artifacts; unset, a temporary directory removed on exit." placeholder:"DIR" type:"path"`
-	Agentd   string `name:"agentd" help:"The host agentd guests run when an image carries none; unset: $MICROVM_AGENTD, then next to the microvm executable, then PATH." placeholder:"PATH" type:"path"`
-	GuestLog bool   `name:"guest-log" help:"Copy the guests' agentd log lines to stderr."`
-	Bucket   string `help:"An S3 bucket the emulator's S3 slice holds from the start, for builds that upload their artifact to it (AWS_ENDPOINT_URL routes S3 here too)." env:"MICROVM_BUCKET" placeholder:"BUCKET"`
+	Listen    string `help:"Loopback address to serve on; port 0 picks a free one, printed on stderr." default:"127.0.0.1:4590" placeholder:"HOST:PORT"`
+	StateDir  string `name:"state-dir" help:"Where the emulator keeps what it unpacks from local artifacts; unset, a temporary directory removed on exit." placeholder:"DIR" type:"path"`
+	Agentd    string `name:"agentd" help:"The host agentd guests run when an image carries none; unset: $MICROVM_AGENTD, then next to the microvm executable, then PATH." placeholder:"PATH" type:"path"`
+	GuestLog  bool   `name:"guest-log" help:"Copy the guests' agentd log lines to stderr."`
+	BaseImage string `name:"base-image" help:"The image every build's Dockerfile FROM stands for, as an OCI image layout directory or a docker-save tarball (offline machines); unset, FROM is pulled from its registry with your Docker credentials." placeholder:"PATH" type:"path"`
+	Bucket    string `help:"An S3 bucket the emulator's S3 slice holds from the start, for builds that upload their artifact to it (AWS_ENDPOINT_URL routes S3 here too)." env:"MICROVM_BUCKET" placeholder:"BUCKET"`
 	RegionFlags
 }
 
@@ -76,7 +77,7 @@ func (c *EmulatorCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.Bucket != "" {
 		buckets = append(buckets, c.Bucket)
 	}
-	emu, err := embedded.Start(ctx, embedded.Options{Listen: c.Listen, StateDir: c.StateDir, Agentd: c.Agentd, Region: region, GuestLog: guestLog, Getenv: a.env, Buckets: buckets})
+	emu, err := embedded.Start(ctx, embedded.Options{Listen: c.Listen, StateDir: c.StateDir, Agentd: c.Agentd, Region: region, GuestLog: guestLog, Getenv: a.env, Buckets: buckets, BaseImage: c.BaseImage})
 	if err != nil {
 		return nil, err
 	}

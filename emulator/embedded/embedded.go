@@ -21,6 +21,7 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -79,6 +80,38 @@ type Options struct {
 	// Launcher starts the guests; nil is emulator.AgentdLauncher, which
 	// confines each in its own namespaces and refuses a host that cannot.
 	Launcher func(agentd string, guestLog io.Writer) emulator.Launcher
+	// BaseImage is an OCI image layout directory or `docker save` tarball
+	// every local Dockerfile build's FROM resolves to; empty pulls FROM
+	// from its registry with the user's Docker credentials.
+	BaseImage string
+	// NoPull keeps a build without BaseImage from pulling its FROM: its
+	// guests then run on the host's system directories.
+	NoPull bool
+	// BuildCache keeps base images and build-step snapshots; empty is
+	// DefaultBuildCache's answer.
+	BuildCache string
+	// BuildProgress sees every step of every local Dockerfile build.
+	BuildProgress func(image string, e emulator.BuildEvent)
+}
+
+// DefaultBuildCache is where local builds keep base images (by digest)
+// and step snapshots across runs: $MICROVM_STATE_DIR/images, else
+// $XDG_STATE_HOME/microvm/images, else ~/.microvm/images, beside the run
+// ledger.
+func DefaultBuildCache(getenv func(string) string) string {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if d := getenv("MICROVM_STATE_DIR"); d != "" {
+		return filepath.Join(d, "images")
+	}
+	if x := getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "microvm", "images")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".microvm", "images")
+	}
+	return ""
 }
 
 // Emulator is a running embedded emulator.
@@ -124,6 +157,8 @@ func Start(ctx context.Context, o Options) (*Emulator, error) {
 		VMs:       launcher(bin, o.GuestLog),
 		WallClock: true,
 		StateDir:  o.StateDir,
+		BaseImage: o.BaseImage, PullBase: !o.NoPull, BuildProgress: o.BuildProgress,
+		BuildCache: cmp.Or(o.BuildCache, DefaultBuildCache(o.Getenv)),
 	})
 	for _, b := range o.Buckets {
 		srv.CreateBucket(b)
