@@ -293,16 +293,11 @@ func (s *Server) AddImage(name string) string {
 }
 
 func (s *Server) CreateMicrovmImage(w http.ResponseWriter, r *http.Request) {
-	if s.fault(w, "CreateMicrovmImage") {
-		return
-	}
 	var req cp.CreateMicrovmImageRequest
 	if !decode(w, r, &req) {
 		return
 	}
 	spec := specOf(req)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !imageNameRE.MatchString(req.Name) || len(req.Name) > 64 {
 		writeError(w, http.StatusBadRequest, "ValidationException", ptr("name: Member must satisfy regular expression pattern: "+taxonomy.ImageNamePattern))
 		return
@@ -379,15 +374,10 @@ func tagsPtr(t map[string]string) *map[string]string {
 }
 
 func (s *Server) UpdateMicrovmImage(w http.ResponseWriter, r *http.Request, imageIdentifier string) {
-	if s.fault(w, "UpdateMicrovmImage") {
-		return
-	}
 	var req cp.UpdateMicrovmImageRequest
 	if !decode(w, r, &req) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im := s.resolveImage(w, "UpdateMicrovmImage", imageIdentifier)
 	if im == nil || !s.validateBuildSpec(w, &req) {
 		return
@@ -410,11 +400,6 @@ func (s *Server) UpdateMicrovmImage(w http.ResponseWriter, r *http.Request, imag
 }
 
 func (s *Server) GetMicrovmImage(w http.ResponseWriter, r *http.Request, imageIdentifier string) {
-	if s.fault(w, "GetMicrovmImage") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im := s.resolveImage(w, "GetMicrovmImage", imageIdentifier)
 	if im == nil {
 		return
@@ -427,11 +412,6 @@ func (s *Server) GetMicrovmImage(w http.ResponseWriter, r *http.Request, imageId
 }
 
 func (s *Server) DeleteMicrovmImage(w http.ResponseWriter, r *http.Request, imageIdentifier string) {
-	if s.fault(w, "DeleteMicrovmImage") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im := s.resolveImage(w, "DeleteMicrovmImage", imageIdentifier)
 	if im == nil {
 		return
@@ -458,11 +438,6 @@ func (s *Server) versionSummary(im *image, v *version) cp.MicrovmImageVersionSum
 }
 
 func (s *Server) ListMicrovmImageVersions(w http.ResponseWriter, r *http.Request, imageIdentifier string, params cp.ListMicrovmImageVersionsParams) {
-	if s.fault(w, "ListMicrovmImageVersions") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im := s.resolveImage(w, "ListMicrovmImageVersions", imageIdentifier)
 	if im == nil {
 		return
@@ -493,11 +468,6 @@ func (s *Server) findVersion(w http.ResponseWriter, operation, imageIdentifier, 
 }
 
 func (s *Server) GetMicrovmImageVersion(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string) {
-	if s.fault(w, "GetMicrovmImageVersion") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im, v := s.findVersion(w, "GetMicrovmImageVersion", imageIdentifier, imageVersion)
 	if v == nil {
 		return
@@ -507,9 +477,6 @@ func (s *Server) GetMicrovmImageVersion(w http.ResponseWriter, r *http.Request, 
 }
 
 func (s *Server) UpdateMicrovmImageVersion(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string) {
-	if s.fault(w, "UpdateMicrovmImageVersion") {
-		return
-	}
 	var req cp.UpdateMicrovmImageVersionRequest
 	if !decode(w, r, &req) {
 		return
@@ -518,8 +485,6 @@ func (s *Server) UpdateMicrovmImageVersion(w http.ResponseWriter, r *http.Reques
 		writeError(w, http.StatusBadRequest, "ValidationException", ptr("status: Member must satisfy enum value set: [ACTIVE, INACTIVE]"))
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im, v := s.findVersion(w, "UpdateMicrovmImageVersion", imageIdentifier, imageVersion)
 	if v == nil {
 		return
@@ -531,11 +496,6 @@ func (s *Server) UpdateMicrovmImageVersion(w http.ResponseWriter, r *http.Reques
 }
 
 func (s *Server) DeleteMicrovmImageVersion(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string) {
-	if s.fault(w, "DeleteMicrovmImageVersion") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im, v := s.findVersion(w, "DeleteMicrovmImageVersion", imageIdentifier, imageVersion)
 	if v == nil {
 		return
@@ -556,11 +516,6 @@ func (s *Server) buildSummary(im *image, v *version, b *build) cp.MicrovmImageBu
 }
 
 func (s *Server) ListMicrovmImageBuilds(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string, params cp.ListMicrovmImageBuildsParams) {
-	if s.fault(w, "ListMicrovmImageBuilds") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im, v := s.findVersion(w, "ListMicrovmImageBuilds", imageIdentifier, imageVersion)
 	if v == nil {
 		return
@@ -581,11 +536,6 @@ func (s *Server) ListMicrovmImageBuilds(w http.ResponseWriter, r *http.Request, 
 }
 
 func (s *Server) GetMicrovmImageBuild(w http.ResponseWriter, r *http.Request, imageIdentifier string, imageVersion string, buildId string) {
-	if s.fault(w, "GetMicrovmImageBuild") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im, v := s.findVersion(w, "GetMicrovmImageBuild", imageIdentifier, imageVersion)
 	if v == nil {
 		return
@@ -606,11 +556,6 @@ func (s *Server) GetMicrovmImageBuild(w http.ResponseWriter, r *http.Request, im
 }
 
 func (s *Server) ListMicrovmImages(w http.ResponseWriter, r *http.Request, params cp.ListMicrovmImagesParams) {
-	if s.fault(w, "ListMicrovmImages") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	names := make([]string, 0, len(s.images))
 	for n := range s.images {
 		names = append(names, n)
@@ -637,9 +582,6 @@ func (s *Server) ListMicrovmImages(w http.ResponseWriter, r *http.Request, param
 }
 
 func (s *Server) ListManagedMicrovmImages(w http.ResponseWriter, r *http.Request, params cp.ListManagedMicrovmImagesParams) {
-	if s.fault(w, "ListManagedMicrovmImages") {
-		return
-	}
 	items, next, ok := paginate(w, []string{s.managedArn()}, params.MaxResults, params.NextToken)
 	if !ok {
 		return
@@ -652,9 +594,6 @@ func (s *Server) ListManagedMicrovmImages(w http.ResponseWriter, r *http.Request
 }
 
 func (s *Server) ListManagedMicrovmImageVersions(w http.ResponseWriter, r *http.Request, imageIdentifier string, params cp.ListManagedMicrovmImageVersionsParams) {
-	if s.fault(w, "ListManagedMicrovmImageVersions") {
-		return
-	}
 	if imageIdentifier != s.managedArn() {
 		notFound(w, "ManagedMicroVMImage", imageIdentifier)
 		return
@@ -720,15 +659,10 @@ func (s *Server) taggable(w http.ResponseWriter, resource string) *image {
 }
 
 func (s *Server) TagResource(w http.ResponseWriter, r *http.Request, resource string) {
-	if s.fault(w, "TagResource") {
-		return
-	}
 	var req cp.TagResourceRequest
 	if !decode(w, r, &req) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im := s.taggable(w, resource)
 	if im == nil {
 		return
@@ -743,11 +677,6 @@ func (s *Server) TagResource(w http.ResponseWriter, r *http.Request, resource st
 }
 
 func (s *Server) UntagResource(w http.ResponseWriter, r *http.Request, resource string, params cp.UntagResourceParams) {
-	if s.fault(w, "UntagResource") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im := s.taggable(w, resource)
 	if im == nil {
 		return
@@ -759,11 +688,6 @@ func (s *Server) UntagResource(w http.ResponseWriter, r *http.Request, resource 
 }
 
 func (s *Server) ListTags(w http.ResponseWriter, r *http.Request, resource string) {
-	if s.fault(w, "ListTags") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	im := s.taggable(w, resource)
 	if im == nil {
 		return

@@ -105,9 +105,6 @@ func (s *Server) findVM(w http.ResponseWriter, id string) *microvm {
 }
 
 func (s *Server) RunMicrovm(w http.ResponseWriter, r *http.Request) {
-	if s.fault(w, "RunMicrovm") {
-		return
-	}
 	var req cp.RunMicrovmRequest
 	if !decode(w, r, &req) {
 		return
@@ -140,8 +137,6 @@ func (s *Server) RunMicrovm(w http.ResponseWriter, r *http.Request) {
 		bad("Malformed ARN - doesn't start with 'arn:'")
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if req.ClientToken != nil {
 		if id, ok := s.runToks[*req.ClientToken]; ok {
 			writeJSON(w, http.StatusOK, cp.RunMicrovmResponse(s.vmReply(s.vms[id])))
@@ -188,11 +183,6 @@ func (s *Server) RunMicrovm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) GetMicrovm(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
-	if s.fault(w, "GetMicrovm") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	vm := s.findVM(w, microvmIdentifier)
 	if vm == nil {
 		return
@@ -202,11 +192,6 @@ func (s *Server) GetMicrovm(w http.ResponseWriter, r *http.Request, microvmIdent
 }
 
 func (s *Server) ListMicrovms(w http.ResponseWriter, r *http.Request, params cp.ListMicrovmsParams) {
-	if s.fault(w, "ListMicrovms") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	ids := slices.DeleteFunc(slices.Clone(s.vmOrder), func(id string) bool {
 		vm := s.vms[id]
 		s.expire(vm)
@@ -236,11 +221,6 @@ func (s *Server) conflict(w http.ResponseWriter, vm *microvm, action string) {
 // one or one whose resume is under way (PENDING after a resume), answer 200
 // and change nothing; each other state answers 409 ConflictException.
 func (s *Server) SuspendMicrovm(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
-	if s.fault(w, "SuspendMicrovm") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	vm := s.findVM(w, microvmIdentifier)
 	if vm == nil {
 		return
@@ -262,11 +242,6 @@ func (s *Server) SuspendMicrovm(w http.ResponseWriter, r *http.Request, microvmI
 }
 
 func (s *Server) ResumeMicrovm(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
-	if s.fault(w, "ResumeMicrovm") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	vm := s.findVM(w, microvmIdentifier)
 	if vm == nil {
 		return
@@ -294,9 +269,6 @@ func (s *Server) ResumeMicrovm(w http.ResponseWriter, r *http.Request, microvmId
 }
 
 func (s *Server) TerminateMicrovm(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
-	if s.fault(w, "TerminateMicrovm") {
-		return
-	}
 	var gone *Guest
 	defer func() {
 		// Killed after the lock is released (deferred calls run in
@@ -305,8 +277,6 @@ func (s *Server) TerminateMicrovm(w http.ResponseWriter, r *http.Request, microv
 			gone.stop()
 		}
 	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	vm := s.findVM(w, microvmIdentifier)
 	if vm == nil {
 		return
@@ -363,9 +333,6 @@ func (s *Server) mint(vm *microvm) map[string]string {
 }
 
 func (s *Server) CreateMicrovmAuthToken(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
-	if s.fault(w, "CreateMicrovmAuthToken") {
-		return
-	}
 	var req cp.CreateMicrovmAuthTokenRequest
 	if !decode(w, r, &req) {
 		return
@@ -378,8 +345,6 @@ func (s *Server) CreateMicrovmAuthToken(w http.ResponseWriter, r *http.Request, 
 		writeError(w, http.StatusBadRequest, "ValidationException", ptr(msg))
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	vm := s.findVM(w, microvmIdentifier)
 	if vm == nil {
 		return
@@ -406,15 +371,10 @@ func (s *Server) CreateMicrovmAuthToken(w http.ResponseWriter, r *http.Request, 
 }
 
 func (s *Server) CreateMicrovmShellAuthToken(w http.ResponseWriter, r *http.Request, microvmIdentifier string) {
-	if s.fault(w, "CreateMicrovmShellAuthToken") {
-		return
-	}
 	var req cp.CreateMicrovmShellAuthTokenRequest
 	if !decode(w, r, &req) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	vm := s.findVM(w, microvmIdentifier)
 	if vm == nil {
 		return

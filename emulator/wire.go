@@ -189,10 +189,15 @@ func (g *guardedWriter) op() *wireOp {
 // removed before anything is sent.
 const opHeaderKey = "\x00operation"
 
-// wire validates each control-plane request against its operation's input
-// and holds each answer to the operation's listed errors: an error it does
-// not list becomes the operation's own 500 naming the slip, so a test sees
-// it instead of a client decoding an unknown error.
+// wire is the one middleware every control-plane operation goes through,
+// driven by the operation table of the embedded model: it finds the
+// operation, answers an injected fault, validates the request against the
+// operation's input, runs the handler under the state lock, and holds the
+// answer to the operation's listed errors (an error it does not list
+// becomes the operation's own 500 naming the slip, so a test sees it
+// instead of a client decoding an unknown error). A handler is left with
+// what is its own: decoding its typed body, resolving its resource, the
+// state change and the answer.
 func (s *Server) wire(next http.Handler) http.Handler {
 	c, err := loadContract()
 	if err != nil {
@@ -206,6 +211,11 @@ func (s *Server) wire(next http.Handler) http.Handler {
 			return
 		}
 		op := c.ops[route.Operation.OperationID]
+		// An injected fault answers before anything else of the request
+		// is looked at, as the service's throttling does.
+		if s.fault(w, op.id) {
+			return
+		}
 		if r.Header.Get("Content-Type") == "" && r.ContentLength != 0 {
 			// restJson1 bodies are JSON whether or not the caller says so.
 			r.Header.Set("Content-Type", "application/json")
@@ -216,14 +226,19 @@ func (s *Server) wire(next http.Handler) http.Handler {
 		}
 		if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
 			name := op.errorAt(http.StatusBadRequest)
-			if s.fault(w, op.id) {
-				return
-			}
 			writeError(w, http.StatusBadRequest, name, ptr(validationMessage(err)))
 			return
 		}
 		g := &guardedWriter{header: http.Header{opHeaderKey: {op.id}}}
-		next.ServeHTTP(g, r)
+		// Every operation runs under the state lock, whole: the handlers
+		// read and change the images, MicroVMs and tokens without taking it
+		// themselves. The body is already in memory (the validation read
+		// it), so no slow client holds the lock while it sends.
+		func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			next.ServeHTTP(g, r)
+		}()
 		delete(g.header, opHeaderKey)
 		if g.status == 0 {
 			g.status = http.StatusOK
