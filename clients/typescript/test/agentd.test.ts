@@ -45,6 +45,24 @@ class Daemon {
     return `http://127.0.0.1:${this.port}`;
   }
   async start(env: Record<string, string> = {}) {
+    // A free port can be taken between probing it and agentd binding it
+    // (other test processes share the machine): a daemon that exits at once
+    // is started again on another port, a bounded number of times.
+    for (let attempt = 1; ; attempt++) {
+      const why = await this.startOnce(env);
+      if (why === "") return;
+      if (attempt >= 3 || why !== "exited") {
+        let log = "";
+        try {
+          log = readFileSync(join(this.dir, "agentd.log"), "utf8");
+        } catch {
+          // no log written
+        }
+        throw new Error(`agentd never answered health (${why}): ${log.slice(-2000)}`);
+      }
+    }
+  }
+  private async startOnce(env: Record<string, string>): Promise<string> {
     this.port = await freePort();
     const log = openSync(join(this.dir, "agentd.log"), "w");
     this.proc = spawn(agentdBinary(), [], {
@@ -58,11 +76,12 @@ class Daemon {
     for (;;) {
       try {
         const r = await anon.GET("/v1/health");
-        if (r.response.ok) return;
+        if (r.response.ok) return "";
       } catch {
         // not listening yet
       }
-      if (Date.now() > deadline || this.proc.exitCode !== null) throw new Error("agentd never answered health");
+      if (this.proc.exitCode !== null) return "exited";
+      if (Date.now() > deadline) return "no answer within 20 s";
       await new Promise((r) => setTimeout(r, 20));
     }
   }
