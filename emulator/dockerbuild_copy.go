@@ -186,15 +186,8 @@ func copyFromContext(ctxRoot *os.Root, src string, root *os.Root, target string,
 			if err != nil {
 				return err
 			}
-			defer in.Close()
-			f, err := root.OpenFile(out, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, in)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
+			err = copyInto(root, out, in)
+			in.Close()
 			if err != nil {
 				return err
 			}
@@ -314,4 +307,18 @@ func copyEntry(src, dst string, asRoot bool) error {
 		return nil
 	}
 	return os.Chmod(dst, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
+}
+
+// copyInto writes in's bytes to a new file name under root (owner-only
+// until the caller sets its mode and owner); name must not exist.
+func copyInto(root *os.Root, name string, in io.Reader) error {
+	f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, in)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -187,15 +186,8 @@ func applyUpper(upper string, root *os.Root, offset int) error {
 			if err != nil {
 				return err
 			}
-			defer in.Close()
-			f, err := root.OpenFile(rel, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, in)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
+			err = copyInto(root, rel, in)
+			in.Close()
 			if err != nil {
 				return err
 			}

@@ -65,49 +65,13 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*result, error) {
 	if c.Keep {
 		return nil, invalidArg("", "--keep with --count: a fleet is torn down run by run; launch with `run --keep` once per MicroVM to keep them")
 	}
-	if c.Timeout <= 0 {
-		return nil, invalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
-	}
-	if err := checkLaunch(c.MaxDurationSec, c.MaxIdleSec, c.SuspendedSec); err != nil {
-		return nil, err
-	}
-	env, err := parseEnv(c.LaunchEnv)
-	if err != nil {
-		return nil, err
-	}
-	if c.ImageVersion != "" {
-		if err := cplane.CheckImageVersion(c.ImageVersion); err != nil {
-			return nil, err
-		}
-	}
-	size, err := client.SizeClassFromBaseline(c.Memory)
-	if err != nil {
-		return nil, err
-	}
-	dir, err := ledgerDir(a, c.StateDir)
-	if err != nil {
-		return nil, err
-	}
-	p, err := c.open(ctx, a)
-	if err != nil {
-		return nil, err
-	}
-	defer p.close()
-	binary := c.Binary
-	if c.Image == "" {
-		if binary, err = p.daemonFor(c.Binary, c.Agentd); err != nil {
-			return nil, err
-		}
-	}
-	led, err := ledger.Open(dir, nil)
-	if err != nil {
-		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
-	}
 	// The image's record; each MicroVM gets one of its own.
-	rec, err := led.Begin(p.Region().String())
+	st, err := c.prepare(ctx, a)
 	if err != nil {
-		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
+		return nil, err
 	}
+	defer st.p.close()
+	env, size, p, binary, led, rec := st.env, st.size, st.p, st.binary, st.led, st.rec
 	logs := p.LogGroups(ctx)
 	out := cliapi.RunFleetData{Count: int64(c.Count), Parallel: int64(parallel), Runs: []cliapi.FleetRun{}, Leaked: []string{}}
 	var built *build.Result

@@ -72,50 +72,12 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.Keep && c.Local {
 		return nil, invalidArg("", "--keep with --local: the in-process emulator stops when this command exits; run `microvm emulator` and pass --control-endpoint to keep a VM")
 	}
-	if c.Timeout <= 0 {
-		return nil, invalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
-	}
-	if err := checkLaunch(c.MaxDurationSec, c.MaxIdleSec, c.SuspendedSec); err != nil {
-		return nil, err
-	}
-	env, err := parseEnv(c.LaunchEnv)
+	st, err := c.prepare(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	if c.ImageVersion != "" {
-		if err := cplane.CheckImageVersion(c.ImageVersion); err != nil {
-			return nil, err
-		}
-	}
-	size, err := client.SizeClassFromBaseline(c.Memory)
-	if err != nil {
-		return nil, err
-	}
-	dir, err := ledgerDir(a, c.StateDir)
-	if err != nil {
-		return nil, err
-	}
-	p, err := c.open(ctx, a)
-	if err != nil {
-		return nil, err
-	}
-	defer p.close()
-	binary := c.Binary
-	if c.Image == "" {
-		// Resolved before the ledger begins: a run that cannot build makes
-		// no record and prints no teardown.
-		if binary, err = p.daemonFor(c.Binary, c.Agentd); err != nil {
-			return nil, err
-		}
-	}
-	led, err := ledger.Open(dir, nil)
-	if err != nil {
-		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
-	}
-	rec, err := led.Begin(p.Region().String())
-	if err != nil {
-		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
-	}
+	defer st.p.close()
+	env, size, p, binary, rec, dir := st.env, st.size, st.p, st.binary, st.rec, st.dir
 	out := cliapi.RunData{Leaked: []string{}}
 	var sb *sandbox.Sandbox
 	var built *build.Result
@@ -377,4 +339,68 @@ func nonNil(list []string) []string {
 		return []string{}
 	}
 	return list
+}
+
+// runSetup is what a run, single or fleet, has checked and opened before it
+// launches anything: the caller closes p.
+type runSetup struct {
+	dir    string // the ledger's directory
+	env    map[string]string
+	size   client.SizeClass
+	p      *plane
+	binary string
+	led    *ledger.Ledger
+	rec    *ledger.Record
+}
+
+// prepare checks the flags a run and a fleet share, opens the plane, finds
+// the daemon and begins the ledger record of the run (a fleet's image).
+func (c *RunCmd) prepare(ctx context.Context, a *app) (*runSetup, error) {
+	if c.Timeout <= 0 {
+		return nil, invalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
+	}
+	if err := checkLaunch(c.MaxDurationSec, c.MaxIdleSec, c.SuspendedSec); err != nil {
+		return nil, err
+	}
+	env, err := parseEnv(c.LaunchEnv)
+	if err != nil {
+		return nil, err
+	}
+	if c.ImageVersion != "" {
+		if err := cplane.CheckImageVersion(c.ImageVersion); err != nil {
+			return nil, err
+		}
+	}
+	size, err := client.SizeClassFromBaseline(c.Memory)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := ledgerDir(a, c.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.open(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	binary := c.Binary
+	if c.Image == "" {
+		// Resolved before the ledger begins: a run that cannot build makes
+		// no record and prints no teardown.
+		if binary, err = p.daemonFor(c.Binary, c.Agentd); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	led, err := ledger.Open(dir, nil)
+	if err != nil {
+		p.close()
+		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
+	}
+	rec, err := led.Begin(p.Region().String())
+	if err != nil {
+		p.close()
+		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
+	}
+	return &runSetup{dir: dir, env: env, size: size, p: p, binary: binary, led: led, rec: rec}, nil
 }
