@@ -14,7 +14,6 @@ import (
 	"log"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -335,37 +334,7 @@ func TestUnprivilegedBuildRunsTheDockerfile(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to become an unprivileged user")
 	}
-	dir, err := os.MkdirTemp("", "emulator-rootless-build-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "emulator.test")
-	raw, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, raw, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^TestUnprivilegedBuildRunsTheDockerfile$", "-test.v")
-	cmd.Dir = dir
-	cmd.Env = []string{"EMULATOR_UNPRIVILEGED_BUILD=1", "EMULATOR_UNPRIVILEGED_CHILD_AGENTD=" + agentdBin, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir, "HOME=" + dir}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the unprivileged build failed: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "rootless-build-checked") {
-		t.Fatalf("the unprivileged build did not reach its checks:\n%s", out)
-	}
+	rerunAsNobody(t, "TestUnprivilegedBuildRunsTheDockerfile", "rootless-build-checked", "EMULATOR_UNPRIVILEGED_BUILD=1")
 }
 
 // Catches: a RUN cancelled mid-step whose clean-up removes the step's

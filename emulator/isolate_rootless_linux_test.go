@@ -27,6 +27,14 @@ func TestUnprivilegedHostRunsConfinedGuests(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to become an unprivileged user")
 	}
+	rerunAsNobody(t, "TestUnprivilegedHostRunsConfinedGuests", "rootless-checked", "EMULATOR_UNPRIVILEGED_CHILD=1")
+}
+
+// rerunAsNobody runs this test binary's test name as uid 65534, with a
+// fresh HOME and TMPDIR, the daemon copied beside it and env added, and
+// fails t unless the child printed marker (its checks ran, not skipped).
+func rerunAsNobody(t *testing.T, name, marker string, env ...string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "emulator-rootless-")
 	if err != nil {
 		t.Fatal(err)
@@ -46,19 +54,19 @@ func TestUnprivilegedHostRunsConfinedGuests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bin, "-test.run=^TestUnprivilegedHostRunsConfinedGuests$", "-test.v")
+	cmd := exec.Command(bin, "-test.run=^"+name+"$", "-test.v")
 	cmd.Dir = dir
-	cmd.Env = []string{"EMULATOR_UNPRIVILEGED_CHILD=1", "EMULATOR_UNPRIVILEGED_CHILD_AGENTD=" + filepath.Join(dir, "agentd"), "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir, "HOME=" + dir}
+	cmd.Env = append([]string{"EMULATOR_UNPRIVILEGED_CHILD_AGENTD=" + filepath.Join(dir, "agentd"), "PATH=" + os.Getenv("PATH"), "TMPDIR=" + dir, "HOME=" + dir}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("the unprivileged run failed: %v\n%s", err, out)
+		t.Fatalf("%s as uid 65534 failed: %v\n%s", name, err, out)
 	}
-	if !strings.Contains(string(out), "rootless-checked") {
-		t.Fatalf("the unprivileged run did not reach its checks:\n%s", out)
+	if !strings.Contains(string(out), marker) {
+		t.Fatalf("%s as uid 65534 did not reach its checks:\n%s", name, out)
 	}
 }
 
