@@ -29,6 +29,8 @@ const (
 	TypeStdin      = "microvm.stdin"
 	TypeCopy       = "microvm.copy"
 	TypeState      = "microvm.state"
+	TypeURL        = "microvm.url"
+	TypeForward    = "microvm.forward"
 	TypeTeardown   = "microvm.teardown"
 	TypeRuns       = "microvm.runs"
 	TypeLogs       = "microvm.logs"
@@ -190,6 +192,30 @@ type StateData struct {
 	MicrovmID string  `json:"microvmId"`
 	State     string  `json:"state"`
 	Endpoint  *string `json:"endpoint"`
+}
+
+// URLData is the data of a microvm.url envelope.
+type URLData struct {
+	MicrovmID string `json:"microvmId"`
+	// Port is the guest port the token opens, and no other (the daemon's included)
+	Port int64 `json:"port"`
+	// URL is the MicroVM's endpoint as a URL; every port of a MicroVM shares it, so the headers, not the URL, name the port
+	URL string `json:"url"`
+	// Headers is header name to value, sent with every request: the minted map (X-aws-proxy-auth, a credential) and X-aws-proxy-port naming the port
+	Headers any `json:"headers"`
+	// ExpiresAt is RFC 3339, UTC: this machine's clock when the mint was sent plus the lifetime asked for; the token lives at least until then
+	ExpiresAt string `json:"expiresAt"`
+}
+
+// ForwardData is the data of a microvm.forward envelope.
+type ForwardData struct {
+	MicrovmID string `json:"microvmId"`
+	// Port is the guest port forwarded to
+	Port int64 `json:"port"`
+	// Listen is the local address that was served, host:port
+	Listen string `json:"listen"`
+	// Mints is proxy tokens minted while forwarding, renewals included
+	Mints int64 `json:"mints"`
 }
 
 // TeardownData is the data of a microvm.teardown envelope.
@@ -583,6 +609,8 @@ var Responses = []Response{
 	{Type: "microvm.stdin", Keys: []string{"execId", "written", "eof"}},
 	{Type: "microvm.copy", Keys: []string{"direction", "bytes", "local", "remote", "tar"}},
 	{Type: "microvm.state", Keys: []string{"microvmId", "state", "endpoint"}},
+	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt"}},
+	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
 	{Type: "microvm.runs", Keys: []string{"stateDir", "runs"}},
 	{Type: "microvm.logs", Keys: []string{"logGroup", "lines"}},
@@ -640,6 +668,8 @@ var Commands = []Command{
 	{Name: "ps", Type: "microvm.ps", Ready: true},
 	{Name: "metrics", Type: "microvm.metrics", Ready: true},
 	{Name: "watch", Type: "microvm.watch", Ready: true},
+	{Name: "url", Type: "microvm.url", Ready: true},
+	{Name: "forward", Type: "microvm.forward", Ready: true},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// GuestPortFlags name the MicroVM whose guest port url and forward reach.
+// The id is all it takes: GetMicrovm reports the state and the endpoint, and
+// the control plane mints the token. No agent token is involved, since the
+// server behind the port is the guest's own, not agentd.
+type GuestPortFlags struct {
+	MicrovmID string `name:"microvm-id" help:"The MicroVM whose port to reach; it must be RUNNING. Needed: this or MICROVM_ID." env:"MICROVM_ID" placeholder:"ID"`
+	// The control plane mints the token; tests and the emulator point it elsewhere.
+	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL (the emulator, a proxy); unset, AWS_ENDPOINT_URL_LAMBDA_MICROVMS then AWS_ENDPOINT_URL apply." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
+	RegionFlags
+}
+
+// minter is the URLMinter for port of the MicroVM the flags name, each
+// token living expires (0: the ceiling). Bad input is refused here, before
+// any call: the port, the lifetime, a missing id.
+func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires time.Duration) (sandbox.URLMinter, error) {
+	// Nothing on the VM is started or stopped, so an interrupt leaves it as
+	// it was: see app.fail.
+	a.attached = true
+	if port < 1 || port > 65535 {
+		return nil, invalidArg(taxonomy.FindingAllowedPortsUnion, "port %d is outside 1..65535, the ports a proxy token can name", port)
+	}
+	if expires != 0 {
+		ceiling := time.Duration(taxonomy.MaxAuthTokenMinutes) * time.Minute
+		if expires < time.Minute || expires > ceiling || expires%time.Minute != 0 {
+			return nil, invalidArg(taxonomy.FindingEndpointAuth,
+				"--expires %s: a proxy token lives whole minutes from 1m to %s (CreateMicrovmAuthToken's expirationInMinutes)", expires, ceiling)
+		}
+	}
+	// Issue 31's state file of kept VMs can fill the id here.
+	if f.MicrovmID == "" {
+		return nil, invalidArg(taxonomy.FindingEndpointAuth, "missing --microvm-id (or MICROVM_ID): the proxy token is minted for that MicroVM")
+	}
+	region, err := f.controlRegion(a.env)
+	if err != nil {
+		return nil, err
+	}
+	cpc, err := newControl(ctx, region, cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env), a.env)
+	if err != nil {
+		return nil, err
+	}
+	id := f.MicrovmID
+	return func(ctx context.Context) (sandbox.PortURL, error) {
+		return sandbox.MintURL(ctx, cpc, id, port, sandbox.URLOptions{Expires: expires})
+	}, nil
+}
+
+// URLCmd prints how to reach one guest port from outside.
+type URLCmd struct {
+	GuestPortFlags
+	Port    int           `required:"" help:"The guest port (1..65535); the token opens it and nothing else." placeholder:"PORT"`
+	Expires time.Duration `help:"The token's lifetime: whole minutes, 1m to 60m (the model's expirationInMinutes)." default:"60m" placeholder:"DURATION"`
+}
+
+func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
+	mint, err := c.minter(ctx, a, c.Port, c.Expires)
+	if err != nil {
+		return nil, err
+	}
+	u, err := mint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	headers := map[string]string{}
+	for k := range u.Headers {
+		headers[k] = u.Headers.Get(k)
+	}
+	d := cliapi.URLData{MicrovmID: u.MicrovmID, Port: int64(u.Port), URL: u.URL, Headers: headers, ExpiresAt: u.ExpiresAt.UTC().Format(time.RFC3339)}
+	return &result{typ: cliapi.TypeURL, data: d, human: func(w io.Writer) error {
+		// The URL alone on the first line, for $(...); then how to use it.
+		fmt.Fprintln(w, d.URL)
+		var args []string
+		for _, k := range slices.Sorted(maps.Keys(headers)) {
+			fmt.Fprintf(w, "%s: %s\n", k, headers[k])
+			args = append(args, "-H "+shellQuote(k+": "+headers[k]))
+		}
+		fmt.Fprintf(w, "expires: %s (send both headers; the URL alone is refused)\n", d.ExpiresAt)
+		_, err := fmt.Fprintf(w, "curl %s %s\n", strings.Join(args, " "), shellQuote(d.URL))
+		return err
+	}}, nil
+}
