@@ -27,7 +27,7 @@ type GuestPortFlags struct {
 }
 
 // minter is the URLMinter for port of the MicroVM the flags name, each
-// token living expires (0: the ceiling). Bad input is refused here, before
+// token living expires. Bad input is refused here, before
 // any call: the port, the lifetime, a missing id.
 func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires time.Duration) (sandbox.URLMinter, error) {
 	// Nothing on the VM is started or stopped, so an interrupt leaves it as
@@ -36,12 +36,11 @@ func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires t
 	if port < 1 || port > 65535 {
 		return nil, invalidArg(taxonomy.FindingAllowedPortsUnion, "port %d is outside 1..65535, the ports a proxy token can name", port)
 	}
-	if expires != 0 {
-		ceiling := time.Duration(taxonomy.MaxAuthTokenMinutes) * time.Minute
-		if expires < time.Minute || expires > ceiling || expires%time.Minute != 0 {
-			return nil, invalidArg(taxonomy.FindingEndpointAuth,
-				"--expires %s: a proxy token lives whole minutes from 1m to %s (CreateMicrovmAuthToken's expirationInMinutes)", expires, ceiling)
-		}
+	// --expires has a default, so zero was typed: refused, not the ceiling.
+	ceiling := time.Duration(taxonomy.MaxAuthTokenMinutes) * time.Minute
+	if expires < time.Minute || expires > ceiling || expires%time.Minute != 0 {
+		return nil, invalidArg(taxonomy.FindingEndpointAuth,
+			"--expires %s: a proxy token lives whole minutes from 1m to %s (CreateMicrovmAuthToken's expirationInMinutes)", expires, ceiling)
 	}
 	// Issue 31's state file of kept VMs can fill the id here.
 	if f.MicrovmID == "" {
@@ -77,9 +76,17 @@ func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Spelled as the platform spells them (finding auth-token-header-map),
+	// not as Go canonicalizes them; HTTP does not care, a reader might.
 	headers := map[string]string{}
 	for k := range u.Headers {
-		headers[k] = u.Headers.Get(k)
+		name := k
+		for _, known := range []string{taxonomy.ProxyAuthHeader, taxonomy.ProxyPortHeader} {
+			if strings.EqualFold(k, known) {
+				name = known
+			}
+		}
+		headers[name] = u.Headers.Get(k)
 	}
 	d := cliapi.URLData{MicrovmID: u.MicrovmID, Port: int64(u.Port), URL: u.URL, Headers: headers, ExpiresAt: u.ExpiresAt.UTC().Format(time.RFC3339)}
 	return &result{typ: cliapi.TypeURL, data: d, human: func(w io.Writer) error {
