@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +36,13 @@ type ForwardOptions struct {
 	// ErrorLog receives the proxy's own failures; nil is the log package's
 	// standard logger.
 	ErrorLog *log.Logger
+	// AnyHost serves requests whatever host their Host header names. By
+	// default only a loopback name is served (localhost, *.localhost, an
+	// address in 127.0.0.0/8, ::1): a web page whose own DNS name was
+	// rebound to 127.0.0.1 sends its name as Host, and would otherwise read
+	// the guest port with this machine's token. A forward listening beyond
+	// loopback on purpose sets it.
+	AnyHost bool
 	// Transport reaches the endpoint (default: a clone of
 	// http.DefaultTransport that ignores proxy variables for a loopback
 	// endpoint).
@@ -134,6 +143,10 @@ type portURLKey struct{}
 
 // ServeHTTP forwards r to the guest port.
 func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !f.o.AnyHost && !loopbackName(r.Host) {
+		http.Error(w, "microvm forward: Host "+strconv.Quote(r.Host)+" is not a loopback name; a page whose DNS name points at this machine is not served", http.StatusForbidden)
+		return
+	}
 	u, err := f.Current(r.Context())
 	if err != nil {
 		f.logf("minting a proxy token: %v", err)
@@ -193,4 +206,20 @@ func Forward(ctx context.Context, ln net.Listener, f *Forwarder) error {
 		return serr
 	}
 	return err
+}
+
+// loopbackName reports whether a Host header names this machine by a
+// loopback name: localhost, a name under .localhost (RFC 6761), or a
+// loopback address.
+func loopbackName(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -63,7 +63,9 @@ func (c *ForwardCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	fw := sandbox.NewForwarder(mint, sandbox.ForwardOptions{
 		RenewBefore: c.RenewBefore,
-		ErrorLog:    log.New(a.stderr, "microvm: forward: ", 0),
+		// Beyond loopback on purpose: other machines name this one as they will.
+		AnyHost:  !ip.IsLoopback(),
+		ErrorLog: log.New(a.stderr, "microvm: forward: ", 0),
 		OnMint: func(u sandbox.PortURL) {
 			a.progress("minted a proxy token for MicroVM %s port %d, expiring %s", u.MicrovmID, u.Port, u.ExpiresAt.UTC().Format(time.RFC3339))
 		},
