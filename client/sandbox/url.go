@@ -34,6 +34,11 @@ type PortURL struct {
 	// it (X-aws-proxy-auth) plus X-aws-proxy-port naming Port. They are
 	// credentials: String never prints them.
 	Headers http.Header
+	// Subprotocols are the same credentials in the form a browser's
+	// WebSocket can send, which sets no header: offer all three to
+	// new WebSocket(wsURL, subprotocols) (finding websocket-subprotocols).
+	// They hold the token too.
+	Subprotocols []string
 	// ExpiresAt is this process's clock when the mint was sent plus the
 	// lifetime asked for. The platform's reply carries no expiry, and its
 	// clock starts when it mints, after the request left, so the token
@@ -47,7 +52,7 @@ type PortURL struct {
 // String names the target and the header keys, never their values.
 func (u PortURL) String() string {
 	keys := slices.Sorted(maps.Keys(u.Headers))
-	return fmt.Sprintf("PortURL{%s port %d %s headers %v: REDACTED, expires %s}", u.MicrovmID, u.Port, u.URL, keys, u.ExpiresAt.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("PortURL{%s port %d %s headers %v and subprotocols: REDACTED, expires %s}", u.MicrovmID, u.Port, u.URL, keys, u.ExpiresAt.UTC().Format(time.RFC3339))
 }
 
 // GoString is String, so %#v cannot print the token either.
@@ -138,7 +143,10 @@ func MintURL(ctx context.Context, c *lambdamicrovms.Client, id string, port int,
 		base += "/"
 	}
 	life := time.Duration(minutes) * time.Minute
-	return PortURL{MicrovmID: id, Port: port, URL: base, Headers: h, ExpiresAt: sent.Add(life), Lifetime: life}, nil
+	subprotocols := []string{taxonomy.WebSocketSubprotocol,
+		taxonomy.WebSocketAuthPrefix + h.Get(taxonomy.ProxyAuthHeader),
+		taxonomy.WebSocketPortPrefix + strconv.Itoa(port)}
+	return PortURL{MicrovmID: id, Port: port, URL: base, Headers: h, Subprotocols: subprotocols, ExpiresAt: sent.Add(life), Lifetime: life}, nil
 }
 
 // takesTraffic refuses a MicroVM whose endpoint forwards nothing: only a

@@ -224,6 +224,44 @@ func TestURLReachesOnlyItsGuestPort(t *testing.T) {
 		t.Fatalf("expired: %d %s, want 403", status, b)
 	}
 
+	// A browser's form: the WebSocket offers the credentials as
+	// subprotocols, straight to the endpoint, to the real guest's echo.
+	wsu, err := sb.URL(ctx, 8081, URLOptions{Expires: 5 * time.Minute, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wsu.Subprotocols) != 3 || wsu.Subprotocols[2] != "lambda-microvms.port.8081" || strings.Contains(wsu.String(), wsu.Headers.Get(taxonomy.ProxyAuthHeader)) {
+		t.Fatalf("subprotocols %q", wsu.Subprotocols)
+	}
+	cfg, err := websocket.NewConfig("ws"+strings.TrimPrefix(wsu.URL, "http"), "http://localhost/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Protocol = wsu.Subprotocols
+	ws, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatalf("the subprotocol handshake to the guest: %v", err)
+	}
+	_ = ws.SetDeadline(time.Now().Add(10 * time.Second))
+	var echoed string
+	if err := websocket.Message.Send(ws, "direct"); err != nil {
+		t.Fatal(err)
+	}
+	if err := websocket.Message.Receive(ws, &echoed); err != nil || echoed != "echo:direct" {
+		t.Fatalf("echo: %q %v", echoed, err)
+	}
+	ws.Close()
+	// A live 8080 token's subprotocols naming 8081: refused.
+	u2, err := sb.URL(ctx, 8080, URLOptions{Expires: 5 * time.Minute, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Protocol = []string{u2.Subprotocols[0], u2.Subprotocols[1], "lambda-microvms.port.8081"}
+	if ws, err := websocket.DialConfig(cfg); err == nil {
+		ws.Close()
+		t.Fatal("the 8080 token opened a WebSocket on 8081")
+	}
+
 	// Bad input is refused before any call.
 	before = len(f.emu.Requests())
 	for _, tc := range []struct {

@@ -107,7 +107,8 @@ func urlData(u sandbox.PortURL) cliapi.URLData {
 		}
 		headers[name] = u.Headers.Get(k)
 	}
-	return cliapi.URLData{MicrovmID: u.MicrovmID, Port: int64(u.Port), URL: u.URL, Headers: headers, ExpiresAt: u.ExpiresAt.UTC().Format(time.RFC3339)}
+	return cliapi.URLData{MicrovmID: u.MicrovmID, Port: int64(u.Port), URL: u.URL, Headers: headers, ExpiresAt: u.ExpiresAt.UTC().Format(time.RFC3339),
+		Subprotocols: slices.Clone(u.Subprotocols)}
 }
 
 // engineURL answers the engine's url op for its sandbox.

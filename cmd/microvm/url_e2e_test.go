@@ -165,6 +165,10 @@ func TestURLCommand(t *testing.T) {
 	if err != nil || exp.Before(now.Add(5*time.Minute-time.Second)) || exp.After(time.Now().Add(5*time.Minute+time.Second)) {
 		t.Fatalf("expiresAt %v (%v), want about five minutes from now", d["expiresAt"], err)
 	}
+	subs, _ := d["subprotocols"].([]any)
+	if len(subs) != 3 || subs[0] != "lambda-microvms" || subs[1] != "lambda-microvms.authentication."+headers[taxonomy.ProxyAuthHeader] || subs[2] != "lambda-microvms.port.8080" {
+		t.Fatalf("subprotocols %v", d["subprotocols"])
+	}
 	url := d["url"].(string)
 	if url != "http://"+vm.endpoint+"/" {
 		t.Fatalf("url %q, want the endpoint's", url)

@@ -205,6 +205,8 @@ type URLData struct {
 	Headers any `json:"headers"`
 	// ExpiresAt is RFC 3339, UTC: this machine's clock when the mint was sent plus the lifetime asked for; the token lives at least until then
 	ExpiresAt string `json:"expiresAt"`
+	// Subprotocols is the same credentials as WebSocket subprotocols, for a browser's WebSocket, which sets no header: offer all three (lambda-microvms, lambda-microvms.authentication.<token>, lambda-microvms.port.<port>); a credential too
+	Subprotocols []string `json:"subprotocols"`
 }
 
 // ForwardData is the data of a microvm.forward envelope.
@@ -609,7 +611,7 @@ var Responses = []Response{
 	{Type: "microvm.stdin", Keys: []string{"execId", "written", "eof"}},
 	{Type: "microvm.copy", Keys: []string{"direction", "bytes", "local", "remote", "tar"}},
 	{Type: "microvm.state", Keys: []string{"microvmId", "state", "endpoint"}},
-	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt"}},
+	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols"}},
 	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
 	{Type: "microvm.runs", Keys: []string{"stateDir", "runs"}},

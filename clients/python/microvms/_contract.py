@@ -192,6 +192,7 @@ URLData = TypedDict("URLData", {
     "url": str,
     "headers": Dict[str, Any],
     "expiresAt": str,
+    "subprotocols": List[str],
 })
 URLData.__doc__ = "The data of a microvm.url envelope."
 

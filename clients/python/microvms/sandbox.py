@@ -194,6 +194,9 @@ class PortURL:
     url: str
     headers: Dict[str, str] = field(repr=False)
     expires_at: str
+    # The same credentials for a browser's WebSocket, which sets no header:
+    # offer all three as its protocols. A credential too.
+    subprotocols: List[str] = field(repr=False)
 
 
 class Files:
@@ -382,7 +385,7 @@ class Sandbox:
         """The URL, headers and expiry that reach guest port `port`; expires_minutes is 1..60, 0 for 60."""
         d = self._engine._op_url({"port": port, "expiresMinutes": expires_minutes})
         return PortURL(d["microvmId"], d["port"], d["url"], {str(k): str(v) for k, v in d["headers"].items()},
-                       d["expiresAt"])
+                       d["expiresAt"], list(d["subprotocols"]))
 
     def cost(self) -> CostReport:
         """What the run cost so far, from what the platform reports (also after terminate)."""

@@ -182,6 +182,8 @@ class PortURLTest(unittest.TestCase):
             self.assertEqual((u.port, u.microvm_id), (8080, sb.microvm_id))
             self.assertEqual(u.headers["X-aws-proxy-port"], "8080")
             self.assertNotIn(u.headers["X-aws-proxy-auth"], repr(u))
+            self.assertEqual(u.subprotocols, ["lambda-microvms", "lambda-microvms.authentication." + u.headers["X-aws-proxy-auth"],
+                                              "lambda-microvms.port.8080"])
             body = ""
             for _ in range(100):  # bounded: python3 listens within a second or two
                 try:

@@ -204,6 +204,8 @@ export interface URLData {
   readonly "headers": Record<string, unknown>;
   /** RFC 3339, UTC: this machine's clock when the mint was sent plus the lifetime asked for; the token lives at least until then */
   readonly "expiresAt": string;
+  /** the same credentials as WebSocket subprotocols, for a browser's WebSocket, which sets no header: offer all three (lambda-microvms, lambda-microvms.authentication.<token>, lambda-microvms.port.<port>); a credential too */
+  readonly "subprotocols": string[];
 }
 
 /** One "output" event of a stream. */

@@ -335,7 +335,11 @@ export interface TeardownReport { readonly microvmId: string; readonly lifecycle
 
 /** An estimate from a dated rate table, never an invoice; amounts are decimal strings, `usd` absent (never zero) when unpriced. */
 /** How to reach one port inside the VM: the headers name the port and carry the token. */
-export interface PortURL { readonly microvmId: string; readonly port: number; readonly url: string; readonly headers: Record<string, string>; readonly expiresAt: string }
+export interface PortURL {
+  readonly microvmId: string; readonly port: number; readonly url: string; readonly headers: Record<string, string>; readonly expiresAt: string;
+  /** The same credentials for a browser's WebSocket, which sets no header: new WebSocket(wsURL, subprotocols). A credential too. */
+  readonly subprotocols: string[];
+}
 export interface CostReport { readonly label: string; readonly size: string; readonly items: C.CostLine[]; readonly totalUsd: string; readonly isLowerBound: boolean; readonly staleness: string; readonly text: string }
 
 export interface ExecOptions { cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string }
@@ -504,7 +508,7 @@ export class Sandbox implements AsyncDisposable {
     const d = await this.engine.url({ port, expiresMinutes: opts.expiresMinutes ?? 0 });
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(d.headers)) headers[k] = String(v);
-    return { microvmId: d.microvmId, port: d.port, url: d.url, headers, expiresAt: d.expiresAt };
+    return { microvmId: d.microvmId, port: d.port, url: d.url, headers, expiresAt: d.expiresAt, subprotocols: [...d.subprotocols] };
   }
 
   /** What the run cost so far, from what the platform reports (also after terminate). */

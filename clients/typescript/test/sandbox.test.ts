@@ -176,6 +176,7 @@ describe("sandbox", { skip }, () => {
     await sb.run("cd /tmp/site && nohup /usr/bin/python3 -m http.server 8080 --bind 127.0.0.1 >/dev/null 2>&1 &");
     const u = await sb.url(8080, { expiresMinutes: 5 });
     assert.deepEqual([u.port, u.headers["X-aws-proxy-port"]], [8080, "8080"]);
+    assert.deepEqual(u.subprotocols, ["lambda-microvms", "lambda-microvms.authentication." + u.headers["X-aws-proxy-auth"], "lambda-microvms.port.8080"]);
     let body = "";
     for (let i = 0; i < 100; i++) { // bounded: python3 listens within a second or two
       const r = await fetch(u.url, { headers: u.headers });
