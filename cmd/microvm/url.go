@@ -22,6 +22,10 @@ import (
 // server behind the port is the guest's own, not agentd.
 type GuestPortFlags struct {
 	MicrovmID string `name:"microvm-id" help:"The MicroVM whose port to reach; it must be RUNNING. Needed: this or MICROVM_ID." env:"MICROVM_ID" placeholder:"ID"`
+	// An attached command's addressing flags, accepted so they can be
+	// reused as they are; GetMicrovm is what is believed.
+	Endpoint   string `help:"The VM's endpoint, if given: it must be the one GetMicrovm reports for --microvm-id (a check that the two name one VM). Not needed." env:"MICROVM_ENDPOINT"`
+	AgentToken string `help:"Not needed and not sent: the server behind the port is the guest's own, not agentd. Accepted so an attached command's flags can be reused." env:"MICROVM_AGENT_TOKEN"`
 	// The control plane mints the token; tests and the emulator point it elsewhere.
 	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL (the emulator, a proxy); unset, AWS_ENDPOINT_URL_LAMBDA_MICROVMS then AWS_ENDPOINT_URL apply." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
 	RegionFlags
@@ -55,9 +59,14 @@ func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires t
 	if err != nil {
 		return nil, err
 	}
-	id := f.MicrovmID
+	id, endpoint := f.MicrovmID, f.Endpoint
 	return func(ctx context.Context) (sandbox.PortURL, error) {
-		return sandbox.MintURL(ctx, cpc, id, port, sandbox.URLOptions{Expires: expires})
+		u, err := sandbox.MintURL(ctx, cpc, id, port, sandbox.URLOptions{Expires: expires})
+		if err == nil && endpoint != "" && strings.TrimSuffix(cplane.EndpointURL(endpoint), "/")+"/" != u.URL {
+			return sandbox.PortURL{}, invalidArg(taxonomy.FindingEndpointBareHost,
+				"--endpoint (or MICROVM_ENDPOINT) %s is not MicroVM %s's endpoint, which GetMicrovm reports as %s; drop --endpoint or name the VM it belongs to", endpoint, id, u.URL)
+		}
+		return u, err
 	}, nil
 }
 

@@ -184,6 +184,14 @@ func TestURLCommand(t *testing.T) {
 		t.Fatalf("no headers: %d", status)
 	}
 
+	// An attached command's flags are accepted as they are; an endpoint
+	// that is not this VM's is refused.
+	withAttach := append([]string{"--json", "url", "--port", "8080", "--endpoint", vm.endpoint, "--agent-token", vm.agentToken}, target...)
+	if d := envelope(t, cli(t, env, "", withAttach...))["data"].(map[string]any); d["url"] != url {
+		t.Fatalf("with the attach flags: %v", d)
+	}
+	wantFailure(t, cli(t, env, "", append([]string{"--json", "url", "--port", "8080", "--endpoint", "127.0.0.1:1"}, target...)...), taxonomy.KindInvalidArg, taxonomy.FindingEndpointBareHost)
+
 	// The human form: the URL first, then the headers and a curl line.
 	inv := cli(t, env, "", append([]string{"url", "--port", "8080", "--expires", "1m"}, target...)...)
 	if inv.code != 0 || strings.SplitN(inv.stdout, "\n", 2)[0] != url || !strings.Contains(inv.stdout, "curl -H ") {
