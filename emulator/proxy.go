@@ -52,7 +52,10 @@ var proxyTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleCo
 // guest. It checks, in this order, the token (minted for this MicroVM and
 // unexpired by the emulator's clock), the port (inside the token's scope),
 // then whether the guest takes traffic, and forwards with both proxy headers
-// removed, so the guest never sees the caller's proxy credential.
+// (and the platform's WebSocket subprotocols) removed, so the guest never
+// sees the caller's proxy credential. The credentials come from the two
+// headers, or, for a WebSocket upgrade without them, from the subprotocols a
+// browser offers instead (finding websocket-subprotocols).
 func (s *Server) endpointHandler(vm *microvm) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, portValue := r.Header.Get(taxonomy.ProxyAuthHeader), r.Header.Get(taxonomy.ProxyPortHeader)
