@@ -110,7 +110,8 @@ func (f *Forwarder) logf(format string, args ...any) {
 func (f *Forwarder) Mints() int { f.mu.Lock(); defer f.mu.Unlock(); return f.mints }
 
 // Current is the PortURL requests are sent with now, minting the first or
-// the next one when the current one is within RenewBefore of its expiry.
+// the next one when the current one is within RenewBefore of its expiry. A
+// failed renewal keeps the current token until its expiry.
 func (f *Forwarder) Current(ctx context.Context) (PortURL, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -126,6 +127,13 @@ func (f *Forwarder) Current(ctx context.Context) (PortURL, error) {
 	}
 	u, err := f.mint(ctx)
 	if err != nil {
+		// A renewal that failed (a throttled control plane, say) must not
+		// fail a request the current token still covers: it is tried again
+		// on the next request (finding endpoint-auth: minting is retryable).
+		if f.valid && now.Before(f.cur.ExpiresAt) {
+			f.logf("renewing the proxy token failed, the current one has %s left: %v", f.cur.ExpiresAt.Sub(now).Round(time.Second), err)
+			return f.cur, nil
+		}
 		return PortURL{}, err
 	}
 	f.cur, f.valid = u, true

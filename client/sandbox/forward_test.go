@@ -2,10 +2,13 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +84,54 @@ func TestForwarderServesOnlyLoopbackNames(t *testing.T) {
 		if h.Get(taxonomy.ProxyPortHeader) != "8080" || h.Get(taxonomy.ProxyAuthHeader) != "minted" {
 			t.Fatalf("the endpoint saw %v, want the forward's own proxy headers", h)
 		}
+	}
+}
+
+// Catches: a failed renewal that fails the request while the current token
+// still has life (a throttle at the renewal point would cut a healthy
+// forward), and one that keeps serving a token past its expiry.
+func TestForwarderKeepsItsTokenWhileARenewalFails(t *testing.T) {
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Header.Get(taxonomy.ProxyAuthHeader))
+	}))
+	defer endpoint.Close()
+	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	calls, failing := 0, false
+	mint := func(context.Context) (PortURL, error) {
+		calls++
+		if failing {
+			return PortURL{}, errors.New("ThrottlingException: rate exceeded")
+		}
+		h := http.Header{}
+		h.Set(taxonomy.ProxyAuthHeader, "token-"+strconv.Itoa(calls))
+		return PortURL{URL: endpoint.URL + "/", Headers: h, ExpiresAt: clk.Now().Add(time.Minute), Lifetime: time.Minute}, nil
+	}
+	fw := NewForwarder(mint, ForwardOptions{Now: clk.Now, ErrorLog: log.New(io.Discard, "", 0)})
+	srv := httptest.NewServer(fw)
+	defer srv.Close()
+	get := func() (int, string) {
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, b := get(); status != 200 || b != "token-1" {
+		t.Fatalf("%d %q", status, b)
+	}
+	failing = true
+	clk.Advance(45 * time.Second) // past the renewal point, inside the life
+	if status, b := get(); status != 200 || b != "token-1" || calls != 2 {
+		t.Fatalf("a failed renewal with 15s left: %d %q after %d mints, want the current token", status, b, calls)
+	}
+	clk.Advance(15 * time.Second) // at the expiry
+	if status, b := get(); status != http.StatusBadGateway || !strings.Contains(b, "ThrottlingException") {
+		t.Fatalf("an expired token with no renewal: %d %q, want 502 naming the mint failure", status, b)
+	}
+	failing = false
+	if status, b := get(); status != 200 || b != "token-4" {
+		t.Fatalf("after the control plane recovered: %d %q", status, b)
 	}
 }
