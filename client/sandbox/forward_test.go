@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,14 +97,15 @@ func TestForwarderKeepsItsTokenWhileARenewalFails(t *testing.T) {
 	}))
 	defer endpoint.Close()
 	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	calls, failing := 0, false
+	var calls atomic.Int32
+	var failing atomic.Bool
 	mint := func(context.Context) (PortURL, error) {
-		calls++
-		if failing {
+		n := calls.Add(1)
+		if failing.Load() {
 			return PortURL{}, errors.New("ThrottlingException: rate exceeded")
 		}
 		h := http.Header{}
-		h.Set(taxonomy.ProxyAuthHeader, "token-"+strconv.Itoa(calls))
+		h.Set(taxonomy.ProxyAuthHeader, "token-"+strconv.Itoa(int(n)))
 		return PortURL{URL: endpoint.URL + "/", Headers: h, ExpiresAt: clk.Now().Add(time.Minute), Lifetime: time.Minute}, nil
 	}
 	fw := NewForwarder(mint, ForwardOptions{Now: clk.Now, ErrorLog: log.New(io.Discard, "", 0)})
@@ -121,16 +123,16 @@ func TestForwarderKeepsItsTokenWhileARenewalFails(t *testing.T) {
 	if status, b := get(); status != 200 || b != "token-1" {
 		t.Fatalf("%d %q", status, b)
 	}
-	failing = true
+	failing.Store(true)
 	clk.Advance(45 * time.Second) // past the renewal point, inside the life
-	if status, b := get(); status != 200 || b != "token-1" || calls != 2 {
-		t.Fatalf("a failed renewal with 15s left: %d %q after %d mints, want the current token", status, b, calls)
+	if status, b := get(); status != 200 || b != "token-1" || calls.Load() != 2 {
+		t.Fatalf("a failed renewal with 15s left: %d %q after %d mints, want the current token", status, b, calls.Load())
 	}
 	clk.Advance(15 * time.Second) // at the expiry
 	if status, b := get(); status != http.StatusBadGateway || !strings.Contains(b, "ThrottlingException") {
 		t.Fatalf("an expired token with no renewal: %d %q, want 502 naming the mint failure", status, b)
 	}
-	failing = false
+	failing.Store(false)
 	if status, b := get(); status != 200 || b != "token-4" {
 		t.Fatalf("after the control plane recovered: %d %q", status, b)
 	}
