@@ -3,10 +3,12 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -180,4 +182,47 @@ func (s *Sandbox) URL(ctx context.Context, port int, o URLOptions) (PortURL, err
 		o.Now = s.now
 	}
 	return MintURL(ctx, s.api(), s.id, port, o)
+}
+
+// Check sends one GET for u.URL with u's headers through hc (nil is
+// http.DefaultClient) and tells the endpoint's refusals apart, as the
+// platform answers them (finding allowed-ports-union): a 403 "Access to port
+// denied" is a token for other ports and any other 403 one the endpoint
+// does not take (expired, or another MicroVM's), both ERR_CREDENTIALS; a 502
+// is a port the token opens with nothing answering there, ERR_PRECONDITION.
+// Any other status is the guest server's own answer, returned with no
+// error: a 404 still proves the port is served.
+func (u PortURL) Check(ctx context.Context, hc *http.Client) (int, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL, nil)
+	if err != nil {
+		return 0, client.Errorf(taxonomy.KindInvalidArg, "", "checking %s: %v", u.URL, err)
+	}
+	req.Header = u.Headers.Clone()
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return 0, client.Errorf(taxonomy.KindInterrupted, "", "checking %s: %v", u.URL, ctxErr).WithCause(err)
+		}
+		return 0, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingEndpointBareHost, "nothing answers at %s: %v", u.URL, err).WithCause(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	said := strings.TrimSpace(string(b))
+	switch resp.StatusCode {
+	case http.StatusForbidden:
+		if strings.Contains(said, "Access to port denied") {
+			return resp.StatusCode, client.Errorf(taxonomy.KindCredentials, taxonomy.FindingAllowedPortsUnion,
+				"the endpoint refused the token for port %s (403 %q): it was minted for other ports; mint one for this port", u.Headers.Get(taxonomy.ProxyPortHeader), said)
+		}
+		return resp.StatusCode, client.Errorf(taxonomy.KindCredentials, taxonomy.FindingEndpointAuth,
+			"the endpoint refused the token (403 %q): expired (it was good until about %s) or not minted for MicroVM %s; mint a fresh one",
+			said, u.ExpiresAt.UTC().Format(time.RFC3339), u.MicrovmID)
+	case http.StatusBadGateway:
+		return resp.StatusCode, client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingAllowedPortsUnion,
+			"the token opens port %d but nothing answers there (502 %q): start a server in the guest listening on it", u.Port, said)
+	}
+	return resp.StatusCode, nil
 }

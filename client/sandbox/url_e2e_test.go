@@ -202,6 +202,27 @@ func TestURLReachesOnlyItsGuestPort(t *testing.T) {
 	if status, b := get(t, u.URL+"marker.txt", u.Headers); status != 200 || b != "from the guest\n" {
 		t.Fatalf("a file through the URL: %d %q", status, b)
 	}
+	// Check tells the endpoint's answers apart, each with its kind.
+	wantCheck := func(name string, u PortURL, status int, kind taxonomy.ErrorKind, finding taxonomy.FindingID) {
+		t.Helper()
+		got, err := u.Check(ctx, nil)
+		var ce *client.Error
+		if got != status || client.KindOf(err) != kind || !asClientError(err, &ce) || ce.Finding() != finding {
+			t.Errorf("%s: Check %d %v, want %d %s %s", name, got, err, status, kind, finding)
+		}
+	}
+	if status, err := u.Check(ctx, nil); status != 200 || err != nil {
+		t.Fatalf("Check of a served port: %d %v", status, err)
+	}
+	wrongPort := u
+	wrongPort.Headers = withPort(u.Headers, taxonomy.DefaultAgentPort)
+	wantCheck("the 8080 token naming 9000", wrongPort, 403, taxonomy.KindCredentials, taxonomy.FindingAllowedPortsUnion)
+	idle, err := sb.URL(ctx, 8082, URLOptions{Expires: time.Minute, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCheck("a port nothing listens on", idle, 502, taxonomy.KindPrecondition, taxonomy.FindingAllowedPortsUnion)
+
 	// The same token names another port: agentd's 9000, an unused 9001.
 	for _, port := range []int{taxonomy.DefaultAgentPort, 9001, 8081} {
 		if status, b := get(t, u.URL+"v1/health", withPort(u.Headers, port)); status != 403 || !strings.Contains(b, "Access to port denied") {
@@ -223,6 +244,7 @@ func TestURLReachesOnlyItsGuestPort(t *testing.T) {
 	if status, b := get(t, u.URL, u.Headers); status != 403 {
 		t.Fatalf("expired: %d %s, want 403", status, b)
 	}
+	wantCheck("expired", u, 403, taxonomy.KindCredentials, taxonomy.FindingEndpointAuth)
 
 	// A browser's form: the WebSocket offers the credentials as
 	// subprotocols, straight to the endpoint, to the real guest's echo.

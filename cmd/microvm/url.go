@@ -75,6 +75,7 @@ type URLCmd struct {
 	GuestPortFlags
 	Port    int           `required:"" help:"The guest port (1..65535); the token opens it and nothing else." placeholder:"PORT"`
 	Expires time.Duration `help:"The token's lifetime: whole minutes, 1m to 60m (the model's expirationInMinutes)." default:"60m" placeholder:"DURATION"`
+	Check   bool          `help:"Also send one GET through the URL: the token refused (403) exits 4, nothing listening on the port (502) exits 12; any other status is the guest server's own answer."`
 }
 
 func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
@@ -87,6 +88,15 @@ func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	d := urlData(u)
+	if c.Check {
+		status, err := u.Check(ctx, nil)
+		if err != nil {
+			// The URL itself is still good to report beside the refusal.
+			return nil, &failure{err: asClientError(err), data: map[string]any{"microvmId": d.MicrovmID, "port": d.Port, "url": d.URL, "checkStatus": status}}
+		}
+		st := int64(status)
+		d.CheckStatus = &st
+	}
 	headers := d.Headers.(map[string]string)
 	return &result{typ: cliapi.TypeURL, data: d, human: func(w io.Writer) error {
 		// The URL alone on the first line, for $(...); then how to use it.
@@ -97,6 +107,9 @@ func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
 			args = append(args, "-H "+shellQuote(k+": "+headers[k]))
 		}
 		fmt.Fprintf(w, "expires: %s (send both headers; the URL alone is refused)\n", d.ExpiresAt)
+		if d.CheckStatus != nil {
+			fmt.Fprintf(w, "check: the guest's server answered %d\n", *d.CheckStatus)
+		}
 		_, err := fmt.Fprintf(w, "curl %s %s\n", strings.Join(args, " "), shellQuote(d.URL))
 		return err
 	}}, nil

@@ -192,6 +192,18 @@ func TestURLCommand(t *testing.T) {
 	}
 	wantFailure(t, cli(t, env, "", append([]string{"--json", "url", "--port", "8080", "--endpoint", "127.0.0.1:1"}, target...)...), taxonomy.KindInvalidArg, taxonomy.FindingEndpointBareHost)
 
+	// --check: the guest's answer, or the endpoint's refusal with its row.
+	if d := envelope(t, cli(t, env, "", append([]string{"--json", "url", "--port", "8080", "--check"}, target...)...))["data"].(map[string]any); d["checkStatus"] != float64(200) {
+		t.Fatalf("--check of a served port: %v", d)
+	}
+	if d["checkStatus"] != nil {
+		t.Fatalf("checkStatus without --check: %v", d["checkStatus"])
+	}
+	idle := wantFailure(t, cli(t, env, "", append([]string{"--json", "url", "--port", "8082", "--check"}, target...)...), taxonomy.KindPrecondition, taxonomy.FindingAllowedPortsUnion)
+	if idle["data"].(map[string]any)["checkStatus"] != float64(502) || !strings.Contains(idle["error"].(string), "nothing answers") {
+		t.Fatalf("--check of a port nothing listens on: %v", idle)
+	}
+
 	// The human form: the URL first, then the headers and a curl line.
 	inv := cli(t, env, "", append([]string{"url", "--port", "8080", "--expires", "1m"}, target...)...)
 	if inv.code != 0 || strings.SplitN(inv.stdout, "\n", 2)[0] != url || !strings.Contains(inv.stdout, "curl -H ") {

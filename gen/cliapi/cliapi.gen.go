@@ -207,6 +207,8 @@ type URLData struct {
 	ExpiresAt string `json:"expiresAt"`
 	// Subprotocols is the same credentials as WebSocket subprotocols, for a browser's WebSocket, which sets no header: offer all three (lambda-microvms, lambda-microvms.authentication.<token>, lambda-microvms.port.<port>); a credential too
 	Subprotocols []string `json:"subprotocols"`
+	// CheckStatus is with url --check, the status one GET through the URL got from the guest's server; null without --check (a refused check is a failure: 403 exits ERR_CREDENTIALS, 502, nothing listening, ERR_PRECONDITION)
+	CheckStatus *int64 `json:"checkStatus"`
 }
 
 // ForwardData is the data of a microvm.forward envelope.
@@ -611,7 +613,7 @@ var Responses = []Response{
 	{Type: "microvm.stdin", Keys: []string{"execId", "written", "eof"}},
 	{Type: "microvm.copy", Keys: []string{"direction", "bytes", "local", "remote", "tar"}},
 	{Type: "microvm.state", Keys: []string{"microvmId", "state", "endpoint"}},
-	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols"}},
+	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols", "checkStatus"}},
 	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
 	{Type: "microvm.runs", Keys: []string{"stateDir", "runs"}},

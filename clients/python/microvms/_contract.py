@@ -193,6 +193,7 @@ URLData = TypedDict("URLData", {
     "headers": Dict[str, Any],
     "expiresAt": str,
     "subprotocols": List[str],
+    "checkStatus": Optional[int],
 })
 URLData.__doc__ = "The data of a microvm.url envelope."
 

@@ -206,6 +206,8 @@ export interface URLData {
   readonly "expiresAt": string;
   /** the same credentials as WebSocket subprotocols, for a browser's WebSocket, which sets no header: offer all three (lambda-microvms, lambda-microvms.authentication.<token>, lambda-microvms.port.<port>); a credential too */
   readonly "subprotocols": string[];
+  /** with url --check, the status one GET through the URL got from the guest's server; null without --check (a refused check is a failure: 403 exits ERR_CREDENTIALS, 502, nothing listening, ERR_PRECONDITION) */
+  readonly "checkStatus": (number) | null;
 }
 
 /** One "output" event of a stream. */
