@@ -15,7 +15,9 @@
 // 127.0.0.1:PORT host served as plain HTTP by a proxy that demands an
 // unexpired X-aws-proxy-auth token minted for that MicroVM and an
 // X-aws-proxy-port inside the token's scope (403 otherwise, 502 for a scoped
-// port with nothing listening), and strips both headers before forwarding.
+// port with nothing listening), or the same two as a WebSocket's offered
+// subprotocols, and strips both forms before forwarding, so any port the
+// guest listens on is reachable with a token scoped to it and no other.
 // Suspend freezes the guest's processes (SIGSTOP), resume continues them,
 // terminate kills them and deletes the guest's writes; Close stops every
 // guest.

@@ -52,10 +52,19 @@ var proxyTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleCo
 // guest. It checks, in this order, the token (minted for this MicroVM and
 // unexpired by the emulator's clock), the port (inside the token's scope),
 // then whether the guest takes traffic, and forwards with both proxy headers
-// removed, so the guest never sees the caller's proxy credential.
+// (and the platform's WebSocket subprotocols) removed, so the guest never
+// sees the caller's proxy credential. The credentials come from the two
+// headers, or, for a WebSocket upgrade without them, from the subprotocols a
+// browser offers instead (finding websocket-subprotocols).
 func (s *Server) endpointHandler(vm *microvm) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok := r.Header.Get(taxonomy.ProxyAuthHeader)
+		tok, portValue := r.Header.Get(taxonomy.ProxyAuthHeader), r.Header.Get(taxonomy.ProxyPortHeader)
+		ws := offeredSubprotocols(r.Header)
+		if tok == "" && isWebSocketUpgrade(r) && ws.token != "" {
+			// A browser's WebSocket cannot set headers, so it offers the
+			// credentials as subprotocols (finding websocket-subprotocols).
+			tok, portValue = ws.token, ws.port
+		}
 		s.mu.Lock()
 		g, minted := vm.grants[tok]
 		now := s.opt.Now()
@@ -83,7 +92,7 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 			http.Error(w, "the lifecycle hook prefix "+taxonomy.HookPrefix+" is the platform's and is not forwarded", http.StatusForbidden)
 			return
 		}
-		port, err := strconv.Atoi(r.Header.Get(taxonomy.ProxyPortHeader))
+		port, err := strconv.Atoi(portValue)
 		if err != nil || !g.covers(port) {
 			http.Error(w, "Access to port denied", http.StatusForbidden)
 			return
@@ -111,6 +120,22 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 				pr.Out.Host = ""
 				pr.Out.Header.Del(taxonomy.ProxyAuthHeader)
 				pr.Out.Header.Del(taxonomy.ProxyPortHeader)
+				// The proxy's own subprotocols never reach the guest; an
+				// application's arrives alone.
+				if ws.platform {
+					pr.Out.Header.Del("Sec-WebSocket-Protocol")
+					if len(ws.rest) > 0 {
+						pr.Out.Header.Set("Sec-WebSocket-Protocol", strings.Join(ws.rest, ", "))
+					}
+				}
+			},
+			ModifyResponse: func(resp *http.Response) error {
+				// A guest that names no subprotocol: the caller still sees
+				// the one it offered, as the platform answers.
+				if ws.marker && resp.StatusCode == http.StatusSwitchingProtocols && resp.Header.Get("Sec-WebSocket-Protocol") == "" {
+					resp.Header.Set("Sec-WebSocket-Protocol", taxonomy.WebSocketSubprotocol)
+				}
+				return nil
 			},
 			Transport: guest.roundTripper(),
 			// SSE and tar downloads must reach the caller as they are
@@ -122,4 +147,51 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 		}
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// subprotocols is what a request offered in Sec-WebSocket-Protocol, split
+// into the platform's own values and the rest.
+type subprotocols struct {
+	marker      bool   // lambda-microvms itself was offered
+	token, port string // the values after the auth and port prefixes
+	platform    bool   // any of the platform's three was offered
+	rest        []string
+}
+
+// offeredSubprotocols reads every Sec-WebSocket-Protocol line, each a
+// comma-separated list (RFC 6455 section 4.1).
+func offeredSubprotocols(h http.Header) subprotocols {
+	var sp subprotocols
+	for _, line := range h.Values("Sec-WebSocket-Protocol") {
+		for _, v := range strings.Split(line, ",") {
+			v = strings.TrimSpace(v)
+			switch {
+			case v == "":
+			case v == taxonomy.WebSocketSubprotocol:
+				sp.marker, sp.platform = true, true
+			case strings.HasPrefix(v, taxonomy.WebSocketAuthPrefix):
+				sp.token, sp.platform = strings.TrimPrefix(v, taxonomy.WebSocketAuthPrefix), true
+			case strings.HasPrefix(v, taxonomy.WebSocketPortPrefix):
+				sp.port, sp.platform = strings.TrimPrefix(v, taxonomy.WebSocketPortPrefix), true
+			default:
+				sp.rest = append(sp.rest, v)
+			}
+		}
+	}
+	return sp
+}
+
+// isWebSocketUpgrade reports whether r asks to become a WebSocket.
+func isWebSocketUpgrade(r *http.Request) bool {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return false
+	}
+	for _, v := range r.Header.Values("Connection") {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }

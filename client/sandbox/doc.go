@@ -24,6 +24,15 @@
 // WriteFile, UploadDir, DownloadDir), Suspend, Resume, Terminate and Cost
 // are the same calls in both places.
 //
+// # A port inside the MicroVM
+//
+// Sandbox.URL (MintURL, by id) is how to reach a server the guest runs: the
+// endpoint URL, the headers that name the port and carry a token minted for
+// that port alone, the expiry, and the same credentials as WebSocket
+// subprotocols for a browser. A Forwarder (NewForwarder, served by Forward on
+// a listener the caller chose) puts the port on a local one, adding the
+// headers and renewing the token, for clients that cannot add headers.
+//
 // # Many sandboxes
 //
 // RunMany launches a fleet (FleetOptions.Count sandboxes, at most Parallel
@@ -53,6 +62,7 @@
 //	sandbox.files.write()    Session fs routes               Sandbox.WriteFile (bytes) · UploadDir (tree, tar)
 //	sandbox.files.read()     Session fs routes               Sandbox.ReadFile (bytes) · DownloadDir · Session().OpenFile (stream)
 //	sandbox.kill()           Sandbox::terminate              Sandbox.Terminate → TeardownReport (never an error)
+//	sandbox.getHost(port)    Session::connect_headers(port)  Sandbox.URL(ctx, port, URLOptions) → PortURL (a token for that port alone)
 //	sandbox.pause()/resume   —                               Sandbox.Suspend / Resume
 //	—                        Sandbox::build_image            build.Build (client/build)
 //	—                        Lifecycle                       Lifecycle (Sandbox.Lifecycle)

@@ -34,6 +34,10 @@ type CLI struct {
 	Metrics MetricsCmd `cmd:"" help:"Sample the guest's CPU use, memory, disk and load average."`
 	Watch   WatchCmd   `cmd:"" help:"Follow a guest directory's changes (create, write, remove, rename) for --count changes or --for a while."`
 
+	// Issue 36 (url.go, forward.go): a port inside the MicroVM, from outside.
+	URL     URLCmd     `cmd:"" name:"url" help:"Print the endpoint URL and the headers that reach one guest port, with a token minted for that port alone."`
+	Forward ForwardCmd `cmd:"" help:"Serve a guest port on a loopback port until Ctrl-C: HTTP and WebSocket, the proxy headers added, the token renewed before it expires."`
+
 	Exec   ExecCmd   `cmd:"" help:"Run one command in a running MicroVM: wait for it, --stream it, --detach it, or --poll an existing exec."`
 	Health HealthCmd `cmd:"" help:"Ask a MicroVM's daemon whether it is up, busy, and how its identity repair and disk are."`
 	Ack    AckCmd    `cmd:"" help:"Release a finished exec's buffered output; a second ack is a conflict."`

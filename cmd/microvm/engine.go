@@ -318,6 +318,12 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return cliapi.TypeCost, cliapi.CostData{Report: reportJSON(rep)}, nil
+	case engineapi.OpURL: // issue 36 (url.go)
+		var args engineapi.URLArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return engineURL(ctx, sb, args)
 	}
 	return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
 }

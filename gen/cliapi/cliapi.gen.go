@@ -29,6 +29,8 @@ const (
 	TypeStdin      = "microvm.stdin"
 	TypeCopy       = "microvm.copy"
 	TypeState      = "microvm.state"
+	TypeURL        = "microvm.url"
+	TypeForward    = "microvm.forward"
 	TypeTeardown   = "microvm.teardown"
 	TypeRuns       = "microvm.runs"
 	TypeLogs       = "microvm.logs"
@@ -190,6 +192,34 @@ type StateData struct {
 	MicrovmID string  `json:"microvmId"`
 	State     string  `json:"state"`
 	Endpoint  *string `json:"endpoint"`
+}
+
+// URLData is the data of a microvm.url envelope.
+type URLData struct {
+	MicrovmID string `json:"microvmId"`
+	// Port is the guest port the token opens, and no other (the daemon's included)
+	Port int64 `json:"port"`
+	// URL is the MicroVM's endpoint as a URL; every port of a MicroVM shares it, so the headers, not the URL, name the port
+	URL string `json:"url"`
+	// Headers is header name to value, sent with every request: the minted map (X-aws-proxy-auth, a credential) and X-aws-proxy-port naming the port
+	Headers any `json:"headers"`
+	// ExpiresAt is RFC 3339, UTC: this machine's clock when the mint was sent plus the lifetime asked for; the token lives at least until then
+	ExpiresAt string `json:"expiresAt"`
+	// Subprotocols is the same credentials as WebSocket subprotocols, for a browser's WebSocket, which sets no header: offer all three (lambda-microvms, lambda-microvms.authentication.<token>, lambda-microvms.port.<port>); a credential too
+	Subprotocols []string `json:"subprotocols"`
+	// CheckStatus is with url --check, the status one GET through the URL got from the guest's server; null without --check (a refused check is a failure: 403 exits ERR_CREDENTIALS, 502, nothing listening, ERR_PRECONDITION)
+	CheckStatus *int64 `json:"checkStatus"`
+}
+
+// ForwardData is the data of a microvm.forward envelope.
+type ForwardData struct {
+	MicrovmID string `json:"microvmId"`
+	// Port is the guest port forwarded to
+	Port int64 `json:"port"`
+	// Listen is the local address that was served, host:port
+	Listen string `json:"listen"`
+	// Mints is proxy tokens minted while forwarding, renewals included
+	Mints int64 `json:"mints"`
 }
 
 // TeardownData is the data of a microvm.teardown envelope.
@@ -608,6 +638,8 @@ var Responses = []Response{
 	{Type: "microvm.stdin", Keys: []string{"execId", "written", "eof"}},
 	{Type: "microvm.copy", Keys: []string{"direction", "bytes", "local", "remote", "tar"}},
 	{Type: "microvm.state", Keys: []string{"microvmId", "state", "endpoint"}},
+	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols", "checkStatus"}},
+	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
 	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError"}},
 	{Type: "microvm.logs", Keys: []string{"logGroup", "lines"}},
@@ -665,6 +697,8 @@ var Commands = []Command{
 	{Name: "ps", Type: "microvm.ps", Ready: true},
 	{Name: "metrics", Type: "microvm.metrics", Ready: true},
 	{Name: "watch", Type: "microvm.watch", Ready: true},
+	{Name: "url", Type: "microvm.url", Ready: true},
+	{Name: "forward", Type: "microvm.forward", Ready: true},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.
@@ -718,6 +752,9 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "MaxAuthTokenMinutes", Key: "MAX_AUTH_TOKEN_MINUTES", Value: int64(60), Doc: "longest expirationInMinutes of a proxy auth token", Finding: "endpoint-auth"},
 	{Name: "ProxyAuthHeader", Key: "PROXY_AUTH_HEADER", Value: "X-aws-proxy-auth", Doc: "header carrying the minted proxy token", Finding: "auth-token-header-map"},
 	{Name: "ProxyPortHeader", Key: "PROXY_PORT_HEADER", Value: "X-aws-proxy-port", Doc: "header naming the guest port a proxied request is for", Finding: "auth-token-header-map"},
+	{Name: "WebSocketSubprotocol", Key: "WEBSOCKET_SUBPROTOCOL", Value: "lambda-microvms", Doc: "the subprotocol a WebSocket offers beside its credentials, and the one the proxy answers with when the guest names none", Finding: "websocket-subprotocols"},
+	{Name: "WebSocketAuthPrefix", Key: "WEBSOCKET_AUTH_PREFIX", Value: "lambda-microvms.authentication.", Doc: "prefix of the offered subprotocol carrying the X-aws-proxy-auth value", Finding: "websocket-subprotocols"},
+	{Name: "WebSocketPortPrefix", Key: "WEBSOCKET_PORT_PREFIX", Value: "lambda-microvms.port.", Doc: "prefix of the offered subprotocol naming the guest port", Finding: "websocket-subprotocols"},
 	{Name: "MaxImageNameLen", Key: "MAX_IMAGE_NAME_LEN", Value: int64(64), Doc: "longest image name", Finding: ""},
 	{Name: "MaxImageVersionLen", Key: "MAX_VERSION_LEN", Value: int64(2048), Doc: "longest image version string", Finding: "image-version-form"},
 	{Name: "MinIdleDurationSec", Key: "MIN_IDLE_DURATION_SEC", Value: int64(60), Doc: "shortest idle duration an idlePolicy accepts", Finding: "idle-policy"},

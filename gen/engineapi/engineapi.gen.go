@@ -29,6 +29,7 @@ const (
 	OpResume      = "resume"
 	OpTerminate   = "terminate"
 	OpCost        = "cost"
+	OpURL         = "url"
 )
 
 // The engine-only response types.
@@ -170,6 +171,14 @@ type TerminateArgs struct {
 type CostArgs struct {
 }
 
+// URLArgs are the arguments of url: the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url).
+type URLArgs struct {
+	// Port is the guest port, 1..65535
+	Port int64 `json:"port"`
+	// ExpiresMinutes is the token's lifetime in whole minutes, 1..60; zero is 60
+	ExpiresMinutes int64 `json:"expiresMinutes"`
+}
+
 // SandboxData is the data of a microvm.sandbox envelope.
 type SandboxData struct {
 	MicrovmID string `json:"microvmId"`
@@ -215,4 +224,5 @@ var Ops = []Op{
 	{Name: "resume", Response: "microvm.state", Streams: false},
 	{Name: "terminate", Response: "microvm.teardown", Streams: false},
 	{Name: "cost", Response: "microvm.cost", Streams: false},
+	{Name: "url", Response: "microvm.url", Streams: false},
 }

@@ -52,6 +52,7 @@ const (
 	FindingEndpointBareHost           FindingID = "endpoint-bare-host"
 	FindingBaseImageVersionNormalised FindingID = "base-image-version-normalised"
 	FindingKeepaliveUnderIdleTimeout  FindingID = "keepalive-under-idle-timeout"
+	FindingWebsocketSubprotocols      FindingID = "websocket-subprotocols"
 )
 
 // Finding is one measured platform behaviour.
@@ -101,6 +102,7 @@ var Findings = []Finding{
 	{ID: FindingEndpointBareHost, Title: "A MicroVM's endpoint is a bare host name"},
 	{ID: FindingBaseImageVersionNormalised, Title: "baseImageVersion is normalised on read-back"},
 	{ID: FindingKeepaliveUnderIdleTimeout, Title: "The SSE keepalive must stay under the client's idle timeout"},
+	{ID: FindingWebsocketSubprotocols, Title: "A WebSocket carries the proxy token as subprotocols"},
 }
 
 // Title is the docs/PLATFORM.md heading of f, or "" for an unknown id.
@@ -427,6 +429,12 @@ const (
 	ProxyAuthHeader = "X-aws-proxy-auth"
 	// ProxyPortHeader: header naming the guest port a proxied request is for. Finding: auth-token-header-map.
 	ProxyPortHeader = "X-aws-proxy-port"
+	// WebSocketSubprotocol: the subprotocol a WebSocket offers beside its credentials, and the one the proxy answers with when the guest names none. Finding: websocket-subprotocols.
+	WebSocketSubprotocol = "lambda-microvms"
+	// WebSocketAuthPrefix: prefix of the offered subprotocol carrying the X-aws-proxy-auth value. Finding: websocket-subprotocols.
+	WebSocketAuthPrefix = "lambda-microvms.authentication."
+	// WebSocketPortPrefix: prefix of the offered subprotocol naming the guest port. Finding: websocket-subprotocols.
+	WebSocketPortPrefix = "lambda-microvms.port."
 	// MaxImageNameLen: longest image name.
 	MaxImageNameLen = 64
 	// MaxImageVersionLen: longest image version string. Finding: image-version-form.
@@ -504,6 +512,9 @@ var ConstantFindings = map[string]FindingID{
 	"MaxAuthTokenMinutes":           FindingEndpointAuth,
 	"ProxyAuthHeader":               FindingAuthTokenHeaderMap,
 	"ProxyPortHeader":               FindingAuthTokenHeaderMap,
+	"WebSocketSubprotocol":          FindingWebsocketSubprotocols,
+	"WebSocketAuthPrefix":           FindingWebsocketSubprotocols,
+	"WebSocketPortPrefix":           FindingWebsocketSubprotocols,
 	"MaxImageVersionLen":            FindingImageVersionForm,
 	"MinIdleDurationSec":            FindingIdlePolicy,
 	"ManagedBaseDockerRef":          FindingBaseImageDockerRef,

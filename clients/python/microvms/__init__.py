@@ -37,6 +37,7 @@ from .sandbox import (
     Gap,
     LineItem,
     OutputChunk,
+    PortURL,
     Sandbox,
     TeardownReport,
 )
@@ -44,7 +45,7 @@ from .sandbox import (
 __all__ = [
     "BINARY_ENV", "ERROR_KINDS", "PROTOCOL_VERSION", "find_binary",
     "Sandbox", "Files", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
-    "TeardownReport", "CostReport", "LineItem",
+    "TeardownReport", "CostReport", "LineItem", "PortURL",
     "MicrovmError", "UnexpectedError", "InvalidArgError", "RetryableError", "CredentialsError",
     "ProtocolError", "BuildWedgedError", "LaunchDiedError", "WindowClosedError", "PlatformError",
     "TimeoutError", "InterruptedError", "PreconditionError", "ExecFailedError",

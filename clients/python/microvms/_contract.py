@@ -43,6 +43,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "resume": ("microvm.state", False),
     "terminate": ("microvm.teardown", False),
     "cost": ("microvm.cost", False),
+    "url": ("microvm.url", False),
 }
 
 
@@ -183,6 +184,18 @@ CostData = TypedDict("CostData", {
     "comparison": Optional["CostComparison"],
 })
 CostData.__doc__ = "The data of a microvm.cost envelope."
+
+
+URLData = TypedDict("URLData", {
+    "microvmId": str,
+    "port": int,
+    "url": str,
+    "headers": Dict[str, Any],
+    "expiresAt": str,
+    "subprotocols": List[str],
+    "checkStatus": Optional[int],
+})
+URLData.__doc__ = "The data of a microvm.url envelope."
 
 
 StreamOutputLine = TypedDict("StreamOutputLine", {
@@ -338,6 +351,13 @@ CostArgs = TypedDict("CostArgs", {
 CostArgs.__doc__ = "The arguments of cost: price the run from what the platform reports, with the pinned rate table of the sandbox's region. Every key may be left out."
 
 
+URLArgs = TypedDict("URLArgs", {
+    "port": int,
+    "expiresMinutes": int,
+}, total=False)
+URLArgs.__doc__ = "The arguments of url: the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url). Every key may be left out."
+
+
 class Ops:
     """One typed method per op; a subclass sends the request in _call and _stream."""
 
@@ -402,3 +422,7 @@ class Ops:
     def _op_cost(self, args: CostArgs) -> CostData:
         """price the run from what the platform reports, with the pinned rate table of the sandbox's region."""
         return cast(CostData, self._call("cost", args))
+
+    def _op_url(self, args: URLArgs) -> URLData:
+        """the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url)."""
+        return cast(URLData, self._call("url", args))

@@ -179,6 +179,26 @@ class CostReport:
         return cls(r["label"], r["size"], items, r["totalUsd"], r["isLowerBound"], r["staleness"], r["text"])
 
 
+@dataclass(frozen=True)
+class PortURL:
+    """How to reach one port inside the VM from outside, with a token for that port alone.
+
+    Every port shares the endpoint URL: the headers name the port and carry
+    the token, so send both with every request (a browser needs
+    `microvm forward`). expires_at is RFC 3339 UTC, this machine's clock at
+    the mint plus the lifetime. The headers are credentials: repr hides them.
+    """
+
+    microvm_id: str
+    port: int
+    url: str
+    headers: Dict[str, str] = field(repr=False)
+    expires_at: str
+    # The same credentials for a browser's WebSocket, which sets no header:
+    # offer all three as its protocols. A credential too.
+    subprotocols: List[str] = field(repr=False)
+
+
 class Files:
     """The sandbox's filesystem (E2B's sandbox.files)."""
 
@@ -360,6 +380,12 @@ class Sandbox:
         d = self._engine._op_terminate({"deleteImage": delete_image})
         return TeardownReport(d["microvmId"], d["state"], list(d["leaked"]) + list(d["undeletedLogGroups"]),
                               d["imageIdentifier"])
+
+    def url(self, port: int, *, expires_minutes: int = 0) -> PortURL:
+        """The URL, headers and expiry that reach guest port `port`; expires_minutes is 1..60, 0 for 60."""
+        d = self._engine._op_url({"port": port, "expiresMinutes": expires_minutes})
+        return PortURL(d["microvmId"], d["port"], d["url"], {str(k): str(v) for k, v in d["headers"].items()},
+                       d["expiresAt"], list(d["subprotocols"]))
 
     def cost(self) -> CostReport:
         """What the run cost so far, from what the platform reports (also after terminate)."""

@@ -6,6 +6,8 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 from microvms import (ERROR_KINDS, Exit, InvalidArgError, OutputChunk, PreconditionError, ProtocolError, Sandbox)
 from microvms.errors import ERROR_CLASSES
@@ -162,6 +164,44 @@ class LifecycleTest(unittest.TestCase):
             time.sleep(0.1)
         self.assertFalse(alive(engine_pid))
         self.assertEqual([p for p in guests if alive(p)], [])
+
+
+class PortURLTest(unittest.TestCase):
+    def setUp(self) -> None:
+        require_engine()
+
+    def test_url_reaches_only_its_port(self) -> None:
+        # Catches: a url op that mints for more than the one port (the 9000
+        # request would answer 200), headers that do not open the port, the
+        # token shown by repr, and a bad port reaching the control plane
+        # instead of raising InvalidArgError.
+        with Sandbox.create(local=True) as sb:
+            sb.files.write("/tmp/site/marker.txt", "from the guest\n")
+            sb.run("cd /tmp/site && nohup /usr/bin/python3 -m http.server 8080 --bind 127.0.0.1 >/dev/null 2>&1 &")
+            u = sb.url(8080, expires_minutes=5)
+            self.assertEqual((u.port, u.microvm_id), (8080, sb.microvm_id))
+            self.assertEqual(u.headers["X-aws-proxy-port"], "8080")
+            self.assertNotIn(u.headers["X-aws-proxy-auth"], repr(u))
+            self.assertEqual(u.subprotocols, ["lambda-microvms", "lambda-microvms.authentication." + u.headers["X-aws-proxy-auth"],
+                                              "lambda-microvms.port.8080"])
+            body = ""
+            for _ in range(100):  # bounded: python3 listens within a second or two
+                try:
+                    with urllib.request.urlopen(urllib.request.Request(u.url, headers=u.headers), timeout=5) as r:
+                        body = r.read().decode()
+                    break
+                except urllib.error.HTTPError as e:
+                    self.assertEqual(e.code, 502, "only 'nothing listens yet' may precede the listing")
+                    time.sleep(0.1)
+            self.assertIn("marker.txt", body)
+            other = dict(u.headers, **{"X-aws-proxy-port": "9000"})
+            with self.assertRaises(urllib.error.HTTPError) as ctx:
+                urllib.request.urlopen(urllib.request.Request(u.url + "v1/health", headers=other), timeout=5)
+            self.assertEqual(ctx.exception.code, 403)
+            with self.assertRaises(InvalidArgError):
+                sb.url(0)
+            with self.assertRaises(InvalidArgError):
+                sb.url(8080, expires_minutes=61)
 
 
 ATTACH_SCRIPT = """

@@ -44,6 +44,7 @@ export const OPS = {
   resume: { response: "microvm.state", streams: false },
   terminate: { response: "microvm.teardown", streams: false },
   cost: { response: "microvm.cost", streams: false },
+  url: { response: "microvm.url", streams: false },
 } as const;
 
 export type OpName = keyof typeof OPS;
@@ -190,6 +191,23 @@ export interface CostData {
   readonly "report": CostReport;
   /** present with --compare */
   readonly "comparison": (CostComparison) | null;
+}
+
+/** The data of a microvm.url envelope. */
+export interface URLData {
+  readonly "microvmId": string;
+  /** the guest port the token opens, and no other (the daemon's included) */
+  readonly "port": number;
+  /** the MicroVM's endpoint as a URL; every port of a MicroVM shares it, so the headers, not the URL, name the port */
+  readonly "url": string;
+  /** header name to value, sent with every request: the minted map (X-aws-proxy-auth, a credential) and X-aws-proxy-port naming the port */
+  readonly "headers": Record<string, unknown>;
+  /** RFC 3339, UTC: this machine's clock when the mint was sent plus the lifetime asked for; the token lives at least until then */
+  readonly "expiresAt": string;
+  /** the same credentials as WebSocket subprotocols, for a browser's WebSocket, which sets no header: offer all three (lambda-microvms, lambda-microvms.authentication.<token>, lambda-microvms.port.<port>); a credential too */
+  readonly "subprotocols": string[];
+  /** with url --check, the status one GET through the URL got from the guest's server; null without --check (a refused check is a failure: 403 exits ERR_CREDENTIALS, 502, nothing listening, ERR_PRECONDITION) */
+  readonly "checkStatus": (number) | null;
 }
 
 /** One "output" event of a stream. */
@@ -362,6 +380,14 @@ export interface TerminateArgs {
 export interface CostArgs {
 }
 
+/** The arguments of url: the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url). Every key may be left out. */
+export interface URLArgs {
+  /** the guest port, 1..65535 */
+  readonly "port"?: number;
+  /** the token's lifetime in whole minutes, 1..60; zero is 60 */
+  readonly "expiresMinutes"?: number;
+}
+
 /** One typed method per op; a subclass sends the request in call and stream. */
 export abstract class Ops {
   protected abstract call(op: OpName, args: object): Promise<unknown>;
@@ -435,5 +461,10 @@ export abstract class Ops {
   /** price the run from what the platform reports, with the pinned rate table of the sandbox's region. */
   protected async opCost(args: CostArgs): Promise<CostData> {
     return (await this.call("cost", args)) as CostData;
+  }
+
+  /** the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url). */
+  protected async opURL(args: URLArgs): Promise<URLData> {
+    return (await this.call("url", args)) as URLData;
   }
 }

@@ -254,6 +254,7 @@ class Engine extends C.Ops {
   resume() { return this.opResume({}); }
   terminate(a: C.TerminateArgs) { return this.opTerminate(a); }
   cost() { return this.opCost({}); }
+  url(a: C.URLArgs) { return this.opURL(a); }
 
   /** End the engine: it tears down what it launched and stops its emulator. */
   async close(): Promise<void> {
@@ -333,6 +334,12 @@ export interface FileEntry { readonly path: string; readonly name: string; reado
 export interface TeardownReport { readonly microvmId: string; readonly lifecycle: string | null; readonly undeleted: string[]; readonly leaked: boolean; readonly imageIdentifier: string | null }
 
 /** An estimate from a dated rate table, never an invoice; amounts are decimal strings, `usd` absent (never zero) when unpriced. */
+/** How to reach one port inside the VM: the headers name the port and carry the token. */
+export interface PortURL {
+  readonly microvmId: string; readonly port: number; readonly url: string; readonly headers: Record<string, string>; readonly expiresAt: string;
+  /** The same credentials for a browser's WebSocket, which sets no header: new WebSocket(wsURL, subprotocols). A credential too. */
+  readonly subprotocols: string[];
+}
 export interface CostReport { readonly label: string; readonly size: string; readonly items: C.CostLine[]; readonly totalUsd: string; readonly isLowerBound: boolean; readonly staleness: string; readonly text: string }
 
 export interface ExecOptions { cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string }
@@ -489,6 +496,19 @@ export class Sandbox implements AsyncDisposable {
     const d = await this.engine.terminate({ deleteImage: opts.deleteImage ?? false });
     const undeleted = [...d.leaked, ...d.undeletedLogGroups];
     return { microvmId: d.microvmId, lifecycle: d.state, undeleted, leaked: undeleted.length > 0, imageIdentifier: d.imageIdentifier };
+  }
+
+  /**
+   * The URL, headers and expiry that reach guest port `port`, through a token
+   * minted for that port alone. Every port shares the endpoint URL: send the
+   * headers (the token and X-aws-proxy-port) with every request; they are
+   * credentials. expiresMinutes is 1..60, 0 for 60.
+   */
+  async url(port: number, opts: { expiresMinutes?: number } = {}): Promise<PortURL> {
+    const d = await this.engine.url({ port, expiresMinutes: opts.expiresMinutes ?? 0 });
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(d.headers)) headers[k] = String(v);
+    return { microvmId: d.microvmId, port: d.port, url: d.url, headers, expiresAt: d.expiresAt, subprotocols: [...d.subprotocols] };
   }
 
   /** What the run cost so far, from what the platform reports (also after terminate). */

@@ -167,6 +167,30 @@ describe("sandbox", { skip }, () => {
     assert.deepEqual(guests.filter(alive), []);
   });
 
+  test("url reaches its guest port and no other", async () => {
+    // Catches: a url op minting for more than the one port (the 9000
+    // request would answer 200), headers that do not open the port, and a
+    // bad port reaching the control plane instead of InvalidArgError.
+    await using sb = await Sandbox.create({ local: true });
+    await sb.files.write("/tmp/site/marker.txt", "from the guest\n");
+    await sb.run("cd /tmp/site && nohup /usr/bin/python3 -m http.server 8080 --bind 127.0.0.1 >/dev/null 2>&1 &");
+    const u = await sb.url(8080, { expiresMinutes: 5 });
+    assert.deepEqual([u.port, u.headers["X-aws-proxy-port"]], [8080, "8080"]);
+    assert.deepEqual(u.subprotocols, ["lambda-microvms", "lambda-microvms.authentication." + u.headers["X-aws-proxy-auth"], "lambda-microvms.port.8080"]);
+    let body = "";
+    for (let i = 0; i < 100; i++) { // bounded: python3 listens within a second or two
+      const r = await fetch(u.url, { headers: u.headers });
+      if (r.status === 200) { body = await r.text(); break; }
+      assert.equal(r.status, 502, "only 'nothing listens yet' may precede the listing");
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.match(body, /marker\.txt/);
+    const other = await fetch(u.url + "v1/health", { headers: { ...u.headers, "X-aws-proxy-port": "9000" } });
+    assert.equal(other.status, 403);
+    await assert.rejects(sb.url(0), InvalidArgError);
+    await assert.rejects(sb.url(8080, { expiresMinutes: 61 }), InvalidArgError);
+  });
+
   test("a killed caller leaves no guest", async () => {
     // Catches: an engine that outlives its caller (and keeps its guest).
     const child = spawn(process.execPath, ["--input-type=module", "-e", ORPHAN_SCRIPT], { cwd: pkg, stdio: ["ignore", "pipe", "inherit"] });
