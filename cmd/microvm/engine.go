@@ -189,6 +189,12 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.attach(ctx, args)
+	case engineapi.OpRunMany:
+		var args engineapi.RunManyArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.runMany(ctx, args)
 	}
 	sb, err := e.sandbox()
 	if err != nil {

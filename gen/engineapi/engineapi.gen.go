@@ -30,6 +30,7 @@ const (
 	OpTerminate   = "terminate"
 	OpCost        = "cost"
 	OpURL         = "url"
+	OpRunMany     = "run_many"
 )
 
 // The engine-only response types.
@@ -179,6 +180,30 @@ type URLArgs struct {
 	ExpiresMinutes int64 `json:"expiresMinutes"`
 }
 
+// RunManyArgs are the arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none).
+type RunManyArgs struct {
+	// Count is how many MicroVMs, 1..MAX_FLEET_COUNT
+	Count int64 `json:"count"`
+	// Parallel is at most this many alive at once, 1..MAX_FLEET_PARALLEL; zero is DEFAULT_FLEET_PARALLEL, or count when smaller
+	Parallel int64 `json:"parallel"`
+	// Command is a shell command run in each MicroVM through /bin/sh -c; empty only launches and tears down
+	Command string `json:"command"`
+	// TimeoutSec is seconds to wait for each command; zero is the CLI's default
+	TimeoutSec float64 `json:"timeoutSec"`
+	// Local is run the fleet in an emulator inside the engine: no AWS account
+	Local bool `json:"local"`
+	// Image is the image's ARN or name; empty builds one from the host agentd (local) as run --count does
+	Image string `json:"image"`
+	// Region is a measured region; empty reads AWS_REGION, then AWS_DEFAULT_REGION
+	Region string `json:"region"`
+	// ControlEndpoint is a running `microvm emulator` or compatible endpoint
+	ControlEndpoint string `json:"controlEndpoint"`
+	// ExecutionRoleARN is the role the MicroVMs run as (AWS)
+	ExecutionRoleARN string `json:"executionRoleArn"`
+	// Agentd is local mode: the host agentd the guests run
+	Agentd string `json:"agentd"`
+}
+
 // SandboxData is the data of a microvm.sandbox envelope.
 type SandboxData struct {
 	MicrovmID string `json:"microvmId"`
@@ -225,4 +250,5 @@ var Ops = []Op{
 	{Name: "terminate", Response: "microvm.teardown", Streams: false},
 	{Name: "cost", Response: "microvm.cost", Streams: false},
 	{Name: "url", Response: "microvm.url", Streams: false},
+	{Name: "run_many", Response: "microvm.run.fleet", Streams: false},
 }

@@ -44,6 +44,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "terminate": ("microvm.teardown", False),
     "cost": ("microvm.cost", False),
     "url": ("microvm.url", False),
+    "run_many": ("microvm.run.fleet", False),
 }
 
 
@@ -97,6 +98,19 @@ FileEntry = TypedDict("FileEntry", {
     "symlinkTarget": Optional[str],
 })
 FileEntry.__doc__ = "The \"fileEntry\" shape of api/cli.yaml."
+
+
+FleetRun = TypedDict("FleetRun", {
+    "index": int,
+    "microvmId": str,
+    "exitCode": Optional[int],
+    "stdout": str,
+    "stderr": str,
+    "truncated": bool,
+    "code": str,
+    "error": str,
+})
+FleetRun.__doc__ = "The \"fleetRun\" shape of api/cli.yaml."
 
 
 SandboxData = TypedDict("SandboxData", {
@@ -196,6 +210,18 @@ URLData = TypedDict("URLData", {
     "checkStatus": Optional[int],
 })
 URLData.__doc__ = "The data of a microvm.url envelope."
+
+
+RunFleetData = TypedDict("RunFleetData", {
+    "imageIdentifier": str,
+    "imageName": str,
+    "count": int,
+    "parallel": int,
+    "runs": List["FleetRun"],
+    "leaked": List[str],
+    "cost": Optional["CostReport"],
+})
+RunFleetData.__doc__ = "The data of a microvm.run.fleet envelope."
 
 
 StreamOutputLine = TypedDict("StreamOutputLine", {
@@ -358,6 +384,21 @@ URLArgs = TypedDict("URLArgs", {
 URLArgs.__doc__ = "The arguments of url: the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url). Every key may be left out."
 
 
+RunManyArgs = TypedDict("RunManyArgs", {
+    "count": int,
+    "parallel": int,
+    "command": str,
+    "timeoutSec": float,
+    "local": bool,
+    "image": str,
+    "region": str,
+    "controlEndpoint": str,
+    "executionRoleArn": str,
+    "agentd": str,
+}, total=False)
+RunManyArgs.__doc__ = "The arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). Every key may be left out."
+
+
 class Ops:
     """One typed method per op; a subclass sends the request in _call and _stream."""
 
@@ -426,3 +467,7 @@ class Ops:
     def _op_url(self, args: URLArgs) -> URLData:
         """the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url)."""
         return cast(URLData, self._call("url", args))
+
+    def _op_run_many(self, args: RunManyArgs) -> RunFleetData:
+        """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""
+        return cast(RunFleetData, self._call("run_many", args))

@@ -45,6 +45,7 @@ export const OPS = {
   terminate: { response: "microvm.teardown", streams: false },
   cost: { response: "microvm.cost", streams: false },
   url: { response: "microvm.url", streams: false },
+  run_many: { response: "microvm.run.fleet", streams: false },
 } as const;
 
 export type OpName = keyof typeof OPS;
@@ -101,6 +102,22 @@ export interface FileEntry {
   /** RFC 3339 */
   readonly "mtime": string;
   readonly "symlinkTarget": (string) | null;
+}
+
+/** The "fleetRun" shape of api/cli.yaml. */
+export interface FleetRun {
+  readonly "index": number;
+  /** empty when this MicroVM was never launched */
+  readonly "microvmId": string;
+  /** the command's exit code; null when it did not run to an exit or a signal ended it */
+  readonly "exitCode": (number) | null;
+  readonly "stdout": string;
+  readonly "stderr": string;
+  readonly "truncated": boolean;
+  /** the ERR_* code of this run's failure (ERR_EXEC_FAILED for a non-zero exit), or empty */
+  readonly "code": string;
+  /** this run's failure in words, or empty */
+  readonly "error": string;
 }
 
 /** The data of a microvm.sandbox envelope. */
@@ -208,6 +225,22 @@ export interface URLData {
   readonly "subprotocols": string[];
   /** with url --check, the status one GET through the URL got from the guest's server; null without --check (a refused check is a failure: 403 exits ERR_CREDENTIALS, 502, nothing listening, ERR_PRECONDITION) */
   readonly "checkStatus": (number) | null;
+}
+
+/** The data of a microvm.run.fleet envelope. */
+export interface RunFleetData {
+  readonly "imageIdentifier": string;
+  readonly "imageName": string;
+  /** MicroVMs asked for (--count) */
+  readonly "count": number;
+  /** most alive at once (--parallel) */
+  readonly "parallel": number;
+  /** one per MicroVM, in launch order, those never launched included */
+  readonly "runs": FleetRun[];
+  /** everything any teardown of the fleet, or of its image, could not delete */
+  readonly "leaked": string[];
+  /** one report for the whole fleet: every MicroVM's lines summed, and the image's */
+  readonly "cost": (CostReport) | null;
 }
 
 /** One "output" event of a stream. */
@@ -388,6 +421,30 @@ export interface URLArgs {
   readonly "expiresMinutes"?: number;
 }
 
+/** The arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). Every key may be left out. */
+export interface RunManyArgs {
+  /** how many MicroVMs, 1..MAX_FLEET_COUNT */
+  readonly "count"?: number;
+  /** at most this many alive at once, 1..MAX_FLEET_PARALLEL; zero is DEFAULT_FLEET_PARALLEL, or count when smaller */
+  readonly "parallel"?: number;
+  /** a shell command run in each MicroVM through /bin/sh -c; empty only launches and tears down */
+  readonly "command"?: string;
+  /** seconds to wait for each command; zero is the CLI's default */
+  readonly "timeoutSec"?: number;
+  /** run the fleet in an emulator inside the engine: no AWS account */
+  readonly "local"?: boolean;
+  /** the image's ARN or name; empty builds one from the host agentd (local) as run --count does */
+  readonly "image"?: string;
+  /** a measured region; empty reads AWS_REGION, then AWS_DEFAULT_REGION */
+  readonly "region"?: string;
+  /** a running `microvm emulator` or compatible endpoint */
+  readonly "controlEndpoint"?: string;
+  /** the role the MicroVMs run as (AWS) */
+  readonly "executionRoleArn"?: string;
+  /** local mode: the host agentd the guests run */
+  readonly "agentd"?: string;
+}
+
 /** One typed method per op; a subclass sends the request in call and stream. */
 export abstract class Ops {
   protected abstract call(op: OpName, args: object): Promise<unknown>;
@@ -466,5 +523,10 @@ export abstract class Ops {
   /** the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url). */
   protected async opURL(args: URLArgs): Promise<URLData> {
     return (await this.call("url", args)) as URLData;
+  }
+
+  /** run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). */
+  protected async opRunMany(args: RunManyArgs): Promise<RunFleetData> {
+    return (await this.call("run_many", args)) as RunFleetData;
   }
 }

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/alecthomas/kong"
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/engineapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// runMany answers the engine's run_many op with `run --count` itself: the
+// op's arguments become that command's flags, parsed by the same parser
+// (defaults, enums and bounds included), and its fleet code runs. A Python
+// or TypeScript fleet is the CLI's fleet, not a second implementation.
+func (e *engine) runMany(ctx context.Context, args engineapi.RunManyArgs) (string, any, error) {
+	if args.Count < 1 {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: run_many needs count 1..%d, got %d", taxonomy.MaxFleetCount, args.Count)
+	}
+	argv := []string{"run", "--count", strconv.FormatInt(args.Count, 10), "--parallel", strconv.FormatInt(args.Parallel, 10)}
+	flag := func(name, v string) {
+		if v != "" {
+			argv = append(argv, "--"+name+"="+v)
+		}
+	}
+	flag("exec", args.Command)
+	flag("image", args.Image)
+	flag("region", args.Region)
+	flag("control-endpoint", args.ControlEndpoint)
+	flag("execution-role-arn", args.ExecutionRoleARN)
+	flag("agentd", args.Agentd)
+	if args.TimeoutSec != 0 {
+		flag("timeout", strconv.FormatFloat(args.TimeoutSec, 'g', -1, 64))
+	}
+	if args.Local {
+		argv = append(argv, "--local")
+	}
+	var cli struct {
+		Run RunCmd `cmd:""`
+	}
+	parser, err := kong.New(&cli, kong.Name("microvm"), kong.Vars(vars(version)),
+		kong.Exit(func(int) {}), kong.Writers(e.a.stderr, e.a.stderr))
+	if err != nil {
+		return "", nil, client.Errorf(taxonomy.KindUnexpected, "", "engine: building the parser: %v", err)
+	}
+	if _, err := parser.Parse(argv); err != nil {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: run_many: %v", err)
+	}
+	res, err := cli.Run.runFleet(ctx, e.a)
+	if err != nil {
+		return "", nil, err
+	}
+	return res.typ, res.data, nil
+}
