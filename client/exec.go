@@ -65,13 +65,62 @@ func (e *Exec) ID() string { return e.id }
 // Start starts command. A retry after a dropped connection reuses the same
 // exec_id, so the daemon never spawns twice.
 func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (*Exec, error) {
+	req, err := startRequest(command, o)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.send(ctx, call{op: protocol.OpExecStart, command: command,
+		build: func(server string) (*http.Request, error) { return protocol.NewExecStartRequest(server, req) }})
+	if err != nil {
+		return nil, err
+	}
+	var sr protocol.StartResponse
+	if err := decodeJSON(protocol.OpExecStart, resp, &sr); err != nil {
+		return nil, err
+	}
+	return &Exec{s: s, id: req.ExecID}, nil
+}
+
+// StartStream starts command and returns it with a Stream of its output
+// from offset 0. Against a daemon that offers the run route (learned from
+// its /v1/schema) the start and the stream are one exchange, POST
+// /v1/exec/run, sent here and answered before StartStream returns (so the
+// stream is connected, as after Stream.Connect); its exit event also
+// releases the exec, which Stream.Released then reports, and nothing is left
+// to ack. Against any other daemon it is Start followed by Exec.Stream, and
+// the caller acks as before. Start's refusals are StartStream's either way;
+// a refusal of the run route's answer fails the returned error, not the
+// stream.
+func (s *Session) StartStream(ctx context.Context, command []string, o StartOptions) (*Exec, *Stream, error) {
+	req, err := startRequest(command, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !s.daemonOffers(ctx).run {
+		e, err := s.Start(ctx, command, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return e, e.Stream(ctx, 0), nil
+	}
+	e := &Exec{s: s, id: req.ExecID}
+	st := &Stream{e: e, ctx: ctx, run: &req}
+	if err := st.Connect(); err != nil {
+		return nil, nil, err
+	}
+	return e, st, nil
+}
+
+// startRequest builds the start request of command, refusing what the
+// daemon would refuse for a reason the caller can fix before sending.
+func startRequest(command []string, o StartOptions) (protocol.StartRequest, error) {
 	if len(command) == 0 {
-		return nil, Errorf(taxonomy.KindInvalidArg, "", "an exec needs a command")
+		return protocol.StartRequest{}, Errorf(taxonomy.KindInvalidArg, "", "an exec needs a command")
 	}
 	if o.Shell && len(command) > 1 {
 		// sh -c takes one script; agentd runs command[0] and the rest would
 		// vanish without a word.
-		return nil, Errorf(taxonomy.KindInvalidArg, "", "Shell runs one script string, but the command has %d elements %q; join them into one string (%q) or set Shell false to run argv directly",
+		return protocol.StartRequest{}, Errorf(taxonomy.KindInvalidArg, "", "Shell runs one script string, but the command has %d elements %q; join them into one string (%q) or set Shell false to run argv directly",
 			len(command), command, strings.Join(command, " "))
 	}
 	id := o.ExecID
@@ -86,16 +135,7 @@ func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (
 		sec := o.DaemonTimeout.Seconds()
 		req.TimeoutSec = &sec
 	}
-	resp, err := s.send(ctx, call{op: protocol.OpExecStart, command: command,
-		build: func(server string) (*http.Request, error) { return protocol.NewExecStartRequest(server, req) }})
-	if err != nil {
-		return nil, err
-	}
-	var sr protocol.StartResponse
-	if err := decodeJSON(protocol.OpExecStart, resp, &sr); err != nil {
-		return nil, err
-	}
-	return &Exec{s: s, id: id}, nil
+	return req, nil
 }
 
 // Result is an exec's record: its phase and, once it has exited, its outcome.
@@ -310,16 +350,21 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 		ctx, cancel = context.WithTimeout(ctx, o.ClientTimeout)
 		defer cancel()
 	}
-	e, err := s.Start(ctx, command, o.StartOptions)
+	e, st, err := s.StartStream(ctx, command, o.StartOptions)
 	if err != nil {
 		return Result{}, timeoutOr(ctx, "", err)
 	}
-	st := e.Stream(ctx, 0)
 	// stdout and stderr hold the streamed bytes until a gap, a failed
-	// stream or the cap proves they are not the whole output.
-	stdout, stderr := capBuffer{limit: runBufferCap}, capBuffer{limit: runBufferCap}
+	// stream or the cap proves they are not the whole output. Past the cap
+	// they keep the head, which is what a released exec's result carries.
+	limit := runBufferCap
+	if m := s.daemonOffers(ctx).maxOutput; m > 0 && m < limit {
+		// A released exec's result is what its record would have held.
+		limit = m
+	}
+	stdout, stderr := capBuffer{limit: limit}, capBuffer{limit: limit}
 	exact, sawExit := true, false
-	var exitOffset uint64
+	var exit protocol.ExitEvent
 	for {
 		ev, err := st.Next()
 		if err == io.EOF {
@@ -338,12 +383,11 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 			if ev.Stream == protocol.StreamStderr {
 				w, buf = o.Stderr, &stderr
 			}
-			if exact && !buf.write(ev.Data) {
-				// Past the cap: stop buffering and drop what is held; the
-				// record's (truncated) output is the result.
-				exact = false
-				stdout.reset()
-				stderr.reset()
+			if !buf.full && !buf.write(ev.Data) {
+				// Past the cap: the record's (truncated) output is the
+				// result, or, for a released exec, the heads held here.
+				buf.write(ev.Data[:buf.limit-len(buf.b)])
+				buf.full, exact = true, false
 			}
 			if w != nil {
 				if _, err := w.Write(ev.Data); err != nil {
@@ -353,20 +397,40 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 			}
 		case EventGap:
 			exact = false
-			stdout.reset()
-			stderr.reset()
 			if o.OnGap != nil {
 				o.OnGap(ev.Gap)
 			}
 		case EventExit:
-			sawExit, exitOffset = true, ev.Exit.Offset
+			sawExit, exit = true, ev.Exit
 		}
+	}
+	released := st.Released()
+	if !released && sawExit && st.ranRun {
+		// The run's connection broke after the daemon had written its exit
+		// event (and so released the exec) but before all of it arrived;
+		// the resumed stream was told so with a gap. The record is gone.
+		if p, err := e.Poll(ctx); err == nil && p.Phase == protocol.PhaseAcked {
+			released = true
+		}
+	}
+	if released {
+		// The run route: the exit event was the record and the daemon has
+		// released it, so the outcome comes from the event and the output
+		// from the stream. Output the stream did not deliver (a gap: a
+		// reader stalled past stream_stall_secs, or a connection cut after
+		// the exit was written) is gone with the record, so it reads as
+		// Truncated.
+		r := resultOf(protocol.PollResponse{ExecID: e.id, Phase: protocol.PhaseAcked, ExitCode: exit.ExitCode, Signal: exit.Signal})
+		r.Stdout, r.Stderr = stdout.String(), stderr.String()
+		r.Truncated = exit.Truncated || !exact || exit.Offset != st.Cursor()
+		r.WritersMayBeAlive = exit.WritersMayBeAlive
+		return r, nil
 	}
 	r, err := e.waitAck(ctx)
 	// A truncated record holds only the head of a stream; the streamed
 	// bytes run past it, so they are not what the record (and Truncated)
 	// describe.
-	if err == nil && exact && sawExit && exitOffset == st.Cursor() && !r.Truncated {
+	if err == nil && exact && sawExit && exit.Offset == st.Cursor() && !r.Truncated {
 		r.Stdout, r.Stderr = stdout.String(), stderr.String()
 	}
 	return r, timeoutOr(ctx, e.id, err)
@@ -381,6 +445,7 @@ const runBufferCap = protocol.DefaultMaxOutputBytes
 type capBuffer struct {
 	b     []byte
 	limit int
+	full  bool // a write went past the limit; b holds the head up to it
 }
 
 // write appends p, or reports false, appending nothing, when p would take
