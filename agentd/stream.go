@@ -56,6 +56,14 @@ func (b *streamBuffers) room(n int) {
 // the connection at 128-256 KiB.
 const frameChunkBytes = streamBufferBytes / 2
 
+// runHeaderHold is how long the run route holds its headers back at the
+// first wait for output: /bin/true is spawned, exits and is reaped in about
+// 1-2 ms here, and its answer then leaves in one write instead of three (the
+// headers, the exit frame, the body's end), each a wakeup of the client. A
+// caller waiting for the headers before feeding stdin (Stream.Connect) waits
+// at most this much longer.
+const runHeaderHold = 5 * time.Millisecond
+
 // ExecStream follows an exec's output as SSE (or binary frames, when the
 // Accept header asks for them) from ?offset= on. It only reads the exec:
 // attaching, detaching or a dropped connection never touch the command. The
@@ -104,10 +112,12 @@ func acceptsFrames(r *http.Request) bool {
 }
 
 // follow writes e's events from offset from, as SSE or binary frames, until
-// the exit event, the client leaving or shutdown. With flushExit the exit
-// event is flushed to the connection before follow returns, and the result
-// says whether that succeeded: the run route releases the exec only then.
-func (s *Server) follow(w http.ResponseWriter, r *http.Request, e *execEntry, from uint64, flushExit bool) bool {
+// the exit event, the client leaving or shutdown, and reports whether the
+// exit event was written to a connection not known to be gone: the run route
+// releases the exec only then. With run, the first flush waits up to
+// runHeaderHold for the exec to end, so a short command's whole answer
+// (headers, output, exit, the body's end) leaves in one write.
+func (s *Server) follow(w http.ResponseWriter, r *http.Request, e *execEntry, from uint64, run bool) bool {
 	asFrames := acceptsFrames(r)
 	h := w.Header()
 	if asFrames {
@@ -156,6 +166,10 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, e *execEntry, fr
 	// when the handler returns.
 	keepalive := time.NewTimer(s.cfg.SSEKeepalive)
 	defer keepalive.Stop()
+	var hold time.Duration
+	if run {
+		hold = runHeaderHold
+	}
 	for {
 		if len(buf.out)+frameMax > streamBufferBytes && !write() {
 			return false
@@ -186,12 +200,29 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, e *execEntry, fr
 			} else {
 				buf.exit(st.exit, st.total)
 			}
-			if flushExit {
-				return flush()
-			}
 			// The server flushes when the handler returns, together with
-			// the body's terminating chunk.
-			return write()
+			// the body's terminating chunk. A client that went away before
+			// that is seen by the request's context (the server reads the
+			// connection in the background); a flush here would catch no
+			// more and cost a write and a wakeup of the client per exec.
+			return write() && r.Context().Err() == nil
+		}
+		if hold > 0 {
+			// The run route's first wait: a short command ends within it.
+			t := time.NewTimer(hold)
+			hold = 0
+			select {
+			case <-st.wait:
+				t.Stop()
+				continue
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return false
+			case <-s.stopping:
+				t.Stop()
+				return false
+			}
 		}
 		// Nothing to send right now: push out what is buffered, then wait.
 		if !flush() {

@@ -106,7 +106,20 @@ func (s *Session) StartStream(ctx context.Context, command []string, o StartOpti
 	e := &Exec{s: s, id: req.ExecID}
 	st := &Stream{e: e, ctx: ctx, run: &req}
 	if err := st.Connect(); err != nil {
-		return nil, nil, err
+		if !errors.Is(err, errNoRoute) {
+			return nil, nil, err
+		}
+		// The document listed the route but nothing serves it (something
+		// in front of the daemon, or a document not its own): protocol v1's
+		// routes from now on. Nothing was started: no route, no start.
+		s.offersMu.Lock()
+		s.offers.run = false
+		s.offersMu.Unlock()
+		e, err := s.Start(ctx, command, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return e, e.Stream(ctx, 0), nil
 	}
 	return e, st, nil
 }
@@ -546,26 +559,61 @@ type Process struct {
 	mu   sync.Mutex
 	gaps []protocol.GapEvent
 	err  error
+
+	run *runCapture // set when the stream is the run route's answer
 }
 
-// Spawn starts command and follows its output in the background.
+// Spawn starts command and follows its output in the background. Where the
+// daemon offers the run route the start and the following are one exchange
+// (Session.StartStream) and Wait needs no poll or ack.
 func (s *Session) Spawn(ctx context.Context, command []string, o StartOptions) (*Process, error) {
-	e, err := s.Start(ctx, command, o)
-	if err != nil {
-		return nil, err
+	// The stream outlives ctx's cancellation, as Attach's does; only the
+	// start (the run's answer) is bounded by ctx.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	e, st, err := s.StartStream(sctx, command, o)
+	stopped := stop()
+	if err != nil || !stopped {
+		cancel()
+		if err == nil {
+			err = ctxErr(ctx.Err(), "starting %s: %v", o.ExecID, ctx.Err())
+		}
+		return nil, timeoutOr(ctx, "", err)
 	}
-	return e.Attach(ctx, 0), nil
+	return e.process(st, cancel), nil
 }
 
 // Attach follows an existing exec's output from offset as a Process. The
 // stream outlives ctx's cancellation (it ends at the exit event or Close).
 func (e *Exec) Attach(ctx context.Context, offset uint64) *Process {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	return e.process(e.Stream(sctx, offset), cancel)
+}
+
+func (e *Exec) process(st *Stream, cancel context.CancelFunc) *Process {
 	or, ow := io.Pipe()
 	er, ew := io.Pipe()
 	p := &Process{e: e, stdout: or, stderr: er, ow: ow, ew: ew, cancel: cancel, attached: make(chan struct{}), done: make(chan struct{})}
-	go p.demux(e.Stream(sctx, offset), ow, ew)
+	if st.ranRun {
+		// The run route releases the exec with its exit event, so the
+		// record Wait reports is built here, from what the stream carried.
+		limit := runBufferCap
+		if m := e.s.daemonOffers(context.Background()).maxOutput; m > 0 && m < limit {
+			limit = m
+		}
+		p.run = &runCapture{stdout: capBuffer{limit: limit}, stderr: capBuffer{limit: limit}}
+	}
+	go p.demux(st, ow, ew)
 	return p
+}
+
+// runCapture is what a Process following a run route keeps for Wait: the
+// heads of both streams (as the record would), the exit event, and whether
+// the stream delivered every byte.
+type runCapture struct {
+	stdout, stderr capBuffer
+	exit           protocol.ExitEvent
+	released, lost bool
 }
 
 func (p *Process) demux(st *Stream, ow, ew *io.PipeWriter) {
@@ -589,19 +637,40 @@ func (p *Process) demux(st *Stream, ow, ew *io.PipeWriter) {
 		}
 		switch ev.Kind {
 		case EventOutput:
+			if c := p.run; c != nil {
+				buf := &c.stdout
+				if ev.Stream == protocol.StreamStderr {
+					buf = &c.stderr
+				}
+				if !buf.full && !buf.write(ev.Data) {
+					buf.write(ev.Data[:buf.limit-len(buf.b)])
+					buf.full = true
+				}
+			}
 			if w := outs[ev.Stream]; w != nil {
 				if _, werr := w.Write(ev.Data); werr != nil {
 					outs[ev.Stream] = nil // the reader was closed: discard from now on
 				}
 			}
 		case EventGap:
+			if p.run != nil {
+				p.run.lost = true
+			}
 			p.mu.Lock()
 			p.gaps = append(p.gaps, ev.Gap)
 			p.mu.Unlock()
+		case EventExit:
+			if c := p.run; c != nil {
+				c.exit = ev.Exit
+				c.lost = c.lost || ev.Exit.Offset != st.Cursor()
+			}
 		}
 	}
 	if err == io.EOF {
 		err = nil
+		if p.run != nil {
+			p.run.released = st.Released()
+		}
 	}
 	p.mu.Lock()
 	p.err = err
@@ -674,6 +743,23 @@ func (p *Process) Close() error {
 // Timeout error and a cancelled ctx an Interrupted one; either leaves the
 // exec running.
 func (p *Process) Wait(ctx context.Context) (Result, error) {
+	if p.run != nil {
+		// Followed through the run route: its exit event is the record,
+		// and the daemon released the exec with it. A stream that ended
+		// otherwise (cut, closed) leaves the exec to the record's polls.
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return Result{}, timeoutOr(ctx, p.e.id, ctx.Err())
+		}
+		if c := p.run; c.released {
+			r := resultOf(protocol.PollResponse{ExecID: p.e.id, Phase: protocol.PhaseAcked, ExitCode: c.exit.ExitCode, Signal: c.exit.Signal})
+			r.Stdout, r.Stderr = c.stdout.String(), c.stderr.String()
+			r.Truncated = c.exit.Truncated || c.lost || c.stdout.full || c.stderr.full
+			r.WritersMayBeAlive = c.exit.WritersMayBeAlive
+			return r, nil
+		}
+	}
 	r, err := p.e.waitUntilExited(ctx)
 	if err != nil {
 		return Result{}, err

@@ -25,13 +25,16 @@ import (
 type wiretap struct {
 	url       string
 	reference bool
+	// schemaLies keeps the daemon's own document (listing the run route)
+	// while the route itself is 404, as behind something that blocks it.
+	schemaLies bool
 	mu        sync.Mutex
 	exchanges []string
 }
 
-func newWiretap(t *testing.T, target string, reference bool) *wiretap {
+func newWiretap(t *testing.T, target string, reference bool, schemaLies ...bool) *wiretap {
 	u, _ := url.Parse(target)
-	w := &wiretap{reference: reference}
+	w := &wiretap{reference: reference, schemaLies: len(schemaLies) > 0 && schemaLies[0]}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -47,7 +50,7 @@ func newWiretap(t *testing.T, target string, reference bool) *wiretap {
 			case r.URL.Path == "/v1/exec/run":
 				http.NotFound(rec, r)
 				return
-			case r.URL.Path == "/v1/schema":
+			case r.URL.Path == "/v1/schema" && !w.schemaLies:
 				w.referenceSchema(t, rec, target)
 				return
 			}
@@ -277,5 +280,26 @@ func TestRunCutBeforeExitResumesAndAcks(t *testing.T) {
 	reqs := strings.Join(px.targets(), " ")
 	if !strings.Contains(reqs, "/v1/exec/"+r.ExecID+"/stream?offset=") || !strings.Contains(reqs, "/v1/exec/"+r.ExecID+"/ack") {
 		t.Fatalf("requests after the cut: %s", reqs)
+	}
+}
+
+// Catches: a Run that fails when the document lists the run route but
+// nothing serves it (a 404 without a slug), instead of falling back to
+// protocol v1's routes, and a fallback that tries the dead route again.
+func TestRunFallsBackWhenTheListedRouteIsNotServed(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	ctx := testCtx(t)
+	tap := newWiretap(t, d.base, true, true)
+	s := session(t, tap.url, token)
+	for i := range 2 {
+		r, err := s.Run(ctx, []string{"printf ok"}, client.RunOptions{StartOptions: client.StartOptions{Shell: true}})
+		if err != nil || r.Stdout != "ok" || r.ExitStatus != 0 {
+			t.Fatalf("run %d: %+v %v", i, r, err)
+		}
+		got := strings.Join(tap.take(), "|")
+		if runs := strings.Count(got, "POST /v1/exec/run"); runs != 1-i || !strings.Contains(got, "POST /v1/exec/start") {
+			t.Fatalf("run %d exchanges: %s", i, got)
+		}
 	}
 }

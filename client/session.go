@@ -516,9 +516,16 @@ func (s *Session) statusError(c call, resp *http.Response) error {
 	}
 	if c.file && wire == taxonomy.WireNotFound {
 		e = e.WithCause(fs.ErrNotExist)
+	} else if slug == "" && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed) {
+		e = e.WithCause(errNoRoute)
 	}
 	return e
 }
+
+// errNoRoute is the cause of a 404 or 405 without an agentd error slug: no
+// route has the path (x-unmatched-path), so the daemon (or something in
+// front of it) does not serve the operation at all.
+var errNoRoute = errors.New("the daemon serves no such route")
 
 // hintFor is what a person does next about a daemon refusal, with the path
 // or command it concerns. The error kind stays what api/errors.yaml derives

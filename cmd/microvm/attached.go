@@ -266,8 +266,27 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	if ttyIn != nil {
 		return c.runTTY(session, a, s, ttyIn, opts)
 	}
+	// The stdin feed's failure ends the following (see stdinFeed.stop), so
+	// the stream is made under this context from the start.
+	ctx, stopFeed := context.WithCancelCause(ctx)
+	defer stopFeed(nil)
 	stop := a.spinner("starting " + opts.ExecID)
-	ex, err := s.Start(ctx, c.Command, opts)
+	// Following from the start, the client starts and follows in one
+	// exchange where the daemon offers it (client.Session.StartStream).
+	var ex *client.Exec
+	var st *client.Stream
+	var proc *client.Process
+	switch {
+	case c.Detach || c.FromOffset != 0:
+		ex, err = s.Start(ctx, c.Command, opts)
+	case c.Stream:
+		ex, st, err = s.StartStream(ctx, c.Command, opts)
+	default:
+		proc, err = s.Spawn(ctx, c.Command, opts)
+		if err == nil {
+			ex = proc.Exec()
+		}
+	}
 	stop()
 	if err != nil {
 		if client.KindOf(err) == taxonomy.KindInterrupted {
@@ -292,16 +311,14 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	// the Process or Stream is not enough: each connects later (Attach in a
 	// goroutine, a Stream at its first Next), hence Process.Attached and
 	// Stream.Connect before feed.start.
-	ctx, stopFeed := context.WithCancelCause(ctx)
-	defer stopFeed(nil)
 	var feed *stdinFeed
 	if c.Stdin {
 		feed = &stdinFeed{ex: ex, r: a.stdin, stop: stopFeed}
 	}
 	if c.Stream {
-		return c.stream(ctx, a, ex, feed)
+		return c.stream(ctx, a, ex, st, feed)
 	}
-	return c.wait(ctx, a, ex, feed)
+	return c.wait(ctx, a, ex, proc, feed)
 }
 
 // stdinFeed copies this process's stdin into an exec (closing it at the
@@ -370,8 +387,10 @@ func (f *stdinFeed) failed() error {
 
 // wait follows the exec to its exit, acks it and reports its record. Without
 // --json the child's bytes go to stdout and stderr exactly as produced.
-func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, feed *stdinFeed) (*result, error) {
-	p := ex.Attach(ctx, 0)
+func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.Process, feed *stdinFeed) (*result, error) {
+	if p == nil {
+		p = ex.Attach(ctx, 0)
+	}
 	defer p.Close()
 	if feed != nil {
 		// Attached is closed on a failed connection too: the feed starts
@@ -434,13 +453,15 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, feed *stdin
 
 // stream writes the exec's events as they arrive: NDJSON under --json, the
 // raw bytes otherwise. The final envelope summarises rather than repeats.
-func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *stdinFeed) (*result, error) {
+func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *client.Stream, feed *stdinFeed) (*result, error) {
 	// Under --json the final envelope is one compact line even when no
 	// event came before it (an interrupted quiet child, or an interrupt
 	// while the stream is still connecting): a reader takes the last line
 	// as the envelope.
 	a.streamed = a.g.JSON
-	st := ex.Stream(ctx, c.FromOffset)
+	if st == nil {
+		st = ex.Stream(ctx, c.FromOffset)
+	}
 	defer st.Close()
 	if err := st.Connect(); err == nil {
 		feed.start(ctx)
@@ -547,8 +568,11 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *std
 	}
 	// Release the output now that every byte was delivered, so nothing
 	// lingers on the daemon; a failed ack is reported, never swallowed.
-	if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-		return nil, &failure{err: asClientError(err), data: sum}
+	// (The run route already released it with the exit event.)
+	if !st.Released() {
+		if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
+			return nil, &failure{err: asClientError(err), data: sum}
+		}
 	}
 	res := &result{typ: cliapi.TypeExecStream, data: sum, human: func(io.Writer) error { return nil }}
 	if sum.ExitCode == nil || *sum.ExitCode != 0 {
