@@ -28,8 +28,8 @@ type wiretap struct {
 	// schemaLies keeps the daemon's own document (listing the run route)
 	// while the route itself is 404, as behind something that blocks it.
 	schemaLies bool
-	mu        sync.Mutex
-	exchanges []string
+	mu         sync.Mutex
+	exchanges  []string
 }
 
 func newWiretap(t *testing.T, target string, reference bool, schemaLies ...bool) *wiretap {
