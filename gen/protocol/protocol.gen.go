@@ -4182,6 +4182,11 @@ type ExecRunReply401Headers struct {
 	MicrovmsAgentdVersion string
 }
 
+// ExecRunReply404Headers the declared response headers of an HTTP 404 response for ExecRun
+type ExecRunReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
 // ExecRunReply413Headers the declared response headers of an HTTP 413 response for ExecRun
 type ExecRunReply413Headers struct {
 	MicrovmsAgentdVersion string
@@ -4207,6 +4212,8 @@ type ExecRunReply struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *ErrorMalformedRequest
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *UnknownExecError
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *AtCapacity
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -4217,6 +4224,8 @@ type ExecRunReply struct {
 	Headers400 *ExecRunReply400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ExecRunReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExecRunReply404Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ExecRunReply413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4230,6 +4239,11 @@ type ExecRunReply struct {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r ExecRunReply) GetJSON400() *ErrorMalformedRequest {
 	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ExecRunReply) GetJSON404() *UnknownExecError {
+	return r.JSON404
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -7016,6 +7030,13 @@ func ParseExecRunReply(rsp *http.Response) (*ExecRunReply, error) {
 	case rsp.StatusCode == 401:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest UnknownExecError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest AtCapacity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7066,6 +7087,16 @@ func ParseExecRunReply(rsp *http.Response) (*ExecRunReply, error) {
 			headers.MicrovmsAgentdVersion = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExecRunReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 413:
 		var headers ExecRunReply413Headers
 		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {

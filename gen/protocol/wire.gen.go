@@ -53,7 +53,7 @@ const (
 	FrameKeepalive uint8 = 0 // none (length 0), sent whenever the stream has been silent for limits.sse_keepalive_secs; its offset field is 0
 	FrameStdout    uint8 = 1 // the raw bytes at offset, unencoded
 	FrameStderr    uint8 = 2 // the raw bytes at offset, unencoded
-	FrameGap       uint8 = 3 // the gap event's JSON (GapEvent); the offset field holds its to
+	FrameGap       uint8 = 3 // the gap event's JSON (GapEvent); the offset field holds its from
 	FrameExit      uint8 = 4 // the exit event's JSON (ExitEvent); the offset field holds its offset; always the last frame
 )
 
@@ -112,7 +112,7 @@ var Operations = []Operation{
 	{ID: OpHookResume, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/resume", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpHookTerminate, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/terminate", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpExecStart, Method: "POST", Pattern: "/v1/exec/start", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
-	{ID: OpExecRun, Method: "POST", Pattern: "/v1/exec/run", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
+	{ID: OpExecRun, Method: "POST", Pattern: "/v1/exec/run", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
 	{ID: OpExecPoll, Method: "GET", Pattern: "/v1/exec/{id}", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 404: "application/json", 503: ""}},
 	{ID: OpExecStream, Method: "GET", Pattern: "/v1/exec/{id}/stream", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 503: ""}},
 	{ID: OpExecStdin, Method: "POST", Pattern: "/v1/exec/{id}/stdin", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 408: "application/json", 409: "application/json", 410: "application/json", 413: "application/json", 500: "application/json", 503: ""}},

@@ -265,7 +265,7 @@ class Client:
         _resp = self._send("POST", _path, _query, _data, "application/json", bearer=True, stream=True, operation="execRun")
         _status = _resp.status
         if _status < 200 or _status >= 300:
-            raise _api_error("execRun", _resp, json_statuses=(400, 429, 500))
+            raise _api_error("execRun", _resp, json_statuses=(400, 404, 429, 500))
         if _status == 200:
             return EventStream(_resp, lambda v: (None if v is None else SSEEvent.from_dict(v)))
         raise _api_error("execRun", _resp, json_statuses=())

@@ -1659,6 +1659,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownExecError"];
             413: components["responses"]["StartBodyTooLarge"];
             429: components["responses"]["AtCapacity"];
             /** @description the child could not be spawned, as POST /v1/exec/start */
