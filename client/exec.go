@@ -363,8 +363,16 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 		ctx, cancel = context.WithTimeout(ctx, o.ClientTimeout)
 		defer cancel()
 	}
+	if o.ExecID == "" {
+		o.ExecID = NewExecID()
+	}
 	e, st, err := s.StartStream(ctx, command, o.StartOptions)
 	if err != nil {
+		if ctx.Err() != nil && s.daemonOffers(ctx).run {
+			// The run request may have reached the daemon before ctx
+			// ended: the exec may be running, under this id.
+			return Result{}, timeoutOr(ctx, o.ExecID, err)
+		}
 		return Result{}, timeoutOr(ctx, "", err)
 	}
 	// stdout and stderr hold the streamed bytes until a gap, a failed

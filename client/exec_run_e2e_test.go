@@ -303,3 +303,30 @@ func TestRunFallsBackWhenTheListedRouteIsNotServed(t *testing.T) {
 		}
 	}
 }
+
+// Catches: Spawn not taking the run route (more exchanges), Wait polling or
+// acking an exec the run route already released (409 already_acked), and
+// Wait's record missing the output the readers were handed.
+func TestSpawnWaitOverTheRunRoute(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	ctx := testCtx(t)
+	tap := newWiretap(t, d.base, false)
+	s := session(t, tap.url, token)
+	p, err := s.Spawn(ctx, []string{`printf 'out\000'; printf err >&2; exit 5`}, client.StartOptions{Shell: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, oerr, eerr := readBoth(ctx, p)
+	r, err := p.Wait(ctx)
+	if err != nil || oerr != nil || eerr != nil {
+		t.Fatalf("wait: %v (readers %v %v)", err, oerr, eerr)
+	}
+	if string(stdout) != "out\x00" || string(stderr) != "err" || r.ExitStatus != 5 || r.Stdout != "out\x00" || r.Stderr != "err" || r.Phase != protocol.PhaseAcked {
+		t.Fatalf("readers %q %q, record %+v", stdout, stderr, r)
+	}
+	got := strings.Join(tap.take(), "|")
+	if got != "GET /v1/schema application/json|POST /v1/exec/run "+protocol.FramesMediaType {
+		t.Fatalf("exchanges %s", got)
+	}
+}
