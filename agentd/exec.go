@@ -15,6 +15,41 @@ import (
 
 // ExecStart starts a command under the caller's exec_id, once.
 func (s *Server) ExecStart(w http.ResponseWriter, r *http.Request) {
+	id, phase, ok := s.startFromBody(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, protocol.StartResponse{ExecID: id, Phase: phase})
+}
+
+// ExecRun starts a command as ExecStart does and answers with its stream
+// from offset 0, releasing the exec as an ack would once the exit event is
+// written: one exchange per exec instead of start, stream and ack. A
+// connection lost before the exit leaves the exec unacked for the stream,
+// poll and ack routes.
+func (s *Server) ExecRun(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := s.startFromBody(w, r)
+	if !ok {
+		return
+	}
+	e := s.execs.get(id)
+	if e == nil {
+		// Collected between the start and here: only an acked exec is
+		// collected, so its output is gone, as a stream would say.
+		s.unknownExec(w, id)
+		return
+	}
+	if s.follow(w, r, e, 0, true) {
+		stdout, stderr, _, _ := e.log.outcome()
+		if s.release(e) {
+			s.execs.reclaim.released(stdout.n + stderr.n)
+		}
+	}
+}
+
+// startFromBody reads a start request and starts (or finds) its exec,
+// answering the refusal itself when it cannot.
+func (s *Server) startFromBody(w http.ResponseWriter, r *http.Request) (string, protocol.Phase, bool) {
 	// limits.max_start_body_bytes: argv and env are all a start carries (the
 	// kernel refuses an exec whose strings exceed a quarter of the stack limit
 	// anyway), so a start never holds up to max_body_bytes in memory to decode.
@@ -26,29 +61,29 @@ func (s *Server) ExecStart(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > limit {
 		// Declared over the cap: refused before reading, like the gate does.
 		s.refuse(w, r, http.StatusRequestEntityTooLarge, tooLarge)
-		return
+		return "", "", false
 	}
 	var req protocol.StartRequest
 	if !readJSON(w, r, &req, limit, "", tooLarge) {
-		return
+		return "", "", false
 	}
 	if max := s.cfg.MaxExecIDBytes; max > 0 && int64(len(req.ExecID)) > max {
 		// Before anything holds or logs it: an id lives as long as its exec.
 		writeError(w, taxonomy.SlugMalformedRequest,
 			fmt.Sprintf("exec_id is %d bytes, longer than limits.max_exec_id_bytes (%d)", len(req.ExecID), max))
-		return
+		return "", "", false
 	}
 	sp, serr := buildSpec(&req, s.boot.env())
 	if serr != nil {
 		writeError(w, serr.slug, serr.detail)
-		return
+		return "", "", false
 	}
 	phase, serr := s.execs.start(req.ExecID, sp)
 	if serr != nil {
 		writeError(w, serr.slug, serr.detail)
-		return
+		return "", "", false
 	}
-	writeJSON(w, http.StatusOK, protocol.StartResponse{ExecID: req.ExecID, Phase: phase})
+	return req.ExecID, phase, true
 }
 
 // The poll/ack body once the child has exited is the outcome JSON below, written
@@ -111,6 +146,21 @@ func (s *Server) ExecAck(w http.ResponseWriter, r *http.Request, id protocol.Exe
 		writeError(w, taxonomy.SlugStillRunning, "the exec has not exited; its output is still being written")
 		return
 	}
+	// The snapshot keeps the heads alive only while this body is written.
+	stdout, stderr, st, _ := e.log.outcome()
+	if !s.release(e) {
+		// An empty 200 would read as a command that printed nothing.
+		writeError(w, taxonomy.SlugAlreadyAcked, "an earlier ack already released this exec's output")
+		return
+	}
+	writeOutcome(w, id, protocol.PhaseAcked, stdout, stderr, st)
+	s.execs.reclaim.released(stdout.n + stderr.n)
+}
+
+// release marks a finished exec acked and lets its output go, once; false
+// when an earlier ack (or run) already did. The caller that holds a
+// snapshot of the heads reports them to the reclaimer after it is done.
+func (s *Server) release(e *execEntry) bool {
 	s.execs.mu.Lock()
 	already := e.acked
 	if !already {
@@ -119,16 +169,11 @@ func (s *Server) ExecAck(w http.ResponseWriter, r *http.Request, id protocol.Exe
 	}
 	s.execs.mu.Unlock()
 	if already {
-		// An empty 200 would read as a command that printed nothing.
-		writeError(w, taxonomy.SlugAlreadyAcked, "an earlier ack already released this exec's output")
-		return
+		return false
 	}
-	// The snapshot keeps the heads alive only while this body is written.
-	stdout, stderr, st, _ := e.log.outcome()
 	e.log.release()
-	s.log.Info("exec acked; output released", "exec_id", id)
-	writeOutcome(w, id, protocol.PhaseAcked, stdout, stderr, st)
-	s.execs.reclaim.released(stdout.n + stderr.n)
+	s.log.Info("exec acked; output released", "exec_id", e.id)
+	return true
 }
 
 // ExecKill signals the exec's whole process group: a shell that backgrounded a

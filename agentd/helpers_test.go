@@ -338,6 +338,7 @@ func loadContract() (routers.Router, error) {
 	contractOnce.Do(func() {
 		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.FileBodyDecoder)
 		openapi3filter.RegisterBodyDecoder("application/x-tar", openapi3filter.FileBodyDecoder)
+		openapi3filter.RegisterBodyDecoder(protocol.FramesMediaType, openapi3filter.FileBodyDecoder)
 		loader := openapi3.NewLoader()
 		doc, err := loader.LoadFromData(api.OpenAPI)
 		if err != nil {
@@ -426,8 +427,9 @@ func (c *contractTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	exchanges.Add(1)
 	rin := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Options: opts}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		// The body is a live stream; its events are checked by the tests.
+	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "text/event-stream") || ct == protocol.FramesMediaType {
+		// The body is a live stream; its events (or frames) are checked by
+		// the tests.
 		o := *opts
 		o.ExcludeResponseBody = true
 		rin.Options = &o

@@ -2,13 +2,16 @@ package agentd
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/internal/frames"
 )
 
 // maxEventBytes is the most raw output one SSE output event carries; the
@@ -48,10 +51,24 @@ func (b *streamBuffers) room(n int) {
 	}
 }
 
-// ExecStream follows an exec's output as SSE from ?offset= on. It only reads
-// the exec: attaching, detaching or a dropped connection never touch the
-// command. The body ends right after the exit event, so a body that ends
-// without one means the connection broke, not the command.
+// frameChunkBytes is the most raw output one binary frame carries: half the
+// stream buffer, so a buffer holds at least one whole frame and is handed to
+// the connection at 128-256 KiB.
+const frameChunkBytes = streamBufferBytes / 2
+
+// runHeaderHold is how long the run route holds its headers back at the
+// first wait for output: /bin/true is spawned, exits and is reaped in about
+// 1-2 ms here, and its answer then leaves in one write instead of three (the
+// headers, the exit frame, the body's end), each a wakeup of the client. A
+// caller waiting for the headers before feeding stdin (Stream.Connect) waits
+// at most this much longer.
+const runHeaderHold = 5 * time.Millisecond
+
+// ExecStream follows an exec's output as SSE (or binary frames, when the
+// Accept header asks for them) from ?offset= on. It only reads the exec:
+// attaching, detaching or a dropped connection never touch the command. The
+// body ends right after the exit event, so a body that ends without one
+// means the connection broke, not the command.
 func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.ExecID, params protocol.ExecStreamParams) {
 	e := s.execs.get(id)
 	if e == nil {
@@ -67,8 +84,48 @@ func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.
 	case params.LastEventID != nil:
 		from = *params.LastEventID
 	}
+	s.follow(w, r, e, from, false)
+}
+
+// acceptsFrames reports whether the request's Accept names the binary frame
+// media type with a non-zero quality. Anything else gets SSE, as protocol v1
+// always answered.
+func acceptsFrames(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, params, _ := strings.Cut(part, ";")
+			if !strings.EqualFold(strings.TrimSpace(mt), protocol.FramesMediaType) {
+				continue
+			}
+			for _, p := range strings.Split(params, ";") {
+				k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
+				if strings.EqualFold(k, "q") {
+					if q, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil && q <= 0 {
+						return false
+					}
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// follow writes e's events from offset from, as SSE or binary frames, until
+// the exit event, the client leaving or shutdown, and reports whether the
+// exit event was written to a connection not known to be gone: the run route
+// releases the exec only then. With run, the first flush waits up to
+// runHeaderHold for the exec to end, so a short command's whole answer
+// (headers, output, exit, the body's end) leaves in one write.
+func (s *Server) follow(w http.ResponseWriter, r *http.Request, e *execEntry, from uint64, run bool) bool {
+	asFrames := acceptsFrames(r)
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
+	if asFrames {
+		h.Set("Content-Type", protocol.FramesMediaType)
+	} else {
+		h.Set("Content-Type", "text/event-stream")
+	}
+	h.Set("Vary", "Accept")
 	h.Set("Cache-Control", "no-cache")
 	// A buffering proxy would otherwise hold events until its buffer fills,
 	// turning a live stream into a batch delivered at exit.
@@ -99,38 +156,77 @@ func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.
 	flush := func() bool {
 		return write() && rc.Flush() == nil
 	}
+	chunk, frameMax := maxEventBytes, eventFrameBytes
+	if asFrames {
+		chunk, frameMax = frameChunkBytes, frames.HeaderBytes+frameChunkBytes
+	}
 	// No flush up front: the headers go out with the first events, or at
 	// the first wait. A short command's whole stream (headers, its output,
 	// the exit event and the chunked terminator) then leaves in one write
 	// when the handler returns.
 	keepalive := time.NewTimer(s.cfg.SSEKeepalive)
 	defer keepalive.Stop()
+	var hold time.Duration
+	if run {
+		hold = runHeaderHold
+	}
 	for {
-		if len(buf.out)+eventFrameBytes > streamBufferBytes && !write() {
-			return
+		if len(buf.out)+frameMax > streamBufferBytes && !write() {
+			return false
 		}
-		st := e.log.next(sub, maxEventBytes)
+		st := e.log.next(sub, chunk)
 		switch st.kind {
 		case stepOutput:
 			// Encoding from the ring holds the pump off these bytes; nothing
 			// between next and consumed may block.
-			buf.output(st.off, st.stream, st.data)
+			if asFrames {
+				buf.frame(st.off, st.stream, st.data)
+			} else {
+				buf.output(st.off, st.stream, st.data)
+			}
 			e.log.consumed(sub, len(st.data))
 			continue
 		case stepGap:
-			s.log.Debug("stream reader missed bytes", "exec_id", id, "from", st.off, "to", st.to)
-			buf.gap(st.off, st.to)
+			s.log.Debug("stream reader missed bytes", "exec_id", e.id, "from", st.off, "to", st.to)
+			if asFrames {
+				buf.gapFrame(st.off, st.to)
+			} else {
+				buf.gap(st.off, st.to)
+			}
 			continue
 		case stepExit:
+			if asFrames {
+				buf.exitFrame(st.exit, st.total)
+			} else {
+				buf.exit(st.exit, st.total)
+			}
 			// The server flushes when the handler returns, together with
-			// the body's terminating chunk.
-			buf.exit(st.exit, st.total)
-			write()
-			return
+			// the body's terminating chunk. A client that went away before
+			// that is seen by the request's context (the server reads the
+			// connection in the background); a flush here would catch no
+			// more and cost a write and a wakeup of the client per exec.
+			return write() && r.Context().Err() == nil
+		}
+		if hold > 0 {
+			// The run route's first wait: a short command ends within it.
+			t := time.NewTimer(hold)
+			hold = 0
+			select {
+			case <-st.wait:
+				t.Stop()
+				continue
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return false
+			case <-s.stopping:
+				t.Stop()
+				return false
+			}
 		}
 		// Nothing to send right now: push out what is buffered, then wait.
 		if !flush() {
-			return
+			return false
 		}
 		if !keepalive.Stop() {
 			select {
@@ -145,18 +241,63 @@ func (s *Server) ExecStream(w http.ResponseWriter, r *http.Request, id protocol.
 		case <-keepalive.C:
 			// A silent command (a harness thinking, a build linking) must not
 			// look like a dead connection to whatever sits in between.
-			buf.out = append(buf.out, ":\n\n"...)
+			if asFrames {
+				buf.out = frames.AppendHeader(buf.out, protocol.FrameKeepalive, 0, 0)
+			} else {
+				buf.out = append(buf.out, ":\n\n"...)
+			}
 			if !flush() {
-				return
+				return false
 			}
 			keepalive.Reset(s.cfg.SSEKeepalive)
 			goto wait
 		case <-r.Context().Done():
-			return
+			return false
 		case <-s.stopping:
-			return
+			return false
 		}
 	}
+}
+
+// frame appends one stdout or stderr frame carrying data as it is.
+func (b *streamBuffers) frame(off uint64, kind streamKind, data []byte) {
+	b.room(frames.HeaderBytes + len(data))
+	typ := protocol.FrameStdout
+	if kind == stderrKind {
+		typ = protocol.FrameStderr
+	}
+	b.out = frames.Append(b.out, typ, off, data)
+}
+
+// gapFrame appends a gap frame; its payload is the gap event's JSON.
+func (b *streamBuffers) gapFrame(from, to uint64) {
+	b.room(128)
+	k := len(b.out)
+	out := frames.AppendHeader(b.out, protocol.FrameGap, from, 0)
+	out = append(out, "{\"from\":"...)
+	out = strconv.AppendUint(out, from, 10)
+	out = append(out, ",\"to\":"...)
+	out = strconv.AppendUint(out, to, 10)
+	out = append(out, '}')
+	binary.BigEndian.PutUint32(out[k+9:], uint32(len(out)-k-frames.HeaderBytes))
+	b.out = out
+}
+
+// exitFrame appends the exit frame; its payload is the exit event's JSON.
+func (b *streamBuffers) exitFrame(st exitStatus, total uint64) {
+	data := exitJSON(st, total)
+	b.out = frames.Append(b.out, protocol.FrameExit, total, data)
+}
+
+func exitJSON(st exitStatus, total uint64) []byte {
+	data, _ := json.Marshal(protocol.ExitEvent{
+		ExitCode:          st.code,
+		Signal:            st.signal,
+		Truncated:         st.truncated,
+		WritersMayBeAlive: st.writersMayBeAlive,
+		Offset:            total,
+	})
+	return data
 }
 
 // Every event's id line carries the offset a reconnect resumes at: just
@@ -192,13 +333,7 @@ func (b *streamBuffers) gap(from, to uint64) {
 }
 
 func (b *streamBuffers) exit(st exitStatus, total uint64) {
-	data, _ := json.Marshal(protocol.ExitEvent{
-		ExitCode:          st.code,
-		Signal:            st.signal,
-		Truncated:         st.truncated,
-		WritersMayBeAlive: st.writersMayBeAlive,
-		Offset:            total,
-	})
+	data := exitJSON(st, total)
 	b.out = append(b.out, "event: "+protocol.EventExit+"\nid: "...)
 	b.out = strconv.AppendUint(b.out, total, 10)
 	b.out = append(b.out, "\ndata: "...)

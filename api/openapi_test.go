@@ -78,6 +78,10 @@ var routes = []route{
 	{"POST", "/v1/exec/{id}/signal", "execSignal", true, []int{200, 400, 401, 404, 503},
 		map[int][]string{400: {"malformed_request", "unknown_signal"}, 404: {"unknown_exec"}}},
 	{"GET", "/v1/execs", "execList", true, []int{200, 401, 503}, nil},
+	// Ours (issue 35): start's refusals, and 404 only for an exec collected
+	// between its start and the answer.
+	{"POST", "/v1/exec/run", "execRun", true, []int{200, 400, 401, 404, 413, 429, 500, 503},
+		map[int][]string{400: {"malformed_request"}, 404: {"unknown_exec"}, 429: {"at_capacity"}, 500: {"spawn_failed"}}},
 	{"GET", "/v1/metrics", "metrics", true, []int{200, 401, 500, 503},
 		map[int][]string{500: {"metrics_unavailable"}}},
 	{"GET", "/v1/health", "health", false, []int{200}, nil},

@@ -641,14 +641,16 @@ func TestAgentdStreamReconnectsAtCursor(t *testing.T) {
 	d.bootstrap(t, token)
 	ctx := testCtx(t)
 	s := session(t, d.base, token)
-	blob := randomBytes(t, 200<<10)
+	blob := randomBytes(t, 400<<10)
 	file := filepath.Join(d.dir, "blob")
 	if err := s.WriteFile(ctx, file, bytes.NewReader(blob), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// 400 KiB of output is ~550 KiB of SSE in frames of up to ~64 KiB; cut the
-	// first three connections after 150 KiB each, so each completes two frames
-	// and breaks the third. All of it is inside the 1 MiB replay window.
+	// 800 KiB of output comes in binary frames of up to 128 KiB (or SSE
+	// events of up to 64 KiB); cut the first three connections after 150 KiB
+	// each, so each completes at least one frame and breaks inside a later
+	// one, and three cuts cannot carry it all. All of it is inside the 1 MiB
+	// replay window.
 	e, err := s.Start(ctx, []string{"cat " + file + "; cat " + file + " >&2"}, client.StartOptions{Shell: true})
 	if err != nil {
 		t.Fatal(err)

@@ -65,13 +65,75 @@ func (e *Exec) ID() string { return e.id }
 // Start starts command. A retry after a dropped connection reuses the same
 // exec_id, so the daemon never spawns twice.
 func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (*Exec, error) {
+	req, err := startRequest(command, o)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.send(ctx, call{op: protocol.OpExecStart, command: command,
+		build: func(server string) (*http.Request, error) { return protocol.NewExecStartRequest(server, req) }})
+	if err != nil {
+		return nil, err
+	}
+	var sr protocol.StartResponse
+	if err := decodeJSON(protocol.OpExecStart, resp, &sr); err != nil {
+		return nil, err
+	}
+	return &Exec{s: s, id: req.ExecID}, nil
+}
+
+// StartStream starts command and returns it with a Stream of its output
+// from offset 0. Against a daemon that offers the run route (learned from
+// its /v1/schema) the start and the stream are one exchange, POST
+// /v1/exec/run, sent here and answered before StartStream returns (so the
+// stream is connected, as after Stream.Connect); its exit event also
+// releases the exec, which Stream.Released then reports, and nothing is left
+// to ack. Against any other daemon it is Start followed by Exec.Stream, and
+// the caller acks as before. Start's refusals are StartStream's either way;
+// a refusal of the run route's answer fails the returned error, not the
+// stream.
+func (s *Session) StartStream(ctx context.Context, command []string, o StartOptions) (*Exec, *Stream, error) {
+	req, err := startRequest(command, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !s.daemonOffers(ctx).run {
+		e, err := s.Start(ctx, command, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return e, e.Stream(ctx, 0), nil
+	}
+	e := &Exec{s: s, id: req.ExecID}
+	st := &Stream{e: e, ctx: ctx, run: &req}
+	if err := st.Connect(); err != nil {
+		if !errors.Is(err, errNoRoute) {
+			return nil, nil, err
+		}
+		// The document listed the route but nothing serves it (something
+		// in front of the daemon, or a document not its own): protocol v1's
+		// routes from now on. Nothing was started: no route, no start.
+		s.offersMu.Lock()
+		s.offers.run = false
+		s.offersMu.Unlock()
+		e, err := s.Start(ctx, command, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return e, e.Stream(ctx, 0), nil
+	}
+	return e, st, nil
+}
+
+// startRequest builds the start request of command, refusing what the
+// daemon would refuse for a reason the caller can fix before sending.
+func startRequest(command []string, o StartOptions) (protocol.StartRequest, error) {
 	if len(command) == 0 {
-		return nil, Errorf(taxonomy.KindInvalidArg, "", "an exec needs a command")
+		return protocol.StartRequest{}, Errorf(taxonomy.KindInvalidArg, "", "an exec needs a command")
 	}
 	if o.Shell && len(command) > 1 {
 		// sh -c takes one script; agentd runs command[0] and the rest would
 		// vanish without a word.
-		return nil, Errorf(taxonomy.KindInvalidArg, "", "Shell runs one script string, but the command has %d elements %q; join them into one string (%q) or set Shell false to run argv directly",
+		return protocol.StartRequest{}, Errorf(taxonomy.KindInvalidArg, "", "Shell runs one script string, but the command has %d elements %q; join them into one string (%q) or set Shell false to run argv directly",
 			len(command), command, strings.Join(command, " "))
 	}
 	id := o.ExecID
@@ -86,16 +148,7 @@ func (s *Session) Start(ctx context.Context, command []string, o StartOptions) (
 		sec := o.DaemonTimeout.Seconds()
 		req.TimeoutSec = &sec
 	}
-	resp, err := s.send(ctx, call{op: protocol.OpExecStart, command: command,
-		build: func(server string) (*http.Request, error) { return protocol.NewExecStartRequest(server, req) }})
-	if err != nil {
-		return nil, err
-	}
-	var sr protocol.StartResponse
-	if err := decodeJSON(protocol.OpExecStart, resp, &sr); err != nil {
-		return nil, err
-	}
-	return &Exec{s: s, id: id}, nil
+	return req, nil
 }
 
 // Result is an exec's record: its phase and, once it has exited, its outcome.
@@ -310,16 +363,29 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 		ctx, cancel = context.WithTimeout(ctx, o.ClientTimeout)
 		defer cancel()
 	}
-	e, err := s.Start(ctx, command, o.StartOptions)
+	if o.ExecID == "" {
+		o.ExecID = NewExecID()
+	}
+	e, st, err := s.StartStream(ctx, command, o.StartOptions)
 	if err != nil {
+		if ctx.Err() != nil && s.daemonOffers(ctx).run {
+			// The run request may have reached the daemon before ctx
+			// ended: the exec may be running, under this id.
+			return Result{}, timeoutOr(ctx, o.ExecID, err)
+		}
 		return Result{}, timeoutOr(ctx, "", err)
 	}
-	st := e.Stream(ctx, 0)
 	// stdout and stderr hold the streamed bytes until a gap, a failed
-	// stream or the cap proves they are not the whole output.
-	stdout, stderr := capBuffer{limit: runBufferCap}, capBuffer{limit: runBufferCap}
+	// stream or the cap proves they are not the whole output. Past the cap
+	// they keep the head, which is what a released exec's result carries.
+	limit := runBufferCap
+	if m := s.daemonOffers(ctx).maxOutput; m > 0 && m < limit {
+		// A released exec's result is what its record would have held.
+		limit = m
+	}
+	stdout, stderr := capBuffer{limit: limit}, capBuffer{limit: limit}
 	exact, sawExit := true, false
-	var exitOffset uint64
+	var exit protocol.ExitEvent
 	for {
 		ev, err := st.Next()
 		if err == io.EOF {
@@ -338,12 +404,11 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 			if ev.Stream == protocol.StreamStderr {
 				w, buf = o.Stderr, &stderr
 			}
-			if exact && !buf.write(ev.Data) {
-				// Past the cap: stop buffering and drop what is held; the
-				// record's (truncated) output is the result.
-				exact = false
-				stdout.reset()
-				stderr.reset()
+			if !buf.full && !buf.write(ev.Data) {
+				// Past the cap: the record's (truncated) output is the
+				// result, or, for a released exec, the heads held here.
+				buf.write(ev.Data[:buf.limit-len(buf.b)])
+				buf.full, exact = true, false
 			}
 			if w != nil {
 				if _, err := w.Write(ev.Data); err != nil {
@@ -353,20 +418,40 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 			}
 		case EventGap:
 			exact = false
-			stdout.reset()
-			stderr.reset()
 			if o.OnGap != nil {
 				o.OnGap(ev.Gap)
 			}
 		case EventExit:
-			sawExit, exitOffset = true, ev.Exit.Offset
+			sawExit, exit = true, ev.Exit
 		}
+	}
+	released := st.Released()
+	if !released && sawExit && st.ranRun {
+		// The run's connection broke after the daemon had written its exit
+		// event (and so released the exec) but before all of it arrived;
+		// the resumed stream was told so with a gap. The record is gone.
+		if p, err := e.Poll(ctx); err == nil && p.Phase == protocol.PhaseAcked {
+			released = true
+		}
+	}
+	if released {
+		// The run route: the exit event was the record and the daemon has
+		// released it, so the outcome comes from the event and the output
+		// from the stream. Output the stream did not deliver (a gap: a
+		// reader stalled past stream_stall_secs, or a connection cut after
+		// the exit was written) is gone with the record, so it reads as
+		// Truncated.
+		r := resultOf(protocol.PollResponse{ExecID: e.id, Phase: protocol.PhaseAcked, ExitCode: exit.ExitCode, Signal: exit.Signal})
+		r.Stdout, r.Stderr = stdout.String(), stderr.String()
+		r.Truncated = exit.Truncated || !exact || exit.Offset != st.Cursor()
+		r.WritersMayBeAlive = exit.WritersMayBeAlive
+		return r, nil
 	}
 	r, err := e.waitAck(ctx)
 	// A truncated record holds only the head of a stream; the streamed
 	// bytes run past it, so they are not what the record (and Truncated)
 	// describe.
-	if err == nil && exact && sawExit && exitOffset == st.Cursor() && !r.Truncated {
+	if err == nil && exact && sawExit && exit.Offset == st.Cursor() && !r.Truncated {
 		r.Stdout, r.Stderr = stdout.String(), stderr.String()
 	}
 	return r, timeoutOr(ctx, e.id, err)
@@ -381,6 +466,7 @@ const runBufferCap = protocol.DefaultMaxOutputBytes
 type capBuffer struct {
 	b     []byte
 	limit int
+	full  bool // a write went past the limit; b holds the head up to it
 }
 
 // write appends p, or reports false, appending nothing, when p would take
@@ -481,26 +567,61 @@ type Process struct {
 	mu   sync.Mutex
 	gaps []protocol.GapEvent
 	err  error
+
+	run *runCapture // set when the stream is the run route's answer
 }
 
-// Spawn starts command and follows its output in the background.
+// Spawn starts command and follows its output in the background. Where the
+// daemon offers the run route the start and the following are one exchange
+// (Session.StartStream) and Wait needs no poll or ack.
 func (s *Session) Spawn(ctx context.Context, command []string, o StartOptions) (*Process, error) {
-	e, err := s.Start(ctx, command, o)
-	if err != nil {
-		return nil, err
+	// The stream outlives ctx's cancellation, as Attach's does; only the
+	// start (the run's answer) is bounded by ctx.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	e, st, err := s.StartStream(sctx, command, o)
+	stopped := stop()
+	if err != nil || !stopped {
+		cancel()
+		if err == nil {
+			err = ctxErr(ctx.Err(), "starting %s: %v", o.ExecID, ctx.Err())
+		}
+		return nil, timeoutOr(ctx, "", err)
 	}
-	return e.Attach(ctx, 0), nil
+	return e.process(st, cancel), nil
 }
 
 // Attach follows an existing exec's output from offset as a Process. The
 // stream outlives ctx's cancellation (it ends at the exit event or Close).
 func (e *Exec) Attach(ctx context.Context, offset uint64) *Process {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	return e.process(e.Stream(sctx, offset), cancel)
+}
+
+func (e *Exec) process(st *Stream, cancel context.CancelFunc) *Process {
 	or, ow := io.Pipe()
 	er, ew := io.Pipe()
 	p := &Process{e: e, stdout: or, stderr: er, ow: ow, ew: ew, cancel: cancel, attached: make(chan struct{}), done: make(chan struct{})}
-	go p.demux(e.Stream(sctx, offset), ow, ew)
+	if st.ranRun {
+		// The run route releases the exec with its exit event, so the
+		// record Wait reports is built here, from what the stream carried.
+		limit := runBufferCap
+		if m := e.s.daemonOffers(context.Background()).maxOutput; m > 0 && m < limit {
+			limit = m
+		}
+		p.run = &runCapture{stdout: capBuffer{limit: limit}, stderr: capBuffer{limit: limit}}
+	}
+	go p.demux(st, ow, ew)
 	return p
+}
+
+// runCapture is what a Process following a run route keeps for Wait: the
+// heads of both streams (as the record would), the exit event, and whether
+// the stream delivered every byte.
+type runCapture struct {
+	stdout, stderr capBuffer
+	exit           protocol.ExitEvent
+	released, lost bool
 }
 
 func (p *Process) demux(st *Stream, ow, ew *io.PipeWriter) {
@@ -524,19 +645,40 @@ func (p *Process) demux(st *Stream, ow, ew *io.PipeWriter) {
 		}
 		switch ev.Kind {
 		case EventOutput:
+			if c := p.run; c != nil {
+				buf := &c.stdout
+				if ev.Stream == protocol.StreamStderr {
+					buf = &c.stderr
+				}
+				if !buf.full && !buf.write(ev.Data) {
+					buf.write(ev.Data[:buf.limit-len(buf.b)])
+					buf.full = true
+				}
+			}
 			if w := outs[ev.Stream]; w != nil {
 				if _, werr := w.Write(ev.Data); werr != nil {
 					outs[ev.Stream] = nil // the reader was closed: discard from now on
 				}
 			}
 		case EventGap:
+			if p.run != nil {
+				p.run.lost = true
+			}
 			p.mu.Lock()
 			p.gaps = append(p.gaps, ev.Gap)
 			p.mu.Unlock()
+		case EventExit:
+			if c := p.run; c != nil {
+				c.exit = ev.Exit
+				c.lost = c.lost || ev.Exit.Offset != st.Cursor()
+			}
 		}
 	}
 	if err == io.EOF {
 		err = nil
+		if p.run != nil {
+			p.run.released = st.Released()
+		}
 	}
 	p.mu.Lock()
 	p.err = err
@@ -609,6 +751,23 @@ func (p *Process) Close() error {
 // Timeout error and a cancelled ctx an Interrupted one; either leaves the
 // exec running.
 func (p *Process) Wait(ctx context.Context) (Result, error) {
+	if p.run != nil {
+		// Followed through the run route: its exit event is the record,
+		// and the daemon released the exec with it. A stream that ended
+		// otherwise (cut, closed) leaves the exec to the record's polls.
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return Result{}, timeoutOr(ctx, p.e.id, ctx.Err())
+		}
+		if c := p.run; c.released {
+			r := resultOf(protocol.PollResponse{ExecID: p.e.id, Phase: protocol.PhaseAcked, ExitCode: c.exit.ExitCode, Signal: c.exit.Signal})
+			r.Stdout, r.Stderr = c.stdout.String(), c.stderr.String()
+			r.Truncated = c.exit.Truncated || c.lost || c.stdout.full || c.stderr.full
+			r.WritersMayBeAlive = c.exit.WritersMayBeAlive
+			return r, nil
+		}
+	}
 	r, err := p.e.waitUntilExited(ctx)
 	if err != nil {
 		return Result{}, err

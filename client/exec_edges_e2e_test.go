@@ -132,10 +132,11 @@ func TestAgentdCancelIsInterruptedDeadlineIsTimeout(t *testing.T) {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go func() {
-			// Cancel once Run is following the stream (bounded by rctx).
+			// Cancel once Run is following the stream (bounded by rctx):
+			// the stream route's, or the run route's answer.
 			for rctx.Err() == nil {
 				for _, r := range px.targets() {
-					if strings.Contains(r, "/stream") {
+					if strings.Contains(r, "/stream") || strings.Contains(r, "/v1/exec/run") {
 						cancel()
 						return
 					}

@@ -103,6 +103,12 @@ type Session struct {
 	proxy       *proxyAuth // nil for a Direct session
 	pollEvery   time.Duration
 	maxReattach int
+
+	// offers is what the daemon serves beyond the reference's protocol v1,
+	// learned once from /v1/schema (see daemonOffers).
+	offersMu    sync.Mutex
+	offersKnown bool
+	offers      daemonOffers
 }
 
 // Option configures a Session.
@@ -510,9 +516,16 @@ func (s *Session) statusError(c call, resp *http.Response) error {
 	}
 	if c.file && wire == taxonomy.WireNotFound {
 		e = e.WithCause(fs.ErrNotExist)
+	} else if slug == "" && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed) {
+		e = e.WithCause(errNoRoute)
 	}
 	return e
 }
+
+// errNoRoute is the cause of a 404 or 405 without an agentd error slug: no
+// route has the path (x-unmatched-path), so the daemon (or something in
+// front of it) does not serve the operation at all.
+var errNoRoute = errors.New("the daemon serves no such route")
 
 // hintFor is what a person does next about a daemon refusal, with the path
 // or command it concerns. The error kind stays what api/errors.yaml derives
@@ -555,3 +568,60 @@ var errStreamIdle = errors.New("no bytes within the idle timeout")
 // errProxyRefused is the cause of a Credentials error for a proxied request
 // the endpoint proxy answered 403: it never reached agentd.
 var errProxyRefused = errors.New("the endpoint proxy refused the request")
+
+// daemonOffers is what this session's daemon serves beyond the reference's
+// protocol v1 that the exec paths use: the run route (start, stream and
+// release in one exchange) and binary frames on the stream and run routes
+// (recorded; a stream asks for frames by content negotiation either way).
+type daemonOffers struct {
+	run    bool
+	frames bool
+	// maxOutput is the daemon's running max_output_bytes, 0 when unknown:
+	// a run's record keeps that much of each stream, and so does Run.
+	maxOutput int
+}
+
+// daemonOffers learns, once per session, whether the daemon serves the run
+// route and binary frames, from its /v1/schema document: a reference daemon
+// lists neither (or has no such document) and gets protocol v1's routes. A
+// schema fetch that fails in transport is not remembered, so the next exec
+// asks again; until then the exec uses protocol v1's routes, which every
+// daemon serves.
+func (s *Session) daemonOffers(ctx context.Context) daemonOffers {
+	s.offersMu.Lock()
+	defer s.offersMu.Unlock()
+	if s.offersKnown {
+		return s.offers
+	}
+	resp, err := s.send(ctx, call{op: protocol.OpSchema, build: protocol.NewSchemaRequest})
+	if err != nil {
+		if KindOf(err) != taxonomy.KindRetryable && ctx.Err() == nil {
+			s.offersKnown = true // the daemon answered: it has no such document
+		}
+		return daemonOffers{}
+	}
+	var doc struct {
+		Routes []struct {
+			Method string `json:"method"`
+			Path   string `json:"path"`
+		} `json:"routes"`
+		Frames struct {
+			MediaType string `json:"media_type"`
+		} `json:"frames"`
+		Limits map[string]float64 `json:"limits"`
+	}
+	if decodeJSON(protocol.OpSchema, resp, &doc) == nil {
+		run, _ := protocol.OperationByID(protocol.OpExecRun)
+		for _, r := range doc.Routes {
+			if r.Method == run.Method && r.Path == run.Pattern {
+				s.offers.run = true
+			}
+		}
+		s.offers.frames = doc.Frames.MediaType == protocol.FramesMediaType
+		if v := doc.Limits["max_output_bytes"]; v >= 0 && v < 1<<40 {
+			s.offers.maxOutput = int(v)
+		}
+	}
+	s.offersKnown = true
+	return s.offers
+}

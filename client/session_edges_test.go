@@ -277,9 +277,9 @@ func TestStreamSkipsAReplayEndingAtTheCursor(t *testing.T) {
 	if len(outputs) != 2 || outputs[0] != "abc" || outputs[1] != "def" {
 		t.Fatalf("output events %q, want [abc def]", outputs)
 	}
-	// The stream request asks for an event stream. Catches the request
-	// builder's `err == nil` negated (the Accept header never set).
-	if a := f.lastHeader().Get("Accept"); a != "text/event-stream" {
+	// The stream request asks for frames or an event stream. Catches the
+	// request builder's `err == nil` negated (the Accept header never set).
+	if a := f.lastHeader().Get("Accept"); a != protocol.FramesMediaType+", text/event-stream;q=0.5" {
 		t.Fatalf("stream request Accept %q", a)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/frames"
 )
 
 // EventKind is the kind of one SSE event from an exec stream.
@@ -419,6 +420,18 @@ type Stream struct {
 	err      error
 	pending  *Event // a synthetic gap to deliver before the next event
 	ev       Event
+
+	// run, when set, is the start request the first connection sends as
+	// POST /v1/exec/run (Session.StartStream); once the daemon has answered
+	// it, reconnects resume through GET /v1/exec/{id}/stream.
+	run *protocol.StartRequest
+	// runBody: the open body is the run route's, so its exit event means
+	// the daemon released the exec.
+	runBody  bool
+	released bool
+	ranRun   bool // the run route answered this stream's first connection
+	fr       *frames.Reader
+	binary   bool // the open body is frames, not SSE
 }
 
 // Stream follows the exec's output from offset (0 for the start). Nothing is
@@ -478,7 +491,7 @@ func (st *Stream) Next() (Event, error) {
 		if err := st.open(); err != nil {
 			return Event{}, err
 		}
-		err := st.p.next(&st.ev)
+		err := st.read()
 		if err != nil {
 			if errors.Is(err, errMalformed) {
 				return st.fail(err)
@@ -529,10 +542,63 @@ func (st *Stream) Next() (Event, error) {
 			return st.ev, nil
 		case EventExit:
 			ev := st.ev
+			st.released = st.runBody
+			// The body ends right after the exit event: reading its end lets
+			// the connection be reused for the next exchange.
+			if st.runBody || st.binary {
+				// Only agentd's own additions are known to end there.
+				_, _ = io.CopyN(io.Discard, st.body, 4<<10)
+			}
 			st.closeBody()
 			st.done, st.err = true, io.EOF
 			return ev, nil
 		}
+	}
+}
+
+// Released reports whether the daemon already released the exec, as an ack
+// would: the stream reached its exit event over the run route
+// (Session.StartStream). A caller then has nothing to ack; Exec.Release or
+// Ack would answer already_acked.
+func (st *Stream) Released() bool { return st.released }
+
+// read reads the open body's next event into st.ev, from SSE or frames.
+func (st *Stream) read() error {
+	if !st.binary {
+		return st.p.next(&st.ev)
+	}
+	for {
+		f, err := st.fr.Next()
+		if err != nil {
+			if errors.Is(err, frames.ErrMalformed) {
+				return Errorf(taxonomy.KindProtocol, "", "execStream: %w", errors.Join(errMalformed, err))
+			}
+			return err
+		}
+		st.ev = Event{}
+		switch f.Type {
+		case protocol.FrameKeepalive:
+			continue
+		case protocol.FrameStdout, protocol.FrameStderr:
+			st.ev = Event{Kind: EventOutput, Stream: protocol.StreamStdout, Offset: f.Offset, Data: f.Payload}
+			if f.Type == protocol.FrameStderr {
+				st.ev.Stream = protocol.StreamStderr
+			}
+		case protocol.FrameGap:
+			st.ev.Kind = EventGap
+			if err := json.Unmarshal(f.Payload, &st.ev.Gap); err != nil {
+				return malformedEvent(EventGap, err)
+			}
+			if st.ev.Gap.To < st.ev.Gap.From {
+				return malformedEvent(EventGap, fmt.Errorf("gap [%d, %d) ends before it starts", st.ev.Gap.From, st.ev.Gap.To))
+			}
+		case protocol.FrameExit:
+			st.ev.Kind = EventExit
+			if err := json.Unmarshal(f.Payload, &st.ev.Exit); err != nil {
+				return malformedEvent(EventExit, err)
+			}
+		}
+		return nil
 	}
 }
 
@@ -650,16 +716,32 @@ func (st *Stream) attach() error {
 	idle := st.e.s.idleTimeout
 	timer := time.AfterFunc(idle, func() { cancel(errStreamIdle) })
 	offset := st.cursor
-	resp, err := st.e.s.send(actx, call{
+	// Binary frames are asked for by content negotiation, which needs no
+	// discovery: SSE stays acceptable, a daemon that does not know frames
+	// (the reference) ignores the preference and answers SSE, and the body
+	// is read by the content type it came with.
+	accept := protocol.FramesMediaType + ", text/event-stream;q=0.5"
+	c := call{
 		op: protocol.OpExecStream, resumesItself: true,
 		build: func(server string) (*http.Request, error) {
 			req, err := protocol.NewExecStreamRequest(server, st.e.id, &protocol.ExecStreamParams{Offset: &offset})
 			if err == nil {
-				req.Header.Set("Accept", "text/event-stream")
+				req.Header.Set("Accept", accept)
 			}
 			return req, err
 		},
-	})
+	}
+	if run := st.run; run != nil {
+		c = call{op: protocol.OpExecRun, resumesItself: true, command: run.Command,
+			build: func(server string) (*http.Request, error) {
+				req, err := protocol.NewExecRunRequest(server, *run)
+				if err == nil {
+					req.Header.Set("Accept", accept)
+				}
+				return req, err
+			}}
+	}
+	resp, err := st.e.s.send(actx, c)
 	if err != nil {
 		timer.Stop()
 		cancel(nil)
@@ -668,11 +750,21 @@ func (st *Stream) attach() error {
 		}
 		return err
 	}
+	// The daemon answered the run: the exec exists, so a reconnect resumes
+	// it through the stream route.
+	st.runBody, st.run = st.run != nil, nil
+	st.ranRun = st.ranRun || st.runBody
 	body := &idleBody{rc: resp.Body, timer: timer, idle: idle, ctx: actx}
 	st.body, st.cancel = body, func(c error) { timer.Stop(); cancel(c) }
-	if st.p == nil {
+	st.binary = resp.Header.Get("Content-Type") == protocol.FramesMediaType
+	switch {
+	case st.binary && st.fr == nil:
+		st.fr = frames.NewReader(body, sseBufferSize)
+	case st.binary:
+		st.fr.Reset(body)
+	case st.p == nil:
 		st.p = newSSEParser(body)
-	} else {
+	default:
 		st.p.reset(body)
 	}
 	return nil

@@ -350,6 +350,7 @@ func generateDocument(root string) ([]Output, error) {
 		"unmatched_path":       doc["x-unmatched-path"],
 		"limits":               limits,
 		"memory":               doc["x-memory"],
+		"frames":               doc["x-frames"],
 		"settings":             settings,
 		"routes":               rs,
 		"$defs":                defs,

@@ -36,6 +36,12 @@ func limitField(name string) (field, goType string) {
 
 type eventRow struct{ Ident, Name, Schema string }
 
+// frameRow is one binary frame type of x-frames.
+type frameRow struct {
+	Ident, Name, Payload string
+	Code                 int
+}
+
 type settingRow struct {
 	Name, Env, Default, Description string
 	Aliases                         []string
@@ -78,6 +84,25 @@ const (
 
 // SSETerminalEvent is the event after which an exec stream's body ends.
 const SSETerminalEvent = {{quote .Terminal}}
+
+// FramesMediaType is the media type of the binary frames the exec stream and
+// the run route answer instead of SSE when a request's Accept names it
+// (x-frames): {{.FrameLayout}}.
+const FramesMediaType = {{quote .FrameMedia}}
+
+// FrameHeaderBytes is the fixed header before every frame's payload;
+// FrameMaxPayloadBytes is the most payload one frame carries.
+const (
+	FrameHeaderBytes     = {{.FrameHeader}}
+	FrameMaxPayloadBytes = {{.FrameMaxPayload}}
+)
+
+// Binary frame types (x-frames).
+const (
+{{- range .Frames}}
+	Frame{{.Ident}} uint8 = {{.Code}} // {{.Payload}}
+{{- end}}
+)
 
 // Operation is one route of the protocol with the facts its callers and the
 // daemon share, so neither retypes them beside a call.
@@ -236,6 +261,9 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 	data := struct {
 		ProtocolVersion, DaemonVersion, VersionHeader, HookPrefix, Terminal string
 		Events                                                              []eventRow
+		FrameMedia, FrameLayout                                             string
+		FrameHeader, FrameMaxPayload                                        int
+		Frames                                                              []frameRow
 		Limits                                                              []limitRow
 		Settings                                                            []settingRow
 		ReferenceEnv                                                        []string
@@ -274,6 +302,21 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 				data.Events = append(data.Events, eventRow{Ident: goIdent(name), Name: name, Schema: ref})
 			}
 		}
+	}
+	frames := asMap(doc["x-frames"])
+	data.FrameMedia, data.FrameLayout = asString(frames["media_type"]), asString(frames["layout"])
+	data.FrameHeader, _ = frames["header_bytes"].(int)
+	data.FrameMaxPayload, _ = frames["max_payload_bytes"].(int)
+	if data.FrameMedia == "" || data.FrameHeader != 13 || data.FrameMaxPayload <= 0 {
+		return nil, fmt.Errorf("x-frames needs media_type, header_bytes 13 (type u8, offset u64, length u32) and max_payload_bytes")
+	}
+	for _, f := range asSlice(frames["types"]) {
+		fm := asMap(f)
+		code, ok := fm["code"].(int)
+		if !ok || code < 0 || code > 255 {
+			return nil, fmt.Errorf("x-frames: type %v has no uint8 code", fm["name"])
+		}
+		data.Frames = append(data.Frames, frameRow{Ident: goIdent(asString(fm["name"])), Name: asString(fm["name"]), Payload: asString(fm["payload"]), Code: code})
 	}
 	for name, l := range asMap(doc["x-limits"]) {
 		lm := asMap(l)

@@ -82,6 +82,18 @@ func newForwarder(t *testing.T, upstream string, beforeStream func(*http.Request
 			f.stdin[id] = append(f.stdin[id], body)
 		}
 		f.mu.Unlock()
+		if f.cutExit.Load() || f.beforeStream != nil {
+			// A cutting or stream-holding forwarder plays a daemon without
+			// issue 35's additions (no run route, SSE only): the cut lands
+			// inside the SSE exit event of an exec the daemon has not
+			// released, and a held stream attaches late (the run route
+			// attaches at the spawn).
+			if r.URL.Path == "/v1/exec/run" {
+				http.NotFound(w, r)
+				return
+			}
+			r.Header.Set("Accept", "text/event-stream")
+		}
 		if f.beforeStream != nil && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/stream") {
 			f.beforeStream(r)
 		}

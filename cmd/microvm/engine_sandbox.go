@@ -208,11 +208,11 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 	if sess == nil {
 		return "", nil, client.Errorf(taxonomy.KindPrecondition, "", "engine: %s is %s, not RUNNING; resume it first", sb.ID(), sb.Lifecycle())
 	}
-	ex, err := sess.Start(ctx, args.Command, o)
+	// One exchange where the daemon offers the run route.
+	ex, st, err := sess.StartStream(ctx, args.Command, o)
 	if err != nil {
 		return "", nil, err
 	}
-	st := ex.Stream(ctx, 0)
 	defer st.Close()
 	sum := cliapi.ExecStreamData{ExecID: ex.ID()}
 	event := func(v any) {
@@ -261,8 +261,10 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 		return "", nil, &failure{err: client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event at offset %d; its outcome is unknown", ex.ID(), sum.NextOffset), data: sum}
 	}
 	// Every byte was delivered: release the output on the daemon.
-	if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-		return "", nil, &failure{err: asClientError(err), data: sum}
+	if !st.Released() {
+		if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
+			return "", nil, &failure{err: asClientError(err), data: sum}
+		}
 	}
 	return cliapi.TypeExecStream, sum, nil
 }

@@ -163,8 +163,27 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	if ttyIn != nil {
 		return c.runTTY(session, a, s, ttyIn, opts)
 	}
+	// The stdin feed's failure ends the following (see stdinFeed.stop), so
+	// the stream is made under this context from the start.
+	ctx, stopFeed := context.WithCancelCause(ctx)
+	defer stopFeed(nil)
 	stop := a.spinner("starting " + opts.ExecID)
-	ex, err := s.Start(ctx, c.Command, opts)
+	// Following from the start, the client starts and follows in one
+	// exchange where the daemon offers it (client.Session.StartStream).
+	var ex *client.Exec
+	var st *client.Stream
+	var proc *client.Process
+	switch {
+	case c.Detach || c.FromOffset != 0:
+		ex, err = s.Start(ctx, c.Command, opts)
+	case c.Stream:
+		ex, st, err = s.StartStream(ctx, c.Command, opts)
+	default:
+		proc, err = s.Spawn(ctx, c.Command, opts)
+		if err == nil {
+			ex = proc.Exec()
+		}
+	}
 	stop()
 	if err != nil {
 		if client.KindOf(err) == taxonomy.KindInterrupted {
@@ -189,16 +208,14 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	// the Process or Stream is not enough: each connects later (Attach in a
 	// goroutine, a Stream at its first Next), hence Process.Attached and
 	// Stream.Connect before feed.start.
-	ctx, stopFeed := context.WithCancelCause(ctx)
-	defer stopFeed(nil)
 	var feed *stdinFeed
 	if c.Stdin {
 		feed = &stdinFeed{ex: ex, r: a.stdin, stop: stopFeed}
 	}
 	if c.Stream {
-		return c.stream(ctx, a, ex, feed)
+		return c.stream(ctx, a, ex, st, feed)
 	}
-	return c.wait(ctx, a, ex, feed)
+	return c.wait(ctx, a, ex, proc, feed)
 }
 
 // stdinFeed copies this process's stdin into an exec (closing it at the

@@ -20,8 +20,10 @@ import (
 
 // wait follows the exec to its exit, acks it and reports its record. Without
 // --json the child's bytes go to stdout and stderr exactly as produced.
-func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, feed *stdinFeed) (*result, error) {
-	p := ex.Attach(ctx, 0)
+func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.Process, feed *stdinFeed) (*result, error) {
+	if p == nil {
+		p = ex.Attach(ctx, 0)
+	}
 	defer p.Close()
 	if feed != nil {
 		// Attached is closed on a failed connection too: the feed starts
@@ -84,13 +86,15 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, feed *stdin
 
 // stream writes the exec's events as they arrive: NDJSON under --json, the
 // raw bytes otherwise. The final envelope summarises rather than repeats.
-func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *stdinFeed) (*result, error) {
+func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *client.Stream, feed *stdinFeed) (*result, error) {
 	// Under --json the final envelope is one compact line even when no
 	// event came before it (an interrupted quiet child, or an interrupt
 	// while the stream is still connecting): a reader takes the last line
 	// as the envelope.
 	a.streamed = a.g.JSON
-	st := ex.Stream(ctx, c.FromOffset)
+	if st == nil {
+		st = ex.Stream(ctx, c.FromOffset)
+	}
 	defer st.Close()
 	if err := st.Connect(); err == nil {
 		feed.start(ctx)
@@ -197,8 +201,11 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, feed *std
 	}
 	// Release the output now that every byte was delivered, so nothing
 	// lingers on the daemon; a failed ack is reported, never swallowed.
-	if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-		return nil, &failure{err: asClientError(err), data: sum}
+	// (The run route already released it with the exit event.)
+	if !st.Released() {
+		if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
+			return nil, &failure{err: asClientError(err), data: sum}
+		}
 	}
 	res := &result{typ: cliapi.TypeExecStream, data: sum, human: func(io.Writer) error { return nil }}
 	if sum.ExitCode == nil || *sum.ExitCode != 0 {

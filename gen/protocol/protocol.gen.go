@@ -933,6 +933,9 @@ type FsWatchParams struct {
 // HookRunJSONRequestBody defines body for HookRun for application/json ContentType.
 type HookRunJSONRequestBody = RunHookEnvelope
 
+// ExecRunJSONRequestBody defines body for ExecRun for application/json ContentType.
+type ExecRunJSONRequestBody = StartRequest
+
 // ExecStartJSONRequestBody defines body for ExecStart for application/json ContentType.
 type ExecStartJSONRequestBody = StartRequest
 
@@ -1421,6 +1424,24 @@ type ClientInterface interface {
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 	HookValidate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExecRunWithBody Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+	//
+	// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/exec/run (the `ExecRun` operationId).
+	ExecRunWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExecRun Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+	//
+	// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/exec/run (the `ExecRun` operationId).
+	ExecRun(ctx context.Context, body ExecRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExecStartWithBody Start an exec
 	//
 	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
@@ -1494,7 +1515,7 @@ type ClientInterface interface {
 
 	// ExecStream Stream an exec's output
 	//
-	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
+	// follows an exec's combined output as Server-Sent Events (or, with Accept application/vnd.microvms.frames, binary frames as x-frames lays them out), replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
 	//
 	// Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 	ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1725,6 +1746,44 @@ func (c *Client) HookValidate(ctx context.Context, reqEditors ...RequestEditorFn
 	return c.Client.Do(req)
 }
 
+// ExecRunWithBody Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+//
+// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/exec/run (the `ExecRun` operationId).
+func (c *Client) ExecRunWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecRunRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExecRun Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+//
+// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/exec/run (the `ExecRun` operationId).
+func (c *Client) ExecRun(ctx context.Context, body ExecRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecRunRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ExecStartWithBody Start an exec
 //
 // starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
@@ -1888,7 +1947,7 @@ func (c *Client) ExecStdin(ctx context.Context, id ExecID, body ExecStdinJSONReq
 
 // ExecStream Stream an exec's output
 //
-// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
+// follows an exec's combined output as Server-Sent Events (or, with Accept application/vnd.microvms.frames, binary frames as x-frames lays them out), replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
 //
 // Corresponds with GET /v1/exec/{id}/stream (the `ExecStream` operationId).
 func (c *Client) ExecStream(ctx context.Context, id ExecID, params *ExecStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2316,6 +2375,46 @@ func NewHookValidateRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewExecRunRequest calls the generic ExecRun builder with application/json body
+func NewExecRunRequest(server string, body ExecRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExecRunRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewExecRunRequestWithBody constructs an http.Request for the ExecRun method, with any body, and a specified content type
+func NewExecRunRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/exec/run")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -3566,6 +3665,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 	HookValidateWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookValidateReply, error)
 
+	// ExecRunWithBodyWithResponse Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+	//
+	// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/exec/run (the `ExecRun` operationId).
+	ExecRunWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExecRunReply, error)
+
+	// ExecRunWithResponse Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+	//
+	// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/exec/run (the `ExecRun` operationId).
+	ExecRunWithResponse(ctx context.Context, body ExecRunJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecRunReply, error)
+
 	// ExecStartWithBodyWithResponse Start an exec
 	//
 	// starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
@@ -3649,7 +3766,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExecStreamWithResponse Stream an exec's output
 	//
-	// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
+	// follows an exec's combined output as Server-Sent Events (or, with Accept application/vnd.microvms.frames, binary frames as x-frames lays them out), replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4044,6 +4161,124 @@ func (r HookValidateReply) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HookValidateReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExecRunReply200Headers the declared response headers of an HTTP 200 response for ExecRun
+type ExecRunReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecRunReply400Headers the declared response headers of an HTTP 400 response for ExecRun
+type ExecRunReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecRunReply401Headers the declared response headers of an HTTP 401 response for ExecRun
+type ExecRunReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecRunReply404Headers the declared response headers of an HTTP 404 response for ExecRun
+type ExecRunReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecRunReply413Headers the declared response headers of an HTTP 413 response for ExecRun
+type ExecRunReply413Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecRunReply429Headers the declared response headers of an HTTP 429 response for ExecRun
+type ExecRunReply429Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecRunReply500Headers the declared response headers of an HTTP 500 response for ExecRun
+type ExecRunReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// ExecRunReply503Headers the declared response headers of an HTTP 503 response for ExecRun
+type ExecRunReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type ExecRunReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorMalformedRequest
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *UnknownExecError
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AtCapacity
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ErrorSpawnFailed
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExecRunReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExecRunReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExecRunReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExecRunReply404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ExecRunReply413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExecRunReply429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ExecRunReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExecRunReply503Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ExecRunReply) GetJSON400() *ErrorMalformedRequest {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ExecRunReply) GetJSON404() *UnknownExecError {
+	return r.JSON404
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ExecRunReply) GetJSON429() *AtCapacity {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ExecRunReply) GetJSON500() *ErrorSpawnFailed {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecRunReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecRunReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecRunReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecRunReply) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6177,6 +6412,36 @@ func (c *ClientWithResponses) HookValidateWithResponse(ctx context.Context, reqE
 	return ParseHookValidateReply(rsp)
 }
 
+// ExecRunWithBodyWithResponse Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+//
+// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/exec/run (the `ExecRun` operationId).
+func (c *ClientWithResponses) ExecRunWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExecRunReply, error) {
+	rsp, err := c.ExecRunWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecRunReply(rsp)
+}
+
+// ExecRunWithResponse Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+//
+// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/exec/run (the `ExecRun` operationId).
+func (c *ClientWithResponses) ExecRunWithResponse(ctx context.Context, body ExecRunJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecRunReply, error) {
+	rsp, err := c.ExecRun(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecRunReply(rsp)
+}
+
 // ExecStartWithBodyWithResponse Start an exec
 //
 // starts a command under the caller's exec_id; repeating the same exec_id never spawns a second child
@@ -6314,7 +6579,7 @@ func (c *ClientWithResponses) ExecStdinWithResponse(ctx context.Context, id Exec
 
 // ExecStreamWithResponse Stream an exec's output
 //
-// follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
+// follows an exec's combined output as Server-Sent Events (or, with Accept application/vnd.microvms.frames, binary frames as x-frames lays them out), replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6736,6 +7001,142 @@ func ParseHookValidateReply(rsp *http.Response) (*HookValidateReply, error) {
 			headers.MicrovmsAgentdVersion = value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExecRunReply parses an HTTP response from a ExecRunWithResponse call
+func ParseExecRunReply(rsp *http.Response) (*ExecRunReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecRunReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorMalformedRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case rsp.StatusCode == 401:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest UnknownExecError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AtCapacity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorSpawnFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExecRunReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExecRunReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExecRunReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExecRunReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 413:
+		var headers ExecRunReply413Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExecRunReply429Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ExecRunReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExecRunReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8969,6 +9370,9 @@ type ServerInterface interface {
 	// HookValidate Validation hook
 	// (POST /aws/lambda-microvms/runtime/v1/validate)
 	HookValidate(w http.ResponseWriter, r *http.Request)
+	// ExecRun Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+	// (POST /v1/exec/run)
+	ExecRun(w http.ResponseWriter, r *http.Request)
 	// ExecStart Start an exec
 	// (POST /v1/exec/start)
 	ExecStart(w http.ResponseWriter, r *http.Request)
@@ -9121,6 +9525,26 @@ func (siw *ServerInterfaceWrapper) HookValidate(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.HookValidate(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ExecRun operation middleware
+func (siw *ServerInterfaceWrapper) ExecRun(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecRun(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -10197,6 +10621,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/aws/lambda-microvms/runtime/v1/resume", wrapper.HookResume)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/aws/lambda-microvms/runtime/v1/terminate", wrapper.HookTerminate)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/start", wrapper.ExecStart)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/run", wrapper.ExecRun)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/exec/{id}", wrapper.ExecPoll)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/exec/{id}/stream", wrapper.ExecStream)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/exec/{id}/stdin", wrapper.ExecStdin)

@@ -36,6 +36,27 @@ const (
 // SSETerminalEvent is the event after which an exec stream's body ends.
 const SSETerminalEvent = "exit"
 
+// FramesMediaType is the media type of the binary frames the exec stream and
+// the run route answer instead of SSE when a request's Accept names it
+// (x-frames): type:uint8 | offset:uint64 big-endian | length:uint32 big-endian | payload[length], one frame after another until the exit frame ends the body.
+const FramesMediaType = "application/vnd.microvms.frames"
+
+// FrameHeaderBytes is the fixed header before every frame's payload;
+// FrameMaxPayloadBytes is the most payload one frame carries.
+const (
+	FrameHeaderBytes     = 13
+	FrameMaxPayloadBytes = 1048576
+)
+
+// Binary frame types (x-frames).
+const (
+	FrameKeepalive uint8 = 0 // none (length 0), sent whenever the stream has been silent for limits.sse_keepalive_secs; its offset field is 0
+	FrameStdout    uint8 = 1 // the raw bytes at offset, unencoded
+	FrameStderr    uint8 = 2 // the raw bytes at offset, unencoded
+	FrameGap       uint8 = 3 // the gap event's JSON (GapEvent); the offset field holds its from
+	FrameExit      uint8 = 4 // the exit event's JSON (ExitEvent); the offset field holds its offset; always the last frame
+)
+
 // Operation is one route of the protocol with the facts its callers and the
 // daemon share, so neither retypes them beside a call.
 type Operation struct {
@@ -58,6 +79,7 @@ const (
 	OpHookResume    = "hookResume"
 	OpHookTerminate = "hookTerminate"
 	OpExecStart     = "execStart"
+	OpExecRun       = "execRun"
 	OpExecPoll      = "execPoll"
 	OpExecStream    = "execStream"
 	OpExecStdin     = "execStdin"
@@ -90,6 +112,7 @@ var Operations = []Operation{
 	{ID: OpHookResume, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/resume", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpHookTerminate, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/terminate", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpExecStart, Method: "POST", Pattern: "/v1/exec/start", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
+	{ID: OpExecRun, Method: "POST", Pattern: "/v1/exec/run", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
 	{ID: OpExecPoll, Method: "GET", Pattern: "/v1/exec/{id}", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 404: "application/json", 503: ""}},
 	{ID: OpExecStream, Method: "GET", Pattern: "/v1/exec/{id}/stream", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 503: ""}},
 	{ID: OpExecStdin, Method: "POST", Pattern: "/v1/exec/{id}/stdin", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 408: "application/json", 409: "application/json", 410: "application/json", 413: "application/json", 500: "application/json", 503: ""}},

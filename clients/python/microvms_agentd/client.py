@@ -257,6 +257,19 @@ class Client:
             return (None if v is None else StartResponse.from_dict(v))
         raise _api_error("execStart", _resp, json_statuses=())
 
+    def exec_run(self, body: StartRequest) -> EventStream:
+        """POST /v1/exec/run. Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive: Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events"""
+        _path = "/v1/exec/run"
+        _query: List[Tuple[str, str]] = []
+        _data: Any = json.dumps((None if body is None else body.to_dict())).encode()
+        _resp = self._send("POST", _path, _query, _data, "application/json", bearer=True, stream=True, operation="execRun")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("execRun", _resp, json_statuses=(400, 404, 429, 500))
+        if _status == 200:
+            return EventStream(_resp, lambda v: (None if v is None else SSEEvent.from_dict(v)))
+        raise _api_error("execRun", _resp, json_statuses=())
+
     def exec_poll(self, id: str) -> PollResponse:
         """GET /v1/exec/{id}. Poll an exec: reads an exec's phase and, once it has exited, its output and status; never changes the entry. A poll of a running exec waits up to limits.poll_hold_secs for it to exit before answering running, and answers the moment it does"""
         _path = f"/v1/exec/{_quote(id)}"
@@ -272,7 +285,7 @@ class Client:
         raise _api_error("execPoll", _resp, json_statuses=())
 
     def exec_stream(self, id: str, *, offset: Optional[int] = None) -> EventStream:
-        """GET /v1/exec/{id}/stream. Stream an exec's output: follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event"""
+        """GET /v1/exec/{id}/stream. Stream an exec's output: follows an exec's combined output as Server-Sent Events (or, with Accept application/vnd.microvms.frames, binary frames as x-frames lays them out), replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event"""
         _path = f"/v1/exec/{_quote(id)}/stream"
         _query: List[Tuple[str, str]] = []
         if offset is not None:

@@ -15,7 +15,7 @@ import time
 from typing import Iterator, Union
 
 from .client import Client
-from .models import SSEExit, SSEGap, SSEOutput
+from .models import SSEExit, SSEGap, SSEOutput, StartRequest
 
 Event = Union[SSEOutput, SSEGap, SSEExit]
 
@@ -61,3 +61,42 @@ def follow(client: Client, exec_id: str, offset: int = 0, *, reconnects: int = 5
         if failures > reconnects:
             raise StreamCut(exec_id, offset, cause)
         time.sleep(backoff * failures)
+
+
+def offers_run(client: Client) -> bool:
+    """Whether the daemon serves POST /v1/exec/run, read once per client from
+    its /v1/schema document (a reference daemon lists no such route)."""
+    known = getattr(client, "_offers_run", None)
+    if known is None:
+        try:
+            doc = client.schema()
+            known = any(r.get("method") == "POST" and r.get("path") == "/v1/exec/run" for r in doc.get("routes", []))
+        except (OSError, http.client.HTTPException, ValueError):
+            return False  # not remembered: the next run asks again
+        setattr(client, "_offers_run", known)
+    return bool(known)
+
+
+def run(client: Client, request: StartRequest, *, reconnects: int = 5, backoff: float = 0.2) -> Iterator[Event]:
+    """Starts request and yields its events from offset 0 to the exit event.
+
+    Where the daemon offers the run route this is one exchange, and the daemon
+    releases the exec with the exit event: there is nothing to ack. A
+    connection that breaks before the exit leaves the exec unacked, and the
+    rest is followed through the stream route; the caller then acks as after
+    follow. Against any other daemon it is exec_start then follow."""
+    if offers_run(client):
+        offset = 0
+        try:
+            with client.exec_run(request) as events:
+                for event in events:
+                    offset = next_offset(event, offset)
+                    yield event
+                    if isinstance(event, SSEExit):
+                        return
+        except (OSError, http.client.HTTPException):
+            pass
+        yield from follow(client, request.exec_id, offset, reconnects=reconnects, backoff=backoff)
+        return
+    client.exec_start(request)
+    yield from follow(client, request.exec_id, 0, reconnects=reconnects, backoff=backoff)

@@ -19,7 +19,7 @@ import unittest
 import uuid
 from pathlib import Path
 
-from microvms_agentd import ApiError, Client, StreamCut, follow, models
+from microvms_agentd import ApiError, Client, StreamCut, follow, models, run
 from microvms_agentd.models import (
     RunHookEnvelope, RunHookPayload, SSEExit, SSEGap, SSEOutput, StartRequest, StdinRequest,
 )
@@ -215,6 +215,32 @@ class Booted(unittest.TestCase):
         with self.assertRaises(ApiError) as cm:
             self.c.exec_ack("sap")
         self.assertEqual((cm.exception.status, cm.exception.slug), (409, "already_acked"))
+
+    def test_run_is_one_exchange_and_releases(self):
+        # Catches: run not taking the run route against agentd (the exec would
+        # stay exited, unacked), and the events differing from follow's.
+        events = list(run(self.c, StartRequest(exec_id="one", command=['printf "$GREETING"; printf e >&2; exit 4'], shell=True)))
+        out = {"stdout": b"", "stderr": b""}
+        for ev in events:
+            if isinstance(ev, SSEOutput):
+                out[ev.data.stream] += base64.b64decode(ev.data.output)
+        self.assertEqual(out, {"stdout": b"hi", "stderr": b"e"})
+        self.assertIsInstance(events[-1], SSEExit)
+        self.assertEqual((events[-1].data.exit_code, events[-1].data.offset), (4, 3))
+        self.assertEqual(self.c.exec_poll("one").phase, models.Phase.ACKED)
+
+    def test_run_falls_back_without_the_route(self):
+        # A daemon whose document lists no run route (as the reference's):
+        # run starts and follows, and the exec waits for the caller's ack.
+        # Catches: run posting to a route the document does not list.
+        plain = Client(self.d.base, token=self.token, timeout=30)
+        doc = plain.schema()
+        doc["routes"] = [r for r in doc["routes"] if r["path"] != "/v1/exec/run"]
+        plain.schema = lambda: doc  # type: ignore[method-assign]
+        events = list(run(plain, StartRequest(exec_id="two", command=["printf", "ok"])))
+        self.assertIsInstance(events[-1], SSEExit)
+        self.assertEqual(self.c.exec_poll("two").phase, models.Phase.EXITED)
+        self.assertEqual(self.c.exec_ack("two").stdout, "ok")
 
     def test_errors_carry_their_slugs(self):
         with self.assertRaises(ApiError) as cm:

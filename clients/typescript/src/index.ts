@@ -18,6 +18,8 @@
  * - events/follow: the SSE wire format and the resume rule (next offset =
  *   output offset + decoded length; a gap moves to its end; no exit event
  *   means the connection broke) are protocol semantics, not schema.
+ * - run/offersRun: the run route (start, stream, release in one exchange)
+ *   where the daemon's /v1/schema lists it, else start then follow.
  * - writeFile/readFile/writeTar/readTar: byte bodies. openapi-typescript types
  *   `format: binary` as string, and openapi-fetch JSON-encodes bodies by
  *   default, which would store a quoted string; these send bytes as they are.
@@ -145,7 +147,11 @@ export async function* events(client: AgentdClient, id: string, offset = 0, sign
   if (!result.response.ok) {
     throw new AgentdError(result.response, result.error);
   }
-  const body = result.data as ReadableStream<Uint8Array> | null | undefined;
+  yield* sseBody(result.data as ReadableStream<Uint8Array> | null | undefined);
+}
+
+/** The events of one SSE body. */
+async function* sseBody(body: ReadableStream<Uint8Array> | null | undefined): AsyncGenerator<StreamEvent> {
   if (!body) return;
   const reader = body.getReader();
   const decoder = new TextDecoder();
@@ -241,4 +247,62 @@ export async function* follow(
     if (failures > reconnects) throw new StreamCut(id, offset, cause);
     await new Promise((r) => setTimeout(r, (opts.backoffMs ?? 200) * failures));
   }
+}
+
+const offersRunCache = new WeakMap<AgentdClient, boolean>();
+
+/** Whether the daemon serves POST /v1/exec/run, read once per client from its
+ * /v1/schema document (a reference daemon lists no such route). A failed
+ * read is not remembered. */
+export async function offersRun(client: AgentdClient): Promise<boolean> {
+  const known = offersRunCache.get(client);
+  if (known !== undefined) return known;
+  let doc: unknown;
+  try {
+    const result = await client.GET("/v1/schema", {});
+    if (!result.response.ok) {
+      offersRunCache.set(client, false);
+      return false;
+    }
+    doc = result.data;
+  } catch {
+    return false;
+  }
+  const routes = ((doc as { routes?: { method?: string; path?: string }[] }).routes ?? []);
+  const offered = routes.some((r) => r.method === "POST" && r.path === "/v1/exec/run");
+  offersRunCache.set(client, offered);
+  return offered;
+}
+
+/** Starts request and yields its events from offset 0 to the exit event.
+ * Where the daemon offers the run route this is one exchange, and the daemon
+ * releases the exec with the exit event: there is nothing to ack. A
+ * connection that breaks before the exit leaves the exec unacked, and the
+ * rest is followed through the stream route (the caller then acks, as after
+ * follow). Against any other daemon it is a start, then follow. */
+export async function* run(
+  client: AgentdClient,
+  request: Schemas["StartRequest"],
+  opts: { reconnects?: number; backoffMs?: number; signal?: AbortSignal } = {},
+): AsyncGenerator<StreamEvent> {
+  if (await offersRun(client)) {
+    let offset = 0;
+    try {
+      const result = await client.POST("/v1/exec/run", { body: request, parseAs: "stream", signal: opts.signal });
+      if (!result.response.ok) {
+        throw new AgentdError(result.response, result.error);
+      }
+      for await (const ev of sseBody(result.data as ReadableStream<Uint8Array> | null | undefined)) {
+        offset = nextOffset(ev, offset);
+        yield ev;
+        if (ev.event === "exit") return;
+      }
+    } catch (e) {
+      if (e instanceof AgentdError || opts.signal?.aborted) throw e;
+    }
+    yield* follow(client, request.exec_id, { ...opts, offset });
+    return;
+  }
+  unwrap(await client.POST("/v1/exec/start", { body: request, signal: opts.signal }));
+  yield* follow(client, request.exec_id, opts);
 }

@@ -144,6 +144,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/exec/run": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
+         * @description Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
+         */
+        post: operations["execRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/exec/{id}": {
         parameters: {
             query?: never;
@@ -173,7 +193,7 @@ export interface paths {
         };
         /**
          * Stream an exec's output
-         * @description follows an exec's combined output as Server-Sent Events, replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
+         * @description follows an exec's combined output as Server-Sent Events (or, with Accept application/vnd.microvms.frames, binary frames as x-frames lays them out), replaying from a byte offset and then live; once the exec is acked its output is released, so a stream attached after the ack gets one gap event for the released bytes and then the exit event
          */
         get: operations["execStream"];
         put?: never;
@@ -1571,6 +1591,96 @@ export interface operations {
             503: components["responses"]["NotBootstrapped"];
         };
     };
+    execRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "exec_id": "build-1",
+                 *       "command": [
+                 *         "make",
+                 *         "test"
+                 *       ],
+                 *       "cwd": "/work",
+                 *       "env": {
+                 *         "CI": "1"
+                 *       },
+                 *       "timeout_sec": 600,
+                 *       "stdin": false
+                 *     }
+                 */
+                "application/json": components["schemas"]["StartRequest"];
+            };
+        };
+        responses: {
+            /** @description the exec's events from offset 0 to its exit, as the stream route sends them; the exec is acked once the exit event is written */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "event": "exit",
+                     *       "data": {
+                     *         "exit_code": 0,
+                     *         "signal": null,
+                     *         "truncated": false,
+                     *         "writers_may_be_alive": false,
+                     *         "offset": 3
+                     *       }
+                     *     }
+                     */
+                    "text/event-stream": components["schemas"]["SSEEvent"];
+                    "application/vnd.microvms.frames": string;
+                };
+            };
+            /** @description as POST /v1/exec/start */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "malformed_request",
+                     *       "detail": "exec_id must not be empty"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorMalformedRequest"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownExecError"];
+            413: components["responses"]["StartBodyTooLarge"];
+            429: components["responses"]["AtCapacity"];
+            /** @description the child could not be spawned, as POST /v1/exec/start */
+            500: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "spawn_failed",
+                     *       "detail": "cannot start \"mkae\": exec: \"mkae\": executable file not found in $PATH"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorSpawnFailed"];
+                };
+            };
+            503: components["responses"]["NotBootstrapped"];
+        };
+    };
     execPoll: {
         parameters: {
             query?: never;
@@ -1646,6 +1756,7 @@ export interface operations {
                      *     }
                      */
                     "text/event-stream": components["schemas"]["SSEEvent"];
+                    "application/vnd.microvms.frames": string;
                 };
             };
             /** @description offset is not a non-negative integer */

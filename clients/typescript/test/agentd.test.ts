@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 
 import {
   AgentdError, StreamCut, VERSION_HEADER, bootstrap, createAgentdClient, follow, phaseValues,
-  readFile, readTar, unwrap, writeFile, writeTar, type AgentdClient, type StreamEvent,
+  readFile, readTar, run, unwrap, writeFile, writeTar, type AgentdClient, type StreamEvent,
 } from "../src/index.js";
 
 // dist/test/agentd.test.js -> the repository root.
@@ -174,6 +174,42 @@ describe("a bootstrapped daemon", () => {
     assert.equal(acked.phase, "acked");
     const again = await rejects(c.POST("/v1/exec/{id}/ack", { params: { path: { id: "sap" } } }).then(unwrap));
     assert.deepEqual([again.status, again.slug], [409, "already_acked"]);
+  });
+
+  // Catches: run not taking the run route against agentd (the exec would stay
+  // exited, unacked), and its events differing from follow's.
+  test("run is one exchange and releases the exec", async () => {
+    const out = { stdout: Buffer.alloc(0), stderr: Buffer.alloc(0) };
+    let last: StreamEvent | undefined;
+    for await (const ev of run(c, { exec_id: "one", command: ['printf "$GREETING"; printf e >&2; exit 4'], shell: true })) {
+      if (ev.event === "output") out[ev.data.stream] = Buffer.concat([out[ev.data.stream], Buffer.from(ev.data.output, "base64")]);
+      last = ev;
+    }
+    assert.deepEqual([out.stdout.toString(), out.stderr.toString()], ["hi", "e"]);
+    assert.equal(last?.event, "exit");
+    assert.equal(unwrap(await c.GET("/v1/exec/{id}", { params: { path: { id: "one" } } })).phase, "acked");
+  });
+
+  // A daemon whose document lists no run route (as the reference's): run
+  // starts and follows, and the exec waits for the caller's ack. Catches run
+  // posting to a route the document does not list.
+  test("run falls back without the route", async () => {
+    const plain = createAgentdClient({
+      baseUrl: d.base,
+      token,
+      fetch: async (req) => {
+        const resp = await fetch(req);
+        if (!new URL(req.url).pathname.endsWith("/v1/schema")) return resp;
+        const doc = (await resp.json()) as { routes: { path: string }[] };
+        doc.routes = doc.routes.filter((r) => r.path !== "/v1/exec/run");
+        return new Response(JSON.stringify(doc), { status: 200, headers: { "Content-Type": "application/json" } });
+      },
+    });
+    let last: StreamEvent | undefined;
+    for await (const ev of run(plain, { exec_id: "two", command: ["printf", "ok"] })) last = ev;
+    assert.equal(last?.event, "exit");
+    assert.equal(unwrap(await c.GET("/v1/exec/{id}", { params: { path: { id: "two" } } })).phase, "exited");
+    assert.equal(unwrap(await c.POST("/v1/exec/{id}/ack", { params: { path: { id: "two" } } })).stdout, "ok");
   });
 
   test("errors carry their slugs", async () => {

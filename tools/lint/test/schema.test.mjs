@@ -18,7 +18,7 @@ const doc = JSON.parse(readFileSync(new URL("../../../docs/schema.json", import.
 // annotation keywords declared, and this is the whole list. A key added to the
 // document must be added here on purpose.
 const protocolKeys = [
-  "auth", "daemon_version", "generated_from", "hook_prefix", "limits", "memory", "protocol_version",
+  "auth", "daemon_version", "frames", "generated_from", "hook_prefix", "limits", "memory", "protocol_version",
   "routes", "settings", "taxonomy", "unmatched_path", "version_header", "version_header_scope",
 ];
 
