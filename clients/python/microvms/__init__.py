@@ -27,6 +27,7 @@ from .errors import (
     UnexpectedError,
     WindowClosedError,
 )
+from .fleet import FleetResult, FleetRun, run_many
 from .sandbox import (
     CostReport,
     ExecResult,
@@ -44,7 +45,7 @@ from .sandbox import (
 
 __all__ = [
     "BINARY_ENV", "ERROR_KINDS", "PROTOCOL_VERSION", "find_binary",
-    "Sandbox", "Files", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
+    "Sandbox", "Files", "run_many", "FleetResult", "FleetRun", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
     "TeardownReport", "CostReport", "LineItem", "PortURL",
     "MicrovmError", "UnexpectedError", "InvalidArgError", "RetryableError", "CredentialsError",
     "ProtocolError", "BuildWedgedError", "LaunchDiedError", "WindowClosedError", "PlatformError",

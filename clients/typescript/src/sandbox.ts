@@ -255,6 +255,7 @@ class Engine extends C.Ops {
   terminate(a: C.TerminateArgs) { return this.opTerminate(a); }
   cost() { return this.opCost({}); }
   url(a: C.URLArgs) { return this.opURL(a); }
+  runMany(a: C.RunManyArgs) { return this.opRunMany(a); }
 
   /** End the engine: it tears down what it launched and stops its emulator. */
   async close(): Promise<void> {
@@ -521,4 +522,80 @@ export class Sandbox implements AsyncDisposable {
   async close(): Promise<void> { await this.engine.close(); }
 
   async [Symbol.asyncDispose](): Promise<void> { await this.close(); }
+}
+
+/** One MicroVM of a fleet: its command's outcome, or why it had none. */
+export interface FleetRun {
+  readonly index: number;
+  readonly microvmId: string;
+  readonly exitCode: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly truncated: boolean;
+  /** "" when the command exited 0; ERR_EXEC_FAILED when it exited non-zero; another code when the MicroVM never ran it. */
+  readonly errorCode: string;
+  readonly error: string;
+  readonly ok: boolean;
+}
+
+/** What runMany reports: a run per MicroVM, in launch order, and one cost. */
+export interface FleetResult {
+  readonly imageIdentifier: string;
+  readonly runs: FleetRun[];
+  readonly leaked: string[];
+  readonly cost: CostReport | null;
+  readonly ok: boolean;
+}
+
+export interface RunManyOptions {
+  /** How many MicroVMs (1..MAX_FLEET_COUNT). */
+  count: number;
+  /** At most this many alive at once; 0 or unset takes the default. */
+  parallel?: number;
+  local?: boolean;
+  image?: string;
+  region?: string;
+  controlEndpoint?: string;
+  executionRoleArn?: string;
+  agentd?: string;
+  timeoutSec?: number;
+  /** The microvm binary: this, then $MICROVM_BIN, then PATH. */
+  binary?: string;
+}
+
+/**
+ * Run `command` (through /bin/sh -c) in `opts.count` MicroVMs, each torn down
+ * after: the CLI's `run --count`, run by the Go library in one engine, so the
+ * bounds, the teardown and the one cost report are the CLI's. A command's
+ * non-zero exit is a result in its run, not a throw.
+ */
+export async function runMany(command: string, opts: RunManyOptions): Promise<FleetResult> {
+  const engine = new Engine(opts.binary);
+  try {
+    let data: C.RunFleetData;
+    try {
+      data = await engine.runMany({
+        count: opts.count, parallel: opts.parallel ?? 0, command, local: opts.local ?? false, image: opts.image ?? "",
+        region: opts.region ?? "", controlEndpoint: opts.controlEndpoint ?? "", executionRoleArn: opts.executionRoleArn ?? "",
+        agentd: opts.agentd ?? "", timeoutSec: opts.timeoutSec ?? 0,
+      });
+    } catch (err) {
+      // The fleet ran; a command exited non-zero (ERR_EXEC_FAILED, the worst
+      // run's exit by the exit table): still a result.
+      if (err instanceof MicrovmError && err.code === "ERR_EXEC_FAILED" && Array.isArray(err.data.runs)) {
+        data = err.data as unknown as C.RunFleetData;
+      } else {
+        throw err;
+      }
+    }
+    const runs = data.runs.map((r) => ({
+      index: r.index, microvmId: r.microvmId, exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr, truncated: r.truncated,
+      errorCode: r.code, error: r.error, ok: r.code === "" && r.exitCode === 0,
+    }));
+    const c = data.cost;
+    const cost = c ? { label: c.label, size: c.size, items: c.lines, totalUsd: c.totalUsd, isLowerBound: c.isLowerBound, staleness: c.staleness, text: c.text } : null;
+    return { imageIdentifier: data.imageIdentifier, runs, leaked: data.leaked, cost, ok: runs.every((r) => r.ok) && data.leaked.length === 0 };
+  } finally {
+    await engine.close();
+  }
 }
