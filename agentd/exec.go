@@ -161,14 +161,7 @@ func (s *Server) ExecAck(w http.ResponseWriter, r *http.Request, id protocol.Exe
 // when an earlier ack (or run) already did. The caller that holds a
 // snapshot of the heads reports them to the reclaimer after it is done.
 func (s *Server) release(e *execEntry) bool {
-	s.execs.mu.Lock()
-	already := e.acked
-	if !already {
-		e.acked = true
-		e.ackedAt = time.Now()
-	}
-	s.execs.mu.Unlock()
-	if already {
+	if !s.execs.markAcked(e, time.Now()) {
 		return false
 	}
 	e.log.release()

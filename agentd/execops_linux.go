@@ -58,12 +58,7 @@ func (s *Server) ExecSignal(w http.ResponseWriter, _ *http.Request, id protocol.
 
 // ExecList answers GET /v1/execs: every registered exec, oldest first.
 func (s *Server) ExecList(w http.ResponseWriter, _ *http.Request) {
-	s.execs.mu.Lock()
-	entries := make([]*execEntry, 0, len(s.execs.execs))
-	for _, e := range s.execs.execs {
-		entries = append(entries, e)
-	}
-	s.execs.mu.Unlock()
+	entries := s.execs.all()
 	slices.SortFunc(entries, func(a, b *execEntry) int {
 		if c := a.started.Compare(b.started); c != 0 {
 			return c

@@ -97,6 +97,29 @@ func newRegistry(cfg *Config, log *slog.Logger, devNull *os.File) *registry {
 		ptySlots: make(chan struct{}, max(cfg.MaxPtys, 0))}
 }
 
+// markAcked records e as acked at now, once: false when an earlier ack (or
+// the run route's release) already did.
+func (r *registry) markAcked(e *execEntry, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.acked {
+		return false
+	}
+	e.acked, e.ackedAt = true, now
+	return true
+}
+
+// all is every registered exec, in no order.
+func (r *registry) all() []*execEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*execEntry, 0, len(r.execs))
+	for _, e := range r.execs {
+		out = append(out, e)
+	}
+	return out
+}
+
 func (r *registry) get(id string) *execEntry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
