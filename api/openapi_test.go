@@ -136,7 +136,7 @@ func TestEveryRouteExistsAndNoOtherDoes(t *testing.T) {
 		want[r.method+" "+r.path] = true
 		op := doc.Paths.Find(r.path)
 		if op == nil || op.GetOperation(r.method) == nil {
-			t.Errorf("%s %s is missing", r.method, r.path)
+			t.Errorf("%s %s is missing from openapi.yaml (or drop it from this file's routes table)", r.method, r.path)
 			continue
 		}
 		if got := op.GetOperation(r.method).OperationID; got != r.operationID {
@@ -146,7 +146,7 @@ func TestEveryRouteExistsAndNoOtherDoes(t *testing.T) {
 	for path, item := range doc.Paths.Map() {
 		for method := range item.Operations() {
 			if !want[method+" "+path] {
-				t.Errorf("%s %s is in openapi.yaml but not in protocol v1", method, path)
+				t.Errorf("%s %s is in openapi.yaml but not in protocol v1: add it to the routes table at the top of api/openapi_test.go (docs/ARCHITECTURE.md, \"Walkthrough: add an agentd route\")", method, path)
 			}
 		}
 	}
@@ -184,14 +184,14 @@ func TestStatusesAndSlugsMatchTheReference(t *testing.T) {
 				checkSlugSchema(t, fmt.Sprintf("%s %s %d", r.method, r.path, n), v.Content.Get("application/json"), slugs)
 			}
 			if want := r.slugs[n]; !slices.Equal(slugs, want) {
-				t.Errorf("%s %s %d: slugs %v, want %v", r.method, r.path, n, slugs, want)
+				t.Errorf("%s %s %d: slugs %v, want %v (a new slug goes into api/errors.yaml's daemon_errors and this file's routes table; docs/ARCHITECTURE.md, \"Walkthrough: add an error slug\")", r.method, r.path, n, slugs, want)
 			}
 		}
 		sort.Ints(got)
 		want := slices.Clone(r.statuses)
 		sort.Ints(want)
 		if !slices.Equal(got, want) {
-			t.Errorf("%s %s: statuses %v, want %v", r.method, r.path, got, want)
+			t.Errorf("%s %s: statuses %v, want %v (a new status is declared in openapi.yaml and in this file's routes table)", r.method, r.path, got, want)
 		}
 	}
 }
@@ -286,7 +286,7 @@ func TestLimitsAreTheReferenceNumbers(t *testing.T) {
 		"disk_reserve_bytes":    "AGENTD_DISK_RESERVE_BYTES",
 	}
 	if len(limits) != len(want) {
-		t.Errorf("x-limits has %d entries, want %d", len(limits), len(want))
+		t.Errorf("x-limits has %d entries, want %d: a new limit is also listed in TestLimitsAreTheReferenceNumbers' table", len(limits), len(want))
 	}
 	for name, v := range want {
 		got, ok := limits[name]
