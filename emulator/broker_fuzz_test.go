@@ -3,6 +3,7 @@
 package emulator
 
 import (
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -35,4 +36,31 @@ func FuzzBrokerReply(f *testing.F) {
 			t.Fatalf("refused with fd %d, closed %v of %v", fd, closed, received)
 		}
 	})
+}
+
+// Catches: the port check's bounds moved by one (a guest's port 0 sent to
+// its init, or port 65535, a real port, refused as out of range). ctl is
+// not a descriptor: a port that passes the check fails at the send instead.
+func TestBrokerDialPortBounds(t *testing.T) {
+	for _, port := range []int{-1, 0, 65536} {
+		if _, err := brokerDial(t.Context(), -1, port); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("port %d: %v, want refused as out of range", port, err)
+		}
+	}
+	for _, port := range []int{1, 65535} {
+		if _, err := brokerDial(t.Context(), -1, port); err == nil || strings.Contains(err.Error(), "out of range") {
+			t.Errorf("port %d: %v, want it past the range check (failing at the send)", port, err)
+		}
+	}
+}
+
+// Catches: a refusal without a reason reported as an empty error (the
+// reason's bound off by one), and a reason cut or dropped.
+func TestBrokerReplyReason(t *testing.T) {
+	if _, err := parseBrokerReply([]byte{1}, nil); err == nil || err.Error() != "no answer" {
+		t.Errorf("a bare refusal: %v, want \"no answer\"", err)
+	}
+	if _, err := parseBrokerReply(append([]byte{1}, "connection refused"...), nil); err == nil || err.Error() != "connection refused" {
+		t.Errorf("a refusal with its reason: %v", err)
+	}
 }
