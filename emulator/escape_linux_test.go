@@ -3,6 +3,7 @@
 package emulator
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -363,4 +364,79 @@ func TestAGuestDyingAtStartLeavesItsImageWhole(t *testing.T) {
 func cgroupV2Only() bool {
 	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
 	return err == nil
+}
+
+// Catches: a guest frozen (suspended) when its emulator is killed outright
+// staying frozen forever, with its processes, cgroups and uid: the init was
+// stopped too, so it never saw its lifeline close. The test binary re-runs
+// itself as the emulator, freezes its guest, and is SIGKILLed.
+func TestAFrozenGuestDiesWithItsEmulator(t *testing.T) {
+	if os.Getenv("EMULATOR_FROZEN_CHILD") == "1" {
+		g, _ := directGuest(t, GuestSpec{})
+		if err := g.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("frozen %d\n", guestInitOfThisProcess(t))
+		time.Sleep(time.Minute) // killed long before
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^TestAFrozenGuestDiesWithItsEmulator$", "-test.v")
+	cmd.Env = append(os.Environ(), "EMULATOR_FROZEN_CHILD=1", "EMULATOR_UNPRIVILEGED_CHILD_AGENTD="+agentdBin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var init int
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "frozen %d", &init); err == nil {
+			break
+		}
+	}
+	if init == 0 {
+		t.Fatal("the emulator child never froze its guest")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for i := 0; i < 500; i++ { // bounded: about five seconds
+		if unix.Kill(init, 0) != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the frozen guest's init %d outlived its emulator (state %s)", init, procStateOf(init))
+}
+
+// guestInitOfThisProcess is the pid of a guest init whose parent is this
+// process (the one directGuest started).
+func guestInitOfThisProcess(t *testing.T) int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if !strings.HasPrefix(string(cmdline), guestInitArg0) {
+			continue
+		}
+		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			return pid
+		}
+	}
+	t.Fatal("no guest init of this process")
+	return 0
 }

@@ -469,7 +469,12 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		})
 	}
 	g.Freeze = func() error {
-		pids, err := signalPidns(leader, pidns, syscall.SIGSTOP)
+		// Every guest process but the init stops: the init must stay able
+		// to see the emulator's lifeline close, or a guest frozen when its
+		// emulator died would stay frozen forever (its processes, cgroups
+		// and uid with it). The init only reaps and dials; it runs nothing
+		// of the guest's.
+		pids, err := signalPidns(leader, pidns, syscall.SIGSTOP, false)
 		if err != nil {
 			return err
 		}
@@ -477,7 +482,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		// is complete only when the guest is frozen, so wait for it.
 		return waitStopped(pids, 5*time.Second)
 	}
-	g.Thaw = func() error { _, err := signalPidns(leader, pidns, syscall.SIGCONT); return err }
+	g.Thaw = func() error { _, err := signalPidns(leader, pidns, syscall.SIGCONT, true); return err }
 
 	// Bounded: thirty seconds for the daemon to listen, generous for a
 	// loaded machine; a healthy guest listens within tens of milliseconds.
@@ -505,13 +510,16 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	return nil, fmt.Errorf("agentd did not listen on guest port %d within thirty seconds: %s", spec.HookPort, logTail.String())
 }
 
-// signalPidns sends sig to the guest's init and then to every process in
-// its PID namespace, scanning /proc until a pass finds none it has not
-// signalled (a process forked mid-scan is caught by the next pass).
-func signalPidns(leader int, ns string, sig syscall.Signal) ([]int, error) {
-	err := syscall.Kill(leader, sig)
-	if errors.Is(err, syscall.ESRCH) {
-		err = nil
+// signalPidns sends sig to every process in the guest's PID namespace (the
+// init too when leaderToo), scanning /proc until a pass finds none it has
+// not signalled (a process forked mid-scan is caught by the next pass). It
+// returns the pids it signalled.
+func signalPidns(leader int, ns string, sig syscall.Signal, leaderToo bool) ([]int, error) {
+	var err error
+	if leaderToo {
+		if err = syscall.Kill(leader, sig); errors.Is(err, syscall.ESRCH) {
+			err = nil
+		}
 	}
 	done := map[int]bool{leader: true}
 	for pass := 0; pass < 8; pass++ {
@@ -540,7 +548,9 @@ func signalPidns(leader int, ns string, sig syscall.Signal) ([]int, error) {
 	}
 	pids := make([]int, 0, len(done))
 	for pid := range done {
-		pids = append(pids, pid)
+		if pid != leader || leaderToo {
+			pids = append(pids, pid)
+		}
 	}
 	return pids, err
 }
