@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -164,7 +165,7 @@ func serveBroker(ctl int) {
 func answerDial(reply, port int) {
 	defer unix.Close(reply)
 	d := net.Dialer{Timeout: 5 * time.Second}
-	c, err := d.Dial("tcp", "127.0.0.1:"+itoa(port))
+	c, err := d.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
 	if err != nil {
 		_ = unix.Sendmsg(reply, append([]byte{1}, err.Error()...), nil, nil, unix.MSG_NOSIGNAL)
 		return

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,7 +170,7 @@ func (l *guestLimits) applyV2(parent, name string, v limitValues, pid int) {
 	var files [][2]string
 	var ctrls []string
 	for _, c := range []string{"memory", "pids", "cpu"} {
-		if !contains(enabled, c) {
+		if !slices.Contains(enabled, c) {
 			l.missing = append(l.missing, c+": the "+c+" controller is not enabled in "+parent+"/cgroup.subtree_control")
 			continue
 		}
@@ -315,13 +316,4 @@ func sanitizeCgroupName(s string) string {
 		b = b[:64]
 	}
 	return string(b)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -193,5 +192,3 @@ func userNamespacesRefusalFrom(read func(path string) string) string {
 
 // secbitNoSetuidFixup is SECBIT_NO_SETUID_FIXUP from linux/securebits.h.
 const secbitNoSetuidFixup = 1 << 2
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -20,60 +20,8 @@ import (
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/testguest"
 )
-
-// wsEchoPy is a minimal RFC 6455 echo server on python3's standard library
-// (the guest has no websocket package): it answers the upgrade, then
-// echoes each short text frame prefixed with "echo:" until a close frame.
-const wsEchoPy = `
-import base64, hashlib, socket, sys, threading
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-def recvn(c, n):
-    b = b""
-    while len(b) < n:
-        chunk = c.recv(n - len(b))
-        if not chunk:
-            raise EOFError
-        b += chunk
-    return b
-def serve(c):
-    req = b""
-    while b"\r\n\r\n" not in req:
-        chunk = c.recv(4096)
-        if not chunk:
-            return
-        req += chunk
-    headers = {}
-    for line in req.split(b"\r\n")[1:]:
-        if b":" in line:
-            k, v = line.split(b":", 1)
-            headers[k.strip().lower()] = v.strip()
-    acc = base64.b64encode(hashlib.sha1(headers[b"sec-websocket-key"] + GUID).digest())
-    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
-    while True:
-        h = recvn(c, 2)
-        op, n = h[0] & 15, h[1] & 127
-        mask = recvn(c, 4) if h[1] & 128 else b"\0\0\0\0"
-        data = bytes(b ^ mask[i % 4] for i, b in enumerate(recvn(c, n)))
-        if op == 8:
-            c.sendall(b"\x88\x00")
-            return
-        out = b"echo:" + data
-        c.sendall(bytes([0x80 | op, len(out)]) + out)
-def handle(c):
-    try:
-        serve(c)
-    except Exception:
-        pass
-    c.close()
-srv = socket.socket()
-srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("127.0.0.1", int(sys.argv[1])))
-srv.listen(8)
-while True:
-    c, _ = srv.accept()
-    threading.Thread(target=handle, args=(c,), daemon=True).start()
-`
 
 // startGuestServers starts, inside vm, `python3 -m http.server 8080` over a
 // directory holding marker.txt and the WebSocket echo on 8081, and waits
@@ -89,7 +37,7 @@ func startGuestServers(t *testing.T, vm *proxiedVM) {
 	if err := sess.WriteFile(ctx, "/tmp/site/marker.txt", strings.NewReader("from the guest\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := sess.WriteFile(ctx, "/tmp/wsecho.py", strings.NewReader(wsEchoPy), 0o644); err != nil {
+	if err := sess.WriteFile(ctx, "/tmp/wsecho.py", strings.NewReader(testguest.WSEchoPy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, cmd := range [][]string{
