@@ -108,10 +108,13 @@ func (s *mcpServer) exec(ctx context.Context, req *mcp.CallToolRequest, st *mcpS
 	if sess == nil || b.sb.Lifecycle() != "RUNNING" {
 		return out, "", client.Errorf(taxonomy.KindPrecondition, "", "sandbox %s is %s, not RUNNING; sandbox_resume it first", b.sb.ID(), b.sb.Lifecycle())
 	}
-	ex, err := sess.Start(ctx, []string{in.Command}, o)
+	// One exchange where the daemon offers the run route: the start and its
+	// whole output in one answer, released by the daemon at the exit.
+	ex, stream, err := sess.StartStream(ctx, []string{in.Command}, o)
 	if err != nil {
 		return out, "", err
 	}
+	defer stream.Close()
 	out.ExecID = ex.ID()
 	prog := newProgress(ctx, req)
 	prog.send("started %s in %s", ex.ID(), b.sb.ID())
@@ -137,8 +140,6 @@ func (s *mcpServer) exec(ctx context.Context, req *mcp.CallToolRequest, st *mcpS
 			}
 		}()
 	}
-	stream := ex.Stream(ctx, 0)
-	defer stream.Close()
 	var exit *protocol.ExitEvent
 	gaps := false
 	for exit == nil {
@@ -175,9 +176,12 @@ func (s *mcpServer) exec(ctx context.Context, req *mcp.CallToolRequest, st *mcpS
 	if exit == nil {
 		return out, "", client.Errorf(taxonomy.KindExecFailed, "", "the output stream of %s ended without an exit; its outcome is unknown", ex.ID())
 	}
-	// Every byte was read: release the daemon's copy of the output.
-	if err := ex.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-		s.logf("%s: releasing %s: %v", st.name, ex.ID(), err)
+	// Every byte was read: release the daemon's copy of the output, unless
+	// the run route's exit already did.
+	if !stream.Released() {
+		if err := ex.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
+			s.logf("%s: releasing %s: %v", st.name, ex.ID(), err)
+		}
 	}
 	if exit.ExitCode != nil {
 		v := int64(*exit.ExitCode)
