@@ -140,13 +140,13 @@ func TestEveryRouteExistsAndNoOtherDoes(t *testing.T) {
 			continue
 		}
 		if got := op.GetOperation(r.method).OperationID; got != r.operationID {
-			t.Errorf("%s %s: operationId %q, want %q", r.method, r.path, got, r.operationID)
+			t.Errorf("%s %s: operationId %q in openapi.yaml, %q in this file's routes table (the two must agree)", r.method, r.path, got, r.operationID)
 		}
 	}
 	for path, item := range doc.Paths.Map() {
 		for method := range item.Operations() {
 			if !want[method+" "+path] {
-				t.Errorf("%s %s is in openapi.yaml but not in protocol v1: add it to the routes table at the top of api/openapi_test.go (docs/ARCHITECTURE.md, \"Walkthrough: add an agentd route\")", method, path)
+				t.Errorf("%s %s is in openapi.yaml but not in the routes table: add its row at the top of api/openapi_test.go and count it in schema/staleness_test.go's TestRoutesMatchSchemaDocument (docs/ARCHITECTURE.md, \"Walkthrough: add an agentd route\")", method, path)
 			}
 		}
 	}
@@ -169,7 +169,7 @@ func TestStatusesAndSlugsMatchTheReference(t *testing.T) {
 				t.Errorf("%s %s %d: no description", r.method, r.path, n)
 			}
 			if h := v.Headers[versionHeader]; h == nil || h.Ref != "#/components/headers/AgentdVersion" {
-				t.Errorf("%s %s %d: no %s header ref", r.method, r.path, n, versionHeader)
+				t.Errorf("%s %s %d: no %s header ref (every response declares it: headers: {%s: {$ref: \"#/components/headers/AgentdVersion\"}}, or $ref a components/responses entry that does)", r.method, r.path, n, versionHeader, versionHeader)
 			}
 			var slugs []string
 			if _, ok := v.Extensions["x-errors"]; ok {
@@ -213,14 +213,14 @@ func TestBearerRoutesAnswer401And503AndOpenRoutesDeclareNoAuth(t *testing.T) {
 		sec := *op.Security
 		isBearer := len(sec) == 1 && sec[0]["bearerAuth"] != nil
 		if isBearer != r.bearer || (!r.bearer && len(sec) != 0) {
-			t.Errorf("%s %s: security %v, bearer want %v", r.method, r.path, sec, r.bearer)
+			t.Errorf("%s %s: security %v in openapi.yaml, bearer %v in this file's routes table (a bearer route declares security: [bearerAuth: []], an open one security: [])", r.method, r.path, sec, r.bearer)
 		}
 		if !r.bearer {
 			continue
 		}
 		for _, code := range []int{http.StatusUnauthorized, http.StatusServiceUnavailable} {
 			if op.Responses.Status(code) == nil {
-				t.Errorf("%s %s: bearer route without %d", r.method, r.path, code)
+				t.Errorf("%s %s: bearer route without %d (add \"401\": {$ref: \"#/components/responses/Unauthorized\"} and \"503\": {$ref: \"#/components/responses/NotBootstrapped\"})", r.method, r.path, code)
 			}
 		}
 	}
@@ -523,6 +523,6 @@ func checkSlugSchema(t *testing.T, where string, mt *openapi3.MediaType, slugs [
 		}
 	}
 	if !slices.Equal(enum, slugs) {
-		t.Errorf("%s: %s error enum %v, x-errors slugs %v", where, mt.Schema.Ref, enum, slugs)
+		t.Errorf("%s: %s error enum %v, x-errors slugs %v (the Error* schema's error enum lists exactly its response's x-errors slugs)", where, mt.Schema.Ref, enum, slugs)
 	}
 }

@@ -298,7 +298,7 @@ func TestManifest(t *testing.T) {
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		t.Fatalf("parser commands %v, api/cli.yaml ready commands %v", got, want)
+		t.Fatalf("parser commands %v, api/cli.yaml ready commands %v: a command api/cli.yaml marks ready: true needs its field in cli.go's CLI struct, and a parser command needs its api/cli.yaml entry (docs/ARCHITECTURE.md, \"Walkthrough: add a CLI command\")", got, want)
 	}
 
 	rows := data["exitCodes"].([]any)
