@@ -3,18 +3,61 @@ package schema
 // The helpers every generator shares: strict YAML decoding of api/ files,
 // Go identifiers from contract names, Go source for a generated file, the
 // Go types and structs of contract keys, and reading a YAML/JSON scalar.
-// A generator's own file holds only what that generator writes.
+// A generator's own file holds only what that generator writes; its Go (or
+// other source) is laid out by its template under templates/, executed by
+// renderGo or renderText here.
 
 import (
 	"bytes"
+	"embed"
 	"fmt"
+	"go/format"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"text/template"
 
 	"gopkg.in/yaml.v3"
 )
+
+//go:embed templates/*.tmpl
+var templateFS embed.FS
+
+// templates are templates/*.tmpl, each named by its file name. The funcs are
+// the spellings every generator's templates share.
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	"ident": goIdent,
+	"quote": strconv.Quote,
+	"float": func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) },
+	"constval": func(typ string, n yaml.Node) (string, error) {
+		return constValue(typ, n)
+	},
+}).ParseFS(templateFS, "templates/*.tmpl"))
+
+// renderText executes templates/<name> on data.
+func renderText(name string, data any) (string, error) {
+	var b bytes.Buffer
+	if err := templates.ExecuteTemplate(&b, name, data); err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	return b.String(), nil
+}
+
+// renderGo executes templates/<name> on data as the body of a generated Go
+// file of package pkg (see goFile), gofmt'd.
+func renderGo(pkg, name string, data any) ([]byte, error) {
+	body, err := renderText(name, data)
+	if err != nil {
+		return nil, err
+	}
+	src := goFile(pkg, body)
+	out, err := format.Source(src)
+	if err != nil {
+		return nil, fmt.Errorf("%s: gofmt: %w\n%s", name, err, src)
+	}
+	return out, nil
+}
 
 // decodeStrict decodes api/<name> into v, refusing keys v does not declare so
 // a misspelt key fails generation instead of being silently dropped.
@@ -29,6 +72,15 @@ func decodeStrict(root, name string, v any) error {
 		return fmt.Errorf("api/%s: %w", name, err)
 	}
 	return nil
+}
+
+// initialisms are the words Go writes in one case (as golint and
+// oapi-codegen do, plus CLI, OK and USD), when a slug or a JSON key names
+// them as a whole word.
+var initialisms = map[string]bool{
+	"API": true, "ARN": true, "CLI": true, "CPU": true, "EOF": true, "HTTP": true, "ID": true, "IP": true,
+	"JSON": true, "OK": true, "PID": true, "PTY": true, "SSE": true, "TLS": true, "TTL": true,
+	"UID": true, "GID": true, "URI": true, "URL": true, "USD": true, "UTF8": true, "VM": true,
 }
 
 // goIdent turns a slug like "run-hook-payload-ceiling" or "still_running"
