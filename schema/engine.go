@@ -2,7 +2,6 @@ package schema
 
 import (
 	"fmt"
-	"go/format"
 	"sort"
 	"strconv"
 	"strings"
@@ -135,57 +134,39 @@ func generateEngine(root string) ([]Output, error) {
 	}, nil
 }
 
+// goSource is gen/engineapi/engineapi.gen.go, laid out by
+// templates/engineapi.go.tmpl.
 func (m *engineModel) goSource() ([]byte, error) {
-	var b strings.Builder
-	b.WriteString(`// Package engineapi is api/engine.yaml as Go: the frames, ops and
-// engine-only response types of the ` + "`microvm engine`" + ` stdio protocol the Python
-// and TypeScript packages speak. Generated; edit api/engine.yaml instead.
-//
-// It must never hold behaviour: cmd/microvm decodes these requests and
-// answers with gen/cliapi envelopes.
-
-import "encoding/json"
-
-`)
-	fmt.Fprintf(&b, "// ProtocolVersion is the engine protocol's version.\nconst ProtocolVersion = %q\n\n", m.e.ProtocolVersion)
-	b.WriteString("// The ops.\nconst (\n")
+	type ident struct{ Ident, Value string }
+	view := struct {
+		ProtocolVersion string
+		Ops             any
+		OpIdents, Types []ident
+		Structs         []goStruct
+	}{ProtocolVersion: m.e.ProtocolVersion, Ops: m.e.Ops}
 	for _, op := range m.e.Ops {
-		fmt.Fprintf(&b, "\tOp%s = %q\n", goIdent(op.Op), op.Op)
+		view.OpIdents = append(view.OpIdents, ident{goIdent(op.Op), op.Op})
 	}
-	b.WriteString(")\n\n// The engine-only response types.\nconst (\n")
 	for _, r := range m.e.Responses {
-		fmt.Fprintf(&b, "\tType%s = %q\n", responseIdent(r.Type), r.Type)
+		view.Types = append(view.Types, ident{responseIdent(r.Type), r.Type})
 	}
-	b.WriteString(")\n\n")
 	// The request's args stay raw until its op is known.
-	req := append([]CLIKey(nil), m.e.Frames.Request.Keys...)
-	fmt.Fprintf(&b, "// Request is %s.\ntype Request struct {\n", m.e.Frames.Request.Doc)
-	for _, k := range req {
+	req := goStruct{Name: "Request", Doc: "is " + m.e.Frames.Request.Doc + "."}
+	for _, k := range m.e.Frames.Request.Keys {
 		t := goType(k)
 		if k.Type == "object" {
 			t = "json.RawMessage"
 		}
-		fmt.Fprintf(&b, "\t// %s is %s\n\t%s %s `json:%q`\n", goFieldName(k.Name), k.Doc, goFieldName(k.Name), t, k.Name)
+		req.Fields = append(req.Fields, keyField(k, t, k.Doc))
 	}
-	b.WriteString("}\n\n")
-	writeStruct(&b, "Reply", "is "+m.e.Frames.Reply.Doc+".", nil, m.e.Frames.Reply.Keys)
+	view.Structs = append(view.Structs, req, keyStruct("Reply", "is "+m.e.Frames.Reply.Doc+".", m.e.Frames.Reply.Keys))
 	for _, op := range m.e.Ops {
-		writeStruct(&b, argsIdent(op.Op), fmt.Sprintf("are the arguments of %s: %s.", op.Op, op.Doc), nil, op.Args)
+		view.Structs = append(view.Structs, keyStruct(argsIdent(op.Op), fmt.Sprintf("are the arguments of %s: %s.", op.Op, op.Doc), op.Args))
 	}
 	for _, r := range m.e.Responses {
-		writeStruct(&b, responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), nil, r.Keys)
+		view.Structs = append(view.Structs, keyStruct(responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), r.Keys))
 	}
-	b.WriteString("// Op is one op: its response type and whether event frames precede the envelope.\ntype Op struct {\n\tName     string\n\tResponse string\n\tStreams  bool\n}\n\n")
-	b.WriteString("// Ops lists every op in declaration order.\nvar Ops = []Op{\n")
-	for _, op := range m.e.Ops {
-		fmt.Fprintf(&b, "\t{Name: %q, Response: %q, Streams: %t},\n", op.Op, op.Response, op.Streams)
-	}
-	b.WriteString("}\n")
-	src, err := format.Source(goFile("engineapi", b.String()))
-	if err != nil {
-		return nil, fmt.Errorf("engineapi: %w", err)
-	}
-	return src, nil
+	return renderGo("engineapi", "engineapi.go.tmpl", view)
 }
 
 // pyType is a key's Python annotation.

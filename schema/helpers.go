@@ -212,25 +212,36 @@ func goType(k CLIKey) string {
 // shapeIdent is the Go type of a shape: costReport -> CostReport.
 func shapeIdent(name string) string { return goFieldName(name) }
 
-// writeStruct writes one struct: lead lines, then a field per key in the
-// YAML's order, which is the order the JSON keys are written in.
-func writeStruct(b *strings.Builder, name, doc string, lead []string, keys []CLIKey) {
-	fmt.Fprintf(b, "// %s %s\n", name, doc)
-	fmt.Fprintf(b, "type %s struct {\n", name)
-	for _, l := range lead {
-		b.WriteString(l)
+// goStruct is one generated struct of contract keys, laid out by the
+// "struct" template of templates/common.tmpl: its doc line ("// Name Doc"),
+// then a field per key in the contract's order, which is the order the JSON
+// keys are written in.
+type goStruct struct {
+	Name, Doc string
+	Fields    []goField
+}
+
+// goField is one struct field; Doc, when set, is its comment ("Name is Doc").
+type goField struct {
+	Name, Type, Tag, Doc string
+}
+
+// keyField is the field of a contract key whose Go type is typ.
+func keyField(k CLIKey, typ, doc string) goField {
+	tag := k.Name
+	if k.Optional {
+		tag += ",omitempty"
 	}
+	return goField{Name: goFieldName(k.Name), Type: typ, Tag: tag, Doc: doc}
+}
+
+// keyStruct is the struct of keys, each field typed by goType.
+func keyStruct(name, doc string, keys []CLIKey) goStruct {
+	s := goStruct{Name: name, Doc: doc}
 	for _, k := range keys {
-		if k.Doc != "" {
-			fmt.Fprintf(b, "\t// %s is %s\n", goFieldName(k.Name), k.Doc)
-		}
-		tag := k.Name
-		if k.Optional {
-			tag += ",omitempty"
-		}
-		fmt.Fprintf(b, "\t%s %s `json:%q`\n", goFieldName(k.Name), goType(k), tag)
+		s.Fields = append(s.Fields, keyField(k, goType(k), k.Doc))
 	}
-	b.WriteString("}\n\n")
+	return s
 }
 
 func asString(v any) string {
