@@ -186,7 +186,7 @@ func pyType(k CLIKey) string {
 		if len(k.Enum) > 0 {
 			var vs []string
 			for _, e := range k.Enum {
-				vs = append(vs, pyStr(e))
+				vs = append(vs, strconv.Quote(e))
 			}
 			t = "Literal[" + strings.Join(vs, ", ") + "]"
 		}
@@ -198,7 +198,7 @@ func pyType(k CLIKey) string {
 		t = "bool"
 	case "object":
 		if k.Ref != "" && !builtinShapes[k.Ref] {
-			t = pyStr(pyTypeName(k.Ref)) // a forward reference: shapes refer to each other in any order
+			t = strconv.Quote(pyTypeName(k.Ref)) // a forward reference: shapes refer to each other in any order
 		} else {
 			t = "Dict[str, Any]"
 		}
@@ -209,7 +209,7 @@ func pyType(k CLIKey) string {
 		case k.Items == "integer":
 			t = "List[int]"
 		case k.Ref != "":
-			t = "List[" + pyStr(pyTypeName(k.Ref)) + "]"
+			t = "List[" + strconv.Quote(pyTypeName(k.Ref)) + "]"
 		default:
 			t = "List[Any]"
 		}
@@ -237,7 +237,7 @@ type pyEntry struct{ Key, Type string }
 func newPyDict(name, doc string, lead []pyEntry, keys []CLIKey, total bool) pyDict {
 	d := pyDict{Name: name, Doc: doc, Req: lead}
 	for _, k := range keys {
-		e := pyEntry{pyStr(k.Name), pyType(k)}
+		e := pyEntry{strconv.Quote(k.Name), pyType(k)}
 		if k.Optional || !total {
 			d.Opt = append(d.Opt, e)
 		} else {
@@ -285,7 +285,7 @@ func (m *engineModel) python() (string, error) {
 		name := "Stream" + goIdent(e.Event) + "Line"
 		view.Events = append(view.Events, name)
 		view.Dicts = append(view.Dicts, newPyDict(name, fmt.Sprintf("One %q event of a stream.", e.Event),
-			[]pyEntry{{`"event"`, "Literal[" + pyStr(e.Event) + "]"}}, e.Keys, true))
+			[]pyEntry{{`"event"`, "Literal[" + strconv.Quote(e.Event) + "]"}}, e.Keys, true))
 	}
 	view.Args = append(view.Args, newPyDict("FailureEnvelope", "A failed request's envelope: "+m.c.Envelope.Failure.Doc+".", nil, m.c.Envelope.Failure.Keys, true))
 	for _, op := range m.e.Ops {

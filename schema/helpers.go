@@ -1,11 +1,14 @@
 package schema
 
-// The helpers every generator shares: strict YAML decoding of api/ files,
-// Go identifiers from contract names, Go source for a generated file, the
-// Go types and structs of contract keys, and reading a YAML/JSON scalar.
-// A generator's own file holds only what that generator writes; its Go (or
-// other source) is laid out by its template under templates/, executed by
-// renderGo or renderText here.
+// The helpers every generator shares: strict YAML decoding of api/ files and
+// of api/openapi.yaml, Go identifiers from contract names, executing the
+// templates under templates/ into a generated file, the Go types and structs
+// of contract keys, and reading YAML/JSON values.
+//
+// A generator's own file holds only what that generator writes: it builds a
+// view (plain structs) and its template under templates/ lays the view out,
+// executed by renderGo or renderText here. The SDK generator's templates are
+// sdktmpl/ and sdkcore/ (see sdk.go).
 
 import (
 	"bytes"
@@ -244,7 +247,66 @@ func keyStruct(name, doc string, keys []CLIKey) goStruct {
 	return s
 }
 
+// asString is v as a string, "" when it is not one.
 func asString(v any) string {
 	s, _ := v.(string)
 	return s
 }
+
+// loadOpenAPI decodes api/openapi.yaml twice: as a node tree (for document
+// order, which Go maps lose) and as plain values (for conversion).
+func loadOpenAPI(root string) (*yaml.Node, map[string]any, error) {
+	raw, err := os.ReadFile(filepath.Join(root, "api", "openapi.yaml"))
+	if err != nil {
+		return nil, nil, err
+	}
+	var node yaml.Node
+	if err := yaml.Unmarshal(raw, &node); err != nil {
+		return nil, nil, fmt.Errorf("api/openapi.yaml: %w", err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, nil, fmt.Errorf("api/openapi.yaml: %w", err)
+	}
+	return &node, doc, nil
+}
+
+// mappingKeys returns the keys of the mapping at path under n, in document order.
+func mappingKeys(n *yaml.Node, path ...string) []string {
+	if n.Kind == yaml.DocumentNode {
+		n = n.Content[0]
+	}
+	for _, p := range path {
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == p {
+				next = n.Content[i+1]
+				break
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		n = next
+	}
+	var keys []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		keys = append(keys, n.Content[i].Value)
+	}
+	return keys
+}
+
+// asMap is v as a JSON/YAML object, nil when it is not one.
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+// asSlice is v as a JSON/YAML array, nil when it is not one.
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
+}
+
+// refName is the last element of a JSON reference: #/components/schemas/X -> X.
+func refName(ref string) string { return ref[strings.LastIndexByte(ref, '/')+1:] }
