@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"go/format"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -222,8 +220,7 @@ func generateCLI(root string) ([]Output, error) {
 	}
 	// The schema is also compiled into the CLI, so `microvm manifest` publishes
 	// the very bytes docs/ holds rather than a copy that could drift.
-	embedded, err := format.Source(goFile("cliapi", fmt.Sprintf(
-		"// EnvelopeSchema is docs/envelope.schema.json, byte for byte.\nvar EnvelopeSchema = []byte(%q)\n", schemaJSON)))
+	embedded, err := renderGo("cliapi", "cliapi_schema.go.tmpl", string(schemaJSON))
 	if err != nil {
 		return nil, err
 	}
@@ -234,32 +231,30 @@ func generateCLI(root string) ([]Output, error) {
 	}, nil
 }
 
+// cliGo is gen/cliapi/cliapi.gen.go, laid out by templates/cliapi.go.tmpl.
 func cliGo(c *CLIContract, tax *Taxonomy) ([]byte, error) {
-	var b strings.Builder
-	b.WriteString(`// Package cliapi is api/cli.yaml as Go: the microvm CLI's envelope, the
-// response type and data keys of each command, the NDJSON lines of
-// exec --stream, and the conventions the manifest publishes. Generated; edit
-// api/cli.yaml instead.
-//
-// It must never hold behaviour: cmd/microvm fills these types and renders
-// them, and docs/envelope.schema.json is their JSON Schema.
-
-`)
-	fmt.Fprintf(&b, "// APIVersion is the envelope version every envelope carries.\nconst APIVersion = %q\n\n", c.APIVersion)
-	b.WriteString("// The envelope statuses.\nconst (\n\tStatusOK = \"ok\"\n\tStatusError = \"error\"\n)\n\n")
-
-	b.WriteString("// The response type discriminants.\nconst (\n")
-	for _, r := range c.Responses {
-		fmt.Fprintf(&b, "\tType%s = %q\n", responseIdent(r.Type), r.Type)
+	type ident struct{ Ident, Value string }
+	var view struct {
+		APIVersion            string
+		Types, Events         []ident
+		Structs, EventStructs []goStruct
+		Responses             []CLIResponse
+		Commands, Alternates  any
+		Conventions           []string
+		Constants             any
 	}
-	b.WriteString(")\n\n")
-
-	writeStruct(&b, "Success", "is the envelope of a command that did what it said.", nil, c.Envelope.Success.Keys)
-	writeStruct(&b, "Failure", "is the envelope of a failed command; every key is always present.", nil, c.Envelope.Failure.Keys)
+	view.APIVersion = c.APIVersion
+	view.Responses = c.Responses
+	view.Commands, view.Alternates = c.Commands, c.Alternates
+	view.Conventions = c.Conventions
+	view.Constants = tax.Constants
+	view.Structs = append(view.Structs,
+		keyStruct("Success", "is the envelope of a command that did what it said.", c.Envelope.Success.Keys),
+		keyStruct("Failure", "is the envelope of a failed command; every key is always present.", c.Envelope.Failure.Keys))
 	for _, r := range c.Responses {
-		writeStruct(&b, responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), nil, r.Keys)
+		view.Types = append(view.Types, ident{responseIdent(r.Type), r.Type})
+		view.Structs = append(view.Structs, keyStruct(responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), r.Keys))
 	}
-
 	// The shapes as Go types, so a command fills a typed value rather than
 	// spelling the keys of a map a second time.
 	shapeNames := make([]string, 0, len(c.Shapes))
@@ -268,123 +263,15 @@ func cliGo(c *CLIContract, tax *Taxonomy) ([]byte, error) {
 	}
 	sort.Strings(shapeNames)
 	for _, name := range shapeNames {
-		writeStruct(&b, shapeIdent(name), fmt.Sprintf("is the %q shape of api/cli.yaml.", name), nil, c.Shapes[name])
+		view.Structs = append(view.Structs, keyStruct(shapeIdent(name), fmt.Sprintf("is the %q shape of api/cli.yaml.", name), c.Shapes[name]))
 	}
-
-	b.WriteString("// The event discriminants of the exec --stream NDJSON lines.\nconst (\n")
 	for _, e := range c.StreamEvents {
-		fmt.Fprintf(&b, "\tEvent%s = %q\n", goIdent(e.Event), e.Event)
+		view.Events = append(view.Events, ident{goIdent(e.Event), e.Event})
+		s := keyStruct("Stream"+goIdent(e.Event)+"Line", fmt.Sprintf("is one %q line of exec --stream.", e.Event), e.Keys)
+		s.Fields = append([]goField{{Name: "Event", Type: "string", Tag: "event"}}, s.Fields...)
+		view.EventStructs = append(view.EventStructs, s)
 	}
-	b.WriteString(")\n\n")
-	for _, e := range c.StreamEvents {
-		writeStruct(&b, "Stream"+goIdent(e.Event)+"Line", fmt.Sprintf("is one %q line of exec --stream.", e.Event),
-			[]string{"\tEvent string `json:\"event\"`\n"}, e.Keys)
-	}
-
-	b.WriteString(`// Response is a response type and the data keys its envelope always carries.
-type Response struct {
-	Type string
-	Keys []string
-}
-
-// Responses lists every response type in declaration order.
-var Responses = []Response{
-`)
-	for _, r := range c.Responses {
-		fmt.Fprintf(&b, "\t{Type: %q, Keys: []string{", r.Type)
-		for i, k := range r.Keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(strconv.Quote(k.Name))
-		}
-		b.WriteString("}},\n")
-	}
-	b.WriteString("}\n\n")
-
-	b.WriteString(`// Command is one command of the finished CLI and its response type. Ready
-// is false for a command a later issue adds.
-type Command struct {
-	Name  string
-	Type  string
-	Ready bool
-}
-
-// Commands lists every command in declaration order.
-var Commands = []Command{
-`)
-	for _, cmd := range c.Commands {
-		fmt.Fprintf(&b, "\t{Name: %q, Type: %q, Ready: %t},\n", cmd.Name, cmd.Type, cmd.Ready)
-	}
-	b.WriteString("}\n\n")
-
-	b.WriteString(`// Alternate is a flag that switches a command to another stdout shape.
-type Alternate struct {
-	Command, When, Type, Stdout string
-}
-
-// Alternates lists every such flag.
-var Alternates = []Alternate{
-`)
-	for _, a := range c.Alternates {
-		fmt.Fprintf(&b, "\t{Command: %q, When: %q, Type: %q, Stdout: %q},\n", a.Command, a.When, a.Type, a.Stdout)
-	}
-	b.WriteString("}\n\n")
-
-	b.WriteString("// Conventions are the rules the manifest publishes beside the command tree.\nvar Conventions = []string{\n")
-	for _, s := range c.Conventions {
-		fmt.Fprintf(&b, "\t%q,\n", s)
-	}
-	b.WriteString("}\n\n")
-
-	// The service constants as a table, so `microvm constants` can publish
-	// every one by name without a hand-kept list beside gen/taxonomy.
-	b.WriteString(`// ServiceConstant is one service constant of api/errors.yaml, by name.
-type ServiceConstant struct {
-	Name    string
-	Key     string // the key in microvm constants, as the reference CLI spells it
-	Value   any // string or int64
-	Doc     string
-	Finding string
-}
-
-// ServiceConstants lists api/errors.yaml's constants in declaration order.
-var ServiceConstants = []ServiceConstant{
-`)
-	for _, k := range tax.Constants {
-		v, err := constValue(k.Type, k.Value)
-		if err != nil {
-			return nil, fmt.Errorf("constant %s: %w", k.Name, err)
-		}
-		if k.Type == "int" {
-			v = "int64(" + v + ")"
-		}
-		fmt.Fprintf(&b, "\t{Name: %q, Key: %q, Value: %s, Doc: %q, Finding: %q},\n", k.Name, k.Key, v, k.Doc, k.Finding)
-	}
-	b.WriteString("}\n\n")
-
-	b.WriteString(`// ResponseFor is the response of the named command, and false for a name
-// the contract does not declare.
-func ResponseFor(command string) (Response, bool) {
-	for _, c := range Commands {
-		if c.Name != command {
-			continue
-		}
-		for _, r := range Responses {
-			if r.Type == c.Type {
-				return r, true
-			}
-		}
-	}
-	return Response{}, false
-}
-`)
-	src := goFile("cliapi", b.String())
-	formatted, err := format.Source(src)
-	if err != nil {
-		return nil, fmt.Errorf("cliapi: gofmt: %w\n%s", err, src)
-	}
-	return formatted, nil
+	return renderGo("cliapi", "cliapi.go.tmpl", view)
 }
 
 func keySchema(k CLIKey) map[string]any {

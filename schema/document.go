@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -42,59 +40,6 @@ type Route struct {
 	SSEEvents   any            `json:"sse_events,omitempty"`
 	Statuses    []RouteStatus  `json:"statuses"`
 	Extra       map[string]any `json:"-"`
-}
-
-// loadOpenAPI decodes api/openapi.yaml twice: as a node tree (for document
-// order, which Go maps lose) and as plain values (for conversion).
-func loadOpenAPI(root string) (*yaml.Node, map[string]any, error) {
-	raw, err := os.ReadFile(filepath.Join(root, "api", "openapi.yaml"))
-	if err != nil {
-		return nil, nil, err
-	}
-	var node yaml.Node
-	if err := yaml.Unmarshal(raw, &node); err != nil {
-		return nil, nil, fmt.Errorf("api/openapi.yaml: %w", err)
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return nil, nil, fmt.Errorf("api/openapi.yaml: %w", err)
-	}
-	return &node, doc, nil
-}
-
-// mappingKeys returns the keys of the mapping at path under n, in document order.
-func mappingKeys(n *yaml.Node, path ...string) []string {
-	if n.Kind == yaml.DocumentNode {
-		n = n.Content[0]
-	}
-	for _, p := range path {
-		var next *yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == p {
-				next = n.Content[i+1]
-				break
-			}
-		}
-		if next == nil {
-			return nil
-		}
-		n = next
-	}
-	var keys []string
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		keys = append(keys, n.Content[i].Value)
-	}
-	return keys
-}
-
-func asMap(v any) map[string]any {
-	m, _ := v.(map[string]any)
-	return m
-}
-
-func asSlice(v any) []any {
-	s, _ := v.([]any)
-	return s
 }
 
 // toJSONSchema converts an OpenAPI 3.0 schema object to JSON Schema 2020-12:

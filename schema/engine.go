@@ -2,7 +2,6 @@ package schema
 
 import (
 	"fmt"
-	"go/format"
 	"sort"
 	"strconv"
 	"strings"
@@ -128,64 +127,54 @@ func generateEngine(root string) ([]Output, error) {
 	if err != nil {
 		return nil, err
 	}
+	py, err := m.python()
+	if err != nil {
+		return nil, err
+	}
+	ts, err := m.typescript()
+	if err != nil {
+		return nil, err
+	}
 	return []Output{
 		{Path: "gen/engineapi/engineapi.gen.go", Data: goSrc},
-		{Path: "clients/python/microvms/_contract.py", Data: []byte(m.python())},
-		{Path: "clients/typescript/src/contract.ts", Data: []byte(m.typescript())},
+		{Path: "clients/python/microvms/_contract.py", Data: []byte(py)},
+		{Path: "clients/typescript/src/contract.ts", Data: []byte(ts)},
 	}, nil
 }
 
+// goSource is gen/engineapi/engineapi.gen.go, laid out by
+// templates/engineapi.go.tmpl.
 func (m *engineModel) goSource() ([]byte, error) {
-	var b strings.Builder
-	b.WriteString(`// Package engineapi is api/engine.yaml as Go: the frames, ops and
-// engine-only response types of the ` + "`microvm engine`" + ` stdio protocol the Python
-// and TypeScript packages speak. Generated; edit api/engine.yaml instead.
-//
-// It must never hold behaviour: cmd/microvm decodes these requests and
-// answers with gen/cliapi envelopes.
-
-import "encoding/json"
-
-`)
-	fmt.Fprintf(&b, "// ProtocolVersion is the engine protocol's version.\nconst ProtocolVersion = %q\n\n", m.e.ProtocolVersion)
-	b.WriteString("// The ops.\nconst (\n")
+	type ident struct{ Ident, Value string }
+	view := struct {
+		ProtocolVersion string
+		Ops             any
+		OpIdents, Types []ident
+		Structs         []goStruct
+	}{ProtocolVersion: m.e.ProtocolVersion, Ops: m.e.Ops}
 	for _, op := range m.e.Ops {
-		fmt.Fprintf(&b, "\tOp%s = %q\n", goIdent(op.Op), op.Op)
+		view.OpIdents = append(view.OpIdents, ident{goIdent(op.Op), op.Op})
 	}
-	b.WriteString(")\n\n// The engine-only response types.\nconst (\n")
 	for _, r := range m.e.Responses {
-		fmt.Fprintf(&b, "\tType%s = %q\n", responseIdent(r.Type), r.Type)
+		view.Types = append(view.Types, ident{responseIdent(r.Type), r.Type})
 	}
-	b.WriteString(")\n\n")
 	// The request's args stay raw until its op is known.
-	req := append([]CLIKey(nil), m.e.Frames.Request.Keys...)
-	fmt.Fprintf(&b, "// Request is %s.\ntype Request struct {\n", m.e.Frames.Request.Doc)
-	for _, k := range req {
+	req := goStruct{Name: "Request", Doc: "is " + m.e.Frames.Request.Doc + "."}
+	for _, k := range m.e.Frames.Request.Keys {
 		t := goType(k)
 		if k.Type == "object" {
 			t = "json.RawMessage"
 		}
-		fmt.Fprintf(&b, "\t// %s is %s\n\t%s %s `json:%q`\n", goFieldName(k.Name), k.Doc, goFieldName(k.Name), t, k.Name)
+		req.Fields = append(req.Fields, keyField(k, t, k.Doc))
 	}
-	b.WriteString("}\n\n")
-	writeStruct(&b, "Reply", "is "+m.e.Frames.Reply.Doc+".", nil, m.e.Frames.Reply.Keys)
+	view.Structs = append(view.Structs, req, keyStruct("Reply", "is "+m.e.Frames.Reply.Doc+".", m.e.Frames.Reply.Keys))
 	for _, op := range m.e.Ops {
-		writeStruct(&b, argsIdent(op.Op), fmt.Sprintf("are the arguments of %s: %s.", op.Op, op.Doc), nil, op.Args)
+		view.Structs = append(view.Structs, keyStruct(argsIdent(op.Op), fmt.Sprintf("are the arguments of %s: %s.", op.Op, op.Doc), op.Args))
 	}
 	for _, r := range m.e.Responses {
-		writeStruct(&b, responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), nil, r.Keys)
+		view.Structs = append(view.Structs, keyStruct(responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), r.Keys))
 	}
-	b.WriteString("// Op is one op: its response type and whether event frames precede the envelope.\ntype Op struct {\n\tName     string\n\tResponse string\n\tStreams  bool\n}\n\n")
-	b.WriteString("// Ops lists every op in declaration order.\nvar Ops = []Op{\n")
-	for _, op := range m.e.Ops {
-		fmt.Fprintf(&b, "\t{Name: %q, Response: %q, Streams: %t},\n", op.Op, op.Response, op.Streams)
-	}
-	b.WriteString("}\n")
-	src, err := format.Source(goFile("engineapi", b.String()))
-	if err != nil {
-		return nil, fmt.Errorf("engineapi: %w", err)
-	}
-	return src, nil
+	return renderGo("engineapi", "engineapi.go.tmpl", view)
 }
 
 // pyType is a key's Python annotation.
@@ -197,7 +186,7 @@ func pyType(k CLIKey) string {
 		if len(k.Enum) > 0 {
 			var vs []string
 			for _, e := range k.Enum {
-				vs = append(vs, pyStr(e))
+				vs = append(vs, strconv.Quote(e))
 			}
 			t = "Literal[" + strings.Join(vs, ", ") + "]"
 		}
@@ -209,7 +198,7 @@ func pyType(k CLIKey) string {
 		t = "bool"
 	case "object":
 		if k.Ref != "" && !builtinShapes[k.Ref] {
-			t = pyStr(pyTypeName(k.Ref)) // a forward reference: shapes refer to each other in any order
+			t = strconv.Quote(pyTypeName(k.Ref)) // a forward reference: shapes refer to each other in any order
 		} else {
 			t = "Dict[str, Any]"
 		}
@@ -220,7 +209,7 @@ func pyType(k CLIKey) string {
 		case k.Items == "integer":
 			t = "List[int]"
 		case k.Ref != "":
-			t = "List[" + pyStr(pyTypeName(k.Ref)) + "]"
+			t = "List[" + strconv.Quote(pyTypeName(k.Ref)) + "]"
 		default:
 			t = "List[Any]"
 		}
@@ -234,101 +223,75 @@ func pyType(k CLIKey) string {
 // pyTypeName is a shape's type name in both clients: costReport -> CostReport.
 func pyTypeName(shape string) string { return shapeIdent(shape) }
 
-// pyTypedDict writes a TypedDict. The functional form takes any key, a
-// Python keyword (from) included; optional keys go into a total=False
-// subclass, since Python 3.9 has no NotRequired.
-func pyTypedDict(b *strings.Builder, name, doc string, lead []string, keys []CLIKey, total bool) {
-	var req, opt []string
-	req = append(req, lead...)
-	for _, k := range keys {
-		entry := fmt.Sprintf("    %s: %s,\n", pyStr(k.Name), pyType(k))
-		if k.Optional || !total {
-			opt = append(opt, entry)
-		} else {
-			req = append(req, entry)
-		}
-	}
-	if len(opt) == 0 {
-		fmt.Fprintf(b, "%s = TypedDict(%s, {\n%s})\n", name, pyStr(name), strings.Join(req, ""))
-	} else if len(req) == 0 {
-		fmt.Fprintf(b, "%s = TypedDict(%s, {\n%s}, total=False)\n", name, pyStr(name), strings.Join(opt, ""))
-	} else {
-		fmt.Fprintf(b, "_%sRequired = TypedDict(%s, {\n%s})\n\n\n", name, pyStr("_"+name+"Required"), strings.Join(req, ""))
-		fmt.Fprintf(b, "class %s(_%sRequired, total=False):\n", name, name)
-		for _, k := range keys {
-			if k.Optional {
-				fmt.Fprintf(b, "    %s: %s\n", k.Name, pyType(k))
-			}
-		}
-	}
-	fmt.Fprintf(b, "%s.__doc__ = %s\n\n\n", name, pyStr(doc))
+// pyDict is one TypedDict of _contract.py. The functional form takes any
+// key, a Python keyword (from) included; optional keys go into a total=False
+// subclass (Class), since Python 3.9 has no NotRequired.
+type pyDict struct {
+	Name, Doc       string
+	Req, Opt, Class []pyEntry
 }
 
-func (m *engineModel) python() string {
-	responses, shapes := m.usedTypes()
-	var b strings.Builder
-	b.WriteString(`# Code generated by github.com/microvms/microvms/schema from api/engine.yaml,
-# api/cli.yaml and api/errors.yaml; DO NOT EDIT.
-"""The microvm engine protocol's types: the request arguments of each op, the
-data of each envelope an op answers with, the stream events, and the error
-table. The package's classes wrap these; nothing here has behaviour beyond
-one typed method per op over Ops._call.
-"""
-from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, cast
+// pyEntry is one key of a TypedDict and its annotation.
+type pyEntry struct{ Key, Type string }
 
-`)
-	fmt.Fprintf(&b, "PROTOCOL_VERSION = %s\nENVELOPE_API_VERSION = %s\n\n", pyStr(m.e.ProtocolVersion), pyStr(m.c.APIVersion))
-	b.WriteString("# Each error code of api/errors.yaml: its kind and the CLI exit code it decides.\nERROR_KINDS: Dict[str, Tuple[str, int]] = {\n")
-	for _, k := range m.tax.ErrorKinds {
-		fmt.Fprintf(&b, "    %s: (%s, %d),\n", pyStr(k.Code), pyStr(k.Name), k.Exit)
+func newPyDict(name, doc string, lead []pyEntry, keys []CLIKey, total bool) pyDict {
+	d := pyDict{Name: name, Doc: doc, Req: lead}
+	for _, k := range keys {
+		e := pyEntry{strconv.Quote(k.Name), pyType(k)}
+		if k.Optional || !total {
+			d.Opt = append(d.Opt, e)
+		} else {
+			d.Req = append(d.Req, e)
+		}
+		if k.Optional {
+			d.Class = append(d.Class, pyEntry{k.Name, pyType(k)})
+		}
 	}
-	b.WriteString("}\n\n")
-	b.WriteString("# Each op: the response type its envelope carries, and whether event frames precede it.\nOPS: Dict[str, Tuple[str, bool]] = {\n")
+	return d
+}
+
+// engineOpView is one op as the Python and TypeScript packages call it.
+type engineOpView struct {
+	Op, Doc, Response, Args, Data, Ident string
+	Streams                              bool
+}
+
+func (m *engineModel) opViews() []engineOpView {
+	var ops []engineOpView
 	for _, op := range m.e.Ops {
-		fmt.Fprintf(&b, "    %s: (%s, %s),\n", pyStr(op.Op), pyStr(op.Response), map[bool]string{true: "True", false: "False"}[op.Streams])
+		ops = append(ops, engineOpView{Op: op.Op, Doc: op.Doc, Response: op.Response, Args: argsIdent(op.Op),
+			Data: responseIdent(op.Response) + "Data", Ident: goIdent(op.Op), Streams: op.Streams})
 	}
-	b.WriteString("}\n\n\n")
+	return ops
+}
+
+// python is clients/python/microvms/_contract.py, laid out by
+// templates/engine_contract.py.tmpl.
+func (m *engineModel) python() (string, error) {
+	responses, shapes := m.usedTypes()
+	view := struct {
+		ProtocolVersion, APIVersion string
+		ErrorKinds, Ops             any
+		Dicts, Args                 []pyDict
+		Events                      []string
+	}{ProtocolVersion: m.e.ProtocolVersion, APIVersion: m.c.APIVersion, ErrorKinds: m.tax.ErrorKinds, Ops: m.opViews()}
 	for _, name := range shapes {
-		pyTypedDict(&b, pyTypeName(name), fmt.Sprintf("The %q shape of api/cli.yaml.", name), nil, m.c.Shapes[name], true)
+		view.Dicts = append(view.Dicts, newPyDict(pyTypeName(name), fmt.Sprintf("The %q shape of api/cli.yaml.", name), nil, m.c.Shapes[name], true))
 	}
 	for _, r := range responses {
-		pyTypedDict(&b, responseIdent(r)+"Data", fmt.Sprintf("The data of a %s envelope.", r), nil, m.responses[r].Keys, true)
+		view.Dicts = append(view.Dicts, newPyDict(responseIdent(r)+"Data", fmt.Sprintf("The data of a %s envelope.", r), nil, m.responses[r].Keys, true))
 	}
-	var events []string
 	for _, e := range m.c.StreamEvents {
 		name := "Stream" + goIdent(e.Event) + "Line"
-		events = append(events, name)
-		pyTypedDict(&b, name, fmt.Sprintf("One %q event of a stream.", e.Event),
-			[]string{fmt.Sprintf("    \"event\": Literal[%s],\n", pyStr(e.Event))}, e.Keys, true)
+		view.Events = append(view.Events, name)
+		view.Dicts = append(view.Dicts, newPyDict(name, fmt.Sprintf("One %q event of a stream.", e.Event),
+			[]pyEntry{{`"event"`, "Literal[" + strconv.Quote(e.Event) + "]"}}, e.Keys, true))
 	}
-	fmt.Fprintf(&b, "StreamEvent = Union[%s]\n\n\n", strings.Join(events, ", "))
-	pyTypedDict(&b, "FailureEnvelope", "A failed request's envelope: "+m.c.Envelope.Failure.Doc+".", nil, m.c.Envelope.Failure.Keys, true)
+	view.Args = append(view.Args, newPyDict("FailureEnvelope", "A failed request's envelope: "+m.c.Envelope.Failure.Doc+".", nil, m.c.Envelope.Failure.Keys, true))
 	for _, op := range m.e.Ops {
-		pyTypedDict(&b, argsIdent(op.Op), fmt.Sprintf("The arguments of %s: %s. Every key may be left out.", op.Op, op.Doc), nil, op.Args, false)
+		view.Args = append(view.Args, newPyDict(argsIdent(op.Op), fmt.Sprintf("The arguments of %s: %s. Every key may be left out.", op.Op, op.Doc), nil, op.Args, false))
 	}
-	b.WriteString(`class Ops:
-    """One typed method per op; a subclass sends the request in _call and _stream."""
-
-    def _call(self, op: str, args: Mapping[str, Any]) -> Dict[str, Any]:
-        raise NotImplementedError
-
-    def _stream(self, op: str, args: Mapping[str, Any]) -> Iterator[Union[StreamEvent, Dict[str, Any]]]:
-        raise NotImplementedError
-
-`)
-	for _, op := range m.e.Ops {
-		data := responseIdent(op.Response) + "Data"
-		if op.Streams {
-			fmt.Fprintf(&b, "    def _op_%s(self, args: %s) -> Iterator[Union[StreamEvent, %s]]:\n", op.Op, argsIdent(op.Op), data)
-			fmt.Fprintf(&b, "        \"\"\"%s; the last item is the envelope's data.\"\"\"\n", op.Doc)
-			fmt.Fprintf(&b, "        return cast(Iterator[Union[StreamEvent, %s]], self._stream(%s, args))\n\n", data, pyStr(op.Op))
-			continue
-		}
-		fmt.Fprintf(&b, "    def _op_%s(self, args: %s) -> %s:\n", op.Op, argsIdent(op.Op), data)
-		fmt.Fprintf(&b, "        \"\"\"%s.\"\"\"\n", op.Doc)
-		fmt.Fprintf(&b, "        return cast(%s, self._call(%s, args))\n\n", data, pyStr(op.Op))
-	}
-	return strings.TrimRight(b.String(), "\n") + "\n"
+	return renderText("engine_contract.py.tmpl", view)
 }
 
 // tsType is a key's TypeScript type.
@@ -372,83 +335,53 @@ func tsType(k CLIKey) string {
 	return t
 }
 
-func tsInterface(b *strings.Builder, name, doc string, lead []string, keys []CLIKey, allOptional bool) {
-	fmt.Fprintf(b, "/** %s */\nexport interface %s {\n", doc, name)
-	for _, l := range lead {
-		b.WriteString(l)
-	}
-	for _, k := range keys {
-		if k.Doc != "" {
-			fmt.Fprintf(b, "  /** %s */\n", k.Doc)
-		}
-		opt := ""
-		if k.Optional || allOptional {
-			opt = "?"
-		}
-		fmt.Fprintf(b, "  readonly %s%s: %s;\n", strconv.Quote(k.Name), opt, tsType(k))
-	}
-	b.WriteString("}\n\n")
+// tsInterface is one interface of contract.ts.
+type tsInterface struct {
+	Name, Doc string
+	Fields    []tsField
 }
 
-func (m *engineModel) typescript() string {
-	responses, shapes := m.usedTypes()
-	var b strings.Builder
-	b.WriteString(`// Code generated by github.com/microvms/microvms/schema from api/engine.yaml,
-// api/cli.yaml and api/errors.yaml; DO NOT EDIT.
-//
-// The microvm engine protocol's types: the request arguments of each op, the
-// data of each envelope an op answers with, the stream events, and the error
-// table. The package's classes wrap these; nothing here has behaviour beyond
-// one typed method per op over Ops.call.
+// tsField is one readonly key: Key is quoted, Optional adds its "?".
+type tsField struct {
+	Doc, Key, Type string
+	Optional       bool
+}
 
-`)
-	fmt.Fprintf(&b, "export const PROTOCOL_VERSION = %q;\nexport const ENVELOPE_API_VERSION = %q;\n\n", m.e.ProtocolVersion, m.c.APIVersion)
-	b.WriteString("/** Each error code of api/errors.yaml: its kind and the CLI exit code it decides. */\nexport const ERROR_KINDS = {\n")
-	for _, k := range m.tax.ErrorKinds {
-		fmt.Fprintf(&b, "  %s: { kind: %q, exitCode: %d },\n", k.Code, k.Name, k.Exit)
+func newTSInterface(name, doc string, lead []tsField, keys []CLIKey, allOptional bool) tsInterface {
+	t := tsInterface{Name: name, Doc: doc, Fields: lead}
+	for _, k := range keys {
+		t.Fields = append(t.Fields, tsField{Doc: k.Doc, Key: strconv.Quote(k.Name), Type: tsType(k), Optional: k.Optional || allOptional})
 	}
-	b.WriteString("} as const;\n\nexport type ErrorCode = keyof typeof ERROR_KINDS;\n\n")
-	b.WriteString("/** Each op: the response type its envelope carries, and whether event frames precede it. */\nexport const OPS = {\n")
-	for _, op := range m.e.Ops {
-		fmt.Fprintf(&b, "  %s: { response: %q, streams: %t },\n", op.Op, op.Response, op.Streams)
-	}
-	b.WriteString("} as const;\n\nexport type OpName = keyof typeof OPS;\n\n")
+	return t
+}
+
+// typescript is clients/typescript/src/contract.ts, laid out by
+// templates/engine_contract.ts.tmpl.
+func (m *engineModel) typescript() (string, error) {
+	responses, shapes := m.usedTypes()
+	view := struct {
+		ProtocolVersion, APIVersion string
+		ErrorKinds, Ops             any
+		Interfaces, Args            []tsInterface
+		Events                      []string
+	}{ProtocolVersion: m.e.ProtocolVersion, APIVersion: m.c.APIVersion, ErrorKinds: m.tax.ErrorKinds, Ops: m.opViews()}
 	for _, name := range shapes {
-		tsInterface(&b, pyTypeName(name), fmt.Sprintf("The %q shape of api/cli.yaml.", name), nil, m.c.Shapes[name], false)
+		view.Interfaces = append(view.Interfaces, newTSInterface(pyTypeName(name), fmt.Sprintf("The %q shape of api/cli.yaml.", name), nil, m.c.Shapes[name], false))
 	}
 	for _, r := range responses {
-		tsInterface(&b, responseIdent(r)+"Data", fmt.Sprintf("The data of a %s envelope.", r), nil, m.responses[r].Keys, false)
+		view.Interfaces = append(view.Interfaces, newTSInterface(responseIdent(r)+"Data", fmt.Sprintf("The data of a %s envelope.", r), nil, m.responses[r].Keys, false))
 	}
-	var events []string
 	for _, e := range m.c.StreamEvents {
 		name := "Stream" + goIdent(e.Event) + "Line"
-		events = append(events, name)
-		tsInterface(&b, name, fmt.Sprintf("One %q event of a stream.", e.Event),
-			[]string{fmt.Sprintf("  readonly \"event\": %q;\n", e.Event)}, e.Keys, false)
+		view.Events = append(view.Events, name)
+		view.Interfaces = append(view.Interfaces, newTSInterface(name, fmt.Sprintf("One %q event of a stream.", e.Event),
+			[]tsField{{Key: `"event"`, Type: strconv.Quote(e.Event)}}, e.Keys, false))
 	}
-	fmt.Fprintf(&b, "export type StreamEvent = %s;\n\n", strings.Join(events, " | "))
-	tsInterface(&b, "FailureEnvelope", "A failed request's envelope: "+m.c.Envelope.Failure.Doc+".", nil, m.c.Envelope.Failure.Keys, false)
+	view.Args = append(view.Args, newTSInterface("FailureEnvelope", "A failed request's envelope: "+m.c.Envelope.Failure.Doc+".", nil, m.c.Envelope.Failure.Keys, false))
 	for _, op := range m.e.Ops {
-		tsInterface(&b, argsIdent(op.Op), fmt.Sprintf("The arguments of %s: %s. Every key may be left out.", op.Op, op.Doc), nil, op.Args, true)
+		view.Args = append(view.Args, newTSInterface(argsIdent(op.Op), fmt.Sprintf("The arguments of %s: %s. Every key may be left out.", op.Op, op.Doc), nil, op.Args, true))
 	}
-	b.WriteString(`/** One typed method per op; a subclass sends the request in call and stream. */
-export abstract class Ops {
-  protected abstract call(op: OpName, args: object): Promise<unknown>;
-  protected abstract stream(op: OpName, args: object): AsyncIterable<unknown>;
-
-`)
-	for _, op := range m.e.Ops {
-		data := responseIdent(op.Response) + "Data"
-		fn := "op" + goIdent(op.Op)
-		if op.Streams {
-			fmt.Fprintf(&b, "  /** %s; the last item is the envelope's data. */\n", op.Doc)
-			fmt.Fprintf(&b, "  protected %s(args: %s): AsyncIterable<StreamEvent | %s> {\n    return this.stream(%q, args) as AsyncIterable<StreamEvent | %s>;\n  }\n\n", fn, argsIdent(op.Op), data, op.Op, data)
-			continue
-		}
-		fmt.Fprintf(&b, "  /** %s. */\n", op.Doc)
-		fmt.Fprintf(&b, "  protected async %s(args: %s): Promise<%s> {\n    return (await this.call(%q, args)) as %s;\n  }\n\n", fn, argsIdent(op.Op), data, op.Op, data)
-	}
-	return strings.TrimRight(b.String(), "\n") + "\n}\n"
+	return renderText("engine_contract.ts.tmpl", view)
 }
 
 func init() { register(generateEngine) }

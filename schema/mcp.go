@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"go/format"
 	"regexp"
 	"sort"
 	"strconv"
@@ -352,67 +351,70 @@ func (mm *mcpModel) shapeType(name string) string {
 	return "cliapi." + shapeIdent(name)
 }
 
-func (mm *mcpModel) writeStruct(b *strings.Builder, name, doc string, keys []MCPKey) {
-	fmt.Fprintf(b, "// %s %s\ntype %s struct {\n", name, doc, name)
+// keyStruct is the struct of keys, each field typed by mm.goType.
+func (mm *mcpModel) keyStruct(name, doc string, keys []MCPKey) goStruct {
+	s := goStruct{Name: name, Doc: doc}
 	for _, k := range keys {
-		if k.Doc != "" {
-			fmt.Fprintf(b, "\t// %s is %s\n", goFieldName(k.Name), mm.text(k.Doc))
-		}
 		tag := k.Name
 		if k.Optional {
 			tag += ",omitempty"
 		}
-		fmt.Fprintf(b, "\t%s %s `json:%q`\n", goFieldName(k.Name), mm.goType(k), tag)
+		f := goField{Name: goFieldName(k.Name), Type: mm.goType(k), Tag: tag}
+		if k.Doc != "" {
+			f.Doc = mm.text(k.Doc)
+		}
+		s.Fields = append(s.Fields, f)
 	}
-	b.WriteString("}\n\n")
+	return s
 }
 
-func (mm *mcpModel) goSource(tools []mcpTool) ([]byte, error) {
-	var b strings.Builder
-	b.WriteString(`// Package mcpapi is api/mcp.yaml as Go: the ` + "`microvm mcp`" + ` server's
-// name, limits and tools, each tool's argument and result types and its input
-// and output JSON Schema. Generated; edit api/mcp.yaml instead.
-//
-// It must never hold behaviour: cmd/microvm registers these tools with the MCP
-// SDK and fills these results.
+// mcpToolView is one entry of gen/mcpapi's Tools table.
+type mcpToolView struct {
+	Name, Title, Description          string
+	ReadOnly, Destructive, Idempotent bool
+	InputSchema, OutputSchema         string // JSON
+}
 
-`)
-	b.WriteString(mm.imports())
-	fmt.Fprintf(&b, "// APIVersion is api/mcp.yaml's version.\nconst APIVersion = %q\n\n", mm.m.APIVersion)
-	fmt.Fprintf(&b, "// The server's identity as MCP clients see it.\nconst (\n\tServerName = %q\n\tServerTitle = %q\n\tServerInstructions = %q\n)\n\n",
-		mm.m.Server.Name, mm.m.Server.Title, mm.text(mm.m.Server.Instructions))
-	b.WriteString("// The limits the server enforces.\nconst (\n")
+// goSource is gen/mcpapi/mcpapi.gen.go, laid out by templates/mcpapi.go.tmpl.
+func (mm *mcpModel) goSource(tools []mcpTool) ([]byte, error) {
+	type limit struct {
+		Ident, Doc string
+		Value      any
+	}
+	type ident struct{ Ident, Value string }
+	view := struct {
+		APIVersion, ServerName, ServerTitle, ServerInstructions string
+		UsesCLI                                                 bool
+		Limits                                                  []limit
+		ToolNames                                               []ident
+		Structs                                                 []goStruct
+		Tools                                                   []mcpToolView
+	}{
+		APIVersion:         mm.m.APIVersion,
+		ServerName:         mm.m.Server.Name,
+		ServerTitle:        mm.m.Server.Title,
+		ServerInstructions: mm.text(mm.m.Server.Instructions),
+		UsesCLI:            mm.usesCLI(),
+	}
 	for _, l := range mm.m.Limits {
-		fmt.Fprintf(&b, "\t// %s is %s.\n\t%s = %d\n", goIdent(l.Name), l.Doc, goIdent(l.Name), l.Value)
+		view.Limits = append(view.Limits, limit{goIdent(l.Name), l.Doc, l.Value})
 	}
-	b.WriteString(")\n\n// The tool names.\nconst (\n")
 	for _, t := range mm.m.Tools {
-		fmt.Fprintf(&b, "\tTool%s = %q\n", goIdent(t.Name), t.Name)
+		view.ToolNames = append(view.ToolNames, ident{goIdent(t.Name), t.Name})
 	}
-	b.WriteString(")\n\n")
 	names := make([]string, 0, len(mm.m.Shapes))
 	for n := range mm.m.Shapes {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		mm.writeStruct(&b, shapeIdent(n), fmt.Sprintf("is the %q shape of api/mcp.yaml.", n), mm.m.Shapes[n])
+		view.Structs = append(view.Structs, mm.keyStruct(shapeIdent(n), fmt.Sprintf("is the %q shape of api/mcp.yaml.", n), mm.m.Shapes[n]))
 	}
 	for _, t := range mm.m.Tools {
-		mm.writeStruct(&b, goIdent(t.Name)+"Args", fmt.Sprintf("are the arguments of %s.", t.Name), t.Args)
-		mm.writeStruct(&b, goIdent(t.Name)+"Result", fmt.Sprintf("is the structured result of %s.", t.Name), t.Result)
+		view.Structs = append(view.Structs,
+			mm.keyStruct(goIdent(t.Name)+"Args", fmt.Sprintf("are the arguments of %s.", t.Name), t.Args),
+			mm.keyStruct(goIdent(t.Name)+"Result", fmt.Sprintf("is the structured result of %s.", t.Name), t.Result))
 	}
-	b.WriteString(`// Tool is one tool as tools/list answers it: InputSchema and OutputSchema are
-// the JSON Schemas the SDK validates every call and result against.
-type Tool struct {
-	Name, Title, Description            string
-	ReadOnly, Destructive, Idempotent   bool
-	InputSchema, OutputSchema           json.RawMessage
-}
-
-// Tools lists every tool in declaration order.
-var Tools = []Tool{
-`)
 	for i, t := range tools {
 		in, err := json.Marshal(t.InputSchema)
 		if err != nil {
@@ -423,32 +425,24 @@ var Tools = []Tool{
 			return nil, err
 		}
 		d := mm.m.Tools[i]
-		fmt.Fprintf(&b, "\t{Name: %q, Title: %q, Description: %q, ReadOnly: %t, Destructive: %t, Idempotent: %t,\n\t\tInputSchema: json.RawMessage(%q),\n\t\tOutputSchema: json.RawMessage(%q)},\n",
-			t.Name, t.Title, t.Description, d.ReadOnly, d.Destructive, d.Idempotent, in, out)
+		view.Tools = append(view.Tools, mcpToolView{Name: t.Name, Title: t.Title, Description: t.Description,
+			ReadOnly: d.ReadOnly, Destructive: d.Destructive, Idempotent: d.Idempotent,
+			InputSchema: string(in), OutputSchema: string(out)})
 	}
-	b.WriteString("}\n")
-	src, err := format.Source(goFile("mcpapi", b.String()))
-	if err != nil {
-		return nil, fmt.Errorf("mcpapi: %w", err)
-	}
-	return src, nil
+	return renderGo("mcpapi", "mcpapi.go.tmpl", view)
 }
 
-// imports is gen/mcpapi's import block: gen/cliapi only when a key refers
-// to one of its shapes.
-func (mm *mcpModel) imports() string {
-	uses := false
+// usesCLI says a key refers to one of gen/cliapi's shapes, so gen/mcpapi
+// imports it.
+func (mm *mcpModel) usesCLI() bool {
 	for _, t := range mm.m.Tools {
 		for _, k := range append(append([]MCPKey(nil), t.Args...), t.Result...) {
 			if k.Ref != "" && mm.m.Shapes[k.Ref] == nil {
-				uses = true
+				return true
 			}
 		}
 	}
-	if !uses {
-		return "import \"encoding/json\"\n\n"
-	}
-	return "import (\n\t\"encoding/json\"\n\n\t\"github.com/microvms/microvms/gen/cliapi\"\n)\n\n"
+	return false
 }
 
 func generateMCP(root string) ([]Output, error) {

@@ -15,12 +15,25 @@ import (
 // (api_client.go, api_op_<Operation>.go, serializers.go, deserializers.go,
 // validators.go, endpoints.go, types/); hand-written code beside them lives in
 // handwritten_*.go and customizations_*.go, which this generator never writes.
+//
+// How it is laid out: sdkmodel.go reads the API into an sdkModel; each
+// generated file then has a view (plain structs) built by one function here
+// or in sdk_ops.go, sdk_serde.go, sdk_validators.go or traps.go, and a
+// template of the same name in sdktmpl/ that lays the view out as Go.
+// sdktmpl/common.tmpl holds the layouts every file shares (comments, struct
+// fields). The static runtime is sdkcore/*.go.tmpl, executed on the model.
 
 // SDKDir is the generated service package's directory.
 const SDKDir = "client/lambdamicrovms"
 
 //go:embed sdkcore/*.go.tmpl
 var sdkCore embed.FS
+
+//go:embed sdktmpl/*.tmpl
+var sdkTmplFS embed.FS
+
+// sdkTemplates are the per-file templates of sdktmpl/, named by file name.
+var sdkTemplates = template.Must(template.ParseFS(sdkTmplFS, "sdktmpl/*.tmpl"))
 
 func init() { register(generateSDK) }
 
@@ -29,7 +42,6 @@ func generateSDK(root string) ([]Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &sdkGen{m: m}
 	var outs []Output
 	add := func(name, pkg, body string) error {
 		src := goFile(pkg, body)
@@ -39,6 +51,13 @@ func generateSDK(root string) ([]Output, error) {
 		}
 		outs = append(outs, Output{Path: path.Join(SDKDir, name), Data: out})
 		return nil
+	}
+	render := func(name, pkg, tmpl string, view any) error {
+		var b bytes.Buffer
+		if err := sdkTemplates.ExecuteTemplate(&b, tmpl, view); err != nil {
+			return fmt.Errorf("%s: %w", tmpl, err)
+		}
+		return add(name, pkg, b.String())
 	}
 	// The static runtime: client, options, endpoints, signing, protocol helpers.
 	entries, err := sdkCore.ReadDir("sdkcore")
@@ -64,7 +83,7 @@ func generateSDK(root string) ([]Output, error) {
 		}
 	}
 	for _, op := range m.Ops {
-		if err := add("api_op_"+op.Name+".go", "lambdamicrovms", g.opFile(op)); err != nil {
+		if err := render("api_op_"+op.Name+".go", "lambdamicrovms", "api_op.go.tmpl", opView(m, op)); err != nil {
 			return nil, err
 		}
 	}
@@ -75,27 +94,19 @@ func generateSDK(root string) ([]Output, error) {
 	if err := add("traps.go", "lambdamicrovms", traps); err != nil {
 		return nil, err
 	}
-	for _, f := range []struct {
-		name string
-		body func() string
+	files := []struct {
+		name, pkg, tmpl string
+		view            any
 	}{
-		{"serializers.go", g.serializers},
-		{"deserializers.go", g.deserializers},
-		{"validators.go", g.validators},
-	} {
-		if err := add(f.name, "lambdamicrovms", f.body()); err != nil {
-			return nil, err
-		}
+		{"serializers.go", "lambdamicrovms", "serializers.go.tmpl", serializersView(m)},
+		{"deserializers.go", "lambdamicrovms", "deserializers.go.tmpl", deserializersView(m)},
+		{"validators.go", "lambdamicrovms", "validators.go.tmpl", validatorsView(m)},
+		{"types/types.go", "types", "types.go.tmpl", typesView(m)},
+		{"types/enums.go", "types", "enums.go.tmpl", enumsView(m)},
+		{"types/errors.go", "types", "errors.go.tmpl", errorsView(m)},
 	}
-	for _, f := range []struct {
-		name string
-		body func() string
-	}{
-		{"types/types.go", g.typesFile},
-		{"types/enums.go", g.enumsFile},
-		{"types/errors.go", g.errorsFile},
-	} {
-		if err := add(f.name, "types", f.body()); err != nil {
+	for _, f := range files {
+		if err := render(f.name, f.pkg, f.tmpl, f.view); err != nil {
 			return nil, err
 		}
 	}
@@ -110,36 +121,21 @@ func numbered(src []byte) string {
 	return b.String()
 }
 
-type sdkGen struct {
-	m      *sdkModel
-	b      strings.Builder
-	patIdx map[string]int
-}
-
-func (g *sdkGen) p(format string, args ...any) {
-	fmt.Fprintf(&g.b, format, args...)
-	g.b.WriteByte('\n')
-}
-
-func (g *sdkGen) take() string {
-	s := g.b.String()
-	g.b.Reset()
-	return s
-}
-
-// comment writes doc as a Go comment block, wrapped near 80 columns.
-func (g *sdkGen) comment(indent, doc string) {
-	if doc == "" {
-		return
-	}
+// commentLines wraps doc near 80 columns into the lines of a Go comment
+// block (without the "// "); an empty line separates paragraphs.
+func commentLines(doc string) []string {
+	var lines []string
 	for i, para := range strings.Split(doc, "\n\n") {
+		if doc == "" {
+			break
+		}
 		if i > 0 {
-			g.p("%s//", indent)
+			lines = append(lines, "")
 		}
 		line := ""
 		for _, w := range strings.Fields(para) {
 			if line != "" && len(line)+1+len(w) > 76 {
-				g.p("%s// %s", indent, line)
+				lines = append(lines, line)
 				line = ""
 			}
 			if line != "" {
@@ -148,17 +144,18 @@ func (g *sdkGen) comment(indent, doc string) {
 			line += w
 		}
 		if line != "" {
-			g.p("%s// %s", indent, line)
+			lines = append(lines, line)
 		}
 	}
+	return lines
 }
 
 // resolve turns a "named" reference into the named shape's kind.
-func (g *sdkGen) resolve(t *sdkType) *sdkType {
+func (m *sdkModel) resolve(t *sdkType) *sdkType {
 	if t.Kind != "named" {
 		return t
 	}
-	st, ok := g.m.byName[t.Name]
+	st, ok := m.byName[t.Name]
 	if !ok {
 		panic("unknown shape " + t.Name)
 	}
@@ -174,24 +171,24 @@ func (g *sdkGen) resolve(t *sdkType) *sdkType {
 
 // fieldType is the Go type of a member: pointers for optional scalars and
 // structures, values for enums, unions (interfaces), slices and maps.
-func (g *sdkGen) fieldType(t *sdkType, pkg string) string {
-	t = g.resolve(t)
+func (m *sdkModel) fieldType(t *sdkType, pkg string) string {
+	t = m.resolve(t)
 	switch t.Kind {
 	case "list":
-		return "[]" + g.elemType(t.Elem, pkg)
+		return "[]" + m.elemType(t.Elem, pkg)
 	case "map":
-		return "map[string]" + g.elemType(t.Elem, pkg)
+		return "map[string]" + m.elemType(t.Elem, pkg)
 	case "enum", "union":
 		return pkg + t.Name
 	case "struct":
 		return "*" + pkg + t.Name
 	}
-	return "*" + g.elemType(t, pkg)
+	return "*" + m.elemType(t, pkg)
 }
 
 // elemType is the Go type of a list element or map value: never a pointer.
-func (g *sdkGen) elemType(t *sdkType, pkg string) string {
-	t = g.resolve(t)
+func (m *sdkModel) elemType(t *sdkType, pkg string) string {
+	t = m.resolve(t)
 	switch t.Kind {
 	case "string":
 		return "string"
@@ -204,12 +201,20 @@ func (g *sdkGen) elemType(t *sdkType, pkg string) string {
 	case "enum", "union", "struct":
 		return pkg + t.Name
 	case "list", "map":
-		return g.fieldType(t, pkg)
+		return m.fieldType(t, pkg)
 	}
 	panic("elemType " + t.Kind)
 }
 
-func (g *sdkGen) structFields(members []*sdkMember, pkg string, withMeta bool) {
+// fieldView is one struct field: its comment lines, name and Go type.
+type fieldView struct {
+	Doc        []string
+	Name, Type string
+}
+
+// fields are the struct fields of members, a required one saying so.
+func (m *sdkModel) fields(members []*sdkMember, pkg string) []fieldView {
+	var out []fieldView
 	for _, mem := range members {
 		doc := mem.Doc
 		if mem.Required {
@@ -218,170 +223,96 @@ func (g *sdkGen) structFields(members []*sdkMember, pkg string, withMeta bool) {
 			}
 			doc += "This member is required."
 		}
-		g.comment("\t", doc)
-		g.p("\t%s %s", mem.GoName, g.fieldType(mem.T, pkg))
-		g.p("")
+		out = append(out, fieldView{Doc: commentLines(doc), Name: mem.GoName, Type: m.fieldType(mem.T, pkg)})
 	}
-	if withMeta {
-		g.p("\t// Metadata pertaining to the operation's result.")
-		g.p("\tResultMetadata middleware.Metadata")
-		g.p("")
-	}
-	g.p("\tnoSmithyDocumentSerde")
+	return out
 }
 
 // ---- types/ ----------------------------------------------------------------
 
-func (g *sdkGen) typesFile() string {
-	g.p("// Package types holds the shapes of the %s API: structures, unions,", g.m.Title)
-	g.p("// enums and modeled exceptions, as aws-sdk-go-v2's service types packages do.")
-	g.p("")
-	g.p("import (")
-	g.p("\t%q", "time")
-	g.p("\tsmithydocument %q", "github.com/aws/smithy-go/document")
-	g.p(")")
-	g.p("")
-	g.p("type noSmithyDocumentSerde = smithydocument.NoSerde")
-	g.p("")
-	for _, st := range g.m.Types {
-		if st.Union {
-			g.comment("", st.Doc)
-			g.p("//")
-			g.p("// The following types satisfy this interface:")
-			g.p("//")
-			for _, mem := range st.Members {
-				g.p("//\t%sMember%s", st.Name, mem.GoName)
-			}
-			g.p("type %s interface {", st.Name)
-			g.p("\tis%s()", st.Name)
-			g.p("}")
-			g.p("")
-			for _, mem := range st.Members {
-				g.comment("", mem.Doc)
-				g.p("type %sMember%s struct {", st.Name, mem.GoName)
-				g.p("\tValue %s", g.elemType(mem.T, ""))
-				g.p("")
-				g.p("\tnoSmithyDocumentSerde")
-				g.p("}")
-				g.p("")
-				g.p("func (*%sMember%s) is%s() {}", st.Name, mem.GoName, st.Name)
-				g.p("")
-			}
-			continue
-		}
-		doc := st.Doc
-		if doc == "" {
-			doc = st.Name + " is the " + st.Name + " structure of the model."
-		}
-		g.comment("", doc)
-		g.p("type %s struct {", st.Name)
-		g.structFields(st.Members, "", false)
-		g.p("}")
-		g.p("")
-	}
-	g.p("// UnknownUnionMember is returned when a union member is returned over the")
-	g.p("// wire, but has an unknown tag.")
-	g.p("type UnknownUnionMember struct {")
-	g.p("\tTag   string")
-	g.p("\tValue []byte")
-	g.p("")
-	g.p("\tnoSmithyDocumentSerde")
-	g.p("}")
-	g.p("")
-	for _, st := range g.m.Types {
-		if st.Union {
-			g.p("func (*UnknownUnionMember) is%s() {}", st.Name)
-		}
-	}
-	return g.take()
+// shapeView is a structure, union or exception of types/.
+type shapeView struct {
+	Name    string
+	Doc     []string
+	Union   bool
+	Fields  []fieldView       // a structure's or exception's members
+	Members []unionMemberView // a union's members
+	Fault   string            // an exception's smithy.ErrorFault
 }
 
-func (g *sdkGen) enumsFile() string {
-	for _, st := range g.m.Enums {
-		g.p("// %s is one of the values of the %s enum.", st.Name, st.Name)
-		g.p("type %s string", st.Name)
-		g.p("")
-		g.p("// Enum values for %s", st.Name)
-		g.p("const (")
-		for _, v := range st.Enum {
-			g.p("\t%s %s = %q", enumConst(st.Name, v), st.Name, v)
-		}
-		g.p(")")
-		g.p("")
-		g.p("// Values returns all known values for %s. Note that this can be expanded in", st.Name)
-		g.p("// the future, and so it is only as up to date as the client.")
-		g.p("//")
-		g.p("// The ordering of this slice is not guaranteed to be stable across updates.")
-		g.p("func (%s) Values() []%s {", st.Name, st.Name)
-		g.p("\treturn []%s{", st.Name)
-		for _, v := range st.Enum {
-			g.p("\t\t%q,", v)
-		}
-		g.p("\t}")
-		g.p("}")
-		g.p("")
-	}
-	return g.take()
+// unionMemberView is one member type of a union.
+type unionMemberView struct {
+	Doc         []string
+	Type, Value string // UnionMemberX and the Go type of its Value
 }
 
-func (g *sdkGen) errorsFile() string {
-	g.p("import (")
-	g.p("\t%q", "fmt")
-	g.p("\tsmithy %q", "github.com/aws/smithy-go")
-	g.p(")")
-	g.p("")
-	for _, e := range g.m.Errors {
+func typesView(m *sdkModel) any {
+	var shapes []shapeView
+	for _, st := range m.Types {
+		v := shapeView{Name: st.Name, Union: st.Union}
+		if st.Union {
+			v.Doc = commentLines(st.Doc)
+			for _, mem := range st.Members {
+				v.Members = append(v.Members, unionMemberView{Doc: commentLines(mem.Doc), Type: st.Name + "Member" + mem.GoName, Value: m.elemType(mem.T, "")})
+			}
+		} else {
+			doc := st.Doc
+			if doc == "" {
+				doc = st.Name + " is the " + st.Name + " structure of the model."
+			}
+			v.Doc = commentLines(doc)
+			v.Fields = m.fields(st.Members, "")
+		}
+		shapes = append(shapes, v)
+	}
+	return struct {
+		Title  string
+		Shapes []shapeView
+	}{m.Title, shapes}
+}
+
+// enumView is one enum: its type and its values' constants.
+type enumView struct {
+	Name   string
+	Values []struct{ Const, Value string }
+}
+
+func enumsView(m *sdkModel) any {
+	var enums []enumView
+	for _, st := range m.Enums {
+		e := enumView{Name: st.Name}
+		for _, v := range st.Enum {
+			e.Values = append(e.Values, struct{ Const, Value string }{enumConst(st.Name, v), v})
+		}
+		enums = append(enums, e)
+	}
+	return enums
+}
+
+func errorsView(m *sdkModel) any {
+	var errs []shapeView
+	for _, e := range m.Errors {
 		doc := e.Doc
 		if doc == "" {
 			doc = fmt.Sprintf("%s is the modeled exception the service answers with HTTP %d.", e.Name, e.Error.Status)
 		}
-		g.comment("", doc)
-		g.p("type %s struct {", e.Name)
 		var hasMessage bool
+		var rest []*sdkMember
 		for _, mem := range e.Members {
 			if mem.Wire == "message" {
 				hasMessage = true
-				g.p("\tMessage *string")
-				g.p("")
+				continue
 			}
+			rest = append(rest, mem)
 		}
 		if !hasMessage {
 			panic(e.Name + " has no message member")
 		}
-		g.p("\tErrorCodeOverride *string")
-		g.p("")
-		var rest []*sdkMember
-		for _, mem := range e.Members {
-			if mem.Wire != "message" {
-				rest = append(rest, mem)
-			}
-		}
-		g.structFields(rest, "", false)
-		g.p("}")
-		g.p("")
-		g.p("func (e *%s) Error() string {", e.Name)
-		g.p("\treturn fmt.Sprintf(\"%%s: %%s\", e.ErrorCode(), e.ErrorMessage())")
-		g.p("}")
-		g.p("func (e *%s) ErrorMessage() string {", e.Name)
-		g.p("\tif e.Message == nil {")
-		g.p("\t\treturn \"\"")
-		g.p("\t}")
-		g.p("\treturn *e.Message")
-		g.p("}")
-		g.p("func (e *%s) ErrorCode() string {", e.Name)
-		g.p("\tif e == nil || e.ErrorCodeOverride == nil {")
-		g.p("\t\treturn %q", e.Name)
-		g.p("\t}")
-		g.p("\treturn *e.ErrorCodeOverride")
-		g.p("}")
 		fault := "smithy.FaultClient"
 		if e.Error.Fault == "server" {
 			fault = "smithy.FaultServer"
 		}
-		g.p("func (e *%s) ErrorFault() smithy.ErrorFault { return %s }", e.Name, fault)
-		g.p("")
+		errs = append(errs, shapeView{Name: e.Name, Doc: commentLines(doc), Fields: m.fields(rest, ""), Fault: fault})
 	}
-	return g.take()
+	return errs
 }
-
-// ---- api_op_<Operation>.go --------------------------------------------------

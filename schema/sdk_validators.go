@@ -1,25 +1,53 @@
 package schema
 
 // The SDK generator's input validators: the model's required members,
-// lengths, ranges, patterns and enums, checked before anything is sent.
+// lengths, ranges, patterns and enums, checked before anything is sent. The
+// view built here is laid out by sdktmpl/validators.go.tmpl; a value's checks
+// nest (lists of maps of structures), so its view is a tree (valValue) the
+// template walks recursively.
 
 import (
-	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 )
 
-func (g *sdkGen) validators() string {
-	g.p("import (")
-	for _, imp := range []string{"context", "fmt", "regexp", "sort"} {
-		g.p("\t%q", imp)
-	}
-	g.p("\tsmithy %q", "github.com/aws/smithy-go")
-	g.p("\t%q", "github.com/aws/smithy-go/middleware")
-	g.p("\t%q", "github.com/microvms/microvms/client/lambdamicrovms/types")
-	g.p(")")
-	g.p("")
+// valShapeView is the validator of an operation's input (Context is
+// "<Op>Input"), a structure's or a union's.
+type valShapeView struct {
+	Name, Context string
+	Union         bool
+	Members       []valMember
+}
+
+// valMember checks one member: NilCheck says it is absent; a required
+// member is refused when absent, any other is checked when present. A
+// union's member has Type (its member type) and no NilCheck.
+type valMember struct {
+	GoName, NilCheck, Type string
+	Required               bool
+	Value                  *valValue
+}
+
+// valValue is the checks of Expr (reported as Field): the constraints C of
+// its kind; for a list or map, Loop says its elements (Elem) or keys (Key)
+// need checks of their own, in a loop whose names carry Depth.
+type valValue struct {
+	Kind, Name, Field, Expr string
+	Depth                   int
+	C                       constraints
+	PatIdx                  int // C.Pattern's index in modelPatterns
+	Loop                    bool
+	Key, Elem               *valValue
+}
+
+// validators is the state of one validators.go: the model and the index of
+// each of its patterns.
+type validators struct {
+	m      *sdkModel
+	patIdx map[string]int
+}
+
+func validatorsView(m *sdkModel) any {
 	// Every pattern of the model, compiled once.
 	patterns := map[string]bool{}
 	var collect func(t *sdkType)
@@ -34,12 +62,12 @@ func (g *sdkGen) validators() string {
 			collect(t.Elem)
 		}
 	}
-	for _, op := range g.m.Ops {
+	for _, op := range m.Ops {
 		for _, mem := range op.Input.Members {
 			collect(mem.T)
 		}
 	}
-	for _, st := range g.m.Types {
+	for _, st := range m.Types {
 		for _, mem := range st.Members {
 			collect(mem.T)
 		}
@@ -49,163 +77,79 @@ func (g *sdkGen) validators() string {
 		pats = append(pats, p)
 	}
 	sort.Strings(pats)
-	g.patIdx = map[string]int{}
-	g.p("// The model's patterns, one regexp each.")
-	g.p("var modelPatterns = []*regexp.Regexp{")
+	g := &validators{m: m, patIdx: map[string]int{}}
 	for i, p := range pats {
 		g.patIdx[p] = i
-		g.p("\tregexp.MustCompile(%s),", strconv.Quote(p))
 	}
-	g.p("}")
-	g.p("")
-	for _, op := range g.m.Ops {
-		n := op.Name
-		g.p("type validateOp%s struct{}", n)
-		g.p("")
-		g.p("func (*validateOp%s) ID() string { return \"OperationInputValidation\" }", n)
-		g.p("")
-		g.p("func (m *validateOp%s) HandleInitialize(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (out middleware.InitializeOutput, metadata middleware.Metadata, err error) {", n)
-		g.p("\tinput, ok := in.Parameters.(*%sInput)", n)
-		g.p("\tif !ok {")
-		g.p("\t\treturn out, metadata, fmt.Errorf(\"unknown input parameters type %%T\", in.Parameters)")
-		g.p("\t}")
-		g.p("\tif err := validateOp%sInput(input); err != nil {", n)
-		g.p("\t\treturn out, metadata, err")
-		g.p("\t}")
-		g.p("\treturn next.HandleInitialize(ctx, in)")
-		g.p("}")
-		g.p("")
-		g.p("func addOp%sValidationMiddleware(stack *middleware.Stack) error {", n)
-		g.p("\treturn stack.Initialize.Add(&validateOp%s{}, middleware.After)", n)
-		g.p("}")
-		g.p("")
-		g.p("func validateOp%sInput(v *%sInput) error {", n, n)
-		g.p("\tif v == nil {")
-		g.p("\t\treturn nil")
-		g.p("\t}")
-		g.p("\tinvalidParams := smithy.InvalidParamsError{Context: %q}", n+"Input")
+	var ops, shapes []valShapeView
+	for _, op := range m.Ops {
+		v := valShapeView{Name: op.Name, Context: op.Name + "Input"}
 		for _, mem := range op.Input.Members {
-			g.validateMember(mem)
+			v.Members = append(v.Members, g.member(mem))
 		}
-		g.p("\tif invalidParams.Len() > 0 {")
-		g.p("\t\treturn invalidParams")
-		g.p("\t}")
-		g.p("\treturn nil")
-		g.p("}")
-		g.p("")
+		ops = append(ops, v)
 	}
-	for _, st := range g.m.Types {
-		if st.Union {
-			g.p("func validate%s(v types.%s) error {", st.Name, st.Name)
-			g.p("\tinvalidParams := smithy.InvalidParamsError{Context: %q}", st.Name)
-			g.p("\tswitch uv := v.(type) {")
-			for _, mem := range st.Members {
-				g.p("\tcase *types.%sMember%s:", st.Name, mem.GoName)
-				g.validateValue("uv.Value", mem.GoName, mem.T, 2, false)
-			}
-			g.p("\t}")
-			g.p("\tif invalidParams.Len() > 0 {")
-			g.p("\t\treturn invalidParams")
-			g.p("\t}")
-			g.p("\treturn nil")
-			g.p("}")
-			g.p("")
-			continue
-		}
-		g.p("func validate%s(v *types.%s) error {", st.Name, st.Name)
-		g.p("\tif v == nil {")
-		g.p("\t\treturn nil")
-		g.p("\t}")
-		g.p("\tinvalidParams := smithy.InvalidParamsError{Context: %q}", st.Name)
+	for _, st := range m.Types {
+		v := valShapeView{Name: st.Name, Context: st.Name, Union: st.Union}
 		for _, mem := range st.Members {
-			g.validateMember(mem)
+			if st.Union {
+				v.Members = append(v.Members, valMember{Type: st.Name + "Member" + mem.GoName, Value: g.value("uv.Value", mem.GoName, mem.T, 2, false)})
+				continue
+			}
+			v.Members = append(v.Members, g.member(mem))
 		}
-		g.p("\tif invalidParams.Len() > 0 {")
-		g.p("\t\treturn invalidParams")
-		g.p("\t}")
-		g.p("\treturn nil")
-		g.p("}")
-		g.p("")
+		shapes = append(shapes, v)
 	}
-	return g.take()
+	return struct {
+		Patterns    []string
+		Ops, Shapes []valShapeView
+	}{pats, ops, shapes}
 }
 
-func (g *sdkGen) validateMember(mem *sdkMember) {
-	t := g.resolve(mem.T)
+func (g *validators) member(mem *sdkMember) valMember {
+	t := g.m.resolve(mem.T)
 	f := "v." + mem.GoName
-	nilCheck := f + " == nil"
+	v := valMember{GoName: mem.GoName, NilCheck: f + " == nil", Required: mem.Required}
 	if t.Kind == "enum" {
-		nilCheck = "len(" + f + ") == 0"
-	}
-	if mem.Required {
-		g.p("\tif %s {", nilCheck)
-		g.p("\t\tinvalidParams.Add(smithy.NewErrParamRequired(%q))", mem.GoName)
-		g.p("\t} else {")
-	} else {
-		g.p("\tif !(%s) {", nilCheck)
+		v.NilCheck = "len(" + f + ") == 0"
 	}
 	switch t.Kind {
 	case "string", "int32", "int64", "double", "bool", "timestamp":
-		g.validateValue("*"+f, mem.GoName, t, 2, false)
+		v.Value = g.value("*"+f, mem.GoName, t, 2, false)
 	default:
-		g.validateValue(f, mem.GoName, t, 2, true)
+		v.Value = g.value(f, mem.GoName, t, 2, true)
 	}
-	g.p("\t}")
+	return v
 }
 
-func (g *sdkGen) validateValue(expr, field string, t *sdkType, depth int, isPtr bool) {
-	t = g.resolve(t)
-	ind := strings.Repeat("\t", depth)
-	fq := strconv.Quote(field)
-	c := t.C
+func (g *validators) value(expr, field string, t *sdkType, depth int, isPtr bool) *valValue {
+	t = g.m.resolve(t)
+	v := &valValue{Kind: t.Kind, Name: t.Name, Field: field, Expr: expr, Depth: depth, C: t.C}
 	switch t.Kind {
 	case "string":
-		if c.MinLen != nil || c.MaxLen != nil {
-			g.p("%scheckLength(&invalidParams, %s, %s, %s, %s)", ind, fq, expr, bound(c.MinLen), bound(c.MaxLen))
+		if t.C.Pattern != "" {
+			v.PatIdx = g.patIdx[t.C.Pattern]
 		}
-		if c.Pattern != "" {
-			g.p("%scheckPattern(&invalidParams, %s, %s, modelPatterns[%d])", ind, fq, expr, g.patIdx[c.Pattern])
+	case "struct":
+		if !isPtr {
+			v.Expr = "&" + expr
 		}
-	case "int32", "int64":
-		if c.Min != nil || c.Max != nil {
-			g.p("%scheckRange(&invalidParams, %s, int64(%s), %s, %s)", ind, fq, expr, bound(c.Min), bound(c.Max))
-		}
-	case "enum":
-		g.p("%scheckEnum(&invalidParams, %s, %s)", ind, fq, expr)
-	case "struct", "union":
-		if t.Kind == "struct" && !isPtr {
-			expr = "&" + expr
-		}
-		g.p("%sif err := validate%s(%s); err != nil {", ind, t.Name, expr)
-		g.p("%s\tinvalidParams.AddNested(%s, err.(smithy.InvalidParamsError))", ind, fq)
-		g.p("%s}", ind)
 	case "list":
-		if c.MinItems != nil || c.MaxItems != nil {
-			g.p("%scheckCount(&invalidParams, %s, len(%s), %s, %s)", ind, fq, expr, bound(c.MinItems), bound(c.MaxItems))
-		}
-		if g.needsValidation(t.Elem) {
-			idx := fmt.Sprintf("i%d", depth)
-			g.p("%sfor %s := range %s {", ind, idx, expr)
-			g.validateValue(expr+"["+idx+"]", field+"[]", t.Elem, depth+1, false)
-			g.p("%s}", ind)
+		if v.Loop = g.needsValidation(t.Elem); v.Loop {
+			v.Elem = g.value(expr+"[i"+strconv.Itoa(depth)+"]", field+"[]", t.Elem, depth+1, false)
 		}
 	case "map":
-		if c.MinItems != nil || c.MaxItems != nil {
-			g.p("%scheckCount(&invalidParams, %s, len(%s), %s, %s)", ind, fq, expr, bound(c.MinItems), bound(c.MaxItems))
-		}
 		kt := &sdkType{Kind: "string", C: t.KeyC}
-		if g.needsValidation(t.Elem) || g.needsValidation(kt) {
-			g.p("%sfor k, mv := range %s {", ind, expr)
-			g.p("%s\t_ = mv", ind)
-			g.validateValue("k", field+" key", kt, depth+1, false)
-			g.validateValue("mv", field+" value", t.Elem, depth+1, false)
-			g.p("%s}", ind)
+		if v.Loop = g.needsValidation(t.Elem) || g.needsValidation(kt); v.Loop {
+			v.Key = g.value("k", field+" key", kt, depth+1, false)
+			v.Elem = g.value("mv", field+" value", t.Elem, depth+1, false)
 		}
 	}
+	return v
 }
 
-func (g *sdkGen) needsValidation(t *sdkType) bool {
-	t = g.resolve(t)
+func (g *validators) needsValidation(t *sdkType) bool {
+	t = g.m.resolve(t)
 	switch t.Kind {
 	case "struct", "union", "enum":
 		return true
@@ -213,11 +157,4 @@ func (g *sdkGen) needsValidation(t *sdkType) bool {
 		return t.C.any() || t.KeyC.any() || g.needsValidation(t.Elem)
 	}
 	return t.C.any()
-}
-
-func bound(v *int64) string {
-	if v == nil {
-		return "nil"
-	}
-	return fmt.Sprintf("ptrInt64(%d)", *v)
 }

@@ -478,8 +478,6 @@ func collectMeasured(o *onode, op *sdkOp) {
 	}
 }
 
-func refName(ref string) string { return ref[strings.LastIndexByte(ref, '/')+1:] }
-
 func members(s *onode, shape string, docs *smithyDocs, loc string) ([]*sdkMember, error) {
 	req := map[string]bool{}
 	for _, r := range s.get("required").List() {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"text/template"
 
 	"gopkg.in/yaml.v3"
 )
@@ -32,35 +31,18 @@ type trapOp struct {
 	Calls []trapCall
 }
 
-var trapsTemplate = template.Must(template.New("traps").Parse(`
-// checkTraps runs the measured-trap checks api/traps.yaml wires to params'
-// operation, each on its typed input member; the first refusal is returned.
-func checkTraps(params any) error {
-	switch in := params.(type) {
-{{- range .}}
-	case *{{.Name}}Input:
-{{- range .Calls}}
-		if err := {{.Check}}({{printf "%q" .Op}}, {{printf "%q" .Field}}, in.{{.Field}}); err != nil {
-			return err
-		}
-{{- end}}
-{{- end}}
-	}
-	return nil
-}
-`))
-
-// trapsSource wires api/traps.yaml onto the model's operations. It fails
+// trapsView wires api/traps.yaml onto the model's operations, for
+// sdktmpl/traps.go.tmpl. It fails
 // when a name matches no operation input member: a renamed member must not
 // turn a trap off.
-func trapsSource(root string, m *sdkModel) (string, error) {
+func trapsView(root string, m *sdkModel) ([]trapOp, error) {
 	raw, err := os.ReadFile(filepath.Join(root, "api", "traps.yaml"))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var tf trapsFile
 	if err := yaml.Unmarshal(raw, &tf); err != nil {
-		return "", fmt.Errorf("api/traps.yaml: %w", err)
+		return nil, fmt.Errorf("api/traps.yaml: %w", err)
 	}
 	var ops []trapOp
 	matched := map[string]bool{}
@@ -80,16 +62,25 @@ func trapsSource(root string, m *sdkModel) (string, error) {
 	}
 	for _, trap := range tf.Traps {
 		if trap.Check == "" || trap.Finding == "" || len(trap.MembersNamed) == 0 {
-			return "", fmt.Errorf("api/traps.yaml: every trap needs a check, a finding and members_named")
+			return nil, fmt.Errorf("api/traps.yaml: every trap needs a check, a finding and members_named")
 		}
 		for _, name := range trap.MembersNamed {
 			if !matched[trap.Check+" "+name] {
-				return "", fmt.Errorf("api/traps.yaml: %s's member %q matches no operation input member (renamed in the model?); the trap would be off", trap.Check, name)
+				return nil, fmt.Errorf("api/traps.yaml: %s's member %q matches no operation input member (renamed in the model?); the trap would be off", trap.Check, name)
 			}
 		}
 	}
+	return ops, nil
+}
+
+// trapsSource is traps.go's body: trapsView laid out by its template.
+func trapsSource(root string, m *sdkModel) (string, error) {
+	ops, err := trapsView(root, m)
+	if err != nil {
+		return "", err
+	}
 	var b bytes.Buffer
-	if err := trapsTemplate.Execute(&b, ops); err != nil {
+	if err := sdkTemplates.ExecuteTemplate(&b, "traps.go.tmpl", ops); err != nil {
 		return "", err
 	}
 	return b.String(), nil

@@ -1,15 +1,12 @@
 package schema
 
 import (
-	"bytes"
 	"fmt"
-	"go/format"
 	"maps"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"text/template"
 
 	"gopkg.in/yaml.v3"
 )
@@ -57,205 +54,6 @@ type errorMediaRow struct {
 	Status int
 	Media  string
 }
-
-var wireTemplate = template.Must(template.New("wire").Funcs(template.FuncMap{"quote": strconv.Quote, "goIdent": goIdent}).Parse(`// Constants of agentd protocol v1 that are not types: the version header, the
-// hook prefix, the SSE event names and the operative limits, from the x-
-// extensions of api/openapi.yaml.
-
-// ProtocolVersion is the wire protocol version this package describes.
-const ProtocolVersion = {{quote .ProtocolVersion}}
-
-// DaemonVersion is the daemon's version: the version header's value, /v1/health's
-// version and /v1/schema's daemon_version, unless a build stamps another.
-const DaemonVersion = {{quote .DaemonVersion}}
-
-// VersionHeader is the response header every agentd answer carries.
-const VersionHeader = {{quote .VersionHeader}}
-
-// HookPrefix is the fixed path prefix of the platform's lifecycle hooks.
-const HookPrefix = {{quote .HookPrefix}}
-
-// SSE event names of GET /v1/exec/{id}/stream and GET /v1/fs/watch.
-const (
-{{- range .Events}}
-	Event{{.Ident}} = {{quote .Name}} // payload: {{.Schema}}
-{{- end}}
-)
-
-// SSETerminalEvent is the event after which an exec stream's body ends.
-const SSETerminalEvent = {{quote .Terminal}}
-
-// FramesMediaType is the media type of the binary frames the exec stream and
-// the run route answer instead of SSE when a request's Accept names it
-// (x-frames): {{.FrameLayout}}.
-const FramesMediaType = {{quote .FrameMedia}}
-
-// FrameHeaderBytes is the fixed header before every frame's payload;
-// FrameMaxPayloadBytes is the most payload one frame carries.
-const (
-	FrameHeaderBytes     = {{.FrameHeader}}
-	FrameMaxPayloadBytes = {{.FrameMaxPayload}}
-)
-
-// Binary frame types (x-frames).
-const (
-{{- range .Frames}}
-	Frame{{.Ident}} uint8 = {{.Code}} // {{.Payload}}
-{{- end}}
-)
-
-// Operation is one route of the protocol with the facts its callers and the
-// daemon share, so neither retypes them beside a call.
-type Operation struct {
-	ID         string // the operationId
-	Method     string
-	Pattern    string // the path, with {name} placeholders
-	Bearer     bool   // the bearer token is required
-	Idempotent bool   // sending it again after a retryable failure changes nothing more
-	// ErrorMedia is the media type of the body each error status carries,
-	// "" where the status has no body.
-	ErrorMedia map[int]string
-}
-
-// The operation ids.
-const (
-{{- range .Ops}}
-	Op{{.Ident}} = {{quote .ID}}
-{{- end}}
-)
-
-// Operations lists every route in document order.
-var Operations = []Operation{
-{{- range .Ops}}
-	{ID: Op{{.Ident}}, Method: {{quote .Method}}, Pattern: {{quote .Pattern}}, Bearer: {{.Bearer}}, Idempotent: {{.Idempotent}}, ErrorMedia: map[int]string{ {{- range .Errors}}{{.Status}}: {{quote .Media}}, {{end -}} }},
-{{- end}}
-}
-
-// OperationByID returns the operation with id, and false for an unknown id.
-func OperationByID(id string) (Operation, bool) {
-	for _, op := range Operations {
-		if op.ID == id {
-			return op, true
-		}
-	}
-	return Operation{}, false
-}
-
-// Limit is one operative limit: its wire name (the key in docs/schema.json),
-// the environment variable that overrides it, and its default.
-type Limit struct {
-	Name        string
-	Env         string
-	Default     float64
-	Description string
-}
-
-// Default values of the operative limits.
-const (
-{{- range .Limits}}
-	Default{{.Ident}} = {{.Value}} // {{.Env}}
-{{- end}}
-)
-
-// Limits lists every operative limit, sorted by name.
-var Limits = []Limit{
-{{- range .Limits}}
-	{Name: {{quote .Name}}, Env: {{quote .Env}}, Default: Default{{.Ident}}, Description: {{quote .Description}}},
-{{- end}}
-}
-
-// LimitSet is every operative limit as a typed Go value, one field per
-// entry of Limits: seconds as a time.Duration, the port as an int, bytes and
-// counts as an int64. A daemon embeds it in its configuration so no limit is
-// wired by hand.
-type LimitSet struct {
-{{- range .Limits}}
-	{{.Field}} {{.GoType}} // {{.Name}}{{if .Env}} ({{.Env}}){{end}}
-{{- end}}
-}
-
-// DefaultLimitSet is every limit at its declared default.
-func DefaultLimitSet() LimitSet {
-	var l LimitSet
-	for _, d := range Limits {
-		l.SetLimit(d.Name, d.Default)
-	}
-	return l
-}
-
-// SetLimit sets the limit named name from v in its wire unit (bytes, a count
-// or seconds), and is false for a name that is no limit.
-func (l *LimitSet) SetLimit(name string, v float64) bool {
-	switch name {
-{{- range .Limits}}
-	case {{quote .Name}}:
-		{{if eq .GoType "time.Duration"}}l.{{.Field}} = SecondsDuration(v){{else}}l.{{.Field}} = {{.GoType}}(v){{end}}
-{{- end}}
-	default:
-		return false
-	}
-	return true
-}
-
-// LimitValue is the limit named name in its wire unit, and false for a name
-// that is no limit.
-func (l *LimitSet) LimitValue(name string) (float64, bool) {
-	switch name {
-{{- range .Limits}}
-	case {{quote .Name}}:
-		return {{if eq .GoType "time.Duration"}}l.{{.Field}}.Seconds(){{else}}float64(l.{{.Field}}){{end}}, true
-{{- end}}
-	}
-	return 0, false
-}
-
-// SecondsDuration converts seconds to a Duration, saturating rather than
-// overflowing for an absurdly large setting.
-func SecondsDuration(v float64) time.Duration {
-	if v*float64(time.Second) >= math.MaxInt64 {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(v * float64(time.Second))
-}
-
-// Setting is one daemon setting from the environment that is not a limit.
-type Setting struct {
-	Name        string
-	Env         string
-	Aliases     []string // older spellings, read as well
-	Default     string
-	Description string
-}
-
-// Environment variables of the settings.
-const (
-{{- range .Settings}}
-	Env{{goIdent .Name}} = {{quote .Env}}
-{{- end}}
-)
-
-// Settings lists every non-limit setting, sorted by name.
-var Settings = []Setting{
-{{- range .Settings}}
-	{Name: {{quote .Name}}, Env: Env{{goIdent .Name}}, {{if .Aliases}}Aliases: []string{ {{- range $i, $a := .Aliases}}{{if $i}}, {{end}}{{quote $a}}{{end}} }, {{end}}Default: {{quote .Default}}, Description: {{quote .Description}}},
-{{- end}}
-}
-
-// SettingTrue and SettingFalse are the spellings of a boolean setting's two
-// values, lower case; a reader trims and folds case before comparing.
-var (
-	SettingTrue  = []string{ {{- range $i, $v := .True}}{{if $i}}, {{end}}{{quote $v}}{{end}} }
-	SettingFalse = []string{ {{- range $i, $v := .False}}{{if $i}}, {{end}}{{quote $v}}{{end}} }
-)
-
-// ReferenceEnv is every environment variable the reference daemon reads; each
-// is the Env of a Limit or a Setting.
-var ReferenceEnv = []string{
-{{- range .ReferenceEnv}}
-	{{quote .}},
-{{- end}}
-}
-`))
 
 func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 	data := struct {
@@ -360,16 +158,7 @@ func wireGo(node *yaml.Node, doc map[string]any) ([]byte, error) {
 		return nil, err
 	}
 	data.Ops = ops
-	var buf bytes.Buffer
-	if err := wireTemplate.Execute(&buf, data); err != nil {
-		return nil, err
-	}
-	src := goFile("protocol", "import (\n\t\"math\"\n\t\"time\"\n)\n\n"+buf.String())
-	out, err := format.Source(src)
-	if err != nil {
-		return nil, fmt.Errorf("wire.gen.go: gofmt: %w", err)
-	}
-	return out, nil
+	return renderGo("protocol", "wire.go.tmpl", data)
 }
 
 func settingRows(doc map[string]any) ([]settingRow, error) {
