@@ -155,22 +155,28 @@ def offers_frames(client: Client) -> bool:
     return o is not None and o[1]
 
 
-def _open_stream(client: Client, exec_id: str, offset: int) -> Union[EventStream, FrameStream]:
-    if offers_frames(client):
+def _want_frames(client: Client, frames: Optional[bool]) -> bool:
+    return offers_frames(client) if frames is None else frames
+
+
+def _open_stream(client: Client, exec_id: str, offset: int, frames: Optional[bool]) -> Union[EventStream, FrameStream]:
+    if _want_frames(client, frames):
         return client.exec_stream_frames(exec_id, offset=offset)
     return client.exec_stream(exec_id, offset=offset)
 
 
-def follow(client: Client, exec_id: str, offset: int = 0, *, reconnects: int = 5, backoff: float = 0.2) -> Iterator[Event]:
+def follow(client: Client, exec_id: str, offset: int = 0, *, reconnects: int = 5, backoff: float = 0.2, frames: Optional[bool] = None) -> Iterator[Event]:
     """Yields exec_id's events from offset to its exit event, reconnecting
     from the next unread byte when the connection breaks. Each event is
     yielded once. Raises StreamCut after `reconnects` consecutive breaks with
     no event between them, ApiError (404 unknown_exec, 401, ...) at once, and
-    FrameError at once for a frame no conforming writer sends."""
+    FrameError at once for a frame no conforming writer sends. frames=None
+    asks for binary frames where the daemon's /v1/schema lists them; False
+    never asks (SSE), True always asks (a daemon may still answer SSE)."""
     failures = 0
     while True:
         try:
-            with _open_stream(client, exec_id, offset) as body:
+            with _open_stream(client, exec_id, offset, frames) as body:
                 for event in events(body):
                     failures = 0
                     offset = next_offset(event, offset)
@@ -186,7 +192,7 @@ def follow(client: Client, exec_id: str, offset: int = 0, *, reconnects: int = 5
         time.sleep(backoff * failures)
 
 
-def run(client: Client, request: StartRequest, *, reconnects: int = 5, backoff: float = 0.2) -> Iterator[Event]:
+def run(client: Client, request: StartRequest, *, reconnects: int = 5, backoff: float = 0.2, frames: Optional[bool] = None) -> Iterator[Event]:
     """Starts request and yields its events from offset 0 to the exit event.
 
     Where the daemon offers the run route this is one exchange, and the daemon
@@ -194,11 +200,12 @@ def run(client: Client, request: StartRequest, *, reconnects: int = 5, backoff: 
     lists binary frames too, output comes as raw bytes, not base64. A
     connection that breaks before the exit leaves the exec unacked, and the
     rest is followed through the stream route; the caller then acks as after
-    follow. Against any other daemon it is exec_start then follow."""
+    follow. Against any other daemon it is exec_start then follow. frames is
+    as for follow."""
     if offers_run(client):
         offset = 0
         try:
-            body = client.exec_run_frames(request) if offers_frames(client) else client.exec_run(request)
+            body = client.exec_run_frames(request) if _want_frames(client, frames) else client.exec_run(request)
             with body:
                 for event in events(body):
                     offset = next_offset(event, offset)
@@ -207,7 +214,7 @@ def run(client: Client, request: StartRequest, *, reconnects: int = 5, backoff: 
                         return
         except (OSError, http.client.HTTPException):
             pass
-        yield from follow(client, request.exec_id, offset, reconnects=reconnects, backoff=backoff)
+        yield from follow(client, request.exec_id, offset, reconnects=reconnects, backoff=backoff, frames=frames)
         return
     client.exec_start(request)
-    yield from follow(client, request.exec_id, 0, reconnects=reconnects, backoff=backoff)
+    yield from follow(client, request.exec_id, 0, reconnects=reconnects, backoff=backoff, frames=frames)
