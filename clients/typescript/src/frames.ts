@@ -49,7 +49,8 @@ export interface ChunkSource {
  * undefined when the body ends between frames. */
 export class FrameReader {
   private chunks: Uint8Array[] = [];
-  private head = 0; // read position in chunks[0]
+  private first = 0; // index of the first unread chunk
+  private head = 0; // read position in chunks[first]
   private have = 0; // unread bytes in chunks
   private ended = false;
 
@@ -70,29 +71,37 @@ export class FrameReader {
     return this.have >= n;
   }
 
-  private take(n: number): Uint8Array {
-    const first = this.chunks[0];
-    let out: Uint8Array;
-    if (first.length - this.head >= n) {
-      out = first.subarray(this.head, this.head + n);
-      this.head += n;
-      if (this.head === first.length) {
-        this.chunks.shift();
-        this.head = 0;
+  /** Moves past k bytes of the first chunk, dropping it once read whole. */
+  private advance(k: number, len: number): void {
+    this.head += k;
+    if (this.head === len) {
+      this.first++;
+      this.head = 0;
+      if (this.first === this.chunks.length) {
+        this.chunks = [];
+        this.first = 0;
+      } else if (this.first >= 1024) {
+        this.chunks = this.chunks.slice(this.first);
+        this.first = 0;
       }
+    }
+  }
+
+  private take(n: number): Uint8Array {
+    const c0 = this.chunks[this.first];
+    let out: Uint8Array;
+    if (c0.length - this.head >= n) {
+      out = c0.subarray(this.head, this.head + n);
+      this.advance(n, c0.length);
     } else {
       out = new Uint8Array(n);
       let o = 0;
       while (o < n) {
-        const c = this.chunks[0];
+        const c = this.chunks[this.first];
         const k = Math.min(c.length - this.head, n - o);
         out.set(c.subarray(this.head, this.head + k), o);
         o += k;
-        this.head += k;
-        if (this.head === c.length) {
-          this.chunks.shift();
-          this.head = 0;
-        }
+        this.advance(k, c.length);
       }
     }
     this.have -= n;
