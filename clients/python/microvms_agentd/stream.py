@@ -46,7 +46,7 @@ class OutputChunk(OutputEvent):
         self._raw = raw
         self._b64 = b64
 
-    @property  # type: ignore[override]
+    @property
     def output(self) -> str:
         if self._b64 is None:
             self._b64 = base64.b64encode(self.raw).decode("ascii")
