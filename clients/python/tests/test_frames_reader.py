@@ -1,7 +1,7 @@
 """The Python frame reader (client.FrameReader) under hostile bytes, and
 against the Go reader (internal/frames) on the same corpus.
 
-The differential runs clients/internal/framesverdict, which prints the Go
+The differential runs internal/framesverdict, which prints the Go
 reader's verdict on FuzzFrames' seeds, its committed corpus when there is one,
 hostile edges and a fixed sample: the frames it hands out and whether the body
 ends cleanly (eof), inside a frame (cut) or at a frame no writer sends
@@ -108,7 +108,7 @@ class HostileBytes(unittest.TestCase):
 
 
 def go_verdicts():
-    out = subprocess.run(["go", "run", "./clients/internal/framesverdict", "-corpus",
+    out = subprocess.run(["go", "run", "./internal/framesverdict", "-corpus",
                           os.path.join("internal", "frames", "testdata", "fuzz", "FuzzFrames")],
                          cwd=REPO, check=True, capture_output=True, timeout=600)
     return json.loads(out.stdout)

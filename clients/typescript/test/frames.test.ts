@@ -1,6 +1,6 @@
 // The TypeScript frame reader (src/frames.ts) under hostile bytes, and
 // against the Go reader (internal/frames) on the same corpus: the
-// differential runs clients/internal/framesverdict, which prints the Go
+// differential runs internal/framesverdict, which prints the Go
 // reader's verdict on FuzzFrames' seeds, its committed corpus when there is
 // one, hostile edges and a fixed sample (the frames it hands out and whether
 // the body ends cleanly, inside a frame, or at a frame no writer sends). This
@@ -123,7 +123,7 @@ interface Verdict {
 
 describe("the frame reader agrees with the Go reader", () => {
   test("on every corpus body", { timeout: 600_000 }, async () => {
-    const out = execFileSync("go", ["run", "./clients/internal/framesverdict", "-corpus", join("internal", "frames", "testdata", "fuzz", "FuzzFrames")], {
+    const out = execFileSync("go", ["run", "./internal/framesverdict", "-corpus", join("internal", "frames", "testdata", "fuzz", "FuzzFrames")], {
       cwd: repo, timeout: 600_000, maxBuffer: 1 << 28,
     });
     const doc = JSON.parse(out.toString()) as { max_payload: number; cases: Verdict[] };
