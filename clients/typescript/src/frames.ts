@@ -94,7 +94,9 @@ export class FrameReader {
       out = c0.subarray(this.head, this.head + n);
       this.advance(n, c0.length);
     } else {
-      out = new Uint8Array(n);
+      // Every byte is written below, so the allocation need not be zeroed
+      // (zeroing fresh memory is most of a large payload's cost).
+      out = Buffer.allocUnsafe(n);
       let o = 0;
       while (o < n) {
         const c = this.chunks[this.first];
