@@ -136,8 +136,10 @@ LARGE = f"import sys\nb = bytes((i * 7 + 3) % 256 for i in range(1 << 16))\nfor 
 class FramesAgainstSSE(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # max_output_bytes above the large output, so poll's record keeps it whole.
-        cls.d = Daemon(AGENTD_SSE_KEEPALIVE_SECS="1")
+        # A reader starved by a loaded machine for stream_stall_secs is
+        # left to a gap (as the protocol says); these tests compare bytes,
+        # so the stall allowance is set far above any scheduling delay.
+        cls.d = Daemon(AGENTD_SSE_KEEPALIVE_SECS="1", AGENTD_STREAM_STALL_SECS="600")
         cls.token = "py-frames-" + uuid.uuid4().hex
         bootstrap(cls.d.base, cls.token)
         cls.c = Client(cls.d.base, token=cls.token, timeout=60)
@@ -206,7 +208,8 @@ class FramesAgainstSSE(unittest.TestCase):
         self.assertEqual((fe.exit_code, fe.offset), (7, len(fo["stdout"]) + len(fo["stderr"])))
 
     def test_large_output_is_identical(self):
-        (fo, _, fe), (so, _, se) = self.both_ways([PY, "-c", LARGE])
+        (fo, fg, fe), (so, sg, se) = self.both_ways([PY, "-c", LARGE])
+        self.assertEqual((fg, sg), ([], []))
         block = bytes((i * 7 + 3) % 256 for i in range(1 << 16))
         self.assertEqual(len(fo["stdout"]), LARGE_MIB << 20)
         self.assertTrue(fo["stdout"] == block * (LARGE_MIB * 16))

@@ -101,7 +101,10 @@ describe("frames against SSE on a real agentd", () => {
   let c: AgentdClient;
   let n = 0;
   before(async () => {
-    await d.start({ AGENTD_SSE_KEEPALIVE_SECS: "1" });
+    // A reader starved by a loaded machine for stream_stall_secs is left to
+    // a gap (as the protocol says); these tests compare bytes, so the stall
+    // allowance is set far above any scheduling delay.
+    await d.start({ AGENTD_SSE_KEEPALIVE_SECS: "1", AGENTD_STREAM_STALL_SECS: "600" });
     await bootstrap(createAgentdClient({ baseUrl: d.base }), { agent_token: token });
     c = createAgentdClient({ baseUrl: d.base, token });
   });
@@ -174,6 +177,7 @@ describe("frames against SSE on a real agentd", () => {
 
   test("a large output is identical", { timeout: 300_000 }, async () => {
     const [f, s] = await bothWays([PY, "-c", LARGE]);
+    assert.deepEqual([f.gaps, s.gaps], [[], []]);
     const block = Buffer.from([...Array(1 << 16).keys()].map((i) => (i * 7 + 3) % 256));
     assert.equal(f.stdout.length, LARGE_MIB << 20);
     assert.ok(f.stdout.equals(Buffer.concat(Array(LARGE_MIB * 16).fill(block))));
