@@ -91,6 +91,9 @@ type pyGen struct {
 	trailer strings.Builder
 	// kinds of the component schemas: "enum", "object", "union", "map".
 	kinds map[string]string
+	// frames is x-frames: the binary frame layout the stream and run routes
+	// answer with when asked.
+	frames frameSpec
 }
 
 // flatten merges an allOf into one object schema's properties and required
@@ -295,6 +298,7 @@ from typing import Any, Dict, List, Optional, Union
 	fmt.Fprintf(&b, "PROTOCOL_VERSION = %s\n", pyStr(ext("x-protocol-version")))
 	fmt.Fprintf(&b, "VERSION_HEADER = %s\n", pyStr(ext("x-version-header")))
 	fmt.Fprintf(&b, "HOOK_PREFIX = %s\n\n", pyStr(ext("x-hook-prefix")))
+	b.WriteString(g.frames.python())
 	b.WriteString("# Operative limits at their defaults (x-limits); a running daemon publishes its own at GET /v1/schema.\nLIMITS: Dict[str, float] = {\n")
 	if limits, ok := g.doc.Extensions["x-limits"].(map[string]any); ok {
 		names := make([]string, 0, len(limits))
@@ -510,6 +514,9 @@ func generatePython(root string) ([]Output, error) {
 		return nil, err
 	}
 	g := &pyGen{doc: doc, node: node, kinds: map[string]string{}}
+	if g.frames, err = frameSpecOf(doc.Extensions); err != nil {
+		return nil, fmt.Errorf("python client: %w", err)
+	}
 	for name, r := range doc.Components.Schemas {
 		s := r.Value
 		switch {
@@ -544,6 +551,9 @@ func generatePython(root string) ([]Output, error) {
 	return []Output{
 		{Path: "clients/python/microvms_agentd/models.py", Data: []byte(g.models())},
 		{Path: "clients/python/microvms_agentd/client.py", Data: []byte(g.client(order, ops, meta))},
+		// The TypeScript client's frame constants: openapi-typescript reads
+		// no extensions, and they are the same x-frames read here.
+		{Path: "clients/typescript/src/wire.ts", Data: []byte(g.frames.typescript())},
 	}, nil
 }
 

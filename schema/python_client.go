@@ -134,80 +134,111 @@ func (g *pyGen) client(order []string, ops map[string]*openapi3.Operation, meta 
 			sig = append(sig, "stream: bool = False")
 			ret = "Any"
 		}
-		name := pySnake(id)
-		fmt.Fprintf(&b, "\n    def %s(%s) -> %s:\n", name, strings.Join(sig, ", "), ret)
-		doc := op.Summary
-		if op.Description != "" {
-			doc += ": " + op.Description
-		}
-		fmt.Fprintf(&b, "        \"\"\"%s %s. %s", method, path, pyDoc(doc))
-		if streamable {
-			b.WriteString(" With stream=True the open response is returned to read from (close it); otherwise its bytes.")
-		}
-		b.WriteString("\"\"\"\n")
-		// path
-		pyPath := path
-		for _, p := range pathParams {
-			pyPath = strings.ReplaceAll(pyPath, "{"+p.Wire+"}", "{_quote("+p.Name+")}")
-		}
-		if len(pathParams) > 0 {
-			fmt.Fprintf(&b, "        _path = f%s\n", pyStr(pyPath))
-		} else {
-			fmt.Fprintf(&b, "        _path = %s\n", pyStr(pyPath))
-		}
-		fmt.Fprintf(&b, "        _query: List[Tuple[str, str]] = []\n")
-		for _, q := range query {
-			fmt.Fprintf(&b, "        if %s is not None:\n            _query.append((%s, _query_value(%s)))\n", q.Name, pyStr(q.Wire), q.Name)
-		}
-		bearer := op.Security != nil && len(*op.Security) > 0 && len((*op.Security)[0]) > 0
-		switch bodyKind {
-		case "json":
-			fmt.Fprintf(&b, "        _data: Any = json.dumps(%s).encode()\n", g.encode(op.RequestBody.Value.Content["application/json"].Schema, "body"))
-		case "binary":
-			b.WriteString("        _data = body\n")
-		default:
-			b.WriteString("        _data = None\n")
-		}
-		stream := "False"
+		// An operation whose event stream may also come as binary frames
+		// (x-frames) gets a second method, NAME_frames, that asks for them.
+		framesAlso := false
 		for _, s := range success {
 			if s.Kind == "sse" {
-				stream = "True"
+				if _, ok := op.Responses.Map()[strconv.Itoa(s.Status)].Value.Content[g.frames.MediaType]; ok {
+					framesAlso = true
+				}
 			}
 		}
-		if streamable {
-			stream = "stream"
-		}
-		fmt.Fprintf(&b, "        _resp = self._send(%s, _path, _query, _data, %s, bearer=%s, stream=%s, operation=%s)\n",
-			pyStr(method), pyStr(bodyCT), map[bool]string{true: "True", false: "False"}[bearer], stream, pyStr(id))
-		// errors
-		b.WriteString("        _status = _resp.status\n")
-		b.WriteString("        if _status < 200 or _status >= 300:\n")
-		var jsonErrs []string
-		for _, r := range resps {
-			if r.Status >= 300 && r.Kind == "json" {
-				jsonErrs = append(jsonErrs, strconv.Itoa(r.Status))
+		for _, frames := range []bool{false, true} {
+			if frames && !framesAlso {
+				continue
 			}
-		}
-		if len(jsonErrs) > 0 {
-			fmt.Fprintf(&b, "            raise _api_error(%s, _resp, json_statuses=(%s))\n", pyStr(id), strings.Join(jsonErrs, ", ")+map[bool]string{true: ",", false: ""}[len(jsonErrs) == 1])
-		} else {
-			fmt.Fprintf(&b, "            raise _api_error(%s, _resp, json_statuses=())\n", pyStr(id))
-		}
-		for _, s := range success {
-			switch s.Kind {
+			name, ret := pySnake(id), ret
+			if frames {
+				name, ret = name+"_frames", "Union[FrameStream, EventStream]"
+			}
+			fmt.Fprintf(&b, "\n    def %s(%s) -> %s:\n", name, strings.Join(sig, ", "), ret)
+			if frames {
+				fmt.Fprintf(&b, "        \"\"\"As %s, asking for binary frames (Accept %s, Server-Sent Events still acceptable): a FrameStream when the daemon answered frames, else the EventStream %s returns.\"\"\"\n", pySnake(id), g.frames.MediaType, pySnake(id))
+			}
+			doc := op.Summary
+			if op.Description != "" {
+				doc += ": " + op.Description
+			}
+			if !frames {
+				fmt.Fprintf(&b, "        \"\"\"%s %s. %s", method, path, pyDoc(doc))
+				if streamable {
+					b.WriteString(" With stream=True the open response is returned to read from (close it); otherwise its bytes.")
+				}
+				b.WriteString("\"\"\"\n")
+			}
+			// path
+			pyPath := path
+			for _, p := range pathParams {
+				pyPath = strings.ReplaceAll(pyPath, "{"+p.Wire+"}", "{_quote("+p.Name+")}")
+			}
+			if len(pathParams) > 0 {
+				fmt.Fprintf(&b, "        _path = f%s\n", pyStr(pyPath))
+			} else {
+				fmt.Fprintf(&b, "        _path = %s\n", pyStr(pyPath))
+			}
+			fmt.Fprintf(&b, "        _query: List[Tuple[str, str]] = []\n")
+			for _, q := range query {
+				fmt.Fprintf(&b, "        if %s is not None:\n            _query.append((%s, _query_value(%s)))\n", q.Name, pyStr(q.Wire), q.Name)
+			}
+			bearer := op.Security != nil && len(*op.Security) > 0 && len((*op.Security)[0]) > 0
+			switch bodyKind {
 			case "json":
-				fmt.Fprintf(&b, "        if _status == %d:\n            v = json.loads(_read_all(_resp))\n            return %s\n", s.Status, s.Decode)
-			case "sse":
-				fmt.Fprintf(&b, "        if _status == %d:\n            return EventStream(_resp, lambda v: %s)\n", s.Status, s.Decode)
+				fmt.Fprintf(&b, "        _data: Any = json.dumps(%s).encode()\n", g.encode(op.RequestBody.Value.Content["application/json"].Schema, "body"))
 			case "binary":
-				fmt.Fprintf(&b, "        if _status == %d:\n            return _resp if stream else _read_all(_resp)\n", s.Status)
-			case "text":
-				fmt.Fprintf(&b, "        if _status == %d:\n            return _read_all(_resp).decode(\"utf-8\", \"replace\")\n", s.Status)
-			case "none":
-				fmt.Fprintf(&b, "        if _status == %d:\n            _read_all(_resp)\n            return None\n", s.Status)
+				b.WriteString("        _data = body\n")
+			default:
+				b.WriteString("        _data = None\n")
 			}
+			stream := "False"
+			for _, s := range success {
+				if s.Kind == "sse" {
+					stream = "True"
+				}
+			}
+			if streamable {
+				stream = "stream"
+			}
+			accept := ""
+			if frames {
+				accept = ", accept=FRAMES_MEDIA_TYPE + \", text/event-stream;q=0.5\""
+			}
+			fmt.Fprintf(&b, "        _resp = self._send(%s, _path, _query, _data, %s, bearer=%s, stream=%s, operation=%s%s)\n",
+				pyStr(method), pyStr(bodyCT), map[bool]string{true: "True", false: "False"}[bearer], stream, pyStr(id), accept)
+			// errors
+			b.WriteString("        _status = _resp.status\n")
+			b.WriteString("        if _status < 200 or _status >= 300:\n")
+			var jsonErrs []string
+			for _, r := range resps {
+				if r.Status >= 300 && r.Kind == "json" {
+					jsonErrs = append(jsonErrs, strconv.Itoa(r.Status))
+				}
+			}
+			if len(jsonErrs) > 0 {
+				fmt.Fprintf(&b, "            raise _api_error(%s, _resp, json_statuses=(%s))\n", pyStr(id), strings.Join(jsonErrs, ", ")+map[bool]string{true: ",", false: ""}[len(jsonErrs) == 1])
+			} else {
+				fmt.Fprintf(&b, "            raise _api_error(%s, _resp, json_statuses=())\n", pyStr(id))
+			}
+			for _, s := range success {
+				switch s.Kind {
+				case "json":
+					fmt.Fprintf(&b, "        if _status == %d:\n            v = json.loads(_read_all(_resp))\n            return %s\n", s.Status, s.Decode)
+				case "sse":
+					fmt.Fprintf(&b, "        if _status == %d:\n", s.Status)
+					if frames {
+						b.WriteString("            if _is_frames(_resp):\n                return FrameStream(_resp)\n")
+					}
+					fmt.Fprintf(&b, "            return EventStream(_resp, lambda v: %s)\n", s.Decode)
+				case "binary":
+					fmt.Fprintf(&b, "        if _status == %d:\n            return _resp if stream else _read_all(_resp)\n", s.Status)
+				case "text":
+					fmt.Fprintf(&b, "        if _status == %d:\n            return _read_all(_resp).decode(\"utf-8\", \"replace\")\n", s.Status)
+				case "none":
+					fmt.Fprintf(&b, "        if _status == %d:\n            _read_all(_resp)\n            return None\n", s.Status)
+				}
+			}
+			fmt.Fprintf(&b, "        raise _api_error(%s, _resp, json_statuses=())\n", pyStr(id))
 		}
-		fmt.Fprintf(&b, "        raise _api_error(%s, _resp, json_statuses=())\n", pyStr(id))
 	}
 	return b.String()
 }

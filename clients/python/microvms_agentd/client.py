@@ -6,7 +6,10 @@ A method returns the decoded success body (a dataclass from models, bytes, or
 an EventStream of typed SSE events) and raises ApiError for any other status,
 with the route's error body decoded when the contract declares one. The
 response headers the contract declares (the daemon version) are kept in
-Client.last_headers."""
+Client.last_headers. An operation whose events may also come as binary frames
+(x-frames) has a second method, NAME_frames, that asks for them and returns a
+FrameStream when the daemon answered with frames; FrameReader reads them and
+refuses, never guesses past, any byte no conforming writer sends."""
 
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ import urllib.request
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from .models import *  # noqa: F401,F403 (the wire types, re-exported for callers)
-from .models import LIMITS, VERSION_HEADER, ErrorBody
+from .models import (
+    FRAME_HEADER_BYTES, FRAME_KEEPALIVE, FRAME_LAST_TYPE, FRAME_MAX_PAYLOAD_BYTES, FRAMES_MEDIA_TYPE, LIMITS,
+    VERSION_HEADER, ErrorBody,
+)
 
 
 class ApiError(Exception):
@@ -119,6 +125,110 @@ class EventStream:
             self._resp.close()
 
 
+class FrameError(ValueError):
+    """Bytes no conforming writer sends, in a body of binary frames: an
+    unknown frame type, a keepalive with a payload, or a payload over
+    FRAME_MAX_PAYLOAD_BYTES. Not a broken connection: retrying gets the same."""
+
+
+class FrameCut(ConnectionError):
+    """A body of binary frames ended inside a frame: the connection broke,
+    not the stream (a body ends cleanly only between frames)."""
+
+
+class Frame:
+    """One frame: its type code (FRAME_*), offset, and payload as it came."""
+
+    __slots__ = ("type", "offset", "payload")
+
+    def __init__(self, type: int, offset: int, payload: bytes):
+        self.type = type
+        self.offset = offset
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        return f"Frame(type={self.type}, offset={self.offset}, payload={len(self.payload)} bytes)"
+
+
+class FrameReader:
+    """Reads binary frames (x-frames) from a byte source with read(n). next()
+    returns the next frame, or None when the body ends between frames; it
+    raises FrameCut when the body ends inside one and FrameError for a frame
+    no writer sends. A length is checked before anything is read for it, so
+    a body announcing a 4 GiB payload is refused, not allocated."""
+
+    def __init__(self, src: Any):
+        self._read = src.read
+
+    def _exactly(self, n: int) -> bytes:
+        b = self._read(n)
+        if len(b) == n or not b:
+            return b
+        parts, got = [b], len(b)
+        while got < n:
+            more = self._read(n - got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def next(self) -> Optional[Frame]:
+        hdr = self._exactly(FRAME_HEADER_BYTES)
+        if not hdr:
+            return None
+        if len(hdr) < FRAME_HEADER_BYTES:
+            raise FrameCut(f"the body ended {len(hdr)} bytes into a frame header")
+        typ = hdr[0]
+        offset = int.from_bytes(hdr[1:9], "big")
+        n = int.from_bytes(hdr[9:13], "big")
+        if typ > FRAME_LAST_TYPE:
+            raise FrameError(f"malformed frame: unknown type {typ}")
+        if typ == FRAME_KEEPALIVE and n != 0:
+            raise FrameError(f"malformed frame: a keepalive with {n} payload bytes")
+        if n > FRAME_MAX_PAYLOAD_BYTES:
+            raise FrameError(f"malformed frame: a {n}-byte payload is over the {FRAME_MAX_PAYLOAD_BYTES}-byte limit")
+        payload = self._exactly(n) if n else b""
+        if len(payload) < n:
+            raise FrameCut(f"the body ended {len(payload)} bytes into a {n}-byte payload")
+        return Frame(typ, offset, payload)
+
+
+class FrameStream:
+    """The frames of one response of binary frames. Iterate it; keepalive
+    frames are skipped; the iteration ends when the body ends between frames.
+    Close it (or use it as a context manager) to hang up early."""
+
+    def __init__(self, resp: Any):
+        self._resp = resp
+        self.reader = FrameReader(resp)
+
+    def __enter__(self) -> "FrameStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._resp.close()
+
+    def __iter__(self) -> Iterator[Frame]:
+        try:
+            while True:
+                f = self.reader.next()
+                if f is None:
+                    return
+                if f.type != FRAME_KEEPALIVE:
+                    yield f
+        finally:
+            self._resp.close()
+
+
+def _is_frames(resp: Any) -> bool:
+    ct = resp.headers.get("Content-Type") or ""
+    return ct.split(";", 1)[0].strip().lower() == FRAMES_MEDIA_TYPE
+
+
 class Client:
     """A client of one agentd. base_url is its endpoint (http://127.0.0.1:9000
     for a local daemon); token is the bearer token the run hook installed, sent
@@ -139,7 +249,7 @@ class Client:
         """The daemon version header of the last response."""
         return self.last_headers.get(VERSION_HEADER)
 
-    def _send(self, method: str, path: str, query: List[Tuple[str, str]], data: Any, content_type: str, *, bearer: bool, stream: bool, operation: str) -> Any:
+    def _send(self, method: str, path: str, query: List[Tuple[str, str]], data: Any, content_type: str, *, bearer: bool, stream: bool, operation: str, accept: str = "") -> Any:
         url = self.base_url + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
@@ -148,6 +258,8 @@ class Client:
             req.add_header(k, v)
         if data is not None and content_type:
             req.add_header("Content-Type", content_type)
+        if accept:
+            req.add_header("Accept", accept)
         if bearer and self.token is not None:
             req.add_header("Authorization", "Bearer " + self.token)
         try:
@@ -270,6 +382,21 @@ class Client:
             return EventStream(_resp, lambda v: (None if v is None else SSEEvent.from_dict(v)))
         raise _api_error("execRun", _resp, json_statuses=())
 
+    def exec_run_frames(self, body: StartRequest) -> Union[FrameStream, EventStream]:
+        """As exec_run, asking for binary frames (Accept application/vnd.microvms.frames, Server-Sent Events still acceptable): a FrameStream when the daemon answered frames, else the EventStream exec_run returns."""
+        _path = "/v1/exec/run"
+        _query: List[Tuple[str, str]] = []
+        _data: Any = json.dumps((None if body is None else body.to_dict())).encode()
+        _resp = self._send("POST", _path, _query, _data, "application/json", bearer=True, stream=True, operation="execRun", accept=FRAMES_MEDIA_TYPE + ", text/event-stream;q=0.5")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("execRun", _resp, json_statuses=(400, 404, 429, 500))
+        if _status == 200:
+            if _is_frames(_resp):
+                return FrameStream(_resp)
+            return EventStream(_resp, lambda v: (None if v is None else SSEEvent.from_dict(v)))
+        raise _api_error("execRun", _resp, json_statuses=())
+
     def exec_poll(self, id: str) -> PollResponse:
         """GET /v1/exec/{id}. Poll an exec: reads an exec's phase and, once it has exited, its output and status; never changes the entry. A poll of a running exec waits up to limits.poll_hold_secs for it to exit before answering running, and answers the moment it does"""
         _path = f"/v1/exec/{_quote(id)}"
@@ -296,6 +423,23 @@ class Client:
         if _status < 200 or _status >= 300:
             raise _api_error("execStream", _resp, json_statuses=(400, 404))
         if _status == 200:
+            return EventStream(_resp, lambda v: (None if v is None else SSEEvent.from_dict(v)))
+        raise _api_error("execStream", _resp, json_statuses=())
+
+    def exec_stream_frames(self, id: str, *, offset: Optional[int] = None) -> Union[FrameStream, EventStream]:
+        """As exec_stream, asking for binary frames (Accept application/vnd.microvms.frames, Server-Sent Events still acceptable): a FrameStream when the daemon answered frames, else the EventStream exec_stream returns."""
+        _path = f"/v1/exec/{_quote(id)}/stream"
+        _query: List[Tuple[str, str]] = []
+        if offset is not None:
+            _query.append(("offset", _query_value(offset)))
+        _data = None
+        _resp = self._send("GET", _path, _query, _data, "", bearer=True, stream=True, operation="execStream", accept=FRAMES_MEDIA_TYPE + ", text/event-stream;q=0.5")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("execStream", _resp, json_statuses=(400, 404))
+        if _status == 200:
+            if _is_frames(_resp):
+                return FrameStream(_resp)
             return EventStream(_resp, lambda v: (None if v is None else SSEEvent.from_dict(v)))
         raise _api_error("execStream", _resp, json_statuses=())
 

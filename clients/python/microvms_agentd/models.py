@@ -13,6 +13,19 @@ PROTOCOL_VERSION = "1"
 VERSION_HEADER = "microvms-agentd-version"
 HOOK_PREFIX = "/aws/lambda-microvms/runtime/v1"
 
+# Binary frames of the exec stream and run routes (x-frames): type u8 | offset u64
+# big-endian | length u32 big-endian | payload, asked for with Accept FRAMES_MEDIA_TYPE.
+FRAMES_MEDIA_TYPE = "application/vnd.microvms.frames"
+FRAME_HEADER_BYTES = 13
+FRAME_MAX_PAYLOAD_BYTES = 1048576
+FRAME_KEEPALIVE = 0
+FRAME_STDOUT = 1
+FRAME_STDERR = 2
+FRAME_GAP = 3
+FRAME_EXIT = 4
+# The highest frame type a reader knows; any other is malformed.
+FRAME_LAST_TYPE = 4
+
 # Operative limits at their defaults (x-limits); a running daemon publishes its own at GET /v1/schema.
 LIMITS: Dict[str, float] = {
     "disk_reserve_bytes": 268435456,

@@ -20,14 +20,22 @@
  *   means the connection broke) are protocol semantics, not schema.
  * - run/offersRun: the run route (start, stream, release in one exchange)
  *   where the daemon's /v1/schema lists it, else start then follow.
+ * - frames (frames.ts; constants generated into wire.ts from x-frames): the
+ *   stream and run routes ask for binary frames where /v1/schema lists them
+ *   (offersFrames) and read the body by the type it came with, so output
+ *   arrives as raw bytes (data.raw), not base64; else SSE as before.
  * - writeFile/readFile/writeTar/readTar: byte bodies. openapi-typescript types
  *   `format: binary` as string, and openapi-fetch JSON-encodes bodies by
  *   default, which would store a quoted string; these send bytes as they are.
  */
 import createClient, { type Client, type Middleware } from "openapi-fetch";
 import type { components, paths } from "./schema.js";
+import { FrameError, frameEvents, outputData, type ExecEvent } from "./frames.js";
+import { FRAMES_MEDIA_TYPE } from "./wire.js";
 
 export * from "./schema.js";
+export * from "./wire.js";
+export { FrameCut, FrameError, FrameReader, frameEvent, frameEvents, type ChunkSource, type ExecEvent, type Frame, type OutputData } from "./frames.js";
 
 export type AgentdClient = Client<paths>;
 export type Schemas = components["schemas"];
@@ -135,19 +143,43 @@ export async function readTar(client: AgentdClient, path: string): Promise<Uint8
   return new Uint8Array(unwrap(await client.GET("/v1/fs/tar", { params: { query: { path } }, parseAs: "arrayBuffer" })));
 }
 
-/** One connection's events of GET /v1/exec/{id}/stream, typed by the
- * generated SSEEvent union; keepalive comments are skipped. Ends when the body
- * does (after exit, or when the connection breaks). */
-export async function* events(client: AgentdClient, id: string, offset = 0, signal?: AbortSignal): AsyncGenerator<StreamEvent> {
+/** The Accept header that asks for binary frames, SSE still acceptable. */
+const ACCEPT_FRAMES = `${FRAMES_MEDIA_TYPE}, text/event-stream;q=0.5`;
+
+/** The events of one answer of the stream or run route, read by the type it
+ * came with: binary frames, or SSE (whose output events are decoded once). */
+async function* answerEvents(response: Response, body: unknown): AsyncGenerator<ExecEvent> {
+  const stream = body as ReadableStream<Uint8Array> | null | undefined;
+  const type = (response.headers.get("Content-Type") ?? "").split(";")[0].trim().toLowerCase();
+  if (type === FRAMES_MEDIA_TYPE) {
+    yield* frameEvents(stream);
+    return;
+  }
+  for await (const ev of sseBody(stream)) {
+    if (ev.event === "output") {
+      yield { event: "output", data: outputData(ev.data.offset, ev.data.stream, new Uint8Array(Buffer.from(ev.data.output, "base64")), ev.data.output) };
+    } else {
+      yield ev;
+    }
+  }
+}
+
+/** One connection's events of GET /v1/exec/{id}/stream: the generated
+ * SSEEvent union, output events carrying their bytes in data.raw;
+ * keepalives are skipped. Ends when the body does (after exit, or when the
+ * connection breaks). frames asks for binary frames (the daemon may still
+ * answer SSE). */
+export async function* events(client: AgentdClient, id: string, offset = 0, signal?: AbortSignal, frames = false): AsyncGenerator<ExecEvent> {
   const result = await client.GET("/v1/exec/{id}/stream", {
     params: { path: { id }, query: offset > 0 ? { offset } : {} },
     parseAs: "stream",
+    headers: frames ? { Accept: ACCEPT_FRAMES } : {},
     signal,
   });
   if (!result.response.ok) {
     throw new AgentdError(result.response, result.error);
   }
-  yield* sseBody(result.data as ReadableStream<Uint8Array> | null | undefined);
+  yield* answerEvents(result.response, result.data);
 }
 
 /** The events of one SSE body. */
@@ -195,10 +227,10 @@ async function* sseBody(body: ReadableStream<Uint8Array> | null | undefined): As
 }
 
 /** The resume point after event, given the one before it. */
-export function nextOffset(event: StreamEvent, offset: number): number {
+export function nextOffset(event: StreamEvent | ExecEvent, offset: number): number {
   switch (event.event) {
     case "output":
-      return event.data.offset + Buffer.from(event.data.output, "base64").length;
+      return event.data.offset + ("raw" in event.data ? event.data.raw.length : Buffer.from(event.data.output, "base64").length);
     case "gap":
       return Math.max(offset, event.data.to);
     default:
@@ -218,29 +250,39 @@ export class StreamCut extends Error {
   }
 }
 
+/** Options of follow and run. frames: undefined asks for binary frames where
+ * the daemon's /v1/schema lists them; false never asks (SSE); true always
+ * asks (the daemon may still answer SSE). */
+export interface FollowOptions {
+  offset?: number;
+  reconnects?: number;
+  backoffMs?: number;
+  signal?: AbortSignal;
+  frames?: boolean;
+}
+
 /** Every event of exec id from offset to its exit event, reconnecting from the
  * next unread byte when the connection breaks; each event is yielded once.
  * Throws StreamCut after `reconnects` consecutive breaks with no event between
- * them, and AgentdError (404 unknown_exec, 401, ...) at once. */
-export async function* follow(
-  client: AgentdClient,
-  id: string,
-  opts: { offset?: number; reconnects?: number; backoffMs?: number; signal?: AbortSignal } = {},
-): AsyncGenerator<StreamEvent> {
+ * them, AgentdError (404 unknown_exec, 401, ...) at once, and FrameError at
+ * once for a frame no conforming writer sends (a body cut inside a frame is a
+ * break, and is resumed). */
+export async function* follow(client: AgentdClient, id: string, opts: FollowOptions = {}): AsyncGenerator<ExecEvent> {
   let offset = opts.offset ?? 0;
   const reconnects = opts.reconnects ?? 5;
+  const frames = opts.frames ?? (await offersFrames(client));
   let failures = 0;
   for (;;) {
     let cause: unknown = new Error("the body ended without an exit event");
     try {
-      for await (const ev of events(client, id, offset, opts.signal)) {
+      for await (const ev of events(client, id, offset, opts.signal, frames)) {
         failures = 0;
         offset = nextOffset(ev, offset);
         yield ev;
         if (ev.event === "exit") return;
       }
     } catch (e) {
-      if (e instanceof AgentdError || opts.signal?.aborted) throw e;
+      if (e instanceof AgentdError || e instanceof FrameError || opts.signal?.aborted) throw e;
       cause = e;
     }
     failures++;
@@ -249,29 +291,48 @@ export async function* follow(
   }
 }
 
-const offersRunCache = new WeakMap<AgentdClient, boolean>();
+interface Offers {
+  run: boolean;
+  frames: boolean;
+}
+const offersCache = new WeakMap<AgentdClient, Offers>();
 
-/** Whether the daemon serves POST /v1/exec/run, read once per client from its
- * /v1/schema document (a reference daemon lists no such route). A failed
- * read is not remembered. */
-export async function offersRun(client: AgentdClient): Promise<boolean> {
-  const known = offersRunCache.get(client);
+/** What the daemon serves beyond the reference's protocol v1, read once per
+ * client from its /v1/schema document: the run route and binary frames (a
+ * reference daemon lists neither). A failed read is not remembered. */
+async function offers(client: AgentdClient): Promise<Offers> {
+  const known = offersCache.get(client);
   if (known !== undefined) return known;
   let doc: unknown;
   try {
     const result = await client.GET("/v1/schema", {});
     if (!result.response.ok) {
-      offersRunCache.set(client, false);
-      return false;
+      const none = { run: false, frames: false };
+      offersCache.set(client, none);
+      return none;
     }
     doc = result.data;
   } catch {
-    return false;
+    return { run: false, frames: false };
   }
-  const routes = ((doc as { routes?: { method?: string; path?: string }[] }).routes ?? []);
-  const offered = routes.some((r) => r.method === "POST" && r.path === "/v1/exec/run");
-  offersRunCache.set(client, offered);
-  return offered;
+  const d = (doc ?? {}) as { routes?: { method?: string; path?: string }[]; frames?: { media_type?: string } };
+  const found = {
+    run: (d.routes ?? []).some((r) => r.method === "POST" && r.path === "/v1/exec/run"),
+    frames: d.frames?.media_type === FRAMES_MEDIA_TYPE,
+  };
+  offersCache.set(client, found);
+  return found;
+}
+
+/** Whether the daemon serves POST /v1/exec/run (its /v1/schema lists it). */
+export async function offersRun(client: AgentdClient): Promise<boolean> {
+  return (await offers(client)).run;
+}
+
+/** Whether the daemon's /v1/schema lists binary frames (x-frames) for the
+ * stream and run routes. */
+export async function offersFrames(client: AgentdClient): Promise<boolean> {
+  return (await offers(client)).frames;
 }
 
 /** Starts request and yields its events from offset 0 to the exit event.
@@ -279,30 +340,38 @@ export async function offersRun(client: AgentdClient): Promise<boolean> {
  * releases the exec with the exit event: there is nothing to ack. A
  * connection that breaks before the exit leaves the exec unacked, and the
  * rest is followed through the stream route (the caller then acks, as after
- * follow). Against any other daemon it is a start, then follow. */
+ * follow). Against any other daemon it is a start, then follow. Where the
+ * daemon lists binary frames, output comes as raw bytes; opts.frames as for
+ * follow. */
 export async function* run(
   client: AgentdClient,
   request: Schemas["StartRequest"],
-  opts: { reconnects?: number; backoffMs?: number; signal?: AbortSignal } = {},
-): AsyncGenerator<StreamEvent> {
+  opts: Omit<FollowOptions, "offset"> = {},
+): AsyncGenerator<ExecEvent> {
+  const frames = opts.frames ?? (await offersFrames(client));
   if (await offersRun(client)) {
     let offset = 0;
     try {
-      const result = await client.POST("/v1/exec/run", { body: request, parseAs: "stream", signal: opts.signal });
+      const result = await client.POST("/v1/exec/run", {
+        body: request,
+        parseAs: "stream",
+        headers: frames ? { Accept: ACCEPT_FRAMES } : {},
+        signal: opts.signal,
+      });
       if (!result.response.ok) {
         throw new AgentdError(result.response, result.error);
       }
-      for await (const ev of sseBody(result.data as ReadableStream<Uint8Array> | null | undefined)) {
+      for await (const ev of answerEvents(result.response, result.data)) {
         offset = nextOffset(ev, offset);
         yield ev;
         if (ev.event === "exit") return;
       }
     } catch (e) {
-      if (e instanceof AgentdError || opts.signal?.aborted) throw e;
+      if (e instanceof AgentdError || e instanceof FrameError || opts.signal?.aborted) throw e;
     }
-    yield* follow(client, request.exec_id, { ...opts, offset });
+    yield* follow(client, request.exec_id, { ...opts, frames, offset });
     return;
   }
   unwrap(await client.POST("/v1/exec/start", { body: request, signal: opts.signal }));
-  yield* follow(client, request.exec_id, opts);
+  yield* follow(client, request.exec_id, { ...opts, frames });
 }
