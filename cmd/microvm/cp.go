@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -28,7 +29,7 @@ type CpCmd struct {
 
 const vmPrefix = "vm:"
 
-func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	srcVM, dstVM := strings.HasPrefix(c.Src, vmPrefix), strings.HasPrefix(c.Dst, vmPrefix)
 	if srcVM == dstVM {
 		return nil, invalidArg("", "exactly one of SRC and DST must be vm:/path (got %q and %q)", c.Src, c.Dst)
@@ -92,12 +93,12 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 				return nil, err
 			}
 		}
-		sent, done := a.transferBar("upload " + c.Src)
+		sent, done := a.TransferBar("upload " + c.Src)
 		// Counted only when a bar is drawn: the file itself keeps the
 		// client's fast path (its size as Content-Length, sendfile).
 		var body io.Reader = f
-		if a.barOn() {
-			body = &countingReader{r: f, total: d.Bytes, sent: sent}
+		if a.BarOn() {
+			body = &render.CountingReader{R: f, Total: d.Bytes, Sent: sent}
 		}
 		if c.Tar {
 			err = s.WriteTar(ctx, d.Remote, body)
@@ -121,8 +122,8 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		}
 		defer os.Remove(tmp.Name())
 		var n int64
-		sent, done := a.transferBar("download " + c.Src)
-		sink := &countingWriter{w: tmp, total: -1, sent: sent}
+		sent, done := a.TransferBar("download " + c.Src)
+		sink := &render.CountingWriter{W: tmp, Total: -1, Sent: sent}
 		if c.Tar {
 			n, err = s.ReadTar(ctx, d.Remote, sink)
 		} else {
@@ -140,9 +141,9 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		}
 		d.Bytes = n
 	}
-	return &result{typ: cliapi.TypeCopy, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeCopy, Data: d, Human: func(w io.Writer) error {
 		arrow := map[string]string{"upload": "->", "download": "<-"}[d.Direction]
-		_, err := fmt.Fprintf(w, "%s %s vm:%s  %s\n", d.Local, arrow, d.Remote, humanBytes(d.Bytes))
+		_, err := fmt.Fprintf(w, "%s %s vm:%s  %s\n", d.Local, arrow, d.Remote, render.HumanBytes(d.Bytes))
 		return err
 	}}, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/engineapi"
@@ -59,15 +60,15 @@ type engine struct {
 	imageARN        string
 }
 
-func (c *EngineCmd) run(ctx context.Context, a *app) (*result, error) {
-	e := &engine{a: a, out: json.NewEncoder(a.stdout)}
+func (c *EngineCmd) run(ctx context.Context, a *app) (*render.Result, error) {
+	e := &engine{a: a, out: json.NewEncoder(a.Stdout)}
 	e.out.SetEscapeHTML(false)
 	ops, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
 	lines := make(chan []byte)
 	readErr := make(chan error, 1)
 	go func() {
-		sc := bufio.NewScanner(a.stdin)
+		sc := bufio.NewScanner(a.Stdin)
 		sc.Buffer(make([]byte, 64<<10), maxEngineLine)
 		for sc.Scan() {
 			lines <- append([]byte(nil), sc.Bytes()...)
@@ -111,7 +112,7 @@ loop:
 	if err != nil {
 		return nil, err
 	}
-	return &result{written: true}, nil
+	return &render.Result{Written: true}, nil
 }
 
 // shutdown terminates a sandbox this engine launched and stops its emulator,
@@ -124,7 +125,7 @@ func (e *engine) shutdown() {
 		rep := e.sb.Terminate(ctx, sandbox.TeardownOptions{})
 		cancel()
 		if !rep.Clean() {
-			e.a.warn("engine: teardown of %s left %v", e.sb.ID(), rep.Leaked)
+			e.a.Warn("engine: teardown of %s left %v", e.sb.ID(), rep.Leaked)
 		}
 	}
 	if e.emu != nil {
@@ -145,11 +146,11 @@ func (e *engine) serve(ctx context.Context, req engineapi.Request) {
 	if err != nil {
 		ce := asClientError(err)
 		var partial any
-		var f *failure
+		var f *render.Failure
 		if errors.As(err, &f) {
-			partial = f.data
+			partial = f.Data
 		}
-		env := envelopeFor(ce, partial)
+		env := render.FailureEnvelope(ce, partial)
 		// The CLI's suggestions name its own commands and flags, which a
 		// package's caller does not type; the message says what to do.
 		env.Suggestions = []string{}
@@ -311,9 +312,9 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			d.Leaked = append(d.Leaked, l.Kind+" "+l.ID)
 		}
 		if rep.ImageDeleted != sandbox.ImageNotAsked && e.imageARN != "" {
-			d.ImageIdentifier = present(e.imageARN)
+			d.ImageIdentifier = render.Present(e.imageARN)
 		}
-		d.State = present(string(sb.Lifecycle()))
+		d.State = render.Present(string(sb.Lifecycle()))
 		return cliapi.TypeTeardown, d, nil
 	case engineapi.OpCost:
 		if err := decodeArgs(req.Args, &engineapi.CostArgs{}); err != nil {

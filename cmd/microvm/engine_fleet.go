@@ -40,7 +40,7 @@ func (e *engine) runMany(ctx context.Context, args engineapi.RunManyArgs) (strin
 		Run RunCmd `cmd:""`
 	}
 	parser, err := kong.New(&cli, kong.Name("microvm"), kong.Vars(vars(version)),
-		kong.Exit(func(int) {}), kong.Writers(e.a.stderr, e.a.stderr))
+		kong.Exit(func(int) {}), kong.Writers(e.a.Stderr, e.a.Stderr))
 	if err != nil {
 		return "", nil, client.Errorf(taxonomy.KindUnexpected, "", "engine: building the parser: %v", err)
 	}
@@ -51,5 +51,5 @@ func (e *engine) runMany(ctx context.Context, args engineapi.RunManyArgs) (strin
 	if err != nil {
 		return "", nil, err
 	}
-	return res.typ, res.data, nil
+	return res.Type, res.Data, nil
 }

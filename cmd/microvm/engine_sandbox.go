@@ -14,6 +14,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/engineapi"
@@ -69,7 +70,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 	if args.Local && (args.ControlEndpoint != "" || args.Image != "") {
 		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: local mode runs its own emulator and its default image; controlEndpoint and image are for AWS or a running emulator")
 	}
-	region, err := engineRegion(args.Region, e.a.env)
+	region, err := engineRegion(args.Region, e.a.Env)
 	if err != nil {
 		return "", nil, err
 	}
@@ -78,7 +79,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 	life := context.WithoutCancel(ctx)
 	var sb *sandbox.Sandbox
 	if args.Local {
-		emu, err := embedded.Start(life, embedded.Options{Agentd: args.Agentd, Region: region, Getenv: e.a.env})
+		emu, err := embedded.Start(life, embedded.Options{Agentd: args.Agentd, Region: region, Getenv: e.a.Env})
 		if err != nil {
 			return "", nil, err
 		}
@@ -94,8 +95,8 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 		if args.Image == "" {
 			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: an AWS sandbox needs an image (its ARN or name; `microvm build` makes one), or local mode")
 		}
-		pf, err := platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.env),
-			Emulator: emulatorSide(nil), Getenv: e.a.env})
+		pf, err := platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env),
+			Emulator: emulatorSide(nil), Getenv: e.a.Env})
 		if err != nil {
 			return "", nil, err
 		}
@@ -127,12 +128,12 @@ func (e *engine) attach(ctx context.Context, args engineapi.AttachArgs) (string,
 	if args.MicrovmID == "" || args.AgentToken == "" {
 		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: attach needs the MicroVM id and the agent token its launch installed (the token is the credential; an id alone does not reconnect)")
 	}
-	region, err := engineRegion(args.Region, e.a.env)
+	region, err := engineRegion(args.Region, e.a.Env)
 	if err != nil {
 		return "", nil, err
 	}
-	endpoint := cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.env)
-	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: emulatorSide(nil), Getenv: e.a.env})
+	endpoint := cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env)
+	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: emulatorSide(nil), Getenv: e.a.Env})
 	if err != nil {
 		return "", nil, err
 	}
@@ -151,16 +152,16 @@ func (e *engine) info() engineapi.SandboxData {
 }
 
 func (e *engine) infoLocked() engineapi.SandboxData {
-	d := engineapi.SandboxData{MicrovmID: e.sb.ID(), AgentToken: e.sb.AgentToken(), Endpoint: present(e.sb.Endpoint()),
-		State: string(e.sb.Lifecycle()), Region: e.region.String(), Local: e.emu != nil, ControlEndpoint: present(e.controlEndpoint)}
+	d := engineapi.SandboxData{MicrovmID: e.sb.ID(), AgentToken: e.sb.AgentToken(), Endpoint: render.Present(e.sb.Endpoint()),
+		State: string(e.sb.Lifecycle()), Region: e.region.String(), Local: e.emu != nil, ControlEndpoint: render.Present(e.controlEndpoint)}
 	if e.imageARN != "" {
-		d.ImageIdentifier = present(e.imageARN)
+		d.ImageIdentifier = render.Present(e.imageARN)
 	}
 	return d
 }
 
 func stateData(sb *sandbox.Sandbox) cliapi.StateData {
-	return cliapi.StateData{MicrovmID: sb.ID(), State: string(sb.Lifecycle()), Endpoint: present(sb.Endpoint())}
+	return cliapi.StateData{MicrovmID: sb.ID(), State: string(sb.Lifecycle()), Endpoint: render.Present(sb.Endpoint())}
 }
 
 // startOptions turns an exec's arguments into the library's.
@@ -227,7 +228,7 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 		}
 		if err != nil {
 			sum.NextOffset = int64(st.Cursor())
-			return "", nil, &failure{err: asClientError(err), data: sum}
+			return "", nil, &render.Failure{Err: asClientError(err), Data: sum}
 		}
 		switch ev.Kind {
 		case client.EventOutput:
@@ -258,12 +259,12 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 	sum.NextOffset = int64(st.Cursor())
 	if !sawExit {
 		sum.ExitCode, sum.Truncated = nil, nil
-		return "", nil, &failure{err: client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event at offset %d; its outcome is unknown", ex.ID(), sum.NextOffset), data: sum}
+		return "", nil, &render.Failure{Err: client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event at offset %d; its outcome is unknown", ex.ID(), sum.NextOffset), Data: sum}
 	}
 	// Every byte was delivered: release the output on the daemon.
 	if !st.Released() {
 		if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-			return "", nil, &failure{err: asClientError(err), data: sum}
+			return "", nil, &render.Failure{Err: asClientError(err), Data: sum}
 		}
 	}
 	return cliapi.TypeExecStream, sum, nil

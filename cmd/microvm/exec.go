@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -94,16 +95,16 @@ func execHuman(d cliapi.ExecData) func(io.Writer) error {
 // way, as the reference writes it, exiting ERR_EXEC_FAILED when the child
 // finished and did not exit 0 (a signal included). A running exec (a poll)
 // is not a failure.
-func execOutcome(r client.Result, human func(io.Writer) error) *result {
+func execOutcome(r client.Result, human func(io.Writer) error) *render.Result {
 	d := execData(r)
-	res := &result{typ: cliapi.TypeExec, data: d, human: human}
+	res := &render.Result{Type: cliapi.TypeExec, Data: d, Human: human}
 	if err := r.Err(); err != nil && !r.Running() {
-		res.reporting(taxonomy.KindExecFailed, err.Error())
+		res.Reporting(taxonomy.KindExecFailed, err.Error())
 	}
 	return res
 }
 
-func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *ExecCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	// The words are passed through from the first one on, so a "--" that
 	// separates them from exec's flags arrives as a word: it is not the
 	// command's.
@@ -167,7 +168,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	// the stream is made under this context from the start.
 	ctx, stopFeed := context.WithCancelCause(ctx)
 	defer stopFeed(nil)
-	stop := a.spinner("starting " + opts.ExecID)
+	stop := a.Spinner("starting " + opts.ExecID)
 	// Following from the start, the client starts and follows in one
 	// exchange where the daemon offers it (client.Session.StartStream).
 	var ex *client.Exec
@@ -196,7 +197,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	if c.Detach {
 		d := cliapi.ExecData{ExecID: ex.ID(), Phase: string(protocol.PhaseRunning)}
-		return &result{typ: cliapi.TypeExec, data: d, human: func(w io.Writer) error {
+		return &render.Result{Type: cliapi.TypeExec, Data: d, Human: func(w io.Writer) error {
 			_, err := fmt.Fprintf(w, "%s\trunning\n", ex.ID())
 			return err
 		}}, nil
@@ -210,7 +211,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	// Stream.Connect before feed.start.
 	var feed *stdinFeed
 	if c.Stdin {
-		feed = &stdinFeed{ex: ex, r: a.stdin, stop: stopFeed}
+		feed = &stdinFeed{ex: ex, r: a.Stdin, stop: stopFeed}
 	}
 	if c.Stream {
 		return c.stream(ctx, a, ex, st, feed)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -42,7 +43,7 @@ func parseForwardPorts(s string) (local, remote int, err error) {
 	return local, remote, nil
 }
 
-func (c *ForwardCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *ForwardCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	local, remote, err := parseForwardPorts(c.Ports)
 	if err != nil {
 		return nil, err
@@ -65,9 +66,9 @@ func (c *ForwardCmd) run(ctx context.Context, a *app) (*result, error) {
 		RenewBefore: c.RenewBefore,
 		// Beyond loopback on purpose: other machines name this one as they will.
 		AnyHost:  !ip.IsLoopback(),
-		ErrorLog: log.New(a.stderr, "microvm: forward: ", 0),
+		ErrorLog: log.New(a.Stderr, "microvm: forward: ", 0),
 		OnMint: func(u sandbox.PortURL) {
-			a.progress("minted a proxy token for MicroVM %s port %d, expiring %s", u.MicrovmID, u.Port, u.ExpiresAt.UTC().Format(time.RFC3339))
+			a.Progress("minted a proxy token for MicroVM %s port %d, expiring %s", u.MicrovmID, u.Port, u.ExpiresAt.UTC().Format(time.RFC3339))
 		},
 	})
 	// The first token before listening: a VM that is not RUNNING, a port the
@@ -82,15 +83,15 @@ func (c *ForwardCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	addr := ln.Addr().String()
 	if !ip.IsLoopback() {
-		a.warn("listening on %s, which is not loopback: anyone who reaches it reaches port %d of MicroVM %s with this machine's token", addr, remote, c.MicrovmID)
+		a.Warn("listening on %s, which is not loopback: anyone who reaches it reaches port %d of MicroVM %s with this machine's token", addr, remote, c.MicrovmID)
 	}
 	// Always printed, --quiet or not: it is the address to open.
-	fmt.Fprintf(a.stderr, "microvm: forwarding http://%s to MicroVM %s port %d; Ctrl-C stops\n", addr, c.MicrovmID, remote)
+	fmt.Fprintf(a.Stderr, "microvm: forwarding http://%s to MicroVM %s port %d; Ctrl-C stops\n", addr, c.MicrovmID, remote)
 	if err := sandbox.Forward(ctx, ln, fw); err != nil {
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "serving %s: %v", addr, err).WithCause(err)
 	}
 	d := cliapi.ForwardData{MicrovmID: c.MicrovmID, Port: int64(remote), Listen: addr, Mints: int64(fw.Mints())}
-	return &result{typ: cliapi.TypeForward, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeForward, Data: d, Human: func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "forwarded %s to MicroVM %s port %d; %d token(s) minted; stopped\n", addr, d.MicrovmID, d.Port, d.Mints)
 		return err
 	}}, nil

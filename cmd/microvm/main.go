@@ -24,6 +24,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -43,12 +44,12 @@ type kongExit int
 
 // run is the whole program; it returns the process exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, env: os.Getenv}
-	a.stdoutTTY, a.stderrTTY = isTerminal(stdout), isTerminal(stderr)
+	a := &app{IO: render.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Env: os.Getenv}}
+	a.StdoutTTY, a.StderrTTY = isTerminal(stdout), isTerminal(stderr)
 	// Until kong has parsed, --json is read from the raw words, so that a parse
 	// failure under --json is still an envelope.
-	a.g.JSON = rawFlag(args, "--json")
-	a.g.Dense = rawFlag(args, "--dense")
+	a.JSON = rawFlag(args, "--json")
+	a.Dense = rawFlag(args, "--dense")
 
 	defer func() {
 		switch r := recover().(type) {
@@ -82,7 +83,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if spelled {
 		restoreBytes(reflect.ValueOf(cli))
 	}
-	a.g = cli.Globals
+	a.JSON, a.Dense, a.Quiet = cli.JSON, cli.Dense, cli.Quiet
 	for _, p := range kctx.Path {
 		if p.Command != nil {
 			a.command = p.Command.Name
@@ -97,12 +98,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return a.fail(err)
 	}
-	return a.succeed(res)
+	return a.Succeed(res)
 }
 
 // command is what every leaf of the tree implements.
 type command interface {
-	run(ctx context.Context, a *app) (*result, error)
+	run(ctx context.Context, a *app) (*render.Result, error)
 }
 
 // parseError turns kong's refusal into the table's InvalidArg row, keeping

@@ -26,6 +26,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/mcpapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -53,7 +54,7 @@ func mcpSessionProtocols() []string {
 	return vs
 }
 
-func (c *McpCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *McpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.HTTP != "" {
 		if err := checkListen(c.HTTP, c.AllowRemote); err != nil {
 			return nil, err
@@ -69,7 +70,7 @@ func (c *McpCmd) run(ctx context.Context, a *app) (*result, error) {
 	srv := s.server()
 	why := "the client closed the session"
 	if c.HTTP == "" {
-		err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}})
+		err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(a.Stdin), Writer: nopWriteCloser{a.Stdout}})
 		if ctx.Err() != nil {
 			why = "the server was interrupted"
 		}
@@ -81,7 +82,7 @@ func (c *McpCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		return nil, client.Errorf(taxonomy.KindUnexpected, "", "mcp: %v", err)
 	}
-	return &result{written: true}, nil
+	return &render.Result{Written: true}, nil
 }
 
 // checkListen refuses a non-loopback --http address unless asked for.
@@ -179,7 +180,7 @@ type mcpBox struct {
 func (s *mcpServer) logf(format string, args ...any) {
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
-	fmt.Fprintf(s.a.stderr, "microvm mcp: "+format+"\n", args...)
+	fmt.Fprintf(s.a.Stderr, "microvm mcp: "+format+"\n", args...)
 }
 
 // session is the state of ss, made on first sight; a watcher tears it down

@@ -13,6 +13,7 @@ import (
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/engineapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -56,15 +57,15 @@ func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires t
 	// through, unless a flag or variable names one.
 	if dir, err := ledgerDir(a, ""); err == nil {
 		if m, err := kept.Load(dir, f.MicrovmID); err == nil {
-			fillControl(&f.ControlEndpoint, &f.RegionFlags, m, a.env)
+			fillControl(&f.ControlEndpoint, &f.RegionFlags, m, a.Env)
 		}
 	}
-	region, err := f.controlRegion(a.env)
+	region, err := f.controlRegion(a.Env)
 	if err != nil {
 		return nil, err
 	}
-	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env),
-		Emulator: emulatorSide(nil), Getenv: a.env})
+	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.Env),
+		Emulator: emulatorSide(nil), Getenv: a.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +92,7 @@ type URLCmd struct {
 	Check   bool          `help:"Also send one GET through the URL: the token refused (403) exits 4, nothing listening on the port (502) exits 12; any other status is the guest server's own answer."`
 }
 
-func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *URLCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	mint, err := c.minter(ctx, a, c.Port, c.Expires)
 	if err != nil {
 		return nil, err
@@ -105,13 +106,13 @@ func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
 		status, err := u.Check(ctx, nil)
 		if err != nil {
 			// The URL itself is still good to report beside the refusal.
-			return nil, &failure{err: asClientError(err), data: map[string]any{"microvmId": d.MicrovmID, "port": d.Port, "url": d.URL, "checkStatus": status}}
+			return nil, &render.Failure{Err: asClientError(err), Data: map[string]any{"microvmId": d.MicrovmID, "port": d.Port, "url": d.URL, "checkStatus": status}}
 		}
 		st := int64(status)
 		d.CheckStatus = &st
 	}
 	headers := d.Headers.(map[string]string)
-	return &result{typ: cliapi.TypeURL, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeURL, Data: d, Human: func(w io.Writer) error {
 		// The URL alone on the first line, for $(...); then how to use it.
 		fmt.Fprintln(w, d.URL)
 		var args []string

@@ -1,0 +1,14 @@
+// Package render is how a command's answer reaches its caller: the one JSON
+// envelope of api/cli.yaml (success and failure), its human and dense
+// forms, tables, byte counts and durations, and the progress, warning and
+// spinner lines on stderr. IO holds one invocation's streams and the output
+// mode the global flags chose; a command hands back a Result (or a Failure
+// carrying a partial one) and render writes it.
+//
+// It must never call the library or the platform, parse a command line, or
+// decide an exit code: the code is the error kind's row of the generated
+// exit table, which the command's error carries. It must never write
+// anything but the envelope to stdout under --json (the NDJSON lines of
+// exec --stream are the caller's, and Streamed makes the envelope after
+// them one line), and never import the command (cmd/microvm) above it.
+package render
