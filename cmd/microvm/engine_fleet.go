@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/alecthomas/kong"
+
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/engineapi"
 	"github.com/microvms/microvms/gen/taxonomy"

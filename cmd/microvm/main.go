@@ -13,7 +13,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 	"os/signal"
@@ -27,9 +26,6 @@ import (
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
-
-// version is the CLI's version; the build may override it with -ldflags -X.
-var version = "0.1.0"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -143,19 +139,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// invalidArg is a local refusal: the request never left this process, so it
-// carries no wire kind and the envelope no data.kind.
-func invalidArg(finding taxonomy.FindingID, format string, args ...any) error {
-	return client.Errorf(taxonomy.KindInvalidArg, finding, format, args...)
-}
-
-// asClientError classifies any error into the client's one error type.
-func asClientError(err error) *client.Error {
-	var ce *client.Error
-	if errors.As(err, &ce) {
-		return ce
-	}
-	return client.Errorf(client.KindOf(err), "", "%s", err.Error()).WithCause(err)
 }

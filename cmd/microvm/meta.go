@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 )
 

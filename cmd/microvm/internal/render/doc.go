@@ -7,8 +7,9 @@
 //
 // It must never call the library or the platform, parse a command line, or
 // decide an exit code: the code is the error kind's row of the generated
-// exit table, which the command's error carries. It must never write
-// anything but the envelope to stdout under --json (the NDJSON lines of
-// exec --stream are the caller's, and Streamed makes the envelope after
-// them one line), and never import the command (cmd/microvm) above it.
+// exit table, which the command's error carries. Under --json it writes
+// nothing to stdout but the one envelope (a Result marked Written, as
+// constants --emit-json is, wrote its own; after exec --stream's NDJSON
+// lines Streamed makes the envelope one line), and it never imports the
+// command (cmd/microvm) above it.
 package render
