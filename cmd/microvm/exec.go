@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/argv"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
@@ -123,10 +124,10 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Timeout <= 0 {
 		return nil, invalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
 	}
-	if err := requireText("the command's", c.Command); err != nil {
+	if err := argv.RequireText("the command's", c.Command); err != nil {
 		return nil, err
 	}
-	if err := requireText("--env", c.Env); err != nil {
+	if err := argv.RequireText("--env", c.Env); err != nil {
 		return nil, err
 	}
 	env, err := parseEnv(c.Env)

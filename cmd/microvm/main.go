@@ -23,6 +23,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/argv"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -71,13 +72,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return a.fail(client.Errorf(taxonomy.KindUnexpected, "", "building the parser: %v", err))
 	}
 	a.parser = parser
-	protected, spelled := protectBytes(hoistFlags(parser, args))
+	protected, spelled := argv.ProtectBytes(argv.HoistFlags(parser, args))
 	kctx, err := parser.Parse(protected)
 	if err != nil {
 		return a.fail(parseError(err))
 	}
 	if spelled {
-		restoreBytes(reflect.ValueOf(cli))
+		argv.RestoreBytes(reflect.ValueOf(cli))
 	}
 	a.JSON, a.Dense, a.Quiet = cli.JSON, cli.Dense, cli.Quiet
 	for _, p := range kctx.Path {
