@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/alecthomas/kong"
 
-	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
-	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // app is one invocation: its I/O and output mode, and what the failure
@@ -37,18 +34,3 @@ type app struct {
 
 // version is the CLI's version; the build may override it with -ldflags -X.
 var version = "0.1.0"
-
-// invalidArg is a local refusal: the request never left this process, so it
-// carries no wire kind and the envelope no data.kind.
-func invalidArg(finding taxonomy.FindingID, format string, args ...any) error {
-	return client.Errorf(taxonomy.KindInvalidArg, finding, format, args...)
-}
-
-// asClientError classifies any error into the client's one error type.
-func asClientError(err error) *client.Error {
-	var ce *client.Error
-	if errors.As(err, &ce) {
-		return ce
-	}
-	return client.Errorf(client.KindOf(err), "", "%s", err.Error()).WithCause(err)
-}

@@ -40,10 +40,10 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 		missing = append(missing, "--agent-token (or MICROVM_AGENT_TOKEN)")
 	}
 	if len(missing) > 0 {
-		return nil, invalidArg("", "missing %s: the VM to attach to is named by its endpoint and the agent token given at launch%s", strings.Join(missing, " and "), notKeptHint(a, f))
+		return nil, render.InvalidArg("", "missing %s: the VM to attach to is named by its endpoint and the agent token given at launch%s", strings.Join(missing, " and "), notKeptHint(a, f))
 	}
 	if f.Port < 1 || f.Port > 65535 {
-		return nil, invalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", f.Port)
+		return nil, render.InvalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", f.Port)
 	}
 	// GetMicrovm's endpoint is a bare host (finding endpoint-bare-host), so
 	// it is accepted as given; EndpointURL picks the scheme.
@@ -54,7 +54,7 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	if f.MicrovmID == "" {
 		// A missing argument, as the reference's required flag is: exit 2
 		// before anything is sent.
-		return nil, invalidArg(taxonomy.FindingEndpointAuth,
+		return nil, render.InvalidArg(taxonomy.FindingEndpointAuth,
 			"missing --microvm-id (or MICROVM_ID): a proxied attach mints the endpoint proxy token for that MicroVM; pass --direct for a daemon reached without the proxy")
 	}
 	region, err := f.controlRegion(a.Env)
@@ -201,7 +201,7 @@ type StdinCmd struct {
 
 func (c *StdinCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Data == nil && !c.EOF {
-		return nil, invalidArg("", "nothing to do: pass --data, --eof, or both")
+		return nil, render.InvalidArg("", "nothing to do: pass --data, --eof, or both")
 	}
 	s, err := c.session(ctx, a)
 	if err != nil {
@@ -220,7 +220,7 @@ func (c *StdinCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		if client.KindOf(err) == taxonomy.KindInvalidArg && written == 0 {
 			return nil, err
 		}
-		return nil, &render.Failure{Err: asClientError(err), Data: cliapi.StdinData{ExecID: c.ExecID, Written: written}}
+		return nil, &render.Failure{Err: render.AsClientError(err), Data: cliapi.StdinData{ExecID: c.ExecID, Written: written}}
 	}
 	d := cliapi.StdinData{ExecID: c.ExecID, Written: written, EOF: c.EOF}
 	return &render.Result{Type: cliapi.TypeStdin, Data: d, Human: func(w io.Writer) error {

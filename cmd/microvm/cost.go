@@ -32,7 +32,7 @@ type CostCmd struct {
 
 func seconds(flag string, s float64) (time.Duration, error) {
 	if s < 0 {
-		return 0, invalidArg(taxonomy.FindingWhatCostsMoney, "%s: a duration cannot be negative (%v s)", flag, s)
+		return 0, render.InvalidArg(taxonomy.FindingWhatCostsMoney, "%s: a duration cannot be negative (%v s)", flag, s)
 	}
 	return time.Duration(s * float64(time.Second)), nil
 }
@@ -95,7 +95,7 @@ func (c *CostCmd) run(_ context.Context, a *app) (*render.Result, error) {
 		return nil, err
 	}
 	if c.Cycles < 0 || c.ImageGB < 0 {
-		return nil, invalidArg(taxonomy.FindingWhatCostsMoney, "--cycles and --image-gb cannot be negative")
+		return nil, render.InvalidArg(taxonomy.FindingWhatCostsMoney, "--cycles and --image-gb cannot be negative")
 	}
 	rates := cost.Pinned(region)
 	now := time.Now()

@@ -32,7 +32,7 @@ const vmPrefix = "vm:"
 func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	srcVM, dstVM := strings.HasPrefix(c.Src, vmPrefix), strings.HasPrefix(c.Dst, vmPrefix)
 	if srcVM == dstVM {
-		return nil, invalidArg("", "exactly one of SRC and DST must be vm:/path (got %q and %q)", c.Src, c.Dst)
+		return nil, render.InvalidArg("", "exactly one of SRC and DST must be vm:/path (got %q and %q)", c.Src, c.Dst)
 	}
 	remote := strings.TrimPrefix(c.Src, vmPrefix)
 	if dstVM {
@@ -41,19 +41,19 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if !strings.HasPrefix(remote, "/") {
 		// agentd would resolve it against its own working directory, which
 		// is nothing the caller chose.
-		return nil, invalidArg("", "vm:%s is relative: a vm: path is absolute in the guest, e.g. vm:/%s", remote, strings.TrimPrefix(remote, "./"))
+		return nil, render.InvalidArg("", "vm:%s is relative: a vm: path is absolute in the guest, e.g. vm:/%s", remote, strings.TrimPrefix(remote, "./"))
 	}
 	if dstVM {
 		st, err := os.Stat(c.Src)
 		switch {
 		case err != nil:
-			return nil, invalidArg("", "%v", err)
+			return nil, render.InvalidArg("", "%v", err)
 		case st.IsDir() && !c.Tar:
-			return nil, invalidArg("", "%s is a directory: copy a tree with --tar, from a .tar of it (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
+			return nil, render.InvalidArg("", "%s is a directory: copy a tree with --tar, from a .tar of it (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
 		case st.IsDir():
-			return nil, invalidArg("", "%s is a directory: with --tar the local side is a .tar archive (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
+			return nil, render.InvalidArg("", "%s is a directory: with --tar the local side is a .tar archive (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
 		case !st.Mode().IsRegular():
-			return nil, invalidArg("", "%s is not a regular file", c.Src)
+			return nil, render.InvalidArg("", "%s is not a regular file", c.Src)
 		}
 	}
 	var mode os.FileMode
@@ -61,15 +61,15 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		if !srcVM {
 			m, err := strconv.ParseUint(c.Mode, 8, 32)
 			if err != nil || m > 0o7777 {
-				return nil, invalidArg("", "--mode %q is not octal permission bits", c.Mode)
+				return nil, render.InvalidArg("", "--mode %q is not octal permission bits", c.Mode)
 			}
 			mode = os.FileMode(m)
 		} else {
-			return nil, invalidArg("", "--mode applies to an upload only")
+			return nil, render.InvalidArg("", "--mode applies to an upload only")
 		}
 	}
 	if c.Sync && srcVM {
-		return nil, invalidArg("", "--sync applies to an upload only")
+		return nil, render.InvalidArg("", "--sync applies to an upload only")
 	}
 	s, err := c.session(ctx, a)
 	if err != nil {
@@ -80,7 +80,7 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		d.Direction, d.Local, d.Remote = "upload", c.Src, strings.TrimPrefix(c.Dst, vmPrefix)
 		f, err := os.Open(d.Local)
 		if err != nil {
-			return nil, invalidArg("", "opening %s: %v", d.Local, err)
+			return nil, render.InvalidArg("", "opening %s: %v", d.Local, err)
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil {
@@ -118,7 +118,7 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		// never leaves a half file under the name the caller asked for.
 		tmp, err := os.CreateTemp(dirOf(d.Local), ".microvm-cp-*")
 		if err != nil {
-			return nil, invalidArg("", "creating %s: %v", d.Local, err)
+			return nil, render.InvalidArg("", "creating %s: %v", d.Local, err)
 		}
 		defer os.Remove(tmp.Name())
 		var n int64
@@ -137,7 +137,7 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 			return nil, err
 		}
 		if err := os.Rename(tmp.Name(), d.Local); err != nil {
-			return nil, invalidArg("", "writing %s: %v", d.Local, err)
+			return nil, render.InvalidArg("", "writing %s: %v", d.Local, err)
 		}
 		d.Bytes = n
 	}
@@ -166,7 +166,7 @@ func (c *CpCmd) parentExists(ctx context.Context, s *client.Session, remote stri
 	case err == nil && fi.Type == protocol.FileTypeDirectory, err == nil && fi.Type == protocol.FileTypeSymlink:
 		return nil
 	case err == nil:
-		return invalidArg("", "vm:%s is a %s, not a directory", parent, fi.Type)
+		return render.InvalidArg("", "vm:%s is a %s, not a directory", parent, fi.Type)
 	case errors.As(err, &ce) && ce.Slug() == "path_not_found":
 		return missing
 	case !errors.Is(err, client.WireKindError(taxonomy.WireNotFound)):
@@ -175,7 +175,7 @@ func (c *CpCmd) parentExists(ctx context.Context, s *client.Session, remote stri
 	_, err = s.ReadFile(ctx, parent, io.Discard, client.LineRange{Start: 1, End: 1})
 	switch {
 	case err == nil:
-		return invalidArg("", "vm:%s is a file, not a directory", parent)
+		return render.InvalidArg("", "vm:%s is a file, not a directory", parent)
 	case errors.Is(err, client.WireKindError(taxonomy.WireProtocolError)):
 		return nil // a directory
 	case errors.Is(err, client.WireKindError(taxonomy.WireNotFound)):

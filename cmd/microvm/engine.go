@@ -144,7 +144,7 @@ func (e *engine) send(r engineapi.Reply) {
 func (e *engine) serve(ctx context.Context, req engineapi.Request) {
 	typ, data, err := e.dispatch(ctx, req)
 	if err != nil {
-		ce := asClientError(err)
+		ce := render.AsClientError(err)
 		var partial any
 		var f *render.Failure
 		if errors.As(err, &f) {
@@ -255,7 +255,7 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		}
 		d := cliapi.DirData{Path: args.Path, Entries: []cliapi.FileEntry{}}
 		err := sb.Session().List(ctx, args.Path, client.ListOptions{Depth: uint32(args.Depth)}, func(fi protocol.FileInfo) error {
-			d.Entries = append(d.Entries, toFileEntry(fi))
+			d.Entries = append(d.Entries, render.FileEntry(fi))
 			return nil
 		})
 		if err != nil {

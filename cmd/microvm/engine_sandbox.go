@@ -228,7 +228,7 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 		}
 		if err != nil {
 			sum.NextOffset = int64(st.Cursor())
-			return "", nil, &render.Failure{Err: asClientError(err), Data: sum}
+			return "", nil, &render.Failure{Err: render.AsClientError(err), Data: sum}
 		}
 		switch ev.Kind {
 		case client.EventOutput:
@@ -264,7 +264,7 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 	// Every byte was delivered: release the output on the daemon.
 	if !st.Released() {
 		if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-			return "", nil, &render.Failure{Err: asClientError(err), Data: sum}
+			return "", nil, &render.Failure{Err: render.AsClientError(err), Data: sum}
 		}
 	}
 	return cliapi.TypeExecStream, sum, nil

@@ -46,7 +46,7 @@ func parseEnv(pairs []string) (map[string]string, error) {
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
-			return nil, invalidArg("", "--env %q is not KEY=VALUE (a missing '=' or an empty KEY)", p)
+			return nil, render.InvalidArg("", "--env %q is not KEY=VALUE (a missing '=' or an empty KEY)", p)
 		}
 		env[k] = v
 	}
@@ -113,16 +113,16 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		c.Command = c.Command[1:]
 	}
 	if c.FromOffset != 0 && !c.Stream {
-		return nil, invalidArg("", "--from-offset requires --stream")
+		return nil, render.InvalidArg("", "--from-offset requires --stream")
 	}
 	if c.Poll == "" && len(c.Command) == 0 {
-		return nil, invalidArg("", "a command is required unless --poll names an existing exec")
+		return nil, render.InvalidArg("", "a command is required unless --poll names an existing exec")
 	}
 	if c.Poll != "" && len(c.Command) > 0 {
-		return nil, invalidArg("", "--poll reads an existing exec; it takes no command")
+		return nil, render.InvalidArg("", "--poll reads an existing exec; it takes no command")
 	}
 	if c.Timeout <= 0 {
-		return nil, invalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
+		return nil, render.InvalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
 	}
 	if err := argv.RequireText("the command's", c.Command); err != nil {
 		return nil, err

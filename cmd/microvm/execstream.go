@@ -59,7 +59,7 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.P
 		if err != nil {
 			return nil, ferr
 		}
-		return nil, &render.Failure{Err: asClientError(ferr), Data: execData(r)}
+		return nil, &render.Failure{Err: render.AsClientError(ferr), Data: execData(r)}
 	}
 	if err != nil {
 		return nil, err
@@ -75,7 +75,7 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.P
 		// out raw are a prefix, and the record's outcome says nothing about
 		// the rest. As with a gap, the record rides along in data, but the
 		// run is not reported as passing.
-		return nil, &render.Failure{Err: asClientError(serr), Data: d,
+		return nil, &render.Failure{Err: render.AsClientError(serr), Data: d,
 			Suggestions: []string{fmt.Sprintf("data holds %s's record, acked: its status, and its output only up to the daemon's max_output_bytes; `microvm exec --stream` can resume a cut stream with --from-offset", ex.ID())}}
 	}
 	human := func(w io.Writer) error { return nil } // the bytes already went out raw
@@ -174,7 +174,7 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 		// Whether it ended the stream or came after the exit, the child
 		// did not get all of its stdin; a resume would not feed it again.
 		sum.NextOffset = int64(st.Cursor())
-		return nil, &render.Failure{Err: asClientError(ferr), Data: sum}
+		return nil, &render.Failure{Err: render.AsClientError(ferr), Data: sum}
 	}
 	// The client's cursor, not the last event seen, is where a resume starts.
 	sum.NextOffset = int64(st.Cursor())
@@ -191,7 +191,7 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 		return nil, &render.Failure{Err: err, Data: cutData(sum), Suggestions: c.resumeHints(ex.ID(), sum.NextOffset)}
 	}
 	if streamErr != nil {
-		f := &render.Failure{Err: asClientError(streamErr), Data: sum}
+		f := &render.Failure{Err: render.AsClientError(streamErr), Data: sum}
 		if k := client.KindOf(streamErr); k == taxonomy.KindTimeout || k == taxonomy.KindRetryable || k == taxonomy.KindInterrupted {
 			// The deadline passed, the caller interrupted, or the connection
 			// never opened: the exec was left as it was and the stream
@@ -205,7 +205,7 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 	// (The run route already released it with the exit event.)
 	if !st.Released() {
 		if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-			return nil, &render.Failure{Err: asClientError(err), Data: sum}
+			return nil, &render.Failure{Err: render.AsClientError(err), Data: sum}
 		}
 	}
 	res := &render.Result{Type: cliapi.TypeExecStream, Data: sum, Human: func(io.Writer) error { return nil }}

@@ -54,17 +54,17 @@ func fleetSeverity(k taxonomy.ErrorKind) int {
 // the image this run built, and price the whole fleet in one report.
 func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Count < 1 || c.Count > taxonomy.MaxFleetCount {
-		return nil, invalidArg("", "--count %d is outside 1..%d", c.Count, taxonomy.MaxFleetCount)
+		return nil, render.InvalidArg("", "--count %d is outside 1..%d", c.Count, taxonomy.MaxFleetCount)
 	}
 	parallel := c.Parallel
 	if parallel == 0 {
 		parallel = min(c.Count, taxonomy.DefaultFleetParallel)
 	}
 	if parallel < 1 || parallel > taxonomy.MaxFleetParallel {
-		return nil, invalidArg("", "--parallel %d is outside 1..%d", c.Parallel, taxonomy.MaxFleetParallel)
+		return nil, render.InvalidArg("", "--parallel %d is outside 1..%d", c.Parallel, taxonomy.MaxFleetParallel)
 	}
 	if c.Keep {
-		return nil, invalidArg("", "--keep with --count: a fleet is torn down run by run; launch with `run --keep` once per MicroVM to keep them")
+		return nil, render.InvalidArg("", "--keep with --count: a fleet is torn down run by run; launch with `run --keep` once per MicroVM to keep them")
 	}
 	// The image's record; each MicroVM gets one of its own.
 	st, err := c.prepare(ctx, a)
@@ -201,11 +201,11 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
 		return nil, &render.Failure{Err: client.Errorf(taxonomy.KindInterrupted, taxonomy.FindingBuildLogGroupSurvives,
 			"interrupted; every MicroVM of the fleet was torn down, and anything that could not be deleted is named in data.leaked (%s)", leakedText(out.Leaked)), Data: out, Human: human}
 	case err != nil:
-		return nil, &render.Failure{Err: asClientError(err), Data: out, Human: human}
+		return nil, &render.Failure{Err: render.AsClientError(err), Data: out, Human: human}
 	case worst != 0:
 		// As a single run's non-zero exit, a failure envelope whose data is
 		// the whole fleet's record.
-		ce := asClientError(worstErr)
+		ce := render.AsClientError(worstErr)
 		return nil, &render.Failure{Err: client.Errorf(worst, ce.Finding(), "%d of %d runs failed; the worst: %s", len(fleet.Failed()), c.Count, ce.Message()).WithCause(worstErr), Data: out, Human: human}
 	}
 	return &render.Result{Type: cliapi.TypeRunFleet, Data: out, Human: human}, nil

@@ -30,15 +30,15 @@ type ForwardCmd struct {
 func parseForwardPorts(s string) (local, remote int, err error) {
 	l, r, ok := strings.Cut(s, ":")
 	if !ok {
-		return 0, 0, invalidArg("", "%q is not LOCAL:REMOTE (for example 8080:8080; a LOCAL of 0 picks a free port)", s)
+		return 0, 0, render.InvalidArg("", "%q is not LOCAL:REMOTE (for example 8080:8080; a LOCAL of 0 picks a free port)", s)
 	}
 	local, lerr := strconv.Atoi(l)
 	remote, rerr := strconv.Atoi(r)
 	if lerr != nil || local < 0 || local > 65535 {
-		return 0, 0, invalidArg("", "the local port %q in %q is not 0..65535", l, s)
+		return 0, 0, render.InvalidArg("", "the local port %q in %q is not 0..65535", l, s)
 	}
 	if rerr != nil || remote < 1 || remote > 65535 {
-		return 0, 0, invalidArg(taxonomy.FindingAllowedPortsUnion, "the guest port %q in %q is outside 1..65535, the ports a proxy token can name", r, s)
+		return 0, 0, render.InvalidArg(taxonomy.FindingAllowedPortsUnion, "the guest port %q in %q is outside 1..65535, the ports a proxy token can name", r, s)
 	}
 	return local, remote, nil
 }
@@ -50,17 +50,17 @@ func (c *ForwardCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	}
 	ip := net.ParseIP(c.Address)
 	if ip == nil {
-		return nil, invalidArg("", "--address %q is not an IP address", c.Address)
+		return nil, render.InvalidArg("", "--address %q is not an IP address", c.Address)
 	}
 	if c.RenewBefore < 0 {
-		return nil, invalidArg(taxonomy.FindingEndpointAuth, "--renew-before %s is negative", c.RenewBefore)
+		return nil, render.InvalidArg(taxonomy.FindingEndpointAuth, "--renew-before %s is negative", c.RenewBefore)
 	}
 	mint, err := c.minter(ctx, a, remote, c.Expires)
 	if err != nil {
 		return nil, err
 	}
 	if c.RenewBefore != 0 && c.Expires != 0 && c.RenewBefore >= c.Expires {
-		return nil, invalidArg(taxonomy.FindingEndpointAuth, "--renew-before %s is not shorter than --expires %s: every request would mint", c.RenewBefore, c.Expires)
+		return nil, render.InvalidArg(taxonomy.FindingEndpointAuth, "--renew-before %s is not shorter than --expires %s: every request would mint", c.RenewBefore, c.Expires)
 	}
 	fw := sandbox.NewForwarder(mint, sandbox.ForwardOptions{
 		RenewBefore: c.RenewBefore,

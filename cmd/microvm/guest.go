@@ -21,11 +21,6 @@ import (
 // (stat, dir, mkdir, mv, rm), its exec listing (ps) and its metrics. Each is
 // one call (dir: one call per page) through client.Session.
 
-func toFileEntry(fi protocol.FileInfo) cliapi.FileEntry {
-	return cliapi.FileEntry{Path: fi.Path, Name: fi.Name, Type: string(fi.Type), Size: int64(fi.Size), Mode: fi.Mode,
-		UID: int64(fi.UID), GID: int64(fi.GID), Mtime: fi.Mtime.UTC().Format(time.RFC3339Nano), SymlinkTarget: fi.SymlinkTarget}
-}
-
 // entryLine is one ls -l style line.
 func entryLine(e cliapi.FileEntry) string {
 	name := e.Path
@@ -53,7 +48,7 @@ func (c *StatCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := toFileEntry(fi)
+	e := render.FileEntry(fi)
 	return &render.Result{Type: cliapi.TypeStat, Data: cliapi.StatData{Entry: e}, Human: func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 		fmt.Fprintln(tw, entryLine(e))
@@ -76,7 +71,7 @@ func (c *DirCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	}
 	d := cliapi.DirData{Path: guestPath(c.Path), Entries: []cliapi.FileEntry{}}
 	err = s.List(ctx, d.Path, client.ListOptions{Depth: c.Depth, Limit: c.Page}, func(fi protocol.FileInfo) error {
-		d.Entries = append(d.Entries, toFileEntry(fi))
+		d.Entries = append(d.Entries, render.FileEntry(fi))
 		return nil
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ func (a *app) diagnosed(ce *client.Error) *client.Error {
 		return ce
 	}
 	a.vmStatus, a.unreachable = &st, false
-	return asClientError(cause).WithCause(ce)
+	return render.AsClientError(cause).WithCause(ce)
 }
 
 // suggestionsFor names what can fix a failure, in words a CLI user can
@@ -160,7 +160,7 @@ func hasCommand(k *kong.Kong, name string) bool {
 // fail writes the failure envelope (or its human form) and returns the exit
 // code, which is the error kind's row of the generated table and nothing else.
 func (a *app) fail(err error) int {
-	ce := asClientError(err)
+	ce := render.AsClientError(err)
 	if wire, _ := ce.WireKind(); a.attached && wire == taxonomy.WireTransport && nothingListens(ce) {
 		// The client retried and gave up: nothing listens at the endpoint
 		// (connection refused) or its name does not resolve. Running the

@@ -12,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/platform"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -150,7 +151,7 @@ func ledgerDir(_ *app, flag string) (string, error) {
 	}
 	dir, err := ledger.DefaultDir()
 	if err != nil {
-		return "", invalidArg("", "%v; pass --state-dir", err)
+		return "", render.InvalidArg("", "%v; pass --state-dir", err)
 	}
 	return dir, nil
 }

@@ -89,10 +89,10 @@ type DockerfileCmd struct {
 
 func (c *DockerfileCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	if c.Port < 1 || c.Port > 65535 {
-		return nil, invalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", c.Port)
+		return nil, render.InvalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", c.Port)
 	}
 	if strings.ContainsAny(c.From, " \t\n") || c.From == "" {
-		return nil, invalidArg(taxonomy.FindingBaseImagesLackWorkdir, "--from %q is not an image reference", c.From)
+		return nil, render.InvalidArg(taxonomy.FindingBaseImagesLackWorkdir, "--from %q is not an image reference", c.From)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# FROM must match the base image the build names (baseImageArn).\n")

@@ -24,7 +24,7 @@ type LogsCmd struct {
 
 func (c *LogsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Limit < 1 {
-		return nil, invalidArg("", "--limit must be at least 1, got %d", c.Limit)
+		return nil, render.InvalidArg("", "--limit must be at least 1, got %d", c.Limit)
 	}
 	group := build.LogGroup(c.ImageName)
 	p, err := c.open(ctx, a)

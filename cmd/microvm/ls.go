@@ -55,7 +55,7 @@ func (c *LsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	}
 	recorded, unreadable, err := ledger.List(dir)
 	if err != nil {
-		return nil, invalidArg("", "reading the ledger %s: %v", dir, err)
+		return nil, render.InvalidArg("", "reading the ledger %s: %v", dir, err)
 	}
 	keptIDs, _ := kept.IDs(dir)
 	isKept := map[string]bool{}

@@ -55,13 +55,13 @@ type RunCmd struct {
 // the service refuses.
 func checkLaunch(maxDuration, maxIdle, suspended int) error {
 	if maxDuration < taxonomy.MinDurationSec || maxDuration > taxonomy.MaxDurationSec {
-		return invalidArg(taxonomy.FindingMaxDuration, "--max-duration-sec %d is outside %d..%d", maxDuration, taxonomy.MinDurationSec, taxonomy.MaxDurationSec)
+		return render.InvalidArg(taxonomy.FindingMaxDuration, "--max-duration-sec %d is outside %d..%d", maxDuration, taxonomy.MinDurationSec, taxonomy.MaxDurationSec)
 	}
 	if maxIdle < taxonomy.MinIdleDurationSec {
-		return invalidArg(taxonomy.FindingIdlePolicy, "--max-idle-sec %d is under the idle policy's minimum of %d", maxIdle, taxonomy.MinIdleDurationSec)
+		return render.InvalidArg(taxonomy.FindingIdlePolicy, "--max-idle-sec %d is under the idle policy's minimum of %d", maxIdle, taxonomy.MinIdleDurationSec)
 	}
 	if suspended < 0 {
-		return invalidArg(taxonomy.FindingIdlePolicy, "--suspended-sec %d is negative", suspended)
+		return render.InvalidArg(taxonomy.FindingIdlePolicy, "--suspended-sec %d is negative", suspended)
 	}
 	return nil
 }
@@ -71,7 +71,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		return c.runFleet(ctx, a) // fleet.go
 	}
 	if c.Keep && c.Local {
-		return nil, invalidArg("", "--keep with --local: the in-process emulator stops when this command exits; run `microvm emulator` and pass --control-endpoint to keep a VM")
+		return nil, render.InvalidArg("", "--keep with --local: the in-process emulator stops when this command exits; run `microvm emulator` and pass --control-endpoint to keep a VM")
 	}
 	st, err := c.prepare(ctx, a)
 	if err != nil {
@@ -253,7 +253,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 			"interrupted; teardown ran, and anything it could not delete is named in data.leaked (%s)", leakedText(out.Leaked)), Data: out}
 	}
 	if err != nil {
-		ce := asClientError(err)
+		ce := render.AsClientError(err)
 		return nil, &render.Failure{Err: ce, Data: out, Human: runHuman(out, a, true)}
 	}
 	res := &render.Result{Type: cliapi.TypeRun, Data: out, Human: runHuman(out, a, false)}
@@ -358,7 +358,7 @@ type runSetup struct {
 // the daemon and begins the ledger record of the run (a fleet's image).
 func (c *RunCmd) prepare(ctx context.Context, a *app) (*runSetup, error) {
 	if c.Timeout <= 0 {
-		return nil, invalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
+		return nil, render.InvalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
 	}
 	if err := checkLaunch(c.MaxDurationSec, c.MaxIdleSec, c.SuspendedSec); err != nil {
 		return nil, err

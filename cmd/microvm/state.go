@@ -81,14 +81,14 @@ func stateResult(st sandbox.Status) *render.Result {
 // failure envelope's data, as microvmId and state.
 func refusedIn(st sandbox.Status, err error) error {
 	if k := client.KindOf(err); st.State != "" && (k == taxonomy.KindInvalidArg || k == taxonomy.KindWindowClosed) {
-		return &render.Failure{Err: asClientError(err), Data: map[string]any{"microvmId": st.ID, "state": string(st.State)}}
+		return &render.Failure{Err: render.AsClientError(err), Data: map[string]any{"microvmId": st.ID, "state": string(st.State)}}
 	}
 	return err
 }
 
 func seconds64(s float64) (time.Duration, error) {
 	if s <= 0 {
-		return 0, invalidArg("", "--timeout must be positive seconds, got %v", s)
+		return 0, render.InvalidArg("", "--timeout must be positive seconds, got %v", s)
 	}
 	return time.Duration(s * float64(time.Second)), nil
 }
@@ -182,7 +182,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*render.Result, error) 
 		image = rec.ImageARN
 	}
 	if c.DeleteImage && image == "" {
-		return nil, invalidArg(taxonomy.FindingBuildLogGroupSurvives, "--delete-image needs --image-identifier: no run record names the image of %s", c.MicrovmID)
+		return nil, render.InvalidArg(taxonomy.FindingBuildLogGroupSurvives, "--delete-image needs --image-identifier: no run record names the image of %s", c.MicrovmID)
 	}
 	name := c.ImageName
 	if name == "" && image != "" {

@@ -23,11 +23,11 @@ import (
 // file, --json's machine reader) is refused before the exec starts.
 func (c *ExecCmd) ttyStdin(a *app) (*os.File, error) {
 	if a.JSON {
-		return nil, invalidArg("", "--tty is interactive: its output is a terminal's raw bytes, not JSON; drop --json, or drop --tty and use --stream --json")
+		return nil, render.InvalidArg("", "--tty is interactive: its output is a terminal's raw bytes, not JSON; drop --json, or drop --tty and use --stream --json")
 	}
 	f, ok := a.Stdin.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return nil, invalidArg("", "--tty needs a terminal on stdin, and stdin is not one; drop --tty (and use --stdin to feed a pipe)")
+		return nil, render.InvalidArg("", "--tty needs a terminal on stdin, and stdin is not one; drop --tty (and use --stdin to feed a pipe)")
 	}
 	return f, nil
 }
@@ -125,12 +125,12 @@ func (c *ExecCmd) runTTY(ctx context.Context, a *app, s *client.Session, in *os.
 		if streamErr == nil {
 			streamErr = client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event", ex.ID())
 		}
-		f := &render.Failure{Err: asClientError(streamErr), Data: sum}
+		f := &render.Failure{Err: render.AsClientError(streamErr), Data: sum}
 		f.Suggestions = []string{fmt.Sprintf("%s was left as it was; `microvm exec --poll %s` reads its status", ex.ID(), ex.ID())}
 		return nil, f
 	}
 	if _, err := ex.Ack(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-		return nil, &render.Failure{Err: asClientError(err), Data: sum}
+		return nil, &render.Failure{Err: render.AsClientError(err), Data: sum}
 	}
 	res := &render.Result{Type: cliapi.TypeExecStream, Data: sum, Human: func(io.Writer) error { return nil }}
 	if sum.ExitCode == nil || *sum.ExitCode != 0 {

@@ -42,16 +42,16 @@ func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires t
 	// it was: see app.fail.
 	a.attached = true
 	if port < 1 || port > 65535 {
-		return nil, invalidArg(taxonomy.FindingAllowedPortsUnion, "port %d is outside 1..65535, the ports a proxy token can name", port)
+		return nil, render.InvalidArg(taxonomy.FindingAllowedPortsUnion, "port %d is outside 1..65535, the ports a proxy token can name", port)
 	}
 	// --expires has a default, so zero was typed: refused, not the ceiling.
 	ceiling := time.Duration(taxonomy.MaxAuthTokenMinutes) * time.Minute
 	if expires < time.Minute || expires > ceiling || expires%time.Minute != 0 {
-		return nil, invalidArg(taxonomy.FindingEndpointAuth,
+		return nil, render.InvalidArg(taxonomy.FindingEndpointAuth,
 			"--expires %s: a proxy token lives whole minutes from 1m to %s (CreateMicrovmAuthToken's expirationInMinutes)", expires, ceiling)
 	}
 	if f.MicrovmID == "" {
-		return nil, invalidArg(taxonomy.FindingEndpointAuth, "missing --microvm-id (or MICROVM_ID): the proxy token is minted for that MicroVM")
+		return nil, render.InvalidArg(taxonomy.FindingEndpointAuth, "missing --microvm-id (or MICROVM_ID): the proxy token is minted for that MicroVM")
 	}
 	// A MicroVM this user kept names the control plane it was launched
 	// through, unless a flag or variable names one.
@@ -77,7 +77,7 @@ func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires t
 	return func(ctx context.Context) (sandbox.PortURL, error) {
 		u, err := sandbox.MintURL(ctx, cpc, id, port, sandbox.URLOptions{Expires: expires})
 		if err == nil && endpoint != "" && strings.TrimSuffix(cplane.EndpointURL(endpoint), "/")+"/" != u.URL {
-			return sandbox.PortURL{}, invalidArg(taxonomy.FindingEndpointBareHost,
+			return sandbox.PortURL{}, render.InvalidArg(taxonomy.FindingEndpointBareHost,
 				"--endpoint (or MICROVM_ENDPOINT) %s is not MicroVM %s's endpoint, which GetMicrovm reports as %s; drop --endpoint or name the VM it belongs to", endpoint, id, u.URL)
 		}
 		return u, err
@@ -106,7 +106,7 @@ func (c *URLCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		status, err := u.Check(ctx, nil)
 		if err != nil {
 			// The URL itself is still good to report beside the refusal.
-			return nil, &render.Failure{Err: asClientError(err), Data: map[string]any{"microvmId": d.MicrovmID, "port": d.Port, "url": d.URL, "checkStatus": status}}
+			return nil, &render.Failure{Err: render.AsClientError(err), Data: map[string]any{"microvmId": d.MicrovmID, "port": d.Port, "url": d.URL, "checkStatus": status}}
 		}
 		st := int64(status)
 		d.CheckStatus = &st
@@ -150,10 +150,10 @@ func urlData(u sandbox.PortURL) cliapi.URLData {
 // engineURL answers the engine's url op for its sandbox.
 func engineURL(ctx context.Context, sb *sandbox.Sandbox, args engineapi.URLArgs) (string, any, error) {
 	if args.Port < 1 || args.Port > 65535 {
-		return "", nil, invalidArg(taxonomy.FindingAllowedPortsUnion, "engine: port %d is outside 1..65535, the ports a proxy token can name", args.Port)
+		return "", nil, render.InvalidArg(taxonomy.FindingAllowedPortsUnion, "engine: port %d is outside 1..65535, the ports a proxy token can name", args.Port)
 	}
 	if args.ExpiresMinutes < 0 || args.ExpiresMinutes > taxonomy.MaxAuthTokenMinutes {
-		return "", nil, invalidArg(taxonomy.FindingEndpointAuth, "engine: expiresMinutes %d is not in 1..%d (zero is %d)", args.ExpiresMinutes, taxonomy.MaxAuthTokenMinutes, taxonomy.MaxAuthTokenMinutes)
+		return "", nil, render.InvalidArg(taxonomy.FindingEndpointAuth, "engine: expiresMinutes %d is not in 1..%d (zero is %d)", args.ExpiresMinutes, taxonomy.MaxAuthTokenMinutes, taxonomy.MaxAuthTokenMinutes)
 	}
 	u, err := sb.URL(ctx, int(args.Port), sandbox.URLOptions{Expires: time.Duration(args.ExpiresMinutes) * time.Minute})
 	if err != nil {
