@@ -187,7 +187,7 @@ func (c *AckCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := execData(r)
+	d := render.ExecData(r)
 	return &render.Result{Type: cliapi.TypeExec, Data: d, Human: execHuman(d)}, nil
 }
 

@@ -37,33 +37,6 @@ func seconds(flag string, s float64) (time.Duration, error) {
 	return time.Duration(s * float64(time.Second)), nil
 }
 
-// reportJSON is a cost report as api/cli.yaml's costReport shape.
-func reportJSON(r cost.Report) cliapi.CostReport {
-	lines := []cliapi.CostLine{}
-	for _, l := range r.Lines {
-		cl := cliapi.CostLine{Phase: fmt.Sprint(l.Phase), Billing: fmt.Sprint(l.Billing), Quantity: l.Quantity.String(), Unit: l.Unit, Note: render.Present(l.Note)}
-		if usd, ok := l.Amount.Estimate(); ok {
-			cl.USD = render.Present(usd.String()) // omitted, never zero, for an unpriced line
-		} else {
-			cl.Unpriced = render.Present(l.Amount.UnpricedReason())
-		}
-		if !l.Duration.IsZero() {
-			cl.Provenance = render.Present(l.Duration.Provenance().String())
-		}
-		lines = append(lines, cl)
-	}
-	t := r.Total()
-	return cliapi.CostReport{
-		Label:        r.Label,
-		Size:         r.Size.String(),
-		Lines:        lines,
-		TotalUSD:     t.Floor().String(),
-		IsLowerBound: t.IsLowerBound(),
-		Staleness:    r.Staleness,
-		Text:         r.String(),
-	}
-}
-
 func (c *CostCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	size, err := client.SizeClassFromBaseline(c.Memory)
 	if err != nil {
@@ -126,7 +99,7 @@ func (c *CostCmd) run(_ context.Context, a *app) (*render.Result, error) {
 		return nil, err
 	}
 	a.StaleRates(rep.Staleness)
-	data := cliapi.CostData{Report: reportJSON(rep)}
+	data := cliapi.CostData{Report: render.CostReport(rep)}
 	var cmp *cost.Residency
 	if c.Compare {
 		r, err := cost.CompareResidency(size, hold, max(c.Cycles, 1), rates, now)
@@ -134,7 +107,7 @@ func (c *CostCmd) run(_ context.Context, a *app) (*render.Result, error) {
 			return nil, err
 		}
 		cmp = &r
-		m := cliapi.CostComparison{Text: r.String(), Running: reportJSON(r.Running), Suspended: reportJSON(r.Suspended), PerCycleUSD: r.PerCycle().String()}
+		m := cliapi.CostComparison{Text: r.String(), Running: render.CostReport(r.Running), Suspended: render.CostReport(r.Suspended), PerCycleUSD: r.PerCycle().String()}
 		if be, err := r.BreakEven(); err == nil {
 			sec := be.Seconds()
 			m.BreakEvenSec = &sec

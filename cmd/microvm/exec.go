@@ -53,19 +53,6 @@ func parseEnv(pairs []string) (map[string]string, error) {
 	return env, nil
 }
 
-func execData(r client.Result) cliapi.ExecData {
-	d := cliapi.ExecData{ExecID: r.ExecID, Phase: string(r.Phase), Stdout: r.Stdout, Stderr: r.Stderr, Truncated: r.Truncated}
-	if r.ExitCode != nil {
-		v := int64(*r.ExitCode)
-		d.ExitCode = &v
-	}
-	if r.Signal != nil {
-		v := int64(*r.Signal)
-		d.Signal = &v
-	}
-	return d
-}
-
 func execHuman(d cliapi.ExecData) func(io.Writer) error {
 	return func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
@@ -97,7 +84,7 @@ func execHuman(d cliapi.ExecData) func(io.Writer) error {
 // finished and did not exit 0 (a signal included). A running exec (a poll)
 // is not a failure.
 func execOutcome(r client.Result, human func(io.Writer) error) *render.Result {
-	d := execData(r)
+	d := render.ExecData(r)
 	res := &render.Result{Type: cliapi.TypeExec, Data: d, Human: human}
 	if err := r.Err(); err != nil && !r.Running() {
 		res.Reporting(taxonomy.KindExecFailed, err.Error())
@@ -155,7 +142,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		return execOutcome(r, execHuman(execData(r))), nil
+		return execOutcome(r, execHuman(render.ExecData(r))), nil
 	}
 
 	opts := client.StartOptions{ExecID: c.ExecID, Shell: len(c.Command) == 1, Cwd: c.Cwd, Env: env, User: c.User, Group: c.Group, Stdin: c.Stdin}

@@ -59,12 +59,12 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.P
 		if err != nil {
 			return nil, ferr
 		}
-		return nil, &render.Failure{Err: render.AsClientError(ferr), Data: execData(r)}
+		return nil, &render.Failure{Err: render.AsClientError(ferr), Data: render.ExecData(r)}
 	}
 	if err != nil {
 		return nil, err
 	}
-	d := execData(r)
+	d := render.ExecData(r)
 	if gaps := p.Gaps(); len(gaps) > 0 {
 		// The record's output is incomplete; a caller reading it as the
 		// whole output would be misled, so this is a failure, not a note.

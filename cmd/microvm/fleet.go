@@ -142,7 +142,7 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
 		launched = launched || o.Sandbox != nil
 	}
 	if rep, cerr := fleetCost(ctx, fleet, out.ImageName, size, p.Region(), buildTook, built != nil && !built.Reused, launched); cerr == nil {
-		cr := reportJSON(rep)
+		cr := render.CostReport(rep)
 		out.Cost = &cr
 		if !a.Quiet && !a.JSON {
 			fmt.Fprintln(a.Stderr, rep.String())

@@ -230,7 +230,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		label += " (local: nothing is billed; priced as AWS would bill it)"
 	}
 	if rep, cerr := runCost(label, size, p.Region(), buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
-		c := reportJSON(rep)
+		c := render.CostReport(rep)
 		out.Cost = &c
 		stale := rep.Staleness
 		rep.Staleness = "" // said once a day at most, by staleRates

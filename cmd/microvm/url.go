@@ -15,7 +15,6 @@ import (
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
-	"github.com/microvms/microvms/gen/engineapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -101,7 +100,7 @@ func (c *URLCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := urlData(u)
+	d := render.URLData(u)
 	if c.Check {
 		status, err := u.Check(ctx, nil)
 		if err != nil {
@@ -127,37 +126,4 @@ func (c *URLCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		_, err := fmt.Fprintf(w, "curl %s %s\n", strings.Join(args, " "), shellQuote(d.URL))
 		return err
 	}}, nil
-}
-
-// urlData is a PortURL as the microvm.url envelope carries it, for the CLI
-// and the engine alike. The header names are spelled as the platform spells
-// them (finding auth-token-header-map), not as Go canonicalizes them.
-func urlData(u sandbox.PortURL) cliapi.URLData {
-	headers := map[string]string{}
-	for k := range u.Headers {
-		name := k
-		for _, known := range []string{taxonomy.ProxyAuthHeader, taxonomy.ProxyPortHeader} {
-			if strings.EqualFold(k, known) {
-				name = known
-			}
-		}
-		headers[name] = u.Headers.Get(k)
-	}
-	return cliapi.URLData{MicrovmID: u.MicrovmID, Port: int64(u.Port), URL: u.URL, Headers: headers, ExpiresAt: u.ExpiresAt.UTC().Format(time.RFC3339),
-		Subprotocols: slices.Clone(u.Subprotocols)}
-}
-
-// engineURL answers the engine's url op for its sandbox.
-func engineURL(ctx context.Context, sb *sandbox.Sandbox, args engineapi.URLArgs) (string, any, error) {
-	if args.Port < 1 || args.Port > 65535 {
-		return "", nil, render.InvalidArg(taxonomy.FindingAllowedPortsUnion, "engine: port %d is outside 1..65535, the ports a proxy token can name", args.Port)
-	}
-	if args.ExpiresMinutes < 0 || args.ExpiresMinutes > taxonomy.MaxAuthTokenMinutes {
-		return "", nil, render.InvalidArg(taxonomy.FindingEndpointAuth, "engine: expiresMinutes %d is not in 1..%d (zero is %d)", args.ExpiresMinutes, taxonomy.MaxAuthTokenMinutes, taxonomy.MaxAuthTokenMinutes)
-	}
-	u, err := sb.URL(ctx, int(args.Port), sandbox.URLOptions{Expires: time.Duration(args.ExpiresMinutes) * time.Minute})
-	if err != nil {
-		return "", nil, err
-	}
-	return cliapi.TypeURL, urlData(u), nil
 }

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -40,14 +40,13 @@ func (e *engine) claim() error {
 	return nil
 }
 
-// engineRegion is the named region (held to the measured set, as --region
+// regionFor is the named region (held to the measured set, as --region
 // is), else the environment's.
-func engineRegion(name string, getenv func(string) string) (client.Region, error) {
+func (e *engine) regionFor(name string) (client.Region, error) {
 	if name != "" {
 		return client.ParseRegion(name)
 	}
-	var f RegionFlags
-	return f.controlRegion(getenv)
+	return e.hooks.ControlRegion(e.a.Env)
 }
 
 func waitFor(local bool, timeoutSec float64) cplane.WaitOptions {
@@ -70,7 +69,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 	if args.Local && (args.ControlEndpoint != "" || args.Image != "") {
 		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: local mode runs its own emulator and its default image; controlEndpoint and image are for AWS or a running emulator")
 	}
-	region, err := engineRegion(args.Region, e.a.Env)
+	region, err := e.regionFor(args.Region)
 	if err != nil {
 		return "", nil, err
 	}
@@ -96,18 +95,17 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: an AWS sandbox needs an image (its ARN or name; `microvm build` makes one), or local mode")
 		}
 		pf, err := platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env),
-			Emulator: emulatorSide(nil), Getenv: e.a.Env})
+			Emulator: e.hooks.EmulatorSide(), Getenv: e.a.Env})
 		if err != nil {
 			return "", nil, err
 		}
-		p := &plane{Platform: pf, a: e.a}
-		arn, name, err := p.resolveImage(ctx, args.Image)
+		arn, name, err := e.hooks.ResolveImage(ctx, pf, args.Image)
 		if err != nil {
 			return "", nil, err
 		}
-		e.bound, e.controlEndpoint, e.imageARN = true, p.Endpoint(), arn
-		sb, err = sandbox.Launch(ctx, p.Control(), sandbox.Options{Image: arn, Version: args.ImageVersion, ImageName: name,
-			ExecutionRoleARN: args.ExecutionRoleARN, AgentToken: args.AgentToken, Wait: waitFor(p.Local(), args.TimeoutSec)})
+		e.bound, e.controlEndpoint, e.imageARN = true, pf.Endpoint(), arn
+		sb, err = sandbox.Launch(ctx, pf.Control(), sandbox.Options{Image: arn, Version: args.ImageVersion, ImageName: name,
+			ExecutionRoleARN: args.ExecutionRoleARN, AgentToken: args.AgentToken, Wait: waitFor(pf.Local(), args.TimeoutSec)})
 		if sb != nil {
 			e.sb, e.launched = sb, true
 		}
@@ -128,12 +126,12 @@ func (e *engine) attach(ctx context.Context, args engineapi.AttachArgs) (string,
 	if args.MicrovmID == "" || args.AgentToken == "" {
 		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: attach needs the MicroVM id and the agent token its launch installed (the token is the credential; an id alone does not reconnect)")
 	}
-	region, err := engineRegion(args.Region, e.a.Env)
+	region, err := e.regionFor(args.Region)
 	if err != nil {
 		return "", nil, err
 	}
 	endpoint := cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env)
-	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: emulatorSide(nil), Getenv: e.a.Env})
+	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: e.hooks.EmulatorSide(), Getenv: e.a.Env})
 	if err != nil {
 		return "", nil, err
 	}
@@ -195,7 +193,7 @@ func (e *engine) runCommand(ctx context.Context, sb *sandbox.Sandbox, args engin
 	}
 	// A non-zero exit is the command's answer, not the engine's failure: it
 	// is a success envelope whose exitCode says so.
-	return cliapi.TypeExec, execData(res), nil
+	return cliapi.TypeExec, render.ExecData(res), nil
 }
 
 // stream sends the exec's output as event frames while it runs. The
@@ -284,4 +282,19 @@ func treeBytes(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// engineURL answers the engine's url op for its sandbox.
+func engineURL(ctx context.Context, sb *sandbox.Sandbox, args engineapi.URLArgs) (string, any, error) {
+	if args.Port < 1 || args.Port > 65535 {
+		return "", nil, render.InvalidArg(taxonomy.FindingAllowedPortsUnion, "engine: port %d is outside 1..65535, the ports a proxy token can name", args.Port)
+	}
+	if args.ExpiresMinutes < 0 || args.ExpiresMinutes > taxonomy.MaxAuthTokenMinutes {
+		return "", nil, render.InvalidArg(taxonomy.FindingEndpointAuth, "engine: expiresMinutes %d is not in 1..%d (zero is %d)", args.ExpiresMinutes, taxonomy.MaxAuthTokenMinutes, taxonomy.MaxAuthTokenMinutes)
+	}
+	u, err := sb.URL(ctx, int(args.Port), sandbox.URLOptions{Expires: time.Duration(args.ExpiresMinutes) * time.Minute})
+	if err != nil {
+		return "", nil, err
+	}
+	return cliapi.TypeURL, render.URLData(u), nil
 }
