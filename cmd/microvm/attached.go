@@ -12,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -39,10 +40,10 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 		missing = append(missing, "--agent-token (or MICROVM_AGENT_TOKEN)")
 	}
 	if len(missing) > 0 {
-		return nil, invalidArg("", "missing %s: the VM to attach to is named by its endpoint and the agent token given at launch%s", strings.Join(missing, " and "), notKeptHint(a, f))
+		return nil, render.InvalidArg("", "missing %s: the VM to attach to is named by its endpoint and the agent token given at launch%s", strings.Join(missing, " and "), notKeptHint(a, f))
 	}
 	if f.Port < 1 || f.Port > 65535 {
-		return nil, invalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", f.Port)
+		return nil, render.InvalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", f.Port)
 	}
 	// GetMicrovm's endpoint is a bare host (finding endpoint-bare-host), so
 	// it is accepted as given; EndpointURL picks the scheme.
@@ -53,10 +54,10 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	if f.MicrovmID == "" {
 		// A missing argument, as the reference's required flag is: exit 2
 		// before anything is sent.
-		return nil, invalidArg(taxonomy.FindingEndpointAuth,
+		return nil, render.InvalidArg(taxonomy.FindingEndpointAuth,
 			"missing --microvm-id (or MICROVM_ID): a proxied attach mints the endpoint proxy token for that MicroVM; pass --direct for a daemon reached without the proxy")
 	}
-	region, err := f.controlRegion(a.env)
+	region, err := f.controlRegion(a.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -64,8 +65,8 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	// --control-endpoint, else AWS_ENDPOINT_URL_LAMBDA_MICROVMS or AWS_ENDPOINT_URL.
 	// Nothing is resolved over the network until the first mint.
 	// A loopback control plane is an emulator and needs no AWS credentials.
-	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env),
-		Emulator: emulatorSide(nil), Getenv: a.env})
+	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.Env),
+		Emulator: emulatorSide(nil), Getenv: a.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +134,7 @@ type HealthCmd struct {
 	AttachFlags
 }
 
-func (c *HealthCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *HealthCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -158,12 +159,12 @@ func (c *HealthCmd) run(ctx context.Context, a *app) (*result, error) {
 		avail, press := int64(h.Disk.AvailableBytes), h.Disk.UnderPressure
 		d.DiskAvailableBytes, d.DiskUnderPressure = &avail, &press
 	}
-	return &result{typ: cliapi.TypeHealth, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeHealth, Data: d, Human: func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 		fmt.Fprintf(tw, "version\t%s\nbootstrapped\t%t\nbusy\t%t\nexecs\t%d\nidentity repaired\t%t\nidentity degraded\t%t\n",
 			d.Version, d.Bootstrapped, d.Busy, d.Execs, d.IdentityRepaired, d.IdentityDegraded)
 		if d.DiskAvailableBytes != nil {
-			fmt.Fprintf(tw, "disk available\t%s\ndisk under pressure\t%t\n", humanBytes(*d.DiskAvailableBytes), *d.DiskUnderPressure)
+			fmt.Fprintf(tw, "disk available\t%s\ndisk under pressure\t%t\n", render.HumanBytes(*d.DiskAvailableBytes), *d.DiskUnderPressure)
 		} else {
 			fmt.Fprintln(tw, "disk available\tunknown")
 		}
@@ -177,7 +178,7 @@ type AckCmd struct {
 	ExecID string `arg:"" name:"exec-id" help:"The exec whose output to release."`
 }
 
-func (c *AckCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *AckCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -186,8 +187,8 @@ func (c *AckCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := execData(r)
-	return &result{typ: cliapi.TypeExec, data: d, human: execHuman(d)}, nil
+	d := render.ExecData(r)
+	return &render.Result{Type: cliapi.TypeExec, Data: d, Human: execHuman(d)}, nil
 }
 
 // StdinCmd writes to an exec's stdin.
@@ -198,9 +199,9 @@ type StdinCmd struct {
 	EOF    bool    `name:"eof" help:"Close stdin after any --data is written."`
 }
 
-func (c *StdinCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *StdinCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Data == nil && !c.EOF {
-		return nil, invalidArg("", "nothing to do: pass --data, --eof, or both")
+		return nil, render.InvalidArg("", "nothing to do: pass --data, --eof, or both")
 	}
 	s, err := c.session(ctx, a)
 	if err != nil {
@@ -211,7 +212,7 @@ func (c *StdinCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.Data != nil {
 		r = strings.NewReader(*c.Data)
 		if *c.Data == "-" {
-			r = a.stdin
+			r = a.Stdin
 		}
 	}
 	written, err := ex.CopyStdin(ctx, r, c.EOF)
@@ -219,11 +220,11 @@ func (c *StdinCmd) run(ctx context.Context, a *app) (*result, error) {
 		if client.KindOf(err) == taxonomy.KindInvalidArg && written == 0 {
 			return nil, err
 		}
-		return nil, &failure{err: asClientError(err), data: cliapi.StdinData{ExecID: c.ExecID, Written: written}}
+		return nil, &render.Failure{Err: render.AsClientError(err), Data: cliapi.StdinData{ExecID: c.ExecID, Written: written}}
 	}
 	d := cliapi.StdinData{ExecID: c.ExecID, Written: written, EOF: c.EOF}
-	return &result{typ: cliapi.TypeStdin, data: d, human: func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "%s: wrote %s%s\n", d.ExecID, humanBytes(d.Written), map[bool]string{true: ", stdin closed"}[d.EOF])
+	return &render.Result{Type: cliapi.TypeStdin, Data: d, Human: func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s: wrote %s%s\n", d.ExecID, render.HumanBytes(d.Written), map[bool]string{true: ", stdin closed"}[d.EOF])
 		return err
 	}}, nil
 }

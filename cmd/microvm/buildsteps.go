@@ -38,27 +38,27 @@ func (d *buildSteps) event(image string, e emulator.BuildEvent) {
 			}
 			text := strings.TrimRight(string(d.line[:i]), "\r")
 			d.line = d.line[i+1:]
-			if a.stderrTTY {
+			if a.StderrTTY {
 				if d.label != nil {
 					d.label(fmt.Sprintf("step %d/%d: %s", e.Step, e.Steps, fold(text)))
 				}
 			} else {
-				a.progress("  | %s", text)
+				a.Progress("  | %s", text)
 			}
 		}
 	case e.Done:
-		if len(d.line) > 0 && !a.stderrTTY {
-			a.progress("  | %s", d.line)
+		if len(d.line) > 0 && !a.StderrTTY {
+			a.Progress("  | %s", d.line)
 		}
 		d.line = nil
 		switch {
 		case e.Cached:
-			a.progress("step %d/%d: cached", e.Step, e.Steps)
+			a.Progress("step %d/%d: cached", e.Step, e.Steps)
 		case e.Made:
-			a.progress("step %d/%d: done", e.Step, e.Steps)
+			a.Progress("step %d/%d: done", e.Step, e.Steps)
 		}
 	default:
-		a.progress("step %d/%d (Dockerfile line %d): %s", e.Step, e.Steps, e.Line, fold(e.Instruction))
+		a.Progress("step %d/%d (Dockerfile line %d): %s", e.Step, e.Steps, e.Line, fold(e.Instruction))
 	}
 }
 

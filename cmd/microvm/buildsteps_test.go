@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator"
 )
 
@@ -21,7 +22,7 @@ func TestBuildStepsFoldOnATerminalAndPrintOtherwise(t *testing.T) {
 		{Step: 3, Steps: 3, Line: 3, Instruction: "COPY x /x", Done: true, Cached: true},
 	}
 	var plain bytes.Buffer
-	d := &buildSteps{a: &app{stderr: &plain, env: func(string) string { return "" }}}
+	d := &buildSteps{a: &app{IO: render.IO{Stderr: &plain, Env: func(string) string { return "" }}}}
 	for _, e := range events {
 		d.event("img", e)
 	}
@@ -36,7 +37,7 @@ func TestBuildStepsFoldOnATerminalAndPrintOtherwise(t *testing.T) {
 
 	var tty bytes.Buffer
 	var labels []string
-	d = &buildSteps{a: &app{stderr: &tty, stderrTTY: true, env: func(string) string { return "" }}}
+	d = &buildSteps{a: &app{IO: render.IO{Stderr: &tty, StderrTTY: true, Env: func(string) string { return "" }}}}
 	d.setLabel(func(s string) { labels = append(labels, s) })
 	for _, e := range events {
 		d.event("img", e)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cost"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -31,39 +32,12 @@ type CostCmd struct {
 
 func seconds(flag string, s float64) (time.Duration, error) {
 	if s < 0 {
-		return 0, invalidArg(taxonomy.FindingWhatCostsMoney, "%s: a duration cannot be negative (%v s)", flag, s)
+		return 0, render.InvalidArg(taxonomy.FindingWhatCostsMoney, "%s: a duration cannot be negative (%v s)", flag, s)
 	}
 	return time.Duration(s * float64(time.Second)), nil
 }
 
-// reportJSON is a cost report as api/cli.yaml's costReport shape.
-func reportJSON(r cost.Report) cliapi.CostReport {
-	lines := []cliapi.CostLine{}
-	for _, l := range r.Lines {
-		cl := cliapi.CostLine{Phase: fmt.Sprint(l.Phase), Billing: fmt.Sprint(l.Billing), Quantity: l.Quantity.String(), Unit: l.Unit, Note: present(l.Note)}
-		if usd, ok := l.Amount.Estimate(); ok {
-			cl.USD = present(usd.String()) // omitted, never zero, for an unpriced line
-		} else {
-			cl.Unpriced = present(l.Amount.UnpricedReason())
-		}
-		if !l.Duration.IsZero() {
-			cl.Provenance = present(l.Duration.Provenance().String())
-		}
-		lines = append(lines, cl)
-	}
-	t := r.Total()
-	return cliapi.CostReport{
-		Label:        r.Label,
-		Size:         r.Size.String(),
-		Lines:        lines,
-		TotalUSD:     t.Floor().String(),
-		IsLowerBound: t.IsLowerBound(),
-		Staleness:    r.Staleness,
-		Text:         r.String(),
-	}
-}
-
-func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
+func (c *CostCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	size, err := client.SizeClassFromBaseline(c.Memory)
 	if err != nil {
 		return nil, err
@@ -94,7 +68,7 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	if c.Cycles < 0 || c.ImageGB < 0 {
-		return nil, invalidArg(taxonomy.FindingWhatCostsMoney, "--cycles and --image-gb cannot be negative")
+		return nil, render.InvalidArg(taxonomy.FindingWhatCostsMoney, "--cycles and --image-gb cannot be negative")
 	}
 	rates := cost.Pinned(region)
 	now := time.Now()
@@ -124,8 +98,8 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.staleRates(rep.Staleness)
-	data := cliapi.CostData{Report: reportJSON(rep)}
+	a.StaleRates(rep.Staleness)
+	data := cliapi.CostData{Report: render.CostReport(rep)}
 	var cmp *cost.Residency
 	if c.Compare {
 		r, err := cost.CompareResidency(size, hold, max(c.Cycles, 1), rates, now)
@@ -133,37 +107,37 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 			return nil, err
 		}
 		cmp = &r
-		m := cliapi.CostComparison{Text: r.String(), Running: reportJSON(r.Running), Suspended: reportJSON(r.Suspended), PerCycleUSD: r.PerCycle().String()}
+		m := cliapi.CostComparison{Text: r.String(), Running: render.CostReport(r.Running), Suspended: render.CostReport(r.Suspended), PerCycleUSD: r.PerCycle().String()}
 		if be, err := r.BreakEven(); err == nil {
 			sec := be.Seconds()
 			m.BreakEvenSec = &sec
 		}
 		data.Comparison = &m
 	}
-	return &result{typ: cliapi.TypeCost, data: data,
-		human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeCost, Data: data,
+		Human: func(w io.Writer) error {
 			// The staleness went to stderr (once a day), above; the table repeats
 			// only the figures.
-			if err := a.writeGrid(w, costGrid(rep)); err != nil {
+			if err := a.WriteGrid(w, costGrid(rep)); err != nil {
 				return err
 			}
 			if cmp != nil {
 				fmt.Fprintln(w)
 				for _, r := range []cost.Report{cmp.Running, cmp.Suspended} {
-					if err := a.writeGrid(w, costGrid(r)); err != nil {
+					if err := a.WriteGrid(w, costGrid(r)); err != nil {
 						return err
 					}
 				}
 				line := "per suspend/resume cycle: $" + cmp.PerCycle().String()
 				if be, err := cmp.BreakEven(); err == nil {
-					line += "; suspending pays off for holds over " + humanDuration(be)
+					line += "; suspending pays off for holds over " + render.HumanDuration(be)
 				}
 				fmt.Fprintln(w, line)
 			}
 			return nil
 		},
 		// One line of figures: the report's text and lines stay in --json.
-		dense: func(w io.Writer) error {
+		Dense: func(w io.Writer) error {
 			t := rep.Total()
 			line := fmt.Sprintf("cost size=%s region=%s total_usd=%s lower_bound=%t lines=%d", rep.Size, rep.Rates.Region(), t.Floor(), t.IsLowerBound(), len(rep.Lines))
 			if cmp != nil {
@@ -180,8 +154,8 @@ func (c *CostCmd) run(_ context.Context, a *app) (*result, error) {
 
 // costGrid is a report as a table: one row per line item, unpriced lines
 // saying so instead of $0, the total in the footer.
-func costGrid(r cost.Report) grid {
-	g := grid{headers: []string{"phase", "billing", "quantity", "unit", "usd"}}
+func costGrid(r cost.Report) render.Grid {
+	g := render.Grid{Headers: []string{"phase", "billing", "quantity", "unit", "usd"}}
 	for _, l := range r.Lines {
 		usd := "unpriced: " + l.Amount.UnpricedReason()
 		if v, ok := l.Amount.Estimate(); ok {
@@ -191,13 +165,13 @@ func costGrid(r cost.Report) grid {
 		if !l.Duration.IsZero() {
 			q += " (" + l.Duration.Provenance().String() + ")"
 		}
-		g.add(false, fmt.Sprint(l.Phase), fmt.Sprint(l.Billing), q, l.Unit, usd)
+		g.Add(false, fmt.Sprint(l.Phase), fmt.Sprint(l.Billing), q, l.Unit, usd)
 	}
 	t := r.Total()
 	total := "$" + t.Floor().String()
 	if t.IsLowerBound() {
 		total = "at least " + total + " (an unpriced line is not in it)"
 	}
-	g.footer = fmt.Sprintf("%s, %s in %s: %s, an estimate from published rates, never an invoice", r.Label, r.Size, r.Rates.Region(), total)
+	g.Footer = fmt.Sprintf("%s, %s in %s: %s, an estimate from published rates, never an invoice", r.Label, r.Size, r.Rates.Region(), total)
 	return g
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -28,10 +29,10 @@ type CpCmd struct {
 
 const vmPrefix = "vm:"
 
-func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	srcVM, dstVM := strings.HasPrefix(c.Src, vmPrefix), strings.HasPrefix(c.Dst, vmPrefix)
 	if srcVM == dstVM {
-		return nil, invalidArg("", "exactly one of SRC and DST must be vm:/path (got %q and %q)", c.Src, c.Dst)
+		return nil, render.InvalidArg("", "exactly one of SRC and DST must be vm:/path (got %q and %q)", c.Src, c.Dst)
 	}
 	remote := strings.TrimPrefix(c.Src, vmPrefix)
 	if dstVM {
@@ -40,19 +41,19 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 	if !strings.HasPrefix(remote, "/") {
 		// agentd would resolve it against its own working directory, which
 		// is nothing the caller chose.
-		return nil, invalidArg("", "vm:%s is relative: a vm: path is absolute in the guest, e.g. vm:/%s", remote, strings.TrimPrefix(remote, "./"))
+		return nil, render.InvalidArg("", "vm:%s is relative: a vm: path is absolute in the guest, e.g. vm:/%s", remote, strings.TrimPrefix(remote, "./"))
 	}
 	if dstVM {
 		st, err := os.Stat(c.Src)
 		switch {
 		case err != nil:
-			return nil, invalidArg("", "%v", err)
+			return nil, render.InvalidArg("", "%v", err)
 		case st.IsDir() && !c.Tar:
-			return nil, invalidArg("", "%s is a directory: copy a tree with --tar, from a .tar of it (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
+			return nil, render.InvalidArg("", "%s is a directory: copy a tree with --tar, from a .tar of it (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
 		case st.IsDir():
-			return nil, invalidArg("", "%s is a directory: with --tar the local side is a .tar archive (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
+			return nil, render.InvalidArg("", "%s is a directory: with --tar the local side is a .tar archive (tar -cf tree.tar -C %s .)", c.Src, shellQuote(c.Src))
 		case !st.Mode().IsRegular():
-			return nil, invalidArg("", "%s is not a regular file", c.Src)
+			return nil, render.InvalidArg("", "%s is not a regular file", c.Src)
 		}
 	}
 	var mode os.FileMode
@@ -60,15 +61,15 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		if !srcVM {
 			m, err := strconv.ParseUint(c.Mode, 8, 32)
 			if err != nil || m > 0o7777 {
-				return nil, invalidArg("", "--mode %q is not octal permission bits", c.Mode)
+				return nil, render.InvalidArg("", "--mode %q is not octal permission bits", c.Mode)
 			}
 			mode = os.FileMode(m)
 		} else {
-			return nil, invalidArg("", "--mode applies to an upload only")
+			return nil, render.InvalidArg("", "--mode applies to an upload only")
 		}
 	}
 	if c.Sync && srcVM {
-		return nil, invalidArg("", "--sync applies to an upload only")
+		return nil, render.InvalidArg("", "--sync applies to an upload only")
 	}
 	s, err := c.session(ctx, a)
 	if err != nil {
@@ -79,7 +80,7 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		d.Direction, d.Local, d.Remote = "upload", c.Src, strings.TrimPrefix(c.Dst, vmPrefix)
 		f, err := os.Open(d.Local)
 		if err != nil {
-			return nil, invalidArg("", "opening %s: %v", d.Local, err)
+			return nil, render.InvalidArg("", "opening %s: %v", d.Local, err)
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil {
@@ -92,12 +93,12 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 				return nil, err
 			}
 		}
-		sent, done := a.transferBar("upload " + c.Src)
+		sent, done := a.TransferBar("upload " + c.Src)
 		// Counted only when a bar is drawn: the file itself keeps the
 		// client's fast path (its size as Content-Length, sendfile).
 		var body io.Reader = f
-		if a.barOn() {
-			body = &countingReader{r: f, total: d.Bytes, sent: sent}
+		if a.BarOn() {
+			body = &render.CountingReader{R: f, Total: d.Bytes, Sent: sent}
 		}
 		if c.Tar {
 			err = s.WriteTar(ctx, d.Remote, body)
@@ -117,12 +118,12 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 		// never leaves a half file under the name the caller asked for.
 		tmp, err := os.CreateTemp(dirOf(d.Local), ".microvm-cp-*")
 		if err != nil {
-			return nil, invalidArg("", "creating %s: %v", d.Local, err)
+			return nil, render.InvalidArg("", "creating %s: %v", d.Local, err)
 		}
 		defer os.Remove(tmp.Name())
 		var n int64
-		sent, done := a.transferBar("download " + c.Src)
-		sink := &countingWriter{w: tmp, total: -1, sent: sent}
+		sent, done := a.TransferBar("download " + c.Src)
+		sink := &render.CountingWriter{W: tmp, Total: -1, Sent: sent}
 		if c.Tar {
 			n, err = s.ReadTar(ctx, d.Remote, sink)
 		} else {
@@ -136,13 +137,13 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*result, error) {
 			return nil, err
 		}
 		if err := os.Rename(tmp.Name(), d.Local); err != nil {
-			return nil, invalidArg("", "writing %s: %v", d.Local, err)
+			return nil, render.InvalidArg("", "writing %s: %v", d.Local, err)
 		}
 		d.Bytes = n
 	}
-	return &result{typ: cliapi.TypeCopy, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeCopy, Data: d, Human: func(w io.Writer) error {
 		arrow := map[string]string{"upload": "->", "download": "<-"}[d.Direction]
-		_, err := fmt.Fprintf(w, "%s %s vm:%s  %s\n", d.Local, arrow, d.Remote, humanBytes(d.Bytes))
+		_, err := fmt.Fprintf(w, "%s %s vm:%s  %s\n", d.Local, arrow, d.Remote, render.HumanBytes(d.Bytes))
 		return err
 	}}, nil
 }
@@ -165,7 +166,7 @@ func (c *CpCmd) parentExists(ctx context.Context, s *client.Session, remote stri
 	case err == nil && fi.Type == protocol.FileTypeDirectory, err == nil && fi.Type == protocol.FileTypeSymlink:
 		return nil
 	case err == nil:
-		return invalidArg("", "vm:%s is a %s, not a directory", parent, fi.Type)
+		return render.InvalidArg("", "vm:%s is a %s, not a directory", parent, fi.Type)
 	case errors.As(err, &ce) && ce.Slug() == "path_not_found":
 		return missing
 	case !errors.Is(err, client.WireKindError(taxonomy.WireNotFound)):
@@ -174,7 +175,7 @@ func (c *CpCmd) parentExists(ctx context.Context, s *client.Session, remote stri
 	_, err = s.ReadFile(ctx, parent, io.Discard, client.LineRange{Start: 1, End: 1})
 	switch {
 	case err == nil:
-		return invalidArg("", "vm:%s is a file, not a directory", parent)
+		return render.InvalidArg("", "vm:%s is a file, not a directory", parent)
 	case errors.Is(err, client.WireKindError(taxonomy.WireProtocolError)):
 		return nil // a directory
 	case errors.Is(err, client.WireKindError(taxonomy.WireNotFound)):

@@ -12,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -36,7 +37,7 @@ func fail(name, detail, remedy string) check {
 }
 func advisory(c check) check { c.Fatal = false; return c }
 
-func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *DoctorCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	var checks []check
 	p, err := c.open(ctx, a)
 	if p != nil {
@@ -78,19 +79,19 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 			}
 			return "ok  "
 		}
-		if a.stdoutTTY {
+		if a.StdoutTTY {
 			// A frame on a terminal; a fatal failure is the row the reader
 			// must not skim past, so it is drawn in red.
-			g := grid{headers: []string{"status", "check", "detail", "remedy"}}
+			g := render.Grid{Headers: []string{"status", "check", "detail", "remedy"}}
 			failing := 0
 			for _, ch := range checks {
 				if !ch.OK && ch.Fatal {
 					failing++
 				}
-				g.add(!ch.OK && ch.Fatal, strings.TrimSpace(status(ch)), ch.Name, ch.Detail, ch.Remedy)
+				g.Add(!ch.OK && ch.Fatal, strings.TrimSpace(status(ch)), ch.Name, ch.Detail, ch.Remedy)
 			}
-			g.footer = fmt.Sprintf("%d checks, %d failing", len(checks), failing)
-			return a.writeGrid(w, g)
+			g.Footer = fmt.Sprintf("%d checks, %d failing", len(checks), failing)
+			return a.WriteGrid(w, g)
 		}
 		// One check per line: status, name, what was found, then what to do.
 		width := 0
@@ -109,9 +110,9 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil
 	}
 	if !ok {
-		return nil, &failure{err: client.Errorf(taxonomy.KindPrecondition, "", "a prerequisite is missing: see the failing checks"), data: d, human: human}
+		return nil, &render.Failure{Err: client.Errorf(taxonomy.KindPrecondition, "", "a prerequisite is missing: see the failing checks"), Data: d, Human: human}
 	}
-	return &result{typ: cliapi.TypeDoctor, data: d, human: human}, nil
+	return &render.Result{Type: cliapi.TypeDoctor, Data: d, Human: human}, nil
 }
 
 // credentials asks STS, at STS's own endpoint, whose credentials sign: an
@@ -197,7 +198,7 @@ func (c *DoctorCmd) binary(p *plane) check {
 		if !local {
 			return advisory(fail("binary", "no --binary given, so its architecture was not checked", "microvm doctor --binary bin/linux-arm64/agentd (make build writes it)"))
 		}
-		found, err := embedded.FindAgentd(c.Agentd, p.a.env)
+		found, err := embedded.FindAgentd(c.Agentd, p.a.Env)
 		if err != nil {
 			return fail("binary", err.Error(), "make build")
 		}

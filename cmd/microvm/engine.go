@@ -1,335 +1,86 @@
 package main
 
-// The engine (api/engine.yaml): one sandbox behind a line protocol on
-// stdin/stdout, so the Python and TypeScript packages drive the Go library
-// (its state machine, traps, teardown and cost engine) instead of
-// re-implementing any of it. Every answer is a CLI envelope, so errors carry
-// the generated code, exit code and wire kind exactly as `microvm --json` does.
-
 import (
-	"bufio"
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
-	"io/fs"
-	"slices"
 	"strconv"
-	"strings"
-	"sync"
-	"time"
+
+	"github.com/alecthomas/kong"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/cost"
-	"github.com/microvms/microvms/client/sandbox"
-	"github.com/microvms/microvms/emulator/embedded"
-	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/client/platform"
+	"github.com/microvms/microvms/cmd/microvm/internal/engine"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/engineapi"
-	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // EngineCmd serves api/engine.yaml on stdin and stdout until stdin ends.
 type EngineCmd struct{}
 
-// maxEngineLine bounds one request line: a file written through `write`
-// travels inside it as base64, and sandbox.MaxReadFileBytes is the largest
-// file the library reads back whole.
-const maxEngineLine = 4*sandbox.MaxReadFileBytes/3 + 1<<20
-
-// engineTeardownBudget bounds the teardown the engine runs when its stdin
-// ends with a launched sandbox still up: the caller is gone, so nobody waits
-// on it, but a VM left running bills.
-const engineTeardownBudget = 2 * time.Minute
-
-// engine is one engine process's state: at most one sandbox, and in local
-// mode the emulator it lives in.
-type engine struct {
-	a       *app
-	writeMu sync.Mutex
-	out     *json.Encoder
-
-	mu              sync.Mutex
-	sb              *sandbox.Sandbox
-	emu             *embedded.Emulator
-	bound           bool // a control plane is chosen (create or attach began)
-	region          client.Region
-	controlEndpoint string
-	launched        bool // this engine launched sb, so it tears it down when its caller goes
-	imageARN        string
-}
-
-func (c *EngineCmd) run(ctx context.Context, a *app) (*result, error) {
-	e := &engine{a: a, out: json.NewEncoder(a.stdout)}
-	e.out.SetEscapeHTML(false)
-	ops, cancel := context.WithCancel(ctx)
-	var inflight sync.WaitGroup
-	lines := make(chan []byte)
-	readErr := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(a.stdin)
-		sc.Buffer(make([]byte, 64<<10), maxEngineLine)
-		for sc.Scan() {
-			lines <- append([]byte(nil), sc.Bytes()...)
-		}
-		readErr <- sc.Err()
-	}()
-	var err error
-loop:
-	for {
-		select {
-		case line := <-lines:
-			if len(strings.TrimSpace(string(line))) == 0 {
-				continue
-			}
-			var req engineapi.Request
-			if derr := json.Unmarshal(line, &req); derr != nil {
-				// Without an id nothing can be answered; the caller broke the
-				// protocol, so the engine ends as if its stdin had.
-				err = client.Errorf(taxonomy.KindInvalidArg, "", "engine: a request line is not JSON: %v", derr)
-				break loop
-			}
-			inflight.Add(1)
-			go func() {
-				defer inflight.Done()
-				e.serve(ops, req)
-			}()
-		case rerr := <-readErr:
-			if rerr != nil {
-				err = client.Errorf(taxonomy.KindInvalidArg, "", "engine: reading requests: %v", rerr)
-			}
-			break loop
-		case <-ctx.Done():
-			break loop
-		}
-	}
-	// The caller is gone (stdin ended, or a signal): stop what is in flight,
-	// then tear down what this engine launched.
-	cancel()
-	inflight.Wait()
-	e.shutdown()
+// run serves the engine (cmd/microvm/internal/engine) with the steps of
+// this command's it calls: the fleet, the region, image names, the
+// emulator's side of a platform.
+func (c *EngineCmd) run(ctx context.Context, a *app) (*render.Result, error) {
+	err := engine.Serve(ctx, &a.IO, engine.Hooks{
+		RunMany: func(ctx context.Context, args engineapi.RunManyArgs) (string, any, error) {
+			return runMany(ctx, a, args)
+		},
+		ControlRegion: func(getenv func(string) string) (client.Region, error) {
+			var f RegionFlags
+			return f.controlRegion(getenv)
+		},
+		ResolveImage: func(ctx context.Context, pf *platform.Platform, image string) (string, string, error) {
+			p := &plane{Platform: pf, a: a}
+			return p.resolveImage(ctx, image)
+		},
+		EmulatorSide: func() *platform.Emulator { return emulatorSide(nil) },
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &result{written: true}, nil
+	return &render.Result{Written: true}, nil
 }
 
-// shutdown terminates a sandbox this engine launched and stops its emulator,
-// which stops every guest it holds.
-func (e *engine) shutdown() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.sb != nil && e.launched && !e.sb.WasTerminated() {
-		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
-		rep := e.sb.Terminate(ctx, sandbox.TeardownOptions{})
-		cancel()
-		if !rep.Clean() {
-			e.a.warn("engine: teardown of %s left %v", e.sb.ID(), rep.Leaked)
+// runMany answers the engine's run_many op with `run --count` itself: the
+// op's arguments become that command's flags, parsed by the same parser
+// (defaults, enums and bounds included), and its fleet code runs. A Python
+// or TypeScript fleet is the CLI's fleet, not a second implementation.
+func runMany(ctx context.Context, a *app, args engineapi.RunManyArgs) (string, any, error) {
+	if args.Count < 1 {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: run_many needs count 1..%d, got %d", taxonomy.MaxFleetCount, args.Count)
+	}
+	argv := []string{"run", "--count", strconv.FormatInt(args.Count, 10), "--parallel", strconv.FormatInt(args.Parallel, 10)}
+	flag := func(name, v string) {
+		if v != "" {
+			argv = append(argv, "--"+name+"="+v)
 		}
 	}
-	if e.emu != nil {
-		e.emu.Close()
+	flag("exec", args.Command)
+	flag("image", args.Image)
+	flag("region", args.Region)
+	flag("control-endpoint", args.ControlEndpoint)
+	flag("execution-role-arn", args.ExecutionRoleARN)
+	flag("agentd", args.Agentd)
+	if args.TimeoutSec != 0 {
+		flag("timeout", strconv.FormatFloat(args.TimeoutSec, 'g', -1, 64))
 	}
-}
-
-// send writes one reply frame as one line.
-func (e *engine) send(r engineapi.Reply) {
-	e.writeMu.Lock()
-	defer e.writeMu.Unlock()
-	_ = e.out.Encode(r)
-}
-
-// serve answers one request with its final envelope.
-func (e *engine) serve(ctx context.Context, req engineapi.Request) {
-	typ, data, err := e.dispatch(ctx, req)
+	if args.Local {
+		argv = append(argv, "--local")
+	}
+	var cli struct {
+		Run RunCmd `cmd:""`
+	}
+	parser, err := kong.New(&cli, kong.Name("microvm"), kong.Vars(vars(version)),
+		kong.Exit(func(int) {}), kong.Writers(a.Stderr, a.Stderr))
 	if err != nil {
-		ce := asClientError(err)
-		var partial any
-		var f *failure
-		if errors.As(err, &f) {
-			partial = f.data
-		}
-		env := envelopeFor(ce, partial)
-		// The CLI's suggestions name its own commands and flags, which a
-		// package's caller does not type; the message says what to do.
-		env.Suggestions = []string{}
-		e.send(engineapi.Reply{ID: req.ID, Envelope: env})
-		return
+		return "", nil, client.Errorf(taxonomy.KindUnexpected, "", "engine: building the parser: %v", err)
 	}
-	e.send(engineapi.Reply{ID: req.ID, Envelope: cliapi.Success{Status: cliapi.StatusOK, APIVersion: cliapi.APIVersion, Type: typ, Data: data}})
-}
-
-// decodeArgs reads an op's arguments, refusing keys the contract does not declare.
-func decodeArgs(raw json.RawMessage, v any) error {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
+	if _, err := parser.Parse(argv); err != nil {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: run_many: %v", err)
 	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return client.Errorf(taxonomy.KindInvalidArg, "", "engine: arguments: %v", err)
-	}
-	return nil
-}
-
-func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, any, error) {
-	if !slices.ContainsFunc(engineapi.Ops, func(o engineapi.Op) bool { return o.Name == req.Op }) {
-		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
-	}
-	switch req.Op {
-	case engineapi.OpCreate:
-		var args engineapi.CreateArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.create(ctx, args)
-	case engineapi.OpAttach:
-		var args engineapi.AttachArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.attach(ctx, args)
-	case engineapi.OpRunMany:
-		var args engineapi.RunManyArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.runMany(ctx, args)
-	}
-	sb, err := e.sandbox()
+	res, err := cli.Run.runFleet(ctx, a)
 	if err != nil {
 		return "", nil, err
 	}
-	switch req.Op {
-	case engineapi.OpInfo:
-		return engineapi.TypeSandbox, e.info(), nil
-	case engineapi.OpRun:
-		var args engineapi.RunArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.runCommand(ctx, sb, args)
-	case engineapi.OpStream:
-		var args engineapi.StreamArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.stream(ctx, sb, req.ID, engineapi.RunArgs(args))
-	case engineapi.OpWrite:
-		var args engineapi.WriteArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		data, err := base64.StdEncoding.DecodeString(args.DataBase64)
-		if err != nil {
-			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: dataBase64: %v", err)
-		}
-		var mode uint64
-		if args.Mode != "" {
-			if mode, err = strconv.ParseUint(args.Mode, 8, 32); err != nil || mode > 0o7777 {
-				return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: mode %q is not four octal digits", args.Mode)
-			}
-		}
-		if err := sb.WriteFile(ctx, args.Path, data, fs.FileMode(mode)); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: int64(len(data)), Local: "", Remote: args.Path}, nil
-	case engineapi.OpRead:
-		var args engineapi.ReadArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		data, err := sb.ReadFile(ctx, args.Path)
-		if err != nil {
-			return "", nil, err
-		}
-		return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: int64(len(data)), DataBase64: base64.StdEncoding.EncodeToString(data)}, nil
-	case engineapi.OpList:
-		var args engineapi.ListArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if args.Depth < 0 || args.Depth > 1<<16 {
-			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: depth %d is out of range", args.Depth)
-		}
-		d := cliapi.DirData{Path: args.Path, Entries: []cliapi.FileEntry{}}
-		err := sb.Session().List(ctx, args.Path, client.ListOptions{Depth: uint32(args.Depth)}, func(fi protocol.FileInfo) error {
-			d.Entries = append(d.Entries, toFileEntry(fi))
-			return nil
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeDir, d, nil
-	case engineapi.OpUploadDir:
-		var args engineapi.UploadDirArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if err := sb.UploadDir(ctx, args.Local, args.Remote); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: treeBytes(args.Local), Local: args.Local, Remote: args.Remote, Tar: true}, nil
-	case engineapi.OpDownloadDir:
-		var args engineapi.DownloadDirArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if err := sb.DownloadDir(ctx, args.Remote, args.Local); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCopy, cliapi.CopyData{Direction: "download", Bytes: treeBytes(args.Local), Local: args.Local, Remote: args.Remote, Tar: true}, nil
-	case engineapi.OpSuspend:
-		if err := decodeArgs(req.Args, &engineapi.SuspendArgs{}); err != nil {
-			return "", nil, err
-		}
-		if err := sb.Suspend(ctx); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeState, stateData(sb), nil
-	case engineapi.OpResume:
-		if err := decodeArgs(req.Args, &engineapi.ResumeArgs{}); err != nil {
-			return "", nil, err
-		}
-		if err := sb.Resume(ctx); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeState, stateData(sb), nil
-	case engineapi.OpTerminate:
-		var args engineapi.TerminateArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		// Teardown outlives the caller's cancel: a half-done one is the worst leak.
-		rep := sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{DeleteImage: args.DeleteImage})
-		d := cliapi.TeardownData{MicrovmID: sb.ID(), Leaked: []string{}, UndeletedLogGroups: []string{}}
-		for _, l := range rep.Leaked {
-			if l.Kind == "log_group" {
-				d.UndeletedLogGroups = append(d.UndeletedLogGroups, l.ID)
-				continue
-			}
-			d.Leaked = append(d.Leaked, l.Kind+" "+l.ID)
-		}
-		if rep.ImageDeleted != sandbox.ImageNotAsked && e.imageARN != "" {
-			d.ImageIdentifier = present(e.imageARN)
-		}
-		d.State = present(string(sb.Lifecycle()))
-		return cliapi.TypeTeardown, d, nil
-	case engineapi.OpCost:
-		if err := decodeArgs(req.Args, &engineapi.CostArgs{}); err != nil {
-			return "", nil, err
-		}
-		rep, err := sb.Cost(ctx, cost.Pinned(e.region))
-		if err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCost, cliapi.CostData{Report: reportJSON(rep)}, nil
-	case engineapi.OpURL: // issue 36 (url.go)
-		var args engineapi.URLArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return engineURL(ctx, sb, args)
-	}
-	return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
+	return res.Type, res.Data, nil
 }

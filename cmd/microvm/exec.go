@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/argv"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -44,24 +46,11 @@ func parseEnv(pairs []string) (map[string]string, error) {
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
-			return nil, invalidArg("", "--env %q is not KEY=VALUE (a missing '=' or an empty KEY)", p)
+			return nil, render.InvalidArg("", "--env %q is not KEY=VALUE (a missing '=' or an empty KEY)", p)
 		}
 		env[k] = v
 	}
 	return env, nil
-}
-
-func execData(r client.Result) cliapi.ExecData {
-	d := cliapi.ExecData{ExecID: r.ExecID, Phase: string(r.Phase), Stdout: r.Stdout, Stderr: r.Stderr, Truncated: r.Truncated}
-	if r.ExitCode != nil {
-		v := int64(*r.ExitCode)
-		d.ExitCode = &v
-	}
-	if r.Signal != nil {
-		v := int64(*r.Signal)
-		d.Signal = &v
-	}
-	return d
 }
 
 func execHuman(d cliapi.ExecData) func(io.Writer) error {
@@ -94,16 +83,16 @@ func execHuman(d cliapi.ExecData) func(io.Writer) error {
 // way, as the reference writes it, exiting ERR_EXEC_FAILED when the child
 // finished and did not exit 0 (a signal included). A running exec (a poll)
 // is not a failure.
-func execOutcome(r client.Result, human func(io.Writer) error) *result {
-	d := execData(r)
-	res := &result{typ: cliapi.TypeExec, data: d, human: human}
+func execOutcome(r client.Result, human func(io.Writer) error) *render.Result {
+	d := render.ExecData(r)
+	res := &render.Result{Type: cliapi.TypeExec, Data: d, Human: human}
 	if err := r.Err(); err != nil && !r.Running() {
-		res.reporting(taxonomy.KindExecFailed, err.Error())
+		res.Reporting(taxonomy.KindExecFailed, err.Error())
 	}
 	return res
 }
 
-func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *ExecCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	// The words are passed through from the first one on, so a "--" that
 	// separates them from exec's flags arrives as a word: it is not the
 	// command's.
@@ -111,21 +100,21 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 		c.Command = c.Command[1:]
 	}
 	if c.FromOffset != 0 && !c.Stream {
-		return nil, invalidArg("", "--from-offset requires --stream")
+		return nil, render.InvalidArg("", "--from-offset requires --stream")
 	}
 	if c.Poll == "" && len(c.Command) == 0 {
-		return nil, invalidArg("", "a command is required unless --poll names an existing exec")
+		return nil, render.InvalidArg("", "a command is required unless --poll names an existing exec")
 	}
 	if c.Poll != "" && len(c.Command) > 0 {
-		return nil, invalidArg("", "--poll reads an existing exec; it takes no command")
+		return nil, render.InvalidArg("", "--poll reads an existing exec; it takes no command")
 	}
 	if c.Timeout <= 0 {
-		return nil, invalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
+		return nil, render.InvalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
 	}
-	if err := requireText("the command's", c.Command); err != nil {
+	if err := argv.RequireText("the command's", c.Command); err != nil {
 		return nil, err
 	}
-	if err := requireText("--env", c.Env); err != nil {
+	if err := argv.RequireText("--env", c.Env); err != nil {
 		return nil, err
 	}
 	env, err := parseEnv(c.Env)
@@ -153,7 +142,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
-		return execOutcome(r, execHuman(execData(r))), nil
+		return execOutcome(r, execHuman(render.ExecData(r))), nil
 	}
 
 	opts := client.StartOptions{ExecID: c.ExecID, Shell: len(c.Command) == 1, Cwd: c.Cwd, Env: env, User: c.User, Group: c.Group, Stdin: c.Stdin}
@@ -167,7 +156,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	// the stream is made under this context from the start.
 	ctx, stopFeed := context.WithCancelCause(ctx)
 	defer stopFeed(nil)
-	stop := a.spinner("starting " + opts.ExecID)
+	stop := a.Spinner("starting " + opts.ExecID)
 	// Following from the start, the client starts and follows in one
 	// exchange where the daemon offers it (client.Session.StartStream).
 	var ex *client.Exec
@@ -196,7 +185,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	if c.Detach {
 		d := cliapi.ExecData{ExecID: ex.ID(), Phase: string(protocol.PhaseRunning)}
-		return &result{typ: cliapi.TypeExec, data: d, human: func(w io.Writer) error {
+		return &render.Result{Type: cliapi.TypeExec, Data: d, Human: func(w io.Writer) error {
 			_, err := fmt.Fprintf(w, "%s\trunning\n", ex.ID())
 			return err
 		}}, nil
@@ -210,7 +199,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*result, error) {
 	// Stream.Connect before feed.start.
 	var feed *stdinFeed
 	if c.Stdin {
-		feed = &stdinFeed{ex: ex, r: a.stdin, stop: stopFeed}
+		feed = &stdinFeed{ex: ex, r: a.Stdin, stop: stopFeed}
 	}
 	if c.Stream {
 		return c.stream(ctx, a, ex, st, feed)

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -20,7 +21,7 @@ import (
 
 // wait follows the exec to its exit, acks it and reports its record. Without
 // --json the child's bytes go to stdout and stderr exactly as produced.
-func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.Process, feed *stdinFeed) (*result, error) {
+func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.Process, feed *stdinFeed) (*render.Result, error) {
 	if p == nil {
 		p = ex.Attach(ctx, 0)
 	}
@@ -36,9 +37,9 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.P
 		feed.start(ctx)
 	}
 	outW, errW := io.Discard, io.Discard
-	raw := !a.g.JSON && !a.g.Dense
+	raw := !a.JSON && !a.Dense
 	if raw {
-		outW, errW = a.stdout, a.stderr
+		outW, errW = a.Stdout, a.Stderr
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -58,24 +59,24 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.P
 		if err != nil {
 			return nil, ferr
 		}
-		return nil, &failure{err: asClientError(ferr), data: execData(r)}
+		return nil, &render.Failure{Err: render.AsClientError(ferr), Data: render.ExecData(r)}
 	}
 	if err != nil {
 		return nil, err
 	}
-	d := execData(r)
+	d := render.ExecData(r)
 	if gaps := p.Gaps(); len(gaps) > 0 {
 		// The record's output is incomplete; a caller reading it as the
 		// whole output would be misled, so this is a failure, not a note.
-		return nil, &failure{err: client.WireErrorf(taxonomy.WireOutputGap, "%d range(s) of output were lost before they were read (first [%d,%d))", len(gaps), gaps[0].From, gaps[0].To), data: d}
+		return nil, &render.Failure{Err: client.WireErrorf(taxonomy.WireOutputGap, "%d range(s) of output were lost before they were read (first [%d,%d))", len(gaps), gaps[0].From, gaps[0].To), Data: d}
 	}
 	if serr := p.Err(); errors.Is(serr, client.ErrStreamCut) {
 		// The stream gave up before its exit event: the bytes already written
 		// out raw are a prefix, and the record's outcome says nothing about
 		// the rest. As with a gap, the record rides along in data, but the
 		// run is not reported as passing.
-		return nil, &failure{err: asClientError(serr), data: d,
-			suggestions: []string{fmt.Sprintf("data holds %s's record, acked: its status, and its output only up to the daemon's max_output_bytes; `microvm exec --stream` can resume a cut stream with --from-offset", ex.ID())}}
+		return nil, &render.Failure{Err: render.AsClientError(serr), Data: d,
+			Suggestions: []string{fmt.Sprintf("data holds %s's record, acked: its status, and its output only up to the daemon's max_output_bytes; `microvm exec --stream` can resume a cut stream with --from-offset", ex.ID())}}
 	}
 	human := func(w io.Writer) error { return nil } // the bytes already went out raw
 	if !raw {
@@ -86,12 +87,12 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.P
 
 // stream writes the exec's events as they arrive: NDJSON under --json, the
 // raw bytes otherwise. The final envelope summarises rather than repeats.
-func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *client.Stream, feed *stdinFeed) (*result, error) {
+func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *client.Stream, feed *stdinFeed) (*render.Result, error) {
 	// Under --json the final envelope is one compact line even when no
 	// event came before it (an interrupted quiet child, or an interrupt
 	// while the stream is still connecting): a reader takes the last line
 	// as the envelope.
-	a.streamed = a.g.JSON
+	a.Streamed = a.JSON
 	if st == nil {
 		st = ex.Stream(ctx, c.FromOffset)
 	}
@@ -101,7 +102,7 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 	} // else the first Next returns the same error and ends the following
 	sum := cliapi.ExecStreamData{ExecID: ex.ID(), NextOffset: int64(c.FromOffset)}
 	sawExit := false
-	enc := json.NewEncoder(a.stdout)
+	enc := json.NewEncoder(a.Stdout)
 	enc.SetEscapeHTML(false)
 	line := func(v any) {
 		_ = enc.Encode(v)
@@ -121,10 +122,10 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 		case client.EventOutput:
 			sum.Bytes += int64(len(ev.Data))
 			sum.NextOffset = int64(ev.Offset) + int64(len(ev.Data))
-			if !a.g.JSON {
-				w := a.stdout
+			if !a.JSON {
+				w := a.Stdout
 				if ev.Stream == protocol.StreamStderr {
-					w = a.stderr
+					w = a.Stderr
 				}
 				_, _ = w.Write(ev.Data)
 				continue
@@ -135,10 +136,10 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 		case client.EventGap:
 			sum.Gaps++
 			sum.NextOffset = int64(ev.Gap.To)
-			if a.g.JSON {
+			if a.JSON {
 				line(cliapi.StreamGapLine{Event: cliapi.EventGap, From: int64(ev.Gap.From), To: int64(ev.Gap.To)})
 			} else {
-				a.warn("output [%d,%d) was lost before it was read", ev.Gap.From, ev.Gap.To)
+				a.Warn("output [%d,%d) was lost before it was read", ev.Gap.From, ev.Gap.To)
 			}
 		case client.EventExit:
 			sawExit = true
@@ -149,7 +150,7 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 				v := int64(*ev.Exit.ExitCode)
 				sum.ExitCode = &v
 			}
-			if a.g.JSON {
+			if a.JSON {
 				var code, sig *int64
 				if ev.Exit.ExitCode != nil {
 					v := int64(*ev.Exit.ExitCode)
@@ -164,16 +165,16 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 			}
 		}
 	}
-	if !a.g.JSON {
+	if !a.JSON {
 		// On the human path stdout holds the child's bytes; the summary and
 		// any failure belong on stderr.
-		a.streamed = true
+		a.Streamed = true
 	}
 	if ferr := feed.failed(); ferr != nil {
 		// Whether it ended the stream or came after the exit, the child
 		// did not get all of its stdin; a resume would not feed it again.
 		sum.NextOffset = int64(st.Cursor())
-		return nil, &failure{err: asClientError(ferr), data: sum}
+		return nil, &render.Failure{Err: render.AsClientError(ferr), Data: sum}
 	}
 	// The client's cursor, not the last event seen, is where a resume starts.
 	sum.NextOffset = int64(st.Cursor())
@@ -187,15 +188,15 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 		if streamErr != nil {
 			err = client.Errorf(taxonomy.KindExecFailed, "", "%v; its outcome is unknown", streamErr).WithCause(streamErr)
 		}
-		return nil, &failure{err: err, data: cutData(sum), suggestions: c.resumeHints(ex.ID(), sum.NextOffset)}
+		return nil, &render.Failure{Err: err, Data: cutData(sum), Suggestions: c.resumeHints(ex.ID(), sum.NextOffset)}
 	}
 	if streamErr != nil {
-		f := &failure{err: asClientError(streamErr), data: sum}
+		f := &render.Failure{Err: render.AsClientError(streamErr), Data: sum}
 		if k := client.KindOf(streamErr); k == taxonomy.KindTimeout || k == taxonomy.KindRetryable || k == taxonomy.KindInterrupted {
 			// The deadline passed, the caller interrupted, or the connection
 			// never opened: the exec was left as it was and the stream
 			// resumes at the same offset.
-			f.suggestions = c.resumeHints(ex.ID(), sum.NextOffset)
+			f.Suggestions = c.resumeHints(ex.ID(), sum.NextOffset)
 		}
 		return nil, f
 	}
@@ -204,12 +205,12 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 	// (The run route already released it with the exit event.)
 	if !st.Released() {
 		if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-			return nil, &failure{err: asClientError(err), data: sum}
+			return nil, &render.Failure{Err: render.AsClientError(err), Data: sum}
 		}
 	}
-	res := &result{typ: cliapi.TypeExecStream, data: sum, human: func(io.Writer) error { return nil }}
+	res := &render.Result{Type: cliapi.TypeExecStream, Data: sum, Human: func(io.Writer) error { return nil }}
 	if sum.ExitCode == nil || *sum.ExitCode != 0 {
-		res.reporting(taxonomy.KindExecFailed, fmt.Sprintf("%s did not exit 0 (%s)", ex.ID(), exitText(sum.ExitCode)))
+		res.Reporting(taxonomy.KindExecFailed, fmt.Sprintf("%s did not exit 0 (%s)", ex.ID(), exitText(sum.ExitCode)))
 	}
 	return res, nil
 }
@@ -218,7 +219,7 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 // came from: ERR_EXEC_FAILED is coarser than "the transport kept dropping",
 // and data.kind is where the envelope says what the exit code cannot.
 func cutData(sum cliapi.ExecStreamData) map[string]any {
-	m := toMap(sum)
+	m := render.ToMap(sum)
 	m["kind"] = taxonomy.WireTransport.String()
 	return m
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -51,19 +52,19 @@ func fleetSeverity(k taxonomy.ErrorKind) int {
 // runFleet is `run --count N`: build (or name) the image once, run the
 // command in N MicroVMs with sandbox.RunMany, tear every one down, delete
 // the image this run built, and price the whole fleet in one report.
-func (c *RunCmd) runFleet(ctx context.Context, a *app) (*result, error) {
+func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Count < 1 || c.Count > taxonomy.MaxFleetCount {
-		return nil, invalidArg("", "--count %d is outside 1..%d", c.Count, taxonomy.MaxFleetCount)
+		return nil, render.InvalidArg("", "--count %d is outside 1..%d", c.Count, taxonomy.MaxFleetCount)
 	}
 	parallel := c.Parallel
 	if parallel == 0 {
 		parallel = min(c.Count, taxonomy.DefaultFleetParallel)
 	}
 	if parallel < 1 || parallel > taxonomy.MaxFleetParallel {
-		return nil, invalidArg("", "--parallel %d is outside 1..%d", c.Parallel, taxonomy.MaxFleetParallel)
+		return nil, render.InvalidArg("", "--parallel %d is outside 1..%d", c.Parallel, taxonomy.MaxFleetParallel)
 	}
 	if c.Keep {
-		return nil, invalidArg("", "--keep with --count: a fleet is torn down run by run; launch with `run --keep` once per MicroVM to keep them")
+		return nil, render.InvalidArg("", "--keep with --count: a fleet is torn down run by run; launch with `run --keep` once per MicroVM to keep them")
 	}
 	// The image's record; each MicroVM gets one of its own.
 	st, err := c.prepare(ctx, a)
@@ -114,12 +115,12 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*result, error) {
 				}
 				_ = r.Update(func(run *ledger.Run) { run.Image, run.ImageARN = name, arn })
 				so.Ledger = r
-				a.progress("launching MicroVM %d of %d from %s", i+1, c.Count, name)
+				a.Progress("launching MicroVM %d of %d from %s", i+1, c.Count, name)
 				return nil
 			},
 		}
 		task := func(ctx context.Context, i int, sb *sandbox.Sandbox) (client.Result, error) {
-			a.progress("MicroVM %d of %d: %s RUNNING", i+1, c.Count, sb.ID())
+			a.Progress("MicroVM %d of %d: %s RUNNING", i+1, c.Count, sb.ID())
 			if c.Exec == "" {
 				return client.Result{}, nil
 			}
@@ -141,26 +142,26 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*result, error) {
 		launched = launched || o.Sandbox != nil
 	}
 	if rep, cerr := fleetCost(ctx, fleet, out.ImageName, size, p.Region(), buildTook, built != nil && !built.Reused, launched); cerr == nil {
-		cr := reportJSON(rep)
+		cr := render.CostReport(rep)
 		out.Cost = &cr
-		if !a.g.Quiet && !a.g.JSON {
-			fmt.Fprintln(a.stderr, rep.String())
+		if !a.Quiet && !a.JSON {
+			fmt.Fprintln(a.Stderr, rep.String())
 		} else if rep.Staleness != "" {
-			a.warn("%s", rep.Staleness)
+			a.Warn("%s", rep.Staleness)
 		}
 	} else if launched || built != nil {
-		a.warn("no cost report for the fleet: %v", cerr)
+		a.Warn("no cost report for the fleet: %v", cerr)
 	}
 	// The fleet's MicroVMs are down (RunMany tore each down); the image is
 	// this run's to delete once none is left that launched from it.
 	for _, l := range fleet.Leaked() {
 		out.Leaked = append(out.Leaked, l.Kind+" "+l.ID)
-		a.warn("could not delete %s %s, which may still bill: %s", l.Kind, l.ID, l.Reason)
+		a.Warn("could not delete %s %s, which may still bill: %s", l.Kind, l.ID, l.Reason)
 	}
 	if built != nil && !built.Reused && built.ImageARN != "" {
 		if left := fleetStillUp(fleet); len(left) > 0 {
 			out.Leaked = append(out.Leaked, "image "+built.ImageARN)
-			a.warn("kept image %s: MicroVMs launched from it may still run (%v)", built.ImageARN, left)
+			a.Warn("kept image %s: MicroVMs launched from it may still run (%v)", built.ImageARN, left)
 		} else {
 			out.Leaked = append(out.Leaked, teardownImage(ctx, p, built.ImageARN, built.LogGroup, logs, a)...)
 		}
@@ -191,23 +192,23 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*result, error) {
 		out.Runs = append(out.Runs, run)
 	}
 	if len(out.Leaked) == 0 && (launched || built != nil) {
-		a.progress("teardown clean: nothing of this fleet is left")
+		a.Progress("teardown clean: nothing of this fleet is left")
 	}
 
 	human := fleetHuman(out, a)
 	switch {
 	case ctx.Err() != nil:
-		return nil, &failure{err: client.Errorf(taxonomy.KindInterrupted, taxonomy.FindingBuildLogGroupSurvives,
-			"interrupted; every MicroVM of the fleet was torn down, and anything that could not be deleted is named in data.leaked (%s)", leakedText(out.Leaked)), data: out, human: human}
+		return nil, &render.Failure{Err: client.Errorf(taxonomy.KindInterrupted, taxonomy.FindingBuildLogGroupSurvives,
+			"interrupted; every MicroVM of the fleet was torn down, and anything that could not be deleted is named in data.leaked (%s)", leakedText(out.Leaked)), Data: out, Human: human}
 	case err != nil:
-		return nil, &failure{err: asClientError(err), data: out, human: human}
+		return nil, &render.Failure{Err: render.AsClientError(err), Data: out, Human: human}
 	case worst != 0:
 		// As a single run's non-zero exit, a failure envelope whose data is
 		// the whole fleet's record.
-		ce := asClientError(worstErr)
-		return nil, &failure{err: client.Errorf(worst, ce.Finding(), "%d of %d runs failed; the worst: %s", len(fleet.Failed()), c.Count, ce.Message()).WithCause(worstErr), data: out, human: human}
+		ce := render.AsClientError(worstErr)
+		return nil, &render.Failure{Err: client.Errorf(worst, ce.Finding(), "%d of %d runs failed; the worst: %s", len(fleet.Failed()), c.Count, ce.Message()).WithCause(worstErr), Data: out, Human: human}
 	}
-	return &result{typ: cliapi.TypeRunFleet, data: out, human: human}, nil
+	return &render.Result{Type: cliapi.TypeRunFleet, Data: out, Human: human}, nil
 }
 
 // fleetStillUp names the fleet's MicroVMs whose teardown did not confirm
@@ -262,12 +263,12 @@ func fleetHuman(d cliapi.RunFleetData, a *app) func(io.Writer) error {
 	return func(w io.Writer) error {
 		for _, r := range d.Runs {
 			_, _ = io.WriteString(w, r.Stdout)
-			_, _ = io.WriteString(a.stderr, r.Stderr)
+			_, _ = io.WriteString(a.Stderr, r.Stderr)
 		}
-		if a.g.Quiet {
+		if a.Quiet {
 			return nil
 		}
-		tw := tabwriter.NewWriter(a.stderr, 0, 2, 2, ' ', 0)
+		tw := tabwriter.NewWriter(a.Stderr, 0, 2, 2, ' ', 0)
 		fmt.Fprintf(tw, "run\tmicrovm\texit\terror\n")
 		for _, r := range d.Runs {
 			exit := "-"

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -20,18 +21,13 @@ import (
 // (stat, dir, mkdir, mv, rm), its exec listing (ps) and its metrics. Each is
 // one call (dir: one call per page) through client.Session.
 
-func toFileEntry(fi protocol.FileInfo) cliapi.FileEntry {
-	return cliapi.FileEntry{Path: fi.Path, Name: fi.Name, Type: string(fi.Type), Size: int64(fi.Size), Mode: fi.Mode,
-		UID: int64(fi.UID), GID: int64(fi.GID), Mtime: fi.Mtime.UTC().Format(time.RFC3339Nano), SymlinkTarget: fi.SymlinkTarget}
-}
-
 // entryLine is one ls -l style line.
 func entryLine(e cliapi.FileEntry) string {
 	name := e.Path
 	if e.SymlinkTarget != nil {
 		name += " -> " + *e.SymlinkTarget
 	}
-	return fmt.Sprintf("%s\t%s\t%d:%d\t%s\t%s\t%s", e.Type, e.Mode, e.UID, e.GID, humanBytes(e.Size), e.Mtime, name)
+	return fmt.Sprintf("%s\t%s\t%d:%d\t%s\t%s\t%s", e.Type, e.Mode, e.UID, e.GID, render.HumanBytes(e.Size), e.Mtime, name)
 }
 
 // guestPath accepts /path or vm:/path, as cp names the guest side.
@@ -43,7 +39,7 @@ type StatCmd struct {
 	Path string `arg:"" help:"The guest path (a final symlink is described, not followed)."`
 }
 
-func (c *StatCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *StatCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -52,8 +48,8 @@ func (c *StatCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := toFileEntry(fi)
-	return &result{typ: cliapi.TypeStat, data: cliapi.StatData{Entry: e}, human: func(w io.Writer) error {
+	e := render.FileEntry(fi)
+	return &render.Result{Type: cliapi.TypeStat, Data: cliapi.StatData{Entry: e}, Human: func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 		fmt.Fprintln(tw, entryLine(e))
 		return tw.Flush()
@@ -68,20 +64,20 @@ type DirCmd struct {
 	Page  uint32 `help:"Entries fetched per request; 0 means the daemon's default." default:"0"`
 }
 
-func (c *DirCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *DirCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
 	}
 	d := cliapi.DirData{Path: guestPath(c.Path), Entries: []cliapi.FileEntry{}}
 	err = s.List(ctx, d.Path, client.ListOptions{Depth: c.Depth, Limit: c.Page}, func(fi protocol.FileInfo) error {
-		d.Entries = append(d.Entries, toFileEntry(fi))
+		d.Entries = append(d.Entries, render.FileEntry(fi))
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &result{typ: cliapi.TypeDir, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeDir, Data: d, Human: func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 		for _, e := range d.Entries {
 			fmt.Fprintln(tw, entryLine(e))
@@ -97,7 +93,7 @@ type MkdirCmd struct {
 	Mode string `help:"Octal permission bits for what is created (before the guest's umask)." default:"0755"`
 }
 
-func (c *MkdirCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *MkdirCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	mode, err := strconv.ParseUint(strings.TrimPrefix(c.Mode, "0o"), 8, 32)
 	if err != nil || mode > 0o777 {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "--mode %q is not octal permission bits such as 0755", c.Mode)
@@ -112,7 +108,7 @@ func (c *MkdirCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	d := cliapi.MkdirData{Path: path, Created: created}
-	return &result{typ: cliapi.TypeMkdir, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeMkdir, Data: d, Human: func(w io.Writer) error {
 		if created {
 			_, err := fmt.Fprintf(w, "%s: created\n", path)
 			return err
@@ -130,7 +126,7 @@ type MvCmd struct {
 	Replace bool   `help:"Replace what is at the destination; without it an existing destination is refused and left alone."`
 }
 
-func (c *MvCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *MvCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -139,7 +135,7 @@ func (c *MvCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err := s.Move(ctx, d.From, d.To, c.Replace); err != nil {
 		return nil, err
 	}
-	return &result{typ: cliapi.TypeMove, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeMove, Data: d, Human: func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "%s -> %s\n", d.From, d.To)
 		return err
 	}}, nil
@@ -152,7 +148,7 @@ type RmCmd struct {
 	Recursive bool   `short:"r" help:"Remove a directory with everything under it; without it a non-empty directory is refused."`
 }
 
-func (c *RmCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *RmCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -163,7 +159,7 @@ func (c *RmCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	d := cliapi.RemoveData{Path: path, Removed: int64(n)}
-	return &result{typ: cliapi.TypeRemove, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeRemove, Data: d, Human: func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "%s: %d removed\n", path, n)
 		return err
 	}}, nil
@@ -174,7 +170,7 @@ type PsCmd struct {
 	AttachFlags
 }
 
-func (c *PsCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *PsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -191,7 +187,7 @@ func (c *PsCmd) run(ctx context.Context, a *app) (*result, error) {
 		}
 		d.Execs = append(d.Execs, cliapi.ExecSummary{ExecID: e.ExecID, Phase: string(e.Phase), StartedAt: e.StartedAt.UTC().Format(time.RFC3339Nano), Command: cmd, PID: int64(e.Pid)})
 	}
-	return &result{typ: cliapi.TypePs, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypePs, Data: d, Human: func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 		fmt.Fprintln(tw, "EXEC ID\tPHASE\tPID\tSTARTED\tCOMMAND")
 		for _, r := range d.Execs {
@@ -210,7 +206,7 @@ type MetricsCmd struct {
 	AttachFlags
 }
 
-func (c *MetricsCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *MetricsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -226,11 +222,11 @@ func (c *MetricsCmd) run(ctx context.Context, a *app) (*result, error) {
 		DiskPath: m.Disk.Path, DiskTotalBytes: int64(m.Disk.TotalBytes), DiskAvailableBytes: int64(m.Disk.AvailableBytes), DiskUsedBytes: int64(m.Disk.UsedBytes),
 		Load1: m.Load.Load1, Load5: m.Load.Load5, Load15: m.Load.Load15,
 	}
-	return &result{typ: cliapi.TypeMetrics, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeMetrics, Data: d, Human: func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 		fmt.Fprintf(tw, "cpu\t%.1f%% of %d over %.1fs\n", d.CPUUsedPercent, d.CPUCount, d.CPUWindowSecs)
-		fmt.Fprintf(tw, "memory\t%s used of %s (%s available)\n", humanBytes(d.MemoryUsedBytes), humanBytes(d.MemoryTotalBytes), humanBytes(d.MemoryAvailableBytes))
-		fmt.Fprintf(tw, "disk %s\t%s used of %s (%s available)\n", d.DiskPath, humanBytes(d.DiskUsedBytes), humanBytes(d.DiskTotalBytes), humanBytes(d.DiskAvailableBytes))
+		fmt.Fprintf(tw, "memory\t%s used of %s (%s available)\n", render.HumanBytes(d.MemoryUsedBytes), render.HumanBytes(d.MemoryTotalBytes), render.HumanBytes(d.MemoryAvailableBytes))
+		fmt.Fprintf(tw, "disk %s\t%s used of %s (%s available)\n", d.DiskPath, render.HumanBytes(d.DiskUsedBytes), render.HumanBytes(d.DiskTotalBytes), render.HumanBytes(d.DiskAvailableBytes))
 		fmt.Fprintf(tw, "load\t%.2f %.2f %.2f\n", d.Load1, d.Load5, d.Load15)
 		return tw.Flush()
 	}}, nil

@@ -47,7 +47,7 @@ func (p *plane) daemonFor(binary, agentdFlag string) (string, error) {
 	case p.emu != nil:
 		return p.emu.Agentd, nil
 	case p.Local():
-		return embedded.FindAgentd(agentdFlag, p.a.env)
+		return embedded.FindAgentd(agentdFlag, p.a.Env)
 	}
 	return "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingArm64Only,
 		"no BINARY and no --image: a build on AWS bakes an aarch64 agentd into the image (make build writes bin/linux-arm64/agentd), or --image launches an existing one")
@@ -87,9 +87,9 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 				steps, err := emulator.UnperformedSteps(b)
 				if err == nil && len(steps) > 0 {
 					for _, s := range steps {
-						a.warn("the emulator does not perform this Dockerfile step; its guests run without it: %s", s)
+						a.Warn("the emulator does not perform this Dockerfile step; its guests run without it: %s", s)
 					}
-					a.warn("with no base image for FROM (--base-image, or a registry to pull it from), the guests run on this machine's system directories")
+					a.Warn("with no base image for FROM (--base-image, or a registry to pull it from), the guests run on this machine's system directories")
 				}
 			}()
 		}
@@ -118,7 +118,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 			name = "microvm-cli" // the stable stem: the hash makes it unique
 		}
 	}
-	sent, sentDone := a.transfer("uploading the artifact")
+	sent, sentDone := a.Transfer("uploading the artifact")
 	update, stop := func(string) {}, func() {}
 	defer func() { stop() }()
 	uploading := false
@@ -135,7 +135,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 				if uploading {
 					sentDone()
 					uploading = false
-					update, stop = a.waiting("building image " + name)
+					update, stop = a.Waiting("building image " + name)
 					if p.steps != nil {
 						p.steps.setLabel(update)
 					}
@@ -146,7 +146,7 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 			}
 		},
 	}
-	a.progress("building image %s (%s)", name, size)
+	a.Progress("building image %s (%s)", name, size)
 	res, err := build.Build(ctx, p.Control(), up, spec)
 	if uploading {
 		sentDone()
@@ -169,7 +169,7 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageARNColon,
 			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.Region())
 	}
-	p.a.progress("resolved image name %s to %s", id, arn)
+	p.a.Progress("resolved image name %s to %s", id, arn)
 	return arn, id, nil
 }
 
@@ -181,13 +181,13 @@ func teardownImage(ctx context.Context, p *plane, arn, group string, logs sandbo
 	if _, err := cplane.ParseImageRef(arn); err == nil {
 		if err := p.DeleteImage(ctx, arn); err != nil {
 			leaked = append(leaked, "image "+arn)
-			a.warn("could not delete image %s: %v", arn, err)
+			a.Warn("could not delete image %s: %v", arn, err)
 		}
 	}
 	if group != "" && logs != nil {
 		if err := p.DeleteLogGroup(ctx, group); err != nil {
 			leaked = append(leaked, "log_group "+group)
-			a.warn("could not delete the build log group %s: %v", group, err)
+			a.Warn("could not delete the build log group %s: %v", group, err)
 		}
 	}
 	return leaked

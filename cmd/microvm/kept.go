@@ -19,14 +19,14 @@ import (
 // already reported everything needed to attach.
 func (a *app) remember(dir string, m kept.MicroVM) {
 	if err := kept.Save(dir, m); err != nil {
-		a.warn("%s is not remembered, so attach with --endpoint and --agent-token: %v", m.ID, err)
+		a.Warn("%s is not remembered, so attach with --endpoint and --agent-token: %v", m.ID, err)
 	}
 }
 
 // forget drops a terminated MicroVM's record.
 func (a *app) forget(dir, id string) {
 	if err := kept.Forget(dir, id); err != nil {
-		a.warn("the kept record of %s was not removed: %v", id, err)
+		a.Warn("the kept record of %s was not removed: %v", id, err)
 	}
 }
 
@@ -54,10 +54,10 @@ func (f *AttachFlags) fillFromKept(a *app) (found bool, err error) {
 	if f.AgentToken == "" {
 		f.AgentToken = m.AgentToken
 	}
-	if m.Port != 0 && f.Port == taxonomy.DefaultAgentPort && a.env("MICROVM_PORT") == "" {
+	if m.Port != 0 && f.Port == taxonomy.DefaultAgentPort && a.Env("MICROVM_PORT") == "" {
 		f.Port = m.Port
 	}
-	fillControl(&f.ControlEndpoint, &f.RegionFlags, m, a.env)
+	fillControl(&f.ControlEndpoint, &f.RegionFlags, m, a.Env)
 	return true, nil
 }
 
@@ -94,7 +94,7 @@ func (f *LifecycleFlags) forKept(a *app, stateDir, id string) {
 		return
 	}
 	if m, err := kept.Load(dir, id); err == nil {
-		fillControl(&f.ControlEndpoint, &f.RegionFlags, m, a.env)
+		fillControl(&f.ControlEndpoint, &f.RegionFlags, m, a.Env)
 	}
 }
 

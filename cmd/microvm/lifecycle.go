@@ -12,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/platform"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -65,20 +66,20 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 			region = r
 		}
 		var guestLog io.Writer
-		if a.env("MICROVM_GUEST_LOG") != "" {
-			guestLog = a.stderr
+		if a.Env("MICROVM_GUEST_LOG") != "" {
+			guestLog = a.Stderr
 		}
 		steps := &buildSteps{a: a}
-		emu, err := embedded.Start(ctx, embedded.Options{Agentd: f.Agentd, Region: region, GuestLog: guestLog, Getenv: a.env,
+		emu, err := embedded.Start(ctx, embedded.Options{Agentd: f.Agentd, Region: region, GuestLog: guestLog, Getenv: a.Env,
 			BaseImage: f.BaseImage, BuildProgress: steps.event})
 		if err != nil {
 			return nil, err
 		}
-		a.progress("local emulator serving %s (guests run %s)", emu.URL, emu.Agentd)
+		a.Progress("local emulator serving %s (guests run %s)", emu.URL, emu.Agentd)
 		cpc, err := emu.Control(ctx)
 		if err == nil {
 			p.Platform, err = platform.Open(ctx, platform.Options{Region: region, Endpoint: emu.URL, Control: cpc,
-				Emulator: emulatorSide(emu.Server.CreateBucket), Getenv: a.env})
+				Emulator: emulatorSide(emu.Server.CreateBucket), Getenv: a.Env})
 		}
 		if err != nil {
 			emu.Close()
@@ -87,12 +88,12 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 		p.emu, p.steps = emu, steps
 		return p, nil
 	}
-	region, err := f.controlRegion(a.env)
+	region, err := f.controlRegion(a.Env)
 	if err != nil {
 		return nil, err
 	}
-	p.Platform, err = platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env),
-		Emulator: emulatorSide(nil), Getenv: a.env})
+	p.Platform, err = platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.Env),
+		Emulator: emulatorSide(nil), Getenv: a.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +134,7 @@ func (p *plane) uploader(ctx context.Context, artifactURI, bucket string) (build
 // user's cache directory. An artifact is a cache entry: the emulator unpacks
 // what it reads into its own state.
 func artifactDir(a *app) (string, error) {
-	if d := a.env("MICROVM_ARTIFACT_DIR"); d != "" {
+	if d := a.Env("MICROVM_ARTIFACT_DIR"); d != "" {
 		return d, nil
 	}
 	dir, err := os.UserCacheDir()
@@ -150,7 +151,7 @@ func ledgerDir(_ *app, flag string) (string, error) {
 	}
 	dir, err := ledger.DefaultDir()
 	if err != nil {
-		return "", invalidArg("", "%v; pass --state-dir", err)
+		return "", render.InvalidArg("", "%v; pass --state-dir", err)
 	}
 	return dir, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client/ledger"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -47,7 +48,7 @@ func constantsObject() map[string]any {
 	return m
 }
 
-func (c *ConstantsCmd) run(_ context.Context, a *app) (*result, error) {
+func (c *ConstantsCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	obj := constantsObject()
 	if c.EmitJSON {
 		// Declared in api/cli.yaml's conventions: a drift checker wants the
@@ -56,13 +57,13 @@ func (c *ConstantsCmd) run(_ context.Context, a *app) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.stdout.Write(append(b, '\n'))
-		return &result{written: true}, nil
+		a.Stdout.Write(append(b, '\n'))
+		return &render.Result{Written: true}, nil
 	}
-	return &result{
-		typ:  cliapi.TypeConstants,
-		data: cliapi.ConstantsData{Constants: obj},
-		human: func(w io.Writer) error {
+	return &render.Result{
+		Type: cliapi.TypeConstants,
+		Data: cliapi.ConstantsData{Constants: obj},
+		Human: func(w io.Writer) error {
 			tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 			fmt.Fprintln(tw, "CONSTANT\tVALUE\tFINDING")
 			for _, c := range cliapi.ServiceConstants {
@@ -86,12 +87,12 @@ type DockerfileCmd struct {
 	Workdir string `help:"Working directory to create and set; the managed base declares none." placeholder:"DIR"`
 }
 
-func (c *DockerfileCmd) run(_ context.Context, a *app) (*result, error) {
+func (c *DockerfileCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	if c.Port < 1 || c.Port > 65535 {
-		return nil, invalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", c.Port)
+		return nil, render.InvalidArg(taxonomy.FindingAgentPortAgreement, "--port %d is not a TCP port", c.Port)
 	}
 	if strings.ContainsAny(c.From, " \t\n") || c.From == "" {
-		return nil, invalidArg(taxonomy.FindingBaseImagesLackWorkdir, "--from %q is not an image reference", c.From)
+		return nil, render.InvalidArg(taxonomy.FindingBaseImagesLackWorkdir, "--from %q is not an image reference", c.From)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# FROM must match the base image the build names (baseImageArn).\n")
@@ -108,13 +109,13 @@ func (c *DockerfileCmd) run(_ context.Context, a *app) (*result, error) {
 	fmt.Fprintf(&b, "# Marks the image as a MicroVM guest, so agentd repairs its machine identity.\nENV %s=1\n", protocol.EnvRepairIdentity)
 	b.WriteString("# agentd is PID 1's command so nothing runs before the run hook delivers the token.\nENTRYPOINT []\nCMD [\"/agentd\"]\n")
 	stanza := b.String()
-	return &result{
-		typ: cliapi.TypeDockerfile,
-		data: cliapi.DockerfileData{
+	return &render.Result{
+		Type: cliapi.TypeDockerfile,
+		Data: cliapi.DockerfileData{
 			Stanza: stanza, BaseImageName: taxonomy.ManagedBaseImage, BaseImageDockerRef: c.From,
 			Port: int64(c.Port), Workdir: workdir,
 		},
-		human: func(w io.Writer) error { _, err := io.WriteString(w, stanza); return err },
+		Human: func(w io.Writer) error { _, err := io.WriteString(w, stanza); return err },
 	}, nil
 }
 
@@ -128,12 +129,12 @@ func runJSON(r ledger.Run) cliapi.Run {
 		steps = make([]cliapi.RunStep, 0, len(r.Steps))
 	}
 	for _, s := range r.Steps {
-		steps = append(steps, cliapi.RunStep{Op: s.Op, Target: present(s.Target), State: string(s.State), Error: present(s.Error), At: *stamp(s.At)})
+		steps = append(steps, cliapi.RunStep{Op: s.Op, Target: render.Present(s.Target), State: string(s.State), Error: render.Present(s.Error), At: *stamp(s.At)})
 	}
 	out := cliapi.Run{
 		ID: r.ID, CreatedAt: stamp(r.CreatedAt), UpdatedAt: stamp(r.UpdatedAt),
-		Region: present(r.Region), Image: present(r.Image), ImageARN: present(r.ImageARN),
-		ArtifactURI: present(r.ArtifactURI), LogGroup: present(r.LogGroup), MicrovmID: present(r.MicrovmID),
+		Region: render.Present(r.Region), Image: render.Present(r.Image), ImageARN: render.Present(r.ImageARN),
+		ArtifactURI: render.Present(r.ArtifactURI), LogGroup: render.Present(r.LogGroup), MicrovmID: render.Present(r.MicrovmID),
 		Steps: &steps, Closed: &r.Closed,
 	}
 	if r.ImageOwned {

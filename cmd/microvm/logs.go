@@ -10,6 +10,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
 )
@@ -21,9 +22,9 @@ type LogsCmd struct {
 	LifecycleFlags
 }
 
-func (c *LogsCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *LogsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Limit < 1 {
-		return nil, invalidArg("", "--limit must be at least 1, got %d", c.Limit)
+		return nil, render.InvalidArg("", "--limit must be at least 1, got %d", c.Limit)
 	}
 	group := build.LogGroup(c.ImageName)
 	p, err := c.open(ctx, a)
@@ -36,7 +37,7 @@ func (c *LogsCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	d := cliapi.LogsData{LogGroup: group, Lines: lines}
-	return &result{typ: cliapi.TypeLogs, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeLogs, Data: d, Human: func(w io.Writer) error {
 		if len(d.Lines) == 0 {
 			_, err := fmt.Fprintf(w, "%s holds no lines\n", group)
 			return err
@@ -59,7 +60,7 @@ type EmulatorCmd struct {
 	RegionFlags
 }
 
-func (c *EmulatorCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *EmulatorCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	region := client.USEast1
 	if r, ok, err := c.flagRegion(); err != nil {
 		return nil, err
@@ -68,7 +69,7 @@ func (c *EmulatorCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	var guestLog io.Writer
 	if c.GuestLog {
-		guestLog = a.stderr
+		guestLog = a.Stderr
 	}
 	// SIGHUP ends it too, so closing its terminal stops every guest.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
@@ -77,26 +78,26 @@ func (c *EmulatorCmd) run(ctx context.Context, a *app) (*result, error) {
 	if c.Bucket != "" {
 		buckets = append(buckets, c.Bucket)
 	}
-	emu, err := embedded.Start(ctx, embedded.Options{Listen: c.Listen, StateDir: c.StateDir, Agentd: c.Agentd, Region: region, GuestLog: guestLog, Getenv: a.env, Buckets: buckets, BaseImage: c.BaseImage})
+	emu, err := embedded.Start(ctx, embedded.Options{Listen: c.Listen, StateDir: c.StateDir, Agentd: c.Agentd, Region: region, GuestLog: guestLog, Getenv: a.Env, Buckets: buckets, BaseImage: c.BaseImage})
 	if err != nil {
 		return nil, err
 	}
 	defer emu.Close()
 	// Not progress: the address is what the user came for, so --quiet keeps it.
-	fmt.Fprintf(a.stderr, "microvm emulator: serving Lambda MicroVMs (%s) with slices of S3, CloudWatch Logs and STS at %s\n", region, emu.URL)
-	fmt.Fprintf(a.stderr, "  point other commands at it:  export AWS_ENDPOINT_URL=%s\n", emu.URL)
-	fmt.Fprintf(a.stderr, "  (AWS_ENDPOINT_URL_LAMBDA_MICROVMS routes only the control plane; logs and S3 builds then go to AWS)\n")
+	fmt.Fprintf(a.Stderr, "microvm emulator: serving Lambda MicroVMs (%s) with slices of S3, CloudWatch Logs and STS at %s\n", region, emu.URL)
+	fmt.Fprintf(a.Stderr, "  point other commands at it:  export AWS_ENDPOINT_URL=%s\n", emu.URL)
+	fmt.Fprintf(a.Stderr, "  (AWS_ENDPOINT_URL_LAMBDA_MICROVMS routes only the control plane; logs and S3 builds then go to AWS)\n")
 	if c.Bucket != "" {
-		fmt.Fprintf(a.stderr, "  bucket s3://%s is ready for build artifacts\n", c.Bucket)
+		fmt.Fprintf(a.Stderr, "  bucket s3://%s is ready for build artifacts\n", c.Bucket)
 	}
-	fmt.Fprintf(a.stderr, "  guests run %s; Ctrl-C stops the emulator and every guest\n", emu.Agentd)
+	fmt.Fprintf(a.Stderr, "  guests run %s; Ctrl-C stops the emulator and every guest\n", emu.Agentd)
 	<-ctx.Done()
 	emu.Close()
 	d := cliapi.EmulatorData{Endpoint: emu.URL, Agentd: emu.Agentd}
 	if c.StateDir != "" {
 		d.StateDir = &c.StateDir
 	}
-	return &result{typ: cliapi.TypeEmulator, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeEmulator, Data: d, Human: func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "emulator at %s stopped; every guest it started is gone\n", d.Endpoint)
 		return err
 	}}, nil
@@ -109,7 +110,7 @@ type KillCmd struct {
 	Signal string `help:"Send this one signal to the process group instead, with no escalation: HUP INT QUIT KILL USR1 USR2 PIPE ALRM TERM CONT STOP TSTP WINCH (SIG prefix optional)." placeholder:"NAME"`
 }
 
-func (c *KillCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *KillCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -127,7 +128,7 @@ func (c *KillCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	d := cliapi.KillData{ExecID: c.ExecID, Killed: killed, Signal: sent}
-	return &result{typ: cliapi.TypeKill, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeKill, Data: d, Human: func(w io.Writer) error {
 		if killed {
 			_, err := fmt.Fprintf(w, "%s: signalled\n", c.ExecID)
 			return err

@@ -15,6 +15,7 @@ import (
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 )
 
@@ -47,14 +48,14 @@ func elsewhere(r ledger.Run) int {
 	return r.PID
 }
 
-func (c *LsCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *LsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	dir, err := ledgerDir(a, c.StateDir)
 	if err != nil {
 		return nil, err
 	}
 	recorded, unreadable, err := ledger.List(dir)
 	if err != nil {
-		return nil, invalidArg("", "reading the ledger %s: %v", dir, err)
+		return nil, render.InvalidArg("", "reading the ledger %s: %v", dir, err)
 	}
 	keptIDs, _ := kept.IDs(dir)
 	isKept := map[string]bool{}
@@ -73,14 +74,14 @@ func (c *LsCmd) run(ctx context.Context, a *app) (*result, error) {
 	if lerr != nil {
 		msg := lerr.Error()
 		d.ControlPlaneError = &msg
-		a.warn("only the ledger is listed: the control plane could not be asked what is alive: %v", lerr)
+		a.Warn("only the ledger is listed: the control plane could not be asked what is alive: %v", lerr)
 	}
 	now := time.Now()
 	for _, st := range live {
 		if st.State == sandbox.Terminated {
 			continue
 		}
-		m := cliapi.LiveMicrovm{MicrovmID: st.ID, State: string(st.State), ImageIdentifier: present(st.ImageARN), Kept: isKept[st.ID]}
+		m := cliapi.LiveMicrovm{MicrovmID: st.ID, State: string(st.State), ImageIdentifier: render.Present(st.ImageARN), Kept: isKept[st.ID]}
 		if !st.StartedAt.IsZero() {
 			at, age := st.StartedAt.UTC().Format(time.RFC3339), now.Sub(st.StartedAt).Seconds()
 			m.StartedAt, m.AgeSeconds = &at, &age
@@ -111,7 +112,7 @@ func (c *LsCmd) run(ctx context.Context, a *app) (*result, error) {
 		yes := true
 		d.Runs = append(d.Runs, cliapi.Run{ID: strings.TrimSuffix(name, ".json"), Unreadable: &yes})
 	}
-	return &result{typ: cliapi.TypeRuns, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeRuns, Data: d, Human: func(w io.Writer) error {
 		return c.human(w, a, d, listed, unreadable, isKept, len(recorded))
 	}}, nil
 }
@@ -153,11 +154,11 @@ func (c *LsCmd) human(w io.Writer, a *app, d cliapi.RunsData, listed []ledger.Ru
 		if len(d.Microvms) == 0 {
 			fmt.Fprintln(w, "no MicroVM is alive")
 		} else {
-			g := grid{headers: []string{"microvm", "state", "age", "cost so far", "run", "note"}}
+			g := render.Grid{Headers: []string{"microvm", "state", "age", "cost so far", "run", "note"}}
 			for _, m := range d.Microvms {
 				age, usd, run := "?", "?", "-"
 				if m.AgeSeconds != nil {
-					age = humanDuration(time.Duration(*m.AgeSeconds * float64(time.Second)))
+					age = render.HumanDuration(time.Duration(*m.AgeSeconds * float64(time.Second)))
 				}
 				if m.CostSoFarUSD != nil {
 					usd = "~$" + *m.CostSoFarUSD
@@ -174,10 +175,10 @@ func (c *LsCmd) human(w io.Writer, a *app, d cliapi.RunsData, listed []ledger.Ru
 				if m.RunningIn != nil {
 					notes = append(notes, "another process's run (pid "+strconv.FormatInt(*m.RunningIn, 10)+")")
 				}
-				g.add(false, m.MicrovmID, m.State, age, usd, run, strings.Join(notes, "; "))
+				g.Add(false, m.MicrovmID, m.State, age, usd, run, strings.Join(notes, "; "))
 			}
-			g.footer = fmt.Sprintf("%d alive; cost so far prices time suspended as running (an upper bound)", len(d.Microvms))
-			if err := a.writeGrid(w, g); err != nil {
+			g.Footer = fmt.Sprintf("%d alive; cost so far prices time suspended as running (an upper bound)", len(d.Microvms))
+			if err := a.WriteGrid(w, g); err != nil {
 				return err
 			}
 		}
@@ -190,7 +191,7 @@ func (c *LsCmd) human(w io.Writer, a *app, d cliapi.RunsData, listed []ledger.Ru
 		_, err := fmt.Fprintf(w, "%s recorded under %s\n", what, d.StateDir)
 		return err
 	}
-	g := grid{headers: []string{"run", "region", "microvm", "image", "open", "leaked", "note"}}
+	g := render.Grid{Headers: []string{"run", "region", "microvm", "image", "open", "leaked", "note"}}
 	open, leaked := 0, 0
 	for _, r := range listed {
 		if !r.Closed {
@@ -209,14 +210,14 @@ func (c *LsCmd) human(w io.Writer, a *app, d cliapi.RunsData, listed []ledger.Ru
 			note = "its process ended before closing it: check it is gone"
 		}
 		// A leak is the one thing here an operator must not skim past.
-		g.add(len(r.Leaked) > 0, r.ID, r.Region, r.MicrovmID, r.Image, strconv.FormatBool(!r.Closed), strings.Join(r.Leaked, ","), note)
+		g.Add(len(r.Leaked) > 0, r.ID, r.Region, r.MicrovmID, r.Image, strconv.FormatBool(!r.Closed), strings.Join(r.Leaked, ","), note)
 	}
 	for _, name := range unreadable {
-		g.add(true, strings.TrimSuffix(name, ".json"), "?", "?", "?", "?", "unreadable record", "")
+		g.Add(true, strings.TrimSuffix(name, ".json"), "?", "?", "?", "?", "unreadable record", "")
 	}
-	g.footer = fmt.Sprintf("%d runs listed of %d recorded, %d open, %d with leaks, %d unreadable (%s)", len(listed), total, open, leaked, len(unreadable), d.StateDir)
+	g.Footer = fmt.Sprintf("%d runs listed of %d recorded, %d open, %d with leaks, %d unreadable (%s)", len(listed), total, open, leaked, len(unreadable), d.StateDir)
 	if !c.All {
-		g.footer += "; --all adds the closed ones"
+		g.Footer += "; --all adds the closed ones"
 	}
-	return a.writeGrid(w, g)
+	return a.WriteGrid(w, g)
 }

@@ -13,7 +13,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 	"os/signal"
@@ -24,11 +23,10 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/argv"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
-
-// version is the CLI's version; the build may override it with -ldflags -X.
-var version = "0.1.0"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -43,12 +41,12 @@ type kongExit int
 
 // run is the whole program; it returns the process exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, env: os.Getenv}
-	a.stdoutTTY, a.stderrTTY = isTerminal(stdout), isTerminal(stderr)
+	a := &app{IO: render.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Env: os.Getenv}}
+	a.StdoutTTY, a.StderrTTY = isTerminal(stdout), isTerminal(stderr)
 	// Until kong has parsed, --json is read from the raw words, so that a parse
 	// failure under --json is still an envelope.
-	a.g.JSON = rawFlag(args, "--json")
-	a.g.Dense = rawFlag(args, "--dense")
+	a.JSON = rawFlag(args, "--json")
+	a.Dense = rawFlag(args, "--dense")
 
 	defer func() {
 		switch r := recover().(type) {
@@ -74,15 +72,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return a.fail(client.Errorf(taxonomy.KindUnexpected, "", "building the parser: %v", err))
 	}
 	a.parser = parser
-	protected, spelled := protectBytes(hoistFlags(parser, args))
+	protected, spelled := argv.ProtectBytes(argv.HoistFlags(parser, args))
 	kctx, err := parser.Parse(protected)
 	if err != nil {
 		return a.fail(parseError(err))
 	}
 	if spelled {
-		restoreBytes(reflect.ValueOf(cli))
+		argv.RestoreBytes(reflect.ValueOf(cli))
 	}
-	a.g = cli.Globals
+	a.JSON, a.Dense, a.Quiet = cli.JSON, cli.Dense, cli.Quiet
 	for _, p := range kctx.Path {
 		if p.Command != nil {
 			a.command = p.Command.Name
@@ -97,12 +95,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return a.fail(err)
 	}
-	return a.succeed(res)
+	return a.Succeed(res)
 }
 
 // command is what every leaf of the tree implements.
 type command interface {
-	run(ctx context.Context, a *app) (*result, error)
+	run(ctx context.Context, a *app) (*render.Result, error)
 }
 
 // parseError turns kong's refusal into the table's InvalidArg row, keeping
@@ -142,19 +140,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// invalidArg is a local refusal: the request never left this process, so it
-// carries no wire kind and the envelope no data.kind.
-func invalidArg(finding taxonomy.FindingID, format string, args ...any) error {
-	return client.Errorf(taxonomy.KindInvalidArg, finding, format, args...)
-}
-
-// asClientError classifies any error into the client's one error type.
-func asClientError(err error) *client.Error {
-	var ce *client.Error
-	if errors.As(err, &ce) {
-		return ce
-	}
-	return client.Errorf(client.KindOf(err), "", "%s", err.Error()).WithCause(err)
 }

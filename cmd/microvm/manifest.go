@@ -10,6 +10,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -156,29 +157,29 @@ func buildManifest(k *kong.Kong) cliapi.ManifestData {
 	}
 }
 
-func (c *ManifestCmd) run(_ context.Context, a *app) (*result, error) {
+func (c *ManifestCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	data := buildManifest(a.parser)
-	return &result{
-		typ:        cliapi.TypeManifest,
-		data:       data,
-		alwaysJSON: true,
-		human: func(w io.Writer) error {
+	return &render.Result{
+		Type:       cliapi.TypeManifest,
+		Data:       data,
+		AlwaysJSON: true,
+		Human: func(w io.Writer) error {
 			// Reached on a terminal only: a pipe gets the envelope.
-			cmds := grid{headers: []string{"command", "type", "summary"}}
+			cmds := render.Grid{Headers: []string{"command", "type", "summary"}}
 			for _, c := range data.Commands {
-				cmds.add(false, c.Name, c.ResponseType, c.Summary)
+				cmds.Add(false, c.Name, c.ResponseType, c.Summary)
 			}
-			cmds.footer = fmt.Sprintf("microvm %s: %d commands; `microvm manifest | jq` for every flag and domain", version, len(cmds.rows))
-			if err := a.writeGrid(w, cmds); err != nil {
+			cmds.Footer = fmt.Sprintf("microvm %s: %d commands; `microvm manifest | jq` for every flag and domain", version, len(cmds.Rows))
+			if err := a.WriteGrid(w, cmds); err != nil {
 				return err
 			}
-			exits := grid{headers: []string{"exit", "code", "meaning", "finding"}}
+			exits := render.Grid{Headers: []string{"exit", "code", "meaning", "finding"}}
 			for _, e := range data.ExitCodes {
-				exits.add(false, strconv.FormatInt(e.Exit, 10), e.Code, e.Meaning, e.FindingSlug)
+				exits.Add(false, strconv.FormatInt(e.Exit, 10), e.Code, e.Meaning, e.FindingSlug)
 			}
-			return a.writeGrid(w, exits)
+			return a.WriteGrid(w, exits)
 		},
-		dense: func(w io.Writer) error {
+		Dense: func(w io.Writer) error {
 			for _, c := range data.Commands {
 				fmt.Fprintf(w, "%s\t%s\t%d params\n", c.Name, c.ResponseType, len(c.Parameters))
 			}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 )
 
 // HelpCmd is `microvm help [COMMAND...]`: the same text as --help.
@@ -15,21 +17,21 @@ type HelpCmd struct {
 	Command []string `arg:"" optional:"" help:"The command to show help for; omitted shows every command."`
 }
 
-func (c *HelpCmd) run(_ context.Context, a *app) (*result, error) {
+func (c *HelpCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	// The parser prints the help and exits through kong.Exit, which run
 	// turns into a clean 0; an unknown command is kong's own refusal.
 	if _, err := a.parser.Parse(append(append([]string{}, c.Command...), "--help")); err != nil {
 		return nil, parseError(err)
 	}
-	return &result{written: true}, nil
+	return &render.Result{Written: true}, nil
 }
 
 // VersionCmd is `microvm version`: the same line as --version.
 type VersionCmd struct{}
 
-func (c *VersionCmd) run(_ context.Context, a *app) (*result, error) {
-	fmt.Fprintf(a.stdout, "microvm %s\n", version)
-	return &result{written: true}, nil
+func (c *VersionCmd) run(_ context.Context, a *app) (*render.Result, error) {
+	fmt.Fprintf(a.Stdout, "microvm %s\n", version)
+	return &render.Result{Written: true}, nil
 }
 
 // CompletionCmd prints a completion script generated from the parser, so
@@ -38,21 +40,21 @@ type CompletionCmd struct {
 	Shell string `arg:"" enum:"bash,zsh,fish" help:"The shell: bash, zsh or fish."`
 }
 
-func (c *CompletionCmd) run(_ context.Context, a *app) (*result, error) {
+func (c *CompletionCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	words := completionWords(a.parser)
 	var err error
 	switch c.Shell {
 	case "bash":
-		err = bashCompletion(a.stdout, words)
+		err = bashCompletion(a.Stdout, words)
 	case "zsh":
-		err = zshCompletion(a.stdout, words)
+		err = zshCompletion(a.Stdout, words)
 	case "fish":
-		err = fishCompletion(a.stdout, words)
+		err = fishCompletion(a.Stdout, words)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &result{written: true}, nil
+	return &render.Result{Written: true}, nil
 }
 
 // completionCommand is what a shell completes after one command name.

@@ -20,6 +20,7 @@ import (
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -54,23 +55,23 @@ type RunCmd struct {
 // the service refuses.
 func checkLaunch(maxDuration, maxIdle, suspended int) error {
 	if maxDuration < taxonomy.MinDurationSec || maxDuration > taxonomy.MaxDurationSec {
-		return invalidArg(taxonomy.FindingMaxDuration, "--max-duration-sec %d is outside %d..%d", maxDuration, taxonomy.MinDurationSec, taxonomy.MaxDurationSec)
+		return render.InvalidArg(taxonomy.FindingMaxDuration, "--max-duration-sec %d is outside %d..%d", maxDuration, taxonomy.MinDurationSec, taxonomy.MaxDurationSec)
 	}
 	if maxIdle < taxonomy.MinIdleDurationSec {
-		return invalidArg(taxonomy.FindingIdlePolicy, "--max-idle-sec %d is under the idle policy's minimum of %d", maxIdle, taxonomy.MinIdleDurationSec)
+		return render.InvalidArg(taxonomy.FindingIdlePolicy, "--max-idle-sec %d is under the idle policy's minimum of %d", maxIdle, taxonomy.MinIdleDurationSec)
 	}
 	if suspended < 0 {
-		return invalidArg(taxonomy.FindingIdlePolicy, "--suspended-sec %d is negative", suspended)
+		return render.InvalidArg(taxonomy.FindingIdlePolicy, "--suspended-sec %d is negative", suspended)
 	}
 	return nil
 }
 
-func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Count != 0 || c.Parallel != 0 {
 		return c.runFleet(ctx, a) // fleet.go
 	}
 	if c.Keep && c.Local {
-		return nil, invalidArg("", "--keep with --local: the in-process emulator stops when this command exits; run `microvm emulator` and pass --control-endpoint to keep a VM")
+		return nil, render.InvalidArg("", "--keep with --local: the in-process emulator stops when this command exits; run `microvm emulator` and pass --control-endpoint to keep a VM")
 	}
 	st, err := c.prepare(ctx, a)
 	if err != nil {
@@ -95,7 +96,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 				return err
 			}
 			_ = rec.Update(func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
-			a.progress("launching from the existing image %s", arn)
+			a.Progress("launching from the existing image %s", arn)
 		} else {
 			start := time.Now()
 			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", c.Reuse, rec)
@@ -108,7 +109,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			}
 			buildTook = time.Since(start)
 			arn, name = res.ImageARN, res.Name
-			a.progress("image %s built in %s", arn, humanDuration(buildTook))
+			a.Progress("image %s built in %s", arn, render.HumanDuration(buildTook))
 		}
 		out.ImageIdentifier, out.ImageName = arn, name
 		// A reused image is recorded too, so terminate --delete-image finds it.
@@ -117,7 +118,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 				r.Image, r.ImageARN = name, arn
 			}
 		})
-		update, stop := a.waiting("launching a MicroVM from " + name)
+		update, stop := a.Waiting("launching a MicroVM from " + name)
 		w := p.Wait(10 * time.Minute)
 		launching := true
 		w.Progress = func(pr cplane.Progress) {
@@ -151,12 +152,12 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			return err
 		}
 		out.Endpoint = sb.Endpoint()
-		a.progress("MicroVM %s RUNNING at %s after %s", sb.ID(), out.Endpoint, humanDuration(time.Since(launched)))
+		a.Progress("MicroVM %s RUNNING at %s after %s", sb.ID(), out.Endpoint, render.HumanDuration(time.Since(launched)))
 		if p.emu != nil {
 			if l, ok := p.emu.Server.GuestLimits(sb.ID()); ok {
 				out.LocalLimits = &cliapi.LocalLimits{Applied: nonNil(l.Applied), Missing: nonNil(l.Missing)}
 				if len(l.Missing) > 0 {
-					a.warn("this local guest runs without some limits (microvm doctor --local says why): %s", strings.Join(l.Missing, "; "))
+					a.Warn("this local guest runs without some limits (microvm doctor --local says why): %s", strings.Join(l.Missing, "; "))
 				}
 			}
 		}
@@ -164,11 +165,11 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 			return nil
 		}
 		ro := client.RunOptions{StartOptions: client.StartOptions{ExecID: client.NewExecID(), Shell: true}, ClientTimeout: time.Duration(c.Timeout * float64(time.Second))}
-		if !a.g.JSON && !a.g.Dense {
+		if !a.JSON && !a.Dense {
 			// The child's bytes, exactly and as they arrive.
-			ro.Stdout, ro.Stderr = a.stdout, a.stderr
+			ro.Stdout, ro.Stderr = a.Stdout, a.Stderr
 		}
-		a.progress("exec %s: %s", ro.ExecID, c.Exec)
+		a.Progress("exec %s: %s", ro.ExecID, c.Exec)
 		r, err := sb.Run(ctx, []string{c.Exec}, ro)
 		if err != nil {
 			return err
@@ -196,13 +197,13 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		tok := sb.AgentToken()
 		out.AgentToken, out.Kept = &tok, true
 		a.remember(dir, kept.MicroVM{ID: sb.ID(), Endpoint: out.Endpoint, AgentToken: tok, Port: c.Port, ControlEndpoint: p.Endpoint(), Region: p.Region().String()})
-		a.progress("keeping MicroVM %s and image %s: both bill until `microvm terminate %s --delete-image`", sb.ID(), out.ImageIdentifier, sb.ID())
+		a.Progress("keeping MicroVM %s and image %s: both bill until `microvm terminate %s --delete-image`", sb.ID(), out.ImageIdentifier, sb.ID())
 	case sb != nil:
-		a.progress("tearing down MicroVM %s", sb.ID())
+		a.Progress("tearing down MicroVM %s", sb.ID())
 		rep := sb.Terminate(ctx, sandbox.TeardownOptions{DeleteImage: true, DeleteLogGroup: true})
 		for _, l := range rep.Leaked {
 			out.Leaked = append(out.Leaked, l.Kind+" "+l.ID)
-			a.warn("could not delete %s %s, which may still bill: %s", l.Kind, l.ID, l.Reason)
+			a.Warn("could not delete %s %s, which may still bill: %s", l.Kind, l.ID, l.Reason)
 		}
 	case built != nil && !built.Reused && built.ImageARN != "":
 		// The build ran but nothing launched: the image is still this run's.
@@ -218,7 +219,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	made := sb != nil || (built != nil && !built.Reused && built.ImageARN != "")
 	if made && len(out.Leaked) == 0 && !out.Kept {
-		a.progress("teardown clean: nothing of this run is left")
+		a.Progress("teardown clean: nothing of this run is left")
 	}
 
 	// The cost of what ran, every line labelled; nothing ran, nothing to price.
@@ -229,14 +230,14 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 		label += " (local: nothing is billed; priced as AWS would bill it)"
 	}
 	if rep, cerr := runCost(label, size, p.Region(), buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
-		c := reportJSON(rep)
+		c := render.CostReport(rep)
 		out.Cost = &c
 		stale := rep.Staleness
 		rep.Staleness = "" // said once a day at most, by staleRates
-		if !a.g.Quiet && !a.g.JSON {
-			fmt.Fprintln(a.stderr, rep.String())
+		if !a.Quiet && !a.JSON {
+			fmt.Fprintln(a.Stderr, rep.String())
 		}
-		a.staleRates(stale)
+		a.StaleRates(stale)
 	}
 	if ranFor > 0 {
 		v := ranFor.Seconds()
@@ -248,19 +249,19 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 
 	if ctx.Err() != nil {
-		return nil, &failure{err: client.Errorf(taxonomy.KindInterrupted, taxonomy.FindingBuildLogGroupSurvives,
-			"interrupted; teardown ran, and anything it could not delete is named in data.leaked (%s)", leakedText(out.Leaked)), data: out}
+		return nil, &render.Failure{Err: client.Errorf(taxonomy.KindInterrupted, taxonomy.FindingBuildLogGroupSurvives,
+			"interrupted; teardown ran, and anything it could not delete is named in data.leaked (%s)", leakedText(out.Leaked)), Data: out}
 	}
 	if err != nil {
-		ce := asClientError(err)
-		return nil, &failure{err: ce, data: out, human: runHuman(out, a, true)}
+		ce := render.AsClientError(err)
+		return nil, &render.Failure{Err: ce, Data: out, Human: runHuman(out, a, true)}
 	}
-	res := &result{typ: cliapi.TypeRun, data: out, human: runHuman(out, a, false)}
+	res := &render.Result{Type: cliapi.TypeRun, Data: out, Human: runHuman(out, a, false)}
 	if out.Kept && c.Exec == "" {
 		// Like `docker run -d`, the id is the one line on stdout, so a
 		// shell keeps it: export MICROVM_ID=$(microvm run --keep).
-		human := res.human
-		res.human = func(w io.Writer) error {
+		human := res.Human
+		res.Human = func(w io.Writer) error {
 			if _, err := fmt.Fprintln(w, out.MicrovmID); err != nil {
 				return err
 			}
@@ -303,10 +304,10 @@ func runCost(label string, size client.SizeClass, region client.Region, buildFor
 // they arrived, so stdout gets nothing more; the summary goes to stderr.
 func runHuman(d cliapi.RunData, a *app, failed bool) func(io.Writer) error {
 	return func(io.Writer) error {
-		if a.g.Quiet && !failed {
+		if a.Quiet && !failed {
 			return nil
 		}
-		tw := tabwriter.NewWriter(a.stderr, 0, 2, 2, ' ', 0)
+		tw := tabwriter.NewWriter(a.Stderr, 0, 2, 2, ' ', 0)
 		fmt.Fprintf(tw, "microvm\t%s\nimage\t%s\n", d.MicrovmID, d.ImageIdentifier)
 		if d.ExecExitCode != nil {
 			fmt.Fprintf(tw, "exit\t%d\n", *d.ExecExitCode)
@@ -357,7 +358,7 @@ type runSetup struct {
 // the daemon and begins the ledger record of the run (a fleet's image).
 func (c *RunCmd) prepare(ctx context.Context, a *app) (*runSetup, error) {
 	if c.Timeout <= 0 {
-		return nil, invalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
+		return nil, render.InvalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
 	}
 	if err := checkLaunch(c.MaxDurationSec, c.MaxIdleSec, c.SuspendedSec); err != nil {
 		return nil, err

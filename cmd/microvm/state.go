@@ -12,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -26,7 +27,7 @@ type BuildCmd struct {
 	LifecycleFlags
 }
 
-func (c *BuildCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *BuildCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	p, err := c.open(ctx, a)
 	if err != nil {
 		return nil, err
@@ -37,10 +38,10 @@ func (c *BuildCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	if res.Reused {
-		a.progress("reusing %s: the build inputs are unchanged, so nothing was built", res.ImageARN)
+		a.Progress("reusing %s: the build inputs are unchanged, so nothing was built", res.ImageARN)
 	}
 	d := cliapi.ImageData{ImageIdentifier: res.ImageARN, ImageName: res.Name, BuildLogGroup: res.LogGroup, Size: int64(c.Memory), Reused: res.Reused}
-	return &result{typ: cliapi.TypeImage, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeImage, Data: d, Human: func(w io.Writer) error {
 		fmt.Fprintf(w, "image: %s\nname: %s\n", d.ImageIdentifier, d.ImageName)
 		if d.Reused {
 			fmt.Fprintf(w, "reused: yes, the content hash matched; nothing was built\nsize: %d MiB requested (a reused image keeps the class it was created with)\n", d.Size)
@@ -59,14 +60,14 @@ type SuspendCmd struct {
 	LifecycleFlags
 }
 
-func stateResult(st sandbox.Status) *result {
+func stateResult(st sandbox.Status) *render.Result {
 	id := st.ID
 	d := cliapi.StateData{MicrovmID: id, State: string(st.State)}
 	if st.Endpoint != "" {
 		ep := st.Endpoint
 		d.Endpoint = &ep
 	}
-	return &result{typ: cliapi.TypeState, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeState, Data: d, Human: func(w io.Writer) error {
 		if d.Endpoint != nil {
 			_, err := fmt.Fprintf(w, "%s is %s at %s\n", id, d.State, *d.Endpoint)
 			return err
@@ -80,19 +81,19 @@ func stateResult(st sandbox.Status) *result {
 // failure envelope's data, as microvmId and state.
 func refusedIn(st sandbox.Status, err error) error {
 	if k := client.KindOf(err); st.State != "" && (k == taxonomy.KindInvalidArg || k == taxonomy.KindWindowClosed) {
-		return &failure{err: asClientError(err), data: map[string]any{"microvmId": st.ID, "state": string(st.State)}}
+		return &render.Failure{Err: render.AsClientError(err), Data: map[string]any{"microvmId": st.ID, "state": string(st.State)}}
 	}
 	return err
 }
 
 func seconds64(s float64) (time.Duration, error) {
 	if s <= 0 {
-		return 0, invalidArg("", "--timeout must be positive seconds, got %v", s)
+		return 0, render.InvalidArg("", "--timeout must be positive seconds, got %v", s)
 	}
 	return time.Duration(s * float64(time.Second)), nil
 }
 
-func (c *SuspendCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *SuspendCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	timeout, err := seconds64(c.Timeout)
 	if err != nil {
 		return nil, err
@@ -103,7 +104,7 @@ func (c *SuspendCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	defer p.close()
-	update, stop := a.waiting("suspending " + c.MicrovmID)
+	update, stop := a.Waiting("suspending " + c.MicrovmID)
 	defer stop()
 	w := p.Wait(timeout)
 	w.Progress = func(pr cplane.Progress) { update("suspending " + c.MicrovmID + ": " + pr.State) }
@@ -121,7 +122,7 @@ type ResumeCmd struct {
 	LifecycleFlags
 }
 
-func (c *ResumeCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *ResumeCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	timeout, err := seconds64(c.Timeout)
 	if err != nil {
 		return nil, err
@@ -132,7 +133,7 @@ func (c *ResumeCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil, err
 	}
 	defer p.close()
-	update, stop := a.waiting("resuming " + c.MicrovmID)
+	update, stop := a.Waiting("resuming " + c.MicrovmID)
 	defer stop()
 	w := p.Wait(timeout)
 	w.Progress = func(pr cplane.Progress) { update("resuming " + c.MicrovmID + ": " + pr.State) }
@@ -170,7 +171,7 @@ func ledgerRecordFor(dir, id string) (*ledger.Run, error) {
 	return nil, nil
 }
 
-func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *TerminateCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	dir, err := ledgerDir(a, c.StateDir)
 	if err != nil {
 		return nil, err
@@ -181,7 +182,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 		image = rec.ImageARN
 	}
 	if c.DeleteImage && image == "" {
-		return nil, invalidArg(taxonomy.FindingBuildLogGroupSurvives, "--delete-image needs --image-identifier: no run record names the image of %s", c.MicrovmID)
+		return nil, render.InvalidArg(taxonomy.FindingBuildLogGroupSurvives, "--delete-image needs --image-identifier: no run record names the image of %s", c.MicrovmID)
 	}
 	name := c.ImageName
 	if name == "" && image != "" {
@@ -200,39 +201,39 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 	// Teardown outlives an interrupt: a half-done teardown is the worst leak.
 	ctx = context.WithoutCancel(ctx)
 	d := cliapi.TeardownData{MicrovmID: c.MicrovmID, Leaked: []string{}, UndeletedLogGroups: []string{}}
-	a.progress("terminating %s", c.MicrovmID)
+	a.Progress("terminating %s", c.MicrovmID)
 	h := p.Handle(c.MicrovmID)
 	st, err := h.Terminate(ctx)
 	state := string(st.State)
 	terminated := err == nil
 	if err != nil {
 		d.Leaked = append(d.Leaked, "microvm "+c.MicrovmID)
-		a.warn("the terminate call for %s failed, so it may still bill: %v", c.MicrovmID, err)
+		a.Warn("the terminate call for %s failed, so it may still bill: %v", c.MicrovmID, err)
 	}
 	if terminated && (c.Wait || c.DeleteImage) {
-		update, stop := a.waiting("waiting for " + c.MicrovmID + " to terminate")
+		update, stop := a.Waiting("waiting for " + c.MicrovmID + " to terminate")
 		w := p.Wait(5 * time.Minute)
 		w.Progress = func(pr cplane.Progress) { update("waiting for " + c.MicrovmID + ": " + pr.State) }
 		got, err := h.Await(ctx, sandbox.Terminated, w)
 		stop()
 		if err != nil {
-			a.warn("%s did not reach TERMINATED: %v", c.MicrovmID, err)
+			a.Warn("%s did not reach TERMINATED: %v", c.MicrovmID, err)
 		} else {
 			state = string(got.State)
 		}
 	}
 	if c.DeleteImage {
 		d.ImageIdentifier = &image
-		a.progress("deleting image %s", image)
+		a.Progress("deleting image %s", image)
 		if err := p.DeleteImage(ctx, image); err != nil {
 			d.Leaked = append(d.Leaked, "image "+image)
-			a.warn("could not delete image %s, which keeps billing storage: %v", image, err)
+			a.Warn("could not delete image %s, which keeps billing storage: %v", image, err)
 		}
 		if name != "" {
 			group := build.LogGroup(name)
 			if err := p.DeleteLogGroup(ctx, group); err != nil {
 				d.UndeletedLogGroups = append(d.UndeletedLogGroups, group)
-				a.warn("the build log group %s was not deleted (nothing else will remove it): %v", group, err)
+				a.Warn("the build log group %s was not deleted (nothing else will remove it): %v", group, err)
 			}
 		}
 	}
@@ -242,10 +243,10 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 	}
 	if rec != nil {
 		if err := closeRecord(dir, rec.ID, d.Leaked); err != nil {
-			a.warn("the run ledger was not updated: %v", err)
+			a.Warn("the run ledger was not updated: %v", err)
 		}
 	}
-	res := &result{typ: cliapi.TypeTeardown, data: d, human: func(w io.Writer) error {
+	res := &render.Result{Type: cliapi.TypeTeardown, Data: d, Human: func(w io.Writer) error {
 		fmt.Fprintf(w, "terminated %s (%s)\n", d.MicrovmID, state)
 		for _, l := range d.Leaked {
 			fmt.Fprintf(w, "LEAKED: %s\n", l)
@@ -256,7 +257,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*result, error) {
 		return nil
 	}}
 	if len(d.Leaked) > 0 {
-		return nil, &failure{err: client.Errorf(taxonomy.KindPlatform, taxonomy.FindingBuildLogGroupSurvives, "teardown left %s", strings.Join(d.Leaked, ", ")), data: d, human: res.human}
+		return nil, &render.Failure{Err: client.Errorf(taxonomy.KindPlatform, taxonomy.FindingBuildLogGroupSurvives, "teardown left %s", strings.Join(d.Leaked, ", ")), Data: d, Human: res.Human}
 	}
 	return res, nil
 }

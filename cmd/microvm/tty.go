@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -21,12 +22,12 @@ import (
 // one to put in raw mode and to take the size of. Anything else (a pipe, a
 // file, --json's machine reader) is refused before the exec starts.
 func (c *ExecCmd) ttyStdin(a *app) (*os.File, error) {
-	if a.g.JSON {
-		return nil, invalidArg("", "--tty is interactive: its output is a terminal's raw bytes, not JSON; drop --json, or drop --tty and use --stream --json")
+	if a.JSON {
+		return nil, render.InvalidArg("", "--tty is interactive: its output is a terminal's raw bytes, not JSON; drop --json, or drop --tty and use --stream --json")
 	}
-	f, ok := a.stdin.(*os.File)
+	f, ok := a.Stdin.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return nil, invalidArg("", "--tty needs a terminal on stdin, and stdin is not one; drop --tty (and use --stdin to feed a pipe)")
+		return nil, render.InvalidArg("", "--tty needs a terminal on stdin, and stdin is not one; drop --tty (and use --stdin to feed a pipe)")
 	}
 	return f, nil
 }
@@ -48,7 +49,7 @@ func ttySize(fd int) protocol.TTYSize {
 // echoing and line editing. The local terminal is restored on every return.
 // ctx carries no --timeout: a person at a terminal, not a deadline, ends an
 // interactive session (an interrupt signal still ends the following).
-func (c *ExecCmd) runTTY(ctx context.Context, a *app, s *client.Session, in *os.File, opts client.StartOptions) (*result, error) {
+func (c *ExecCmd) runTTY(ctx context.Context, a *app, s *client.Session, in *os.File, opts client.StartOptions) (*render.Result, error) {
 	fd := int(in.Fd())
 	size := ttySize(fd)
 	opts.TTY, opts.Stdin, opts.Shell = &size, true, len(c.Command) == 1
@@ -101,7 +102,7 @@ func (c *ExecCmd) runTTY(ctx context.Context, a *app, s *client.Session, in *os.
 		switch ev.Kind {
 		case client.EventOutput:
 			sum.Bytes += int64(len(ev.Data))
-			_, _ = a.stdout.Write(ev.Data)
+			_, _ = a.Stdout.Write(ev.Data)
 		case client.EventGap:
 			sum.Gaps++
 		case client.EventExit:
@@ -116,7 +117,7 @@ func (c *ExecCmd) runTTY(ctx context.Context, a *app, s *client.Session, in *os.
 	}
 	sum.NextOffset = int64(st.Cursor())
 	// Whatever follows goes to stderr: the child's bytes own stdout.
-	a.streamed = true
+	a.Streamed = true
 	// Restore before anything is reported, so the report prints on a
 	// cooked terminal (the deferred Restore is then a no-op).
 	_ = term.Restore(fd, old)
@@ -124,16 +125,16 @@ func (c *ExecCmd) runTTY(ctx context.Context, a *app, s *client.Session, in *os.
 		if streamErr == nil {
 			streamErr = client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event", ex.ID())
 		}
-		f := &failure{err: asClientError(streamErr), data: sum}
-		f.suggestions = []string{fmt.Sprintf("%s was left as it was; `microvm exec --poll %s` reads its status", ex.ID(), ex.ID())}
+		f := &render.Failure{Err: render.AsClientError(streamErr), Data: sum}
+		f.Suggestions = []string{fmt.Sprintf("%s was left as it was; `microvm exec --poll %s` reads its status", ex.ID(), ex.ID())}
 		return nil, f
 	}
 	if _, err := ex.Ack(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-		return nil, &failure{err: asClientError(err), data: sum}
+		return nil, &render.Failure{Err: render.AsClientError(err), Data: sum}
 	}
-	res := &result{typ: cliapi.TypeExecStream, data: sum, human: func(io.Writer) error { return nil }}
+	res := &render.Result{Type: cliapi.TypeExecStream, Data: sum, Human: func(io.Writer) error { return nil }}
 	if sum.ExitCode == nil || *sum.ExitCode != 0 {
-		res.reporting(taxonomy.KindExecFailed, fmt.Sprintf("%s did not exit 0 (%s)", ex.ID(), exitText(sum.ExitCode)))
+		res.Reporting(taxonomy.KindExecFailed, fmt.Sprintf("%s did not exit 0 (%s)", ex.ID(), exitText(sum.ExitCode)))
 	}
 	return res, nil
 }

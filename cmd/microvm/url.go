@@ -13,8 +13,8 @@ import (
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
-	"github.com/microvms/microvms/gen/engineapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -41,30 +41,30 @@ func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires t
 	// it was: see app.fail.
 	a.attached = true
 	if port < 1 || port > 65535 {
-		return nil, invalidArg(taxonomy.FindingAllowedPortsUnion, "port %d is outside 1..65535, the ports a proxy token can name", port)
+		return nil, render.InvalidArg(taxonomy.FindingAllowedPortsUnion, "port %d is outside 1..65535, the ports a proxy token can name", port)
 	}
 	// --expires has a default, so zero was typed: refused, not the ceiling.
 	ceiling := time.Duration(taxonomy.MaxAuthTokenMinutes) * time.Minute
 	if expires < time.Minute || expires > ceiling || expires%time.Minute != 0 {
-		return nil, invalidArg(taxonomy.FindingEndpointAuth,
+		return nil, render.InvalidArg(taxonomy.FindingEndpointAuth,
 			"--expires %s: a proxy token lives whole minutes from 1m to %s (CreateMicrovmAuthToken's expirationInMinutes)", expires, ceiling)
 	}
 	if f.MicrovmID == "" {
-		return nil, invalidArg(taxonomy.FindingEndpointAuth, "missing --microvm-id (or MICROVM_ID): the proxy token is minted for that MicroVM")
+		return nil, render.InvalidArg(taxonomy.FindingEndpointAuth, "missing --microvm-id (or MICROVM_ID): the proxy token is minted for that MicroVM")
 	}
 	// A MicroVM this user kept names the control plane it was launched
 	// through, unless a flag or variable names one.
 	if dir, err := ledgerDir(a, ""); err == nil {
 		if m, err := kept.Load(dir, f.MicrovmID); err == nil {
-			fillControl(&f.ControlEndpoint, &f.RegionFlags, m, a.env)
+			fillControl(&f.ControlEndpoint, &f.RegionFlags, m, a.Env)
 		}
 	}
-	region, err := f.controlRegion(a.env)
+	region, err := f.controlRegion(a.Env)
 	if err != nil {
 		return nil, err
 	}
-	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.env),
-		Emulator: emulatorSide(nil), Getenv: a.env})
+	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.Env),
+		Emulator: emulatorSide(nil), Getenv: a.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires t
 	return func(ctx context.Context) (sandbox.PortURL, error) {
 		u, err := sandbox.MintURL(ctx, cpc, id, port, sandbox.URLOptions{Expires: expires})
 		if err == nil && endpoint != "" && strings.TrimSuffix(cplane.EndpointURL(endpoint), "/")+"/" != u.URL {
-			return sandbox.PortURL{}, invalidArg(taxonomy.FindingEndpointBareHost,
+			return sandbox.PortURL{}, render.InvalidArg(taxonomy.FindingEndpointBareHost,
 				"--endpoint (or MICROVM_ENDPOINT) %s is not MicroVM %s's endpoint, which GetMicrovm reports as %s; drop --endpoint or name the VM it belongs to", endpoint, id, u.URL)
 		}
 		return u, err
@@ -91,7 +91,7 @@ type URLCmd struct {
 	Check   bool          `help:"Also send one GET through the URL: the token refused (403) exits 4, nothing listening on the port (502) exits 12; any other status is the guest server's own answer."`
 }
 
-func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *URLCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	mint, err := c.minter(ctx, a, c.Port, c.Expires)
 	if err != nil {
 		return nil, err
@@ -100,18 +100,18 @@ func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := urlData(u)
+	d := render.URLData(u)
 	if c.Check {
 		status, err := u.Check(ctx, nil)
 		if err != nil {
 			// The URL itself is still good to report beside the refusal.
-			return nil, &failure{err: asClientError(err), data: map[string]any{"microvmId": d.MicrovmID, "port": d.Port, "url": d.URL, "checkStatus": status}}
+			return nil, &render.Failure{Err: render.AsClientError(err), Data: map[string]any{"microvmId": d.MicrovmID, "port": d.Port, "url": d.URL, "checkStatus": status}}
 		}
 		st := int64(status)
 		d.CheckStatus = &st
 	}
 	headers := d.Headers.(map[string]string)
-	return &result{typ: cliapi.TypeURL, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeURL, Data: d, Human: func(w io.Writer) error {
 		// The URL alone on the first line, for $(...); then how to use it.
 		fmt.Fprintln(w, d.URL)
 		var args []string
@@ -126,37 +126,4 @@ func (c *URLCmd) run(ctx context.Context, a *app) (*result, error) {
 		_, err := fmt.Fprintf(w, "curl %s %s\n", strings.Join(args, " "), shellQuote(d.URL))
 		return err
 	}}, nil
-}
-
-// urlData is a PortURL as the microvm.url envelope carries it, for the CLI
-// and the engine alike. The header names are spelled as the platform spells
-// them (finding auth-token-header-map), not as Go canonicalizes them.
-func urlData(u sandbox.PortURL) cliapi.URLData {
-	headers := map[string]string{}
-	for k := range u.Headers {
-		name := k
-		for _, known := range []string{taxonomy.ProxyAuthHeader, taxonomy.ProxyPortHeader} {
-			if strings.EqualFold(k, known) {
-				name = known
-			}
-		}
-		headers[name] = u.Headers.Get(k)
-	}
-	return cliapi.URLData{MicrovmID: u.MicrovmID, Port: int64(u.Port), URL: u.URL, Headers: headers, ExpiresAt: u.ExpiresAt.UTC().Format(time.RFC3339),
-		Subprotocols: slices.Clone(u.Subprotocols)}
-}
-
-// engineURL answers the engine's url op for its sandbox.
-func engineURL(ctx context.Context, sb *sandbox.Sandbox, args engineapi.URLArgs) (string, any, error) {
-	if args.Port < 1 || args.Port > 65535 {
-		return "", nil, invalidArg(taxonomy.FindingAllowedPortsUnion, "engine: port %d is outside 1..65535, the ports a proxy token can name", args.Port)
-	}
-	if args.ExpiresMinutes < 0 || args.ExpiresMinutes > taxonomy.MaxAuthTokenMinutes {
-		return "", nil, invalidArg(taxonomy.FindingEndpointAuth, "engine: expiresMinutes %d is not in 1..%d (zero is %d)", args.ExpiresMinutes, taxonomy.MaxAuthTokenMinutes, taxonomy.MaxAuthTokenMinutes)
-	}
-	u, err := sb.URL(ctx, int(args.Port), sandbox.URLOptions{Expires: time.Duration(args.ExpiresMinutes) * time.Minute})
-	if err != nil {
-		return "", nil, err
-	}
-	return cliapi.TypeURL, urlData(u), nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -22,7 +23,7 @@ type WatchCmd struct {
 	For       time.Duration `name:"for" help:"Stop after this long, e.g. 30s; 0 means no limit (then --count is needed)." default:"0s"`
 }
 
-func (c *WatchCmd) run(ctx context.Context, a *app) (*result, error) {
+func (c *WatchCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Count <= 0 && c.For <= 0 {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "watch needs --count or --for, so it knows when to report")
 	}
@@ -67,7 +68,7 @@ func (c *WatchCmd) run(ctx context.Context, a *app) (*result, error) {
 		d.Events = append(d.Events, cliapi.WatchEvent{Seq: int64(ev.Change.Seq), Op: string(ev.Change.Op), Path: ev.Change.Path})
 		lines = append(lines, fmt.Sprintf("%s\t%s", ev.Change.Op, ev.Change.Path))
 	}
-	return &result{typ: cliapi.TypeWatch, data: d, human: func(w io.Writer) error {
+	return &render.Result{Type: cliapi.TypeWatch, Data: d, Human: func(w io.Writer) error {
 		for _, l := range lines {
 			if _, err := fmt.Fprintln(w, l); err != nil {
 				return err

@@ -55,15 +55,18 @@ func TestModuleFollowsTheLayering(t *testing.T) {
 // refuse every one of them, or the rule guarding it has gone.
 func TestPlantedWrongImportsAreRefused(t *testing.T) {
 	planted := []struct{ from, to, want string }{
-		{"agentd", "client", "agentd layer"},                             // the daemon reaching for the library
-		{"client", "agentd", "client layer"},                             // the library reaching into the daemon
-		{"client/sandbox", "emulator", "client layer"},                   // the library depending on the dev stand-in
-		{"gen/protocol", "client", "gen/ layer"},                         // generated code importing hand-written code
-		{"emulator", "agentd", "emulator layer"},                         // the emulator linking the daemon instead of running it
-		{"client", "cmd/microvm", "nothing imports cmd/"},                // anything importing a command
-		{"cmd/microvm", "cmd/agentd", "nothing imports cmd/"},            // one command importing another
-		{"cmd/microvm", "client/lambdamicrovms", "may not import"},       // a command calling the control plane itself
-		{"cmd/microvm", "client/lambdamicrovms/types", "may not import"}, // or naming its types
+		{"agentd", "client", "agentd layer"},                                   // the daemon reaching for the library
+		{"client", "agentd", "client layer"},                                   // the library reaching into the daemon
+		{"client/sandbox", "emulator", "client layer"},                         // the library depending on the dev stand-in
+		{"gen/protocol", "client", "gen/ layer"},                               // generated code importing hand-written code
+		{"emulator", "agentd", "emulator layer"},                               // the emulator linking the daemon instead of running it
+		{"client", "cmd/microvm", "nothing imports cmd/"},                      // anything importing a command
+		{"cmd/microvm", "cmd/agentd", "nothing imports cmd/"},                  // one command importing another
+		{"cmd/agentd", "cmd/microvm/internal/render", "nothing imports cmd/"},  // or another command's parts
+		{"client", "cmd/microvm/internal/render", "nothing imports cmd/"},      // the library reaching into a command's parts
+		{"cmd/microvm/internal/render", "cmd/microvm", "nothing imports cmd/"}, // a command's part importing the command
+		{"cmd/microvm", "client/lambdamicrovms", "may not import"},             // a command calling the control plane itself
+		{"cmd/microvm", "client/lambdamicrovms/types", "may not import"},       // or naming its types
 	}
 	for _, p := range planted {
 		g := moduleGraph(t)

@@ -1,10 +1,13 @@
-package main
+package argv
 
 import (
 	"fmt"
 	"reflect"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // The parser turns bytes that are not UTF-8 into U+FFFD, so a word typed
@@ -16,8 +19,8 @@ import (
 // typed (a local path) or refuses them by name (an argv the protocol sends
 // as JSON text, which cannot hold them).
 
-// protectBytes spells every invalid byte of args, and reports whether any was.
-func protectBytes(args []string) ([]string, bool) {
+// ProtectBytes spells every invalid byte of args, and reports whether any was.
+func ProtectBytes(args []string) ([]string, bool) {
 	out := make([]string, len(args))
 	changed := false
 	for i, a := range args {
@@ -62,23 +65,23 @@ func unspell(s string) string {
 	return b.String()
 }
 
-// restoreBytes unspells every string the parser filled in v (a pointer to
+// RestoreBytes unspells every string the parser filled in v (a pointer to
 // the command tree), through structs, pointers and slices.
-func restoreBytes(v reflect.Value) {
+func RestoreBytes(v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if !v.IsNil() {
-			restoreBytes(v.Elem())
+			RestoreBytes(v.Elem())
 		}
 	case reflect.Struct:
 		for i := 0; i < v.NumField(); i++ {
 			if v.Type().Field(i).IsExported() {
-				restoreBytes(v.Field(i))
+				RestoreBytes(v.Field(i))
 			}
 		}
 	case reflect.Slice:
 		for i := 0; i < v.Len(); i++ {
-			restoreBytes(v.Index(i))
+			RestoreBytes(v.Index(i))
 		}
 	case reflect.String:
 		if v.CanSet() {
@@ -87,9 +90,9 @@ func restoreBytes(v reflect.Value) {
 	}
 }
 
-// requireText refuses a word that is not UTF-8, naming it and the first
+// RequireText refuses a word that is not UTF-8, naming it and the first
 // bad byte: what cannot be carried is refused, never replaced.
-func requireText(what string, words []string) error {
+func RequireText(what string, words []string) error {
 	for i, w := range words {
 		if utf8.ValidString(w) {
 			continue
@@ -102,7 +105,7 @@ func requireText(what string, words []string) error {
 			}
 			at += n
 		}
-		return invalidArg("", "%s word %d (%q) holds the byte 0x%02x at offset %d, which is not UTF-8: the protocol carries it as JSON text, which cannot hold it, and replacing it would run something else; spell it inside a shell word instead, e.g. microvm exec 'printf \"\\%03o\"'", what, i+1, w, w[at], at, w[at])
+		return client.Errorf(taxonomy.KindInvalidArg, "", "%s word %d (%q) holds the byte 0x%02x at offset %d, which is not UTF-8: the protocol carries it as JSON text, which cannot hold it, and replacing it would run something else; spell it inside a shell word instead, e.g. microvm exec 'printf \"\\%03o\"'", what, i+1, w, w[at], at, w[at])
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package render
 
 import (
 	"bytes"
@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// ttyApp is an app whose stderr counts as a terminal, so transfer draws
+// ttyApp is an IO whose stderr counts as a terminal, so transfer draws
 // schollz/progressbar's byte bar into b; NO_COLOR is noColor.
-func ttyApp(b *bytes.Buffer, noColor string) *app {
-	return &app{stderr: b, stderrTTY: true, env: func(k string) string {
+func ttyApp(b *bytes.Buffer, noColor string) *IO {
+	return &IO{Stderr: b, StderrTTY: true, Env: func(k string) string {
 		if k == "NO_COLOR" {
 			return noColor
 		}
@@ -22,8 +22,8 @@ func ttyApp(b *bytes.Buffer, noColor string) *app {
 // printed on every poll and a new one never).
 func TestWaitingOffATerminalPrintsEachStateOnce(t *testing.T) {
 	var b bytes.Buffer
-	a := &app{stderr: &b, env: func(string) string { return "" }}
-	update, stop := a.waiting("waiting for boot")
+	a := &IO{Stderr: &b, Env: func(string) string { return "" }}
+	update, stop := a.Waiting("waiting for boot")
 	for _, s := range []string{"waiting for boot", "booting", "booting", "booting", "ready"} {
 		update(s)
 	}
@@ -42,7 +42,7 @@ func TestWaitingOffATerminalPrintsEachStateOnce(t *testing.T) {
 func TestTransferClearsItsBarBeforeTheDoneLine(t *testing.T) {
 	var b bytes.Buffer
 	a := ttyApp(&b, "")
-	sent, done := a.transfer("upload x")
+	sent, done := a.Transfer("upload x")
 	sent(5, 10)
 	done()
 	if out := b.String(); !strings.Contains(out, "upload x  50%") || !strings.HasSuffix(out, "\rmicrovm: upload x: done\n") {
@@ -50,7 +50,7 @@ func TestTransferClearsItsBarBeforeTheDoneLine(t *testing.T) {
 	}
 
 	b.Reset()
-	_, done = ttyApp(&b, "").transfer("upload empty")
+	_, done = ttyApp(&b, "").Transfer("upload empty")
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -73,10 +73,10 @@ func TestBarLabelsAreVerbatim(t *testing.T) {
 	for _, noColor := range []string{"", "1"} {
 		var b bytes.Buffer
 		a := ttyApp(&b, noColor)
-		sent, done := a.transfer("upload /tmp/[red]x")
+		sent, done := a.Transfer("upload /tmp/[red]x")
 		sent(5, 10)
 		done()
-		_, stop := a.waiting("waiting for [blue]vm")
+		_, stop := a.Waiting("waiting for [blue]vm")
 		stop()
 		out := b.String()
 		if strings.Contains(out, "\x1b[3") || !strings.Contains(out, "[red]x  50%") || !strings.Contains(out, "[blue]vm") {
@@ -93,7 +93,7 @@ func TestBarLabelsAreVerbatim(t *testing.T) {
 // have to take over 2s for the original to draw 50 frames.
 func TestTransferBarIsThrottled(t *testing.T) {
 	var b bytes.Buffer
-	sent, done := ttyApp(&b, "").transfer("upload x")
+	sent, done := ttyApp(&b, "").Transfer("upload x")
 	for i := int64(1); i < 100; i++ {
 		sent(i, 100)
 	}

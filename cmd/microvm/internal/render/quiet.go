@@ -1,4 +1,4 @@
-package main
+package render
 
 import (
 	"os"
@@ -11,11 +11,11 @@ import (
 // to skip stderr, where the warnings that matter are.
 const staleWarningEvery = 24 * time.Hour
 
-// staleRates warns that the pinned rate table is old, at most once a day
+// StaleRates warns that the pinned rate table is old, at most once a day
 // per user (a stamp in the user's cache directory) and never under --quiet.
 // The JSON report still carries it in every envelope, for a program.
-func (a *app) staleRates(msg string) {
-	if msg == "" || a.g.Quiet {
+func (a *IO) StaleRates(msg string) {
+	if msg == "" || a.Quiet {
 		return
 	}
 	stamp := ""
@@ -25,7 +25,7 @@ func (a *app) staleRates(msg string) {
 			return
 		}
 	}
-	a.warn("%s (said at most once a day; --quiet silences it)", msg)
+	a.Warn("%s (said at most once a day; --quiet silences it)", msg)
 	if stamp != "" && os.MkdirAll(filepath.Dir(stamp), 0o700) == nil {
 		_ = os.WriteFile(stamp, nil, 0o600)
 		now := time.Now()

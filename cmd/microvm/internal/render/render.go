@@ -1,4 +1,4 @@
-package main
+package render
 
 import (
 	"fmt"
@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// humanBytes renders a byte count in binary units, exact below 1 KiB.
-func humanBytes(n int64) string {
+// HumanBytes renders a byte count in binary units, exact below 1 KiB.
+func HumanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return strconv.FormatInt(n, 10) + " B"
@@ -21,9 +21,9 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// humanDuration renders a duration to a human's precision: whole seconds
+// HumanDuration renders a duration to a human's precision: whole seconds
 // above a minute, milliseconds below.
-func humanDuration(d time.Duration) string {
+func HumanDuration(d time.Duration) string {
 	switch {
 	case d >= time.Minute:
 		return d.Round(time.Second).String()
@@ -33,21 +33,21 @@ func humanDuration(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
-// warn always reaches stderr: --quiet silences progress, never a warning.
-func (a *app) warn(format string, args ...any) {
-	fmt.Fprintf(a.stderr, "microvm: warning: "+format+"\n", args...)
+// Warn always reaches stderr: --quiet silences progress, never a warning.
+func (a *IO) Warn(format string, args ...any) {
+	fmt.Fprintf(a.Stderr, "microvm: warning: "+format+"\n", args...)
 }
 
-// spinner shows progress on stderr only when stderr is a terminal and
+// Spinner shows progress on stderr only when stderr is a terminal and
 // progress is wanted; it returns the function that clears it. Colour is
 // dropped under NO_COLOR (https://no-color.org).
-func (a *app) spinner(label string) (stop func()) {
-	if !a.stderrTTY || a.g.Quiet || a.g.JSON {
+func (a *IO) Spinner(label string) (stop func()) {
+	if !a.StderrTTY || a.Quiet || a.JSON {
 		return func() {}
 	}
 	frames := []string{"-", "\\", "|", "/"}
 	color, reset := "\x1b[36m", "\x1b[0m"
-	if a.env("NO_COLOR") != "" {
+	if a.Env("NO_COLOR") != "" {
 		color, reset = "", ""
 	}
 	done := make(chan struct{})
@@ -59,10 +59,10 @@ func (a *app) spinner(label string) (stop func()) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for i := 0; ; i++ {
-			fmt.Fprintf(a.stderr, "\r%s%s%s %s %s", color, frames[i%len(frames)], reset, label, humanDuration(time.Since(start)))
+			fmt.Fprintf(a.Stderr, "\r%s%s%s %s %s", color, frames[i%len(frames)], reset, label, HumanDuration(time.Since(start)))
 			select {
 			case <-done:
-				fmt.Fprint(a.stderr, "\r\x1b[K")
+				fmt.Fprint(a.Stderr, "\r\x1b[K")
 				return
 			case <-t.C:
 			}

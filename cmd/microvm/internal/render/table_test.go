@@ -1,4 +1,4 @@
-package main
+package render
 
 import (
 	"bytes"
@@ -12,9 +12,9 @@ import (
 func TestPlainGridEndsWithItsFooter(t *testing.T) {
 	for _, footer := range []string{"2 vms", ""} {
 		var b bytes.Buffer
-		g := grid{headers: []string{"id", "state"}, footer: footer}
-		g.add(false, "a", "running")
-		g.add(true, "bb", "leaked")
+		g := Grid{Headers: []string{"id", "state"}, Footer: footer}
+		g.Add(false, "a", "running")
+		g.Add(true, "bb", "leaked")
 		if err := plainGrid(&b, g); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package main
+package render
 
 import (
 	"testing"
@@ -24,7 +24,7 @@ func TestHumanBytesPicksTheUnitAtEachPowerOf1024(t *testing.T) {
 		{1 << 30, "1.0 GiB"},
 		{1 << 40, "1.0 TiB"},
 	} {
-		if got := humanBytes(c.n); got != c.want {
+		if got := HumanBytes(c.n); got != c.want {
 			t.Errorf("humanBytes(%d) = %q, want %q", c.n, got, c.want)
 		}
 	}
@@ -46,7 +46,7 @@ func TestHumanDurationRoundsToTheReadersPrecision(t *testing.T) {
 		{time.Minute, "1m0s"},
 		{59*time.Second + 994*time.Millisecond, "59.99s"},
 	} {
-		if got := humanDuration(c.d); got != c.want {
+		if got := HumanDuration(c.d); got != c.want {
 			t.Errorf("humanDuration(%v) = %q, want %q", c.d, got, c.want)
 		}
 	}

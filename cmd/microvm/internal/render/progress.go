@@ -1,4 +1,4 @@
-package main
+package render
 
 import (
 	"fmt"
@@ -13,9 +13,9 @@ import (
 // while a wait is in flight and its byte bar while an artifact uploads; off
 // a terminal it is one plain line per step, which a log file can hold.
 
-// progress writes one step line.
-func (a *app) progress(format string, args ...any) {
-	if a.g.Quiet {
+// Progress writes one step line.
+func (a *IO) Progress(format string, args ...any) {
+	if a.Quiet {
 		return
 	}
 	a.progressMu.Lock()
@@ -23,28 +23,28 @@ func (a *app) progress(format string, args ...any) {
 	if a.bar != nil {
 		_ = a.bar.Clear()
 	}
-	fmt.Fprintf(a.stderr, "microvm: "+format+"\n", args...)
+	fmt.Fprintf(a.Stderr, "microvm: "+format+"\n", args...)
 }
 
-// waiting shows a spinner labelled label until the returned stop is called;
+// Waiting shows a spinner labelled label until the returned stop is called;
 // update relabels it (a waiter's latest state). Off a terminal the label is
 // one line and updates print only when the text changes.
-func (a *app) waiting(label string) (update func(string), stop func()) {
-	if a.g.Quiet {
+func (a *IO) Waiting(label string) (update func(string), stop func()) {
+	if a.Quiet {
 		return func(string) {}, func() {}
 	}
-	if !a.stderrTTY {
-		a.progress("%s", label)
+	if !a.StderrTTY {
+		a.Progress("%s", label)
 		last := label
 		return func(s string) {
 			if s != last {
 				last = s
-				a.progress("%s", s)
+				a.Progress("%s", s)
 			}
 		}, func() {}
 	}
 	bar := progressbar.NewOptions(-1,
-		progressbar.OptionSetWriter(a.stderr),
+		progressbar.OptionSetWriter(a.Stderr),
 		progressbar.OptionSetDescription(label),
 		progressbar.OptionSpinnerType(14),
 		progressbar.OptionSetElapsedTime(true),
@@ -67,22 +67,22 @@ func (a *app) waiting(label string) (update func(string), stop func()) {
 	}
 }
 
-// transfer shows a byte bar for total bytes and returns the callback that
+// Transfer shows a byte bar for total bytes and returns the callback that
 // advances it; off a terminal it writes a line at the start and the end.
-func (a *app) transfer(label string) (sent func(n, total int64), done func()) {
-	if a.g.Quiet {
+func (a *IO) Transfer(label string) (sent func(n, total int64), done func()) {
+	if a.Quiet {
 		return func(int64, int64) {}, func() {}
 	}
-	if !a.stderrTTY {
+	if !a.StderrTTY {
 		var total int64
 		// A download's total is unknown (-1) until it ends: report the
 		// bytes moved, never "-1 B".
-		return func(n, t int64) { total = max(t, n) }, func() { a.progress("%s: %s", label, humanBytes(total)) }
+		return func(n, t int64) { total = max(t, n) }, func() { a.Progress("%s: %s", label, HumanBytes(total)) }
 	}
 	var bar *progressbar.ProgressBar
 	return func(n, total int64) {
 			if bar == nil {
-				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(a.stderr), progressbar.OptionSetDescription(label),
+				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(a.Stderr), progressbar.OptionSetDescription(label),
 					progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(50*time.Millisecond))
 			}
 			_ = bar.Set64(n)
@@ -90,6 +90,6 @@ func (a *app) transfer(label string) (sent func(n, total int64), done func()) {
 			if bar != nil {
 				_ = bar.Finish()
 			}
-			a.progress("%s: done", label)
+			a.Progress("%s: done", label)
 		}
 }

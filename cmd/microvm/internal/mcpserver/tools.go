@@ -1,4 +1,4 @@
-package main
+package mcpserver
 
 // The MCP tools that talk to a sandbox's agentd: exec with progress, and
 // files. Limits are gen/mcpapi's (api/mcp.yaml).
@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/mcpapi"
 	"github.com/microvms/microvms/gen/protocol"
@@ -76,15 +77,15 @@ func (p *progress) send(format string, args ...any) {
 // through the shell, since an agent writes a command line.
 func execStartOptions(in mcpapi.SandboxExecArgs) (client.StartOptions, error) {
 	if strings.TrimSpace(in.Command) == "" {
-		return client.StartOptions{}, invalidArg("", "command is empty")
+		return client.StartOptions{}, render.InvalidArg("", "command is empty")
 	}
 	if in.TimeoutSec < 0 {
-		return client.StartOptions{}, invalidArg("", "timeout_sec %v is negative", in.TimeoutSec)
+		return client.StartOptions{}, render.InvalidArg("", "timeout_sec %v is negative", in.TimeoutSec)
 	}
 	o := client.StartOptions{Shell: true, Cwd: in.Cwd, DaemonTimeout: time.Duration(in.TimeoutSec * float64(time.Second))}
 	for k, v := range in.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return o, invalidArg("", "env name %q is not a variable name", k)
+			return o, render.InvalidArg("", "env name %q is not a variable name", k)
 		}
 		if o.Env == nil {
 			o.Env = map[string]string{}
@@ -240,16 +241,16 @@ func (s *mcpServer) writeFile(ctx context.Context, _ *mcp.CallToolRequest, st *m
 	data := []byte(in.Content)
 	if in.Encoding == "base64" {
 		if data, err = base64.StdEncoding.DecodeString(in.Content); err != nil {
-			return out, "", invalidArg("", "content is not base64: %v", err)
+			return out, "", render.InvalidArg("", "content is not base64: %v", err)
 		}
 	}
 	if len(data) > mcpapi.MaxFileBytes {
-		return out, "", invalidArg("", "%d bytes is over the %d-byte limit of sandbox_write_file (max_file_bytes in api/mcp.yaml); write it in parts with sandbox_exec", len(data), mcpapi.MaxFileBytes)
+		return out, "", render.InvalidArg("", "%d bytes is over the %d-byte limit of sandbox_write_file (max_file_bytes in api/mcp.yaml); write it in parts with sandbox_exec", len(data), mcpapi.MaxFileBytes)
 	}
 	var mode uint64
 	if in.Mode != "" {
 		if mode, err = strconv.ParseUint(in.Mode, 8, 32); err != nil || mode > 0o7777 {
-			return out, "", invalidArg("", "mode %q is not four octal digits", in.Mode)
+			return out, "", render.InvalidArg("", "mode %q is not four octal digits", in.Mode)
 		}
 	}
 	if err := b.sb.WriteFile(ctx, in.Path, data, fs.FileMode(mode)); err != nil {
@@ -275,14 +276,14 @@ func (s *mcpServer) readFile(ctx context.Context, _ *mcp.CallToolRequest, st *mc
 		return out, "", err
 	}
 	if fi.Size > mcpapi.MaxFileBytes {
-		return out, "", invalidArg("", "%s is %d bytes, over the %d-byte limit of sandbox_read_file (max_file_bytes in api/mcp.yaml); read a part with sandbox_exec (head -c, tail, grep)", in.Path, fi.Size, mcpapi.MaxFileBytes)
+		return out, "", render.InvalidArg("", "%s is %d bytes, over the %d-byte limit of sandbox_read_file (max_file_bytes in api/mcp.yaml); read a part with sandbox_exec (head -c, tail, grep)", in.Path, fi.Size, mcpapi.MaxFileBytes)
 	}
 	data, err := b.sb.ReadFile(ctx, in.Path)
 	if err != nil {
 		return out, "", err
 	}
 	if len(data) > mcpapi.MaxFileBytes { // it grew between the stat and the read
-		return out, "", invalidArg("", "%s grew past the %d-byte limit of sandbox_read_file while it was read", in.Path, mcpapi.MaxFileBytes)
+		return out, "", render.InvalidArg("", "%s grew past the %d-byte limit of sandbox_read_file while it was read", in.Path, mcpapi.MaxFileBytes)
 	}
 	enc := in.Encoding
 	if enc == "" {
@@ -294,7 +295,7 @@ func (s *mcpServer) readFile(ctx context.Context, _ *mcp.CallToolRequest, st *mc
 	out.Path, out.Encoding, out.Bytes = in.Path, enc, int64(len(data))
 	if enc == "text" {
 		if !utf8.Valid(data) {
-			return mcpapi.SandboxReadFileResult{}, "", invalidArg("", "%s is not UTF-8 text; read it with encoding base64", in.Path)
+			return mcpapi.SandboxReadFileResult{}, "", render.InvalidArg("", "%s is not UTF-8 text; read it with encoding base64", in.Path)
 		}
 		out.Content = string(data)
 		return out, out.Content, nil
@@ -321,7 +322,7 @@ func (s *mcpServer) listFiles(ctx context.Context, _ *mcp.CallToolRequest, st *m
 			out.Truncated = true
 			return errListFull
 		}
-		out.Entries = append(out.Entries, toFileEntry(fi))
+		out.Entries = append(out.Entries, render.FileEntry(fi))
 		return nil
 	})
 	if err != nil && !errors.Is(err, errListFull) {

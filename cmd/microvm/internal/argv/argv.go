@@ -1,4 +1,4 @@
-package main
+package argv
 
 import (
 	"slices"
@@ -7,7 +7,7 @@ import (
 	"github.com/alecthomas/kong"
 )
 
-// hoistFlags lets a command that takes a trailing command line (exec) accept
+// HoistFlags lets a command that takes a trailing command line (exec) accept
 // its own flags wherever they stand, as the reference's examples write them
 // (`microvm exec "mkdir -p DIR" --endpoint … --json`): a word that is one of
 // the command's (or a global) flags is a flag, with its value when it takes
@@ -15,7 +15,7 @@ import (
 // everything after a "--" is the command's, verbatim. The words come back
 // as flags, then "--", then the command, which is what the parser reads.
 // Any other command's words are returned unchanged.
-func hoistFlags(k *kong.Kong, args []string) []string {
+func HoistFlags(k *kong.Kong, args []string) []string {
 	i := 0
 	for ; i < len(args); i++ {
 		if args[i] == "--" {

@@ -1,4 +1,4 @@
-package main
+package render
 
 import (
 	"fmt"
@@ -18,41 +18,41 @@ import (
 // text with no escape codes, so grep and awk read it. NO_COLOR
 // (https://no-color.org) keeps the frame and drops the colour.
 
-// grid is a table's rows, already rendered to strings.
-type grid struct {
-	headers []string
-	rows    [][]string
+// Grid is a table's rows, already rendered to strings.
+type Grid struct {
+	Headers []string
+	Rows    [][]string
 	// alarm marks rows drawn in red on a terminal: a leaked resource, a
 	// failed check; on a pipe they are the same text.
-	alarm map[int]bool
+	Alarm map[int]bool
 	// footer is one line under the table: a total, a count.
-	footer string
+	Footer string
 }
 
-// add appends a row; alarm marks it.
-func (g *grid) add(alarm bool, cells ...string) {
+// Add appends a row; alarm marks it.
+func (g *Grid) Add(alarm bool, cells ...string) {
 	if alarm {
-		if g.alarm == nil {
-			g.alarm = map[int]bool{}
+		if g.Alarm == nil {
+			g.Alarm = map[int]bool{}
 		}
-		g.alarm[len(g.rows)] = true
+		g.Alarm[len(g.Rows)] = true
 	}
-	g.rows = append(g.rows, cells)
+	g.Rows = append(g.Rows, cells)
 }
 
 // renderer is lipgloss's renderer for w, without colour under NO_COLOR.
-func (a *app) renderer(w io.Writer) *lipgloss.Renderer {
+func (a *IO) renderer(w io.Writer) *lipgloss.Renderer {
 	r := lipgloss.NewRenderer(w)
-	if a.env("NO_COLOR") != "" {
+	if a.Env("NO_COLOR") != "" {
 		r.SetColorProfile(termenv.Ascii)
 	}
 	return r
 }
 
-// writeGrid draws g on w: a frame when stdout is a terminal, plain text
+// WriteGrid draws g on w: a frame when stdout is a terminal, plain text
 // otherwise.
-func (a *app) writeGrid(w io.Writer, g grid) error {
-	if !a.stdoutTTY {
+func (a *IO) WriteGrid(w io.Writer, g Grid) error {
+	if !a.StdoutTTY {
 		return plainGrid(w, g)
 	}
 	r := a.renderer(w)
@@ -62,13 +62,13 @@ func (a *app) writeGrid(w io.Writer, g grid) error {
 	t := table.New().
 		Border(lipgloss.RoundedBorder()).
 		BorderStyle(r.NewStyle().Faint(true)).
-		Headers(g.headers...).
-		Rows(g.rows...).
+		Headers(g.Headers...).
+		Rows(g.Rows...).
 		StyleFunc(func(row, _ int) lipgloss.Style {
 			switch {
 			case row == table.HeaderRow:
 				return header
-			case g.alarm[row]:
+			case g.Alarm[row]:
 				return alarm
 			}
 			return cell
@@ -76,29 +76,29 @@ func (a *app) writeGrid(w io.Writer, g grid) error {
 	if _, err := fmt.Fprintln(w, t.Render()); err != nil {
 		return err
 	}
-	if g.footer != "" {
-		_, err := fmt.Fprintln(w, r.NewStyle().Bold(true).Render(g.footer))
+	if g.Footer != "" {
+		_, err := fmt.Fprintln(w, r.NewStyle().Bold(true).Render(g.Footer))
 		return err
 	}
 	return nil
 }
 
 // plainGrid is the pipe form: a header line, tab-aligned rows, the footer.
-func plainGrid(w io.Writer, g grid) error {
+func plainGrid(w io.Writer, g Grid) error {
 	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-	upper := make([]string, len(g.headers))
-	for i, h := range g.headers {
+	upper := make([]string, len(g.Headers))
+	for i, h := range g.Headers {
 		upper[i] = strings.ToUpper(h)
 	}
 	fmt.Fprintln(tw, strings.Join(upper, "\t"))
-	for _, row := range g.rows {
+	for _, row := range g.Rows {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if g.footer != "" {
-		_, err := fmt.Fprintln(w, g.footer)
+	if g.Footer != "" {
+		_, err := fmt.Fprintln(w, g.Footer)
 		return err
 	}
 	return nil

@@ -1,4 +1,4 @@
-package main
+package mcpserver
 
 // The lifecycle tools of microvm mcp: create (from an image, or the local
 // default one), suspend, resume, terminate and list, each on a sandbox the
@@ -16,14 +16,15 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/mcpapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxCreateArgs) (mcpapi.SandboxCreateResult, string, error) {
 	var out mcpapi.SandboxCreateResult
-	if in.SizeMib != 0 && (s.p.emu == nil || in.Image != "") {
-		return out, "", invalidArg(taxonomy.SizeClassFinding, "size_mib %d: an image's size class is fixed when it is built (microvm build --memory), so size_mib only applies to the local default image", in.SizeMib)
+	if in.SizeMib != 0 && (s.p.Local == nil || in.Image != "") {
+		return out, "", render.InvalidArg(taxonomy.SizeClassFinding, "size_mib %d: an image's size class is fixed when it is built (microvm build --memory), so size_mib only applies to the local default image", in.SizeMib)
 	}
 	// The cap counts creates in flight, so concurrent calls cannot pass it together.
 	st.mu.Lock()
@@ -44,9 +45,9 @@ func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpS
 		return out, "", err
 	}
 	var sb *sandbox.Sandbox
-	if s.p.emu != nil && image == "" {
+	if s.p.Local != nil && image == "" {
 		image = "the local default image"
-		sb, err = s.p.emu.Launch(ctx, o)
+		sb, err = s.p.Local.Launch(ctx, o)
 	} else {
 		o.Image, o.ImageName = image, image
 		if strings.HasPrefix(image, "arn:") {
@@ -84,14 +85,13 @@ func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpS
 // --image, or in local mode an image of the asked size class ("" for the
 // emulator's default image).
 func (s *mcpServer) imageFor(ctx context.Context, in mcpapi.SandboxCreateArgs) (string, error) {
-	local := s.p.emu != nil
+	local := s.p.Local != nil
 	image := in.Image
 	if image == "" {
 		image = s.image
 	}
 	if image != "" {
-		arn, _, err := s.p.resolveImage(ctx, image)
-		return arn, err
+		return s.p.ResolveImage(ctx, image)
 	}
 	if !local {
 		return "", client.Errorf(taxonomy.KindPrecondition, "", "no image: pass image to sandbox_create, or start the server with --image (MICROVM_IMAGE); `microvm build` makes one")
@@ -104,12 +104,12 @@ func (s *mcpServer) imageFor(ctx context.Context, in mcpapi.SandboxCreateArgs) (
 	if arn, ok := s.sizeImages[in.SizeMib]; ok {
 		return arn, nil
 	}
-	res, err := s.p.buildImage(ctx, ImageFlags{Memory: int(in.SizeMib), Port: taxonomy.DefaultAgentPort}, InfraFlags{}, "", s.agentd, "", true, nil)
+	arn, err := s.p.BuildImage(ctx, int(in.SizeMib))
 	if err != nil {
 		return "", err
 	}
-	s.sizeImages[in.SizeMib] = res.ImageARN
-	return res.ImageARN, nil
+	s.sizeImages[in.SizeMib] = arn
+	return arn, nil
 }
 
 func (s *mcpServer) suspend(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxSuspendArgs) (mcpapi.SandboxSuspendResult, string, error) {

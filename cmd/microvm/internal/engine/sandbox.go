@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/engineapi"
@@ -39,14 +40,13 @@ func (e *engine) claim() error {
 	return nil
 }
 
-// engineRegion is the named region (held to the measured set, as --region
+// regionFor is the named region (held to the measured set, as --region
 // is), else the environment's.
-func engineRegion(name string, getenv func(string) string) (client.Region, error) {
+func (e *engine) regionFor(name string) (client.Region, error) {
 	if name != "" {
 		return client.ParseRegion(name)
 	}
-	var f RegionFlags
-	return f.controlRegion(getenv)
+	return e.hooks.ControlRegion(e.a.Env)
 }
 
 func waitFor(local bool, timeoutSec float64) cplane.WaitOptions {
@@ -69,7 +69,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 	if args.Local && (args.ControlEndpoint != "" || args.Image != "") {
 		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: local mode runs its own emulator and its default image; controlEndpoint and image are for AWS or a running emulator")
 	}
-	region, err := engineRegion(args.Region, e.a.env)
+	region, err := e.regionFor(args.Region)
 	if err != nil {
 		return "", nil, err
 	}
@@ -78,7 +78,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 	life := context.WithoutCancel(ctx)
 	var sb *sandbox.Sandbox
 	if args.Local {
-		emu, err := embedded.Start(life, embedded.Options{Agentd: args.Agentd, Region: region, Getenv: e.a.env})
+		emu, err := embedded.Start(life, embedded.Options{Agentd: args.Agentd, Region: region, Getenv: e.a.Env})
 		if err != nil {
 			return "", nil, err
 		}
@@ -94,19 +94,18 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 		if args.Image == "" {
 			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: an AWS sandbox needs an image (its ARN or name; `microvm build` makes one), or local mode")
 		}
-		pf, err := platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.env),
-			Emulator: emulatorSide(nil), Getenv: e.a.env})
+		pf, err := platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env),
+			Emulator: e.hooks.EmulatorSide(), Getenv: e.a.Env})
 		if err != nil {
 			return "", nil, err
 		}
-		p := &plane{Platform: pf, a: e.a}
-		arn, name, err := p.resolveImage(ctx, args.Image)
+		arn, name, err := e.hooks.ResolveImage(ctx, pf, args.Image)
 		if err != nil {
 			return "", nil, err
 		}
-		e.bound, e.controlEndpoint, e.imageARN = true, p.Endpoint(), arn
-		sb, err = sandbox.Launch(ctx, p.Control(), sandbox.Options{Image: arn, Version: args.ImageVersion, ImageName: name,
-			ExecutionRoleARN: args.ExecutionRoleARN, AgentToken: args.AgentToken, Wait: waitFor(p.Local(), args.TimeoutSec)})
+		e.bound, e.controlEndpoint, e.imageARN = true, pf.Endpoint(), arn
+		sb, err = sandbox.Launch(ctx, pf.Control(), sandbox.Options{Image: arn, Version: args.ImageVersion, ImageName: name,
+			ExecutionRoleARN: args.ExecutionRoleARN, AgentToken: args.AgentToken, Wait: waitFor(pf.Local(), args.TimeoutSec)})
 		if sb != nil {
 			e.sb, e.launched = sb, true
 		}
@@ -127,12 +126,12 @@ func (e *engine) attach(ctx context.Context, args engineapi.AttachArgs) (string,
 	if args.MicrovmID == "" || args.AgentToken == "" {
 		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: attach needs the MicroVM id and the agent token its launch installed (the token is the credential; an id alone does not reconnect)")
 	}
-	region, err := engineRegion(args.Region, e.a.env)
+	region, err := e.regionFor(args.Region)
 	if err != nil {
 		return "", nil, err
 	}
-	endpoint := cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.env)
-	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: emulatorSide(nil), Getenv: e.a.env})
+	endpoint := cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env)
+	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: e.hooks.EmulatorSide(), Getenv: e.a.Env})
 	if err != nil {
 		return "", nil, err
 	}
@@ -151,16 +150,16 @@ func (e *engine) info() engineapi.SandboxData {
 }
 
 func (e *engine) infoLocked() engineapi.SandboxData {
-	d := engineapi.SandboxData{MicrovmID: e.sb.ID(), AgentToken: e.sb.AgentToken(), Endpoint: present(e.sb.Endpoint()),
-		State: string(e.sb.Lifecycle()), Region: e.region.String(), Local: e.emu != nil, ControlEndpoint: present(e.controlEndpoint)}
+	d := engineapi.SandboxData{MicrovmID: e.sb.ID(), AgentToken: e.sb.AgentToken(), Endpoint: render.Present(e.sb.Endpoint()),
+		State: string(e.sb.Lifecycle()), Region: e.region.String(), Local: e.emu != nil, ControlEndpoint: render.Present(e.controlEndpoint)}
 	if e.imageARN != "" {
-		d.ImageIdentifier = present(e.imageARN)
+		d.ImageIdentifier = render.Present(e.imageARN)
 	}
 	return d
 }
 
 func stateData(sb *sandbox.Sandbox) cliapi.StateData {
-	return cliapi.StateData{MicrovmID: sb.ID(), State: string(sb.Lifecycle()), Endpoint: present(sb.Endpoint())}
+	return cliapi.StateData{MicrovmID: sb.ID(), State: string(sb.Lifecycle()), Endpoint: render.Present(sb.Endpoint())}
 }
 
 // startOptions turns an exec's arguments into the library's.
@@ -194,7 +193,7 @@ func (e *engine) runCommand(ctx context.Context, sb *sandbox.Sandbox, args engin
 	}
 	// A non-zero exit is the command's answer, not the engine's failure: it
 	// is a success envelope whose exitCode says so.
-	return cliapi.TypeExec, execData(res), nil
+	return cliapi.TypeExec, render.ExecData(res), nil
 }
 
 // stream sends the exec's output as event frames while it runs. The
@@ -227,7 +226,7 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 		}
 		if err != nil {
 			sum.NextOffset = int64(st.Cursor())
-			return "", nil, &failure{err: asClientError(err), data: sum}
+			return "", nil, &render.Failure{Err: render.AsClientError(err), Data: sum}
 		}
 		switch ev.Kind {
 		case client.EventOutput:
@@ -258,12 +257,12 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 	sum.NextOffset = int64(st.Cursor())
 	if !sawExit {
 		sum.ExitCode, sum.Truncated = nil, nil
-		return "", nil, &failure{err: client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event at offset %d; its outcome is unknown", ex.ID(), sum.NextOffset), data: sum}
+		return "", nil, &render.Failure{Err: client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event at offset %d; its outcome is unknown", ex.ID(), sum.NextOffset), Data: sum}
 	}
 	// Every byte was delivered: release the output on the daemon.
 	if !st.Released() {
 		if err := ex.Release(ctx); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-			return "", nil, &failure{err: asClientError(err), data: sum}
+			return "", nil, &render.Failure{Err: render.AsClientError(err), Data: sum}
 		}
 	}
 	return cliapi.TypeExecStream, sum, nil
@@ -283,4 +282,19 @@ func treeBytes(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// engineURL answers the engine's url op for its sandbox.
+func engineURL(ctx context.Context, sb *sandbox.Sandbox, args engineapi.URLArgs) (string, any, error) {
+	if args.Port < 1 || args.Port > 65535 {
+		return "", nil, render.InvalidArg(taxonomy.FindingAllowedPortsUnion, "engine: port %d is outside 1..65535, the ports a proxy token can name", args.Port)
+	}
+	if args.ExpiresMinutes < 0 || args.ExpiresMinutes > taxonomy.MaxAuthTokenMinutes {
+		return "", nil, render.InvalidArg(taxonomy.FindingEndpointAuth, "engine: expiresMinutes %d is not in 1..%d (zero is %d)", args.ExpiresMinutes, taxonomy.MaxAuthTokenMinutes, taxonomy.MaxAuthTokenMinutes)
+	}
+	u, err := sb.URL(ctx, int(args.Port), sandbox.URLOptions{Expires: time.Duration(args.ExpiresMinutes) * time.Minute})
+	if err != nil {
+		return "", nil, err
+	}
+	return cliapi.TypeURL, render.URLData(u), nil
 }

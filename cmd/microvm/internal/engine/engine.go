@@ -1,0 +1,345 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/cost"
+	"github.com/microvms/microvms/client/platform"
+	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
+	"github.com/microvms/microvms/emulator/embedded"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/engineapi"
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Hooks are the command's own steps the engine calls: the ones that live
+// with the flags that spell them, passed in so this package never reaches
+// back up into the command.
+type Hooks struct {
+	// RunMany answers run_many with the command's own fleet (run --count).
+	RunMany func(ctx context.Context, args engineapi.RunManyArgs) (typ string, data any, err error)
+	// ControlRegion is the region when a request names none: the
+	// environment's (held to the measured set, as --region is), else the
+	// default.
+	ControlRegion func(getenv func(string) string) (client.Region, error)
+	// ResolveImage turns an image's ARN or name into its ARN and name on pf.
+	ResolveImage func(ctx context.Context, pf *platform.Platform, image string) (arn, name string, err error)
+	// EmulatorSide is what client/platform needs of a local control plane.
+	EmulatorSide func() *platform.Emulator
+}
+
+// maxEngineLine bounds one request line: a file written through `write`
+// travels inside it as base64, and sandbox.MaxReadFileBytes is the largest
+// file the library reads back whole.
+const maxEngineLine = 4*sandbox.MaxReadFileBytes/3 + 1<<20
+
+// engineTeardownBudget bounds the teardown the engine runs when its stdin
+// ends with a launched sandbox still up: the caller is gone, so nobody waits
+// on it, but a VM left running bills.
+const engineTeardownBudget = 2 * time.Minute
+
+// engine is one engine process's state: at most one sandbox, and in local
+// mode the emulator it lives in.
+type engine struct {
+	a       *render.IO
+	hooks   Hooks
+	writeMu sync.Mutex
+	out     *json.Encoder
+
+	mu              sync.Mutex
+	sb              *sandbox.Sandbox
+	emu             *embedded.Emulator
+	bound           bool // a control plane is chosen (create or attach began)
+	region          client.Region
+	controlEndpoint string
+	launched        bool // this engine launched sb, so it tears it down when its caller goes
+	imageARN        string
+}
+
+// Serve answers the requests on a's stdin, one response line each on its
+// stdout, until stdin ends or ctx does; then it tears down the sandbox it
+// launched.
+func Serve(ctx context.Context, a *render.IO, hooks Hooks) error {
+	e := &engine{a: a, hooks: hooks, out: json.NewEncoder(a.Stdout)}
+	e.out.SetEscapeHTML(false)
+	ops, cancel := context.WithCancel(ctx)
+	var inflight sync.WaitGroup
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(a.Stdin)
+		sc.Buffer(make([]byte, 64<<10), maxEngineLine)
+		for sc.Scan() {
+			lines <- append([]byte(nil), sc.Bytes()...)
+		}
+		readErr <- sc.Err()
+	}()
+	var err error
+loop:
+	for {
+		select {
+		case line := <-lines:
+			if len(strings.TrimSpace(string(line))) == 0 {
+				continue
+			}
+			var req engineapi.Request
+			if derr := json.Unmarshal(line, &req); derr != nil {
+				// Without an id nothing can be answered; the caller broke the
+				// protocol, so the engine ends as if its stdin had.
+				err = client.Errorf(taxonomy.KindInvalidArg, "", "engine: a request line is not JSON: %v", derr)
+				break loop
+			}
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				e.serve(ops, req)
+			}()
+		case rerr := <-readErr:
+			if rerr != nil {
+				err = client.Errorf(taxonomy.KindInvalidArg, "", "engine: reading requests: %v", rerr)
+			}
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	// The caller is gone (stdin ended, or a signal): stop what is in flight,
+	// then tear down what this engine launched.
+	cancel()
+	inflight.Wait()
+	e.shutdown()
+	return err
+}
+
+// shutdown terminates a sandbox this engine launched and stops its emulator,
+// which stops every guest it holds.
+func (e *engine) shutdown() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sb != nil && e.launched && !e.sb.WasTerminated() {
+		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
+		rep := e.sb.Terminate(ctx, sandbox.TeardownOptions{})
+		cancel()
+		if !rep.Clean() {
+			e.a.Warn("engine: teardown of %s left %v", e.sb.ID(), rep.Leaked)
+		}
+	}
+	if e.emu != nil {
+		e.emu.Close()
+	}
+}
+
+// send writes one reply frame as one line.
+func (e *engine) send(r engineapi.Reply) {
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	_ = e.out.Encode(r)
+}
+
+// serve answers one request with its final envelope.
+func (e *engine) serve(ctx context.Context, req engineapi.Request) {
+	typ, data, err := e.dispatch(ctx, req)
+	if err != nil {
+		ce := render.AsClientError(err)
+		var partial any
+		var f *render.Failure
+		if errors.As(err, &f) {
+			partial = f.Data
+		}
+		env := render.FailureEnvelope(ce, partial)
+		// The CLI's suggestions name its own commands and flags, which a
+		// package's caller does not type; the message says what to do.
+		env.Suggestions = []string{}
+		e.send(engineapi.Reply{ID: req.ID, Envelope: env})
+		return
+	}
+	e.send(engineapi.Reply{ID: req.ID, Envelope: cliapi.Success{Status: cliapi.StatusOK, APIVersion: cliapi.APIVersion, Type: typ, Data: data}})
+}
+
+// decodeArgs reads an op's arguments, refusing keys the contract does not declare.
+func decodeArgs(raw json.RawMessage, v any) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return client.Errorf(taxonomy.KindInvalidArg, "", "engine: arguments: %v", err)
+	}
+	return nil
+}
+
+func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, any, error) {
+	if !slices.ContainsFunc(engineapi.Ops, func(o engineapi.Op) bool { return o.Name == req.Op }) {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
+	}
+	switch req.Op {
+	case engineapi.OpCreate:
+		var args engineapi.CreateArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.create(ctx, args)
+	case engineapi.OpAttach:
+		var args engineapi.AttachArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.attach(ctx, args)
+	case engineapi.OpRunMany:
+		var args engineapi.RunManyArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.hooks.RunMany(ctx, args)
+	}
+	sb, err := e.sandbox()
+	if err != nil {
+		return "", nil, err
+	}
+	switch req.Op {
+	case engineapi.OpInfo:
+		return engineapi.TypeSandbox, e.info(), nil
+	case engineapi.OpRun:
+		var args engineapi.RunArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.runCommand(ctx, sb, args)
+	case engineapi.OpStream:
+		var args engineapi.StreamArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.stream(ctx, sb, req.ID, engineapi.RunArgs(args))
+	case engineapi.OpWrite:
+		var args engineapi.WriteArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		data, err := base64.StdEncoding.DecodeString(args.DataBase64)
+		if err != nil {
+			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: dataBase64: %v", err)
+		}
+		var mode uint64
+		if args.Mode != "" {
+			if mode, err = strconv.ParseUint(args.Mode, 8, 32); err != nil || mode > 0o7777 {
+				return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: mode %q is not four octal digits", args.Mode)
+			}
+		}
+		if err := sb.WriteFile(ctx, args.Path, data, fs.FileMode(mode)); err != nil {
+			return "", nil, err
+		}
+		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: int64(len(data)), Local: "", Remote: args.Path}, nil
+	case engineapi.OpRead:
+		var args engineapi.ReadArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		data, err := sb.ReadFile(ctx, args.Path)
+		if err != nil {
+			return "", nil, err
+		}
+		return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: int64(len(data)), DataBase64: base64.StdEncoding.EncodeToString(data)}, nil
+	case engineapi.OpList:
+		var args engineapi.ListArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		if args.Depth < 0 || args.Depth > 1<<16 {
+			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: depth %d is out of range", args.Depth)
+		}
+		d := cliapi.DirData{Path: args.Path, Entries: []cliapi.FileEntry{}}
+		err := sb.Session().List(ctx, args.Path, client.ListOptions{Depth: uint32(args.Depth)}, func(fi protocol.FileInfo) error {
+			d.Entries = append(d.Entries, render.FileEntry(fi))
+			return nil
+		})
+		if err != nil {
+			return "", nil, err
+		}
+		return cliapi.TypeDir, d, nil
+	case engineapi.OpUploadDir:
+		var args engineapi.UploadDirArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		if err := sb.UploadDir(ctx, args.Local, args.Remote); err != nil {
+			return "", nil, err
+		}
+		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: treeBytes(args.Local), Local: args.Local, Remote: args.Remote, Tar: true}, nil
+	case engineapi.OpDownloadDir:
+		var args engineapi.DownloadDirArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		if err := sb.DownloadDir(ctx, args.Remote, args.Local); err != nil {
+			return "", nil, err
+		}
+		return cliapi.TypeCopy, cliapi.CopyData{Direction: "download", Bytes: treeBytes(args.Local), Local: args.Local, Remote: args.Remote, Tar: true}, nil
+	case engineapi.OpSuspend:
+		if err := decodeArgs(req.Args, &engineapi.SuspendArgs{}); err != nil {
+			return "", nil, err
+		}
+		if err := sb.Suspend(ctx); err != nil {
+			return "", nil, err
+		}
+		return cliapi.TypeState, stateData(sb), nil
+	case engineapi.OpResume:
+		if err := decodeArgs(req.Args, &engineapi.ResumeArgs{}); err != nil {
+			return "", nil, err
+		}
+		if err := sb.Resume(ctx); err != nil {
+			return "", nil, err
+		}
+		return cliapi.TypeState, stateData(sb), nil
+	case engineapi.OpTerminate:
+		var args engineapi.TerminateArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		// Teardown outlives the caller's cancel: a half-done one is the worst leak.
+		rep := sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{DeleteImage: args.DeleteImage})
+		d := cliapi.TeardownData{MicrovmID: sb.ID(), Leaked: []string{}, UndeletedLogGroups: []string{}}
+		for _, l := range rep.Leaked {
+			if l.Kind == "log_group" {
+				d.UndeletedLogGroups = append(d.UndeletedLogGroups, l.ID)
+				continue
+			}
+			d.Leaked = append(d.Leaked, l.Kind+" "+l.ID)
+		}
+		if rep.ImageDeleted != sandbox.ImageNotAsked && e.imageARN != "" {
+			d.ImageIdentifier = render.Present(e.imageARN)
+		}
+		d.State = render.Present(string(sb.Lifecycle()))
+		return cliapi.TypeTeardown, d, nil
+	case engineapi.OpCost:
+		if err := decodeArgs(req.Args, &engineapi.CostArgs{}); err != nil {
+			return "", nil, err
+		}
+		rep, err := sb.Cost(ctx, cost.Pinned(e.region))
+		if err != nil {
+			return "", nil, err
+		}
+		return cliapi.TypeCost, cliapi.CostData{Report: render.CostReport(rep)}, nil
+	case engineapi.OpURL: // issue 36 (url.go)
+		var args engineapi.URLArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return engineURL(ctx, sb, args)
+	}
+	return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
+}

@@ -1,0 +1,98 @@
+package render
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/cost"
+	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// FileEntry is a guest file as every answer shows it (stat, dir, and the
+// engine's and the MCP tools' listings): the daemon's record, its time in
+// RFC 3339 UTC.
+func FileEntry(fi protocol.FileInfo) cliapi.FileEntry {
+	return cliapi.FileEntry{Path: fi.Path, Name: fi.Name, Type: string(fi.Type), Size: int64(fi.Size), Mode: fi.Mode,
+		UID: int64(fi.UID), GID: int64(fi.GID), Mtime: fi.Mtime.UTC().Format(time.RFC3339Nano), SymlinkTarget: fi.SymlinkTarget}
+}
+
+// AsClientError classifies any error into the client's one error type.
+func AsClientError(err error) *client.Error {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return client.Errorf(client.KindOf(err), "", "%s", err.Error()).WithCause(err)
+}
+
+// InvalidArg is a local refusal: the request never left this process, so it
+// carries no wire kind and the envelope no data.kind.
+func InvalidArg(finding taxonomy.FindingID, format string, args ...any) error {
+	return client.Errorf(taxonomy.KindInvalidArg, finding, format, args...)
+}
+
+// ExecData is an exec's record as the microvm.exec envelope carries it.
+func ExecData(r client.Result) cliapi.ExecData {
+	d := cliapi.ExecData{ExecID: r.ExecID, Phase: string(r.Phase), Stdout: r.Stdout, Stderr: r.Stderr, Truncated: r.Truncated}
+	if r.ExitCode != nil {
+		v := int64(*r.ExitCode)
+		d.ExitCode = &v
+	}
+	if r.Signal != nil {
+		v := int64(*r.Signal)
+		d.Signal = &v
+	}
+	return d
+}
+
+// CostReport is a cost report as api/cli.yaml's costReport shape.
+func CostReport(r cost.Report) cliapi.CostReport {
+	lines := []cliapi.CostLine{}
+	for _, l := range r.Lines {
+		cl := cliapi.CostLine{Phase: fmt.Sprint(l.Phase), Billing: fmt.Sprint(l.Billing), Quantity: l.Quantity.String(), Unit: l.Unit, Note: Present(l.Note)}
+		if usd, ok := l.Amount.Estimate(); ok {
+			cl.USD = Present(usd.String()) // omitted, never zero, for an unpriced line
+		} else {
+			cl.Unpriced = Present(l.Amount.UnpricedReason())
+		}
+		if !l.Duration.IsZero() {
+			cl.Provenance = Present(l.Duration.Provenance().String())
+		}
+		lines = append(lines, cl)
+	}
+	t := r.Total()
+	return cliapi.CostReport{
+		Label:        r.Label,
+		Size:         r.Size.String(),
+		Lines:        lines,
+		TotalUSD:     t.Floor().String(),
+		IsLowerBound: t.IsLowerBound(),
+		Staleness:    r.Staleness,
+		Text:         r.String(),
+	}
+}
+
+// URLData is a PortURL as the microvm.url envelope carries it, for the CLI
+// and the engine alike. The header names are spelled as the platform spells
+// them (finding auth-token-header-map), not as Go canonicalizes them.
+func URLData(u sandbox.PortURL) cliapi.URLData {
+	headers := map[string]string{}
+	for k := range u.Headers {
+		name := k
+		for _, known := range []string{taxonomy.ProxyAuthHeader, taxonomy.ProxyPortHeader} {
+			if strings.EqualFold(k, known) {
+				name = known
+			}
+		}
+		headers[name] = u.Headers.Get(k)
+	}
+	return cliapi.URLData{MicrovmID: u.MicrovmID, Port: int64(u.Port), URL: u.URL, Headers: headers, ExpiresAt: u.ExpiresAt.UTC().Format(time.RFC3339),
+		Subprotocols: slices.Clone(u.Subprotocols)}
+}
