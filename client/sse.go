@@ -13,40 +13,6 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// EventKind is the kind of one SSE event from an exec stream.
-type EventKind uint8
-
-// The three event kinds agentd sends; any other event name is dropped.
-const (
-	EventOutput EventKind = iota + 1 // a chunk of stdout or stderr
-	EventGap                         // bytes the reader will never see
-	EventExit                        // the exec finished; always last
-)
-
-func (k EventKind) String() string {
-	switch k {
-	case EventOutput:
-		return protocol.EventOutput
-	case EventGap:
-		return protocol.EventGap
-	case EventExit:
-		return protocol.EventExit
-	}
-	return "unknown"
-}
-
-// Event is one decoded stream event. For EventOutput, Data is the decoded
-// chunk and is only valid until the next call to Stream.Next: the stream
-// reuses one buffer so reading does not allocate per chunk.
-type Event struct {
-	Kind   EventKind
-	Stream protocol.StreamKind // EventOutput: stdout or stderr
-	Offset uint64              // EventOutput: offset of Data[0] in the shared byte space
-	Data   []byte              // EventOutput
-	Gap    protocol.GapEvent   // EventGap: [From, To) is lost
-	Exit   protocol.ExitEvent  // EventExit
-}
-
 // sseParser splits an SSE body into frames and decodes agentd's three event
 // payloads. Lines are read in place from a bufio.Reader. A frame whose one
 // data line is followed at once by the blank line (every frame agentd sends)

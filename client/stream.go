@@ -19,6 +19,40 @@ import (
 	"github.com/microvms/microvms/internal/frames"
 )
 
+// EventKind is the kind of one SSE event from an exec stream.
+type EventKind uint8
+
+// The three event kinds agentd sends; any other event name is dropped.
+const (
+	EventOutput EventKind = iota + 1 // a chunk of stdout or stderr
+	EventGap                         // bytes the reader will never see
+	EventExit                        // the exec finished; always last
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventOutput:
+		return protocol.EventOutput
+	case EventGap:
+		return protocol.EventGap
+	case EventExit:
+		return protocol.EventExit
+	}
+	return "unknown"
+}
+
+// Event is one decoded stream event. For EventOutput, Data is the decoded
+// chunk and is only valid until the next call to Stream.Next: the stream
+// reuses one buffer so reading does not allocate per chunk.
+type Event struct {
+	Kind   EventKind
+	Stream protocol.StreamKind // EventOutput: stdout or stderr
+	Offset uint64              // EventOutput: offset of Data[0] in the shared byte space
+	Data   []byte              // EventOutput
+	Gap    protocol.GapEvent   // EventGap: [From, To) is lost
+	Exit   protocol.ExitEvent  // EventExit
+}
+
 // Stream follows one exec's output over SSE. It reconnects at its byte
 // cursor when the body ends without an exit event or goes silent for longer
 // than the idle timeout, surfaces every gap, and ends with io.EOF after the
@@ -313,17 +347,6 @@ func (st *Stream) exhausted() error {
 func reattachBackoff(attempt int) time.Duration {
 	d := 50 * time.Millisecond << min(attempt-1, 5)
 	return d
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // attach opens one connection at the cursor. The idle timer starts before
