@@ -1,4 +1,4 @@
-package client
+package sse
 
 import (
 	"bytes"
@@ -29,17 +29,17 @@ func benchmarkParser(b *testing.B, size int) {
 	const n = 256
 	body := sseBody(n, size)
 	r := bytes.NewReader(body)
-	p := newSSEParser(r)
+	p := NewParser(r)
 	var ev Event
 	b.SetBytes(int64(n * size)) // decoded bytes per op, the figure a reader cares about
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		r.Reset(body)
-		p.reset(r)
+		p.Reset(r)
 		got := 0
 		for {
-			if err := p.next(&ev); err != nil {
+			if err := p.Next(&ev); err != nil {
 				if err != io.EOF {
 					b.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package client
+package sse
 
 import (
 	"bufio"
@@ -15,11 +15,11 @@ import (
 
 // parseAll decodes every event of body through p, copying each output's
 // data (it is only valid until the next event), and the final error.
-func parseAll(p *sseParser) ([]Event, error) {
+func parseAll(p *Parser) ([]Event, error) {
 	var evs []Event
 	var ev Event
 	for {
-		if err := p.next(&ev); err != nil {
+		if err := p.Next(&ev); err != nil {
 			return evs, err
 		}
 		ev.Data = bytes.Clone(ev.Data)
@@ -59,7 +59,7 @@ func TestSSEParserSplitReads(t *testing.T) {
 	b.WriteString(exitFrame(3, off))
 	body := b.String()
 
-	want, werr := parseAll(newSSEParser(strings.NewReader(body)))
+	want, werr := parseAll(NewParser(strings.NewReader(body)))
 	if werr != io.EOF || len(want) != 14 {
 		t.Fatalf("reference parse: %d events, %v", len(want), werr)
 	}
@@ -69,8 +69,8 @@ func TestSSEParserSplitReads(t *testing.T) {
 		"data-err": func() io.Reader { return iotest.DataErrReader(strings.NewReader(body)) },
 	}
 	for name, r := range readers {
-		for _, size := range []int{16, 31, 64, 100, 1 << 10, sseBufferSize} {
-			p := &sseParser{r: bufio.NewReaderSize(r(), size)}
+		for _, size := range []int{16, 31, 64, 100, 1 << 10, BufferSize} {
+			p := &Parser{r: bufio.NewReaderSize(r(), size)}
 			got, err := parseAll(p)
 			if err != werr || !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s reads, %d-byte buffer: %d events, %v; want %d, %v", name, size, len(got), err, len(want), werr)
@@ -80,8 +80,8 @@ func TestSSEParserSplitReads(t *testing.T) {
 	// Cut anywhere, the body parses the same in place as assembled a byte
 	// at a time, up to the same clean or unclean end.
 	for cut := range len(body) {
-		want, werr := parseAll(newSSEParser(strings.NewReader(body[:cut])))
-		got, err := parseAll(&sseParser{r: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(body[:cut])), 16)})
+		want, werr := parseAll(NewParser(strings.NewReader(body[:cut])))
+		got, err := parseAll(&Parser{r: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(body[:cut])), 16)})
 		if err != werr || !reflect.DeepEqual(got, want) || (err != io.EOF && err != io.ErrUnexpectedEOF) {
 			t.Fatalf("cut at %d (%q): %d events, %v; in place %d, %v", cut, body[max(0, cut-10):cut], len(got), err, len(want), werr)
 		}
@@ -98,13 +98,13 @@ func TestSSEParserReadsFramesWithIDsInPlace(t *testing.T) {
 		t.Fatal("the test body does not carry agentd's id lines")
 	}
 	r := bytes.NewReader(body)
-	p := newSSEParser(r)
+	p := NewParser(r)
 	var ev Event
 	parse := func() {
 		r.Reset(body)
-		p.reset(r)
+		p.Reset(r)
 		for n := 0; ; n++ {
-			err := p.next(&ev)
+			err := p.Next(&ev)
 			if err == io.EOF {
 				if n != 65 {
 					t.Fatalf("%d events, want 65", n)
@@ -114,7 +114,7 @@ func TestSSEParserReadsFramesWithIDsInPlace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev.Kind == EventOutput && (len(ev.Data) != 1000 || ev.Offset != uint64(n*1000)) {
+			if ev.Kind == Output && (len(ev.Data) != 1000 || ev.Offset != uint64(n*1000)) {
 				t.Fatalf("event %d: offset %d, %d bytes", n, ev.Offset, len(ev.Data))
 			}
 		}

@@ -1,4 +1,4 @@
-package client
+package sse
 
 import (
 	"bytes"
@@ -8,13 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/microvms/microvms/client/internal/b64"
 	"github.com/microvms/microvms/gen/protocol"
 )
 
 // fastBase64 is the fast path's test of the output scanOutput found: it is
 // taken only when b64Decode accepts it (valid base64, no CR or LF).
 func fastBase64(b []byte) bool {
-	_, err := b64Decode(make([]byte, base64.StdEncoding.DecodedLen(len(b))), b)
+	_, err := b64.Decode(make([]byte, base64.StdEncoding.DecodedLen(len(b))), b)
 	return err == nil
 }
 
@@ -42,7 +43,7 @@ func FuzzSSEParser(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		p := newSSEParser(bytes.NewReader(in))
+		p := NewParser(bytes.NewReader(in))
 		var ev Event
 		for range 10000 {
 			kind, data, err := p.nextFrame()
@@ -52,7 +53,7 @@ func FuzzSSEParser(f *testing.F) {
 				}
 				break
 			}
-			if kind == EventOutput {
+			if kind == Output {
 				if off, stream, b64, ok := scanOutput(data); ok && fastBase64(b64) {
 					var o protocol.OutputEvent
 					if err := json.Unmarshal(data, &o); err != nil {
@@ -66,12 +67,12 @@ func FuzzSSEParser(f *testing.F) {
 		}
 		// The full decoder over the same bytes: no panic, and decoded output
 		// is exactly base64 of what the payload said.
-		p = newSSEParser(bytes.NewReader(in))
+		p = NewParser(bytes.NewReader(in))
 		for range 10000 {
-			if err := p.next(&ev); err != nil {
+			if err := p.Next(&ev); err != nil {
 				break
 			}
-			if ev.Kind == EventOutput {
+			if ev.Kind == Output {
 				if ev.Stream != protocol.StreamStdout && ev.Stream != protocol.StreamStderr {
 					t.Fatalf("stream %q delivered", ev.Stream)
 				}
