@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -181,10 +182,10 @@ func TestStreamCloseKeepsAFailure(t *testing.T) {
 func TestStreamSkipsAReplayEndingAtTheCursor(t *testing.T) {
 	f, srv := newFakeAgent(t)
 	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
-		io.WriteString(w, outputFrame(0, protocol.StreamStdout, []byte("abc")))
+		io.WriteString(w, ssetest.OutputFrame(0, protocol.StreamStdout, []byte("abc")))
 		if n > 0 {
-			io.WriteString(w, outputFrame(3, protocol.StreamStdout, []byte("def")))
-			io.WriteString(w, exitFrame(0, 6))
+			io.WriteString(w, ssetest.OutputFrame(3, protocol.StreamStdout, []byte("def")))
+			io.WriteString(w, ssetest.ExitFrame(0, 6))
 		}
 		return true
 	}

@@ -256,7 +256,7 @@ func (st *Stream) read() error {
 
 // eventOf is the Stream's Event for an event the sse package decoded.
 func eventOf(ev *sse.Event) Event {
-	return Event{Kind: kindOf(ev.Kind), Stream: ev.Stream, Offset: ev.Offset, Data: ev.Data, Gap: ev.Gap, Exit: ev.Exit}
+	return Event{Kind: kindOf(ev.Kind), Stream: ev.Out.Stream, Offset: ev.Out.Offset, Data: ev.Out.Data, Gap: ev.Gap, Exit: ev.Exit}
 }
 
 func kindOf(k sse.Kind) EventKind {

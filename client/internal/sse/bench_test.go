@@ -5,6 +5,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 )
 
@@ -18,10 +19,10 @@ func sseBody(n, size int) []byte {
 		if i%16 == 0 {
 			b.WriteString(":\n\n")
 		}
-		b.WriteString(outputFrame(off, protocol.StreamStdout, chunk))
+		b.WriteString(ssetest.OutputFrame(off, protocol.StreamStdout, chunk))
 		off += uint64(size)
 	}
-	b.WriteString(exitFrame(0, off))
+	b.WriteString(ssetest.ExitFrame(0, off))
 	return b.Bytes()
 }
 
@@ -45,7 +46,7 @@ func benchmarkParser(b *testing.B, size int) {
 				}
 				break
 			}
-			got += len(ev.Data)
+			got += len(ev.Out.Data)
 		}
 		if got != n*size {
 			b.Fatalf("decoded %d bytes", got)

@@ -1,39 +1,20 @@
 package sse
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 )
-
-// outputFrame is one SSE output event as agentd writes it, its id line (the
-// resume offset just past it) before the data line.
-func outputFrame(offset uint64, stream protocol.StreamKind, data []byte) string {
-	b, _ := json.Marshal(protocol.OutputEvent{Offset: offset, Stream: stream, Output: base64.StdEncoding.EncodeToString(data)})
-	return fmt.Sprintf("event: output\nid: %d\ndata: %s\n\n", offset+uint64(len(data)), b)
-}
-
-func exitFrame(code int32, total uint64) string {
-	b, _ := json.Marshal(protocol.ExitEvent{ExitCode: &code, Offset: total})
-	return fmt.Sprintf("event: exit\nid: %d\ndata: %s\n\n", total, b)
-}
-
-func gapFrame(from, to uint64) string {
-	b, _ := json.Marshal(protocol.GapEvent{From: from, To: to})
-	return fmt.Sprintf("event: gap\nid: %d\ndata: %s\n\n", to, b)
-}
 
 // A body that ends inside a line is cut, whatever line it is: here the
 // first line of the next frame. Catches readLine's `err == io.EOF` negated
 // (the partial line read as a clean end, so a cut stream looks finished).
 func TestSSEPartialLineAtTheEndIsACut(t *testing.T) {
-	body := outputFrame(0, protocol.StreamStdout, []byte("hi")) + "event: exi"
+	body := ssetest.OutputFrame(0, protocol.StreamStdout, []byte("hi")) + "event: exi"
 	evs, err := parseAll(NewParser(strings.NewReader(body)))
 	if len(evs) != 1 || err != io.ErrUnexpectedEOF {
 		t.Fatalf("%d events then %v, want 1 then io.ErrUnexpectedEOF", len(evs), err)
@@ -44,7 +25,7 @@ func TestSSEPartialLineAtTheEndIsACut(t *testing.T) {
 // Catches nextFrame's `err == io.EOF` negated (the half frame read as a
 // clean end).
 func TestSSEFrameWithoutItsBlankLineIsACut(t *testing.T) {
-	body := outputFrame(0, protocol.StreamStdout, []byte("hi")) + strings.TrimSuffix(exitFrame(0, 2), "\n")
+	body := ssetest.OutputFrame(0, protocol.StreamStdout, []byte("hi")) + strings.TrimSuffix(ssetest.ExitFrame(0, 2), "\n")
 	evs, err := parseAll(NewParser(strings.NewReader(body)))
 	if len(evs) != 1 || err != io.ErrUnexpectedEOF {
 		t.Fatalf("%d events then %v, want 1 then io.ErrUnexpectedEOF", len(evs), err)
@@ -55,10 +36,10 @@ func TestSSEFrameWithoutItsBlankLineIsACut(t *testing.T) {
 // SSE grammar allows it; an "id:" line resets the id). Catches the
 // leading-space test made `len(value) >= 0`, which indexes an empty value.
 func TestSSEEmptyFieldValue(t *testing.T) {
-	frame := outputFrame(0, protocol.StreamStdout, []byte("hi"))
+	frame := ssetest.OutputFrame(0, protocol.StreamStdout, []byte("hi"))
 	body := strings.Replace(frame, "data:", "id:\ndata:", 1)
 	evs, err := parseAll(NewParser(strings.NewReader(body)))
-	if len(evs) != 1 || string(evs[0].Data) != "hi" || err != io.EOF {
+	if len(evs) != 1 || string(evs[0].Out.Data) != "hi" || err != io.EOF {
 		t.Fatalf("%+v then %v", evs, err)
 	}
 }
@@ -67,7 +48,7 @@ func TestSSEEmptyFieldValue(t *testing.T) {
 // ([n, n), nothing lost) is read as it is. Catches the check made
 // `To <= From`.
 func TestSSEEmptyGapIsNotMalformed(t *testing.T) {
-	evs, err := parseAll(NewParser(strings.NewReader(gapFrame(5, 5) + gapFrame(7, 6))))
+	evs, err := parseAll(NewParser(strings.NewReader(ssetest.GapFrame(5, 5) + ssetest.GapFrame(7, 6))))
 	if len(evs) != 1 || evs[0].Kind != Gap || evs[0].Gap.From != 5 || evs[0].Gap.To != 5 || !errors.Is(err, ErrMalformed) {
 		t.Fatalf("%+v then %v; want the empty gap, then the backwards one refused", evs, err)
 	}

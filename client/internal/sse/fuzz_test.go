@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/microvms/microvms/client/internal/b64"
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 )
 
@@ -25,8 +26,8 @@ func fastBase64(b []byte) bool {
 // same offset, stream and base64 from it (a differential check of scanOutput).
 func FuzzSSEParser(f *testing.F) {
 	seeds := []string{
-		outputFrame(0, protocol.StreamStdout, []byte("hello")),
-		outputFrame(5, protocol.StreamStderr, []byte{0, 1, 2, 255}) + gapFrame(9, 100) + exitFrame(1, 100),
+		ssetest.OutputFrame(0, protocol.StreamStdout, []byte("hello")),
+		ssetest.OutputFrame(5, protocol.StreamStderr, []byte{0, 1, 2, 255}) + ssetest.GapFrame(9, 100) + ssetest.ExitFrame(1, 100),
 		": keepalive\n\n" + "event: exit\ndata: {\"exit_code\":null,\"signal\":9,\"truncated\":false,\"writers_may_be_alive\":true,\"offset\":0}\n\n",
 		"event: output\r\ndata: {\"offset\":1,\"stream\":\"stdout\",\"output\":\"aGk=\"}\r\n\r\n",
 		"event: output\ndata: {\"output\":\"aGk=\", \"stream\" : \"stderr\",\"offset\":18446744073709551615}\n\n",
@@ -73,10 +74,10 @@ func FuzzSSEParser(f *testing.F) {
 				break
 			}
 			if ev.Kind == Output {
-				if ev.Stream != protocol.StreamStdout && ev.Stream != protocol.StreamStderr {
-					t.Fatalf("stream %q delivered", ev.Stream)
+				if ev.Out.Stream != protocol.StreamStdout && ev.Out.Stream != protocol.StreamStderr {
+					t.Fatalf("stream %q delivered", ev.Out.Stream)
 				}
-				_ = strings.Clone(base64.StdEncoding.EncodeToString(ev.Data))
+				_ = strings.Clone(base64.StdEncoding.EncodeToString(ev.Out.Data))
 			}
 		}
 	})

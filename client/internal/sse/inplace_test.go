@@ -10,6 +10,7 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 )
 
@@ -22,7 +23,7 @@ func parseAll(p *Parser) ([]Event, error) {
 		if err := p.Next(&ev); err != nil {
 			return evs, err
 		}
-		ev.Data = bytes.Clone(ev.Data)
+		ev.Out.Data = bytes.Clone(ev.Out.Data)
 		evs = append(evs, ev)
 	}
 }
@@ -39,7 +40,7 @@ func TestSSEParserSplitReads(t *testing.T) {
 		if i%2 == 1 {
 			stream = protocol.StreamStderr
 		}
-		frame := outputFrame(off, stream, chunk)
+		frame := ssetest.OutputFrame(off, stream, chunk)
 		switch i % 4 {
 		case 1:
 			frame = strings.ReplaceAll(frame, "\n", "\r\n")
@@ -51,12 +52,12 @@ func TestSSEParserSplitReads(t *testing.T) {
 		b.WriteString(frame)
 		off += uint64(size)
 		if i == 4 {
-			b.WriteString(gapFrame(off, off+7))
+			b.WriteString(ssetest.GapFrame(off, off+7))
 			off += 7
 		}
 	}
 	b.WriteString("event: gap\ndata: {\"from\":1,\ndata: \"to\":2}\nid: 9\n\n")
-	b.WriteString(exitFrame(3, off))
+	b.WriteString(ssetest.ExitFrame(3, off))
 	body := b.String()
 
 	want, werr := parseAll(NewParser(strings.NewReader(body)))
@@ -114,8 +115,8 @@ func TestSSEParserReadsFramesWithIDsInPlace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev.Kind == Output && (len(ev.Data) != 1000 || ev.Offset != uint64(n*1000)) {
-				t.Fatalf("event %d: offset %d, %d bytes", n, ev.Offset, len(ev.Data))
+			if ev.Kind == Output && (len(ev.Out.Data) != 1000 || ev.Out.Offset != uint64(n*1000)) {
+				t.Fatalf("event %d: offset %d, %d bytes", n, ev.Out.Offset, len(ev.Out.Data))
 			}
 		}
 	}

@@ -13,38 +13,45 @@ import (
 	"github.com/microvms/microvms/gen/protocol"
 )
 
-// Kind is the kind of one event.
+// Kind is the kind of one event. Any event name but these three, which
+// agentd sends, is dropped.
 type Kind uint8
 
-// The three event kinds agentd sends; any other event name is dropped.
 const (
-	Output Kind = iota + 1 // a chunk of stdout or stderr
-	Gap                    // bytes the reader will never see
-	Exit                   // the exec finished; always last
+	// Output is a chunk of stdout or stderr.
+	Output Kind = 1 + iota
+	// Gap is a range of bytes the reader will never see.
+	Gap
+	// Exit is the exec's end; it is always last.
+	Exit
 )
 
+// kindNames are the event names on the wire, by kind.
+var kindNames = [...]string{Output: protocol.EventOutput, Gap: protocol.EventGap, Exit: protocol.EventExit}
+
 func (k Kind) String() string {
-	switch k {
-	case Output:
-		return protocol.EventOutput
-	case Gap:
-		return protocol.EventGap
-	case Exit:
-		return protocol.EventExit
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
 	}
 	return "unknown"
 }
 
-// Event is one decoded event. For Output, Data is the decoded chunk and is
-// only valid until the next call to Parser.Next: the parser reuses one
-// buffer so reading does not allocate per chunk.
+// Event is one decoded event; the field its Kind names is set.
 type Event struct {
-	Kind   Kind
-	Stream protocol.StreamKind // Output: stdout or stderr
-	Offset uint64              // Output: offset of Data[0] in the shared byte space
-	Data   []byte              // Output
-	Gap    protocol.GapEvent   // Gap: [From, To) is lost
-	Exit   protocol.ExitEvent  // Exit
+	Kind Kind
+	Out  Chunk              // Output
+	Gap  protocol.GapEvent  // Gap: [From, To) is lost
+	Exit protocol.ExitEvent // Exit
+}
+
+// Chunk is an output event's bytes: Data, decoded, is only valid until the
+// next call to Parser.Next (the parser reuses one buffer, so reading does not
+// allocate per chunk), and Data[0] is at Offset in the exec's shared byte
+// space.
+type Chunk struct {
+	Stream protocol.StreamKind // stdout or stderr
+	Offset uint64
+	Data   []byte
 }
 
 // Parser splits an SSE body into frames and decodes agentd's three event
@@ -221,7 +228,7 @@ func (p *Parser) Next(ev *Event) error {
 		off, stream, enc, ok := scanOutput(data)
 		if ok {
 			if n, err := p.decode(enc, b64.Decode); err == nil {
-				ev.Offset, ev.Stream, ev.Data = off, stream, p.out[:n]
+				ev.Out = Chunk{Stream: stream, Offset: off, Data: p.out[:n]}
 				return nil
 			}
 		}
@@ -238,7 +245,7 @@ func (p *Parser) Next(ev *Event) error {
 		if err != nil {
 			return malformedEvent(kind, fmt.Errorf("output is not base64: %w", err))
 		}
-		ev.Offset, ev.Stream, ev.Data = o.Offset, o.Stream, p.out[:n]
+		ev.Out = Chunk{Stream: o.Stream, Offset: o.Offset, Data: p.out[:n]}
 	case Gap, Exit:
 		return DecodeEnd(kind, data, ev)
 	}
