@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -22,4 +23,17 @@ func ctxErr(cause error, format string, args ...any) *Error {
 		return WireErrorf(taxonomy.WireExecTimeout, format, args...).WithCause(cause)
 	}
 	return Errorf(taxonomy.KindInterrupted, "", "%s", fmt.Sprintf(format, args...)).WithCause(cause)
+}
+
+// sleepCtx waits d, or until ctx ends, whichever is first, and returns
+// ctx.Err() when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -190,23 +191,6 @@ func (f *fakeAgent) stdin(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, protocol.StdinResponse{ExecID: r.PathValue("id"), Written: uint(n), EOF: req.Signal != nil})
 }
 
-// outputFrame is one SSE output event as agentd writes it, its id line (the
-// resume offset just past it) before the data line.
-func outputFrame(offset uint64, stream protocol.StreamKind, data []byte) string {
-	b, _ := json.Marshal(protocol.OutputEvent{Offset: offset, Stream: stream, Output: base64.StdEncoding.EncodeToString(data)})
-	return fmt.Sprintf("event: output\nid: %d\ndata: %s\n\n", offset+uint64(len(data)), b)
-}
-
-func exitFrame(code int32, total uint64) string {
-	b, _ := json.Marshal(protocol.ExitEvent{ExitCode: &code, Offset: total})
-	return fmt.Sprintf("event: exit\nid: %d\ndata: %s\n\n", total, b)
-}
-
-func gapFrame(from, to uint64) string {
-	b, _ := json.Marshal(protocol.GapEvent{From: from, To: to})
-	return fmt.Sprintf("event: gap\nid: %d\ndata: %s\n\n", to, b)
-}
-
 // framesFrom renders every chunk at or after offset, as agentd replays.
 func (f *fakeAgent) framesFrom(offset uint64) (frames []string, total uint64) {
 	f.mu.Lock()
@@ -216,7 +200,7 @@ func (f *fakeAgent) framesFrom(offset uint64) (frames []string, total uint64) {
 		end := pos + uint64(len(c.data))
 		if end > offset {
 			start := max(offset, pos)
-			frames = append(frames, outputFrame(start, c.stream, []byte(c.data)[start-pos:]))
+			frames = append(frames, ssetest.OutputFrame(start, c.stream, []byte(c.data)[start-pos:]))
 		}
 		pos = end
 	}
@@ -247,7 +231,7 @@ func (f *fakeAgent) stream(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	code := f.streamExit
 	f.mu.Unlock()
-	io.WriteString(w, exitFrame(code, total))
+	io.WriteString(w, ssetest.ExitFrame(code, total))
 }
 
 func (f *fakeAgent) readFile(w http.ResponseWriter, r *http.Request) {

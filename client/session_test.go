@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -313,9 +314,9 @@ func TestRunFallsBackToTheRecordAfterAGap(t *testing.T) {
 	f, srv := newFakeAgent(t)
 	f.chunks = []chunk{{protocol.StreamStdout, "abcdef"}}
 	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
-		io.WriteString(w, gapFrame(0, 3))
-		io.WriteString(w, outputFrame(3, protocol.StreamStdout, []byte("def")))
-		io.WriteString(w, exitFrame(0, 6))
+		io.WriteString(w, ssetest.GapFrame(0, 3))
+		io.WriteString(w, ssetest.OutputFrame(3, protocol.StreamStdout, []byte("def")))
+		io.WriteString(w, ssetest.ExitFrame(0, 6))
 		return true
 	}
 	s := direct(t, srv.URL, f.token)

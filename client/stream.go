@@ -6,7 +6,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,10 +13,45 @@ import (
 	"sync"
 	"time"
 
+	"github.com/microvms/microvms/client/internal/sse"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/frames"
 )
+
+// EventKind is the kind of one SSE event from an exec stream.
+type EventKind uint8
+
+// The three event kinds agentd sends; any other event name is dropped.
+const (
+	EventOutput EventKind = iota + 1 // a chunk of stdout or stderr
+	EventGap                         // bytes the reader will never see
+	EventExit                        // the exec finished; always last
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventOutput:
+		return protocol.EventOutput
+	case EventGap:
+		return protocol.EventGap
+	case EventExit:
+		return protocol.EventExit
+	}
+	return "unknown"
+}
+
+// Event is one decoded stream event. For EventOutput, Data is the decoded
+// chunk and is only valid until the next call to Stream.Next: the stream
+// reuses one buffer so reading does not allocate per chunk.
+type Event struct {
+	Kind   EventKind
+	Stream protocol.StreamKind // EventOutput: stdout or stderr
+	Offset uint64              // EventOutput: offset of Data[0] in the shared byte space
+	Data   []byte              // EventOutput
+	Gap    protocol.GapEvent   // EventGap: [From, To) is lost
+	Exit   protocol.ExitEvent  // EventExit
+}
 
 // Stream follows one exec's output over SSE. It reconnects at its byte
 // cursor when the body ends without an exit event or goes silent for longer
@@ -27,7 +61,8 @@ type Stream struct {
 	e        *Exec
 	ctx      context.Context
 	cursor   uint64
-	p        *sseParser
+	p        *sse.Parser
+	sev      sse.Event // the event as the parser decoded it
 	body     io.ReadCloser
 	cancel   context.CancelCauseFunc
 	attempts int   // consecutive reattaches without progress
@@ -182,7 +217,11 @@ func (st *Stream) Released() bool { return st.released }
 // read reads the open body's next event into st.ev, from SSE or frames.
 func (st *Stream) read() error {
 	if !st.binary {
-		return st.p.next(&st.ev)
+		if err := st.p.Next(&st.sev); err != nil {
+			return malformed(err)
+		}
+		st.ev = eventOf(&st.sev)
+		return nil
 	}
 	for {
 		f, err := st.fr.Next()
@@ -201,22 +240,54 @@ func (st *Stream) read() error {
 			if f.Type == protocol.FrameStderr {
 				st.ev.Stream = protocol.StreamStderr
 			}
-		case protocol.FrameGap:
-			st.ev.Kind = EventGap
-			if err := json.Unmarshal(f.Payload, &st.ev.Gap); err != nil {
-				return malformedEvent(EventGap, err)
+		case protocol.FrameGap, protocol.FrameExit:
+			kind := sse.Gap
+			if f.Type == protocol.FrameExit {
+				kind = sse.Exit
 			}
-			if st.ev.Gap.To < st.ev.Gap.From {
-				return malformedEvent(EventGap, fmt.Errorf("gap [%d, %d) ends before it starts", st.ev.Gap.From, st.ev.Gap.To))
+			if err := sse.DecodeEnd(kind, f.Payload, &st.sev); err != nil {
+				return malformed(err)
 			}
-		case protocol.FrameExit:
-			st.ev.Kind = EventExit
-			if err := json.Unmarshal(f.Payload, &st.ev.Exit); err != nil {
-				return malformedEvent(EventExit, err)
-			}
+			st.ev = eventOf(&st.sev)
 		}
 		return nil
 	}
+}
+
+// eventOf is the Stream's Event for an event the sse package decoded.
+func eventOf(ev *sse.Event) Event {
+	return Event{Kind: kindOf(ev.Kind), Stream: ev.Out.Stream, Offset: ev.Out.Offset, Data: ev.Out.Data, Gap: ev.Gap, Exit: ev.Exit}
+}
+
+func kindOf(k sse.Kind) EventKind {
+	switch k {
+	case sse.Output:
+		return EventOutput
+	case sse.Gap:
+		return EventGap
+	case sse.Exit:
+		return EventExit
+	}
+	return 0
+}
+
+// errMalformed marks a frame agentd should never send; the stream fails
+// rather than reconnecting into the same bytes.
+var errMalformed = errors.New("malformed SSE event")
+
+// malformed is err as the stream reports it: a payload that does not decode
+// (an *sse.MalformedError) is a Protocol *Error naming the event's kind;
+// anything else, the body ending or breaking, is err itself.
+func malformed(err error) error {
+	var me *sse.MalformedError
+	if errors.As(err, &me) {
+		return malformedEvent(kindOf(me.Kind), me.Err)
+	}
+	return err
+}
+
+func malformedEvent(kind EventKind, err error) error {
+	return Errorf(taxonomy.KindProtocol, "", "execStream: a %s event is malformed: %w", kind, errors.Join(errMalformed, err))
 }
 
 // Connect opens the stream's connection now rather than at the first Next,
@@ -315,17 +386,6 @@ func reattachBackoff(attempt int) time.Duration {
 	return d
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // attach opens one connection at the cursor. The idle timer starts before
 // the request is sent, so a server that never answers counts too.
 func (st *Stream) attach() error {
@@ -376,13 +436,13 @@ func (st *Stream) attach() error {
 	st.binary = resp.Header.Get("Content-Type") == protocol.FramesMediaType
 	switch {
 	case st.binary && st.fr == nil:
-		st.fr = frames.NewReader(body, sseBufferSize)
+		st.fr = frames.NewReader(body, sse.BufferSize)
 	case st.binary:
 		st.fr.Reset(body)
 	case st.p == nil:
-		st.p = newSSEParser(body)
+		st.p = sse.NewParser(body)
 	default:
-		st.p.reset(body)
+		st.p.Reset(body)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -103,13 +104,13 @@ func TestStreamSurfacesGapAndFollowsIt(t *testing.T) {
 	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
 		switch n {
 		case 0:
-			io.WriteString(w, outputFrame(0, protocol.StreamStdout, []byte("ab")))
-			io.WriteString(w, gapFrame(2, 100))
-			io.WriteString(w, outputFrame(100, protocol.StreamStdout, []byte("cd")))
+			io.WriteString(w, ssetest.OutputFrame(0, protocol.StreamStdout, []byte("ab")))
+			io.WriteString(w, ssetest.GapFrame(2, 100))
+			io.WriteString(w, ssetest.OutputFrame(100, protocol.StreamStdout, []byte("cd")))
 			return true // cut after the gap
 		default:
-			io.WriteString(w, outputFrame(offset, protocol.StreamStdout, []byte("ef")))
-			io.WriteString(w, exitFrame(0, offset+2))
+			io.WriteString(w, ssetest.OutputFrame(offset, protocol.StreamStdout, []byte("ef")))
+			io.WriteString(w, ssetest.ExitFrame(0, offset+2))
 			return true
 		}
 	}
@@ -136,10 +137,10 @@ func TestStreamSurfacesGapAndFollowsIt(t *testing.T) {
 func TestStreamHolesAndOverlaps(t *testing.T) {
 	f, srv := newFakeAgent(t)
 	f.attach = func(n int, w http.ResponseWriter, r *http.Request, offset uint64) bool {
-		io.WriteString(w, outputFrame(0, protocol.StreamStdout, []byte("abc")))
-		io.WriteString(w, outputFrame(1, protocol.StreamStdout, []byte("bcde"))) // overlap
-		io.WriteString(w, outputFrame(9, protocol.StreamStdout, []byte("z")))    // hole 5..9
-		io.WriteString(w, exitFrame(0, 10))
+		io.WriteString(w, ssetest.OutputFrame(0, protocol.StreamStdout, []byte("abc")))
+		io.WriteString(w, ssetest.OutputFrame(1, protocol.StreamStdout, []byte("bcde"))) // overlap
+		io.WriteString(w, ssetest.OutputFrame(9, protocol.StreamStdout, []byte("z")))    // hole 5..9
+		io.WriteString(w, ssetest.ExitFrame(0, 10))
 		return true
 	}
 	s := direct(t, srv.URL, f.token)
@@ -190,8 +191,8 @@ func TestStreamKeepalivesKeepConnectionAlive(t *testing.T) {
 			flush(w)
 			time.Sleep(10 * time.Millisecond)
 		}
-		io.WriteString(w, outputFrame(0, protocol.StreamStdout, []byte("ok")))
-		io.WriteString(w, exitFrame(0, 2))
+		io.WriteString(w, ssetest.OutputFrame(0, protocol.StreamStdout, []byte("ok")))
+		io.WriteString(w, ssetest.ExitFrame(0, 2))
 		return true
 	}
 	s := direct(t, srv.URL, f.token, WithIdleTimeout(time.Second))
@@ -267,9 +268,9 @@ func TestStreamDropsUnknownEvents(t *testing.T) {
 		io.WriteString(w, "event: progress\ndata: {\"pct\":50}\n\n")
 		io.WriteString(w, "data: nameless\n\n")
 		io.WriteString(w, "id: 7\nretry: 10\n\n")
-		io.WriteString(w, outputFrame(0, protocol.StreamStdout, []byte("x")))
+		io.WriteString(w, ssetest.OutputFrame(0, protocol.StreamStdout, []byte("x")))
 		io.WriteString(w, "event: output-v2\ndata: {}\n\n")
-		io.WriteString(w, exitFrame(3, 1))
+		io.WriteString(w, ssetest.ExitFrame(3, 1))
 		return true
 	}
 	s := direct(t, srv.URL, f.token)

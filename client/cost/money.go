@@ -2,7 +2,6 @@ package cost
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -101,31 +100,3 @@ func (a Amount) String() string {
 // FormatUSD renders an estimate at six decimal places with a leading "~$",
 // because every figure here is an estimate, never a bill.
 func FormatUSD(d decimal.Decimal) string { return "~$" + d.StringFixed(6) }
-
-// Total sums a report: the priced lines exactly, and the unpriced ones by
-// name. With any unpriced line it is a lower bound.
-type Total struct {
-	floor    decimal.Decimal
-	unpriced []Line
-}
-
-// Floor is the sum of the priced lines. When IsLowerBound, the true total is
-// at least this and the unpriced lines say what is missing.
-func (t Total) Floor() decimal.Decimal { return t.floor }
-
-// IsLowerBound reports whether some line had no price.
-func (t Total) IsLowerBound() bool { return len(t.unpriced) > 0 }
-
-// UnpricedLines are the lines the floor leaves out.
-func (t Total) UnpricedLines() []Line { return t.unpriced }
-
-func (t Total) String() string {
-	if !t.IsLowerBound() {
-		return FormatUSD(t.floor)
-	}
-	names := make([]string, len(t.unpriced))
-	for i, l := range t.unpriced {
-		names[i] = string(l.Phase) + ": " + l.Amount.UnpricedReason()
-	}
-	return "at least " + FormatUSD(t.floor) + ", plus unpriced " + strings.Join(names, "; ")
-}

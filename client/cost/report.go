@@ -71,6 +71,34 @@ type Report struct {
 	Staleness string // non-empty when Rates was older than StaleAfter
 }
 
+// Total sums a report: the priced lines exactly, and the unpriced ones by
+// name. With any unpriced line it is a lower bound.
+type Total struct {
+	floor    decimal.Decimal
+	unpriced []Line
+}
+
+// Floor is the sum of the priced lines. When IsLowerBound, the true total is
+// at least this and the unpriced lines say what is missing.
+func (t Total) Floor() decimal.Decimal { return t.floor }
+
+// IsLowerBound reports whether some line had no price.
+func (t Total) IsLowerBound() bool { return len(t.unpriced) > 0 }
+
+// UnpricedLines are the lines the floor leaves out.
+func (t Total) UnpricedLines() []Line { return t.unpriced }
+
+func (t Total) String() string {
+	if !t.IsLowerBound() {
+		return FormatUSD(t.floor)
+	}
+	names := make([]string, len(t.unpriced))
+	for i, l := range t.unpriced {
+		names[i] = string(l.Phase) + ": " + l.Amount.UnpricedReason()
+	}
+	return "at least " + FormatUSD(t.floor) + ", plus unpriced " + strings.Join(names, "; ")
+}
+
 // Total sums the report; see Total.
 func (r Report) Total() Total {
 	var t Total

@@ -20,25 +20,6 @@ import (
 // is refused rather than held whole; stream it with Session().OpenFile.
 const MaxReadFileBytes = 64 << 20
 
-// runningSession is the session of a RUNNING sandbox, or the refusal that says why
-// there is none (the same one Run gives).
-func (s *Sandbox) runningSession() (*client.Session, error) {
-	s.mu.Lock()
-	st, sess, dead := s.m.lifecycle, s.session, s.m.wasTerminated
-	s.mu.Unlock()
-	if st == Running && sess != nil {
-		return sess, nil
-	}
-	if dead {
-		return nil, client.Errorf(taxonomy.KindInvalidArg, "",
-			"MicroVM %s was terminated (it is %s) and a terminated MicroVM never runs again; launch a new sandbox", s.id, st)
-	}
-	if st == Suspended || st == Suspending {
-		return nil, refuse(taxonomy.FindingSuspendIsFreeze, "MicroVM %s is %s and a suspended VM answers nothing; Resume it first", s.id, st)
-	}
-	return nil, client.Errorf(taxonomy.KindInvalidArg, "", "MicroVM %s is %s; commands and files are served only once Launch or Attach returned a RUNNING sandbox", s.id, st)
-}
-
 // ReadFile returns the whole file at path in the VM. A missing file is an
 // error for which errors.Is(err, fs.ErrNotExist) holds and whose message
 // quotes the path. Files over MaxReadFileBytes are refused.

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
+	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -20,6 +22,48 @@ import (
 // names, an oversized payload, a token over 60 minutes); the conversions from
 // this package's durations to the wire's whole seconds and minutes are
 // refused here, naming their findings.
+
+// Options describe one launch.
+type Options struct {
+	// Image is the image's colon-form ARN; RunMicrovm takes no name.
+	Image string
+	// Version pins an image version; empty takes the latest active one.
+	Version string
+	// ImageName and LogGroup are what teardown may delete. ImageOwned says
+	// this run built the image, so DeleteImage is allowed to remove it.
+	ImageName, LogGroup string
+	ImageOwned          bool
+
+	ExecutionRoleARN string
+	// AgentToken, when set, is the bearer agentd installs instead of one
+	// Launch mints: for a caller that keeps tokens in its own store so
+	// another process can Attach later. Empty (the usual case) mints 32
+	// random bytes. Like a minted one it is never logged or persisted here.
+	AgentToken string
+	// Env is the launch environment, delivered once in the runHookPayload.
+	Env         map[string]string
+	Idle        *cplane.IdlePolicy
+	MaxDuration time.Duration
+	Connectors  cplane.Connectors
+	// Port is agentd's port (default 9000); the proxy token is scoped to it.
+	Port int
+
+	Wait cplane.WaitOptions
+	// SessionOptions are passed to client.Proxied (an HTTP client, retries).
+	SessionOptions []client.Option
+	// Now is the clock the suspended window is measured on (default time.Now).
+	Now func() time.Time
+	// Ledger, if set, records the launch before it is sent.
+	Ledger *ledger.Record
+	// Logs deletes the build log group at teardown; nil names it as leaked.
+	Logs LogGroupDeleter
+}
+
+// LogGroupDeleter deletes a CloudWatch Logs group; *cloudwatchlogs.Client is
+// one.
+type LogGroupDeleter interface {
+	DeleteLogGroup(ctx context.Context, in *cloudwatchlogs.DeleteLogGroupInput, optFns ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.DeleteLogGroupOutput, error)
+}
 
 // runInput is the RunMicrovm request of one launch, region naming the
 // connector ARNs.

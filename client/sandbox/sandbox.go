@@ -16,42 +16,6 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// Options describe one launch.
-type Options struct {
-	// Image is the image's colon-form ARN; RunMicrovm takes no name.
-	Image string
-	// Version pins an image version; empty takes the latest active one.
-	Version string
-	// ImageName and LogGroup are what teardown may delete. ImageOwned says
-	// this run built the image, so DeleteImage is allowed to remove it.
-	ImageName, LogGroup string
-	ImageOwned          bool
-
-	ExecutionRoleARN string
-	// AgentToken, when set, is the bearer agentd installs instead of one
-	// Launch mints: for a caller that keeps tokens in its own store so
-	// another process can Attach later. Empty (the usual case) mints 32
-	// random bytes. Like a minted one it is never logged or persisted here.
-	AgentToken string
-	// Env is the launch environment, delivered once in the runHookPayload.
-	Env         map[string]string
-	Idle        *cplane.IdlePolicy
-	MaxDuration time.Duration
-	Connectors  cplane.Connectors
-	// Port is agentd's port (default 9000); the proxy token is scoped to it.
-	Port int
-
-	Wait cplane.WaitOptions
-	// SessionOptions are passed to client.Proxied (an HTTP client, retries).
-	SessionOptions []client.Option
-	// Now is the clock the suspended window is measured on (default time.Now).
-	Now func() time.Time
-	// Ledger, if set, records the launch before it is sent.
-	Ledger *ledger.Record
-	// Logs deletes the build log group at teardown; nil names it as leaked.
-	Logs LogGroupDeleter
-}
-
 // Sandbox is one launched MicroVM. Its methods are safe for concurrent use;
 // lifecycle operations are serialised.
 type Sandbox struct {
@@ -343,18 +307,6 @@ func (s *Sandbox) billable(ctx context.Context, op string, call func() error) er
 		return lerr
 	}
 	return cerr
-}
-
-// Run runs command in the VM through its session and returns its record;
-// a non-zero exit is not an error here (Result.Err classifies it, and
-// Result.ExitStatus is the plain int). Only a RUNNING VM is asked: a
-// suspended one would not answer, and a terminated one never will.
-func (s *Sandbox) Run(ctx context.Context, command []string, o client.RunOptions) (client.Result, error) {
-	sess, err := s.runningSession()
-	if err != nil {
-		return client.Result{}, err
-	}
-	return sess.Run(ctx, command, o)
 }
 
 // String names the sandbox by its MicroVM id and never shows the agent

@@ -15,12 +15,6 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// LogGroupDeleter deletes a CloudWatch Logs group; *cloudwatchlogs.Client is
-// one.
-type LogGroupDeleter interface {
-	DeleteLogGroup(ctx context.Context, in *cloudwatchlogs.DeleteLogGroupInput, optFns ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.DeleteLogGroupOutput, error)
-}
-
 // ImageDeletion is whether teardown deleted the image: not asked, not this
 // run's to delete, deleted, or failed. Distinct values, because "not
 // deleted" must not read as "failed" when nobody asked, as "not asked" when

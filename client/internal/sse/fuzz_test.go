@@ -1,4 +1,4 @@
-package client
+package sse
 
 import (
 	"bytes"
@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/microvms/microvms/client/internal/b64"
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 )
 
 // fastBase64 is the fast path's test of the output scanOutput found: it is
 // taken only when b64Decode accepts it (valid base64, no CR or LF).
 func fastBase64(b []byte) bool {
-	_, err := b64Decode(make([]byte, base64.StdEncoding.DecodedLen(len(b))), b)
+	_, err := b64.Decode(make([]byte, base64.StdEncoding.DecodedLen(len(b))), b)
 	return err == nil
 }
 
@@ -24,8 +26,8 @@ func fastBase64(b []byte) bool {
 // same offset, stream and base64 from it (a differential check of scanOutput).
 func FuzzSSEParser(f *testing.F) {
 	seeds := []string{
-		outputFrame(0, protocol.StreamStdout, []byte("hello")),
-		outputFrame(5, protocol.StreamStderr, []byte{0, 1, 2, 255}) + gapFrame(9, 100) + exitFrame(1, 100),
+		ssetest.OutputFrame(0, protocol.StreamStdout, []byte("hello")),
+		ssetest.OutputFrame(5, protocol.StreamStderr, []byte{0, 1, 2, 255}) + ssetest.GapFrame(9, 100) + ssetest.ExitFrame(1, 100),
 		": keepalive\n\n" + "event: exit\ndata: {\"exit_code\":null,\"signal\":9,\"truncated\":false,\"writers_may_be_alive\":true,\"offset\":0}\n\n",
 		"event: output\r\ndata: {\"offset\":1,\"stream\":\"stdout\",\"output\":\"aGk=\"}\r\n\r\n",
 		"event: output\ndata: {\"output\":\"aGk=\", \"stream\" : \"stderr\",\"offset\":18446744073709551615}\n\n",
@@ -42,7 +44,7 @@ func FuzzSSEParser(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		p := newSSEParser(bytes.NewReader(in))
+		p := NewParser(bytes.NewReader(in))
 		var ev Event
 		for range 10000 {
 			kind, data, err := p.nextFrame()
@@ -52,7 +54,7 @@ func FuzzSSEParser(f *testing.F) {
 				}
 				break
 			}
-			if kind == EventOutput {
+			if kind == Output {
 				if off, stream, b64, ok := scanOutput(data); ok && fastBase64(b64) {
 					var o protocol.OutputEvent
 					if err := json.Unmarshal(data, &o); err != nil {
@@ -66,16 +68,16 @@ func FuzzSSEParser(f *testing.F) {
 		}
 		// The full decoder over the same bytes: no panic, and decoded output
 		// is exactly base64 of what the payload said.
-		p = newSSEParser(bytes.NewReader(in))
+		p = NewParser(bytes.NewReader(in))
 		for range 10000 {
-			if err := p.next(&ev); err != nil {
+			if err := p.Next(&ev); err != nil {
 				break
 			}
-			if ev.Kind == EventOutput {
-				if ev.Stream != protocol.StreamStdout && ev.Stream != protocol.StreamStderr {
-					t.Fatalf("stream %q delivered", ev.Stream)
+			if ev.Kind == Output {
+				if ev.Out.Stream != protocol.StreamStdout && ev.Out.Stream != protocol.StreamStderr {
+					t.Fatalf("stream %q delivered", ev.Out.Stream)
 				}
-				_ = strings.Clone(base64.StdEncoding.EncodeToString(ev.Data))
+				_ = strings.Clone(base64.StdEncoding.EncodeToString(ev.Out.Data))
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package client
+package sse
 
 import (
 	"bufio"
@@ -10,19 +10,20 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 )
 
 // parseAll decodes every event of body through p, copying each output's
 // data (it is only valid until the next event), and the final error.
-func parseAll(p *sseParser) ([]Event, error) {
+func parseAll(p *Parser) ([]Event, error) {
 	var evs []Event
 	var ev Event
 	for {
-		if err := p.next(&ev); err != nil {
+		if err := p.Next(&ev); err != nil {
 			return evs, err
 		}
-		ev.Data = bytes.Clone(ev.Data)
+		ev.Out.Data = bytes.Clone(ev.Out.Data)
 		evs = append(evs, ev)
 	}
 }
@@ -39,7 +40,7 @@ func TestSSEParserSplitReads(t *testing.T) {
 		if i%2 == 1 {
 			stream = protocol.StreamStderr
 		}
-		frame := outputFrame(off, stream, chunk)
+		frame := ssetest.OutputFrame(off, stream, chunk)
 		switch i % 4 {
 		case 1:
 			frame = strings.ReplaceAll(frame, "\n", "\r\n")
@@ -51,15 +52,15 @@ func TestSSEParserSplitReads(t *testing.T) {
 		b.WriteString(frame)
 		off += uint64(size)
 		if i == 4 {
-			b.WriteString(gapFrame(off, off+7))
+			b.WriteString(ssetest.GapFrame(off, off+7))
 			off += 7
 		}
 	}
 	b.WriteString("event: gap\ndata: {\"from\":1,\ndata: \"to\":2}\nid: 9\n\n")
-	b.WriteString(exitFrame(3, off))
+	b.WriteString(ssetest.ExitFrame(3, off))
 	body := b.String()
 
-	want, werr := parseAll(newSSEParser(strings.NewReader(body)))
+	want, werr := parseAll(NewParser(strings.NewReader(body)))
 	if werr != io.EOF || len(want) != 14 {
 		t.Fatalf("reference parse: %d events, %v", len(want), werr)
 	}
@@ -69,8 +70,8 @@ func TestSSEParserSplitReads(t *testing.T) {
 		"data-err": func() io.Reader { return iotest.DataErrReader(strings.NewReader(body)) },
 	}
 	for name, r := range readers {
-		for _, size := range []int{16, 31, 64, 100, 1 << 10, sseBufferSize} {
-			p := &sseParser{r: bufio.NewReaderSize(r(), size)}
+		for _, size := range []int{16, 31, 64, 100, 1 << 10, BufferSize} {
+			p := &Parser{r: bufio.NewReaderSize(r(), size)}
 			got, err := parseAll(p)
 			if err != werr || !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s reads, %d-byte buffer: %d events, %v; want %d, %v", name, size, len(got), err, len(want), werr)
@@ -80,8 +81,8 @@ func TestSSEParserSplitReads(t *testing.T) {
 	// Cut anywhere, the body parses the same in place as assembled a byte
 	// at a time, up to the same clean or unclean end.
 	for cut := range len(body) {
-		want, werr := parseAll(newSSEParser(strings.NewReader(body[:cut])))
-		got, err := parseAll(&sseParser{r: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(body[:cut])), 16)})
+		want, werr := parseAll(NewParser(strings.NewReader(body[:cut])))
+		got, err := parseAll(&Parser{r: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(body[:cut])), 16)})
 		if err != werr || !reflect.DeepEqual(got, want) || (err != io.EOF && err != io.ErrUnexpectedEOF) {
 			t.Fatalf("cut at %d (%q): %d events, %v; in place %d, %v", cut, body[max(0, cut-10):cut], len(got), err, len(want), werr)
 		}
@@ -98,13 +99,13 @@ func TestSSEParserReadsFramesWithIDsInPlace(t *testing.T) {
 		t.Fatal("the test body does not carry agentd's id lines")
 	}
 	r := bytes.NewReader(body)
-	p := newSSEParser(r)
+	p := NewParser(r)
 	var ev Event
 	parse := func() {
 		r.Reset(body)
-		p.reset(r)
+		p.Reset(r)
 		for n := 0; ; n++ {
-			err := p.next(&ev)
+			err := p.Next(&ev)
 			if err == io.EOF {
 				if n != 65 {
 					t.Fatalf("%d events, want 65", n)
@@ -114,8 +115,8 @@ func TestSSEParserReadsFramesWithIDsInPlace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev.Kind == EventOutput && (len(ev.Data) != 1000 || ev.Offset != uint64(n*1000)) {
-				t.Fatalf("event %d: offset %d, %d bytes", n, ev.Offset, len(ev.Data))
+			if ev.Kind == Output && (len(ev.Out.Data) != 1000 || ev.Out.Offset != uint64(n*1000)) {
+				t.Fatalf("event %d: offset %d, %d bytes", n, ev.Out.Offset, len(ev.Out.Data))
 			}
 		}
 	}

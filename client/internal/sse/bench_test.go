@@ -1,10 +1,11 @@
-package client
+package sse
 
 import (
 	"bytes"
 	"io"
 	"testing"
 
+	"github.com/microvms/microvms/client/internal/ssetest"
 	"github.com/microvms/microvms/gen/protocol"
 )
 
@@ -18,10 +19,10 @@ func sseBody(n, size int) []byte {
 		if i%16 == 0 {
 			b.WriteString(":\n\n")
 		}
-		b.WriteString(outputFrame(off, protocol.StreamStdout, chunk))
+		b.WriteString(ssetest.OutputFrame(off, protocol.StreamStdout, chunk))
 		off += uint64(size)
 	}
-	b.WriteString(exitFrame(0, off))
+	b.WriteString(ssetest.ExitFrame(0, off))
 	return b.Bytes()
 }
 
@@ -29,23 +30,23 @@ func benchmarkParser(b *testing.B, size int) {
 	const n = 256
 	body := sseBody(n, size)
 	r := bytes.NewReader(body)
-	p := newSSEParser(r)
+	p := NewParser(r)
 	var ev Event
 	b.SetBytes(int64(n * size)) // decoded bytes per op, the figure a reader cares about
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		r.Reset(body)
-		p.reset(r)
+		p.Reset(r)
 		got := 0
 		for {
-			if err := p.next(&ev); err != nil {
+			if err := p.Next(&ev); err != nil {
 				if err != io.EOF {
 					b.Fatal(err)
 				}
 				break
 			}
-			got += len(ev.Data)
+			got += len(ev.Out.Data)
 		}
 		if got != n*size {
 			b.Fatalf("decoded %d bytes", got)

@@ -1,4 +1,4 @@
-package client
+package b64
 
 import (
 	"bytes"
@@ -10,27 +10,27 @@ import (
 	"testing"
 )
 
-// checkB64 decodes src with b64Decode and with the standard library and
-// fails unless they agree: on input with CR or LF b64Decode must fail; on
+// checkB64 decodes src with Decode and with the standard library and
+// fails unless they agree: on input with CR or LF Decode must fail; on
 // any other input the count, the bytes written and the error must be the
 // standard decoder's.
 func checkB64(t *testing.T, src []byte) {
 	t.Helper()
 	n := base64.StdEncoding.DecodedLen(len(src))
 	got, want := make([]byte, n), make([]byte, n)
-	gn, gerr := b64Decode(got, src)
+	gn, gerr := Decode(got, src)
 	if bytes.ContainsAny(src, "\r\n") {
 		if gerr == nil {
-			t.Fatalf("b64Decode(%q) accepted CR or LF", src)
+			t.Fatalf("Decode(%q) accepted CR or LF", src)
 		}
 		return
 	}
 	wn, werr := base64.StdEncoding.Decode(want, src)
 	if gn != wn || !errors.Is(gerr, werr) && (gerr == nil || werr == nil || gerr.Error() != werr.Error()) {
-		t.Fatalf("b64Decode(%q) = %d, %v; encoding/base64: %d, %v", src, gn, gerr, wn, werr)
+		t.Fatalf("Decode(%q) = %d, %v; encoding/base64: %d, %v", src, gn, gerr, wn, werr)
 	}
 	if !bytes.Equal(got[:gn], want[:wn]) {
-		t.Fatalf("b64Decode(%q) wrote %x; encoding/base64 wrote %x", src, got[:gn], want[:wn])
+		t.Fatalf("Decode(%q) wrote %x; encoding/base64 wrote %x", src, got[:gn], want[:wn])
 	}
 }
 
@@ -67,14 +67,14 @@ func TestB64DecodeExactDst(t *testing.T) {
 		raw := bytes.Repeat([]byte{0xa5, 0x01, 0xff}, size)[:size]
 		enc := []byte(base64.StdEncoding.EncodeToString(raw))
 		dst := make([]byte, base64.StdEncoding.DecodedLen(len(enc)))
-		n, err := b64Decode(dst, enc)
+		n, err := Decode(dst, enc)
 		if err != nil || !bytes.Equal(dst[:n], raw) {
 			t.Fatalf("size %d: %d, %v", size, n, err)
 		}
 	}
 }
 
-// FuzzB64Decode proves b64Decode equivalent to encoding/base64's
+// FuzzB64Decode proves Decode equivalent to encoding/base64's
 // StdEncoding on arbitrary input: same acceptance (padding rules included),
 // count, bytes and error, except that CR and LF must fail.
 func FuzzB64Decode(f *testing.F) {
@@ -113,7 +113,7 @@ func benchmarkB64(b *testing.B, decode func(dst, src []byte) (int, error)) {
 
 // BenchmarkB64Decode is decoded bytes/s of one agentd-sized event (48 KiB of
 // random bytes); BenchmarkB64Stdlib is the standard library on the same.
-func BenchmarkB64Decode(b *testing.B) { benchmarkB64(b, b64Decode) }
+func BenchmarkB64Decode(b *testing.B) { benchmarkB64(b, Decode) }
 func BenchmarkB64Stdlib(b *testing.B) { benchmarkB64(b, base64.StdEncoding.Decode) }
 
 // The vector decoder stays inside dst: with dst exactly DecodedLen long
@@ -132,7 +132,7 @@ func TestB64DecodeStaysInItsSlices(t *testing.T) {
 		wn, werr := base64.StdEncoding.Decode(want, src)
 
 		buf := bytes.Repeat([]byte{0xaa}, len(want)+32)
-		n, err := b64Decode(buf[:len(want)], src)
+		n, err := Decode(buf[:len(want)], src)
 		if n != wn || fmt.Sprint(err) != fmt.Sprint(werr) || !bytes.Equal(buf[:n], want[:wn]) {
 			t.Fatalf("length %d: %d %v, want %d %v", l, n, err, wn, werr)
 		}
@@ -140,7 +140,7 @@ func TestB64DecodeStaysInItsSlices(t *testing.T) {
 			t.Fatalf("length %d: wrote past dst: %x", l, tail)
 		}
 		roomy := make([]byte, len(want)+16)
-		if n, err := b64Decode(roomy, src); n != wn || fmt.Sprint(err) != fmt.Sprint(werr) || !bytes.Equal(roomy[:n], want[:wn]) {
+		if n, err := Decode(roomy, src); n != wn || fmt.Sprint(err) != fmt.Sprint(werr) || !bytes.Equal(roomy[:n], want[:wn]) {
 			t.Fatalf("length %d with room: %d %v, want %d %v", l, n, err, wn, werr)
 		}
 	}
@@ -152,7 +152,7 @@ func TestB64DecodeStaysInItsSlices(t *testing.T) {
 func TestB64DecodeNamesTheNewlinesOffset(t *testing.T) {
 	src := []byte(strings.Repeat("A", 64) + "\rA\nAA")
 	dst := make([]byte, 64)
-	if _, err := b64Decode(dst, src); err != base64.CorruptInputError(64) {
+	if _, err := Decode(dst, src); err != base64.CorruptInputError(64) {
 		t.Fatalf("%v, want illegal data at input byte 64", err)
 	}
 }

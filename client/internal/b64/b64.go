@@ -1,4 +1,4 @@
-package client
+package b64
 
 import (
 	"bytes"
@@ -10,18 +10,18 @@ import (
 // The stream's hot path is base64: every output byte arrives as 4/3 of a
 // character, and encoding/base64 decodes at about 1 GB/s here, which would
 // make the client, not the daemon, the bound on a stream's throughput.
-// b64Decode decodes with segmentio/asm (AVX2 on amd64, NEON on arm64, the
+// Decode decodes with segmentio/asm (AVX2 on amd64, NEON on arm64, the
 // standard decoder elsewhere) and keeps the standard decoder's exact
 // judgement of what is valid.
 
-// b64Decode decodes standard, padded base64 (base64.StdEncoding) from src
+// Decode decodes standard, padded base64 (base64.StdEncoding) from src
 // into dst, which must hold base64.StdEncoding.DecodedLen(len(src)) bytes,
 // and returns the bytes written. On input without CR or LF it accepts and
 // rejects exactly what base64.StdEncoding.Decode does, padding rules
 // included, with the same count, bytes and error. CR and LF, which the
 // standard decoder skips, fail here at the first of them: in a JSON string
 // they are not base64 but a malformed payload.
-func b64Decode(dst, src []byte) (int, error) {
+func Decode(dst, src []byte) (int, error) {
 	if i := indexCRLF(src); i >= 0 {
 		return 0, base64.CorruptInputError(i)
 	}

@@ -1,4 +1,4 @@
-package client
+package sse
 
 import (
 	"bufio"
@@ -9,56 +9,63 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/microvms/microvms/client/internal/b64"
 	"github.com/microvms/microvms/gen/protocol"
-	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// EventKind is the kind of one SSE event from an exec stream.
-type EventKind uint8
+// Kind is the kind of one event. Any event name but these three, which
+// agentd sends, is dropped.
+type Kind uint8
 
-// The three event kinds agentd sends; any other event name is dropped.
 const (
-	EventOutput EventKind = iota + 1 // a chunk of stdout or stderr
-	EventGap                         // bytes the reader will never see
-	EventExit                        // the exec finished; always last
+	// Output is a chunk of stdout or stderr.
+	Output Kind = 1 + iota
+	// Gap is a range of bytes the reader will never see.
+	Gap
+	// Exit is the exec's end; it is always last.
+	Exit
 )
 
-func (k EventKind) String() string {
-	switch k {
-	case EventOutput:
-		return protocol.EventOutput
-	case EventGap:
-		return protocol.EventGap
-	case EventExit:
-		return protocol.EventExit
+// kindNames are the event names on the wire, by kind.
+var kindNames = [...]string{Output: protocol.EventOutput, Gap: protocol.EventGap, Exit: protocol.EventExit}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
 	}
 	return "unknown"
 }
 
-// Event is one decoded stream event. For EventOutput, Data is the decoded
-// chunk and is only valid until the next call to Stream.Next: the stream
-// reuses one buffer so reading does not allocate per chunk.
+// Event is one decoded event; the field its Kind names is set.
 type Event struct {
-	Kind   EventKind
-	Stream protocol.StreamKind // EventOutput: stdout or stderr
-	Offset uint64              // EventOutput: offset of Data[0] in the shared byte space
-	Data   []byte              // EventOutput
-	Gap    protocol.GapEvent   // EventGap: [From, To) is lost
-	Exit   protocol.ExitEvent  // EventExit
+	Kind Kind
+	Out  Chunk              // Output
+	Gap  protocol.GapEvent  // Gap: [From, To) is lost
+	Exit protocol.ExitEvent // Exit
 }
 
-// sseParser splits an SSE body into frames and decodes agentd's three event
+// Chunk is an output event's bytes: Data, decoded, is only valid until the
+// next call to Parser.Next (the parser reuses one buffer, so reading does not
+// allocate per chunk), and Data[0] is at Offset in the exec's shared byte
+// space.
+type Chunk struct {
+	Stream protocol.StreamKind // stdout or stderr
+	Offset uint64
+	Data   []byte
+}
+
+// Parser splits an SSE body into frames and decodes agentd's three event
 // payloads. Lines are read in place from a bufio.Reader. A frame whose one
 // data line is followed at once by the blank line (every frame agentd sends)
 // is parsed where it lies, in the reader's buffer; any other frame's data is
 // assembled in a reused buffer. Base64 is decoded into another reused
 // buffer, so steady-state parsing does no allocation per byte or per event.
-type sseParser struct {
+type Parser struct {
 	r    *bufio.Reader
 	long []byte // a line longer than the bufio buffer, assembled here
 	data []byte // the current frame's data field, when it is not in place
 	out  []byte // decoded output bytes
-	name EventKind
+	name Kind
 	// sawName is true when the frame named an event at all; a frame with an
 	// unknown name is dropped, while a nameless frame is SSE's default
 	// "message", which agentd does not send and is dropped too.
@@ -67,24 +74,28 @@ type sseParser struct {
 	hasData bool
 }
 
-const sseBufferSize = 256 << 10
+// BufferSize is the size of a Parser's read buffer: a frame's data line up
+// to this long is parsed in place.
+const BufferSize = 256 << 10
 
-func newSSEParser(r io.Reader) *sseParser {
-	return &sseParser{r: bufio.NewReaderSize(r, sseBufferSize)}
+// NewParser reads events from r.
+func NewParser(r io.Reader) *Parser {
+	return &Parser{r: bufio.NewReaderSize(r, BufferSize)}
 }
 
-func (p *sseParser) reset(r io.Reader) {
+// Reset makes p read from r, as a new Parser would, keeping its buffers.
+func (p *Parser) Reset(r io.Reader) {
 	p.r.Reset(r)
 	p.resetFrame()
 }
 
-func (p *sseParser) resetFrame() {
+func (p *Parser) resetFrame() {
 	p.data, p.name, p.sawName, p.unknown, p.hasData = p.data[:0], 0, false, false, false
 }
 
 // readLine returns the next line without its terminator. The slice is valid
 // until the next call.
-func (p *sseParser) readLine() ([]byte, error) {
+func (p *Parser) readLine() ([]byte, error) {
 	line, err := p.r.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
 		p.long = append(p.long[:0], line...)
@@ -121,7 +132,7 @@ var (
 // name and data, and returns its kind and data. Comments (keepalives),
 // unknown events, and id/retry fields are skipped. At the end of the body it
 // returns io.EOF (clean frame boundary) or io.ErrUnexpectedEOF.
-func (p *sseParser) nextFrame() (EventKind, []byte, error) {
+func (p *Parser) nextFrame() (Kind, []byte, error) {
 	for {
 		line, err := p.readLine()
 		if err != nil {
@@ -155,11 +166,11 @@ func (p *sseParser) nextFrame() (EventKind, []byte, error) {
 			p.sawName = true
 			switch {
 			case bytes.Equal(value, nameOutput):
-				p.name, p.unknown = EventOutput, false
+				p.name, p.unknown = Output, false
 			case bytes.Equal(value, nameGap):
-				p.name, p.unknown = EventGap, false
+				p.name, p.unknown = Gap, false
 			case bytes.Equal(value, nameExit):
-				p.name, p.unknown = EventExit, false
+				p.name, p.unknown = Exit, false
 			default:
 				p.unknown = true
 			}
@@ -185,7 +196,7 @@ func (p *sseParser) nextFrame() (EventKind, []byte, error) {
 // in the reader's buffer, so reading it cannot move the line just read.
 // When it is not buffered yet (or another line comes first) it reports
 // false and reads nothing: the caller copies the data and reads on.
-func (p *sseParser) endsFrame() bool {
+func (p *Parser) endsFrame() bool {
 	n := p.r.Buffered()
 	if n == 0 {
 		return false
@@ -202,19 +213,22 @@ func (p *sseParser) endsFrame() bool {
 	return false
 }
 
-// next reads the next known event and decodes its payload.
-func (p *sseParser) next(ev *Event) error {
+// Next reads the next known event into ev and decodes its payload. At the
+// end of the body it returns io.EOF (clean frame boundary) or
+// io.ErrUnexpectedEOF; a payload agentd would never send is a
+// *MalformedError.
+func (p *Parser) Next(ev *Event) error {
 	kind, data, err := p.nextFrame()
 	if err != nil {
 		return err
 	}
 	*ev = Event{Kind: kind}
 	switch kind {
-	case EventOutput:
-		off, stream, b64, ok := scanOutput(data)
+	case Output:
+		off, stream, enc, ok := scanOutput(data)
 		if ok {
-			if n, err := p.decode(b64, b64Decode); err == nil {
-				ev.Offset, ev.Stream, ev.Data = off, stream, p.out[:n]
+			if n, err := p.decode(enc, b64.Decode); err == nil {
+				ev.Out = Chunk{Stream: stream, Offset: off, Data: p.out[:n]}
 				return nil
 			}
 		}
@@ -231,15 +245,27 @@ func (p *sseParser) next(ev *Event) error {
 		if err != nil {
 			return malformedEvent(kind, fmt.Errorf("output is not base64: %w", err))
 		}
-		ev.Offset, ev.Stream, ev.Data = o.Offset, o.Stream, p.out[:n]
-	case EventGap:
+		ev.Out = Chunk{Stream: o.Stream, Offset: o.Offset, Data: p.out[:n]}
+	case Gap, Exit:
+		return DecodeEnd(kind, data, ev)
+	}
+	return nil
+}
+
+// DecodeEnd decodes the JSON payload of a Gap or Exit event into ev, which
+// it sets whole. Binary frames carry these two payloads as JSON too, so the
+// frame reader decodes them here, to the same rules.
+func DecodeEnd(kind Kind, data []byte, ev *Event) error {
+	*ev = Event{Kind: kind}
+	switch kind {
+	case Gap:
 		if err := json.Unmarshal(data, &ev.Gap); err != nil {
 			return malformedEvent(kind, err)
 		}
 		if ev.Gap.To < ev.Gap.From {
 			return malformedEvent(kind, fmt.Errorf("gap [%d, %d) ends before it starts", ev.Gap.From, ev.Gap.To))
 		}
-	case EventExit:
+	case Exit:
 		if err := json.Unmarshal(data, &ev.Exit); err != nil {
 			return malformedEvent(kind, err)
 		}
@@ -247,12 +273,25 @@ func (p *sseParser) next(ev *Event) error {
 	return nil
 }
 
-// errMalformed marks a frame agentd should never send; the stream fails
+// ErrMalformed marks a frame agentd should never send; a stream fails
 // rather than reconnecting into the same bytes.
-var errMalformed = errors.New("malformed SSE event")
+var ErrMalformed = errors.New("malformed SSE event")
 
-func malformedEvent(kind EventKind, err error) error {
-	return Errorf(taxonomy.KindProtocol, "", "execStream: a %s event is malformed: %w", kind, errors.Join(errMalformed, err))
+// MalformedError is a frame of a known kind whose payload does not decode:
+// Err says why. It wraps ErrMalformed and Err.
+type MalformedError struct {
+	Kind Kind
+	Err  error
+}
+
+func (e *MalformedError) Error() string {
+	return fmt.Sprintf("a %s event is malformed: %v", e.Kind, errors.Join(ErrMalformed, e.Err))
+}
+
+func (e *MalformedError) Unwrap() []error { return []error{ErrMalformed, e.Err} }
+
+func malformedEvent(kind Kind, err error) error {
+	return &MalformedError{Kind: kind, Err: err}
 }
 
 // scanOutput is the allocation-free fast path for the one hot payload,
@@ -358,11 +397,11 @@ func scanOutput(b []byte) (offset uint64, stream protocol.StreamKind, b64 []byte
 	}
 }
 
-// decode base64-decodes b64 into the reused output buffer: with b64Decode
+// decode base64-decodes b64 into the reused output buffer: with b64.Decode
 // on the fast path, which fails on CR and LF (in a raw JSON string they are
 // invalid, so encoding/json judges those payloads), and with the standard
 // decoder on the unescaped string of the slow path.
-func (p *sseParser) decode(b64 []byte, decode func(dst, src []byte) (int, error)) (int, error) {
+func (p *Parser) decode(b64 []byte, decode func(dst, src []byte) (int, error)) (int, error) {
 	// Slack past DecodedLen, so a decoder's last vector store always fits.
 	if n := base64.StdEncoding.DecodedLen(len(b64)) + 16; cap(p.out) < n {
 		p.out = make([]byte, n)
