@@ -50,8 +50,8 @@ type Server struct {
 	// schema is /v1/schema's body, built at the first request: with any
 	// limit changed it is the embedded document re-encoded, about 650 KB of
 	// allocation that an idle daemon would otherwise keep resident.
-	schema func() ([]byte, error)
-	metrics        metricsSampler // GET /v1/metrics (metrics_linux.go)
+	schema  func() ([]byte, error)
+	metrics metricsSampler // GET /v1/metrics (metrics_linux.go)
 
 	// inner is the routed application; Handler wraps it in the rules that hold
 	// for every response. A field so a test can route to a handler that panics.
