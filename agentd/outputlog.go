@@ -109,6 +109,18 @@ func (l *outputLog) publish(kind streamKind, p []byte) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.keepHead(kind, p)
+	for len(p) > 0 {
+		n := min(len(p), l.capacity)
+		l.makeRoom(uint64(n))
+		l.write(kind, p[:n])
+		p = p[n:]
+	}
+	l.wakeReaders()
+}
+
+// keepHead appends p to kind's head, up to the head cap. Called with l.mu held.
+func (l *outputLog) keepHead(kind streamKind, p []byte) {
 	h := &l.head[kind]
 	if room := l.headCap - h.n; room > 0 {
 		n := min(room, len(p))
@@ -119,13 +131,6 @@ func (l *outputLog) publish(kind streamKind, p []byte) {
 	} else if l.headCap >= 0 {
 		l.truncated = true
 	}
-	for len(p) > 0 {
-		n := min(len(p), l.capacity)
-		l.makeRoom(uint64(n))
-		l.write(kind, p[:n])
-		p = p[n:]
-	}
-	l.wakeReaders()
 }
 
 // makeRoom waits, within the stall budget, until no reader still needs the n
@@ -208,8 +213,16 @@ func (l *outputLog) makeRoom(n uint64) {
 // write copies one chunk (at most capacity bytes) into the ring. Called with
 // l.mu held and room already made.
 func (l *outputLog) write(kind streamKind, p []byte) {
-	n := uint64(len(p))
-	end := l.total + n
+	l.grow(l.total + uint64(len(p)))
+	i := int(l.total % uint64(l.capacity))
+	k := copy(l.ring[i:], p)
+	copy(l.ring, p[k:])
+	l.advance(kind, uint64(len(p)))
+}
+
+// grow widens a ring that has not reached its capacity to hold offsets up
+// to end. Called with l.mu held.
+func (l *outputLog) grow(end uint64) {
 	if len(l.ring) < l.capacity && end > uint64(len(l.ring)) {
 		// Still growing, so nothing has wrapped and [0, total) is contiguous.
 		size := max(int(min(end, uint64(l.capacity))), 2*len(l.ring), 4096)
@@ -218,9 +231,12 @@ func (l *outputLog) write(kind streamKind, p []byte) {
 		copy(grown, l.ring[:l.total])
 		l.ring = grown
 	}
-	i := int(l.total % uint64(l.capacity))
-	k := copy(l.ring[i:], p)
-	copy(l.ring, p[k:])
+}
+
+// advance records n bytes of kind just placed at the ring's write position
+// (total modulo capacity). Called with l.mu held.
+func (l *outputLog) advance(kind streamKind, n uint64) {
+	end := l.total + n
 	if l.segHead == len(l.segs) || l.segs[len(l.segs)-1].kind != kind {
 		l.segs = append(l.segs, segment{off: l.total, kind: kind})
 	}

@@ -47,8 +47,11 @@ type Server struct {
 	bootRepair     sync.Once
 	bootRepairDone chan struct{}
 	execs          *registry
-	schema         []byte
-	metrics        metricsSampler // GET /v1/metrics (metrics_linux.go)
+	// schema is /v1/schema's body, built at the first request: with any
+	// limit changed it is the embedded document re-encoded, about 650 KB of
+	// allocation that an idle daemon would otherwise keep resident.
+	schema  func() ([]byte, error)
+	metrics metricsSampler // GET /v1/metrics (metrics_linux.go)
 
 	// inner is the routed application; Handler wraps it in the rules that hold
 	// for every response. A field so a test can route to a handler that panics.
@@ -87,15 +90,10 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agentd: open %s for children's stdin: %w", os.DevNull, err)
 	}
-	schema, err := schemaDocument(&cfg)
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
 		cfg:            cfg,
 		log:            log,
 		fs:             NewFS(cfg.LimitSet, log),
-		schema:         schema,
 		terminate:      make(chan struct{}),
 		stopping:       make(chan struct{}),
 		bootRepairDone: make(chan struct{}),
@@ -103,6 +101,7 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		conns:          &connTable{bound: connBound(cfg.MaxConnections)},
 		watchSlots:     make(chan struct{}, max(cfg.MaxWatches, 0)),
 	}
+	s.schema = sync.OnceValues(func() ([]byte, error) { return schemaDocument(&s.cfg) })
 	s.identity = RepairIdentity(cfg.Identity, log)
 	logIdentityDecision(log, cfg.Identity, s.identity)
 	s.execs = newRegistry(&s.cfg, log, devNull)

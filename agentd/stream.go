@@ -56,6 +56,11 @@ func (b *streamBuffers) room(n int) {
 // the connection at 128-256 KiB.
 const frameChunkBytes = streamBufferBytes / 2
 
+// settledBytes is a write that leaves nothing of its own or earlier in
+// net/http's buffers: more than the response's 2 KiB buffer plus the
+// connection's 4 KiB one.
+const settledBytes = 8 << 10
+
 // runHeaderHold is how long the run route holds its headers back at the
 // first wait for output: /bin/true is spawned, exits and is reaped in about
 // 1-2 ms here, and its answer then leaves in one write instead of three (the
@@ -145,16 +150,33 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, e *execEntry, fr
 	defer e.log.detach(sub)
 
 	// write hands everything built so far to the connection as one chunk.
+	// settled is true while everything written is on the wire but the
+	// chunk's closing CRLF: a write of at least settledBytes passes both of
+	// net/http's buffers (and pushes out whatever they held before it).
+	settled := false
 	write := func() bool {
 		if len(buf.out) == 0 {
 			return true
 		}
 		_, err := w.Write(buf.out)
+		settled = len(buf.out) >= settledBytes
 		buf.out = buf.out[:0]
 		return err == nil
 	}
+	// flush pushes out what is buffered before a wait. After a large write
+	// only the 2-byte CRLF is left: a flush would send it alone, one more
+	// syscall, segment and wakeup of the client for no payload (a chunked
+	// reader hands over a chunk's bytes without waiting for its CRLF, which
+	// goes out with the next chunk or the body's end).
 	flush := func() bool {
-		return write() && rc.Flush() == nil
+		if !write() {
+			return false
+		}
+		if settled {
+			return true
+		}
+		settled = true
+		return rc.Flush() == nil
 	}
 	chunk, frameMax := maxEventBytes, eventFrameBytes
 	if asFrames {
