@@ -14,7 +14,7 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// An exec started with tty runs on a pseudo-terminal (issue 21). The child
+// An exec started with tty runs on a pseudo-terminal. The child
 // gets the terminal's slave side as stdin, stdout and stderr, in a session
 // of its own whose controlling terminal it is, so job control, line
 // discipline and SIGWINCH behave as in a shell. The daemon keeps the master

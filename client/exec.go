@@ -42,7 +42,7 @@ type StartOptions struct {
 	// and leaves the child running.
 	DaemonTimeout time.Duration
 	Stdin         bool // give the child a writable stdin pipe
-	// TTY runs the child on a pseudo-terminal of this size (issue 21): its
+	// TTY runs the child on a pseudo-terminal of this size: its
 	// output is all stdout, WriteStdin types into it, Exec.Resize sizes it.
 	TTY *protocol.TTYSize
 }

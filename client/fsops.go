@@ -9,7 +9,7 @@ import (
 	"github.com/microvms/microvms/gen/protocol"
 )
 
-// The filesystem operations (issue 21) are routes of ours, absent from the
+// The filesystem operations are routes of ours, absent from the
 // reference daemon: against one, they answer 404 unmatched, which reads here
 // as a NotFound wire error. A missing path is an error for which
 // errors.Is(err, fs.ErrNotExist) holds.

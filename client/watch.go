@@ -20,7 +20,7 @@ type WatchEvent struct {
 	Gap    *protocol.GapEvent
 }
 
-// Watch is an open GET /v1/fs/watch (issue 21). A watch does not resume: a
+// Watch is an open GET /v1/fs/watch. A watch does not resume: a
 // broken connection ends it, and a new Watch starts from the present.
 type Watch struct {
 	body  io.ReadCloser

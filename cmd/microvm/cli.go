@@ -15,7 +15,7 @@ type CLI struct {
 	Emulator  EmulatorCmd  `cmd:"" help:"Serve the local emulator of the control plane in the foreground until Ctrl-C; each guest is an agentd confined in namespaces of its own (no root needed)."`
 	Kill      KillCmd      `cmd:"" help:"Stop a running exec: SIGTERM to its process group, then SIGKILL; --signal sends one named signal instead."`
 
-	// Issue 21 (guest.go): the daemon's filesystem operations, exec listing and metrics.
+	// guest.go: the daemon's filesystem operations, exec listing and metrics.
 	Stat    StatCmd    `cmd:"" help:"Describe a guest path: type, size, mode, owner, mtime, symlink target."`
 	Dir     DirCmd     `cmd:"" help:"List a guest directory, --depth levels deep, page by page."`
 	Mkdir   MkdirCmd   `cmd:"" help:"Create a guest directory and its parents; one already there is success."`
@@ -25,7 +25,7 @@ type CLI struct {
 	Metrics MetricsCmd `cmd:"" help:"Sample the guest's CPU use, memory, disk and load average."`
 	Watch   WatchCmd   `cmd:"" help:"Follow a guest directory's changes (create, write, remove, rename) for --count changes or --for a while."`
 
-	// Issue 36 (url.go, forward.go): a port inside the MicroVM, from outside.
+	// url.go, forward.go: a port inside the MicroVM, from outside.
 	URL     URLCmd     `cmd:"" name:"url" help:"Print the endpoint URL and the headers that reach one guest port, with a token minted for that port alone."`
 	Forward ForwardCmd `cmd:"" help:"Serve a guest port on a loopback port until Ctrl-C: HTTP and WebSocket, the proxy headers added, the token renewed before it expires."`
 
@@ -47,9 +47,9 @@ type CLI struct {
 	Help       HelpCmd       `cmd:"" manifest:"-" help:"Show help for microvm or for one command: microvm help exec."`
 	Version    VersionCmd    `cmd:"" manifest:"-" help:"Print the version."`
 	Completion CompletionCmd `cmd:"" manifest:"-" help:"Print a shell completion script: eval \"$(microvm completion bash)\", or source it from your shell's startup file."`
-	// Issue 34 (engine.go): the line protocol of api/engine.yaml, which
+	// engine.go: the line protocol of api/engine.yaml, which
 	// the Python and TypeScript packages speak; frames, never an envelope.
 	Engine EngineCmd `cmd:"" manifest:"-" hidden:"" help:"Serve one sandbox over the line protocol of api/engine.yaml on stdin/stdout, for the Python and TypeScript packages; ends, tearing down what it launched, when stdin ends."`
-	// Issue 38 (mcp.go): sandboxes as MCP tools (api/mcp.yaml); speaks MCP, never an envelope.
+	// mcp.go: sandboxes as MCP tools (api/mcp.yaml); speaks MCP, never an envelope.
 	Mcp McpCmd `cmd:"" manifest:"-" help:"Serve sandboxes as Model Context Protocol tools (api/mcp.yaml) over stdio, or streamable HTTP with --http; every sandbox a session created is terminated when it ends."`
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// The guest commands of issue 21: the daemon's filesystem operations
+// The guest commands: the daemon's filesystem operations
 // (stat, dir, mkdir, mv, rm), its exec listing (ps) and its metrics. Each is
 // one call (dir: one call per page) through client.Session.
 

@@ -13,7 +13,7 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// WatchCmd follows a guest directory's changes (issue 21) until --count
+// WatchCmd follows a guest directory's changes until --count
 // changes arrived or --for passed, then reports them in one envelope.
 type WatchCmd struct {
 	AttachFlags

@@ -50,7 +50,7 @@ var rules = []rule{
 	{layer: "client", may: []string{"client", "gen/", "internal/"}},
 	{layer: "emulator", may: []string{"emulator", "client", "gen/", "internal/"}},
 	// A command parses, calls and renders: the platform is the library's
-	// (issue 31), so the control plane's SDK is out of its reach.
+	// (client/platform), so the control plane's SDK is out of its reach.
 	{layer: "cmd/", may: []string{"agentd", "client", "emulator", "gen/", "internal/", "api", "schema", "docs"}, mayNot: []string{"client/lambdamicrovms"}},
 }
 

@@ -334,7 +334,7 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return cliapi.TypeCost, cliapi.CostData{Report: render.CostReport(rep)}, nil
-	case engineapi.OpURL: // issue 36 (url.go)
+	case engineapi.OpURL: // a port from outside, as microvm url answers it
 		var args engineapi.URLArgs
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
