@@ -6,6 +6,13 @@
 // also answers the run hook and /v1/health the way the ruler's bootstrap
 // needs. No auth, no limits, no replay window, no registry, no logging.
 //
+// For the ruler's stream_throughput row (--stream-binary) it also answers
+// start, stdin, stream and ack the least way: start forks the child onto a
+// pipe and files it under its exec id; GET /v1/exec/{id}/stream copies the
+// pipe straight into binary frames on the response, one frame per read, then
+// reaps the child and sends the exit frame; ack forgets the exec. The stream
+// can be read once, from offset 0 only; there is no ring buffer.
+//
 // It exists only to be measured beside agentd through the same ruler (as
 // --agentd-bin), so that the exec rows can say "floor X, agentd Y": what it
 // costs over os/exec is what one HTTP exchange and a pipe cost on this
@@ -26,6 +33,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -55,7 +63,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "floord:", err)
 		os.Exit(1)
 	}
-	f := &floor{null: null.Fd(), output: os.Getenv("FLOORD_OUTPUT") != "0"}
+	f := &floor{null: null.Fd(), output: os.Getenv("FLOORD_OUTPUT") != "0", execs: map[string]*execRec{}}
 	fmt.Fprintln(os.Stderr, "floord listening on", ln.Addr())
 	if err := http.Serve(ln, f.routes()); err != nil {
 		fmt.Fprintln(os.Stderr, "floord:", err)
@@ -69,6 +77,18 @@ type floor struct {
 	// stdout frame (or event) before the exit, as agentd's does; without it
 	// (FLOORD_OUTPUT=0) stdout is /dev/null, os/exec's own default.
 	output bool
+
+	mu    sync.Mutex
+	execs map[string]*execRec // started by POST /v1/exec/start, until ack
+}
+
+// execRec is one started exec: its pid, the read end of its stdout pipe and,
+// when stdin was asked for, the write end of its stdin pipe.
+type execRec struct {
+	pid    int
+	stdout *os.File
+	stdin  *os.File
+	reaped bool // the stream waited for it
 }
 
 func (f *floor) routes() http.Handler {
@@ -81,6 +101,10 @@ func (f *floor) routes() http.Handler {
 		_, _ = io.WriteString(w, `{"status":"ok","bootstrapped":true}`)
 	})
 	m.HandleFunc("POST /v1/exec/run", f.run)
+	m.HandleFunc("POST /v1/exec/start", f.start)
+	m.HandleFunc("POST /v1/exec/{id}/stdin", f.stdin)
+	m.HandleFunc("GET /v1/exec/{id}/stream", f.stream)
+	m.HandleFunc("POST /v1/exec/{id}/ack", f.ack)
 	return m
 }
 
@@ -122,32 +146,64 @@ func (f *floor) run(w http.ResponseWriter, r *http.Request) {
 // exec forks and execs argv in its own process group, with stdin on
 // /dev/null, reads its stdout to EOF when output is on, and reaps it.
 func (f *floor) exec(argv []string) ([]byte, int, error) {
-	stdout := f.null
-	var rd, wr *os.File
-	if f.output {
-		var err error
-		if rd, wr, err = os.Pipe(); err != nil {
-			return nil, 0, err
-		}
-		defer rd.Close()
-		stdout = wr.Fd()
-	}
-	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
-		Files: []uintptr{f.null, stdout, f.null},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
-	if wr != nil {
-		// The write end's last copy is the child's from here on.
-		_ = wr.Close()
-	}
+	pid, rd, _, err := f.spawn(argv, f.output, false)
 	if err != nil {
 		return nil, 0, err
 	}
 	var out []byte
 	if rd != nil {
 		out, _ = io.ReadAll(rd)
+		_ = rd.Close()
 	}
+	return out, reap(pid), nil
+}
+
+// spawn forks and execs argv in its own process group. With pipeOut its
+// stdout is a pipe whose read end it returns, else /dev/null; with pipeIn
+// likewise its stdin, returning the write end. Stderr is /dev/null.
+func (f *floor) spawn(argv []string, pipeOut, pipeIn bool) (pid int, out, in *os.File, err error) {
+	files := []uintptr{f.null, f.null, f.null}
+	var childEnds []*os.File
+	defer func() {
+		// The child's ends' last copies are the child's from here on.
+		for _, c := range childEnds {
+			_ = c.Close()
+		}
+		if err != nil {
+			for _, p := range []*os.File{out, in} {
+				if p != nil {
+					_ = p.Close()
+				}
+			}
+			out, in = nil, nil
+		}
+	}()
+	if pipeIn {
+		var rd *os.File
+		if rd, in, err = os.Pipe(); err != nil {
+			return 0, nil, nil, err
+		}
+		childEnds = append(childEnds, rd)
+		files[0] = rd.Fd()
+	}
+	if pipeOut {
+		var wr *os.File
+		if out, wr, err = os.Pipe(); err != nil {
+			return 0, nil, nil, err
+		}
+		childEnds = append(childEnds, wr)
+		files[1] = wr.Fd()
+	}
+	pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	return pid, out, in, err
+}
+
+// reap waits for pid and returns its exit status.
+func reap(pid int) int {
 	var ws syscall.WaitStatus
 	for {
 		_, err := syscall.Wait4(pid, &ws, 0, nil)
@@ -155,7 +211,170 @@ func (f *floor) exec(argv []string) ([]byte, int, error) {
 			break
 		}
 	}
-	return out, ws.ExitStatus(), nil
+	return ws.ExitStatus()
+}
+
+// start forks the child onto a stdout pipe (and a stdin pipe when asked)
+// and files it under its exec id. Env and cwd are ignored, as run does.
+func (f *floor) start(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ExecID  string   `json:"exec_id"`
+		Command []string `json:"command"`
+		Stdin   bool     `json:"stdin"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Command) == 0 || req.ExecID == "" {
+		http.Error(w, "bad start request", http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	_, dup := f.execs[req.ExecID]
+	f.mu.Unlock()
+	if dup {
+		http.Error(w, "exec id in use", http.StatusConflict)
+		return
+	}
+	pid, out, in, err := f.spawn(req.Command, true, req.Stdin)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.execs[req.ExecID] = &execRec{pid: pid, stdout: out, stdin: in}
+	f.mu.Unlock()
+	reply, _ := json.Marshal(map[string]string{"exec_id": req.ExecID, "phase": "running"})
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(reply)
+}
+
+func (f *floor) lookup(w http.ResponseWriter, r *http.Request) *execRec {
+	f.mu.Lock()
+	e := f.execs[r.PathValue("id")]
+	f.mu.Unlock()
+	if e == nil {
+		http.Error(w, "no such exec", http.StatusNotFound)
+	}
+	return e
+}
+
+// stdin writes data_b64 to the child's stdin and closes it on signal "eof".
+func (f *floor) stdin(w http.ResponseWriter, r *http.Request) {
+	e := f.lookup(w, r)
+	if e == nil {
+		return
+	}
+	var req struct {
+		Data   []byte `json:"data_b64"` // encoding/json decodes base64 into []byte
+		Signal string `json:"signal"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, "bad stdin request", http.StatusBadRequest)
+		return
+	}
+	if e.stdin == nil {
+		http.Error(w, "exec has no stdin", http.StatusConflict)
+		return
+	}
+	if _, err := e.stdin.Write(req.Data); err != nil {
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	if req.Signal == "eof" {
+		_ = e.stdin.Close()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, "{}")
+}
+
+// streamRead is the size of one read of the child's pipe, and so the most
+// one stdout frame carries.
+const streamRead = 256 << 10
+
+// stream copies the child's stdout pipe into binary frames on the response,
+// one frame per read, then reaps the child and sends the exit frame. Once,
+// from offset 0, frames only.
+func (f *floor) stream(w http.ResponseWriter, r *http.Request) {
+	e := f.lookup(w, r)
+	if e == nil {
+		return
+	}
+	if !strings.Contains(r.Header.Get("Accept"), framesMediaType) {
+		http.Error(w, "floord streams binary frames only", http.StatusNotAcceptable)
+		return
+	}
+	if q := r.URL.Query().Get("offset"); q != "" && q != "0" {
+		http.Error(w, "floord streams from offset 0 only", http.StatusRequestedRangeNotSatisfiable)
+		return
+	}
+	f.mu.Lock()
+	rd := e.stdout
+	e.stdout = nil
+	f.mu.Unlock()
+	if rd == nil {
+		http.Error(w, "stream already read", http.StatusConflict)
+		return
+	}
+	defer rd.Close()
+	w.Header().Set("Content-Type", framesMediaType)
+	w.WriteHeader(http.StatusOK)
+	// The headers go out now: the ruler releases a gated child only once
+	// they are in.
+	_ = http.NewResponseController(w).Flush()
+	buf := make([]byte, frameHeader+streamRead)
+	var off uint64
+	for {
+		n, err := rd.Read(buf[frameHeader:])
+		if n > 0 {
+			putHeader(buf, frameStdout, off, n)
+			if _, werr := w.Write(buf[:frameHeader+n]); werr != nil {
+				return // the client went away; ack reaps the child
+			}
+			off += uint64(n)
+		}
+		if err != nil {
+			break
+		}
+	}
+	code := reap(e.pid)
+	f.mu.Lock()
+	e.reaped = true
+	f.mu.Unlock()
+	exit := `{"exit_code":` + strconv.Itoa(code) + `,"offset":` + strconv.FormatUint(off, 10) + `}`
+	_, _ = w.Write(appendFrame(nil, frameExit, off, []byte(exit)))
+}
+
+// ack forgets the exec, killing and reaping a child the stream did not.
+func (f *floor) ack(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	f.mu.Lock()
+	e := f.execs[id]
+	delete(f.execs, id)
+	var rec execRec
+	if e != nil {
+		rec = *e
+	}
+	f.mu.Unlock()
+	if e == nil {
+		http.Error(w, "no such exec", http.StatusNotFound)
+		return
+	}
+	for _, p := range []*os.File{rec.stdout, rec.stdin} {
+		if p != nil {
+			_ = p.Close()
+		}
+	}
+	if !rec.reaped {
+		_ = syscall.Kill(-rec.pid, syscall.SIGKILL)
+		reap(rec.pid)
+	}
+	reply, _ := json.Marshal(map[string]string{"exec_id": id, "phase": "exited"})
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(reply)
+}
+
+func putHeader(b []byte, typ byte, off uint64, n int) {
+	b[0] = typ
+	binary.BigEndian.PutUint64(b[1:9], off)
+	binary.BigEndian.PutUint32(b[9:13], uint32(n))
 }
 
 func appendFrame(b []byte, typ byte, off uint64, payload []byte) []byte {
