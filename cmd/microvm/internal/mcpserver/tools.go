@@ -109,12 +109,17 @@ func (s *mcpServer) exec(ctx context.Context, req *mcp.CallToolRequest, st *mcpS
 	if sess == nil || b.sb.Lifecycle() != "RUNNING" {
 		return out, "", client.Errorf(taxonomy.KindPrecondition, "", "sandbox %s is %s, not RUNNING; sandbox_resume it first", b.sb.ID(), b.sb.Lifecycle())
 	}
-	// One exchange where the daemon offers the run route: the start and its
-	// whole output in one answer, released by the daemon at the exit.
-	ex, stream, err := sess.StartStream(ctx, []string{in.Command}, o)
+	// Start, stream, then ack: not the run route's single exchange. The run
+	// route releases the exec once its exit event is written, so an answer
+	// lost on the way back (seen once through the endpoint proxy: a retried
+	// run got the released exec's gap and exit, no output) loses the output
+	// for good. An agent's tool call keeps the daemon's copy until it has
+	// read every byte.
+	ex, err := sess.Start(ctx, []string{in.Command}, o)
 	if err != nil {
 		return out, "", err
 	}
+	stream := ex.Stream(ctx, 0)
 	defer stream.Close()
 	out.ExecID = ex.ID()
 	prog := newProgress(ctx, req)
@@ -177,12 +182,9 @@ func (s *mcpServer) exec(ctx context.Context, req *mcp.CallToolRequest, st *mcpS
 	if exit == nil {
 		return out, "", client.Errorf(taxonomy.KindExecFailed, "", "the output stream of %s ended without an exit; its outcome is unknown", ex.ID())
 	}
-	// Every byte was read: release the daemon's copy of the output, unless
-	// the run route's exit already did.
-	if !stream.Released() {
-		if err := ex.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
-			s.logf("%s: releasing %s: %v", st.name, ex.ID(), err)
-		}
+	// Every byte was read: release the daemon's copy of the output.
+	if err := ex.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
+		s.logf("%s: releasing %s: %v", st.name, ex.ID(), err)
 	}
 	if exit.ExitCode != nil {
 		v := int64(*exit.ExitCode)
