@@ -229,31 +229,38 @@ func rulerExec(b *testing.B, hc *http.Client, base, token, id string) {
 // sequential exchanges over net/http reaches; x-floor is the part agentd
 // can still win back.
 func BenchmarkExecRoundTripFloor(b *testing.B) {
-	d := startDaemon(b, func(c *Config) { c.ExecTTL = time.Second })
-	d.bootstrap(nil)
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer null.Close()
 	floor := &floorServer{execs: map[string]chan int{}, null: null}
+	benchBesideFloor(b, floor.routes(), rulerExec, "fl-")
+}
+
+// benchBesideFloor times one exec through agentd (exec), one through a floor
+// server answering the same requests (floor), and /bin/true run by os/exec,
+// in an order rotated every round as the ruler rotates its targets, and
+// reports agentd and the floor against os/exec and agentd over the floor.
+func benchBesideFloor(b *testing.B, floor http.Handler, exec1 func(b *testing.B, hc *http.Client, base, token, id string), tag string) {
+	d := startDaemon(b, func(c *Config) { c.ExecTTL = time.Second })
+	d.bootstrap(nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	fs := &http.Server{Handler: floor.routes()}
+	fs := &http.Server{Handler: floor}
 	go func() { _ = fs.Serve(ln) }()
 	defer fs.Close()
 	floorBase := "http://" + ln.Addr().String()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
 
 	var base, agentdT, floorT time.Duration
-	run := func(i int, tag string, timed bool) {
-		// Rotated order, as the ruler rotates its targets each round.
+	round := func(i int, tag string, timed bool) {
 		steps := []func(){
 			func() { _ = exec.Command("/bin/true").Run() },
-			func() { rulerExec(b, hc, d.base, testToken, tag+"a-"+strconv.Itoa(i)) },
-			func() { rulerExec(b, hc, floorBase, "", tag+"f-"+strconv.Itoa(i)) },
+			func() { exec1(b, hc, d.base, testToken, tag+"a-"+strconv.Itoa(i)) },
+			func() { exec1(b, hc, floorBase, "", tag+"f-"+strconv.Itoa(i)) },
 		}
 		for k := range steps {
 			j := (i + k) % len(steps)
@@ -272,11 +279,11 @@ func BenchmarkExecRoundTripFloor(b *testing.B) {
 		}
 	}
 	for i := range 20 {
-		run(i, "warm-", false) // warm both servers and the connection pool
+		round(i, "warm-", false) // warm both servers and the connection pool
 	}
 	b.ResetTimer()
 	for i := range b.N {
-		run(i, "fl-", true)
+		round(i, tag, true)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(agentdT)/float64(base), "x-os/exec")

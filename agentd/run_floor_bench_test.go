@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/internal/frames"
@@ -98,55 +95,10 @@ func runOnce(b *testing.B, hc *http.Client, base, token, id string) {
 // floor, the part a daemon speaking the run route over net/http can still
 // win back.
 func BenchmarkExecRunFloor(b *testing.B) {
-	d := startDaemon(b, func(c *Config) { c.ExecTTL = time.Second })
-	d.bootstrap(nil)
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer null.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	fs := &http.Server{Handler: runFloor(null)}
-	go func() { _ = fs.Serve(ln) }()
-	defer fs.Close()
-	floorBase := "http://" + ln.Addr().String()
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
-
-	var base, agentdT, floorT time.Duration
-	round := func(i int, tag string, timed bool) {
-		steps := []func(){
-			func() { _ = exec.Command("/bin/true").Run() },
-			func() { runOnce(b, hc, d.base, testToken, tag+"a-"+strconv.Itoa(i)) },
-			func() { runOnce(b, hc, floorBase, "", tag+"f-"+strconv.Itoa(i)) },
-		}
-		for k := range steps {
-			j := (i + k) % len(steps)
-			t0 := time.Now()
-			steps[j]()
-			if timed {
-				switch dt := time.Since(t0); j {
-				case 0:
-					base += dt
-				case 1:
-					agentdT += dt
-				case 2:
-					floorT += dt
-				}
-			}
-		}
-	}
-	for i := range 20 {
-		round(i, "warm-", false)
-	}
-	b.ResetTimer()
-	for i := range b.N {
-		round(i, "rf-", true)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(agentdT)/float64(base), "x-os/exec")
-	b.ReportMetric(float64(floorT)/float64(base), "floor-x-os/exec")
-	b.ReportMetric(float64(agentdT)/float64(floorT), "x-floor")
+	benchBesideFloor(b, runFloor(null), runOnce, "rf-")
 }
