@@ -151,17 +151,7 @@ func (c *ExecCmd) stream(ctx context.Context, a *app, ex *client.Exec, st *clien
 				sum.ExitCode = &v
 			}
 			if a.JSON {
-				var code, sig *int64
-				if ev.Exit.ExitCode != nil {
-					v := int64(*ev.Exit.ExitCode)
-					code = &v
-				}
-				if ev.Exit.Signal != nil {
-					v := int64(*ev.Exit.Signal)
-					sig = &v
-				}
-				line(cliapi.StreamExitLine{Event: cliapi.EventExit, ExitCode: code, Signal: sig, Truncated: ev.Exit.Truncated,
-					WritersMayBeAlive: ev.Exit.WritersMayBeAlive, Offset: int64(ev.Exit.Offset)})
+				line(render.ExitLine(ev.Exit))
 			}
 		}
 	}

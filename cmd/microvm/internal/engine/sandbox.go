@@ -240,18 +240,9 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 			sawExit = true
 			t := ev.Exit.Truncated
 			sum.Truncated = &t
-			var code, sig *int64
-			if ev.Exit.ExitCode != nil {
-				v := int64(*ev.Exit.ExitCode)
-				code = &v
-			}
-			if ev.Exit.Signal != nil {
-				v := int64(*ev.Exit.Signal)
-				sig = &v
-			}
-			sum.ExitCode = code
-			event(cliapi.StreamExitLine{Event: cliapi.EventExit, ExitCode: code, Signal: sig, Truncated: ev.Exit.Truncated,
-				WritersMayBeAlive: ev.Exit.WritersMayBeAlive, Offset: int64(ev.Exit.Offset)})
+			exit := render.ExitLine(ev.Exit)
+			sum.ExitCode = exit.ExitCode
+			event(exit)
 		}
 	}
 	sum.NextOffset = int64(st.Cursor())

@@ -96,3 +96,19 @@ func URLData(u sandbox.PortURL) cliapi.URLData {
 	return cliapi.URLData{MicrovmID: u.MicrovmID, Port: int64(u.Port), URL: u.URL, Headers: headers, ExpiresAt: u.ExpiresAt.UTC().Format(time.RFC3339),
 		Subprotocols: slices.Clone(u.Subprotocols)}
 }
+
+// ExitLine is an exec's exit event as a streamed JSON line, the same for
+// `microvm exec --stream --json` and the engine's stream.
+func ExitLine(e protocol.ExitEvent) cliapi.StreamExitLine {
+	var code, sig *int64
+	if e.ExitCode != nil {
+		v := int64(*e.ExitCode)
+		code = &v
+	}
+	if e.Signal != nil {
+		v := int64(*e.Signal)
+		sig = &v
+	}
+	return cliapi.StreamExitLine{Event: cliapi.EventExit, ExitCode: code, Signal: sig, Truncated: e.Truncated,
+		WritersMayBeAlive: e.WritersMayBeAlive, Offset: int64(e.Offset)}
+}
