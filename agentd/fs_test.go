@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/microvms/microvms/gen/protocol"
 )
@@ -83,7 +84,11 @@ type fsReply struct {
 
 func fsDo(t testing.TB, srv *httptest.Server, method, route string, query url.Values, body io.Reader) fsReply {
 	t.Helper()
-	req, err := http.NewRequest(method, srv.URL+route+"?"+query.Encode(), body)
+	// Bounded: a handler broken into waiting for bytes never sent must fail
+	// its test, not hang the package until go test's own timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, srv.URL+route+"?"+query.Encode(), body)
 	if err != nil {
 		t.Fatal(err)
 	}
