@@ -13,6 +13,10 @@
 // reaps the child and sends the exit frame; ack forgets the exec. The stream
 // can be read once, from offset 0 only; there is no ring buffer.
 //
+// For the file rows it answers PUT and GET /v1/fs/file the least way: the
+// body read in 1 MiB pieces straight into the file at ?path=, and the file
+// sent back with its length through sendfile.
+//
 // It exists only to be measured beside agentd through the same ruler (as
 // --agentd-bin), so that the exec rows can say "floor X, agentd Y": what it
 // costs over os/exec is what one HTTP exchange and a pipe cost on this
@@ -105,7 +109,49 @@ func (f *floor) routes() http.Handler {
 	m.HandleFunc("POST /v1/exec/{id}/stdin", f.stdin)
 	m.HandleFunc("GET /v1/exec/{id}/stream", f.stream)
 	m.HandleFunc("POST /v1/exec/{id}/ack", f.ack)
+	m.HandleFunc("PUT /v1/fs/file", putFile)
+	m.HandleFunc("GET /v1/fs/file", getFile)
 	return m
+}
+
+// putFile writes the body straight to ?path= (created or truncated in place:
+// no temporary name, rename, disk guard or fsync), reading it in 1 MiB
+// pieces as agentd does, which on this machine beat splice(2) socket to file.
+func putFile(w http.ResponseWriter, r *http.Request) {
+	out, err := os.Create(r.URL.Query().Get("path"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	buf := make([]byte, 1<<20)
+	_, err = io.CopyBuffer(struct{ io.Writer }{out}, struct{ io.Reader }{r.Body}, buf)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// getFile sends ?path= with its length, so net/http hands the copy to
+// sendfile(2).
+func getFile(w http.ResponseWriter, r *http.Request) {
+	in, err := os.Open(r.URL.Query().Get("path"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+	_, _ = io.Copy(w, in)
 }
 
 // run is one exec in one exchange.
