@@ -224,7 +224,10 @@ func TestStreamWithNoAnswerIsRetriedThenNamed(t *testing.T) {
 		<-r.Context().Done() // no header, no byte
 		return true
 	}
-	s := direct(t, srv.URL, f.token, WithIdleTimeout(10*time.Millisecond))
+	// 250 ms, not less: the fake counts an attach when its handler runs, and
+	// on a loaded machine (load 30) a 10 ms timeout once ended an attempt
+	// before its request reached the handler.
+	s := direct(t, srv.URL, f.token, WithIdleTimeout(250*time.Millisecond))
 	s.maxReattach = 1
 	_, _, _, _, err := collect(t, s.Exec("e1").Stream(context.Background(), 0))
 	f.mu.Lock()
