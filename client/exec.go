@@ -179,7 +179,7 @@ func (e *Exec) record(ctx context.Context, op string, build func(string, string)
 		return Result{}, err
 	}
 	var p protocol.PollResponse
-	if err := decodeJSON(op, resp, &p); err != nil {
+	if err := decodeRecord(op, resp, &p); err != nil {
 		return Result{}, err
 	}
 	return resultOf(p), nil

@@ -52,7 +52,7 @@ func (s *Session) ListPage(ctx context.Context, dir string, o ListOptions) (prot
 	if err != nil {
 		return out, err
 	}
-	return out, decodeJSON(protocol.OpFsList, resp, &out)
+	return out, decodeRecord(protocol.OpFsList, resp, &out)
 }
 
 // List calls visit for every entry of dir to o.Depth levels, page by page,

@@ -543,10 +543,30 @@ func hintFor(c call, wire taxonomy.WireKind, slug string) string {
 	return ""
 }
 
-// decodeJSON reads a JSON answer into v, closing the body.
+// decodeJSON reads a JSON answer into v, closing the body. At most
+// MaxAnswerBytes are read: more is a TooLarge error naming that bound.
 func decodeJSON(op string, resp *http.Response, v any) error {
+	return decodeJSONMax(op, resp, v, "MAX_ANSWER_BYTES", taxonomy.MaxAnswerBytes)
+}
+
+// decodeRecord is decodeJSON for the answers that carry output or many
+// entries (an exec record, a listing page), bounded by MaxRecordAnswerBytes.
+func decodeRecord(op string, resp *http.Response, v any) error {
+	return decodeJSONMax(op, resp, v, "MAX_RECORD_ANSWER_BYTES", taxonomy.MaxRecordAnswerBytes)
+}
+
+func decodeJSONMax(op string, resp *http.Response, v any, key string, limit int64) error {
 	defer resp.Body.Close()
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(v); err != nil {
+	if resp.ContentLength > limit {
+		// Refused before a byte is read.
+		return overBound(op, &BoundError{Key: key, Limit: limit, What: fmt.Sprintf("the answer's Content-Length %d", resp.ContentLength)}, "")
+	}
+	br := newBoundedReader(resp.Body, &BoundError{Key: key, Limit: limit, What: "the answer"})
+	if err := json.NewDecoder(br).Decode(v); err != nil {
+		var be *BoundError
+		if errors.As(err, &be) {
+			return overBound(op, be, "")
+		}
 		return Errorf(taxonomy.KindProtocol, "", "%s: the answer is not the documented JSON: %w", op, err)
 	}
 	return nil

@@ -126,7 +126,8 @@ func (st *Stream) fail(err error) (Event, error) {
 // Next returns the next event. After the exit event it returns io.EOF; on a
 // failure it returns an *Error (Timeout when the caller's context ended,
 // Retryable when the connection kept dropping, Protocol for a malformed
-// event) and every later call returns the same.
+// event, TooLarge for a line, event or frame over one of the client's
+// bounds) and every later call returns the same.
 func (st *Stream) Next() (Event, error) {
 	if st.done {
 		return Event{}, st.err
@@ -145,7 +146,8 @@ func (st *Stream) Next() (Event, error) {
 		}
 		err := st.read()
 		if err != nil {
-			if errors.Is(err, errMalformed) {
+			if errors.Is(err, errMalformed) || errors.Is(err, ErrOverBound) {
+				// Reconnecting would read the same bytes again.
 				return st.fail(err)
 			}
 			// The body ended without an exit event, the idle timer fired, or
@@ -226,6 +228,9 @@ func (st *Stream) read() error {
 	for {
 		f, err := st.fr.Next()
 		if err != nil {
+			if errors.Is(err, frames.ErrTooLong) {
+				return overBound(protocol.OpExecStream, &BoundError{Key: "FRAME_MAX_PAYLOAD_BYTES", Limit: frames.MaxPayload, What: "a frame's payload"}, "")
+			}
 			if errors.Is(err, frames.ErrMalformed) {
 				return Errorf(taxonomy.KindProtocol, "", "execStream: %w", errors.Join(errMalformed, err))
 			}
@@ -282,6 +287,10 @@ func malformed(err error) error {
 	var me *sse.MalformedError
 	if errors.As(err, &me) {
 		return malformedEvent(kindOf(me.Kind), me.Err)
+	}
+	var le *sse.LimitError
+	if errors.As(err, &le) {
+		return overBound(protocol.OpExecStream, &BoundError{Key: le.Key, Limit: int64(le.Limit), What: le.What}, "")
 	}
 	return err
 }

@@ -46,6 +46,9 @@ func (s *Session) Watch(ctx context.Context, dir string, recursive bool) (*Watch
 	name, data, err := w.fr.next()
 	if err != nil || name != protocol.EventReady || json.Unmarshal(data, &w.ready) != nil {
 		resp.Body.Close()
+		if be := (*BoundError)(nil); errors.As(err, &be) {
+			return nil, overBound(protocol.OpFsWatch, be, "")
+		}
 		if err == nil {
 			err = errors.New("the first event is not ready")
 		}
@@ -65,6 +68,9 @@ func (w *Watch) Next() (WatchEvent, error) {
 	for {
 		name, data, err := w.fr.next()
 		if err != nil {
+			if be := (*BoundError)(nil); errors.As(err, &be) {
+				return WatchEvent{}, overBound(protocol.OpFsWatch, be, "")
+			}
 			return WatchEvent{}, WireErrorf(taxonomy.WireTransport, "%s: the stream ended: %v", protocol.OpFsWatch, err).WithCause(err)
 		}
 		switch name {
@@ -88,19 +94,29 @@ func (w *Watch) Next() (WatchEvent, error) {
 // Close ends the watch.
 func (w *Watch) Close() error { return w.body.Close() }
 
-// watchFrames splits an SSE body into (event, data) frames. Lines are
-// bounded (a watch event is a path and a few numbers), so a peer cannot
-// make the reader hold an endless line.
+// watchFrames splits an SSE body into (event, data) frames. A line and an
+// event's data are both bounded by MaxWatchEventBytes (a watch event is a
+// path and a few numbers), so a peer cannot make the reader hold an endless
+// line or gather endless data lines: past it, next returns a *BoundError.
 type watchFrames struct {
-	sc *bufio.Scanner
+	sc  *bufio.Scanner
+	max int
 }
 
-const maxWatchLine = 64 << 10
+const maxWatchLine = taxonomy.MaxWatchEventBytes
 
 func newWatchFrames(r io.Reader) *watchFrames {
+	return newWatchFramesMax(r, maxWatchLine)
+}
+
+func newWatchFramesMax(r io.Reader, max int) *watchFrames {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxWatchLine)
-	return &watchFrames{sc: sc}
+	sc.Buffer(make([]byte, 0, min(4096, max)), max)
+	return &watchFrames{sc: sc, max: max}
+}
+
+func (f *watchFrames) tooLong(what string) error {
+	return &BoundError{Key: "MAX_WATCH_EVENT_BYTES", Limit: int64(f.max), What: what}
 }
 
 // next returns the next named frame; comments and nameless frames are
@@ -124,6 +140,9 @@ func (f *watchFrames) next() (name string, data []byte, err error) {
 			case "event":
 				name = value
 			case "data":
+				if len(data)+1+len(value) > f.max {
+					return "", nil, f.tooLong("a watch event's data")
+				}
 				if data != nil {
 					data = append(data, '\n')
 				}
@@ -132,6 +151,9 @@ func (f *watchFrames) next() (name string, data []byte, err error) {
 		}
 	}
 	if err := f.sc.Err(); err != nil {
+		if err == bufio.ErrTooLong {
+			return "", nil, f.tooLong("a watch line")
+		}
 		return "", nil, err
 	}
 	if started {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -12,12 +13,23 @@ func FuzzWatchFrames(f *testing.F) {
 	f.Add([]byte("event: gap\r\ndata: {\"from\":1,\"to\":3}\r\n\r\n"))
 	f.Add([]byte("data: a\ndata: b\n\nevent: x\n"))
 	f.Add([]byte(strings.Repeat("x", maxWatchLine+10)))
+	f.Add([]byte("event: fs\n" + strings.Repeat("data: xxxx\n", 40)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fr := newWatchFrames(bytes.NewReader(b))
+		// A small bound the fuzzer reaches: no frame's data passes it, and
+		// passing it (in one line or gathered) is a *BoundError.
+		const max = 128
+		fr := newWatchFramesMax(bytes.NewReader(b), max)
 		for range len(b) + 1 {
 			name, data, err := fr.next()
 			if err != nil {
+				var be *BoundError
+				if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.As(err, &be) {
+					t.Fatalf("unexpected error %v", err)
+				}
 				return
+			}
+			if len(data) > max {
+				t.Fatalf("%d data bytes passed the %d-byte bound", len(data), max)
 			}
 			if name == "" {
 				t.Fatal("a frame without a name was returned")

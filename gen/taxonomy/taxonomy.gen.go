@@ -224,7 +224,7 @@ var wireKindRows = map[WireKind]wireKindRow{
 	WireNotFound:        {name: "NotFound", status: 404, kind: KindProtocol, meaning: "no such exec, file or directory"},
 	WireConflict:        {name: "Conflict", status: 409, kind: KindProtocol, meaning: "the request conflicts with the exec's state"},
 	WireStdinClosed:     {name: "StdinClosed", status: 410, kind: KindProtocol, meaning: "stdin is closed for good; retrying cannot succeed"},
-	WireTooLarge:        {name: "TooLarge", status: 413, kind: KindProtocol, meaning: "the body or archive is over a cap"},
+	WireTooLarge:        {name: "TooLarge", status: 413, kind: KindProtocol, meaning: "the body or archive is over a cap: the daemon's (413), or one of this client's read bounds (constants Max*Bytes), which the message names"},
 	WireRequestTimeout:  {name: "RequestTimeout", status: 408, kind: KindRetryable, meaning: "the daemon timed out on the request (e.g. a stdin write)"},
 	WireNotBootstrapped: {name: "NotBootstrapped", status: 503, kind: KindRetryable, meaning: "no token is installed yet; the run hook has not happened"},
 	WireServerError:     {name: "ServerError", status: 500, kind: KindRetryable, meaning: "the daemon failed for its own reasons"},
@@ -471,6 +471,22 @@ const (
 	DefaultFleetParallel = 4
 	// FleetLaunchAttempts: launches a fleet or pool tries for one sandbox while the control plane throttles (each after the SDK retryer's own attempts), backing off between them as that retryer does.
 	FleetLaunchAttempts = 6
+	// MaxSSELineBytes: longest line an exec stream's SSE body may send (agentd's longest, an output event of 48 KiB of base64, is about 64 KiB).
+	MaxSSELineBytes = 4194304
+	// MaxSSEEventBytes: most data one SSE event may gather across its data lines before the blank line that ends it.
+	MaxSSEEventBytes = 4194304
+	// MaxWatchEventBytes: longest line, and most data of one event, a directory watch's SSE body may send (a watch event is a path and a few numbers).
+	MaxWatchEventBytes = 65536
+	// MaxAnswerBytes: largest JSON answer read from agentd other than an exec record or a listing page (health, schema, stat, start, kill, metrics, ...).
+	MaxAnswerBytes = 16777216
+	// MaxRecordAnswerBytes: largest exec record (poll, ack) or listing page read from agentd: two streams of max_output_bytes JSON-escaped (6 bytes per byte at worst) fit with room.
+	MaxRecordAnswerBytes = 134217728
+	// DefaultMaxDownloadBytes: bytes a download (`microvm cp` from vm:, a --tar download, Sandbox.DownloadDir) writes locally unless told otherwise (cp --max-bytes); agentd's own max_tar_bytes.
+	DefaultMaxDownloadBytes = 8589934592
+	// MaxListEntries: entries a whole listing (`microvm dir`, the engine's list op) gathers before it is refused; one page is at most max_list_page.
+	MaxListEntries = 1000000
+	// MaxWatchEvents: events and gaps `microvm watch` gathers for its report before it stops with what it has.
+	MaxWatchEvents = 100000
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
 	ImageNamePattern = "[a-zA-Z0-9-_]+"
 	// VersionPattern: Version.pattern. Finding: image-version-form.

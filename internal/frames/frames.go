@@ -43,6 +43,11 @@ func Append(b []byte, typ uint8, off uint64, payload []byte) []byte {
 // conforming writer sends.
 var ErrMalformed = errors.New("malformed frame")
 
+// ErrTooLong is in the chain of the error for a frame announcing more than
+// MaxPayload bytes, beside ErrMalformed: refused before a byte of it is
+// read or a buffer for it allocated.
+var ErrTooLong = errors.New("frame payload over the limit")
+
 // Frame is one decoded frame. Payload is valid until the next Next.
 type Frame struct {
 	Type    uint8
@@ -80,7 +85,7 @@ func (fr *Reader) Next() (Frame, error) {
 	case f.Type == protocol.FrameKeepalive && n != 0:
 		return Frame{}, fmt.Errorf("%w: a keepalive with %d payload bytes", ErrMalformed, n)
 	case n > MaxPayload:
-		return Frame{}, fmt.Errorf("%w: a %d-byte payload is over the %d-byte limit", ErrMalformed, n, MaxPayload)
+		return Frame{}, fmt.Errorf("%w: %w: a %d-byte payload is over the %d-byte limit", ErrMalformed, ErrTooLong, n, MaxPayload)
 	}
 	if n == 0 {
 		return f, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -19,6 +20,9 @@ func fastBase64(b []byte) bool {
 	_, err := b64.Decode(make([]byte, base64.StdEncoding.DecodedLen(len(b))), b)
 	return err == nil
 }
+
+// The fuzz targets' bounds: small, so a few hundred bytes reach them.
+const fuzzMaxLine, fuzzMaxEvent = 300, 500
 
 // FuzzSSEParser feeds arbitrary bytes to the frame parser. It must never
 // panic, every output event it returns must decode to bytes, and whenever the
@@ -43,16 +47,25 @@ func FuzzSSEParser(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte("event: output\ndata: " + strings.Repeat("A", fuzzMaxLine+1) + "\n\n"))
+	f.Add([]byte("event: output\n" + strings.Repeat("data: AAAA\n", fuzzMaxEvent/5)))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		p := NewParser(bytes.NewReader(in))
+		// Small bounds, so the fuzzer reaches them: no line or event's data
+		// handed out may pass them, and passing them is a *LimitError.
+		p.MaxLine, p.MaxEvent = fuzzMaxLine, fuzzMaxEvent
 		var ev Event
 		for range 10000 {
 			kind, data, err := p.nextFrame()
 			if err != nil {
-				if err != io.EOF && err != io.ErrUnexpectedEOF {
+				var le *LimitError
+				if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.As(err, &le) {
 					t.Fatalf("unexpected error type %v", err)
 				}
 				break
+			}
+			if len(data) > fuzzMaxEvent {
+				t.Fatalf("an event of %d data bytes passed MaxEvent %d", len(data), fuzzMaxEvent)
 			}
 			if kind == Output {
 				if off, stream, b64, ok := scanOutput(data); ok && fastBase64(b64) {
@@ -69,6 +82,7 @@ func FuzzSSEParser(f *testing.F) {
 		// The full decoder over the same bytes: no panic, and decoded output
 		// is exactly base64 of what the payload said.
 		p = NewParser(bytes.NewReader(in))
+		p.MaxLine, p.MaxEvent = fuzzMaxLine, fuzzMaxEvent
 		for range 10000 {
 			if err := p.Next(&ev); err != nil {
 				break

@@ -11,6 +11,7 @@ import (
 
 	"github.com/microvms/microvms/client/internal/b64"
 	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // Kind is the kind of one event. Any event name but these three, which
@@ -72,6 +73,23 @@ type Parser struct {
 	sawName bool
 	unknown bool
 	hasData bool
+	// MaxLine and MaxEvent bound a line and one event's gathered data;
+	// NewParser sets them to taxonomy.MaxSSELineBytes and MaxSSEEventBytes.
+	// Past either, Next returns a *LimitError and the parser is spent.
+	MaxLine, MaxEvent int
+}
+
+// LimitError is a line or an event's data past the parser's bound: a body
+// no conforming daemon sends, and one that would otherwise grow without
+// end. Key names the bound's constant.
+type LimitError struct {
+	What  string // "a line" or "an event's data"
+	Key   string // MAX_SSE_LINE_BYTES or MAX_SSE_EVENT_BYTES
+	Limit int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s is over %s (%d bytes)", e.What, e.Key, e.Limit)
 }
 
 // BufferSize is the size of a Parser's read buffer: a frame's data line up
@@ -80,7 +98,11 @@ const BufferSize = 256 << 10
 
 // NewParser reads events from r.
 func NewParser(r io.Reader) *Parser {
-	return &Parser{r: bufio.NewReaderSize(r, BufferSize)}
+	return &Parser{r: bufio.NewReaderSize(r, BufferSize), MaxLine: taxonomy.MaxSSELineBytes, MaxEvent: taxonomy.MaxSSEEventBytes}
+}
+
+func (p *Parser) lineTooLong() error {
+	return &LimitError{What: "a line", Key: "MAX_SSE_LINE_BYTES", Limit: p.MaxLine}
 }
 
 // Reset makes p read from r, as a new Parser would, keeping its buffers.
@@ -100,6 +122,11 @@ func (p *Parser) readLine() ([]byte, error) {
 	if err == bufio.ErrBufferFull {
 		p.long = append(p.long[:0], line...)
 		for err == bufio.ErrBufferFull {
+			// Checked before each append, so an endless line costs at
+			// most MaxLine plus one buffer, never more.
+			if len(p.long) > p.MaxLine {
+				return nil, p.lineTooLong()
+			}
 			line, err = p.r.ReadSlice('\n')
 			p.long = append(p.long, line...)
 		}
@@ -116,6 +143,9 @@ func (p *Parser) readLine() ([]byte, error) {
 	line = line[:len(line)-1]
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
+	}
+	if len(line) > p.MaxLine {
+		return nil, p.lineTooLong()
 	}
 	return line, nil
 }
@@ -183,6 +213,11 @@ func (p *Parser) nextFrame() (Kind, []byte, error) {
 				p.resetFrame()
 				return kind, value, nil
 			}
+			if len(p.data)+1+len(value) > p.MaxEvent {
+				// Endless data lines without the blank line that ends the
+				// event: refused before they are gathered.
+				return 0, nil, &LimitError{What: "an event's data", Key: "MAX_SSE_EVENT_BYTES", Limit: p.MaxEvent}
+			}
 			if p.hasData {
 				p.data = append(p.data, '\n')
 			}
@@ -216,7 +251,8 @@ func (p *Parser) endsFrame() bool {
 // Next reads the next known event into ev and decodes its payload. At the
 // end of the body it returns io.EOF (clean frame boundary) or
 // io.ErrUnexpectedEOF; a payload agentd would never send is a
-// *MalformedError.
+// *MalformedError; a line or an event's data over MaxLine or MaxEvent is a
+// *LimitError.
 func (p *Parser) Next(ev *Event) error {
 	kind, data, err := p.nextFrame()
 	if err != nil {
