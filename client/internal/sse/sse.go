@@ -74,8 +74,8 @@ type Parser struct {
 	unknown bool
 	hasData bool
 	// MaxLine and MaxEvent bound a line and one event's gathered data;
-	// NewParser sets them to taxonomy.MaxSSELineBytes and MaxSSEEventBytes.
-	// Past either, Next returns a *LimitError and the parser is spent.
+	// zero means taxonomy.MaxSSELineBytes and MaxSSEEventBytes. Past
+	// either, Next returns a *LimitError and the parser is spent.
 	MaxLine, MaxEvent int
 }
 
@@ -98,11 +98,25 @@ const BufferSize = 256 << 10
 
 // NewParser reads events from r.
 func NewParser(r io.Reader) *Parser {
-	return &Parser{r: bufio.NewReaderSize(r, BufferSize), MaxLine: taxonomy.MaxSSELineBytes, MaxEvent: taxonomy.MaxSSEEventBytes}
+	return &Parser{r: bufio.NewReaderSize(r, BufferSize)}
+}
+
+func (p *Parser) maxLine() int {
+	if p.MaxLine > 0 {
+		return p.MaxLine
+	}
+	return taxonomy.MaxSSELineBytes
+}
+
+func (p *Parser) maxEvent() int {
+	if p.MaxEvent > 0 {
+		return p.MaxEvent
+	}
+	return taxonomy.MaxSSEEventBytes
 }
 
 func (p *Parser) lineTooLong() error {
-	return &LimitError{What: "a line", Key: "MAX_SSE_LINE_BYTES", Limit: p.MaxLine}
+	return &LimitError{What: "a line", Key: "MAX_SSE_LINE_BYTES", Limit: p.maxLine()}
 }
 
 // Reset makes p read from r, as a new Parser would, keeping its buffers.
@@ -124,7 +138,7 @@ func (p *Parser) readLine() ([]byte, error) {
 		for err == bufio.ErrBufferFull {
 			// Checked before each append, so an endless line costs at
 			// most MaxLine plus one buffer, never more.
-			if len(p.long) > p.MaxLine {
+			if len(p.long) > p.maxLine() {
 				return nil, p.lineTooLong()
 			}
 			line, err = p.r.ReadSlice('\n')
@@ -144,7 +158,7 @@ func (p *Parser) readLine() ([]byte, error) {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
 	}
-	if len(line) > p.MaxLine {
+	if len(line) > p.maxLine() {
 		return nil, p.lineTooLong()
 	}
 	return line, nil
@@ -213,10 +227,10 @@ func (p *Parser) nextFrame() (Kind, []byte, error) {
 				p.resetFrame()
 				return kind, value, nil
 			}
-			if len(p.data)+1+len(value) > p.MaxEvent {
+			if len(p.data)+1+len(value) > p.maxEvent() {
 				// Endless data lines without the blank line that ends the
 				// event: refused before they are gathered.
-				return 0, nil, &LimitError{What: "an event's data", Key: "MAX_SSE_EVENT_BYTES", Limit: p.MaxEvent}
+				return 0, nil, &LimitError{What: "an event's data", Key: "MAX_SSE_EVENT_BYTES", Limit: p.maxEvent()}
 			}
 			if p.hasData {
 				p.data = append(p.data, '\n')
