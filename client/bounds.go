@@ -44,6 +44,14 @@ func overBound(op string, b *BoundError, hint string) *Error {
 	return WireError(taxonomy.WireTooLarge, msg).WithCause(b)
 }
 
+// OverBound is the TooLarge *Error for op's answer going past the bound
+// named key (limit bytes, or entries), with ErrOverBound and a *BoundError
+// in its chain: the one error every bounded reader of this module returns,
+// the library's packages above this one included.
+func OverBound(op, key string, limit int64, what, hint string) *Error {
+	return overBound(op, &BoundError{Key: key, Limit: limit, What: what}, hint)
+}
+
 // boundedReader reads at most limit bytes of r; one more is a *BoundError
 // rather than an early EOF, so a decoder fails on the bound instead of
 // calling the answer truncated JSON.

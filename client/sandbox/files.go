@@ -13,16 +13,20 @@ import (
 	"strings"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/internal/sparse"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// MaxReadFileBytes is the most ReadFile returns in one slice. A larger file
-// is refused rather than held whole; stream it with Session().OpenFile.
-const MaxReadFileBytes = 64 << 20
+// MaxReadFileBytes is the most ReadFile returns in one slice
+// (taxonomy.MaxReadFileBytes, MAX_READ_FILE_BYTES). A larger file is
+// refused rather than held whole; stream it with Session().OpenFile.
+const MaxReadFileBytes = taxonomy.MaxReadFileBytes
 
 // ReadFile returns the whole file at path in the VM. A missing file is an
 // error for which errors.Is(err, fs.ErrNotExist) holds and whose message
-// quotes the path. Files over MaxReadFileBytes are refused.
+// quotes the path. A file over MaxReadFileBytes is refused with a TooLarge
+// error naming MAX_READ_FILE_BYTES (client.ErrOverBound in its chain),
+// having held no more than that bound.
 func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	sess, err := s.runningSession()
 	if err != nil {
@@ -38,7 +42,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) > MaxReadFileBytes {
-		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "%s is over %d bytes; stream it with Session().OpenFile instead of reading it whole", path, MaxReadFileBytes)
+		return nil, client.OverBound("read of "+path, "MAX_READ_FILE_BYTES", MaxReadFileBytes, "the file", "stream it with Session().OpenFile, or download it, instead of reading it whole")
 	}
 	return b, nil
 }
@@ -133,7 +137,11 @@ func packDir(root string, w io.Writer) error {
 // directory local, creating it. The tree arrives as a tar stream and is
 // extracted as it is read, every entry confined beneath local (os.Root): an
 // entry naming a path outside it is refused, and no entry is ever written
-// through a link that leads out. Existing files are overwritten.
+// through a link that leads out. Existing files are overwritten. At most
+// taxonomy.DefaultMaxDownloadBytes of member data are written, with runs of
+// zero blocks (a sparse member's holes among them) left as holes; past the
+// bound the download fails with a TooLarge error naming
+// DEFAULT_MAX_DOWNLOAD_BYTES, and the member it was writing is removed.
 func (s *Sandbox) DownloadDir(ctx context.Context, dir, local string) error {
 	sess, err := s.runningSession()
 	if err != nil {
@@ -152,10 +160,13 @@ func (s *Sandbox) DownloadDir(ctx context.Context, dir, local string) error {
 		return err
 	}
 	defer rc.Close()
-	return unpack(tar.NewReader(rc), root, local)
+	return unpack(tar.NewReader(rc), root, local, taxonomy.DefaultMaxDownloadBytes)
 }
 
-func unpack(tr *tar.Reader, root *os.Root, local string) error {
+// unpack extracts tr beneath root, writing at most budget bytes of member
+// data in all.
+func unpack(tr *tar.Reader, root *os.Root, local string, budget int64) error {
+	written := int64(0)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -189,11 +200,23 @@ func unpack(tr *tar.Reader, root *os.Root, local string) error {
 			if err != nil {
 				return fmt.Errorf("extracting %s into %s: %w", h.Name, local, err)
 			}
-			_, err = io.Copy(f, tr)
+			sw := sparse.New(f)
+			bw := &client.BoundedWriter{W: sw, Limit: budget - written, Key: "DEFAULT_MAX_DOWNLOAD_BYTES", Op: "download of a tree into " + local,
+				What: fmt.Sprintf("the archive's data (at %s)", h.Name), Hint: "download a smaller tree, or the large file alone with cp --max-bytes"}
+			_, err = io.Copy(bw, tr)
+			written += bw.Written()
+			if err == nil {
+				err = sw.Finish()
+			}
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
+				_ = root.Remove(name) // never a partial file that looks whole
+				var ce *client.Error
+				if errors.As(err, &ce) {
+					return ce
+				}
 				return fmt.Errorf("extracting %s into %s: %w", h.Name, local, err)
 			}
 		case tar.TypeSymlink:

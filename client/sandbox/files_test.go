@@ -5,10 +5,15 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 type entry struct {
@@ -42,7 +47,7 @@ func extract(t testing.TB, data []byte) (string, error) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	return dir, unpack(tar.NewReader(bytes.NewReader(data)), root, dir)
+	return dir, unpack(tar.NewReader(bytes.NewReader(data)), root, dir, taxonomy.DefaultMaxDownloadBytes)
 }
 
 // Catches: DownloadDir writing outside the target directory. The wrong edits
@@ -123,10 +128,82 @@ func FuzzUnpack(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer root.Close()
-		_ = unpack(tar.NewReader(bytes.NewReader(data)), root, dir)
+		const budget = 1 << 20
+		_ = unpack(tar.NewReader(bytes.NewReader(data)), root, dir, budget)
 		ents, _ := os.ReadDir(parent)
 		if len(ents) != 1 {
 			t.Fatalf("wrote beside the target: %v", ents)
 		}
+		// Whatever the archive declares (a sparse member expands to zeros),
+		// the files extracted hold at most the budget.
+		var total int64
+		_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					total += fi.Size()
+				}
+			}
+			return nil
+		})
+		if total > budget {
+			t.Fatalf("extracted %d bytes past the %d-byte budget", total, budget)
+		}
 	})
+}
+
+// A tree whose data passes the download bound is refused naming
+// DEFAULT_MAX_DOWNLOAD_BYTES, with the member being written removed. Wrong
+// edits caught: unpack copying members with io.Copy unbounded (the second
+// file arrives whole and err is nil), the budget counted per member rather
+// than for the whole tree (each 600 KiB member fits a 1 MiB budget alone),
+// and the cut member left behind looking whole.
+func TestUnpackStopsAtTheDownloadBound(t *testing.T) {
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	member := strings.Repeat("x", 600<<10)
+	data := tarOf(t, []entry{{name: "a", body: member, typ: tar.TypeReg}, {name: "b", body: member, typ: tar.TypeReg}})
+	err = unpack(tar.NewReader(bytes.NewReader(data)), root, dir, 1<<20)
+	if !errors.Is(err, client.ErrOverBound) || client.KindOf(err) != taxonomy.KindProtocol || !strings.Contains(err.Error(), "DEFAULT_MAX_DOWNLOAD_BYTES") {
+		t.Fatalf("past the bound: %v, want TooLarge naming DEFAULT_MAX_DOWNLOAD_BYTES", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "a")); err != nil || fi.Size() != int64(len(member)) {
+		t.Fatalf("the member within the bound: %v %v", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the member cut at the bound is still there: %v", err)
+	}
+}
+
+// Zero blocks arrive as bytes and are written as holes: a 64 MiB member of
+// zeros takes (almost) no disk here and keeps its length. Wrong edit caught:
+// writing members with a plain io.Copy (64 MiB of blocks), or dropping
+// Finish (the file ends at its last non-zero byte: length 4096, not 64 MiB).
+func TestUnpackWritesZerosAsHoles(t *testing.T) {
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	body := make([]byte, 64<<20)
+	copy(body, "head") // one non-zero block, then holes
+	data := tarOf(t, []entry{{name: "sparse.img", body: string(body), typ: tar.TypeReg}})
+	if err := unpack(tar.NewReader(bytes.NewReader(data)), root, dir, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "sparse.img"))
+	if err != nil || fi.Size() != int64(len(body)) {
+		t.Fatalf("length %v (%v), want %d", fi, err, len(body))
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 > 1<<20 {
+		t.Fatalf("%d bytes on disk for 4 bytes of data: zeros were written, not skipped", st.Blocks*512)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "sparse.img"))
+	if !bytes.Equal(got, body) {
+		t.Fatal("the content read back differs")
+	}
 }

@@ -25,6 +25,9 @@ type CpCmd struct {
 	Mode    string `help:"Octal permissions for an uploaded file; a tar carries its members' own." placeholder:"OCTAL" xor:"tar-mode"`
 	Parents bool   `help:"Create the uploaded file's missing parent directories on the VM; without it a missing parent is refused." xor:"tar-parents"`
 	Sync    bool   `help:"Return only once the uploaded file is on the VM's disk (fsync of the file and its directory); without it the copy ends once the file is whole under its name in the VM's page cache." xor:"tar-sync"`
+	// The guest decides how many bytes a download sends; this decides how
+	// many are written here.
+	MaxBytes int64 `name:"max-bytes" help:"Most bytes a download writes locally (a file, or a --tar archive); past it the copy fails, naming the bound, and leaves nothing at DST. Unset, ${max_download} (DEFAULT_MAX_DOWNLOAD_BYTES). Zero blocks are written as holes, and a download also stops before the free space of DST's filesystem runs out." placeholder:"BYTES"`
 }
 
 const vmPrefix = "vm:"
@@ -71,6 +74,12 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Sync && srcVM {
 		return nil, render.InvalidArg("", "--sync applies to an upload only")
 	}
+	switch {
+	case c.MaxBytes < 0:
+		return nil, render.InvalidArg("", "--max-bytes %d is not a positive number of bytes", c.MaxBytes)
+	case c.MaxBytes != 0 && dstVM:
+		return nil, render.InvalidArg("", "--max-bytes applies to a download only (vm:SRC)")
+	}
 	s, err := c.session(ctx, a)
 	if err != nil {
 		return nil, err
@@ -114,30 +123,14 @@ func (c *CpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		}
 	} else {
 		d.Direction, d.Local, d.Remote = "download", c.Dst, strings.TrimPrefix(c.Src, vmPrefix)
-		// Written to a temporary sibling and renamed, so a failed download
-		// never leaves a half file under the name the caller asked for.
-		tmp, err := os.CreateTemp(dirOf(d.Local), ".microvm-cp-*")
-		if err != nil {
-			return nil, render.InvalidArg("", "creating %s: %v", d.Local, err)
-		}
-		defer os.Remove(tmp.Name())
-		var n int64
+		// Session.Download writes a temporary sibling and renames it, so a
+		// failed download never leaves a half file under the name asked for.
 		sent, done := a.TransferBar("download " + c.Src)
-		sink := &render.CountingWriter{W: tmp, Total: -1, Sent: sent}
-		if c.Tar {
-			n, err = s.ReadTar(ctx, d.Remote, sink)
-		} else {
-			n, err = s.ReadFile(ctx, d.Remote, sink, client.LineRange{})
-		}
+		n, err := s.Download(ctx, d.Remote, d.Local, client.DownloadOptions{Tar: c.Tar, MaxBytes: c.MaxBytes,
+			Progress: func(n int64) { sent(n, -1) }})
 		done(err == nil)
-		if cerr := tmp.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
 		if err != nil {
 			return nil, err
-		}
-		if err := os.Rename(tmp.Name(), d.Local); err != nil {
-			return nil, render.InvalidArg("", "writing %s: %v", d.Local, err)
 		}
 		d.Bytes = n
 	}

@@ -62,6 +62,7 @@ func vars(version string) kong.Vars {
 		"default_memory": strconv.Itoa(taxonomy.DefaultBaselineMiB),
 		"default_port":   strconv.Itoa(taxonomy.DefaultAgentPort),
 		"default_from":   taxonomy.ManagedBaseDockerRef,
+		"max_download":   strconv.Itoa(taxonomy.DefaultMaxDownloadBytes),
 	}
 }
 

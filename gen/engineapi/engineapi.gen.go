@@ -132,12 +132,12 @@ type WriteArgs struct {
 	Mode string `json:"mode"`
 }
 
-// ReadArgs are the arguments of read: read a whole file.
+// ReadArgs are the arguments of read: read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound.
 type ReadArgs struct {
 	Path string `json:"path"`
 }
 
-// ListArgs are the arguments of list: list a directory, depth levels deep (0 and 1 are its own entries).
+// ListArgs are the arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound.
 type ListArgs struct {
 	Path  string `json:"path"`
 	Depth int64  `json:"depth"`
@@ -149,7 +149,7 @@ type UploadDirArgs struct {
 	Remote string `json:"remote"`
 }
 
-// DownloadDirArgs are the arguments of download_dir: copy a VM directory tree into a local directory, every entry confined beneath it.
+// DownloadDirArgs are the arguments of download_dir: copy a VM directory tree into a local directory, every entry confined beneath it; at most DEFAULT_MAX_DOWNLOAD_BYTES are written (zero blocks as holes), past it the op fails TooLarge naming that bound.
 type DownloadDirArgs struct {
 	Remote string `json:"remote"`
 	Local  string `json:"local"`

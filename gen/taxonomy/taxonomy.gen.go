@@ -483,6 +483,8 @@ const (
 	MaxRecordAnswerBytes = 134217728
 	// DefaultMaxDownloadBytes: bytes a download (`microvm cp` from vm:, a --tar download, Sandbox.DownloadDir) writes locally unless told otherwise (cp --max-bytes); agentd's own max_tar_bytes.
 	DefaultMaxDownloadBytes = 8589934592
+	// MaxReadFileBytes: largest file read whole into memory (Sandbox.ReadFile, the engine's read op); stream a larger one with Session.OpenFile or download it.
+	MaxReadFileBytes = 67108864
 	// MaxListEntries: entries a whole listing (`microvm dir`, the engine's list op) gathers before it is refused; one page is at most max_list_page.
 	MaxListEntries = 1000000
 	// MaxWatchEvents: events and gaps `microvm watch` gathers for its report before it stops with what it has.

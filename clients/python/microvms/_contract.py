@@ -332,14 +332,14 @@ WriteArgs.__doc__ = "The arguments of write: write a whole file, creating its pa
 ReadArgs = TypedDict("ReadArgs", {
     "path": str,
 }, total=False)
-ReadArgs.__doc__ = "The arguments of read: read a whole file. Every key may be left out."
+ReadArgs.__doc__ = "The arguments of read: read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound. Every key may be left out."
 
 
 ListArgs = TypedDict("ListArgs", {
     "path": str,
     "depth": int,
 }, total=False)
-ListArgs.__doc__ = "The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries). Every key may be left out."
+ListArgs.__doc__ = "The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound. Every key may be left out."
 
 
 UploadDirArgs = TypedDict("UploadDirArgs", {
@@ -353,7 +353,7 @@ DownloadDirArgs = TypedDict("DownloadDirArgs", {
     "remote": str,
     "local": str,
 }, total=False)
-DownloadDirArgs.__doc__ = "The arguments of download_dir: copy a VM directory tree into a local directory, every entry confined beneath it. Every key may be left out."
+DownloadDirArgs.__doc__ = "The arguments of download_dir: copy a VM directory tree into a local directory, every entry confined beneath it; at most DEFAULT_MAX_DOWNLOAD_BYTES are written (zero blocks as holes), past it the op fails TooLarge naming that bound. Every key may be left out."
 
 
 SuspendArgs = TypedDict("SuspendArgs", {
@@ -433,11 +433,11 @@ class Ops:
         return cast(CopyData, self._call("write", args))
 
     def _op_read(self, args: ReadArgs) -> FileData:
-        """read a whole file."""
+        """read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound."""
         return cast(FileData, self._call("read", args))
 
     def _op_list(self, args: ListArgs) -> DirData:
-        """list a directory, depth levels deep (0 and 1 are its own entries)."""
+        """list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound."""
         return cast(DirData, self._call("list", args))
 
     def _op_upload_dir(self, args: UploadDirArgs) -> CopyData:
@@ -445,7 +445,7 @@ class Ops:
         return cast(CopyData, self._call("upload_dir", args))
 
     def _op_download_dir(self, args: DownloadDirArgs) -> CopyData:
-        """copy a VM directory tree into a local directory, every entry confined beneath it."""
+        """copy a VM directory tree into a local directory, every entry confined beneath it; at most DEFAULT_MAX_DOWNLOAD_BYTES are written (zero blocks as holes), past it the op fails TooLarge naming that bound."""
         return cast(CopyData, self._call("download_dir", args))
 
     def _op_suspend(self, args: SuspendArgs) -> StateData:

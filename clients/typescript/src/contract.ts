@@ -373,12 +373,12 @@ export interface WriteArgs {
   readonly "mode"?: string;
 }
 
-/** The arguments of read: read a whole file. Every key may be left out. */
+/** The arguments of read: read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound. Every key may be left out. */
 export interface ReadArgs {
   readonly "path"?: string;
 }
 
-/** The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries). Every key may be left out. */
+/** The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound. Every key may be left out. */
 export interface ListArgs {
   readonly "path"?: string;
   readonly "depth"?: number;
@@ -390,7 +390,7 @@ export interface UploadDirArgs {
   readonly "remote"?: string;
 }
 
-/** The arguments of download_dir: copy a VM directory tree into a local directory, every entry confined beneath it. Every key may be left out. */
+/** The arguments of download_dir: copy a VM directory tree into a local directory, every entry confined beneath it; at most DEFAULT_MAX_DOWNLOAD_BYTES are written (zero blocks as holes), past it the op fails TooLarge naming that bound. Every key may be left out. */
 export interface DownloadDirArgs {
   readonly "remote"?: string;
   readonly "local"?: string;
@@ -480,12 +480,12 @@ export abstract class Ops {
     return (await this.call("write", args)) as CopyData;
   }
 
-  /** read a whole file. */
+  /** read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound. */
   protected async opRead(args: ReadArgs): Promise<FileData> {
     return (await this.call("read", args)) as FileData;
   }
 
-  /** list a directory, depth levels deep (0 and 1 are its own entries). */
+  /** list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound. */
   protected async opList(args: ListArgs): Promise<DirData> {
     return (await this.call("list", args)) as DirData;
   }
@@ -495,7 +495,7 @@ export abstract class Ops {
     return (await this.call("upload_dir", args)) as CopyData;
   }
 
-  /** copy a VM directory tree into a local directory, every entry confined beneath it. */
+  /** copy a VM directory tree into a local directory, every entry confined beneath it; at most DEFAULT_MAX_DOWNLOAD_BYTES are written (zero blocks as holes), past it the op fails TooLarge naming that bound. */
   protected async opDownloadDir(args: DownloadDirArgs): Promise<CopyData> {
     return (await this.call("download_dir", args)) as CopyData;
   }

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package client
+
+// freeBytes is unknown here: only the download's own bound applies.
+func freeBytes(string) (int64, bool) { return 0, false }
