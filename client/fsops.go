@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // The filesystem operations are routes of ours, absent from the
@@ -18,7 +19,7 @@ import (
 func (s *Session) Stat(ctx context.Context, path string) (protocol.FileInfo, error) {
 	var fi protocol.FileInfo
 	params := protocol.FsStatParams{Path: path}
-	resp, err := s.send(ctx, call{op: protocol.OpFsStat, file: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsStat, file: true, path: path,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsStatRequest(server, &params) }})
 	if err != nil {
 		return fi, err
@@ -47,7 +48,7 @@ func (s *Session) ListPage(ctx context.Context, dir string, o ListOptions) (prot
 	if o.Cursor != "" {
 		params.Cursor = &o.Cursor
 	}
-	resp, err := s.send(ctx, call{op: protocol.OpFsList, file: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsList, file: true, path: dir,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsListRequest(server, &params) }})
 	if err != nil {
 		return out, err
@@ -56,14 +57,21 @@ func (s *Session) ListPage(ctx context.Context, dir string, o ListOptions) (prot
 }
 
 // List calls visit for every entry of dir to o.Depth levels, page by page,
-// until the listing ends, visit returns an error, or ctx ends.
+// until the listing ends, visit returns an error, or ctx ends. Past
+// taxonomy.MaxListEntries entries it fails with a TooLarge error naming
+// MAX_LIST_ENTRIES: a daemon that pages without end cannot keep it (or a
+// caller gathering the entries) going for ever.
 func (s *Session) List(ctx context.Context, dir string, o ListOptions, visit func(protocol.FileInfo) error) error {
+	seen := 0
 	for {
 		page, err := s.ListPage(ctx, dir, o)
 		if err != nil {
 			return err
 		}
 		for _, e := range page.Entries {
+			if seen++; seen > taxonomy.MaxListEntries {
+				return OverBound(protocol.OpFsList, "MAX_LIST_ENTRIES", taxonomy.MaxListEntries, "the listing of "+dir, "list a part of it (a deeper directory, or a smaller depth)")
+			}
 			if err := visit(e); err != nil {
 				return err
 			}
@@ -99,7 +107,7 @@ func (s *Session) Move(ctx context.Context, from, to string, replace bool) error
 	if replace {
 		params.Replace = &replace
 	}
-	resp, err := s.send(ctx, call{op: protocol.OpFsMove, file: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsMove, file: true, path: from,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsMoveRequest(server, &params) }})
 	if err != nil {
 		return err
@@ -115,7 +123,7 @@ func (s *Session) Remove(ctx context.Context, path string, recursive bool) (uint
 	if recursive {
 		params.Recursive = &recursive
 	}
-	resp, err := s.send(ctx, call{op: protocol.OpFsRemove, file: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsRemove, file: true, path: path,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsRemoveRequest(server, &params) }})
 	if err != nil {
 		return 0, err

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/microvms/microvms/client"
@@ -68,5 +70,49 @@ func TestAgentdFsOps(t *testing.T) {
 	n, err := s.Remove(ctx, filepath.Join(root, "a"), true)
 	if err != nil || n != 8 { // a, b and six files
 		t.Fatalf("Remove recursive: %d %v, want 8", n, err)
+	}
+}
+
+// A missing path's hint names the path (issue 51.7: Stat, and so the MCP
+// server's sandbox_read_file and the packages' reads, said `"" does not
+// exist in the VM`). Each fs call a missing path can reach is tried against
+// a real agentd. Wrong edit caught: a file call built without its path
+// (call.path left empty), which the hint then quotes as "".
+func TestMissingPathHintNamesThePath(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, "tok")
+	s := session(t, d.base, "tok")
+	ctx := testCtx(t)
+	missing := filepath.Join(t.TempDir(), "nope.txt")
+	calls := map[string]func() error{
+		"Stat":   func() error { _, err := s.Stat(ctx, missing); return err },
+		"List":   func() error { _, err := s.ListPage(ctx, missing, client.ListOptions{}); return err },
+		"Remove": func() error { _, err := s.Remove(ctx, missing, false); return err },
+		"Move":   func() error { return s.Move(ctx, missing, missing+".2", false) },
+		"OpenFile": func() error {
+			rc, err := s.OpenFile(ctx, missing, client.LineRange{})
+			if err == nil {
+				rc.Close()
+			}
+			return err
+		},
+		"Watch": func() error {
+			w, err := s.Watch(ctx, missing, false)
+			if err == nil {
+				w.Close()
+			}
+			return err
+		},
+	}
+	for name, call := range calls {
+		err := call()
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s of a missing path: %v, want fs.ErrNotExist", name, err)
+			continue
+		}
+		msg := err.Error()
+		if strings.Contains(msg, `"" does not exist`) || !strings.Contains(msg, strconv.Quote(missing)+" does not exist in the VM") {
+			t.Errorf("%s: the hint does not name %s: %s", name, missing, msg)
+		}
 	}
 }

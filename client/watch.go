@@ -37,7 +37,7 @@ func (s *Session) Watch(ctx context.Context, dir string, recursive bool) (*Watch
 	if recursive {
 		params.Recursive = &recursive
 	}
-	resp, err := s.send(ctx, call{op: protocol.OpFsWatch, file: true, resumesItself: true,
+	resp, err := s.send(ctx, call{op: protocol.OpFsWatch, file: true, path: dir, resumesItself: true,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsWatchRequest(server, &params) }})
 	if err != nil {
 		return nil, err

@@ -485,9 +485,9 @@ const (
 	DefaultMaxDownloadBytes = 8589934592
 	// MaxReadFileBytes: largest file read whole into memory (Sandbox.ReadFile, the engine's read op); stream a larger one with Session.OpenFile or download it.
 	MaxReadFileBytes = 67108864
-	// MaxListEntries: entries a whole listing (`microvm dir`, the engine's list op) gathers before it is refused; one page is at most max_list_page.
+	// MaxListEntries: entries one Session.List (`microvm dir`, the engine's list op) visits before it fails TooLarge naming this bound, so endless pages end; one page is at most max_list_page.
 	MaxListEntries = 1000000
-	// MaxWatchEvents: events and gaps `microvm watch` gathers for its report before it stops with what it has.
+	// MaxWatchEvents: events and gaps `microvm watch` gathers for its report; past it the watch fails TooLarge naming this bound (a smaller --count or --for reports sooner).
 	MaxWatchEvents = 100000
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
 	ImageNamePattern = "[a-zA-Z0-9-_]+"

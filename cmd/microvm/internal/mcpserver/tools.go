@@ -280,12 +280,20 @@ func (s *mcpServer) readFile(ctx context.Context, _ *mcp.CallToolRequest, st *mc
 	if fi.Size > mcpapi.MaxFileBytes {
 		return out, "", render.InvalidArg("", "%s is %d bytes, over the %d-byte limit of sandbox_read_file (max_file_bytes in api/mcp.yaml); read a part with sandbox_exec (head -c, tail, grep)", in.Path, fi.Size, mcpapi.MaxFileBytes)
 	}
-	data, err := b.sb.ReadFile(ctx, in.Path)
+	// The stat's size is the guest's word: the read itself holds at most
+	// one byte past the limit, whatever the daemon sends.
+	rc, err := sess.OpenFile(ctx, in.Path, client.LineRange{})
 	if err != nil {
 		return out, "", err
 	}
-	if len(data) > mcpapi.MaxFileBytes { // it grew between the stat and the read
-		return out, "", render.InvalidArg("", "%s grew past the %d-byte limit of sandbox_read_file while it was read", in.Path, mcpapi.MaxFileBytes)
+	data, err := io.ReadAll(io.LimitReader(rc, mcpapi.MaxFileBytes+1))
+	rc.Close()
+	if err != nil {
+		return out, "", err
+	}
+	if len(data) > mcpapi.MaxFileBytes { // it grew between the stat and the read, or the stat lied
+		return out, "", client.OverBound("sandbox_read_file", "max_file_bytes (api/mcp.yaml)", mcpapi.MaxFileBytes, in.Path+" as read",
+			"it grew past the limit while it was read; read a part with sandbox_exec (head -c, tail, grep)")
 	}
 	enc := in.Encoding
 	if enc == "" {
