@@ -142,7 +142,7 @@ func (p *Parser) readLine() ([]byte, error) {
 				return nil, p.lineTooLong()
 			}
 			line, err = p.r.ReadSlice('\n')
-			p.long = append(p.long, line...)
+			p.long = append(grow(p.long, len(line), p.maxLine()+len(line)), line...)
 		}
 		line = p.long
 	}
@@ -232,6 +232,7 @@ func (p *Parser) nextFrame() (Kind, []byte, error) {
 				// event: refused before they are gathered.
 				return 0, nil, &LimitError{What: "an event's data", Key: "MAX_SSE_EVENT_BYTES", Limit: p.maxEvent()}
 			}
+			p.data = grow(p.data, 1+len(value), p.maxEvent())
 			if p.hasData {
 				p.data = append(p.data, '\n')
 			}
@@ -239,6 +240,20 @@ func (p *Parser) nextFrame() (Kind, []byte, error) {
 			p.hasData = true
 		}
 	}
+}
+
+// grow makes room for n more bytes in b, doubling its capacity but never
+// past limit, so a buffer gathered up to its bound costs at most twice the
+// bound in allocations (append alone grows large slices by a quarter at a
+// time, five times the bound in all).
+func grow(b []byte, n, limit int) []byte {
+	need := len(b) + n
+	if need <= cap(b) {
+		return b
+	}
+	nb := make([]byte, len(b), max(min(2*cap(b), limit), need, 4096))
+	copy(nb, b)
+	return nb
 }
 
 // endsFrame consumes the blank line that ends the frame if it is already

@@ -1,0 +1,311 @@
+package client_test
+
+// A hostile agentd: a real HTTP server on loopback that plays a guest which
+// took over agentd's port, sending endless or oversize answers. Every
+// reader must stop at its bound with a TooLarge error naming it, having
+// allocated a bounded amount (measured as runtime.MemStats.TotalAlloc
+// across the call, an upper bound on what it held at once).
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// attackBytes is the most a hostile handler sends on one connection: far
+// past every bound, so a reader without one is measured holding it.
+const attackBytes = 256 << 20
+
+// hostile serves the routes given, counting requests and bytes sent.
+type hostile struct {
+	srv      *httptest.Server
+	requests atomic.Int64
+	sent     atomic.Int64
+}
+
+func newHostile(t *testing.T, routes map[string]http.HandlerFunc) *hostile {
+	h := &hostile{}
+	mux := http.NewServeMux()
+	for pattern, fn := range routes {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			h.requests.Add(1)
+			fn(w, r)
+		})
+	}
+	h.srv = httptest.NewServer(mux)
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+// endless writes head, then chunk over and over until the client hangs up
+// or attackBytes went out.
+func (h *hostile) endless(w http.ResponseWriter, head string, chunk []byte) {
+	n, _ := w.Write([]byte(head))
+	h.sent.Add(int64(n))
+	for total := int64(n); total < attackBytes; {
+		n, err := w.Write(chunk)
+		h.sent.Add(int64(n))
+		total += int64(n)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// allocated is the bytes f allocated (TotalAlloc across it; the hostile
+// handler, writing one reused chunk, adds little).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// wantBound asserts err is the bound error naming key.
+func wantBound(t *testing.T, what string, err error, key string) {
+	t.Helper()
+	var ce *client.Error
+	if !errors.As(err, &ce) || !errors.Is(err, client.ErrOverBound) {
+		t.Fatalf("%s: %v, want a client.Error with ErrOverBound", what, err)
+	}
+	if w, _ := ce.WireKind(); w != taxonomy.WireTooLarge || ce.Kind() != taxonomy.KindProtocol {
+		t.Fatalf("%s: wire kind %v, kind %v, want TooLarge (Protocol): %v", what, w, ce.Kind(), err)
+	}
+	if !strings.Contains(err.Error(), key) {
+		t.Fatalf("%s: the error does not name %s: %v", what, key, err)
+	}
+}
+
+func filled(n int, c byte) []byte { return bytes.Repeat([]byte{c}, n) }
+
+// One endless SSE data line (issue 44: 3.56 GB in 8 s before). Wrong edits
+// caught: readLine gathering a long line without a bound (hundreds of MiB
+// allocated), the check made after the loop (the same), and the stream
+// reconnecting after the bound (a second request to the same bytes).
+func TestHostileEndlessSSELine(t *testing.T) {
+	h := newHostile(t, nil)
+	h = newHostile(t, map[string]http.HandlerFunc{
+		"GET /v1/exec/{id}/stream": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			h.endless(w, "event: output\ndata: ", filled(64<<10, 'A'))
+		},
+	})
+	s := session(t, h.srv.URL, "tok")
+	var err error
+	alloc := allocated(func() {
+		st := s.Exec("x-1").Stream(testCtx(t), 0)
+		_, err = st.Next()
+		st.Close()
+	})
+	wantBound(t, "an endless SSE line", err, "MAX_SSE_LINE_BYTES")
+	t.Logf("endless SSE line: server sent %d MiB before the client hung up; client allocated %.1f MiB", h.sent.Load()>>20, float64(alloc)/(1<<20))
+	if alloc > 4*taxonomy.MaxSSELineBytes {
+		t.Fatalf("the client allocated %d bytes against a %d-byte line bound", alloc, taxonomy.MaxSSELineBytes)
+	}
+	if n := h.requests.Load(); n != 1 {
+		t.Fatalf("%d requests: a line over the bound must fail the stream, not reconnect into it", n)
+	}
+}
+
+// Endless data lines in one event, none of them long. Wrong edit caught:
+// gathering a multi-line event's data without a bound.
+func TestHostileEndlessSSEEvent(t *testing.T) {
+	h := newHostile(t, nil)
+	h = newHostile(t, map[string]http.HandlerFunc{
+		"GET /v1/exec/{id}/stream": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			h.endless(w, "event: output\n", []byte("data: "+strings.Repeat("B", 1000)+"\n"))
+		},
+	})
+	s := session(t, h.srv.URL, "tok")
+	var err error
+	alloc := allocated(func() {
+		st := s.Exec("x-1").Stream(testCtx(t), 0)
+		_, err = st.Next()
+		st.Close()
+	})
+	wantBound(t, "endless data lines", err, "MAX_SSE_EVENT_BYTES")
+	if alloc > 4*taxonomy.MaxSSEEventBytes {
+		t.Fatalf("the client allocated %d bytes against a %d-byte event bound", alloc, taxonomy.MaxSSEEventBytes)
+	}
+}
+
+// A binary frame announcing a 4 GiB payload. Wrong edit caught: the frame
+// reader allocating the announced length before checking it.
+func TestHostileHugeFrameLength(t *testing.T) {
+	h := newHostile(t, nil)
+	h = newHostile(t, map[string]http.HandlerFunc{
+		"GET /v1/exec/{id}/stream": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", protocol.FramesMediaType)
+			hdr := make([]byte, protocol.FrameHeaderBytes)
+			hdr[0] = protocol.FrameStdout
+			binary.BigEndian.PutUint32(hdr[9:], 0xFFFFFFFF)
+			h.endless(w, string(hdr), filled(64<<10, 'C'))
+		},
+	})
+	s := session(t, h.srv.URL, "tok")
+	var err error
+	alloc := allocated(func() {
+		st := s.Exec("x-1").Stream(testCtx(t), 0)
+		_, err = st.Next()
+		st.Close()
+	})
+	wantBound(t, "a 4 GiB frame", err, "FRAME_MAX_PAYLOAD_BYTES")
+	if alloc > 4*protocol.FrameMaxPayloadBytes {
+		t.Fatalf("the client allocated %d bytes for a refused frame", alloc)
+	}
+}
+
+// Endless JSON on the small answers and on the record answers. Wrong edits
+// caught: decodeJSON without its bound reader (the decoder buffers the whole
+// value), the bound reported as truncated JSON (no ErrOverBound, no key),
+// and a Content-Length past the bound read anyway.
+func TestHostileEndlessJSON(t *testing.T) {
+	h := newHostile(t, nil)
+	h = newHostile(t, map[string]http.HandlerFunc{
+		"GET /v1/health": func(w http.ResponseWriter, r *http.Request) {
+			h.endless(w, `{"status":"`, filled(64<<10, 'a'))
+		},
+		"GET /v1/fs/stat": func(w http.ResponseWriter, r *http.Request) {
+			h.endless(w, `{"path":"/x","type":"file","size":1,"mode":"0644","modified":"`, filled(64<<10, '9'))
+		},
+		"GET /v1/exec/{id}": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "1099511627776") // 1 TiB announced
+			w.Write([]byte(`{"exec_id":"`))
+		},
+	})
+	s := session(t, h.srv.URL, "tok")
+	ctx := testCtx(t)
+	var err error
+	alloc := allocated(func() { _, err = s.Health(ctx) })
+	wantBound(t, "endless health JSON", err, "MAX_ANSWER_BYTES")
+	if alloc > 6*taxonomy.MaxAnswerBytes {
+		t.Fatalf("health allocated %d bytes against a %d-byte answer bound", alloc, taxonomy.MaxAnswerBytes)
+	}
+	alloc = allocated(func() { _, err = s.Stat(ctx, "/x") })
+	wantBound(t, "endless stat JSON", err, "MAX_ANSWER_BYTES")
+	if alloc > 6*taxonomy.MaxAnswerBytes {
+		t.Fatalf("stat allocated %d bytes against a %d-byte answer bound", alloc, taxonomy.MaxAnswerBytes)
+	}
+	alloc = allocated(func() { _, err = s.Exec("x-1").Poll(ctx) })
+	wantBound(t, "a 1 TiB record", err, "MAX_RECORD_ANSWER_BYTES")
+	if alloc > 1<<20 {
+		t.Fatalf("a record refused by its Content-Length allocated %d bytes", alloc)
+	}
+}
+
+// An endless watch line, and endless data lines in one watch event, before
+// and after the ready event. Wrong edits caught: a bufio.ErrTooLong reported
+// as a broken connection (Transport, retryable), and data lines gathered
+// without a bound.
+func TestHostileEndlessWatch(t *testing.T) {
+	const ready = "event: ready\ndata: {\"path\":\"/w\",\"watched_dirs\":1}\n\n"
+	for name, tc := range map[string]struct{ head, chunk string }{
+		"line before ready": {"event: ready\ndata: ", "x"},
+		"line":              {ready + "event: fs\ndata: ", "x"},
+		"data lines":        {ready + "event: fs\n", "data: {}\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHostile(t, nil)
+			h = newHostile(t, map[string]http.HandlerFunc{
+				"GET /v1/fs/watch": func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					h.endless(w, tc.head, []byte(strings.Repeat(tc.chunk, 64<<10/len(tc.chunk))))
+				},
+			})
+			s := session(t, h.srv.URL, "tok")
+			var err error
+			alloc := allocated(func() {
+				var wt *client.Watch
+				wt, err = s.Watch(testCtx(t), "/w", false)
+				if err == nil {
+					_, err = wt.Next()
+					wt.Close()
+				}
+			})
+			wantBound(t, name, err, "MAX_WATCH_EVENT_BYTES")
+			if alloc > 64*taxonomy.MaxWatchEventBytes {
+				t.Fatalf("the watch allocated %d bytes against a %d-byte bound", alloc, taxonomy.MaxWatchEventBytes)
+			}
+		})
+	}
+}
+
+// Downloads: an endless file (non-zero bytes) and an endless run of zeros
+// (the 100 GiB sparse guest file of issue 44) stop at MaxBytes, naming it,
+// with nothing left at the target or beside it; a sparse file within the
+// bound arrives whole, at its length, as holes. Wrong edits caught:
+// Download writing through an unbounded copy (the target grows to the
+// attack's 256 MiB), the temporary file left behind or renamed after a
+// failure, and zeros written as data (64 MiB of blocks on disk).
+func TestHostileOversizeDownload(t *testing.T) {
+	var mu sync.Mutex
+	files := map[string][]byte{} // path -> repeated chunk; "/sparse" is served whole
+	sparse := make([]byte, 64<<20)
+	copy(sparse[len(sparse)-3:], "end")
+	h := newHostile(t, nil)
+	h = newHostile(t, map[string]http.HandlerFunc{
+		"GET /v1/fs/file": func(w http.ResponseWriter, r *http.Request) {
+			p := r.URL.Query().Get("path")
+			if p == "/sparse" {
+				w.Write(sparse)
+				return
+			}
+			mu.Lock()
+			chunk := files[p]
+			mu.Unlock()
+			h.endless(w, "", chunk)
+		},
+	})
+	files["/endless"] = filled(1<<20, 'D')
+	files["/zeros"] = make([]byte, 1<<20)
+	s := session(t, h.srv.URL, "tok")
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	const max = 8 << 20
+	for _, remote := range []string{"/endless", "/zeros"} {
+		local := filepath.Join(dir, "out"+strings.TrimPrefix(remote, "/"))
+		var err error
+		alloc := allocated(func() {
+			_, err = s.Download(ctx, remote, local, client.DownloadOptions{MaxBytes: max})
+		})
+		wantBound(t, remote, err, "MaxBytes")
+		if alloc > 16<<20 {
+			t.Fatalf("%s: the download allocated %d bytes", remote, alloc)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("a failed download left %v behind", ents)
+	}
+	local := filepath.Join(dir, "sparse.img")
+	n, err := s.Download(ctx, "/sparse", local, client.DownloadOptions{})
+	if err != nil || n != int64(len(sparse)) {
+		t.Fatalf("the sparse file: %d bytes, %v", n, err)
+	}
+	fi, err := os.Stat(local)
+	if err != nil || fi.Size() != int64(len(sparse)) {
+		t.Fatalf("the sparse file's length: %v %v", fi, err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 > 1<<20 {
+		t.Fatalf("%d bytes on disk for 3 bytes of data: the zeros were written", st.Blocks*512)
+	}
+	if got, _ := os.ReadFile(local); !bytes.Equal(got, sparse) {
+		t.Fatal("the sparse file reads back different")
+	}
+}
