@@ -10,6 +10,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -307,5 +309,34 @@ func TestHostileOversizeDownload(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(local); !bytes.Equal(got, sparse) {
 		t.Fatal("the sparse file reads back different")
+	}
+}
+
+// Endless gap events, each past the last: a Process keeps at most 4096
+// ranges, the last one widened over the rest. Wrong edit caught: appending
+// every gap (the slice grows with the attack: 100000 ranges here).
+func TestHostileEndlessGaps(t *testing.T) {
+	const gaps = 100000
+	h := newHostile(t, nil)
+	h = newHostile(t, map[string]http.HandlerFunc{
+		"GET /v1/exec/{id}/stream": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			var b strings.Builder
+			for i := range uint64(gaps) {
+				fmt.Fprintf(&b, "event: gap\ndata: {\"from\":%d,\"to\":%d}\n\n", 2*i, 2*i+1)
+			}
+			fmt.Fprintf(&b, "event: exit\ndata: {\"exit_code\":0,\"signal\":null,\"truncated\":false,\"writers_may_be_alive\":false,\"offset\":%d}\n\n", 2*gaps-1)
+			w.Write([]byte(b.String()))
+		},
+	})
+	s := session(t, h.srv.URL, "tok")
+	p := s.Exec("x-1").Attach(testCtx(t), 0)
+	io.Copy(io.Discard, p.Stdout())
+	got := p.Gaps()
+	if len(got) != 4096 {
+		t.Fatalf("%d gap ranges kept, want 4096", len(got))
+	}
+	if last := got[len(got)-1]; last.From != 2*4095 || last.To != 2*gaps-1 {
+		t.Fatalf("the last range %+v does not cover the rest (to %d)", last, 2*gaps-1)
 	}
 }

@@ -125,7 +125,14 @@ func (p *Process) demux(st *Stream, ow, ew *io.PipeWriter) {
 				p.run.lost = true
 			}
 			p.mu.Lock()
-			p.gaps = append(p.gaps, ev.Gap)
+			if len(p.gaps) < maxProcessGaps {
+				p.gaps = append(p.gaps, ev.Gap)
+			} else {
+				// Endless gap events must not grow this without end: the
+				// last range is widened over the rest.
+				last := &p.gaps[len(p.gaps)-1]
+				last.To = max(last.To, ev.Gap.To)
+			}
 			p.mu.Unlock()
 		case EventExit:
 			if c := p.run; c != nil {
@@ -166,7 +173,12 @@ func (p *Process) Stdout() io.ReadCloser { return p.stdout }
 // Stderr is the child's stderr.
 func (p *Process) Stderr() io.ReadCloser { return p.stderr }
 
-// Gaps are the ranges of output lost so far, in order.
+// maxProcessGaps is the most gap ranges a Process keeps.
+const maxProcessGaps = 4096
+
+// Gaps are the ranges of output lost so far, in order. At most
+// maxProcessGaps (4096) are kept: past that the last range is widened to
+// cover every later one, so it may span bytes that did arrive.
 func (p *Process) Gaps() []protocol.GapEvent {
 	p.mu.Lock()
 	defer p.mu.Unlock()

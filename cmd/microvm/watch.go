@@ -10,6 +10,7 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -59,6 +60,11 @@ func (c *WatchCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 				break // the daemon ended the stream: the directory was removed
 			}
 			return nil, err
+		}
+		if len(d.Events)+len(d.Gaps) >= taxonomy.MaxWatchEvents {
+			// The report is held until the window ends: a guest sending
+			// changes without end must not grow it without end.
+			return nil, client.OverBound(protocol.OpFsWatch, "MAX_WATCH_EVENTS", taxonomy.MaxWatchEvents, "the events gathered", "report sooner with a smaller --count or --for")
 		}
 		if ev.Gap != nil {
 			d.Gaps = append(d.Gaps, cliapi.WatchGap{From: int64(ev.Gap.From), To: int64(ev.Gap.To)})
