@@ -37,11 +37,11 @@ func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, MaxReadFileBytes+1))
+	b, over, err := readAtMost(rc, MaxReadFileBytes)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > MaxReadFileBytes {
+	if over {
 		return nil, client.OverBound("read of "+path, "MAX_READ_FILE_BYTES", MaxReadFileBytes, "the file", "stream it with Session().OpenFile, or download it, instead of reading it whole")
 	}
 	return b, nil
@@ -226,6 +226,37 @@ func unpack(tr *tar.Reader, root *os.Root, local string, budget int64) error {
 			}
 		default:
 			return client.Errorf(taxonomy.KindProtocol, "", "the archive entry %q is of tar type %q, which DownloadDir does not extract", h.Name, h.Typeflag)
+		}
+	}
+}
+
+// readAtMost reads r to its end, or to limit bytes and then one more to
+// learn whether there was more (over), doubling its buffer up to limit: at
+// most twice limit is allocated in all (io.ReadAll grows large buffers a
+// quarter at a time, about five times).
+func readAtMost(r io.Reader, limit int) (b []byte, over bool, err error) {
+	b = make([]byte, 0, min(64<<10, limit))
+	for {
+		if len(b) == cap(b) {
+			if len(b) == limit {
+				var one [1]byte
+				n, err := io.ReadFull(r, one[:])
+				if err == io.EOF {
+					err = nil
+				}
+				return b, n > 0, err
+			}
+			nb := make([]byte, len(b), min(2*cap(b), limit))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, false, nil
+		}
+		if err != nil {
+			return b, false, err
 		}
 	}
 }

@@ -3,16 +3,21 @@ package sandbox
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -205,5 +210,63 @@ func TestUnpackWritesZerosAsHoles(t *testing.T) {
 	got, _ := os.ReadFile(filepath.Join(dir, "sparse.img"))
 	if !bytes.Equal(got, body) {
 		t.Fatal("the content read back differs")
+	}
+}
+
+// ReadFile against a guest that sends a file without end: it stops one
+// byte past MAX_READ_FILE_BYTES with a TooLarge error naming that bound,
+// having held no more than it. This is the engine's read op. Wrong edits
+// caught: reading without the bound (the whole 256 MiB sent is held), and the refusal as InvalidArg without the bound's name.
+func TestReadFileStopsAtItsBound(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, emulator.Options{})
+	chunk := bytes.Repeat([]byte("E"), 1<<20)
+	hostile := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/fs/file" {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte("{}"))
+			return
+		}
+		for range 256 { // 256 MiB, four times the bound
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer hostile.Close()
+	arn := f.emu.AddImage("hostile")
+	sb, err := Launch(ctx, f.cp, Options{Image: arn, Wait: fast, Now: f.clock.Now,
+		SessionOptions: []client.Option{client.WithHTTPClient(&http.Client{Transport: &toVM{addr: strings.TrimPrefix(hostile.URL, "http://")}})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Terminate(ctx, TeardownOptions{})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = sb.ReadFile(ctx, "/big")
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, client.ErrOverBound) || client.KindOf(err) != taxonomy.KindProtocol || !strings.Contains(err.Error(), "MAX_READ_FILE_BYTES") {
+		t.Fatalf("an endless file: %v, want TooLarge naming MAX_READ_FILE_BYTES", err)
+	}
+	t.Logf("ReadFile of an endless file allocated %d MiB", (after.TotalAlloc-before.TotalAlloc)>>20)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 5*MaxReadFileBytes/2 {
+		t.Fatalf("ReadFile allocated %d bytes against a %d-byte bound", alloc, MaxReadFileBytes)
+	}
+}
+
+// A file of exactly the bound is whole; one byte more is over. Wrong edits
+// caught: `len(b) == limit` treated as over without probing (a file of
+// exactly MaxReadFileBytes refused), and the probe byte dropped (over never
+// reported, the file silently cut at the bound).
+func TestReadAtMostBoundary(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		over bool
+	}{{0, false}, {99, false}, {100, false}, {101, true}, {5000, true}} {
+		b, over, err := readAtMost(bytes.NewReader(bytes.Repeat([]byte("x"), tc.n)), 100)
+		if err != nil || over != tc.over || len(b) != min(tc.n, 100) {
+			t.Errorf("%d bytes: %d read, over %v, %v; want %d, %v", tc.n, len(b), over, err, min(tc.n, 100), tc.over)
+		}
 	}
 }
