@@ -41,7 +41,10 @@ func (s *Session) OpenFile(ctx context.Context, path string, lines LineRange) (i
 	return &transportBody{op: protocol.OpFsReadFile, rc: resp.Body}, nil
 }
 
-// ReadFile copies the file at path (or the selected lines) to w.
+// ReadFile copies the file at path (or the selected lines) to w. It holds
+// nothing itself and sets no bound: the guest decides how many bytes come,
+// so a w that keeps them should bound itself (a BoundedWriter), or use
+// Download, which does.
 func (s *Session) ReadFile(ctx context.Context, path string, w io.Writer, lines LineRange) (int64, error) {
 	rc, err := s.OpenFile(ctx, path, lines)
 	if err != nil {
@@ -104,7 +107,8 @@ func (s *Session) OpenTar(ctx context.Context, dir string) (io.ReadCloser, error
 	return &transportBody{op: protocol.OpFsReadTar, rc: resp.Body}, nil
 }
 
-// ReadTar copies the tar of dir to w.
+// ReadTar copies the tar of dir to w, with no bound of its own (see
+// ReadFile).
 func (s *Session) ReadTar(ctx context.Context, dir string, w io.Writer) (int64, error) {
 	rc, err := s.OpenTar(ctx, dir)
 	if err != nil {
