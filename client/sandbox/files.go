@@ -24,9 +24,9 @@ const MaxReadFileBytes = taxonomy.MaxReadFileBytes
 
 // ReadFile returns the whole file at path in the VM. A missing file is an
 // error for which errors.Is(err, fs.ErrNotExist) holds and whose message
-// quotes the path. A file over MaxReadFileBytes is refused with a TooLarge
-// error naming MAX_READ_FILE_BYTES (client.ErrOverBound in its chain),
-// having held no more than that bound.
+// quotes the path. A file over MaxReadFileBytes is refused with an
+// InvalidArg error naming MAX_READ_FILE_BYTES (client.ErrOverBound in its
+// chain), having held no more than that bound.
 func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	sess, err := s.runningSession()
 	if err != nil {
@@ -42,7 +42,10 @@ func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 		return nil, err
 	}
 	if over {
-		return nil, client.OverBound("read of "+path, "MAX_READ_FILE_BYTES", MaxReadFileBytes, "the file", "stream it with Session().OpenFile, or download it, instead of reading it whole")
+		// InvalidArg, as it always was: reading this file whole is the
+		// request refused, whether the file is large or the guest hostile.
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "%s is over %d bytes (MAX_READ_FILE_BYTES); stream it with Session().OpenFile, or download it, instead of reading it whole", path, MaxReadFileBytes).
+			WithCause(&client.BoundError{Key: "MAX_READ_FILE_BYTES", Limit: MaxReadFileBytes, What: path})
 	}
 	return b, nil
 }

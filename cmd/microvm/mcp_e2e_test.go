@@ -352,6 +352,12 @@ func exercise(t *testing.T, ctx context.Context, cs *mcp.ClientSession, ps *prog
 	if got, _ := base64.StdEncoding.DecodeString(read.Content); read.Encoding != "base64" || !bytes.Equal(got, binary) {
 		t.Fatalf("read bytes: %+v", read)
 	}
+	// Issue 51.7: a missing file's hint names the path, not "". Catches a
+	// stat built without its path, which the hint quoted as "".
+	missing, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpapi.ToolSandboxReadFile, Arguments: map[string]any{"sandbox_id": id, "path": "/tmp/mcp/nope.txt"}})
+	if err != nil || !missing.IsError || !strings.Contains(text(missing), `"/tmp/mcp/nope.txt" does not exist in the VM`) || strings.Contains(text(missing), `"" does not exist`) {
+		t.Fatalf("read of a missing file: %v %s", err, text(missing))
+	}
 	var listed mcpapi.SandboxListFilesResult
 	call(t, ctx, cs, mcpapi.ToolSandboxListFiles, map[string]any{"sandbox_id": id, "path": "/tmp/mcp"}, &listed)
 	names := map[string]string{}

@@ -132,7 +132,7 @@ type WriteArgs struct {
 	Mode string `json:"mode"`
 }
 
-// ReadArgs are the arguments of read: read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound.
+// ReadArgs are the arguments of read: read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one is refused, ERR_INVALID_ARG naming that bound.
 type ReadArgs struct {
 	Path string `json:"path"`
 }

@@ -483,7 +483,7 @@ const (
 	MaxRecordAnswerBytes = 134217728
 	// DefaultMaxDownloadBytes: bytes a download (`microvm cp` from vm:, a --tar download, Sandbox.DownloadDir) writes locally unless told otherwise (cp --max-bytes); agentd's own max_tar_bytes.
 	DefaultMaxDownloadBytes = 8589934592
-	// MaxReadFileBytes: largest file read whole into memory (Sandbox.ReadFile, the engine's read op); stream a larger one with Session.OpenFile or download it.
+	// MaxReadFileBytes: largest file read whole into memory (Sandbox.ReadFile, the engine's read op), refused past it as InvalidArg naming this bound; stream a larger one with Session.OpenFile or download it.
 	MaxReadFileBytes = 67108864
 	// MaxListEntries: entries one Session.List (`microvm dir`, the engine's list op) visits before it fails TooLarge naming this bound, so endless pages end; one page is at most max_list_page.
 	MaxListEntries = 1000000

@@ -332,7 +332,7 @@ WriteArgs.__doc__ = "The arguments of write: write a whole file, creating its pa
 ReadArgs = TypedDict("ReadArgs", {
     "path": str,
 }, total=False)
-ReadArgs.__doc__ = "The arguments of read: read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound. Every key may be left out."
+ReadArgs.__doc__ = "The arguments of read: read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one is refused, ERR_INVALID_ARG naming that bound. Every key may be left out."
 
 
 ListArgs = TypedDict("ListArgs", {
@@ -433,7 +433,7 @@ class Ops:
         return cast(CopyData, self._call("write", args))
 
     def _op_read(self, args: ReadArgs) -> FileData:
-        """read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound."""
+        """read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one is refused, ERR_INVALID_ARG naming that bound."""
         return cast(FileData, self._call("read", args))
 
     def _op_list(self, args: ListArgs) -> DirData:

@@ -373,7 +373,7 @@ export interface WriteArgs {
   readonly "mode"?: string;
 }
 
-/** The arguments of read: read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound. Every key may be left out. */
+/** The arguments of read: read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one is refused, ERR_INVALID_ARG naming that bound. Every key may be left out. */
 export interface ReadArgs {
   readonly "path"?: string;
 }
@@ -480,7 +480,7 @@ export abstract class Ops {
     return (await this.call("write", args)) as CopyData;
   }
 
-  /** read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one fails TooLarge naming that bound. */
+  /** read a whole file, at most MAX_READ_FILE_BYTES (`microvm constants`); a larger one is refused, ERR_INVALID_ARG naming that bound. */
   protected async opRead(args: ReadArgs): Promise<FileData> {
     return (await this.call("read", args)) as FileData;
   }

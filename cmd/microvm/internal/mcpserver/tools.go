@@ -292,8 +292,7 @@ func (s *mcpServer) readFile(ctx context.Context, _ *mcp.CallToolRequest, st *mc
 		return out, "", err
 	}
 	if len(data) > mcpapi.MaxFileBytes { // it grew between the stat and the read, or the stat lied
-		return out, "", client.OverBound("sandbox_read_file", "max_file_bytes (api/mcp.yaml)", mcpapi.MaxFileBytes, in.Path+" as read",
-			"it grew past the limit while it was read; read a part with sandbox_exec (head -c, tail, grep)")
+		return out, "", render.InvalidArg("", "%s grew past the %d-byte limit of sandbox_read_file (max_file_bytes in api/mcp.yaml) while it was read", in.Path, mcpapi.MaxFileBytes)
 	}
 	enc := in.Encoding
 	if enc == "" {
