@@ -340,3 +340,55 @@ func TestHostileEndlessGaps(t *testing.T) {
 		t.Fatalf("the last range %+v does not cover the rest (to %d)", last, 2*gaps-1)
 	}
 }
+
+// Run over the run route against a guest whose output runs past the
+// daemon's max_output_bytes while its exit event claims nothing was cut:
+// Run holds at most that cap of each stream and says Truncated. Wrong edits
+// caught: a capBuffer without its limit (the 64 MiB sent are held), and
+// Truncated taken from the exit event alone (false, over a cut result).
+func TestHostileRunOutputPastItsCap(t *testing.T) {
+	const capBytes, sent = 1 << 20, 64 << 20
+	h := newHostile(t, nil)
+	h = newHostile(t, map[string]http.HandlerFunc{
+		"GET /v1/schema": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"routes":[{"method":"POST","path":"/v1/exec/run"}],"frames":{"media_type":%q},"limits":{"max_output_bytes":%d}}`, protocol.FramesMediaType, capBytes)
+		},
+		"POST /v1/exec/run": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", protocol.FramesMediaType)
+			payload := filled(protocol.FrameMaxPayloadBytes, 'F')
+			var off uint64
+			hdr := make([]byte, protocol.FrameHeaderBytes)
+			for off < sent {
+				hdr[0] = protocol.FrameStdout
+				binary.BigEndian.PutUint64(hdr[1:], off)
+				binary.BigEndian.PutUint32(hdr[9:], uint32(len(payload)))
+				if _, err := w.Write(hdr); err != nil {
+					return
+				}
+				if _, err := w.Write(payload); err != nil {
+					return
+				}
+				off += uint64(len(payload))
+			}
+			exit := fmt.Sprintf(`{"exit_code":0,"signal":null,"truncated":false,"writers_may_be_alive":false,"offset":%d}`, off)
+			hdr = []byte{protocol.FrameExit}
+			hdr = binary.BigEndian.AppendUint64(hdr, off)
+			hdr = binary.BigEndian.AppendUint32(hdr, uint32(len(exit)))
+			w.Write(append(hdr, exit...))
+		},
+	})
+	s := session(t, h.srv.URL, "tok")
+	var r client.Result
+	var err error
+	alloc := allocated(func() { r, err = s.Run(testCtx(t), []string{"yes"}, client.RunOptions{}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Stdout) != capBytes || !r.Truncated {
+		t.Fatalf("stdout %d bytes, truncated %v: want the %d-byte head and truncated", len(r.Stdout), r.Truncated, capBytes)
+	}
+	if alloc > 16*capBytes {
+		t.Fatalf("Run allocated %d bytes for a %d-byte cap", alloc, capBytes)
+	}
+}
