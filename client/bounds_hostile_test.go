@@ -101,7 +101,7 @@ func filled(n int, c byte) []byte { return bytes.Repeat([]byte{c}, n) }
 // allocated), the check made after the loop (the same), and the stream
 // reconnecting after the bound (a second request to the same bytes).
 func TestHostileEndlessSSELine(t *testing.T) {
-	h := newHostile(t, nil)
+	var h *hostile
 	h = newHostile(t, map[string]http.HandlerFunc{
 		"GET /v1/exec/{id}/stream": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -128,7 +128,7 @@ func TestHostileEndlessSSELine(t *testing.T) {
 // Endless data lines in one event, none of them long. Wrong edit caught:
 // gathering a multi-line event's data without a bound.
 func TestHostileEndlessSSEEvent(t *testing.T) {
-	h := newHostile(t, nil)
+	var h *hostile
 	h = newHostile(t, map[string]http.HandlerFunc{
 		"GET /v1/exec/{id}/stream": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -151,7 +151,7 @@ func TestHostileEndlessSSEEvent(t *testing.T) {
 // A binary frame announcing a 4 GiB payload. Wrong edit caught: the frame
 // reader allocating the announced length before checking it.
 func TestHostileHugeFrameLength(t *testing.T) {
-	h := newHostile(t, nil)
+	var h *hostile
 	h = newHostile(t, map[string]http.HandlerFunc{
 		"GET /v1/exec/{id}/stream": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", protocol.FramesMediaType)
@@ -179,7 +179,7 @@ func TestHostileHugeFrameLength(t *testing.T) {
 // value), the bound reported as truncated JSON (no ErrOverBound, no key),
 // and a Content-Length past the bound read anyway.
 func TestHostileEndlessJSON(t *testing.T) {
-	h := newHostile(t, nil)
+	var h *hostile
 	h = newHostile(t, map[string]http.HandlerFunc{
 		"GET /v1/health": func(w http.ResponseWriter, r *http.Request) {
 			h.endless(w, `{"status":"`, filled(64<<10, 'a'))
@@ -224,7 +224,7 @@ func TestHostileEndlessWatch(t *testing.T) {
 		"data lines":        {ready + "event: fs\n", "data: {}\n"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := newHostile(t, nil)
+			var h *hostile
 			h = newHostile(t, map[string]http.HandlerFunc{
 				"GET /v1/fs/watch": func(w http.ResponseWriter, r *http.Request) {
 					w.Header().Set("Content-Type", "text/event-stream")
@@ -261,7 +261,7 @@ func TestHostileOversizeDownload(t *testing.T) {
 	files := map[string][]byte{} // path -> repeated chunk; "/sparse" is served whole
 	sparse := make([]byte, 64<<20)
 	copy(sparse[len(sparse)-3:], "end")
-	h := newHostile(t, nil)
+	var h *hostile
 	h = newHostile(t, map[string]http.HandlerFunc{
 		"GET /v1/fs/file": func(w http.ResponseWriter, r *http.Request) {
 			p := r.URL.Query().Get("path")
@@ -317,8 +317,7 @@ func TestHostileOversizeDownload(t *testing.T) {
 // every gap (the slice grows with the attack: 100000 ranges here).
 func TestHostileEndlessGaps(t *testing.T) {
 	const gaps = 100000
-	h := newHostile(t, nil)
-	h = newHostile(t, map[string]http.HandlerFunc{
+	h := newHostile(t, map[string]http.HandlerFunc{
 		"GET /v1/exec/{id}/stream": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			var b strings.Builder
@@ -348,8 +347,7 @@ func TestHostileEndlessGaps(t *testing.T) {
 // Truncated taken from the exit event alone (false, over a cut result).
 func TestHostileRunOutputPastItsCap(t *testing.T) {
 	const capBytes, sent = 1 << 20, 64 << 20
-	h := newHostile(t, nil)
-	h = newHostile(t, map[string]http.HandlerFunc{
+	h := newHostile(t, map[string]http.HandlerFunc{
 		"GET /v1/schema": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprintf(w, `{"routes":[{"method":"POST","path":"/v1/exec/run"}],"frames":{"media_type":%q},"limits":{"max_output_bytes":%d}}`, protocol.FramesMediaType, capBytes)
