@@ -390,3 +390,47 @@ func TestHostileRunOutputPastItsCap(t *testing.T) {
 		t.Fatalf("Run allocated %d bytes for a %d-byte cap", alloc, capBytes)
 	}
 }
+
+// A listing that pages without end (every page names a next cursor) stops
+// at MAX_LIST_ENTRIES, and one of few, huge entries at MAX_LIST_BYTES (the
+// bounds made small here). Wrong edits caught: List following cursors
+// without counting (it never returns), and counting entries only (a few
+// entries with megabyte paths pass any entry count).
+func TestHostileEndlessListing(t *testing.T) {
+	defer client.SetListBounds(5000, 8<<20)()
+	var big atomic.Bool
+	h := newHostile(t, map[string]http.HandlerFunc{
+		"GET /v1/fs/list": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			path := "/d/entry"
+			if big.Load() {
+				path = "/d/" + strings.Repeat("p", 1<<20)
+			}
+			var b strings.Builder
+			b.WriteString(`{"entries":[`)
+			for i := range 100 {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, `{"path":%q,"name":"entry","type":"file","size":1,"mode":"0644","mtime":"2026-01-01T00:00:00Z","uid":0,"gid":0}`, path)
+			}
+			b.WriteString(`],"next_cursor":"again"}`)
+			w.Write([]byte(b.String()))
+		},
+	})
+	s := session(t, h.srv.URL, "tok")
+	ctx := testCtx(t)
+	seen := 0
+	err := s.List(ctx, "/d", client.ListOptions{}, func(protocol.FileInfo) error { seen++; return nil })
+	wantBound(t, "endless pages", err, "MAX_LIST_ENTRIES")
+	if seen != 5000 {
+		t.Fatalf("%d entries visited before the bound, want 5000", seen)
+	}
+	big.Store(true)
+	seen = 0
+	err = s.List(ctx, "/d", client.ListOptions{}, func(protocol.FileInfo) error { seen++; return nil })
+	wantBound(t, "huge entries", err, "MAX_LIST_BYTES")
+	if seen > 8 {
+		t.Fatalf("%d megabyte entries visited past an 8 MiB bound", seen)
+	}
+}

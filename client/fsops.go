@@ -58,19 +58,27 @@ func (s *Session) ListPage(ctx context.Context, dir string, o ListOptions) (prot
 
 // List calls visit for every entry of dir to o.Depth levels, page by page,
 // until the listing ends, visit returns an error, or ctx ends. Past
-// taxonomy.MaxListEntries entries it fails with a TooLarge error naming
-// MAX_LIST_ENTRIES: a daemon that pages without end cannot keep it (or a
-// caller gathering the entries) going for ever.
+// taxonomy.MaxListEntries entries, or MaxListBytes of their text, it fails
+// with a TooLarge error naming the bound: a daemon that pages without end
+// cannot keep it going for ever, nor grow a caller gathering the entries.
 func (s *Session) List(ctx context.Context, dir string, o ListOptions, visit func(protocol.FileInfo) error) error {
-	seen := 0
+	seen, text := 0, 0
 	for {
 		page, err := s.ListPage(ctx, dir, o)
 		if err != nil {
 			return err
 		}
 		for _, e := range page.Entries {
-			if seen++; seen > taxonomy.MaxListEntries {
-				return OverBound(protocol.OpFsList, "MAX_LIST_ENTRIES", taxonomy.MaxListEntries, "the listing of "+dir, "list a part of it (a deeper directory, or a smaller depth)")
+			seen++
+			text += len(e.Path) + len(e.Name) + len(e.Mode)
+			if e.SymlinkTarget != nil {
+				text += len(*e.SymlinkTarget)
+			}
+			switch {
+			case seen > listMaxEntries:
+				return OverBound(protocol.OpFsList, "MAX_LIST_ENTRIES", int64(listMaxEntries), "the listing of "+dir, "list a part of it (a deeper directory, or a smaller depth)")
+			case text > listMaxBytes:
+				return OverBound(protocol.OpFsList, "MAX_LIST_BYTES", int64(listMaxBytes), "the listing of "+dir, "list a part of it (a deeper directory, or a smaller depth)")
 			}
 			if err := visit(e); err != nil {
 				return err
@@ -82,6 +90,10 @@ func (s *Session) List(ctx context.Context, dir string, o ListOptions, visit fun
 		o.Cursor = *page.NextCursor
 	}
 }
+
+// listMaxEntries and listMaxBytes are List's bounds; variables only so a
+// test can make them small.
+var listMaxEntries, listMaxBytes = taxonomy.MaxListEntries, taxonomy.MaxListBytes
 
 // Mkdir creates dir and its missing parents, reporting whether it created
 // dir (false: a directory was already there). A zero mode means 0755.

@@ -137,7 +137,7 @@ type ReadArgs struct {
 	Path string `json:"path"`
 }
 
-// ListArgs are the arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound.
+// ListArgs are the arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries or MAX_LIST_BYTES of their text it fails TooLarge naming the bound.
 type ListArgs struct {
 	Path  string `json:"path"`
 	Depth int64  `json:"depth"`

@@ -487,6 +487,8 @@ const (
 	MaxReadFileBytes = 67108864
 	// MaxListEntries: entries one Session.List (`microvm dir`, the engine's list op) visits before it fails TooLarge naming this bound, so endless pages end; one page is at most max_list_page.
 	MaxListEntries = 1000000
+	// MaxListBytes: bytes of text (path, name, mode, symlink target) one Session.List visits before it fails TooLarge naming this bound: with MAX_LIST_ENTRIES, what a caller gathering a listing holds.
+	MaxListBytes = 268435456
 	// MaxWatchEvents: events and gaps `microvm watch` gathers for its report; past it the watch fails TooLarge naming this bound (a smaller --count or --for reports sooner).
 	MaxWatchEvents = 100000
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.

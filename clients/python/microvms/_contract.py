@@ -339,7 +339,7 @@ ListArgs = TypedDict("ListArgs", {
     "path": str,
     "depth": int,
 }, total=False)
-ListArgs.__doc__ = "The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound. Every key may be left out."
+ListArgs.__doc__ = "The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries or MAX_LIST_BYTES of their text it fails TooLarge naming the bound. Every key may be left out."
 
 
 UploadDirArgs = TypedDict("UploadDirArgs", {
@@ -437,7 +437,7 @@ class Ops:
         return cast(FileData, self._call("read", args))
 
     def _op_list(self, args: ListArgs) -> DirData:
-        """list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound."""
+        """list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries or MAX_LIST_BYTES of their text it fails TooLarge naming the bound."""
         return cast(DirData, self._call("list", args))
 
     def _op_upload_dir(self, args: UploadDirArgs) -> CopyData:

@@ -378,7 +378,7 @@ export interface ReadArgs {
   readonly "path"?: string;
 }
 
-/** The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound. Every key may be left out. */
+/** The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries or MAX_LIST_BYTES of their text it fails TooLarge naming the bound. Every key may be left out. */
 export interface ListArgs {
   readonly "path"?: string;
   readonly "depth"?: number;
@@ -485,7 +485,7 @@ export abstract class Ops {
     return (await this.call("read", args)) as FileData;
   }
 
-  /** list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries it fails TooLarge naming that bound. */
+  /** list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries or MAX_LIST_BYTES of their text it fails TooLarge naming the bound. */
   protected async opList(args: ListArgs): Promise<DirData> {
     return (await this.call("list", args)) as DirData;
   }
