@@ -35,12 +35,15 @@ func (e *BoundError) Error() string {
 func (e *BoundError) Unwrap() error { return ErrOverBound }
 
 // overBound is the error for op's answer going past a bound; hint says what
-// to do instead (it may be empty).
+// to do instead (empty: the bound is one only a broken or hostile daemon
+// reaches, and the message says so).
 func overBound(op string, b *BoundError, hint string) *Error {
-	msg := fmt.Sprintf("%s: %v; the daemon (or whatever answers on its port) sent more than this client reads", op, b)
-	if hint != "" {
-		msg += "; " + hint
+	msg := fmt.Sprintf("%s: %v", op, b)
+	if hint == "" {
+		// A bound no conforming daemon comes near.
+		hint = "the daemon (or whatever answers on its port) sent more than this client reads"
 	}
+	msg += "; " + hint
 	return WireError(taxonomy.WireTooLarge, msg).WithCause(b)
 }
 
