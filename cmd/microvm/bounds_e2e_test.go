@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -145,5 +146,29 @@ func TestCLICpStopsAtMaxBytes(t *testing.T) {
 	}
 	if inv := cli(t, env, "", "--json", "cp", up, "vm:/x", "--max-bytes", "10"); inv.code != 2 || !strings.Contains(inv.stdout, "download only") {
 		t.Fatalf("--max-bytes on an upload: exit %d, want 2: %s", inv.code, inv.stdout)
+	}
+}
+
+// `microvm watch --for` against a guest sending changes without end: the
+// report it gathers stops at MAX_WATCH_EVENTS with exit 5, TooLarge naming
+// it. Wrong edit caught: gathering events until the window ends, however
+// many arrive (the CLI's memory grows with the flood).
+func TestCLIWatchStopsAtMaxWatchEvents(t *testing.T) {
+	url := hostileAgentd(t, map[string]http.HandlerFunc{
+		"GET /v1/fs/watch": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			var b bytes.Buffer
+			for i := range 1000 {
+				fmt.Fprintf(&b, "event: fs\ndata: {\"seq\":%d,\"op\":\"create\",\"path\":\"/w/f\"}\n\n", i)
+			}
+			sendEndless(w, "event: ready\ndata: {\"path\":\"/w\",\"watched_dirs\":1}\n\n", b.Bytes(), 1<<30)
+		},
+	})
+	env := []string{"MICROVM_ENDPOINT=" + url, "MICROVM_AGENT_TOKEN=tok", "MICROVM_DIRECT=1"}
+	inv, rss := runMeasured(t, env, "--json", "watch", "--for", "60s", "/w")
+	kind, msg := failure(t, inv)
+	t.Logf("watch against endless changes: exit %d, peak RSS %d MiB", inv.code, rss>>20)
+	if inv.code != 5 || kind != "TooLarge" || !strings.Contains(msg, "MAX_WATCH_EVENTS") {
+		t.Fatalf("exit %d, kind %q, message %q: want 5, TooLarge, naming MAX_WATCH_EVENTS", inv.code, kind, msg)
 	}
 }
