@@ -263,6 +263,9 @@ func TestHostileOversizeDownload(t *testing.T) {
 	copy(sparse[len(sparse)-3:], "end")
 	var h *hostile
 	h = newHostile(t, map[string]http.HandlerFunc{
+		"GET /v1/fs/tar": func(w http.ResponseWriter, r *http.Request) {
+			h.endless(w, "", filled(1<<20, 'T'))
+		},
 		"GET /v1/fs/file": func(w http.ResponseWriter, r *http.Request) {
 			p := r.URL.Query().Get("path")
 			if p == "/sparse" {
@@ -292,11 +295,15 @@ func TestHostileOversizeDownload(t *testing.T) {
 			t.Fatalf("%s: the download allocated %d bytes", remote, alloc)
 		}
 	}
+	// A tar download (cp --tar) has the same bound.
+	var n int64
+	_, err := s.Download(ctx, "/tree", filepath.Join(dir, "tree.tar"), client.DownloadOptions{Tar: true, MaxBytes: max})
+	wantBound(t, "an endless tar", err, "MaxBytes")
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("a failed download left %v behind", ents)
 	}
 	local := filepath.Join(dir, "sparse.img")
-	n, err := s.Download(ctx, "/sparse", local, client.DownloadOptions{})
+	n, err = s.Download(ctx, "/sparse", local, client.DownloadOptions{})
 	if err != nil || n != int64(len(sparse)) {
 		t.Fatalf("the sparse file: %d bytes, %v", n, err)
 	}
