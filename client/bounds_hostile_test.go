@@ -168,7 +168,7 @@ func TestHostileHugeFrameLength(t *testing.T) {
 		_, err = st.Next()
 		st.Close()
 	})
-	wantBound(t, "a 4 GiB frame", err, "FRAME_MAX_PAYLOAD_BYTES")
+	wantBound(t, "a 4 GiB frame", err, "x-frames max_payload_bytes")
 	if alloc > 4*protocol.FrameMaxPayloadBytes {
 		t.Fatalf("the client allocated %d bytes for a refused frame", alloc)
 	}

@@ -229,7 +229,7 @@ func (st *Stream) read() error {
 		f, err := st.fr.Next()
 		if err != nil {
 			if errors.Is(err, frames.ErrTooLong) {
-				return overBound(protocol.OpExecStream, &BoundError{Key: "FRAME_MAX_PAYLOAD_BYTES", Limit: frames.MaxPayload, What: "a frame's payload"}, "")
+				return overBound(protocol.OpExecStream, &BoundError{Key: "x-frames max_payload_bytes (api/openapi.yaml)", Limit: frames.MaxPayload, What: "a frame's payload"}, "")
 			}
 			if errors.Is(err, frames.ErrMalformed) {
 				return Errorf(taxonomy.KindProtocol, "", "execStream: %w", errors.Join(errMalformed, err))
