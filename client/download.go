@@ -52,8 +52,12 @@ func (s *Session) Download(ctx context.Context, remote, local string, o Download
 	defer os.Remove(tmp.Name()) // after the rename, there is nothing left to remove
 	op := "download of vm:" + remote
 	sw := sparse.New(tmp)
+	reserve := int64(0)
 	if free, ok := freeBytes(dir); ok {
-		sw.DiskLimit = max(free-downloadDiskReserve, 0)
+		// A nearly full disk keeps half of what is left, so a small file
+		// still fits where 64 MiB are not free.
+		reserve = min(downloadDiskReserve, free/2)
+		sw.DiskLimit = free - reserve
 	}
 	var w io.Writer = sw
 	if o.Progress != nil {
@@ -67,7 +71,7 @@ func (s *Session) Download(ctx context.Context, remote, local string, o Download
 		_, err = s.ReadFile(ctx, remote, bw, LineRange{})
 	}
 	if errors.Is(err, sparse.ErrDiskLimit) {
-		err = overBound(op, &BoundError{Key: fmt.Sprintf("the free space of %s less a %d MiB reserve", dir, downloadDiskReserve>>20), Limit: sw.DiskLimit, What: "the data sent"},
+		err = overBound(op, &BoundError{Key: fmt.Sprintf("the free space of %s less a %d-byte reserve", dir, reserve), Limit: sw.DiskLimit, What: "the data sent"},
 			"nothing was left at "+local+"; free space there or download elsewhere")
 	}
 	if err == nil {
@@ -89,8 +93,9 @@ func (s *Session) Download(ctx context.Context, remote, local string, o Download
 	return bw.Written(), nil
 }
 
-// downloadDiskReserve is left free on the target's filesystem: a download
-// that would take it is refused before the disk is full for everyone else.
+// downloadDiskReserve is left free on the target's filesystem (half of what
+// is free, when that is less): a download that would take it is refused
+// before the disk is full for everyone else.
 const downloadDiskReserve = 64 << 20
 
 type progressWriter struct {
