@@ -2,6 +2,7 @@ package build
 
 import (
 	"context"
+	"github.com/microvms/microvms/gen/setupapi"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -46,9 +47,11 @@ func createInput(region, name string, s Spec, artifactURI, logGroup string) (*la
 		return nil, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingAgentPortAgreement, "hook port %d is outside 1..65535", s.Port)
 	}
 	in := &lambdamicrovms.CreateMicrovmImageInput{
-		Name:              aws.String(name),
-		BaseImageArn:      aws.String(cplane.ManagedBaseImageARN(region)),
-		BuildRoleArn:      aws.String(s.BuildRoleARN),
+		Name:         aws.String(name),
+		BaseImageArn: aws.String(cplane.ManagedBaseImageARN(region)),
+		BuildRoleArn: aws.String(s.BuildRoleARN),
+		// The tag `microvm gc` knows this tool's images by (api/setup.yaml).
+		Tags:              map[string]string{setupapi.TagKey: setupapi.TagValue},
 		CodeArtifact:      &types.CodeArtifactMemberUri{Value: artifactURI},
 		CpuConfigurations: []types.CpuConfiguration{{Architecture: types.ArchitectureArm64}},
 		Hooks: &types.Hooks{
