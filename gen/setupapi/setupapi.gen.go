@@ -16,7 +16,7 @@ const APIVersion = "1"
 // The tag every resource setup makes carries; nothing without it is touched.
 const (
 	TagKey   = "microvms:managed-by"
-	TagValue = "microvm-setup"
+	TagValue = "microvm"
 )
 
 // DefaultPrefix starts every name when no --prefix is given.
