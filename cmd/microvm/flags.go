@@ -6,6 +6,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/microvms/microvms/gen/setupapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -62,6 +63,7 @@ func vars(version string) kong.Vars {
 		"default_memory": strconv.Itoa(taxonomy.DefaultBaselineMiB),
 		"default_port":   strconv.Itoa(taxonomy.DefaultAgentPort),
 		"default_from":   taxonomy.ManagedBaseDockerRef,
+		"setup_prefix":   setupapi.DefaultPrefix,
 	}
 }
 
