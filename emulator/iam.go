@@ -521,8 +521,10 @@ func (s *Server) writeIAM(w http.ResponseWriter, action string, result any) {
 	b.WriteString(xml.Header)
 	fmt.Fprintf(&b, `<%sResponse xmlns="%s">`, action, iamNamespace)
 	if result != nil {
-		inner, _ := xml.Marshal(result)
-		fmt.Fprintf(&b, "<%sResult>%s</%sResult>", action, inner, action)
+		// The result struct is anonymous: its element is named here.
+		var inner strings.Builder
+		_ = xml.NewEncoder(&inner).EncodeElement(result, xml.StartElement{Name: xml.Name{Local: action + "Result"}})
+		b.WriteString(inner.String())
 	}
 	fmt.Fprintf(&b, "<ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata></%sResponse>", s.stsRequestID(), action)
 	_, _ = io.WriteString(w, b.String())

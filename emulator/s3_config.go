@@ -246,3 +246,14 @@ func (s *Server) serveS3BucketConfig(w http.ResponseWriter, r *http.Request, op,
 		fail(errNotImplemented)
 	}
 }
+
+// BucketKeys lists a bucket's object keys, sorted; tests read it.
+func (s *Server) BucketKeys(bucket string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.buckets[bucket]
+	if b == nil {
+		return nil
+	}
+	return slices.Sorted(mapKeys(b.objects))
+}

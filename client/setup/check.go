@@ -55,11 +55,11 @@ func checkBucket(ctx context.Context, o Options, name string) []Check {
 	label := "bucket " + name
 	if _, err := o.S3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &name}); err != nil {
 		if missing(err) {
-			return []Check{{Name: "bucket", Detail: label + " does not exist", Remedy: fixSetup + ", or export " + setupapi.BucketEnv + " naming one that does"}}
+			return []Check{{Name: "bucket-exists", Detail: label + " does not exist", Remedy: fixSetup + ", or export " + setupapi.BucketEnv + " naming one that does"}}
 		}
-		return []Check{{Name: "bucket", Detail: label + ": " + err.Error(), Remedy: "check the credentials may s3:ListBucket it"}}
+		return []Check{{Name: "bucket-exists", Detail: label + ": " + err.Error(), Remedy: "check the credentials may s3:ListBucket it"}}
 	}
-	out := []Check{{Name: "bucket", OK: true, Detail: label + " exists"}}
+	out := []Check{{Name: "bucket-exists", OK: true, Detail: label + " exists"}}
 	for _, s := range bucketSettings(name) {
 		ok, err := s.check(ctx, o.S3)
 		c := Check{Name: "bucket-" + s.name, OK: ok && err == nil}
@@ -81,14 +81,15 @@ func roleName(arn string) string { return arn[strings.LastIndexByte(arn, '/')+1:
 func checkRole(ctx context.Context, o Options, role setupapi.Role, arn, bucket string) []Check {
 	label := role.ID + "-role"
 	name := roleName(arn)
+	exists := label + "-exists"
 	got, err := o.IAM.GetRole(ctx, &iam.GetRoleInput{RoleName: &name})
 	if err != nil {
 		if missing(err) {
-			return []Check{{Name: label, Detail: "role " + name + " does not exist", Remedy: fixSetup + ", or export " + role.Env + " naming one that does"}}
+			return []Check{{Name: exists, Detail: "role " + name + " does not exist", Remedy: fixSetup + ", or export " + role.Env + " naming one that does"}}
 		}
-		return []Check{{Name: label, Detail: "role " + name + ": " + err.Error(), Remedy: "check the credentials may iam:GetRole"}}
+		return []Check{{Name: exists, Detail: "role " + name + ": " + err.Error(), Remedy: "check the credentials may iam:GetRole"}}
 	}
-	out := []Check{{Name: label, OK: true, Detail: "role " + name + " exists"}}
+	out := []Check{{Name: exists, OK: true, Detail: "role " + name + " exists"}}
 	trust := Check{Name: label + "-trust"}
 	if ok, why := trusts(aws.ToString(got.Role.AssumeRolePolicyDocument)); ok {
 		trust.OK, trust.Detail = true, "trusts "+setupapi.ServicePrincipal+" to "+strings.Join(setupapi.TrustActions, ", ")
@@ -103,10 +104,9 @@ func checkRole(ctx context.Context, o Options, role setupapi.Role, arn, bucket s
 	if bucket == "" {
 		v = oo.vars(oo.Names().Bucket)
 	}
-	var actions, resources []string
+	var actions []string
 	for _, n := range role.Needs {
 		actions = append(actions, n.Action)
-		resources = append(resources, v.Replace(n.Resource))
 	}
 	perm := Check{Name: label + "-permissions"}
 	denied, err := simulate(ctx, o, arn, role.Needs, v)
@@ -118,7 +118,6 @@ func checkRole(ctx context.Context, o Options, role setupapi.Role, arn, bucket s
 	default:
 		perm.OK, perm.Detail = true, "allows "+strings.Join(actions, ", ")+" on what a "+map[string]string{setupapi.RoleBuild: "build", setupapi.RoleExecution: "run"}[role.ID]+" uses"
 	}
-	_ = resources
 	return append(out, perm)
 }
 
