@@ -1,12 +1,20 @@
 package main_test
 
 import (
+	"context"
+	"net/http"
+	neturl "net/url"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+
 	"github.com/microvms/microvms/emulator"
+	"github.com/microvms/microvms/gen/setupapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -191,4 +199,53 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 		}
 	}
 	_ = stateDir
+}
+
+// Catches: setup, --destroy or gc touching what this tool did not make: a
+// role of the same name without the tag must be refused and left as it
+// was, and an image without the tag (and unnamed by the ledger) must not be
+// listed by gc.
+func TestSetupAndGcLeaveWhatIsNotTheirs(t *testing.T) {
+	emu, url := testEmulator(t, emulator.Options{})
+	env, _ := lifecycleEnv(t)
+	env = append(env, "AWS_ENDPOINT_URL="+url, "AWS_REGION=us-east-1")
+	ctx := context.Background()
+	ic := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(url), Credentials: credentials.NewStaticCredentialsProvider("a", "b", "")})
+	trust := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}`
+	if _, err := ic.CreateRole(ctx, &iam.CreateRoleInput{RoleName: aws.String("theirs-build"), AssumeRolePolicyDocument: aws.String(trust)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"setup", "--prefix", "theirs"}, {"setup", "--prefix", "theirs", "--destroy"}} {
+		inv := cli(t, env, "", append([]string{"--json"}, args...)...)
+		if inv.code == 0 || !strings.Contains(inv.stdout, "not this tool's") {
+			t.Fatalf("microvm %v over a role it did not make: exit %d\n%s", args, inv.code, inv.stdout)
+		}
+		got, err := ic.GetRole(ctx, &iam.GetRoleInput{RoleName: aws.String("theirs-build")})
+		if err != nil || !strings.Contains(aws.ToString(got.Role.AssumeRolePolicyDocument), "ec2.amazonaws.com") {
+			t.Fatalf("microvm %v changed or removed the foreign role: %v", args, err)
+		}
+		if _, policies := emu.Role("theirs-build"); len(policies) != 0 {
+			t.Fatalf("microvm %v attached %v to the foreign role", args, policies)
+		}
+	}
+
+	inv := cli(t, env, "", "--json", "build", "--name", "untagged")
+	if inv.code != 0 {
+		t.Fatalf("build: %d\n%s", inv.code, inv.stderr)
+	}
+	arn := data(envelope(t, inv))["imageIdentifier"].(string)
+	req, _ := http.NewRequest(http.MethodDelete, url+"/2017-03-31/tags/"+neturl.PathEscape(arn)+"?tagKeys="+neturl.QueryEscape(setupapi.TagKey), nil)
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=a/20260101/us-east-1/lambda/aws4_request, SignedHeaders=host, Signature=x")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("untag: %d", resp.StatusCode)
+	}
+	listed := cli(t, env, "", "--json", "gc", "--dry-run")
+	if listed.code != 0 || strings.Contains(listed.stdout, "untagged") {
+		t.Fatalf("gc listed an image without the tag: exit %d\n%s", listed.code, listed.stdout)
+	}
 }
