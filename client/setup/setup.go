@@ -206,6 +206,78 @@ type run struct {
 	o   *Options
 	ctx context.Context
 	res *Result
+	// What claim read: whether the bucket exists, and each existing role
+	// by id (absent: no such role). Every one that exists is this tool's.
+	bucketExists bool
+	roles        map[string]*iamtypes.Role
+}
+
+// claim reads, before any change, which of the resources exist, and
+// refuses when one that does is not this tool's: a run that stops there has
+// changed nothing.
+func (r *run) claim() error {
+	o, name := r.o, r.res.Names.Bucket
+	r.bucketExists = true
+	err := r.call(Call{Service: "s3", Op: "HeadBucket", Target: name}, func() error {
+		_, err := o.S3.HeadBucket(r.ctx, &s3.HeadBucketInput{Bucket: &name})
+		if missing(err) {
+			r.bucketExists = false
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return failed("HeadBucket", name, err)
+	}
+	if r.bucketExists {
+		ours := false
+		err := r.call(Call{Service: "s3", Op: "GetBucketTagging", Target: name}, func() error {
+			out, err := o.S3.GetBucketTagging(r.ctx, &s3.GetBucketTaggingInput{Bucket: &name})
+			if errCode(err) == "NoSuchTagSet" {
+				return nil
+			}
+			for _, t := range outTags(out) {
+				ours = ours || tagged(t.Key, t.Value)
+			}
+			return err
+		})
+		if err != nil {
+			return failed("GetBucketTagging", name, err)
+		}
+		if !ours {
+			return foreign("bucket", name)
+		}
+	}
+	r.roles = map[string]*iamtypes.Role{}
+	for _, role := range setupapi.Roles {
+		rn := o.vars(name).Replace(role.Name)
+		var got *iamtypes.Role
+		err := r.call(Call{Service: "iam", Op: "GetRole", Target: rn}, func() error {
+			out, err := o.IAM.GetRole(r.ctx, &iam.GetRoleInput{RoleName: &rn})
+			if missing(err) {
+				return nil
+			}
+			if err == nil {
+				got = out.Role
+			}
+			return err
+		})
+		if err != nil {
+			return failed("GetRole", rn, err)
+		}
+		if got == nil {
+			continue
+		}
+		ours, err := r.roleTagged(rn)
+		if err != nil {
+			return err
+		}
+		if !ours {
+			return foreign("role", rn)
+		}
+		r.roles[role.ID] = got
+	}
+	return nil
 }
 
 // call reports c and runs f unless c mutates in a dry run.
@@ -238,6 +310,9 @@ func failed(op, target string, err error) error {
 // Apply makes what is missing and repairs what differs.
 func Apply(ctx context.Context, o Options) (*Result, error) {
 	r := &run{o: &o, ctx: ctx, res: &Result{Names: o.Names(), Env: o.Env()}}
+	if err := r.claim(); err != nil {
+		return r.res, err
+	}
 	if err := r.bucket(); err != nil {
 		return r.res, err
 	}
@@ -251,37 +326,8 @@ func Apply(ctx context.Context, o Options) (*Result, error) {
 
 func (r *run) bucket() error {
 	o, name := r.o, r.res.Names.Bucket
-	exists := true
-	err := r.call(Call{Service: "s3", Op: "HeadBucket", Target: name}, func() error {
-		_, err := o.S3.HeadBucket(r.ctx, &s3.HeadBucketInput{Bucket: &name})
-		if missing(err) {
-			exists = false
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		return failed("HeadBucket", name, err)
-	}
-	if exists {
-		ours := false
-		err := r.call(Call{Service: "s3", Op: "GetBucketTagging", Target: name}, func() error {
-			out, err := o.S3.GetBucketTagging(r.ctx, &s3.GetBucketTaggingInput{Bucket: &name})
-			if errCode(err) == "NoSuchTagSet" {
-				return nil
-			}
-			for _, t := range outTags(out) {
-				ours = ours || tagged(t.Key, t.Value)
-			}
-			return err
-		})
-		if err != nil {
-			return failed("GetBucketTagging", name, err)
-		}
-		if !ours {
-			return foreign("bucket", name)
-		}
-	} else {
+	exists := r.bucketExists
+	if !exists {
 		err := r.call(Call{Service: "s3", Op: "CreateBucket", Target: name, Mutating: true}, func() error {
 			in := &s3.CreateBucketInput{Bucket: &name}
 			if o.Region != "us-east-1" {
@@ -417,20 +463,7 @@ func bucketSettings(name string) []bucketSetting {
 func (r *run) role(role setupapi.Role) error {
 	o := r.o
 	name := o.vars(r.res.Names.Bucket).Replace(role.Name)
-	var got *iamtypes.Role
-	err := r.call(Call{Service: "iam", Op: "GetRole", Target: name}, func() error {
-		out, err := o.IAM.GetRole(r.ctx, &iam.GetRoleInput{RoleName: &name})
-		if missing(err) {
-			return nil
-		}
-		if err == nil {
-			got = out.Role
-		}
-		return err
-	})
-	if err != nil {
-		return failed("GetRole", name, err)
-	}
+	got := r.roles[role.ID]
 	trust, policy := o.TrustPolicy(), o.RolePolicy(role)
 	if got == nil {
 		err := r.call(Call{Service: "iam", Op: "CreateRole", Target: name, Mutating: true}, func() error {
@@ -442,13 +475,6 @@ func (r *run) role(role setupapi.Role) error {
 			return failed("CreateRole", name, err)
 		}
 	} else {
-		ours, err := r.roleTagged(name)
-		if err != nil {
-			return err
-		}
-		if !ours {
-			return foreign("role", name)
-		}
 		if !sameJSON(aws.ToString(got.AssumeRolePolicyDocument), trust) {
 			err := r.call(Call{Service: "iam", Op: "UpdateAssumeRolePolicy", Target: name, Mutating: true}, func() error {
 				_, err := o.IAM.UpdateAssumeRolePolicy(r.ctx, &iam.UpdateAssumeRolePolicyInput{RoleName: &name, PolicyDocument: &trust})
@@ -478,7 +504,7 @@ func (r *run) role(role setupapi.Role) error {
 	if same {
 		return nil
 	}
-	err = r.call(Call{Service: "iam", Op: "PutRolePolicy", Target: name + "/" + role.PolicyName, Mutating: true}, func() error {
+	err := r.call(Call{Service: "iam", Op: "PutRolePolicy", Target: name + "/" + role.PolicyName, Mutating: true}, func() error {
 		_, err := o.IAM.PutRolePolicy(r.ctx, &iam.PutRolePolicyInput{RoleName: &name, PolicyName: aws.String(role.PolicyName), PolicyDocument: &policy})
 		return err
 	})
@@ -511,6 +537,9 @@ func (r *run) roleTagged(name string) (bool, error) {
 // resource without this tool's tag is left alone and named.
 func Destroy(ctx context.Context, o Options) (*Result, error) {
 	r := &run{o: &o, ctx: ctx, res: &Result{Names: o.Names(), Env: o.Env()}}
+	if err := r.claim(); err != nil {
+		return r.res, err
+	}
 	for _, role := range setupapi.Roles {
 		if err := r.destroyRole(role); err != nil {
 			return r.res, err
@@ -522,25 +551,10 @@ func Destroy(ctx context.Context, o Options) (*Result, error) {
 func (r *run) destroyRole(role setupapi.Role) error {
 	o := r.o
 	name := o.vars(r.res.Names.Bucket).Replace(role.Name)
-	exists := true
-	err := r.call(Call{Service: "iam", Op: "GetRole", Target: name}, func() error {
-		_, err := o.IAM.GetRole(r.ctx, &iam.GetRoleInput{RoleName: &name})
-		if missing(err) {
-			exists = false
-			return nil
-		}
-		return err
-	})
-	if err != nil || !exists {
-		return err
+	if r.roles[role.ID] == nil {
+		return nil
 	}
-	ours, err := r.roleTagged(name)
-	if err != nil {
-		return err
-	}
-	if !ours {
-		return foreign("role", name)
-	}
+	var err error
 	err = r.call(Call{Service: "iam", Op: "DeleteRolePolicy", Target: name + "/" + role.PolicyName, Mutating: true}, func() error {
 		_, err := o.IAM.DeleteRolePolicy(r.ctx, &iam.DeleteRolePolicyInput{RoleName: &name, PolicyName: aws.String(role.PolicyName)})
 		if missing(err) {
@@ -566,34 +580,8 @@ func (r *run) destroyRole(role setupapi.Role) error {
 
 func (r *run) destroyBucket() error {
 	o, name := r.o, r.res.Names.Bucket
-	exists := true
-	err := r.call(Call{Service: "s3", Op: "HeadBucket", Target: name}, func() error {
-		_, err := o.S3.HeadBucket(r.ctx, &s3.HeadBucketInput{Bucket: &name})
-		if missing(err) {
-			exists = false
-			return nil
-		}
-		return err
-	})
-	if err != nil || !exists {
-		return err
-	}
-	ours := false
-	err = r.call(Call{Service: "s3", Op: "GetBucketTagging", Target: name}, func() error {
-		out, err := o.S3.GetBucketTagging(r.ctx, &s3.GetBucketTaggingInput{Bucket: &name})
-		if errCode(err) == "NoSuchTagSet" {
-			return nil
-		}
-		for _, t := range outTags(out) {
-			ours = ours || tagged(t.Key, t.Value)
-		}
-		return err
-	})
-	if err != nil {
-		return failed("GetBucketTagging", name, err)
-	}
-	if !ours {
-		return foreign("bucket", name)
+	if !r.bucketExists {
+		return nil
 	}
 	// The bucket is this tool's, so every object in it is an artifact a
 	// build of this tool uploaded.

@@ -202,8 +202,8 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 }
 
 // Catches: setup, --destroy or gc touching what this tool did not make: a
-// role of the same name without the tag must be refused and left as it
-// was, and an image without the tag (and unnamed by the ledger) must not be
+// role of the same name without the tag must be refused before anything
+// changes (no bucket made first) and left as it was, and an image without the tag (and unnamed by the ledger) must not be
 // listed by gc.
 func TestSetupAndGcLeaveWhatIsNotTheirs(t *testing.T) {
 	emu, url := testEmulator(t, emulator.Options{})
@@ -216,7 +216,14 @@ func TestSetupAndGcLeaveWhatIsNotTheirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"setup", "--prefix", "theirs"}, {"setup", "--prefix", "theirs", "--destroy"}} {
+		before := len(emu.Requests())
 		inv := cli(t, env, "", append([]string{"--json"}, args...)...)
+		for _, r := range emu.Requests()[before:] {
+			if (r.Service == "s3" && r.Method != http.MethodGet && r.Method != http.MethodHead) ||
+				(r.Service == "iam" && !strings.Contains(string(r.Body), "Action=Get") && !strings.Contains(string(r.Body), "Action=List")) {
+				t.Fatalf("microvm %v changed something before refusing: %s %s %s", args, r.Method, r.Path, r.Body)
+			}
+		}
 		if inv.code == 0 || !strings.Contains(inv.stdout, "not this tool's") {
 			t.Fatalf("microvm %v over a role it did not make: exit %d\n%s", args, inv.code, inv.stdout)
 		}
