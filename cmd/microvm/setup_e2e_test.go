@@ -26,7 +26,8 @@ import (
 // Catches: a dry run that sends a mutating call or makes anything; a setup
 // that is not idempotent (a second run that changes something); env lines
 // that do not lead a build to the bucket and role setup made; a doctor that
-// passes a missing or denied piece or fails a present one; a gc that misses
+// passes a missing or denied piece or fails a present one; an ls --all
+// that does not show what gc would delete; a gc that misses
 // the image or log group left on purpose, lists anything else, or leaves
 // them after deleting; a destroy that leaves a role or the bucket.
 func TestSetupDoctorGcDestroy(t *testing.T) {
@@ -164,6 +165,13 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 		if r.Method == "DELETE" || strings.Contains(r.Path, "delete") || strings.Contains(string(r.Body), "DeleteLogGroup") {
 			t.Fatalf("gc --dry-run deleted: %s %s", r.Method, r.Path)
 		}
+	}
+	// ls --all shows the same leftovers; plain ls does not look.
+	if got := kinds(ok(withSetup, "ls", "--all"), "leftovers"); !slices.Equal(got, want) {
+		t.Fatalf("ls --all listed %v, want %v", got, want)
+	}
+	if plain := ok(withSetup, "ls"); plain["leftovers"] != nil {
+		t.Fatalf("ls without --all listed leftovers: %v", plain["leftovers"])
 	}
 	removed := ok(withSetup, "gc")
 	if got := kinds(removed, "removed"); !slices.Equal(got, want) {

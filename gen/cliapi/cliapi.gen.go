@@ -242,6 +242,8 @@ type RunsData struct {
 	Microvms []LiveMicrovm `json:"microvms"`
 	// ControlPlaneError is why the control plane could not be listed; microvms is then empty and only the ledger is shown
 	ControlPlaneError *string `json:"controlPlaneError"`
+	// Leftovers is with --all, this tool's images, image versions, build log groups and artifacts still in the account (what `microvm gc` would delete); null without --all or when they could not be listed
+	Leftovers []Leftover `json:"leftovers"`
 }
 
 // LogsData is the data of a microvm.logs envelope.
@@ -691,7 +693,7 @@ var Responses = []Response{
 	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols", "checkStatus"}},
 	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
-	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError"}},
+	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers"}},
 	{Type: "microvm.logs", Keys: []string{"logGroup", "lines"}},
 	{Type: "microvm.cost", Keys: []string{"report", "comparison"}},
 	{Type: "microvm.doctor", Keys: []string{"checks", "ok"}},
