@@ -461,9 +461,6 @@ type (
 		MaxSessionDuration       int      `xml:"MaxSessionDuration"`
 		Tags                     []iamTag `xml:"Tags>member,omitempty"`
 	}
-	iamResponseMetadata struct {
-		RequestID string `xml:"RequestId"`
-	}
 	iamEvalResult struct {
 		EvalActionName    string          `xml:"EvalActionName"`
 		EvalResourceName  string          `xml:"EvalResourceName"`

@@ -387,7 +387,6 @@ type bucketSetting struct {
 	name, get, put string
 	check          func(context.Context, *s3.Client) (bool, error)
 	apply          func(context.Context, *s3.Client) error
-	remedy         string
 }
 
 func bucketSettings(name string) []bucketSetting {
