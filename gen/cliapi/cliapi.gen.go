@@ -308,7 +308,7 @@ type ConstantsData struct {
 
 // EmulatorData is the data of a microvm.emulator envelope.
 type EmulatorData struct {
-	// Endpoint is the URL every service it emulates answers at (the control plane, S3, CloudWatch Logs, STS), http://127.0.0.1:PORT
+	// Endpoint is the URL every service it emulates answers at (the control plane, S3, CloudWatch Logs, STS, IAM), http://127.0.0.1:PORT
 	Endpoint string `json:"endpoint"`
 	// Agentd is the host agentd its guests ran when an image carried none
 	Agentd string `json:"agentd"`
