@@ -72,9 +72,13 @@ lint-api: $(LINT_DIR)/node_modules/.installed
 # The CloudFormation template `make gen` writes from api/setup.yaml (the
 # same bucket and roles `microvm setup` makes) under cfn-lint, which checks
 # every property against CloudFormation's resource specification.
+# cfn-lint is Python's (it ships with this machine kind's pyenv; neither
+# Debian nor npm packages it), so a shell without the shims on PATH looks
+# there too.
+CFN_LINT ?= $(or $(shell command -v cfn-lint),$(wildcard $(HOME)/.pyenv/shims/cfn-lint))
 lint-cfn:
-	@command -v cfn-lint >/dev/null || { echo "lint-cfn: cfn-lint is not installed (apt-get install cfn-lint)"; exit 1; }
-	cfn-lint --non-zero-exit-code warning docs/setup/microvm-setup.cfn.json
+	@test -n "$(CFN_LINT)" || { echo "lint-cfn: cfn-lint is not installed (pip install cfn-lint; it is not in Debian or npm)"; exit 1; }
+	$(CFN_LINT) --non-zero-exit-code warning docs/setup/microvm-setup.cfn.json
 
 # The generated clients against a real agentd each test starts on 127.0.0.1
 # (identity repair off), and the Python and TypeScript packages through a real
