@@ -15,6 +15,13 @@ import (
 func TestSetupTemplateUnderCfnLint(t *testing.T) {
 	lint, err := exec.LookPath("cfn-lint")
 	if err != nil {
+		// make lint-cfn looks in pyenv's shims too.
+		home, _ := os.UserHomeDir()
+		if _, serr := os.Stat(filepath.Join(home, ".pyenv", "shims", "cfn-lint")); serr == nil {
+			lint, err = filepath.Join(home, ".pyenv", "shims", "cfn-lint"), nil
+		}
+	}
+	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal("cfn-lint is not installed; make lint-cfn needs it")
 		}

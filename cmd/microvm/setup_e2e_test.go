@@ -123,8 +123,8 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 			t.Fatalf("doctor check %s: %v\n%s", name, c, inv.stderr)
 		}
 	}
-	if data(doc)["ok"] != true {
-		t.Logf("doctor is not ok on this host for a reason outside the account: %s", inv.stdout)
+	if inv.code != 0 || data(doc)["ok"] != true {
+		t.Fatalf("doctor after setup is not all ok: exit %d\n%s", inv.code, inv.stdout)
 	}
 
 	// A build and a run with what setup printed: the artifact goes to the
