@@ -2,7 +2,6 @@ package build
 
 import (
 	"context"
-	"github.com/microvms/microvms/gen/setupapi"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -10,6 +9,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
+	"github.com/microvms/microvms/gen/setupapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -47,13 +47,13 @@ func createInput(region, name string, s Spec, artifactURI, logGroup string) (*la
 		return nil, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingAgentPortAgreement, "hook port %d is outside 1..65535", s.Port)
 	}
 	in := &lambdamicrovms.CreateMicrovmImageInput{
-		Name:         aws.String(name),
-		BaseImageArn: aws.String(cplane.ManagedBaseImageARN(region)),
-		BuildRoleArn: aws.String(s.BuildRoleARN),
-		// The tag `microvm gc` knows this tool's images by (api/setup.yaml).
-		Tags:              map[string]string{setupapi.TagKey: setupapi.TagValue},
+		Name:              aws.String(name),
+		BaseImageArn:      aws.String(cplane.ManagedBaseImageARN(region)),
+		BuildRoleArn:      aws.String(s.BuildRoleARN),
 		CodeArtifact:      &types.CodeArtifactMemberUri{Value: artifactURI},
 		CpuConfigurations: []types.CpuConfiguration{{Architecture: types.ArchitectureArm64}},
+		// The tag `microvm gc` knows this tool's images by (api/setup.yaml).
+		Tags: map[string]string{setupapi.TagKey: setupapi.TagValue},
 		Hooks: &types.Hooks{
 			Port: aws.Int32(int32(s.Port)),
 			// agentd serves every run-time hook; enabling them costs nothing
