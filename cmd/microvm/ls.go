@@ -156,7 +156,7 @@ func (c *LsCmd) leftovers(ctx context.Context, a *app, runs []ledger.Run) ([]set
 		return nil, err
 	}
 	defer p.close()
-	infra := InfraFlags{Bucket: a.Env(setupapi.BucketEnv)}.withSetup(a)
+	infra := InfraFlags{Bucket: a.Env(setupapi.BucketEnv)}.withSetupIn(a, c.StateDir)
 	o, err := p.GCOptions(ctx, infra.Bucket, runs)
 	if err != nil {
 		return nil, err

@@ -104,9 +104,12 @@ func writeSetupEnv(path string, lines []string) error {
 	return os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
-// setupEnv reads the state directory's setup.env, empty when there is none.
-func setupEnv(a *app) map[string]string {
-	dir := a.Env("MICROVM_STATE_DIR")
+// setupEnv reads the state directory's setup.env (dir, else
+// $MICROVM_STATE_DIR, else the default), empty when there is none.
+func setupEnv(a *app, dir string) map[string]string {
+	if dir == "" {
+		dir = a.Env("MICROVM_STATE_DIR")
+	}
 	if dir == "" {
 		d, err := ledger.DefaultDir()
 		if err != nil {
@@ -132,8 +135,11 @@ func setupEnv(a *app) map[string]string {
 
 // withSetup fills what the flags and the environment left unset from
 // setup.env.
-func (f InfraFlags) withSetup(a *app) InfraFlags {
-	env := setupEnv(a)
+func (f InfraFlags) withSetup(a *app) InfraFlags { return f.withSetupIn(a, "") }
+
+// withSetupIn is withSetup reading the setup.env of state directory dir.
+func (f InfraFlags) withSetupIn(a *app, dir string) InfraFlags {
+	env := setupEnv(a, dir)
 	fill := func(v *string, name string) {
 		if *v == "" {
 			*v = env[name]
@@ -156,7 +162,7 @@ type GcCmd struct {
 	OlderThan time.Duration `name:"older-than" help:"Only what is at least this old (e.g. 24h); 0 takes everything." default:"0s" placeholder:"D"`
 	DryRun    bool          `name:"dry-run" help:"List what would be deleted; delete nothing."`
 	StateDir  string        `name:"state-dir" help:"Where the run ledgers live; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
-	InfraFlags
+	Bucket    string        `help:"The artifact bucket setup made, whose artifacts are this tool's; unset: setup.env's." env:"MICROVM_BUCKET" placeholder:"BUCKET"`
 	LifecycleFlags
 }
 
@@ -174,7 +180,7 @@ func (c *GcCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		return nil, err
 	}
 	runs, _, _ := ledger.List(dir)
-	infra := c.InfraFlags.withSetup(a)
+	infra := InfraFlags{Bucket: c.Bucket}.withSetupIn(a, c.StateDir)
 	o, err := p.GCOptions(ctx, infra.Bucket, runs)
 	if err != nil {
 		return nil, err

@@ -127,6 +127,18 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 		t.Fatalf("doctor after setup is not all ok: exit %d\n%s", inv.code, inv.stdout)
 	}
 
+	// Without the lines in the environment, doctor reads them from the
+	// state directory's setup.env.
+	fromFile := ok(env, "doctor")
+	found := false
+	for _, c := range fromFile["checks"].([]any) {
+		c := c.(map[string]any)
+		found = found || (c["name"] == "build-role-permissions" && c["ok"] == true)
+	}
+	if !found || !strings.HasPrefix(made["envFile"].(string), stateDir) {
+		t.Fatalf("doctor did not read setup.env (%v): %v", made["envFile"], fromFile["checks"])
+	}
+
 	// A build and a run with what setup printed: the artifact goes to the
 	// bucket setup made, the image is built as the role setup made.
 	built := ok(withSetup, "build", "--name", "left-on-purpose")
@@ -206,7 +218,6 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 			t.Fatalf("doctor after destroy, %s: %v", name, c)
 		}
 	}
-	_ = stateDir
 }
 
 // Catches: setup, --destroy or gc touching what this tool did not make: a
