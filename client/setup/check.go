@@ -22,6 +22,9 @@ type Check struct {
 	OK     bool
 	Detail string
 	Remedy string
+	// Advisory is set on a check whose miss need not stop a build: a
+	// setting of a bucket setup did not make.
+	Advisory bool
 }
 
 // Given names the resources to check, as the environment names them (a
@@ -60,9 +63,17 @@ func checkBucket(ctx context.Context, o Options, name string) []Check {
 		return []Check{{Name: "bucket-exists", Detail: label + ": " + err.Error(), Remedy: "check the credentials may s3:ListBucket it"}}
 	}
 	out := []Check{{Name: "bucket-exists", OK: true, Detail: label + " exists"}}
+	// A bucket setup did not make (no tag) is the user's to configure: its
+	// settings are reported, but a miss there does not fail the doctor.
+	ours := false
+	if tags, err := o.S3.GetBucketTagging(ctx, &s3.GetBucketTaggingInput{Bucket: &name}); err == nil {
+		for _, t := range tags.TagSet {
+			ours = ours || tagged(t.Key, t.Value)
+		}
+	}
 	for _, s := range bucketSettings(name) {
 		ok, err := s.check(ctx, o.S3)
-		c := Check{Name: "bucket-" + s.name, OK: ok && err == nil}
+		c := Check{Name: "bucket-" + s.name, OK: ok && err == nil, Advisory: !ours}
 		switch {
 		case c.OK:
 			c.Detail = "as setup sets it"
@@ -70,6 +81,9 @@ func checkBucket(ctx context.Context, o Options, name string) []Check {
 			c.Detail, c.Remedy = "not set: "+err.Error(), fixSetup
 		default:
 			c.Detail, c.Remedy = "set, but not as api/setup.yaml declares it", fixSetup
+		}
+		if c.Advisory && !c.OK {
+			c.Remedy = "the bucket is not setup's (no " + setupapi.TagKey + " tag): set this on it yourself, or use the bucket microvm setup makes"
 		}
 		out = append(out, c)
 	}

@@ -170,9 +170,12 @@ func (c *DoctorCmd) account(ctx context.Context, p *plane) []check {
 	}
 	var out []check
 	for _, ch := range setup.CheckAccount(ctx, o, g) {
-		if ch.OK {
+		switch {
+		case ch.OK:
 			out = append(out, pass(ch.Name, ch.Detail))
-		} else {
+		case ch.Advisory:
+			out = append(out, advisory(fail(ch.Name, ch.Detail, ch.Remedy)))
+		default:
 			out = append(out, fail(ch.Name, ch.Detail, ch.Remedy))
 		}
 	}
