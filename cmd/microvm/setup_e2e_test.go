@@ -28,7 +28,8 @@ import (
 // that do not lead a build to the bucket and role setup made; a doctor that
 // passes a missing or denied piece or fails a present one; an ls --all
 // that does not show what gc would delete; a gc that misses
-// the image or log group left on purpose, lists anything else, or leaves
+// the image or log group left on purpose, lists anything else (or anything
+// younger than --older-than), or leaves
 // them after deleting; a destroy that leaves a role or the bucket.
 func TestSetupDoctorGcDestroy(t *testing.T) {
 	emu, url := testEmulator(t, emulator.Options{})
@@ -177,6 +178,9 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 		if r.Method == "DELETE" || strings.Contains(r.Path, "delete") || strings.Contains(string(r.Body), "DeleteLogGroup") {
 			t.Fatalf("gc --dry-run deleted: %s %s", r.Method, r.Path)
 		}
+	}
+	if young := ok(withSetup, "gc", "--dry-run", "--older-than", "1000h"); len(kinds(young, "leftovers")) != 0 {
+		t.Fatalf("gc --older-than 1000h listed what was made seconds ago: %v", young["leftovers"])
 	}
 	// ls --all shows the same leftovers; plain ls does not look.
 	if got := kinds(ok(withSetup, "ls", "--all"), "leftovers"); !slices.Equal(got, want) {
