@@ -58,7 +58,7 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if p != nil {
 		checks = append(checks, pass("region", fmt.Sprintf("%s is a region measured to carry MicroVMs", p.Region())))
 		checks = append(checks, c.credentials(ctx, p))
-		c.InfraFlags = c.InfraFlags.withSetup(a)
+		c.InfraFlags = c.InfraFlags.withSetup(a, p)
 		checks = append(checks, c.infra(p)...)
 		checks = append(checks, c.account(ctx, p)...)
 		checks = append(checks, c.managedBases(ctx, p)...)

@@ -156,7 +156,7 @@ func (c *LsCmd) leftovers(ctx context.Context, a *app, runs []ledger.Run) ([]set
 		return nil, err
 	}
 	defer p.close()
-	infra := InfraFlags{Bucket: a.Env(setupapi.BucketEnv)}.withSetupIn(a, c.StateDir)
+	infra := InfraFlags{Bucket: a.Env(setupapi.BucketEnv)}.withSetupIn(a, c.StateDir, p)
 	o, err := p.GCOptions(ctx, infra.Bucket, runs)
 	if err != nil {
 		return nil, err

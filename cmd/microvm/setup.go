@@ -42,7 +42,10 @@ func (c *SetupCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	o.Log = func(call setup.Call) { a.Progress("%s", call) }
+	if !c.DryRun {
+		// Progress as it happens; a dry run's calls are its output, on stdout.
+		o.Log = func(call setup.Call) { a.Progress("%s", call) }
+	}
 	var res *setup.Result
 	if c.Destroy {
 		res, err = setup.Destroy(ctx, o)
@@ -65,7 +68,7 @@ func (c *SetupCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 			return nil, err
 		}
 		path := filepath.Join(dir, setupEnvFile)
-		if err := writeSetupEnv(path, d.Env); err != nil {
+		if err := writeSetupEnv(path, p.Endpoint(), d.Env); err != nil {
 			return nil, client.Errorf(taxonomy.KindPrecondition, "", "writing %s: %w", path, err)
 		}
 		d.EnvFile = &path
@@ -73,6 +76,9 @@ func (c *SetupCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	return &render.Result{Type: cliapi.TypeSetup, Data: d, Human: func(w io.Writer) error {
 		switch {
 		case c.DryRun:
+			for _, call := range res.Calls {
+				fmt.Fprintf(w, "# %s\n", call)
+			}
 			fmt.Fprintf(w, "# dry run: %d change(s) held back, nothing changed\n", d.Changed)
 		case c.Destroy:
 			_, err := fmt.Fprintf(w, "# removed what setup made: %d change(s)\n", d.Changed)
@@ -92,12 +98,19 @@ func (c *SetupCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	}}, nil
 }
 
-func writeSetupEnv(path string, lines []string) error {
+// setupEndpointKey is the comment line naming the control-plane endpoint
+// setup ran against ("" for AWS's own): the file applies only to commands
+// bound for the same one, so an account's names never reach an emulator
+// or the reverse.
+const setupEndpointKey = "#endpoint"
+
+func writeSetupEnv(path, endpoint string, lines []string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	var b strings.Builder
-	b.WriteString("# written by microvm setup; later commands read it for what the environment leaves unset\n")
+	b.WriteString("# written by microvm setup; later commands bound for the same endpoint and region read it for what the environment leaves unset\n")
+	b.WriteString(setupEndpointKey + "=" + endpoint + "\n")
 	for _, l := range lines {
 		b.WriteString(l + "\n")
 	}
@@ -126,7 +139,7 @@ func setupEnv(a *app, dir string) map[string]string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if ok && !strings.HasPrefix(k, "#") {
+		if ok && (k == setupEndpointKey || !strings.HasPrefix(k, "#")) {
 			out[k] = v
 		}
 	}
@@ -134,12 +147,15 @@ func setupEnv(a *app, dir string) map[string]string {
 }
 
 // withSetup fills what the flags and the environment left unset from
-// setup.env.
-func (f InfraFlags) withSetup(a *app) InfraFlags { return f.withSetupIn(a, "") }
+// setup.env, when setup ran against p's endpoint and region.
+func (f InfraFlags) withSetup(a *app, p *plane) InfraFlags { return f.withSetupIn(a, "", p) }
 
 // withSetupIn is withSetup reading the setup.env of state directory dir.
-func (f InfraFlags) withSetupIn(a *app, dir string) InfraFlags {
+func (f InfraFlags) withSetupIn(a *app, dir string, p *plane) InfraFlags {
 	env := setupEnv(a, dir)
+	if _, ok := env[setupEndpointKey]; !ok || env[setupEndpointKey] != p.Endpoint() || env["AWS_REGION"] != p.Region().String() {
+		return f
+	}
 	fill := func(v *string, name string) {
 		if *v == "" {
 			*v = env[name]
@@ -180,7 +196,7 @@ func (c *GcCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		return nil, err
 	}
 	runs, _, _ := ledger.List(dir)
-	infra := InfraFlags{Bucket: c.Bucket}.withSetupIn(a, c.StateDir)
+	infra := InfraFlags{Bucket: c.Bucket}.withSetupIn(a, c.StateDir, p)
 	o, err := p.GCOptions(ctx, infra.Bucket, runs)
 	if err != nil {
 		return nil, err

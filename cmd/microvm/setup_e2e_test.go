@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	neturl "net/url"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -135,6 +136,9 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 	for _, c := range fromFile["checks"].([]any) {
 		c := c.(map[string]any)
 		found = found || (c["name"] == "build-role-permissions" && c["ok"] == true)
+	}
+	if file, err := os.ReadFile(made["envFile"].(string)); err != nil || !strings.Contains(string(file), "#endpoint="+url+"\n") {
+		t.Fatalf("setup.env does not name the endpoint it applies to: %q %v", file, err)
 	}
 	if !found || !strings.HasPrefix(made["envFile"].(string), stateDir) {
 		t.Fatalf("doctor did not read setup.env (%v): %v", made["envFile"], fromFile["checks"])
