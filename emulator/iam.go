@@ -29,7 +29,11 @@ import (
 // reference declares them (iamActions): a required member missing, a
 // length, pattern or range broken, or a member the action does not have is
 // 400 ValidationError before anything changes, so a client that sends what
-// IAM would refuse fails here too. Policy documents are held to the grammar
+// IAM would refuse fails here too. The required members match
+// aws-sdk-go-v2's IAM validators; the bounds and patterns are the IAM API
+// reference's. A member IAM has that the slice does not model (a
+// permissions boundary, a simulation's context) is 400 InvalidInput naming
+// it, never ignored. Policy documents are held to the grammar
 // IAM checks on write (JSON, a Version, Statements with an Effect, Actions
 // and, for a trust policy, a Principal), answered as MalformedPolicyDocument.
 // Documents are answered URL-encoded, as IAM answers them.
@@ -68,6 +72,10 @@ type iamMember struct {
 	tags     bool           // sent as Name.member.N.Key / .Value
 	intMin   int            // > 0: an integer member and its range
 	intMax   int
+	// unsupported marks a member IAM has that this slice does not model
+	// (a permissions boundary, simulation context): it is refused as
+	// InvalidInput naming the limit, never silently ignored.
+	unsupported bool
 }
 
 var (
@@ -101,10 +109,11 @@ func with(m map[string]iamMember, more map[string]iamMember) map[string]iamMembe
 var iamActions = map[string]map[string]iamMember{
 	"CreateRole": {
 		"RoleName": roleName(), "AssumeRolePolicyDocument": policyDoc(),
-		"Path":               {min: 1, max: 512, pattern: iamPathPattern},
-		"Description":        {max: 1000, pattern: regexp.MustCompile(`^[\x{0009}\x{000A}\x{000D}\x{0020}-\x{007E}\x{00A1}-\x{00FF}]*$`)},
-		"MaxSessionDuration": {intMin: 3600, intMax: 43200},
-		"Tags":               {tags: true},
+		"Path":                {min: 1, max: 512, pattern: iamPathPattern},
+		"Description":         {max: 1000, pattern: regexp.MustCompile(`^[\x{0009}\x{000A}\x{000D}\x{0020}-\x{007E}\x{00A1}-\x{00FF}]*$`)},
+		"MaxSessionDuration":  {intMin: 3600, intMax: 43200},
+		"Tags":                {tags: true},
+		"PermissionsBoundary": {unsupported: true},
 	},
 	"GetRole":                {"RoleName": roleName()},
 	"DeleteRole":             {"RoleName": roleName()},
@@ -119,6 +128,10 @@ var iamActions = map[string]map[string]iamMember{
 		"PolicySourceArn": {required: true, min: 20, max: 2048},
 		"ActionNames":     {required: true, list: true, min: 3, max: 128},
 		"ResourceArns":    {list: true, min: 1, max: 2048},
+		// IAM's other simulation inputs: context, caller, extra policies.
+		"CallerArn": {unsupported: true}, "ContextEntries": {unsupported: true, list: true},
+		"PolicyInputList": {unsupported: true, list: true}, "PermissionsBoundaryPolicyInputList": {unsupported: true, list: true},
+		"ResourcePolicy": {unsupported: true}, "ResourceOwner": {unsupported: true}, "ResourceHandlingOption": {unsupported: true},
 	}, paging()),
 }
 
@@ -157,6 +170,9 @@ func parseIAMInput(action string, form url.Values) (*iamInput, *iamFail) {
 		m, ok := members[name]
 		if !ok {
 			return nil, iamValidation("%s has no member %s", action, name)
+		}
+		if m.unsupported {
+			return nil, &iamFail{http.StatusBadRequest, "InvalidInput", fmt.Sprintf("%s: the emulator's IAM slice does not model %s", action, name)}
 		}
 		switch {
 		case m.list || m.tags:

@@ -119,6 +119,8 @@ func TestIAMRefusesWhatIAMRefuses(t *testing.T) {
 		"Action=ListUsers&Version=2010-05-08":                             "InvalidAction",
 		"Action=GetRole&Version=2011-06-15&RoleName=r":                    "InvalidAction",
 		"Action=TagRole&Version=2010-05-08&RoleName=r&Tags.member.1.Key=": "ValidationError",
+		// A member IAM has and the slice does not model is named, not ignored.
+		"Action=SimulatePrincipalPolicy&Version=2010-05-08&PolicySourceArn=arn:aws:iam::123456789012:role/r&ActionNames.member.1=s3:GetObject&CallerArn=arn:aws:iam::123456789012:user/u": "InvalidInput",
 	} {
 		st, body := post(form)
 		if st != http.StatusBadRequest || !strings.Contains(body, "<Code>"+code+"</Code>") {
