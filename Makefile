@@ -6,7 +6,7 @@ BIN     ?= bin
 VERSION ?=
 LDFLAGS := -s -w $(if $(VERSION),-X github.com/microvms/microvms/agentd.Version=$(VERSION))
 
-.PHONY: all gen drift fmt vet lint lint-api test test-clients test-boto3 faults check build bench fuzz mutate clean demo
+.PHONY: all gen drift fmt vet lint lint-api lint-cfn test test-clients test-boto3 faults check build bench fuzz mutate clean demo
 
 all: build
 
@@ -69,6 +69,17 @@ lint-api: $(LINT_DIR)/node_modules/.installed
 	cd $(LINT_DIR) && node_modules/.bin/spectral lint --fail-severity=hint --ruleset .spectral.yaml ../../api/openapi.yaml
 	cd $(LINT_DIR) && node --test test/
 
+# The CloudFormation template `make gen` writes from api/setup.yaml (the
+# same bucket and roles `microvm setup` makes) under cfn-lint, which checks
+# every property against CloudFormation's resource specification.
+# cfn-lint is Python's (it ships with this machine kind's pyenv; neither
+# Debian nor npm packages it), so a shell without the shims on PATH looks
+# there too.
+CFN_LINT ?= $(or $(shell command -v cfn-lint),$(wildcard $(HOME)/.pyenv/shims/cfn-lint))
+lint-cfn:
+	@test -n "$(CFN_LINT)" || { echo "lint-cfn: cfn-lint is not installed (pip install cfn-lint; it is not in Debian or npm)"; exit 1; }
+	$(CFN_LINT) --non-zero-exit-code warning docs/setup/microvm-setup.cfn.json
+
 # The generated clients against a real agentd each test starts on 127.0.0.1
 # (identity repair off), and the Python and TypeScript packages through a real
 # `microvm engine` in local mode (root): the whole sandbox lifecycle, the
@@ -101,7 +112,7 @@ faults:
 test-boto3:
 	EMULATOR_BOTO3_STRICT=1 $(GO) test -count=1 -run '^TestBoto3DrivesTheEmulator$$' -v ./emulator/
 
-check: drift fmt vet lint lint-api test faults test-clients test-boto3
+check: drift fmt vet lint lint-api lint-cfn test faults test-clients test-boto3
 
 # agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
 # Both static (CGO off): a local guest of a Dockerfile-built image runs the

@@ -44,12 +44,15 @@
 // told apart by the service their SigV4 credential scope names, and each
 // service answers in its own wire protocol and error shape. "lambda" is
 // the control plane (restJson1); "s3" is the slice of S3 the build path
-// uses (buckets, objects, multipart uploads; restXml, s3.go); "logs" is
-// CloudWatch Logs' FilterLogEvents and DeleteLogGroup (awsJson1.1,
-// logs.go); "sts" is GetCallerIdentity (awsQuery, sts.go). An operation
-// outside a slice is refused in that service's words (S3's 501
-// NotImplemented, CloudWatch Logs' UnknownOperationException, STS's
-// InvalidAction), never answered as if served.
+// uses (buckets, objects, multipart uploads; restXml, s3.go) and the bucket
+// settings `microvm setup` makes (s3_config.go); "logs" is CloudWatch Logs'
+// FilterLogEvents, DescribeLogGroups and DeleteLogGroup (awsJson1.1,
+// logs.go); "sts" is GetCallerIdentity (awsQuery, sts.go); "iam" is the
+// roles, inline policies and policy simulation of `setup` and `doctor`
+// (awsQuery, iam.go). An operation outside a slice is refused in that
+// service's words (S3's 501 NotImplemented, CloudWatch Logs'
+// UnknownOperationException, STS's and IAM's InvalidAction), never
+// answered as if served.
 //
 // A build whose codeArtifact.uri is a file:// URL (the local artifact store
 // client/build.DirUploader writes), or an s3:// URL naming a bucket of the
@@ -82,6 +85,6 @@
 // use loopback) and, with a VM backend, fresh 127.0.0.1 ports for the
 // MicroVM endpoints; never call AWS; and never invent wire fields: every
 // control-plane body it reads or writes is a type from gen/controlplane,
-// and every S3, CloudWatch Logs and STS body carries only members of that
-// service's model.
+// and every S3, CloudWatch Logs, STS and IAM body carries only members of
+// that service's model.
 package emulator

@@ -152,7 +152,9 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request, body []byte) 
 		}
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 		_, _ = io.WriteString(w, "{}")
+	case "DescribeLogGroups":
+		s.describeLogGroups(w, body) // logs_groups.go
 	default:
-		writeLogsError(w, http.StatusBadRequest, "UnknownOperationException", "the emulator serves FilterLogEvents and DeleteLogGroup only")
+		writeLogsError(w, http.StatusBadRequest, "UnknownOperationException", "the emulator serves FilterLogEvents, DescribeLogGroups and DeleteLogGroup only")
 	}
 }

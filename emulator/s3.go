@@ -56,6 +56,7 @@ type s3Upload struct {
 type s3Bucket struct {
 	created time.Time
 	objects map[string]*s3Object
+	config  s3BucketConfig // s3_config.go
 }
 
 // The restXml bodies, named and shaped as the S3 model's members.
@@ -324,6 +325,8 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		}
 		delete(s.uploads, q.Get("uploadId"))
 		w.WriteHeader(http.StatusNoContent)
+	default:
+		s.serveS3BucketConfig(w, r, op, bucket, b, body, q)
 	}
 }
 
@@ -340,6 +343,9 @@ func s3Operation(method, key string, q url.Values) string {
 		return true
 	}
 	if key == "" {
+		if op := s3BucketConfigOperation(method, q); op != "" {
+			return op
+		}
 		if !only() {
 			return ""
 		}

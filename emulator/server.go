@@ -143,6 +143,7 @@ type Server struct {
 	logs     map[string][]logEvent // CloudWatch Logs stand-in, by log group
 	buckets  map[string]*s3Bucket  // the S3 slice
 	uploads  map[string]*s3Upload  // open multipart uploads, by upload id
+	iamRoles map[string]*iamRole   // the IAM slice's roles, by name
 	reqIDs   atomic.Int64          // request ids of S3 and STS answers
 	stateDir string                // resolved Options.StateDir
 	tmpState bool                  // stateDir was made here and goes at Close
@@ -295,6 +296,9 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		case ok && service == serviceSTS:
 			s.serveSTS(w, r, body)
 			return
+		case ok && service == serviceIAM:
+			s.serveIAM(w, r, body)
+			return
 		case strings.HasPrefix(r.Header.Get("X-Amz-Target"), logsTargetPrefix):
 			// A CloudWatch Logs call signed for another service (or not at
 			// all) is answered in CloudWatch Logs' words.
@@ -304,7 +308,7 @@ func (s *Server) gate(next http.Handler) http.Handler {
 			writeError(w, http.StatusForbidden, "IncompleteSignatureException", ptr("Authorization header requires a SigV4 Credential"))
 			return
 		case service != serviceMicrovms:
-			writeError(w, http.StatusForbidden, "InvalidSignatureException", ptr(fmt.Sprintf("Credential should be scoped to correct service: 'lambda'. This endpoint also serves 's3', 'logs' and 'sts'; %q is none of them.", service)))
+			writeError(w, http.StatusForbidden, "InvalidSignatureException", ptr(fmt.Sprintf("Credential should be scoped to correct service: 'lambda'. This endpoint also serves 's3', 'logs', 'sts' and 'iam'; %q is none of them.", service)))
 			return
 		case !slices.Contains(taxonomy.Regions, region):
 			// A region without MicroVMs: the measured answer names nothing.

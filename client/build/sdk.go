@@ -9,6 +9,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
+	"github.com/microvms/microvms/gen/setupapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -51,6 +52,8 @@ func createInput(region, name string, s Spec, artifactURI, logGroup string) (*la
 		BuildRoleArn:      aws.String(s.BuildRoleARN),
 		CodeArtifact:      &types.CodeArtifactMemberUri{Value: artifactURI},
 		CpuConfigurations: []types.CpuConfiguration{{Architecture: types.ArchitectureArm64}},
+		// The tag `microvm gc` knows this tool's images by (api/setup.yaml).
+		Tags: map[string]string{setupapi.TagKey: setupapi.TagValue},
 		Hooks: &types.Hooks{
 			Port: aws.Int32(int32(s.Port)),
 			// agentd serves every run-time hook; enabling them costs nothing

@@ -111,6 +111,7 @@ const (
 	ServiceS3       Service = "S3"              // build artifacts
 	ServiceLogs     Service = "CLOUDWATCH_LOGS" // build log groups (`logs`, teardown)
 	ServiceSTS      Service = "STS"             // GetCallerIdentity (`doctor`)
+	ServiceIAM      Service = "IAM"             // the roles `setup` makes and `doctor` checks
 )
 
 // ServiceEndpoint is the endpoint configured for svc by the SDKs' rules, ""

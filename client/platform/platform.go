@@ -75,6 +75,7 @@ type Platform struct {
 	// The endpoints of the services beside the control plane, "" for AWS's
 	// own; an in-process emulator is all of them.
 	s3Endpoint, logsEndpoint, stsEndpoint string
+	iamEndpoint                           string // setup.go
 }
 
 // IsLocal reports whether endpoint is a URL on this machine (a loopback
@@ -95,12 +96,13 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 		p.emu = o.Emulator
 	}
 	if o.Control != nil {
-		p.s3Endpoint, p.logsEndpoint, p.stsEndpoint = o.Endpoint, o.Endpoint, o.Endpoint
+		p.s3Endpoint, p.logsEndpoint, p.stsEndpoint, p.iamEndpoint = o.Endpoint, o.Endpoint, o.Endpoint, o.Endpoint
 		return p, nil
 	}
 	p.s3Endpoint = cplane.ServiceEndpoint(cplane.ServiceS3, o.Getenv)
 	p.logsEndpoint = cplane.ServiceEndpoint(cplane.ServiceLogs, o.Getenv)
 	p.stsEndpoint = cplane.ServiceEndpoint(cplane.ServiceSTS, o.Getenv)
+	p.iamEndpoint = cplane.ServiceEndpoint(cplane.ServiceIAM, o.Getenv)
 	co := cplane.Options{Region: o.Region, Endpoint: o.Endpoint, Getenv: o.Getenv}
 	if p.local && p.emu != nil {
 		co.Credentials, co.MaxBackoff = p.emu.Credentials, 50*time.Millisecond

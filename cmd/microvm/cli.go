@@ -35,6 +35,10 @@ type CLI struct {
 	Stdin  StdinCmd  `cmd:"" help:"Write to an exec's stdin (started with exec --stdin) and optionally close it."`
 	Cp     CpCmd     `cmd:"" help:"Copy a file or a tar archive between here and a MicroVM; vm:/path names the guest side."`
 
+	// setup.go: the account resources an AWS run needs, and gc of leftovers.
+	Setup SetupCmd `cmd:"" help:"Make the artifact bucket and the build and execution roles an AWS run needs (tagged, idempotent), print the env lines and write them to the state directory; --destroy removes them."`
+	Gc    GcCmd    `cmd:"" help:"List and delete this tool's leftovers (images, their versions, build log groups, artifacts), known by its tag or the run ledger; --dry-run only lists."`
+
 	Ls         LsCmd         `cmd:"" help:"List what is alive (state, age, cost so far) and the ledger's open runs; --all adds the closed ones."`
 	Cost       CostCmd       `cmd:"" help:"Estimate what a run cost or a plan will cost, every line labelled."`
 	Manifest   ManifestCmd   `cmd:"" help:"Emit the command surface, exit table and envelope schema, generated from the parser."`

@@ -12,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/setup"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
@@ -57,7 +58,9 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if p != nil {
 		checks = append(checks, pass("region", fmt.Sprintf("%s is a region measured to carry MicroVMs", p.Region())))
 		checks = append(checks, c.credentials(ctx, p))
+		c.InfraFlags = c.InfraFlags.withSetup(a, p)
 		checks = append(checks, c.infra(p)...)
+		checks = append(checks, c.account(ctx, p)...)
 		checks = append(checks, c.managedBases(ctx, p)...)
 	}
 	checks = append(checks, c.binary(p))
@@ -148,6 +151,32 @@ func (c *DoctorCmd) infra(p *plane) []check {
 			out = append(out, advisory(fail(v.name, "unset ($"+v.env+")", "a MicroVM without one gets no AWS credentials of its own")))
 		default:
 			out = append(out, fail(v.name, "unset ($"+v.env+")", "export "+v.env+"=... (or pass --"+strings.ReplaceAll(v.name, "-role", "-role-arn")+")"))
+		}
+	}
+	return out
+}
+
+// account checks the bucket and roles the environment (or setup.env)
+// names: they exist, carry setup's settings, trust the service and allow
+// what a build and a run need (client/setup, by IAM's policy simulation).
+func (c *DoctorCmd) account(ctx context.Context, p *plane) []check {
+	g := setup.Given{Bucket: c.Bucket, BuildRoleARN: c.BuildRoleARN, ExecutionRoleARN: c.ExecutionRoleARN}
+	if g == (setup.Given{}) {
+		return nil
+	}
+	o, err := p.SetupOptions(ctx, "", false)
+	if err != nil {
+		return []check{fail("account", err.Error(), "set AWS_ENDPOINT_URL to reach IAM and S3 where the control plane is")}
+	}
+	var out []check
+	for _, ch := range setup.CheckAccount(ctx, o, g) {
+		switch {
+		case ch.OK:
+			out = append(out, pass(ch.Name, ch.Detail))
+		case ch.Advisory:
+			out = append(out, advisory(fail(ch.Name, ch.Detail, ch.Remedy)))
+		default:
+			out = append(out, fail(ch.Name, ch.Detail, ch.Remedy))
 		}
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/microvms/microvms/gen/setupapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -63,6 +64,7 @@ func vars(version string) kong.Vars {
 		"default_port":   strconv.Itoa(taxonomy.DefaultAgentPort),
 		"default_from":   taxonomy.ManagedBaseDockerRef,
 		"max_download":   strconv.Itoa(taxonomy.DefaultMaxDownloadBytes),
+		"setup_prefix":   setupapi.DefaultPrefix,
 	}
 }
 

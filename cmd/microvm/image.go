@@ -56,6 +56,7 @@ func (p *plane) daemonFor(binary, agentdFlag string) (string, error) {
 // buildImage runs one build with the flags in f and reports its progress.
 func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, binary, agentdFlag, baseVersion string, reuse bool, rec *ledger.Record) (*build.Result, error) {
 	a := p.a
+	infra = infra.withSetup(a, p)
 	daemonPath, err := p.daemonFor(binary, agentdFlag)
 	if err != nil {
 		return nil, err

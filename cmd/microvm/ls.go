@@ -15,8 +15,10 @@ import (
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/client/setup"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/setupapi"
 )
 
 // LsCmd lists what is alive (the control plane's list, joined with the
@@ -112,9 +114,55 @@ func (c *LsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		yes := true
 		d.Runs = append(d.Runs, cliapi.Run{ID: strings.TrimSuffix(name, ".json"), Unreadable: &yes})
 	}
+	if c.All && lerr == nil {
+		left, err := c.leftovers(ctx, a, recorded)
+		if err != nil {
+			a.Warn("this tool's leftovers could not be listed: %v", err)
+		} else {
+			d.Leftovers = leftovers(left)
+		}
+	}
 	return &render.Result{Type: cliapi.TypeRuns, Data: d, Human: func(w io.Writer) error {
-		return c.human(w, a, d, listed, unreadable, isKept, len(recorded))
+		if err := c.human(w, a, d, listed, unreadable, isKept, len(recorded)); err != nil {
+			return err
+		}
+		if d.Leftovers == nil {
+			return nil
+		}
+		if len(d.Leftovers) == 0 {
+			_, err := fmt.Fprintln(w, "nothing of this tool's is left in the account")
+			return err
+		}
+		g := render.Grid{Headers: []string{"leftover", "id", "created", "known by"}}
+		for _, l := range d.Leftovers {
+			created := "?"
+			if l.Created != nil {
+				created = *l.Created
+			}
+			g.Add(false, l.Kind, l.ID, created, l.Why)
+		}
+		g.Footer = "microvm gc deletes them"
+		return a.WriteGrid(w, g)
 	}}, nil
+}
+
+// leftovers lists this tool's resources in the account (setup.FindLeftovers,
+// as `microvm gc --dry-run` does): the bucket is the one setup.env or
+// MICROVM_BUCKET names.
+func (c *LsCmd) leftovers(ctx context.Context, a *app, runs []ledger.Run) ([]setup.Leftover, error) {
+	f := LifecycleFlags{ControlEndpoint: c.ControlEndpoint, RegionFlags: c.RegionFlags}
+	p, err := f.open(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	infra := InfraFlags{Bucket: a.Env(setupapi.BucketEnv)}.withSetupIn(a, c.StateDir, p)
+	o, err := p.GCOptions(ctx, infra.Bucket, runs)
+	if err != nil {
+		return nil, err
+	}
+	o.Now = time.Now()
+	return setup.FindLeftovers(ctx, o)
 }
 
 // liveStatus is a listed MicroVM with its cost so far.

@@ -36,6 +36,8 @@ const (
 	TypeLogs       = "microvm.logs"
 	TypeCost       = "microvm.cost"
 	TypeDoctor     = "microvm.doctor"
+	TypeSetup      = "microvm.setup"
+	TypeGc         = "microvm.gc"
 	TypeManifest   = "microvm.manifest"
 	TypeConstants  = "microvm.constants"
 	TypeEmulator   = "microvm.emulator"
@@ -240,6 +242,8 @@ type RunsData struct {
 	Microvms []LiveMicrovm `json:"microvms"`
 	// ControlPlaneError is why the control plane could not be listed; microvms is then empty and only the ledger is shown
 	ControlPlaneError *string `json:"controlPlaneError"`
+	// Leftovers is with --all, this tool's images, image versions, build log groups and artifacts still in the account (what `microvm gc` would delete); null without --all or when they could not be listed
+	Leftovers []Leftover `json:"leftovers"`
 }
 
 // LogsData is the data of a microvm.logs envelope.
@@ -262,6 +266,29 @@ type DoctorData struct {
 	OK bool `json:"ok"`
 }
 
+// SetupData is the data of a microvm.setup envelope.
+type SetupData struct {
+	// Calls is every call sent, or with --dry-run every call a run would send (the mutating ones held back)
+	Calls []SetupCall `json:"calls"`
+	// Changed is mutating calls sent (held back with --dry-run); 0 when everything was already in place
+	Changed int64 `json:"changed"`
+	// Env is NAME=value lines to export, also written to envFile
+	Env []string `json:"env"`
+	// EnvFile is the state directory's setup.env; null with --dry-run and --destroy
+	EnvFile *string `json:"envFile"`
+	DryRun  bool    `json:"dryRun"`
+	Destroy bool    `json:"destroy"`
+}
+
+// GcData is the data of a microvm.gc envelope.
+type GcData struct {
+	// Leftovers is this tool's resources found (by its tag or the run ledger), older than --older-than
+	Leftovers []Leftover `json:"leftovers"`
+	// Removed is what was deleted; empty with --dry-run
+	Removed []Leftover `json:"removed"`
+	DryRun  bool       `json:"dryRun"`
+}
+
 // ManifestData is the data of a microvm.manifest envelope.
 type ManifestData struct {
 	APIVersion string            `json:"apiVersion"`
@@ -281,7 +308,7 @@ type ConstantsData struct {
 
 // EmulatorData is the data of a microvm.emulator envelope.
 type EmulatorData struct {
-	// Endpoint is the URL every service it emulates answers at (the control plane, S3, CloudWatch Logs, STS), http://127.0.0.1:PORT
+	// Endpoint is the URL every service it emulates answers at (the control plane, S3, CloudWatch Logs, STS, IAM), http://127.0.0.1:PORT
 	Endpoint string `json:"endpoint"`
 	// Agentd is the host agentd its guests ran when an image carried none
 	Agentd string `json:"agentd"`
@@ -475,6 +502,17 @@ type FleetRun struct {
 	Error string `json:"error"`
 }
 
+// Leftover is the "leftover" shape of api/cli.yaml.
+type Leftover struct {
+	Kind string `json:"kind"`
+	// ID is an image's ARN, ARN@version, a log group's name, or s3://bucket/key
+	ID string `json:"id"`
+	// Created is RFC 3339, null when the service does not say
+	Created *string `json:"created"`
+	// Why is how gc knows it is this tool's
+	Why string `json:"why"`
+}
+
 // LiveMicrovm is the "liveMicrovm" shape of api/cli.yaml.
 type LiveMicrovm struct {
 	MicrovmID       string  `json:"microvmId"`
@@ -566,6 +604,20 @@ type RunStep struct {
 	At     string  `json:"at"`
 }
 
+// SetupCall is the "setupCall" shape of api/cli.yaml.
+type SetupCall struct {
+	// Service is s3 or iam
+	Service string `json:"service"`
+	// Op is the operation, e.g. CreateRole
+	Op string `json:"op"`
+	// Target is the bucket, role or object it acts on
+	Target string `json:"target"`
+	// Mutating is it changes the account
+	Mutating bool `json:"mutating"`
+	// Sent is false for a mutating call --dry-run held back
+	Sent bool `json:"sent"`
+}
+
 // WatchEvent is the "watchEvent" shape of api/cli.yaml.
 type WatchEvent struct {
 	Seq  int64  `json:"seq"`
@@ -641,10 +693,12 @@ var Responses = []Response{
 	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols", "checkStatus"}},
 	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
-	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError"}},
+	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers"}},
 	{Type: "microvm.logs", Keys: []string{"logGroup", "lines"}},
 	{Type: "microvm.cost", Keys: []string{"report", "comparison"}},
 	{Type: "microvm.doctor", Keys: []string{"checks", "ok"}},
+	{Type: "microvm.setup", Keys: []string{"calls", "changed", "env", "envFile", "dryRun", "destroy"}},
+	{Type: "microvm.gc", Keys: []string{"leftovers", "removed", "dryRun"}},
 	{Type: "microvm.manifest", Keys: []string{"apiVersion", "cli", "version", "commands", "exitCodes", "envelope", "conventions"}},
 	{Type: "microvm.constants", Keys: []string{"constants"}},
 	{Type: "microvm.emulator", Keys: []string{"endpoint", "agentd", "stateDir"}},
@@ -699,6 +753,8 @@ var Commands = []Command{
 	{Name: "watch", Type: "microvm.watch", Ready: true},
 	{Name: "url", Type: "microvm.url", Ready: true},
 	{Name: "forward", Type: "microvm.forward", Ready: true},
+	{Name: "setup", Type: "microvm.setup", Ready: true},
+	{Name: "gc", Type: "microvm.gc", Ready: true},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.
