@@ -152,9 +152,18 @@ func TestEscapeKeysUIDMapAndFilteredSyscalls(t *testing.T) {
 	if got := mustSh(t, sess, "cat /proc/keys | wc -c"); got != "0" {
 		t.Errorf("the guest reads %s bytes of /proc/keys, want none", got)
 	}
-	fields := strings.Fields(mustSh(t, sess, "cat /proc/self/uid_map"))
-	if len(fields) < 3 || fields[0] != "0" || fields[1] == "0" {
-		t.Errorf("the guest's uid map is %q, want its root mapped to a host uid other than 0", fields)
+	// Read from the host: inside, the map of the guest's nested namespace
+	// shows ids of the init's, not of the host's.
+	init := guestInitOfThisProcess(t)
+	hostPID := 0
+	for _, p := range procsInPidnsOf(t, init) {
+		if p != init {
+			hostPID = p // agentd, or a command it runs
+		}
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", hostPID))
+	if fields := strings.Fields(string(raw)); err != nil || len(fields) < 3 || fields[0] != "0" || fields[1] == "0" {
+		t.Errorf("the guest's uid map seen from the host is %q (%v), want its root mapped to a host uid other than 0", fields, err)
 	}
 	for _, p := range []string{"/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sysrq-trigger", "/proc/sys/vm/drop_caches"} {
 		if code, _ := sh(t, sess, "test -w "+p); code == 0 {
@@ -447,4 +456,26 @@ func guestInitOfThisProcess(t *testing.T) int {
 	}
 	t.Fatal("no guest init of this process")
 	return 0
+}
+
+// procsInPidnsOf lists the host pids of the processes in the PID namespace
+// of host process init, init among them.
+func procsInPidnsOf(t *testing.T, init int) []int {
+	t.Helper()
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

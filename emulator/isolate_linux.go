@@ -45,6 +45,28 @@ import (
 // code path on CI and on a laptop, as root or not.
 const guestInitArg0 = "microvms-emulator-guest-init"
 
+// guestInitPath is how the launcher executes the guest's init: the sealed
+// copy of the emulator (isolate_exec_linux.go) the child holds at fdInit,
+// never the emulator's own file.
+var guestInitPath = "/proc/self/fd/" + strconv.Itoa(fdInit)
+
+// guestInitEnv is the init's whole environment. The Go runtime would
+// otherwise keep the emulator's cgroup-v1 CPU files open for the init's
+// life to follow a limit (containermaxprocs); the init's GOMAXPROCS does not
+// matter, and a guest must find no host file open in its PID 1.
+var guestInitEnv = []string{"GODEBUG=containermaxprocs=0"}
+
+// openSealed opens the file at path as the emulator (the guest's uid need
+// not be able to read it) and returns its sealed copy.
+func openSealed(path, name string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", name, err)
+	}
+	defer f.Close()
+	return sealedCopy(f, name)
+}
+
 // probeArg0 runs the isolation probe: the same namespaces and an overlay
 // mount, then exit 0.
 const probeArg0 = "microvms-emulator-isolation-probe"
@@ -56,6 +78,8 @@ func init() {
 	switch os.Args[0] {
 	case guestInitArg0:
 		os.Exit(guestInit())
+	case guestExecArg0:
+		os.Exit(guestExec())
 	case probeArg0:
 		os.Exit(isolationProbe())
 	}
@@ -348,12 +372,17 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	// Opened here, as the emulator: the guest's uid need not be able to
 	// read the daemon's binary or reach the image's directory.
-	agentd, err := os.Open(bin)
+	agentd, err := openSealed(bin, filepath.Base(bin))
 	if err != nil {
-		return nil, fmt.Errorf("opening agentd: %w", err)
+		return nil, err
 	}
 	defer agentd.Close()
-	files := []*os.File{nil, agentd, nil}
+	initExe, err := sealedSelf()
+	if err != nil {
+		return nil, err
+	}
+	defer initExe.Close()
+	files := []*os.File{nil, agentd, nil, initExe}
 	if spec.RootDir != "" && m.byRoot {
 		image, err := bindImageRoot(spec.RootDir, dir, m, false)
 		if err != nil {
@@ -384,9 +413,9 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	files[0] = r
 	var logTail tail
-	cmd := exec.Command("/proc/self/exe")
+	cmd := exec.Command(guestInitPath)
 	cmd.Args = []string{guestInitArg0}
-	cmd.Env = []string{}
+	cmd.Env = guestInitEnv
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(stderr, &logTail), io.MultiWriter(stderr, &logTail)
 	cmd.ExtraFiles = files
