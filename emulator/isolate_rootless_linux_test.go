@@ -53,6 +53,10 @@ func rerunAsNobody(t *testing.T, name, marker string, env ...string) {
 		if err := os.WriteFile(dst, raw, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		// The caller's own binaries, as a rootless user's are.
+		if err := os.Chown(dst, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cmd := exec.Command(bin, "-test.run=^"+name+"$", "-test.v")
 	cmd.Dir = dir
