@@ -780,3 +780,86 @@ func TestEscapeInitHoldsNoHostFile(t *testing.T) {
 		}
 	}
 }
+
+// Catches (issue 44, issue 51 item 8): the state and store directories of
+// an emulator killed without its teardown (a guest's empty mount points,
+// owned by its mapped ids; a server's unpacked images) left in the
+// temporary directory for good. Planted as a dead emulator's, they are
+// swept by the next emulator; a live emulator's (this process's, and one
+// of another live process) are kept.
+func TestStaleStateOfDeadEmulatorsIsSwept(t *testing.T) {
+	tmp := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	live := exec.Command("sleep", "60")
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = live.Process.Kill(); _ = live.Wait() }()
+	name := func(prefix string, pid int, what string) string {
+		return filepath.Join(tmp, fmt.Sprintf("%semulator-%d-%s-123", prefix, pid, what))
+	}
+	stale := []string{name("", dead.Process.Pid, "microvm-x"), name("", dead.Process.Pid, "build-step"), name("microvm-", dead.Process.Pid, "store")}
+	kept := []string{name("", os.Getpid(), "microvm-x"), name("", live.Process.Pid, "microvm-y"), name("microvm-", live.Process.Pid, "store"),
+		filepath.Join(tmp, "emulator-rootless-1"), filepath.Join(tmp, "emulator-probe-2")}
+	for _, d := range append(append([]string{}, stale...), kept...) {
+		// What a killed root-started launch leaves: rw and image mount
+		// points handed to the guest's ids, and a file in the store.
+		for _, sub := range []string{"rw", "image"} {
+			if err := os.MkdirAll(filepath.Join(d, sub), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, "image", "kept-if-bound"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if os.Geteuid() == 0 {
+			if err := os.Chown(filepath.Join(d, "rw"), rootGuestIDBase, rootGuestIDBase); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A symlink named as a dead emulator's is never followed.
+	target := t.TempDir()
+	if err := os.WriteFile(filepath.Join(target, "outside"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, name("", dead.Process.Pid, "link")); err != nil {
+		t.Fatal(err)
+	}
+	sweepStaleState(tmp)
+	for _, d := range stale {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the dead emulator's %s is still there (%v)", d, err)
+		}
+	}
+	for _, d := range kept {
+		if _, err := os.Stat(filepath.Join(d, "image", "kept-if-bound")); err != nil {
+			t.Errorf("a live emulator's (or another program's) %s was swept: %v", d, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(target, "outside")); err != nil {
+		t.Errorf("the sweep followed a symlink: %v", err)
+	}
+}
+
+// Catches: an emulator that never sweeps: its first launch sweeps the
+// temporary directory it makes state in.
+func TestALaunchSweepsDeadEmulatorsState(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(os.TempDir(), fmt.Sprintf("emulator-%d-microvm-sweep-test-1", dead.Process.Pid))
+	if err := os.MkdirAll(filepath.Join(stale, "rw"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(stale) })
+	stateSweep = sync.Once{} // as in a fresh emulator
+	directGuest(t, GuestSpec{})
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a launch left the dead emulator's %s (%v)", stale, err)
+	}
+}

@@ -55,7 +55,8 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		}
 	}
 	m := guestIDMapping()
-	dir, err := os.MkdirTemp("", "emulator-build-step-")
+	sweepStaleStateOnce()
+	dir, err := os.MkdirTemp("", stateDirPrefix("build-step"))
 	if err != nil {
 		return nil, err
 	}

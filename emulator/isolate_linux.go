@@ -299,7 +299,8 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 		if spec.Daemon != "" {
 			daemon = spec.Daemon // the agentd the image's artifact carries
 		}
-		dir, err := os.MkdirTemp("", "emulator-"+spec.MicrovmID+"-")
+		sweepStaleStateOnce()
+		dir, err := os.MkdirTemp("", stateDirPrefix(spec.MicrovmID))
 		if err != nil {
 			return nil, err
 		}
@@ -665,4 +666,53 @@ func bindImageRoot(root, dir string, m idMapping, required bool) (string, error)
 		return "", fmt.Errorf("binding the image's root: %w", err)
 	}
 	return image, nil
+}
+
+// stateDirPrefix starts the name of every directory an emulator makes under
+// the temporary directory: "emulator-<its pid>-<what>-". A directory whose
+// emulator was killed (SIGKILL, or an interrupted run --local) is found by
+// that pid and removed by the next emulator on the host (sweepStaleState),
+// as its cgroups are.
+func stateDirPrefix(what string) string {
+	return "emulator-" + strconv.Itoa(os.Getpid()) + "-" + what + "-"
+}
+
+var stateSweep sync.Once
+
+// sweepStaleStateOnce sweeps the temporary directory once per process.
+func sweepStaleStateOnce() { stateSweep.Do(func() { sweepStaleState(os.TempDir()) }) }
+
+// sweepStaleState removes the directories under tmp of emulators that no
+// longer run: state directories of guests and build steps (empty mount
+// points, owned by a root-started guest's ids) and the store of a server
+// without a state directory of its own. A directory whose emulator runs,
+// or whose pid some other live process has, is left alone; one this user
+// may not remove is skipped.
+func sweepStaleState(tmp string) {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() { // a symlink is never followed
+			continue
+		}
+		rest, ok := strings.CutPrefix(e.Name(), "emulator-")
+		if !ok {
+			rest, ok = strings.CutPrefix(e.Name(), "microvm-emulator-")
+		}
+		owner, _, named := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(owner)
+		if !ok || !named || err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := unix.Kill(pid, 0); err == nil || errors.Is(err, unix.EPERM) {
+			continue // its emulator still runs
+		}
+		dir := filepath.Join(tmp, e.Name())
+		// Never recurse through an image root a killed launch left bound.
+		if detachImage(dir) == nil {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }

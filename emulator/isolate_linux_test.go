@@ -123,7 +123,7 @@ func terminate(t *testing.T, base, id string) {
 func stateDirOf(t *testing.T, id string, pid int) string {
 	t.Helper()
 	uid := hostUIDOf(t, pid)
-	m, err := filepath.Glob(filepath.Join(os.TempDir(), "emulator-"+id+"-*"))
+	m, err := filepath.Glob(filepath.Join(os.TempDir(), "emulator-*-"+id+"-*"))
 	if err != nil {
 		t.Fatal(err)
 	}

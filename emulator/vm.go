@@ -433,7 +433,8 @@ func (s *Server) state() (string, error) {
 		s.stateDir = s.opt.StateDir
 		return s.stateDir, nil
 	}
-	dir, err := os.MkdirTemp("", "microvm-emulator-")
+	sweepStaleStateOnce()
+	dir, err := os.MkdirTemp("", "microvm-"+stateDirPrefix("store"))
 	if err != nil {
 		return "", err
 	}
