@@ -35,12 +35,13 @@ func dockerAllowed(goarch string) map[string]bool {
 	return out
 }
 
-// dockerSocketFamily reports whether Docker's default profile lets a
-// container create a socket of family (socket(2)'s first argument) on
+// dockerSocketFamilies returns whether Docker's default profile lets a
+// container create a socket of a family (socket(2)'s first argument) on
 // goarch: one of the profile's allow rules for socket holds for it. The
 // profile allows families by their number (AF_VSOCK and AF_ALG are left
 // out); a socket rule without conditions would allow every family.
-func dockerSocketFamily(goarch string, family uint64) bool {
+func dockerSocketFamilies(goarch string) func(family uint64) bool {
+	var rules [][]specs.LinuxSeccompArg
 	for _, sc := range seccomp.DefaultProfile().Syscalls {
 		if sc.Action != "SCMP_ACT_ALLOW" || !slices.Contains(sc.Names, "socket") {
 			continue
@@ -48,17 +49,22 @@ func dockerSocketFamily(goarch string, family uint64) bool {
 		if inc := sc.Includes; inc != nil && len(inc.Arches) > 0 && !slices.Contains(inc.Arches, goarch) {
 			continue
 		}
-		holds := true
-		for _, a := range sc.Args {
-			if a.Index == 0 && !argHolds(a, family) {
-				holds = false
+		rules = append(rules, sc.Args)
+	}
+	return func(family uint64) bool {
+		for _, args := range rules {
+			holds := true
+			for _, a := range args {
+				if a.Index == 0 && !argHolds(a, family) {
+					holds = false
+				}
+			}
+			if holds {
+				return true
 			}
 		}
-		if holds {
-			return true
-		}
+		return false
 	}
-	return false
 }
 
 func argHolds(a specs.LinuxSeccompArg, v uint64) bool {

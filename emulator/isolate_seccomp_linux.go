@@ -100,9 +100,8 @@ var guestDeniedFamilies = []uint64{unix.AF_XDP}
 // socketConditions are the argument conditions under which socket(2) is
 // refused: Docker's allow-list of families, as ranges of refused ones.
 func socketConditions() []seccomp.NameWithConditions {
-	refused := func(f uint64) bool {
-		return slices.Contains(guestDeniedFamilies, f) || !dockerSocketFamily(runtime.GOARCH, f)
-	}
+	allowed := dockerSocketFamilies(runtime.GOARCH)
+	refused := func(f uint64) bool { return slices.Contains(guestDeniedFamilies, f) || !allowed(f) }
 	var out []seccomp.NameWithConditions
 	for lo := uint64(0); lo < socketFamilyBound; lo++ {
 		if !refused(lo) {
