@@ -81,6 +81,48 @@ func guestInit() int {
 		// a fresh PID namespace: that would be the host.
 		return fail("checking the namespace", fmt.Errorf("pid %d, want 1", os.Getpid()))
 	}
+	null, err := os.Open("/dev/null")
+	if err != nil {
+		return fail("opening /dev/null", err)
+	}
+	// The init's own /proc becomes its PID namespace's before it starts a
+	// process in a user namespace: the runtime writes the child's id maps
+	// at /proc/<pid>, and <pid> is a pid of the guest's namespace.
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fail("mounting the init's /proc", err)
+	}
+	// Every guest process is started through guestExec, from the init's
+	// own sealed binary (fdInit), in the nested namespaces. It starts now,
+	// so its runtime starts while the init builds the root, and from the
+	// host's tree, so an emulator linked dynamically finds its loader; it
+	// waits on fd 3 for what to run, then takes its mount namespace and
+	// leaves the host's tree itself (guestExec).
+	attr, err := nestedAttr()
+	if err != nil {
+		return fail("reading the init's id maps", err)
+	}
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		return fail("making the second stage's pipe", err)
+	}
+	ackR, ackW, err := os.Pipe()
+	if err != nil {
+		return fail("making the second stage's pipe", err)
+	}
+	env := cfg.Env
+	files := []*os.File{null, os.Stdout, os.Stderr, goR, ackW, os.NewFile(fdAgentd, "agentd")}
+	what := "agentd"
+	if st := cfg.Step; st != nil {
+		env, files, what = st.Env, files[:5], "the step's command "+st.Argv[0]
+	}
+	proc, err := os.StartProcess(guestInitPath, []string{guestExecArg0}, &os.ProcAttr{
+		Dir: "/", Env: env, Files: files, Sys: attr,
+	})
+	goR.Close()
+	ackW.Close()
+	if err != nil {
+		return fail("starting "+what, err)
+	}
 	root, err := buildRoot(cfg)
 	if err != nil {
 		return fail("building the guest root", err)
@@ -98,55 +140,26 @@ func guestInit() int {
 		os.Exit(137)
 	}()
 	go serveBroker(fdBroker)
-	null, err := os.Open("/dev/null")
-	if err != nil {
-		return fail("opening /dev/null", err)
-	}
-	// The syscall filter and no new privileges, on every thread (TSYNC),
-	// and so on every guest process. The capability bounding set is the
-	// guest's own to set (a new user namespace starts with a full one):
-	// guestExec drops it.
-	runtime.LockOSThread()
-	if err := loadGuestFilter(); err != nil {
-		return fail("loading the syscall filter", err)
-	}
-	// The init's own /proc becomes its PID namespace's before it starts a
-	// process in a user namespace: the runtime writes the child's id maps
-	// at /proc/<pid>, and <pid> is a pid of the guest's namespace.
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fail("mounting the init's /proc", err)
-	}
-	attr, err := nestedAttr()
-	if err != nil {
-		return fail("reading the init's id maps", err)
-	}
-	// Every guest process is started through guestExec, from the init's
-	// own sealed binary (fdInit), in the nested namespaces. It is started
-	// before the init leaves the host's tree, so an emulator linked
-	// dynamically still finds its loader; guestExec leaves the host's tree
-	// itself (enterRoot).
 	run := execSpec{Root: root, Dir: cfg.Workdir, Argv: []string{"agentd"}}
-	env := cfg.Env
-	files := []*os.File{null, os.Stdout, os.Stderr, os.NewFile(fdAgentd, "agentd")}
-	what := "agentd"
 	if st := cfg.Step; st != nil {
 		// A build step: the image's command as the image's user, its
 		// output the step's output; nothing of the emulator's is run.
 		run = execSpec{Root: root, Dir: st.Dir, Path: st.Argv[0], Argv: st.Argv, Step: true, UID: st.UID, GID: st.GID, Groups: st.Groups}
-		env, files, what = st.Env, files[:3], "the step's command "+st.Argv[0]
 	}
 	raw, err := json.Marshal(run)
+	if err == nil {
+		_, err = goW.Write(append(raw, '\n'))
+	}
+	goW.Close()
 	if err != nil {
 		return fail("starting "+what, err)
 	}
-	proc, err := os.StartProcess(guestInitPath, []string{guestExecArg0, string(raw)}, &os.ProcAttr{
-		Dir: "/", Env: env, Files: files, Sys: attr,
-	})
-	if err != nil {
-		return fail("starting "+what, err)
-	}
+	// The second stage copies this namespace's tree, host's and guest's,
+	// before the init lets go of the host's: it says so by closing its end
+	// (or by dying, which the reaping below sees).
+	_, _ = ackR.Read(make([]byte, 1))
+	ackR.Close()
 	if err := enterRoot(root); err != nil {
-		_ = proc.Kill()
 		return fail("entering the guest root", err)
 	}
 	_ = unix.Close(fdInit)
@@ -172,17 +185,20 @@ func guestInit() int {
 }
 
 // guestExecArg0 is the init's second stage: the first process of the
-// nested namespaces (nestedAttr), which drops the capabilities no guest
-// needs from its bounding set (full again in a new user namespace), takes
-// the step's ids, and executes the guest's program.
+// nested user namespace (nestedAttr). It takes a mount namespace of its own
+// (a copy of the init's, every mount locked), leaves the host's tree, loads
+// the syscall filter, drops the capabilities no guest needs from its
+// bounding set (full again in a new user namespace), takes a step's ids,
+// and executes the guest's program: the daemon, or a build step's command.
 const guestExecArg0 = "microvms-emulator-guest-exec"
 
-// execSpec is what guestExec runs, as JSON in its argv[1].
+// execSpec is what guestExec runs, as a JSON line on its fd 3. Its fd 4 is
+// the init's wait: closed once guestExec has its mount namespace.
 type execSpec struct {
 	Root string // the guest's root, as the init built it
 	Dir  string // the working directory inside it, made if missing ("" is /)
 	// Path is the program: for a step, a name looked up in the step's PATH
-	// inside the guest's root; "" is the descriptor at fd 3 (agentd).
+	// inside the guest's root; "" is the descriptor at fd 5 (agentd).
 	Path     string
 	Argv     []string
 	Step     bool // take UID, GID and Groups before the exec
@@ -197,14 +213,30 @@ func guestExec() int {
 		fmt.Fprintf(os.Stderr, "guest init: %s: %v\n", step, err)
 		return 127
 	}
-	var spec execSpec
-	if len(os.Args) < 2 || json.Unmarshal([]byte(os.Args[1]), &spec) != nil || len(spec.Argv) == 0 {
-		return fail("reading what to run", errors.New("malformed argument"))
-	}
-	// The bounding set is per thread: this one drops it and executes.
+	// One thread does it all: its mount namespace, root, cwd and bounding
+	// set are its own, and it is the thread that executes the program.
 	runtime.LockOSThread()
+	syscall.CloseOnExec(3)
+	line, err := readLine(os.NewFile(3, "guest-exec"))
+	if err != nil {
+		return fail("reading what to run", err)
+	}
+	var spec execSpec
+	if err := json.Unmarshal(line, &spec); err != nil || len(spec.Argv) == 0 {
+		return fail("reading what to run", fmt.Errorf("malformed: %v", err))
+	}
+	// A copy of the init's tree as it is now, guest root and all: each
+	// mount arrives locked, as a less privileged namespace's copy of a more
+	// privileged one's.
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fail("making the guest's mount namespace", err)
+	}
+	_ = unix.Close(4) // the init may now leave the host's tree
 	if err := enterRoot(spec.Root); err != nil {
 		return fail("entering the guest root", err)
+	}
+	if err := loadGuestFilter(); err != nil {
+		return fail("loading the syscall filter", err)
 	}
 	if err := dropCapabilities(); err != nil {
 		return fail("dropping capabilities", err)
@@ -238,16 +270,17 @@ func guestExec() int {
 		}
 	}
 	if path == "" {
-		path = "/proc/self/fd/3"
-		syscall.CloseOnExec(3)
+		path = "/proc/self/fd/5"
+		syscall.CloseOnExec(5)
 	}
-	err := unix.Exec(path, spec.Argv, os.Environ())
+	err = unix.Exec(path, spec.Argv, os.Environ())
 	return fail("starting "+spec.Argv[0], err)
 }
 
 // nestedAttr starts a guest process (the daemon, a build step) in a user
 // namespace nested in the init's, mapping the same ids onto themselves,
-// with mount, UTS, IPC and cgroup namespaces of its own.
+// with UTS, IPC and cgroup namespaces of its own (and, made by guestExec
+// once the init has built the root, a mount namespace).
 //
 // The nesting is what locks the guest's mounts: every mount the init made
 // (the root, the read-only system directories, /proc's read-only and masked
@@ -275,7 +308,7 @@ func nestedAttr() (*syscall.SysProcAttr, error) {
 	}
 	return &syscall.SysProcAttr{
 		Setsid:      true,
-		Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
+		Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
 		UidMappings: uids, GidMappings: gids,
 		GidMappingsEnableSetgroups: strings.TrimSpace(string(setgroups)) == "allow",
 	}, nil
