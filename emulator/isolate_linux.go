@@ -26,13 +26,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// How a guest is confined. The emulator process re-executes itself
-// (/proc/self/exe) with argv[0] set to guestInitArg0 and the clone flags of a
-// new user, mount, PID, UTS, IPC, network and cgroup namespace. That child is
-// PID 1 of the guest: root of the guest's user namespace only (on the host it
-// is an unprivileged uid; isolate_userns_linux.go), it builds the guest's
-// root in the MicroVM's state directory, pivots into it, applies the syscall
-// filter and starts agentd, then reaps every orphan until agentd exits.
+// How a guest is confined. The emulator process re-executes itself (a
+// sealed in-memory copy of its binary, isolate_exec_linux.go) with argv[0]
+// set to guestInitArg0 and the clone flags of a new user, mount, PID, UTS,
+// IPC, network and cgroup namespace. That child is PID 1 of the guest: root
+// of the guest's user namespace only (on the host it is an unprivileged uid;
+// isolate_userns_linux.go), not dumpable, it builds the guest's root in the
+// MicroVM's state directory and starts agentd through its second stage
+// (guestExec, in a user namespace nested in the init's, where the init's
+// mounts are locked), pivots into the root itself, then reaps every orphan
+// until agentd exits.
 // Killing it makes the kernel kill everything else in the PID namespace,
 // setsid'd grandchildren included. The emulator reaches the guest's ports
 // through the init (isolate_broker_linux.go), limits it through cgroups
