@@ -110,7 +110,10 @@ func guestInit() int {
 		return fail("making the second stage's pipe", err)
 	}
 	env := cfg.Env
-	files := []*os.File{null, os.Stdout, os.Stderr, goR, ackW, os.NewFile(fdAgentd, "agentd")}
+	// Closed through this *os.File only: a second File for fd 4, or a bare
+	// close(4), would close whatever the number names by then (a dial).
+	agentd := os.NewFile(fdAgentd, "agentd")
+	files := []*os.File{null, os.Stdout, os.Stderr, goR, ackW, agentd}
 	what := "agentd"
 	if st := cfg.Step; st != nil {
 		env, files, what = st.Env, files[:5], "the step's command "+st.Argv[0]
@@ -163,7 +166,7 @@ func guestInit() int {
 		return fail("entering the guest root", err)
 	}
 	_ = unix.Close(fdInit)
-	_ = unix.Close(fdAgentd)
+	agentd.Close()
 	null.Close()
 	// Reap everything: the daemon, and every orphan re-parented to PID 1.
 	for {
@@ -216,8 +219,9 @@ func guestExec() int {
 	// One thread does it all: its mount namespace, root, cwd and bounding
 	// set are its own, and it is the thread that executes the program.
 	runtime.LockOSThread()
-	syscall.CloseOnExec(3)
-	line, err := readLine(os.NewFile(3, "guest-exec"))
+	spec3 := os.NewFile(3, "guest-exec")
+	line, err := readLine(spec3)
+	spec3.Close()
 	if err != nil {
 		return fail("reading what to run", err)
 	}

@@ -181,9 +181,17 @@ func runProbe() error {
 			return isolationError("permission to hand a directory to the guest's uid", err)
 		}
 	}
-	cmd := exec.Command("/proc/self/exe", dir)
+	// The probe runs as a guest's init does: from the sealed copy, which
+	// a host forbidding executable memfds (vm.memfd_noexec=2) refuses here.
+	initExe, err := sealedSelf()
+	if err != nil {
+		return err
+	}
+	defer initExe.Close()
+	cmd := exec.Command("/proc/self/fd/3", dir)
 	cmd.Args[0] = probeArg0
-	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{initExe}
+	cmd.Env = guestInitEnv
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: guestCloneFlags}
 	m.apply(cmd.SysProcAttr)
 	var out bytes.Buffer
