@@ -863,3 +863,42 @@ func TestALaunchSweepsDeadEmulatorsState(t *testing.T) {
 		t.Errorf("a launch left the dead emulator's %s (%v)", stale, err)
 	}
 }
+
+// Catches (issue 44, attack 3 by another way in): a guest whose init
+// cannot reap (stopped here from the host, as a guest that could freeze
+// its own cgroup would stop it) outliving its killed daemon, RUNNING with
+// the daemon's port free for any guest process. The emulator watches the
+// daemon itself and ends the guest when it exits.
+func TestADeadDaemonEndsItsGuestWhateverItsInit(t *testing.T) {
+	inBothModes(t, "TestADeadDaemonEndsItsGuestWhateverItsInit", func(t *testing.T) {
+		g, _ := directGuest(t, GuestSpec{})
+		init := guestInitOfThisProcess(t)
+		if err := syscall.Kill(init, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 500 && procStateOf(init) != "T"; i++ { // bounded: about five seconds
+			time.Sleep(10 * time.Millisecond)
+		}
+		daemon := 0
+		for _, p := range procsInPidnsOf(t, init) {
+			if p != init {
+				daemon = p
+			}
+		}
+		if daemon == 0 {
+			t.Fatal("no daemon in the guest")
+		}
+		if err := syscall.Kill(daemon, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 1000; i++ { // bounded: about ten seconds
+			select {
+			case <-g.Exited:
+				return
+			default:
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		t.Error("the guest of a killed daemon is still running (its init stopped)")
+	})
+}

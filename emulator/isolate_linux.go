@@ -543,6 +543,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		cancel()
 		if err == nil {
 			c.Close()
+			watchDaemon(leader, exited)
 			return g, nil
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -726,4 +727,82 @@ func sweepStaleState(tmp string) {
 			_ = os.RemoveAll(dir)
 		}
 	}
+}
+
+// watchDaemon ends the guest (kills its init, leader) as soon as the
+// daemon, the init's one child, exits, whatever state the init is in. The
+// init itself exits when it reaps the daemon; this is for an init that
+// cannot, because it is stopped or frozen: its guest would stay RUNNING
+// with the daemon's port free for any guest process to take. It watches a
+// pidfd of the daemon, through the runtime's poller, until it is readable
+// (the daemon exited) or the guest has ended.
+func watchDaemon(leader int, exited <-chan struct{}) {
+	pid := childOf(leader)
+	if pid <= 0 {
+		return
+	}
+	// The init is signalled through a pidfd too: once reaped, its pid may
+	// name another process.
+	initFD, err := unix.PidfdOpen(leader, 0)
+	if err != nil {
+		return // a kernel before 5.10: the init's reaping is the one watch
+	}
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		unix.Close(initFD)
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		unix.Close(initFD)
+		return
+	}
+	go func() {
+		<-exited
+		f.Close() // ends the wait below
+	}()
+	go func() {
+		defer unix.Close(initFD)
+		polled := false
+		err := rc.Read(func(uintptr) bool {
+			done := polled
+			polled = true
+			return done
+		})
+		if err == nil {
+			_ = unix.PidfdSendSignal(initFD, unix.SIGKILL, nil, 0)
+		}
+	}()
+}
+
+// childOf is the pid of a child of host process parent (the init has one:
+// the daemon), or 0.
+func childOf(parent int) int {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent, parent)); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			pid, _ := strconv.Atoi(f[0])
+			return pid
+		}
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if f := strings.Fields(string(b[i+1:])); i > 0 && len(f) > 1 && f[1] == strconv.Itoa(parent) {
+			return pid
+		}
+	}
+	return 0
 }
