@@ -45,7 +45,7 @@ func guestInit() int {
 	// /proc/1/exe, /proc/1/fd or /proc/1/root. A process that is not
 	// dumpable is reachable that way only with CAP_SYS_PTRACE over the user
 	// namespace it was executed in: the init's own, where no guest process
-	// runs (the daemon and steps get a namespace nested in it; startGuest).
+	// runs (the daemon and steps get a namespace nested in it; nestedAttr).
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail("making the init undumpable", err)
 	}
@@ -69,8 +69,8 @@ func guestInit() int {
 	// Nothing the emulator's own parent left open without close-on-exec
 	// (a directory, a terminal, a socket) may reach the guest: through
 	// /proc/1/fd a directory descriptor is a way out of the guest's root.
-	// Only the descriptors the launcher saw are closed: the Go runtime of
-	// this process keeps descriptors of its own (cgroup CPU limits).
+	// Only the descriptors the launcher saw are closed, never one this
+	// process opened itself.
 	for _, fd := range cfg.Inherited {
 		if fd > fdInit {
 			_ = unix.Close(fd)
