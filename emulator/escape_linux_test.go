@@ -4,6 +4,8 @@ package emulator
 
 import (
 	"bufio"
+	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,13 +13,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/microvms/microvms/client"
+	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/testbin"
 	"golang.org/x/sys/unix"
@@ -30,6 +35,9 @@ import (
 // the host only creates a marker under the test's own temporary directory.
 
 var escapeProbe = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv("EMULATOR_ESCAPE_PROBE"); p != "" {
+		return p, nil // a rootless re-run: the parent built it
+	}
 	return testbin.Build("internal/escapeprobe", testbin.Options{})
 })
 
@@ -152,9 +160,18 @@ func TestEscapeKeysUIDMapAndFilteredSyscalls(t *testing.T) {
 	if got := mustSh(t, sess, "cat /proc/keys | wc -c"); got != "0" {
 		t.Errorf("the guest reads %s bytes of /proc/keys, want none", got)
 	}
-	fields := strings.Fields(mustSh(t, sess, "cat /proc/self/uid_map"))
-	if len(fields) < 3 || fields[0] != "0" || fields[1] == "0" {
-		t.Errorf("the guest's uid map is %q, want its root mapped to a host uid other than 0", fields)
+	// Read from the host: inside, the map of the guest's nested namespace
+	// shows ids of the init's, not of the host's.
+	init := guestInitOfThisProcess(t)
+	hostPID := 0
+	for _, p := range procsInPidnsOf(t, init) {
+		if p != init {
+			hostPID = p // agentd, or a command it runs
+		}
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", hostPID))
+	if fields := strings.Fields(string(raw)); err != nil || len(fields) < 3 || fields[0] != "0" || fields[1] == "0" {
+		t.Errorf("the guest's uid map seen from the host is %q (%v), want its root mapped to a host uid other than 0", fields, err)
 	}
 	for _, p := range []string{"/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sysrq-trigger", "/proc/sys/vm/drop_caches"} {
 		if code, _ := sh(t, sess, "test -w "+p); code == 0 {
@@ -447,4 +464,441 @@ func guestInitOfThisProcess(t *testing.T) int {
 	}
 	t.Fatal("no guest init of this process")
 	return 0
+}
+
+// procsInPidnsOf lists the host pids of the processes in the PID namespace
+// of host process init, init among them.
+func procsInPidnsOf(t *testing.T, init int) []int {
+	t.Helper()
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// The attacks of issue 44 on a rootless guest, whose root is the caller's
+// own uid: everything the caller owns (the emulator's binary, the image
+// store's agentd) is the guest root's to change, unless no path to it is
+// left. Each runs as this process and, when this is root, again as uid
+// 65534 (rerunAsNobody), whose binaries are its own.
+
+// inBothModes runs check here and, as root, again in a rootless re-run of
+// the test named name.
+func inBothModes(t *testing.T, name string, check func(t *testing.T)) {
+	t.Helper()
+	if os.Getenv("EMULATOR_ESCAPE_ROOTLESS") == "1" {
+		check(t)
+		if !t.Failed() {
+			fmt.Println("rootless-attack-refused")
+		}
+		return
+	}
+	check(t)
+	if os.Geteuid() != 0 {
+		return
+	}
+	probe, err := escapeProbe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "emulator-escapeprobe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	copyFile(t, probe, filepath.Join(dir, "escapeprobe"), 0o755)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rerunAsNobody(t, name, "rootless-attack-refused", "EMULATOR_ESCAPE_ROOTLESS=1",
+		"EMULATOR_ESCAPE_PROBE="+filepath.Join(dir, "escapeprobe"), "EMULATOR_NESTED_MOUNT="+os.Getenv("EMULATOR_NESTED_MOUNT"))
+}
+
+// agentdPidScript prints the guest pid of the daemon (argv[0] "agentd").
+const agentdPidScript = `grep -la '^agentd' /proc/[0-9]*/cmdline 2>/dev/null | sed -n 's|^/proc/\([0-9]*\)/cmdline$|\1|p' | head -1`
+
+// fileState is what an attack through /proc/<pid>/exe could change: the
+// contents, mode, times and extended attributes.
+func fileState(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	n, _ := unix.Listxattr(path, buf)
+	return fmt.Sprintf("sha256=%x mode=%o uid=%d mtime=%d.%d xattrs=%q", sha256.Sum256(raw), st.Mode, st.Uid, st.Mtim.Sec, st.Mtim.Nsec, buf[:max(n, 0)])
+}
+
+func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
+	t.Helper()
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, raw, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startQuietly starts script in the guest and ignores how its session
+// ends: the script may kill the daemon serving it.
+func startQuietly(t *testing.T, sess *client.Session, script string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, _ = sess.Run(ctx, []string{script}, client.RunOptions{StartOptions: client.StartOptions{Shell: true}})
+}
+
+// Catches (issue 44, attack 1): a rootless guest rewriting the agentd the
+// next guest of its image runs. It opened /proc/<agentd>/exe, ptrace-stopped
+// its init (PTRACE_SEIZE, PTRACE_INTERRUPT) so the guest outlived its daemon,
+// killed the daemon so ETXTBSY lifted, reopened the descriptor for writing
+// and appended. Now the init is not the guest's to trace, the daemon's
+// /proc/<pid>/exe is a sealed copy, and a killed daemon ends its guest.
+func TestEscapeRewriteTheDaemonThroughProcExe(t *testing.T) {
+	inBothModes(t, "TestEscapeRewriteTheDaemonThroughProcExe", func(t *testing.T) {
+		daemon := filepath.Join(t.TempDir(), "agentd") // the caller's own, as the image store's copy is
+		copyFile(t, agentdBin, daemon, 0o755)
+		before := fileState(t, daemon)
+		g, sess := directGuest(t, GuestSpec{Daemon: daemon})
+		withProbe(t, sess)
+		out := mustSh(t, sess, "/tmp/escapeprobe ptrace 1; /tmp/escapeprobe exe $("+agentdPidScript+")")
+		if !strings.Contains(out, "seize EPERM") {
+			t.Errorf("guest root ptrace-stopped its init:\n%s", out)
+		}
+		if strings.Contains(out, "link "+daemon) || strings.Contains(out, "write ok") {
+			t.Errorf("the daemon's /proc/<pid>/exe leads to the host's file or can be written:\n%s", out)
+		}
+		startQuietly(t, sess, "setsid /tmp/escapeprobe takeover 1 $("+agentdPidScript+") 9000 </dev/null >/dev/null 2>&1 & sleep 1")
+		ended := false
+		for i := 0; i < 1000 && !ended; i++ { // bounded: about ten seconds
+			select {
+			case <-g.Exited:
+				ended = true
+			default:
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if !ended {
+			t.Error("the guest outlived its killed daemon (its init was stopped)")
+		}
+		g.Stop()
+		if after := fileState(t, daemon); after != before {
+			t.Errorf("the guest changed the daemon's host file:\nbefore %s\nafter  %s", before, after)
+		}
+	})
+}
+
+// Catches (issue 44, attack 2): a rootless guest changing the caller's
+// emulator binary's mode, times and xattrs through /proc/1/exe (it became
+// -rwsrwsrwx, dated 1970). The init is not dumpable and runs from a sealed
+// copy: the guest can open neither its exe nor its descriptors.
+func TestEscapeCallerBinaryThroughProcOneExe(t *testing.T) {
+	inBothModes(t, "TestEscapeCallerBinaryThroughProcOneExe", func(t *testing.T) {
+		self, err := os.Executable() // the emulator; in the rootless re-run, the caller's own copy
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := fileState(t, self)
+		_, sess := directGuest(t, GuestSpec{})
+		withProbe(t, sess)
+		out := mustSh(t, sess, "/tmp/escapeprobe exe 1")
+		if !strings.HasPrefix(out, "open EACCES") && !strings.HasPrefix(out, "open EPERM") {
+			t.Errorf("the guest opened its init's /proc/1/exe:\n%s", out)
+		}
+		for _, p := range []string{"/proc/1/fd/0", "/proc/1/root/", "/proc/1/cwd/"} {
+			if code, out := sh(t, sess, "ls "+p); code == 0 {
+				t.Errorf("the guest reads its init's %s: %s", p, out)
+			}
+		}
+		if after := fileState(t, self); after != before {
+			t.Errorf("the guest changed the emulator's binary:\nbefore %s\nafter  %s", before, after)
+		}
+	})
+}
+
+// Catches (issue 44, attack 5's way in): a guest whose daemon was killed
+// while its init was stopped, left RUNNING with its port taken by whatever
+// the guest listens with there. A killed daemon ends the MicroVM, the
+// control plane says why, and nothing of the guest's is proxied to.
+func TestEscapeKilledDaemonEndsTheMicrovm(t *testing.T) {
+	inBothModes(t, "TestEscapeKilledDaemonEndsTheMicrovm", func(t *testing.T) {
+		s, base := isolated(t)
+		vm := launchGuest(t, s, base, false)
+		sess := session(t, base, vm)
+		withProbe(t, sess)
+		startQuietly(t, sess, "setsid /tmp/escapeprobe takeover 1 $("+agentdPidScript+") 9000 </dev/null >/dev/null 2>&1 & sleep 1")
+		var g cp.GetMicrovmResponse
+		for i := 0; i < 1000; i++ { // bounded: about ten seconds
+			if g = get(t, base, vm.MicrovmId); g.State == cp.MicrovmStateTERMINATED {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if g.State != cp.MicrovmStateTERMINATED || deref(g.StateReason) != guestExitedReason {
+			t.Errorf("after its daemon was killed the MicroVM is %s (%s), want TERMINATED (%s)", g.State, deref(g.StateReason), guestExitedReason)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if r, err := sess.Run(ctx, []string{"echo", "reached"}, client.RunOptions{}); err == nil {
+			t.Errorf("a request reached the ended guest's port: %+v", r)
+		} else if strings.Contains(err.Error(), "impostor") {
+			t.Errorf("the guest's impostor on the daemon's port answered: %v", err)
+		}
+	})
+}
+
+// Catches (issue 44, attack 6): mounts that guest root could remount
+// writable (mount -o remount,bind,rw /usr: in rootless mode every file the
+// caller owns there became writable) or unmount to uncover what they mask,
+// and a mount nested under a bound host directory arriving read-write,
+// suid and with devices. As root the test re-runs itself in a private mount
+// namespace with a tmpfs at /usr/src, the host's mount nested under /usr.
+func TestEscapeMountsAreLocked(t *testing.T) {
+	const name = "TestEscapeMountsAreLocked"
+	nested := os.Getenv("EMULATOR_NESTED_MOUNT")
+	if nested == "" && os.Getenv("EMULATOR_ESCAPE_ROOTLESS") == "" && os.Geteuid() == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(self, "-test.run=^"+name+"$", "-test.v")
+		cmd.Env = append(os.Environ(), "EMULATOR_NESTED_MOUNT=/usr/src", "EMULATOR_UNPRIVILEGED_CHILD_AGENTD="+agentdBin)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "nested-mount-planted") {
+			t.Fatalf("the re-run in a private mount namespace: %v\n%s", err, out)
+		}
+		return
+	}
+	if nested != "" && os.Getenv("EMULATOR_ESCAPE_ROOTLESS") == "" {
+		// In this process's own mount namespace, never the host's.
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", nested, "tmpfs", 0, "size=1m,mode=0777"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(nested, "nested-marker"), []byte("host\n"), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println("nested-mount-planted")
+	}
+	inBothModes(t, name, func(t *testing.T) {
+		_, sess := directGuest(t, GuestSpec{})
+		for _, attack := range []string{
+			"mount -o remount,bind,rw /usr",
+			"mount -o remount,rw /usr",
+			"umount -l /usr",
+			"umount /proc/kcore",
+			"umount -l /proc/sys",
+			"mount -o remount,bind,rw /proc/sys",
+		} {
+			if code, out := sh(t, sess, attack); code == 0 {
+				t.Errorf("guest root ran %q: %s", attack, out)
+			}
+		}
+		if code, out := sh(t, sess, "touch /usr/escape-marker"); code == 0 {
+			t.Errorf("guest root wrote /usr: %s", out)
+		}
+		if nested == "" {
+			return
+		}
+		if got := mustSh(t, sess, "cat "+nested+"/nested-marker"); got != "host" {
+			t.Errorf("the nested mount's file reads %q in the guest", got)
+		}
+		if code, out := sh(t, sess, "touch "+nested+"/escape-marker || mount -o remount,bind,rw "+nested); code == 0 {
+			t.Errorf("the mount nested under /usr is writable from the guest: %s", out)
+		}
+		opts := mustSh(t, sess, "awk '$5 == \""+nested+"\" {print $6}' /proc/self/mountinfo")
+		for _, want := range []string{"ro", "nosuid", "nodev"} {
+			if !slices.Contains(strings.Split(opts, ","), want) {
+				t.Errorf("the mount nested under /usr has options %q, want %s", opts, want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(nested, "escape-marker")); err == nil {
+			t.Error("the guest's write reached the host's nested mount")
+		}
+	})
+}
+
+// Catches (issue 44): a guest creating sockets of the families Docker's
+// default profile refuses (AF_VSOCK reaches the host's other VMs and is
+// not network-namespaced; AF_ALG; AF_XDP), the filter comparing only the
+// low 32 bits of the family, and a filter that refuses the families every
+// guest needs.
+func TestEscapeSocketFamiliesDockerRefuses(t *testing.T) {
+	inBothModes(t, "TestEscapeSocketFamiliesDockerRefuses", func(t *testing.T) {
+		_, sess := directGuest(t, GuestSpec{})
+		withProbe(t, sess)
+		out := mustSh(t, sess, "/tmp/escapeprobe sockets")
+		for _, f := range []string{"AF_VSOCK", "AF_XDP", "AF_ALG", "AF_VSOCK+hi"} {
+			if !strings.Contains(out, "\n"+f+" EPERM") && !strings.HasPrefix(out, f+" EPERM") {
+				t.Errorf("%s in the guest: want EPERM from the filter; the probe said:\n%s", f, out)
+			}
+		}
+		for _, f := range []string{"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"} {
+			if !strings.Contains(out, "\n"+f+" ok") {
+				t.Errorf("%s in the guest: want ok; the probe said:\n%s", f, out)
+			}
+		}
+	})
+}
+
+// Catches (issue 44): the guest's init holding host cgroup-v1 files open
+// (the Go runtime's CPU-limit files), a leak through /proc/1/fd.
+func TestEscapeInitHoldsNoHostFile(t *testing.T) {
+	_, sess := directGuest(t, GuestSpec{})
+	if code, out := sh(t, sess, "ls -l /proc/1/fd"); code == 0 {
+		t.Errorf("the guest lists its init's descriptors: %s", out)
+	}
+	init := guestInitOfThisProcess(t)
+	fds, err := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", init))
+	if err != nil || len(fds) == 0 {
+		t.Fatalf("the init's descriptors: %v %v", fds, err)
+	}
+	for _, f := range fds {
+		if l, _ := os.Readlink(f); strings.HasPrefix(l, "/sys/") || strings.HasPrefix(l, "/proc/") || strings.HasPrefix(l, "/home/") {
+			t.Errorf("the guest's init holds the host's %s (%s)", l, f)
+		}
+	}
+}
+
+// Catches (issue 44, issue 51 item 8): the state and store directories of
+// an emulator killed without its teardown (a guest's empty mount points,
+// owned by its mapped ids; a server's unpacked images) left in the
+// temporary directory for good. Planted as a dead emulator's, they are
+// swept by the next emulator; a live emulator's (this process's, and one
+// of another live process) are kept.
+func TestStaleStateOfDeadEmulatorsIsSwept(t *testing.T) {
+	tmp := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	live := exec.Command("sleep", "60")
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = live.Process.Kill(); _ = live.Wait() }()
+	name := func(prefix string, pid int, what string) string {
+		return filepath.Join(tmp, fmt.Sprintf("%semulator-%d-%s-123", prefix, pid, what))
+	}
+	stale := []string{name("", dead.Process.Pid, "microvm-x"), name("", dead.Process.Pid, "build-step"), name("microvm-", dead.Process.Pid, "store")}
+	kept := []string{name("", os.Getpid(), "microvm-x"), name("", live.Process.Pid, "microvm-y"), name("microvm-", live.Process.Pid, "store"),
+		filepath.Join(tmp, "emulator-rootless-1"), filepath.Join(tmp, "emulator-probe-2")}
+	for _, d := range append(append([]string{}, stale...), kept...) {
+		// What a killed root-started launch leaves: rw and image mount
+		// points handed to the guest's ids, and a file in the store.
+		for _, sub := range []string{"rw", "image"} {
+			if err := os.MkdirAll(filepath.Join(d, sub), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, "image", "kept-if-bound"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if os.Geteuid() == 0 {
+			if err := os.Chown(filepath.Join(d, "rw"), rootGuestIDBase, rootGuestIDBase); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A symlink named as a dead emulator's is never followed.
+	target := t.TempDir()
+	if err := os.WriteFile(filepath.Join(target, "outside"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, name("", dead.Process.Pid, "link")); err != nil {
+		t.Fatal(err)
+	}
+	sweepStaleState(tmp)
+	for _, d := range stale {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the dead emulator's %s is still there (%v)", d, err)
+		}
+	}
+	for _, d := range kept {
+		if _, err := os.Stat(filepath.Join(d, "image", "kept-if-bound")); err != nil {
+			t.Errorf("a live emulator's (or another program's) %s was swept: %v", d, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(target, "outside")); err != nil {
+		t.Errorf("the sweep followed a symlink: %v", err)
+	}
+}
+
+// Catches: an emulator that never sweeps: its first launch sweeps the
+// temporary directory it makes state in.
+func TestALaunchSweepsDeadEmulatorsState(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(os.TempDir(), fmt.Sprintf("emulator-%d-microvm-sweep-test-1", dead.Process.Pid))
+	if err := os.MkdirAll(filepath.Join(stale, "rw"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(stale) })
+	stateSweep = sync.Once{} // as in a fresh emulator
+	directGuest(t, GuestSpec{})
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a launch left the dead emulator's %s (%v)", stale, err)
+	}
+}
+
+// Catches (issue 44, attack 3 by another way in): a guest whose init
+// cannot reap (stopped here from the host, as a guest that could freeze
+// its own cgroup would stop it) outliving its killed daemon, RUNNING with
+// the daemon's port free for any guest process. The emulator watches the
+// daemon itself and ends the guest when it exits.
+func TestADeadDaemonEndsItsGuestWhateverItsInit(t *testing.T) {
+	inBothModes(t, "TestADeadDaemonEndsItsGuestWhateverItsInit", func(t *testing.T) {
+		g, _ := directGuest(t, GuestSpec{})
+		init := guestInitOfThisProcess(t)
+		if err := syscall.Kill(init, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 500 && procStateOf(init) != "T"; i++ { // bounded: about five seconds
+			time.Sleep(10 * time.Millisecond)
+		}
+		daemon := 0
+		for _, p := range procsInPidnsOf(t, init) {
+			if p != init {
+				daemon = p
+			}
+		}
+		if daemon == 0 {
+			t.Fatal("no daemon in the guest")
+		}
+		if err := syscall.Kill(daemon, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 1000; i++ { // bounded: about ten seconds
+			select {
+			case <-g.Exited:
+				return
+			default:
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		t.Error("the guest of a killed daemon is still running (its init stopped)")
+	})
 }

@@ -55,7 +55,8 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		}
 	}
 	m := guestIDMapping()
-	dir, err := os.MkdirTemp("", "emulator-build-step-")
+	sweepStaleStateOnce()
+	dir, err := os.MkdirTemp("", stateDirPrefix("build-step"))
 	if err != nil {
 		return nil, err
 	}
@@ -111,13 +112,20 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		return fail(err)
 	}
 	defer w.Close()
-	cmd := exec.Command("/proc/self/exe")
+	initExe, err := sealedSelf()
+	if err != nil {
+		r.Close()
+		return fail(err)
+	}
+	defer initExe.Close()
+	cmd := exec.Command(guestInitPath)
 	cmd.Args = []string{guestInitArg0}
-	cmd.Env = []string{}
+	cmd.Env = guestInitEnv
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = s.output, s.output
-	// fd 3 the config and lifeline; no daemon and no dial channel.
-	cmd.ExtraFiles = []*os.File{r, null, null}
+	// fd 3 the config and lifeline; no daemon and no dial channel; fd 6
+	// the init's own binary.
+	cmd.ExtraFiles = []*os.File{r, null, null, initExe}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: guestCloneFlags, Setsid: true}
 	m.apply(cmd.SysProcAttr)
 	err = startOwnedBy(cmd, m)

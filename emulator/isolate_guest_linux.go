@@ -32,6 +32,7 @@ const (
 	fdConfig = 3 // the config line, then the emulator's lifeline
 	fdAgentd = 4 // the daemon's binary, opened by the emulator
 	fdBroker = 5 // dial requests from the emulator
+	fdInit   = 6 // the init's own binary, a sealed copy, which it runs from
 )
 
 // guestInit is PID 1 of a guest. It returns the process's exit status.
@@ -40,13 +41,21 @@ func guestInit() int {
 		fmt.Fprintf(os.Stderr, "guest init: %s: %v\n", step, err)
 		return 1
 	}
+	// First of all: the guest must never ptrace its init or open its
+	// /proc/1/exe, /proc/1/fd or /proc/1/root. A process that is not
+	// dumpable is reachable that way only with CAP_SYS_PTRACE over the user
+	// namespace it was executed in: the init's own, where no guest process
+	// runs (the daemon and steps get a namespace nested in it; nestedAttr).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail("making the init undumpable", err)
+	}
 	ctl := os.NewFile(fdConfig, "guest-config")
 	if ctl == nil {
 		return fail("reading the config", errors.New("no fd 3"))
 	}
 	// Not handed on: the daemon and everything the guest runs must not hold
 	// the emulator's lifeline or its dial channel.
-	for _, fd := range []int{fdConfig, fdAgentd, fdBroker} {
+	for _, fd := range []int{fdConfig, fdAgentd, fdBroker, fdInit} {
 		syscall.CloseOnExec(fd)
 	}
 	line, err := readLine(ctl)
@@ -60,10 +69,10 @@ func guestInit() int {
 	// Nothing the emulator's own parent left open without close-on-exec
 	// (a directory, a terminal, a socket) may reach the guest: through
 	// /proc/1/fd a directory descriptor is a way out of the guest's root.
-	// Only the descriptors the launcher saw are closed: the Go runtime of
-	// this process keeps descriptors of its own (cgroup CPU limits).
+	// Only the descriptors the launcher saw are closed, never one this
+	// process opened itself.
 	for _, fd := range cfg.Inherited {
-		if fd > fdBroker {
+		if fd > fdInit {
 			_ = unix.Close(fd)
 		}
 	}
@@ -72,7 +81,53 @@ func guestInit() int {
 		// a fresh PID namespace: that would be the host.
 		return fail("checking the namespace", fmt.Errorf("pid %d, want 1", os.Getpid()))
 	}
-	if err := buildRoot(cfg); err != nil {
+	null, err := os.Open("/dev/null")
+	if err != nil {
+		return fail("opening /dev/null", err)
+	}
+	// The init's own /proc becomes its PID namespace's before it starts a
+	// process in a user namespace: the runtime writes the child's id maps
+	// at /proc/<pid>, and <pid> is a pid of the guest's namespace.
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fail("mounting the init's /proc", err)
+	}
+	// Every guest process is started through guestExec, from the init's
+	// own sealed binary (fdInit), in the nested namespaces. It starts now,
+	// so its runtime starts while the init builds the root, and from the
+	// host's tree, so an emulator linked dynamically finds its loader; it
+	// waits on fd 3 for what to run, then takes its mount namespace and
+	// leaves the host's tree itself (guestExec).
+	attr, err := nestedAttr()
+	if err != nil {
+		return fail("reading the init's id maps", err)
+	}
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		return fail("making the second stage's pipe", err)
+	}
+	ackR, ackW, err := os.Pipe()
+	if err != nil {
+		return fail("making the second stage's pipe", err)
+	}
+	env := cfg.Env
+	// Closed through this *os.File only: a second File for fd 4, or a bare
+	// close(4), would close whatever the number names by then (a dial).
+	agentd := os.NewFile(fdAgentd, "agentd")
+	files := []*os.File{null, os.Stdout, os.Stderr, goR, ackW, agentd}
+	what := "agentd"
+	if st := cfg.Step; st != nil {
+		env, files, what = st.Env, files[:5], "the step's command "+st.Argv[0]
+	}
+	proc, err := os.StartProcess(guestInitPath, []string{guestExecArg0}, &os.ProcAttr{
+		Dir: "/", Env: env, Files: files, Sys: attr,
+	})
+	goR.Close()
+	ackW.Close()
+	if err != nil {
+		return fail("starting "+what, err)
+	}
+	root, err := buildRoot(cfg)
+	if err != nil {
 		return fail("building the guest root", err)
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
@@ -88,63 +143,30 @@ func guestInit() int {
 		os.Exit(137)
 	}()
 	go serveBroker(fdBroker)
-	null, err := os.Open("/dev/null")
-	if err != nil {
-		return fail("opening /dev/null", err)
-	}
-	// Everything below applies to the thread that forks the daemon, and so
-	// to every guest process: its own cgroup namespace rooted where the
-	// emulator placed the guest (the guest sees "/" as its cgroup), a
-	// bounding set without the capabilities no guest needs, no new
-	// privileges, and the syscall filter.
-	runtime.LockOSThread()
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return fail("making the cgroup namespace", err)
-	}
-	if err := dropCapabilities(); err != nil {
-		return fail("dropping capabilities", err)
-	}
-	if err := loadGuestFilter(); err != nil {
-		return fail("loading the syscall filter", err)
-	}
-	// The daemon is executed through the descriptor the emulator opened:
-	// its binary need not be inside the guest's tree, nor readable by the
-	// guest's host uid.
-	// The image's WORKDIR is the daemon's cwd, which an exec without a cwd
-	// inherits; it is made in the guest's root, as the build would have.
-	cwd := "/"
-	if cfg.Workdir != "" {
-		cwd = filepath.Clean("/" + cfg.Workdir)
-		if err := os.MkdirAll(cwd, 0o755); err != nil {
-			return fail("making the WORKDIR", err)
-		}
-	}
-	var proc *os.Process
+	run := execSpec{Root: root, Dir: cfg.Workdir, Argv: []string{"agentd"}}
 	if st := cfg.Step; st != nil {
 		// A build step: the image's command as the image's user, its
 		// output the step's output; nothing of the emulator's is run.
-		dir := filepath.Clean("/" + st.Dir)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fail("making the step's WORKDIR", err)
-		}
-		cred := &syscall.Credential{Uid: st.UID, Gid: st.GID, Groups: st.Groups, NoSetGroups: st.UID == 0 && len(st.Groups) == 0}
-		proc, err = os.StartProcess(lookStepPath(st.Argv[0], st.Env), st.Argv, &os.ProcAttr{
-			Dir: dir, Env: st.Env, Files: []*os.File{null, os.Stdout, os.Stderr},
-			Sys: &syscall.SysProcAttr{Setsid: true, Credential: cred},
-		})
-		if err != nil {
-			return fail("starting the step's command "+st.Argv[0], err)
-		}
-	} else {
-		proc, err = os.StartProcess("/proc/self/fd/"+strconv.Itoa(fdAgentd), []string{"agentd"}, &os.ProcAttr{
-			Dir: cwd, Env: cfg.Env, Files: []*os.File{null, os.Stdout, os.Stderr},
-			Sys: &syscall.SysProcAttr{Setsid: true},
-		})
-		if err != nil {
-			return fail("starting agentd", err)
-		}
+		run = execSpec{Root: root, Dir: st.Dir, Path: st.Argv[0], Argv: st.Argv, Step: true, UID: st.UID, GID: st.GID, Groups: st.Groups}
 	}
-	_ = unix.Close(fdAgentd)
+	raw, err := json.Marshal(run)
+	if err == nil {
+		_, err = goW.Write(append(raw, '\n'))
+	}
+	goW.Close()
+	if err != nil {
+		return fail("starting "+what, err)
+	}
+	// The second stage copies this namespace's tree, host's and guest's,
+	// before the init lets go of the host's: it says so by closing its end
+	// (or by dying, which the reaping below sees).
+	_, _ = ackR.Read(make([]byte, 1))
+	ackR.Close()
+	if err := enterRoot(root); err != nil {
+		return fail("entering the guest root", err)
+	}
+	_ = unix.Close(fdInit)
+	agentd.Close()
 	null.Close()
 	// Reap everything: the daemon, and every orphan re-parented to PID 1.
 	for {
@@ -163,6 +185,162 @@ func guestInit() int {
 			return ws.ExitStatus()
 		}
 	}
+}
+
+// guestExecArg0 is the init's second stage: the first process of the
+// nested user namespace (nestedAttr). It takes a mount namespace of its own
+// (a copy of the init's, every mount locked), leaves the host's tree, loads
+// the syscall filter, drops the capabilities no guest needs from its
+// bounding set (full again in a new user namespace), takes a step's ids,
+// and executes the guest's program: the daemon, or a build step's command.
+const guestExecArg0 = "microvms-emulator-guest-exec"
+
+// execSpec is what guestExec runs, as a JSON line on its fd 3. Its fd 4 is
+// the init's wait: closed once guestExec has its mount namespace.
+type execSpec struct {
+	Root string // the guest's root, as the init built it
+	Dir  string // the working directory inside it, made if missing ("" is /)
+	// Path is the program: for a step, a name looked up in the step's PATH
+	// inside the guest's root; "" is the descriptor at fd 5 (agentd).
+	Path     string
+	Argv     []string
+	Step     bool // take UID, GID and Groups before the exec
+	UID, GID uint32
+	Groups   []uint32
+}
+
+// guestExec is the second stage's whole life: it returns only on failure,
+// with the exit status a shell gives a command it cannot run.
+func guestExec() int {
+	fail := func(step string, err error) int {
+		fmt.Fprintf(os.Stderr, "guest init: %s: %v\n", step, err)
+		return 127
+	}
+	// One thread does it all: its mount namespace, root, cwd and bounding
+	// set are its own, and it is the thread that executes the program.
+	runtime.LockOSThread()
+	spec3 := os.NewFile(3, "guest-exec")
+	line, err := readLine(spec3)
+	spec3.Close()
+	if err != nil {
+		return fail("reading what to run", err)
+	}
+	var spec execSpec
+	if err := json.Unmarshal(line, &spec); err != nil || len(spec.Argv) == 0 {
+		return fail("reading what to run", fmt.Errorf("malformed: %v", err))
+	}
+	// A copy of the init's tree as it is now, guest root and all: each
+	// mount arrives locked, as a less privileged namespace's copy of a more
+	// privileged one's.
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fail("making the guest's mount namespace", err)
+	}
+	_ = unix.Close(4) // the init may now leave the host's tree
+	if err := enterRoot(spec.Root); err != nil {
+		return fail("entering the guest root", err)
+	}
+	if err := loadGuestFilter(); err != nil {
+		return fail("loading the syscall filter", err)
+	}
+	if err := dropCapabilities(); err != nil {
+		return fail("dropping capabilities", err)
+	}
+	// The image's WORKDIR is the daemon's cwd; it is made in the guest's
+	// root, as the build would have.
+	dir := filepath.Clean("/" + spec.Dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fail("making the WORKDIR", err)
+	}
+	if err := os.Chdir(dir); err != nil {
+		return fail("entering the WORKDIR", err)
+	}
+	path := spec.Path
+	if spec.Step {
+		path = lookStepPath(path, os.Environ())
+		if spec.UID != 0 || len(spec.Groups) > 0 {
+			groups := make([]int, len(spec.Groups))
+			for i, g := range spec.Groups {
+				groups[i] = int(g)
+			}
+			if err := syscall.Setgroups(groups); err != nil {
+				return fail("setting the step's groups", err)
+			}
+		}
+		if err := syscall.Setgid(int(spec.GID)); err != nil {
+			return fail("setting the step's gid", err)
+		}
+		if err := syscall.Setuid(int(spec.UID)); err != nil {
+			return fail("setting the step's uid", err)
+		}
+	}
+	if path == "" {
+		path = "/proc/self/fd/5"
+		syscall.CloseOnExec(5)
+	}
+	err = unix.Exec(path, spec.Argv, os.Environ())
+	return fail("starting "+spec.Argv[0], err)
+}
+
+// nestedAttr starts a guest process (the daemon, a build step) in a user
+// namespace nested in the init's, mapping the same ids onto themselves,
+// with UTS, IPC and cgroup namespaces of its own (and, made by guestExec
+// once the init has built the root, a mount namespace).
+//
+// The nesting is what locks the guest's mounts: every mount the init made
+// (the root, the read-only system directories, /proc's read-only and masked
+// paths) is copied into a mount namespace owned by a less privileged user
+// namespace, so the kernel marks each locked (MNT_LOCKED, and its
+// read-only, nosuid, nodev and noexec flags likewise): guest root can mount
+// over them but neither remount them writable nor unmount them to see what
+// they cover. It also keeps the init out of the guest's reach: guest root
+// holds no capability in the init's user namespace, so it cannot ptrace
+// the undumpable init. The PID and network namespaces stay the init's (its
+// reaping and its dials reach the guest); the UTS, IPC and cgroup ones are
+// the guest's to change, as identity repair renames its host.
+func nestedAttr() (*syscall.SysProcAttr, error) {
+	uids, err := identityMap("/proc/self/uid_map")
+	if err != nil {
+		return nil, err
+	}
+	gids, err := identityMap("/proc/self/gid_map")
+	if err != nil {
+		return nil, err
+	}
+	setgroups, err := os.ReadFile("/proc/self/setgroups")
+	if err != nil {
+		return nil, err
+	}
+	return &syscall.SysProcAttr{
+		Setsid:      true,
+		Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
+		UidMappings: uids, GidMappings: gids,
+		GidMappingsEnableSetgroups: strings.TrimSpace(string(setgroups)) == "allow",
+	}, nil
+}
+
+// identityMap maps each range of ids the init's namespace has onto itself.
+func identityMap(path string) ([]syscall.SysProcIDMap, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []syscall.SysProcIDMap
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		inside, err1 := strconv.Atoi(f[0])
+		size, err2 := strconv.Atoi(f[2])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%s: %q", path, line)
+		}
+		out = append(out, syscall.SysProcIDMap{ContainerID: inside, HostID: inside, Size: size})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s is empty", path)
+	}
+	return out, nil
 }
 
 // droppedCapabilities are taken from every guest: with them root inside the
@@ -221,25 +399,25 @@ func readLine(f *os.File) ([]byte, error) {
 // /etc entries, with each host system directory bound read-only over its
 // mount point: the guest's root is not the host's root, so the host's files
 // are not the guest's to change.
-func buildRoot(cfg guestConfig) error {
+func buildRoot(cfg guestConfig) (string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making mounts private: %w", err)
+		return "", fmt.Errorf("making mounts private: %w", err)
 	}
 	rw := filepath.Join(cfg.State, "rw")
 	opts := fmt.Sprintf("mode=755,size=%d", cfg.WritableBytes)
 	if err := unix.Mount("tmpfs", rw, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mounting the writable layer: %w", err)
+		return "", fmt.Errorf("mounting the writable layer: %w", err)
 	}
 	root := filepath.Join(rw, "root")
 	if err := os.Mkdir(root, 0o755); err != nil {
-		return err
+		return "", err
 	}
 	if cfg.ImageRoot != "" && cfg.Upper != "" {
 		// A build step: the upper layer is on the host's disk, where the
 		// emulator reads the step's changes once it has exited, and /etc is
 		// the image's own (its changes are the step's too).
 		if err := overlay(cfg.ImageRoot, cfg.Upper, cfg.Work, root, "userxattr"); err != nil {
-			return err
+			return "", err
 		}
 		// Only the mount points: anything else the step makes is its own.
 		for _, d := range []string{"proc", "sys", "dev"} {
@@ -248,18 +426,18 @@ func buildRoot(cfg guestConfig) error {
 				continue
 			}
 			if err := os.Mkdir(p, 0o555); err != nil {
-				return fmt.Errorf("the image lacks /%s and the step cannot make it: %w", d, err)
+				return "", fmt.Errorf("the image lacks /%s and the step cannot make it: %w", d, err)
 			}
 		}
 	} else if cfg.ImageRoot != "" {
 		upper, work := filepath.Join(rw, "upper"), filepath.Join(rw, "work")
 		for _, d := range []string{upper, work} {
 			if err := os.Mkdir(d, 0o755); err != nil {
-				return err
+				return "", err
 			}
 		}
 		if err := overlay(cfg.ImageRoot, upper, work, root); err != nil {
-			return err
+			return "", err
 		}
 		// The image's files belong to host ids the guest's user namespace
 		// may not map, and overlayfs cannot copy such a file up: they are
@@ -268,13 +446,13 @@ func buildRoot(cfg guestConfig) error {
 		// writable layer is bound over it.
 		etc := filepath.Join(rw, "etc")
 		if err := copyTree(filepath.Join(root, "etc"), etc); err != nil {
-			return fmt.Errorf("copying the image's /etc: %w", err)
+			return "", fmt.Errorf("copying the image's /etc: %w", err)
 		}
 		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("the image has no /etc to cover: %w", err)
+			return "", fmt.Errorf("the image has no /etc to cover: %w", err)
 		}
 		if err := unix.Mount(etc, filepath.Join(root, "etc"), "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("binding the guest's /etc: %w", err)
+			return "", fmt.Errorf("binding the guest's /etc: %w", err)
 		}
 		// An image may lack any of the mount points; made in the upper layer
 		// where the image's directory lets the guest.
@@ -284,34 +462,34 @@ func buildRoot(cfg guestConfig) error {
 				continue
 			}
 			if err := os.MkdirAll(p, d.mode); err != nil {
-				return fmt.Errorf("the image lacks /%s and the guest cannot make it: %w", d.path, err)
+				return "", fmt.Errorf("the image lacks /%s and the guest cannot make it: %w", d.path, err)
 			}
 		}
 	} else {
 		sysDirs, err := buildSkeleton(root)
 		if err != nil {
-			return fmt.Errorf("building the skeleton: %w", err)
+			return "", fmt.Errorf("building the skeleton: %w", err)
 		}
 		for _, d := range sysDirs {
 			if err := bindReadOnly("/"+d, filepath.Join(root, d)); err != nil {
-				return err
+				return "", err
 			}
 		}
 	}
 	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mounting /proc: %w", err)
+		return "", fmt.Errorf("mounting /proc: %w", err)
 	}
 	if err := readOnlyProc(filepath.Join(root, "proc")); err != nil {
-		return err
+		return "", err
 	}
 	if err := unix.Mount("sysfs", filepath.Join(root, "sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mounting /sys: %w", err)
+		return "", fmt.Errorf("mounting /sys: %w", err)
 	}
 	if err := maskPaths(root); err != nil {
-		return err
+		return "", err
 	}
 	if err := buildDev(filepath.Join(root, "dev")); err != nil {
-		return fmt.Errorf("building /dev: %w", err)
+		return "", fmt.Errorf("building /dev: %w", err)
 	}
 	// A machine-id of its own from the first instruction, so a guest whose
 	// identity repair is off still does not carry the host's (or share the
@@ -319,27 +497,32 @@ func buildRoot(cfg guestConfig) error {
 	if cfg.Step == nil {
 		id, err := randomHex()
 		if err != nil {
-			return err
+			return "", err
 		}
 		if err := writeFileReplacing(filepath.Join(root, "etc/machine-id"), id+"\n", 0o444); err != nil {
-			return err
+			return "", err
 		}
 		if err := writeFileReplacing(filepath.Join(root, "etc/hostname"), cfg.Hostname+"\n", 0o644); err != nil {
-			return err
+			return "", err
 		}
+	}
+	return root, nil
+}
+
+// enterRoot makes root the calling process's root and detaches the host's
+// tree from its mount namespace. The init does it in its own namespace, and
+// guestExec in the guest's nested one (each namespace has its copy of the
+// host's tree to let go of).
+func enterRoot(root string) error {
+	// pivot_root needs the new root to be a mount point, and one the
+	// caller's namespace made (in the nested namespace the overlay is a
+	// locked copy): a fresh recursive bind of it is both. pivot_root hands
+	// the lock of the old root to the new one, so the old can be detached.
+	if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("binding the root onto itself: %w", err)
 	}
 	if err := os.Chdir(root); err != nil {
 		return err
-	}
-	if cfg.ImageRoot == "" {
-		// pivot_root needs the new root to be a mount point; the overlay
-		// is one, a directory of the tmpfs is not until bound onto itself.
-		if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("binding the root onto itself: %w", err)
-		}
-		if err := os.Chdir(root); err != nil {
-			return err
-		}
 	}
 	// pivot_root(".", ".") stacks the old root under the new one; detaching
 	// it leaves the guest with no path to the host's tree.
@@ -352,29 +535,19 @@ func buildRoot(cfg guestConfig) error {
 	return os.Chdir("/")
 }
 
-// bindReadOnly binds the host directory src onto dst read-only. The host
-// mount's own flags (nosuid, nodev, noexec, its atime mode) are kept: a
-// user namespace may add restrictions to a mount it did not make, never
-// lift them.
+// bindReadOnly binds the host directory src, with every mount beneath it,
+// onto dst, and makes each of them read-only, nosuid and nodev (a mount
+// the host has under /usr arrives no more writable than /usr). The host
+// mounts' other flags (noexec, their atime mode) are kept: a user namespace
+// may add restrictions to a mount it did not make, never lift them. The
+// guest's processes see these mounts locked (nestedAttr).
 func bindReadOnly(src, dst string) error {
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("binding %s: %w", src, err)
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(src, &st); err != nil {
-		return fmt.Errorf("reading the flags of %s: %w", src, err)
-	}
-	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV)
-	for bit, ms := range map[int64]uintptr{
-		unix.ST_NOEXEC: unix.MS_NOEXEC, unix.ST_NOATIME: unix.MS_NOATIME,
-		unix.ST_NODIRATIME: unix.MS_NODIRATIME, unix.ST_RELATIME: unix.MS_RELATIME,
-	} {
-		if st.Flags&bit != 0 {
-			flags |= ms
-		}
-	}
-	if err := unix.Mount(src, dst, "", flags, ""); err != nil {
-		return fmt.Errorf("making %s read-only: %w", dst, err)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(unix.AT_FDCWD, dst, unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW, &attr); err != nil {
+		return fmt.Errorf("making %s and every mount under it read-only (mount_setattr, Linux 5.12 or later): %w", dst, err)
 	}
 	return nil
 }

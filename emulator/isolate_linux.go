@@ -26,13 +26,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// How a guest is confined. The emulator process re-executes itself
-// (/proc/self/exe) with argv[0] set to guestInitArg0 and the clone flags of a
-// new user, mount, PID, UTS, IPC, network and cgroup namespace. That child is
-// PID 1 of the guest: root of the guest's user namespace only (on the host it
-// is an unprivileged uid; isolate_userns_linux.go), it builds the guest's
-// root in the MicroVM's state directory, pivots into it, applies the syscall
-// filter and starts agentd, then reaps every orphan until agentd exits.
+// How a guest is confined. The emulator process re-executes itself (a
+// sealed in-memory copy of its binary, isolate_exec_linux.go) with argv[0]
+// set to guestInitArg0 and the clone flags of a new user, mount, PID, UTS,
+// IPC, network and cgroup namespace. That child is PID 1 of the guest: root
+// of the guest's user namespace only (on the host it is an unprivileged uid;
+// isolate_userns_linux.go), not dumpable, it builds the guest's root in the
+// MicroVM's state directory and starts agentd through its second stage
+// (guestExec, in a user namespace nested in the init's, where the init's
+// mounts are locked), pivots into the root itself, then reaps every orphan
+// until agentd exits.
 // Killing it makes the kernel kill everything else in the PID namespace,
 // setsid'd grandchildren included. The emulator reaches the guest's ports
 // through the init (isolate_broker_linux.go), limits it through cgroups
@@ -45,6 +48,28 @@ import (
 // code path on CI and on a laptop, as root or not.
 const guestInitArg0 = "microvms-emulator-guest-init"
 
+// guestInitPath is how the launcher executes the guest's init: the sealed
+// copy of the emulator (isolate_exec_linux.go) the child holds at fdInit,
+// never the emulator's own file.
+var guestInitPath = "/proc/self/fd/" + strconv.Itoa(fdInit)
+
+// guestInitEnv is the init's whole environment. The Go runtime would
+// otherwise keep the emulator's cgroup-v1 CPU files open for the init's
+// life to follow a limit (containermaxprocs); the init's GOMAXPROCS does not
+// matter, and a guest must find no host file open in its PID 1.
+var guestInitEnv = []string{"GODEBUG=containermaxprocs=0"}
+
+// openSealed opens the file at path as the emulator (the guest's uid need
+// not be able to read it) and returns its sealed copy.
+func openSealed(path, name string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", name, err)
+	}
+	defer f.Close()
+	return sealedCopy(f, name)
+}
+
 // probeArg0 runs the isolation probe: the same namespaces and an overlay
 // mount, then exit 0.
 const probeArg0 = "microvms-emulator-isolation-probe"
@@ -56,6 +81,8 @@ func init() {
 	switch os.Args[0] {
 	case guestInitArg0:
 		os.Exit(guestInit())
+	case guestExecArg0:
+		os.Exit(guestExec())
 	case probeArg0:
 		os.Exit(isolationProbe())
 	}
@@ -154,9 +181,17 @@ func runProbe() error {
 			return isolationError("permission to hand a directory to the guest's uid", err)
 		}
 	}
-	cmd := exec.Command("/proc/self/exe", dir)
+	// The probe runs as a guest's init does: from the sealed copy, which
+	// a host forbidding executable memfds (vm.memfd_noexec=2) refuses here.
+	initExe, err := sealedSelf()
+	if err != nil {
+		return err
+	}
+	defer initExe.Close()
+	cmd := exec.Command("/proc/self/fd/3", dir)
 	cmd.Args[0] = probeArg0
-	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{initExe}
+	cmd.Env = guestInitEnv
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: guestCloneFlags}
 	m.apply(cmd.SysProcAttr)
 	var out bytes.Buffer
@@ -275,7 +310,8 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 		if spec.Daemon != "" {
 			daemon = spec.Daemon // the agentd the image's artifact carries
 		}
-		dir, err := os.MkdirTemp("", "emulator-"+spec.MicrovmID+"-")
+		sweepStaleStateOnce()
+		dir, err := os.MkdirTemp("", stateDirPrefix(spec.MicrovmID))
 		if err != nil {
 			return nil, err
 		}
@@ -348,12 +384,17 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	// Opened here, as the emulator: the guest's uid need not be able to
 	// read the daemon's binary or reach the image's directory.
-	agentd, err := os.Open(bin)
+	agentd, err := openSealed(bin, filepath.Base(bin))
 	if err != nil {
-		return nil, fmt.Errorf("opening agentd: %w", err)
+		return nil, err
 	}
 	defer agentd.Close()
-	files := []*os.File{nil, agentd, nil}
+	initExe, err := sealedSelf()
+	if err != nil {
+		return nil, err
+	}
+	defer initExe.Close()
+	files := []*os.File{nil, agentd, nil, initExe}
 	if spec.RootDir != "" && m.byRoot {
 		image, err := bindImageRoot(spec.RootDir, dir, m, false)
 		if err != nil {
@@ -384,9 +425,9 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	files[0] = r
 	var logTail tail
-	cmd := exec.Command("/proc/self/exe")
+	cmd := exec.Command(guestInitPath)
 	cmd.Args = []string{guestInitArg0}
-	cmd.Env = []string{}
+	cmd.Env = guestInitEnv
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(stderr, &logTail), io.MultiWriter(stderr, &logTail)
 	cmd.ExtraFiles = files
@@ -502,6 +543,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		cancel()
 		if err == nil {
 			c.Close()
+			watchDaemon(leader, exited)
 			return g, nil
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -636,4 +678,131 @@ func bindImageRoot(root, dir string, m idMapping, required bool) (string, error)
 		return "", fmt.Errorf("binding the image's root: %w", err)
 	}
 	return image, nil
+}
+
+// stateDirPrefix starts the name of every directory an emulator makes under
+// the temporary directory: "emulator-<its pid>-<what>-". A directory whose
+// emulator was killed (SIGKILL, or an interrupted run --local) is found by
+// that pid and removed by the next emulator on the host (sweepStaleState),
+// as its cgroups are.
+func stateDirPrefix(what string) string {
+	return "emulator-" + strconv.Itoa(os.Getpid()) + "-" + what + "-"
+}
+
+var stateSweep sync.Once
+
+// sweepStaleStateOnce sweeps the temporary directory once per process.
+func sweepStaleStateOnce() { stateSweep.Do(func() { sweepStaleState(os.TempDir()) }) }
+
+// sweepStaleState removes the directories under tmp of emulators that no
+// longer run: state directories of guests and build steps (empty mount
+// points, owned by a root-started guest's ids) and the store of a server
+// without a state directory of its own. A directory whose emulator runs,
+// or whose pid some other live process has, is left alone; one this user
+// may not remove is skipped.
+func sweepStaleState(tmp string) {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() { // a symlink is never followed
+			continue
+		}
+		rest, ok := strings.CutPrefix(e.Name(), "emulator-")
+		if !ok {
+			rest, ok = strings.CutPrefix(e.Name(), "microvm-emulator-")
+		}
+		owner, _, named := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(owner)
+		if !ok || !named || err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := unix.Kill(pid, 0); err == nil || errors.Is(err, unix.EPERM) {
+			continue // its emulator still runs
+		}
+		dir := filepath.Join(tmp, e.Name())
+		// Never recurse through an image root a killed launch left bound.
+		if detachImage(dir) == nil {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
+// watchDaemon ends the guest (kills its init, leader) as soon as the
+// daemon, the init's one child, exits, whatever state the init is in. The
+// init itself exits when it reaps the daemon; this is for an init that
+// cannot, because it is stopped or frozen: its guest would stay RUNNING
+// with the daemon's port free for any guest process to take. It watches a
+// pidfd of the daemon, through the runtime's poller, until it is readable
+// (the daemon exited) or the guest has ended.
+func watchDaemon(leader int, exited <-chan struct{}) {
+	pid := childOf(leader)
+	if pid <= 0 {
+		return
+	}
+	// The init is signalled through a pidfd too: once reaped, its pid may
+	// name another process.
+	initFD, err := unix.PidfdOpen(leader, 0)
+	if err != nil {
+		return // a kernel before 5.10: the init's reaping is the one watch
+	}
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		unix.Close(initFD)
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		unix.Close(initFD)
+		return
+	}
+	go func() {
+		<-exited
+		f.Close() // ends the wait below
+	}()
+	go func() {
+		defer unix.Close(initFD)
+		polled := false
+		err := rc.Read(func(uintptr) bool {
+			done := polled
+			polled = true
+			return done
+		})
+		if err == nil {
+			_ = unix.PidfdSendSignal(initFD, unix.SIGKILL, nil, 0)
+		}
+	}()
+}
+
+// childOf is the pid of a child of host process parent (the init has one:
+// the daemon), or 0.
+func childOf(parent int) int {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent, parent)); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			pid, _ := strconv.Atoi(f[0])
+			return pid
+		}
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if f := strings.Fields(string(b[i+1:])); i > 0 && len(f) > 1 && f[1] == strconv.Itoa(parent) {
+			return pid
+		}
+	}
+	return 0
 }

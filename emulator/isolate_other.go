@@ -5,7 +5,9 @@ package emulator
 import (
 	"context"
 	"io"
+	"os"
 	"runtime"
+	"strconv"
 )
 
 // CheckIsolation reports that this host cannot confine a guest: the
@@ -55,3 +57,11 @@ type stepResult struct {
 	idOffset int
 	cleanup  func()
 }
+
+// stateDirPrefix names a temporary directory of this emulator.
+func stateDirPrefix(what string) string {
+	return "emulator-" + strconv.Itoa(os.Getpid()) + "-" + what + "-"
+}
+
+// sweepStaleStateOnce sweeps nothing: only Linux runs confined guests.
+func sweepStaleStateOnce() {}

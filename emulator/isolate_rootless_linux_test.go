@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -51,6 +52,10 @@ func rerunAsNobody(t *testing.T, name, marker string, env ...string) {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(dst, raw, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The caller's own binaries, as a rootless user's are.
+		if err := os.Chown(dst, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,4 +110,45 @@ func TestUserNamespaceRefusalNamesTheSetting(t *testing.T) {
 			t.Errorf("%v: %q, want it to name %q", tc.files, got, tc.want)
 		}
 	}
+}
+
+// Catches (issue 44): a rootless emulator on a host that does not let it
+// limit a guest (cgroup v1, or v2 without delegation) saying so only on
+// `run --local`: `run --keep` against `microvm emulator`, the engine and
+// MCP said nothing. The emulator itself now warns, once per such MicroVM,
+// naming each missing limit; a guest with every limit gets no warning.
+func TestAGuestWithoutLimitsIsWarnedOf(t *testing.T) {
+	inBothModes(t, "TestAGuestWithoutLimitsIsWarnedOf", func(t *testing.T) {
+		var mu sync.Mutex
+		var warned []string
+		s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), Warn: func(msg string) {
+			mu.Lock()
+			defer mu.Unlock()
+			warned = append(warned, msg)
+		}})
+		vm := launchGuest(t, s, base, false)
+		l, ok := s.GuestLimits(vm.MicrovmId)
+		if !ok {
+			t.Fatal("no limits report for a running guest")
+		}
+		if os.Geteuid() != 0 && !cgroupV2Only() && len(l.Missing) == 0 {
+			t.Errorf("a rootless guest on a cgroup v1 host reports every limit applied: %+v", l)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(l.Missing) == 0 {
+			if len(warned) != 0 {
+				t.Errorf("a guest with every limit was warned of: %q", warned)
+			}
+			return
+		}
+		if len(warned) != 1 || !strings.Contains(warned[0], vm.MicrovmId) {
+			t.Fatalf("warnings %q, want one naming %s", warned, vm.MicrovmId)
+		}
+		for _, m := range l.Missing {
+			if !strings.Contains(warned[0], m) {
+				t.Errorf("the warning %q does not name the missing %q", warned[0], m)
+			}
+		}
+	})
 }

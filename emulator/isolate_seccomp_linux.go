@@ -18,8 +18,9 @@ import (
 // every capability the guest holds a namespaced one, so the filter's job is
 // narrower: keep the guest away from kernel interfaces that are not
 // namespaced at all (keyrings, BPF, perf, kexec, modules, handles, the
-// clock) or that have been a steady source of escapes (userfaultfd,
-// io_uring).
+// clock, vsock) or that have been a steady source of escapes (userfaultfd,
+// io_uring, AF_ALG). Besides the calls, it applies the profile's argument
+// conditions on socket(2)'s family (socketConditions).
 //
 // The denied set is computed, not written by hand: every syscall the
 // compiler's table knows (elastic/go-seccomp-bpf, which builds the BPF
@@ -86,6 +87,41 @@ func guestDeniedSyscalls() ([]string, error) {
 	return denied, nil
 }
 
+// socketFamilyBound is one past the highest socket family the filter
+// judges one by one (AF_MAX is 46 today); a family at or above it is
+// refused, as is any value whose upper bits are set (the kernel would read
+// only the low 32).
+const socketFamilyBound = 256
+
+// guestDeniedFamilies are refused whatever Docker's profile says: AF_XDP
+// hands a socket a network device's queues, which no guest needs.
+var guestDeniedFamilies = []uint64{unix.AF_XDP}
+
+// socketConditions are the argument conditions under which socket(2) is
+// refused: Docker's allow-list of families, as ranges of refused ones.
+func socketConditions() []seccomp.NameWithConditions {
+	allowed := dockerSocketFamilies(runtime.GOARCH)
+	refused := func(f uint64) bool { return slices.Contains(guestDeniedFamilies, f) || !allowed(f) }
+	var out []seccomp.NameWithConditions
+	for lo := uint64(0); lo < socketFamilyBound; lo++ {
+		if !refused(lo) {
+			continue
+		}
+		hi := lo
+		for hi+1 < socketFamilyBound && refused(hi+1) {
+			hi++
+		}
+		out = append(out, seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.GreaterOrEqual, Value: lo},
+			{Argument: 0, Operation: seccomp.LessOrEqual, Value: hi},
+		}})
+		lo = hi
+	}
+	return append(out, seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
+		{Argument: 0, Operation: seccomp.GreaterOrEqual, Value: socketFamilyBound},
+	}})
+}
+
 // loadGuestFilter sets no_new_privs and installs the guest filter on every
 // thread of the calling process (TSYNC), so the daemon and everything it
 // starts inherit it and no setuid binary in the guest gains anything.
@@ -99,7 +135,10 @@ func loadGuestFilter() error {
 		Flag:       seccomp.FilterFlagTSync,
 		Policy: seccomp.Policy{
 			DefaultAction: seccomp.ActionAllow,
-			Syscalls:      []seccomp.SyscallGroup{{Names: denied, Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM)}},
+			Syscalls: []seccomp.SyscallGroup{{
+				Names: denied, NamesWithCondtions: socketConditions(),
+				Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM),
+			}},
 		},
 	})
 }

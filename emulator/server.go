@@ -67,6 +67,10 @@ type Options struct {
 	// BuildProgress, if set, sees every step of every local Dockerfile
 	// build, as it happens.
 	BuildProgress func(image string, e BuildEvent)
+	// Warn, if set, is told once per MicroVM whose guest runs without some
+	// of its resource limits (a rootless emulator on a host that does not
+	// delegate cgroups to it), in words a user can act on.
+	Warn func(msg string)
 }
 
 // BuildPlan is how one image version's builds progress. Each read of the

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -235,6 +236,9 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 			vm.state, vm.reason, vm.terminatedAt = cp.MicrovmStateTERMINATED, ptr(reason), &now
 		}
 	case !dead:
+		if missing := g.Limits.Missing; len(missing) > 0 && s.opt.Warn != nil {
+			s.opt.Warn(limitsWarning(vm.id, missing))
+		}
 		vm.guest, g = g, nil
 		if s.opt.WallClock && vm.state == cp.MicrovmStatePENDING {
 			vm.state = cp.MicrovmStateRUNNING
@@ -246,6 +250,12 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 	if g != nil {
 		g.stop()
 	}
+}
+
+// limitsWarning is what a user is told of a guest that runs without some
+// of its limits: the emulator cannot hold it to its size class there.
+func limitsWarning(id string, missing []string) string {
+	return "MicroVM " + id + " runs without some limits (microvm doctor --local says why): " + strings.Join(missing, "; ")
 }
 
 // guestExitedReason is the stateReason of a MicroVM whose daemon exited. The
@@ -433,7 +443,8 @@ func (s *Server) state() (string, error) {
 		s.stateDir = s.opt.StateDir
 		return s.stateDir, nil
 	}
-	dir, err := os.MkdirTemp("", "microvm-emulator-")
+	sweepStaleStateOnce()
+	dir, err := os.MkdirTemp("", "microvm-"+stateDirPrefix("store"))
 	if err != nil {
 		return "", err
 	}

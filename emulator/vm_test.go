@@ -372,7 +372,8 @@ func agentdPids(t *testing.T, bin string) []int {
 		if err != nil {
 			continue
 		}
-		if exe, err := os.Readlink("/proc/" + e.Name() + "/exe"); err == nil && exe == bin {
+		// A confined guest's daemon runs from a sealed copy named after it.
+		if exe, err := os.Readlink("/proc/" + e.Name() + "/exe"); err == nil && (exe == bin || exe == "/memfd:"+filepath.Base(bin)+" (deleted)") {
 			out = append(out, pid)
 		}
 	}

@@ -71,7 +71,10 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 		}
 		steps := &buildSteps{a: a}
 		emu, err := embedded.Start(ctx, embedded.Options{Agentd: f.Agentd, Region: region, GuestLog: guestLog, Getenv: a.Env,
-			BaseImage: f.BaseImage, BuildProgress: steps.event})
+			BaseImage: f.BaseImage, BuildProgress: steps.event,
+			// Every path (run --local, run_many, the engine, MCP) says so
+			// when a guest runs without some of its limits.
+			Warn: func(msg string) { a.Warn("%s", msg) }})
 		if err != nil {
 			return nil, err
 		}

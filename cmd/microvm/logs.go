@@ -78,7 +78,8 @@ func (c *EmulatorCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Bucket != "" {
 		buckets = append(buckets, c.Bucket)
 	}
-	emu, err := embedded.Start(ctx, embedded.Options{Listen: c.Listen, StateDir: c.StateDir, Agentd: c.Agentd, Region: region, GuestLog: guestLog, Getenv: a.Env, Buckets: buckets, BaseImage: c.BaseImage})
+	emu, err := embedded.Start(ctx, embedded.Options{Listen: c.Listen, StateDir: c.StateDir, Agentd: c.Agentd, Region: region, GuestLog: guestLog, Getenv: a.Env, Buckets: buckets, BaseImage: c.BaseImage,
+		Warn: func(msg string) { a.Warn("%s", msg) }})
 	if err != nil {
 		return nil, err
 	}

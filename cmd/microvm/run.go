@@ -155,10 +155,8 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		a.Progress("MicroVM %s RUNNING at %s after %s", sb.ID(), out.Endpoint, render.HumanDuration(time.Since(launched)))
 		if p.emu != nil {
 			if l, ok := p.emu.Server.GuestLimits(sb.ID()); ok {
+				// The emulator warned already (lifecycle.go); JSON lists them.
 				out.LocalLimits = &cliapi.LocalLimits{Applied: nonNil(l.Applied), Missing: nonNil(l.Missing)}
-				if len(l.Missing) > 0 {
-					a.Warn("this local guest runs without some limits (microvm doctor --local says why): %s", strings.Join(l.Missing, "; "))
-				}
 			}
 		}
 		if c.Exec == "" {

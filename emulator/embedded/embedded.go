@@ -92,6 +92,9 @@ type Options struct {
 	BuildCache string
 	// BuildProgress sees every step of every local Dockerfile build.
 	BuildProgress func(image string, e emulator.BuildEvent)
+	// Warn is told of every guest that runs without some of its limits
+	// (emulator.Options.Warn); nil says nothing.
+	Warn func(msg string)
 }
 
 // DefaultBuildCache is where local builds keep base images (by digest)
@@ -159,6 +162,7 @@ func Start(ctx context.Context, o Options) (*Emulator, error) {
 		StateDir:  o.StateDir,
 		BaseImage: o.BaseImage, PullBase: !o.NoPull, BuildProgress: o.BuildProgress,
 		BuildCache: cmp.Or(o.BuildCache, DefaultBuildCache(o.Getenv)),
+		Warn:       o.Warn,
 	})
 	for _, b := range o.Buckets {
 		srv.CreateBucket(b)

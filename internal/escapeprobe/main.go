@@ -9,12 +9,25 @@
 //	escapeprobe hog MiB      allocate and touch MiB of memory, then print "survived"
 //	escapeprobe storm N      start up to N sleeping children, print how many
 //	                         started and why the next failed, then kill them
+//	escapeprobe exe PID      open /proc/PID/exe and, through that descriptor,
+//	                         try to change the file's mode, times and
+//	                         xattrs and to reopen it for writing; one line each
+//	escapeprobe ptrace PID   PTRACE_SEIZE and PTRACE_INTERRUPT PID; one line each
+//	escapeprobe sockets      socket(2) for each family; one line each
+//	escapeprobe takeover INIT AGENTD PORT
+//	                         the whole attack on a rootless guest's daemon:
+//	                         hold /proc/AGENTD/exe, ptrace-stop INIT, kill
+//	                         AGENTD, append to its binary, then answer HTTP on
+//	                         PORT as "impostor" for a minute; lines go to stdout
 package main
 
 import (
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"time"
 	"unsafe"
@@ -36,6 +49,14 @@ func main() {
 		hog(arg(2))
 	case "storm":
 		storm(arg(2))
+	case "exe":
+		exe(arg(2))
+	case "ptrace":
+		ptraceStop(arg(2))
+	case "sockets":
+		sockets()
+	case "takeover":
+		takeover(arg(2), arg(3), arg(4))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
@@ -133,4 +154,110 @@ func storm(n int) {
 		_ = c.Process.Kill()
 		_ = c.Wait()
 	}
+}
+
+func errnoOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	if e, ok := err.(unix.Errno); ok {
+		return unix.ErrnoName(e)
+	}
+	return err.Error()
+}
+
+// exe is the metadata half of the attack: an fd of another process's
+// executable, then chmod, utimes and setxattr through it, and a reopen for
+// writing (ETXTBSY while it runs).
+func exe(pid int) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/exe", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fmt.Println("open", errnoOf(err))
+	if err != nil {
+		return
+	}
+	self := "/proc/self/fd/" + strconv.Itoa(fd)
+	link, _ := os.Readlink(self)
+	fmt.Println("link", link)
+	fmt.Println("chmod", errnoOf(unix.Fchmod(fd, 0o6777)))
+	fmt.Println("utimes", errnoOf(unix.UtimesNanoAt(unix.AT_FDCWD, self, []unix.Timespec{{}, {}}, 0)))
+	fmt.Println("setxattr", errnoOf(unix.Fsetxattr(fd, "user.escapeprobe", []byte("x"), 0)))
+	w, err := unix.Open(self, unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC, 0)
+	fmt.Println("reopen", errnoOf(err))
+	if err == nil {
+		_, err = unix.Write(w, []byte("escapeprobe"))
+		fmt.Println("write", errnoOf(err))
+	}
+}
+
+// seize ptrace-stops pid from the calling thread, which must stay locked.
+func seize(pid int) error {
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(pid), 0, 0, 0, 0); e != 0 {
+		return e
+	}
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(pid), 0, 0, 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+func ptraceStop(pid int) {
+	runtime.LockOSThread()
+	fmt.Println("seize", errnoOf(seize(pid)))
+}
+
+// sockets creates one socket of each family Docker's profile refuses and
+// of those it allows; the kernel's own answer for an unloaded family is
+// EAFNOSUPPORT, so EPERM is the filter's.
+func sockets() {
+	for _, f := range []struct {
+		name      string
+		domain, t int
+	}{
+		{"AF_VSOCK", unix.AF_VSOCK, unix.SOCK_STREAM}, {"AF_XDP", unix.AF_XDP, unix.SOCK_RAW},
+		{"AF_ALG", unix.AF_ALG, unix.SOCK_SEQPACKET}, {"AF_KEY", unix.AF_KEY, unix.SOCK_RAW},
+		{"AF_UNIX", unix.AF_UNIX, unix.SOCK_STREAM}, {"AF_INET", unix.AF_INET, unix.SOCK_STREAM},
+		{"AF_INET6", unix.AF_INET6, unix.SOCK_DGRAM}, {"AF_NETLINK", unix.AF_NETLINK, unix.SOCK_RAW},
+	} {
+		fd, err := unix.Socket(f.domain, f.t|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		fmt.Println(f.name, errnoOf(err))
+	}
+	// A family number with high bits set: the kernel truncates it to an
+	// int, a filter comparing 64 bits must not let it through.
+	fd, _, e := unix.Syscall(unix.SYS_SOCKET, 1<<32|unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+	if e == 0 {
+		unix.Close(int(fd))
+		fmt.Println("AF_VSOCK+hi ok")
+	} else {
+		fmt.Println("AF_VSOCK+hi", unix.ErrnoName(e))
+	}
+}
+
+func takeover(initPid, agentd, port int) {
+	runtime.LockOSThread()
+	fd, err := unix.Open("/proc/"+strconv.Itoa(agentd)+"/exe", unix.O_RDONLY, 0)
+	fmt.Println("open", errnoOf(err))
+	err = seize(initPid)
+	fmt.Println("seize", errnoOf(err))
+	_ = unix.Kill(agentd, unix.SIGKILL)
+	for i := 0; i < 500 && unix.Kill(agentd, 0) == nil; i++ { // bounded: about five seconds
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fd >= 0 {
+		w, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_WRONLY|unix.O_APPEND, 0)
+		if err == nil {
+			_, err = unix.Write(w, []byte("escapeprobe"))
+		}
+		fmt.Println("append", errnoOf(err))
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	fmt.Println("listen", errnoOf(err))
+	_ = os.Stdout.Sync()
+	if err != nil {
+		return
+	}
+	go func() { time.Sleep(time.Minute); os.Exit(0) }()
+	_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("impostor")) }))
 }
