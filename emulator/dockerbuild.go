@@ -14,6 +14,8 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
+
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // The local builder runs a Dockerfile the way the platform's build does:
@@ -54,7 +56,9 @@ type BuildEvent struct {
 	Step, Steps int    // 1-based; Steps counts FROM
 	Line        int    // the instruction's line in the Dockerfile
 	Instruction string // its original text
-	// Output is a chunk of a RUN's output; empty for the start and end.
+	// Output is a RUN's output, whole lines each ending in a newline (a
+	// line longer than taxonomy.LocalBuildLogLineBytes is cut into lines
+	// of that size); empty for the start and end.
 	Output []byte
 	// Done marks the step's end; Cached says its result was found made,
 	// Made that it was made now (neither: a step that changes no file).
@@ -194,13 +198,18 @@ func BuildDockerfile(ctx context.Context, b DockerBuild) (*BuiltImage, error) {
 			}
 		}
 		var output io.Writer = io.Discard
+		var lines *lineWriter
 		if b.Progress != nil {
-			output = progressWriter(func(p []byte) {
+			lines = &lineWriter{max: taxonomy.LocalBuildLogLineBytes, emit: func(p []byte) {
 				emit(BuildEvent{Step: i + 2, Steps: steps, Line: line, Instruction: text, Output: p})
-			})
+			}}
+			output = lines
 		}
 		before := s.key
 		cached, err := b.step(ctx, s, c, args, output)
+		if lines != nil {
+			lines.Flush()
+		}
 		made := !cached && s.key != before
 		if err != nil {
 			var se *BuildStepError
