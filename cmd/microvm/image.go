@@ -84,6 +84,12 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 				if p.steps != nil && p.steps.performed() {
 					return
 				}
+				if p.emu == nil {
+					// A running emulator: whether it ran them is its own
+					// base image's matter, and its build log says.
+					a.Warn("a running emulator performs this Dockerfile's RUN steps only with a base image for FROM: start it with `microvm emulator --base-image PATH` (or where it can pull FROM); its build log names any step it did not perform")
+					return
+				}
 				steps, err := emulator.UnperformedSteps(b)
 				if err == nil && len(steps) > 0 {
 					for _, s := range steps {
