@@ -35,10 +35,12 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 }
 
 type stepGuest struct {
-	root   string
-	cmd    stepCommand
-	egress bool
-	output io.Writer
+	root     string
+	cmd      stepCommand
+	egress   bool
+	output   io.Writer
+	writable int64
+	collect  func(upper string, idOffset int) error
 }
 
 type stepCommand struct {
@@ -50,8 +52,6 @@ type stepCommand struct {
 }
 
 type stepResult struct {
-	exit     int
-	upper    string
-	idOffset int
-	cleanup  func()
+	exit int
+	full bool
 }
