@@ -2,7 +2,10 @@ package build
 
 import (
 	"context"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"slices"
 	"time"
@@ -77,6 +80,30 @@ type Result struct {
 	Reused bool
 }
 
+// reuseKey is content (the hash of the image's files) together with
+// everything else the image is built with, as the create request carries
+// it: its size class (memory and so CPU), base and base version, hook
+// port and timeouts, capabilities and egress. An image reused under
+// <name>-<hash12> was then built with all of them, not only from the same
+// files: a reuse asking for 512 MiB launched the 2048 MiB image built
+// before and reported 512 (issue 51.2). What names the build rather than
+// shapes the image (name, artifact, log group, role) is left out.
+func reuseKey(region, content string, s Spec) (string, error) {
+	in, err := createInput(region, "", s, "", "")
+	if err != nil {
+		return "", err
+	}
+	in.Name, in.CodeArtifact, in.Logging, in.BuildRoleArn = nil, nil, nil, nil
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return "", client.Errorf(taxonomy.KindUnexpected, "", "keying the build: %w", err)
+	}
+	h := sha256.New()
+	h.Write([]byte(content + "\n"))
+	h.Write(raw)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
 // Build preflights, uploads and builds an image, or reuses an identical one.
 // Every local refusal comes before the upload; the only billable call is
 // CreateMicrovmImage, and the waiter fails fast on a wedged build.
@@ -111,7 +138,10 @@ func Build(ctx context.Context, c *lambdamicrovms.Client, up Uploader, s Spec) (
 			return nil, err
 		}
 	}
-	hash := ContentHashWith(df, s.Daemon, context)
+	hash, err := reuseKey(c.Options().Region, ContentHashWith(df, s.Daemon, context), s)
+	if err != nil {
+		return nil, err
+	}
 	name := s.Name
 	if s.Reuse {
 		var err error
