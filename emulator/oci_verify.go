@@ -147,7 +147,16 @@ func (l *checkedLayer) Compressed() (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &verifyingReader{rc: rc, h: sha256.New(), want: l.desc.Digest, size: l.desc.Size, which: l.which}, nil
+	// Its failure is the layer's too: a decompressor or tar reader may
+	// take it for an end of stream.
+	return &verifyingReader{rc: rc, h: sha256.New(), want: l.desc.Digest, size: l.desc.Size, which: l.which, done: l.failed}, nil
+}
+
+// failed records err, if any, as the layer's verdict.
+func (l *checkedLayer) failed(err error) {
+	if err != nil {
+		l.img.record(l.i, err)
+	}
 }
 
 // compressedOnly hides the inner layer's own Uncompressed, so partial's
@@ -171,6 +180,7 @@ func (l *checkedLayer) Uncompressed() (io.ReadCloser, error) {
 		}
 	}
 	if err != nil {
+		l.failed(fmt.Errorf("reading the base image's %s: %w", l.which, err))
 		return nil, err
 	}
 	return &verifyingReader{rc: rc, h: sha256.New(), want: l.diffID, size: -1, which: l.which + " (uncompressed, its diff_id)", done: func(err error) { l.img.record(l.i, err) }}, nil

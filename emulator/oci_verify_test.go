@@ -4,15 +4,22 @@ import (
 	"archive/tar"
 	"errors"
 	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -180,4 +187,56 @@ func TestSwappedConfigAndTarballLayerAreRefused(t *testing.T) {
 			t.Fatalf("a refused image left %v in the cache", entries)
 		}
 	})
+}
+
+// Catches: a registry blob whose bytes are not its digest's extracted or
+// cached (go-containerregistry checks what it pulls; this keeps a change
+// of reader, or a cache written before the check, from losing that).
+func TestTamperedRegistryBlobIsRefusedAndNotCached(t *testing.T) {
+	real := layerOf(t, "etc/motd", "the real image\n")
+	img, err := mutate.AppendLayers(empty.Image, real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img = forHost(t, img)
+	digest, _ := real.Digest()
+	rc, _ := layerOf(t, "etc/motd", "HOSTILE\n").Compressed()
+	hostile, _ := io.ReadAll(rc)
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	var tamper atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tamper.Load() && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/blobs/"+digest.String()) {
+			_, _ = w.Write(hostile)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ref, err := name.ParseReference(strings.TrimPrefix(srv.URL, "http://") + "/base:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOME", t.TempDir())
+	tamper.Store(true)
+	cache := t.TempDir()
+	_, err = resolveBase(t.Context(), ref.String(), "", cache)
+	if err == nil || !strings.Contains(err.Error(), digest.Hex) || !strings.Contains(err.Error(), "layer 1 of 1") {
+		t.Fatalf("a registry layer whose bytes are not its digest's: %v", err)
+	}
+	for _, d := range []string{"base", "refs"} {
+		if entries, _ := os.ReadDir(filepath.Join(cache, d)); len(entries) != 0 {
+			t.Fatalf("a refused pull left %v in the cache's %s", entries, d)
+		}
+	}
+	tamper.Store(false)
+	b, err := resolveBase(t.Context(), ref.String(), "", cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(b.root, "etc/motd")); string(got) != "the real image\n" {
+		t.Fatalf("the honest registry's pull read %q", got)
+	}
 }
