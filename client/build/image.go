@@ -104,6 +104,33 @@ func reuseKey(region, content string, s Spec) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// ImageClass is the size class image arn's version (its latest active one
+// when version is empty) was built with: a launch takes no size, so its
+// guests get this class whatever the caller asked (finding
+// memory-selects-baseline). A version created without resources has the
+// default class.
+func ImageClass(ctx context.Context, c *lambdamicrovms.Client, arn, version string) (client.SizeClass, error) {
+	if version == "" {
+		img, err := c.GetMicrovmImage(ctx, &lambdamicrovms.GetMicrovmImageInput{ImageIdentifier: &arn})
+		if err != nil {
+			return client.SizeClass{}, cplane.SDKError("GetMicrovmImage", err)
+		}
+		if img.LatestActiveImageVersion == nil {
+			return client.SizeClass{}, client.Errorf(taxonomy.KindPrecondition, "", "image %s has no active version", arn)
+		}
+		version = *img.LatestActiveImageVersion
+	}
+	out, err := c.GetMicrovmImageVersion(ctx, &lambdamicrovms.GetMicrovmImageVersionInput{ImageIdentifier: &arn, ImageVersion: &version})
+	if err != nil {
+		return client.SizeClass{}, cplane.SDKError("GetMicrovmImageVersion", err)
+	}
+	mib := taxonomy.DefaultBaselineMiB
+	if len(out.Resources) > 0 && out.Resources[0].MinimumMemoryInMiB != nil {
+		mib = int(*out.Resources[0].MinimumMemoryInMiB)
+	}
+	return client.SizeClassFromBaseline(mib)
+}
+
 // Build preflights, uploads and builds an image, or reuses an identical one.
 // Every local refusal comes before the upload; the only billable call is
 // CreateMicrovmImage, and the waiter fails fast on a wedged build.

@@ -13,7 +13,6 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
-	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator"
@@ -180,29 +179,10 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 	return arn, id, nil
 }
 
-// imageClass is the size class an existing image was built with: its
-// guests get it whatever a launch asks (finding memory-selects-baseline).
-// An image created without resources has the service's default class.
+// imageClass is the size class an existing image was built with
+// (build.ImageClass): its guests get it whatever a launch asks.
 func (p *plane) imageClass(ctx context.Context, arn, version string) (client.SizeClass, error) {
-	if version == "" {
-		img, err := p.Control().GetMicrovmImage(ctx, &lambdamicrovms.GetMicrovmImageInput{ImageIdentifier: &arn})
-		if err != nil {
-			return client.SizeClass{}, cplane.SDKError("GetMicrovmImage", err)
-		}
-		if img.LatestActiveImageVersion == nil {
-			return client.SizeClass{}, client.Errorf(taxonomy.KindPrecondition, "", "image %s has no active version", arn)
-		}
-		version = *img.LatestActiveImageVersion
-	}
-	out, err := p.Control().GetMicrovmImageVersion(ctx, &lambdamicrovms.GetMicrovmImageVersionInput{ImageIdentifier: &arn, ImageVersion: &version})
-	if err != nil {
-		return client.SizeClass{}, cplane.SDKError("GetMicrovmImageVersion", err)
-	}
-	mib := taxonomy.DefaultBaselineMiB
-	if len(out.Resources) > 0 && out.Resources[0].MinimumMemoryInMiB != nil {
-		mib = int(*out.Resources[0].MinimumMemoryInMiB)
-	}
-	return client.SizeClassFromBaseline(mib)
+	return build.ImageClass(ctx, p.Control(), arn, version)
 }
 
 // teardownImage deletes an image this run built but never launched from, and
