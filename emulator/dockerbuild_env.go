@@ -185,12 +185,13 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		room := w.max - len(w.partial)
 		look := p[:min(room, len(p))]
-		w.scanned += int64(len(look))
 		if i := bytes.IndexByte(look, '\n'); i >= 0 {
+			w.scanned += int64(i + 1) // IndexByte stops at the newline
 			out = append(append(out, w.partial...), look[:i+1]...)
 			w.partial, p = w.partial[:0], p[i+1:]
 			continue
 		}
+		w.scanned += int64(len(look))
 		w.partial, p = append(w.partial, look...), p[len(look):]
 		if len(w.partial) == w.max {
 			out = append(append(out, w.partial...), '\n')
