@@ -184,14 +184,21 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		case <-done:
 		}
 	}()
-	line, rerr := bufio.NewReaderSize(ours, 64).ReadString('\n')
+	// Bounded: a status is a few digits, and ReadSlice stops at the
+	// buffer's end rather than growing it.
+	line, rerr := bufio.NewReaderSize(ours, 64).ReadSlice('\n')
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	res := &stepResult{}
 	if rerr != nil {
 		// The init ended without reporting: it could not set the step up
-		// (its reason is on the step's output), or it was killed.
+		// (its reason is on the step's output), or it was killed; or it
+		// said more than a status, and ends now. A dead init's status is
+		// kept by its zombie whatever the kill.
+		if !errors.Is(rerr, io.EOF) {
+			kill()
+		}
 		werr := cmd.Wait()
 		waited = true
 		var exit *exec.ExitError
@@ -204,7 +211,7 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		}
 		return res, nil
 	}
-	if res.exit, err = strconv.Atoi(strings.TrimSpace(line)); err != nil {
+	if res.exit, err = strconv.Atoi(strings.TrimSpace(string(line))); err != nil {
 		return nil, fmt.Errorf("the build step's init reported %q", line)
 	}
 	// The init's cwd is the layer; nothing of the guest runs any more.
