@@ -14,6 +14,8 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
+
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // The local builder runs a Dockerfile the way the platform's build does:
@@ -47,6 +49,9 @@ type DockerBuild struct {
 	Args map[string]string
 	// Progress, if set, sees every step start, its output and its end.
 	Progress func(BuildEvent)
+	// WritableMiB bounds a RUN step's changes, as a guest's writable
+	// layer is bounded; 0 is taxonomy.LocalGuestWritableMiB.
+	WritableMiB int
 }
 
 // BuildEvent is one moment of a build a caller may show.
@@ -54,7 +59,9 @@ type BuildEvent struct {
 	Step, Steps int    // 1-based; Steps counts FROM
 	Line        int    // the instruction's line in the Dockerfile
 	Instruction string // its original text
-	// Output is a chunk of a RUN's output; empty for the start and end.
+	// Output is a RUN's output, whole lines each ending in a newline (a
+	// line longer than taxonomy.LocalBuildLogLineBytes is cut into lines
+	// of that size); empty for the start and end.
 	Output []byte
 	// Done marks the step's end; Cached says its result was found made,
 	// Made that it was made now (neither: a step that changes no file).
@@ -82,14 +89,20 @@ type BuildStepError struct {
 	Line        int
 	Instruction string
 	Exit        int // 0 when the step failed before or without a command
-	Output      string
-	Err         error
+	// FullAtMiB, for a RUN that failed, is its writable layer's bound when
+	// the layer was full: the likely cause, named.
+	FullAtMiB int64
+	Output    string
+	Err       error
 }
 
 func (e *BuildStepError) Error() string {
 	msg := fmt.Sprintf("Dockerfile line %d: %s: ", e.Line, e.Instruction)
 	if e.Exit != 0 {
 		msg += fmt.Sprintf("the command exited with status %d", e.Exit)
+		if e.FullAtMiB > 0 {
+			msg += fmt.Sprintf(" with its writable layer full: a build step's changes are bounded at %d MiB, as a guest's writable layer is (LOCAL_GUEST_WRITABLE_MIB)", e.FullAtMiB)
+		}
 		if out := strings.TrimSpace(e.Output); out != "" {
 			msg += ": " + out
 		}
@@ -194,13 +207,18 @@ func BuildDockerfile(ctx context.Context, b DockerBuild) (*BuiltImage, error) {
 			}
 		}
 		var output io.Writer = io.Discard
+		var lines *lineWriter
 		if b.Progress != nil {
-			output = progressWriter(func(p []byte) {
+			lines = &lineWriter{max: taxonomy.LocalBuildLogLineBytes, emit: func(p []byte) {
 				emit(BuildEvent{Step: i + 2, Steps: steps, Line: line, Instruction: text, Output: p})
-			})
+			}}
+			output = lines
 		}
 		before := s.key
 		cached, err := b.step(ctx, s, c, args, output)
+		if lines != nil {
+			lines.Flush()
+		}
 		made := !cached && s.key != before
 		if err != nil {
 			var se *BuildStepError
@@ -336,18 +354,34 @@ func (b *DockerBuild) runStep(ctx context.Context, s *imageState, c *instruction
 		return true, nil
 	}
 	tail := &tailBuffer{limit: 4 << 10}
+	writable := int64(b.WritableMiB) << 20
+	if writable <= 0 {
+		writable = int64(taxonomy.LocalGuestWritableMiB) << 20
+	}
+	var made bool
 	res, err := runStepGuest(ctx, stepGuest{
-		root: s.root, egress: b.Egress, output: io.MultiWriter(output, tail),
+		root: s.root, egress: b.Egress, output: io.MultiWriter(output, tail), writable: writable,
 		cmd: stepCommand{Argv: argv, Env: env, Dir: orSlash(s.Workdir), UID: uid, GID: gid, Groups: groups},
+		collect: func(upper string, idOffset int) error {
+			_, err := b.commit(s, key, func(root *os.Root) error { return applyUpper(upper, root, idOffset, writable) })
+			made = err == nil
+			return err
+		},
 	})
 	if err != nil {
 		return false, err
 	}
-	defer res.cleanup()
 	if res.exit != 0 {
-		return false, &BuildStepError{Exit: res.exit, Output: tail.String(), Err: fmt.Errorf("exit status %d", res.exit)}
+		se := &BuildStepError{Exit: res.exit, Output: tail.String(), Err: fmt.Errorf("exit status %d", res.exit)}
+		if res.full {
+			se.FullAtMiB = writable >> 20
+		}
+		return false, se
 	}
-	return b.commit(s, key, func(root *os.Root) error { return applyUpper(res.upper, root, res.idOffset) })
+	if !made {
+		return false, errors.New("the build step's changes were not taken")
+	}
+	return false, nil
 }
 
 func orSlash(p string) string {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
@@ -160,12 +161,57 @@ func lineOf(r []parser.Range) int {
 	return r[0].Start.Line
 }
 
-// progressWriter hands each write to f, copied.
-type progressWriter func([]byte)
+// lineWriter cuts a step's output into whole lines for its consumers (the
+// build log, the CLI's progress), each at most max bytes before its
+// newline: a longer run without one is cut into max-byte lines. Every byte
+// written is looked at once (scanned counts them), so output without
+// newlines costs what it weighs, and holds at most max bytes here,
+// however long it runs (issue 44.5: a per-chunk rescan of the pending
+// line was quadratic). emit sees the whole lines of one write at once,
+// each ending in a newline.
+type lineWriter struct {
+	mu      sync.Mutex // the step's output and its egress helper's may both write
+	max     int
+	emit    func([]byte)
+	partial []byte // the current line's bytes, less than max
+	scanned int64
+}
 
-func (f progressWriter) Write(p []byte) (int, error) {
-	f(bytes.Clone(p))
-	return len(p), nil
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(p)
+	var out []byte
+	for len(p) > 0 {
+		room := w.max - len(w.partial)
+		look := p[:min(room, len(p))]
+		if i := bytes.IndexByte(look, '\n'); i >= 0 {
+			w.scanned += int64(i + 1) // IndexByte stops at the newline
+			out = append(append(out, w.partial...), look[:i+1]...)
+			w.partial, p = w.partial[:0], p[i+1:]
+			continue
+		}
+		w.scanned += int64(len(look))
+		w.partial, p = append(w.partial, look...), p[len(look):]
+		if len(w.partial) == w.max {
+			out = append(append(out, w.partial...), '\n')
+			w.partial = w.partial[:0]
+		}
+	}
+	if len(out) > 0 {
+		w.emit(out)
+	}
+	return n, nil
+}
+
+// Flush hands on a last line the output did not end.
+func (w *lineWriter) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.partial) > 0 {
+		w.emit(append(bytes.Clone(w.partial), '\n'))
+		w.partial = w.partial[:0]
+	}
 }
 
 // tailBuffer keeps the last limit bytes written to it.

@@ -144,8 +144,10 @@ func linkTree(src, dst string) error {
 // applyUpper applies an overlay upper layer (a RUN's changes) to root: a
 // whiteout (a 0:0 character device) deletes, an opaque directory replaces
 // the parent's, anything else replaces what is there. Owners are the host's
-// ids less offset: the image's.
-func applyUpper(upper string, root *os.Root, offset int) error {
+// ids less offset: the image's. The files' sizes add up to at most budget:
+// a sparse file takes no room on the step's tmpfs but its full size once
+// copied into the cache.
+func applyUpper(upper string, root *os.Root, offset int, budget int64) error {
 	asRoot := os.Geteuid() == 0
 	return filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -179,6 +181,9 @@ func applyUpper(upper string, root *os.Root, offset int) error {
 				return err
 			}
 		case fi.Mode().IsRegular():
+			if budget -= fi.Size(); budget < 0 {
+				return fmt.Errorf("%s: the step's files add up to more than its writable layer's bound (LOCAL_GUEST_WRITABLE_MIB)", rel)
+			}
 			if err := root.RemoveAll(rel); err != nil {
 				return err
 			}

@@ -529,3 +529,106 @@ func TestBuildStepIsConfinedLikeAGuest(t *testing.T) {
 		t.Errorf("a build step without egress sees more than its loopback:\n%s", got)
 	}
 }
+
+// Catches: a RUN step's writable layer without the run-time guest's bound
+// (issue 44.4: its upper layer was a directory on the host's disk, 4.6 GiB
+// were written past the 4 GiB a guest has, then copied into the cache), a
+// refusal that does not name the bound, and a failed step that leaves its
+// bytes on the host. The bound is made small here; the default is
+// LOCAL_GUEST_WRITABLE_MIB.
+func TestRunStepWritableLayerIsBounded(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	if os.Getenv("EMULATOR_UNPRIVILEGED_STEP_BOUND") == "1" {
+		checkStepBound(t)
+		fmt.Println("rootless-step-bound-checked")
+		return
+	}
+	checkStepBound(t)
+	if os.Geteuid() == 0 {
+		// The same bound, the same way, for a rootless emulator.
+		rerunAsNobody(t, "TestRunStepWritableLayerIsBounded", "rootless-step-bound-checked", "EMULATOR_UNPRIVILEGED_STEP_BOUND=1")
+	}
+}
+
+func checkStepBound(t *testing.T) {
+	cache := t.TempDir()
+	// Where the step's state directory is made: searchable by a guest's
+	// mapped ids, as the host's /tmp is.
+	tmp, err := os.MkdirTemp("", "step-bound-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	build := func(run string) (*BuiltImage, error) {
+		return BuildDockerfile(t.Context(), DockerBuild{
+			Dockerfile: []byte("FROM example.test/base:1\nRUN " + run + "\n"), BaseImage: testimage.Base(t, false), Cache: cache, WritableMiB: 8,
+		})
+	}
+	// 16 MiB into an 8 MiB layer, with the shell's builtins; set -e ends
+	// the step at the first failed write.
+	_, err = build("set -e; i=0; while [ $i -lt 16384 ]; do printf %1024s; i=$((i+1)); done > /fill")
+	var se *BuildStepError
+	if !errors.As(err, &se) || se.Exit == 0 || se.FullAtMiB != 8 {
+		t.Fatalf("16 MiB written by a RUN bounded at 8 MiB: %v, want a failed step whose layer was full at 8 MiB", err)
+	}
+	if !strings.Contains(err.Error(), "8 MiB") || !strings.Contains(err.Error(), "LOCAL_GUEST_WRITABLE_MIB") {
+		t.Fatalf("the refusal does not name the bound: %v", err)
+	}
+	var left int64
+	_ = filepath.WalkDir(tmp, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				left += fi.Size()
+			}
+		}
+		return nil
+	})
+	if left > 1<<20 {
+		t.Fatalf("the failed step left %d bytes under the host's temporary directory", left)
+	}
+	// Under the bound, the step's changes still become its layer.
+	img, err := build("i=0; while [ $i -lt 2048 ]; do printf %1024s; i=$((i+1)); done > /fits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(img.Root, "fits")); err != nil || fi.Size() != 2<<20 {
+		t.Fatalf("a 2 MiB file under the 8 MiB bound: %v %v", fi, err)
+	}
+}
+
+// Catches: a layer whose files' sizes pass the bound copied into the cache
+// anyway: a sparse file costs its step's tmpfs nothing and the cache its
+// whole size.
+func TestSparseFileInAStepLayerIsBounded(t *testing.T) {
+	upper := t.TempDir()
+	if err := os.WriteFile(filepath.Join(upper, "small"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(upper, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	dst := t.TempDir()
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	err = applyUpper(upper, root, 0, 8<<20)
+	if err == nil || !strings.Contains(err.Error(), "LOCAL_GUEST_WRITABLE_MIB") {
+		t.Fatalf("a 64 MiB sparse file in a layer bounded at 8 MiB: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "sparse")); err == nil {
+		t.Fatal("the sparse file was copied")
+	}
+}

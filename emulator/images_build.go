@@ -3,7 +3,11 @@ package emulator
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
+
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // startDockerBuild runs version v's Dockerfile (dockerbuild.go) in the
@@ -33,34 +37,32 @@ func (s *Server) startDockerBuild(im *image, v *version, defaultCache string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		var pending []byte // a step's output up to its last newline
+		log := &buildLog{}
 		progress := func(e BuildEvent) {
 			if s.opt.BuildProgress != nil {
 				s.opt.BuildProgress(name, e)
 			}
-			s.mu.Lock()
-			defer s.mu.Unlock()
 			switch {
 			case len(e.Output) > 0:
-				pending = append(pending, e.Output...)
-				for {
-					i := bytes.IndexByte(pending, '\n')
-					if i < 0 {
-						break
+				// Whole lines (BuildEvent.Output), split here, outside the
+				// lock; only the ones the log keeps take it.
+				if kept := log.keep(e.Output); len(kept) > 0 {
+					s.mu.Lock()
+					for _, l := range kept {
+						s.logf(group, stream, "%s", l)
 					}
-					s.logf(group, stream, "%s", pending[:i])
-					pending = pending[i+1:]
+					s.mu.Unlock()
 				}
 			case e.Done:
-				if len(pending) > 0 {
-					s.logf(group, stream, "%s", pending)
-					pending = nil
-				}
 				if e.Cached {
+					s.mu.Lock()
 					s.logf(group, stream, "step %d/%d: cached", e.Step, e.Steps)
+					s.mu.Unlock()
 				}
 			default:
+				s.mu.Lock()
 				s.logf(group, stream, "step %d/%d (line %d): %s", e.Step, e.Steps, e.Line, e.Instruction)
+				s.mu.Unlock()
 			}
 		}
 		img, err := BuildDockerfile(s.ctx, DockerBuild{
@@ -70,6 +72,9 @@ func (s *Server) startDockerBuild(im *image, v *version, defaultCache string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		v.dockerBuilding = false
+		if note := log.dropped(); note != "" {
+			s.logf(group, stream, "%s", note)
+		}
 		var unavailable *BaseUnavailableError
 		switch {
 		case err == nil:
@@ -91,4 +96,50 @@ func (s *Server) startDockerBuild(im *image, v *version, defaultCache string) {
 			s.logf(group, stream, "the build failed: %v", err)
 		}
 	}()
+}
+
+// buildLog bounds what one build's step output leaves in its log group:
+// taxonomy.LocalBuildLogLines lines and LocalBuildLogBytes bytes are kept,
+// the rest only counted (each kept line costs the log its bytes and an
+// event's overhead for the emulator's life).
+type buildLog struct {
+	mu                    sync.Mutex
+	lines, bytes          int
+	droppedN, droppedSize int64
+}
+
+// keep splits out, whole lines, and returns those the log keeps, without
+// their newlines.
+func (l *buildLog) keep(out []byte) [][]byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var kept [][]byte
+	for len(out) > 0 {
+		i := bytes.IndexByte(out, '\n')
+		if i < 0 {
+			i = len(out)
+		}
+		line := out[:i]
+		out = out[min(i+1, len(out)):]
+		if l.lines >= taxonomy.LocalBuildLogLines || l.bytes+len(line) > taxonomy.LocalBuildLogBytes {
+			l.droppedN++
+			l.droppedSize += int64(len(line))
+			continue
+		}
+		l.lines++
+		l.bytes += len(line)
+		kept = append(kept, line)
+	}
+	return kept
+}
+
+// dropped is the log's note on what it did not keep, or "".
+func (l *buildLog) dropped() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.droppedN == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d further lines of step output (%d bytes) are not kept: a local build's log keeps %d lines and %d bytes of it (LOCAL_BUILD_LOG_LINES, LOCAL_BUILD_LOG_BYTES)",
+		l.droppedN, l.droppedSize, taxonomy.LocalBuildLogLines, taxonomy.LocalBuildLogBytes)
 }

@@ -3,6 +3,7 @@
 package emulator
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
+
+	"github.com/microvms/microvms/gen/taxonomy"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,9 +25,20 @@ import (
 // seccomp filter, dropped capabilities, size-class limits and, only with
 // egress, a user-mode network), started through the same init. It differs
 // in two things only: the init runs the step's command as the image's user
-// instead of agentd, and the overlay's upper layer is a directory on the
-// host's disk rather than the guest's tmpfs, so the step's changes (its
-// layer) are there for the builder once the guest has exited.
+// instead of agentd, and once the command has ended the init holds the
+// step's upper layer (its changes) for the builder: it kills what the step
+// left, reports the step's status on its control socket and makes the
+// layer its cwd, which the builder reads as /proc/<init>/cwd before letting
+// the guest go.
+//
+// The upper layer is on the guest's writable tmpfs, the run-time guest's
+// bound (LOCAL_GUEST_WRITABLE_MIB) large, in the guest's own mount
+// namespace: a step that fills it gets ENOSPC, and the host's disk sees
+// none of its writes until the builder copies the (bounded) layer into the
+// cache. A tmpfs is the one bounded filesystem a rootless emulator can
+// mount (in the guest's user namespace); a loop device or a quota needs the
+// host's root, so root and rootless steps have the same bound the same
+// way. Its pages count against the step's memory limit, as a guest's do.
 
 // stepGuest is one RUN to perform.
 type stepGuest struct {
@@ -30,21 +46,25 @@ type stepGuest struct {
 	cmd    stepCommand
 	egress bool
 	output io.Writer // the step's stdout and stderr
+	// writable bounds the step's upper layer, in bytes.
+	writable int64
+	// collect takes the step's changes when its command exited 0: upper
+	// is the layer, owned by host ids idOffset is to be subtracted from
+	// (a root-started guest's range) to get the image's ids. It runs while
+	// the layer is held, before runStepGuest returns.
+	collect func(upper string, idOffset int) error
 }
 
-// stepResult is what a finished step left: its exit status and, in upper,
-// its changes, owned by host ids that idOffset is to be subtracted from
-// (a root-started guest's range) to get the image's ids.
+// stepResult is how a step ended: its exit status and, for a failure,
+// whether its writable layer was full.
 type stepResult struct {
-	exit     int
-	upper    string
-	idOffset int
-	cleanup  func()
+	exit int
+	full bool
 }
 
 // runStepGuest runs s in a confined guest and waits for it. An error means
-// the step could not be run at all; a command that ran and failed is a
-// result with a non-zero exit.
+// the step could not be run at all or its changes could not be taken; a
+// command that ran and failed is a result with a non-zero exit.
 func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 	if err := CheckIsolation(); err != nil {
 		return nil, err
@@ -61,7 +81,7 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		return nil, err
 	}
 	cleanup := func() { _ = removeState(dir) }
-	res := &stepResult{upper: filepath.Join(dir, "upper"), cleanup: cleanup}
+	defer cleanup()
 	// The image's root is mounted under dir while the step starts: it is
 	// detached before anything removes dir, or the removal would descend
 	// into the image and delete it.
@@ -73,49 +93,55 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		}
 	}
 	defer unmount()
-	fail := func(err error) (*stepResult, error) { unmount(); cleanup(); return nil, err }
-	for _, d := range []string{"rw", "image", "upper", "work"} {
+	for _, d := range []string{"rw", "image"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			return fail(err)
+			return nil, err
 		}
 	}
+	idOffset := 0
 	if m.byRoot {
-		res.idOffset = m.ownerUID
-		for _, d := range []string{"", "upper", "work"} {
-			if err := os.Chown(filepath.Join(dir, d), m.ownerUID, m.ownerGID); err != nil {
-				return fail(err)
-			}
+		idOffset = m.ownerUID
+		if err := os.Chown(dir, m.ownerUID, m.ownerGID); err != nil {
+			return nil, err
 		}
+	}
+	writable := s.writable
+	if writable <= 0 {
+		writable = int64(taxonomy.LocalGuestWritableMiB) << 20
 	}
 	cfg := guestConfig{
-		State: dir, WritableBytes: 16 << 20, ImageRoot: s.root, Hostname: "microvm-build",
-		Inherited: inheritedFDs(), Step: &s.cmd, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"),
+		State: dir, WritableBytes: writable, ImageRoot: s.root, Hostname: "microvm-build",
+		Inherited: inheritedFDs(), Step: &s.cmd,
 	}
 	if m.byRoot {
 		mounted, err := bindImageRoot(s.root, dir, m, true)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		image, cfg.ImageRoot = mounted, mounted
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	defer null.Close()
-	r, w, err := os.Pipe()
+	// fd 3 of the init is a socket, not a pipe: the config goes in, the
+	// step's status comes back, and its end of file either way is the
+	// other side gone.
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	defer w.Close()
+	ours, theirs := os.NewFile(uintptr(pair[0]), "step-control"), os.NewFile(uintptr(pair[1]), "step-control-guest")
+	defer ours.Close()
 	initExe, err := sealedSelf()
 	if err != nil {
-		r.Close()
-		return fail(err)
+		theirs.Close()
+		return nil, err
 	}
 	defer initExe.Close()
 	cmd := exec.Command(guestInitPath)
@@ -123,59 +149,92 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 	cmd.Env = guestInitEnv
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = s.output, s.output
-	// fd 3 the config and lifeline; no daemon and no dial channel; fd 6
-	// the init's own binary.
-	cmd.ExtraFiles = []*os.File{r, null, null, initExe}
+	// fd 3 the config, status and lifeline; no daemon and no dial channel;
+	// fd 6 the init's own binary.
+	cmd.ExtraFiles = []*os.File{theirs, null, null, initExe}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: guestCloneFlags, Setsid: true}
 	m.apply(cmd.SysProcAttr)
 	err = startOwnedBy(cmd, m)
-	r.Close()
+	theirs.Close()
 	if err != nil {
-		return fail(isolationError("permission to create the build step's namespaces", err))
+		return nil, isolationError("permission to create the build step's namespaces", err)
 	}
 	// The guest's mount namespace holds its own copy of the image's mount.
 	unmount()
 	leader := cmd.Process.Pid
+	kill := func() { _ = syscall.Kill(leader, syscall.SIGKILL) }
 	limits := applyLimits(GuestSpec{MicrovmID: "build"}, leader)
 	defer limits.remove()
-	var stopEgress func()
-	if s.egress {
-		if stopEgress, err = startEgress(leader, s.output); err != nil {
-			_ = syscall.Kill(leader, syscall.SIGKILL)
+	waited := false
+	defer func() {
+		if !waited {
+			kill()
 			_ = cmd.Wait()
-			return fail(err)
+		}
+	}()
+	if s.egress {
+		stopEgress, err := startEgress(leader, s.output)
+		if err != nil {
+			return nil, err
 		}
 		defer stopEgress()
 	}
-	if _, err := w.Write(append(raw, '\n')); err != nil {
-		_ = syscall.Kill(leader, syscall.SIGKILL)
-		_ = cmd.Wait()
-		return fail(fmt.Errorf("configuring the build step's init: %w", err))
+	if _, err := ours.Write(append(raw, '\n')); err != nil {
+		return nil, fmt.Errorf("configuring the build step's init: %w", err)
 	}
 	done := make(chan struct{})
+	defer close(done)
 	go func() {
 		select {
 		case <-ctx.Done():
-			_ = syscall.Kill(leader, syscall.SIGKILL)
+			kill()
+			_ = ours.Close() // unblocks the status read
 		case <-done:
 		}
 	}()
-	werr := cmd.Wait()
-	close(done)
-	unmount()
+	// Bounded: a status is a few digits, and ReadSlice stops at the
+	// buffer's end rather than growing it.
+	line, rerr := bufio.NewReaderSize(ours, 64).ReadSlice('\n')
 	if ctx.Err() != nil {
-		return fail(ctx.Err())
+		return nil, ctx.Err()
 	}
-	var exit *exec.ExitError
-	switch {
-	case werr == nil:
-	case errors.As(werr, &exit):
+	res := &stepResult{}
+	if rerr != nil {
+		// The init ended without reporting: it could not set the step up
+		// (its reason is on the step's output), or it was killed; or it
+		// said more than a status, and ends now. A dead init's status is
+		// kept by its zombie whatever the kill.
+		if !errors.Is(rerr, io.EOF) {
+			kill()
+		}
+		werr := cmd.Wait()
+		waited = true
+		var exit *exec.ExitError
+		if !errors.As(werr, &exit) {
+			return nil, fmt.Errorf("the build step's init ended without a status: %v", werr)
+		}
 		res.exit = exit.ExitCode()
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			res.exit = 128 + int(ws.Signal())
 		}
-	default:
-		return fail(werr)
+		return res, nil
+	}
+	if res.exit, err = strconv.Atoi(strings.TrimSpace(string(line))); err != nil {
+		return nil, fmt.Errorf("the build step's init reported %q", line)
+	}
+	// The init's cwd is the layer; nothing of the guest runs any more.
+	upper := fmt.Sprintf("/proc/%d/cwd/.", leader)
+	if res.exit != 0 {
+		var st unix.Statfs_t
+		if unix.Statfs(upper, &st) == nil && st.Bavail == 0 {
+			res.full = true
+		}
+		return res, nil
+	}
+	if s.collect != nil {
+		if err := s.collect(upper, idOffset); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

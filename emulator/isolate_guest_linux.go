@@ -179,10 +179,14 @@ func guestInit() int {
 			return fail("waiting", err)
 		}
 		if pid == proc.Pid {
+			status := ws.ExitStatus()
 			if ws.Signaled() {
-				return 128 + int(ws.Signal())
+				status = 128 + int(ws.Signal())
 			}
-			return ws.ExitStatus()
+			if cfg.Step != nil && stepUpper >= 0 {
+				return stepEnded(ctl, status)
+			}
+			return status
 		}
 	}
 }
@@ -343,6 +347,36 @@ func identityMap(path string) ([]syscall.SysProcIDMap, error) {
 	return out, nil
 }
 
+// stepUpper is a build step's upper layer, held from before the pivot.
+var stepUpper = -1
+
+// stepEnded ends every process the step left, makes the step's upper layer
+// this init's cwd (the emulator reads it as /proc/<init>/cwd, the tmpfs
+// being reachable from no other path) and tells the emulator the step's
+// status on the control socket; the init then lives until the emulator
+// closes it, having taken the layer.
+func stepEnded(ctl *os.File, status int) int {
+	_ = unix.Kill(-1, unix.SIGKILL) // PID 1: every other process of the guest
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			break // ECHILD: nothing is left to change the layer
+		}
+	}
+	if err := unix.Fchdir(stepUpper); err != nil {
+		fmt.Fprintf(os.Stderr, "guest init: entering the step's layer: %v\n", err)
+		return 1
+	}
+	if _, err := fmt.Fprintf(ctl, "%d\n", status); err != nil {
+		return 1
+	}
+	select {} // the lifeline's end exits the init
+}
+
 // droppedCapabilities are taken from every guest: with them root inside the
 // guest could make a device node for the host's disk, load a kernel module,
 // set the host's clock, read the kernel log, or open host files by handle
@@ -412,11 +446,24 @@ func buildRoot(cfg guestConfig) (string, error) {
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return "", err
 	}
-	if cfg.ImageRoot != "" && cfg.Upper != "" {
-		// A build step: the upper layer is on the host's disk, where the
-		// emulator reads the step's changes once it has exited, and /etc is
-		// the image's own (its changes are the step's too).
-		if err := overlay(cfg.ImageRoot, cfg.Upper, cfg.Work, root, "userxattr"); err != nil {
+	if cfg.ImageRoot != "" && cfg.Step != nil {
+		// A build step: the upper layer is on the writable tmpfs, bounded
+		// as a run-time guest's is, never on the host's disk (issue 44.4);
+		// the emulator reads the step's changes through the init's cwd once
+		// the step has ended (stepEnded). /etc is the image's own: its
+		// changes are the step's too.
+		upper, work := filepath.Join(rw, "upper"), filepath.Join(rw, "work")
+		for _, d := range []string{upper, work} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return "", err
+			}
+		}
+		fd, err := unix.Open(upper, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("holding the step's upper layer: %w", err)
+		}
+		stepUpper = fd
+		if err := overlay(cfg.ImageRoot, upper, work, root, "userxattr"); err != nil {
 			return "", err
 		}
 		// Only the mount points: anything else the step makes is its own.

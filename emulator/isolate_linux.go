@@ -115,12 +115,10 @@ type guestConfig struct {
 	Workdir       string   // the image's WORKDIR inside the guest root; "" is /
 	Inherited     []int    // descriptors the init inherited from the emulator's parent, to close
 	// Step, for a build step's guest, is the command the init runs instead
-	// of agentd; its exit status is the init's.
+	// of agentd; its upper layer is on the writable layer, and the init
+	// reports the step's status and holds the layer for the emulator
+	// (stepEnded) instead of exiting.
 	Step *stepCommand `json:",omitempty"`
-	// Upper and Work, for a build step's guest, are the overlay's upper and
-	// work directories on the host's disk (reached through State), so the
-	// step's changes outlive the guest and become its layer.
-	Upper, Work string `json:",omitempty"`
 }
 
 // stepCommand is one build step's process: its argv, environment, working

@@ -37,10 +37,12 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 }
 
 type stepGuest struct {
-	root   string
-	cmd    stepCommand
-	egress bool
-	output io.Writer
+	root     string
+	cmd      stepCommand
+	egress   bool
+	output   io.Writer
+	writable int64
+	collect  func(upper string, idOffset int) error
 }
 
 type stepCommand struct {
@@ -52,10 +54,8 @@ type stepCommand struct {
 }
 
 type stepResult struct {
-	exit     int
-	upper    string
-	idOffset int
-	cleanup  func()
+	exit int
+	full bool
 }
 
 // stateDirPrefix names a temporary directory of this emulator.

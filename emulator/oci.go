@@ -109,14 +109,31 @@ func pickImage(idx v1.ImageIndex, file string) (v1.Image, error) {
 			images++
 			only = &m.Manifests[i]
 			if d.Platform != nil && d.Platform.Satisfies(want) {
-				return idx.Image(d.Digest)
+				return checkedManifest(idx, d)
 			}
 		}
 	}
 	if images == 1 && (only.Platform == nil || only.Platform.OS == "") {
-		return idx.Image(only.Digest)
+		return checkedManifest(idx, *only)
 	}
 	return nil, fmt.Errorf("the OCI layout %s holds no image for %s/%s", file, want.OS, want.Architecture)
+}
+
+// checkedManifest is the image d names in idx, its manifest's bytes
+// checked against d: the cache is keyed by that digest.
+func checkedManifest(idx v1.ImageIndex, d v1.Descriptor) (v1.Image, error) {
+	img, err := idx.Image(d.Digest)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading the base image's manifest %s: %w", d.Digest, err)
+	}
+	if err := checkBytes("manifest", raw, d.Digest, d.Size); err != nil {
+		return nil, err
+	}
+	return img, nil
 }
 
 // extractBase makes img's flattened root under cache (once per digest) and
@@ -139,6 +156,12 @@ func extractBase(img v1.Image, cache string) (*baseImage, error) {
 	if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil {
 		return b, nil
 	}
+	// Nothing is extracted, let alone kept under the digest, before every
+	// blob the manifest names has been checked against it.
+	checked, err := verifiedImage(img)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Join(cache, "base"), 0o700); err != nil {
 		return nil, err
 	}
@@ -150,9 +173,12 @@ func extractBase(img v1.Image, cache string) (*baseImage, error) {
 	if err := os.Mkdir(filepath.Join(tmp, "root"), 0o755); err != nil {
 		return nil, err
 	}
-	rc := mutate.Extract(img)
+	rc := mutate.Extract(checked)
 	err = extractTar(rc, filepath.Join(tmp, "root"), maxImageBytes)
 	rc.Close()
+	if verr := checked.verdict(); verr != nil {
+		err = verr // a blob's mismatch is the cause, whatever the tar made of it
+	}
 	if err != nil {
 		return nil, fmt.Errorf("extracting the base image %s: %w", digest, err)
 	}

@@ -2,7 +2,10 @@ package build
 
 import (
 	"context"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"slices"
 	"time"
@@ -77,6 +80,57 @@ type Result struct {
 	Reused bool
 }
 
+// reuseKey is content (the hash of the image's files) together with
+// everything else the image is built with, as the create request carries
+// it: its size class (memory and so CPU), base and base version, hook
+// port and timeouts, capabilities and egress. An image reused under
+// <name>-<hash12> was then built with all of them, not only from the same
+// files: a reuse asking for 512 MiB launched the 2048 MiB image built
+// before and reported 512 (issue 51.2). What names the build rather than
+// shapes the image (name, artifact, log group, role) is left out.
+func reuseKey(region, content string, s Spec) (string, error) {
+	in, err := createInput(region, "", s, "", "")
+	if err != nil {
+		return "", err
+	}
+	in.Name, in.CodeArtifact, in.Logging, in.BuildRoleArn = nil, nil, nil, nil
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return "", client.Errorf(taxonomy.KindUnexpected, "", "keying the build: %w", err)
+	}
+	h := sha256.New()
+	h.Write([]byte(content + "\n"))
+	h.Write(raw)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ImageClass is the size class image arn's version (its latest active one
+// when version is empty) was built with: a launch takes no size, so its
+// guests get this class whatever the caller asked (finding
+// memory-selects-baseline). A version created without resources has the
+// default class.
+func ImageClass(ctx context.Context, c *lambdamicrovms.Client, arn, version string) (client.SizeClass, error) {
+	if version == "" {
+		img, err := c.GetMicrovmImage(ctx, &lambdamicrovms.GetMicrovmImageInput{ImageIdentifier: &arn})
+		if err != nil {
+			return client.SizeClass{}, cplane.SDKError("GetMicrovmImage", err)
+		}
+		if img.LatestActiveImageVersion == nil {
+			return client.SizeClass{}, client.Errorf(taxonomy.KindPrecondition, "", "image %s has no active version", arn)
+		}
+		version = *img.LatestActiveImageVersion
+	}
+	out, err := c.GetMicrovmImageVersion(ctx, &lambdamicrovms.GetMicrovmImageVersionInput{ImageIdentifier: &arn, ImageVersion: &version})
+	if err != nil {
+		return client.SizeClass{}, cplane.SDKError("GetMicrovmImageVersion", err)
+	}
+	mib := taxonomy.DefaultBaselineMiB
+	if len(out.Resources) > 0 && out.Resources[0].MinimumMemoryInMiB != nil {
+		mib = int(*out.Resources[0].MinimumMemoryInMiB)
+	}
+	return client.SizeClassFromBaseline(mib)
+}
+
 // Build preflights, uploads and builds an image, or reuses an identical one.
 // Every local refusal comes before the upload; the only billable call is
 // CreateMicrovmImage, and the waiter fails fast on a wedged build.
@@ -111,7 +165,10 @@ func Build(ctx context.Context, c *lambdamicrovms.Client, up Uploader, s Spec) (
 			return nil, err
 		}
 	}
-	hash := ContentHashWith(df, s.Daemon, context)
+	hash, err := reuseKey(c.Options().Region, ContentHashWith(df, s.Daemon, context), s)
+	if err != nil {
+		return nil, err
+	}
 	name := s.Name
 	if s.Reuse {
 		var err error

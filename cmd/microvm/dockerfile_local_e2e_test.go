@@ -77,3 +77,38 @@ CMD ["/agentd"]
 		t.Fatalf("a failing RUN: exit %d error %q\n%s", inv.code, msg, inv.stderr)
 	}
 }
+
+// Catches: --base-image silently ignored against a running emulator (the
+// build succeeded even with a path that does not exist, its RUN steps
+// skipped with a warning to pass --base-image, issue 51.1), a refusal that
+// does not name `microvm emulator --base-image`, which acts, and a
+// missing path accepted where the flag does act (--local, `microvm
+// emulator`).
+func TestBaseImageIsRefusedWhereItCannotAct(t *testing.T) {
+	env, _ := lifecycleEnv(t)
+	_, url := testEmulator(t, emulator.Options{})
+	dir := t.TempDir()
+	df := filepath.Join(dir, "Dockerfile")
+	if err := os.WriteFile(df, []byte("FROM public.ecr.aws/amazonlinux/amazonlinux:2023-minimal\nRUN true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "no-such-layout")
+	real := testimage.Base(t, false)
+	for _, path := range []string{missing, real} {
+		inv := cli(t, env, "", "--json", "build", "--control-endpoint", url, "--base-image", path, "--dockerfile", df)
+		m := wantFailure(t, inv, taxonomy.KindInvalidArg, "")
+		if msg, _ := m["error"].(string); !strings.Contains(msg, "microvm emulator --base-image") {
+			t.Fatalf("the refusal of --base-image %s against a running emulator: %q", path, msg)
+		}
+	}
+	for name, args := range map[string][]string{
+		"--local":          {"--json", "build", "--local", "--base-image", missing, "--dockerfile", df},
+		"microvm emulator": {"--json", "emulator", "--listen", "127.0.0.1:0", "--base-image", missing},
+	} {
+		inv := cli(t, env, "", args...)
+		m := wantFailure(t, inv, taxonomy.KindInvalidArg, "")
+		if msg, _ := m["error"].(string); !strings.Contains(msg, missing) {
+			t.Fatalf("%s with a missing --base-image: %q", name, msg)
+		}
+	}
+}

@@ -86,6 +86,9 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
 				return err
 			}
 			_ = rec.Update(func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
+			if cls, err := p.imageClass(ctx, arn, c.ImageVersion); err == nil {
+				size = cls // the image's own class, whatever a launch asks
+			}
 		} else {
 			start := time.Now()
 			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", false, rec)

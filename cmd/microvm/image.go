@@ -85,6 +85,12 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 				if p.steps != nil && p.steps.performed() {
 					return
 				}
+				if p.emu == nil {
+					// A running emulator: whether it ran them is its own
+					// base image's matter, and its build log says.
+					a.Warn("a running emulator performs this Dockerfile's RUN steps only with a base image for FROM: start it with `microvm emulator --base-image PATH` (or where it can pull FROM); its build log names any step it did not perform")
+					return
+				}
 				steps, err := emulator.UnperformedSteps(b)
 				if err == nil && len(steps) > 0 {
 					for _, s := range steps {
@@ -172,6 +178,12 @@ func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, 
 	}
 	p.a.Progress("resolved image name %s to %s", id, arn)
 	return arn, id, nil
+}
+
+// imageClass is the size class an existing image was built with
+// (build.ImageClass): its guests get it whatever a launch asks.
+func (p *plane) imageClass(ctx context.Context, arn, version string) (client.SizeClass, error) {
+	return build.ImageClass(ctx, p.Control(), arn, version)
 }
 
 // teardownImage deletes an image this run built but never launched from, and

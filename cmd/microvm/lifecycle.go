@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"debug/elf"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -24,7 +25,7 @@ import (
 type LifecycleFlags struct {
 	Local           bool   `help:"Run the local emulator in this process for this one command: no AWS account, guests are agentd processes on this machine, and everything stops when the command exits."`
 	Agentd          string `name:"agentd" help:"The host agentd the emulator's guests run with --local; unset: $MICROVM_AGENTD, then an agentd next to the microvm executable, then PATH." placeholder:"PATH" type:"path"`
-	BaseImage       string `name:"base-image" help:"With --local: the image a Dockerfile's FROM stands for, as an OCI image layout directory or a docker-save tarball (for offline machines); unset, FROM is pulled from its registry with your Docker credentials and kept by digest in the state directory." placeholder:"PATH" type:"path"`
+	BaseImage       string `name:"base-image" help:"With --local only (a running emulator takes it as 'microvm emulator --base-image'; elsewhere it is refused): the image a Dockerfile's FROM stands for, as an OCI image layout directory or a docker-save tarball (for offline machines); unset, FROM is pulled from its registry with your Docker credentials and kept by digest in the state directory." placeholder:"PATH" type:"path"`
 	ControlEndpoint string `name:"control-endpoint" help:"Control-plane URL: a running 'microvm emulator' or any compatible endpoint; a loopback one needs no AWS credentials. Reaches the control plane only. Unset: AWS_ENDPOINT_URL_LAMBDA_MICROVMS, then AWS_ENDPOINT_URL, else AWS." env:"MICROVM_CONTROL_ENDPOINT" placeholder:"URL"`
 	RegionFlags
 }
@@ -58,6 +59,17 @@ func emulatorSide(createBucket func(string)) *platform.Emulator {
 // stops with every guest.
 func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 	p := &plane{a: a}
+	if f.BaseImage != "" {
+		// Only an emulator this process runs builds with it: a running one
+		// was given its base image when it started, and AWS builds FROM
+		// itself. Silently ignored, its RUN steps were skipped (issue 51.1).
+		if !f.Local {
+			return nil, render.InvalidArg("", "--base-image acts only with --local: a running emulator builds FROM the base image it was started with (`microvm emulator --base-image PATH`), and AWS builds FROM itself")
+		}
+		if err := checkBaseImagePath(f.BaseImage); err != nil {
+			return nil, err
+		}
+	}
 	if f.Local {
 		region := client.USEast1
 		if r, ok, err := f.flagRegion(); err != nil {
@@ -117,6 +129,15 @@ func (a *app) requireAWSCredentials(ctx context.Context, p *platform.Platform) e
 	if err := p.CheckCredentials(ctx); err != nil {
 		a.awsWithoutCredentials = true
 		return err
+	}
+	return nil
+}
+
+// checkBaseImagePath refuses a --base-image that is not there, before an
+// emulator is started with it.
+func checkBaseImagePath(path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return render.InvalidArg("", "--base-image %s: %v (give an OCI image layout directory or a docker-save tarball)", path, errors.Unwrap(err))
 	}
 	return nil
 }

@@ -61,6 +61,11 @@ type EmulatorCmd struct {
 }
 
 func (c *EmulatorCmd) run(ctx context.Context, a *app) (*render.Result, error) {
+	if c.BaseImage != "" {
+		if err := checkBaseImagePath(c.BaseImage); err != nil {
+			return nil, err
+		}
+	}
 	region := client.USEast1
 	if r, ok, err := c.flagRegion(); err != nil {
 		return nil, err

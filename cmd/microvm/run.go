@@ -33,13 +33,13 @@ const defaultWorkdir = "/workspace"
 // reports the cost and tears everything down.
 type RunCmd struct {
 	Binary         string   `arg:"" optional:"" help:"The agentd binary baked into the image as its CMD: aarch64 for AWS, the host's for an emulator (found as --agentd is when omitted). Ignored with --image." type:"path"`
-	Image          string   `help:"Launch this existing image instead of building one: its ARN, or its name, resolved through every page of the account's image listing." placeholder:"IDENTIFIER"`
+	Image          string   `help:"Launch this existing image instead of building one: its ARN, or its name, resolved through every page of the account's image listing. It runs (and is priced) at the size class it was built with; --memory beside it is refused." placeholder:"IDENTIFIER"`
 	ImageVersion   string   `name:"image-version" help:"Launch this image version instead of the latest active one." placeholder:"VERSION"`
 	Exec           string   `help:"A shell command to run in the VM; omitted, the run only launches and tears down, which checks that the image boots." placeholder:"COMMAND"`
 	Egress         bool     `help:"Give the VM outbound network."`
 	LaunchEnv      []string `name:"launch-env" help:"KEY=VALUE for every exec in the VM, repeatable; delivered once in the runHookPayload (4096 bytes with the token)." placeholder:"KEY=VALUE" sep:"none"`
 	Keep           bool     `help:"Leave the VM (and a built image) running, remember it (endpoint and agent token, in the state directory, this user only) so later commands need only --microvm-id, and print its id; both keep billing until terminated."`
-	Reuse          bool     `help:"As build --reuse: name the image <name>-<hash12> after its inputs and launch an image already under that name instead of building. Ignored with --image."`
+	Reuse          bool     `help:"As build --reuse: name the image <name>-<hash12> after its inputs and build settings (size class, base version, port, hooks) and launch an image already under that name instead of building. Ignored with --image."`
 	Timeout        float64  `help:"Seconds to wait for the exec." default:"300"`
 	MaxIdleSec     int      `name:"max-idle-sec" help:"Suspend the VM after this many seconds without inbound traffic." default:"600"`
 	SuspendedSec   int      `name:"suspended-sec" help:"Terminate the VM after this many seconds suspended; a resume after that fails." default:"600"`
@@ -96,7 +96,11 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 				return err
 			}
 			_ = rec.Update(func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
-			a.Progress("launching from the existing image %s", arn)
+			// Priced and reported at the image's own class.
+			if cls, err := p.imageClass(ctx, arn, c.ImageVersion); err == nil {
+				size = cls
+			}
+			a.Progress("launching from the existing image %s (%s)", arn, size)
 		} else {
 			start := time.Now()
 			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", c.Reuse, rec)
@@ -373,6 +377,13 @@ func (c *RunCmd) prepare(ctx context.Context, a *app) (*runSetup, error) {
 	size, err := client.SizeClassFromBaseline(c.Memory)
 	if err != nil {
 		return nil, err
+	}
+	if c.Image != "" && c.Memory != taxonomy.DefaultBaselineMiB {
+		// A launch takes no size: the class is the image's, fixed when it
+		// was built. Reported as applied, it was priced and printed while
+		// the guest had the image's (issue 51.2).
+		return nil, render.InvalidArg(taxonomy.FindingMemorySelectsBaseline,
+			"--memory %d beside --image: a size class belongs to the image, chosen when it is built, and a launch cannot change it; drop --memory to launch %s at its own class, or build an image with --memory %d", c.Memory, c.Image, c.Memory)
 	}
 	dir, err := ledgerDir(a, c.StateDir)
 	if err != nil {

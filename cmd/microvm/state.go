@@ -20,7 +20,7 @@ import (
 // BuildCmd builds an image and waits until it can launch.
 type BuildCmd struct {
 	Binary           string `arg:"" optional:"" help:"The agentd binary baked into the image as its CMD: aarch64 for AWS, the host's for an emulator (found as --agentd is when omitted)." type:"path"`
-	Reuse            bool   `help:"Name the image <name>-<hash12> after a sha256 of the daemon and the Dockerfile, and reuse an image already under that name instead of building."`
+	Reuse            bool   `help:"Name the image <name>-<hash12> after a sha256 of the daemon, the Dockerfile (and its context) and the build settings (size class, base version, port, hooks), and reuse an image already under that name instead of building."`
 	BaseImageVersion string `name:"base-image-version" help:"Pin the managed base image to this version (doctor lists them); unset, the build floats on the service default." placeholder:"VERSION"`
 	ImageFlags
 	InfraFlags

@@ -461,6 +461,12 @@ const (
 	LocalGuestWritableMiB = 4096
 	// LocalGuestMaxPids: most processes and threads one local guest may hold at once.
 	LocalGuestMaxPids = 4096
+	// LocalBuildLogLineBytes: longest line of a local build step's output the build log (and progress) carries; a longer run without a newline is cut into lines of this size.
+	LocalBuildLogLineBytes = 16384
+	// LocalBuildLogLines: most lines of step output one local build's log keeps; past it (or LocalBuildLogBytes) lines are counted, not kept, and the log says how many.
+	LocalBuildLogLines = 10000
+	// LocalBuildLogBytes: most bytes of step output one local build's log keeps.
+	LocalBuildLogBytes = 8388608
 	// MaxPoolSize: most sandboxes a sandbox.Pool keeps launched and suspended (its N).
 	MaxPoolSize = 64
 	// MaxFleetCount: most sandboxes one RunMany or `microvm run --count` launches.
