@@ -32,7 +32,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "create": ("microvm.sandbox", False),
     "attach": ("microvm.sandbox", False),
     "info": ("microvm.sandbox", False),
-    "run": ("microvm.exec", False),
+    "run": ("microvm.exec.result", False),
     "stream": ("microvm.exec.stream", True),
     "write": ("microvm.copy", False),
     "read": ("microvm.file", False),
@@ -44,6 +44,24 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "terminate": ("microvm.teardown", False),
     "cost": ("microvm.cost", False),
     "url": ("microvm.url", False),
+    "start": ("microvm.exec.started", False),
+    "poll": ("microvm.exec.result", False),
+    "wait": ("microvm.exec.result", False),
+    "follow": ("microvm.exec.stream", True),
+    "kill": ("microvm.exec.signalled", False),
+    "signal": ("microvm.exec.signalled", False),
+    "resize": ("microvm.exec.signalled", False),
+    "stdin_write": ("microvm.exec.signalled", False),
+    "stdin_close": ("microvm.exec.signalled", False),
+    "execs": ("microvm.execs", False),
+    "stat": ("microvm.path", False),
+    "mkdir": ("microvm.fs.changed", False),
+    "move": ("microvm.fs.changed", False),
+    "remove": ("microvm.fs.changed", False),
+    "watch": ("microvm.exec.stream", True),
+    "health": ("microvm.probe", False),
+    "metrics": ("microvm.probe", False),
+    "cancel": ("microvm.exec.signalled", False),
     "run_many": ("microvm.run.fleet", False),
 }
 
@@ -126,7 +144,7 @@ SandboxData = TypedDict("SandboxData", {
 SandboxData.__doc__ = "The data of a microvm.sandbox envelope."
 
 
-ExecData = TypedDict("ExecData", {
+ExecResultData = TypedDict("ExecResultData", {
     "execId": str,
     "phase": Literal["running", "exited", "acked"],
     "exitCode": Optional[int],
@@ -134,8 +152,10 @@ ExecData = TypedDict("ExecData", {
     "stdout": str,
     "stderr": str,
     "truncated": bool,
+    "timedOut": bool,
+    "timeoutLimit": str,
 })
-ExecData.__doc__ = "The data of a microvm.exec envelope."
+ExecResultData.__doc__ = "The data of a microvm.exec.result envelope."
 
 
 ExecStreamData = TypedDict("ExecStreamData", {
@@ -212,6 +232,48 @@ URLData = TypedDict("URLData", {
 URLData.__doc__ = "The data of a microvm.url envelope."
 
 
+ExecStartedData = TypedDict("ExecStartedData", {
+    "execId": str,
+})
+ExecStartedData.__doc__ = "The data of a microvm.exec.started envelope."
+
+
+ExecSignalledData = TypedDict("ExecSignalledData", {
+    "execId": str,
+    "done": bool,
+    "bytes": int,
+})
+ExecSignalledData.__doc__ = "The data of a microvm.exec.signalled envelope."
+
+
+ExecsData = TypedDict("ExecsData", {
+    "execs": List[Any],
+})
+ExecsData.__doc__ = "The data of a microvm.execs envelope."
+
+
+PathData = TypedDict("PathData", {
+    "path": str,
+    "exists": bool,
+    "entry": Optional[Dict[str, Any]],
+})
+PathData.__doc__ = "The data of a microvm.path envelope."
+
+
+FsChangedData = TypedDict("FsChangedData", {
+    "path": str,
+    "changed": bool,
+    "count": int,
+})
+FsChangedData.__doc__ = "The data of a microvm.fs.changed envelope."
+
+
+ProbeData = TypedDict("ProbeData", {
+    "probe": Dict[str, Any],
+})
+ProbeData.__doc__ = "The data of a microvm.probe envelope."
+
+
 RunFleetData = TypedDict("RunFleetData", {
     "imageIdentifier": str,
     "imageName": str,
@@ -281,6 +343,11 @@ CreateArgs = TypedDict("CreateArgs", {
     "agentToken": str,
     "agentd": str,
     "timeoutSec": float,
+    "egress": bool,
+    "launchEnv": List[str],
+    "maxIdleSec": int,
+    "suspendedSec": int,
+    "maxDurationSec": int,
 }, total=False)
 CreateArgs.__doc__ = "The arguments of create: launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. Every key may be left out."
 
@@ -306,8 +373,10 @@ RunArgs = TypedDict("RunArgs", {
     "env": List[str],
     "timeoutSec": float,
     "execId": str,
+    "user": str,
+    "group": str,
 }, total=False)
-RunArgs.__doc__ = "The arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so. Every key may be left out."
+RunArgs.__doc__ = "The arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped. Every key may be left out."
 
 
 StreamArgs = TypedDict("StreamArgs", {
@@ -317,6 +386,8 @@ StreamArgs = TypedDict("StreamArgs", {
     "env": List[str],
     "timeoutSec": float,
     "execId": str,
+    "user": str,
+    "group": str,
 }, total=False)
 StreamArgs.__doc__ = "The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out."
 
@@ -325,14 +396,16 @@ WriteArgs = TypedDict("WriteArgs", {
     "path": str,
     "dataBase64": str,
     "mode": str,
+    "localPath": str,
 }, total=False)
 WriteArgs.__doc__ = "The arguments of write: write a whole file, creating its parent directories. Every key may be left out."
 
 
 ReadArgs = TypedDict("ReadArgs", {
     "path": str,
+    "localPath": str,
 }, total=False)
-ReadArgs.__doc__ = "The arguments of read: read a whole file. Every key may be left out."
+ReadArgs.__doc__ = "The arguments of read: read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file. Every key may be left out."
 
 
 ListArgs = TypedDict("ListArgs", {
@@ -384,6 +457,133 @@ URLArgs = TypedDict("URLArgs", {
 URLArgs.__doc__ = "The arguments of url: the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url). Every key may be left out."
 
 
+StartArgs = TypedDict("StartArgs", {
+    "command": List[str],
+    "shell": bool,
+    "cwd": str,
+    "env": List[str],
+    "timeoutSec": float,
+    "execId": str,
+    "user": str,
+    "group": str,
+    "stdin": bool,
+    "tty": bool,
+    "rows": int,
+    "cols": int,
+}, total=False)
+StartArgs.__doc__ = "The arguments of start: start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox). Every key may be left out."
+
+
+PollArgs = TypedDict("PollArgs", {
+    "execId": str,
+}, total=False)
+PollArgs.__doc__ = "The arguments of poll: an exec's record, unchanged: phase running or exited, and the outcome once exited. Every key may be left out."
+
+
+WaitArgs = TypedDict("WaitArgs", {
+    "execId": str,
+    "timeoutSec": float,
+}, total=False)
+WaitArgs.__doc__ = "The arguments of wait: wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running. Every key may be left out."
+
+
+FollowArgs = TypedDict("FollowArgs", {
+    "execId": str,
+    "offset": int,
+}, total=False)
+FollowArgs.__doc__ = "The arguments of follow: an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process. Every key may be left out."
+
+
+KillArgs = TypedDict("KillArgs", {
+    "execId": str,
+}, total=False)
+KillArgs.__doc__ = "The arguments of kill: signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success). Every key may be left out."
+
+
+SignalArgs = TypedDict("SignalArgs", {
+    "execId": str,
+    "signal": str,
+}, total=False)
+SignalArgs.__doc__ = "The arguments of signal: send one named signal (TERM, HUP, INT, ...) to the exec's process group, once. Every key may be left out."
+
+
+ResizeArgs = TypedDict("ResizeArgs", {
+    "execId": str,
+    "rows": int,
+    "cols": int,
+}, total=False)
+ResizeArgs.__doc__ = "The arguments of resize: resize a tty exec's terminal. Every key may be left out."
+
+
+StdinWriteArgs = TypedDict("StdinWriteArgs", {
+    "execId": str,
+    "dataBase64": str,
+}, total=False)
+StdinWriteArgs.__doc__ = "The arguments of stdin_write: write bytes to an exec's stdin (started with stdin or tty). Every key may be left out."
+
+
+StdinCloseArgs = TypedDict("StdinCloseArgs", {
+    "execId": str,
+}, total=False)
+StdinCloseArgs.__doc__ = "The arguments of stdin_close: close an exec's stdin: the child reads end of file. Every key may be left out."
+
+
+ExecsArgs = TypedDict("ExecsArgs", {
+})
+ExecsArgs.__doc__ = "The arguments of execs: every exec the daemon holds, oldest first. Every key may be left out."
+
+
+StatArgs = TypedDict("StatArgs", {
+    "path": str,
+}, total=False)
+StatArgs.__doc__ = "The arguments of stat: one path's entry without following a final symlink; exists false (not an error) when nothing is there. Every key may be left out."
+
+
+MkdirArgs = TypedDict("MkdirArgs", {
+    "path": str,
+    "mode": str,
+}, total=False)
+MkdirArgs.__doc__ = "The arguments of mkdir: make a directory and its parents; created false when it already was one. Every key may be left out."
+
+
+MoveArgs = TypedDict("MoveArgs", {
+    "from": str,
+    "to": str,
+    "replace": bool,
+}, total=False)
+MoveArgs.__doc__ = "The arguments of move: rename a path within the VM. Every key may be left out."
+
+
+RemoveArgs = TypedDict("RemoveArgs", {
+    "path": str,
+    "recursive": bool,
+}, total=False)
+RemoveArgs.__doc__ = "The arguments of remove: remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there. Every key may be left out."
+
+
+WatchArgs = TypedDict("WatchArgs", {
+    "path": str,
+    "recursive": bool,
+}, total=False)
+WatchArgs.__doc__ = "The arguments of watch: follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them. Every key may be left out."
+
+
+HealthArgs = TypedDict("HealthArgs", {
+})
+HealthArgs.__doc__ = "The arguments of health: agentd's health answer (no credential needed) as its wire object. Every key may be left out."
+
+
+MetricsArgs = TypedDict("MetricsArgs", {
+})
+MetricsArgs.__doc__ = "The arguments of metrics: the guest's CPU, memory, load and disk as agentd samples them, as its wire object. Every key may be left out."
+
+
+CancelArgs = TypedDict("CancelArgs", {
+    "requestId": int,
+}, total=False)
+CancelArgs.__doc__ = "The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out."
+
+
 RunManyArgs = TypedDict("RunManyArgs", {
     "count": int,
     "parallel": int,
@@ -420,9 +620,9 @@ class Ops:
         """the sandbox as the engine last saw it."""
         return cast(SandboxData, self._call("info", args))
 
-    def _op_run(self, args: RunArgs) -> ExecData:
-        """run a command and wait; a non-zero exit is a success envelope whose exitCode says so."""
-        return cast(ExecData, self._call("run", args))
+    def _op_run(self, args: RunArgs) -> ExecResultData:
+        """run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped."""
+        return cast(ExecResultData, self._call("run", args))
 
     def _op_stream(self, args: StreamArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
         """run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
@@ -433,7 +633,7 @@ class Ops:
         return cast(CopyData, self._call("write", args))
 
     def _op_read(self, args: ReadArgs) -> FileData:
-        """read a whole file."""
+        """read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file."""
         return cast(FileData, self._call("read", args))
 
     def _op_list(self, args: ListArgs) -> DirData:
@@ -467,6 +667,78 @@ class Ops:
     def _op_url(self, args: URLArgs) -> URLData:
         """the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url)."""
         return cast(URLData, self._call("url", args))
+
+    def _op_start(self, args: StartArgs) -> ExecStartedData:
+        """start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox)."""
+        return cast(ExecStartedData, self._call("start", args))
+
+    def _op_poll(self, args: PollArgs) -> ExecResultData:
+        """an exec's record, unchanged: phase running or exited, and the outcome once exited."""
+        return cast(ExecResultData, self._call("poll", args))
+
+    def _op_wait(self, args: WaitArgs) -> ExecResultData:
+        """wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running."""
+        return cast(ExecResultData, self._call("wait", args))
+
+    def _op_follow(self, args: FollowArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
+        """an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process; the last item is the envelope's data."""
+        return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("follow", args))
+
+    def _op_kill(self, args: KillArgs) -> ExecSignalledData:
+        """signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success)."""
+        return cast(ExecSignalledData, self._call("kill", args))
+
+    def _op_signal(self, args: SignalArgs) -> ExecSignalledData:
+        """send one named signal (TERM, HUP, INT, ...) to the exec's process group, once."""
+        return cast(ExecSignalledData, self._call("signal", args))
+
+    def _op_resize(self, args: ResizeArgs) -> ExecSignalledData:
+        """resize a tty exec's terminal."""
+        return cast(ExecSignalledData, self._call("resize", args))
+
+    def _op_stdin_write(self, args: StdinWriteArgs) -> ExecSignalledData:
+        """write bytes to an exec's stdin (started with stdin or tty)."""
+        return cast(ExecSignalledData, self._call("stdin_write", args))
+
+    def _op_stdin_close(self, args: StdinCloseArgs) -> ExecSignalledData:
+        """close an exec's stdin: the child reads end of file."""
+        return cast(ExecSignalledData, self._call("stdin_close", args))
+
+    def _op_execs(self, args: ExecsArgs) -> ExecsData:
+        """every exec the daemon holds, oldest first."""
+        return cast(ExecsData, self._call("execs", args))
+
+    def _op_stat(self, args: StatArgs) -> PathData:
+        """one path's entry without following a final symlink; exists false (not an error) when nothing is there."""
+        return cast(PathData, self._call("stat", args))
+
+    def _op_mkdir(self, args: MkdirArgs) -> FsChangedData:
+        """make a directory and its parents; created false when it already was one."""
+        return cast(FsChangedData, self._call("mkdir", args))
+
+    def _op_move(self, args: MoveArgs) -> FsChangedData:
+        """rename a path within the VM."""
+        return cast(FsChangedData, self._call("move", args))
+
+    def _op_remove(self, args: RemoveArgs) -> FsChangedData:
+        """remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there."""
+        return cast(FsChangedData, self._call("remove", args))
+
+    def _op_watch(self, args: WatchArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
+        """follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them; the last item is the envelope's data."""
+        return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("watch", args))
+
+    def _op_health(self, args: HealthArgs) -> ProbeData:
+        """agentd's health answer (no credential needed) as its wire object."""
+        return cast(ProbeData, self._call("health", args))
+
+    def _op_metrics(self, args: MetricsArgs) -> ProbeData:
+        """the guest's CPU, memory, load and disk as agentd samples them, as its wire object."""
+        return cast(ProbeData, self._call("metrics", args))
+
+    def _op_cancel(self, args: CancelArgs) -> ExecSignalledData:
+        """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
+        return cast(ExecSignalledData, self._call("cancel", args))
 
     def _op_run_many(self, args: RunManyArgs) -> RunFleetData:
         """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""

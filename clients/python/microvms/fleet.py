@@ -91,7 +91,7 @@ def run_many(
     engine = Engine(binary)
     try:
         try:
-            data = engine._call("run_many", args)
+            data = engine._op_run_many(args)
         except MicrovmError as e:
             # The fleet ran; a run's command exited non-zero (ERR_EXEC_FAILED),
             # which is the worst outcome by the exit table: still a result.
