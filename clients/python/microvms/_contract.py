@@ -5,7 +5,7 @@ data of each envelope an op answers with, the stream events, and the error
 table. The package's classes wrap these; nothing here has behaviour beyond
 one typed method per op over Ops._call.
 """
-from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, cast
+from typing import Any, AsyncIterator, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, cast
 
 PROTOCOL_VERSION = "1"
 ENVELOPE_API_VERSION = "1"
@@ -600,146 +600,295 @@ RunManyArgs.__doc__ = "The arguments of run_many: run one command in count Micro
 
 
 class Ops:
-    """One typed method per op; a subclass sends the request in _call and _stream."""
+    """One typed method per op; a subclass sends the request in _call and _stream.
 
-    def _call(self, op: str, args: Mapping[str, Any]) -> Dict[str, Any]:
+    timeout is how long the caller waits for the answer, in seconds; None
+    waits as long as the engine takes."""
+
+    def _call(self, op: str, args: Mapping[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
         raise NotImplementedError
 
     def _stream(self, op: str, args: Mapping[str, Any]) -> Iterator[Union[StreamEvent, Dict[str, Any]]]:
         raise NotImplementedError
 
-    def _op_create(self, args: CreateArgs) -> SandboxData:
+    def _op_create(self, args: CreateArgs, timeout: Optional[float] = None) -> SandboxData:
         """launch a MicroVM and wait for RUNNING; local starts the embedded emulator first."""
-        return cast(SandboxData, self._call("create", args))
+        return cast(SandboxData, self._call("create", args, timeout))
 
-    def _op_attach(self, args: AttachArgs) -> SandboxData:
+    def _op_attach(self, args: AttachArgs, timeout: Optional[float] = None) -> SandboxData:
         """reach a MicroVM another process launched, by id and agent token."""
-        return cast(SandboxData, self._call("attach", args))
+        return cast(SandboxData, self._call("attach", args, timeout))
 
-    def _op_info(self, args: InfoArgs) -> SandboxData:
+    def _op_info(self, args: InfoArgs, timeout: Optional[float] = None) -> SandboxData:
         """the sandbox as the engine last saw it."""
-        return cast(SandboxData, self._call("info", args))
+        return cast(SandboxData, self._call("info", args, timeout))
 
-    def _op_run(self, args: RunArgs) -> ExecResultData:
+    def _op_run(self, args: RunArgs, timeout: Optional[float] = None) -> ExecResultData:
         """run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped."""
-        return cast(ExecResultData, self._call("run", args))
+        return cast(ExecResultData, self._call("run", args, timeout))
 
     def _op_stream(self, args: StreamArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
         """run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
         return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("stream", args))
 
-    def _op_write(self, args: WriteArgs) -> CopyData:
+    def _op_write(self, args: WriteArgs, timeout: Optional[float] = None) -> CopyData:
         """write a whole file, creating its parent directories."""
-        return cast(CopyData, self._call("write", args))
+        return cast(CopyData, self._call("write", args, timeout))
 
-    def _op_read(self, args: ReadArgs) -> FileData:
+    def _op_read(self, args: ReadArgs, timeout: Optional[float] = None) -> FileData:
         """read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file."""
-        return cast(FileData, self._call("read", args))
+        return cast(FileData, self._call("read", args, timeout))
 
-    def _op_list(self, args: ListArgs) -> DirData:
+    def _op_list(self, args: ListArgs, timeout: Optional[float] = None) -> DirData:
         """list a directory, depth levels deep (0 and 1 are its own entries)."""
-        return cast(DirData, self._call("list", args))
+        return cast(DirData, self._call("list", args, timeout))
 
-    def _op_upload_dir(self, args: UploadDirArgs) -> CopyData:
+    def _op_upload_dir(self, args: UploadDirArgs, timeout: Optional[float] = None) -> CopyData:
         """copy a local directory tree into the VM as a tar stream."""
-        return cast(CopyData, self._call("upload_dir", args))
+        return cast(CopyData, self._call("upload_dir", args, timeout))
 
-    def _op_download_dir(self, args: DownloadDirArgs) -> CopyData:
+    def _op_download_dir(self, args: DownloadDirArgs, timeout: Optional[float] = None) -> CopyData:
         """copy a VM directory tree into a local directory, every entry confined beneath it."""
-        return cast(CopyData, self._call("download_dir", args))
+        return cast(CopyData, self._call("download_dir", args, timeout))
 
-    def _op_suspend(self, args: SuspendArgs) -> StateData:
+    def _op_suspend(self, args: SuspendArgs, timeout: Optional[float] = None) -> StateData:
         """freeze a RUNNING VM; files, processes and the token survive."""
-        return cast(StateData, self._call("suspend", args))
+        return cast(StateData, self._call("suspend", args, timeout))
 
-    def _op_resume(self, args: ResumeArgs) -> StateData:
+    def _op_resume(self, args: ResumeArgs, timeout: Optional[float] = None) -> StateData:
         """thaw a SUSPENDED VM and wait for RUNNING."""
-        return cast(StateData, self._call("resume", args))
+        return cast(StateData, self._call("resume", args, timeout))
 
-    def _op_terminate(self, args: TerminateArgs) -> TeardownData:
+    def _op_terminate(self, args: TerminateArgs, timeout: Optional[float] = None) -> TeardownData:
         """tear the VM down (and with deleteImage, an image this sandbox built); never a failure: what could not be deleted is named."""
-        return cast(TeardownData, self._call("terminate", args))
+        return cast(TeardownData, self._call("terminate", args, timeout))
 
-    def _op_cost(self, args: CostArgs) -> CostData:
+    def _op_cost(self, args: CostArgs, timeout: Optional[float] = None) -> CostData:
         """price the run from what the platform reports, with the pinned rate table of the sandbox's region."""
-        return cast(CostData, self._call("cost", args))
+        return cast(CostData, self._call("cost", args, timeout))
 
-    def _op_url(self, args: URLArgs) -> URLData:
+    def _op_url(self, args: URLArgs, timeout: Optional[float] = None) -> URLData:
         """the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url)."""
-        return cast(URLData, self._call("url", args))
+        return cast(URLData, self._call("url", args, timeout))
 
-    def _op_start(self, args: StartArgs) -> ExecStartedData:
+    def _op_start(self, args: StartArgs, timeout: Optional[float] = None) -> ExecStartedData:
         """start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox)."""
-        return cast(ExecStartedData, self._call("start", args))
+        return cast(ExecStartedData, self._call("start", args, timeout))
 
-    def _op_poll(self, args: PollArgs) -> ExecResultData:
+    def _op_poll(self, args: PollArgs, timeout: Optional[float] = None) -> ExecResultData:
         """an exec's record, unchanged: phase running or exited, and the outcome once exited."""
-        return cast(ExecResultData, self._call("poll", args))
+        return cast(ExecResultData, self._call("poll", args, timeout))
 
-    def _op_wait(self, args: WaitArgs) -> ExecResultData:
+    def _op_wait(self, args: WaitArgs, timeout: Optional[float] = None) -> ExecResultData:
         """wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running."""
-        return cast(ExecResultData, self._call("wait", args))
+        return cast(ExecResultData, self._call("wait", args, timeout))
 
     def _op_follow(self, args: FollowArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
         """an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process; the last item is the envelope's data."""
         return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("follow", args))
 
-    def _op_kill(self, args: KillArgs) -> ExecSignalledData:
+    def _op_kill(self, args: KillArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success)."""
-        return cast(ExecSignalledData, self._call("kill", args))
+        return cast(ExecSignalledData, self._call("kill", args, timeout))
 
-    def _op_signal(self, args: SignalArgs) -> ExecSignalledData:
+    def _op_signal(self, args: SignalArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """send one named signal (TERM, HUP, INT, ...) to the exec's process group, once."""
-        return cast(ExecSignalledData, self._call("signal", args))
+        return cast(ExecSignalledData, self._call("signal", args, timeout))
 
-    def _op_resize(self, args: ResizeArgs) -> ExecSignalledData:
+    def _op_resize(self, args: ResizeArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """resize a tty exec's terminal."""
-        return cast(ExecSignalledData, self._call("resize", args))
+        return cast(ExecSignalledData, self._call("resize", args, timeout))
 
-    def _op_stdin_write(self, args: StdinWriteArgs) -> ExecSignalledData:
+    def _op_stdin_write(self, args: StdinWriteArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """write bytes to an exec's stdin (started with stdin or tty)."""
-        return cast(ExecSignalledData, self._call("stdin_write", args))
+        return cast(ExecSignalledData, self._call("stdin_write", args, timeout))
 
-    def _op_stdin_close(self, args: StdinCloseArgs) -> ExecSignalledData:
+    def _op_stdin_close(self, args: StdinCloseArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """close an exec's stdin: the child reads end of file."""
-        return cast(ExecSignalledData, self._call("stdin_close", args))
+        return cast(ExecSignalledData, self._call("stdin_close", args, timeout))
 
-    def _op_execs(self, args: ExecsArgs) -> ExecsData:
+    def _op_execs(self, args: ExecsArgs, timeout: Optional[float] = None) -> ExecsData:
         """every exec the daemon holds, oldest first."""
-        return cast(ExecsData, self._call("execs", args))
+        return cast(ExecsData, self._call("execs", args, timeout))
 
-    def _op_stat(self, args: StatArgs) -> PathData:
+    def _op_stat(self, args: StatArgs, timeout: Optional[float] = None) -> PathData:
         """one path's entry without following a final symlink; exists false (not an error) when nothing is there."""
-        return cast(PathData, self._call("stat", args))
+        return cast(PathData, self._call("stat", args, timeout))
 
-    def _op_mkdir(self, args: MkdirArgs) -> FsChangedData:
+    def _op_mkdir(self, args: MkdirArgs, timeout: Optional[float] = None) -> FsChangedData:
         """make a directory and its parents; created false when it already was one."""
-        return cast(FsChangedData, self._call("mkdir", args))
+        return cast(FsChangedData, self._call("mkdir", args, timeout))
 
-    def _op_move(self, args: MoveArgs) -> FsChangedData:
+    def _op_move(self, args: MoveArgs, timeout: Optional[float] = None) -> FsChangedData:
         """rename a path within the VM."""
-        return cast(FsChangedData, self._call("move", args))
+        return cast(FsChangedData, self._call("move", args, timeout))
 
-    def _op_remove(self, args: RemoveArgs) -> FsChangedData:
+    def _op_remove(self, args: RemoveArgs, timeout: Optional[float] = None) -> FsChangedData:
         """remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there."""
-        return cast(FsChangedData, self._call("remove", args))
+        return cast(FsChangedData, self._call("remove", args, timeout))
 
     def _op_watch(self, args: WatchArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
         """follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them; the last item is the envelope's data."""
         return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("watch", args))
 
-    def _op_health(self, args: HealthArgs) -> ProbeData:
+    def _op_health(self, args: HealthArgs, timeout: Optional[float] = None) -> ProbeData:
         """agentd's health answer (no credential needed) as its wire object."""
-        return cast(ProbeData, self._call("health", args))
+        return cast(ProbeData, self._call("health", args, timeout))
 
-    def _op_metrics(self, args: MetricsArgs) -> ProbeData:
+    def _op_metrics(self, args: MetricsArgs, timeout: Optional[float] = None) -> ProbeData:
         """the guest's CPU, memory, load and disk as agentd samples them, as its wire object."""
-        return cast(ProbeData, self._call("metrics", args))
+        return cast(ProbeData, self._call("metrics", args, timeout))
 
-    def _op_cancel(self, args: CancelArgs) -> ExecSignalledData:
+    def _op_cancel(self, args: CancelArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
-        return cast(ExecSignalledData, self._call("cancel", args))
+        return cast(ExecSignalledData, self._call("cancel", args, timeout))
 
-    def _op_run_many(self, args: RunManyArgs) -> RunFleetData:
+    def _op_run_many(self, args: RunManyArgs, timeout: Optional[float] = None) -> RunFleetData:
         """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""
-        return cast(RunFleetData, self._call("run_many", args))
+        return cast(RunFleetData, self._call("run_many", args, timeout))
+
+
+class AsyncOps:
+    """The same typed methods on asyncio; a subclass sends the request in _acall and _astream."""
+
+    async def _acall(self, op: str, args: Mapping[str, Any]) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def _astream(self, op: str, args: Mapping[str, Any]) -> AsyncIterator[Union[StreamEvent, Dict[str, Any]]]:
+        raise NotImplementedError
+
+    async def _aop_create(self, args: CreateArgs) -> SandboxData:
+        """launch a MicroVM and wait for RUNNING; local starts the embedded emulator first."""
+        return cast(SandboxData, await self._acall("create", args))
+
+    async def _aop_attach(self, args: AttachArgs) -> SandboxData:
+        """reach a MicroVM another process launched, by id and agent token."""
+        return cast(SandboxData, await self._acall("attach", args))
+
+    async def _aop_info(self, args: InfoArgs) -> SandboxData:
+        """the sandbox as the engine last saw it."""
+        return cast(SandboxData, await self._acall("info", args))
+
+    async def _aop_run(self, args: RunArgs) -> ExecResultData:
+        """run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped."""
+        return cast(ExecResultData, await self._acall("run", args))
+
+    def _aop_stream(self, args: StreamArgs) -> AsyncIterator[Union[StreamEvent, ExecStreamData]]:
+        """run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
+        return cast(AsyncIterator[Union[StreamEvent, ExecStreamData]], self._astream("stream", args))
+
+    async def _aop_write(self, args: WriteArgs) -> CopyData:
+        """write a whole file, creating its parent directories."""
+        return cast(CopyData, await self._acall("write", args))
+
+    async def _aop_read(self, args: ReadArgs) -> FileData:
+        """read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file."""
+        return cast(FileData, await self._acall("read", args))
+
+    async def _aop_list(self, args: ListArgs) -> DirData:
+        """list a directory, depth levels deep (0 and 1 are its own entries)."""
+        return cast(DirData, await self._acall("list", args))
+
+    async def _aop_upload_dir(self, args: UploadDirArgs) -> CopyData:
+        """copy a local directory tree into the VM as a tar stream."""
+        return cast(CopyData, await self._acall("upload_dir", args))
+
+    async def _aop_download_dir(self, args: DownloadDirArgs) -> CopyData:
+        """copy a VM directory tree into a local directory, every entry confined beneath it."""
+        return cast(CopyData, await self._acall("download_dir", args))
+
+    async def _aop_suspend(self, args: SuspendArgs) -> StateData:
+        """freeze a RUNNING VM; files, processes and the token survive."""
+        return cast(StateData, await self._acall("suspend", args))
+
+    async def _aop_resume(self, args: ResumeArgs) -> StateData:
+        """thaw a SUSPENDED VM and wait for RUNNING."""
+        return cast(StateData, await self._acall("resume", args))
+
+    async def _aop_terminate(self, args: TerminateArgs) -> TeardownData:
+        """tear the VM down (and with deleteImage, an image this sandbox built); never a failure: what could not be deleted is named."""
+        return cast(TeardownData, await self._acall("terminate", args))
+
+    async def _aop_cost(self, args: CostArgs) -> CostData:
+        """price the run from what the platform reports, with the pinned rate table of the sandbox's region."""
+        return cast(CostData, await self._acall("cost", args))
+
+    async def _aop_url(self, args: URLArgs) -> URLData:
+        """the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url)."""
+        return cast(URLData, await self._acall("url", args))
+
+    async def _aop_start(self, args: StartArgs) -> ExecStartedData:
+        """start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox)."""
+        return cast(ExecStartedData, await self._acall("start", args))
+
+    async def _aop_poll(self, args: PollArgs) -> ExecResultData:
+        """an exec's record, unchanged: phase running or exited, and the outcome once exited."""
+        return cast(ExecResultData, await self._acall("poll", args))
+
+    async def _aop_wait(self, args: WaitArgs) -> ExecResultData:
+        """wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running."""
+        return cast(ExecResultData, await self._acall("wait", args))
+
+    def _aop_follow(self, args: FollowArgs) -> AsyncIterator[Union[StreamEvent, ExecStreamData]]:
+        """an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process; the last item is the envelope's data."""
+        return cast(AsyncIterator[Union[StreamEvent, ExecStreamData]], self._astream("follow", args))
+
+    async def _aop_kill(self, args: KillArgs) -> ExecSignalledData:
+        """signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success)."""
+        return cast(ExecSignalledData, await self._acall("kill", args))
+
+    async def _aop_signal(self, args: SignalArgs) -> ExecSignalledData:
+        """send one named signal (TERM, HUP, INT, ...) to the exec's process group, once."""
+        return cast(ExecSignalledData, await self._acall("signal", args))
+
+    async def _aop_resize(self, args: ResizeArgs) -> ExecSignalledData:
+        """resize a tty exec's terminal."""
+        return cast(ExecSignalledData, await self._acall("resize", args))
+
+    async def _aop_stdin_write(self, args: StdinWriteArgs) -> ExecSignalledData:
+        """write bytes to an exec's stdin (started with stdin or tty)."""
+        return cast(ExecSignalledData, await self._acall("stdin_write", args))
+
+    async def _aop_stdin_close(self, args: StdinCloseArgs) -> ExecSignalledData:
+        """close an exec's stdin: the child reads end of file."""
+        return cast(ExecSignalledData, await self._acall("stdin_close", args))
+
+    async def _aop_execs(self, args: ExecsArgs) -> ExecsData:
+        """every exec the daemon holds, oldest first."""
+        return cast(ExecsData, await self._acall("execs", args))
+
+    async def _aop_stat(self, args: StatArgs) -> PathData:
+        """one path's entry without following a final symlink; exists false (not an error) when nothing is there."""
+        return cast(PathData, await self._acall("stat", args))
+
+    async def _aop_mkdir(self, args: MkdirArgs) -> FsChangedData:
+        """make a directory and its parents; created false when it already was one."""
+        return cast(FsChangedData, await self._acall("mkdir", args))
+
+    async def _aop_move(self, args: MoveArgs) -> FsChangedData:
+        """rename a path within the VM."""
+        return cast(FsChangedData, await self._acall("move", args))
+
+    async def _aop_remove(self, args: RemoveArgs) -> FsChangedData:
+        """remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there."""
+        return cast(FsChangedData, await self._acall("remove", args))
+
+    def _aop_watch(self, args: WatchArgs) -> AsyncIterator[Union[StreamEvent, ExecStreamData]]:
+        """follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them; the last item is the envelope's data."""
+        return cast(AsyncIterator[Union[StreamEvent, ExecStreamData]], self._astream("watch", args))
+
+    async def _aop_health(self, args: HealthArgs) -> ProbeData:
+        """agentd's health answer (no credential needed) as its wire object."""
+        return cast(ProbeData, await self._acall("health", args))
+
+    async def _aop_metrics(self, args: MetricsArgs) -> ProbeData:
+        """the guest's CPU, memory, load and disk as agentd samples them, as its wire object."""
+        return cast(ProbeData, await self._acall("metrics", args))
+
+    async def _aop_cancel(self, args: CancelArgs) -> ExecSignalledData:
+        """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
+        return cast(ExecSignalledData, await self._acall("cancel", args))
+
+    async def _aop_run_many(self, args: RunManyArgs) -> RunFleetData:
+        """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""
+        return cast(RunFleetData, await self._acall("run_many", args))
