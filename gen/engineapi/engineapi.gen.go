@@ -16,6 +16,7 @@ const ProtocolVersion = "1"
 // The ops.
 const (
 	OpCreate      = "create"
+	OpBuild       = "build"
 	OpAttach      = "attach"
 	OpInfo        = "info"
 	OpRun         = "run"
@@ -114,6 +115,31 @@ type CreateArgs struct {
 	SuspendedSec int64 `json:"suspendedSec"`
 	// MaxDurationSec is the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600
 	MaxDurationSec int64 `json:"maxDurationSec"`
+}
+
+// BuildArgs are the arguments of build: build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image.
+type BuildArgs struct {
+	// Local is build and run in the engine's own emulator: no AWS account
+	Local bool `json:"local"`
+	// Dockerfile is a Dockerfile on the engine's host (its directory is the build context locally); its FROM must match the base, and it needs a WORKDIR; empty builds the default stanza
+	Dockerfile string `json:"dockerfile"`
+	// MemoryMib is the size class by its baseline memory in MiB (api/cli.yaml size classes); zero is the default class
+	MemoryMib int64 `json:"memoryMib"`
+	// BaseImage is local: the image the Dockerfile's FROM stands for, an OCI image layout directory or docker-save tarball (run --base-image, for offline machines); empty pulls FROM
+	BaseImage        string `json:"baseImage"`
+	Region           string `json:"region"`
+	ControlEndpoint  string `json:"controlEndpoint"`
+	ExecutionRoleARN string `json:"executionRoleArn"`
+	AgentToken       string `json:"agentToken"`
+	// Agentd is the agentd baked into the image (local: the host's; AWS: an aarch64 build)
+	Agentd string `json:"agentd"`
+	// TimeoutSec is how long to wait for RUNNING; zero is the platform default
+	TimeoutSec     float64  `json:"timeoutSec"`
+	Egress         bool     `json:"egress"`
+	LaunchEnv      []string `json:"launchEnv"`
+	MaxIdleSec     int64    `json:"maxIdleSec"`
+	SuspendedSec   int64    `json:"suspendedSec"`
+	MaxDurationSec int64    `json:"maxDurationSec"`
 }
 
 // AttachArgs are the arguments of attach: reach a MicroVM another process launched, by id and agent token.
@@ -471,6 +497,7 @@ type Op struct {
 // Ops lists every op in declaration order.
 var Ops = []Op{
 	{Name: "create", Response: "microvm.sandbox", Streams: false},
+	{Name: "build", Response: "microvm.sandbox", Streams: true},
 	{Name: "attach", Response: "microvm.sandbox", Streams: false},
 	{Name: "info", Response: "microvm.sandbox", Streams: false},
 	{Name: "run", Response: "microvm.exec.result", Streams: false},

@@ -30,6 +30,7 @@ ERROR_KINDS: Dict[str, Tuple[str, int]] = {
 # Each op: the response type its envelope carries, and whether event frames precede it.
 OPS: Dict[str, Tuple[str, bool]] = {
     "create": ("microvm.sandbox", False),
+    "build": ("microvm.sandbox", True),
     "attach": ("microvm.sandbox", False),
     "info": ("microvm.sandbox", False),
     "run": ("microvm.exec.result", False),
@@ -352,6 +353,26 @@ CreateArgs = TypedDict("CreateArgs", {
 CreateArgs.__doc__ = "The arguments of create: launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. Every key may be left out."
 
 
+BuildArgs = TypedDict("BuildArgs", {
+    "local": bool,
+    "dockerfile": str,
+    "memoryMib": int,
+    "baseImage": str,
+    "region": str,
+    "controlEndpoint": str,
+    "executionRoleArn": str,
+    "agentToken": str,
+    "agentd": str,
+    "timeoutSec": float,
+    "egress": bool,
+    "launchEnv": List[str],
+    "maxIdleSec": int,
+    "suspendedSec": int,
+    "maxDurationSec": int,
+}, total=False)
+BuildArgs.__doc__ = "The arguments of build: build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image. Every key may be left out."
+
+
 AttachArgs = TypedDict("AttachArgs", {
     "microvmId": str,
     "agentToken": str,
@@ -615,6 +636,10 @@ class Ops:
         """launch a MicroVM and wait for RUNNING; local starts the embedded emulator first."""
         return cast(SandboxData, self._call("create", args, timeout))
 
+    def _op_build(self, args: BuildArgs) -> Iterator[Union[StreamEvent, SandboxData]]:
+        """build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image; the last item is the envelope's data."""
+        return cast(Iterator[Union[StreamEvent, SandboxData]], self._stream("build", args))
+
     def _op_attach(self, args: AttachArgs, timeout: Optional[float] = None) -> SandboxData:
         """reach a MicroVM another process launched, by id and agent token."""
         return cast(SandboxData, self._call("attach", args, timeout))
@@ -760,6 +785,10 @@ class AsyncOps:
     async def _aop_create(self, args: CreateArgs) -> SandboxData:
         """launch a MicroVM and wait for RUNNING; local starts the embedded emulator first."""
         return cast(SandboxData, await self._acall("create", args))
+
+    def _aop_build(self, args: BuildArgs) -> AsyncIterator[Union[StreamEvent, SandboxData]]:
+        """build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image; the last item is the envelope's data."""
+        return cast(AsyncIterator[Union[StreamEvent, SandboxData]], self._astream("build", args))
 
     async def _aop_attach(self, args: AttachArgs) -> SandboxData:
         """reach a MicroVM another process launched, by id and agent token."""

@@ -12,7 +12,7 @@ import tempfile
 import uuid
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Union, cast
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Union, cast
 
 from . import _contract as c
 from ._engine import AsyncEngine, Engine
@@ -154,6 +154,39 @@ class AsyncExecStream:
         aclose = getattr(self._events, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """One event of a local image build: a step's start or end, or a line of its output."""
+
+    step: int
+    steps: int
+    instruction: str
+    text: str  # output, UTF-8; empty for a step's start and end
+    done: bool
+    cached: bool
+
+
+def _build_args(local: bool, dockerfile: Optional[Union[str, "os.PathLike[str]"]], memory_mib: int,
+                base_image: Optional[str], create: c.CreateArgs) -> c.BuildArgs:
+    args = cast(c.BuildArgs, {k: v for k, v in create.items() if k not in ("image", "imageVersion")})
+    args["local"], args["memoryMib"] = local, memory_mib
+    if dockerfile is not None:
+        args["dockerfile"] = os.path.abspath(os.fspath(dockerfile))
+    if base_image is not None:
+        args["baseImage"] = base_image
+    return args
+
+
+def _progress(ev: Any, on_progress: Optional[Callable[[BuildProgress], None]]) -> Optional[c.SandboxData]:
+    if ev.get("event") == "build":
+        if on_progress is not None:
+            on_progress(BuildProgress(ev["step"], ev["steps"], ev["instruction"], ev["text"], ev["done"], ev["cached"]))
+        return None
+    if "microvmId" in ev:
+        return cast(c.SandboxData, ev)
+    return None
 
 
 @dataclass(frozen=True)
@@ -546,6 +579,50 @@ class Sandbox:
             raise
 
     @classmethod
+    def build(
+        cls,
+        *,
+        local: bool = False,
+        dockerfile: Optional[Union[str, "os.PathLike[str]"]] = None,
+        memory_mib: int = 0,
+        base_image: Optional[str] = None,
+        on_progress: Optional[Callable[[BuildProgress], None]] = None,
+        region: Optional[str] = None,
+        control_endpoint: Optional[str] = None,
+        execution_role_arn: Optional[str] = None,
+        agent_token: Optional[str] = None,
+        agentd: Optional[str] = None,
+        timeout_sec: Optional[float] = None,
+        egress: bool = False,
+        launch_env: Optional[Dict[str, str]] = None,
+        max_idle_sec: Optional[int] = None,
+        suspended_sec: Optional[int] = None,
+        max_duration_sec: Optional[int] = None,
+        binary: Optional[str] = None,
+    ) -> "Sandbox":
+        """Build an image (from dockerfile, or the default one at memory_mib's size
+        class) and launch a sandbox of it, as `microvm build` then create.
+
+        on_progress sees each step and output line of a local build while it
+        runs. base_image (local) is what FROM stands for: an OCI layout
+        directory or docker-save tarball, for a machine that cannot pull.
+        terminate(delete_image=True) deletes the image.
+        """
+        create = _create_args(local, None, None, region, control_endpoint, execution_role_arn, agent_token, agentd,
+                              timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
+        args = _build_args(local, dockerfile, memory_mib, base_image, create)
+        engine = Engine(binary)
+        try:
+            info: Optional[c.SandboxData] = None
+            for ev in engine._op_build(args):
+                info = _progress(ev, on_progress) or info
+            assert info is not None
+            return cls(engine, info)
+        except BaseException:
+            engine.close()
+            raise
+
+    @classmethod
     def attach(
         cls,
         microvm_id: str,
@@ -913,6 +990,43 @@ class AsyncSandbox:
         engine = await AsyncEngine.start(binary)
         try:
             return cls(engine, await engine._aop_create(args))
+        except BaseException:
+            await asyncio.shield(engine.close())
+            raise
+
+    @classmethod
+    async def build(
+        cls,
+        *,
+        local: bool = False,
+        dockerfile: Optional[Union[str, "os.PathLike[str]"]] = None,
+        memory_mib: int = 0,
+        base_image: Optional[str] = None,
+        on_progress: Optional[Callable[[BuildProgress], None]] = None,
+        region: Optional[str] = None,
+        control_endpoint: Optional[str] = None,
+        execution_role_arn: Optional[str] = None,
+        agent_token: Optional[str] = None,
+        agentd: Optional[str] = None,
+        timeout_sec: Optional[float] = None,
+        egress: bool = False,
+        launch_env: Optional[Dict[str, str]] = None,
+        max_idle_sec: Optional[int] = None,
+        suspended_sec: Optional[int] = None,
+        max_duration_sec: Optional[int] = None,
+        binary: Optional[str] = None,
+    ) -> "AsyncSandbox":
+        """Sandbox.build on asyncio."""
+        create = _create_args(local, None, None, region, control_endpoint, execution_role_arn, agent_token, agentd,
+                              timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
+        args = _build_args(local, dockerfile, memory_mib, base_image, create)
+        engine = await AsyncEngine.start(binary)
+        try:
+            info: Optional[c.SandboxData] = None
+            async for ev in engine._aop_build(args):
+                info = _progress(ev, on_progress) or info
+            assert info is not None
+            return cls(engine, info)
         except BaseException:
             await asyncio.shield(engine.close())
             raise

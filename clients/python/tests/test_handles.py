@@ -3,9 +3,9 @@ microvm engine in local mode. Nothing is stubbed; every wait is bounded."""
 import os
 import time
 import unittest
-from typing import Callable
+from typing import Callable, List
 
-from microvms import FsEvent, InvalidArgError, OutputChunk, Sandbox, TimeoutError, UnexpectedError
+from microvms import BuildProgress, FsEvent, InvalidArgError, OutputChunk, Sandbox, TimeoutError, UnexpectedError
 
 from .engine_env import require_engine
 
@@ -141,6 +141,24 @@ class HandlesTest(unittest.TestCase):
         with self.assertRaises(TimeoutError):
             self.sb._engine._op_wait({"execId": p.exec_id}, 0.2)
         p.kill()
+
+
+class BuildTest(unittest.TestCase):
+    def setUp(self) -> None:
+        require_engine()
+
+    def test_build_at_a_size_class_with_progress(self) -> None:
+        seen: List[BuildProgress] = []
+        with Sandbox.build(local=True, memory_mib=4096, on_progress=seen.append) as sb:
+            # Catches: progress never reaching the caller, or a build whose
+            # image is not the one launched (the size class is the image's).
+            self.assertTrue(seen, "no build progress arrived")
+            self.assertEqual(seen[0].step, 1)
+            self.assertEqual(sb.run("echo built").stdout, "built\n")
+            self.assertIn("4096", sb.cost().size)
+            report = sb.terminate(delete_image=True)
+            self.assertIsNotNone(report.image_identifier)
+            self.assertFalse(report.leaked, report)
 
 
 class BadInputTest(unittest.TestCase):

@@ -31,6 +31,7 @@ export type ErrorCode = keyof typeof ERROR_KINDS;
 /** Each op: the response type its envelope carries, and whether event frames precede it. */
 export const OPS = {
   create: { response: "microvm.sandbox", streams: false },
+  build: { response: "microvm.sandbox", streams: true },
   attach: { response: "microvm.sandbox", streams: false },
   info: { response: "microvm.sandbox", streams: false },
   run: { response: "microvm.exec.result", streams: false },
@@ -401,6 +402,31 @@ export interface CreateArgs {
   readonly "maxDurationSec"?: number;
 }
 
+/** The arguments of build: build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image. Every key may be left out. */
+export interface BuildArgs {
+  /** build and run in the engine's own emulator: no AWS account */
+  readonly "local"?: boolean;
+  /** a Dockerfile on the engine's host (its directory is the build context locally); its FROM must match the base, and it needs a WORKDIR; empty builds the default stanza */
+  readonly "dockerfile"?: string;
+  /** the size class by its baseline memory in MiB (api/cli.yaml size classes); zero is the default class */
+  readonly "memoryMib"?: number;
+  /** local: the image the Dockerfile's FROM stands for, an OCI image layout directory or docker-save tarball (run --base-image, for offline machines); empty pulls FROM */
+  readonly "baseImage"?: string;
+  readonly "region"?: string;
+  readonly "controlEndpoint"?: string;
+  readonly "executionRoleArn"?: string;
+  readonly "agentToken"?: string;
+  /** the agentd baked into the image (local: the host's; AWS: an aarch64 build) */
+  readonly "agentd"?: string;
+  /** how long to wait for RUNNING; zero is the platform default */
+  readonly "timeoutSec"?: number;
+  readonly "egress"?: boolean;
+  readonly "launchEnv"?: string[];
+  readonly "maxIdleSec"?: number;
+  readonly "suspendedSec"?: number;
+  readonly "maxDurationSec"?: number;
+}
+
 /** The arguments of attach: reach a MicroVM another process launched, by id and agent token. Every key may be left out. */
 export interface AttachArgs {
   readonly "microvmId"?: string;
@@ -667,6 +693,11 @@ export abstract class Ops {
   /** launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. */
   protected async opCreate(args: CreateArgs): Promise<SandboxData> {
     return (await this.call("create", args)) as SandboxData;
+  }
+
+  /** build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image; the last item is the envelope's data. */
+  protected opBuild(args: BuildArgs): AsyncIterable<StreamEvent | SandboxData> {
+    return this.stream("build", args) as AsyncIterable<StreamEvent | SandboxData>;
   }
 
   /** reach a MicroVM another process launched, by id and agent token. */

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
@@ -37,6 +38,13 @@ type Hooks struct {
 	ResolveImage func(ctx context.Context, pf *platform.Platform, image string) (arn, name string, err error)
 	// EmulatorSide is what client/platform needs of a local control plane.
 	EmulatorSide func() *platform.Emulator
+	// LocalPlatform is the platform over the engine's own emulator, as
+	// `--local` opens it (its artifact bucket included), for a build.
+	LocalPlatform func(ctx context.Context, emu *embedded.Emulator, region client.Region) (*platform.Platform, error)
+	// BuildImage builds an image on pf (emu is its emulator in local mode)
+	// from dockerfile, or the default stanza when empty, at a size class,
+	// as `microvm build` does.
+	BuildImage func(ctx context.Context, pf *platform.Platform, emu *embedded.Emulator, dockerfile, agentd string, memoryMiB int) (*build.Result, error)
 }
 
 // maxEngineLine bounds one request line: a file written through `write`
@@ -66,8 +74,9 @@ type engine struct {
 	launched        bool // this engine launched sb, so it tears it down when its caller goes
 	imageARN        string
 
-	reqMu    sync.Mutex
-	inflight map[int64]context.CancelFunc // the cancel op's targets, by request id
+	reqMu       sync.Mutex
+	inflight    map[int64]context.CancelFunc // the cancel op's targets, by request id
+	buildEvents func(any)                    // the running build's event sender, if any
 }
 
 // Serve answers the requests on a's stdin, one response line each on its
@@ -205,6 +214,12 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.create(ctx, args)
+	case engineapi.OpBuild:
+		var args engineapi.BuildArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.build(ctx, req.ID, args)
 	case engineapi.OpAttach:
 		var args engineapi.AttachArgs
 		if err := decodeArgs(req.Args, &args); err != nil {
