@@ -132,7 +132,7 @@ var surfaceTypes = map[string][]string{
 var notYetInTypeScript = map[string]bool{
 	"start": true, "poll": true, "wait": true, "follow": true, "kill": true, "signal": true, "resize": true,
 	"stdin_write": true, "stdin_close": true, "execs": true, "stat": true, "mkdir": true, "move": true,
-	"remove": true, "watch": true, "health": true, "metrics": true, "cancel": true,
+	"remove": true, "watch": true, "health": true, "metrics": true, "cancel": true, "build": true,
 }
 
 func repoRoot(t *testing.T) string {
