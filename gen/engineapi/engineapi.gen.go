@@ -15,41 +15,46 @@ const ProtocolVersion = "1"
 
 // The ops.
 const (
-	OpCreate      = "create"
-	OpBuild       = "build"
-	OpAttach      = "attach"
-	OpInfo        = "info"
-	OpRun         = "run"
-	OpStream      = "stream"
-	OpWrite       = "write"
-	OpRead        = "read"
-	OpList        = "list"
-	OpUploadDir   = "upload_dir"
-	OpDownloadDir = "download_dir"
-	OpSuspend     = "suspend"
-	OpResume      = "resume"
-	OpTerminate   = "terminate"
-	OpCost        = "cost"
-	OpURL         = "url"
-	OpStart       = "start"
-	OpPoll        = "poll"
-	OpWait        = "wait"
-	OpFollow      = "follow"
-	OpKill        = "kill"
-	OpSignal      = "signal"
-	OpResize      = "resize"
-	OpStdinWrite  = "stdin_write"
-	OpStdinClose  = "stdin_close"
-	OpExecs       = "execs"
-	OpStat        = "stat"
-	OpMkdir       = "mkdir"
-	OpMove        = "move"
-	OpRemove      = "remove"
-	OpWatch       = "watch"
-	OpHealth      = "health"
-	OpMetrics     = "metrics"
-	OpCancel      = "cancel"
-	OpRunMany     = "run_many"
+	OpCreate        = "create"
+	OpBuild         = "build"
+	OpAttach        = "attach"
+	OpInfo          = "info"
+	OpRun           = "run"
+	OpStream        = "stream"
+	OpWrite         = "write"
+	OpRead          = "read"
+	OpList          = "list"
+	OpUploadDir     = "upload_dir"
+	OpDownloadDir   = "download_dir"
+	OpSuspend       = "suspend"
+	OpResume        = "resume"
+	OpTerminate     = "terminate"
+	OpCost          = "cost"
+	OpURL           = "url"
+	OpStart         = "start"
+	OpPoll          = "poll"
+	OpWait          = "wait"
+	OpFollow        = "follow"
+	OpKill          = "kill"
+	OpSignal        = "signal"
+	OpResize        = "resize"
+	OpStdinWrite    = "stdin_write"
+	OpStdinClose    = "stdin_close"
+	OpExecs         = "execs"
+	OpStat          = "stat"
+	OpMkdir         = "mkdir"
+	OpMove          = "move"
+	OpRemove        = "remove"
+	OpWatch         = "watch"
+	OpHealth        = "health"
+	OpMetrics       = "metrics"
+	OpCancel        = "cancel"
+	OpPoolOpen      = "pool_open"
+	OpPoolWaitReady = "pool_wait_ready"
+	OpPoolAcquire   = "pool_acquire"
+	OpPoolRelease   = "pool_release"
+	OpPoolClose     = "pool_close"
+	OpRunMany       = "run_many"
 )
 
 // The engine-only response types.
@@ -63,6 +68,7 @@ const (
 	TypePath          = "microvm.path"
 	TypeFsChanged     = "microvm.fs.changed"
 	TypeProbe         = "microvm.probe"
+	TypePool          = "microvm.pool"
 )
 
 // Request is one line on the engine's stdin.
@@ -376,6 +382,49 @@ type CancelArgs struct {
 	RequestID int64 `json:"requestId"`
 }
 
+// PoolOpenArgs are the arguments of pool_open: hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine.
+type PoolOpenArgs struct {
+	// Size is members kept launched and suspended, 1..MAX_POOL_SIZE
+	Size int64 `json:"size"`
+	// Refill is launches in flight at once while filling; zero is the default
+	Refill int64 `json:"refill"`
+	// Local is run the pool in the engine's own emulator
+	Local bool `json:"local"`
+	// Image is the image's ARN or name; empty in local mode is the emulator's default image
+	Image            string `json:"image"`
+	ImageVersion     string `json:"imageVersion"`
+	Region           string `json:"region"`
+	ControlEndpoint  string `json:"controlEndpoint"`
+	ExecutionRoleARN string `json:"executionRoleArn"`
+	Agentd           string `json:"agentd"`
+	Egress           bool   `json:"egress"`
+	// LaunchEnv is delivered at launch, long before an acquire: never one tenant's secrets
+	LaunchEnv  []string `json:"launchEnv"`
+	MaxIdleSec int64    `json:"maxIdleSec"`
+	// SuspendedSec is keep it longer than members wait in the pool; zero is run's default, 600
+	SuspendedSec   int64 `json:"suspendedSec"`
+	MaxDurationSec int64 `json:"maxDurationSec"`
+}
+
+// PoolWaitReadyArgs are the arguments of pool_wait_ready: wait until the pool is full; a timeout is a result whose ready says how many are.
+type PoolWaitReadyArgs struct {
+	// TimeoutSec is zero waits as long as it takes
+	TimeoutSec float64 `json:"timeoutSec"`
+}
+
+// PoolAcquireArgs are the arguments of pool_acquire: hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine.
+type PoolAcquireArgs struct {
+}
+
+// PoolReleaseArgs are the arguments of pool_release: terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named.
+type PoolReleaseArgs struct {
+	MicrovmID string `json:"microvmId"`
+}
+
+// PoolCloseArgs are the arguments of pool_close: stop the refill and tear down every member, handed out or not: one report for the pool's life.
+type PoolCloseArgs struct {
+}
+
 // RunManyArgs are the arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none).
 type RunManyArgs struct {
 	// Count is how many MicroVMs, 1..MAX_FLEET_COUNT
@@ -487,6 +536,22 @@ type ProbeData struct {
 	Probe any `json:"probe"`
 }
 
+// PoolData is the data of a microvm.pool envelope.
+type PoolData struct {
+	Size int64 `json:"size"`
+	// Ready is members launched, suspended and waiting
+	Ready int64 `json:"ready"`
+	// Served is members acquire handed out
+	Served int64 `json:"served"`
+	Closed bool  `json:"closed"`
+	// Leaked is pool_close: what members' teardowns could not delete
+	Leaked []string `json:"leaked"`
+	Local  bool     `json:"local"`
+	Region string   `json:"region"`
+	// ControlEndpoint is what an attach to a member passes
+	ControlEndpoint *string `json:"controlEndpoint"`
+}
+
 // Op is one op: its response type and whether event frames precede the envelope.
 type Op struct {
 	Name     string
@@ -530,5 +595,10 @@ var Ops = []Op{
 	{Name: "health", Response: "microvm.probe", Streams: false},
 	{Name: "metrics", Response: "microvm.probe", Streams: false},
 	{Name: "cancel", Response: "microvm.exec.signalled", Streams: false},
+	{Name: "pool_open", Response: "microvm.pool", Streams: false},
+	{Name: "pool_wait_ready", Response: "microvm.pool", Streams: false},
+	{Name: "pool_acquire", Response: "microvm.sandbox", Streams: false},
+	{Name: "pool_release", Response: "microvm.teardown", Streams: false},
+	{Name: "pool_close", Response: "microvm.pool", Streams: false},
 	{Name: "run_many", Response: "microvm.run.fleet", Streams: false},
 }

@@ -63,6 +63,11 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "health": ("microvm.probe", False),
     "metrics": ("microvm.probe", False),
     "cancel": ("microvm.exec.signalled", False),
+    "pool_open": ("microvm.pool", False),
+    "pool_wait_ready": ("microvm.pool", False),
+    "pool_acquire": ("microvm.sandbox", False),
+    "pool_release": ("microvm.teardown", False),
+    "pool_close": ("microvm.pool", False),
     "run_many": ("microvm.run.fleet", False),
 }
 
@@ -273,6 +278,19 @@ ProbeData = TypedDict("ProbeData", {
     "probe": Dict[str, Any],
 })
 ProbeData.__doc__ = "The data of a microvm.probe envelope."
+
+
+PoolData = TypedDict("PoolData", {
+    "size": int,
+    "ready": int,
+    "served": int,
+    "closed": bool,
+    "leaked": List[str],
+    "local": bool,
+    "region": str,
+    "controlEndpoint": Optional[str],
+})
+PoolData.__doc__ = "The data of a microvm.pool envelope."
 
 
 RunFleetData = TypedDict("RunFleetData", {
@@ -605,6 +623,47 @@ CancelArgs = TypedDict("CancelArgs", {
 CancelArgs.__doc__ = "The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out."
 
 
+PoolOpenArgs = TypedDict("PoolOpenArgs", {
+    "size": int,
+    "refill": int,
+    "local": bool,
+    "image": str,
+    "imageVersion": str,
+    "region": str,
+    "controlEndpoint": str,
+    "executionRoleArn": str,
+    "agentd": str,
+    "egress": bool,
+    "launchEnv": List[str],
+    "maxIdleSec": int,
+    "suspendedSec": int,
+    "maxDurationSec": int,
+}, total=False)
+PoolOpenArgs.__doc__ = "The arguments of pool_open: hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine. Every key may be left out."
+
+
+PoolWaitReadyArgs = TypedDict("PoolWaitReadyArgs", {
+    "timeoutSec": float,
+}, total=False)
+PoolWaitReadyArgs.__doc__ = "The arguments of pool_wait_ready: wait until the pool is full; a timeout is a result whose ready says how many are. Every key may be left out."
+
+
+PoolAcquireArgs = TypedDict("PoolAcquireArgs", {
+})
+PoolAcquireArgs.__doc__ = "The arguments of pool_acquire: hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine. Every key may be left out."
+
+
+PoolReleaseArgs = TypedDict("PoolReleaseArgs", {
+    "microvmId": str,
+}, total=False)
+PoolReleaseArgs.__doc__ = "The arguments of pool_release: terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named. Every key may be left out."
+
+
+PoolCloseArgs = TypedDict("PoolCloseArgs", {
+})
+PoolCloseArgs.__doc__ = "The arguments of pool_close: stop the refill and tear down every member, handed out or not: one report for the pool's life. Every key may be left out."
+
+
 RunManyArgs = TypedDict("RunManyArgs", {
     "count": int,
     "parallel": int,
@@ -768,6 +827,26 @@ class Ops:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, self._call("cancel", args, timeout))
 
+    def _op_pool_open(self, args: PoolOpenArgs, timeout: Optional[float] = None) -> PoolData:
+        """hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine."""
+        return cast(PoolData, self._call("pool_open", args, timeout))
+
+    def _op_pool_wait_ready(self, args: PoolWaitReadyArgs, timeout: Optional[float] = None) -> PoolData:
+        """wait until the pool is full; a timeout is a result whose ready says how many are."""
+        return cast(PoolData, self._call("pool_wait_ready", args, timeout))
+
+    def _op_pool_acquire(self, args: PoolAcquireArgs, timeout: Optional[float] = None) -> SandboxData:
+        """hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine."""
+        return cast(SandboxData, self._call("pool_acquire", args, timeout))
+
+    def _op_pool_release(self, args: PoolReleaseArgs, timeout: Optional[float] = None) -> TeardownData:
+        """terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named."""
+        return cast(TeardownData, self._call("pool_release", args, timeout))
+
+    def _op_pool_close(self, args: PoolCloseArgs, timeout: Optional[float] = None) -> PoolData:
+        """stop the refill and tear down every member, handed out or not: one report for the pool's life."""
+        return cast(PoolData, self._call("pool_close", args, timeout))
+
     def _op_run_many(self, args: RunManyArgs, timeout: Optional[float] = None) -> RunFleetData:
         """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""
         return cast(RunFleetData, self._call("run_many", args, timeout))
@@ -917,6 +996,26 @@ class AsyncOps:
     async def _aop_cancel(self, args: CancelArgs) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, await self._acall("cancel", args))
+
+    async def _aop_pool_open(self, args: PoolOpenArgs) -> PoolData:
+        """hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine."""
+        return cast(PoolData, await self._acall("pool_open", args))
+
+    async def _aop_pool_wait_ready(self, args: PoolWaitReadyArgs) -> PoolData:
+        """wait until the pool is full; a timeout is a result whose ready says how many are."""
+        return cast(PoolData, await self._acall("pool_wait_ready", args))
+
+    async def _aop_pool_acquire(self, args: PoolAcquireArgs) -> SandboxData:
+        """hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine."""
+        return cast(SandboxData, await self._acall("pool_acquire", args))
+
+    async def _aop_pool_release(self, args: PoolReleaseArgs) -> TeardownData:
+        """terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named."""
+        return cast(TeardownData, await self._acall("pool_release", args))
+
+    async def _aop_pool_close(self, args: PoolCloseArgs) -> PoolData:
+        """stop the refill and tear down every member, handed out or not: one report for the pool's life."""
+        return cast(PoolData, await self._acall("pool_close", args))
 
     async def _aop_run_many(self, args: RunManyArgs) -> RunFleetData:
         """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""

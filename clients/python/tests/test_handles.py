@@ -5,7 +5,7 @@ import time
 import unittest
 from typing import Callable, List
 
-from microvms import BuildProgress, FsEvent, InvalidArgError, OutputChunk, Sandbox, TimeoutError, UnexpectedError
+from microvms import BuildProgress, FsEvent, Pool, InvalidArgError, OutputChunk, Sandbox, TimeoutError, UnexpectedError
 
 from .engine_env import require_engine
 
@@ -159,6 +159,25 @@ class BuildTest(unittest.TestCase):
             report = sb.terminate(delete_image=True)
             self.assertIsNotNone(report.image_identifier)
             self.assertFalse(report.leaked, report)
+
+
+class PoolTest(unittest.TestCase):
+    def setUp(self) -> None:
+        require_engine()
+
+    def test_acquire_release_close(self) -> None:
+        with Pool.open(size=2, local=True) as pool:
+            st = pool.wait_ready(timeout=120)
+            self.assertEqual((st.size, st.ready), (2, 2))
+            with pool.acquire() as sb:
+                self.assertEqual(sb.run("echo member").stdout, "member\n")
+                first = sb.microvm_id
+            # Catches: a member put back for the next tenant.
+            with pool.acquire() as sb2:
+                self.assertNotEqual(sb2.microvm_id, first)
+            status = pool.close()
+            self.assertEqual(status.served, 2)
+            self.assertEqual(status.leaked, [])
 
 
 class BadInputTest(unittest.TestCase):

@@ -74,6 +74,13 @@ type engine struct {
 	launched        bool // this engine launched sb, so it tears it down when its caller goes
 	imageARN        string
 
+	// A pool instead of a sandbox (pool_open), and the members it handed out.
+	pool       *sandbox.Pool
+	poolSize   int64
+	poolClosed bool
+	served     int64
+	members    map[string]*sandbox.Sandbox
+
 	reqMu       sync.Mutex
 	inflight    map[int64]context.CancelFunc // the cancel op's targets, by request id
 	buildEvents func(any)                    // the running build's event sender, if any
@@ -145,6 +152,14 @@ func (e *engine) shutdown() {
 		cancel()
 		if !rep.Clean() {
 			e.a.Warn("engine: teardown of %s left %v", e.sb.ID(), rep.Leaked)
+		}
+	}
+	if e.pool != nil && !e.poolClosed {
+		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
+		rep := e.pool.Close(ctx)
+		cancel()
+		if !rep.Clean() {
+			e.a.Warn("engine: the pool's teardown left %v", rep.Leaked())
 		}
 	}
 	if e.emu != nil {
@@ -232,6 +247,34 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.hooks.RunMany(ctx, args)
+	case engineapi.OpPoolOpen:
+		var args engineapi.PoolOpenArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poolOpen(ctx, args)
+	case engineapi.OpPoolWaitReady:
+		var args engineapi.PoolWaitReadyArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poolWaitReady(ctx, args)
+	case engineapi.OpPoolAcquire:
+		if err := decodeArgs(req.Args, &engineapi.PoolAcquireArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.poolAcquire(ctx)
+	case engineapi.OpPoolRelease:
+		var args engineapi.PoolReleaseArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poolRelease(ctx, args)
+	case engineapi.OpPoolClose:
+		if err := decodeArgs(req.Args, &engineapi.PoolCloseArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.poolClose(ctx)
 	case engineapi.OpCancel:
 		var args engineapi.CancelArgs
 		if err := decodeArgs(req.Args, &args); err != nil {
@@ -368,18 +411,10 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		}
 		// Teardown outlives the caller's cancel: a half-done one is the worst leak.
 		rep := sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{DeleteImage: args.DeleteImage})
-		d := cliapi.TeardownData{MicrovmID: sb.ID(), Leaked: []string{}, UndeletedLogGroups: []string{}}
-		for _, l := range rep.Leaked {
-			if l.Kind == "log_group" {
-				d.UndeletedLogGroups = append(d.UndeletedLogGroups, l.ID)
-				continue
-			}
-			d.Leaked = append(d.Leaked, l.Kind+" "+l.ID)
-		}
+		d := teardownData(sb, rep)
 		if rep.ImageDeleted != sandbox.ImageNotAsked && e.imageARN != "" {
 			d.ImageIdentifier = render.Present(e.imageARN)
 		}
-		d.State = render.Present(string(sb.Lifecycle()))
 		return cliapi.TypeTeardown, d, nil
 	case engineapi.OpCost:
 		if err := decodeArgs(req.Args, &engineapi.CostArgs{}); err != nil {
