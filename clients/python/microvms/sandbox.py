@@ -6,6 +6,7 @@ request, and its answer is the CLI envelope's data, wrapped in a small class.
 """
 import asyncio
 import base64
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional,
 
 from . import _contract as c
 from ._engine import AsyncEngine, Engine
+from .errors import TimeoutError as TimeoutError_
 
 Command = Union[str, Sequence[str]]
 
@@ -631,6 +633,7 @@ class Sandbox:
         control_endpoint: Optional[str] = None,
         region: Optional[str] = None,
         binary: Optional[str] = None,
+        timeout: Optional[float] = None,
     ) -> "Sandbox":
         """Reach a MicroVM another process launched, by its id and agent token.
 
@@ -644,7 +647,7 @@ class Sandbox:
             args["region"] = region
         engine = Engine(binary)
         try:
-            return cls(engine, engine._op_attach(args))
+            return cls(engine, engine._op_attach(args, timeout))
         except BaseException:
             engine.close()
             raise
@@ -687,14 +690,23 @@ class Sandbox:
 
     def run(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
             timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
-            group: Optional[int] = None) -> ExecResult:
+            group: Optional[int] = None, timeout: Optional[float] = None) -> ExecResult:
         """Run a command and wait for it: a string through the shell, a sequence as argv.
 
         timeout_sec has the guest kill it (the result then has timed_out True,
-        timeout_limit "timeout_sec"). stdout and stderr keep at most 8 MiB
-        each; truncated says bytes were dropped. user and group are numeric ids.
+        timeout_limit "timeout_sec"). timeout is how long this call waits:
+        past it the command is killed and the result has timed_out True,
+        timeout_limit "wait". stdout and stderr keep at most 8 MiB each;
+        truncated says bytes were dropped. user and group are numeric ids.
         """
-        return ExecResult._from(self._engine._op_run(_exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)))
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)
+        try:
+            return ExecResult._from(self._engine._op_run(args, timeout))
+        except TimeoutError_:
+            p = Process(self._engine, args["execId"])
+            p.kill()
+            r = p.wait(timeout=30)
+            return dataclasses.replace(r, timed_out=True, timeout_limit="wait")
 
     def stream(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
@@ -738,9 +750,9 @@ class Sandbox:
         """Thaw a suspended VM and wait until it runs again. Returns the new state."""
         return self._engine._op_resume({}, timeout)["state"]
 
-    def terminate(self, *, delete_image: bool = False) -> TeardownReport:
+    def terminate(self, *, delete_image: bool = False, timeout: Optional[float] = None) -> TeardownReport:
         """Tear the VM down; never raises for what it could not delete, it names it."""
-        return _teardown(self._engine._op_terminate({"deleteImage": delete_image}))
+        return _teardown(self._engine._op_terminate({"deleteImage": delete_image}, timeout))
 
     def url(self, port: int, *, expires_minutes: int = 0, timeout: Optional[float] = None) -> PortURL:
         """The URL, headers and expiry that reach guest port `port`; expires_minutes is 1..60, 0 for 60."""

@@ -78,6 +78,9 @@ class HandlesTest(unittest.TestCase):
         r = self.sb.run("sleep 30", timeout_sec=0.3)
         self.assertTrue(r.timed_out)
         self.assertEqual(r.timeout_limit, "timeout_sec")
+        cut = self.sb.run("sleep 30", timeout=0.3, exec_id="py-cut-1")
+        # Catches: a sync call with no bound, or a bound that leaves the command running.
+        self.assertEqual((cut.timed_out, cut.timeout_limit, cut.running), (True, "wait", False))
         p = self.sb.start("sleep 30")
         w = p.wait(timeout=0.2)
         self.assertEqual((w.timed_out, w.timeout_limit, w.running), (True, "wait", True))
