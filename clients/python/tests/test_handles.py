@@ -1,6 +1,7 @@
 """The sync Sandbox's handle, fs, probe and launch ops against the real
 microvm engine in local mode. Nothing is stubbed; every wait is bounded."""
 import os
+import signal
 import time
 import unittest
 from typing import Callable, List
@@ -192,6 +193,21 @@ class BadInputTest(unittest.TestCase):
             Sandbox.create(local=True, max_duration_sec=28801)
         self.assertEqual(ctx.exception.exit_code, 2)
         self.assertTrue(ctx.exception.finding)
+
+    def test_a_stopped_engine_is_a_timeout_not_a_hang(self) -> None:
+        sb = Sandbox.create(local=True)
+        try:
+            os.kill(sb.engine_pid, signal.SIGSTOP)
+            try:
+                # Catches: a sync call (or its cancel) that waits on a hung engine forever.
+                with self.assertRaises(TimeoutError) as ctx:
+                    sb.files.exists("/", timeout=0.5)
+                self.assertEqual(ctx.exception.exit_code, 10)
+            finally:
+                os.kill(sb.engine_pid, signal.SIGCONT)
+            self.assertTrue(sb.files.exists("/"))
+        finally:
+            sb.close()
 
     def test_dead_engine_is_named(self) -> None:
         sb = Sandbox.create(local=True)
