@@ -53,6 +53,7 @@ const (
 	OpPoolWaitReady = "pool_wait_ready"
 	OpPoolAcquire   = "pool_acquire"
 	OpPoolRelease   = "pool_release"
+	OpPoolCost      = "pool_cost"
 	OpPoolClose     = "pool_close"
 	OpRunMany       = "run_many"
 )
@@ -421,6 +422,10 @@ type PoolReleaseArgs struct {
 	MicrovmID string `json:"microvmId"`
 }
 
+// PoolCostArgs are the arguments of pool_cost: price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region.
+type PoolCostArgs struct {
+}
+
 // PoolCloseArgs are the arguments of pool_close: stop the refill and tear down every member, handed out or not: one report for the pool's life.
 type PoolCloseArgs struct {
 }
@@ -599,6 +604,7 @@ var Ops = []Op{
 	{Name: "pool_wait_ready", Response: "microvm.pool", Streams: false},
 	{Name: "pool_acquire", Response: "microvm.sandbox", Streams: false},
 	{Name: "pool_release", Response: "microvm.teardown", Streams: false},
+	{Name: "pool_cost", Response: "microvm.cost", Streams: false},
 	{Name: "pool_close", Response: "microvm.pool", Streams: false},
 	{Name: "run_many", Response: "microvm.run.fleet", Streams: false},
 }

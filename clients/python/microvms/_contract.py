@@ -67,6 +67,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "pool_wait_ready": ("microvm.pool", False),
     "pool_acquire": ("microvm.sandbox", False),
     "pool_release": ("microvm.teardown", False),
+    "pool_cost": ("microvm.cost", False),
     "pool_close": ("microvm.pool", False),
     "run_many": ("microvm.run.fleet", False),
 }
@@ -659,6 +660,11 @@ PoolReleaseArgs = TypedDict("PoolReleaseArgs", {
 PoolReleaseArgs.__doc__ = "The arguments of pool_release: terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named. Every key may be left out."
 
 
+PoolCostArgs = TypedDict("PoolCostArgs", {
+})
+PoolCostArgs.__doc__ = "The arguments of pool_cost: price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region. Every key may be left out."
+
+
 PoolCloseArgs = TypedDict("PoolCloseArgs", {
 })
 PoolCloseArgs.__doc__ = "The arguments of pool_close: stop the refill and tear down every member, handed out or not: one report for the pool's life. Every key may be left out."
@@ -843,6 +849,10 @@ class Ops:
         """terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named."""
         return cast(TeardownData, self._call("pool_release", args, timeout))
 
+    def _op_pool_cost(self, args: PoolCostArgs, timeout: Optional[float] = None) -> CostData:
+        """price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region."""
+        return cast(CostData, self._call("pool_cost", args, timeout))
+
     def _op_pool_close(self, args: PoolCloseArgs, timeout: Optional[float] = None) -> PoolData:
         """stop the refill and tear down every member, handed out or not: one report for the pool's life."""
         return cast(PoolData, self._call("pool_close", args, timeout))
@@ -1012,6 +1022,10 @@ class AsyncOps:
     async def _aop_pool_release(self, args: PoolReleaseArgs) -> TeardownData:
         """terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named."""
         return cast(TeardownData, await self._acall("pool_release", args))
+
+    async def _aop_pool_cost(self, args: PoolCostArgs) -> CostData:
+        """price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region."""
+        return cast(CostData, await self._acall("pool_cost", args))
 
     async def _aop_pool_close(self, args: PoolCloseArgs) -> PoolData:
         """stop the refill and tear down every member, handed out or not: one report for the pool's life."""

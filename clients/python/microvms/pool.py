@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 from . import _contract as c
 from ._engine import AsyncEngine, Engine
-from .sandbox import AsyncSandbox, Sandbox, TeardownReport, _create_args, _teardown
+from .sandbox import AsyncSandbox, CostReport, Sandbox, TeardownReport, _create_args, _teardown
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,10 @@ class Pool:
         finally:
             self.release(sb)
 
+    def cost(self, *, timeout: Optional[float] = None) -> CostReport:
+        """What the pool's whole life cost so far, every member included."""
+        return CostReport._from(self._engine._op_pool_cost({}, timeout)["report"])
+
     def close(self, *, timeout: Optional[float] = None) -> PoolStatus:
         """Stop the refill and tear down every member; then end the engine. A second close returns the first's status."""
         if self._final is None:
@@ -171,6 +175,10 @@ class AsyncPool:
             yield sb
         finally:
             await asyncio.shield(self.release(sb))
+
+    async def cost(self) -> CostReport:
+        """What the pool's whole life cost so far, every member included."""
+        return CostReport._from((await self._engine._aop_pool_cost({}))["report"])
 
     async def close(self) -> PoolStatus:
         """Stop the refill and tear down every member; then end the engine. A second close returns the first's status."""

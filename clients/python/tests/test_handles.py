@@ -179,6 +179,7 @@ class PoolTest(unittest.TestCase):
             # Catches: a member put back for the next tenant.
             with pool.acquire() as sb2:
                 self.assertNotEqual(sb2.microvm_id, first)
+            self.assertTrue(pool.cost().items, "the pool's cost has its lines")
             status = pool.close()
             self.assertEqual(status.served, 2)
             self.assertEqual(status.leaked, [])

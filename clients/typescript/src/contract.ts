@@ -68,6 +68,7 @@ export const OPS = {
   pool_wait_ready: { response: "microvm.pool", streams: false },
   pool_acquire: { response: "microvm.sandbox", streams: false },
   pool_release: { response: "microvm.teardown", streams: false },
+  pool_cost: { response: "microvm.cost", streams: false },
   pool_close: { response: "microvm.pool", streams: false },
   run_many: { response: "microvm.run.fleet", streams: false },
 } as const;
@@ -721,6 +722,10 @@ export interface PoolReleaseArgs {
   readonly "microvmId"?: string;
 }
 
+/** The arguments of pool_cost: price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region. Every key may be left out. */
+export interface PoolCostArgs {
+}
+
 /** The arguments of pool_close: stop the refill and tear down every member, handed out or not: one report for the pool's life. Every key may be left out. */
 export interface PoolCloseArgs {
 }
@@ -942,6 +947,11 @@ export abstract class Ops {
   /** terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named. */
   protected async opPoolRelease(args: PoolReleaseArgs): Promise<TeardownData> {
     return (await this.call("pool_release", args)) as TeardownData;
+  }
+
+  /** price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region. */
+  protected async opPoolCost(args: PoolCostArgs): Promise<CostData> {
+    return (await this.call("pool_cost", args)) as CostData;
   }
 
   /** stop the refill and tear down every member, handed out or not: one report for the pool's life. */

@@ -270,6 +270,11 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.poolRelease(ctx, args)
+	case engineapi.OpPoolCost:
+		if err := decodeArgs(req.Args, &engineapi.PoolCostArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.poolCost(ctx)
 	case engineapi.OpPoolClose:
 		if err := decodeArgs(req.Args, &engineapi.PoolCloseArgs{}); err != nil {
 			return "", nil, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
@@ -146,6 +147,18 @@ func (e *engine) poolRelease(ctx context.Context, args engineapi.PoolReleaseArgs
 	}
 	rep := p.Release(context.WithoutCancel(ctx), sb)
 	return cliapi.TypeTeardown, teardownData(sb, rep), nil
+}
+
+func (e *engine) poolCost(ctx context.Context) (string, any, error) {
+	p, err := e.heldPool()
+	if err != nil {
+		return "", nil, err
+	}
+	rep, err := p.Cost(ctx, cost.Pinned(e.region))
+	if err != nil {
+		return "", nil, err
+	}
+	return cliapi.TypeCost, cliapi.CostData{Report: render.CostReport(rep)}, nil
 }
 
 func (e *engine) poolClose(ctx context.Context) (string, any, error) {

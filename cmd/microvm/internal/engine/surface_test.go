@@ -59,7 +59,7 @@ var surface = map[string]string{
 	"Pool.Acquire":   "op:pool_acquire",
 	"Pool.Release":   "op:pool_release",
 	"Pool.Close":     "op:pool_close",
-	"Pool.Cost":      "go-only: NOT YET in the engine (issue 45): pricing every member of a pool; each acquired member's cost op prices it",
+	"Pool.Cost":      "op:pool_cost",
 	// client.Session: the agentd calls
 	"Session.Exec":             "op:poll",
 	"Session.Start":            "op:start",
@@ -133,7 +133,7 @@ var notYetInTypeScript = map[string]bool{
 	"start": true, "poll": true, "wait": true, "follow": true, "kill": true, "signal": true, "resize": true,
 	"stdin_write": true, "stdin_close": true, "execs": true, "stat": true, "mkdir": true, "move": true,
 	"remove": true, "watch": true, "health": true, "metrics": true, "cancel": true, "build": true,
-	"pool_open": true, "pool_wait_ready": true, "pool_acquire": true, "pool_release": true, "pool_close": true,
+	"pool_open": true, "pool_wait_ready": true, "pool_acquire": true, "pool_release": true, "pool_close": true, "pool_cost": true,
 }
 
 func repoRoot(t *testing.T) string {
