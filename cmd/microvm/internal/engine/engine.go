@@ -6,14 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
@@ -39,6 +38,13 @@ type Hooks struct {
 	ResolveImage func(ctx context.Context, pf *platform.Platform, image string) (arn, name string, err error)
 	// EmulatorSide is what client/platform needs of a local control plane.
 	EmulatorSide func() *platform.Emulator
+	// LocalPlatform is the platform over the engine's own emulator, as
+	// `--local` opens it (its artifact bucket included), for a build.
+	LocalPlatform func(ctx context.Context, emu *embedded.Emulator, region client.Region) (*platform.Platform, error)
+	// BuildImage builds an image on pf (emu is its emulator in local mode)
+	// from dockerfile, or the default stanza when empty, at a size class,
+	// as `microvm build` does.
+	BuildImage func(ctx context.Context, pf *platform.Platform, emu *embedded.Emulator, dockerfile, agentd string, memoryMiB int) (*build.Result, error)
 }
 
 // maxEngineLine bounds one request line: a file written through `write`
@@ -67,13 +73,24 @@ type engine struct {
 	controlEndpoint string
 	launched        bool // this engine launched sb, so it tears it down when its caller goes
 	imageARN        string
+
+	// A pool instead of a sandbox (pool_open), and the members it handed out.
+	pool       *sandbox.Pool
+	poolSize   int64
+	poolClosed bool
+	served     int64
+	members    map[string]*sandbox.Sandbox
+
+	reqMu       sync.Mutex
+	inflight    map[int64]context.CancelFunc // the cancel op's targets, by request id
+	buildEvents func(any)                    // the running build's event sender, if any
 }
 
 // Serve answers the requests on a's stdin, one response line each on its
 // stdout, until stdin ends or ctx does; then it tears down the sandbox it
 // launched.
 func Serve(ctx context.Context, a *render.IO, hooks Hooks) error {
-	e := &engine{a: a, hooks: hooks, out: json.NewEncoder(a.Stdout)}
+	e := &engine{a: a, hooks: hooks, out: json.NewEncoder(a.Stdout), inflight: map[int64]context.CancelFunc{}}
 	e.out.SetEscapeHTML(false)
 	ops, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
@@ -137,6 +154,14 @@ func (e *engine) shutdown() {
 			e.a.Warn("engine: teardown of %s left %v", e.sb.ID(), rep.Leaked)
 		}
 	}
+	if e.pool != nil && !e.poolClosed {
+		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
+		rep := e.pool.Close(ctx)
+		cancel()
+		if !rep.Clean() {
+			e.a.Warn("engine: the pool's teardown left %v", rep.Leaked())
+		}
+	}
 	if e.emu != nil {
 		e.emu.Close()
 	}
@@ -149,8 +174,19 @@ func (e *engine) send(r engineapi.Reply) {
 	_ = e.out.Encode(r)
 }
 
-// serve answers one request with its final envelope.
+// serve answers one request with its final envelope. The request's context
+// is the cancel op's to end.
 func (e *engine) serve(ctx context.Context, req engineapi.Request) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e.reqMu.Lock()
+	e.inflight[req.ID] = cancel
+	e.reqMu.Unlock()
+	defer func() {
+		e.reqMu.Lock()
+		delete(e.inflight, req.ID)
+		e.reqMu.Unlock()
+	}()
 	typ, data, err := e.dispatch(ctx, req)
 	if err != nil {
 		ce := render.AsClientError(err)
@@ -193,6 +229,12 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.create(ctx, args)
+	case engineapi.OpBuild:
+		var args engineapi.BuildArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.build(ctx, req.ID, args)
 	case engineapi.OpAttach:
 		var args engineapi.AttachArgs
 		if err := decodeArgs(req.Args, &args); err != nil {
@@ -205,6 +247,53 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.hooks.RunMany(ctx, args)
+	case engineapi.OpPoolOpen:
+		var args engineapi.PoolOpenArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poolOpen(ctx, args)
+	case engineapi.OpPoolWaitReady:
+		var args engineapi.PoolWaitReadyArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poolWaitReady(ctx, args)
+	case engineapi.OpPoolAcquire:
+		if err := decodeArgs(req.Args, &engineapi.PoolAcquireArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.poolAcquire(ctx)
+	case engineapi.OpPoolRelease:
+		var args engineapi.PoolReleaseArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poolRelease(ctx, args)
+	case engineapi.OpPoolCost:
+		if err := decodeArgs(req.Args, &engineapi.PoolCostArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.poolCost(ctx)
+	case engineapi.OpPoolClose:
+		if err := decodeArgs(req.Args, &engineapi.PoolCloseArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.poolClose(ctx)
+	case engineapi.OpCancel:
+		var args engineapi.CancelArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		e.reqMu.Lock()
+		cancel, ok := e.inflight[args.RequestID]
+		e.reqMu.Unlock()
+		if ok && args.RequestID != req.ID {
+			cancel()
+		}
+		// A request that already finished is no failure: the caller cannot
+		// know it lost that race.
+		return engineapi.TypeExecSignalled, engineapi.ExecSignalledData{Done: ok}, nil
 	}
 	sb, err := e.sandbox()
 	if err != nil {
@@ -230,17 +319,25 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
 		}
+		mode, err := fileMode(args.Mode)
+		if err != nil {
+			return "", nil, err
+		}
+		if args.LocalPath != "" {
+			if args.DataBase64 != "" {
+				return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: write takes dataBase64 or localPath, not both")
+			}
+			n, err := writeFrom(ctx, sb, args.Path, args.LocalPath, mode)
+			if err != nil {
+				return "", nil, err
+			}
+			return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: n, Local: args.LocalPath, Remote: args.Path}, nil
+		}
 		data, err := base64.StdEncoding.DecodeString(args.DataBase64)
 		if err != nil {
 			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: dataBase64: %v", err)
 		}
-		var mode uint64
-		if args.Mode != "" {
-			if mode, err = strconv.ParseUint(args.Mode, 8, 32); err != nil || mode > 0o7777 {
-				return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: mode %q is not four octal digits", args.Mode)
-			}
-		}
-		if err := sb.WriteFile(ctx, args.Path, data, fs.FileMode(mode)); err != nil {
+		if err := sb.WriteFile(ctx, args.Path, data, mode); err != nil {
 			return "", nil, err
 		}
 		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: int64(len(data)), Local: "", Remote: args.Path}, nil
@@ -248,6 +345,13 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		var args engineapi.ReadArgs
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
+		}
+		if args.LocalPath != "" {
+			n, err := readTo(ctx, sb, args.Path, args.LocalPath)
+			if err != nil {
+				return "", nil, err
+			}
+			return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: n}, nil
 		}
 		data, err := sb.ReadFile(ctx, args.Path)
 		if err != nil {
@@ -312,18 +416,10 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		}
 		// Teardown outlives the caller's cancel: a half-done one is the worst leak.
 		rep := sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{DeleteImage: args.DeleteImage})
-		d := cliapi.TeardownData{MicrovmID: sb.ID(), Leaked: []string{}, UndeletedLogGroups: []string{}}
-		for _, l := range rep.Leaked {
-			if l.Kind == "log_group" {
-				d.UndeletedLogGroups = append(d.UndeletedLogGroups, l.ID)
-				continue
-			}
-			d.Leaked = append(d.Leaked, l.Kind+" "+l.ID)
-		}
+		d := teardownData(sb, rep)
 		if rep.ImageDeleted != sandbox.ImageNotAsked && e.imageARN != "" {
 			d.ImageIdentifier = render.Present(e.imageARN)
 		}
-		d.State = render.Present(string(sb.Lifecycle()))
 		return cliapi.TypeTeardown, d, nil
 	case engineapi.OpCost:
 		if err := decodeArgs(req.Args, &engineapi.CostArgs{}); err != nil {
@@ -340,6 +436,100 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return engineURL(ctx, sb, args)
+	case engineapi.OpStart:
+		var args engineapi.StartArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.start(ctx, sb, args)
+	case engineapi.OpPoll:
+		var args engineapi.PollArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poll(ctx, sb, args)
+	case engineapi.OpWait:
+		var args engineapi.WaitArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.wait(ctx, sb, args)
+	case engineapi.OpFollow:
+		var args engineapi.FollowArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.follow(ctx, sb, req.ID, args)
+	case engineapi.OpKill:
+		var args engineapi.KillArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.kill(ctx, sb, args)
+	case engineapi.OpSignal:
+		var args engineapi.SignalArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.signal(ctx, sb, args)
+	case engineapi.OpResize:
+		var args engineapi.ResizeArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.resize(ctx, sb, args)
+	case engineapi.OpStdinWrite:
+		var args engineapi.StdinWriteArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.stdinWrite(ctx, sb, args)
+	case engineapi.OpStdinClose:
+		var args engineapi.StdinCloseArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.stdinClose(ctx, sb, args)
+	case engineapi.OpExecs:
+		if err := decodeArgs(req.Args, &engineapi.ExecsArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.execs(ctx, sb)
+	case engineapi.OpStat:
+		var args engineapi.StatArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.stat(ctx, sb, args)
+	case engineapi.OpMkdir:
+		var args engineapi.MkdirArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.mkdir(ctx, sb, args)
+	case engineapi.OpMove:
+		var args engineapi.MoveArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.move(ctx, sb, args)
+	case engineapi.OpRemove:
+		var args engineapi.RemoveArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.remove(ctx, sb, args)
+	case engineapi.OpWatch:
+		var args engineapi.WatchArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.watch(ctx, sb, req.ID, args)
+	case engineapi.OpHealth, engineapi.OpMetrics:
+		if err := decodeArgs(req.Args, &engineapi.HealthArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.probe(ctx, sb, req.Op == engineapi.OpMetrics)
 	}
 	return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
 }
