@@ -78,6 +78,7 @@ var surface = map[string]string{
 	"Session.Watch":            "op:watch",
 	"Session.OpenFile":         "op:read",
 	"Session.ReadFile":         "op:read",
+	"Session.Download":         "op:read",
 	"Session.WriteFile":        "op:write",
 	"Session.WriteFileDurable": "go-only: fsync before the answer; the packages' write is the plain one",
 	"Session.OpenTar":          "op:download_dir",
