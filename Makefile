@@ -144,6 +144,16 @@ demo:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(MAKE) bench-clients
+
+# Python / TypeScript / Go in one run against one local sandbox each: a
+# 256 MiB file write and read, 256 MiB of streamed stdout, 200 short run()
+# calls, as ratios to Go (scripts/bench/clients.py; MICROVMS_BENCH_MIB=16
+# for a quick look).
+bench-clients: $(TS_DIR)/node_modules/.installed
+	$(GO) build -o $(CLIENTS_BIN)/ ./cmd/agentd ./cmd/microvm
+	cd $(TS_DIR) && node_modules/.bin/tsc -p tsconfig.build.json
+	python3 scripts/bench/clients.py $(CLIENTS_BIN)
 
 # Every fuzz target of every package, FUZZTIME each (go test allows one
 # target per run). The seed corpora also run as plain tests in `make test`.

@@ -1,0 +1,96 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/sandbox"
+)
+
+// BenchmarkClientRows is the Go row of the cross-language table `make
+// bench-clients` prints (scripts/bench/clients.py): against one sandbox on
+// the local emulator, a file write and read and streamed stdout of
+// $MICROVMS_BENCH_MIB MiB (256 unset) and 200 short Run calls per op. The
+// Python and TypeScript rows run the same four operations through their
+// packages' `microvm engine`, so their ratios to this row are what the engine
+// hop and each language cost.
+//
+//	go test ./client/sandbox/ -run '^$' -bench BenchmarkClientRows -benchtime 1x
+func BenchmarkClientRows(b *testing.B) {
+	ctx := context.Background()
+	mib := 256
+	if v := os.Getenv("MICROVMS_BENCH_MIB"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("MICROVMS_BENCH_MIB=%q is not a positive count of MiB", v)
+		}
+		mib = n
+	}
+	size := mib << 20
+	emu := startEmbedded(b)
+	sb, err := emu.Launch(ctx, sandbox.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Terminate(ctx, sandbox.TeardownOptions{})
+	data := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	const path = "/tmp/microvms-bench.bin"
+	b.Run(fmt.Sprintf("write-%dMiB", mib), func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			if err := sb.WriteFile(ctx, path, data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("read-%dMiB", mib), func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			got, err := sb.ReadFile(ctx, path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(got) != size {
+				b.Fatalf("read %d bytes, wrote %d", len(got), size)
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("stream-%dMiB", mib), func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			var n countingWriter
+			res, err := sb.Run(ctx, []string{"head", "-c", strconv.Itoa(size), "/dev/zero"}, client.RunOptions{Stdout: &n})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if int(n) != size || res.ExitStatus != 0 {
+				b.Fatalf("streamed %d bytes of %d, exit %d", n, size, res.ExitStatus)
+			}
+		}
+	})
+	b.Run("run-x200", func(b *testing.B) {
+		for b.Loop() {
+			for range 200 {
+				if _, err := sb.Run(ctx, []string{"true"}, client.RunOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	if _, err := sb.Run(ctx, []string{"rm", "-f", path}, client.RunOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// countingWriter counts streamed bytes and keeps none.
+type countingWriter int
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	*c += countingWriter(len(p))
+	return len(p), nil
+}

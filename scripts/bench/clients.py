@@ -1,0 +1,66 @@
+"""`make bench-clients`: Python / TypeScript / Go in the same run, against one
+local sandbox each, for a file write and read and streamed stdout of
+$MICROVMS_BENCH_MIB MiB (256 unset) and 200 short run() calls.
+
+The Go row is BenchmarkClientRows (client/sandbox: the library straight to
+agentd); the Python and TypeScript rows (rows_python.py, rows_typescript.mjs)
+go through their package's `microvm engine`. Each language runs alone, one
+after the other, so they do not share the machine's cores. The table gives
+seconds and, per language, Go's time over its time (1.00 = as fast as Go;
+the issue asks for at least 0.80).
+
+    python3 scripts/bench/clients.py BINDIR   (BINDIR holds microvm and agentd)
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def go_row(env: dict) -> dict:
+    out = subprocess.run(["go", "test", "./client/sandbox/", "-run", "^$", "-bench", "^BenchmarkClientRows$", "-benchtime", "1x", "-count", "1"],
+                         cwd=REPO, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("the Go row failed:\n" + out.stdout + out.stderr)
+    row = {}
+    for name, ns in re.findall(r"^BenchmarkClientRows/(\S+?)(?:-\d+)?\s+\d+\s+(\d+(?:\.\d+)?) ns/op", out.stdout, re.M):
+        row[name] = float(ns) / 1e9
+    return row
+
+
+def run_row(argv: list, env: dict, what: str) -> dict:
+    out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("the %s row failed:\n%s%s" % (what, out.stdout, out.stderr))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    bindir = os.path.abspath(sys.argv[1])
+    env = dict(os.environ, MICROVM_BIN=os.path.join(bindir, "microvm"), MICROVM_AGENTD=os.path.join(bindir, "agentd"))
+    rows = {"Go": go_row(env)}
+    rows["Python"] = run_row([sys.executable, os.path.join(HERE, "rows_python.py")],
+                             dict(env, PYTHONPATH=os.path.join(REPO, "clients", "python"), PYTHONDONTWRITEBYTECODE="1"), "Python")
+    rows["TypeScript"] = run_row(["node", os.path.join(HERE, "rows_typescript.mjs"),
+                                  os.path.join(REPO, "clients", "typescript", "dist", "src", "sandbox.js")], env, "TypeScript")
+    names = list(rows["Go"])
+    for lang, row in rows.items():
+        if sorted(row) != sorted(names):
+            sys.exit("the %s row has %s, the Go row %s" % (lang, sorted(row), sorted(names)))
+    print("| operation | Go | Python | TypeScript |")
+    print("|---|---|---|---|")
+    for name in names:
+        go = rows["Go"][name]
+        cells = ["%.2f s" % go] + ["%.2f s (%.2fx)" % (rows[l][name], go / rows[l][name]) for l in ("Python", "TypeScript")]
+        print("| %s | %s |" % (name, " | ".join(cells)))
+    print("(x: Go's time over the language's; 1.00 is as fast as Go)")
+
+
+if __name__ == "__main__":
+    main()
