@@ -134,7 +134,7 @@ dist: $(TS_DIR)/node_modules/.installed
 # PATH, and the READMEs' quickstarts run from them verbatim.
 test-dist:
 	$(MAKE) dist DIST_ARCHES=$$($(GO) env GOARCH)
-	cd scripts/dist && PYTHONDONTWRITEBYTECODE=1 python3 -m unittest -v test_clean_install
+	cd scripts/dist && PYTHONDONTWRITEBYTECODE=1 python3 -m unittest -v test_dist_files test_clean_install
 
 # The main job on one machine: microvm run --local builds, launches, runs
 # `uname -a` in a MicroVM on the in-process emulator, reports the cost and

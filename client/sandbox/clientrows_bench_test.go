@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"testing"
@@ -51,7 +52,15 @@ func BenchmarkClientRows(b *testing.B) {
 	b.Run(fmt.Sprintf("read-%dMiB", mib), func(b *testing.B) {
 		b.SetBytes(int64(size))
 		for b.Loop() {
-			got, err := sb.ReadFile(ctx, path)
+			// ReadFile holds at most MaxReadFileBytes; a larger file is
+			// read through the session's stream, into memory as the
+			// Python and TypeScript rows read it.
+			rc, err := sb.Session().OpenFile(ctx, path, client.LineRange{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			got, err := io.ReadAll(rc)
+			rc.Close()
 			if err != nil {
 				b.Fatal(err)
 			}

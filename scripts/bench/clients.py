@@ -19,6 +19,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
+GO_NAMES: list = []
 
 
 def go_row(env: dict) -> dict:
@@ -33,10 +34,19 @@ def go_row(env: dict) -> dict:
 
 
 def run_row(argv: list, env: dict, what: str) -> dict:
+    """One JSON line per operation as it ends, so a driver that dies midway
+    keeps the rows it finished; the others name how it died."""
     out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
+    row: dict = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            row.update(json.loads(line))
     if out.returncode != 0:
-        sys.exit("the %s row failed:\n%s%s" % (what, out.stdout, out.stderr))
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        why = (out.stderr.strip().splitlines() or ["no output"])
+        died = "the %s driver exited %d: %s" % (what, out.returncode, " / ".join(l.strip() for l in why[-3:])[:300])
+        for name in GO_NAMES:
+            row.setdefault(name, {"error": died})
+    return row
 
 
 def main() -> None:
@@ -45,6 +55,7 @@ def main() -> None:
     bindir = os.path.abspath(sys.argv[1])
     env = dict(os.environ, MICROVM_BIN=os.path.join(bindir, "microvm"), MICROVM_AGENTD=os.path.join(bindir, "agentd"))
     rows = {"Go": go_row(env)}
+    GO_NAMES[:] = list(rows["Go"])
     rows["Python"] = run_row([sys.executable, os.path.join(HERE, "rows_python.py")],
                              dict(env, PYTHONPATH=os.path.join(REPO, "clients", "python"), PYTHONDONTWRITEBYTECODE="1"), "Python")
     rows["TypeScript"] = run_row(["node", os.path.join(HERE, "rows_typescript.mjs"),
@@ -55,11 +66,23 @@ def main() -> None:
             sys.exit("the %s row has %s, the Go row %s" % (lang, sorted(row), sorted(names)))
     print("| operation | Go | Python | TypeScript |")
     print("|---|---|---|---|")
+    failed = []
     for name in names:
         go = rows["Go"][name]
-        cells = ["%.2f s" % go] + ["%.2f s (%.2fx)" % (rows[l][name], go / rows[l][name]) for l in ("Python", "TypeScript")]
+        cells = ["%.2f s" % go]
+        for lang in ("Python", "TypeScript"):
+            v = rows[lang][name]
+            if isinstance(v, dict):
+                failed.append("%s %s: %s" % (lang, name, v["error"]))
+                cells.append("fails (below)")
+            else:
+                cells.append("%.2f s (%.2fx)" % (v, go / v))
         print("| %s | %s |" % (name, " | ".join(cells)))
     print("(x: Go's time over the language's; 1.00 is as fast as Go)")
+    for line in failed:
+        print("- " + line)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

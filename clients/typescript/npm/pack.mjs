@@ -64,10 +64,17 @@ execFileSync(process.execPath, [join(pkgDir, "node_modules", "typescript", "bin"
 const dir = join(stage, "microvms");
 mkdirSync(dir, { recursive: true });
 for (const f of ["dist/src", "src", "README.md", "tsconfig.json", "tsconfig.build.json"]) cpSync(join(pkgDir, f), join(dir, f), { recursive: true });
+// Every runtime dependency is bundled with what it depends on in turn.
 const bundled = Object.keys(main.dependencies ?? {});
-for (const dep of ["openapi-fetch", "openapi-typescript-helpers"]) {
-  cpSync(join(pkgDir, "node_modules", dep), join(dir, "node_modules", dep), { recursive: true });
-}
+const copied = new Set();
+const bundle = (dep) => {
+  if (copied.has(dep)) return;
+  copied.add(dep);
+  const from = join(pkgDir, "node_modules", dep);
+  cpSync(from, join(dir, "node_modules", dep), { recursive: true });
+  for (const d of Object.keys(JSON.parse(readFileSync(join(from, "package.json"), "utf8")).dependencies ?? {})) bundle(d);
+};
+bundled.forEach(bundle);
 const { scripts, devDependencies, ...rest } = main;
 const published = {
   ...rest,
