@@ -30,13 +30,38 @@ const (
 	OpTerminate   = "terminate"
 	OpCost        = "cost"
 	OpURL         = "url"
+	OpStart       = "start"
+	OpPoll        = "poll"
+	OpWait        = "wait"
+	OpFollow      = "follow"
+	OpKill        = "kill"
+	OpSignal      = "signal"
+	OpResize      = "resize"
+	OpStdinWrite  = "stdin_write"
+	OpStdinClose  = "stdin_close"
+	OpExecs       = "execs"
+	OpStat        = "stat"
+	OpMkdir       = "mkdir"
+	OpMove        = "move"
+	OpRemove      = "remove"
+	OpWatch       = "watch"
+	OpHealth      = "health"
+	OpMetrics     = "metrics"
+	OpCancel      = "cancel"
 	OpRunMany     = "run_many"
 )
 
 // The engine-only response types.
 const (
-	TypeSandbox = "microvm.sandbox"
-	TypeFile    = "microvm.file"
+	TypeSandbox       = "microvm.sandbox"
+	TypeFile          = "microvm.file"
+	TypeExecStarted   = "microvm.exec.started"
+	TypeExecResult    = "microvm.exec.result"
+	TypeExecSignalled = "microvm.exec.signalled"
+	TypeExecs         = "microvm.execs"
+	TypePath          = "microvm.path"
+	TypeFsChanged     = "microvm.fs.changed"
+	TypeProbe         = "microvm.probe"
 )
 
 // Request is one line on the engine's stdin.
@@ -79,6 +104,16 @@ type CreateArgs struct {
 	Agentd string `json:"agentd"`
 	// TimeoutSec is how long to wait for RUNNING; zero is the platform default
 	TimeoutSec float64 `json:"timeoutSec"`
+	// Egress is give the VM outbound network (run --egress); left out, it has none
+	Egress bool `json:"egress"`
+	// LaunchEnv is NAME=value entries for every exec in the VM, delivered once at launch (run --launch-env)
+	LaunchEnv []string `json:"launchEnv"`
+	// MaxIdleSec is suspend the VM after this many seconds without inbound traffic; zero is run's default, 600
+	MaxIdleSec int64 `json:"maxIdleSec"`
+	// SuspendedSec is terminate the VM after this many seconds suspended; zero is run's default, 600
+	SuspendedSec int64 `json:"suspendedSec"`
+	// MaxDurationSec is the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600
+	MaxDurationSec int64 `json:"maxDurationSec"`
 }
 
 // AttachArgs are the arguments of attach: reach a MicroVM another process launched, by id and agent token.
@@ -94,7 +129,7 @@ type AttachArgs struct {
 type InfoArgs struct {
 }
 
-// RunArgs are the arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so.
+// RunArgs are the arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped.
 type RunArgs struct {
 	// Command is argv; with shell, one script string
 	Command []string `json:"command"`
@@ -107,6 +142,10 @@ type RunArgs struct {
 	TimeoutSec float64 `json:"timeoutSec"`
 	// ExecID is the idempotency key; empty mints one
 	ExecID string `json:"execId"`
+	// User is the numeric uid the command runs as; empty keeps the daemon's
+	User string `json:"user"`
+	// Group is the numeric gid the command runs as; empty keeps the daemon's
+	Group string `json:"group"`
 }
 
 // StreamArgs are the arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection.
@@ -122,6 +161,10 @@ type StreamArgs struct {
 	TimeoutSec float64 `json:"timeoutSec"`
 	// ExecID is the idempotency key; empty mints one
 	ExecID string `json:"execId"`
+	// User is the numeric uid the command runs as; empty keeps the daemon's
+	User string `json:"user"`
+	// Group is the numeric gid the command runs as; empty keeps the daemon's
+	Group string `json:"group"`
 }
 
 // WriteArgs are the arguments of write: write a whole file, creating its parent directories.
@@ -130,11 +173,15 @@ type WriteArgs struct {
 	DataBase64 string `json:"dataBase64"`
 	// Mode is four octal digits; empty leaves the daemon's default
 	Mode string `json:"mode"`
+	// LocalPath is a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files)
+	LocalPath string `json:"localPath"`
 }
 
-// ReadArgs are the arguments of read: read a whole file.
+// ReadArgs are the arguments of read: read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file.
 type ReadArgs struct {
 	Path string `json:"path"`
+	// LocalPath is a host file to write the bytes to instead of dataBase64 (which is then empty): the bytes never cross the engine pipe
+	LocalPath string `json:"localPath"`
 }
 
 // ListArgs are the arguments of list: list a directory, depth levels deep (0 and 1 are its own entries).
@@ -178,6 +225,129 @@ type URLArgs struct {
 	Port int64 `json:"port"`
 	// ExpiresMinutes is the token's lifetime in whole minutes, 1..60; zero is 60
 	ExpiresMinutes int64 `json:"expiresMinutes"`
+}
+
+// StartArgs are the arguments of start: start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox).
+type StartArgs struct {
+	// Command is argv; with shell, one script string
+	Command []string `json:"command"`
+	Shell   bool     `json:"shell"`
+	Cwd     string   `json:"cwd"`
+	// Env is NAME=value entries
+	Env []string `json:"env"`
+	// TimeoutSec is agentd kills the child after this long; zero is no limit
+	TimeoutSec float64 `json:"timeoutSec"`
+	// ExecID is the idempotency key; empty mints one
+	ExecID string `json:"execId"`
+	// User is numeric uid; empty keeps the daemon's
+	User string `json:"user"`
+	// Group is numeric gid; empty keeps the daemon's
+	Group string `json:"group"`
+	// Stdin is give the child a writable stdin (stdin_write, stdin_close)
+	Stdin bool `json:"stdin"`
+	// Tty is run the child on a pseudo-terminal (its output is all stdout; stdin_write types into it; resize sizes it)
+	Tty bool `json:"tty"`
+	// Rows is the terminal's rows with tty; zero is 24
+	Rows int64 `json:"rows"`
+	// Cols is the terminal's columns with tty; zero is 80
+	Cols int64 `json:"cols"`
+}
+
+// PollArgs are the arguments of poll: an exec's record, unchanged: phase running or exited, and the outcome once exited.
+type PollArgs struct {
+	ExecID string `json:"execId"`
+}
+
+// WaitArgs are the arguments of wait: wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running.
+type WaitArgs struct {
+	ExecID string `json:"execId"`
+	// TimeoutSec is how long to wait; zero is no limit
+	TimeoutSec float64 `json:"timeoutSec"`
+}
+
+// FollowArgs are the arguments of follow: an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process.
+type FollowArgs struct {
+	ExecID string `json:"execId"`
+	// Offset is the first output byte to send; nextOffset of an earlier stream resumes it
+	Offset int64 `json:"offset"`
+}
+
+// KillArgs are the arguments of kill: signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success).
+type KillArgs struct {
+	ExecID string `json:"execId"`
+}
+
+// SignalArgs are the arguments of signal: send one named signal (TERM, HUP, INT, ...) to the exec's process group, once.
+type SignalArgs struct {
+	ExecID string `json:"execId"`
+	Signal string `json:"signal"`
+}
+
+// ResizeArgs are the arguments of resize: resize a tty exec's terminal.
+type ResizeArgs struct {
+	ExecID string `json:"execId"`
+	Rows   int64  `json:"rows"`
+	Cols   int64  `json:"cols"`
+}
+
+// StdinWriteArgs are the arguments of stdin_write: write bytes to an exec's stdin (started with stdin or tty).
+type StdinWriteArgs struct {
+	ExecID     string `json:"execId"`
+	DataBase64 string `json:"dataBase64"`
+}
+
+// StdinCloseArgs are the arguments of stdin_close: close an exec's stdin: the child reads end of file.
+type StdinCloseArgs struct {
+	ExecID string `json:"execId"`
+}
+
+// ExecsArgs are the arguments of execs: every exec the daemon holds, oldest first.
+type ExecsArgs struct {
+}
+
+// StatArgs are the arguments of stat: one path's entry without following a final symlink; exists false (not an error) when nothing is there.
+type StatArgs struct {
+	Path string `json:"path"`
+}
+
+// MkdirArgs are the arguments of mkdir: make a directory and its parents; created false when it already was one.
+type MkdirArgs struct {
+	Path string `json:"path"`
+	// Mode is four octal digits; empty is 0755
+	Mode string `json:"mode"`
+}
+
+// MoveArgs are the arguments of move: rename a path within the VM.
+type MoveArgs struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Replace is replace an existing destination instead of refusing
+	Replace bool `json:"replace"`
+}
+
+// RemoveArgs are the arguments of remove: remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there.
+type RemoveArgs struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+}
+
+// WatchArgs are the arguments of watch: follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them.
+type WatchArgs struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+}
+
+// HealthArgs are the arguments of health: agentd's health answer (no credential needed) as its wire object.
+type HealthArgs struct {
+}
+
+// MetricsArgs are the arguments of metrics: the guest's CPU, memory, load and disk as agentd samples them, as its wire object.
+type MetricsArgs struct {
+}
+
+// CancelArgs are the arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does.
+type CancelArgs struct {
+	RequestID int64 `json:"requestId"`
 }
 
 // RunManyArgs are the arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none).
@@ -226,6 +396,71 @@ type FileData struct {
 	DataBase64 string `json:"dataBase64"`
 }
 
+// ExecStartedData is the data of a microvm.exec.started envelope.
+type ExecStartedData struct {
+	// ExecID is the handle every exec op takes
+	ExecID string `json:"execId"`
+}
+
+// ExecResultData is the data of a microvm.exec.result envelope.
+type ExecResultData struct {
+	ExecID string `json:"execId"`
+	// Phase is the daemon's phase
+	Phase string `json:"phase"`
+	// ExitCode is null while running and when a signal ended the child
+	ExitCode *int64 `json:"exitCode"`
+	Signal   *int64 `json:"signal"`
+	// Stdout is captured stdout as UTF-8 with invalid bytes replaced, at most protocol max_output_bytes (8 MiB) per stream
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// Truncated is the daemon dropped output past its cap: stdout and stderr hold the first bytes only
+	Truncated bool `json:"truncated"`
+	// TimedOut is a time limit ended the wait or the command
+	TimedOut bool `json:"timedOut"`
+	// TimeoutLimit is which limit when timedOut: timeoutSec (agentd killed the child) or wait (the wait gave up; the child runs on); empty otherwise
+	TimeoutLimit string `json:"timeoutLimit"`
+}
+
+// ExecSignalledData is the data of a microvm.exec.signalled envelope.
+type ExecSignalledData struct {
+	// ExecID is the exec the op addressed (empty for cancel)
+	ExecID string `json:"execId"`
+	// Done is kill and signal: delivered (false when the group had already gone); stdin_write, stdin_close, resize, cancel: true
+	Done bool `json:"done"`
+	// Bytes is stdin_write: the bytes the daemon took; else 0
+	Bytes int64 `json:"bytes"`
+}
+
+// ExecsData is the data of a microvm.execs envelope.
+type ExecsData struct {
+	// Execs is agentd's ExecSummary objects (exec_id, command, phase, pid, started_at)
+	Execs []any `json:"execs"`
+}
+
+// PathData is the data of a microvm.path envelope.
+type PathData struct {
+	Path   string `json:"path"`
+	Exists bool   `json:"exists"`
+	// Entry is api/cli.yaml's fileEntry shape; null when nothing is there
+	Entry any `json:"entry"`
+}
+
+// FsChangedData is the data of a microvm.fs.changed envelope.
+type FsChangedData struct {
+	// Path is the path made, removed, or moved to
+	Path string `json:"path"`
+	// Changed is mkdir: created; remove: something was removed; move: true
+	Changed bool `json:"changed"`
+	// Count is remove: entries removed; else 0
+	Count int64 `json:"count"`
+}
+
+// ProbeData is the data of a microvm.probe envelope.
+type ProbeData struct {
+	// Probe is the daemon's answer as its wire object (api/openapi.yaml Health or Metrics)
+	Probe any `json:"probe"`
+}
+
 // Op is one op: its response type and whether event frames precede the envelope.
 type Op struct {
 	Name     string
@@ -238,7 +473,7 @@ var Ops = []Op{
 	{Name: "create", Response: "microvm.sandbox", Streams: false},
 	{Name: "attach", Response: "microvm.sandbox", Streams: false},
 	{Name: "info", Response: "microvm.sandbox", Streams: false},
-	{Name: "run", Response: "microvm.exec", Streams: false},
+	{Name: "run", Response: "microvm.exec.result", Streams: false},
 	{Name: "stream", Response: "microvm.exec.stream", Streams: true},
 	{Name: "write", Response: "microvm.copy", Streams: false},
 	{Name: "read", Response: "microvm.file", Streams: false},
@@ -250,5 +485,23 @@ var Ops = []Op{
 	{Name: "terminate", Response: "microvm.teardown", Streams: false},
 	{Name: "cost", Response: "microvm.cost", Streams: false},
 	{Name: "url", Response: "microvm.url", Streams: false},
+	{Name: "start", Response: "microvm.exec.started", Streams: false},
+	{Name: "poll", Response: "microvm.exec.result", Streams: false},
+	{Name: "wait", Response: "microvm.exec.result", Streams: false},
+	{Name: "follow", Response: "microvm.exec.stream", Streams: true},
+	{Name: "kill", Response: "microvm.exec.signalled", Streams: false},
+	{Name: "signal", Response: "microvm.exec.signalled", Streams: false},
+	{Name: "resize", Response: "microvm.exec.signalled", Streams: false},
+	{Name: "stdin_write", Response: "microvm.exec.signalled", Streams: false},
+	{Name: "stdin_close", Response: "microvm.exec.signalled", Streams: false},
+	{Name: "execs", Response: "microvm.execs", Streams: false},
+	{Name: "stat", Response: "microvm.path", Streams: false},
+	{Name: "mkdir", Response: "microvm.fs.changed", Streams: false},
+	{Name: "move", Response: "microvm.fs.changed", Streams: false},
+	{Name: "remove", Response: "microvm.fs.changed", Streams: false},
+	{Name: "watch", Response: "microvm.exec.stream", Streams: true},
+	{Name: "health", Response: "microvm.probe", Streams: false},
+	{Name: "metrics", Response: "microvm.probe", Streams: false},
+	{Name: "cancel", Response: "microvm.exec.signalled", Streams: false},
 	{Name: "run_many", Response: "microvm.run.fleet", Streams: false},
 }

@@ -27,7 +27,7 @@ from .errors import (
     UnexpectedError,
     WindowClosedError,
 )
-from .fleet import FleetResult, FleetRun, run_many
+from .fleet import FleetResult, FleetRun, run_many, run_many_async
 from .sandbox import (
     CostReport,
     ExecResult,
@@ -40,12 +40,18 @@ from .sandbox import (
     OutputChunk,
     PortURL,
     Sandbox,
+    Process,
+    FsEvent,
+    AsyncSandbox,
+    AsyncFiles,
+    AsyncProcess,
+    AsyncExecStream,
     TeardownReport,
 )
 
 __all__ = [
     "BINARY_ENV", "ERROR_KINDS", "PROTOCOL_VERSION", "find_binary",
-    "Sandbox", "Files", "run_many", "FleetResult", "FleetRun", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
+    "Sandbox", "Files", "run_many_async", "Process", "FsEvent", "AsyncSandbox", "AsyncFiles", "AsyncProcess", "AsyncExecStream", "run_many", "FleetResult", "FleetRun", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
     "TeardownReport", "CostReport", "LineItem", "PortURL",
     "MicrovmError", "UnexpectedError", "InvalidArgError", "RetryableError", "CredentialsError",
     "ProtocolError", "BuildWedgedError", "LaunchDiedError", "WindowClosedError", "PlatformError",

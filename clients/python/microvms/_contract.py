@@ -5,7 +5,7 @@ data of each envelope an op answers with, the stream events, and the error
 table. The package's classes wrap these; nothing here has behaviour beyond
 one typed method per op over Ops._call.
 """
-from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, cast
+from typing import Any, AsyncIterator, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, cast
 
 PROTOCOL_VERSION = "1"
 ENVELOPE_API_VERSION = "1"
@@ -32,7 +32,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "create": ("microvm.sandbox", False),
     "attach": ("microvm.sandbox", False),
     "info": ("microvm.sandbox", False),
-    "run": ("microvm.exec", False),
+    "run": ("microvm.exec.result", False),
     "stream": ("microvm.exec.stream", True),
     "write": ("microvm.copy", False),
     "read": ("microvm.file", False),
@@ -44,6 +44,24 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "terminate": ("microvm.teardown", False),
     "cost": ("microvm.cost", False),
     "url": ("microvm.url", False),
+    "start": ("microvm.exec.started", False),
+    "poll": ("microvm.exec.result", False),
+    "wait": ("microvm.exec.result", False),
+    "follow": ("microvm.exec.stream", True),
+    "kill": ("microvm.exec.signalled", False),
+    "signal": ("microvm.exec.signalled", False),
+    "resize": ("microvm.exec.signalled", False),
+    "stdin_write": ("microvm.exec.signalled", False),
+    "stdin_close": ("microvm.exec.signalled", False),
+    "execs": ("microvm.execs", False),
+    "stat": ("microvm.path", False),
+    "mkdir": ("microvm.fs.changed", False),
+    "move": ("microvm.fs.changed", False),
+    "remove": ("microvm.fs.changed", False),
+    "watch": ("microvm.exec.stream", True),
+    "health": ("microvm.probe", False),
+    "metrics": ("microvm.probe", False),
+    "cancel": ("microvm.exec.signalled", False),
     "run_many": ("microvm.run.fleet", False),
 }
 
@@ -126,7 +144,7 @@ SandboxData = TypedDict("SandboxData", {
 SandboxData.__doc__ = "The data of a microvm.sandbox envelope."
 
 
-ExecData = TypedDict("ExecData", {
+ExecResultData = TypedDict("ExecResultData", {
     "execId": str,
     "phase": Literal["running", "exited", "acked"],
     "exitCode": Optional[int],
@@ -134,8 +152,10 @@ ExecData = TypedDict("ExecData", {
     "stdout": str,
     "stderr": str,
     "truncated": bool,
+    "timedOut": bool,
+    "timeoutLimit": str,
 })
-ExecData.__doc__ = "The data of a microvm.exec envelope."
+ExecResultData.__doc__ = "The data of a microvm.exec.result envelope."
 
 
 ExecStreamData = TypedDict("ExecStreamData", {
@@ -212,6 +232,48 @@ URLData = TypedDict("URLData", {
 URLData.__doc__ = "The data of a microvm.url envelope."
 
 
+ExecStartedData = TypedDict("ExecStartedData", {
+    "execId": str,
+})
+ExecStartedData.__doc__ = "The data of a microvm.exec.started envelope."
+
+
+ExecSignalledData = TypedDict("ExecSignalledData", {
+    "execId": str,
+    "done": bool,
+    "bytes": int,
+})
+ExecSignalledData.__doc__ = "The data of a microvm.exec.signalled envelope."
+
+
+ExecsData = TypedDict("ExecsData", {
+    "execs": List[Any],
+})
+ExecsData.__doc__ = "The data of a microvm.execs envelope."
+
+
+PathData = TypedDict("PathData", {
+    "path": str,
+    "exists": bool,
+    "entry": Optional[Dict[str, Any]],
+})
+PathData.__doc__ = "The data of a microvm.path envelope."
+
+
+FsChangedData = TypedDict("FsChangedData", {
+    "path": str,
+    "changed": bool,
+    "count": int,
+})
+FsChangedData.__doc__ = "The data of a microvm.fs.changed envelope."
+
+
+ProbeData = TypedDict("ProbeData", {
+    "probe": Dict[str, Any],
+})
+ProbeData.__doc__ = "The data of a microvm.probe envelope."
+
+
 RunFleetData = TypedDict("RunFleetData", {
     "imageIdentifier": str,
     "imageName": str,
@@ -281,6 +343,11 @@ CreateArgs = TypedDict("CreateArgs", {
     "agentToken": str,
     "agentd": str,
     "timeoutSec": float,
+    "egress": bool,
+    "launchEnv": List[str],
+    "maxIdleSec": int,
+    "suspendedSec": int,
+    "maxDurationSec": int,
 }, total=False)
 CreateArgs.__doc__ = "The arguments of create: launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. Every key may be left out."
 
@@ -306,8 +373,10 @@ RunArgs = TypedDict("RunArgs", {
     "env": List[str],
     "timeoutSec": float,
     "execId": str,
+    "user": str,
+    "group": str,
 }, total=False)
-RunArgs.__doc__ = "The arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so. Every key may be left out."
+RunArgs.__doc__ = "The arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped. Every key may be left out."
 
 
 StreamArgs = TypedDict("StreamArgs", {
@@ -317,6 +386,8 @@ StreamArgs = TypedDict("StreamArgs", {
     "env": List[str],
     "timeoutSec": float,
     "execId": str,
+    "user": str,
+    "group": str,
 }, total=False)
 StreamArgs.__doc__ = "The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out."
 
@@ -325,14 +396,16 @@ WriteArgs = TypedDict("WriteArgs", {
     "path": str,
     "dataBase64": str,
     "mode": str,
+    "localPath": str,
 }, total=False)
 WriteArgs.__doc__ = "The arguments of write: write a whole file, creating its parent directories. Every key may be left out."
 
 
 ReadArgs = TypedDict("ReadArgs", {
     "path": str,
+    "localPath": str,
 }, total=False)
-ReadArgs.__doc__ = "The arguments of read: read a whole file. Every key may be left out."
+ReadArgs.__doc__ = "The arguments of read: read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file. Every key may be left out."
 
 
 ListArgs = TypedDict("ListArgs", {
@@ -384,6 +457,133 @@ URLArgs = TypedDict("URLArgs", {
 URLArgs.__doc__ = "The arguments of url: the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url). Every key may be left out."
 
 
+StartArgs = TypedDict("StartArgs", {
+    "command": List[str],
+    "shell": bool,
+    "cwd": str,
+    "env": List[str],
+    "timeoutSec": float,
+    "execId": str,
+    "user": str,
+    "group": str,
+    "stdin": bool,
+    "tty": bool,
+    "rows": int,
+    "cols": int,
+}, total=False)
+StartArgs.__doc__ = "The arguments of start: start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox). Every key may be left out."
+
+
+PollArgs = TypedDict("PollArgs", {
+    "execId": str,
+}, total=False)
+PollArgs.__doc__ = "The arguments of poll: an exec's record, unchanged: phase running or exited, and the outcome once exited. Every key may be left out."
+
+
+WaitArgs = TypedDict("WaitArgs", {
+    "execId": str,
+    "timeoutSec": float,
+}, total=False)
+WaitArgs.__doc__ = "The arguments of wait: wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running. Every key may be left out."
+
+
+FollowArgs = TypedDict("FollowArgs", {
+    "execId": str,
+    "offset": int,
+}, total=False)
+FollowArgs.__doc__ = "The arguments of follow: an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process. Every key may be left out."
+
+
+KillArgs = TypedDict("KillArgs", {
+    "execId": str,
+}, total=False)
+KillArgs.__doc__ = "The arguments of kill: signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success). Every key may be left out."
+
+
+SignalArgs = TypedDict("SignalArgs", {
+    "execId": str,
+    "signal": str,
+}, total=False)
+SignalArgs.__doc__ = "The arguments of signal: send one named signal (TERM, HUP, INT, ...) to the exec's process group, once. Every key may be left out."
+
+
+ResizeArgs = TypedDict("ResizeArgs", {
+    "execId": str,
+    "rows": int,
+    "cols": int,
+}, total=False)
+ResizeArgs.__doc__ = "The arguments of resize: resize a tty exec's terminal. Every key may be left out."
+
+
+StdinWriteArgs = TypedDict("StdinWriteArgs", {
+    "execId": str,
+    "dataBase64": str,
+}, total=False)
+StdinWriteArgs.__doc__ = "The arguments of stdin_write: write bytes to an exec's stdin (started with stdin or tty). Every key may be left out."
+
+
+StdinCloseArgs = TypedDict("StdinCloseArgs", {
+    "execId": str,
+}, total=False)
+StdinCloseArgs.__doc__ = "The arguments of stdin_close: close an exec's stdin: the child reads end of file. Every key may be left out."
+
+
+ExecsArgs = TypedDict("ExecsArgs", {
+})
+ExecsArgs.__doc__ = "The arguments of execs: every exec the daemon holds, oldest first. Every key may be left out."
+
+
+StatArgs = TypedDict("StatArgs", {
+    "path": str,
+}, total=False)
+StatArgs.__doc__ = "The arguments of stat: one path's entry without following a final symlink; exists false (not an error) when nothing is there. Every key may be left out."
+
+
+MkdirArgs = TypedDict("MkdirArgs", {
+    "path": str,
+    "mode": str,
+}, total=False)
+MkdirArgs.__doc__ = "The arguments of mkdir: make a directory and its parents; created false when it already was one. Every key may be left out."
+
+
+MoveArgs = TypedDict("MoveArgs", {
+    "from": str,
+    "to": str,
+    "replace": bool,
+}, total=False)
+MoveArgs.__doc__ = "The arguments of move: rename a path within the VM. Every key may be left out."
+
+
+RemoveArgs = TypedDict("RemoveArgs", {
+    "path": str,
+    "recursive": bool,
+}, total=False)
+RemoveArgs.__doc__ = "The arguments of remove: remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there. Every key may be left out."
+
+
+WatchArgs = TypedDict("WatchArgs", {
+    "path": str,
+    "recursive": bool,
+}, total=False)
+WatchArgs.__doc__ = "The arguments of watch: follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them. Every key may be left out."
+
+
+HealthArgs = TypedDict("HealthArgs", {
+})
+HealthArgs.__doc__ = "The arguments of health: agentd's health answer (no credential needed) as its wire object. Every key may be left out."
+
+
+MetricsArgs = TypedDict("MetricsArgs", {
+})
+MetricsArgs.__doc__ = "The arguments of metrics: the guest's CPU, memory, load and disk as agentd samples them, as its wire object. Every key may be left out."
+
+
+CancelArgs = TypedDict("CancelArgs", {
+    "requestId": int,
+}, total=False)
+CancelArgs.__doc__ = "The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out."
+
+
 RunManyArgs = TypedDict("RunManyArgs", {
     "count": int,
     "parallel": int,
@@ -400,74 +600,295 @@ RunManyArgs.__doc__ = "The arguments of run_many: run one command in count Micro
 
 
 class Ops:
-    """One typed method per op; a subclass sends the request in _call and _stream."""
+    """One typed method per op; a subclass sends the request in _call and _stream.
 
-    def _call(self, op: str, args: Mapping[str, Any]) -> Dict[str, Any]:
+    timeout is how long the caller waits for the answer, in seconds; None
+    waits as long as the engine takes."""
+
+    def _call(self, op: str, args: Mapping[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
         raise NotImplementedError
 
     def _stream(self, op: str, args: Mapping[str, Any]) -> Iterator[Union[StreamEvent, Dict[str, Any]]]:
         raise NotImplementedError
 
-    def _op_create(self, args: CreateArgs) -> SandboxData:
+    def _op_create(self, args: CreateArgs, timeout: Optional[float] = None) -> SandboxData:
         """launch a MicroVM and wait for RUNNING; local starts the embedded emulator first."""
-        return cast(SandboxData, self._call("create", args))
+        return cast(SandboxData, self._call("create", args, timeout))
 
-    def _op_attach(self, args: AttachArgs) -> SandboxData:
+    def _op_attach(self, args: AttachArgs, timeout: Optional[float] = None) -> SandboxData:
         """reach a MicroVM another process launched, by id and agent token."""
-        return cast(SandboxData, self._call("attach", args))
+        return cast(SandboxData, self._call("attach", args, timeout))
 
-    def _op_info(self, args: InfoArgs) -> SandboxData:
+    def _op_info(self, args: InfoArgs, timeout: Optional[float] = None) -> SandboxData:
         """the sandbox as the engine last saw it."""
-        return cast(SandboxData, self._call("info", args))
+        return cast(SandboxData, self._call("info", args, timeout))
 
-    def _op_run(self, args: RunArgs) -> ExecData:
-        """run a command and wait; a non-zero exit is a success envelope whose exitCode says so."""
-        return cast(ExecData, self._call("run", args))
+    def _op_run(self, args: RunArgs, timeout: Optional[float] = None) -> ExecResultData:
+        """run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped."""
+        return cast(ExecResultData, self._call("run", args, timeout))
 
     def _op_stream(self, args: StreamArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
         """run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
         return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("stream", args))
 
-    def _op_write(self, args: WriteArgs) -> CopyData:
+    def _op_write(self, args: WriteArgs, timeout: Optional[float] = None) -> CopyData:
         """write a whole file, creating its parent directories."""
-        return cast(CopyData, self._call("write", args))
+        return cast(CopyData, self._call("write", args, timeout))
 
-    def _op_read(self, args: ReadArgs) -> FileData:
-        """read a whole file."""
-        return cast(FileData, self._call("read", args))
+    def _op_read(self, args: ReadArgs, timeout: Optional[float] = None) -> FileData:
+        """read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file."""
+        return cast(FileData, self._call("read", args, timeout))
 
-    def _op_list(self, args: ListArgs) -> DirData:
+    def _op_list(self, args: ListArgs, timeout: Optional[float] = None) -> DirData:
         """list a directory, depth levels deep (0 and 1 are its own entries)."""
-        return cast(DirData, self._call("list", args))
+        return cast(DirData, self._call("list", args, timeout))
 
-    def _op_upload_dir(self, args: UploadDirArgs) -> CopyData:
+    def _op_upload_dir(self, args: UploadDirArgs, timeout: Optional[float] = None) -> CopyData:
         """copy a local directory tree into the VM as a tar stream."""
-        return cast(CopyData, self._call("upload_dir", args))
+        return cast(CopyData, self._call("upload_dir", args, timeout))
 
-    def _op_download_dir(self, args: DownloadDirArgs) -> CopyData:
+    def _op_download_dir(self, args: DownloadDirArgs, timeout: Optional[float] = None) -> CopyData:
         """copy a VM directory tree into a local directory, every entry confined beneath it."""
-        return cast(CopyData, self._call("download_dir", args))
+        return cast(CopyData, self._call("download_dir", args, timeout))
 
-    def _op_suspend(self, args: SuspendArgs) -> StateData:
+    def _op_suspend(self, args: SuspendArgs, timeout: Optional[float] = None) -> StateData:
         """freeze a RUNNING VM; files, processes and the token survive."""
-        return cast(StateData, self._call("suspend", args))
+        return cast(StateData, self._call("suspend", args, timeout))
 
-    def _op_resume(self, args: ResumeArgs) -> StateData:
+    def _op_resume(self, args: ResumeArgs, timeout: Optional[float] = None) -> StateData:
         """thaw a SUSPENDED VM and wait for RUNNING."""
-        return cast(StateData, self._call("resume", args))
+        return cast(StateData, self._call("resume", args, timeout))
 
-    def _op_terminate(self, args: TerminateArgs) -> TeardownData:
+    def _op_terminate(self, args: TerminateArgs, timeout: Optional[float] = None) -> TeardownData:
         """tear the VM down (and with deleteImage, an image this sandbox built); never a failure: what could not be deleted is named."""
-        return cast(TeardownData, self._call("terminate", args))
+        return cast(TeardownData, self._call("terminate", args, timeout))
 
-    def _op_cost(self, args: CostArgs) -> CostData:
+    def _op_cost(self, args: CostArgs, timeout: Optional[float] = None) -> CostData:
         """price the run from what the platform reports, with the pinned rate table of the sandbox's region."""
-        return cast(CostData, self._call("cost", args))
+        return cast(CostData, self._call("cost", args, timeout))
 
-    def _op_url(self, args: URLArgs) -> URLData:
+    def _op_url(self, args: URLArgs, timeout: Optional[float] = None) -> URLData:
         """the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url)."""
-        return cast(URLData, self._call("url", args))
+        return cast(URLData, self._call("url", args, timeout))
 
-    def _op_run_many(self, args: RunManyArgs) -> RunFleetData:
+    def _op_start(self, args: StartArgs, timeout: Optional[float] = None) -> ExecStartedData:
+        """start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox)."""
+        return cast(ExecStartedData, self._call("start", args, timeout))
+
+    def _op_poll(self, args: PollArgs, timeout: Optional[float] = None) -> ExecResultData:
+        """an exec's record, unchanged: phase running or exited, and the outcome once exited."""
+        return cast(ExecResultData, self._call("poll", args, timeout))
+
+    def _op_wait(self, args: WaitArgs, timeout: Optional[float] = None) -> ExecResultData:
+        """wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running."""
+        return cast(ExecResultData, self._call("wait", args, timeout))
+
+    def _op_follow(self, args: FollowArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
+        """an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process; the last item is the envelope's data."""
+        return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("follow", args))
+
+    def _op_kill(self, args: KillArgs, timeout: Optional[float] = None) -> ExecSignalledData:
+        """signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success)."""
+        return cast(ExecSignalledData, self._call("kill", args, timeout))
+
+    def _op_signal(self, args: SignalArgs, timeout: Optional[float] = None) -> ExecSignalledData:
+        """send one named signal (TERM, HUP, INT, ...) to the exec's process group, once."""
+        return cast(ExecSignalledData, self._call("signal", args, timeout))
+
+    def _op_resize(self, args: ResizeArgs, timeout: Optional[float] = None) -> ExecSignalledData:
+        """resize a tty exec's terminal."""
+        return cast(ExecSignalledData, self._call("resize", args, timeout))
+
+    def _op_stdin_write(self, args: StdinWriteArgs, timeout: Optional[float] = None) -> ExecSignalledData:
+        """write bytes to an exec's stdin (started with stdin or tty)."""
+        return cast(ExecSignalledData, self._call("stdin_write", args, timeout))
+
+    def _op_stdin_close(self, args: StdinCloseArgs, timeout: Optional[float] = None) -> ExecSignalledData:
+        """close an exec's stdin: the child reads end of file."""
+        return cast(ExecSignalledData, self._call("stdin_close", args, timeout))
+
+    def _op_execs(self, args: ExecsArgs, timeout: Optional[float] = None) -> ExecsData:
+        """every exec the daemon holds, oldest first."""
+        return cast(ExecsData, self._call("execs", args, timeout))
+
+    def _op_stat(self, args: StatArgs, timeout: Optional[float] = None) -> PathData:
+        """one path's entry without following a final symlink; exists false (not an error) when nothing is there."""
+        return cast(PathData, self._call("stat", args, timeout))
+
+    def _op_mkdir(self, args: MkdirArgs, timeout: Optional[float] = None) -> FsChangedData:
+        """make a directory and its parents; created false when it already was one."""
+        return cast(FsChangedData, self._call("mkdir", args, timeout))
+
+    def _op_move(self, args: MoveArgs, timeout: Optional[float] = None) -> FsChangedData:
+        """rename a path within the VM."""
+        return cast(FsChangedData, self._call("move", args, timeout))
+
+    def _op_remove(self, args: RemoveArgs, timeout: Optional[float] = None) -> FsChangedData:
+        """remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there."""
+        return cast(FsChangedData, self._call("remove", args, timeout))
+
+    def _op_watch(self, args: WatchArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
+        """follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them; the last item is the envelope's data."""
+        return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("watch", args))
+
+    def _op_health(self, args: HealthArgs, timeout: Optional[float] = None) -> ProbeData:
+        """agentd's health answer (no credential needed) as its wire object."""
+        return cast(ProbeData, self._call("health", args, timeout))
+
+    def _op_metrics(self, args: MetricsArgs, timeout: Optional[float] = None) -> ProbeData:
+        """the guest's CPU, memory, load and disk as agentd samples them, as its wire object."""
+        return cast(ProbeData, self._call("metrics", args, timeout))
+
+    def _op_cancel(self, args: CancelArgs, timeout: Optional[float] = None) -> ExecSignalledData:
+        """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
+        return cast(ExecSignalledData, self._call("cancel", args, timeout))
+
+    def _op_run_many(self, args: RunManyArgs, timeout: Optional[float] = None) -> RunFleetData:
         """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""
-        return cast(RunFleetData, self._call("run_many", args))
+        return cast(RunFleetData, self._call("run_many", args, timeout))
+
+
+class AsyncOps:
+    """The same typed methods on asyncio; a subclass sends the request in _acall and _astream."""
+
+    async def _acall(self, op: str, args: Mapping[str, Any]) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def _astream(self, op: str, args: Mapping[str, Any]) -> AsyncIterator[Union[StreamEvent, Dict[str, Any]]]:
+        raise NotImplementedError
+
+    async def _aop_create(self, args: CreateArgs) -> SandboxData:
+        """launch a MicroVM and wait for RUNNING; local starts the embedded emulator first."""
+        return cast(SandboxData, await self._acall("create", args))
+
+    async def _aop_attach(self, args: AttachArgs) -> SandboxData:
+        """reach a MicroVM another process launched, by id and agent token."""
+        return cast(SandboxData, await self._acall("attach", args))
+
+    async def _aop_info(self, args: InfoArgs) -> SandboxData:
+        """the sandbox as the engine last saw it."""
+        return cast(SandboxData, await self._acall("info", args))
+
+    async def _aop_run(self, args: RunArgs) -> ExecResultData:
+        """run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped."""
+        return cast(ExecResultData, await self._acall("run", args))
+
+    def _aop_stream(self, args: StreamArgs) -> AsyncIterator[Union[StreamEvent, ExecStreamData]]:
+        """run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
+        return cast(AsyncIterator[Union[StreamEvent, ExecStreamData]], self._astream("stream", args))
+
+    async def _aop_write(self, args: WriteArgs) -> CopyData:
+        """write a whole file, creating its parent directories."""
+        return cast(CopyData, await self._acall("write", args))
+
+    async def _aop_read(self, args: ReadArgs) -> FileData:
+        """read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file."""
+        return cast(FileData, await self._acall("read", args))
+
+    async def _aop_list(self, args: ListArgs) -> DirData:
+        """list a directory, depth levels deep (0 and 1 are its own entries)."""
+        return cast(DirData, await self._acall("list", args))
+
+    async def _aop_upload_dir(self, args: UploadDirArgs) -> CopyData:
+        """copy a local directory tree into the VM as a tar stream."""
+        return cast(CopyData, await self._acall("upload_dir", args))
+
+    async def _aop_download_dir(self, args: DownloadDirArgs) -> CopyData:
+        """copy a VM directory tree into a local directory, every entry confined beneath it."""
+        return cast(CopyData, await self._acall("download_dir", args))
+
+    async def _aop_suspend(self, args: SuspendArgs) -> StateData:
+        """freeze a RUNNING VM; files, processes and the token survive."""
+        return cast(StateData, await self._acall("suspend", args))
+
+    async def _aop_resume(self, args: ResumeArgs) -> StateData:
+        """thaw a SUSPENDED VM and wait for RUNNING."""
+        return cast(StateData, await self._acall("resume", args))
+
+    async def _aop_terminate(self, args: TerminateArgs) -> TeardownData:
+        """tear the VM down (and with deleteImage, an image this sandbox built); never a failure: what could not be deleted is named."""
+        return cast(TeardownData, await self._acall("terminate", args))
+
+    async def _aop_cost(self, args: CostArgs) -> CostData:
+        """price the run from what the platform reports, with the pinned rate table of the sandbox's region."""
+        return cast(CostData, await self._acall("cost", args))
+
+    async def _aop_url(self, args: URLArgs) -> URLData:
+        """the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url)."""
+        return cast(URLData, await self._acall("url", args))
+
+    async def _aop_start(self, args: StartArgs) -> ExecStartedData:
+        """start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox)."""
+        return cast(ExecStartedData, await self._acall("start", args))
+
+    async def _aop_poll(self, args: PollArgs) -> ExecResultData:
+        """an exec's record, unchanged: phase running or exited, and the outcome once exited."""
+        return cast(ExecResultData, await self._acall("poll", args))
+
+    async def _aop_wait(self, args: WaitArgs) -> ExecResultData:
+        """wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running."""
+        return cast(ExecResultData, await self._acall("wait", args))
+
+    def _aop_follow(self, args: FollowArgs) -> AsyncIterator[Union[StreamEvent, ExecStreamData]]:
+        """an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process; the last item is the envelope's data."""
+        return cast(AsyncIterator[Union[StreamEvent, ExecStreamData]], self._astream("follow", args))
+
+    async def _aop_kill(self, args: KillArgs) -> ExecSignalledData:
+        """signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success)."""
+        return cast(ExecSignalledData, await self._acall("kill", args))
+
+    async def _aop_signal(self, args: SignalArgs) -> ExecSignalledData:
+        """send one named signal (TERM, HUP, INT, ...) to the exec's process group, once."""
+        return cast(ExecSignalledData, await self._acall("signal", args))
+
+    async def _aop_resize(self, args: ResizeArgs) -> ExecSignalledData:
+        """resize a tty exec's terminal."""
+        return cast(ExecSignalledData, await self._acall("resize", args))
+
+    async def _aop_stdin_write(self, args: StdinWriteArgs) -> ExecSignalledData:
+        """write bytes to an exec's stdin (started with stdin or tty)."""
+        return cast(ExecSignalledData, await self._acall("stdin_write", args))
+
+    async def _aop_stdin_close(self, args: StdinCloseArgs) -> ExecSignalledData:
+        """close an exec's stdin: the child reads end of file."""
+        return cast(ExecSignalledData, await self._acall("stdin_close", args))
+
+    async def _aop_execs(self, args: ExecsArgs) -> ExecsData:
+        """every exec the daemon holds, oldest first."""
+        return cast(ExecsData, await self._acall("execs", args))
+
+    async def _aop_stat(self, args: StatArgs) -> PathData:
+        """one path's entry without following a final symlink; exists false (not an error) when nothing is there."""
+        return cast(PathData, await self._acall("stat", args))
+
+    async def _aop_mkdir(self, args: MkdirArgs) -> FsChangedData:
+        """make a directory and its parents; created false when it already was one."""
+        return cast(FsChangedData, await self._acall("mkdir", args))
+
+    async def _aop_move(self, args: MoveArgs) -> FsChangedData:
+        """rename a path within the VM."""
+        return cast(FsChangedData, await self._acall("move", args))
+
+    async def _aop_remove(self, args: RemoveArgs) -> FsChangedData:
+        """remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there."""
+        return cast(FsChangedData, await self._acall("remove", args))
+
+    def _aop_watch(self, args: WatchArgs) -> AsyncIterator[Union[StreamEvent, ExecStreamData]]:
+        """follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them; the last item is the envelope's data."""
+        return cast(AsyncIterator[Union[StreamEvent, ExecStreamData]], self._astream("watch", args))
+
+    async def _aop_health(self, args: HealthArgs) -> ProbeData:
+        """agentd's health answer (no credential needed) as its wire object."""
+        return cast(ProbeData, await self._acall("health", args))
+
+    async def _aop_metrics(self, args: MetricsArgs) -> ProbeData:
+        """the guest's CPU, memory, load and disk as agentd samples them, as its wire object."""
+        return cast(ProbeData, await self._acall("metrics", args))
+
+    async def _aop_cancel(self, args: CancelArgs) -> ExecSignalledData:
+        """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
+        return cast(ExecSignalledData, await self._acall("cancel", args))
+
+    async def _aop_run_many(self, args: RunManyArgs) -> RunFleetData:
+        """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""
+        return cast(RunFleetData, await self._acall("run_many", args))

@@ -6,17 +6,19 @@ file write can be in flight together. Closing stdin ends the engine, which
 tears down what it launched; so does this process dying, because the pipe
 closes with it.
 """
+import asyncio
 import json
 import os
 import shutil
 import subprocess
 import threading
 import queue
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 from .packaged import bundled_binary
-from ._contract import Ops, StreamEvent
+from ._contract import AsyncOps, Ops, StreamEvent
 from .errors import MicrovmError, PreconditionError, UnexpectedError, from_envelope
+from .errors import TimeoutError as TimeoutError_
 
 BINARY_ENV = "MICROVM_BIN"
 
@@ -40,11 +42,37 @@ def find_binary(explicit: Optional[str] = None) -> str:
     )
 
 
+# The largest request or reply line the engine takes or sends is a whole
+# file's base64 (api/engine.yaml maxEngineLine); asyncio's reader needs it.
+_LINE_LIMIT = 4 * (64 << 20) // 3 + (1 << 20) + 64
+
+
+def _request_line(rid: int, op: str, args: Mapping[str, Any]) -> bytes:
+    return (json.dumps({"id": rid, "op": op, "args": dict(args)}, separators=(",", ":")) + "\n").encode()
+
+
+def _dead(binary: str, pid: int, status: Optional[int]) -> UnexpectedError:
+    return UnexpectedError(
+        "the microvm engine (%s, pid %d) exited before answering (exit status %s); its stderr says why"
+        % (binary, pid, status),
+        "ERR_UNEXPECTED",
+    )
+
+
+def _data_of(frame: Any) -> Dict[str, Any]:
+    env = frame["envelope"]
+    if env.get("status") != "ok":
+        raise from_envelope(env)
+    data: Dict[str, Any] = env["data"]
+    return data
+
+
 class Engine(Ops):
     """A running `microvm engine`; safe to use from several threads."""
 
     def __init__(self, binary: Optional[str] = None) -> None:
         path = find_binary(binary)
+        self.binary = path
         self._proc = subprocess.Popen(
             [path, "engine"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,
             # Buffered both ways: an unbuffered pipe is read one byte per
@@ -81,54 +109,78 @@ class Engine(Ops):
         for q in waiting:
             q.put(_EOF)
 
-    def _send(self, op: str, args: Mapping[str, Any]) -> "tuple[int, queue.Queue[Any]]":
+    def _send(self, op: str, args: Mapping[str, Any]) -> "Tuple[int, queue.Queue[Any]]":
         q: "queue.Queue[Any]" = queue.Queue()
         with self._lock:
             if self._closed:
-                raise UnexpectedError("the microvm engine has exited", "ERR_UNEXPECTED")
+                raise _dead(self.binary, self._proc.pid, self._proc.poll())
             self._next_id += 1
             rid = self._next_id
             self._pending[rid] = q
-            line = json.dumps({"id": rid, "op": op, "args": dict(args)}, separators=(",", ":")) + "\n"
             stdin = self._proc.stdin
             assert stdin is not None
             try:
-                stdin.write(line.encode())
+                stdin.write(_request_line(rid, op, args))
                 stdin.flush()
             except (BrokenPipeError, ValueError):
                 del self._pending[rid]
-                raise UnexpectedError("the microvm engine has exited", "ERR_UNEXPECTED") from None
+                raise _dead(self.binary, self._proc.pid, self._proc.poll()) from None
         return rid, q
 
     def _finish(self, rid: int, frame: Any) -> Dict[str, Any]:
         with self._lock:
             self._pending.pop(rid, None)
         if frame is _EOF:
-            raise UnexpectedError(
-                "the microvm engine exited before answering (exit status %s); its stderr says why" % self._proc.poll(),
-                "ERR_UNEXPECTED",
-            )
-        env = frame["envelope"]
-        if env.get("status") != "ok":
-            raise from_envelope(env)
-        data: Dict[str, Any] = env["data"]
-        return data
+            raise _dead(self.binary, self._proc.pid, self._proc.poll())
+        return _data_of(frame)
 
-    def _call(self, op: str, args: Mapping[str, Any]) -> Dict[str, Any]:
+    def cancel(self, rid: int) -> None:
+        """Ask the engine to end request rid (a watch, a follow, a wait); it answers it as interrupted."""
+        with self._lock:
+            if rid not in self._pending or self._closed:
+                return
+        try:
+            self._op_cancel({"requestId": rid})
+        except MicrovmError:
+            pass
+
+    def _call(self, op: str, args: Mapping[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
         rid, q = self._send(op, args)
-        while True:
-            frame = q.get()
-            if frame is _EOF or "envelope" in frame:
-                return self._finish(rid, frame)
+        try:
+            while True:
+                try:
+                    frame = q.get(timeout=timeout)
+                except queue.Empty:
+                    raise TimeoutError_(
+                        "the engine did not answer %s within %gs; the request was cancelled" % (op, timeout or 0),
+                        "ERR_TIMEOUT",
+                    ) from None
+                if frame is _EOF or "envelope" in frame:
+                    return self._finish(rid, frame)
+        except TimeoutError_:
+            self.cancel(rid)
+            with self._lock:
+                self._pending.pop(rid, None)
+            raise
 
     def _stream(self, op: str, args: Mapping[str, Any]) -> Iterator[Union[StreamEvent, Dict[str, Any]]]:
         rid, q = self._send(op, args)
-        while True:
-            frame = q.get()
-            if frame is _EOF or "envelope" in frame:
-                yield self._finish(rid, frame)
-                return
-            yield frame["event"]
+        done = False
+        try:
+            while True:
+                frame = q.get()
+                if frame is _EOF or "envelope" in frame:
+                    done = True
+                    yield self._finish(rid, frame)
+                    return
+                yield frame["event"]
+        finally:
+            if not done:
+                # The caller stopped iterating (break, close, an exception):
+                # end the request so the engine stops sending for it.
+                self.cancel(rid)
+                with self._lock:
+                    self._pending.pop(rid, None)
 
     def close(self, timeout: float = 120.0) -> None:
         """End the engine: it tears down what it launched and stops its emulator."""
@@ -148,4 +200,129 @@ class Engine(Ops):
             self._proc.stdout.close()
 
 
-__all__ = ["Engine", "find_binary", "BINARY_ENV", "MicrovmError"]
+class AsyncEngine(AsyncOps):
+    """A running `microvm engine` driven from one asyncio event loop: one
+    reader task routes reply frames to the futures and queues awaiting them,
+    no threads."""
+
+    def __init__(self, binary: str, proc: "asyncio.subprocess.Process") -> None:
+        self.binary = binary
+        self._proc = proc
+        self._next_id = 0
+        self._pending: Dict[int, "asyncio.Queue[Any]"] = {}
+        self._closed = False
+        self._write_lock = asyncio.Lock()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def start(cls, binary: Optional[str] = None) -> "AsyncEngine":
+        path = find_binary(binary)
+        proc = await asyncio.create_subprocess_exec(
+            path, "engine", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_LINE_LIMIT
+        )
+        return cls(path, proc)
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    async def _read(self) -> None:
+        out = self._proc.stdout
+        assert out is not None
+        try:
+            while True:
+                raw = await out.readline()
+                if not raw:
+                    break
+                try:
+                    frame = json.loads(raw)
+                except ValueError:
+                    continue
+                q = self._pending.get(frame.get("id"))
+                if q is not None:
+                    q.put_nowait(frame)
+        finally:
+            self._closed = True
+            for q in self._pending.values():
+                q.put_nowait(_EOF)
+
+    async def _send(self, op: str, args: Mapping[str, Any]) -> "Tuple[int, asyncio.Queue[Any]]":
+        if self._closed:
+            raise _dead(self.binary, self._proc.pid, self._proc.returncode)
+        self._next_id += 1
+        rid = self._next_id
+        q: "asyncio.Queue[Any]" = asyncio.Queue()
+        self._pending[rid] = q
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            async with self._write_lock:
+                stdin.write(_request_line(rid, op, args))
+                await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            del self._pending[rid]
+            raise _dead(self.binary, self._proc.pid, self._proc.returncode) from None
+        return rid, q
+
+    def _finish(self, rid: int, frame: Any) -> Dict[str, Any]:
+        self._pending.pop(rid, None)
+        if frame is _EOF:
+            raise _dead(self.binary, self._proc.pid, self._proc.returncode)
+        return _data_of(frame)
+
+    async def cancel(self, rid: int) -> None:
+        """Ask the engine to end request rid; it answers it as interrupted."""
+        if rid not in self._pending or self._closed:
+            return
+        try:
+            await self._aop_cancel({"requestId": rid})
+        except MicrovmError:
+            pass
+
+    async def _acall(self, op: str, args: Mapping[str, Any]) -> Dict[str, Any]:
+        rid, q = await self._send(op, args)
+        try:
+            while True:
+                frame = await q.get()
+                if frame is _EOF or "envelope" in frame:
+                    return self._finish(rid, frame)
+        except asyncio.CancelledError:
+            # Shielded: the cancel must reach the engine though this task is
+            # being cancelled.
+            await asyncio.shield(self.cancel(rid))
+            self._pending.pop(rid, None)
+            raise
+
+    async def _astream(self, op: str, args: Mapping[str, Any]) -> AsyncIterator[Union[StreamEvent, Dict[str, Any]]]:
+        rid, q = await self._send(op, args)
+        done = False
+        try:
+            while True:
+                frame = await q.get()
+                if frame is _EOF or "envelope" in frame:
+                    done = True
+                    yield self._finish(rid, frame)
+                    return
+                yield frame["event"]
+        finally:
+            if not done:
+                await asyncio.shield(self.cancel(rid))
+                self._pending.pop(rid, None)
+
+    async def close(self, timeout: float = 120.0) -> None:
+        """End the engine: it tears down what it launched and stops its emulator."""
+        stdin = self._proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
+        try:
+            await asyncio.wait_for(self._proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            self._proc.kill()
+            await self._proc.wait()
+        try:
+            await asyncio.wait_for(self._reader, 5)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+
+
+__all__ = ["Engine", "AsyncEngine", "find_binary", "BINARY_ENV", "MicrovmError"]

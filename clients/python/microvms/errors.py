@@ -96,7 +96,7 @@ class InterruptedError(MicrovmError):  # noqa: A001 - the reference's name
 
 
 class PreconditionError(MicrovmError):
-    """ERR_PRECONDITION: a prerequisite is missing (the microvm binary, root for local mode...)."""
+    """ERR_PRECONDITION: a prerequisite is missing (the microvm binary, an agentd for local mode...)."""
 
 
 class ExecFailedError(MicrovmError):

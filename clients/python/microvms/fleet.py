@@ -10,11 +10,13 @@ One `microvm engine` runs the fleet with the Go library's own code
 MicroVM (on an interrupt too), one cost report for the fleet. A command's
 non-zero exit is a result in its run, not an exception.
 """
+import asyncio
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import List, Optional, cast
 
 from . import _contract as c
-from ._engine import Engine
+from ._engine import AsyncEngine, Engine
+from ._contract import RunFleetData, RunManyArgs
 from .errors import MicrovmError
 from .sandbox import CostReport
 
@@ -63,6 +65,23 @@ class FleetResult:
         return cls(d["imageIdentifier"], runs, list(d["leaked"]), CostReport._from(cost) if cost else None)
 
 
+def _fleet_args(command: str, count: int, parallel: int, local: bool, image: str, region: str,
+                control_endpoint: str, execution_role_arn: str, agentd: str, timeout_sec: float) -> RunManyArgs:
+    return {
+        "count": count, "parallel": parallel, "command": command, "local": local, "image": image,
+        "region": region, "controlEndpoint": control_endpoint, "executionRoleArn": execution_role_arn,
+        "agentd": agentd, "timeoutSec": timeout_sec,
+    }
+
+
+def _fleet_outcome(e: MicrovmError) -> FleetResult:
+    # The fleet ran; a run's command exited non-zero (ERR_EXEC_FAILED),
+    # which is the worst outcome by the exit table: still a result.
+    if e.code == "ERR_EXEC_FAILED" and isinstance(e.data.get("runs"), list):
+        return FleetResult._from(cast(RunFleetData, e.data))
+    raise e
+
+
 def run_many(
     command: str,
     count: int,
@@ -83,25 +102,44 @@ def run_many(
     Commands that exit non-zero are results (FleetRun.exit_code); a fleet
     that could not run at all (bad bounds, no image, no credentials) raises
     the typed error the CLI would exit with."""
-    args: Dict[str, Any] = {
-        "count": count, "parallel": parallel, "command": command, "local": local, "image": image,
-        "region": region, "controlEndpoint": control_endpoint, "executionRoleArn": execution_role_arn,
-        "agentd": agentd, "timeoutSec": timeout_sec,
-    }
+    args = _fleet_args(command, count, parallel, local, image, region, control_endpoint, execution_role_arn,
+                       agentd, timeout_sec)
     engine = Engine(binary)
     try:
         try:
-            data = engine._call("run_many", args)
+            return FleetResult._from(engine._op_run_many(args))
         except MicrovmError as e:
-            # The fleet ran; a run's command exited non-zero (ERR_EXEC_FAILED),
-            # which is the worst outcome by the exit table: still a result.
-            if e.code == "ERR_EXEC_FAILED" and isinstance(e.data.get("runs"), list):
-                data = e.data
-            else:
-                raise
-        return FleetResult._from(data)  # type: ignore[arg-type]
+            return _fleet_outcome(e)
     finally:
         engine.close()
 
 
-__all__ = ["run_many", "FleetResult", "FleetRun"]
+async def run_many_async(
+    command: str,
+    count: int,
+    *,
+    parallel: int = 0,
+    local: bool = False,
+    image: str = "",
+    region: str = "",
+    control_endpoint: str = "",
+    execution_role_arn: str = "",
+    agentd: str = "",
+    timeout_sec: float = 0.0,
+    binary: Optional[str] = None,
+) -> FleetResult:
+    """run_many on asyncio: its own engine, awaited; cancelling the task ends
+    the engine, which tears down every MicroVM of the fleet."""
+    args = _fleet_args(command, count, parallel, local, image, region, control_endpoint, execution_role_arn,
+                       agentd, timeout_sec)
+    engine = await AsyncEngine.start(binary)
+    try:
+        try:
+            return FleetResult._from(await engine._aop_run_many(args))
+        except MicrovmError as e:
+            return _fleet_outcome(e)
+    finally:
+        await asyncio.shield(engine.close())
+
+
+__all__ = ["run_many", "run_many_async", "FleetResult", "FleetRun"]

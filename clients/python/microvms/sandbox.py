@@ -1,17 +1,21 @@
-"""Sandbox: one MicroVM, its whole lifecycle, driven through `microvm engine`.
+"""Sandbox and AsyncSandbox: one MicroVM, its whole lifecycle, driven through `microvm engine`.
 
 Nothing here decides anything the Go library decides (which transitions are
 allowed, what a teardown leaked, what a run cost): each method is one engine
 request, and its answer is the CLI envelope's data, wrapped in a small class.
 """
+import asyncio
 import base64
 import os
+import shutil
+import tempfile
+import uuid
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Union, cast
 
 from . import _contract as c
-from ._engine import Engine
+from ._engine import AsyncEngine, Engine
 
 Command = Union[str, Sequence[str]]
 
@@ -24,18 +28,27 @@ class ExecResult:
     phase: str
     exit_code: Optional[int]  # None when a signal ended the child
     signal: Optional[int]
-    stdout: str
+    stdout: str  # at most 8 MiB (the daemon's max_output_bytes) per stream
     stderr: str
-    truncated: bool
+    truncated: bool  # True only when output bytes were dropped (past the cap, or lost)
+    timed_out: bool = False  # a time limit ended the command or the wait
+    timeout_limit: Optional[str] = None  # "timeout_sec" (the guest killed it) or "wait" (it runs on)
 
     @property
     def ok(self) -> bool:
         """Whether the command exited zero."""
         return self.exit_code == 0
 
+    @property
+    def running(self) -> bool:
+        """Whether the command was still running when this record was read."""
+        return self.phase == "running"
+
     @classmethod
-    def _from(cls, d: c.ExecData) -> "ExecResult":
-        return cls(d["execId"], d["phase"], d["exitCode"], d["signal"], d["stdout"], d["stderr"], d["truncated"])
+    def _from(cls, d: c.ExecResultData) -> "ExecResult":
+        limit = {"timeoutSec": "timeout_sec", "wait": "wait"}.get(d["timeoutLimit"])
+        return cls(d["execId"], d["phase"], d["exitCode"], d["signal"], d["stdout"], d["stderr"], d["truncated"],
+                   d["timedOut"], limit)
 
 
 @dataclass(frozen=True)
@@ -85,19 +98,15 @@ class ExecStream:
 
     def __iter__(self) -> Iterator[StreamItem]:
         for ev in self._events:
-            kind = ev.get("event")
-            if kind == "output":
-                o: c.StreamOutputLine = ev  # type: ignore[assignment]
-                yield OutputChunk(o["stream"], o["offset"], o["text"], o["bytes"], o["lossy"])
-            elif kind == "gap":
-                g: c.StreamGapLine = ev  # type: ignore[assignment]
-                yield Gap(g["from"], g["to"])
-            elif kind == "exit":
-                x: c.StreamExitLine = ev  # type: ignore[assignment]
-                self.exit = Exit(x["exitCode"], x["signal"], x["truncated"], x["writersMayBeAlive"], x["offset"])
-                yield self.exit
-            else:
-                self.summary = ev  # type: ignore[assignment]
+            item = _item(self, ev)
+            if item is not None:
+                yield item
+
+    def close(self) -> None:
+        """Stop following: the engine stops sending (the command keeps running; kill it by exec id)."""
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
 
     def lines(self, stream: str = "stdout") -> Iterator[str]:
         """Complete lines of one stream (without their newline) as each arrives."""
@@ -112,6 +121,59 @@ class ExecStream:
             yield pending
 
 
+def _item(owner: Any, ev: Any) -> Optional[StreamItem]:
+    kind = ev.get("event")
+    if kind == "output":
+        return OutputChunk(ev["stream"], ev["offset"], ev["text"], ev["bytes"], ev["lossy"])
+    if kind == "gap":
+        return Gap(ev["from"], ev["to"])
+    if kind == "exit":
+        owner.exit = Exit(ev["exitCode"], ev["signal"], ev["truncated"], ev["writersMayBeAlive"], ev["offset"])
+        exit_: Exit = owner.exit
+        return exit_
+    owner.summary = ev
+    return None
+
+
+class AsyncExecStream:
+    """ExecStream on asyncio: `async for item in stream`."""
+
+    def __init__(self, events: AsyncIterator[Any]) -> None:
+        self._events = events
+        self.summary: Optional[c.ExecStreamData] = None
+        self.exit: Optional[Exit] = None
+
+    async def __aiter__(self) -> AsyncIterator[StreamItem]:
+        async for ev in self._events:
+            item = _item(self, ev)
+            if item is not None:
+                yield item
+
+    async def aclose(self) -> None:
+        """Stop following (the command keeps running; kill it by exec id)."""
+        aclose = getattr(self._events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+@dataclass(frozen=True)
+class FsEvent:
+    """One change under a watched directory."""
+
+    op: str  # create, write, remove, rename, chmod (agentd's watch ops)
+    path: str
+    seq: int
+
+
+def _fs_item(ev: Any) -> Optional[Union[FsEvent, Gap]]:
+    kind = ev.get("event")
+    if kind == "fs":
+        return FsEvent(ev["op"], ev["path"], ev["seq"])
+    if kind == "gap":
+        return Gap(ev["from"], ev["to"])
+    return None
+
+
 @dataclass(frozen=True)
 class FileEntry:
     """One entry of a directory listing."""
@@ -123,6 +185,10 @@ class FileEntry:
     mode: str  # four octal digits
     mtime: str  # RFC 3339
     symlink_target: Optional[str]
+
+    @classmethod
+    def _from(cls, e: Any) -> "FileEntry":
+        return cls(e["path"], e["name"], e["type"], e["size"], e["mode"], e["mtime"], e.get("symlinkTarget"))
 
 
 @dataclass(frozen=True)
@@ -199,45 +265,119 @@ class PortURL:
     subprotocols: List[str] = field(repr=False)
 
 
+def _tempdir() -> str:
+    # Large bytes travel through a host file the engine reads or writes
+    # (api/engine.yaml read/write localPath), not through its pipe: the
+    # directory is this user's alone.
+    return tempfile.mkdtemp(prefix="microvms-")
+
+
+def _write_args(path: str, local: str, mode: Optional[str]) -> c.WriteArgs:
+    args: c.WriteArgs = {"path": path, "localPath": local}
+    if mode is not None:
+        args["mode"] = mode
+    return args
+
+
+def _entries(d: c.DirData) -> List[FileEntry]:
+    return [FileEntry._from(e) for e in d["entries"]]
+
+
+def _stat(d: c.PathData) -> Optional[FileEntry]:
+    return FileEntry._from(d["entry"]) if d["exists"] and d["entry"] is not None else None
+
+
 class Files:
-    """The sandbox's filesystem (E2B's sandbox.files)."""
+    """The sandbox's filesystem (E2B's sandbox.files). timeout, where a
+    method takes one, is how long to wait for the answer in seconds
+    (TimeoutError past it; None waits)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def write(self, path: str, data: Union[str, bytes], *, mode: Optional[str] = None) -> None:
-        """Write a whole file, creating its parents; mode is four octal digits ("0755")."""
+    def write(self, path: str, data: Union[str, bytes], *, mode: Optional[str] = None,
+              timeout: Optional[float] = None) -> None:
+        """Write a whole file (any size), creating its parents; mode is four octal digits ("0755")."""
         raw = data.encode() if isinstance(data, str) else bytes(data)
-        args: c.WriteArgs = {"path": path, "dataBase64": base64.b64encode(raw).decode()}
+        tmp = _tempdir()
+        try:
+            local = os.path.join(tmp, "data")
+            with open(local, "wb") as f:
+                f.write(raw)
+            self._engine._op_write(_write_args(path, local, mode), timeout)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def upload(self, local: Union[str, "os.PathLike[str]"], path: str, *, mode: Optional[str] = None,
+               timeout: Optional[float] = None) -> int:
+        """Copy one host file to path in the VM, streamed; returns its bytes."""
+        return self._engine._op_write(_write_args(path, os.fspath(local), mode), timeout)["bytes"]
+
+    def download(self, path: str, local: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None) -> int:
+        """Copy one VM file to a host file, streamed (any size); returns its bytes."""
+        return self._engine._op_read({"path": path, "localPath": os.fspath(local)}, timeout)["bytes"]
+
+    def read_bytes(self, path: str, *, timeout: Optional[float] = None) -> bytes:
+        """The whole file at path (any size)."""
+        tmp = _tempdir()
+        try:
+            local = os.path.join(tmp, "data")
+            self._engine._op_read({"path": path, "localPath": local}, timeout)
+            with open(local, "rb") as f:
+                return f.read()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def read(self, path: str, *, timeout: Optional[float] = None) -> str:
+        """The whole file at path as UTF-8 text."""
+        return self.read_bytes(path, timeout=timeout).decode()
+
+    def list(self, path: str, *, depth: int = 1, timeout: Optional[float] = None) -> List[FileEntry]:
+        """The entries under path, depth levels deep."""
+        return _entries(self._engine._op_list({"path": path, "depth": depth}, timeout))
+
+    def stat(self, path: str, *, timeout: Optional[float] = None) -> Optional[FileEntry]:
+        """path's entry (a final symlink not followed), or None when nothing is there."""
+        return _stat(self._engine._op_stat({"path": path}, timeout))
+
+    def exists(self, path: str, *, timeout: Optional[float] = None) -> bool:
+        """Whether anything is at path."""
+        return self._engine._op_stat({"path": path}, timeout)["exists"]
+
+    def mkdir(self, path: str, *, mode: Optional[str] = None, timeout: Optional[float] = None) -> bool:
+        """Make a directory and its parents; False when it already was one."""
+        args: c.MkdirArgs = {"path": path}
         if mode is not None:
             args["mode"] = mode
-        self._engine._op_write(args)
+        return self._engine._op_mkdir(args, timeout)["changed"]
 
-    def read_bytes(self, path: str) -> bytes:
-        """The whole file at path."""
-        return base64.b64decode(self._engine._op_read({"path": path})["dataBase64"])
+    def move(self, src: str, dst: str, *, replace: bool = False, timeout: Optional[float] = None) -> None:
+        """Rename src to dst; an existing dst is refused unless replace."""
+        self._engine._op_move({"from": src, "to": dst, "replace": replace}, timeout)
 
-    def read(self, path: str) -> str:
-        """The whole file at path as UTF-8 text."""
-        return self.read_bytes(path).decode()
+    def remove(self, path: str, *, recursive: bool = False, timeout: Optional[float] = None) -> int:
+        """Remove path (a directory only with recursive); returns the entries removed, 0 when none was there."""
+        return self._engine._op_remove({"path": path, "recursive": recursive}, timeout)["count"]
 
-    def list(self, path: str, *, depth: int = 1) -> List[FileEntry]:
-        """The entries under path, depth levels deep."""
-        d = self._engine._op_list({"path": path, "depth": depth})
-        return [FileEntry(e["path"], e["name"], e["type"], e["size"], e["mode"], e["mtime"], e["symlinkTarget"])
-                for e in d["entries"]]
+    def watch(self, path: str, *, recursive: bool = False) -> Iterator[Union[FsEvent, Gap]]:
+        """Changes under path as they happen (FsEvent, or Gap for dropped ones); close the iterator to stop."""
+        for ev in self._engine._op_watch({"path": path, "recursive": recursive}):
+            item = _fs_item(ev)
+            if item is not None:
+                yield item
 
-    def upload_dir(self, local: Union[str, "os.PathLike[str]"], remote: str) -> int:
+    def upload_dir(self, local: Union[str, "os.PathLike[str]"], remote: str, *, timeout: Optional[float] = None) -> int:
         """Copy a local directory tree into the VM; returns the bytes of its files."""
-        return self._engine._op_upload_dir({"local": os.fspath(local), "remote": remote})["bytes"]
+        return self._engine._op_upload_dir({"local": os.fspath(local), "remote": remote}, timeout)["bytes"]
 
-    def download_dir(self, remote: str, local: Union[str, "os.PathLike[str]"]) -> int:
+    def download_dir(self, remote: str, local: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None) -> int:
         """Copy a VM directory tree into local, every entry confined beneath it."""
-        return self._engine._op_download_dir({"remote": remote, "local": os.fspath(local)})["bytes"]
+        return self._engine._op_download_dir({"remote": remote, "local": os.fspath(local)}, timeout)["bytes"]
 
 
 def _exec_args(cmd: Command, cwd: Optional[str], env: Optional[Dict[str, str]],
-               timeout_sec: Optional[float], exec_id: Optional[str]) -> c.RunArgs:
+               timeout_sec: Optional[float], exec_id: Optional[str],
+               user: Optional[int] = None, group: Optional[int] = None) -> c.RunArgs:
     # A string is a shell script (E2B's commands.run); a sequence is an argv.
     args: c.RunArgs = {"command": [cmd], "shell": True} if isinstance(cmd, str) else {"command": list(cmd)}
     if cwd is not None:
@@ -246,19 +386,121 @@ def _exec_args(cmd: Command, cwd: Optional[str], env: Optional[Dict[str, str]],
         args["env"] = ["%s=%s" % kv for kv in env.items()]
     if timeout_sec is not None:
         args["timeoutSec"] = timeout_sec
-    if exec_id is not None:
-        args["execId"] = exec_id
+    # The caller mints the id, so a cancelled wait can still kill the command.
+    args["execId"] = exec_id if exec_id is not None else "py-" + uuid.uuid4().hex
+    if user is not None:
+        args["user"] = str(user)
+    if group is not None:
+        args["group"] = str(group)
     return args
+
+
+def _start_args(cmd: Command, cwd: Optional[str], env: Optional[Dict[str, str]], timeout_sec: Optional[float],
+                exec_id: Optional[str], user: Optional[int], group: Optional[int], stdin: bool,
+                pty: Optional["tuple[int, int]"]) -> c.StartArgs:
+    args = cast(c.StartArgs, _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group))
+    args["stdin"] = stdin
+    if pty is not None:
+        args["tty"], args["rows"], args["cols"] = True, pty[0], pty[1]
+    return args
+
+
+def _create_args(local: bool, image: Optional[str], image_version: Optional[str], region: Optional[str],
+                 control_endpoint: Optional[str], execution_role_arn: Optional[str], agent_token: Optional[str],
+                 agentd: Optional[str], timeout_sec: Optional[float], egress: bool,
+                 launch_env: Optional[Dict[str, str]], max_idle_sec: Optional[int], suspended_sec: Optional[int],
+                 max_duration_sec: Optional[int]) -> c.CreateArgs:
+    args: c.CreateArgs = {"local": local, "egress": egress}
+    for key, value in (("image", image), ("imageVersion", image_version), ("region", region),
+                       ("controlEndpoint", control_endpoint), ("executionRoleArn", execution_role_arn),
+                       ("agentToken", agent_token), ("agentd", agentd)):
+        if value is not None:
+            args[key] = value  # type: ignore[literal-required]
+    if timeout_sec is not None:
+        args["timeoutSec"] = timeout_sec
+    if launch_env:
+        args["launchEnv"] = ["%s=%s" % kv for kv in launch_env.items()]
+    if max_idle_sec is not None:
+        args["maxIdleSec"] = max_idle_sec
+    if suspended_sec is not None:
+        args["suspendedSec"] = suspended_sec
+    if max_duration_sec is not None:
+        args["maxDurationSec"] = max_duration_sec
+    return args
+
+
+def _teardown(d: c.TeardownData) -> TeardownReport:
+    return TeardownReport(d["microvmId"], d["state"], list(d["leaked"]) + list(d["undeletedLogGroups"]),
+                          d["imageIdentifier"])
+
+
+def _port_url(d: c.URLData) -> PortURL:
+    return PortURL(d["microvmId"], d["port"], d["url"], {str(k): str(v) for k, v in d["headers"].items()},
+                   d["expiresAt"], list(d["subprotocols"]))
+
+
+class Process:
+    """A command running in the background, addressed by its exec id: the
+    id is the whole handle, so Sandbox.process(exec_id) in another process
+    (attached to the same sandbox) reaches the same command."""
+
+    def __init__(self, engine: Engine, exec_id: str) -> None:
+        self._engine = engine
+        self.exec_id = exec_id
+
+    def __repr__(self) -> str:
+        return "Process(%s)" % self.exec_id
+
+    def poll(self, *, timeout: Optional[float] = None) -> ExecResult:
+        """The record as it stands: running, or the outcome."""
+        return ExecResult._from(self._engine._op_poll({"execId": self.exec_id}, timeout))
+
+    def wait(self, timeout: Optional[float] = None) -> ExecResult:
+        """Wait for the exit and take the record. Past timeout (seconds) the result has
+        timed_out True, timeout_limit "wait", and the command runs on."""
+        args: c.WaitArgs = {"execId": self.exec_id}
+        if timeout is not None:
+            args["timeoutSec"] = timeout
+        return ExecResult._from(self._engine._op_wait(args))
+
+    def stream(self, offset: int = 0) -> ExecStream:
+        """The output from byte offset on, as it arrives, until the exit."""
+        return ExecStream(self._engine._op_follow({"execId": self.exec_id, "offset": offset}))
+
+    def kill(self, *, timeout: Optional[float] = None) -> bool:
+        """SIGTERM then SIGKILL to the process group; False when it had already gone."""
+        return self._engine._op_kill({"execId": self.exec_id}, timeout)["done"]
+
+    def signal(self, name: str, *, timeout: Optional[float] = None) -> bool:
+        """Send one named signal (TERM, HUP, INT, ...) once; False when the group had gone."""
+        return self._engine._op_signal({"execId": self.exec_id, "signal": name}, timeout)["done"]
+
+    def resize(self, rows: int, cols: int, *, timeout: Optional[float] = None) -> None:
+        """Resize a pty command's terminal."""
+        self._engine._op_resize({"execId": self.exec_id, "rows": rows, "cols": cols}, timeout)
+
+    def write_stdin(self, data: Union[str, bytes], *, timeout: Optional[float] = None) -> int:
+        """Write to the command's stdin (started with stdin=True or pty); returns the bytes taken."""
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        args: c.StdinWriteArgs = {"execId": self.exec_id, "dataBase64": base64.b64encode(raw).decode()}
+        return self._engine._op_stdin_write(args, timeout)["bytes"]
+
+    def close_stdin(self, *, timeout: Optional[float] = None) -> None:
+        """Close the command's stdin: it reads end of file."""
+        self._engine._op_stdin_close({"execId": self.exec_id}, timeout)
 
 
 class Sandbox:
     """One MicroVM as a sandbox.
 
     Sandbox.create(local=True) runs the embedded emulator inside the engine
-    (no AWS account; Linux and root); Sandbox.create(image=...) launches on
-    AWS Lambda MicroVMs. Use it as a context manager: leaving the block
-    terminates it, and a process that dies without leaving takes its
-    engine, and so its MicroVM, with it.
+    (no AWS account and no root: an ordinary user runs it);
+    Sandbox.create(image=...) launches on AWS Lambda MicroVMs. Use it as a
+    context manager: leaving the block terminates it, and a process that
+    dies without leaving takes its engine, and so its MicroVM, with it.
+    Every method that blocks takes timeout (seconds to wait for the answer;
+    TimeoutError past it, None waits). A dead engine raises UnexpectedError
+    naming it.
     """
 
     def __init__(self, engine: Engine, info: c.SandboxData) -> None:
@@ -280,17 +522,22 @@ class Sandbox:
         agent_token: Optional[str] = None,
         agentd: Optional[str] = None,
         timeout_sec: Optional[float] = None,
+        egress: bool = False,
+        launch_env: Optional[Dict[str, str]] = None,
+        max_idle_sec: Optional[int] = None,
+        suspended_sec: Optional[int] = None,
+        max_duration_sec: Optional[int] = None,
         binary: Optional[str] = None,
     ) -> "Sandbox":
-        """Launch a MicroVM and wait until it runs."""
-        args: c.CreateArgs = {"local": local}
-        for key, value in (("image", image), ("imageVersion", image_version), ("region", region),
-                           ("controlEndpoint", control_endpoint), ("executionRoleArn", execution_role_arn),
-                           ("agentToken", agent_token), ("agentd", agentd)):
-            if value is not None:
-                args[key] = value  # type: ignore[literal-required]
-        if timeout_sec is not None:
-            args["timeoutSec"] = timeout_sec
+        """Launch a MicroVM and wait until it runs (timeout_sec bounds that wait).
+
+        egress gives it outbound network; launch_env is the environment of
+        every command, delivered once at launch; max_idle_sec (default 600),
+        suspended_sec (600) and max_duration_sec (3600, at most 28800) are
+        `microvm run`'s idle and duration policy.
+        """
+        args = _create_args(local, image, image_version, region, control_endpoint, execution_role_arn, agent_token,
+                            agentd, timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
         engine = Engine(binary)
         try:
             return cls(engine, engine._op_create(args))
@@ -348,6 +595,11 @@ class Sandbox:
         return self._info["endpoint"]
 
     @property
+    def engine_pid(self) -> int:
+        """The `microvm engine` child process's pid."""
+        return self._engine.pid
+
+    @property
     def lifecycle(self) -> str:
         """The last state the platform confirmed (RUNNING, SUSPENDED, TERMINATED...)."""
         self._info = self._engine._op_info({})
@@ -357,39 +609,69 @@ class Sandbox:
         return "Sandbox(%s)" % self._info["microvmId"]  # never the token
 
     def run(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-            timeout_sec: Optional[float] = None, exec_id: Optional[str] = None) -> ExecResult:
-        """Run a command and wait for it: a string through the shell, a sequence as argv."""
-        return ExecResult._from(self._engine._op_run(_exec_args(cmd, cwd, env, timeout_sec, exec_id)))
+            timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
+            group: Optional[int] = None) -> ExecResult:
+        """Run a command and wait for it: a string through the shell, a sequence as argv.
+
+        timeout_sec has the guest kill it (the result then has timed_out True,
+        timeout_limit "timeout_sec"). stdout and stderr keep at most 8 MiB
+        each; truncated says bytes were dropped. user and group are numeric ids.
+        """
+        return ExecResult._from(self._engine._op_run(_exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)))
 
     def stream(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-               timeout_sec: Optional[float] = None, exec_id: Optional[str] = None) -> ExecStream:
-        """Run a command, yielding its output as it arrives (OutputChunk, Gap, then Exit)."""
-        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id)
-        return ExecStream(self._engine._op_stream(args))
+               timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
+               group: Optional[int] = None) -> ExecStream:
+        """Run a command, yielding its output as it arrives (OutputChunk, Gap, then Exit).
 
-    def suspend(self) -> str:
+        Closing the stream early (break, close()) kills the command.
+        """
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)
+        return _KillingStream(self._engine, args["execId"], self._engine._op_stream(args))
+
+    def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+              timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
+              group: Optional[int] = None, stdin: bool = False, pty: Optional["tuple[int, int]"] = None,
+              timeout: Optional[float] = None) -> Process:
+        """Start a command in the background; pty=(rows, cols) runs it on a terminal."""
+        args = _start_args(cmd, cwd, env, timeout_sec, exec_id, user, group, stdin, pty)
+        return Process(self._engine, self._engine._op_start(args, timeout)["execId"])
+
+    def process(self, exec_id: str) -> Process:
+        """The handle of a command started earlier, by any process, by its exec id."""
+        return Process(self._engine, exec_id)
+
+    def processes(self, *, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+        """Every exec the guest's agentd holds (exec_id, command, phase, pid, started_at)."""
+        return [x for x in self._engine._op_execs({}, timeout)["execs"]]
+
+    def health(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """agentd's health answer."""
+        return self._engine._op_health({}, timeout)["probe"]
+
+    def metrics(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """The guest's CPU, memory, load and disk."""
+        return self._engine._op_metrics({}, timeout)["probe"]
+
+    def suspend(self, *, timeout: Optional[float] = None) -> str:
         """Freeze the VM: files, processes and the token survive. Returns the new state."""
-        return self._engine._op_suspend({})["state"]
+        return self._engine._op_suspend({}, timeout)["state"]
 
-    def resume(self) -> str:
+    def resume(self, *, timeout: Optional[float] = None) -> str:
         """Thaw a suspended VM and wait until it runs again. Returns the new state."""
-        return self._engine._op_resume({})["state"]
+        return self._engine._op_resume({}, timeout)["state"]
 
     def terminate(self, *, delete_image: bool = False) -> TeardownReport:
         """Tear the VM down; never raises for what it could not delete, it names it."""
-        d = self._engine._op_terminate({"deleteImage": delete_image})
-        return TeardownReport(d["microvmId"], d["state"], list(d["leaked"]) + list(d["undeletedLogGroups"]),
-                              d["imageIdentifier"])
+        return _teardown(self._engine._op_terminate({"deleteImage": delete_image}))
 
-    def url(self, port: int, *, expires_minutes: int = 0) -> PortURL:
+    def url(self, port: int, *, expires_minutes: int = 0, timeout: Optional[float] = None) -> PortURL:
         """The URL, headers and expiry that reach guest port `port`; expires_minutes is 1..60, 0 for 60."""
-        d = self._engine._op_url({"port": port, "expiresMinutes": expires_minutes})
-        return PortURL(d["microvmId"], d["port"], d["url"], {str(k): str(v) for k, v in d["headers"].items()},
-                       d["expiresAt"], list(d["subprotocols"]))
+        return _port_url(self._engine._op_url({"port": port, "expiresMinutes": expires_minutes}, timeout))
 
-    def cost(self) -> CostReport:
+    def cost(self, *, timeout: Optional[float] = None) -> CostReport:
         """What the run cost so far, from what the platform reports (also after terminate)."""
-        return CostReport._from(self._engine._op_cost({})["report"])
+        return CostReport._from(self._engine._op_cost({}, timeout)["report"])
 
     def close(self) -> None:
         """End the engine: a sandbox this process launched is terminated, a local emulator stops."""
@@ -400,3 +682,355 @@ class Sandbox:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class _KillingStream(ExecStream):
+    """A run's stream: left before its exit, it kills the command it ran."""
+
+    def __init__(self, engine: Engine, exec_id: str, events: Iterator[Any]) -> None:
+        super().__init__(events)
+        self._engine = engine
+        self.exec_id = exec_id
+
+    def __iter__(self) -> Iterator[StreamItem]:
+        try:
+            yield from super().__iter__()
+        finally:
+            if self.exit is None:
+                self.close()
+                try:
+                    self._engine._op_kill({"execId": self.exec_id})
+                except Exception:  # the engine or the VM is gone: nothing left to kill
+                    pass
+
+
+# asyncio: the same surface, each call awaiting the engine's answer. Cancelling
+# a task that awaits a command (run, wait, a stream) kills that command.
+
+
+class AsyncFiles:
+    """Files on asyncio."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def write(self, path: str, data: Union[str, bytes], *, mode: Optional[str] = None) -> None:
+        """Write a whole file (any size), creating its parents."""
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        tmp = _tempdir()
+        try:
+            local = os.path.join(tmp, "data")
+            with open(local, "wb") as f:
+                f.write(raw)
+            await self._engine._aop_write(_write_args(path, local, mode))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    async def upload(self, local: Union[str, "os.PathLike[str]"], path: str, *, mode: Optional[str] = None) -> int:
+        """Copy one host file to path in the VM; returns its bytes."""
+        return (await self._engine._aop_write(_write_args(path, os.fspath(local), mode)))["bytes"]
+
+    async def download(self, path: str, local: Union[str, "os.PathLike[str]"]) -> int:
+        """Copy one VM file to a host file (any size); returns its bytes."""
+        return (await self._engine._aop_read({"path": path, "localPath": os.fspath(local)}))["bytes"]
+
+    async def read_bytes(self, path: str) -> bytes:
+        """The whole file at path (any size)."""
+        tmp = _tempdir()
+        try:
+            local = os.path.join(tmp, "data")
+            await self._engine._aop_read({"path": path, "localPath": local})
+            with open(local, "rb") as f:
+                return f.read()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    async def read(self, path: str) -> str:
+        """The whole file at path as UTF-8 text."""
+        return (await self.read_bytes(path)).decode()
+
+    async def list(self, path: str, *, depth: int = 1) -> List[FileEntry]:
+        """The entries under path, depth levels deep."""
+        return _entries(await self._engine._aop_list({"path": path, "depth": depth}))
+
+    async def stat(self, path: str) -> Optional[FileEntry]:
+        """path's entry, or None when nothing is there."""
+        return _stat(await self._engine._aop_stat({"path": path}))
+
+    async def exists(self, path: str) -> bool:
+        """Whether anything is at path."""
+        return (await self._engine._aop_stat({"path": path}))["exists"]
+
+    async def mkdir(self, path: str, *, mode: Optional[str] = None) -> bool:
+        """Make a directory and its parents; False when it already was one."""
+        args: c.MkdirArgs = {"path": path}
+        if mode is not None:
+            args["mode"] = mode
+        return (await self._engine._aop_mkdir(args))["changed"]
+
+    async def move(self, src: str, dst: str, *, replace: bool = False) -> None:
+        """Rename src to dst."""
+        await self._engine._aop_move({"from": src, "to": dst, "replace": replace})
+
+    async def remove(self, path: str, *, recursive: bool = False) -> int:
+        """Remove path; returns the entries removed."""
+        return (await self._engine._aop_remove({"path": path, "recursive": recursive}))["count"]
+
+    async def watch(self, path: str, *, recursive: bool = False) -> AsyncIterator[Union[FsEvent, Gap]]:
+        """Changes under path as they happen; leave the `async for` to stop."""
+        async for ev in self._engine._aop_watch({"path": path, "recursive": recursive}):
+            item = _fs_item(ev)
+            if item is not None:
+                yield item
+
+    async def upload_dir(self, local: Union[str, "os.PathLike[str]"], remote: str) -> int:
+        """Copy a local directory tree into the VM; returns the bytes of its files."""
+        return (await self._engine._aop_upload_dir({"local": os.fspath(local), "remote": remote}))["bytes"]
+
+    async def download_dir(self, remote: str, local: Union[str, "os.PathLike[str]"]) -> int:
+        """Copy a VM directory tree into local, every entry confined beneath it."""
+        return (await self._engine._aop_download_dir({"remote": remote, "local": os.fspath(local)}))["bytes"]
+
+
+async def _kill_quietly(engine: AsyncEngine, exec_id: str) -> None:
+    try:
+        await engine._aop_kill({"execId": exec_id})
+    except Exception:  # the engine or the VM is gone: nothing left to kill
+        pass
+
+
+class AsyncProcess:
+    """Process on asyncio."""
+
+    def __init__(self, engine: AsyncEngine, exec_id: str) -> None:
+        self._engine = engine
+        self.exec_id = exec_id
+
+    def __repr__(self) -> str:
+        return "AsyncProcess(%s)" % self.exec_id
+
+    async def poll(self) -> ExecResult:
+        """The record as it stands."""
+        return ExecResult._from(await self._engine._aop_poll({"execId": self.exec_id}))
+
+    async def wait(self, timeout: Optional[float] = None) -> ExecResult:
+        """Wait for the exit; past timeout a timed_out result (the command runs on).
+        Cancelling the awaiting task kills the command."""
+        args: c.WaitArgs = {"execId": self.exec_id}
+        if timeout is not None:
+            args["timeoutSec"] = timeout
+        try:
+            return ExecResult._from(await self._engine._aop_wait(args))
+        except asyncio.CancelledError:
+            await asyncio.shield(_kill_quietly(self._engine, self.exec_id))
+            raise
+
+    def stream(self, offset: int = 0) -> AsyncExecStream:
+        """The output from byte offset on, until the exit."""
+        return AsyncExecStream(self._engine._aop_follow({"execId": self.exec_id, "offset": offset}))
+
+    async def kill(self) -> bool:
+        """SIGTERM then SIGKILL to the process group; False when it had already gone."""
+        return (await self._engine._aop_kill({"execId": self.exec_id}))["done"]
+
+    async def signal(self, name: str) -> bool:
+        """Send one named signal once."""
+        return (await self._engine._aop_signal({"execId": self.exec_id, "signal": name}))["done"]
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Resize a pty command's terminal."""
+        await self._engine._aop_resize({"execId": self.exec_id, "rows": rows, "cols": cols})
+
+    async def write_stdin(self, data: Union[str, bytes]) -> int:
+        """Write to the command's stdin; returns the bytes taken."""
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        return (await self._engine._aop_stdin_write({"execId": self.exec_id,
+                                                     "dataBase64": base64.b64encode(raw).decode()}))["bytes"]
+
+    async def close_stdin(self) -> None:
+        """Close the command's stdin."""
+        await self._engine._aop_stdin_close({"execId": self.exec_id})
+
+
+class _AsyncKillingStream(AsyncExecStream):
+    """A run's stream on asyncio: left or cancelled before its exit, it kills the command."""
+
+    def __init__(self, engine: AsyncEngine, exec_id: str, events: AsyncIterator[Any]) -> None:
+        super().__init__(events)
+        self._engine = engine
+        self.exec_id = exec_id
+
+    async def __aiter__(self) -> AsyncIterator[StreamItem]:
+        try:
+            async for item in super().__aiter__():
+                yield item
+        finally:
+            if self.exit is None:
+                await asyncio.shield(self._stop())
+
+    async def _stop(self) -> None:
+        await self.aclose()
+        await _kill_quietly(self._engine, self.exec_id)
+
+
+class AsyncSandbox:
+    """Sandbox on asyncio, one engine per sandbox driven by one reader task.
+
+    `async with await AsyncSandbox.create(local=True) as sb:`; local mode
+    needs no AWS account and no root. Cancelling a task that awaits a
+    command kills that command in the guest. A dead engine raises
+    UnexpectedError naming it.
+    """
+
+    def __init__(self, engine: AsyncEngine, info: c.SandboxData) -> None:
+        self._engine = engine
+        self._info = info
+        self.files = AsyncFiles(engine)
+
+    @classmethod
+    async def create(
+        cls,
+        *,
+        local: bool = False,
+        image: Optional[str] = None,
+        image_version: Optional[str] = None,
+        region: Optional[str] = None,
+        control_endpoint: Optional[str] = None,
+        execution_role_arn: Optional[str] = None,
+        agent_token: Optional[str] = None,
+        agentd: Optional[str] = None,
+        timeout_sec: Optional[float] = None,
+        egress: bool = False,
+        launch_env: Optional[Dict[str, str]] = None,
+        max_idle_sec: Optional[int] = None,
+        suspended_sec: Optional[int] = None,
+        max_duration_sec: Optional[int] = None,
+        binary: Optional[str] = None,
+    ) -> "AsyncSandbox":
+        """Launch a MicroVM and wait until it runs (Sandbox.create's options)."""
+        args = _create_args(local, image, image_version, region, control_endpoint, execution_role_arn, agent_token,
+                            agentd, timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
+        engine = await AsyncEngine.start(binary)
+        try:
+            return cls(engine, await engine._aop_create(args))
+        except BaseException:
+            await asyncio.shield(engine.close())
+            raise
+
+    @classmethod
+    async def attach(cls, microvm_id: str, *, agent_token: str, control_endpoint: Optional[str] = None,
+                     region: Optional[str] = None, binary: Optional[str] = None) -> "AsyncSandbox":
+        """Reach a MicroVM another process launched, by its id and agent token."""
+        args: c.AttachArgs = {"microvmId": microvm_id, "agentToken": agent_token}
+        if control_endpoint is not None:
+            args["controlEndpoint"] = control_endpoint
+        if region is not None:
+            args["region"] = region
+        engine = await AsyncEngine.start(binary)
+        try:
+            return cls(engine, await engine._aop_attach(args))
+        except BaseException:
+            await asyncio.shield(engine.close())
+            raise
+
+    @property
+    def microvm_id(self) -> str:
+        return self._info["microvmId"]
+
+    @property
+    def agent_token(self) -> str:
+        """The bearer the VM's agentd accepts: a secret, needed to attach."""
+        return self._info["agentToken"]
+
+    @property
+    def control_endpoint(self) -> Optional[str]:
+        return self._info["controlEndpoint"]
+
+    @property
+    def region(self) -> str:
+        return self._info["region"]
+
+    @property
+    def engine_pid(self) -> int:
+        """The `microvm engine` child process's pid."""
+        return self._engine.pid
+
+    async def lifecycle(self) -> str:
+        """The last state the platform confirmed."""
+        self._info = await self._engine._aop_info({})
+        return self._info["state"]
+
+    def __repr__(self) -> str:
+        return "AsyncSandbox(%s)" % self._info["microvmId"]
+
+    async def run(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+                  timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
+                  group: Optional[int] = None) -> ExecResult:
+        """Sandbox.run; cancelling the awaiting task kills the command."""
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)
+        try:
+            return ExecResult._from(await self._engine._aop_run(args))
+        except asyncio.CancelledError:
+            await asyncio.shield(_kill_quietly(self._engine, args["execId"]))
+            raise
+
+    def stream(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+               timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
+               group: Optional[int] = None) -> AsyncExecStream:
+        """Sandbox.stream; leaving the `async for` early, or cancelling it, kills the command."""
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)
+        return _AsyncKillingStream(self._engine, args["execId"], self._engine._aop_stream(args))
+
+    async def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+                    timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
+                    group: Optional[int] = None, stdin: bool = False,
+                    pty: Optional["tuple[int, int]"] = None) -> AsyncProcess:
+        """Start a command in the background."""
+        args = _start_args(cmd, cwd, env, timeout_sec, exec_id, user, group, stdin, pty)
+        return AsyncProcess(self._engine, (await self._engine._aop_start(args))["execId"])
+
+    def process(self, exec_id: str) -> AsyncProcess:
+        """The handle of a command started earlier, by its exec id."""
+        return AsyncProcess(self._engine, exec_id)
+
+    async def processes(self) -> List[Dict[str, Any]]:
+        """Every exec the guest's agentd holds."""
+        return [x for x in (await self._engine._aop_execs({}))["execs"]]
+
+    async def health(self) -> Dict[str, Any]:
+        """agentd's health answer."""
+        return (await self._engine._aop_health({}))["probe"]
+
+    async def metrics(self) -> Dict[str, Any]:
+        """The guest's CPU, memory, load and disk."""
+        return (await self._engine._aop_metrics({}))["probe"]
+
+    async def suspend(self) -> str:
+        """Freeze the VM. Returns the new state."""
+        return (await self._engine._aop_suspend({}))["state"]
+
+    async def resume(self) -> str:
+        """Thaw a suspended VM. Returns the new state."""
+        return (await self._engine._aop_resume({}))["state"]
+
+    async def terminate(self, *, delete_image: bool = False) -> TeardownReport:
+        """Tear the VM down; never raises for what it could not delete."""
+        return _teardown(await self._engine._aop_terminate({"deleteImage": delete_image}))
+
+    async def url(self, port: int, *, expires_minutes: int = 0) -> PortURL:
+        """The URL, headers and expiry that reach guest port `port`."""
+        return _port_url(await self._engine._aop_url({"port": port, "expiresMinutes": expires_minutes}))
+
+    async def cost(self) -> CostReport:
+        """What the run cost so far."""
+        return CostReport._from((await self._engine._aop_cost({}))["report"])
+
+    async def close(self) -> None:
+        """End the engine: a sandbox this process launched is terminated, a local emulator stops."""
+        await self._engine.close()
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await asyncio.shield(self.close())

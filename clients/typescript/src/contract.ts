@@ -33,7 +33,7 @@ export const OPS = {
   create: { response: "microvm.sandbox", streams: false },
   attach: { response: "microvm.sandbox", streams: false },
   info: { response: "microvm.sandbox", streams: false },
-  run: { response: "microvm.exec", streams: false },
+  run: { response: "microvm.exec.result", streams: false },
   stream: { response: "microvm.exec.stream", streams: true },
   write: { response: "microvm.copy", streams: false },
   read: { response: "microvm.file", streams: false },
@@ -45,6 +45,24 @@ export const OPS = {
   terminate: { response: "microvm.teardown", streams: false },
   cost: { response: "microvm.cost", streams: false },
   url: { response: "microvm.url", streams: false },
+  start: { response: "microvm.exec.started", streams: false },
+  poll: { response: "microvm.exec.result", streams: false },
+  wait: { response: "microvm.exec.result", streams: false },
+  follow: { response: "microvm.exec.stream", streams: true },
+  kill: { response: "microvm.exec.signalled", streams: false },
+  signal: { response: "microvm.exec.signalled", streams: false },
+  resize: { response: "microvm.exec.signalled", streams: false },
+  stdin_write: { response: "microvm.exec.signalled", streams: false },
+  stdin_close: { response: "microvm.exec.signalled", streams: false },
+  execs: { response: "microvm.execs", streams: false },
+  stat: { response: "microvm.path", streams: false },
+  mkdir: { response: "microvm.fs.changed", streams: false },
+  move: { response: "microvm.fs.changed", streams: false },
+  remove: { response: "microvm.fs.changed", streams: false },
+  watch: { response: "microvm.exec.stream", streams: true },
+  health: { response: "microvm.probe", streams: false },
+  metrics: { response: "microvm.probe", streams: false },
+  cancel: { response: "microvm.exec.signalled", streams: false },
   run_many: { response: "microvm.run.fleet", streams: false },
 } as const;
 
@@ -135,18 +153,23 @@ export interface SandboxData {
   readonly "imageIdentifier": (string) | null;
 }
 
-/** The data of a microvm.exec envelope. */
-export interface ExecData {
+/** The data of a microvm.exec.result envelope. */
+export interface ExecResultData {
   readonly "execId": string;
   /** the daemon's phase */
   readonly "phase": "running" | "exited" | "acked";
   /** null while running and when a signal ended the child */
   readonly "exitCode": (number) | null;
   readonly "signal": (number) | null;
-  /** captured stdout as UTF-8 with invalid bytes replaced; empty while running */
+  /** captured stdout as UTF-8 with invalid bytes replaced, at most protocol max_output_bytes (8 MiB) per stream */
   readonly "stdout": string;
   readonly "stderr": string;
+  /** the daemon dropped output past its cap: stdout and stderr hold the first bytes only */
   readonly "truncated": boolean;
+  /** a time limit ended the wait or the command */
+  readonly "timedOut": boolean;
+  /** which limit when timedOut: timeoutSec (agentd killed the child) or wait (the wait gave up; the child runs on); empty otherwise */
+  readonly "timeoutLimit": string;
 }
 
 /** The data of a microvm.exec.stream envelope. */
@@ -225,6 +248,52 @@ export interface URLData {
   readonly "subprotocols": string[];
   /** with url --check, the status one GET through the URL got from the guest's server; null without --check (a refused check is a failure: 403 exits ERR_CREDENTIALS, 502, nothing listening, ERR_PRECONDITION) */
   readonly "checkStatus": (number) | null;
+}
+
+/** The data of a microvm.exec.started envelope. */
+export interface ExecStartedData {
+  /** the handle every exec op takes */
+  readonly "execId": string;
+}
+
+/** The data of a microvm.exec.signalled envelope. */
+export interface ExecSignalledData {
+  /** the exec the op addressed (empty for cancel) */
+  readonly "execId": string;
+  /** kill and signal: delivered (false when the group had already gone); stdin_write, stdin_close, resize, cancel: true */
+  readonly "done": boolean;
+  /** stdin_write: the bytes the daemon took; else 0 */
+  readonly "bytes": number;
+}
+
+/** The data of a microvm.execs envelope. */
+export interface ExecsData {
+  /** agentd's ExecSummary objects (exec_id, command, phase, pid, started_at) */
+  readonly "execs": unknown[];
+}
+
+/** The data of a microvm.path envelope. */
+export interface PathData {
+  readonly "path": string;
+  readonly "exists": boolean;
+  /** api/cli.yaml's fileEntry shape; null when nothing is there */
+  readonly "entry": (Record<string, unknown>) | null;
+}
+
+/** The data of a microvm.fs.changed envelope. */
+export interface FsChangedData {
+  /** the path made, removed, or moved to */
+  readonly "path": string;
+  /** mkdir: created; remove: something was removed; move: true */
+  readonly "changed": boolean;
+  /** remove: entries removed; else 0 */
+  readonly "count": number;
+}
+
+/** The data of a microvm.probe envelope. */
+export interface ProbeData {
+  /** the daemon's answer as its wire object (api/openapi.yaml Health or Metrics) */
+  readonly "probe": Record<string, unknown>;
 }
 
 /** The data of a microvm.run.fleet envelope. */
@@ -320,6 +389,16 @@ export interface CreateArgs {
   readonly "agentd"?: string;
   /** how long to wait for RUNNING; zero is the platform default */
   readonly "timeoutSec"?: number;
+  /** give the VM outbound network (run --egress); left out, it has none */
+  readonly "egress"?: boolean;
+  /** NAME=value entries for every exec in the VM, delivered once at launch (run --launch-env) */
+  readonly "launchEnv"?: string[];
+  /** suspend the VM after this many seconds without inbound traffic; zero is run's default, 600 */
+  readonly "maxIdleSec"?: number;
+  /** terminate the VM after this many seconds suspended; zero is run's default, 600 */
+  readonly "suspendedSec"?: number;
+  /** the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600 */
+  readonly "maxDurationSec"?: number;
 }
 
 /** The arguments of attach: reach a MicroVM another process launched, by id and agent token. Every key may be left out. */
@@ -335,7 +414,7 @@ export interface AttachArgs {
 export interface InfoArgs {
 }
 
-/** The arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so. Every key may be left out. */
+/** The arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped. Every key may be left out. */
 export interface RunArgs {
   /** argv; with shell, one script string */
   readonly "command"?: string[];
@@ -348,6 +427,10 @@ export interface RunArgs {
   readonly "timeoutSec"?: number;
   /** the idempotency key; empty mints one */
   readonly "execId"?: string;
+  /** the numeric uid the command runs as; empty keeps the daemon's */
+  readonly "user"?: string;
+  /** the numeric gid the command runs as; empty keeps the daemon's */
+  readonly "group"?: string;
 }
 
 /** The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out. */
@@ -363,6 +446,10 @@ export interface StreamArgs {
   readonly "timeoutSec"?: number;
   /** the idempotency key; empty mints one */
   readonly "execId"?: string;
+  /** the numeric uid the command runs as; empty keeps the daemon's */
+  readonly "user"?: string;
+  /** the numeric gid the command runs as; empty keeps the daemon's */
+  readonly "group"?: string;
 }
 
 /** The arguments of write: write a whole file, creating its parent directories. Every key may be left out. */
@@ -371,11 +458,15 @@ export interface WriteArgs {
   readonly "dataBase64"?: string;
   /** four octal digits; empty leaves the daemon's default */
   readonly "mode"?: string;
+  /** a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files) */
+  readonly "localPath"?: string;
 }
 
-/** The arguments of read: read a whole file. Every key may be left out. */
+/** The arguments of read: read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file. Every key may be left out. */
 export interface ReadArgs {
   readonly "path"?: string;
+  /** a host file to write the bytes to instead of dataBase64 (which is then empty): the bytes never cross the engine pipe */
+  readonly "localPath"?: string;
 }
 
 /** The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries). Every key may be left out. */
@@ -419,6 +510,129 @@ export interface URLArgs {
   readonly "port"?: number;
   /** the token's lifetime in whole minutes, 1..60; zero is 60 */
   readonly "expiresMinutes"?: number;
+}
+
+/** The arguments of start: start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox). Every key may be left out. */
+export interface StartArgs {
+  /** argv; with shell, one script string */
+  readonly "command"?: string[];
+  readonly "shell"?: boolean;
+  readonly "cwd"?: string;
+  /** NAME=value entries */
+  readonly "env"?: string[];
+  /** agentd kills the child after this long; zero is no limit */
+  readonly "timeoutSec"?: number;
+  /** the idempotency key; empty mints one */
+  readonly "execId"?: string;
+  /** numeric uid; empty keeps the daemon's */
+  readonly "user"?: string;
+  /** numeric gid; empty keeps the daemon's */
+  readonly "group"?: string;
+  /** give the child a writable stdin (stdin_write, stdin_close) */
+  readonly "stdin"?: boolean;
+  /** run the child on a pseudo-terminal (its output is all stdout; stdin_write types into it; resize sizes it) */
+  readonly "tty"?: boolean;
+  /** the terminal's rows with tty; zero is 24 */
+  readonly "rows"?: number;
+  /** the terminal's columns with tty; zero is 80 */
+  readonly "cols"?: number;
+}
+
+/** The arguments of poll: an exec's record, unchanged: phase running or exited, and the outcome once exited. Every key may be left out. */
+export interface PollArgs {
+  readonly "execId"?: string;
+}
+
+/** The arguments of wait: wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running. Every key may be left out. */
+export interface WaitArgs {
+  readonly "execId"?: string;
+  /** how long to wait; zero is no limit */
+  readonly "timeoutSec"?: number;
+}
+
+/** The arguments of follow: an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process. Every key may be left out. */
+export interface FollowArgs {
+  readonly "execId"?: string;
+  /** the first output byte to send; nextOffset of an earlier stream resumes it */
+  readonly "offset"?: number;
+}
+
+/** The arguments of kill: signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success). Every key may be left out. */
+export interface KillArgs {
+  readonly "execId"?: string;
+}
+
+/** The arguments of signal: send one named signal (TERM, HUP, INT, ...) to the exec's process group, once. Every key may be left out. */
+export interface SignalArgs {
+  readonly "execId"?: string;
+  readonly "signal"?: string;
+}
+
+/** The arguments of resize: resize a tty exec's terminal. Every key may be left out. */
+export interface ResizeArgs {
+  readonly "execId"?: string;
+  readonly "rows"?: number;
+  readonly "cols"?: number;
+}
+
+/** The arguments of stdin_write: write bytes to an exec's stdin (started with stdin or tty). Every key may be left out. */
+export interface StdinWriteArgs {
+  readonly "execId"?: string;
+  readonly "dataBase64"?: string;
+}
+
+/** The arguments of stdin_close: close an exec's stdin: the child reads end of file. Every key may be left out. */
+export interface StdinCloseArgs {
+  readonly "execId"?: string;
+}
+
+/** The arguments of execs: every exec the daemon holds, oldest first. Every key may be left out. */
+export interface ExecsArgs {
+}
+
+/** The arguments of stat: one path's entry without following a final symlink; exists false (not an error) when nothing is there. Every key may be left out. */
+export interface StatArgs {
+  readonly "path"?: string;
+}
+
+/** The arguments of mkdir: make a directory and its parents; created false when it already was one. Every key may be left out. */
+export interface MkdirArgs {
+  readonly "path"?: string;
+  /** four octal digits; empty is 0755 */
+  readonly "mode"?: string;
+}
+
+/** The arguments of move: rename a path within the VM. Every key may be left out. */
+export interface MoveArgs {
+  readonly "from"?: string;
+  readonly "to"?: string;
+  /** replace an existing destination instead of refusing */
+  readonly "replace"?: boolean;
+}
+
+/** The arguments of remove: remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there. Every key may be left out. */
+export interface RemoveArgs {
+  readonly "path"?: string;
+  readonly "recursive"?: boolean;
+}
+
+/** The arguments of watch: follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them. Every key may be left out. */
+export interface WatchArgs {
+  readonly "path"?: string;
+  readonly "recursive"?: boolean;
+}
+
+/** The arguments of health: agentd's health answer (no credential needed) as its wire object. Every key may be left out. */
+export interface HealthArgs {
+}
+
+/** The arguments of metrics: the guest's CPU, memory, load and disk as agentd samples them, as its wire object. Every key may be left out. */
+export interface MetricsArgs {
+}
+
+/** The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out. */
+export interface CancelArgs {
+  readonly "requestId"?: number;
 }
 
 /** The arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). Every key may be left out. */
@@ -465,9 +679,9 @@ export abstract class Ops {
     return (await this.call("info", args)) as SandboxData;
   }
 
-  /** run a command and wait; a non-zero exit is a success envelope whose exitCode says so. */
-  protected async opRun(args: RunArgs): Promise<ExecData> {
-    return (await this.call("run", args)) as ExecData;
+  /** run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped. */
+  protected async opRun(args: RunArgs): Promise<ExecResultData> {
+    return (await this.call("run", args)) as ExecResultData;
   }
 
   /** run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data. */
@@ -480,7 +694,7 @@ export abstract class Ops {
     return (await this.call("write", args)) as CopyData;
   }
 
-  /** read a whole file. */
+  /** read a whole file, at most sandbox.MaxReadFileBytes into dataBase64; with localPath, any size, streamed into that host file. */
   protected async opRead(args: ReadArgs): Promise<FileData> {
     return (await this.call("read", args)) as FileData;
   }
@@ -523,6 +737,96 @@ export abstract class Ops {
   /** the endpoint URL, the headers to send and the expiry that reach one port inside the VM, through a proxy token minted for that port alone (api/cli.yaml microvm.url). */
   protected async opURL(args: URLArgs): Promise<URLData> {
     return (await this.call("url", args)) as URLData;
+  }
+
+  /** start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox). */
+  protected async opStart(args: StartArgs): Promise<ExecStartedData> {
+    return (await this.call("start", args)) as ExecStartedData;
+  }
+
+  /** an exec's record, unchanged: phase running or exited, and the outcome once exited. */
+  protected async opPoll(args: PollArgs): Promise<ExecResultData> {
+    return (await this.call("poll", args)) as ExecResultData;
+  }
+
+  /** wait until an exec exits, then take its record (the daemon releases it). A timeout is a result, timedOut true with timeoutLimit wait, and the exec keeps running. */
+  protected async opWait(args: WaitArgs): Promise<ExecResultData> {
+    return (await this.call("wait", args)) as ExecResultData;
+  }
+
+  /** an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process; the last item is the envelope's data. */
+  protected opFollow(args: FollowArgs): AsyncIterable<StreamEvent | ExecStreamData> {
+    return this.stream("follow", args) as AsyncIterable<StreamEvent | ExecStreamData>;
+  }
+
+  /** signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success). */
+  protected async opKill(args: KillArgs): Promise<ExecSignalledData> {
+    return (await this.call("kill", args)) as ExecSignalledData;
+  }
+
+  /** send one named signal (TERM, HUP, INT, ...) to the exec's process group, once. */
+  protected async opSignal(args: SignalArgs): Promise<ExecSignalledData> {
+    return (await this.call("signal", args)) as ExecSignalledData;
+  }
+
+  /** resize a tty exec's terminal. */
+  protected async opResize(args: ResizeArgs): Promise<ExecSignalledData> {
+    return (await this.call("resize", args)) as ExecSignalledData;
+  }
+
+  /** write bytes to an exec's stdin (started with stdin or tty). */
+  protected async opStdinWrite(args: StdinWriteArgs): Promise<ExecSignalledData> {
+    return (await this.call("stdin_write", args)) as ExecSignalledData;
+  }
+
+  /** close an exec's stdin: the child reads end of file. */
+  protected async opStdinClose(args: StdinCloseArgs): Promise<ExecSignalledData> {
+    return (await this.call("stdin_close", args)) as ExecSignalledData;
+  }
+
+  /** every exec the daemon holds, oldest first. */
+  protected async opExecs(args: ExecsArgs): Promise<ExecsData> {
+    return (await this.call("execs", args)) as ExecsData;
+  }
+
+  /** one path's entry without following a final symlink; exists false (not an error) when nothing is there. */
+  protected async opStat(args: StatArgs): Promise<PathData> {
+    return (await this.call("stat", args)) as PathData;
+  }
+
+  /** make a directory and its parents; created false when it already was one. */
+  protected async opMkdir(args: MkdirArgs): Promise<FsChangedData> {
+    return (await this.call("mkdir", args)) as FsChangedData;
+  }
+
+  /** rename a path within the VM. */
+  protected async opMove(args: MoveArgs): Promise<FsChangedData> {
+    return (await this.call("move", args)) as FsChangedData;
+  }
+
+  /** remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there. */
+  protected async opRemove(args: RemoveArgs): Promise<FsChangedData> {
+    return (await this.call("remove", args)) as FsChangedData;
+  }
+
+  /** follow the changes under a directory as event frames (event fs or gap) until cancel names this request; the final envelope counts them; the last item is the envelope's data. */
+  protected opWatch(args: WatchArgs): AsyncIterable<StreamEvent | ExecStreamData> {
+    return this.stream("watch", args) as AsyncIterable<StreamEvent | ExecStreamData>;
+  }
+
+  /** agentd's health answer (no credential needed) as its wire object. */
+  protected async opHealth(args: HealthArgs): Promise<ProbeData> {
+    return (await this.call("health", args)) as ProbeData;
+  }
+
+  /** the guest's CPU, memory, load and disk as agentd samples them, as its wire object. */
+  protected async opMetrics(args: MetricsArgs): Promise<ProbeData> {
+    return (await this.call("metrics", args)) as ProbeData;
+  }
+
+  /** end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. */
+  protected async opCancel(args: CancelArgs): Promise<ExecSignalledData> {
+    return (await this.call("cancel", args)) as ExecSignalledData;
   }
 
   /** run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). */

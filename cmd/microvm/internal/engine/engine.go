@@ -6,9 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -67,13 +65,16 @@ type engine struct {
 	controlEndpoint string
 	launched        bool // this engine launched sb, so it tears it down when its caller goes
 	imageARN        string
+
+	reqMu    sync.Mutex
+	inflight map[int64]context.CancelFunc // the cancel op's targets, by request id
 }
 
 // Serve answers the requests on a's stdin, one response line each on its
 // stdout, until stdin ends or ctx does; then it tears down the sandbox it
 // launched.
 func Serve(ctx context.Context, a *render.IO, hooks Hooks) error {
-	e := &engine{a: a, hooks: hooks, out: json.NewEncoder(a.Stdout)}
+	e := &engine{a: a, hooks: hooks, out: json.NewEncoder(a.Stdout), inflight: map[int64]context.CancelFunc{}}
 	e.out.SetEscapeHTML(false)
 	ops, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
@@ -149,8 +150,19 @@ func (e *engine) send(r engineapi.Reply) {
 	_ = e.out.Encode(r)
 }
 
-// serve answers one request with its final envelope.
+// serve answers one request with its final envelope. The request's context
+// is the cancel op's to end.
 func (e *engine) serve(ctx context.Context, req engineapi.Request) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e.reqMu.Lock()
+	e.inflight[req.ID] = cancel
+	e.reqMu.Unlock()
+	defer func() {
+		e.reqMu.Lock()
+		delete(e.inflight, req.ID)
+		e.reqMu.Unlock()
+	}()
 	typ, data, err := e.dispatch(ctx, req)
 	if err != nil {
 		ce := render.AsClientError(err)
@@ -205,6 +217,20 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.hooks.RunMany(ctx, args)
+	case engineapi.OpCancel:
+		var args engineapi.CancelArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		e.reqMu.Lock()
+		cancel, ok := e.inflight[args.RequestID]
+		e.reqMu.Unlock()
+		if ok && args.RequestID != req.ID {
+			cancel()
+		}
+		// A request that already finished is no failure: the caller cannot
+		// know it lost that race.
+		return engineapi.TypeExecSignalled, engineapi.ExecSignalledData{Done: ok}, nil
 	}
 	sb, err := e.sandbox()
 	if err != nil {
@@ -230,17 +256,25 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
 		}
+		mode, err := fileMode(args.Mode)
+		if err != nil {
+			return "", nil, err
+		}
+		if args.LocalPath != "" {
+			if args.DataBase64 != "" {
+				return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: write takes dataBase64 or localPath, not both")
+			}
+			n, err := writeFrom(ctx, sb, args.Path, args.LocalPath, mode)
+			if err != nil {
+				return "", nil, err
+			}
+			return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: n, Local: args.LocalPath, Remote: args.Path}, nil
+		}
 		data, err := base64.StdEncoding.DecodeString(args.DataBase64)
 		if err != nil {
 			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: dataBase64: %v", err)
 		}
-		var mode uint64
-		if args.Mode != "" {
-			if mode, err = strconv.ParseUint(args.Mode, 8, 32); err != nil || mode > 0o7777 {
-				return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: mode %q is not four octal digits", args.Mode)
-			}
-		}
-		if err := sb.WriteFile(ctx, args.Path, data, fs.FileMode(mode)); err != nil {
+		if err := sb.WriteFile(ctx, args.Path, data, mode); err != nil {
 			return "", nil, err
 		}
 		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: int64(len(data)), Local: "", Remote: args.Path}, nil
@@ -248,6 +282,13 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		var args engineapi.ReadArgs
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
+		}
+		if args.LocalPath != "" {
+			n, err := readTo(ctx, sb, args.Path, args.LocalPath)
+			if err != nil {
+				return "", nil, err
+			}
+			return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: n}, nil
 		}
 		data, err := sb.ReadFile(ctx, args.Path)
 		if err != nil {
@@ -340,6 +381,100 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return engineURL(ctx, sb, args)
+	case engineapi.OpStart:
+		var args engineapi.StartArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.start(ctx, sb, args)
+	case engineapi.OpPoll:
+		var args engineapi.PollArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poll(ctx, sb, args)
+	case engineapi.OpWait:
+		var args engineapi.WaitArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.wait(ctx, sb, args)
+	case engineapi.OpFollow:
+		var args engineapi.FollowArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.follow(ctx, sb, req.ID, args)
+	case engineapi.OpKill:
+		var args engineapi.KillArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.kill(ctx, sb, args)
+	case engineapi.OpSignal:
+		var args engineapi.SignalArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.signal(ctx, sb, args)
+	case engineapi.OpResize:
+		var args engineapi.ResizeArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.resize(ctx, sb, args)
+	case engineapi.OpStdinWrite:
+		var args engineapi.StdinWriteArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.stdinWrite(ctx, sb, args)
+	case engineapi.OpStdinClose:
+		var args engineapi.StdinCloseArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.stdinClose(ctx, sb, args)
+	case engineapi.OpExecs:
+		if err := decodeArgs(req.Args, &engineapi.ExecsArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.execs(ctx, sb)
+	case engineapi.OpStat:
+		var args engineapi.StatArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.stat(ctx, sb, args)
+	case engineapi.OpMkdir:
+		var args engineapi.MkdirArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.mkdir(ctx, sb, args)
+	case engineapi.OpMove:
+		var args engineapi.MoveArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.move(ctx, sb, args)
+	case engineapi.OpRemove:
+		var args engineapi.RemoveArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.remove(ctx, sb, args)
+	case engineapi.OpWatch:
+		var args engineapi.WatchArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.watch(ctx, sb, req.ID, args)
+	case engineapi.OpHealth, engineapi.OpMetrics:
+		if err := decodeArgs(req.Args, &engineapi.HealthArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.probe(ctx, sb, req.Op == engineapi.OpMetrics)
 	}
 	return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
 }

@@ -3,12 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cplane"
@@ -76,6 +74,10 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 	// The emulator and the sandbox outlive this request: they live until
 	// the engine's stdin ends.
 	life := context.WithoutCancel(ctx)
+	launch, err := launchOptions(args)
+	if err != nil {
+		return "", nil, err
+	}
 	var sb *sandbox.Sandbox
 	if args.Local {
 		emu, err := embedded.Start(life, embedded.Options{Agentd: args.Agentd, Region: region, Getenv: e.a.Env})
@@ -83,7 +85,8 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 			return "", nil, err
 		}
 		e.emu, e.bound, e.controlEndpoint = emu, true, emu.URL
-		sb, err = emu.Launch(ctx, sandbox.Options{AgentToken: args.AgentToken, Wait: waitFor(true, args.TimeoutSec)})
+		launch.AgentToken, launch.Wait = args.AgentToken, waitFor(true, args.TimeoutSec)
+		sb, err = emu.Launch(ctx, launch)
 		if sb != nil {
 			e.sb, e.launched = sb, true
 		}
@@ -104,8 +107,9 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 			return "", nil, err
 		}
 		e.bound, e.controlEndpoint, e.imageARN = true, pf.Endpoint(), arn
-		sb, err = sandbox.Launch(ctx, pf.Control(), sandbox.Options{Image: arn, Version: args.ImageVersion, ImageName: name,
-			ExecutionRoleARN: args.ExecutionRoleARN, AgentToken: args.AgentToken, Wait: waitFor(pf.Local(), args.TimeoutSec)})
+		launch.Image, launch.Version, launch.ImageName = arn, args.ImageVersion, name
+		launch.ExecutionRoleARN, launch.AgentToken, launch.Wait = args.ExecutionRoleARN, args.AgentToken, waitFor(pf.Local(), args.TimeoutSec)
+		sb, err = sandbox.Launch(ctx, pf.Control(), launch)
 		if sb != nil {
 			e.sb, e.launched = sb, true
 		}
@@ -162,12 +166,70 @@ func stateData(sb *sandbox.Sandbox) cliapi.StateData {
 	return cliapi.StateData{MicrovmID: sb.ID(), State: string(sb.Lifecycle()), Endpoint: render.Present(sb.Endpoint())}
 }
 
+// Launch defaults are run's (cmd/microvm/run.go), so a package's sandbox
+// lives by the same policy as `microvm run --keep`'s.
+const (
+	defaultMaxIdleSec     = 600
+	defaultSuspendedSec   = 600
+	defaultMaxDurationSec = 3600
+)
+
+// launchOptions turns create's launch policy into the library's, refusing
+// before any call what a finding says the service refuses.
+func launchOptions(args engineapi.CreateArgs) (sandbox.Options, error) {
+	idle, suspended, dur := args.MaxIdleSec, args.SuspendedSec, args.MaxDurationSec
+	if idle == 0 {
+		idle = defaultMaxIdleSec
+	}
+	if suspended == 0 {
+		suspended = defaultSuspendedSec
+	}
+	if dur == 0 {
+		dur = defaultMaxDurationSec
+	}
+	if dur < taxonomy.MinDurationSec || dur > taxonomy.MaxDurationSec {
+		return sandbox.Options{}, render.InvalidArg(taxonomy.FindingMaxDuration, "engine: maxDurationSec %d is outside %d..%d", dur, taxonomy.MinDurationSec, taxonomy.MaxDurationSec)
+	}
+	if idle < taxonomy.MinIdleDurationSec {
+		return sandbox.Options{}, render.InvalidArg(taxonomy.FindingIdlePolicy, "engine: maxIdleSec %d is under the idle policy's minimum of %d", idle, taxonomy.MinIdleDurationSec)
+	}
+	if suspended < 0 {
+		return sandbox.Options{}, render.InvalidArg(taxonomy.FindingIdlePolicy, "engine: suspendedSec %d is negative", suspended)
+	}
+	o := sandbox.Options{
+		Idle:        &cplane.IdlePolicy{MaxIdle: time.Duration(idle) * time.Second, SuspendedFor: time.Duration(suspended) * time.Second},
+		MaxDuration: time.Duration(dur) * time.Second,
+		Connectors:  cplane.Connectors{InternetEgress: args.Egress},
+	}
+	for _, kv := range args.LaunchEnv {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return o, client.Errorf(taxonomy.KindInvalidArg, "", "engine: launchEnv entry %q is not NAME=value", kv)
+		}
+		if o.Env == nil {
+			o.Env = map[string]string{}
+		}
+		o.Env[k] = v
+	}
+	return o, nil
+}
+
 // startOptions turns an exec's arguments into the library's.
 func startOptions(args engineapi.RunArgs) (client.StartOptions, error) {
 	o := client.StartOptions{ExecID: args.ExecID, Shell: args.Shell, Cwd: args.Cwd,
 		DaemonTimeout: time.Duration(args.TimeoutSec * float64(time.Second))}
 	if len(args.Command) == 0 {
 		return o, client.Errorf(taxonomy.KindInvalidArg, "", "engine: an empty command")
+	}
+	if args.TimeoutSec < 0 {
+		return o, client.Errorf(taxonomy.KindInvalidArg, "", "engine: timeoutSec %v is negative", args.TimeoutSec)
+	}
+	var err error
+	if o.User, err = numericID("user", args.User); err != nil {
+		return o, err
+	}
+	if o.Group, err = numericID("group", args.Group); err != nil {
+		return o, err
 	}
 	for _, kv := range args.Env {
 		k, v, ok := strings.Cut(kv, "=")
@@ -187,13 +249,14 @@ func (e *engine) runCommand(ctx context.Context, sb *sandbox.Sandbox, args engin
 	if err != nil {
 		return "", nil, err
 	}
+	began := time.Now()
 	res, err := sb.Run(ctx, args.Command, client.RunOptions{StartOptions: o})
 	if err != nil {
 		return "", nil, err
 	}
 	// A non-zero exit is the command's answer, not the engine's failure: it
 	// is a success envelope whose exitCode says so.
-	return cliapi.TypeExec, render.ExecData(res), nil
+	return engineapi.TypeExecResult, execResult(res, args.TimeoutSec, time.Since(began)), nil
 }
 
 // stream sends the exec's output as event frames while it runs. The
@@ -213,39 +276,10 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 		return "", nil, err
 	}
 	defer st.Close()
-	sum := cliapi.ExecStreamData{ExecID: ex.ID()}
-	event := func(v any) {
-		sum.Events++
-		e.send(engineapi.Reply{ID: id, Event: v})
+	sum, sawExit, err := e.pump(id, st, ex.ID())
+	if err != nil {
+		return "", nil, err
 	}
-	sawExit := false
-	for {
-		ev, err := st.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			sum.NextOffset = int64(st.Cursor())
-			return "", nil, &render.Failure{Err: render.AsClientError(err), Data: sum}
-		}
-		switch ev.Kind {
-		case client.EventOutput:
-			sum.Bytes += int64(len(ev.Data))
-			event(cliapi.StreamOutputLine{Event: cliapi.EventOutput, Stream: string(ev.Stream), Offset: int64(ev.Offset),
-				Bytes: int64(len(ev.Data)), Text: strings.ToValidUTF8(string(ev.Data), "\uFFFD"), Lossy: !utf8.Valid(ev.Data)})
-		case client.EventGap:
-			sum.Gaps++
-			event(cliapi.StreamGapLine{Event: cliapi.EventGap, From: int64(ev.Gap.From), To: int64(ev.Gap.To)})
-		case client.EventExit:
-			sawExit = true
-			t := ev.Exit.Truncated
-			sum.Truncated = &t
-			exit := render.ExitLine(ev.Exit)
-			sum.ExitCode = exit.ExitCode
-			event(exit)
-		}
-	}
-	sum.NextOffset = int64(st.Cursor())
 	if !sawExit {
 		sum.ExitCode, sum.Truncated = nil, nil
 		return "", nil, &render.Failure{Err: client.Errorf(taxonomy.KindExecFailed, "", "the stream of %s ended without an exit event at offset %d; its outcome is unknown", ex.ID(), sum.NextOffset), Data: sum}

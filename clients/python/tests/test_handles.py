@@ -1,0 +1,168 @@
+"""The sync Sandbox's handle, fs, probe and launch ops against the real
+microvm engine in local mode. Nothing is stubbed; every wait is bounded."""
+import os
+import time
+import unittest
+from typing import Callable
+
+from microvms import FsEvent, InvalidArgError, OutputChunk, Sandbox, TimeoutError, UnexpectedError
+
+from .engine_env import require_engine
+
+
+def until(pred: Callable[[], bool], tries: int = 300, pause: float = 0.05) -> bool:
+    for _ in range(tries):
+        if pred():
+            return True
+        time.sleep(pause)
+    return False
+
+
+class HandlesTest(unittest.TestCase):
+    sb: Sandbox
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        require_engine()
+        cls.sb = Sandbox.create(local=True, launch_env={"GREETING": "hello from launch"})
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.sb.close()
+
+    def test_launch_env_reaches_every_command(self) -> None:
+        # Catches: create dropping launch_env on the way to the library.
+        self.assertEqual(self.sb.run("echo $GREETING").stdout, "hello from launch\n")
+
+    def test_background_process_handle(self) -> None:
+        p = self.sb.start("echo started; sleep 30; echo never")
+        self.assertTrue(p.poll().running)
+        # Reattach by id, as another process would.
+        again = self.sb.process(p.exec_id)
+        first = next(i for i in again.stream(0) if isinstance(i, OutputChunk))
+        self.assertEqual(first.text, "started\n")
+        self.assertIn(p.exec_id, [x["exec_id"] for x in self.sb.processes()])
+        self.assertTrue(p.signal("TERM"))
+        done = p.wait(timeout=30)
+        self.assertFalse(done.running)
+        self.assertEqual(done.signal, 15)
+        self.assertFalse(done.timed_out, "a signal we sent is not a timeout")
+        self.assertNotIn("never", done.stdout)
+
+    def test_stdin_and_pty(self) -> None:
+        p = self.sb.start(["cat"], stdin=True)
+        self.assertEqual(p.write_stdin(b"abc\n"), 4)
+        p.close_stdin()
+        self.assertEqual(p.wait(timeout=30).stdout, "abc\n")
+        t = self.sb.start("stty size; read x; stty size; echo got $x", pty=(30, 100))
+        follow = t.stream(0)
+        first = ""
+        for item in follow:
+            if isinstance(item, OutputChunk):
+                first += item.text
+                if "\n" in first:
+                    break
+        follow.close()  # leaving a follow stops reading; the command runs on
+        self.assertEqual(first.split()[:2], ["30", "100"])
+        t.resize(40, 120)
+        t.write_stdin("yes\n")
+        out = t.wait(timeout=30).stdout
+        self.assertIn("40 120", out)
+        self.assertIn("got yes", out)
+
+    def test_user_and_group(self) -> None:
+        r = self.sb.run("id -u; id -g", user=65534, group=65534)
+        self.assertEqual(r.stdout.split(), ["65534", "65534"])
+
+    def test_timeouts_say_so(self) -> None:
+        r = self.sb.run("sleep 30", timeout_sec=0.3)
+        self.assertTrue(r.timed_out)
+        self.assertEqual(r.timeout_limit, "timeout_sec")
+        p = self.sb.start("sleep 30")
+        w = p.wait(timeout=0.2)
+        self.assertEqual((w.timed_out, w.timeout_limit, w.running), (True, "wait", True))
+        self.assertTrue(p.kill())
+
+    def test_breaking_out_of_a_stream_kills_the_command(self) -> None:
+        # Catches: the issue's "breaking out of a stream leaves the command running".
+        stream = self.sb.stream("echo go; sleep 30", exec_id="py-break-1")
+        for item in stream:
+            if isinstance(item, OutputChunk):
+                break
+        for _ in stream:
+            pass
+        self.assertTrue(until(lambda: not self.sb.process("py-break-1").poll().running))
+
+    def test_stream_truncated_only_when_bytes_drop(self) -> None:
+        # 9 MiB is past the daemon's 8 MiB record cap, but the stream delivers all of it.
+        stream = self.sb.stream("head -c 9437184 /dev/zero")
+        total = sum(i.size for i in stream if isinstance(i, OutputChunk))
+        self.assertEqual(total, 9437184)
+        assert stream.summary is not None
+        self.assertFalse(stream.summary["truncated"], "every byte arrived, so nothing was truncated")
+
+    def test_fs_ops(self) -> None:
+        f = self.sb.files
+        self.assertTrue(f.mkdir("/tmp/fsops/a"))
+        self.assertFalse(f.mkdir("/tmp/fsops/a"))
+        f.write("/tmp/fsops/a/x.txt", "x")
+        st = f.stat("/tmp/fsops/a/x.txt")
+        assert st is not None
+        self.assertEqual((st.type, st.size), ("file", 1))
+        self.assertIsNone(f.stat("/tmp/fsops/none"))
+        self.assertFalse(f.exists("/tmp/fsops/none"))
+        f.move("/tmp/fsops/a/x.txt", "/tmp/fsops/y.txt")
+        self.assertTrue(f.exists("/tmp/fsops/y.txt"))
+        self.assertEqual(f.read("/tmp/fsops/y.txt"), "x")
+        self.assertEqual(f.remove("/tmp/fsops", recursive=True), 3)
+        self.assertFalse(f.exists("/tmp/fsops"))
+
+    def test_large_file_round_trip(self) -> None:
+        data = os.urandom(3 << 20)
+        self.sb.files.write("/tmp/big.bin", data)
+        self.assertEqual(self.sb.files.read_bytes("/tmp/big.bin"), data)
+
+    def test_watch(self) -> None:
+        self.sb.files.mkdir("/tmp/watched")
+        events = self.sb.files.watch("/tmp/watched")
+        self.sb.start("sleep 0.3; touch /tmp/watched/new")
+        first = next(events)
+        events.close()
+        assert isinstance(first, FsEvent)
+        self.assertTrue(first.path.endswith("new"))
+
+    def test_health_and_metrics(self) -> None:
+        self.assertTrue(self.sb.health()["bootstrapped"])
+        self.assertIn("memory", self.sb.metrics())
+
+    def test_blocking_call_timeout(self) -> None:
+        # Catches: a sync call with no way to stop waiting.
+        p = self.sb.start("sleep 30")
+        with self.assertRaises(TimeoutError):
+            self.sb._engine._op_wait({"execId": p.exec_id}, 0.2)
+        p.kill()
+
+
+class BadInputTest(unittest.TestCase):
+    def setUp(self) -> None:
+        require_engine()
+
+    def test_refusals_carry_exit_code_and_finding(self) -> None:
+        with self.assertRaises(InvalidArgError) as ctx:
+            Sandbox.create(local=True, max_duration_sec=28801)
+        self.assertEqual(ctx.exception.exit_code, 2)
+        self.assertTrue(ctx.exception.finding)
+
+    def test_dead_engine_is_named(self) -> None:
+        sb = Sandbox.create(local=True)
+        try:
+            os.kill(sb.engine_pid, 9)
+            with self.assertRaises(UnexpectedError) as ctx:
+                sb.run("echo hi")
+            self.assertIn("pid %d" % sb.engine_pid, str(ctx.exception))
+        finally:
+            sb.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
