@@ -42,8 +42,9 @@ def run_row(argv: list, env: dict, what: str) -> dict:
         if line.startswith("{"):
             row.update(json.loads(line))
     if out.returncode != 0:
-        why = (out.stderr.strip().splitlines() or ["no output"])
-        died = "the %s driver exited %d: %s" % (what, out.returncode, " / ".join(l.strip() for l in why[-3:])[:300])
+        lines = [l.strip() for l in out.stderr.splitlines() if l.strip()]
+        errors = [l for l in lines if "Error" in l or "error" in l] or lines or ["no output"]
+        died = "the %s driver exited %d: %s" % (what, out.returncode, " / ".join(errors[:3])[:300])
         for name in GO_NAMES:
             row.setdefault(name, {"error": died})
     return row
