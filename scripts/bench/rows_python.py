@@ -38,7 +38,7 @@ def main() -> None:
 
     def stream() -> None:
         n = 0
-        for item in sb.stream(["head", "-c", str(size), "/dev/zero"]):
+        for item in sb.stream(["sh", "-c", "yes 0123456789abcdef | head -c %d" % size]):
             if hasattr(item, "text"):
                 n += item.size
         assert n == size, "streamed %d bytes of %d" % (n, size)

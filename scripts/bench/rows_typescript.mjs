@@ -32,7 +32,7 @@ try {
   await sb.run("true");
   await timed(`stream-${mib}MiB`, async () => {
     let n = 0;
-    for await (const item of sb.stream(["head", "-c", String(size), "/dev/zero"])) {
+    for await (const item of sb.stream(["sh", "-c", `yes 0123456789abcdef | head -c ${size}`])) {
       if (item.kind === "output") n += item.size;
     }
     if (n !== size) throw new Error(`streamed ${n} bytes of ${size}`);
