@@ -1,0 +1,61 @@
+"""The floor under the Python and TypeScript rows of `make bench-clients`:
+the `microvm engine` both packages drive, spoken to by the least client
+there is (requests written whole, answer frames read in 1 MiB buffers and
+only counted or matched by id, never parsed). Streamed stdout and 200 run
+calls; the file rows go through a host file in the packages, so they have
+no engine-only floor here. Prints {"row": seconds} per operation."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def main() -> None:
+    mib = int(os.environ.get("MICROVMS_BENCH_MIB", "256"))
+    size = mib << 20
+    p = subprocess.Popen([os.environ["MICROVM_BIN"], "engine"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1 << 20)
+    assert p.stdin is not None and p.stdout is not None
+    rid = 0
+
+    def send(op: str, args: dict) -> bytes:
+        nonlocal rid
+        rid += 1
+        p.stdin.write((json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":")) + "\n").encode())
+        p.stdin.flush()
+        return b'{"id":%d,"envelope"' % rid
+
+    def answer(prefix: bytes) -> bytes:
+        for line in p.stdout:
+            if line.startswith(prefix):
+                return line
+        sys.exit("the engine exited before answering")
+
+    first = answer(send("create", {"local": True}))
+    assert b'"status":"ok"' in first, first[:300]
+
+    t = time.perf_counter()
+    n = 0
+    end = send("stream", {"command": ["sh", "-c", "yes 0123456789abcdef | head -c %d" % size], "execId": "floor-stream"})
+    for line in p.stdout:
+        if line.startswith(end):
+            break
+        n += len(line)
+    took = time.perf_counter() - t
+    got = json.loads(line)["envelope"].get("data", {}).get("bytes")
+    if got == size and n >= size:
+        print(json.dumps({"stream-%dMiB" % mib: took}), flush=True)
+    else:
+        print(json.dumps({"stream-%dMiB" % mib: {"error": "the engine streamed %s bytes of %d (%d bytes of frames): %s" % (got, size, n, line[:400].decode(errors="replace"))}}), flush=True)
+
+    t = time.perf_counter()
+    for i in range(200):
+        line = answer(send("run", {"command": ["true"], "execId": "floor-run-%d" % i}))
+        assert b'"exitCode":0' in line, line[:300]
+    print(json.dumps({"run-x200": time.perf_counter() - t}), flush=True)
+    p.stdin.close()
+    p.wait()
+
+
+if __name__ == "__main__":
+    main()
