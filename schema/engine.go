@@ -71,8 +71,10 @@ func loadEngineModel(root string) (*engineModel, error) {
 		if _, ok := m.responses[op.Response]; !ok {
 			return nil, fmt.Errorf("api/engine.yaml: op %s answers %s, which neither file declares", op.Op, op.Response)
 		}
-		if op.Streams && op.Response != "microvm.exec.stream" {
-			return nil, fmt.Errorf("api/engine.yaml: op %s streams, so it must answer microvm.exec.stream", op.Op)
+		// A stream's final envelope summarises its events; build's events
+		// are its image build's progress, and its answer the sandbox.
+		if op.Streams && op.Response != "microvm.exec.stream" && op.Response != "microvm.sandbox" {
+			return nil, fmt.Errorf("api/engine.yaml: op %s streams, so it must answer microvm.exec.stream (or microvm.sandbox, as build does)", op.Op)
 		}
 		for _, k := range op.Args {
 			if k.Ref != "" || k.Type == "object" || k.Nullable || k.Optional || (k.Type == "array" && k.Items != "string") {

@@ -7,9 +7,11 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/cmd/microvm/internal/engine"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
+	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/engineapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -34,6 +36,20 @@ func (c *EngineCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 			return p.resolveImage(ctx, image)
 		},
 		EmulatorSide: func() *platform.Emulator { return emulatorSide(nil) },
+		LocalPlatform: func(ctx context.Context, emu *embedded.Emulator, region client.Region) (*platform.Platform, error) {
+			cpc, err := emu.Control(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return platform.Open(ctx, platform.Options{Region: region, Endpoint: emu.URL, Control: cpc,
+				Emulator: emulatorSide(emu.Server.CreateBucket), Getenv: a.Env})
+		},
+		BuildImage: func(ctx context.Context, pf *platform.Platform, emu *embedded.Emulator, dockerfile, agentd string, memoryMiB int) (*build.Result, error) {
+			// The plane `microvm build` runs on; the progress of a local
+			// build reaches the engine through the emulator's callback.
+			p := &plane{Platform: pf, a: a, emu: emu}
+			return p.buildImage(ctx, ImageFlags{Dockerfile: dockerfile, Memory: memoryMiB, Port: taxonomy.DefaultAgentPort}, InfraFlags{}, "", agentd, "", false, nil)
+		},
 	})
 	if err != nil {
 		return nil, err

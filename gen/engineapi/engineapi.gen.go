@@ -15,40 +15,47 @@ const ProtocolVersion = "1"
 
 // The ops.
 const (
-	OpCreate      = "create"
-	OpAttach      = "attach"
-	OpInfo        = "info"
-	OpRun         = "run"
-	OpStream      = "stream"
-	OpWrite       = "write"
-	OpRead        = "read"
-	OpList        = "list"
-	OpUploadDir   = "upload_dir"
-	OpDownloadDir = "download_dir"
-	OpSuspend     = "suspend"
-	OpResume      = "resume"
-	OpTerminate   = "terminate"
-	OpCost        = "cost"
-	OpURL         = "url"
-	OpStart       = "start"
-	OpPoll        = "poll"
-	OpWait        = "wait"
-	OpFollow      = "follow"
-	OpKill        = "kill"
-	OpSignal      = "signal"
-	OpResize      = "resize"
-	OpStdinWrite  = "stdin_write"
-	OpStdinClose  = "stdin_close"
-	OpExecs       = "execs"
-	OpStat        = "stat"
-	OpMkdir       = "mkdir"
-	OpMove        = "move"
-	OpRemove      = "remove"
-	OpWatch       = "watch"
-	OpHealth      = "health"
-	OpMetrics     = "metrics"
-	OpCancel      = "cancel"
-	OpRunMany     = "run_many"
+	OpCreate        = "create"
+	OpBuild         = "build"
+	OpAttach        = "attach"
+	OpInfo          = "info"
+	OpRun           = "run"
+	OpStream        = "stream"
+	OpWrite         = "write"
+	OpRead          = "read"
+	OpList          = "list"
+	OpUploadDir     = "upload_dir"
+	OpDownloadDir   = "download_dir"
+	OpSuspend       = "suspend"
+	OpResume        = "resume"
+	OpTerminate     = "terminate"
+	OpCost          = "cost"
+	OpURL           = "url"
+	OpStart         = "start"
+	OpPoll          = "poll"
+	OpWait          = "wait"
+	OpFollow        = "follow"
+	OpKill          = "kill"
+	OpSignal        = "signal"
+	OpResize        = "resize"
+	OpStdinWrite    = "stdin_write"
+	OpStdinClose    = "stdin_close"
+	OpExecs         = "execs"
+	OpStat          = "stat"
+	OpMkdir         = "mkdir"
+	OpMove          = "move"
+	OpRemove        = "remove"
+	OpWatch         = "watch"
+	OpHealth        = "health"
+	OpMetrics       = "metrics"
+	OpCancel        = "cancel"
+	OpPoolOpen      = "pool_open"
+	OpPoolWaitReady = "pool_wait_ready"
+	OpPoolAcquire   = "pool_acquire"
+	OpPoolRelease   = "pool_release"
+	OpPoolCost      = "pool_cost"
+	OpPoolClose     = "pool_close"
+	OpRunMany       = "run_many"
 )
 
 // The engine-only response types.
@@ -62,6 +69,7 @@ const (
 	TypePath          = "microvm.path"
 	TypeFsChanged     = "microvm.fs.changed"
 	TypeProbe         = "microvm.probe"
+	TypePool          = "microvm.pool"
 )
 
 // Request is one line on the engine's stdin.
@@ -114,6 +122,31 @@ type CreateArgs struct {
 	SuspendedSec int64 `json:"suspendedSec"`
 	// MaxDurationSec is the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600
 	MaxDurationSec int64 `json:"maxDurationSec"`
+}
+
+// BuildArgs are the arguments of build: build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image.
+type BuildArgs struct {
+	// Local is build and run in the engine's own emulator: no AWS account
+	Local bool `json:"local"`
+	// Dockerfile is a Dockerfile on the engine's host (its directory is the build context locally); its FROM must match the base, and it needs a WORKDIR; empty builds the default stanza
+	Dockerfile string `json:"dockerfile"`
+	// MemoryMib is the size class by its baseline memory in MiB (api/cli.yaml size classes); zero is the default class
+	MemoryMib int64 `json:"memoryMib"`
+	// BaseImage is local: the image the Dockerfile's FROM stands for, an OCI image layout directory or docker-save tarball (run --base-image, for offline machines); empty pulls FROM
+	BaseImage        string `json:"baseImage"`
+	Region           string `json:"region"`
+	ControlEndpoint  string `json:"controlEndpoint"`
+	ExecutionRoleARN string `json:"executionRoleArn"`
+	AgentToken       string `json:"agentToken"`
+	// Agentd is the agentd baked into the image (local: the host's; AWS: an aarch64 build)
+	Agentd string `json:"agentd"`
+	// TimeoutSec is how long to wait for RUNNING; zero is the platform default
+	TimeoutSec     float64  `json:"timeoutSec"`
+	Egress         bool     `json:"egress"`
+	LaunchEnv      []string `json:"launchEnv"`
+	MaxIdleSec     int64    `json:"maxIdleSec"`
+	SuspendedSec   int64    `json:"suspendedSec"`
+	MaxDurationSec int64    `json:"maxDurationSec"`
 }
 
 // AttachArgs are the arguments of attach: reach a MicroVM another process launched, by id and agent token.
@@ -350,6 +383,53 @@ type CancelArgs struct {
 	RequestID int64 `json:"requestId"`
 }
 
+// PoolOpenArgs are the arguments of pool_open: hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine.
+type PoolOpenArgs struct {
+	// Size is members kept launched and suspended, 1..MAX_POOL_SIZE
+	Size int64 `json:"size"`
+	// Refill is launches in flight at once while filling; zero is the default
+	Refill int64 `json:"refill"`
+	// Local is run the pool in the engine's own emulator
+	Local bool `json:"local"`
+	// Image is the image's ARN or name; empty in local mode is the emulator's default image
+	Image            string `json:"image"`
+	ImageVersion     string `json:"imageVersion"`
+	Region           string `json:"region"`
+	ControlEndpoint  string `json:"controlEndpoint"`
+	ExecutionRoleARN string `json:"executionRoleArn"`
+	Agentd           string `json:"agentd"`
+	Egress           bool   `json:"egress"`
+	// LaunchEnv is delivered at launch, long before an acquire: never one tenant's secrets
+	LaunchEnv  []string `json:"launchEnv"`
+	MaxIdleSec int64    `json:"maxIdleSec"`
+	// SuspendedSec is keep it longer than members wait in the pool; zero is run's default, 600
+	SuspendedSec   int64 `json:"suspendedSec"`
+	MaxDurationSec int64 `json:"maxDurationSec"`
+}
+
+// PoolWaitReadyArgs are the arguments of pool_wait_ready: wait until the pool is full; a timeout is a result whose ready says how many are.
+type PoolWaitReadyArgs struct {
+	// TimeoutSec is zero waits as long as it takes
+	TimeoutSec float64 `json:"timeoutSec"`
+}
+
+// PoolAcquireArgs are the arguments of pool_acquire: hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine.
+type PoolAcquireArgs struct {
+}
+
+// PoolReleaseArgs are the arguments of pool_release: terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named.
+type PoolReleaseArgs struct {
+	MicrovmID string `json:"microvmId"`
+}
+
+// PoolCostArgs are the arguments of pool_cost: price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region.
+type PoolCostArgs struct {
+}
+
+// PoolCloseArgs are the arguments of pool_close: stop the refill and tear down every member, handed out or not: one report for the pool's life.
+type PoolCloseArgs struct {
+}
+
 // RunManyArgs are the arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none).
 type RunManyArgs struct {
 	// Count is how many MicroVMs, 1..MAX_FLEET_COUNT
@@ -461,6 +541,22 @@ type ProbeData struct {
 	Probe any `json:"probe"`
 }
 
+// PoolData is the data of a microvm.pool envelope.
+type PoolData struct {
+	Size int64 `json:"size"`
+	// Ready is members launched, suspended and waiting
+	Ready int64 `json:"ready"`
+	// Served is members acquire handed out
+	Served int64 `json:"served"`
+	Closed bool  `json:"closed"`
+	// Leaked is pool_close: what members' teardowns could not delete
+	Leaked []string `json:"leaked"`
+	Local  bool     `json:"local"`
+	Region string   `json:"region"`
+	// ControlEndpoint is what an attach to a member passes
+	ControlEndpoint *string `json:"controlEndpoint"`
+}
+
 // Op is one op: its response type and whether event frames precede the envelope.
 type Op struct {
 	Name     string
@@ -471,6 +567,7 @@ type Op struct {
 // Ops lists every op in declaration order.
 var Ops = []Op{
 	{Name: "create", Response: "microvm.sandbox", Streams: false},
+	{Name: "build", Response: "microvm.sandbox", Streams: true},
 	{Name: "attach", Response: "microvm.sandbox", Streams: false},
 	{Name: "info", Response: "microvm.sandbox", Streams: false},
 	{Name: "run", Response: "microvm.exec.result", Streams: false},
@@ -503,5 +600,11 @@ var Ops = []Op{
 	{Name: "health", Response: "microvm.probe", Streams: false},
 	{Name: "metrics", Response: "microvm.probe", Streams: false},
 	{Name: "cancel", Response: "microvm.exec.signalled", Streams: false},
+	{Name: "pool_open", Response: "microvm.pool", Streams: false},
+	{Name: "pool_wait_ready", Response: "microvm.pool", Streams: false},
+	{Name: "pool_acquire", Response: "microvm.sandbox", Streams: false},
+	{Name: "pool_release", Response: "microvm.teardown", Streams: false},
+	{Name: "pool_cost", Response: "microvm.cost", Streams: false},
+	{Name: "pool_close", Response: "microvm.pool", Streams: false},
 	{Name: "run_many", Response: "microvm.run.fleet", Streams: false},
 }

@@ -28,6 +28,7 @@ from .errors import (
     WindowClosedError,
 )
 from .fleet import FleetResult, FleetRun, run_many, run_many_async
+from .pool import AsyncPool, Pool, PoolStatus
 from .sandbox import (
     CostReport,
     ExecResult,
@@ -40,6 +41,7 @@ from .sandbox import (
     OutputChunk,
     PortURL,
     Sandbox,
+    BuildProgress,
     Process,
     FsEvent,
     AsyncSandbox,
@@ -51,7 +53,7 @@ from .sandbox import (
 
 __all__ = [
     "BINARY_ENV", "ERROR_KINDS", "PROTOCOL_VERSION", "find_binary",
-    "Sandbox", "Files", "run_many_async", "Process", "FsEvent", "AsyncSandbox", "AsyncFiles", "AsyncProcess", "AsyncExecStream", "run_many", "FleetResult", "FleetRun", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
+    "Sandbox", "Files", "run_many_async", "BuildProgress", "Pool", "AsyncPool", "PoolStatus", "Process", "FsEvent", "AsyncSandbox", "AsyncFiles", "AsyncProcess", "AsyncExecStream", "run_many", "FleetResult", "FleetRun", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
     "TeardownReport", "CostReport", "LineItem", "PortURL",
     "MicrovmError", "UnexpectedError", "InvalidArgError", "RetryableError", "CredentialsError",
     "ProtocolError", "BuildWedgedError", "LaunchDiedError", "WindowClosedError", "PlatformError",

@@ -30,6 +30,7 @@ ERROR_KINDS: Dict[str, Tuple[str, int]] = {
 # Each op: the response type its envelope carries, and whether event frames precede it.
 OPS: Dict[str, Tuple[str, bool]] = {
     "create": ("microvm.sandbox", False),
+    "build": ("microvm.sandbox", True),
     "attach": ("microvm.sandbox", False),
     "info": ("microvm.sandbox", False),
     "run": ("microvm.exec.result", False),
@@ -62,6 +63,12 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "health": ("microvm.probe", False),
     "metrics": ("microvm.probe", False),
     "cancel": ("microvm.exec.signalled", False),
+    "pool_open": ("microvm.pool", False),
+    "pool_wait_ready": ("microvm.pool", False),
+    "pool_acquire": ("microvm.sandbox", False),
+    "pool_release": ("microvm.teardown", False),
+    "pool_cost": ("microvm.cost", False),
+    "pool_close": ("microvm.pool", False),
     "run_many": ("microvm.run.fleet", False),
 }
 
@@ -274,6 +281,19 @@ ProbeData = TypedDict("ProbeData", {
 ProbeData.__doc__ = "The data of a microvm.probe envelope."
 
 
+PoolData = TypedDict("PoolData", {
+    "size": int,
+    "ready": int,
+    "served": int,
+    "closed": bool,
+    "leaked": List[str],
+    "local": bool,
+    "region": str,
+    "controlEndpoint": Optional[str],
+})
+PoolData.__doc__ = "The data of a microvm.pool envelope."
+
+
 RunFleetData = TypedDict("RunFleetData", {
     "imageIdentifier": str,
     "imageName": str,
@@ -350,6 +370,26 @@ CreateArgs = TypedDict("CreateArgs", {
     "maxDurationSec": int,
 }, total=False)
 CreateArgs.__doc__ = "The arguments of create: launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. Every key may be left out."
+
+
+BuildArgs = TypedDict("BuildArgs", {
+    "local": bool,
+    "dockerfile": str,
+    "memoryMib": int,
+    "baseImage": str,
+    "region": str,
+    "controlEndpoint": str,
+    "executionRoleArn": str,
+    "agentToken": str,
+    "agentd": str,
+    "timeoutSec": float,
+    "egress": bool,
+    "launchEnv": List[str],
+    "maxIdleSec": int,
+    "suspendedSec": int,
+    "maxDurationSec": int,
+}, total=False)
+BuildArgs.__doc__ = "The arguments of build: build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image. Every key may be left out."
 
 
 AttachArgs = TypedDict("AttachArgs", {
@@ -584,6 +624,52 @@ CancelArgs = TypedDict("CancelArgs", {
 CancelArgs.__doc__ = "The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out."
 
 
+PoolOpenArgs = TypedDict("PoolOpenArgs", {
+    "size": int,
+    "refill": int,
+    "local": bool,
+    "image": str,
+    "imageVersion": str,
+    "region": str,
+    "controlEndpoint": str,
+    "executionRoleArn": str,
+    "agentd": str,
+    "egress": bool,
+    "launchEnv": List[str],
+    "maxIdleSec": int,
+    "suspendedSec": int,
+    "maxDurationSec": int,
+}, total=False)
+PoolOpenArgs.__doc__ = "The arguments of pool_open: hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine. Every key may be left out."
+
+
+PoolWaitReadyArgs = TypedDict("PoolWaitReadyArgs", {
+    "timeoutSec": float,
+}, total=False)
+PoolWaitReadyArgs.__doc__ = "The arguments of pool_wait_ready: wait until the pool is full; a timeout is a result whose ready says how many are. Every key may be left out."
+
+
+PoolAcquireArgs = TypedDict("PoolAcquireArgs", {
+})
+PoolAcquireArgs.__doc__ = "The arguments of pool_acquire: hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine. Every key may be left out."
+
+
+PoolReleaseArgs = TypedDict("PoolReleaseArgs", {
+    "microvmId": str,
+}, total=False)
+PoolReleaseArgs.__doc__ = "The arguments of pool_release: terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named. Every key may be left out."
+
+
+PoolCostArgs = TypedDict("PoolCostArgs", {
+})
+PoolCostArgs.__doc__ = "The arguments of pool_cost: price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region. Every key may be left out."
+
+
+PoolCloseArgs = TypedDict("PoolCloseArgs", {
+})
+PoolCloseArgs.__doc__ = "The arguments of pool_close: stop the refill and tear down every member, handed out or not: one report for the pool's life. Every key may be left out."
+
+
 RunManyArgs = TypedDict("RunManyArgs", {
     "count": int,
     "parallel": int,
@@ -614,6 +700,10 @@ class Ops:
     def _op_create(self, args: CreateArgs, timeout: Optional[float] = None) -> SandboxData:
         """launch a MicroVM and wait for RUNNING; local starts the embedded emulator first."""
         return cast(SandboxData, self._call("create", args, timeout))
+
+    def _op_build(self, args: BuildArgs) -> Iterator[Union[StreamEvent, SandboxData]]:
+        """build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image; the last item is the envelope's data."""
+        return cast(Iterator[Union[StreamEvent, SandboxData]], self._stream("build", args))
 
     def _op_attach(self, args: AttachArgs, timeout: Optional[float] = None) -> SandboxData:
         """reach a MicroVM another process launched, by id and agent token."""
@@ -743,6 +833,30 @@ class Ops:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, self._call("cancel", args, timeout))
 
+    def _op_pool_open(self, args: PoolOpenArgs, timeout: Optional[float] = None) -> PoolData:
+        """hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine."""
+        return cast(PoolData, self._call("pool_open", args, timeout))
+
+    def _op_pool_wait_ready(self, args: PoolWaitReadyArgs, timeout: Optional[float] = None) -> PoolData:
+        """wait until the pool is full; a timeout is a result whose ready says how many are."""
+        return cast(PoolData, self._call("pool_wait_ready", args, timeout))
+
+    def _op_pool_acquire(self, args: PoolAcquireArgs, timeout: Optional[float] = None) -> SandboxData:
+        """hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine."""
+        return cast(SandboxData, self._call("pool_acquire", args, timeout))
+
+    def _op_pool_release(self, args: PoolReleaseArgs, timeout: Optional[float] = None) -> TeardownData:
+        """terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named."""
+        return cast(TeardownData, self._call("pool_release", args, timeout))
+
+    def _op_pool_cost(self, args: PoolCostArgs, timeout: Optional[float] = None) -> CostData:
+        """price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region."""
+        return cast(CostData, self._call("pool_cost", args, timeout))
+
+    def _op_pool_close(self, args: PoolCloseArgs, timeout: Optional[float] = None) -> PoolData:
+        """stop the refill and tear down every member, handed out or not: one report for the pool's life."""
+        return cast(PoolData, self._call("pool_close", args, timeout))
+
     def _op_run_many(self, args: RunManyArgs, timeout: Optional[float] = None) -> RunFleetData:
         """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""
         return cast(RunFleetData, self._call("run_many", args, timeout))
@@ -760,6 +874,10 @@ class AsyncOps:
     async def _aop_create(self, args: CreateArgs) -> SandboxData:
         """launch a MicroVM and wait for RUNNING; local starts the embedded emulator first."""
         return cast(SandboxData, await self._acall("create", args))
+
+    def _aop_build(self, args: BuildArgs) -> AsyncIterator[Union[StreamEvent, SandboxData]]:
+        """build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image; the last item is the envelope's data."""
+        return cast(AsyncIterator[Union[StreamEvent, SandboxData]], self._astream("build", args))
 
     async def _aop_attach(self, args: AttachArgs) -> SandboxData:
         """reach a MicroVM another process launched, by id and agent token."""
@@ -888,6 +1006,30 @@ class AsyncOps:
     async def _aop_cancel(self, args: CancelArgs) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, await self._acall("cancel", args))
+
+    async def _aop_pool_open(self, args: PoolOpenArgs) -> PoolData:
+        """hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine."""
+        return cast(PoolData, await self._acall("pool_open", args))
+
+    async def _aop_pool_wait_ready(self, args: PoolWaitReadyArgs) -> PoolData:
+        """wait until the pool is full; a timeout is a result whose ready says how many are."""
+        return cast(PoolData, await self._acall("pool_wait_ready", args))
+
+    async def _aop_pool_acquire(self, args: PoolAcquireArgs) -> SandboxData:
+        """hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine."""
+        return cast(SandboxData, await self._acall("pool_acquire", args))
+
+    async def _aop_pool_release(self, args: PoolReleaseArgs) -> TeardownData:
+        """terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named."""
+        return cast(TeardownData, await self._acall("pool_release", args))
+
+    async def _aop_pool_cost(self, args: PoolCostArgs) -> CostData:
+        """price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region."""
+        return cast(CostData, await self._acall("pool_cost", args))
+
+    async def _aop_pool_close(self, args: PoolCloseArgs) -> PoolData:
+        """stop the refill and tear down every member, handed out or not: one report for the pool's life."""
+        return cast(PoolData, await self._acall("pool_close", args))
 
     async def _aop_run_many(self, args: RunManyArgs) -> RunFleetData:
         """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""

@@ -140,7 +140,8 @@ class Engine(Ops):
             if rid not in self._pending or self._closed:
                 return
         try:
-            self._op_cancel({"requestId": rid})
+            # Bounded: a hung engine must not hang the caller's timeout.
+            self._op_cancel({"requestId": rid}, 10.0)
         except MicrovmError:
             pass
 
@@ -158,7 +159,8 @@ class Engine(Ops):
                 if frame is _EOF or "envelope" in frame:
                     return self._finish(rid, frame)
         except TimeoutError_:
-            self.cancel(rid)
+            if op != "cancel":
+                self.cancel(rid)
             with self._lock:
                 self._pending.pop(rid, None)
             raise

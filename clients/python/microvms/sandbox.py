@@ -6,16 +6,18 @@ request, and its answer is the CLI envelope's data, wrapped in a small class.
 """
 import asyncio
 import base64
+import dataclasses
 import os
 import shutil
 import tempfile
 import uuid
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Union, cast
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Union, cast
 
 from . import _contract as c
 from ._engine import AsyncEngine, Engine
+from .errors import TimeoutError as TimeoutError_
 
 Command = Union[str, Sequence[str]]
 
@@ -154,6 +156,39 @@ class AsyncExecStream:
         aclose = getattr(self._events, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """One event of a local image build: a step's start or end, or a line of its output."""
+
+    step: int
+    steps: int
+    instruction: str
+    text: str  # output, UTF-8; empty for a step's start and end
+    done: bool
+    cached: bool
+
+
+def _build_args(local: bool, dockerfile: Optional[Union[str, "os.PathLike[str]"]], memory_mib: int,
+                base_image: Optional[str], create: c.CreateArgs) -> c.BuildArgs:
+    args = cast(c.BuildArgs, {k: v for k, v in create.items() if k not in ("image", "imageVersion")})
+    args["local"], args["memoryMib"] = local, memory_mib
+    if dockerfile is not None:
+        args["dockerfile"] = os.path.abspath(os.fspath(dockerfile))
+    if base_image is not None:
+        args["baseImage"] = base_image
+    return args
+
+
+def _progress(ev: Any, on_progress: Optional[Callable[[BuildProgress], None]]) -> Optional[c.SandboxData]:
+    if ev.get("event") == "build":
+        if on_progress is not None:
+            on_progress(BuildProgress(ev["step"], ev["steps"], ev["instruction"], ev["text"], ev["done"], ev["cached"]))
+        return None
+    if "microvmId" in ev:
+        return cast(c.SandboxData, ev)
+    return None
 
 
 @dataclass(frozen=True)
@@ -546,6 +581,50 @@ class Sandbox:
             raise
 
     @classmethod
+    def build(
+        cls,
+        *,
+        local: bool = False,
+        dockerfile: Optional[Union[str, "os.PathLike[str]"]] = None,
+        memory_mib: int = 0,
+        base_image: Optional[str] = None,
+        on_progress: Optional[Callable[[BuildProgress], None]] = None,
+        region: Optional[str] = None,
+        control_endpoint: Optional[str] = None,
+        execution_role_arn: Optional[str] = None,
+        agent_token: Optional[str] = None,
+        agentd: Optional[str] = None,
+        timeout_sec: Optional[float] = None,
+        egress: bool = False,
+        launch_env: Optional[Dict[str, str]] = None,
+        max_idle_sec: Optional[int] = None,
+        suspended_sec: Optional[int] = None,
+        max_duration_sec: Optional[int] = None,
+        binary: Optional[str] = None,
+    ) -> "Sandbox":
+        """Build an image (from dockerfile, or the default one at memory_mib's size
+        class) and launch a sandbox of it, as `microvm build` then create.
+
+        on_progress sees each step and output line of a local build while it
+        runs. base_image (local) is what FROM stands for: an OCI layout
+        directory or docker-save tarball, for a machine that cannot pull.
+        terminate(delete_image=True) deletes the image.
+        """
+        create = _create_args(local, None, None, region, control_endpoint, execution_role_arn, agent_token, agentd,
+                              timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
+        args = _build_args(local, dockerfile, memory_mib, base_image, create)
+        engine = Engine(binary)
+        try:
+            info: Optional[c.SandboxData] = None
+            for ev in engine._op_build(args):
+                info = _progress(ev, on_progress) or info
+            assert info is not None
+            return cls(engine, info)
+        except BaseException:
+            engine.close()
+            raise
+
+    @classmethod
     def attach(
         cls,
         microvm_id: str,
@@ -554,6 +633,7 @@ class Sandbox:
         control_endpoint: Optional[str] = None,
         region: Optional[str] = None,
         binary: Optional[str] = None,
+        timeout: Optional[float] = None,
     ) -> "Sandbox":
         """Reach a MicroVM another process launched, by its id and agent token.
 
@@ -567,7 +647,7 @@ class Sandbox:
             args["region"] = region
         engine = Engine(binary)
         try:
-            return cls(engine, engine._op_attach(args))
+            return cls(engine, engine._op_attach(args, timeout))
         except BaseException:
             engine.close()
             raise
@@ -610,14 +690,23 @@ class Sandbox:
 
     def run(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
             timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
-            group: Optional[int] = None) -> ExecResult:
+            group: Optional[int] = None, timeout: Optional[float] = None) -> ExecResult:
         """Run a command and wait for it: a string through the shell, a sequence as argv.
 
         timeout_sec has the guest kill it (the result then has timed_out True,
-        timeout_limit "timeout_sec"). stdout and stderr keep at most 8 MiB
-        each; truncated says bytes were dropped. user and group are numeric ids.
+        timeout_limit "timeout_sec"). timeout is how long this call waits:
+        past it the command is killed and the result has timed_out True,
+        timeout_limit "wait". stdout and stderr keep at most 8 MiB each;
+        truncated says bytes were dropped. user and group are numeric ids.
         """
-        return ExecResult._from(self._engine._op_run(_exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)))
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)
+        try:
+            return ExecResult._from(self._engine._op_run(args, timeout))
+        except TimeoutError_:
+            p = Process(self._engine, args["execId"])
+            p.kill()
+            r = p.wait(timeout=30)
+            return dataclasses.replace(r, timed_out=True, timeout_limit="wait")
 
     def stream(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
@@ -661,9 +750,9 @@ class Sandbox:
         """Thaw a suspended VM and wait until it runs again. Returns the new state."""
         return self._engine._op_resume({}, timeout)["state"]
 
-    def terminate(self, *, delete_image: bool = False) -> TeardownReport:
+    def terminate(self, *, delete_image: bool = False, timeout: Optional[float] = None) -> TeardownReport:
         """Tear the VM down; never raises for what it could not delete, it names it."""
-        return _teardown(self._engine._op_terminate({"deleteImage": delete_image}))
+        return _teardown(self._engine._op_terminate({"deleteImage": delete_image}, timeout))
 
     def url(self, port: int, *, expires_minutes: int = 0, timeout: Optional[float] = None) -> PortURL:
         """The URL, headers and expiry that reach guest port `port`; expires_minutes is 1..60, 0 for 60."""
@@ -913,6 +1002,43 @@ class AsyncSandbox:
         engine = await AsyncEngine.start(binary)
         try:
             return cls(engine, await engine._aop_create(args))
+        except BaseException:
+            await asyncio.shield(engine.close())
+            raise
+
+    @classmethod
+    async def build(
+        cls,
+        *,
+        local: bool = False,
+        dockerfile: Optional[Union[str, "os.PathLike[str]"]] = None,
+        memory_mib: int = 0,
+        base_image: Optional[str] = None,
+        on_progress: Optional[Callable[[BuildProgress], None]] = None,
+        region: Optional[str] = None,
+        control_endpoint: Optional[str] = None,
+        execution_role_arn: Optional[str] = None,
+        agent_token: Optional[str] = None,
+        agentd: Optional[str] = None,
+        timeout_sec: Optional[float] = None,
+        egress: bool = False,
+        launch_env: Optional[Dict[str, str]] = None,
+        max_idle_sec: Optional[int] = None,
+        suspended_sec: Optional[int] = None,
+        max_duration_sec: Optional[int] = None,
+        binary: Optional[str] = None,
+    ) -> "AsyncSandbox":
+        """Sandbox.build on asyncio."""
+        create = _create_args(local, None, None, region, control_endpoint, execution_role_arn, agent_token, agentd,
+                              timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
+        args = _build_args(local, dockerfile, memory_mib, base_image, create)
+        engine = await AsyncEngine.start(binary)
+        try:
+            info: Optional[c.SandboxData] = None
+            async for ev in engine._aop_build(args):
+                info = _progress(ev, on_progress) or info
+            assert info is not None
+            return cls(engine, info)
         except BaseException:
             await asyncio.shield(engine.close())
             raise

@@ -9,7 +9,7 @@ import tempfile
 import unittest
 from typing import List, Tuple
 
-from microvms import AsyncSandbox, Exit, InvalidArgError, OutputChunk, UnexpectedError
+from microvms import AsyncPool, AsyncSandbox, run_many_async, Exit, InvalidArgError, OutputChunk, UnexpectedError
 
 from .engine_env import alive, guest_inits_of, require_engine
 
@@ -136,6 +136,40 @@ class AsyncHarnessTest(unittest.TestCase):
             self.assertTrue(ctx.exception.finding)
             with self.assertRaises(InvalidArgError):
                 await AsyncSandbox.create(local=True, max_idle_sec=10)
+
+        asyncio.run(main())
+
+    def test_async_pool(self) -> None:
+        async def main() -> None:
+            async with await AsyncPool.open(size=2, local=True) as pool:
+                await pool.wait_ready(timeout=120)
+
+                async def tenant(n: int) -> str:
+                    async with pool.acquire() as sb:
+                        return (await sb.run("echo tenant %d" % n)).stdout
+
+                outs = await asyncio.gather(tenant(0), tenant(1))
+                self.assertEqual(outs, ["tenant 0\n", "tenant 1\n"])
+                self.assertEqual((await pool.close()).served, 2)
+
+        asyncio.run(main())
+
+    def test_async_fleet(self) -> None:
+        # Catches: run_many_async blocking the loop or losing the fleet's outcome.
+        async def main() -> None:
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            t = asyncio.ensure_future(ticker())
+            fleet = await run_many_async("echo fleet", count=2, parallel=2, local=True)
+            t.cancel()
+            self.assertEqual([r.exit_code for r in fleet.runs], [0, 0])
+            self.assertGreater(ticks, 1, "the event loop ran while the fleet did")
 
         asyncio.run(main())
 

@@ -1,11 +1,12 @@
 """The sync Sandbox's handle, fs, probe and launch ops against the real
 microvm engine in local mode. Nothing is stubbed; every wait is bounded."""
 import os
+import signal
 import time
 import unittest
-from typing import Callable
+from typing import Callable, List
 
-from microvms import FsEvent, InvalidArgError, OutputChunk, Sandbox, TimeoutError, UnexpectedError
+from microvms import BuildProgress, FsEvent, Pool, InvalidArgError, OutputChunk, Sandbox, TimeoutError, UnexpectedError
 
 from .engine_env import require_engine
 
@@ -78,6 +79,9 @@ class HandlesTest(unittest.TestCase):
         r = self.sb.run("sleep 30", timeout_sec=0.3)
         self.assertTrue(r.timed_out)
         self.assertEqual(r.timeout_limit, "timeout_sec")
+        cut = self.sb.run("sleep 30", timeout=0.3, exec_id="py-cut-1")
+        # Catches: a sync call with no bound, or a bound that leaves the command running.
+        self.assertEqual((cut.timed_out, cut.timeout_limit, cut.running), (True, "wait", False))
         p = self.sb.start("sleep 30")
         w = p.wait(timeout=0.2)
         self.assertEqual((w.timed_out, w.timeout_limit, w.running), (True, "wait", True))
@@ -143,6 +147,44 @@ class HandlesTest(unittest.TestCase):
         p.kill()
 
 
+class BuildTest(unittest.TestCase):
+    def setUp(self) -> None:
+        require_engine()
+
+    def test_build_at_a_size_class_with_progress(self) -> None:
+        seen: List[BuildProgress] = []
+        with Sandbox.build(local=True, memory_mib=4096, on_progress=seen.append) as sb:
+            # Catches: progress never reaching the caller, or a build whose
+            # image is not the one launched (the size class is the image's).
+            self.assertTrue(seen, "no build progress arrived")
+            self.assertEqual(seen[0].step, 1)
+            self.assertEqual(sb.run("echo built").stdout, "built\n")
+            self.assertIn("4096", sb.cost().size)
+            report = sb.terminate(delete_image=True)
+            self.assertIsNotNone(report.image_identifier)
+            self.assertFalse(report.leaked, report)
+
+
+class PoolTest(unittest.TestCase):
+    def setUp(self) -> None:
+        require_engine()
+
+    def test_acquire_release_close(self) -> None:
+        with Pool.open(size=2, local=True) as pool:
+            st = pool.wait_ready(timeout=120)
+            self.assertEqual((st.size, st.ready), (2, 2))
+            with pool.acquire() as sb:
+                self.assertEqual(sb.run("echo member").stdout, "member\n")
+                first = sb.microvm_id
+            # Catches: a member put back for the next tenant.
+            with pool.acquire() as sb2:
+                self.assertNotEqual(sb2.microvm_id, first)
+            self.assertTrue(pool.cost().items, "the pool's cost has its lines")
+            status = pool.close()
+            self.assertEqual(status.served, 2)
+            self.assertEqual(status.leaked, [])
+
+
 class BadInputTest(unittest.TestCase):
     def setUp(self) -> None:
         require_engine()
@@ -152,6 +194,21 @@ class BadInputTest(unittest.TestCase):
             Sandbox.create(local=True, max_duration_sec=28801)
         self.assertEqual(ctx.exception.exit_code, 2)
         self.assertTrue(ctx.exception.finding)
+
+    def test_a_stopped_engine_is_a_timeout_not_a_hang(self) -> None:
+        sb = Sandbox.create(local=True)
+        try:
+            os.kill(sb.engine_pid, signal.SIGSTOP)
+            try:
+                # Catches: a sync call (or its cancel) that waits on a hung engine forever.
+                with self.assertRaises(TimeoutError) as ctx:
+                    sb.files.exists("/", timeout=0.5)
+                self.assertEqual(ctx.exception.exit_code, 10)
+            finally:
+                os.kill(sb.engine_pid, signal.SIGCONT)
+            self.assertTrue(sb.files.exists("/"))
+        finally:
+            sb.close()
 
     def test_dead_engine_is_named(self) -> None:
         sb = Sandbox.create(local=True)

@@ -31,6 +31,7 @@ export type ErrorCode = keyof typeof ERROR_KINDS;
 /** Each op: the response type its envelope carries, and whether event frames precede it. */
 export const OPS = {
   create: { response: "microvm.sandbox", streams: false },
+  build: { response: "microvm.sandbox", streams: true },
   attach: { response: "microvm.sandbox", streams: false },
   info: { response: "microvm.sandbox", streams: false },
   run: { response: "microvm.exec.result", streams: false },
@@ -63,6 +64,12 @@ export const OPS = {
   health: { response: "microvm.probe", streams: false },
   metrics: { response: "microvm.probe", streams: false },
   cancel: { response: "microvm.exec.signalled", streams: false },
+  pool_open: { response: "microvm.pool", streams: false },
+  pool_wait_ready: { response: "microvm.pool", streams: false },
+  pool_acquire: { response: "microvm.sandbox", streams: false },
+  pool_release: { response: "microvm.teardown", streams: false },
+  pool_cost: { response: "microvm.cost", streams: false },
+  pool_close: { response: "microvm.pool", streams: false },
   run_many: { response: "microvm.run.fleet", streams: false },
 } as const;
 
@@ -296,6 +303,22 @@ export interface ProbeData {
   readonly "probe": Record<string, unknown>;
 }
 
+/** The data of a microvm.pool envelope. */
+export interface PoolData {
+  readonly "size": number;
+  /** members launched, suspended and waiting */
+  readonly "ready": number;
+  /** members acquire handed out */
+  readonly "served": number;
+  readonly "closed": boolean;
+  /** pool_close: what members' teardowns could not delete */
+  readonly "leaked": string[];
+  readonly "local": boolean;
+  readonly "region": string;
+  /** what an attach to a member passes */
+  readonly "controlEndpoint": (string) | null;
+}
+
 /** The data of a microvm.run.fleet envelope. */
 export interface RunFleetData {
   readonly "imageIdentifier": string;
@@ -398,6 +421,31 @@ export interface CreateArgs {
   /** terminate the VM after this many seconds suspended; zero is run's default, 600 */
   readonly "suspendedSec"?: number;
   /** the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600 */
+  readonly "maxDurationSec"?: number;
+}
+
+/** The arguments of build: build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image. Every key may be left out. */
+export interface BuildArgs {
+  /** build and run in the engine's own emulator: no AWS account */
+  readonly "local"?: boolean;
+  /** a Dockerfile on the engine's host (its directory is the build context locally); its FROM must match the base, and it needs a WORKDIR; empty builds the default stanza */
+  readonly "dockerfile"?: string;
+  /** the size class by its baseline memory in MiB (api/cli.yaml size classes); zero is the default class */
+  readonly "memoryMib"?: number;
+  /** local: the image the Dockerfile's FROM stands for, an OCI image layout directory or docker-save tarball (run --base-image, for offline machines); empty pulls FROM */
+  readonly "baseImage"?: string;
+  readonly "region"?: string;
+  readonly "controlEndpoint"?: string;
+  readonly "executionRoleArn"?: string;
+  readonly "agentToken"?: string;
+  /** the agentd baked into the image (local: the host's; AWS: an aarch64 build) */
+  readonly "agentd"?: string;
+  /** how long to wait for RUNNING; zero is the platform default */
+  readonly "timeoutSec"?: number;
+  readonly "egress"?: boolean;
+  readonly "launchEnv"?: string[];
+  readonly "maxIdleSec"?: number;
+  readonly "suspendedSec"?: number;
   readonly "maxDurationSec"?: number;
 }
 
@@ -635,6 +683,53 @@ export interface CancelArgs {
   readonly "requestId"?: number;
 }
 
+/** The arguments of pool_open: hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine. Every key may be left out. */
+export interface PoolOpenArgs {
+  /** members kept launched and suspended, 1..MAX_POOL_SIZE */
+  readonly "size"?: number;
+  /** launches in flight at once while filling; zero is the default */
+  readonly "refill"?: number;
+  /** run the pool in the engine's own emulator */
+  readonly "local"?: boolean;
+  /** the image's ARN or name; empty in local mode is the emulator's default image */
+  readonly "image"?: string;
+  readonly "imageVersion"?: string;
+  readonly "region"?: string;
+  readonly "controlEndpoint"?: string;
+  readonly "executionRoleArn"?: string;
+  readonly "agentd"?: string;
+  readonly "egress"?: boolean;
+  /** delivered at launch, long before an acquire: never one tenant's secrets */
+  readonly "launchEnv"?: string[];
+  readonly "maxIdleSec"?: number;
+  /** keep it longer than members wait in the pool; zero is run's default, 600 */
+  readonly "suspendedSec"?: number;
+  readonly "maxDurationSec"?: number;
+}
+
+/** The arguments of pool_wait_ready: wait until the pool is full; a timeout is a result whose ready says how many are. Every key may be left out. */
+export interface PoolWaitReadyArgs {
+  /** zero waits as long as it takes */
+  readonly "timeoutSec"?: number;
+}
+
+/** The arguments of pool_acquire: hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine. Every key may be left out. */
+export interface PoolAcquireArgs {
+}
+
+/** The arguments of pool_release: terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named. Every key may be left out. */
+export interface PoolReleaseArgs {
+  readonly "microvmId"?: string;
+}
+
+/** The arguments of pool_cost: price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region. Every key may be left out. */
+export interface PoolCostArgs {
+}
+
+/** The arguments of pool_close: stop the refill and tear down every member, handed out or not: one report for the pool's life. Every key may be left out. */
+export interface PoolCloseArgs {
+}
+
 /** The arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). Every key may be left out. */
 export interface RunManyArgs {
   /** how many MicroVMs, 1..MAX_FLEET_COUNT */
@@ -667,6 +762,11 @@ export abstract class Ops {
   /** launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. */
   protected async opCreate(args: CreateArgs): Promise<SandboxData> {
     return (await this.call("create", args)) as SandboxData;
+  }
+
+  /** build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image; the last item is the envelope's data. */
+  protected opBuild(args: BuildArgs): AsyncIterable<StreamEvent | SandboxData> {
+    return this.stream("build", args) as AsyncIterable<StreamEvent | SandboxData>;
   }
 
   /** reach a MicroVM another process launched, by id and agent token. */
@@ -827,6 +927,36 @@ export abstract class Ops {
   /** end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. */
   protected async opCancel(args: CancelArgs): Promise<ExecSignalledData> {
     return (await this.call("cancel", args)) as ExecSignalledData;
+  }
+
+  /** hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine. */
+  protected async opPoolOpen(args: PoolOpenArgs): Promise<PoolData> {
+    return (await this.call("pool_open", args)) as PoolData;
+  }
+
+  /** wait until the pool is full; a timeout is a result whose ready says how many are. */
+  protected async opPoolWaitReady(args: PoolWaitReadyArgs): Promise<PoolData> {
+    return (await this.call("pool_wait_ready", args)) as PoolData;
+  }
+
+  /** hand out one member RUNNING (resumed), its id and agent token: attach to it from another engine. */
+  protected async opPoolAcquire(args: PoolAcquireArgs): Promise<SandboxData> {
+    return (await this.call("pool_acquire", args)) as SandboxData;
+  }
+
+  /** terminate a member pool_acquire handed out (never put back); never a failure: what could not be deleted is named. */
+  protected async opPoolRelease(args: PoolReleaseArgs): Promise<TeardownData> {
+    return (await this.call("pool_release", args)) as TeardownData;
+  }
+
+  /** price the pool's whole life so far (every member, waiting, served and torn down) from the platform's record, with the pinned rate table of its region. */
+  protected async opPoolCost(args: PoolCostArgs): Promise<CostData> {
+    return (await this.call("pool_cost", args)) as CostData;
+  }
+
+  /** stop the refill and tear down every member, handed out or not: one report for the pool's life. */
+  protected async opPoolClose(args: PoolCloseArgs): Promise<PoolData> {
+    return (await this.call("pool_close", args)) as PoolData;
   }
 
   /** run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). */

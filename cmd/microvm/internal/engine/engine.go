@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
@@ -37,6 +38,13 @@ type Hooks struct {
 	ResolveImage func(ctx context.Context, pf *platform.Platform, image string) (arn, name string, err error)
 	// EmulatorSide is what client/platform needs of a local control plane.
 	EmulatorSide func() *platform.Emulator
+	// LocalPlatform is the platform over the engine's own emulator, as
+	// `--local` opens it (its artifact bucket included), for a build.
+	LocalPlatform func(ctx context.Context, emu *embedded.Emulator, region client.Region) (*platform.Platform, error)
+	// BuildImage builds an image on pf (emu is its emulator in local mode)
+	// from dockerfile, or the default stanza when empty, at a size class,
+	// as `microvm build` does.
+	BuildImage func(ctx context.Context, pf *platform.Platform, emu *embedded.Emulator, dockerfile, agentd string, memoryMiB int) (*build.Result, error)
 }
 
 // maxEngineLine bounds one request line: a file written through `write`
@@ -66,8 +74,16 @@ type engine struct {
 	launched        bool // this engine launched sb, so it tears it down when its caller goes
 	imageARN        string
 
-	reqMu    sync.Mutex
-	inflight map[int64]context.CancelFunc // the cancel op's targets, by request id
+	// A pool instead of a sandbox (pool_open), and the members it handed out.
+	pool       *sandbox.Pool
+	poolSize   int64
+	poolClosed bool
+	served     int64
+	members    map[string]*sandbox.Sandbox
+
+	reqMu       sync.Mutex
+	inflight    map[int64]context.CancelFunc // the cancel op's targets, by request id
+	buildEvents func(any)                    // the running build's event sender, if any
 }
 
 // Serve answers the requests on a's stdin, one response line each on its
@@ -138,6 +154,14 @@ func (e *engine) shutdown() {
 			e.a.Warn("engine: teardown of %s left %v", e.sb.ID(), rep.Leaked)
 		}
 	}
+	if e.pool != nil && !e.poolClosed {
+		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
+		rep := e.pool.Close(ctx)
+		cancel()
+		if !rep.Clean() {
+			e.a.Warn("engine: the pool's teardown left %v", rep.Leaked())
+		}
+	}
 	if e.emu != nil {
 		e.emu.Close()
 	}
@@ -205,6 +229,12 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.create(ctx, args)
+	case engineapi.OpBuild:
+		var args engineapi.BuildArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.build(ctx, req.ID, args)
 	case engineapi.OpAttach:
 		var args engineapi.AttachArgs
 		if err := decodeArgs(req.Args, &args); err != nil {
@@ -217,6 +247,39 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.hooks.RunMany(ctx, args)
+	case engineapi.OpPoolOpen:
+		var args engineapi.PoolOpenArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poolOpen(ctx, args)
+	case engineapi.OpPoolWaitReady:
+		var args engineapi.PoolWaitReadyArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poolWaitReady(ctx, args)
+	case engineapi.OpPoolAcquire:
+		if err := decodeArgs(req.Args, &engineapi.PoolAcquireArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.poolAcquire(ctx)
+	case engineapi.OpPoolRelease:
+		var args engineapi.PoolReleaseArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.poolRelease(ctx, args)
+	case engineapi.OpPoolCost:
+		if err := decodeArgs(req.Args, &engineapi.PoolCostArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.poolCost(ctx)
+	case engineapi.OpPoolClose:
+		if err := decodeArgs(req.Args, &engineapi.PoolCloseArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.poolClose(ctx)
 	case engineapi.OpCancel:
 		var args engineapi.CancelArgs
 		if err := decodeArgs(req.Args, &args); err != nil {
@@ -353,18 +416,10 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		}
 		// Teardown outlives the caller's cancel: a half-done one is the worst leak.
 		rep := sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{DeleteImage: args.DeleteImage})
-		d := cliapi.TeardownData{MicrovmID: sb.ID(), Leaked: []string{}, UndeletedLogGroups: []string{}}
-		for _, l := range rep.Leaked {
-			if l.Kind == "log_group" {
-				d.UndeletedLogGroups = append(d.UndeletedLogGroups, l.ID)
-				continue
-			}
-			d.Leaked = append(d.Leaked, l.Kind+" "+l.ID)
-		}
+		d := teardownData(sb, rep)
 		if rep.ImageDeleted != sandbox.ImageNotAsked && e.imageARN != "" {
 			d.ImageIdentifier = render.Present(e.imageARN)
 		}
-		d.State = render.Present(string(sb.Lifecycle()))
 		return cliapi.TypeTeardown, d, nil
 	case engineapi.OpCost:
 		if err := decodeArgs(req.Args, &engineapi.CostArgs{}); err != nil {

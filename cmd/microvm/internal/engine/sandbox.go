@@ -23,6 +23,9 @@ import (
 func (e *engine) sandbox() (*sandbox.Sandbox, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.sb == nil && e.pool != nil {
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: this engine holds a pool; attach another engine to a member pool_acquire handed out")
+	}
 	if e.sb == nil {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: no sandbox yet; send create or attach first")
 	}

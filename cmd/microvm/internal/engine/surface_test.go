@@ -53,13 +53,13 @@ var surface = map[string]string{
 	"Handle.Await":     "go-only: waiting for a state without holding the sandbox; suspend/resume/create wait themselves",
 	"Handle.Attach":    "op:attach",
 	"Handle.Cost":      "op:cost",
-	// client/sandbox.Pool
-	"Pool.Ready":     "go-only: NOT YET in the engine (issue 45): a warm pool holds many sandboxes and an engine holds one",
-	"Pool.WaitReady": "go-only: NOT YET in the engine (issue 45), as Pool.Ready",
-	"Pool.Acquire":   "go-only: NOT YET in the engine (issue 45), as Pool.Ready",
-	"Pool.Release":   "go-only: NOT YET in the engine (issue 45), as Pool.Ready",
-	"Pool.Close":     "go-only: NOT YET in the engine (issue 45), as Pool.Ready",
-	"Pool.Cost":      "go-only: NOT YET in the engine (issue 45), as Pool.Ready",
+	// client/sandbox.Pool: an engine holding a pool; members are attached
+	"Pool.Ready":     "op:pool_wait_ready",
+	"Pool.WaitReady": "op:pool_wait_ready",
+	"Pool.Acquire":   "op:pool_acquire",
+	"Pool.Release":   "op:pool_release",
+	"Pool.Close":     "op:pool_close",
+	"Pool.Cost":      "op:pool_cost",
 	// client.Session: the agentd calls
 	"Session.Exec":             "op:poll",
 	"Session.Start":            "op:start",
@@ -132,7 +132,8 @@ var surfaceTypes = map[string][]string{
 var notYetInTypeScript = map[string]bool{
 	"start": true, "poll": true, "wait": true, "follow": true, "kill": true, "signal": true, "resize": true,
 	"stdin_write": true, "stdin_close": true, "execs": true, "stat": true, "mkdir": true, "move": true,
-	"remove": true, "watch": true, "health": true, "metrics": true, "cancel": true,
+	"remove": true, "watch": true, "health": true, "metrics": true, "cancel": true, "build": true,
+	"pool_open": true, "pool_wait_ready": true, "pool_acquire": true, "pool_release": true, "pool_close": true, "pool_cost": true,
 }
 
 func repoRoot(t *testing.T) string {
