@@ -1,13 +1,16 @@
 """The floor under the Python and TypeScript rows of `make bench-clients`:
 the `microvm engine` both packages drive, spoken to by the least client
 there is (requests written whole, answer frames read in 1 MiB buffers and
-only counted or matched by id, never parsed). Streamed stdout and 200 run
-calls; the file rows go through a host file in the packages, so they have
-no engine-only floor here. Prints {"row": seconds} per operation."""
+only counted or matched by id, never parsed). The file rows are the
+engine's write and read through a host file (api/engine.yaml localPath),
+the way the packages move large bytes, without the package's own write or
+read of that file. Prints {"row": seconds} per operation."""
 import json
 import os
 import subprocess
+import shutil
 import sys
+import tempfile
 import time
 
 
@@ -53,6 +56,26 @@ def main() -> None:
         line = answer(send("run", {"command": ["true"], "execId": "floor-run-%d" % i}))
         assert b'"exitCode":0' in line, line[:300]
     print(json.dumps({"run-x200": time.perf_counter() - t}), flush=True)
+    tmp = tempfile.mkdtemp(prefix="microvms-floor-")
+    try:
+        local = os.path.join(tmp, "data")
+        with open(local, "wb") as f:
+            f.write(b"0123456789abcdef" * (size // 16))
+        path = "/tmp/microvms-bench-floor.bin"
+        t = time.perf_counter()
+        line = answer(send("write", {"path": path, "localPath": local}))
+        took = time.perf_counter() - t
+        ok = b'"status":"ok"' in line
+        print(json.dumps({"write-%dMiB" % mib: took if ok else {"error": line[:300].decode(errors="replace")}}), flush=True)
+        back = os.path.join(tmp, "back")
+        t = time.perf_counter()
+        line = answer(send("read", {"path": path, "localPath": back}))
+        took = time.perf_counter() - t
+        ok = b'"status":"ok"' in line and os.path.getsize(back) == size
+        print(json.dumps({"read-%dMiB" % mib: took if ok else {"error": line[:300].decode(errors="replace")}}), flush=True)
+        answer(send("run", {"command": ["rm", "-f", path], "execId": "floor-rm"}))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     p.stdin.close()
     p.wait()
 
