@@ -99,10 +99,14 @@ class ExecStream:
         self.exit: Optional[Exit] = None
 
     def __iter__(self) -> Iterator[StreamItem]:
-        for ev in self._events:
-            item = _item(self, ev)
-            if item is not None:
-                yield item
+        try:
+            for ev in self._events:
+                item = _item(self, ev)
+                if item is not None:
+                    yield item
+        finally:
+            if self.exit is None:
+                self.close()
 
     def close(self) -> None:
         """Stop following: the engine stops sending (the command keeps running; kill it by exec id)."""
@@ -146,10 +150,14 @@ class AsyncExecStream:
         self.exit: Optional[Exit] = None
 
     async def __aiter__(self) -> AsyncIterator[StreamItem]:
-        async for ev in self._events:
-            item = _item(self, ev)
-            if item is not None:
-                yield item
+        try:
+            async for ev in self._events:
+                item = _item(self, ev)
+                if item is not None:
+                    yield item
+        finally:
+            if self.exit is None:
+                await self.aclose()
 
     async def aclose(self) -> None:
         """Stop following (the command keeps running; kill it by exec id)."""
@@ -396,10 +404,16 @@ class Files:
 
     def watch(self, path: str, *, recursive: bool = False) -> Iterator[Union[FsEvent, Gap]]:
         """Changes under path as they happen (FsEvent, or Gap for dropped ones); close the iterator to stop."""
-        for ev in self._engine._op_watch({"path": path, "recursive": recursive}):
-            item = _fs_item(ev)
-            if item is not None:
-                yield item
+        events = self._engine._op_watch({"path": path, "recursive": recursive})
+        try:
+            for ev in events:
+                item = _fs_item(ev)
+                if item is not None:
+                    yield item
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()  # ends the engine's watch now, not when collected
 
     def upload_dir(self, local: Union[str, "os.PathLike[str]"], remote: str, *, timeout: Optional[float] = None) -> int:
         """Copy a local directory tree into the VM; returns the bytes of its files."""
@@ -867,10 +881,16 @@ class AsyncFiles:
 
     async def watch(self, path: str, *, recursive: bool = False) -> AsyncIterator[Union[FsEvent, Gap]]:
         """Changes under path as they happen; leave the `async for` to stop."""
-        async for ev in self._engine._aop_watch({"path": path, "recursive": recursive}):
-            item = _fs_item(ev)
-            if item is not None:
-                yield item
+        events = self._engine._aop_watch({"path": path, "recursive": recursive})
+        try:
+            async for ev in events:
+                item = _fs_item(ev)
+                if item is not None:
+                    yield item
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()  # ends the engine's watch now, not when collected
 
     async def upload_dir(self, local: Union[str, "os.PathLike[str]"], remote: str) -> int:
         """Copy a local directory tree into the VM; returns the bytes of its files."""

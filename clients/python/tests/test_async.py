@@ -9,7 +9,7 @@ import tempfile
 import unittest
 from typing import List, Tuple
 
-from microvms import AsyncPool, AsyncSandbox, run_many_async, Exit, InvalidArgError, OutputChunk, UnexpectedError
+from microvms import AsyncPool, AsyncSandbox, FsEvent, run_many_async, Exit, InvalidArgError, OutputChunk, UnexpectedError
 
 from .engine_env import alive, guest_inits_of, require_engine
 
@@ -128,6 +128,14 @@ class AsyncHarnessTest(unittest.TestCase):
                 self.assertEqual(w.timeout_limit, "wait")
                 self.assertTrue(w.running)
                 self.assertTrue(await slow.kill())
+
+                await sb.files.mkdir("/tmp/aw")
+                watch = sb.files.watch("/tmp/aw")
+                await sb.start("sleep 0.3; touch /tmp/aw/f")
+                first = await watch.__anext__()
+                await watch.aclose()
+                self.assertIsInstance(first, FsEvent)
+                self.assertTrue((await sb.health())["bootstrapped"])
 
             # Bad input raises the Go library's refusal, exit code and finding included.
             with self.assertRaises(InvalidArgError) as ctx:
