@@ -6,7 +6,7 @@ BIN     ?= bin
 VERSION ?=
 LDFLAGS := -s -w $(if $(VERSION),-X github.com/microvms/microvms/agentd.Version=$(VERSION))
 
-.PHONY: all gen drift fmt vet lint lint-api lint-cfn test test-clients test-boto3 faults check build bench fuzz mutate clean demo
+.PHONY: all gen drift fmt vet lint lint-api lint-cfn test test-clients test-boto3 test-dist faults check build dist bench bench-clients fuzz mutate clean demo
 
 all: build
 
@@ -112,7 +112,7 @@ faults:
 test-boto3:
 	EMULATOR_BOTO3_STRICT=1 $(GO) test -count=1 -run '^TestBoto3DrivesTheEmulator$$' -v ./emulator/
 
-check: drift fmt vet lint lint-api lint-cfn test faults test-clients test-boto3
+check: drift fmt vet lint lint-api lint-cfn test faults test-clients test-boto3 test-dist
 
 # agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
 # Both static (CGO off): a local guest of a Dockerfile-built image runs the
@@ -120,6 +120,32 @@ check: drift fmt vet lint lint-api lint-cfn test faults test-clients test-boto3
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/agentd ./cmd/agentd
+
+# What installs on a machine with no Go and no clone, into $(DIST): per
+# architecture a platform wheel (static microvm and agentd in microvms/_bin,
+# the botocore model in microvms/_botocore) and an npm platform sub-package
+# (@microvms/linux-<cpu>), plus the microvms npm package naming every
+# sub-package as an optional dependency, as esbuild does. Standard library
+# Python and npm pack only: no package index. DIST_ARCHES=amd64 builds one.
+DIST        := $(BIN)/dist
+DIST_ARCHES ?= amd64 arm64
+NPM_CPU_amd64 := x64
+NPM_CPU_arm64 := arm64
+dist: $(TS_DIR)/node_modules/.installed
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	for a in $(DIST_ARCHES); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/go/linux-$$a/ ./cmd/microvm ./cmd/agentd && \
+	  python3 clients/python/_build/backend.py $(DIST) $$a $(DIST)/go/linux-$$a || exit 1; \
+	done
+	node $(TS_DIR)/npm/pack.mjs $(DIST) $(foreach a,$(DIST_ARCHES),linux-$(NPM_CPU_$(a))=$(DIST)/go/linux-$(a))
+	rm -rf $(DIST)/npm-stage
+
+# make dist for this machine's architecture, then its files installed into a
+# fresh venv and a fresh npm project with no index, no Go and no clone on
+# PATH, and the READMEs' quickstarts run from them verbatim.
+test-dist:
+	$(MAKE) dist DIST_ARCHES=$$($(GO) env GOARCH)
+	cd scripts/dist && PYTHONDONTWRITEBYTECODE=1 python3 -m unittest -v test_dist_files test_clean_install
 
 # The main job on one machine: microvm run --local builds, launches, runs
 # `uname -a` in a MicroVM on the in-process emulator, reports the cost and
@@ -129,6 +155,16 @@ demo:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(MAKE) bench-clients
+
+# Python / TypeScript / Go in one run against one local sandbox each: a
+# 256 MiB file write and read, 256 MiB of streamed stdout, 200 short run()
+# calls, as ratios to Go (scripts/bench/clients.py; MICROVMS_BENCH_MIB=16
+# for a quick look).
+bench-clients: $(TS_DIR)/node_modules/.installed
+	$(GO) build -o $(CLIENTS_BIN)/ ./cmd/agentd ./cmd/microvm
+	cd $(TS_DIR) && node_modules/.bin/tsc -p tsconfig.build.json
+	python3 scripts/bench/clients.py $(CLIENTS_BIN)
 
 # Every fuzz target of every package, FUZZTIME each (go test allows one
 # target per run). The seed corpora also run as plain tests in `make test`.

@@ -15,6 +15,7 @@ import threading
 import queue
 from typing import Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Tuple, Union
 
+from .packaged import bundled_binary
 from ._contract import AsyncOps, Ops, StreamEvent
 from .errors import MicrovmError, PreconditionError, UnexpectedError, from_envelope
 from .errors import TimeoutError as TimeoutError_
@@ -25,13 +26,13 @@ _EOF = object()
 
 
 def find_binary(explicit: Optional[str] = None) -> str:
-    """The microvm binary: `explicit`, then $MICROVM_BIN, then PATH."""
+    """The microvm binary: `explicit`, then $MICROVM_BIN, then the wheel's own, then PATH."""
     for candidate, origin in ((explicit, "the binary option"), (os.environ.get(BINARY_ENV), "$" + BINARY_ENV)):
         if candidate:
             if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
                 return candidate
             raise PreconditionError("%s names %s, which is not an executable file" % (origin, candidate), "ERR_PRECONDITION")
-    found = shutil.which("microvm")
+    found = bundled_binary() or shutil.which("microvm")
     if found:
         return found
     raise PreconditionError(

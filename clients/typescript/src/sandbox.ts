@@ -15,6 +15,7 @@ import { delimiter, join } from "node:path";
 import { createInterface } from "node:readline";
 
 import * as C from "./contract.js";
+import { bundledBinary } from "./packaged.js";
 
 export * as contract from "./contract.js";
 export { ERROR_KINDS, PROTOCOL_VERSION, type ErrorCode } from "./contract.js";
@@ -103,7 +104,7 @@ function isExecutable(path: string): boolean {
   }
 }
 
-/** The microvm binary: `explicit`, then $MICROVM_BIN, then PATH. */
+/** The microvm binary: `explicit`, then $MICROVM_BIN, then the platform sub-package's, then PATH. */
 export function findBinary(explicit?: string): string {
   for (const [candidate, origin] of [[explicit, "the binary option"], [process.env[BINARY_ENV], `$${BINARY_ENV}`]] as const) {
     if (candidate) {
@@ -111,6 +112,8 @@ export function findBinary(explicit?: string): string {
       throw new PreconditionError(`${origin} names ${candidate}, which is not an executable file`, "ERR_PRECONDITION");
     }
   }
+  const bundled = bundledBinary();
+  if (bundled) return bundled;
   for (const dir of (process.env.PATH ?? "").split(delimiter)) {
     if (dir && isExecutable(join(dir, "microvm"))) return join(dir, "microvm");
   }
