@@ -6,7 +6,7 @@ BIN     ?= bin
 VERSION ?=
 LDFLAGS := -s -w $(if $(VERSION),-X github.com/microvms/microvms/agentd.Version=$(VERSION))
 
-.PHONY: all gen drift fmt vet lint lint-api test test-clients test-boto3 faults check build bench fuzz mutate clean demo
+.PHONY: all preflight gen drift fmt vet lint lint-api test test-clients test-boto3 faults check build bench fuzz mutate clean demo
 
 all: build
 
@@ -101,7 +101,13 @@ faults:
 test-boto3:
 	EMULATOR_BOTO3_STRICT=1 $(GO) test -count=1 -run '^TestBoto3DrivesTheEmulator$$' -v ./emulator/
 
-check: drift fmt vet lint lint-api test faults test-clients test-boto3
+# The first step of check: every tool this machine lacks for the suites below,
+# with the apt package that brings it (.ci/run installs them), before any test
+# fails for want of one. PREFLIGHT_SKIP=1 skips it.
+preflight:
+	@bash scripts/preflight.sh
+
+check: preflight drift fmt vet lint lint-api test faults test-clients test-boto3
 
 # agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
 # Both static (CGO off): a local guest of a Dockerfile-built image runs the
