@@ -6,7 +6,7 @@ BIN     ?= bin
 VERSION ?=
 LDFLAGS := -s -w $(if $(VERSION),-X github.com/microvms/microvms/agentd.Version=$(VERSION))
 
-.PHONY: all preflight gen drift fmt vet lint lint-api test test-clients test-boto3 faults check build bench fuzz mutate clean demo
+.PHONY: all preflight check-loaded gen drift fmt vet lint lint-api test test-clients test-boto3 faults check build bench fuzz mutate clean demo
 
 all: build
 
@@ -108,6 +108,12 @@ preflight:
 	@bash scripts/preflight.sh
 
 check: preflight drift fmt vet lint lint-api test faults test-clients test-boto3
+
+# The suites that race processes and servers, beside CPU hogs, each test
+# twice (scripts/check-loaded.sh): a test leaning on timing or on an order
+# the code does not promise fails here. Slow; not part of check.
+check-loaded:
+	GO=$(GO) bash scripts/check-loaded.sh
 
 # agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
 # Both static (CGO off): a local guest of a Dockerfile-built image runs the
