@@ -45,8 +45,9 @@
 // service answers in its own wire protocol and error shape. "lambda" is
 // the control plane (restJson1); "s3" is the slice of S3 the build path
 // uses (buckets, objects, multipart uploads; restXml, s3.go); "logs" is
-// CloudWatch Logs' FilterLogEvents and DeleteLogGroup (awsJson1.1,
-// logs.go); "sts" is GetCallerIdentity (awsQuery, sts.go). An operation
+// CloudWatch Logs' reads of a build log (DescribeLogGroups,
+// DescribeLogStreams, GetLogEvents, FilterLogEvents) and DeleteLogGroup
+// (awsJson1.1, logs.go); "sts" is GetCallerIdentity (awsQuery, sts.go). An operation
 // outside a slice is refused in that service's words (S3's 501
 // NotImplemented, CloudWatch Logs' UnknownOperationException, STS's
 // InvalidAction), never answered as if served.
