@@ -62,7 +62,9 @@ func TestBuildWithTheDaemonOnAnotherPortFailsWithACleanLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	df := func(env string) string { return "FROM x\nCOPY agentd /agentd\n" + env + "ENTRYPOINT []\nCMD [\"/agentd\"]\n" }
+	df := func(env string) string {
+		return "FROM x\nCOPY agentd /agentd\n" + env + "ENTRYPOINT []\nCMD [\"/agentd\"]\n"
+	}
 	createImage(t, base, "elsewhere", artifactZip(t, df("ENV AGENTD_PORT=9100\n"), daemon))
 	createWithHookPort(t, base, "unset", artifactZip(t, df(""), daemon), 9100)
 	createWithHookPort(t, base, "agrees", artifactZip(t, df("ENV AGENTD_PORT=9100\n"), daemon), 9100)
