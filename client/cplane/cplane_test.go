@@ -281,3 +281,22 @@ func TestSDKErrorKinds(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// Catches: a base version spelled as the read-back spells it ("1.0") sent
+// to CreateMicrovmImage (the service refuses it after the artifact upload),
+// the hint not naming the bare spelling to send, a bare integer refused, and
+// the image-version rules skipped for a base version.
+func TestManagedBaseVersionIsABareInteger(t *testing.T) {
+	for _, ok := range []string{"0", "1", "12"} {
+		if err := CheckManagedBaseVersion(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"1.0", "v1", "latest", "1.1"} {
+		requireKind(t, CheckManagedBaseVersion(bad), taxonomy.KindInvalidArg, taxonomy.FindingManagedBaseVersions)
+	}
+	if err := CheckManagedBaseVersion("1.0"); err == nil || !strings.Contains(err.Error(), `send "1"`) {
+		t.Errorf("the read-back spelling's refusal does not say what to send: %v", err)
+	}
+	requireKind(t, CheckManagedBaseVersion(" 1"), taxonomy.KindInvalidArg, taxonomy.FindingImageVersionForm)
+}
