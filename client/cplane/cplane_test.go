@@ -262,7 +262,9 @@ func TestSDKErrorKinds(t *testing.T) {
 		// Catches: a wrong MicroVM id classed Platform (or, through the
 		// session's mint, Retryable: "the identical request may succeed").
 		{404, `{"__type":"ResourceNotFoundException","message":"MicroVM m not found"}`, taxonomy.KindPrecondition, "", `HTTP 404 ResourceNotFoundException, "MicroVM m not found": nothing by that identifier`},
-		{404, `{"message":"No active version"}`, taxonomy.KindPlatform, "", `, "No active version": the version exists but is INACTIVE`},
+		// Catches: a retired version reported as a platform failure, or
+		// without the finding that says it is a retire, not a deletion.
+		{404, `{"__type":"ResourceNotFoundException","message":"No active version found for MicroVM image a and version 1.0"}`, taxonomy.KindPrecondition, taxonomy.FindingInactiveRetires, `the version exists but is INACTIVE`},
 	}
 	for _, st := range statuses {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
