@@ -6,7 +6,7 @@ BIN     ?= bin
 VERSION ?=
 LDFLAGS := -s -w $(if $(VERSION),-X github.com/microvms/microvms/agentd.Version=$(VERSION))
 
-.PHONY: all gen drift fmt vet lint lint-api lint-cfn test test-clients test-boto3 test-dist faults check build dist bench bench-clients fuzz mutate clean demo
+.PHONY: all preflight check-loaded gen drift fmt vet lint lint-api lint-cfn test test-clients test-boto3 test-dist faults check build dist bench bench-clients fuzz mutate clean demo
 
 all: build
 
@@ -112,7 +112,19 @@ faults:
 test-boto3:
 	EMULATOR_BOTO3_STRICT=1 $(GO) test -count=1 -run '^TestBoto3DrivesTheEmulator$$' -v ./emulator/
 
-check: drift fmt vet lint lint-api lint-cfn test faults test-clients test-boto3 test-dist
+# The first step of check: every tool this machine lacks for the suites below,
+# with the apt package that brings it (.ci/run installs them), before any test
+# fails for want of one. PREFLIGHT_SKIP=1 skips it.
+preflight:
+	@bash scripts/preflight.sh
+
+check: preflight drift fmt vet lint lint-api lint-cfn test faults test-clients test-boto3 test-dist
+
+# The suites that race processes and servers, beside CPU hogs, each test
+# twice (scripts/check-loaded.sh): a test leaning on timing or on an order
+# the code does not promise fails here. Slow; not part of check.
+check-loaded:
+	GO=$(GO) bash scripts/check-loaded.sh
 
 # agentd for the host, and the static linux/arm64 binary the MicroVM image needs.
 # Both static (CGO off): a local guest of a Dockerfile-built image runs the

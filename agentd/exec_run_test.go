@@ -230,9 +230,13 @@ func TestStreamFramesCarryRawBytesWithSSEOffsets(t *testing.T) {
 	d := startDaemon(t, func(c *Config) { c.StreamReplayBytes = 1 << 20 })
 	d.bootstrap(nil)
 	// 3 MiB of every byte value on stdout, a marker on stderr: over the
-	// replay window, so a late read from 0 starts with a gap.
-	d.mustStart(shell("fr", "head -c 3145728 /dev/urandom > /tmp/.fr-$$; cat /tmp/.fr-$$; printf E >&2; rm /tmp/.fr-$$"))
-	d.waitExited("fr")
+	// replay window, so a late read from 0 starts with a gap. The stdout and
+	// stderr pumps promise no order between them, so the marker is written
+	// only once the stream shows all of stdout recorded (the test then sends
+	// stdin's end): it lands at offset 3 MiB, after the gap, every time.
+	req := shell("fr", "head -c 3145728 /dev/urandom > /tmp/.fr-$$; cat /tmp/.fr-$$; rm /tmp/.fr-$$; read _; printf E >&2")
+	req.Stdin = true
+	d.mustStart(req)
 	get := func(offset *uint64, accept string) *http.Response {
 		resp, err := d.client.ExecStream(context.Background(), "fr", &protocol.ExecStreamParams{Offset: offset}, auth(testToken),
 			func(_ context.Context, r *http.Request) error { r.Header.Set("Accept", accept); return nil })
@@ -241,6 +245,12 @@ func TestStreamFramesCarryRawBytesWithSSEOffsets(t *testing.T) {
 		}
 		return resp
 	}
+	waitRecorded(t, get(nil, protocol.FramesMediaType).Body, 3<<20)
+	eof := "eof"
+	if s, err := d.client.ExecStdinWithResponse(context.Background(), "fr", protocol.StdinRequest{Signal: &eof}, auth(testToken)); err != nil || s.StatusCode() != 200 {
+		t.Fatalf("stdin eof: %v", err)
+	}
+	d.waitExited("fr")
 	resp := get(nil, "text/event-stream, "+protocol.FramesMediaType)
 	if ct := resp.Header.Get("Content-Type"); ct != protocol.FramesMediaType {
 		t.Fatalf("content type %q", ct)
@@ -270,6 +280,33 @@ func TestStreamFramesCarryRawBytesWithSSEOffsets(t *testing.T) {
 	resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("q=0 answered %q", ct)
+	}
+}
+
+// waitRecorded reads a live frame stream until its output (gaps included)
+// reaches want bytes, then closes it: the exec has published that much.
+func waitRecorded(t *testing.T, body io.ReadCloser, want uint64) {
+	t.Helper()
+	defer body.Close()
+	r := frames.NewReader(body, 64<<10)
+	var cursor uint64
+	for cursor < want {
+		f, err := r.Next()
+		if err != nil {
+			t.Fatalf("live frames ended at %d of %d: %v", cursor, want, err)
+		}
+		switch f.Type {
+		case protocol.FrameStdout, protocol.FrameStderr:
+			cursor = f.Offset + uint64(len(f.Payload))
+		case protocol.FrameGap:
+			var g protocol.GapEvent
+			if err := json.Unmarshal(f.Payload, &g); err != nil {
+				t.Fatalf("gap frame %s: %v", f.Payload, err)
+			}
+			cursor = g.To
+		case protocol.FrameExit:
+			t.Fatalf("exit frame at %d before %d bytes were recorded", cursor, want)
+		}
 	}
 }
 

@@ -56,6 +56,12 @@ func newWiretap(t *testing.T, target string, reference bool, schemaLies ...bool)
 			}
 			r.Header.Set("Accept", "text/event-stream")
 		}
+		// Full duplex, as the emulator's endpoint proxy: agentd's run route
+		// answers before the transport's last read of the request body,
+		// and the server would otherwise close that body under it and cut
+		// the answer (issue 51; emulator
+		// TestEndpointProxyAnswerSurvivesTheGuestAnsweringBeforeTheBodyIsDone).
+		_ = http.NewResponseController(rw).EnableFullDuplex()
 		rp.ServeHTTP(rec, r)
 	}))
 	t.Cleanup(srv.Close)

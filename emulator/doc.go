@@ -46,13 +46,13 @@
 // the control plane (restJson1); "s3" is the slice of S3 the build path
 // uses (buckets, objects, multipart uploads; restXml, s3.go) and the bucket
 // settings `microvm setup` makes (s3_config.go); "logs" is CloudWatch Logs'
-// FilterLogEvents, DescribeLogGroups and DeleteLogGroup (awsJson1.1,
-// logs.go); "sts" is GetCallerIdentity (awsQuery, sts.go); "iam" is the
-// roles, inline policies and policy simulation of `setup` and `doctor`
-// (awsQuery, iam.go). An operation outside a slice is refused in that
-// service's words (S3's 501 NotImplemented, CloudWatch Logs'
-// UnknownOperationException, STS's and IAM's InvalidAction), never
-// answered as if served.
+// reads of a build log (DescribeLogGroups, DescribeLogStreams,
+// GetLogEvents, FilterLogEvents) and DeleteLogGroup (awsJson1.1, logs.go);
+// "sts" is GetCallerIdentity (awsQuery, sts.go); "iam" is the roles, inline
+// policies and policy simulation of `setup` and `doctor` (awsQuery,
+// iam.go). An operation outside a slice is refused in that service's words
+// (S3's 501 NotImplemented, CloudWatch Logs' UnknownOperationException,
+// STS's and IAM's InvalidAction), never answered as if served.
 //
 // A build whose codeArtifact.uri is a file:// URL (the local artifact store
 // client/build.DirUploader writes), or an s3:// URL naming a bucket of the

@@ -130,6 +130,23 @@ func (s *Server) observe(im *image) {
 	now := s.now()
 	v.updatedAt, im.updatedAt, im.building = &now, &now, nil
 	first := len(im.versions) == 1
+	if v.plan.FailReason == "" {
+		if reason, unanswered := readyHookUnanswered(v); unanswered {
+			// The platform's ready hook is dialled on hooks.port; a daemon
+			// listening elsewhere never answers it. The code was installed,
+			// so the builds keep codeInstallSizeInBytes alone, and the log
+			// stays as green as the platform's: no line says why
+			// (findings agent-port-agreement, build-introspection).
+			v.state = cp.MicrovmImageVersionStateFAILED
+			for _, b := range v.builds {
+				b.state, b.reason = cp.BuildStateFAILED, ptr(reason)
+				b.snapshot = &cp.SnapshotBuild{CodeInstallSizeInBytes: ptr[int64](214093824)}
+			}
+			im.failed = v.id
+			im.state = map[bool]cp.MicrovmImageState{true: cp.MicrovmImageStateCREATEFAILED, false: cp.MicrovmImageStateUPDATEFAILED}[first]
+			return
+		}
+	}
 	if v.plan.FailReason != "" {
 		// The reason lives on the builds only; the version says FAILED and
 		// nothing else, and the image cannot say anything.
@@ -150,6 +167,55 @@ func (s *Server) observe(im *image) {
 	}
 	im.active = v.id
 	im.state = map[bool]cp.MicrovmImageState{true: cp.MicrovmImageStateCREATED, false: cp.MicrovmImageStateUPDATED}[first]
+}
+
+// readyHookUnanswered reports whether v's daemon would listen on a port
+// other than the one its build hooks are dialled on: the image's
+// AGENTD_PORT (its Dockerfile's ENV, then the version's environment; 9000
+// when neither sets it) against hooks.port (9000 when unset). Unknowable
+// (no artifact read and no AGENTD_PORT in the environment) is not a
+// mismatch. The reason is the one the platform gives a daemon that never
+// answered its ready hook.
+func readyHookUnanswered(v *version) (string, bool) {
+	hookPort := taxonomy.DefaultAgentPort
+	if h := v.spec.Hooks; h != nil && h.Port != nil {
+		hookPort = *h.Port
+	}
+	guest, known := "", false
+	if v.local != nil {
+		guest, known = v.local.env["AGENTD_PORT"], true
+	}
+	if e := v.spec.EnvironmentVariables; e != nil {
+		if p, ok := (*e)["AGENTD_PORT"]; ok {
+			guest, known = p, true
+		}
+	}
+	if !known {
+		return "", false
+	}
+	if strings.TrimSpace(guest) == "" {
+		guest = strconv.Itoa(taxonomy.DefaultAgentPort)
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(guest)); err == nil && n == hookPort {
+		return "", false
+	}
+	timeout := 300
+	if h := v.spec.Hooks; h != nil && h.MicrovmImageHooks != nil && h.MicrovmImageHooks.ReadyTimeoutInSeconds != nil && *h.MicrovmImageHooks.ReadyTimeoutInSeconds > 0 {
+		timeout = *h.MicrovmImageHooks.ReadyTimeoutInSeconds
+	}
+	return fmt.Sprintf("Ready hook invocation timed out after %s", isoSeconds(timeout)), true
+}
+
+// isoSeconds spells a duration as the service does in a hook-timeout
+// reason: PT5M, PT90S, PT1H.
+func isoSeconds(sec int) string {
+	switch {
+	case sec%3600 == 0:
+		return fmt.Sprintf("PT%dH", sec/3600)
+	case sec%60 == 0:
+		return fmt.Sprintf("PT%dM", sec/60)
+	}
+	return fmt.Sprintf("PT%dS", sec)
 }
 
 // validateBuildSpec applies the checks the service makes on a build

@@ -1,6 +1,8 @@
 package emulator
 
 import (
+	"io"
+	"log"
 	"net/http"
 	"net/http/httputil"
 	"path"
@@ -43,6 +45,9 @@ func isHookPath(p string) bool {
 	prefix := strings.ToLower(taxonomy.HookPrefix)
 	return clean == prefix || strings.HasPrefix(clean, prefix+"/")
 }
+
+// discardLog swallows the reverse proxy's own log lines.
+var discardLog = log.New(io.Discard, "", 0)
 
 // proxyTransport reaches guests on loopback. It never consults a proxy
 // environment variable: the guest is on this machine.
@@ -144,7 +149,18 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				http.Error(w, "Bad gateway: "+err.Error(), http.StatusBadGateway)
 			},
+			// The caller sees a failed copy as a cut answer; the emulator
+			// runs inside a user's program (the Python and TypeScript
+			// packages, microvm run --local), whose stderr is not ours.
+			ErrorLog: discardLog,
 		}
+		// Full duplex: the guest may answer before the transport has taken
+		// its last read of the request body (agentd's run route answers
+		// once it has decoded the request). Without it net/http's server,
+		// writing the response headers, drains and closes that body under
+		// the transport, which then closes the guest connection and cuts
+		// the answer mid-body (issue 51).
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp.ServeHTTP(w, r)
 	})
 }

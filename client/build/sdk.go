@@ -72,7 +72,7 @@ func createInput(region, name string, s Spec, artifactURI, logGroup string) (*la
 		Logging: &types.LoggingMemberCloudWatch{Value: types.CloudWatchLogging{LogGroup: aws.String(logGroup)}},
 	}
 	if s.BaseImageVersion != "" {
-		if err := cplane.CheckImageVersion(s.BaseImageVersion); err != nil {
+		if err := cplane.CheckManagedBaseVersion(s.BaseImageVersion); err != nil {
 			return nil, err
 		}
 		in.BaseImageVersion = aws.String(s.BaseImageVersion)

@@ -144,3 +144,27 @@ func CheckImageVersion(v string) error {
 	}
 	return nil
 }
+
+// ---- managed base versions -------------------------------------------------
+
+// CheckManagedBaseVersion refuses a baseImageVersion that is not spelled as
+// the managed base's own listing spells its versions: bare integers ("1",
+// "0"). The read-back spells a pinned base "1.0", and that spelling cannot
+// be sent back (finding managed-base-versions; base-image-version-normalised
+// for the read-back). A refusal here saves the artifact upload the
+// service's ValidationException would cost.
+func CheckManagedBaseVersion(v string) error {
+	if err := CheckImageVersion(v); err != nil {
+		return err
+	}
+	for _, r := range v {
+		if r < '0' || r > '9' {
+			hint := ""
+			if whole, ok := strings.CutSuffix(v, ".0"); ok && whole != "" && strings.Trim(whole, "0123456789") == "" {
+				hint = fmt.Sprintf(" (%q is how GetMicrovmImageVersion reads a pin of %q back; send %q)", v, whole, whole)
+			}
+			return refuse(taxonomy.FindingManagedBaseVersions, "base image version %q is not a bare integer, which is how the managed base's versions are spelled (ListManagedMicrovmImageVersions: \"1\", \"0\")%s", v, hint)
+		}
+	}
+	return nil
+}

@@ -262,7 +262,9 @@ func TestSDKErrorKinds(t *testing.T) {
 		// Catches: a wrong MicroVM id classed Platform (or, through the
 		// session's mint, Retryable: "the identical request may succeed").
 		{404, `{"__type":"ResourceNotFoundException","message":"MicroVM m not found"}`, taxonomy.KindPrecondition, "", `HTTP 404 ResourceNotFoundException, "MicroVM m not found": nothing by that identifier`},
-		{404, `{"message":"No active version"}`, taxonomy.KindPlatform, "", `, "No active version": the version exists but is INACTIVE`},
+		// Catches: a retired version reported as a platform failure, or
+		// without the finding that says it is a retire, not a deletion.
+		{404, `{"__type":"ResourceNotFoundException","message":"No active version found for MicroVM image a and version 1.0"}`, taxonomy.KindPrecondition, taxonomy.FindingInactiveRetires, `the version exists but is INACTIVE`},
 	}
 	for _, st := range statuses {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -280,4 +282,23 @@ func TestSDKErrorKinds(t *testing.T) {
 		}
 		srv.Close()
 	}
+}
+
+// Catches: a base version spelled as the read-back spells it ("1.0") sent
+// to CreateMicrovmImage (the service refuses it after the artifact upload),
+// the hint not naming the bare spelling to send, a bare integer refused, and
+// the image-version rules skipped for a base version.
+func TestManagedBaseVersionIsABareInteger(t *testing.T) {
+	for _, ok := range []string{"0", "1", "12"} {
+		if err := CheckManagedBaseVersion(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"1.0", "v1", "latest", "1.1"} {
+		requireKind(t, CheckManagedBaseVersion(bad), taxonomy.KindInvalidArg, taxonomy.FindingManagedBaseVersions)
+	}
+	if err := CheckManagedBaseVersion("1.0"); err == nil || !strings.Contains(err.Error(), `send "1"`) {
+		t.Errorf("the read-back spelling's refusal does not say what to send: %v", err)
+	}
+	requireKind(t, CheckManagedBaseVersion(" 1"), taxonomy.KindInvalidArg, taxonomy.FindingImageVersionForm)
 }

@@ -90,7 +90,10 @@ func SDKError(op string, err error) error {
 		case status == http.StatusBadRequest && strings.Contains(msg, "already exists"):
 			finding, why = taxonomy.FindingDuplicateImageName, "an image name is taken; a new version of an existing image comes from UpdateMicrovmImage"
 		case status == http.StatusNotFound && strings.Contains(msg, "No active version"):
-			why = "the version exists but is INACTIVE (or there is no active one); UpdateMicrovmImageVersion sets it ACTIVE again"
+			// A retire, not a deletion: the code alone reads as one
+			// (finding inactive-retires).
+			kind, finding = taxonomy.KindPrecondition, taxonomy.FindingInactiveRetires
+			why = "the version exists but is INACTIVE (its state still reads SUCCESSFUL), or the image has no active version; UpdateMicrovmImageVersion sets it ACTIVE again"
 		case apiErr.ErrorCode() == "ResourceNotFoundException":
 			// Not transient and not the platform's failure: the identifier
 			// names nothing in this account and region, and asking again

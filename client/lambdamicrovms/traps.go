@@ -61,6 +61,9 @@ func checkTraps(params any) error {
 		if err := checkImageARN("ListTags", "Resource", in.Resource); err != nil {
 			return err
 		}
+		if err := checkTaggable("ListTags", "Resource", in.Resource); err != nil {
+			return err
+		}
 	case *RunMicrovmInput:
 		if err := checkConnectors("RunMicrovm", "IngressNetworkConnectors", in.IngressNetworkConnectors); err != nil {
 			return err
@@ -78,8 +81,14 @@ func checkTraps(params any) error {
 		if err := checkImageARN("TagResource", "Resource", in.Resource); err != nil {
 			return err
 		}
+		if err := checkTaggable("TagResource", "Resource", in.Resource); err != nil {
+			return err
+		}
 	case *UntagResourceInput:
 		if err := checkImageARN("UntagResource", "Resource", in.Resource); err != nil {
+			return err
+		}
+		if err := checkTaggable("UntagResource", "Resource", in.Resource); err != nil {
 			return err
 		}
 	case *UpdateMicrovmImageInput:

@@ -161,6 +161,10 @@ func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "microvm forward: minting a proxy token: "+err.Error(), http.StatusBadGateway)
 		return
 	}
+	// Full duplex: the guest may answer before the transport's last read of
+	// the request body, and net/http's server would otherwise drain and
+	// close that body under it, cutting the answer (issue 51).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	f.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portURLKey{}, u)))
 }
 

@@ -21,7 +21,7 @@ import (
 type BuildCmd struct {
 	Binary           string `arg:"" optional:"" help:"The agentd binary baked into the image as its CMD: aarch64 for AWS, the host's for an emulator (found as --agentd is when omitted)." type:"path"`
 	Reuse            bool   `help:"Name the image <name>-<hash12> after a sha256 of the daemon, the Dockerfile (and its context) and the build settings (size class, base version, port, hooks), and reuse an image already under that name instead of building."`
-	BaseImageVersion string `name:"base-image-version" help:"Pin the managed base image to this version (doctor lists them); unset, the build floats on the service default." placeholder:"VERSION"`
+	BaseImageVersion string `name:"base-image-version" help:"Pin the managed base image to this version, a bare integer as its listing spells it (1, not the read-back's 1.0; doctor lists them); unset, the build floats on the service default." placeholder:"VERSION"`
 	ImageFlags
 	InfraFlags
 	LifecycleFlags

@@ -53,6 +53,15 @@ const (
 	FindingBaseImageVersionNormalised FindingID = "base-image-version-normalised"
 	FindingKeepaliveUnderIdleTimeout  FindingID = "keepalive-under-idle-timeout"
 	FindingWebsocketSubprotocols      FindingID = "websocket-subprotocols"
+	FindingOomVisibility              FindingID = "oom-visibility"
+	FindingRunHookGatesTraffic        FindingID = "run-hook-gates-traffic"
+	FindingTaggingImagesOnly          FindingID = "tagging-images-only"
+	FindingBuildIntrospection         FindingID = "build-introspection"
+	FindingManagedBaseVersions        FindingID = "managed-base-versions"
+	FindingGetMicrovmFields           FindingID = "get-microvm-fields"
+	FindingDetachedExecOutlivesToken  FindingID = "detached-exec-outlives-token"
+	FindingInactiveRetires            FindingID = "inactive-retires"
+	FindingLaunchWithoutExecutionRole FindingID = "launch-without-execution-role"
 )
 
 // Finding is one measured platform behaviour.
@@ -103,6 +112,15 @@ var Findings = []Finding{
 	{ID: FindingBaseImageVersionNormalised, Title: "baseImageVersion is normalised on read-back"},
 	{ID: FindingKeepaliveUnderIdleTimeout, Title: "The SSE keepalive must stay under the client's idle timeout"},
 	{ID: FindingWebsocketSubprotocols, Title: "A WebSocket carries the proxy token as subprotocols"},
+	{ID: FindingOomVisibility, Title: "An OOM kill is visible inside the guest; a guest-wide OOM is unmeasured"},
+	{ID: FindingRunHookGatesTraffic, Title: "The endpoint forwards nothing until the run hook answers 200"},
+	{ID: FindingTaggingImagesOnly, Title: "Images take tags, MicroVMs take none"},
+	{ID: FindingBuildIntrospection, Title: "Build introspection gives snapshot sizes per chipset, never a reason"},
+	{ID: FindingManagedBaseVersions, Title: "The managed base has two versions spelled as bare integers"},
+	{ID: FindingGetMicrovmFields, Title: "GetMicrovm returns eleven fields for a healthy VM"},
+	{ID: FindingDetachedExecOutlivesToken, Title: "A detached exec outlives the 60-minute proxy token"},
+	{ID: FindingInactiveRetires, Title: "An INACTIVE version cannot be launched, pinned or not"},
+	{ID: FindingLaunchWithoutExecutionRole, Title: "RunMicrovm without executionRoleArn launches"},
 }
 
 // Title is the docs/PLATFORM.md heading of f, or "" for an unknown id.

@@ -38,6 +38,10 @@ func Start(t testing.TB, target string) *Tap {
 			tap.syncs = append(tap.syncs, r.URL.Query().Get("sync"))
 			tap.mu.Unlock()
 		}
+		// Full duplex, as the emulator's endpoint proxy: agentd may answer
+		// before the transport's last read of the request body, and the
+		// server would otherwise close that body under it (issue 51).
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
