@@ -11,7 +11,6 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/lambdamicrovms"
-	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -81,41 +80,58 @@ func (s *Sandbox) warnDeadline(command []string, o client.RunOptions) {
 	}
 }
 
-// KeepAwake holds the VM awake until ctx ends, whatever is in flight: a GET
-// /v1/health through the endpoint every interval (zero is a quarter of
-// MaxIdle, or of the platform's minimum when the VM has no idle policy).
-// It is for work no call of this process is waiting on, such as a detached
-// command, whose launcher cannot keep the VM awake once it has exited
-// (`microvm keepalive` runs it in the foreground). It returns nil when ctx
-// ends, and an error when the VM is found no longer RUNNING after a ping
-// failed: then there is nothing left to hold awake.
+// KeepAwake holds the VM awake until ctx ends, whatever is in flight (see
+// HoldAwake); it returns nil when ctx ends.
 func (s *Sandbox) KeepAwake(ctx context.Context, interval time.Duration) error {
 	sess, err := s.runningSession()
 	if err != nil {
 		return err
 	}
+	_, err = HoldAwake(ctx, sess, Open(s.cp, s.id).Status, interval)
+	return err
+}
+
+// HoldAwake sends GET /v1/health through sess's endpoint every interval
+// until ctx ends, whatever is in flight. Zero interval is a quarter of the
+// VM's maxIdleDurationSeconds (as status, a GetMicrovm, reports it), or of the
+// platform's minimum when it has no idle policy. It is for work no call of
+// this process waits on, such as a detached command, whose launcher cannot
+// keep the VM awake once it has exited (`microvm keepalive` runs it in the
+// foreground). It returns the pings sent, and nil when ctx ends; an error
+// when a ping failed and the VM is no longer RUNNING, since then there is
+// nothing left to hold awake (finding idle-policy).
+func HoldAwake(ctx context.Context, sess *client.Session, status func(context.Context) (Status, error), interval time.Duration) (int, error) {
 	if interval <= 0 {
-		interval = client.KeepAwakeInterval(s.MaxIdle())
+		st, err := status(ctx)
+		if err != nil {
+			return 0, err
+		}
+		interval = client.KeepAwakeInterval(st.MaxIdle)
 	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	pings := 0
 	for {
 		pctx, cancel := context.WithTimeout(ctx, interval)
 		_, perr := sess.Health(pctx)
 		cancel()
-		if perr != nil && ctx.Err() == nil {
-			g, gerr := s.getMicrovm(ctx)
-			if gerr == nil && g.State != types.MicrovmStateRunning && g.State != types.MicrovmStatePending {
+		if ctx.Err() != nil {
+			return pings, nil
+		}
+		pings++
+		if perr != nil {
+			st, err := status(ctx)
+			if err == nil && st.State != Running && st.State != Pending {
 				reason := ""
-				if g.StateReason != nil {
-					reason = " (" + *g.StateReason + ")"
+				if st.StateReason != "" {
+					reason = " (" + st.StateReason + ")"
 				}
-				return refuse(taxonomy.FindingIdlePolicy, "MicroVM %s is %s%s; a keep-awake ping holds only a RUNNING MicroVM awake", s.id, g.State, reason)
+				return pings, refuse(taxonomy.FindingIdlePolicy, "MicroVM %s is %s%s; a keep-awake ping holds only a RUNNING MicroVM awake", st.ID, st.State, reason)
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return pings, nil
 		case <-tick.C:
 		}
 	}
