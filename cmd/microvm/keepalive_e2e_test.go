@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -85,4 +86,43 @@ func TestKeepaliveHoldsADetachedCommandAwake(t *testing.T) {
 		time.Sleep(unit / 2)
 	}
 	wantFailure(t, cli(t, env, "", append([]string{"--json", "keepalive", id, "--every", "1s", "--for", "5s"}, at...)...), taxonomy.KindInvalidArg, taxonomy.FindingIdlePolicy)
+}
+
+// Catches: run --keep --keepalive that does not hold the VM (it idles out
+// while the command waits), one whose Ctrl-C is reported as an interrupted
+// run (the expected end of a hold), and --keepalive accepted without
+// --keep.
+func TestRunKeepKeepaliveHoldsUntilInterrupt(t *testing.T) {
+	env, _ := lifecycleEnv(t)
+	const unit = 100 * time.Millisecond // 60 idle seconds last 6 real ones
+	emu, url := testEmulator(t, emulator.Options{IdleUnit: unit})
+	emu.AddImage("held")
+	wantFailure(t, cli(t, env, "", "--json", "run", "--keepalive", "--image", "held", "--control-endpoint", url), taxonomy.KindInvalidArg, taxonomy.FindingIdlePolicy)
+
+	s := startCLI(t, 2*time.Minute, env, nil, "--json", "run", "--keep", "--keepalive", "--keepalive-every", "1s", "--image", "held", "--max-idle-sec", "60", "--control-endpoint", url)
+	var id string
+	for i := 0; id == ""; i++ {
+		if i == 2000 { // bounded: twenty seconds
+			t.Fatalf("no MicroVM launched: %s", s.errb.String())
+		}
+		if live := emu.LiveMicrovms(); len(live) == 1 && strings.HasSuffix(live[0], " RUNNING") && strings.Contains(s.errb.String(), "holding MicroVM") {
+			id, _, _ = strings.Cut(live[0], " ")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Two idle windows, sampled.
+	for i := 0; i < 120; i++ {
+		if st := stateOf(emu, id); st != "RUNNING" {
+			t.Fatalf("held MicroVM %s is %s after %s", id, st, time.Duration(i)*unit)
+		}
+		time.Sleep(unit)
+	}
+	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	inv := s.wait(t)
+	d := data(envelope(t, inv))
+	if inv.code != 0 || d["kept"] != true || d["microvmId"] != id {
+		t.Fatalf("exit %d %v\n%s", inv.code, d, inv.stderr)
+	}
 }
