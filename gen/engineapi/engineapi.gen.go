@@ -79,6 +79,8 @@ type CreateArgs struct {
 	Agentd string `json:"agentd"`
 	// TimeoutSec is how long to wait for RUNNING; zero is the platform default
 	TimeoutSec float64 `json:"timeoutSec"`
+	// NoKeepAwake is true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is
+	NoKeepAwake bool `json:"noKeepAwake"`
 }
 
 // AttachArgs are the arguments of attach: reach a MicroVM another process launched, by id and agent token.
@@ -88,6 +90,8 @@ type AttachArgs struct {
 	Region     string `json:"region"`
 	// ControlEndpoint is the launching sandbox's controlEndpoint for a local one
 	ControlEndpoint string `json:"controlEndpoint"`
+	// NoKeepAwake is true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is
+	NoKeepAwake bool `json:"noKeepAwake"`
 }
 
 // InfoArgs are the arguments of info: the sandbox as the engine last saw it.

@@ -281,6 +281,7 @@ CreateArgs = TypedDict("CreateArgs", {
     "agentToken": str,
     "agentd": str,
     "timeoutSec": float,
+    "noKeepAwake": bool,
 }, total=False)
 CreateArgs.__doc__ = "The arguments of create: launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. Every key may be left out."
 
@@ -290,6 +291,7 @@ AttachArgs = TypedDict("AttachArgs", {
     "agentToken": str,
     "region": str,
     "controlEndpoint": str,
+    "noKeepAwake": bool,
 }, total=False)
 AttachArgs.__doc__ = "The arguments of attach: reach a MicroVM another process launched, by id and agent token. Every key may be left out."
 

@@ -320,6 +320,8 @@ export interface CreateArgs {
   readonly "agentd"?: string;
   /** how long to wait for RUNNING; zero is the platform default */
   readonly "timeoutSec"?: number;
+  /** true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is */
+  readonly "noKeepAwake"?: boolean;
 }
 
 /** The arguments of attach: reach a MicroVM another process launched, by id and agent token. Every key may be left out. */
@@ -329,6 +331,8 @@ export interface AttachArgs {
   readonly "region"?: string;
   /** the launching sandbox's controlEndpoint for a local one */
   readonly "controlEndpoint"?: string;
+  /** true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is */
+  readonly "noKeepAwake"?: boolean;
 }
 
 /** The arguments of info: the sandbox as the engine last saw it. Every key may be left out. */

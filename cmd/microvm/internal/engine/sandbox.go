@@ -83,7 +83,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 			return "", nil, err
 		}
 		e.emu, e.bound, e.controlEndpoint = emu, true, emu.URL
-		sb, err = emu.Launch(ctx, sandbox.Options{AgentToken: args.AgentToken, Wait: waitFor(true, args.TimeoutSec)})
+		sb, err = emu.Launch(ctx, sandbox.Options{AgentToken: args.AgentToken, Wait: waitFor(true, args.TimeoutSec), NoKeepAwake: args.NoKeepAwake})
 		if sb != nil {
 			e.sb, e.launched = sb, true
 		}
@@ -105,7 +105,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 		}
 		e.bound, e.controlEndpoint, e.imageARN = true, pf.Endpoint(), arn
 		sb, err = sandbox.Launch(ctx, pf.Control(), sandbox.Options{Image: arn, Version: args.ImageVersion, ImageName: name,
-			ExecutionRoleARN: args.ExecutionRoleARN, AgentToken: args.AgentToken, Wait: waitFor(pf.Local(), args.TimeoutSec)})
+			ExecutionRoleARN: args.ExecutionRoleARN, AgentToken: args.AgentToken, Wait: waitFor(pf.Local(), args.TimeoutSec), NoKeepAwake: args.NoKeepAwake})
 		if sb != nil {
 			e.sb, e.launched = sb, true
 		}
@@ -135,7 +135,7 @@ func (e *engine) attach(ctx context.Context, args engineapi.AttachArgs) (string,
 	if err != nil {
 		return "", nil, err
 	}
-	sb, err := pf.Handle(args.MicrovmID).Attach(ctx, args.AgentToken, sandbox.Options{Wait: waitFor(pf.Local(), 0)})
+	sb, err := pf.Handle(args.MicrovmID).Attach(ctx, args.AgentToken, sandbox.Options{Wait: waitFor(pf.Local(), 0), NoKeepAwake: args.NoKeepAwake})
 	if err != nil {
 		return "", nil, err
 	}
