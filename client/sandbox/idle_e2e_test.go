@@ -197,3 +197,38 @@ func TestStreamAcrossIdleSuspendAndAutoResumeLosesNoByte(t *testing.T) {
 		t.Fatalf("output across the suspend:\n%q\nwant\n%q", r.res.Stdout, want.String())
 	}
 }
+
+// Catches: a Run whose timeout outlasts the VM's maximum duration without a
+// word (the platform ends the VM first), and a warning for one that fits.
+func TestRunWarnsOfATimeoutPastTheMaximumDuration(t *testing.T) {
+	f := newFixture(t, emulator.Options{VMs: emulator.AgentdLauncher(agentdHost, nil), WallClock: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var warned []string
+	sb, err := Launch(ctx, f.cp, Options{Image: f.emu.AddImage("maxdur"), Wait: fast, MaxDuration: 600 * time.Second,
+		Warn: func(m string) { mu.Lock(); warned = append(warned, m); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Terminate(context.Background(), TeardownOptions{}) })
+	if left := time.Until(sb.Deadline()); left <= 0 || left > 600*time.Second {
+		t.Fatalf("Deadline %s is %s away, want within the 600 s maximum duration", sb.Deadline(), left)
+	}
+	if _, err := sb.Run(ctx, []string{"true"}, client.RunOptions{ClientTimeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(warned) != 0 {
+		t.Fatalf("a timeout inside the maximum duration warned: %v", warned)
+	}
+	mu.Unlock()
+	if _, err := sb.Run(ctx, []string{"true"}, client.RunOptions{ClientTimeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warned) != 1 || !strings.Contains(warned[0], "max-duration") || !strings.Contains(warned[0], "1h0m0s") {
+		t.Fatalf("warnings %v, want one naming the timeout and finding max-duration", warned)
+	}
+}
