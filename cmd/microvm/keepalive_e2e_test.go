@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -37,6 +38,19 @@ func TestKeepaliveHoldsADetachedCommandAwake(t *testing.T) {
 	at := []string{"--control-endpoint", url}
 	d := data(envelope(t, cli(t, env, "", append([]string{"--json", "run", "--keep", "--image", "idle", "--max-idle-sec", "60"}, at...)...)))
 	id := d["microvmId"].(string)
+
+	// ls names the idle window and the end of the maximum duration (the
+	// run's default, 3600 s).
+	ls := data(envelope(t, cli(t, env, "", append([]string{"--json", "ls"}, at...)...)))
+	vms := ls["microvms"].([]any)
+	if len(vms) != 1 {
+		t.Fatalf("ls: %v", ls)
+	}
+	m := vms[0].(map[string]any)
+	ends, _ := time.Parse(time.RFC3339, fmt.Sprint(m["endsAt"]))
+	if m["maxIdleSeconds"] != float64(60) || time.Until(ends) <= 0 || time.Until(ends) > time.Hour {
+		t.Fatalf("ls: maxIdleSeconds %v endsAt %v, want 60 and within the hour", m["maxIdleSeconds"], m["endsAt"])
+	}
 
 	det := cli(t, env, "", append([]string{"--json", "exec", "--microvm-id", id, "--detach", "sleep 30"}, at...)...)
 	if det.code != 0 {
