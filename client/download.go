@@ -40,6 +40,7 @@ type DownloadOptions struct {
 // MaxBytes, and the free space of local's filesystem when the download
 // started, less a reserve (the download stops before it, not at ENOSPC).
 func (s *Session) Download(ctx context.Context, remote, local string, o DownloadOptions) (int64, error) {
+	defer s.busy()()
 	limit, key := o.MaxBytes, "the download's MaxBytes (cp --max-bytes)"
 	if limit <= 0 {
 		limit, key = taxonomy.DefaultMaxDownloadBytes, "DEFAULT_MAX_DOWNLOAD_BYTES"

@@ -26,6 +26,7 @@ type LineRange struct {
 // is an error for which errors.Is(err, fs.ErrNotExist) holds. The caller must
 // close the reader; nothing is buffered whole.
 func (s *Session) OpenFile(ctx context.Context, path string, lines LineRange) (io.ReadCloser, error) {
+	awake := s.busy()
 	params := protocol.FsReadFileParams{Path: path}
 	if lines.Start != 0 {
 		params.StartLine = &lines.Start
@@ -36,9 +37,10 @@ func (s *Session) OpenFile(ctx context.Context, path string, lines LineRange) (i
 	resp, err := s.send(ctx, call{op: protocol.OpFsReadFile, file: true, path: path,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsReadFileRequest(server, &params) }})
 	if err != nil {
+		awake()
 		return nil, err
 	}
-	return &transportBody{op: protocol.OpFsReadFile, rc: resp.Body}, nil
+	return &transportBody{op: protocol.OpFsReadFile, rc: resp.Body, awake: awake}, nil
 }
 
 // ReadFile copies the file at path (or the selected lines) to w. It holds
@@ -75,6 +77,7 @@ func (s *Session) WriteFileDurable(ctx context.Context, path string, r io.Reader
 }
 
 func (s *Session) writeFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode, durable bool) error {
+	defer s.busy()()
 	params := protocol.FsWriteFileParams{Path: path}
 	if durable {
 		params.Sync = &durable
@@ -98,13 +101,15 @@ func (s *Session) writeFile(ctx context.Context, path string, r io.Reader, mode 
 
 // OpenTar streams the directory tree at dir as an uncompressed tar.
 func (s *Session) OpenTar(ctx context.Context, dir string) (io.ReadCloser, error) {
+	awake := s.busy()
 	params := protocol.FsReadTarParams{Path: dir}
 	resp, err := s.send(ctx, call{op: protocol.OpFsReadTar, file: true, path: dir,
 		build: func(server string) (*http.Request, error) { return protocol.NewFsReadTarRequest(server, &params) }})
 	if err != nil {
+		awake()
 		return nil, err
 	}
-	return &transportBody{op: protocol.OpFsReadTar, rc: resp.Body}, nil
+	return &transportBody{op: protocol.OpFsReadTar, rc: resp.Body, awake: awake}, nil
 }
 
 // ReadTar copies the tar of dir to w, with no bound of its own (see
@@ -121,6 +126,7 @@ func (s *Session) ReadTar(ctx context.Context, dir string, w io.Writer) (int64, 
 // WriteTar streams the uncompressed tar r into dir, where the daemon extracts
 // it confined beneath dir.
 func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
+	defer s.busy()()
 	params := protocol.FsWriteTarParams{Path: dir}
 	body, size := newUploadBody(r)
 	resp, err := s.send(ctx, call{op: protocol.OpFsWriteTar, oneShot: true, path: dir,
@@ -137,8 +143,9 @@ func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
 
 // transportBody classifies a failure mid-body as a Transport error.
 type transportBody struct {
-	op string
-	rc io.ReadCloser
+	op    string
+	rc    io.ReadCloser
+	awake func() // the session's keep-awake hold, released by Close
 }
 
 func (b *transportBody) Read(p []byte) (int, error) {
@@ -149,7 +156,12 @@ func (b *transportBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *transportBody) Close() error { return b.rc.Close() }
+func (b *transportBody) Close() error {
+	if b.awake != nil {
+		b.awake()
+	}
+	return b.rc.Close()
+}
 
 // WriteTo is what io.Copy uses to drain a body (ReadFile, ReadTar, or a
 // caller's own io.Copy of OpenFile's reader). An HTTP body cannot be spliced,

@@ -86,6 +86,7 @@ type RunOptions struct {
 // stream, and whenever the record says it was truncated. Run never holds
 // more than that cap per stream: past it the record cannot hold more either.
 func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Result, error) {
+	defer s.busy()()
 	if o.ClientTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.ClientTimeout)

@@ -83,7 +83,8 @@ type Stream struct {
 	released bool
 	ranRun   bool // the run route answered this stream's first connection
 	fr       *frames.Reader
-	binary   bool // the open body is frames, not SSE
+	binary   bool   // the open body is frames, not SSE
+	awake    func() // releases the session's keep-awake hold of the open body
 }
 
 // Stream follows the exec's output from offset (0 for the start). Nothing is
@@ -107,6 +108,10 @@ func (st *Stream) Close() error {
 }
 
 func (st *Stream) closeBody() {
+	if st.awake != nil {
+		st.awake()
+		st.awake = nil
+	}
 	if st.body != nil {
 		st.body.Close()
 		st.body = nil
@@ -351,6 +356,10 @@ func (st *Stream) open() error {
 			}
 			_, err = st.fail(err)
 			return err
+		}
+		if st.body != nil && st.awake == nil {
+			// An open stream is not traffic the idle policy counts.
+			st.awake = st.e.s.busy()
 		}
 	}
 	return nil

@@ -25,6 +25,8 @@ type microvm struct {
 	resumed                         bool
 	tokens                          []string
 	suspendedAt                     time.Time // by Options.Now, when the last suspend was accepted
+	started                         time.Time // by Options.Now: maximumDurationInSeconds counts from here
+	lastInbound                     time.Time // by Options.Now: the idle policy's silence counts from here
 
 	// The VM backend (Options.VMs); all zero without it.
 	grants    map[string]grant // proxy token -> what it reaches
@@ -33,25 +35,115 @@ type microvm struct {
 	freezeErr error            // a failed freeze or thaw: the proxy forwards nothing
 }
 
-// expire ends a SUSPENDED VM whose suspended window (its idlePolicy's
-// suspendedDurationSeconds) has passed by Options.Now, as the platform
-// terminates it (finding idle-policy); called with s.mu held, in every mode,
-// before a VM is read or acted on.
+// expire applies the platform's clock-driven transitions to vm, by
+// Options.Now, in every mode; called with s.mu held before a VM is read or
+// acted on (finding idle-policy):
+//
+//   - RUNNING with no inbound endpoint request for the idlePolicy's
+//     maxIdleDurationSeconds is SUSPENDED, its guest frozen as
+//     SuspendMicrovm freezes it;
+//   - SUSPENDED for longer than suspendedDurationSeconds is TERMINATED;
+//   - any VM past maximumDurationInSeconds (28800 when unset) is TERMINATED.
+//
+// Each happens at the instant it was due, not when it was noticed, so a
+// read long after an idle suspend sees the suspended window already run
+// from the suspend (and maybe expired). The stateReason sentences are the
+// emulator's own: the platform's wording is unmeasured.
 func (s *Server) expire(vm *microvm) {
+	if vm.state == cp.MicrovmStateTERMINATED || vm.state == cp.MicrovmStateTERMINATING {
+		return
+	}
+	now, unit := s.opt.Now(), s.idleUnit()
+	maxDur := taxonomy.MaxDurationSec
+	if d := vm.req.MaximumDurationInSeconds; d != nil {
+		maxDur = *d
+	}
+	deadline := vm.started.Add(time.Duration(maxDur) * unit)
 	p := vm.req.IdlePolicy
-	if vm.state != cp.MicrovmStateSUSPENDED || p == nil {
-		return
+	if p != nil && vm.state == cp.MicrovmStateRUNNING && !vm.lastInbound.IsZero() {
+		if due := vm.lastInbound.Add(time.Duration(p.MaxIdleDurationSeconds) * unit); !now.Before(due) && due.Before(deadline) {
+			vm.state, vm.suspendedAt = cp.MicrovmStateSUSPENDED, due
+			vm.reason = ptr(fmt.Sprintf("The MicroVM received no inbound request for its idlePolicy.maxIdleDurationSeconds (%d) and was suspended.", p.MaxIdleDurationSeconds))
+			vm.freeze()
+		}
 	}
-	window := time.Duration(p.SuspendedDurationSeconds) * time.Second
-	if s.opt.Now().Sub(vm.suspendedAt) <= window {
-		return
+	if p != nil && (vm.state == cp.MicrovmStateSUSPENDED || vm.state == cp.MicrovmStateSUSPENDING) {
+		due := vm.suspendedAt.Add(time.Duration(p.SuspendedDurationSeconds) * unit)
+		if now.After(due) && due.Before(deadline) {
+			s.end(vm, due, fmt.Sprintf("The MicroVM was suspended for longer than its idlePolicy.suspendedDurationSeconds (%d) and was terminated.", p.SuspendedDurationSeconds))
+			return
+		}
 	}
-	now := s.now()
-	vm.state, vm.terminatedAt = cp.MicrovmStateTERMINATED, &now
-	vm.reason = ptr(fmt.Sprintf("The MicroVM was suspended for longer than its idlePolicy.suspendedDurationSeconds (%d) and was terminated.", p.SuspendedDurationSeconds))
+	if !now.Before(deadline) {
+		s.end(vm, deadline, fmt.Sprintf("The MicroVM reached its maximumDurationInSeconds (%d) and was terminated.", maxDur))
+	}
+}
+
+// end terminates vm as the platform does on its own, at the instant at;
+// called with s.mu held.
+func (s *Server) end(vm *microvm, at time.Time, reason string) {
+	t := float64(at.UnixMilli()) / 1000
+	vm.state, vm.terminatedAt, vm.reason = cp.MicrovmStateTERMINATED, &t, ptr(reason)
 	if g := vm.detachGuest(); g != nil {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); g.Stop() }()
+	}
+}
+
+// idleUnit is how long one second of an idle policy or a maximum duration
+// lasts here: a second, unless Options.IdleUnit shortens it for a test.
+func (s *Server) idleUnit() time.Duration {
+	if s.opt.IdleUnit > 0 {
+		return s.opt.IdleUnit
+	}
+	return time.Second
+}
+
+// arrive records one authorized inbound request through vm's endpoint, the
+// only thing the idle policy counts (an open stream's bytes do not: the
+// platform's reading is unmeasured and this is the conservative one), and
+// auto-resumes a SUSPENDED VM whose idlePolicy asks for it, so the request
+// is then served. It returns the state the request meets.
+func (s *Server) arrive(vm *microvm) (cp.MicrovmState, *Guest, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expire(vm)
+	now := s.opt.Now()
+	switch {
+	case vm.state == cp.MicrovmStateRUNNING:
+		vm.lastInbound = now
+	case vm.state == cp.MicrovmStateSUSPENDED && vm.req.IdlePolicy != nil && vm.req.IdlePolicy.AutoResumeEnabled:
+		// The resume completes before the request is forwarded: how long
+		// the platform's takes is unmeasured, and a caller keeps its own
+		// deadline either way.
+		vm.thaw()
+		vm.state, vm.reason, vm.lastInbound = cp.MicrovmStateRUNNING, nil, now
+	}
+	return vm.state, vm.guest, vm.freezeErr
+}
+
+// sweep applies expire to every VM on a ticker, so in WallClock mode an
+// idle VM's guest is frozen (and an expired one stopped) when it is due,
+// not only when someone next looks.
+func (s *Server) sweep() {
+	defer s.wg.Done()
+	every := s.idleUnit()
+	if every > time.Second {
+		every = time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		for _, vm := range s.vms {
+			s.expire(vm)
+		}
+		s.mu.Unlock()
 	}
 }
 
@@ -74,7 +166,7 @@ func (s *Server) observeVM(vm *microvm) {
 			vm.state, vm.reason, vm.terminatedAt = cp.MicrovmStateTERMINATED, ptr(vm.plan.DieReason), &now
 			return
 		}
-		vm.state = cp.MicrovmStateRUNNING
+		vm.state, vm.lastInbound = cp.MicrovmStateRUNNING, s.opt.Now()
 	case cp.MicrovmStateSUSPENDING:
 		vm.state = cp.MicrovmStateSUSPENDED
 	case cp.MicrovmStateTERMINATING:
@@ -164,6 +256,7 @@ func (s *Server) RunMicrovm(w http.ResponseWriter, r *http.Request) {
 	id := s.nextID("microvm-")
 	vm := &microvm{
 		id: id, imageArn: im.arn, version: v.id, req: req, state: cp.MicrovmStatePENDING, startedAt: s.now(),
+		started: s.opt.Now(), lastInbound: s.opt.Now(),
 		endpoint: strings.TrimPrefix(id, "microvm-") + ".lambda-microvm." + s.opt.Region + ".on.aws",
 		plan:     s.opt.Launches(im.arn),
 	}
@@ -249,7 +342,7 @@ func (s *Server) ResumeMicrovm(w http.ResponseWriter, r *http.Request, microvmId
 	s.expire(vm)
 	switch vm.state {
 	case cp.MicrovmStateSUSPENDED:
-		vm.state, vm.seen, vm.resumed = cp.MicrovmStatePENDING, 0, true
+		vm.state, vm.seen, vm.resumed, vm.reason, vm.lastInbound = cp.MicrovmStatePENDING, 0, true, nil, s.opt.Now()
 		vm.thaw()
 		if s.opt.WallClock {
 			vm.state = cp.MicrovmStateRUNNING
@@ -281,6 +374,7 @@ func (s *Server) TerminateMicrovm(w http.ResponseWriter, r *http.Request, microv
 	if vm == nil {
 		return
 	}
+	s.expire(vm)
 	if vm.state != cp.MicrovmStateTERMINATED {
 		vm.state = cp.MicrovmStateTERMINATING
 		gone = vm.detachGuest()
@@ -349,6 +443,7 @@ func (s *Server) CreateMicrovmAuthToken(w http.ResponseWriter, r *http.Request, 
 	if vm == nil {
 		return
 	}
+	s.expire(vm)
 	if vm.state == cp.MicrovmStateTERMINATED || vm.state == cp.MicrovmStateTERMINATING {
 		// Not 409: CreateMicrovmAuthToken lists no ConflictException, and
 		// a client's decoder would see an unknown error. The platform's

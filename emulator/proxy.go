@@ -73,7 +73,6 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 		s.mu.Lock()
 		g, minted := vm.grants[tok]
 		now := s.opt.Now()
-		state, guest, freezeErr := vm.state, vm.guest, vm.freezeErr
 		s.mu.Unlock()
 
 		// Every refusal of the credential is a 403, as the platform's proxy
@@ -102,6 +101,9 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 			http.Error(w, "Access to port denied", http.StatusForbidden)
 			return
 		}
+		// An authorized request is inbound traffic: it holds off the idle
+		// policy, or auto-resumes a VM it suspended (finding idle-policy).
+		state, guest, freezeErr := s.arrive(vm)
 		// Authorized but nothing to reach: 502, the measured answer for a
 		// scoped port with no listener. What the platform answers for a
 		// suspended or terminated VM is unmeasured; 502 keeps "not

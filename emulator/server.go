@@ -47,6 +47,13 @@ type Options struct {
 	// are ignored. This is the mode for people; tests keep the default,
 	// where each read is one step.
 	WallClock bool
+	// IdleUnit is how long one second of an idlePolicy's durations and of
+	// maximumDurationInSeconds lasts; zero is a second. For tests only: it
+	// shortens the idle policy's real windows (60 seconds at the platform's
+	// minimum) while the API keeps refusing what the platform refuses. The
+	// WallClock mode's sweep, which freezes idle guests when they are due,
+	// ticks at most this often.
+	IdleUnit time.Duration
 	// StateDir is where the emulator keeps what it unpacks from file://
 	// code artifacts (the daemon an image's guests run). Empty, a temporary
 	// directory is made when first needed and removed by Close.
@@ -186,6 +193,12 @@ func New(opt Options) *Server {
 		faults:  map[string][]Fault{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if opt.WallClock {
+		// By the clock, an idle guest is frozen when it is due, not when
+		// the control plane is next asked about it.
+		s.wg.Add(1)
+		go s.sweep()
+	}
 	api := controlplane.HandlerWithOptions(s, controlplane.StdHTTPServerOptions{
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadRequest, errorName(w, http.StatusBadRequest, "ValidationException"), ptr(err.Error()))

@@ -64,8 +64,7 @@ func Attach(ctx context.Context, c *lambdamicrovms.Client, id, agentToken string
 		s.suspendedAt = s.now()
 	}
 	s.observeLocked(g)
-	sess, err := client.Proxied(cplane.EndpointURL(s.endpoint), agentToken, ProxyMinter(c, id),
-		append([]client.Option{client.WithAgentPort(o.Port)}, o.SessionOptions...)...)
+	sess, err := client.Proxied(cplane.EndpointURL(s.endpoint), agentToken, ProxyMinter(c, id), s.sessionOptions(o)...)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,19 @@
 // a listener the caller chose) puts the port on a local one, adding the
 // headers and renewing the token, for clients that cannot add headers.
 //
+// # Keeping a busy sandbox awake
+//
+// The platform suspends a VM after its idle policy's maxIdleDurationSeconds
+// without an inbound endpoint request, however busy the guest (finding
+// idle-policy). A launched or attached sandbox with an idle policy sends
+// GET /v1/health through the endpoint every quarter of that window while a
+// Run, an exec stream or a file transfer of its session is in flight, and
+// nothing otherwise (Options.NoKeepAwake turns it off, KeepAwakeEvery sets
+// the interval). KeepAwake (HoldAwake, by session) holds a VM awake for work
+// nobody waits on, such as a detached command. MaxIdle and Deadline say
+// when the platform's clocks apply; Options.Warn hears of a Run timeout
+// past the Deadline.
+//
 // # Many sandboxes
 //
 // RunMany launches a fleet (FleetOptions.Count sandboxes, at most Parallel

@@ -44,6 +44,12 @@ type Status struct {
 	// SuspendedWindow is idlePolicy.suspendedDurationSeconds, 0 when not
 	// reported.
 	SuspendedWindow time.Duration
+	// MaxIdle is idlePolicy.maxIdleDurationSeconds: RUNNING without an
+	// inbound request that long, the VM is suspended. 0 when not reported.
+	MaxIdle time.Duration
+	// Deadline is startedAt plus maximumDurationInSeconds, when the
+	// platform terminates the VM whatever it is doing; zero when unknown.
+	Deadline time.Time
 }
 
 // Dead reports a MicroVM that is gone or going: TERMINATING or TERMINATED.
@@ -57,6 +63,12 @@ func statusOf(g *lambdamicrovms.GetMicrovmOutput, id string) Status {
 	}
 	if g.IdlePolicy != nil && g.IdlePolicy.SuspendedDurationSeconds != nil {
 		s.SuspendedWindow = time.Duration(*g.IdlePolicy.SuspendedDurationSeconds) * time.Second
+	}
+	if g.IdlePolicy != nil && g.IdlePolicy.MaxIdleDurationSeconds != nil {
+		s.MaxIdle = time.Duration(*g.IdlePolicy.MaxIdleDurationSeconds) * time.Second
+	}
+	if g.StartedAt != nil && g.MaximumDurationInSeconds != nil {
+		s.Deadline = g.StartedAt.Add(time.Duration(*g.MaximumDurationInSeconds) * time.Second)
 	}
 	return s
 }

@@ -51,6 +51,19 @@ type Options struct {
 	Wait cplane.WaitOptions
 	// SessionOptions are passed to client.Proxied (an HTTP client, retries).
 	SessionOptions []client.Option
+	// NoKeepAwake turns off the keep-awake pings. By default a VM with an
+	// idle policy gets a GET /v1/health through its endpoint every
+	// KeepAwakeEvery while a Run, an exec stream or a file transfer of this
+	// sandbox is in flight, since the platform suspends a VM that gets no
+	// inbound request for maxIdleDurationSeconds however busy its guest is
+	// (finding idle-policy); nothing is sent while nothing is in flight.
+	NoKeepAwake bool
+	// KeepAwakeEvery is the keep-awake interval; zero is a quarter of the
+	// VM's maxIdleDurationSeconds (client.KeepAwakeInterval).
+	KeepAwakeEvery time.Duration
+	// Warn, if set, receives warnings that refuse nothing: a command
+	// timeout longer than the VM's maximum duration has left.
+	Warn func(msg string)
 	// Now is the clock the suspended window is measured on (default time.Now).
 	Now func() time.Time
 	// Ledger, if set, records the launch before it is sent.

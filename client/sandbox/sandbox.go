@@ -34,7 +34,9 @@ type Sandbox struct {
 	cycles      int           // suspends that landed
 	frozen      time.Duration // time held SUSPENDED, summed over resumed cycles
 	endpoint    string
-	token       string // the agent token, handed out only by AgentToken
+	token       string        // the agent token, handed out only by AgentToken
+	maxIdle     time.Duration // the idle policy's maxIdleDurationSeconds, zero without one
+	deadline    time.Time     // startedAt plus maximumDurationInSeconds
 }
 
 // ID is the MicroVM id, "" before RunMicrovm answered.
@@ -167,8 +169,7 @@ func Launch(ctx context.Context, c *lambdamicrovms.Client, o Options) (*Sandbox,
 	if err != nil {
 		return s, err
 	}
-	sess, err := client.Proxied(cplane.EndpointURL(s.endpoint), token, ProxyMinter(s.api(), s.id),
-		append([]client.Option{client.WithAgentPort(o.Port)}, o.SessionOptions...)...)
+	sess, err := client.Proxied(cplane.EndpointURL(s.endpoint), token, ProxyMinter(s.api(), s.id), s.sessionOptions(o)...)
 	if err != nil {
 		return s, err
 	}
@@ -191,6 +192,7 @@ func (s *Sandbox) observeLocked(g *lambdamicrovms.GetMicrovmOutput) {
 	if g.Endpoint != nil && *g.Endpoint != "" {
 		s.endpoint = *g.Endpoint
 	}
+	s.observeClocksLocked(g)
 }
 
 // Suspend freezes a RUNNING VM and waits for SUSPENDED. Its filesystem,

@@ -39,5 +39,6 @@ func (s *Sandbox) Run(ctx context.Context, command []string, o client.RunOptions
 	if err != nil {
 		return client.Result{}, err
 	}
+	s.warnDeadline(command, o)
 	return sess.Run(ctx, command, o)
 }

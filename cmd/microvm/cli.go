@@ -28,6 +28,8 @@ type CLI struct {
 	// url.go, forward.go: a port inside the MicroVM, from outside.
 	URL     URLCmd     `cmd:"" name:"url" help:"Print the endpoint URL and the headers that reach one guest port, with a token minted for that port alone."`
 	Forward ForwardCmd `cmd:"" help:"Serve a guest port on a loopback port until Ctrl-C: HTTP and WebSocket, the proxy headers added, the token renewed before it expires."`
+	// keepalive.go: the idle policy counts only inbound requests.
+	Keepalive KeepaliveCmd `cmd:"" help:"Hold a MicroVM awake until Ctrl-C (or --for): a GET /v1/health through its endpoint at a fraction of its idle window, for a detached command nothing else waits on."`
 
 	Exec   ExecCmd   `cmd:"" help:"Run one command in a running MicroVM: wait for it, --stream it, --detach it, or --poll an existing exec."`
 	Health HealthCmd `cmd:"" help:"Ask a MicroVM's daemon whether it is up, busy, and how its identity repair and disk are."`

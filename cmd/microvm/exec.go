@@ -184,6 +184,7 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		return nil, err
 	}
 	if c.Detach {
+		warnDetachedIdle(ctx, a, c.MicrovmID, ex.ID())
 		d := cliapi.ExecData{ExecID: ex.ID(), Phase: string(protocol.PhaseRunning)}
 		return &render.Result{Type: cliapi.TypeExec, Data: d, Human: func(w io.Writer) error {
 			_, err := fmt.Fprintf(w, "%s\trunning\n", ex.ID())
@@ -269,4 +270,25 @@ func (f *stdinFeed) failed() error {
 	default:
 		return nil
 	}
+}
+
+// warnDetachedIdle says what a detached command's launcher cannot do once
+// it exits: keep the MicroVM awake. The idle policy counts only inbound
+// requests (finding idle-policy), so the window left is the whole idle
+// window from the start just sent, and the maximum duration ends the VM
+// whatever runs.
+func warnDetachedIdle(ctx context.Context, a *app, id, execID string) {
+	if a.status == nil {
+		return // --direct: no platform clock applies
+	}
+	st, err := a.status(ctx)
+	if err != nil || st.MaxIdle <= 0 {
+		return
+	}
+	left := ""
+	if !st.Deadline.IsZero() {
+		left = fmt.Sprintf(", and its maximumDurationInSeconds ends it in %s whatever runs", time.Until(st.Deadline).Truncate(time.Second))
+	}
+	a.Warn("nothing keeps MicroVM %s awake while %s runs: with no inbound request through its endpoint it is suspended in %s (its maxIdleDurationSeconds)%s; hold it with `microvm keepalive %s` (finding idle-policy)",
+		id, execID, st.MaxIdle, left, id)
 }

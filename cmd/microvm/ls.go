@@ -91,6 +91,14 @@ func (c *LsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		if st.costUSD != "" {
 			m.CostSoFarUSD = &st.costUSD
 		}
+		if st.MaxIdle > 0 {
+			sec := int64(st.MaxIdle / time.Second)
+			m.MaxIdleSeconds = &sec
+		}
+		if !st.Deadline.IsZero() {
+			at := st.Deadline.UTC().Format(time.RFC3339)
+			m.EndsAt = &at
+		}
 		if r, ok := byVM[st.ID]; ok {
 			id := r.ID
 			m.RunID = &id
@@ -188,6 +196,10 @@ func (c *LsCmd) live(ctx context.Context, a *app) ([]liveStatus, error) {
 	for _, st := range listed {
 		ls := liveStatus{Status: st}
 		if st.State != sandbox.Terminated {
+			// The list carries no idle policy or maximum duration.
+			if full, err := p.Handle(st.ID).Status(ctx); err == nil {
+				ls.MaxIdle, ls.Deadline = full.MaxIdle, full.Deadline
+			}
 			if rep, err := p.Handle(st.ID).Cost(ctx, rates); err == nil {
 				ls.costUSD = rep.Total().Floor().String()
 			}
@@ -202,11 +214,21 @@ func (c *LsCmd) human(w io.Writer, a *app, d cliapi.RunsData, listed []ledger.Ru
 		if len(d.Microvms) == 0 {
 			fmt.Fprintln(w, "no MicroVM is alive")
 		} else {
-			g := render.Grid{Headers: []string{"microvm", "state", "age", "cost so far", "run", "note"}}
+			g := render.Grid{Headers: []string{"microvm", "state", "age", "idles after", "ends in", "cost so far", "run", "note"}}
 			for _, m := range d.Microvms {
-				age, usd, run := "?", "?", "-"
+				age, usd, run, idle, ends := "?", "?", "-", "-", "?"
 				if m.AgeSeconds != nil {
 					age = render.HumanDuration(time.Duration(*m.AgeSeconds * float64(time.Second)))
+				}
+				if m.MaxIdleSeconds != nil {
+					// Counted from the last inbound request, which only the
+					// platform knows.
+					idle = render.HumanDuration(time.Duration(*m.MaxIdleSeconds)*time.Second) + " idle"
+				}
+				if m.EndsAt != nil {
+					if at, err := time.Parse(time.RFC3339, *m.EndsAt); err == nil {
+						ends = render.HumanDuration(time.Until(at).Truncate(time.Second))
+					}
 				}
 				if m.CostSoFarUSD != nil {
 					usd = "~$" + *m.CostSoFarUSD
@@ -223,7 +245,7 @@ func (c *LsCmd) human(w io.Writer, a *app, d cliapi.RunsData, listed []ledger.Ru
 				if m.RunningIn != nil {
 					notes = append(notes, "another process's run (pid "+strconv.FormatInt(*m.RunningIn, 10)+")")
 				}
-				g.Add(false, m.MicrovmID, m.State, age, usd, run, strings.Join(notes, "; "))
+				g.Add(false, m.MicrovmID, m.State, age, idle, ends, usd, run, strings.Join(notes, "; "))
 			}
 			g.Footer = fmt.Sprintf("%d alive; cost so far prices time suspended as running (an upper bound)", len(d.Microvms))
 			if err := a.WriteGrid(w, g); err != nil {

@@ -32,19 +32,21 @@ const defaultWorkdir = "/workspace"
 // RunCmd builds (or names) an image, launches a MicroVM, runs one command,
 // reports the cost and tears everything down.
 type RunCmd struct {
-	Binary         string   `arg:"" optional:"" help:"The agentd binary baked into the image as its CMD: aarch64 for AWS, the host's for an emulator (found as --agentd is when omitted). Ignored with --image." type:"path"`
-	Image          string   `help:"Launch this existing image instead of building one: its ARN, or its name, resolved through every page of the account's image listing. It runs (and is priced) at the size class it was built with; --memory beside it is refused." placeholder:"IDENTIFIER"`
-	ImageVersion   string   `name:"image-version" help:"Launch this image version instead of the latest active one." placeholder:"VERSION"`
-	Exec           string   `help:"A shell command to run in the VM; omitted, the run only launches and tears down, which checks that the image boots." placeholder:"COMMAND"`
-	Egress         bool     `help:"Give the VM outbound network."`
-	LaunchEnv      []string `name:"launch-env" help:"KEY=VALUE for every exec in the VM, repeatable; delivered once in the runHookPayload (4096 bytes with the token)." placeholder:"KEY=VALUE" sep:"none"`
-	Keep           bool     `help:"Leave the VM (and a built image) running, remember it (endpoint and agent token, in the state directory, this user only) so later commands need only --microvm-id, and print its id; both keep billing until terminated."`
-	Reuse          bool     `help:"As build --reuse: name the image <name>-<hash12> after its inputs and build settings (size class, base version, port, hooks) and launch an image already under that name instead of building. Ignored with --image."`
-	Timeout        float64  `help:"Seconds to wait for the exec." default:"300"`
-	MaxIdleSec     int      `name:"max-idle-sec" help:"Suspend the VM after this many seconds without inbound traffic." default:"600"`
-	SuspendedSec   int      `name:"suspended-sec" help:"Terminate the VM after this many seconds suspended; a resume after that fails." default:"600"`
-	MaxDurationSec int      `name:"max-duration-sec" help:"Hard ceiling on the VM's life, in seconds (at most 28800)." default:"3600"`
-	StateDir       string   `name:"state-dir" help:"Where the run ledger is written; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
+	Binary         string        `arg:"" optional:"" help:"The agentd binary baked into the image as its CMD: aarch64 for AWS, the host's for an emulator (found as --agentd is when omitted). Ignored with --image." type:"path"`
+	Image          string        `help:"Launch this existing image instead of building one: its ARN, or its name, resolved through every page of the account's image listing. It runs (and is priced) at the size class it was built with; --memory beside it is refused." placeholder:"IDENTIFIER"`
+	ImageVersion   string        `name:"image-version" help:"Launch this image version instead of the latest active one." placeholder:"VERSION"`
+	Exec           string        `help:"A shell command to run in the VM; omitted, the run only launches and tears down, which checks that the image boots." placeholder:"COMMAND"`
+	Egress         bool          `help:"Give the VM outbound network."`
+	LaunchEnv      []string      `name:"launch-env" help:"KEY=VALUE for every exec in the VM, repeatable; delivered once in the runHookPayload (4096 bytes with the token)." placeholder:"KEY=VALUE" sep:"none"`
+	Keep           bool          `help:"Leave the VM (and a built image) running, remember it (endpoint and agent token, in the state directory, this user only) so later commands need only --microvm-id, and print its id; both keep billing until terminated."`
+	Keepalive      bool          `help:"With --keep: hold the kept VM awake in the foreground until Ctrl-C, as microvm keepalive does, for work nothing else waits on (the idle policy counts only inbound requests)."`
+	KeepaliveEvery time.Duration `name:"keepalive-every" help:"With --keepalive: the interval between pings; unset, a quarter of --max-idle-sec." placeholder:"DURATION"`
+	Reuse          bool          `help:"As build --reuse: name the image <name>-<hash12> after its inputs and build settings (size class, base version, port, hooks) and launch an image already under that name instead of building. Ignored with --image."`
+	Timeout        float64       `help:"Seconds to wait for the exec." default:"300"`
+	MaxIdleSec     int           `name:"max-idle-sec" help:"Suspend the VM after this many seconds without inbound traffic." default:"600"`
+	SuspendedSec   int           `name:"suspended-sec" help:"Terminate the VM after this many seconds suspended; a resume after that fails." default:"600"`
+	MaxDurationSec int           `name:"max-duration-sec" help:"Hard ceiling on the VM's life, in seconds (at most 28800)." default:"3600"`
+	StateDir       string        `name:"state-dir" help:"Where the run ledger is written; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
 	ImageFlags
 	InfraFlags
 	LifecycleFlags
@@ -139,6 +141,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 			MaxDuration: time.Duration(c.MaxDurationSec) * time.Second,
 			Connectors:  cplane.Connectors{InternetEgress: c.Egress},
 			Port:        c.Port, Wait: w, Ledger: rec, Logs: logs,
+			Warn: func(msg string) { a.Warn("%s", msg) },
 		}
 		if built != nil {
 			o.LogGroup = built.LogGroup
@@ -193,6 +196,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		}
 	}
 
+	held := false // --keepalive held the kept VM until Ctrl-C: that interrupt is the expected end
 	// Teardown: by default, on every path, interrupted or not.
 	switch {
 	case c.Keep && sb != nil && err == nil:
@@ -200,6 +204,14 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		out.AgentToken, out.Kept = &tok, true
 		a.remember(dir, kept.MicroVM{ID: sb.ID(), Endpoint: out.Endpoint, AgentToken: tok, Port: c.Port, ControlEndpoint: p.Endpoint(), Region: p.Region().String()})
 		a.Progress("keeping MicroVM %s and image %s: both bill until `microvm terminate %s --delete-image`", sb.ID(), out.ImageIdentifier, sb.ID())
+		if c.Keepalive {
+			// Always printed: the command holds the terminal until Ctrl-C.
+			fmt.Fprintf(a.Stderr, "microvm: holding MicroVM %s awake; Ctrl-C stops, and it idles out after its maxIdleDurationSeconds from the last ping\n", sb.ID())
+			if herr := sb.KeepAwake(ctx, c.KeepaliveEvery); herr != nil {
+				a.Warn("stopped holding MicroVM %s awake: %v", sb.ID(), herr)
+			}
+			held = true
+		}
 	case sb != nil:
 		a.Progress("tearing down MicroVM %s", sb.ID())
 		rep := sb.Terminate(ctx, sandbox.TeardownOptions{DeleteImage: true, DeleteLogGroup: true})
@@ -250,7 +262,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		out.BuildSeconds = &v
 	}
 
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !held {
 		return nil, &render.Failure{Err: client.Errorf(taxonomy.KindInterrupted, taxonomy.FindingBuildLogGroupSurvives,
 			"interrupted; teardown ran, and anything it could not delete is named in data.leaked (%s)", leakedText(out.Leaked)), Data: out}
 	}
@@ -361,6 +373,15 @@ type runSetup struct {
 func (c *RunCmd) prepare(ctx context.Context, a *app) (*runSetup, error) {
 	if c.Timeout <= 0 {
 		return nil, render.InvalidArg("", "--timeout must be positive seconds, got %v", c.Timeout)
+	}
+	if c.Keepalive && !c.Keep {
+		return nil, render.InvalidArg(taxonomy.FindingIdlePolicy, "--keepalive holds a kept VM awake; without --keep the run tears the VM down, and while its command runs the run keeps it awake already")
+	}
+	if c.Keepalive && c.Count > 1 {
+		return nil, render.InvalidArg("", "--keepalive holds one kept VM; it is not for a fleet (--count)")
+	}
+	if c.Exec != "" && c.Timeout > float64(c.MaxDurationSec) {
+		a.Warn("--timeout %vs is longer than --max-duration-sec %d: the platform ends the VM at its maximum duration, before the command's timeout (finding max-duration)", c.Timeout, c.MaxDurationSec)
 	}
 	if err := checkLaunch(c.MaxDurationSec, c.MaxIdleSec, c.SuspendedSec); err != nil {
 		return nil, err

@@ -31,6 +31,7 @@ const (
 	TypeState      = "microvm.state"
 	TypeURL        = "microvm.url"
 	TypeForward    = "microvm.forward"
+	TypeKeepalive  = "microvm.keepalive"
 	TypeTeardown   = "microvm.teardown"
 	TypeRuns       = "microvm.runs"
 	TypeLogs       = "microvm.logs"
@@ -222,6 +223,15 @@ type ForwardData struct {
 	Listen string `json:"listen"`
 	// Mints is proxy tokens minted while forwarding, renewals included
 	Mints int64 `json:"mints"`
+}
+
+// KeepaliveData is the data of a microvm.keepalive envelope.
+type KeepaliveData struct {
+	MicrovmID string `json:"microvmId"`
+	// Pings is GET /v1/health requests sent through the endpoint, each inbound traffic the idle policy counts
+	Pings int64 `json:"pings"`
+	// HeldSeconds is how long the MicroVM was held awake
+	HeldSeconds float64 `json:"heldSeconds"`
 }
 
 // TeardownData is the data of a microvm.teardown envelope.
@@ -530,6 +540,10 @@ type LiveMicrovm struct {
 	Kept bool `json:"kept"`
 	// RunningIn is the pid of another process whose run it is, still going
 	RunningIn *int64 `json:"runningIn"`
+	// MaxIdleSeconds is its idlePolicy's maxIdleDurationSeconds: with no inbound request through the endpoint for that long it is suspended, however busy; null without an idle policy
+	MaxIdleSeconds *int64 `json:"maxIdleSeconds"`
+	// EndsAt is RFC 3339: startedAt plus maximumDurationInSeconds, when the platform terminates it whatever runs; null when unknown
+	EndsAt *string `json:"endsAt"`
 }
 
 // LocalLimits is the "localLimits" shape of api/cli.yaml.
@@ -692,6 +706,7 @@ var Responses = []Response{
 	{Type: "microvm.state", Keys: []string{"microvmId", "state", "endpoint"}},
 	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols", "checkStatus"}},
 	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
+	{Type: "microvm.keepalive", Keys: []string{"microvmId", "pings", "heldSeconds"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
 	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers"}},
 	{Type: "microvm.logs", Keys: []string{"logGroup", "lines"}},
@@ -755,6 +770,7 @@ var Commands = []Command{
 	{Name: "forward", Type: "microvm.forward", Ready: true},
 	{Name: "setup", Type: "microvm.setup", Ready: true},
 	{Name: "gc", Type: "microvm.gc", Ready: true},
+	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.

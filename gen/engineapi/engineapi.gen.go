@@ -122,6 +122,8 @@ type CreateArgs struct {
 	SuspendedSec int64 `json:"suspendedSec"`
 	// MaxDurationSec is the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600
 	MaxDurationSec int64 `json:"maxDurationSec"`
+	// NoKeepAwake is true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is
+	NoKeepAwake bool `json:"noKeepAwake"`
 }
 
 // BuildArgs are the arguments of build: build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image.
@@ -156,6 +158,8 @@ type AttachArgs struct {
 	Region     string `json:"region"`
 	// ControlEndpoint is the launching sandbox's controlEndpoint for a local one
 	ControlEndpoint string `json:"controlEndpoint"`
+	// NoKeepAwake is true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is
+	NoKeepAwake bool `json:"noKeepAwake"`
 }
 
 // InfoArgs are the arguments of info: the sandbox as the engine last saw it.

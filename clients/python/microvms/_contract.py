@@ -368,6 +368,7 @@ CreateArgs = TypedDict("CreateArgs", {
     "maxIdleSec": int,
     "suspendedSec": int,
     "maxDurationSec": int,
+    "noKeepAwake": bool,
 }, total=False)
 CreateArgs.__doc__ = "The arguments of create: launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. Every key may be left out."
 
@@ -397,6 +398,7 @@ AttachArgs = TypedDict("AttachArgs", {
     "agentToken": str,
     "region": str,
     "controlEndpoint": str,
+    "noKeepAwake": bool,
 }, total=False)
 AttachArgs.__doc__ = "The arguments of attach: reach a MicroVM another process launched, by id and agent token. Every key may be left out."
 

@@ -422,6 +422,8 @@ export interface CreateArgs {
   readonly "suspendedSec"?: number;
   /** the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600 */
   readonly "maxDurationSec"?: number;
+  /** true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is */
+  readonly "noKeepAwake"?: boolean;
 }
 
 /** The arguments of build: build an image (from a Dockerfile, or the default stanza at another size class) and launch a MicroVM of it, as create does; each line of a local build's output is an event {event: build, step, steps, text} while it runs. terminate with deleteImage deletes the image. Every key may be left out. */
@@ -456,6 +458,8 @@ export interface AttachArgs {
   readonly "region"?: string;
   /** the launching sandbox's controlEndpoint for a local one */
   readonly "controlEndpoint"?: string;
+  /** true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is */
+  readonly "noKeepAwake"?: boolean;
 }
 
 /** The arguments of info: the sandbox as the engine last saw it. Every key may be left out. */

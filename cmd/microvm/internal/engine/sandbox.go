@@ -88,7 +88,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 			return "", nil, err
 		}
 		e.emu, e.bound, e.controlEndpoint = emu, true, emu.URL
-		launch.AgentToken, launch.Wait = args.AgentToken, waitFor(true, args.TimeoutSec)
+		launch.AgentToken, launch.Wait, launch.NoKeepAwake = args.AgentToken, waitFor(true, args.TimeoutSec), args.NoKeepAwake
 		sb, err = emu.Launch(ctx, launch)
 		if sb != nil {
 			e.sb, e.launched = sb, true
@@ -112,6 +112,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 		e.bound, e.controlEndpoint, e.imageARN = true, pf.Endpoint(), arn
 		launch.Image, launch.Version, launch.ImageName = arn, args.ImageVersion, name
 		launch.ExecutionRoleARN, launch.AgentToken, launch.Wait = args.ExecutionRoleARN, args.AgentToken, waitFor(pf.Local(), args.TimeoutSec)
+		launch.NoKeepAwake = args.NoKeepAwake
 		sb, err = sandbox.Launch(ctx, pf.Control(), launch)
 		if sb != nil {
 			e.sb, e.launched = sb, true
@@ -142,7 +143,7 @@ func (e *engine) attach(ctx context.Context, args engineapi.AttachArgs) (string,
 	if err != nil {
 		return "", nil, err
 	}
-	sb, err := pf.Handle(args.MicrovmID).Attach(ctx, args.AgentToken, sandbox.Options{Wait: waitFor(pf.Local(), 0)})
+	sb, err := pf.Handle(args.MicrovmID).Attach(ctx, args.AgentToken, sandbox.Options{Wait: waitFor(pf.Local(), 0), NoKeepAwake: args.NoKeepAwake})
 	if err != nil {
 		return "", nil, err
 	}
