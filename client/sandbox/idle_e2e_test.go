@@ -126,8 +126,12 @@ func TestDetachedCommandIdlesOutUnlessKeptAwake(t *testing.T) {
 	kctx, kcancel := context.WithTimeout(ctx, 150*idleUnit)
 	stop := make(chan struct{})
 	seen := watchStates(t, f, sb.ID(), stop)
-	if err := sb.KeepAwake(kctx, 10*idleUnit); err != nil {
+	pings, err := sb.KeepAwake(kctx, 10*idleUnit)
+	if err != nil {
 		t.Fatalf("KeepAwake: %v", err)
+	}
+	if pings < 2 {
+		t.Fatalf("KeepAwake held the VM for 150 units at one ping per 10 and says it sent %d", pings)
 	}
 	kcancel()
 	close(stop)
@@ -141,7 +145,7 @@ func TestDetachedCommandIdlesOutUnlessKeptAwake(t *testing.T) {
 		t.Fatalf("idle suspend reason %q", st.StateReason)
 	}
 	// KeepAwake now says why it cannot help.
-	if err := sb.KeepAwake(ctx, 10*idleUnit); err == nil || !strings.Contains(err.Error(), "SUSPENDED") {
+	if _, err := sb.KeepAwake(ctx, 10*idleUnit); err == nil || !strings.Contains(err.Error(), "SUSPENDED") {
 		t.Fatalf("KeepAwake of a suspended VM without auto-resume: %v", err)
 	}
 }

@@ -81,14 +81,13 @@ func (s *Sandbox) warnDeadline(command []string, o client.RunOptions) {
 }
 
 // KeepAwake holds the VM awake until ctx ends, whatever is in flight (see
-// HoldAwake); it returns nil when ctx ends.
-func (s *Sandbox) KeepAwake(ctx context.Context, interval time.Duration) error {
+// HoldAwake); it returns the pings sent, and a nil error when ctx ends.
+func (s *Sandbox) KeepAwake(ctx context.Context, interval time.Duration) (int, error) {
 	sess, err := s.runningSession()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = HoldAwake(ctx, sess, Open(s.cp, s.id).Status, interval)
-	return err
+	return HoldAwake(ctx, sess, Open(s.cp, s.id).Status, interval)
 }
 
 // HoldAwake sends GET /v1/health through sess's endpoint every interval

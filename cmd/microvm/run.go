@@ -207,7 +207,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		if c.Keepalive {
 			// Always printed: the command holds the terminal until Ctrl-C.
 			fmt.Fprintf(a.Stderr, "microvm: holding MicroVM %s awake; Ctrl-C stops, and it idles out after its maxIdleDurationSeconds from the last ping\n", sb.ID())
-			if herr := sb.KeepAwake(ctx, c.KeepaliveEvery); herr != nil {
+			if _, herr := sb.KeepAwake(ctx, c.KeepaliveEvery); herr != nil {
 				a.Warn("stopped holding MicroVM %s awake: %v", sb.ID(), herr)
 			}
 			held = true

@@ -48,6 +48,7 @@ const (
 	OpWatch         = "watch"
 	OpHealth        = "health"
 	OpMetrics       = "metrics"
+	OpKeepalive     = "keepalive"
 	OpCancel        = "cancel"
 	OpPoolOpen      = "pool_open"
 	OpPoolWaitReady = "pool_wait_ready"
@@ -382,6 +383,14 @@ type HealthArgs struct {
 type MetricsArgs struct {
 }
 
+// KeepaliveArgs are the arguments of keepalive: hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create).
+type KeepaliveArgs struct {
+	// EverySec is seconds between pings; zero is a quarter of the VM's maxIdleDurationSeconds
+	EverySec float64 `json:"everySec"`
+	// ForSec is how long to hold it, in seconds; zero holds until the request is cancelled (op cancel) or the engine ends
+	ForSec float64 `json:"forSec"`
+}
+
 // CancelArgs are the arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does.
 type CancelArgs struct {
 	RequestID int64 `json:"requestId"`
@@ -471,6 +480,10 @@ type SandboxData struct {
 	// ControlEndpoint is the control plane's URL when it is not AWS's own: an attach from another process passes it
 	ControlEndpoint *string `json:"controlEndpoint"`
 	ImageIdentifier *string `json:"imageIdentifier"`
+	// MaxIdleSeconds is the VM's maxIdleDurationSeconds: it is suspended after this long without an inbound request (0 when GetMicrovm reported no idle policy)
+	MaxIdleSeconds int64 `json:"maxIdleSeconds"`
+	// EndsAt is when the platform ends the VM whatever it is doing (startedAt plus maximumDurationInSeconds), RFC 3339; null when not reported
+	EndsAt *string `json:"endsAt"`
 }
 
 // FileData is the data of a microvm.file envelope.
@@ -603,6 +616,7 @@ var Ops = []Op{
 	{Name: "watch", Response: "microvm.exec.stream", Streams: true},
 	{Name: "health", Response: "microvm.probe", Streams: false},
 	{Name: "metrics", Response: "microvm.probe", Streams: false},
+	{Name: "keepalive", Response: "microvm.keepalive", Streams: false},
 	{Name: "cancel", Response: "microvm.exec.signalled", Streams: false},
 	{Name: "pool_open", Response: "microvm.pool", Streams: false},
 	{Name: "pool_wait_ready", Response: "microvm.pool", Streams: false},

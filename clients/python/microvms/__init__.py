@@ -49,12 +49,13 @@ from .sandbox import (
     AsyncProcess,
     AsyncExecStream,
     TeardownReport,
+    KeepaliveReport,
 )
 
 __all__ = [
     "BINARY_ENV", "ERROR_KINDS", "PROTOCOL_VERSION", "find_binary",
     "Sandbox", "Files", "run_many_async", "BuildProgress", "Pool", "AsyncPool", "PoolStatus", "Process", "FsEvent", "AsyncSandbox", "AsyncFiles", "AsyncProcess", "AsyncExecStream", "run_many", "FleetResult", "FleetRun", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
-    "TeardownReport", "CostReport", "LineItem", "PortURL",
+    "TeardownReport", "KeepaliveReport", "CostReport", "LineItem", "PortURL",
     "MicrovmError", "UnexpectedError", "InvalidArgError", "RetryableError", "CredentialsError",
     "ProtocolError", "BuildWedgedError", "LaunchDiedError", "WindowClosedError", "PlatformError",
     "TimeoutError", "InterruptedError", "PreconditionError", "ExecFailedError",

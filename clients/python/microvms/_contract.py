@@ -62,6 +62,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "watch": ("microvm.exec.stream", True),
     "health": ("microvm.probe", False),
     "metrics": ("microvm.probe", False),
+    "keepalive": ("microvm.keepalive", False),
     "cancel": ("microvm.exec.signalled", False),
     "pool_open": ("microvm.pool", False),
     "pool_wait_ready": ("microvm.pool", False),
@@ -147,6 +148,8 @@ SandboxData = TypedDict("SandboxData", {
     "local": bool,
     "controlEndpoint": Optional[str],
     "imageIdentifier": Optional[str],
+    "maxIdleSeconds": int,
+    "endsAt": Optional[str],
 })
 SandboxData.__doc__ = "The data of a microvm.sandbox envelope."
 
@@ -279,6 +282,14 @@ ProbeData = TypedDict("ProbeData", {
     "probe": Dict[str, Any],
 })
 ProbeData.__doc__ = "The data of a microvm.probe envelope."
+
+
+KeepaliveData = TypedDict("KeepaliveData", {
+    "microvmId": str,
+    "pings": int,
+    "heldSeconds": float,
+})
+KeepaliveData.__doc__ = "The data of a microvm.keepalive envelope."
 
 
 PoolData = TypedDict("PoolData", {
@@ -620,6 +631,13 @@ MetricsArgs = TypedDict("MetricsArgs", {
 MetricsArgs.__doc__ = "The arguments of metrics: the guest's CPU, memory, load and disk as agentd samples them, as its wire object. Every key may be left out."
 
 
+KeepaliveArgs = TypedDict("KeepaliveArgs", {
+    "everySec": float,
+    "forSec": float,
+}, total=False)
+KeepaliveArgs.__doc__ = "The arguments of keepalive: hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create). Every key may be left out."
+
+
 CancelArgs = TypedDict("CancelArgs", {
     "requestId": int,
 }, total=False)
@@ -831,6 +849,10 @@ class Ops:
         """the guest's CPU, memory, load and disk as agentd samples them, as its wire object."""
         return cast(ProbeData, self._call("metrics", args, timeout))
 
+    def _op_keepalive(self, args: KeepaliveArgs, timeout: Optional[float] = None) -> KeepaliveData:
+        """hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create)."""
+        return cast(KeepaliveData, self._call("keepalive", args, timeout))
+
     def _op_cancel(self, args: CancelArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, self._call("cancel", args, timeout))
@@ -1004,6 +1026,10 @@ class AsyncOps:
     async def _aop_metrics(self, args: MetricsArgs) -> ProbeData:
         """the guest's CPU, memory, load and disk as agentd samples them, as its wire object."""
         return cast(ProbeData, await self._acall("metrics", args))
+
+    async def _aop_keepalive(self, args: KeepaliveArgs) -> KeepaliveData:
+        """hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create)."""
+        return cast(KeepaliveData, await self._acall("keepalive", args))
 
     async def _aop_cancel(self, args: CancelArgs) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""

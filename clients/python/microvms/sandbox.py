@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional,
 
 from . import _contract as c
 from ._engine import AsyncEngine, Engine
+from .errors import InvalidArgError
 from .errors import TimeoutError as TimeoutError_
 
 Command = Union[str, Sequence[str]]
@@ -232,6 +233,15 @@ class FileEntry:
     @classmethod
     def _from(cls, e: Any) -> "FileEntry":
         return cls(e["path"], e["name"], e["type"], e["size"], e["mode"], e["mtime"], e.get("symlinkTarget"))
+
+
+@dataclass(frozen=True)
+class KeepaliveReport:
+    """What hold_awake did: the pings it sent and how long it held the VM."""
+
+    microvm_id: str
+    pings: int
+    held_seconds: float
 
 
 @dataclass(frozen=True)
@@ -576,6 +586,7 @@ class Sandbox:
         max_idle_sec: Optional[int] = None,
         suspended_sec: Optional[int] = None,
         max_duration_sec: Optional[int] = None,
+        keep_awake: bool = True,
         binary: Optional[str] = None,
     ) -> "Sandbox":
         """Launch a MicroVM and wait until it runs (timeout_sec bounds that wait).
@@ -583,10 +594,17 @@ class Sandbox:
         egress gives it outbound network; launch_env is the environment of
         every command, delivered once at launch; max_idle_sec (default 600),
         suspended_sec (600) and max_duration_sec (3600, at most 28800) are
-        `microvm run`'s idle and duration policy.
+        `microvm run`'s idle and duration policy. The platform suspends a VM
+        after max_idle_sec without an inbound request however busy it is, so
+        while a run, stream or file transfer is in flight the library sends
+        one (GET /v1/health) every quarter of that window; keep_awake=False
+        turns that off. A detached command nothing waits on is held awake
+        with hold_awake().
         """
         args = _create_args(local, image, image_version, region, control_endpoint, execution_role_arn, agent_token,
                             agentd, timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
+        if not keep_awake:
+            args["noKeepAwake"] = True
         engine = Engine(binary)
         try:
             return cls(engine, engine._op_create(args))
@@ -648,13 +666,17 @@ class Sandbox:
         region: Optional[str] = None,
         binary: Optional[str] = None,
         timeout: Optional[float] = None,
+        keep_awake: bool = True,
     ) -> "Sandbox":
         """Reach a MicroVM another process launched, by its id and agent token.
 
         For a local sandbox pass the launcher's control_endpoint. Leaving an
-        attached sandbox does not terminate it; terminate() does.
+        attached sandbox does not terminate it; terminate() does. keep_awake
+        is create's.
         """
         args: c.AttachArgs = {"microvmId": microvm_id, "agentToken": agent_token}
+        if not keep_awake:
+            args["noKeepAwake"] = True
         if control_endpoint is not None:
             args["controlEndpoint"] = control_endpoint
         if region is not None:
@@ -698,6 +720,33 @@ class Sandbox:
         """The last state the platform confirmed (RUNNING, SUSPENDED, TERMINATED...)."""
         self._info = self._engine._op_info({})
         return self._info["state"]
+
+    @property
+    def max_idle_seconds(self) -> int:
+        """The VM's maxIdleDurationSeconds: without an inbound request for this
+        long the platform suspends it (0 when it reported no idle policy)."""
+        return self._info["maxIdleSeconds"]
+
+    @property
+    def ends_at(self) -> Optional[str]:
+        """When the platform ends the VM whatever it is doing (RFC 3339), or None."""
+        return self._info["endsAt"]
+
+    def hold_awake(self, for_sec: float, *, every_sec: Optional[float] = None,
+                   timeout: Optional[float] = None) -> KeepaliveReport:
+        """Hold the VM awake for for_sec seconds, for work nothing here waits on
+        (a command started and left running): a GET /v1/health through its
+        endpoint every every_sec (default a quarter of max_idle_seconds).
+        Runs, streams and transfers need none of this: they are kept awake
+        while in flight. timeout bounds the call (default for_sec plus a minute).
+        """
+        if for_sec <= 0:
+            raise InvalidArgError("hold_awake takes for_sec > 0 seconds, not %r" % (for_sec,), "ERR_INVALID_ARG")
+        args: c.KeepaliveArgs = {"forSec": for_sec}
+        if every_sec is not None:
+            args["everySec"] = every_sec
+        d = self._engine._op_keepalive(args, timeout if timeout is not None else for_sec + 60)
+        return KeepaliveReport(d["microvmId"], d["pings"], d["heldSeconds"])
 
     def __repr__(self) -> str:
         return "Sandbox(%s)" % self._info["microvmId"]  # never the token
@@ -1014,11 +1063,14 @@ class AsyncSandbox:
         max_idle_sec: Optional[int] = None,
         suspended_sec: Optional[int] = None,
         max_duration_sec: Optional[int] = None,
+        keep_awake: bool = True,
         binary: Optional[str] = None,
     ) -> "AsyncSandbox":
         """Launch a MicroVM and wait until it runs (Sandbox.create's options)."""
         args = _create_args(local, image, image_version, region, control_endpoint, execution_role_arn, agent_token,
                             agentd, timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
+        if not keep_awake:
+            args["noKeepAwake"] = True
         engine = await AsyncEngine.start(binary)
         try:
             return cls(engine, await engine._aop_create(args))
@@ -1065,9 +1117,12 @@ class AsyncSandbox:
 
     @classmethod
     async def attach(cls, microvm_id: str, *, agent_token: str, control_endpoint: Optional[str] = None,
-                     region: Optional[str] = None, binary: Optional[str] = None) -> "AsyncSandbox":
+                     region: Optional[str] = None, binary: Optional[str] = None,
+                     keep_awake: bool = True) -> "AsyncSandbox":
         """Reach a MicroVM another process launched, by its id and agent token."""
         args: c.AttachArgs = {"microvmId": microvm_id, "agentToken": agent_token}
+        if not keep_awake:
+            args["noKeepAwake"] = True
         if control_endpoint is not None:
             args["controlEndpoint"] = control_endpoint
         if region is not None:
@@ -1105,6 +1160,26 @@ class AsyncSandbox:
         """The last state the platform confirmed."""
         self._info = await self._engine._aop_info({})
         return self._info["state"]
+
+    @property
+    def max_idle_seconds(self) -> int:
+        """Sandbox.max_idle_seconds."""
+        return self._info["maxIdleSeconds"]
+
+    @property
+    def ends_at(self) -> Optional[str]:
+        """Sandbox.ends_at."""
+        return self._info["endsAt"]
+
+    async def hold_awake(self, for_sec: float, *, every_sec: Optional[float] = None) -> KeepaliveReport:
+        """Sandbox.hold_awake on asyncio; cancelling the task stops the hold."""
+        if for_sec <= 0:
+            raise InvalidArgError("hold_awake takes for_sec > 0 seconds, not %r" % (for_sec,), "ERR_INVALID_ARG")
+        args: c.KeepaliveArgs = {"forSec": for_sec}
+        if every_sec is not None:
+            args["everySec"] = every_sec
+        d = await self._engine._aop_keepalive(args)
+        return KeepaliveReport(d["microvmId"], d["pings"], d["heldSeconds"])
 
     def __repr__(self) -> str:
         return "AsyncSandbox(%s)" % self._info["microvmId"]

@@ -136,6 +136,10 @@ class AsyncHarnessTest(unittest.TestCase):
                 await watch.aclose()
                 self.assertIsInstance(first, FsEvent)
                 self.assertTrue((await sb.health())["bootstrapped"])
+                # Catches: the async hold answering without pinging.
+                held = await sb.hold_awake(0.6, every_sec=0.2)
+                self.assertGreaterEqual(held.pings, 2)
+                self.assertEqual(sb.max_idle_seconds, 600)
 
             # Bad input raises the Go library's refusal, exit code and finding included.
             with self.assertRaises(InvalidArgError) as ctx:

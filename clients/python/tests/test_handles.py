@@ -139,6 +139,18 @@ class HandlesTest(unittest.TestCase):
         self.assertTrue(self.sb.health()["bootstrapped"])
         self.assertIn("memory", self.sb.metrics())
 
+    def test_idle_policy_is_visible_and_hold_awake_pings(self) -> None:
+        # Catches: info dropping the idle policy (a package user could not see
+        # when the VM idles out), and keepalive answering without pinging.
+        self.assertEqual(self.sb.max_idle_seconds, 600, "run's default maxIdleSec")
+        self.assertIsNotNone(self.sb.ends_at)
+        held = self.sb.hold_awake(1.0, every_sec=0.2)
+        self.assertEqual(held.microvm_id, self.sb.microvm_id)
+        self.assertGreaterEqual(held.pings, 3)
+        self.assertGreaterEqual(held.held_seconds, 0.9)
+        with self.assertRaises(InvalidArgError):
+            self.sb.hold_awake(0)
+
     def test_blocking_call_timeout(self) -> None:
         # Catches: a sync call with no way to stop waiting.
         p = self.sb.start("sleep 30")

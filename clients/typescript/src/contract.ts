@@ -63,6 +63,7 @@ export const OPS = {
   watch: { response: "microvm.exec.stream", streams: true },
   health: { response: "microvm.probe", streams: false },
   metrics: { response: "microvm.probe", streams: false },
+  keepalive: { response: "microvm.keepalive", streams: false },
   cancel: { response: "microvm.exec.signalled", streams: false },
   pool_open: { response: "microvm.pool", streams: false },
   pool_wait_ready: { response: "microvm.pool", streams: false },
@@ -158,6 +159,10 @@ export interface SandboxData {
   /** the control plane's URL when it is not AWS's own: an attach from another process passes it */
   readonly "controlEndpoint": (string) | null;
   readonly "imageIdentifier": (string) | null;
+  /** the VM's maxIdleDurationSeconds: it is suspended after this long without an inbound request (0 when GetMicrovm reported no idle policy) */
+  readonly "maxIdleSeconds": number;
+  /** when the platform ends the VM whatever it is doing (startedAt plus maximumDurationInSeconds), RFC 3339; null when not reported */
+  readonly "endsAt": (string) | null;
 }
 
 /** The data of a microvm.exec.result envelope. */
@@ -301,6 +306,15 @@ export interface FsChangedData {
 export interface ProbeData {
   /** the daemon's answer as its wire object (api/openapi.yaml Health or Metrics) */
   readonly "probe": Record<string, unknown>;
+}
+
+/** The data of a microvm.keepalive envelope. */
+export interface KeepaliveData {
+  readonly "microvmId": string;
+  /** GET /v1/health requests sent through the endpoint, each inbound traffic the idle policy counts */
+  readonly "pings": number;
+  /** how long the MicroVM was held awake */
+  readonly "heldSeconds": number;
 }
 
 /** The data of a microvm.pool envelope. */
@@ -682,6 +696,14 @@ export interface HealthArgs {
 export interface MetricsArgs {
 }
 
+/** The arguments of keepalive: hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create). Every key may be left out. */
+export interface KeepaliveArgs {
+  /** seconds between pings; zero is a quarter of the VM's maxIdleDurationSeconds */
+  readonly "everySec"?: number;
+  /** how long to hold it, in seconds; zero holds until the request is cancelled (op cancel) or the engine ends */
+  readonly "forSec"?: number;
+}
+
 /** The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out. */
 export interface CancelArgs {
   readonly "requestId"?: number;
@@ -926,6 +948,11 @@ export abstract class Ops {
   /** the guest's CPU, memory, load and disk as agentd samples them, as its wire object. */
   protected async opMetrics(args: MetricsArgs): Promise<ProbeData> {
     return (await this.call("metrics", args)) as ProbeData;
+  }
+
+  /** hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create). */
+  protected async opKeepalive(args: KeepaliveArgs): Promise<KeepaliveData> {
+    return (await this.call("keepalive", args)) as KeepaliveData;
   }
 
   /** end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. */

@@ -525,6 +525,12 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.watch(ctx, sb, req.ID, args)
+	case engineapi.OpKeepalive:
+		var args engineapi.KeepaliveArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.keepalive(ctx, sb, args)
 	case engineapi.OpHealth, engineapi.OpMetrics:
 		if err := decodeArgs(req.Args, &engineapi.HealthArgs{}); err != nil {
 			return "", nil, err

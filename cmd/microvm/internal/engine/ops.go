@@ -414,6 +414,25 @@ func (e *engine) watch(ctx context.Context, sb *sandbox.Sandbox, id int64, args 
 	}
 }
 
+// keepalive holds the VM awake (sandbox.KeepAwake) for forSec, or until
+// the request is cancelled.
+func (e *engine) keepalive(ctx context.Context, sb *sandbox.Sandbox, args engineapi.KeepaliveArgs) (string, any, error) {
+	if args.EverySec < 0 || args.ForSec < 0 {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: keepalive takes everySec and forSec of zero or more seconds, not %v and %v", args.EverySec, args.ForSec)
+	}
+	if args.ForSec > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(args.ForSec*float64(time.Second)))
+		defer cancel()
+	}
+	start := time.Now()
+	pings, err := sb.KeepAwake(ctx, time.Duration(args.EverySec*float64(time.Second)))
+	if err != nil {
+		return "", nil, err
+	}
+	return cliapi.TypeKeepalive, cliapi.KeepaliveData{MicrovmID: sb.ID(), Pings: int64(pings), HeldSeconds: time.Since(start).Seconds()}, nil
+}
+
 func (e *engine) probe(ctx context.Context, sb *sandbox.Sandbox, metrics bool) (string, any, error) {
 	sess, err := session(sb)
 	if err != nil {

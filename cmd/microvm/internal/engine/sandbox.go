@@ -163,6 +163,10 @@ func (e *engine) infoLocked() engineapi.SandboxData {
 	if e.imageARN != "" {
 		d.ImageIdentifier = render.Present(e.imageARN)
 	}
+	d.MaxIdleSeconds = int64(e.sb.MaxIdle() / time.Second)
+	if end := e.sb.Deadline(); !end.IsZero() {
+		d.EndsAt = render.Present(end.UTC().Format(time.RFC3339))
+	}
 	return d
 }
 

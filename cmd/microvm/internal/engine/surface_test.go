@@ -32,6 +32,9 @@ var surface = map[string]string{
 	"Sandbox.SuspendedWindow": "go-only: the idle policy's window as the library computed it; create's suspendedSec sets it",
 	"Sandbox.Session":         "go-only: the raw HTTP session; every call it offers is an op below",
 	"Sandbox.Suspend":         "op:suspend",
+	"Sandbox.MaxIdle":         "op:info",
+	"Sandbox.Deadline":        "op:info",
+	"Sandbox.KeepAwake":       "op:keepalive",
 	"Sandbox.Resume":          "op:resume",
 	"Sandbox.Run":             "op:run",
 	"Sandbox.Terminate":       "op:terminate",
@@ -79,6 +82,7 @@ var surface = map[string]string{
 	"Session.OpenFile":         "op:read",
 	"Session.ReadFile":         "op:read",
 	"Session.Download":         "op:read",
+	"Session.KeepAwakePings":   "go-only: a counter for tests of the keep-awake; keepalive's answer counts its own pings",
 	"Session.WriteFile":        "op:write",
 	"Session.WriteFileDurable": "go-only: fsync before the answer; the packages' write is the plain one",
 	"Session.OpenTar":          "op:download_dir",
@@ -133,7 +137,7 @@ var surfaceTypes = map[string][]string{
 var notYetInTypeScript = map[string]bool{
 	"start": true, "poll": true, "wait": true, "follow": true, "kill": true, "signal": true, "resize": true,
 	"stdin_write": true, "stdin_close": true, "execs": true, "stat": true, "mkdir": true, "move": true,
-	"remove": true, "watch": true, "health": true, "metrics": true, "cancel": true, "build": true,
+	"remove": true, "watch": true, "health": true, "metrics": true, "cancel": true, "build": true, "keepalive": true,
 	"pool_open": true, "pool_wait_ready": true, "pool_acquire": true, "pool_release": true, "pool_close": true, "pool_cost": true,
 }
 
