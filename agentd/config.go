@@ -39,6 +39,10 @@ type Config struct {
 	// again on the first successful run hook (only with
 	// AGENTD_REPAIR_IDENTITY true; see LoadConfig).
 	Identity IdentityConfig
+
+	// ExecCgroup is AGENTD_EXEC_CGROUP: the delegated cgroup v2 directory
+	// each exec gets its own cgroup under (cgroup_linux.go); empty for none.
+	ExecCgroup string
 }
 
 // DefaultConfig is every limit at its declared default, listening on every
@@ -99,6 +103,9 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 			warnings = append(warnings, fmt.Sprintf("%s=%q: %v; logging at info", protocol.EnvLog, raw, err))
 		}
 		c.LogLevel = level
+	}
+	if raw, ok := lookup(protocol.EnvExecCgroup); ok {
+		c.ExecCgroup = strings.TrimSpace(raw)
 	}
 	if raw, ok := lookup(protocol.EnvStreamChannelCapacity); ok {
 		warnings = append(warnings, fmt.Sprintf("%s=%q has no effect here: a stream reads the replay window (AGENTD_STREAM_BUFFER_BYTES) directly, so there is no channel to size", protocol.EnvStreamChannelCapacity, raw))
