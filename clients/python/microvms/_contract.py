@@ -48,6 +48,26 @@ OPS: Dict[str, Tuple[str, bool]] = {
 }
 
 
+CommandShare = TypedDict("CommandShare", {
+    "execId": str,
+    "command": str,
+    "seconds": str,
+    "usd": str,
+    "usage": Optional["ExecUsage"],
+})
+CommandShare.__doc__ = "The \"commandShare\" shape of api/cli.yaml."
+
+
+CostByCommand = TypedDict("CostByCommand", {
+    "rule": str,
+    "totalUsd": str,
+    "commands": List["CommandShare"],
+    "idleUsd": str,
+    "idleSeconds": str,
+})
+CostByCommand.__doc__ = "The \"costByCommand\" shape of api/cli.yaml."
+
+
 CostComparison = TypedDict("CostComparison", {
     "text": str,
     "running": "CostReport",
@@ -84,6 +104,20 @@ CostReport = TypedDict("CostReport", {
     "text": str,
 })
 CostReport.__doc__ = "The \"costReport\" shape of api/cli.yaml."
+
+
+ExecUsage = TypedDict("ExecUsage", {
+    "source": Literal["cgroup", "rusage"],
+    "wallSecs": float,
+    "userCpuSecs": float,
+    "systemCpuSecs": float,
+    "peakMemoryBytes": int,
+    "stdoutBytes": int,
+    "stderrBytes": int,
+    "peakProcesses": Optional[int],
+    "missing": List[str],
+})
+ExecUsage.__doc__ = "The \"execUsage\" shape of api/cli.yaml."
 
 
 FileEntry = TypedDict("FileEntry", {
@@ -134,6 +168,8 @@ ExecData = TypedDict("ExecData", {
     "stdout": str,
     "stderr": str,
     "truncated": bool,
+    "usage": Optional["ExecUsage"],
+    "oomKilled": bool,
 })
 ExecData.__doc__ = "The data of a microvm.exec envelope."
 
@@ -196,6 +232,7 @@ TeardownData.__doc__ = "The data of a microvm.teardown envelope."
 CostData = TypedDict("CostData", {
     "report": "CostReport",
     "comparison": Optional["CostComparison"],
+    "byCommand": Optional["CostByCommand"],
 })
 CostData.__doc__ = "The data of a microvm.cost envelope."
 

@@ -50,6 +50,28 @@ export const OPS = {
 
 export type OpName = keyof typeof OPS;
 
+/** The "commandShare" shape of api/cli.yaml. */
+export interface CommandShare {
+  readonly "execId": string;
+  readonly "command": string;
+  /** a decimal: running seconds attributed to it (overlaps split 1/k) */
+  readonly "seconds": string;
+  /** a decimal, rounded down to 1e-9 */
+  readonly "usd": string;
+  readonly "usage": (ExecUsage) | null;
+}
+
+/** The "costByCommand" shape of api/cli.yaml. */
+export interface CostByCommand {
+  readonly "rule": string;
+  /** a decimal: the running lines' total */
+  readonly "totalUsd": string;
+  readonly "commands": CommandShare[];
+  /** a decimal: total minus the shares, so shares + idleUsd == totalUsd exactly */
+  readonly "idleUsd": string;
+  readonly "idleSeconds": string;
+}
+
 /** The "costComparison" shape of api/cli.yaml. */
 export interface CostComparison {
   readonly "text": string;
@@ -87,6 +109,22 @@ export interface CostReport {
   /** why the rate table may be out of date, or empty */
   readonly "staleness": string;
   readonly "text": string;
+}
+
+/** The "execUsage" shape of api/cli.yaml. */
+export interface ExecUsage {
+  /** cgroup: the exec's own cgroup v2, every process of it; rusage: wait4's for the leader and the descendants waited for */
+  readonly "source": "cgroup" | "rusage";
+  readonly "wallSecs": number;
+  readonly "userCpuSecs": number;
+  readonly "systemCpuSecs": number;
+  readonly "peakMemoryBytes": number;
+  readonly "stdoutBytes": number;
+  readonly "stderrBytes": number;
+  /** most processes alive at once (pids.peak); null where not measured */
+  readonly "peakProcesses": (number) | null;
+  /** what the source could not measure; empty when nothing */
+  readonly "missing": string[];
 }
 
 /** The "fileEntry" shape of api/cli.yaml. */
@@ -147,6 +185,10 @@ export interface ExecData {
   readonly "stdout": string;
   readonly "stderr": string;
   readonly "truncated": boolean;
+  /** what the exec used, once it exited; null while running or from a daemon that reports none (ours: additive) */
+  readonly "usage": (ExecUsage) | null;
+  /** the guest kernel killed the exec for going over its memory limit (ours: additive) */
+  readonly "oomKilled": boolean;
 }
 
 /** The data of a microvm.exec.stream envelope. */
@@ -208,6 +250,8 @@ export interface CostData {
   readonly "report": CostReport;
   /** present with --compare */
   readonly "comparison": (CostComparison) | null;
+  /** present with ID --by-command: the run's running cost split over its commands (ours: additive) */
+  readonly "byCommand": (CostByCommand) | null;
 }
 
 /** The data of a microvm.url envelope. */
