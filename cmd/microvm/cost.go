@@ -19,9 +19,9 @@ import (
 // CostCmd prices a run or a plan with the client's cost engine. It touches
 // no account: the rate table is the one the engine pins.
 type CostCmd struct {
-	ID        string `arg:"" optional:"" help:"A run of the ledger (its run id or MicroVM id): price what it recorded instead of the duration flags."`
-	ByCommand bool   `name:"by-command" help:"With ID: split the run's running cost over the commands it ran (overlaps share equally, idle time is the remainder, suspended time is not running)."`
-	StateDir  string `name:"state-dir" help:"Where the run ledger is read from; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
+	ID           string  `arg:"" optional:"" help:"A run of the ledger (its run id or MicroVM id): price what it recorded instead of the duration flags."`
+	ByCommand    bool    `name:"by-command" help:"With ID: split the run's running cost over the commands it ran (overlaps share equally, idle time is the remainder, suspended time is not running)."`
+	StateDir     string  `name:"state-dir" help:"Where the run ledger is read from; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
 	Estimate     bool    `help:"Treat the durations as a plan: every one is labelled projected."`
 	Compare      bool    `help:"Also compare running against suspended over --hold-sec, with the break-even."`
 	Memory       int     `help:"Baseline MiB, selecting a documented size class." enum:"${memory}" default:"${default_memory}"`
