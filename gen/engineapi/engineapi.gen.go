@@ -107,6 +107,12 @@ type RunArgs struct {
 	TimeoutSec float64 `json:"timeoutSec"`
 	// ExecID is the idempotency key; empty mints one
 	ExecID string `json:"execId"`
+	// MemoryLimitBytes is limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive)
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	// CPUMillicores is limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive)
+	CPUMillicores int64 `json:"cpuMillicores"`
+	// PidsLimit is limits.pids: most processes and threads alive at once; zero is no limit (additive)
+	PidsLimit int64 `json:"pidsLimit"`
 }
 
 // StreamArgs are the arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection.
@@ -122,6 +128,12 @@ type StreamArgs struct {
 	TimeoutSec float64 `json:"timeoutSec"`
 	// ExecID is the idempotency key; empty mints one
 	ExecID string `json:"execId"`
+	// MemoryLimitBytes is limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive)
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	// CPUMillicores is limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive)
+	CPUMillicores int64 `json:"cpuMillicores"`
+	// PidsLimit is limits.pids: most processes and threads alive at once; zero is no limit (additive)
+	PidsLimit int64 `json:"pidsLimit"`
 }
 
 // WriteArgs are the arguments of write: write a whole file, creating its parent directories.

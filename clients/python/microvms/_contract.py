@@ -343,6 +343,9 @@ RunArgs = TypedDict("RunArgs", {
     "env": List[str],
     "timeoutSec": float,
     "execId": str,
+    "memoryLimitBytes": int,
+    "cpuMillicores": int,
+    "pidsLimit": int,
 }, total=False)
 RunArgs.__doc__ = "The arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so. Every key may be left out."
 
@@ -354,6 +357,9 @@ StreamArgs = TypedDict("StreamArgs", {
     "env": List[str],
     "timeoutSec": float,
     "execId": str,
+    "memoryLimitBytes": int,
+    "cpuMillicores": int,
+    "pidsLimit": int,
 }, total=False)
 StreamArgs.__doc__ = "The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out."
 

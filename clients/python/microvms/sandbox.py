@@ -27,6 +27,11 @@ class ExecResult:
     stdout: str
     stderr: str
     truncated: bool
+    # What the command used (wallSecs, userCpuSecs, systemCpuSecs,
+    # peakMemoryBytes, stdoutBytes, stderrBytes, source, missing); None from
+    # a daemon that reports none.
+    usage: Optional[c.ExecUsage] = None
+    oom_killed: bool = False  # killed by the guest kernel over its memory limit
 
     @property
     def ok(self) -> bool:
@@ -35,7 +40,8 @@ class ExecResult:
 
     @classmethod
     def _from(cls, d: c.ExecData) -> "ExecResult":
-        return cls(d["execId"], d["phase"], d["exitCode"], d["signal"], d["stdout"], d["stderr"], d["truncated"])
+        return cls(d["execId"], d["phase"], d["exitCode"], d["signal"], d["stdout"], d["stderr"], d["truncated"],
+                   d.get("usage"), bool(d.get("oomKilled", False)))
 
 
 @dataclass(frozen=True)
@@ -237,7 +243,8 @@ class Files:
 
 
 def _exec_args(cmd: Command, cwd: Optional[str], env: Optional[Dict[str, str]],
-               timeout_sec: Optional[float], exec_id: Optional[str]) -> c.RunArgs:
+               timeout_sec: Optional[float], exec_id: Optional[str],
+               limits: Optional[Dict[str, int]] = None) -> c.RunArgs:
     # A string is a shell script (E2B's commands.run); a sequence is an argv.
     args: c.RunArgs = {"command": [cmd], "shell": True} if isinstance(cmd, str) else {"command": list(cmd)}
     if cwd is not None:
@@ -248,6 +255,17 @@ def _exec_args(cmd: Command, cwd: Optional[str], env: Optional[Dict[str, str]],
         args["timeoutSec"] = timeout_sec
     if exec_id is not None:
         args["execId"] = exec_id
+    if limits:
+        # memory_bytes, cpu_millicores, pids: the guest refuses what it cannot apply.
+        unknown = set(limits) - {"memory_bytes", "cpu_millicores", "pids"}
+        if unknown:
+            raise ValueError("unknown limits: %s (memory_bytes, cpu_millicores, pids)" % ", ".join(sorted(unknown)))
+        if "memory_bytes" in limits:
+            args["memoryLimitBytes"] = int(limits["memory_bytes"])
+        if "cpu_millicores" in limits:
+            args["cpuMillicores"] = int(limits["cpu_millicores"])
+        if "pids" in limits:
+            args["pidsLimit"] = int(limits["pids"])
     return args
 
 
@@ -357,14 +375,20 @@ class Sandbox:
         return "Sandbox(%s)" % self._info["microvmId"]  # never the token
 
     def run(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-            timeout_sec: Optional[float] = None, exec_id: Optional[str] = None) -> ExecResult:
-        """Run a command and wait for it: a string through the shell, a sequence as argv."""
-        return ExecResult._from(self._engine._op_run(_exec_args(cmd, cwd, env, timeout_sec, exec_id)))
+            timeout_sec: Optional[float] = None, exec_id: Optional[str] = None,
+            limits: Optional[Dict[str, int]] = None) -> ExecResult:
+        """Run a command and wait for it: a string through the shell, a sequence as argv.
+
+        limits ({"memory_bytes": ..., "cpu_millicores": ..., "pids": ...}) are
+        enforced by the guest kernel for this command alone; a guest that
+        cannot apply them refuses the command rather than run it unlimited."""
+        return ExecResult._from(self._engine._op_run(_exec_args(cmd, cwd, env, timeout_sec, exec_id, limits)))
 
     def stream(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-               timeout_sec: Optional[float] = None, exec_id: Optional[str] = None) -> ExecStream:
+               timeout_sec: Optional[float] = None, exec_id: Optional[str] = None,
+               limits: Optional[Dict[str, int]] = None) -> ExecStream:
         """Run a command, yielding its output as it arrives (OutputChunk, Gap, then Exit)."""
-        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id)
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, limits)
         return ExecStream(self._engine._op_stream(args))
 
     def suspend(self) -> str:

@@ -392,6 +392,12 @@ export interface RunArgs {
   readonly "timeoutSec"?: number;
   /** the idempotency key; empty mints one */
   readonly "execId"?: string;
+  /** limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive) */
+  readonly "memoryLimitBytes"?: number;
+  /** limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive) */
+  readonly "cpuMillicores"?: number;
+  /** limits.pids: most processes and threads alive at once; zero is no limit (additive) */
+  readonly "pidsLimit"?: number;
 }
 
 /** The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out. */
@@ -407,6 +413,12 @@ export interface StreamArgs {
   readonly "timeoutSec"?: number;
   /** the idempotency key; empty mints one */
   readonly "execId"?: string;
+  /** limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive) */
+  readonly "memoryLimitBytes"?: number;
+  /** limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive) */
+  readonly "cpuMillicores"?: number;
+  /** limits.pids: most processes and threads alive at once; zero is no limit (additive) */
+  readonly "pidsLimit"?: number;
 }
 
 /** The arguments of write: write a whole file, creating its parent directories. Every key may be left out. */
