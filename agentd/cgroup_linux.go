@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +31,11 @@ type cgroupRoot struct {
 	dir         string
 	controllers map[string]bool // enabled in dir's cgroup.subtree_control
 	why         string          // why the root is unusable; "" when usable
-	seq         atomic.Uint64
+	// v1mem is agentd's own cgroup v1 memory directory on a hybrid host
+	// (AGENTD_EXEC_CGROUP_V1_MEMORY), used when dir lacks the memory
+	// controller; "" when unset or unusable (v1why says why).
+	v1mem, v1why string
+	seq          atomic.Uint64
 
 	mu      sync.Mutex
 	pending []string // exec cgroups still populated when their exec ended
@@ -40,8 +45,9 @@ type cgroupRoot struct {
 // what it can of memory, cpu and pids for its children. It never fails the
 // daemon: an unusable root is reported by why, and every start with limits
 // is refused naming it.
-func openCgroupRoot(dir string) *cgroupRoot {
+func openCgroupRoot(dir, v1mem string) *cgroupRoot {
 	c := &cgroupRoot{dir: dir, controllers: map[string]bool{}}
+	c.v1mem, c.v1why = openV1Memory(v1mem)
 	if dir == "" {
 		c.why = protocol.EnvExecCgroup + " is unset, so no exec gets a cgroup of its own"
 		return c
@@ -94,6 +100,9 @@ type execCgroup struct {
 	dir string
 	fd  int
 	mem bool // memory controller on: memory.peak and memory.events are read
+	// v1dir is the exec's cgroup v1 memory directory on a hybrid host;
+	// v1parent is agentd's own, where the forking thread returns.
+	v1dir, v1parent string
 }
 
 // prepare makes the cgroup of one exec and writes its limits; nil, nil when
@@ -111,7 +120,13 @@ func (c *cgroupRoot) prepare(lim *protocol.ExecLimits) (*execCgroup, error) {
 			set bool
 			ctl string
 		}{{lim.MemoryBytes != nil, "memory"}, {lim.CPUMillicores != nil, "cpu"}, {lim.Pids != nil, "pids"}} {
+			if need.set && need.ctl == "memory" && !c.controllers["memory"] && c.v1mem != "" {
+				continue // the v1 memory hierarchy applies it
+			}
 			if need.set && !c.controllers[need.ctl] {
+				if need.ctl == "memory" && c.v1why != "" {
+					return nil, &limitsError{fmt.Sprintf("limits cannot be applied: the memory controller is not delegated to %s=%q, and %s", protocol.EnvExecCgroup, c.dir, c.v1why)}
+				}
 				return nil, &limitsError{fmt.Sprintf("limits cannot be applied: the %s controller is not delegated to %s=%q (its cgroup.subtree_control lacks it); nothing was started", need.ctl, protocol.EnvExecCgroup, c.dir)}
 			}
 		}
@@ -130,7 +145,7 @@ func (c *cgroupRoot) prepare(lim *protocol.ExecLimits) (*execCgroup, error) {
 	}
 	var err error
 	if lim != nil {
-		if lim.MemoryBytes != nil {
+		if lim.MemoryBytes != nil && g.mem { // else the v1 memory cgroup below
 			err = errors.Join(err, write("memory.max", strconv.FormatUint(*lim.MemoryBytes, 10)))
 			// Over the limit the exec is killed, not swapped; and all of it,
 			// so no half of a process tree is left running.
@@ -147,10 +162,14 @@ func (c *cgroupRoot) prepare(lim *protocol.ExecLimits) (*execCgroup, error) {
 			err = errors.Join(err, write("pids.max", strconv.FormatUint(uint64(*lim.Pids), 10)))
 		}
 	}
+	if err == nil && !g.mem && c.v1mem != "" {
+		err = g.makeV1Memory(c.v1mem, filepath.Base(dir), lim)
+	}
 	if err == nil {
 		g.fd, err = unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
+		g.removeV1()
 		_ = os.Remove(dir)
 		if asked {
 			return nil, &limitsError{"limits cannot be applied: " + err.Error()}
@@ -213,6 +232,16 @@ func (g *execCgroup) read() (cgroupUsage, bool) {
 		n, _ := statField(b, "oom_kill")
 		u.oomKilled = n > 0
 	}
+	if g.v1dir != "" {
+		if b, err := os.ReadFile(filepath.Join(g.v1dir, "memory.max_usage_in_bytes")); err == nil {
+			u.peakMem, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+			u.haveMem = err == nil
+		}
+		if b, err := os.ReadFile(filepath.Join(g.v1dir, "memory.oom_control")); err == nil {
+			n, _ := statField(b, "oom_kill")
+			u.oomKilled = n > 0
+		}
+	}
 	return u, true
 }
 
@@ -236,6 +265,7 @@ func (c *cgroupRoot) release(g *execCgroup) {
 		return
 	}
 	g.closeFd()
+	g.removeV1()
 	if os.Remove(g.dir) == nil {
 		return
 	}
@@ -255,4 +285,96 @@ func (c *cgroupRoot) sweep() {
 		}
 	}
 	c.pending = kept
+}
+
+// openV1Memory checks dir is agentd's own cgroup v1 memory directory: the
+// forking thread is moved into an exec's memory cgroup and back into dir,
+// so dir must be where agentd already is.
+func openV1Memory(dir string) (string, string) {
+	if dir == "" {
+		return "", protocol.EnvExecCgroupV1Memory + " is unset"
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.CGROUP_SUPER_MAGIC {
+		return "", fmt.Sprintf("%s=%q is not a cgroup v1 directory", protocol.EnvExecCgroupV1Memory, dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "memory.limit_in_bytes")); err != nil {
+		return "", fmt.Sprintf("%s=%q is not in the memory hierarchy", protocol.EnvExecCgroupV1Memory, dir)
+	}
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	own := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && hasWord(strings.ReplaceAll(f[1], ",", " "), "memory") {
+			own = f[2]
+		}
+	}
+	if own == "" || !strings.HasSuffix(filepath.Clean(dir), filepath.Clean(own)) {
+		return "", fmt.Sprintf("%s=%q is not the memory cgroup agentd runs in (%q)", protocol.EnvExecCgroupV1Memory, dir, own)
+	}
+	if unix.Access(filepath.Join(dir, "tasks"), unix.W_OK) != nil {
+		return "", fmt.Sprintf("%s=%q is not writable by agentd", protocol.EnvExecCgroupV1Memory, dir)
+	}
+	return dir, ""
+}
+
+// makeV1Memory makes the exec's v1 memory cgroup and writes its limit.
+func (g *execCgroup) makeV1Memory(parent, name string, lim *protocol.ExecLimits) error {
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	g.v1dir, g.v1parent = dir, parent
+	if lim == nil || lim.MemoryBytes == nil {
+		return nil
+	}
+	v := strconv.FormatUint(*lim.MemoryBytes, 10)
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(v), 0); err != nil {
+		return err
+	}
+	// With swap accounting, memory plus swap gets the same bound, so the
+	// exec is killed rather than swapped out.
+	if _, err := os.Stat(filepath.Join(dir, "memory.memsw.limit_in_bytes")); err == nil {
+		return os.WriteFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), []byte(v), 0)
+	}
+	return nil
+}
+
+func (g *execCgroup) removeV1() {
+	if g != nil && g.v1dir != "" {
+		_ = os.Remove(g.v1dir)
+	}
+}
+
+// forkIntoV1 runs fork on a thread moved into the exec's v1 memory cgroup,
+// so the child starts there (cgroup v1 has no CLONE_INTO_CGROUP), and moves
+// the thread back into agentd's own cgroup after. Nil g or no v1 cgroup: fork
+// runs as is.
+func (g *execCgroup) forkIntoV1(fork func() error) error {
+	if g == nil || g.v1dir == "" {
+		return fork()
+	}
+	runtime.LockOSThread()
+	tid := []byte(strconv.Itoa(unix.Gettid()))
+	if err := os.WriteFile(filepath.Join(g.v1dir, "tasks"), tid, 0); err != nil {
+		runtime.UnlockOSThread()
+		return &limitsError{"limits cannot be applied: moving the forking thread into " + g.v1dir + ": " + err.Error()}
+	}
+	err := fork()
+	if os.WriteFile(filepath.Join(g.v1parent, "tasks"), tid, 0) == nil {
+		runtime.UnlockOSThread()
+	}
+	// Otherwise the thread stays locked, so it exits with its goroutine
+	// rather than run other goroutines inside the exec's cgroup.
+	return err
+}
+
+// spawnOrLimitsError keeps a limits refusal from the fork (the thread could
+// not enter the exec's cgroup) a limits refusal, not a failed spawn.
+func spawnOrLimitsError(sp *spec, err error) error {
+	var le *limitsError
+	if errors.As(err, &le) {
+		return err
+	}
+	return spawnError(sp, err)
 }

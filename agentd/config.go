@@ -43,6 +43,9 @@ type Config struct {
 	// ExecCgroup is AGENTD_EXEC_CGROUP: the delegated cgroup v2 directory
 	// each exec gets its own cgroup under (cgroup_linux.go); empty for none.
 	ExecCgroup string
+	// ExecCgroupV1Memory is AGENTD_EXEC_CGROUP_V1_MEMORY: agentd's own
+	// cgroup v1 memory directory, for a hybrid host; empty for none.
+	ExecCgroupV1Memory string
 }
 
 // DefaultConfig is every limit at its declared default, listening on every
@@ -106,6 +109,9 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 	}
 	if raw, ok := lookup(protocol.EnvExecCgroup); ok {
 		c.ExecCgroup = strings.TrimSpace(raw)
+	}
+	if raw, ok := lookup(protocol.EnvExecCgroupV1Memory); ok {
+		c.ExecCgroupV1Memory = strings.TrimSpace(raw)
 	}
 	if raw, ok := lookup(protocol.EnvStreamChannelCapacity); ok {
 		warnings = append(warnings, fmt.Sprintf("%s=%q has no effect here: a stream reads the replay window (AGENTD_STREAM_BUFFER_BYTES) directly, so there is no channel to size", protocol.EnvStreamChannelCapacity, raw))

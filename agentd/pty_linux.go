@@ -76,11 +76,15 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 	// pid is the group id kill and signal address, as on the pipe path.
 	attr := &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: sp.cred, PidFD: &pidfd}
 	cg.attach(attr)
-	pid, err := syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
-		Dir:   sp.dir,
-		Env:   sp.env,
-		Files: []uintptr{slave.Fd(), slave.Fd(), slave.Fd()},
-		Sys:   attr,
+	var pid int
+	err = cg.forkIntoV1(func() (err error) {
+		pid, err = syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
+			Dir:   sp.dir,
+			Env:   sp.env,
+			Files: []uintptr{slave.Fd(), slave.Fd(), slave.Fd()},
+			Sys:   attr,
+		})
+		return err
 	})
 	cg.closeFd()
 	if err != nil {
@@ -88,7 +92,7 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 		master.Close()
 		unix.Close(inFd)
 		errR.Close()
-		return nil, spawnError(sp, err)
+		return nil, spawnOrLimitsError(sp, err)
 	}
 	// Both master descriptors go on the runtime poller: the pump parks there,
 	// and stdin writes honour their deadline.

@@ -102,7 +102,7 @@ func newRegistry(cfg *Config, log *slog.Logger, devNull *os.File) *registry {
 	return &registry{cfg: cfg, log: log, devNull: devNull,
 		execs: map[string]*execEntry{}, starting: map[string]*startOp{},
 		ptySlots: make(chan struct{}, max(cfg.MaxPtys, 0)),
-		cgroups:  openCgroupRoot(cfg.ExecCgroup)}
+		cgroups:  openCgroupRoot(cfg.ExecCgroup, cfg.ExecCgroupV1Memory)}
 }
 
 // markAcked records e as acked at now, once: false when an earlier ack (or

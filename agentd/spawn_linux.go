@@ -66,11 +66,15 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 	// pidfd comes from clone itself, so it can never name another process.
 	attr := &syscall.SysProcAttr{Setpgid: true, Credential: sp.cred, PidFD: &pidfd}
 	cg.attach(attr)
-	pid, err := syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
-		Dir:   sp.dir,
-		Env:   sp.env,
-		Files: []uintptr{uintptr(stdinChild), uintptr(outW), uintptr(errW)},
-		Sys:   attr,
+	var pid int
+	err = cg.forkIntoV1(func() (err error) {
+		pid, err = syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
+			Dir:   sp.dir,
+			Env:   sp.env,
+			Files: []uintptr{uintptr(stdinChild), uintptr(outW), uintptr(errW)},
+			Sys:   attr,
+		})
+		return err
 	})
 	cg.closeFd()
 	unix.Close(outW)
@@ -82,7 +86,7 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 		if stdinW != nil {
 			stdinW.Close()
 		}
-		return nil, spawnError(sp, err)
+		return nil, spawnOrLimitsError(sp, err)
 	}
 	e := &execEntry{
 		id:             id,
