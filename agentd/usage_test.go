@@ -332,6 +332,14 @@ func TestMemoryLimitOOMKillsOnlyThatExec(t *testing.T) {
 		t.Fatalf("an exec after the OOM kill: %+v", a)
 	}
 	t.Logf("hog OOM-killed at %d MiB peak (limit 64 MiB, v1 memory %q); steady exited 0", o.Usage.PeakMemoryBytes>>20, v1)
+	// The exec's own memory counter (memory.peak, or v1's max_usage) sees
+	// a 300 MiB allocator whole.
+	d.mustStart(protocol.StartRequest{ExecID: "big", Command: helperCmd("alloc:300")})
+	b := waitExitedLong(d, "big")
+	if b.Usage == nil || b.Usage.Source != protocol.Cgroup || !within(float64(b.Usage.PeakMemoryBytes)/(1<<20), 300, 0.10) {
+		t.Fatalf("300 MiB allocator in its cgroup: %+v", b.Usage)
+	}
+	t.Logf("300 MiB allocator, cgroup peak %.1f MiB", float64(b.Usage.PeakMemoryBytes)/(1<<20))
 }
 
 // v1MemoryCgroup makes a cgroup v1 memory directory under the test's own
