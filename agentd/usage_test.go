@@ -413,3 +413,20 @@ func shQuoteAll(argv []string) []string {
 	}
 	return out
 }
+
+// FuzzStatField: the cgroup "key value" reader never panics, and a value it
+// reports is the one on the key's first line.
+func FuzzStatField(f *testing.F) {
+	f.Add([]byte("usage_usec 10\nuser_usec 7\nsystem_usec 3\n"), "user_usec")
+	f.Add([]byte("oom 0\noom_kill 2\n"), "oom_kill")
+	f.Add([]byte("oom_kill\n oom_kill 1"), "oom_kill")
+	f.Fuzz(func(t *testing.T, b []byte, key string) {
+		if len(b) > 1<<16 {
+			return
+		}
+		n, ok := statField(b, key)
+		if ok && !strings.Contains(string(b), key+" ") {
+			t.Fatalf("found %d for %q in %q", n, key, b)
+		}
+	})
+}
