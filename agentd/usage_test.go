@@ -57,7 +57,10 @@ func TestHelperUsageChild(t *testing.T) {
 		if err := os.WriteFile(f[2], []byte(strconv.FormatUint(ticks, 10)), 0o644); err != nil {
 			os.Exit(3)
 		}
-		os.Exit(x & 0) // x is used, so the loop is not optimised away
+		if x == -1 { // never; x is used, so the loop is not optimised away
+			os.Exit(4)
+		}
+		os.Exit(0)
 	}
 	os.Exit(2)
 }
