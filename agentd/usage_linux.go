@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"strconv"
 	"syscall"
 	"time"
 
@@ -36,6 +37,9 @@ func measureUsage(e *execEntry, ru *syscall.Rusage, reaped bool) (*protocol.Exec
 			} else {
 				u.PeakMemoryBytes = maxRSSBytes(ru)
 				u.Missing = append(u.Missing, missCgroupMem)
+				if m := inheritedPeakNote(u.PeakMemoryBytes); m != "" {
+					u.Missing = append(u.Missing, m)
+				}
 			}
 			if c.havePids {
 				n := c.peakPids
@@ -54,7 +58,26 @@ func measureUsage(e *execEntry, ru *syscall.Rusage, reaped bool) (*protocol.Exec
 	u.SystemCPUSecs = timevalSecs(ru.Stime)
 	u.PeakMemoryBytes = maxRSSBytes(ru)
 	u.Missing = append(u.Missing, missRusageCPU, missRusageMem, missRusagePids)
+	if m := inheritedPeakNote(u.PeakMemoryBytes); m != "" {
+		u.Missing = append(u.Missing, m)
+	}
 	return u, false
+}
+
+// inheritedPeakNote says when ru_maxrss may be agentd's, not the command's.
+// The child is forked with CLONE_VM|CLONE_VFORK, and exec records the old
+// (shared) mm's high-water mark in the child's maxrss: a command smaller
+// than agentd reports agentd's peak. A maxrss above agentd's own peak now
+// (which only grows) is the command's; one at or below it is a bound.
+func inheritedPeakNote(peak uint64) string {
+	var self syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &self) != nil {
+		return ""
+	}
+	if own := maxRSSBytes(&self); peak <= own {
+		return "peak_memory_bytes: at most this; the command's own peak is not known, since a child forked by vfork inherits agentd's high-water mark (" + strconv.FormatUint(own>>10, 10) + " KiB now)"
+	}
+	return ""
 }
 
 func timevalSecs(t syscall.Timeval) float64 {
