@@ -1,7 +1,10 @@
 package agentd
 
 import (
+	"os"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,18 +69,42 @@ func measureUsage(e *execEntry, ru *syscall.Rusage, reaped bool) (*protocol.Exec
 
 // inheritedPeakNote says when ru_maxrss may be agentd's, not the command's.
 // The child is forked with CLONE_VM|CLONE_VFORK, and exec records the old
-// (shared) mm's high-water mark in the child's maxrss: a command smaller
-// than agentd reports agentd's peak. A maxrss above agentd's own peak now
-// (which only grows) is the command's; one at or below it is a bound.
+// (shared) mm's high-water mark, agentd's VmHWM, in the child's maxrss: a
+// command smaller than agentd reports agentd's peak. A maxrss above
+// agentd's VmHWM now (which only grows) is the command's; one at or below
+// it is only a bound.
 func inheritedPeakNote(peak uint64) string {
-	var self syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &self) != nil {
-		return ""
+	own := ownHWM.Load()
+	if peak > own {
+		// Read again only when the cached mark is passed: it is stale only
+		// if agentd grew since.
+		own = readOwnHWM()
+		ownHWM.Store(own)
 	}
-	if own := maxRSSBytes(&self); peak <= own {
-		return "peak_memory_bytes: at most this; the command's own peak is not known, since a child forked by vfork inherits agentd's high-water mark (" + strconv.FormatUint(own>>10, 10) + " KiB now)"
+	if peak <= own {
+		return "peak_memory_bytes: at most this; the command's own peak is not known, since a child forked by vfork inherits agentd's high-water mark (" + strconv.FormatUint(own>>10, 10) + " KiB)"
 	}
 	return ""
+}
+
+// ownHWM caches agentd's VmHWM in bytes.
+var ownHWM atomic.Uint64
+
+// readOwnHWM is VmHWM of /proc/self/status in bytes, 0 when unreadable.
+func readOwnHWM() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err == nil {
+				return n << 10
+			}
+		}
+	}
+	return 0
 }
 
 func timevalSecs(t syscall.Timeval) float64 {
