@@ -11,14 +11,15 @@ import (
 	"github.com/microvms/microvms/gen/protocol"
 )
 
-// What rusage cannot see, said on every usage it measured.
+// What each source cannot see, said on every usage it measured; short,
+// since they ride on every exited poll, ack and exit event.
 const (
-	missRusageCPU  = "user_cpu_secs, system_cpu_secs: wait4 counts the leader and the descendants their parents waited for; orphans, daemons and processes still running when the leader exited are not counted"
-	missRusageMem  = "peak_memory_bytes: wait4's ru_maxrss is the largest single resident set among the processes it counts, not the exec's processes together"
-	missRusagePids = "peak_processes: wait4 reports no process count"
-	missCgroupMem  = "peak_memory_bytes: the memory controller is not delegated to the exec's cgroup, so this is wait4's ru_maxrss (the largest single resident set among the leader and the descendants waited for)"
-	missCgroupPids = "peak_processes: the pids controller is not delegated to the exec's cgroup (or the kernel has no pids.peak)"
-	missNoWait     = "user_cpu_secs, system_cpu_secs, peak_memory_bytes: the leader could not be waited for, so wait4 reported nothing"
+	missRusageCPU  = "cpu: only the leader and descendants waited for by their parents; not orphans or processes alive at the leader's exit"
+	missRusageMem  = "peak_memory_bytes: ru_maxrss, the largest single process, not the processes together"
+	missRusagePids = "peak_processes: not reported by wait4"
+	missCgroupMem  = "peak_memory_bytes: ru_maxrss (the memory controller is not delegated), the largest single process waited for"
+	missCgroupPids = "peak_processes: the pids controller is not delegated, or the kernel has no pids.peak"
+	missNoWait     = "cpu, peak_memory_bytes: the leader could not be waited for"
 )
 
 // measureUsage is what the exec used, from its cgroup when it has one
@@ -75,20 +76,26 @@ func measureUsage(e *execEntry, ru *syscall.Rusage, reaped bool) (*protocol.Exec
 // it is only a bound.
 func inheritedPeakNote(peak uint64) string {
 	own := ownHWM.Load()
-	if peak > own {
+	if own == nil || peak > own.bytes {
 		// Read again only when the cached mark is passed: it is stale only
 		// if agentd grew since.
-		own = readOwnHWM()
+		b := readOwnHWM()
+		own = &hwm{b, "peak_memory_bytes: at most this, as a vfork'd child inherits agentd's high-water mark (" + strconv.FormatUint(b>>10, 10) + " KiB)"}
 		ownHWM.Store(own)
 	}
-	if peak <= own {
-		return "peak_memory_bytes: at most this; the command's own peak is not known, since a child forked by vfork inherits agentd's high-water mark (" + strconv.FormatUint(own>>10, 10) + " KiB)"
+	if peak <= own.bytes {
+		return own.note
 	}
 	return ""
 }
 
-// ownHWM caches agentd's VmHWM in bytes.
-var ownHWM atomic.Uint64
+// hwm is agentd's VmHWM in bytes and the note naming it.
+type hwm struct {
+	bytes uint64
+	note  string
+}
+
+var ownHWM atomic.Pointer[hwm]
 
 // readOwnHWM is VmHWM of /proc/self/status in bytes, 0 when unreadable.
 func readOwnHWM() uint64 {

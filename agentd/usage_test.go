@@ -239,7 +239,7 @@ func TestUsageWithoutACgroupIsRusageAndSaysWhatItMisses(t *testing.T) {
 		t.Fatalf("peak %.1f MiB, want within 10%% of 300 MiB", peakMiB)
 	}
 	for _, m := range u.Missing {
-		if strings.Contains(m, "inherits") {
+		if strings.Contains(m, "inherits agentd's high-water mark") {
 			t.Fatalf("a 300 MiB peak flagged as possibly agentd's: %q", m)
 		}
 	}
