@@ -77,10 +77,16 @@ func measureUsage(e *execEntry, ru *syscall.Rusage, reaped bool) (*protocol.Exec
 func inheritedPeakNote(peak uint64) string {
 	own := ownHWM.Load()
 	if own == nil || peak > own.bytes {
-		// Read again only when the cached mark is passed: it is stale only
-		// if agentd grew since.
+		// The cached mark is passed: the peak is the command's, or agentd
+		// grew since the mark was read. Reading /proc/self/status costs tens
+		// of microseconds on the exit's path, so it is read again at most
+		// once a second; in between the note is said (a bound is never
+		// wrong), and the mark is read again at the next chance.
+		if own != nil && time.Since(own.read) < time.Second {
+			return own.note
+		}
 		b := readOwnHWM()
-		own = &hwm{b, "peak_memory_bytes: at most this, as a vfork'd child inherits agentd's high-water mark (" + strconv.FormatUint(b>>10, 10) + " KiB)"}
+		own = &hwm{b, "peak_memory_bytes: at most this, as a vfork'd child inherits agentd's high-water mark (" + strconv.FormatUint(b>>10, 10) + " KiB)", time.Now()}
 		ownHWM.Store(own)
 	}
 	if peak <= own.bytes {
@@ -93,6 +99,7 @@ func inheritedPeakNote(peak uint64) string {
 type hwm struct {
 	bytes uint64
 	note  string
+	read  time.Time
 }
 
 var ownHWM atomic.Pointer[hwm]
