@@ -289,6 +289,31 @@ func TestLimitsAreRefusedWhereTheyCannotBeApplied(t *testing.T) {
 	if code, _ := d.poll("limited"); code != http.StatusNotFound {
 		t.Fatalf("poll of the refused exec: %d, want 404", code)
 	}
+	// With a cgroup v2 root whose controllers lack pids, a pids limit is
+	// refused naming the controller (on a host that delegates pids, the
+	// exec runs instead).
+	if os.Geteuid() != 0 {
+		return
+	}
+	t.Run("controller not delegated", func(t *testing.T) {
+		root := delegatedCgroup(t)
+		if ctl, _ := os.ReadFile(filepath.Join(root, "cgroup.controllers")); hasWord(string(ctl), "pids") {
+			t.Skip("this host delegates the pids controller")
+		}
+		d := startDaemon(t, func(c *Config) { c.ExecCgroup = root })
+		d.bootstrap(nil)
+		pids := uint32(16)
+		req := shell("pids", "touch "+shQuote(marker))
+		req.Limits = &protocol.ExecLimits{Pids: &pids}
+		resp := d.start(req)
+		eb := errorBody(t, resp.Body)
+		if resp.StatusCode() != http.StatusConflict || !strings.Contains(eb.Detail, "pids controller") {
+			t.Fatalf("pids limit without the controller: %d %+v", resp.StatusCode(), eb)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the refused command ran")
+		}
+	})
 }
 
 // inV1Memory names the test-made cgroup v1 memory directory a re-run of
