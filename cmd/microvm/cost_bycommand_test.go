@@ -66,3 +66,26 @@ func TestCostByCommandThreeOverlappingCommands(t *testing.T) {
 	}
 	t.Logf("total %s: idle %s\n%s", total, bc["idleUsd"], inv.stdout)
 }
+
+// checkRunByCommand: the ledger of a `run --exec "uname -s"` kept the
+// command's usage, and cost --by-command splits the run's running cost
+// over it, the parts adding up exactly.
+func checkRunByCommand(t *testing.T, env []string, microvmID string) {
+	t.Helper()
+	// The ledger kept the command's usage: cost --by-command splits the
+	// run's running cost over it, and the parts add up exactly.
+	inv := cli(t, env, "", "--json", "cost", microvmID, "--by-command")
+	bc, _ := data(envelope(t, inv))["byCommand"].(map[string]any)
+	cmds, _ := bc["commands"].([]any)
+	if inv.code != 0 || len(cmds) != 1 {
+		t.Fatalf("cost --by-command: %d %v\n%s", inv.code, bc, inv.stderr)
+	}
+	cmd0 := cmds[0].(map[string]any)
+	if cmd0["command"] != "uname -s" || cmd0["usage"] == nil || cmd0["usage"].(map[string]any)["stdoutBytes"] != float64(6) {
+		t.Fatalf("the recorded command %v", cmd0)
+	}
+	sum := decimal.RequireFromString(bc["idleUsd"].(string)).Add(decimal.RequireFromString(cmd0["usd"].(string)))
+	if !sum.Equal(decimal.RequireFromString(bc["totalUsd"].(string))) || !decimal.RequireFromString(cmd0["usd"].(string)).IsPositive() {
+		t.Fatalf("share %s + idle %s != total %s", cmd0["usd"], bc["idleUsd"], bc["totalUsd"])
+	}
+}

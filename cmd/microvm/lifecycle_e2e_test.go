@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shopspring/decimal"
-
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -104,22 +102,7 @@ func TestRunLocal(t *testing.T) {
 		if label := d["cost"].(map[string]any)["label"].(string); !strings.Contains(label, "nothing is billed") || !strings.Contains(label, "AWS would bill") {
 			t.Fatalf("the local cost label %q", label)
 		}
-		// The ledger kept the command's usage: cost --by-command splits the
-		// run's running cost over it, and the parts add up exactly.
-		inv = cli(t, env, "", "--json", "cost", d["microvmId"].(string), "--by-command")
-		bc, _ := data(envelope(t, inv))["byCommand"].(map[string]any)
-		cmds, _ := bc["commands"].([]any)
-		if inv.code != 0 || len(cmds) != 1 {
-			t.Fatalf("cost --by-command: %d %v\n%s", inv.code, bc, inv.stderr)
-		}
-		cmd0 := cmds[0].(map[string]any)
-		if cmd0["command"] != "uname -s" || cmd0["usage"] == nil || cmd0["usage"].(map[string]any)["stdoutBytes"] != float64(6) {
-			t.Fatalf("the recorded command %v", cmd0)
-		}
-		sum := decimal.RequireFromString(bc["idleUsd"].(string)).Add(decimal.RequireFromString(cmd0["usd"].(string)))
-		if !sum.Equal(decimal.RequireFromString(bc["totalUsd"].(string))) || !decimal.RequireFromString(cmd0["usd"].(string)).IsPositive() {
-			t.Fatalf("share %s + idle %s != total %s", cmd0["usd"], bc["idleUsd"], bc["totalUsd"])
-		}
+		checkRunByCommand(t, env, d["microvmId"].(string))
 	})
 	t.Run("13 a non-zero exit is ERR_EXEC_FAILED and still tears down", func(t *testing.T) {
 		inv := cli(t, env, "", "--json", "run", "--local", "--exec", "exit 3")
