@@ -39,6 +39,13 @@ type Config struct {
 	// again on the first successful run hook (only with
 	// AGENTD_REPAIR_IDENTITY true; see LoadConfig).
 	Identity IdentityConfig
+
+	// ExecCgroup is AGENTD_EXEC_CGROUP: the delegated cgroup v2 directory
+	// each exec gets its own cgroup under (cgroup_linux.go); empty for none.
+	ExecCgroup string
+	// ExecCgroupV1Memory is AGENTD_EXEC_CGROUP_V1_MEMORY: agentd's own
+	// cgroup v1 memory directory, for a hybrid host; empty for none.
+	ExecCgroupV1Memory string
 }
 
 // DefaultConfig is every limit at its declared default, listening on every
@@ -99,6 +106,12 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 			warnings = append(warnings, fmt.Sprintf("%s=%q: %v; logging at info", protocol.EnvLog, raw, err))
 		}
 		c.LogLevel = level
+	}
+	if raw, ok := lookup(protocol.EnvExecCgroup); ok {
+		c.ExecCgroup = strings.TrimSpace(raw)
+	}
+	if raw, ok := lookup(protocol.EnvExecCgroupV1Memory); ok {
+		c.ExecCgroupV1Memory = strings.TrimSpace(raw)
 	}
 	if raw, ok := lookup(protocol.EnvStreamChannelCapacity); ok {
 		warnings = append(warnings, fmt.Sprintf("%s=%q has no effect here: a stream reads the replay window (AGENTD_STREAM_BUFFER_BYTES) directly, so there is no channel to size", protocol.EnvStreamChannelCapacity, raw))

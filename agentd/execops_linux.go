@@ -67,13 +67,20 @@ func (s *Server) ExecList(w http.ResponseWriter, _ *http.Request) {
 	})
 	out := protocol.ExecListResponse{Execs: make([]protocol.ExecSummary, 0, len(entries))}
 	for _, e := range entries {
-		out.Execs = append(out.Execs, protocol.ExecSummary{
+		sum := protocol.ExecSummary{
 			ExecID:    e.id,
 			Phase:     s.execs.phase(e),
 			StartedAt: e.started.UTC().Truncate(time.Microsecond),
 			Command:   e.argv,
 			Pid:       int32(e.pgid),
-		})
+		}
+		if sum.Phase != protocol.PhaseRunning {
+			// Finished (exited or acked): the usage stays with the exec until
+			// it is collected, also after the ack released its output.
+			st := e.log.exitStatus()
+			sum.Usage, sum.OomKilled = st.usage, oomField(st)
+		}
+		out.Execs = append(out.Execs, sum)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -25,6 +25,7 @@ type spec struct {
 	stdin   bool
 	timeout time.Duration     // 0: none
 	tty     *protocol.TTYSize // nil: pipes (pty_linux.go)
+	limits  *protocol.ExecLimits
 }
 
 // startError carries the status and slug of a refused start.
@@ -47,7 +48,17 @@ func buildSpec(req *protocol.StartRequest, launchEnv map[string]string) (*spec, 
 	if req.Command == nil {
 		return nil, malformed("command is required: an argv array, or with shell true one script")
 	}
-	sp := &spec{stdin: req.Stdin}
+	sp := &spec{stdin: req.Stdin, limits: req.Limits}
+	if l := req.Limits; l != nil {
+		switch {
+		case l.MemoryBytes != nil && *l.MemoryBytes < 1<<20:
+			return nil, malformed("limits.memory_bytes must be at least 1048576 (1 MiB)")
+		case l.CPUMillicores != nil && (*l.CPUMillicores < 1 || *l.CPUMillicores > 1<<20):
+			return nil, malformed("limits.cpu_millicores must be between 1 and 1048576")
+		case l.Pids != nil && (*l.Pids < 1 || *l.Pids > 4194304):
+			return nil, malformed("limits.pids must be between 1 and 4194304")
+		}
+	}
 	if req.Tty != nil {
 		if req.Tty.Rows == 0 || req.Tty.Cols == 0 {
 			return nil, malformed("tty rows and cols must both be at least 1")

@@ -162,14 +162,16 @@ func shell(id, script string) protocol.StartRequest {
 
 // outcome is a decoded exited poll or ack.
 type outcome struct {
-	ExecID            string  `json:"exec_id"`
-	Phase             string  `json:"phase"`
-	ExitCode          *int32  `json:"exit_code"`
-	Signal            *int32  `json:"signal"`
-	Stdout            *string `json:"stdout"`
-	Stderr            *string `json:"stderr"`
-	Truncated         *bool   `json:"truncated"`
-	WritersMayBeAlive *bool   `json:"writers_may_be_alive"`
+	ExecID            string              `json:"exec_id"`
+	Phase             string              `json:"phase"`
+	ExitCode          *int32              `json:"exit_code"`
+	Signal            *int32              `json:"signal"`
+	Stdout            *string             `json:"stdout"`
+	Stderr            *string             `json:"stderr"`
+	Truncated         *bool               `json:"truncated"`
+	WritersMayBeAlive *bool               `json:"writers_may_be_alive"`
+	Usage             *protocol.ExecUsage `json:"usage"`
+	OomKilled         *bool               `json:"oom_killed"`
 	raw               map[string]json.RawMessage
 }
 

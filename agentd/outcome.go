@@ -68,6 +68,12 @@ func writeOutcome(w http.ResponseWriter, id string, phase protocol.Phase, stdout
 	bw.WriteString(strconv.FormatBool(st.truncated))
 	bw.WriteString(`,"writers_may_be_alive":`)
 	bw.WriteString(strconv.FormatBool(st.writersMayBeAlive))
+	if st.usage != nil {
+		bw.WriteString(`,"usage":`)
+		bw.Write(appendUsage(bw.AvailableBuffer(), st.usage))
+		bw.WriteString(`,"oom_killed":`)
+		bw.WriteString(strconv.FormatBool(st.oomKilled))
+	}
 	bw.WriteString("}\n")
 	_ = bw.Flush()
 }
@@ -217,4 +223,55 @@ func (e *jsonText) encode(p []byte, final bool) int {
 		e.invalid = false
 	}
 	return i
+}
+
+// appendUsage appends u as the JSON of protocol.ExecUsage, by hand: it is in
+// every exited poll and ack, and reflection there would cost the exec fast
+// path an encoder for a handful of numbers.
+func appendUsage(b []byte, u *protocol.ExecUsage) []byte {
+	b = append(b, `{"source":`...)
+	b = appendJSONASCII(b, string(u.Source))
+	b = append(b, `,"wall_secs":`...)
+	b = strconv.AppendFloat(b, u.WallSecs, 'f', -1, 64)
+	b = append(b, `,"user_cpu_secs":`...)
+	b = strconv.AppendFloat(b, u.UserCPUSecs, 'f', -1, 64)
+	b = append(b, `,"system_cpu_secs":`...)
+	b = strconv.AppendFloat(b, u.SystemCPUSecs, 'f', -1, 64)
+	b = append(b, `,"peak_memory_bytes":`...)
+	b = strconv.AppendUint(b, u.PeakMemoryBytes, 10)
+	b = append(b, `,"stdout_bytes":`...)
+	b = strconv.AppendUint(b, u.StdoutBytes, 10)
+	b = append(b, `,"stderr_bytes":`...)
+	b = strconv.AppendUint(b, u.StderrBytes, 10)
+	if u.PeakProcesses != nil {
+		b = append(b, `,"peak_processes":`...)
+		b = strconv.AppendUint(b, *u.PeakProcesses, 10)
+	}
+	b = append(b, `,"missing":[`...)
+	for i, m := range u.Missing {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONASCII(b, m)
+	}
+	return append(b, "]}"...)
+}
+
+// appendJSONASCII quotes s, which is the daemon's own text (valid UTF-8):
+// only quotes, backslashes and controls need escapes.
+func appendJSONASCII(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, `\u00`...)
+			b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/microvms/microvms/gen/protocol"
 )
 
 // streamKind says which pipe bytes came from; both share one offset space.
@@ -28,6 +30,8 @@ type exitStatus struct {
 	code, signal      *int32
 	truncated         bool
 	writersMayBeAlive bool
+	usage             *protocol.ExecUsage // stdout/stderr bytes filled in by finish
+	oomKilled         bool
 }
 
 // segment marks where a run of bytes from one pipe begins.
@@ -72,6 +76,7 @@ type outputLog struct {
 
 	head      [2]head
 	headCap   int
+	written   [2]uint64 // bytes each pipe delivered, also past the head cap
 	truncated bool
 
 	subs     map[*subscriber]struct{}
@@ -121,6 +126,7 @@ func (l *outputLog) publish(kind streamKind, p []byte) {
 
 // keepHead appends p to kind's head, up to the head cap. Called with l.mu held.
 func (l *outputLog) keepHead(kind streamKind, p []byte) {
+	l.written[kind] += uint64(len(p)) // every path that publishes keeps a head
 	h := &l.head[kind]
 	if room := l.headCap - h.n; room > 0 {
 		n := min(room, len(p))
@@ -268,10 +274,20 @@ func (l *outputLog) finish(st exitStatus, onDone func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st.truncated = l.truncated
+	if st.usage != nil {
+		st.usage.StdoutBytes, st.usage.StderrBytes = l.written[stdoutKind], l.written[stderrKind]
+	}
 	l.exit = st
 	l.done = true
 	onDone()
 	l.wakeReaders()
+}
+
+// exitStatus is the recorded end (zero until finish), kept after release.
+func (l *outputLog) exitStatus() exitStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.exit
 }
 
 // attach registers a reader at offset from.

@@ -64,20 +64,35 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 		return nil, err
 	}
 	unix.Close(errW)
-	pidfd := -1
-	pid, err := syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
-		Dir:   sp.dir,
-		Env:   sp.env,
-		Files: []uintptr{slave.Fd(), slave.Fd(), slave.Fd()},
-		// Setsid makes the child a session and process group leader, so its
-		// pid is the group id kill and signal address, as on the pipe path.
-		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: sp.cred, PidFD: &pidfd},
-	})
+	cg, err := r.cgroups.prepare(sp.limits)
 	if err != nil {
 		master.Close()
 		unix.Close(inFd)
 		errR.Close()
-		return nil, spawnError(sp, err)
+		return nil, err
+	}
+	pidfd := -1
+	// Setsid makes the child a session and process group leader, so its
+	// pid is the group id kill and signal address, as on the pipe path.
+	attr := &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: sp.cred, PidFD: &pidfd}
+	cg.attach(attr)
+	var pid int
+	err = cg.forkIntoV1(func() (err error) {
+		pid, err = syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
+			Dir:   sp.dir,
+			Env:   sp.env,
+			Files: []uintptr{slave.Fd(), slave.Fd(), slave.Fd()},
+			Sys:   attr,
+		})
+		return err
+	})
+	cg.closeFd()
+	if err != nil {
+		r.cgroups.release(cg)
+		master.Close()
+		unix.Close(inFd)
+		errR.Close()
+		return nil, spawnOrLimitsError(sp, err)
 	}
 	// Both master descriptors go on the runtime poller: the pump parks there,
 	// and stdin writes honour their deadline.
@@ -99,6 +114,7 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 		if pidfd >= 0 {
 			unix.Close(pidfd)
 		}
+		r.cgroups.release(cg)
 		return nil, unix.EMFILE
 	}
 	e := &execEntry{
@@ -111,6 +127,7 @@ func (r *registry) spawnTTY(id string, sp *spec, path string) (_ *execEntry, err
 		argv:           sp.argv,
 		started:        time.Now(),
 		tty:            true,
+		cg:             cg,
 	}
 	if pidfd >= 0 {
 		if unix.SetNonblock(pidfd, true) == nil {

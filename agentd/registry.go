@@ -44,6 +44,9 @@ type execEntry struct {
 	stdinMu        sync.Mutex
 	stdin          *os.File // nil when not requested, after eof, or once the child is gone
 
+	// cg is the exec's own cgroup, nil when it has none (usage from rusage).
+	cg *execCgroup
+
 	// Guarded by registry.mu.
 	acked   bool
 	ackedAt time.Time
@@ -73,6 +76,10 @@ type registry struct {
 	// (limits.max_ptys), from before pty.Open until the exec has finished.
 	ptySlots chan struct{}
 
+	// cgroups is where each exec's own cgroup is made (AGENTD_EXEC_CGROUP);
+	// when it is unusable, no exec gets one and a start with limits is refused.
+	cgroups *cgroupRoot
+
 	// escalations counts running SIGTERM-to-SIGKILL escalations. Only tests
 	// wait on it (a test hook): nothing in the daemon needs them to have ended.
 	escalations sync.WaitGroup
@@ -94,7 +101,8 @@ type startOp struct {
 func newRegistry(cfg *Config, log *slog.Logger, devNull *os.File) *registry {
 	return &registry{cfg: cfg, log: log, devNull: devNull,
 		execs: map[string]*execEntry{}, starting: map[string]*startOp{},
-		ptySlots: make(chan struct{}, max(cfg.MaxPtys, 0))}
+		ptySlots: make(chan struct{}, max(cfg.MaxPtys, 0)),
+		cgroups:  openCgroupRoot(cfg.ExecCgroup, cfg.ExecCgroupV1Memory)}
 }
 
 // markAcked records e as acked at now, once: false when an earlier ack (or
@@ -230,6 +238,11 @@ func (r *registry) start(id string, sp *spec) (protocol.Phase, *startError) {
 	op.err = err
 	close(op.done)
 	if err != nil {
+		var lim *limitsError
+		if errors.As(err, &lim) {
+			r.log.Warn("start refused: limits cannot be applied", "exec_id", id, "err", err.Error())
+			return "", &startError{taxonomy.SlugLimitsUnavailable, err.Error()}
+		}
 		var full *capacityError
 		if errors.As(err, &full) {
 			r.log.Warn("start refused: at capacity", "exec_id", id, "err", err.Error())

@@ -50,24 +50,43 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 		stdinChild = stdinR
 		defer unix.Close(stdinR)
 	}
+	cg, err := r.cgroups.prepare(sp.limits)
+	if err != nil {
+		outR.Close()
+		unix.Close(outW)
+		errR.Close()
+		unix.Close(errW)
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		return nil, err
+	}
 	pidfd := -1
-	pid, err := syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
-		Dir:   sp.dir,
-		Env:   sp.env,
-		Files: []uintptr{uintptr(stdinChild), uintptr(outW), uintptr(errW)},
-		// Its own group, so kill reaches everything the child started. The
-		// pidfd comes from clone itself, so it can never name another process.
-		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: sp.cred, PidFD: &pidfd},
+	// Its own group, so kill reaches everything the child started. The
+	// pidfd comes from clone itself, so it can never name another process.
+	attr := &syscall.SysProcAttr{Setpgid: true, Credential: sp.cred, PidFD: &pidfd}
+	cg.attach(attr)
+	var pid int
+	err = cg.forkIntoV1(func() (err error) {
+		pid, err = syscall.ForkExec(path, sp.argv, &syscall.ProcAttr{
+			Dir:   sp.dir,
+			Env:   sp.env,
+			Files: []uintptr{uintptr(stdinChild), uintptr(outW), uintptr(errW)},
+			Sys:   attr,
+		})
+		return err
 	})
+	cg.closeFd()
 	unix.Close(outW)
 	unix.Close(errW)
 	if err != nil {
+		r.cgroups.release(cg)
 		outR.Close()
 		errR.Close()
 		if stdinW != nil {
 			stdinW.Close()
 		}
-		return nil, spawnError(sp, err)
+		return nil, spawnOrLimitsError(sp, err)
 	}
 	e := &execEntry{
 		id:             id,
@@ -78,6 +97,7 @@ func (r *registry) spawn(id string, sp *spec) (_ *execEntry, err error) {
 		stdin:          stdinW,
 		argv:           sp.argv,
 		started:        time.Now(),
+		cg:             cg,
 	}
 	if pidfd >= 0 {
 		// Without it (closed on failure) waitChild blocks a thread instead.
@@ -185,7 +205,8 @@ func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout
 			}
 		})
 	}
-	ws, err := waitChild(e, pid)
+	var ru syscall.Rusage
+	ws, err := waitChild(e, pid, &ru)
 	if err != nil {
 		r.log.Warn("waiting for exec child failed", "exec_id", e.id, "err", err.Error())
 	}
@@ -208,6 +229,10 @@ func (r *registry) supervise(e *execEntry, pid int, outR, errR *os.File, timeout
 	e.sigMu.Lock()
 	st := exitStatus{writersMayBeAlive: e.lingered}
 	e.sigMu.Unlock()
+	// After the output is over, so descendants that held the pipes are
+	// counted; the rusage came free with the reap.
+	st.usage, st.oomKilled = measureUsage(e, &ru, err == nil)
+	r.cgroups.release(e.cg)
 	switch {
 	case err != nil:
 		// The status is unknown; say so rather than invent a code.
@@ -252,12 +277,12 @@ func derefOr(p *int32, d int32) int32 {
 // through the runtime poller rather than blocking an OS thread in wait4 for
 // the child's whole life, which keeps a hundred long-running execs from
 // costing a hundred threads.
-func waitChild(e *execEntry, pid int) (syscall.WaitStatus, error) {
+func waitChild(e *execEntry, pid int, ru *syscall.Rusage) (syscall.WaitStatus, error) {
 	var ws syscall.WaitStatus
 	reap := func() (done bool, err error) {
 		e.sigMu.Lock()
 		defer e.sigMu.Unlock()
-		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, ru)
 		if err == syscall.EINTR {
 			return false, nil
 		}

@@ -318,6 +318,8 @@ func exitJSON(st exitStatus, total uint64) []byte {
 		Truncated:         st.truncated,
 		WritersMayBeAlive: st.writersMayBeAlive,
 		Offset:            total,
+		Usage:             st.usage,
+		OomKilled:         oomField(st),
 	})
 	return data
 }
@@ -361,4 +363,13 @@ func (b *streamBuffers) exit(st exitStatus, total uint64) {
 	b.out = append(b.out, "\ndata: "...)
 	b.out = append(b.out, data...)
 	b.out = append(b.out, "\n\n"...)
+}
+
+// oomField is oom_killed as the wire carries it: present once usage is.
+func oomField(st exitStatus) *bool {
+	if st.usage == nil {
+		return nil
+	}
+	v := st.oomKilled
+	return &v
 }

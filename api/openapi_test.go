@@ -40,8 +40,8 @@ var routes = []route{
 	{"POST", hookPrefix + "/resume", "hookResume", false, []int{200}, nil},
 	{"POST", hookPrefix + "/terminate", "hookTerminate", false, []int{200}, nil},
 	// 429 at_capacity is ours (issue 30): only a tty start, itself additive, meets it.
-	{"POST", "/v1/exec/start", "execStart", true, []int{200, 400, 401, 413, 429, 500, 503},
-		map[int][]string{400: {"malformed_request"}, 429: {"at_capacity"}, 500: {"spawn_failed"}}},
+	{"POST", "/v1/exec/start", "execStart", true, []int{200, 400, 401, 409, 413, 429, 500, 503},
+		map[int][]string{400: {"malformed_request"}, 409: {"limits_unavailable"}, 429: {"at_capacity"}, 500: {"spawn_failed"}}},
 	{"GET", "/v1/exec/{id}", "execPoll", true, []int{200, 401, 404, 503},
 		map[int][]string{404: {"unknown_exec"}}},
 	{"GET", "/v1/exec/{id}/stream", "execStream", true, []int{200, 400, 401, 404, 503},
@@ -80,8 +80,8 @@ var routes = []route{
 	{"GET", "/v1/execs", "execList", true, []int{200, 401, 503}, nil},
 	// Ours (issue 35): start's refusals, and 404 only for an exec collected
 	// between its start and the answer.
-	{"POST", "/v1/exec/run", "execRun", true, []int{200, 400, 401, 404, 413, 429, 500, 503},
-		map[int][]string{400: {"malformed_request"}, 404: {"unknown_exec"}, 429: {"at_capacity"}, 500: {"spawn_failed"}}},
+	{"POST", "/v1/exec/run", "execRun", true, []int{200, 400, 401, 404, 409, 413, 429, 500, 503},
+		map[int][]string{400: {"malformed_request"}, 404: {"unknown_exec"}, 409: {"limits_unavailable"}, 429: {"at_capacity"}, 500: {"spawn_failed"}}},
 	{"GET", "/v1/metrics", "metrics", true, []int{200, 401, 500, 503},
 		map[int][]string{500: {"metrics_unavailable"}}},
 	{"GET", "/v1/health", "health", false, []int{200}, nil},

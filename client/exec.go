@@ -45,6 +45,10 @@ type StartOptions struct {
 	// TTY runs the child on a pseudo-terminal of this size: its
 	// output is all stdout, WriteStdin types into it, Exec.Resize sizes it.
 	TTY *protocol.TTYSize
+	// Limits bound the exec's memory, CPU and process count, enforced by
+	// the guest kernel in the exec's own cgroup. A guest that cannot apply
+	// them refuses the start (limits_unavailable) rather than run unlimited.
+	Limits *protocol.ExecLimits
 }
 
 // Exec addresses one exec by its caller-minted id. The id is the whole
@@ -96,7 +100,7 @@ func startRequest(command []string, o StartOptions) (protocol.StartRequest, erro
 	if id == "" {
 		id = NewExecID()
 	}
-	req := protocol.StartRequest{ExecID: id, Command: command, Shell: o.Shell, Env: o.Env, User: o.User, Group: o.Group, Stdin: o.Stdin, Tty: o.TTY}
+	req := protocol.StartRequest{ExecID: id, Command: command, Shell: o.Shell, Env: o.Env, User: o.User, Group: o.Group, Stdin: o.Stdin, Tty: o.TTY, Limits: o.Limits}
 	if o.Cwd != "" {
 		req.Cwd = &o.Cwd
 	}
@@ -123,6 +127,11 @@ type Result struct {
 	Stdout, Stderr    string
 	Truncated         bool // a stream reached the daemon's output cap and was cut
 	WritersMayBeAlive bool // a descendant may still hold the pipes
+	// Usage is what the exec used (CPU, peak memory, output bytes, wall
+	// time), nil while it runs or from a daemon that reports none.
+	Usage *protocol.ExecUsage
+	// OOMKilled: the kernel killed the exec for going over Limits.MemoryBytes.
+	OOMKilled bool
 }
 
 func resultOf(p protocol.PollResponse) Result {
@@ -145,6 +154,10 @@ func resultOf(p protocol.PollResponse) Result {
 	}
 	if p.WritersMayBeAlive != nil {
 		r.WritersMayBeAlive = *p.WritersMayBeAlive
+	}
+	r.Usage = p.Usage
+	if p.OomKilled != nil {
+		r.OOMKilled = *p.OomKilled
 	}
 	return r
 }

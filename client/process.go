@@ -233,7 +233,7 @@ func (p *Process) Wait(ctx context.Context) (Result, error) {
 			return Result{}, timeoutOr(ctx, p.e.id, ctx.Err())
 		}
 		if c := p.run; c.released {
-			r := resultOf(protocol.PollResponse{ExecID: p.e.id, Phase: protocol.PhaseAcked, ExitCode: c.exit.ExitCode, Signal: c.exit.Signal})
+			r := resultOf(protocol.PollResponse{ExecID: p.e.id, Phase: protocol.PhaseAcked, ExitCode: c.exit.ExitCode, Signal: c.exit.Signal, Usage: c.exit.Usage, OomKilled: c.exit.OomKilled})
 			r.Stdout, r.Stderr = c.stdout.String(), c.stderr.String()
 			r.Truncated = c.exit.Truncated || c.lost || c.stdout.full || c.stderr.full
 			r.WritersMayBeAlive = c.exit.WritersMayBeAlive

@@ -170,7 +170,7 @@ func (s *Session) Run(ctx context.Context, command []string, o RunOptions) (Resu
 		// reader stalled past stream_stall_secs, or a connection cut after
 		// the exit was written) is gone with the record, so it reads as
 		// Truncated.
-		r := resultOf(protocol.PollResponse{ExecID: e.id, Phase: protocol.PhaseAcked, ExitCode: exit.ExitCode, Signal: exit.Signal})
+		r := resultOf(protocol.PollResponse{ExecID: e.id, Phase: protocol.PhaseAcked, ExitCode: exit.ExitCode, Signal: exit.Signal, Usage: exit.Usage, OomKilled: exit.OomKilled})
 		r.Stdout, r.Stderr = stdout.String(), stderr.String()
 		r.Truncated = exit.Truncated || !exact || exit.Offset != st.Cursor()
 		r.WritersMayBeAlive = exit.WritersMayBeAlive

@@ -176,6 +176,12 @@ func (m *engineModel) goSource() ([]byte, error) {
 	for _, r := range m.e.Responses {
 		view.Structs = append(view.Structs, keyStruct(responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), r.Keys))
 	}
+	// The api/cli.yaml shapes an engine response refers to, so the package
+	// stands alone as the Python and TypeScript contracts do.
+	_, shapes := m.usedTypes()
+	for _, sh := range shapes {
+		view.Structs = append(view.Structs, keyStruct(goIdent(sh), fmt.Sprintf("is api/cli.yaml's %s shape.", sh), m.c.Shapes[sh]))
+	}
 	return renderGo("engineapi", "engineapi.go.tmpl", view)
 }
 

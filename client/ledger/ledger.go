@@ -30,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/microvms/microvms/gen/protocol"
 )
 
 // StepState is where one billable step stands.
@@ -73,6 +75,35 @@ type Run struct {
 	// PID is the process that began the run, so a reader can tell a run
 	// still going in another process from one whose process ended.
 	PID int `json:"pid,omitempty"`
+	// BaselineMiB is the size class the MicroVM was launched with, so the
+	// run can be priced again later (microvm cost ID).
+	BaselineMiB int `json:"baseline_mib,omitempty"`
+	// Running is when the MicroVM was RUNNING, as this process timed it:
+	// what its running cost is billed over.
+	Running []Span `json:"running,omitempty"`
+	// Commands are the commands the run executed, each with its usage, so
+	// the running cost can be split over them (microvm cost ID --by-command).
+	Commands []Command `json:"commands,omitempty"`
+}
+
+// Span is a stretch of wall-clock time.
+type Span struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+}
+
+// Command is one command a run executed: when, its outcome, and what it
+// used as the daemon measured it. It holds the command line, which is the
+// caller's own text; never an environment value or a token.
+type Command struct {
+	ExecID    string              `json:"exec_id"`
+	Command   string              `json:"command"`
+	Start     time.Time           `json:"start"`
+	End       time.Time           `json:"end"`
+	ExitCode  *int32              `json:"exit_code,omitempty"`
+	Signal    *int32              `json:"signal,omitempty"`
+	OOMKilled bool                `json:"oom_killed,omitempty"`
+	Usage     *protocol.ExecUsage `json:"usage,omitempty"`
 }
 
 // Ledger is a state directory of run files.

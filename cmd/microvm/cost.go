@@ -10,6 +10,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cost"
+	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -18,6 +19,9 @@ import (
 // CostCmd prices a run or a plan with the client's cost engine. It touches
 // no account: the rate table is the one the engine pins.
 type CostCmd struct {
+	ID           string  `arg:"" optional:"" help:"A run of the ledger (its run id or MicroVM id): price what it recorded instead of the duration flags."`
+	ByCommand    bool    `name:"by-command" help:"With ID: split the run's running cost over the commands it ran (overlaps share equally, idle time is the remainder, suspended time is not running)."`
+	StateDir     string  `name:"state-dir" help:"Where the run ledger is read from; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
 	Estimate     bool    `help:"Treat the durations as a plan: every one is labelled projected."`
 	Compare      bool    `help:"Also compare running against suspended over --hold-sec, with the break-even."`
 	Memory       int     `help:"Baseline MiB, selecting a documented size class." enum:"${memory}" default:"${default_memory}"`
@@ -74,7 +78,31 @@ func (c *CostCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	now := time.Now()
 	imageGB := decimal.NewFromFloat(c.ImageGB)
 	var rep cost.Report
-	if c.Estimate {
+	var byCmd *cost.ByCommand
+	var run ledger.Run
+	if c.ByCommand && c.ID == "" {
+		return nil, render.InvalidArg(taxonomy.FindingWhatCostsMoney, "--by-command needs the ID of a run in the ledger")
+	}
+	if c.ID != "" {
+		if c.Estimate || c.RunningSec > 0 || c.SuspendedSec > 0 {
+			return nil, render.InvalidArg(taxonomy.FindingWhatCostsMoney, "a run ID is priced from what its ledger recorded; --estimate and the duration flags do not apply")
+		}
+		if run, err = c.ledgerRun(); err != nil {
+			return nil, err
+		}
+		if run.BaselineMiB > 0 {
+			if size, err = client.SizeClassFromBaseline(run.BaselineMiB); err != nil {
+				return nil, err
+			}
+		}
+		var b *cost.ByCommand
+		if rep, b, err = runByCommand(run, size, rates, now); err != nil {
+			return nil, err
+		}
+		if c.ByCommand {
+			byCmd = b
+		}
+	} else if c.Estimate {
 		rep, err = cost.Estimate("plan", size, cost.Plan{Running: running, Suspended: suspended, ImageGB: imageGB, Cycles: c.Cycles, Launched: running > 0}, rates, now)
 	} else {
 		u := cost.Usage{ImageGB: imageGB, Cycles: c.Cycles, Launched: running > 0}
@@ -100,6 +128,9 @@ func (c *CostCmd) run(_ context.Context, a *app) (*render.Result, error) {
 	}
 	a.StaleRates(rep.Staleness)
 	data := cliapi.CostData{Report: render.CostReport(rep)}
+	if byCmd != nil {
+		data.ByCommand = costByCommand(*byCmd, run)
+	}
 	var cmp *cost.Residency
 	if c.Compare {
 		r, err := cost.CompareResidency(size, hold, max(c.Cycles, 1), rates, now)
@@ -120,6 +151,13 @@ func (c *CostCmd) run(_ context.Context, a *app) (*render.Result, error) {
 			// only the figures.
 			if err := a.WriteGrid(w, costGrid(rep)); err != nil {
 				return err
+			}
+			if byCmd != nil {
+				fmt.Fprintln(w)
+				if err := a.WriteGrid(w, byCommandGrid(*data.ByCommand)); err != nil {
+					return err
+				}
+				fmt.Fprintln(w, byCmd.Rule)
 			}
 			if cmp != nil {
 				fmt.Fprintln(w)
@@ -173,5 +211,84 @@ func costGrid(r cost.Report) render.Grid {
 		total = "at least " + total + " (an unpriced line is not in it)"
 	}
 	g.Footer = fmt.Sprintf("%s, %s in %s: %s, an estimate from published rates, never an invoice", r.Label, r.Size, r.Rates.Region(), total)
+	return g
+}
+
+// ledgerRun finds the run c.ID names, by run id or MicroVM id.
+func (c *CostCmd) ledgerRun() (ledger.Run, error) {
+	dir := c.StateDir
+	if dir == "" {
+		d, err := ledger.DefaultDir()
+		if err != nil {
+			return ledger.Run{}, err
+		}
+		dir = d
+	}
+	runs, _, err := ledger.List(dir)
+	if err != nil {
+		return ledger.Run{}, err
+	}
+	for _, r := range runs {
+		if r.ID == c.ID || (r.MicrovmID != "" && r.MicrovmID == c.ID) {
+			return r, nil
+		}
+	}
+	return ledger.Run{}, render.InvalidArg("", "no run in the ledger %s has the id or MicroVM id %q (microvm ls lists them)", dir, c.ID)
+}
+
+// runByCommand prices a ledger run's running time and splits it over the
+// commands it recorded.
+func runByCommand(run ledger.Run, size client.SizeClass, rates cost.RateTable, now time.Time) (cost.Report, *cost.ByCommand, error) {
+	if len(run.Running) == 0 {
+		return cost.Report{}, nil, render.InvalidArg(taxonomy.FindingWhatCostsMoney, "run %s recorded no running time (it never launched, or predates per-command usage)", run.ID)
+	}
+	var total time.Duration
+	spans := make([]cost.Interval, len(run.Running))
+	for i, s := range run.Running {
+		spans[i] = cost.Interval{Start: s.Start, End: s.End}
+		total += s.End.Sub(s.Start)
+	}
+	running, err := cost.MeasuredDuration(total)
+	if err != nil {
+		return cost.Report{}, nil, err
+	}
+	rep, err := cost.RunReport("run "+run.ID, size, cost.Usage{Running: running, Launched: true}, rates, now)
+	if err != nil {
+		return cost.Report{}, nil, err
+	}
+	cmds := make([]cost.CommandSpan, len(run.Commands))
+	for i, c := range run.Commands {
+		cmds[i] = cost.CommandSpan{ID: c.ExecID, Interval: cost.Interval{Start: c.Start, End: c.End}}
+	}
+	b, err := cost.AttributeCommands(rep, spans, cmds)
+	if err != nil {
+		return cost.Report{}, nil, err
+	}
+	return rep, &b, nil
+}
+
+func costByCommand(b cost.ByCommand, run ledger.Run) *cliapi.CostByCommand {
+	out := &cliapi.CostByCommand{Rule: b.Rule, TotalUSD: b.Total.String(), IdleUSD: b.Idle.String(), IdleSeconds: b.IdleSeconds.String(), Commands: []cliapi.CommandShare{}}
+	for i, s := range b.Shares {
+		c := run.Commands[i]
+		out.Commands = append(out.Commands, cliapi.CommandShare{ExecID: s.ID, Command: c.Command, Seconds: s.Seconds.String(), USD: s.USD.String(), Usage: render.ExecUsage(c.Usage)})
+	}
+	return out
+}
+
+// byCommandGrid is the split as a table: one row per command, the idle
+// remainder, and the total they add up to.
+func byCommandGrid(b cliapi.CostByCommand) render.Grid {
+	g := render.Grid{Headers: []string{"exec", "command", "running s", "cpu s", "peak MiB", "usd"}}
+	for _, c := range b.Commands {
+		cpu, peak := "-", "-"
+		if c.Usage != nil {
+			cpu = fmt.Sprintf("%.3f", c.Usage.UserCPUSecs+c.Usage.SystemCPUSecs)
+			peak = fmt.Sprintf("%.1f", float64(c.Usage.PeakMemoryBytes)/(1<<20))
+		}
+		g.Rows = append(g.Rows, []string{c.ExecID, c.Command, c.Seconds, cpu, peak, c.USD})
+	}
+	g.Rows = append(g.Rows, []string{"(idle)", "", b.IdleSeconds, "", "", b.IdleUSD})
+	g.Footer = "total " + b.TotalUSD + " = the commands' shares + the idle remainder, exactly"
 	return g
 }

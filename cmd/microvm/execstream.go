@@ -81,6 +81,10 @@ func (c *ExecCmd) wait(ctx context.Context, a *app, ex *client.Exec, p *client.P
 	human := func(w io.Writer) error { return nil } // the bytes already went out raw
 	if !raw {
 		human = execHuman(d)
+	} else if r.Usage != nil && !a.Quiet {
+		// Human mode only (and not --quiet): one line on stderr, after the
+		// command's own.
+		fmt.Fprintln(a.Stderr, render.UsageLine(r.Usage, r.OOMKilled))
 	}
 	return execOutcome(r, human), nil
 }

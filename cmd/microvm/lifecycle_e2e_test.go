@@ -102,6 +102,7 @@ func TestRunLocal(t *testing.T) {
 		if label := d["cost"].(map[string]any)["label"].(string); !strings.Contains(label, "nothing is billed") || !strings.Contains(label, "AWS would bill") {
 			t.Fatalf("the local cost label %q", label)
 		}
+		checkRunByCommand(t, env, d["microvmId"].(string))
 	})
 	t.Run("13 a non-zero exit is ERR_EXEC_FAILED and still tears down", func(t *testing.T) {
 		inv := cli(t, env, "", "--json", "run", "--local", "--exec", "exit 3")

@@ -289,6 +289,10 @@ func exercise(t *testing.T, ctx context.Context, cs *mcp.ClientSession, ps *prog
 	if !strings.HasPrefix(text(res), "exit code 3") {
 		t.Fatalf("exit 3 rendered as %q", text(res))
 	}
+	// Catches: the exit event's usage dropped from the structured result.
+	if ex.Usage == nil || ex.Usage.StdoutBytes != int64(len("out\nhi there\n")) || ex.Usage.StderrBytes != 4 || ex.Usage.Source == "" || ex.OomKilled {
+		t.Fatalf("exit 3 usage: %+v oom %v", ex.Usage, ex.OomKilled)
+	}
 
 	// Catches: output past the cap returned whole, or cut without saying so.
 	res = call(t, ctx, cs, mcpapi.ToolSandboxExec, map[string]any{"sandbox_id": id, "command": "head -c 100000 /dev/zero | tr '\\0' a"}, &ex)

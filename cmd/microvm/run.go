@@ -175,10 +175,17 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 			ro.Stdout, ro.Stderr = a.Stdout, a.Stderr
 		}
 		a.Progress("exec %s: %s", ro.ExecID, c.Exec)
+		started := time.Now()
 		r, err := sb.Run(ctx, []string{c.Exec}, ro)
 		if err != nil {
 			return err
 		}
+		// The ledger keeps what each command used, for `microvm cost ID
+		// --by-command`.
+		_ = rec.Update(func(run *ledger.Run) {
+			run.Commands = append(run.Commands, ledger.Command{ExecID: r.ExecID, Command: c.Exec, Start: started, End: time.Now(),
+				ExitCode: r.ExitCode, Signal: r.Signal, OOMKilled: r.OOMKilled, Usage: r.Usage})
+		})
 		out.Stdout, out.Stderr, out.Truncated = r.Stdout, r.Stderr, r.Truncated
 		if r.ExitCode != nil {
 			v := int64(*r.ExitCode)
@@ -189,6 +196,12 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	err = body()
 	if !runStart.IsZero() {
 		ranFor = time.Since(runStart)
+		// The stretch the cost's running lines are billed over, so the
+		// ledger can split them over the commands later.
+		_ = rec.Update(func(r *ledger.Run) {
+			r.BaselineMiB = size.BaselineMiB()
+			r.Running = append(r.Running, ledger.Span{Start: runStart, End: runStart.Add(ranFor)})
+		})
 	}
 	if sb != nil || built != nil {
 		if built != nil && !built.Reused {

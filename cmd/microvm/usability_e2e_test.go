@@ -366,7 +366,9 @@ func TestFailedExecVerdictGoesToStderr(t *testing.T) {
 	env := []string{"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
 	failed := int(taxonomy.KindExecFailed.Exit())
 	inv := cli(t, env, "", "exec", "--", "sh", "-c", "echo out; exit 4")
-	if inv.code != failed || inv.stdout != "out\n" || !strings.HasPrefix(inv.stderr, "microvm: ") || !exitedFour.MatchString(inv.stderr) {
+	// Human mode: stderr is the one-line usage summary, then the verdict.
+	usage, verdict, _ := strings.Cut(inv.stderr, "\n")
+	if inv.code != failed || inv.stdout != "out\n" || !strings.HasPrefix(usage, "usage: ") || !strings.HasPrefix(verdict, "microvm: ") || !exitedFour.MatchString(verdict) {
 		t.Fatalf("human: exit %d stdout %q stderr %q", inv.code, inv.stdout, inv.stderr)
 	}
 	inv = cli(t, env, "", "--dense", "exec", "--", "sh", "-c", "exit 4")
@@ -374,7 +376,7 @@ func TestFailedExecVerdictGoesToStderr(t *testing.T) {
 		t.Fatalf("dense: exit %d stderr %q", inv.code, inv.stderr)
 	}
 	inv = cli(t, env, "", "exec", "--", "echo", "fine")
-	if inv.code != 0 || inv.stdout != "fine\n" || inv.stderr != "" {
+	if inv.code != 0 || inv.stdout != "fine\n" || !strings.HasPrefix(inv.stderr, "usage: ") || strings.Count(inv.stderr, "\n") != 1 || !strings.HasSuffix(inv.stderr, "(rusage)\n") {
 		t.Fatalf("success: exit %d stdout %q stderr %q", inv.code, inv.stdout, inv.stderr)
 	}
 }
@@ -401,5 +403,27 @@ func TestStalenessOnceADayNeverQuiet(t *testing.T) {
 	}
 	if d := data(envelope(t, cli(t, cache, "", "--json", "cost", "--running-sec", "60"))); d["report"].(map[string]any)["staleness"] != stale {
 		t.Fatalf("the JSON report lost the staleness: %v", d)
+	}
+}
+
+// TestExecUsageUnderJSON: --json carries data.usage (the output bytes the
+// command wrote, how it was measured) and data.oomKilled, and writes no
+// usage line to stderr. Catches: the summary printed in a machine mode, or
+// usage dropped between the client's Result and the envelope.
+func TestExecUsageUnderJSON(t *testing.T) {
+	endpoint, token := startAgentd(t)
+	env := []string{"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
+	inv := cli(t, env, "", "--json", "exec", "--", "sh", "-c", "printf hello; printf e >&2")
+	if inv.code != 0 || strings.Contains(inv.stderr, "usage: ") {
+		t.Fatalf("exit %d stderr %q", inv.code, inv.stderr)
+	}
+	m := envelope(t, inv)
+	data, _ := m["data"].(map[string]any)
+	u, _ := data["usage"].(map[string]any)
+	if u == nil || u["source"] != "rusage" || u["stdoutBytes"] != float64(5) || u["stderrBytes"] != float64(1) || data["oomKilled"] != false {
+		t.Fatalf("data %v", data)
+	}
+	if _, ok := u["missing"].([]any); !ok {
+		t.Fatalf("usage.missing %v, want a list", u["missing"])
 	}
 }

@@ -145,6 +145,10 @@ type ExecData struct {
 	Stdout    string `json:"stdout"`
 	Stderr    string `json:"stderr"`
 	Truncated bool   `json:"truncated"`
+	// Usage is what the exec used, once it exited; null while running or from a daemon that reports none (ours: additive)
+	Usage *ExecUsage `json:"usage"`
+	// OomKilled is the guest kernel killed the exec for going over its memory limit (ours: additive)
+	OomKilled bool `json:"oomKilled"`
 }
 
 // ExecStreamData is the data of a microvm.exec.stream envelope.
@@ -267,6 +271,8 @@ type CostData struct {
 	Report CostReport `json:"report"`
 	// Comparison is present with --compare
 	Comparison *CostComparison `json:"comparison"`
+	// ByCommand is present with ID --by-command: the run's running cost split over its commands (ours: additive)
+	ByCommand *CostByCommand `json:"byCommand"`
 }
 
 // DoctorData is the data of a microvm.doctor envelope.
@@ -410,6 +416,28 @@ type DockerfileData struct {
 	Workdir            *string `json:"workdir"`
 }
 
+// CommandShare is the "commandShare" shape of api/cli.yaml.
+type CommandShare struct {
+	ExecID  string `json:"execId"`
+	Command string `json:"command"`
+	// Seconds is a decimal: running seconds attributed to it (overlaps split 1/k)
+	Seconds string `json:"seconds"`
+	// USD is a decimal, rounded down to 1e-9
+	USD   string     `json:"usd"`
+	Usage *ExecUsage `json:"usage"`
+}
+
+// CostByCommand is the "costByCommand" shape of api/cli.yaml.
+type CostByCommand struct {
+	Rule string `json:"rule"`
+	// TotalUSD is a decimal: the running lines' total
+	TotalUSD string         `json:"totalUsd"`
+	Commands []CommandShare `json:"commands"`
+	// IdleUSD is a decimal: total minus the shares, so shares + idleUsd == totalUsd exactly
+	IdleUSD     string `json:"idleUsd"`
+	IdleSeconds string `json:"idleSeconds"`
+}
+
 // CostComparison is the "costComparison" shape of api/cli.yaml.
 type CostComparison struct {
 	Text        string     `json:"text"`
@@ -468,6 +496,22 @@ type ExecSummary struct {
 	StartedAt string   `json:"startedAt"`
 	Command   []string `json:"command"`
 	PID       int64    `json:"pid"`
+}
+
+// ExecUsage is the "execUsage" shape of api/cli.yaml.
+type ExecUsage struct {
+	// Source is cgroup: the exec's own cgroup v2, every process of it; rusage: wait4's for the leader and the descendants waited for
+	Source          string  `json:"source"`
+	WallSecs        float64 `json:"wallSecs"`
+	UserCPUSecs     float64 `json:"userCpuSecs"`
+	SystemCPUSecs   float64 `json:"systemCpuSecs"`
+	PeakMemoryBytes int64   `json:"peakMemoryBytes"`
+	StdoutBytes     int64   `json:"stdoutBytes"`
+	StderrBytes     int64   `json:"stderrBytes"`
+	// PeakProcesses is most processes alive at once (pids.peak); null where not measured
+	PeakProcesses *int64 `json:"peakProcesses"`
+	// Missing is what the source could not measure; empty when nothing
+	Missing []string `json:"missing"`
 }
 
 // ExitRow is the "exitRow" shape of api/cli.yaml.
@@ -698,7 +742,7 @@ var Responses = []Response{
 	{Type: "microvm.run", Keys: []string{"imageIdentifier", "imageName", "microvmId", "endpoint", "agentToken", "execExitCode", "stdout", "stderr", "truncated", "buildSeconds", "runningSeconds", "kept", "leaked", "cost", "localLimits"}},
 	{Type: "microvm.run.fleet", Keys: []string{"imageIdentifier", "imageName", "count", "parallel", "runs", "leaked", "cost"}},
 	{Type: "microvm.image", Keys: []string{"imageIdentifier", "imageName", "buildLogGroup", "size", "reused"}},
-	{Type: "microvm.exec", Keys: []string{"execId", "phase", "exitCode", "signal", "stdout", "stderr", "truncated"}},
+	{Type: "microvm.exec", Keys: []string{"execId", "phase", "exitCode", "signal", "stdout", "stderr", "truncated", "usage", "oomKilled"}},
 	{Type: "microvm.exec.stream", Keys: []string{"execId", "events", "bytes", "nextOffset", "gaps", "exitCode", "truncated"}},
 	{Type: "microvm.health", Keys: []string{"version", "bootstrapped", "identityDegraded", "identityRepaired", "diskAvailableBytes", "diskUnderPressure", "busy", "execs"}},
 	{Type: "microvm.stdin", Keys: []string{"execId", "written", "eof"}},
@@ -710,7 +754,7 @@ var Responses = []Response{
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
 	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers"}},
 	{Type: "microvm.logs", Keys: []string{"logGroup", "lines"}},
-	{Type: "microvm.cost", Keys: []string{"report", "comparison"}},
+	{Type: "microvm.cost", Keys: []string{"report", "comparison", "byCommand"}},
 	{Type: "microvm.doctor", Keys: []string{"checks", "ok"}},
 	{Type: "microvm.setup", Keys: []string{"calls", "changed", "env", "envFile", "dryRun", "destroy"}},
 	{Type: "microvm.gc", Keys: []string{"leftovers", "removed", "dryRun"}},

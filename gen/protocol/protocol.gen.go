@@ -192,6 +192,24 @@ func (e StreamKind) Valid() bool {
 	}
 }
 
+// Defines values for UsageSource.
+const (
+	Cgroup UsageSource = "cgroup"
+	Rusage UsageSource = "rusage"
+)
+
+// Valid indicates whether the value is a known member of the UsageSource enum.
+func (e UsageSource) Valid() bool {
+	switch e {
+	case Cgroup:
+		return true
+	case Rusage:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WatchOp.
 const (
 	WatchOpCreate WatchOp = "create"
@@ -305,6 +323,9 @@ type ErrorFsFailed = ErrorBody
 // ErrorFsRefused ErrorBody of a 400 from an fs operation: a malformed query, or a non-directory where a directory is needed
 type ErrorFsRefused = ErrorBody
 
+// ErrorLimitsUnavailable ErrorBody of a 409 from POST /v1/exec/start or run: a requested limit cannot be applied in this guest
+type ErrorLimitsUnavailable = ErrorBody
+
 // ErrorMalformedRequest ErrorBody of a 400 on an exec route: the request failed validation before anything happened
 type ErrorMalformedRequest = ErrorBody
 
@@ -347,6 +368,18 @@ type ErrorStdinWriteTooLarge = ErrorBody
 // ErrorUnknownExec ErrorBody of a 404 on an exec route: no live exec has this exec_id
 type ErrorUnknownExec = ErrorBody
 
+// ExecLimits limits on one exec's whole process group, enforced by the kernel through the exec's own cgroup v2; each absent field is unlimited (ours: additive)
+type ExecLimits struct {
+	// CPUMillicores cpu.max as thousandths of a CPU: 500 is half a CPU, 2000 two CPUs (a quota of 100 us per millicore in each 100 ms period)
+	CPUMillicores *uint32 `json:"cpu_millicores,omitempty"`
+
+	// MemoryBytes memory.max: over it the kernel's OOM killer kills within this exec only (oom_killed true); agentd and other execs carry on
+	MemoryBytes *uint64 `json:"memory_bytes,omitempty"`
+
+	// Pids pids.max: the most processes and threads alive at once; a fork beyond it fails with EAGAIN
+	Pids *uint32 `json:"pids,omitempty"`
+}
+
 // ExecListResponse body of GET /v1/execs
 type ExecListResponse struct {
 	Execs []ExecSummary `json:"execs"`
@@ -358,6 +391,9 @@ type ExecSummary struct {
 	Command []string `json:"command"`
 	ExecID  string   `json:"exec_id"`
 
+	// OomKilled present once it has exited: true when the kernel's OOM killer killed a process of this exec because the exec went over its limits.memory_bytes (ours: additive)
+	OomKilled *bool `json:"oom_killed,omitempty"`
+
 	// Phase lifecycle position of an exec
 	Phase Phase `json:"phase"`
 
@@ -366,6 +402,39 @@ type ExecSummary struct {
 
 	// StartedAt when the child was spawned, RFC 3339, UTC
 	StartedAt time.Time `json:"started_at"`
+
+	// Usage what the exec used, present once it has exited (ours, not the reference's: additive)
+	Usage *ExecUsage `json:"usage,omitempty"`
+}
+
+// ExecUsage what one exec used, measured once it exited (ours, not the reference's: additive)
+type ExecUsage struct {
+	// Missing what this measurement could not see, each a short sentence naming the field (empty when nothing is missed)
+	Missing []string `json:"missing"`
+
+	// PeakMemoryBytes peak memory: the cgroup's memory.peak (the whole exec at once, page cache included) where the memory controller is delegated, otherwise wait4's ru_maxrss (the largest single resident set among the leader and the descendants waited for)
+	PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
+
+	// PeakProcesses the most processes and threads alive at once in the exec's cgroup (pids.peak, Linux 6.1+ with the pids controller delegated); a count of every process ever started is measured by neither source; absent otherwise
+	PeakProcesses *uint64 `json:"peak_processes,omitempty"`
+
+	// Source where an exec's usage was measured: cgroup, the exec's own cgroup v2, which counts every process of the exec (also those that outlived the leader or were never waited for); rusage, wait4's for the leader, which counts the leader and the descendants their parents waited for, and nothing else (see missing)
+	Source UsageSource `json:"source"`
+
+	// StderrBytes bytes the exec wrote to stderr (zero on a tty, whose output is all stdout)
+	StderrBytes uint64 `json:"stderr_bytes"`
+
+	// StdoutBytes bytes the exec wrote to stdout (all of them, also past a truncation)
+	StdoutBytes uint64 `json:"stdout_bytes"`
+
+	// SystemCPUSecs system CPU time of the whole exec (cgroup cpu.stat system_usec; rusage ru_stime)
+	SystemCPUSecs float64 `json:"system_cpu_secs"`
+
+	// UserCPUSecs user CPU time of the whole exec (cgroup cpu.stat user_usec; rusage ru_utime)
+	UserCPUSecs float64 `json:"user_cpu_secs"`
+
+	// WallSecs from the spawn to the exec's exit (leader reaped and its output closed or lingered out), monotonic
+	WallSecs float64 `json:"wall_secs"`
 }
 
 // ExitEvent data of the terminal SSE exit event
@@ -373,10 +442,16 @@ type ExitEvent struct {
 	ExitCode *int32 `json:"exit_code"`
 
 	// Offset total bytes published, for checking nothing was missed
-	Offset            uint64 `json:"offset"`
-	Signal            *int32 `json:"signal"`
-	Truncated         bool   `json:"truncated"`
-	WritersMayBeAlive bool   `json:"writers_may_be_alive"`
+	Offset uint64 `json:"offset"`
+
+	// OomKilled present once it has exited: true when the kernel's OOM killer killed a process of this exec because the exec went over its limits.memory_bytes (ours: additive)
+	OomKilled *bool  `json:"oom_killed,omitempty"`
+	Signal    *int32 `json:"signal"`
+	Truncated bool   `json:"truncated"`
+
+	// Usage what the exec used, present once it has exited (ours, not the reference's: additive)
+	Usage             *ExecUsage `json:"usage,omitempty"`
+	WritersMayBeAlive bool       `json:"writers_may_be_alive"`
 }
 
 // FileInfo one filesystem entry, as lstat reports it (a symlink is described, not followed)
@@ -549,6 +624,9 @@ type PollResponse struct {
 	// ExitCode the child's exit status; null when a signal ended it
 	ExitCode *int32 `json:"exit_code,omitempty"`
 
+	// OomKilled present once it has exited: true when the kernel's OOM killer killed a process of this exec because the exec went over its limits.memory_bytes (ours: additive)
+	OomKilled *bool `json:"oom_killed,omitempty"`
+
 	// Phase lifecycle position of an exec
 	Phase Phase `json:"phase"`
 
@@ -563,6 +641,9 @@ type PollResponse struct {
 
 	// Truncated true when a stream reached limits.max_output_bytes and was cut
 	Truncated *bool `json:"truncated,omitempty"`
+
+	// Usage what the exec used, present once it has exited (ours, not the reference's: additive)
+	Usage *ExecUsage `json:"usage,omitempty"`
 
 	// WritersMayBeAlive true when the linger deadline passed with the pipes still open, so a descendant may still be writing unseen
 	WritersMayBeAlive *bool `json:"writers_may_be_alive,omitempty"`
@@ -673,6 +754,9 @@ type StartRequest struct {
 	// Group numeric gid to run as; absent keeps the daemon's gid
 	Group *uint32 `json:"group,omitempty"`
 
+	// Limits per-exec limits, applied through the exec's own cgroup v2 (ours, not the reference's: additive); a start whose limits the guest cannot apply is refused with 409 limits_unavailable, never run unlimited
+	Limits *ExecLimits `json:"limits,omitempty"`
+
 	// Shell run command[0] through sh -c instead of exec'ing argv directly
 	Shell bool `json:"shell,omitempty"`
 
@@ -730,6 +814,9 @@ type TTYSize struct {
 	Cols uint16 `json:"cols"`
 	Rows uint16 `json:"rows"`
 }
+
+// UsageSource where an exec's usage was measured: cgroup, the exec's own cgroup v2, which counts every process of the exec (also those that outlived the leader or were never waited for); rusage, wait4's for the leader, which counts the leader and the descendants their parents waited for, and nothing else (see missing)
+type UsageSource string
 
 // WatchEvent data of a watch stream's fs event
 type WatchEvent struct {
@@ -803,6 +890,9 @@ type FsPathExists = ErrorPathExists
 
 // FsPathNotFound ErrorBody of a 404 from an fs operation: nothing is at the path
 type FsPathNotFound = ErrorPathNotFound
+
+// LimitsUnavailable ErrorBody of a 409 from POST /v1/exec/start or run: a requested limit cannot be applied in this guest
+type LimitsUnavailable = ErrorLimitsUnavailable
 
 // UnknownExecError ErrorBody of a 404 on an exec route: no live exec has this exec_id
 type UnknownExecError = ErrorUnknownExec
@@ -4187,6 +4277,11 @@ type ExecRunReply404Headers struct {
 	MicrovmsAgentdVersion string
 }
 
+// ExecRunReply409Headers the declared response headers of an HTTP 409 response for ExecRun
+type ExecRunReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
 // ExecRunReply413Headers the declared response headers of an HTTP 413 response for ExecRun
 type ExecRunReply413Headers struct {
 	MicrovmsAgentdVersion string
@@ -4214,6 +4309,8 @@ type ExecRunReply struct {
 	JSON400 *ErrorMalformedRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *UnknownExecError
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *LimitsUnavailable
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *AtCapacity
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -4226,6 +4323,8 @@ type ExecRunReply struct {
 	Headers401 *ExecRunReply401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ExecRunReply404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ExecRunReply409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ExecRunReply413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4244,6 +4343,11 @@ func (r ExecRunReply) GetJSON400() *ErrorMalformedRequest {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r ExecRunReply) GetJSON404() *UnknownExecError {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ExecRunReply) GetJSON409() *LimitsUnavailable {
+	return r.JSON409
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -4300,6 +4404,11 @@ type ExecStartReply401Headers struct {
 	MicrovmsAgentdVersion string
 }
 
+// ExecStartReply409Headers the declared response headers of an HTTP 409 response for ExecStart
+type ExecStartReply409Headers struct {
+	MicrovmsAgentdVersion string
+}
+
 // ExecStartReply413Headers the declared response headers of an HTTP 413 response for ExecStart
 type ExecStartReply413Headers struct {
 	MicrovmsAgentdVersion string
@@ -4327,6 +4436,8 @@ type ExecStartReply struct {
 	JSON200 *StartResponse
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *ErrorMalformedRequest
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *LimitsUnavailable
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *AtCapacity
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -4337,6 +4448,8 @@ type ExecStartReply struct {
 	Headers400 *ExecStartReply400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ExecStartReply401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ExecStartReply409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ExecStartReply413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4355,6 +4468,11 @@ func (r ExecStartReply) GetJSON200() *StartResponse {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r ExecStartReply) GetJSON400() *ErrorMalformedRequest {
 	return r.JSON400
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ExecStartReply) GetJSON409() *LimitsUnavailable {
+	return r.JSON409
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -7037,6 +7155,13 @@ func ParseExecRunReply(rsp *http.Response) (*ExecRunReply, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest LimitsUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest AtCapacity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7097,6 +7222,16 @@ func ParseExecRunReply(rsp *http.Response) (*ExecRunReply, error) {
 			headers.MicrovmsAgentdVersion = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ExecRunReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers ExecRunReply413Headers
 		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
@@ -7173,6 +7308,13 @@ func ParseExecStartReply(rsp *http.Response) (*ExecStartReply, error) {
 	case rsp.StatusCode == 401:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest LimitsUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest AtCapacity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7223,6 +7365,16 @@ func ParseExecStartReply(rsp *http.Response) (*ExecStartReply, error) {
 			headers.MicrovmsAgentdVersion = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers ExecStartReply409Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers ExecStartReply413Headers
 		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {

@@ -111,8 +111,8 @@ var Operations = []Operation{
 	{ID: OpHookSuspend, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/suspend", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpHookResume, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/resume", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpHookTerminate, Method: "POST", Pattern: "/aws/lambda-microvms/runtime/v1/terminate", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
-	{ID: OpExecStart, Method: "POST", Pattern: "/v1/exec/start", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
-	{ID: OpExecRun, Method: "POST", Pattern: "/v1/exec/run", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
+	{ID: OpExecStart, Method: "POST", Pattern: "/v1/exec/start", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 409: "application/json", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
+	{ID: OpExecRun, Method: "POST", Pattern: "/v1/exec/run", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 413: "text/plain", 500: "application/json", 429: "application/json", 503: ""}},
 	{ID: OpExecPoll, Method: "GET", Pattern: "/v1/exec/{id}", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{401: "", 404: "application/json", 503: ""}},
 	{ID: OpExecStream, Method: "GET", Pattern: "/v1/exec/{id}/stream", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 503: ""}},
 	{ID: OpExecStdin, Method: "POST", Pattern: "/v1/exec/{id}/stdin", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 408: "application/json", 409: "application/json", 410: "application/json", 413: "application/json", 500: "application/json", 503: ""}},
@@ -427,6 +427,8 @@ type Setting struct {
 
 // Environment variables of the settings.
 const (
+	EnvExecCgroup            = "AGENTD_EXEC_CGROUP"
+	EnvExecCgroupV1Memory    = "AGENTD_EXEC_CGROUP_V1_MEMORY"
 	EnvIdentityRoot          = "AGENTD_IDENTITY_ROOT"
 	EnvListen                = "AGENTD_LISTEN"
 	EnvLog                   = "AGENTD_LOG"
@@ -436,6 +438,8 @@ const (
 
 // Settings lists every non-limit setting, sorted by name.
 var Settings = []Setting{
+	{Name: "exec_cgroup", Env: EnvExecCgroup, Default: "", Description: "a cgroup v2 directory delegated to agentd (it holds no processes and agentd may write it), under which each exec gets its own cgroup: usage then counts every process of the exec, also those outliving the leader, and a start's limits are applied there; empty (the default) spawns no cgroup, usage comes from wait4's rusage for free, and a start with limits is refused 409 limits_unavailable (ours: additive)"},
+	{Name: "exec_cgroup_v1_memory", Env: EnvExecCgroupV1Memory, Default: "", Description: "for a hybrid host, where the memory controller is bound to a cgroup v1 hierarchy and so is missing from AGENTD_EXEC_CGROUP: agentd's own cgroup v1 memory directory, under which each exec gets a memory cgroup for limits.memory_bytes, its peak and oom_killed; it must be the memory cgroup agentd runs in, and is used only beside a usable AGENTD_EXEC_CGROUP (ours: additive)"},
 	{Name: "identity_root", Env: EnvIdentityRoot, Default: "/", Description: "directory the identity files are resolved under; exists so a test can aim repair at a temporary tree, and an image has no reason to set it"},
 	{Name: "listen", Env: EnvListen, Default: "", Description: "address to listen on: a host (the port is then AGENTD_PORT) or host:port; empty means every interface, which the platform's endpoint proxy needs; an unparseable value binds 127.0.0.1 rather than widen, with a warning"},
 	{Name: "log", Env: EnvLog, Default: "info", Description: "log level as a tracing EnvFilter string (info, warn, agentd=debug,warn, ...): the most specific directive for agentd wins, else the most verbose bare level; trace maps to below debug, off silences; an unreadable value keeps info with a warning"},

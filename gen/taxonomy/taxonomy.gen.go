@@ -365,6 +365,7 @@ const (
 	SlugFsFailed           = "fs_failed"
 	SlugNotATty            = "not_a_tty"
 	SlugUnknownSignal      = "unknown_signal"
+	SlugLimitsUnavailable  = "limits_unavailable"
 	SlugMetricsUnavailable = "metrics_unavailable"
 	SlugAtCapacity         = "at_capacity"
 )
@@ -388,6 +389,7 @@ var DaemonErrors = []DaemonError{
 	{Slug: SlugFsFailed, Status: 500, WireKind: WireServerError, Meaning: "the filesystem refused an fs operation for another reason; the detail names the errno"},
 	{Slug: SlugNotATty, Status: 409, WireKind: WireConflict, Meaning: "the exec was started without tty, so it has no terminal"},
 	{Slug: SlugUnknownSignal, Status: 400, WireKind: WireProtocolError, Meaning: "the signal name is not in the closed set SignalName lists"},
+	{Slug: SlugLimitsUnavailable, Status: 409, WireKind: WireConflict, Meaning: "the start asked for a per-exec limit this guest cannot apply (no delegated cgroup v2 subtree, or a controller not delegated); nothing was spawned"},
 	{Slug: SlugMetricsUnavailable, Status: 500, WireKind: WireServerError, Meaning: "a /proc file the metrics sample needs is missing or unreadable"},
 	{Slug: SlugAtCapacity, Status: 429, WireKind: WireServerError, Meaning: "a declared cap on a per-request kernel object is full (limits.max_watches watch streams, limits.max_ptys terminals); nothing was created"},
 }

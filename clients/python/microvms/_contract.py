@@ -74,6 +74,26 @@ OPS: Dict[str, Tuple[str, bool]] = {
 }
 
 
+CommandShare = TypedDict("CommandShare", {
+    "execId": str,
+    "command": str,
+    "seconds": str,
+    "usd": str,
+    "usage": Optional["ExecUsage"],
+})
+CommandShare.__doc__ = "The \"commandShare\" shape of api/cli.yaml."
+
+
+CostByCommand = TypedDict("CostByCommand", {
+    "rule": str,
+    "totalUsd": str,
+    "commands": List["CommandShare"],
+    "idleUsd": str,
+    "idleSeconds": str,
+})
+CostByCommand.__doc__ = "The \"costByCommand\" shape of api/cli.yaml."
+
+
 CostComparison = TypedDict("CostComparison", {
     "text": str,
     "running": "CostReport",
@@ -110,6 +130,20 @@ CostReport = TypedDict("CostReport", {
     "text": str,
 })
 CostReport.__doc__ = "The \"costReport\" shape of api/cli.yaml."
+
+
+ExecUsage = TypedDict("ExecUsage", {
+    "source": Literal["cgroup", "rusage"],
+    "wallSecs": float,
+    "userCpuSecs": float,
+    "systemCpuSecs": float,
+    "peakMemoryBytes": int,
+    "stdoutBytes": int,
+    "stderrBytes": int,
+    "peakProcesses": Optional[int],
+    "missing": List[str],
+})
+ExecUsage.__doc__ = "The \"execUsage\" shape of api/cli.yaml."
 
 
 FileEntry = TypedDict("FileEntry", {
@@ -164,6 +198,8 @@ ExecResultData = TypedDict("ExecResultData", {
     "truncated": bool,
     "timedOut": bool,
     "timeoutLimit": str,
+    "usage": Optional["ExecUsage"],
+    "oomKilled": bool,
 })
 ExecResultData.__doc__ = "The data of a microvm.exec.result envelope."
 
@@ -226,6 +262,7 @@ TeardownData.__doc__ = "The data of a microvm.teardown envelope."
 CostData = TypedDict("CostData", {
     "report": "CostReport",
     "comparison": Optional["CostComparison"],
+    "byCommand": Optional["CostByCommand"],
 })
 CostData.__doc__ = "The data of a microvm.cost envelope."
 
@@ -428,6 +465,9 @@ RunArgs = TypedDict("RunArgs", {
     "execId": str,
     "user": str,
     "group": str,
+    "memoryLimitBytes": int,
+    "cpuMillicores": int,
+    "pidsLimit": int,
 }, total=False)
 RunArgs.__doc__ = "The arguments of run: run a command and wait; a non-zero exit is a success envelope whose exitCode says so, and timeoutSec ending it one whose timedOut says so. stdout and stderr keep at most protocol max_output_bytes (8 MiB) each; truncated says bytes were dropped. Every key may be left out."
 
@@ -441,6 +481,9 @@ StreamArgs = TypedDict("StreamArgs", {
     "execId": str,
     "user": str,
     "group": str,
+    "memoryLimitBytes": int,
+    "cpuMillicores": int,
+    "pidsLimit": int,
 }, total=False)
 StreamArgs.__doc__ = "The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out."
 

@@ -36,6 +36,11 @@ class ExecResult:
     truncated: bool  # True only when output bytes were dropped (past the cap, or lost)
     timed_out: bool = False  # a time limit ended the command or the wait
     timeout_limit: Optional[str] = None  # "timeout_sec" (the guest killed it) or "wait" (it runs on)
+    # What the command used (wallSecs, userCpuSecs, systemCpuSecs,
+    # peakMemoryBytes, stdoutBytes, stderrBytes, source, missing); None from
+    # a daemon that reports none.
+    usage: Optional[c.ExecUsage] = None
+    oom_killed: bool = False  # killed by the guest kernel over its memory limit
 
     @property
     def ok(self) -> bool:
@@ -51,7 +56,7 @@ class ExecResult:
     def _from(cls, d: c.ExecResultData) -> "ExecResult":
         limit = {"timeoutSec": "timeout_sec", "wait": "wait"}.get(d["timeoutLimit"])
         return cls(d["execId"], d["phase"], d["exitCode"], d["signal"], d["stdout"], d["stderr"], d["truncated"],
-                   d["timedOut"], limit)
+                   d["timedOut"], limit, d.get("usage"), bool(d.get("oomKilled", False)))
 
 
 @dataclass(frozen=True)
@@ -436,7 +441,8 @@ class Files:
 
 def _exec_args(cmd: Command, cwd: Optional[str], env: Optional[Dict[str, str]],
                timeout_sec: Optional[float], exec_id: Optional[str],
-               user: Optional[int] = None, group: Optional[int] = None) -> c.RunArgs:
+               user: Optional[int] = None, group: Optional[int] = None,
+               limits: Optional[Dict[str, int]] = None) -> c.RunArgs:
     # A string is a shell script (E2B's commands.run); a sequence is an argv.
     args: c.RunArgs = {"command": [cmd], "shell": True} if isinstance(cmd, str) else {"command": list(cmd)}
     if cwd is not None:
@@ -451,6 +457,18 @@ def _exec_args(cmd: Command, cwd: Optional[str], env: Optional[Dict[str, str]],
         args["user"] = str(user)
     if group is not None:
         args["group"] = str(group)
+    if limits:
+        # memory_bytes, cpu_millicores, pids: the guest refuses what it cannot apply.
+        unknown = set(limits) - {"memory_bytes", "cpu_millicores", "pids"}
+        if unknown:
+            raise InvalidArgError("unknown limits: %s (memory_bytes, cpu_millicores, pids)" % ", ".join(sorted(unknown)),
+                                  "ERR_INVALID_ARG")
+        if "memory_bytes" in limits:
+            args["memoryLimitBytes"] = int(limits["memory_bytes"])
+        if "cpu_millicores" in limits:
+            args["cpuMillicores"] = int(limits["cpu_millicores"])
+        if "pids" in limits:
+            args["pidsLimit"] = int(limits["pids"])
     return args
 
 
@@ -753,7 +771,8 @@ class Sandbox:
 
     def run(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
             timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
-            group: Optional[int] = None, timeout: Optional[float] = None) -> ExecResult:
+            group: Optional[int] = None, timeout: Optional[float] = None,
+            limits: Optional[Dict[str, int]] = None) -> ExecResult:
         """Run a command and wait for it: a string through the shell, a sequence as argv.
 
         timeout_sec has the guest kill it (the result then has timed_out True,
@@ -761,8 +780,12 @@ class Sandbox:
         past it the command is killed and the result has timed_out True,
         timeout_limit "wait". stdout and stderr keep at most 8 MiB each;
         truncated says bytes were dropped. user and group are numeric ids.
+        limits ({"memory_bytes": ..., "cpu_millicores": ..., "pids": ...}) are
+        enforced by the guest kernel for this command alone (oom_killed says
+        it went over its memory); a guest that cannot apply them refuses the
+        command rather than run it unlimited. usage says what it used.
         """
-        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group, limits)
         try:
             return ExecResult._from(self._engine._op_run(args, timeout))
         except TimeoutError_:
@@ -773,12 +796,13 @@ class Sandbox:
 
     def stream(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
-               group: Optional[int] = None) -> ExecStream:
+               group: Optional[int] = None, limits: Optional[Dict[str, int]] = None) -> ExecStream:
         """Run a command, yielding its output as it arrives (OutputChunk, Gap, then Exit).
 
-        Closing the stream early (break, close()) kills the command.
+        Closing the stream early (break, close()) kills the command. limits
+        are run()'s.
         """
-        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group, limits)
         return _KillingStream(self._engine, args["execId"], self._engine._op_stream(args))
 
     def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
@@ -1186,9 +1210,9 @@ class AsyncSandbox:
 
     async def run(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                   timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
-                  group: Optional[int] = None) -> ExecResult:
-        """Sandbox.run; cancelling the awaiting task kills the command."""
-        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)
+                  group: Optional[int] = None, limits: Optional[Dict[str, int]] = None) -> ExecResult:
+        """Sandbox.run (limits and usage included); cancelling the awaiting task kills the command."""
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group, limits)
         try:
             return ExecResult._from(await self._engine._aop_run(args))
         except asyncio.CancelledError:
@@ -1197,9 +1221,9 @@ class AsyncSandbox:
 
     def stream(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
-               group: Optional[int] = None) -> AsyncExecStream:
+               group: Optional[int] = None, limits: Optional[Dict[str, int]] = None) -> AsyncExecStream:
         """Sandbox.stream; leaving the `async for` early, or cancelling it, kills the command."""
-        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group)
+        args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group, limits)
         return _AsyncKillingStream(self._engine, args["execId"], self._engine._aop_stream(args))
 
     async def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,

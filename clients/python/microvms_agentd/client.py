@@ -363,7 +363,7 @@ class Client:
         _resp = self._send("POST", _path, _query, _data, "application/json", bearer=True, stream=False, operation="execStart")
         _status = _resp.status
         if _status < 200 or _status >= 300:
-            raise _api_error("execStart", _resp, json_statuses=(400, 429, 500))
+            raise _api_error("execStart", _resp, json_statuses=(400, 409, 429, 500))
         if _status == 200:
             v = json.loads(_read_all(_resp))
             return (None if v is None else StartResponse.from_dict(v))
@@ -377,7 +377,7 @@ class Client:
         _resp = self._send("POST", _path, _query, _data, "application/json", bearer=True, stream=True, operation="execRun")
         _status = _resp.status
         if _status < 200 or _status >= 300:
-            raise _api_error("execRun", _resp, json_statuses=(400, 404, 429, 500))
+            raise _api_error("execRun", _resp, json_statuses=(400, 404, 409, 429, 500))
         if _status == 200:
             return EventStream(_resp, lambda v: (None if v is None else SSEEvent.from_dict(v)))
         raise _api_error("execRun", _resp, json_statuses=())
@@ -390,7 +390,7 @@ class Client:
         _resp = self._send("POST", _path, _query, _data, "application/json", bearer=True, stream=True, operation="execRun", accept=FRAMES_MEDIA_TYPE + ", text/event-stream;q=0.5")
         _status = _resp.status
         if _status < 200 or _status >= 300:
-            raise _api_error("execRun", _resp, json_statuses=(400, 404, 429, 500))
+            raise _api_error("execRun", _resp, json_statuses=(400, 404, 409, 429, 500))
         if _status == 200:
             if _is_frames(_resp):
                 return FrameStream(_resp)

@@ -314,6 +314,32 @@ class ErrorFsRefused:
 
 
 @dataclass
+class ErrorLimitsUnavailable:
+    """ErrorBody of a 409 from POST /v1/exec/start or run: a requested limit cannot be applied in this guest"""
+
+    # machine-readable slug, e.g. unknown_exec
+    # one of: "limits_unavailable",
+    error: str
+    # human-readable explanation
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ErrorLimitsUnavailable:
+        if not isinstance(d, dict):
+            raise ValueError("ErrorLimitsUnavailable: expected a JSON object")
+        return cls(
+            error=_required(d, "error", "ErrorLimitsUnavailable"),
+            detail=_required(d, "detail", "ErrorLimitsUnavailable"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["error"] = self.error
+        out["detail"] = self.detail
+        return out
+
+
+@dataclass
 class ErrorMalformedRequest:
     """ErrorBody of a 400 on an exec route: the request failed validation before anything happened"""
 
@@ -678,6 +704,38 @@ class ErrorUnknownExec:
 
 
 @dataclass
+class ExecLimits:
+    """limits on one exec's whole process group, enforced by the kernel through the exec's own cgroup v2; each absent field is unlimited (ours: additive)"""
+
+    # memory.max: over it the kernel's OOM killer kills within this exec only (oom_killed true); agentd and other execs carry on
+    memory_bytes: Optional[int] = None
+    # cpu.max as thousandths of a CPU: 500 is half a CPU, 2000 two CPUs (a quota of 100 us per millicore in each 100 ms period)
+    cpu_millicores: Optional[int] = None
+    # pids.max: the most processes and threads alive at once; a fork beyond it fails with EAGAIN
+    pids: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ExecLimits:
+        if not isinstance(d, dict):
+            raise ValueError("ExecLimits: expected a JSON object")
+        return cls(
+            memory_bytes=d.get("memory_bytes"),
+            cpu_millicores=d.get("cpu_millicores"),
+            pids=d.get("pids"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        if self.memory_bytes is not None:
+            out["memory_bytes"] = self.memory_bytes
+        if self.cpu_millicores is not None:
+            out["cpu_millicores"] = self.cpu_millicores
+        if self.pids is not None:
+            out["pids"] = self.pids
+        return out
+
+
+@dataclass
 class ExecListResponse:
     """body of GET /v1/execs"""
 
@@ -710,6 +768,10 @@ class ExecSummary:
     command: List[str]
     # the child's process id, which is also its process group's id; it may name another process once the exec has exited
     pid: int
+    # what the exec used, present once it has exited (ours, not the reference's: additive)
+    usage: Optional[Any] = None
+    # present once it has exited: true when the kernel's OOM killer killed a process of this exec because the exec went over its limits.memory_bytes (ours: additive)
+    oom_killed: Optional[bool] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> ExecSummary:
@@ -721,6 +783,8 @@ class ExecSummary:
             started_at=_required(d, "started_at", "ExecSummary"),
             command=_required(d, "command", "ExecSummary"),
             pid=_required(d, "pid", "ExecSummary"),
+            usage=d.get("usage"),
+            oom_killed=d.get("oom_killed"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -730,6 +794,64 @@ class ExecSummary:
         out["started_at"] = self.started_at
         out["command"] = self.command
         out["pid"] = self.pid
+        if self.usage is not None:
+            out["usage"] = self.usage
+        if self.oom_killed is not None:
+            out["oom_killed"] = self.oom_killed
+        return out
+
+
+@dataclass
+class ExecUsage:
+    """what one exec used, measured once it exited (ours, not the reference's: additive)"""
+
+    # where an exec's usage was measured: cgroup, the exec's own cgroup v2, which counts every process of the exec (also those that outlived the leader or were never waited for); rusage, wait4's for the leader, which counts the leader and the descendants their parents waited for, and nothing else (see missing)
+    source: str
+    # from the spawn to the exec's exit (leader reaped and its output closed or lingered out), monotonic
+    wall_secs: float
+    # user CPU time of the whole exec (cgroup cpu.stat user_usec; rusage ru_utime)
+    user_cpu_secs: float
+    # system CPU time of the whole exec (cgroup cpu.stat system_usec; rusage ru_stime)
+    system_cpu_secs: float
+    # peak memory: the cgroup's memory.peak (the whole exec at once, page cache included) where the memory controller is delegated, otherwise wait4's ru_maxrss (the largest single resident set among the leader and the descendants waited for)
+    peak_memory_bytes: int
+    # bytes the exec wrote to stdout (all of them, also past a truncation)
+    stdout_bytes: int
+    # bytes the exec wrote to stderr (zero on a tty, whose output is all stdout)
+    stderr_bytes: int
+    # what this measurement could not see, each a short sentence naming the field (empty when nothing is missed)
+    missing: List[str]
+    # the most processes and threads alive at once in the exec's cgroup (pids.peak, Linux 6.1+ with the pids controller delegated); a count of every process ever started is measured by neither source; absent otherwise
+    peak_processes: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> ExecUsage:
+        if not isinstance(d, dict):
+            raise ValueError("ExecUsage: expected a JSON object")
+        return cls(
+            source=_required(d, "source", "ExecUsage"),
+            wall_secs=_required(d, "wall_secs", "ExecUsage"),
+            user_cpu_secs=_required(d, "user_cpu_secs", "ExecUsage"),
+            system_cpu_secs=_required(d, "system_cpu_secs", "ExecUsage"),
+            peak_memory_bytes=_required(d, "peak_memory_bytes", "ExecUsage"),
+            stdout_bytes=_required(d, "stdout_bytes", "ExecUsage"),
+            stderr_bytes=_required(d, "stderr_bytes", "ExecUsage"),
+            missing=_required(d, "missing", "ExecUsage"),
+            peak_processes=d.get("peak_processes"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["source"] = self.source
+        out["wall_secs"] = self.wall_secs
+        out["user_cpu_secs"] = self.user_cpu_secs
+        out["system_cpu_secs"] = self.system_cpu_secs
+        out["peak_memory_bytes"] = self.peak_memory_bytes
+        out["stdout_bytes"] = self.stdout_bytes
+        out["stderr_bytes"] = self.stderr_bytes
+        out["missing"] = self.missing
+        if self.peak_processes is not None:
+            out["peak_processes"] = self.peak_processes
         return out
 
 
@@ -743,6 +865,10 @@ class ExitEvent:
     writers_may_be_alive: bool
     # total bytes published, for checking nothing was missed
     offset: int
+    # what the exec used, present once it has exited (ours, not the reference's: additive)
+    usage: Optional[Any] = None
+    # present once it has exited: true when the kernel's OOM killer killed a process of this exec because the exec went over its limits.memory_bytes (ours: additive)
+    oom_killed: Optional[bool] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> ExitEvent:
@@ -754,6 +880,8 @@ class ExitEvent:
             truncated=_required(d, "truncated", "ExitEvent"),
             writers_may_be_alive=_required(d, "writers_may_be_alive", "ExitEvent"),
             offset=_required(d, "offset", "ExitEvent"),
+            usage=d.get("usage"),
+            oom_killed=d.get("oom_killed"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -763,6 +891,10 @@ class ExitEvent:
         out["truncated"] = self.truncated
         out["writers_may_be_alive"] = self.writers_may_be_alive
         out["offset"] = self.offset
+        if self.usage is not None:
+            out["usage"] = self.usage
+        if self.oom_killed is not None:
+            out["oom_killed"] = self.oom_killed
         return out
 
 
@@ -1212,6 +1344,10 @@ class PollResponse:
     truncated: Optional[bool] = None
     # true when the linger deadline passed with the pipes still open, so a descendant may still be writing unseen
     writers_may_be_alive: Optional[bool] = None
+    # what the exec used, present once it has exited (ours, not the reference's: additive)
+    usage: Optional[Any] = None
+    # present once it has exited: true when the kernel's OOM killer killed a process of this exec because the exec went over its limits.memory_bytes (ours: additive)
+    oom_killed: Optional[bool] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> PollResponse:
@@ -1226,6 +1362,8 @@ class PollResponse:
             stderr=d.get("stderr"),
             truncated=d.get("truncated"),
             writers_may_be_alive=d.get("writers_may_be_alive"),
+            usage=d.get("usage"),
+            oom_killed=d.get("oom_killed"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -1244,6 +1382,10 @@ class PollResponse:
             out["truncated"] = self.truncated
         if self.writers_may_be_alive is not None:
             out["writers_may_be_alive"] = self.writers_may_be_alive
+        if self.usage is not None:
+            out["usage"] = self.usage
+        if self.oom_killed is not None:
+            out["oom_killed"] = self.oom_killed
         return out
 
 
@@ -1528,6 +1670,8 @@ class StartRequest:
     stdin: bool = False
     # run the child on a pseudo-terminal of this size (ours, not the reference's: additive): its stdin, stdout and stderr are the terminal, its output arrives as stdout in the one offset space, POST /v1/exec/{id}/stdin writes to the terminal (stdin true is implied; eof closes the daemon's input handle, and the terminal's own end-of-file is the byte 0x04), and POST /v1/exec/{id}/resize changes the size
     tty: Optional[Any] = None
+    # per-exec limits, applied through the exec's own cgroup v2 (ours, not the reference's: additive); a start whose limits the guest cannot apply is refused with 409 limits_unavailable, never run unlimited
+    limits: Optional[Any] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> StartRequest:
@@ -1544,6 +1688,7 @@ class StartRequest:
             timeout_sec=d.get("timeout_sec"),
             stdin=d.get("stdin", False),
             tty=d.get("tty"),
+            limits=d.get("limits"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -1566,6 +1711,8 @@ class StartRequest:
             out["stdin"] = self.stdin
         if self.tty is not None:
             out["tty"] = self.tty
+        if self.limits is not None:
+            out["limits"] = self.limits
         return out
 
 
@@ -1701,6 +1848,15 @@ class TTYSize:
         out["rows"] = self.rows
         out["cols"] = self.cols
         return out
+
+
+class UsageSource:
+    """where an exec's usage was measured: cgroup, the exec's own cgroup v2, which counts every process of the exec (also those that outlived the leader or were never waited for); rusage, wait4's for the leader, which counts the leader and the descendants their parents waited for, and nothing else (see missing)"""
+
+    CGROUP = "cgroup"
+    RUSAGE = "rusage"
+
+    VALUES = ("cgroup", "rusage")
 
 
 @dataclass

@@ -49,6 +49,14 @@ class LifecycleTest(unittest.TestCase):
 
             ok = sb.run("echo hi")
             self.assertEqual((ok.exit_code, ok.stdout, ok.ok), (0, "hi\n", True))
+            # Usage rides on the result; the wrong edit is dropping it in _from.
+            self.assertEqual((ok.usage or {}).get("stdoutBytes"), 3)
+            self.assertFalse(ok.oom_killed)
+            # A guest without a delegated cgroup refuses limits rather than
+            # run the command unlimited.
+            with self.assertRaises(ProtocolError) as refused:
+                sb.run("true", limits={"memory_bytes": 64 << 20})
+            self.assertIn("limits", refused.exception.message)
             # A non-zero exit is a result: the wrong edit is raising on it.
             three = sb.run("echo oops >&2; exit 3")
             self.assertEqual((three.exit_code, three.stderr, three.ok), (3, "oops\n", False))

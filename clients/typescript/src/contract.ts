@@ -76,6 +76,28 @@ export const OPS = {
 
 export type OpName = keyof typeof OPS;
 
+/** The "commandShare" shape of api/cli.yaml. */
+export interface CommandShare {
+  readonly "execId": string;
+  readonly "command": string;
+  /** a decimal: running seconds attributed to it (overlaps split 1/k) */
+  readonly "seconds": string;
+  /** a decimal, rounded down to 1e-9 */
+  readonly "usd": string;
+  readonly "usage": (ExecUsage) | null;
+}
+
+/** The "costByCommand" shape of api/cli.yaml. */
+export interface CostByCommand {
+  readonly "rule": string;
+  /** a decimal: the running lines' total */
+  readonly "totalUsd": string;
+  readonly "commands": CommandShare[];
+  /** a decimal: total minus the shares, so shares + idleUsd == totalUsd exactly */
+  readonly "idleUsd": string;
+  readonly "idleSeconds": string;
+}
+
 /** The "costComparison" shape of api/cli.yaml. */
 export interface CostComparison {
   readonly "text": string;
@@ -113,6 +135,22 @@ export interface CostReport {
   /** why the rate table may be out of date, or empty */
   readonly "staleness": string;
   readonly "text": string;
+}
+
+/** The "execUsage" shape of api/cli.yaml. */
+export interface ExecUsage {
+  /** cgroup: the exec's own cgroup v2, every process of it; rusage: wait4's for the leader and the descendants waited for */
+  readonly "source": "cgroup" | "rusage";
+  readonly "wallSecs": number;
+  readonly "userCpuSecs": number;
+  readonly "systemCpuSecs": number;
+  readonly "peakMemoryBytes": number;
+  readonly "stdoutBytes": number;
+  readonly "stderrBytes": number;
+  /** most processes alive at once (pids.peak); null where not measured */
+  readonly "peakProcesses": (number) | null;
+  /** what the source could not measure; empty when nothing */
+  readonly "missing": string[];
 }
 
 /** The "fileEntry" shape of api/cli.yaml. */
@@ -182,6 +220,10 @@ export interface ExecResultData {
   readonly "timedOut": boolean;
   /** which limit when timedOut: timeoutSec (agentd killed the child) or wait (the wait gave up; the child runs on); empty otherwise */
   readonly "timeoutLimit": string;
+  /** what the exec used, once it exited (api/cli.yaml execUsage); null while running or from a daemon that reports none */
+  readonly "usage": (ExecUsage) | null;
+  /** the guest kernel killed the exec for going over its memory limit */
+  readonly "oomKilled": boolean;
 }
 
 /** The data of a microvm.exec.stream envelope. */
@@ -243,6 +285,8 @@ export interface CostData {
   readonly "report": CostReport;
   /** present with --compare */
   readonly "comparison": (CostComparison) | null;
+  /** present with ID --by-command: the run's running cost split over its commands (ours: additive) */
+  readonly "byCommand": (CostByCommand) | null;
 }
 
 /** The data of a microvm.url envelope. */
@@ -497,6 +541,12 @@ export interface RunArgs {
   readonly "user"?: string;
   /** the numeric gid the command runs as; empty keeps the daemon's */
   readonly "group"?: string;
+  /** limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive) */
+  readonly "memoryLimitBytes"?: number;
+  /** limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive) */
+  readonly "cpuMillicores"?: number;
+  /** limits.pids: most processes and threads alive at once; zero is no limit (additive) */
+  readonly "pidsLimit"?: number;
 }
 
 /** The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out. */
@@ -516,6 +566,12 @@ export interface StreamArgs {
   readonly "user"?: string;
   /** the numeric gid the command runs as; empty keeps the daemon's */
   readonly "group"?: string;
+  /** limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive) */
+  readonly "memoryLimitBytes"?: number;
+  /** limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive) */
+  readonly "cpuMillicores"?: number;
+  /** limits.pids: most processes and threads alive at once; zero is no limit (additive) */
+  readonly "pidsLimit"?: number;
 }
 
 /** The arguments of write: write a whole file, creating its parent directories. Every key may be left out. */

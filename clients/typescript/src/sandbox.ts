@@ -281,6 +281,10 @@ export interface ExecResult {
   readonly truncated: boolean;
   /** Whether the command exited zero. */
   readonly ok: boolean;
+  /** What the command used (CPU, peak memory, output bytes, wall time) and how it was measured; null from a daemon that reports none. */
+  readonly usage: C.ExecUsage | null;
+  /** The guest kernel killed the command for going over limits.memoryBytes. */
+  readonly oomKilled: boolean;
 }
 
 /** Output as it arrived: `text` is UTF-8 with invalid bytes replaced (`lossy` says whether any were). */
@@ -346,7 +350,10 @@ export interface PortURL {
 }
 export interface CostReport { readonly label: string; readonly size: string; readonly items: C.CostLine[]; readonly totalUsd: string; readonly isLowerBound: boolean; readonly staleness: string; readonly text: string }
 
-export interface ExecOptions { cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string }
+/** Per-command limits the guest kernel enforces; a guest that cannot apply them refuses the command rather than run it unlimited. */
+export interface ExecLimits { memoryBytes?: number; cpuMillicores?: number; pids?: number }
+
+export interface ExecOptions { cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string; limits?: ExecLimits }
 
 function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunArgs {
   // A string is a shell script (E2B's commands.run); an array is an argv.
@@ -356,6 +363,9 @@ function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunAr
     ...(o.env ? { env: Object.entries(o.env).map(([k, v]) => `${k}=${v}`) } : {}),
     ...(o.timeoutSec !== undefined ? { timeoutSec: o.timeoutSec } : {}),
     ...(o.execId !== undefined ? { execId: o.execId } : {}),
+    ...(o.limits?.memoryBytes !== undefined ? { memoryLimitBytes: o.limits.memoryBytes } : {}),
+    ...(o.limits?.cpuMillicores !== undefined ? { cpuMillicores: o.limits.cpuMillicores } : {}),
+    ...(o.limits?.pids !== undefined ? { pidsLimit: o.limits.pids } : {}),
   };
 }
 
@@ -482,7 +492,8 @@ export class Sandbox implements AsyncDisposable {
   /** Run a command and wait: a string through sh -c, an array as argv. */
   async run(cmd: string | readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
     const d = await this.engine.run(execArgs(cmd, opts));
-    return { execId: d.execId, phase: d.phase, exitCode: d.exitCode, signal: d.signal, stdout: d.stdout, stderr: d.stderr, truncated: d.truncated, ok: d.exitCode === 0 };
+    return { execId: d.execId, phase: d.phase, exitCode: d.exitCode, signal: d.signal, stdout: d.stdout, stderr: d.stderr, truncated: d.truncated, ok: d.exitCode === 0,
+      usage: d.usage ?? null, oomKilled: d.oomKilled ?? false };
   }
 
   /** Run a command, yielding its output as it arrives (output, gap, then exit). */

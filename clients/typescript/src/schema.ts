@@ -608,6 +608,8 @@ export interface components {
             stdin?: boolean;
             /** @description run the child on a pseudo-terminal of this size (ours, not the reference's: additive): its stdin, stdout and stderr are the terminal, its output arrives as stdout in the one offset space, POST /v1/exec/{id}/stdin writes to the terminal (stdin true is implied; eof closes the daemon's input handle, and the terminal's own end-of-file is the byte 0x04), and POST /v1/exec/{id}/resize changes the size */
             tty?: components["schemas"]["TTYSize"];
+            /** @description per-exec limits, applied through the exec's own cgroup v2 (ours, not the reference's: additive); a start whose limits the guest cannot apply is refused with 409 limits_unavailable, never run unlimited */
+            limits?: components["schemas"]["ExecLimits"];
         };
         /** @description answer to a start, fresh or repeated */
         StartResponse: {
@@ -636,6 +638,10 @@ export interface components {
             truncated?: boolean;
             /** @description true when the linger deadline passed with the pipes still open, so a descendant may still be writing unseen */
             writers_may_be_alive?: boolean;
+            /** @description what the exec used, present once it has exited (ours, not the reference's: additive) */
+            usage?: components["schemas"]["ExecUsage"];
+            /** @description present once it has exited: true when the kernel's OOM killer killed a process of this exec because the exec went over its limits.memory_bytes (ours: additive) */
+            oom_killed?: boolean;
         };
         /** @description data of an SSE output event */
         OutputEvent: {
@@ -668,6 +674,10 @@ export interface components {
              * @description total bytes published, for checking nothing was missed
              */
             offset: number;
+            /** @description what the exec used, present once it has exited (ours, not the reference's: additive) */
+            usage?: components["schemas"]["ExecUsage"];
+            /** @description present once it has exited: true when the kernel's OOM killer killed a process of this exec because the exec went over its limits.memory_bytes (ours: additive) */
+            oom_killed?: boolean;
         };
         /** @description one event of the GET /v1/exec/{id}/stream body, as its event: line names it and its data: line decodes; the body is a sequence of these with keepalive comments between, and exit is always last */
         SSEEvent: components["schemas"]["SSEOutput"] | components["schemas"]["SSEGap"] | components["schemas"]["SSEExit"];
@@ -953,6 +963,79 @@ export interface components {
              * @description the child's process id, which is also its process group's id; it may name another process once the exec has exited
              */
             pid: number;
+            /** @description what the exec used, present once it has exited (ours, not the reference's: additive) */
+            usage?: components["schemas"]["ExecUsage"];
+            /** @description present once it has exited: true when the kernel's OOM killer killed a process of this exec because the exec went over its limits.memory_bytes (ours: additive) */
+            oom_killed?: boolean;
+        };
+        /** @description limits on one exec's whole process group, enforced by the kernel through the exec's own cgroup v2; each absent field is unlimited (ours: additive) */
+        ExecLimits: {
+            /**
+             * Format: int64
+             * @description memory.max: over it the kernel's OOM killer kills within this exec only (oom_killed true); agentd and other execs carry on
+             */
+            memory_bytes?: number | null;
+            /**
+             * Format: int64
+             * @description cpu.max as thousandths of a CPU: 500 is half a CPU, 2000 two CPUs (a quota of 100 us per millicore in each 100 ms period)
+             */
+            cpu_millicores?: number | null;
+            /**
+             * Format: int64
+             * @description pids.max: the most processes and threads alive at once; a fork beyond it fails with EAGAIN
+             */
+            pids?: number | null;
+        };
+        /**
+         * @description where an exec's usage was measured: cgroup, the exec's own cgroup v2, which counts every process of the exec (also those that outlived the leader or were never waited for); rusage, wait4's for the leader, which counts the leader and the descendants their parents waited for, and nothing else (see missing)
+         * @enum {string}
+         */
+        UsageSource: "cgroup" | "rusage";
+        /** @description what one exec used, measured once it exited (ours, not the reference's: additive) */
+        ExecUsage: {
+            source: components["schemas"]["UsageSource"];
+            /**
+             * Format: double
+             * @description from the spawn to the exec's exit (leader reaped and its output closed or lingered out), monotonic
+             */
+            wall_secs: number;
+            /**
+             * Format: double
+             * @description user CPU time of the whole exec (cgroup cpu.stat user_usec; rusage ru_utime)
+             */
+            user_cpu_secs: number;
+            /**
+             * Format: double
+             * @description system CPU time of the whole exec (cgroup cpu.stat system_usec; rusage ru_stime)
+             */
+            system_cpu_secs: number;
+            /**
+             * Format: int64
+             * @description peak memory: the cgroup's memory.peak (the whole exec at once, page cache included) where the memory controller is delegated, otherwise wait4's ru_maxrss (the largest single resident set among the leader and the descendants waited for)
+             */
+            peak_memory_bytes: number;
+            /**
+             * Format: int64
+             * @description bytes the exec wrote to stdout (all of them, also past a truncation)
+             */
+            stdout_bytes: number;
+            /**
+             * Format: int64
+             * @description bytes the exec wrote to stderr (zero on a tty, whose output is all stdout)
+             */
+            stderr_bytes: number;
+            /**
+             * Format: int64
+             * @description the most processes and threads alive at once in the exec's cgroup (pids.peak, Linux 6.1+ with the pids controller delegated); a count of every process ever started is measured by neither source; absent otherwise
+             */
+            peak_processes?: number | null;
+            /** @description what this measurement could not see, each a short sentence naming the field (empty when nothing is missed) */
+            missing: string[];
+        };
+        /** @description ErrorBody of a 409 from POST /v1/exec/start or run: a requested limit cannot be applied in this guest */
+        ErrorLimitsUnavailable: components["schemas"]["ErrorBody"] & {
+            /** @enum {string} */
+            error?: "limits_unavailable";
         };
         /** @description body of GET /v1/execs */
         ExecListResponse: {
@@ -1165,6 +1248,22 @@ export interface components {
             };
             content?: never;
         };
+        /** @description the start asked for limits this guest cannot apply (no delegated cgroup v2 subtree, or a controller it needs is not delegated); nothing was spawned, so the command never runs unlimited in silence (ours, not the reference's: additive) */
+        LimitsUnavailable: {
+            headers: {
+                "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "limits_unavailable",
+                 *       "detail": "limits.memory_bytes needs a delegated cgroup v2 subtree (AGENTD_EXEC_CGROUP is unset)"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorLimitsUnavailable"];
+            };
+        };
         /** @description the start body is larger than limits.max_start_body_bytes (or limits.max_body_bytes, if smaller), refused before or while reading it */
         StartBodyTooLarge: {
             headers: {
@@ -1350,6 +1449,10 @@ export type RemoveResponse = components['schemas']['RemoveResponse'];
 export type SignalName = components['schemas']['SignalName'];
 export type SignalResponse = components['schemas']['SignalResponse'];
 export type ExecSummary = components['schemas']['ExecSummary'];
+export type ExecLimits = components['schemas']['ExecLimits'];
+export type UsageSource = components['schemas']['UsageSource'];
+export type ExecUsage = components['schemas']['ExecUsage'];
+export type ErrorLimitsUnavailable = components['schemas']['ErrorLimitsUnavailable'];
 export type ExecListResponse = components['schemas']['ExecListResponse'];
 export type Metrics = components['schemas']['Metrics'];
 export type CPUMetrics = components['schemas']['CPUMetrics'];
@@ -1377,6 +1480,7 @@ export type ResizeResponse = components['schemas']['ResizeResponse'];
 export type ResponseHookAcknowledged = components['responses']['HookAcknowledged'];
 export type ResponseUnauthorized = components['responses']['Unauthorized'];
 export type ResponseNotBootstrapped = components['responses']['NotBootstrapped'];
+export type ResponseLimitsUnavailable = components['responses']['LimitsUnavailable'];
 export type ResponseStartBodyTooLarge = components['responses']['StartBodyTooLarge'];
 export type ResponseBodyTooLarge = components['responses']['BodyTooLarge'];
 export type ResponseUnknownExecError = components['responses']['UnknownExecError'];
@@ -1570,6 +1674,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            409: components["responses"]["LimitsUnavailable"];
             413: components["responses"]["StartBodyTooLarge"];
             429: components["responses"]["AtCapacity"];
             /** @description the child could not be spawned (for example argv[0] does not exist); deliberately not 404, which means an unknown exec */
@@ -1660,6 +1765,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownExecError"];
+            409: components["responses"]["LimitsUnavailable"];
             413: components["responses"]["StartBodyTooLarge"];
             429: components["responses"]["AtCapacity"];
             /** @description the child could not be spawned, as POST /v1/exec/start */
@@ -2958,6 +3064,8 @@ export const errorStdinWriteFailedErrorValues: ReadonlyArray<FlattenedDeepRequir
 export const errorAckConflictErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorAckConflict"]["error"]> = ["still_running", "already_acked"];
 export const fileTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FileType"]> = ["file", "directory", "symlink", "fifo", "socket", "block_device", "char_device"];
 export const signalNameValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SignalName"]> = ["HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP", "TSTP", "WINCH"];
+export const usageSourceValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UsageSource"]> = ["cgroup", "rusage"];
+export const errorLimitsUnavailableErrorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorLimitsUnavailable"]["error"]> = ["limits_unavailable"];
 export const watchOpValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WatchOp"]> = ["create", "write", "remove", "rename"];
 export const watchSSEReadyEventValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WatchSSEReady"]["event"]> = ["ready"];
 export const watchSSEChangeEventValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WatchSSEChange"]["event"]> = ["fs"];

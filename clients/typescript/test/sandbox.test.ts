@@ -75,6 +75,10 @@ describe("sandbox", { skip }, () => {
       assert.equal(await sb.lifecycle(), "RUNNING");
       const ok = await sb.run("echo hi");
       assert.deepEqual([ok.exitCode, ok.stdout, ok.ok], [0, "hi\n", true]);
+      // Usage rides on the result; the wrong edit is dropping it in run.
+      assert.deepEqual([ok.usage?.stdoutBytes, ok.oomKilled], [3, false]);
+      // A guest without a delegated cgroup refuses limits rather than run unlimited.
+      await assert.rejects(sb.run("true", { limits: { memoryBytes: 64 << 20 } }), /limits/);
       // A non-zero exit is a result: the wrong edit is rejecting on it.
       const three = await sb.run("echo oops >&2; exit 3");
       assert.deepEqual([three.exitCode, three.stderr, three.ok], [3, "oops\n", false]);

@@ -200,6 +200,8 @@ func (s *mcpServer) exec(ctx context.Context, req *mcp.CallToolRequest, st *mcpS
 	out.Stderr = strings.ToValidUTF8(string(stderr.kept), "\uFFFD")
 	out.StdoutBytes, out.StderrBytes = stdout.total, stderr.total
 	out.Truncated = stdout.dropped() > 0 || stderr.dropped() > 0 || exit.Truncated || gaps
+	out.Usage = render.ExecUsage(exit.Usage)
+	out.OomKilled = exit.OomKilled != nil && *exit.OomKilled
 	return out, renderExec(out, stdout.dropped(), stderr.dropped(), exit.Truncated || gaps), nil
 }
 
@@ -230,6 +232,9 @@ func renderExec(r mcpapi.SandboxExecResult, stdoutDropped, stderrDropped int64, 
 	}
 	if daemonCut {
 		b.WriteString("\n[output truncated: the daemon's own output cap or a lost range cut it]")
+	}
+	if r.OomKilled {
+		b.WriteString("\n[killed by the kernel: over its memory limit]")
 	}
 	return b.String()
 }

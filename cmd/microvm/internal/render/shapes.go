@@ -49,7 +49,41 @@ func ExecData(r client.Result) cliapi.ExecData {
 		v := int64(*r.Signal)
 		d.Signal = &v
 	}
+	d.Usage, d.OomKilled = ExecUsage(r.Usage), r.OOMKilled
 	return d
+}
+
+// ExecUsage is an exec's usage as api/cli.yaml's execUsage shape; nil stays nil.
+func ExecUsage(u *protocol.ExecUsage) *cliapi.ExecUsage {
+	if u == nil {
+		return nil
+	}
+	out := &cliapi.ExecUsage{Source: string(u.Source), WallSecs: u.WallSecs, UserCPUSecs: u.UserCPUSecs, SystemCPUSecs: u.SystemCPUSecs,
+		PeakMemoryBytes: int64(u.PeakMemoryBytes), StdoutBytes: int64(u.StdoutBytes), StderrBytes: int64(u.StderrBytes), Missing: u.Missing}
+	if out.Missing == nil {
+		out.Missing = []string{}
+	}
+	if u.PeakProcesses != nil {
+		v := int64(*u.PeakProcesses)
+		out.PeakProcesses = &v
+	}
+	return out
+}
+
+// UsageLine is the one-line summary `microvm exec` writes to stderr in
+// human mode, e.g. "usage: 0.012s wall, 0.004s user + 0.002s sys CPU, peak
+// 3.1 MiB, 12 B out, 0 B err (rusage)".
+func UsageLine(u *protocol.ExecUsage, oomKilled bool) string {
+	s := fmt.Sprintf("usage: %.3fs wall, %.3fs user + %.3fs sys CPU, peak %.1f MiB, %d B out, %d B err",
+		u.WallSecs, u.UserCPUSecs, u.SystemCPUSecs, float64(u.PeakMemoryBytes)/(1<<20), u.StdoutBytes, u.StderrBytes)
+	if u.PeakProcesses != nil {
+		s += fmt.Sprintf(", %d processes at most", *u.PeakProcesses)
+	}
+	s += " (" + string(u.Source) + ")"
+	if oomKilled {
+		s += "; OOM-killed: over its memory limit"
+	}
+	return s
 }
 
 // CostReport is a cost report as api/cli.yaml's costReport shape.
