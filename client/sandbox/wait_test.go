@@ -78,9 +78,10 @@ func TestWaitEndsAtItsTimeout(t *testing.T) {
 	}
 }
 
-// Catches anyone adding a call to CreateMicrovmShellAuthToken or a
-// SHELL_INGRESS connector to the library's or the CLI's non-test code: the
-// SDK has the operation, nothing here may use it.
+// Catches anyone adding a call to CreateMicrovmShellAuthToken outside
+// OpenShell (shell.go, which mints only for a MicroVM already listing
+// SHELL_INGRESS) or a SHELL_INGRESS connector literal to the library's or the
+// CLI's non-test code: the client never requests that connector at launch.
 func TestNeverCallsTheShellOperation(t *testing.T) {
 	var files []string
 	for _, dir := range []string{".", "../build", "../cplane", "../../cmd/microvm", "../../emulator/embedded"} {
@@ -106,7 +107,7 @@ func TestNeverCallsTheShellOperation(t *testing.T) {
 		ast.Inspect(file, func(n ast.Node) bool {
 			switch x := n.(type) {
 			case *ast.SelectorExpr:
-				if strings.Contains(x.Sel.Name, "ShellAuth") {
+				if strings.Contains(x.Sel.Name, "ShellAuth") && filepath.Base(f) != "shell.go" {
 					t.Errorf("%s refers to %s", fset.Position(x.Pos()), x.Sel.Name)
 				}
 			case *ast.BasicLit:
