@@ -28,6 +28,7 @@ type CLI struct {
 	// url.go, forward.go: a port inside the MicroVM, from outside.
 	URL     URLCmd     `cmd:"" name:"url" help:"Print the endpoint URL and the headers that reach one guest port, with a token minted for that port alone."`
 	Forward ForwardCmd `cmd:"" help:"Serve a guest port on a loopback port until Ctrl-C: HTTP and WebSocket, the proxy headers added, the token renewed before it expires."`
+	Shell   ShellCmd   `cmd:"" help:"An interactive terminal in a MicroVM: the platform's shell endpoint when it has a SHELL_INGRESS connector, else a PTY through agentd. Resize and Ctrl-C pass through; exit or Ctrl-D ends it."`
 
 	Exec   ExecCmd   `cmd:"" help:"Run one command in a running MicroVM: wait for it, --stream it, --detach it, or --poll an existing exec."`
 	Health HealthCmd `cmd:"" help:"Ask a MicroVM's daemon whether it is up, busy, and how its identity repair and disk are."`
