@@ -167,7 +167,7 @@ func TestShellCommandOnAPTY(t *testing.T) {
 			_, at = screen.waitFor(t, regexp.MustCompile(`started`), at)
 			typeLine("\x03")
 			typeLine("echo C$((2+2))-$?\r")
-			_, at = screen.waitFor(t, regexp.MustCompile(`C4-130`), at)
+			_, _ = screen.waitFor(t, regexp.MustCompile(`C4-130`), at)
 			typeLine("exit\r")
 			err = cmd.Wait()
 			waited = true
