@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"golang.org/x/net/websocket"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cplane"
@@ -159,7 +162,8 @@ func TestShellOpensATerminalOnEitherPath(t *testing.T) {
 
 // Catches: a shell endpoint that takes a made-up token, an expired one, an
 // ordinary port token, or a plain (non-WebSocket) request; and a shell
-// token minted for a MicroVM without SHELL_INGRESS.
+// token minted for a MicroVM without SHELL_INGRESS or with it beside
+// ALL_INGRESS.
 func TestShellEndpointRefusesBadTokens(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	f, sb := shellSandbox(t, clk, "HTTP_INGRESS", taxonomy.ShellIngressConnector)
@@ -197,5 +201,43 @@ func TestShellEndpointRefusesBadTokens(t *testing.T) {
 	f2, plain := shellSandbox(t, clk, "ALL_INGRESS")
 	if _, err := f2.cp.CreateMicrovmShellAuthToken(ctx, &lambdamicrovms.CreateMicrovmShellAuthTokenInput{MicrovmIdentifier: aws.String(plain.ID()), ExpirationInMinutes: aws.Int32(5)}); err == nil || !strings.Contains(err.Error(), "requires SHELL_INGRESS") {
 		t.Errorf("a shell token for a MicroVM without SHELL_INGRESS: %v", err)
+	}
+	// Launched and RUNNING, yet refused at the token call (measured).
+	f3, both := shellSandbox(t, clk, taxonomy.ShellIngressConnector, "ALL_INGRESS")
+	if _, err := f3.cp.CreateMicrovmShellAuthToken(ctx, &lambdamicrovms.CreateMicrovmShellAuthTokenInput{MicrovmIdentifier: aws.String(both.ID()), ExpirationInMinutes: aws.Int32(5)}); err == nil || !strings.Contains(err.Error(), "cannot be combined") {
+		t.Errorf("a shell token for SHELL_INGRESS beside ALL_INGRESS: %v", err)
+	}
+}
+
+// Catches: a shell reader without its bound (a guest or endpoint sending an
+// endless frame would be buffered whole) and one that hands a frame over
+// the bound to the caller as terminal bytes.
+func TestShellReaderHoldsItsFrameBound(t *testing.T) {
+	srv := httptest.NewServer(websocket.Server{
+		Handshake: func(c *websocket.Config, r *http.Request) error {
+			c.Protocol = []string{taxonomy.WebSocketSubprotocol}
+			return nil
+		},
+		Handler: func(ws *websocket.Conn) {
+			_ = client.ShellCodec.Send(ws, client.ShellOut{Text: true, Data: client.ShellSessionInitFrame("s")})
+			_ = client.ShellCodec.Send(ws, client.ShellOut{Data: []byte("ok")})
+			_ = client.ShellCodec.Send(ws, client.ShellOut{Data: bytes.Repeat([]byte{'x'}, taxonomy.MaxShellFrameBytes+1)})
+			var in client.ShellIn
+			_ = client.ShellCodec.Receive(ws, &in) // until the client hangs up
+		},
+	})
+	defer srv.Close()
+	sh, err := DialShell(t.Context(), srv.URL, "tok", 24, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	buf := make([]byte, 64)
+	if n, err := sh.Read(buf); err != nil || string(buf[:n]) != "ok" {
+		t.Fatalf("first read: %q %v", buf[:n], err)
+	}
+	n, err := sh.Read(buf)
+	if err == nil || n != 0 {
+		t.Fatalf("a frame over %d bytes was read: %d bytes, %v", taxonomy.MaxShellFrameBytes, n, err)
 	}
 }
