@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"golang.org/x/net/websocket"
 
@@ -95,7 +96,7 @@ func (s *Server) bridgeShell(ws *websocket.Conn, sess *client.Session) {
 	}
 	defer func() {
 		// Release the exec whichever side ended first.
-		c, stop := context.WithCancel(context.WithoutCancel(ctx))
+		c, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer stop()
 		_, _ = ex.Kill(c)
 		_, _ = ex.Ack(c)
