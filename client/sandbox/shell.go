@@ -186,6 +186,15 @@ func DialShell(ctx context.Context, endpoint, token string, rows, cols uint16) (
 	return s, nil
 }
 
+// AgentdShell is agentd's terminal on a session the caller holds (a daemon
+// reached directly, no control plane): the guest's shell on a PTY.
+func AgentdShell(ctx context.Context, sess *client.Session, o ShellOptions) (*Shell, error) {
+	if o.Rows == 0 || o.Cols == 0 {
+		o.Rows, o.Cols = 24, 80
+	}
+	return openAgentdShell(ctx, "", sess, o)
+}
+
 // openAgentdShell runs a login shell on a PTY through agentd.
 func openAgentdShell(ctx context.Context, id string, sess *client.Session, o ShellOptions) (*Shell, error) {
 	cmd := o.Command

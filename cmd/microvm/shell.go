@@ -32,8 +32,8 @@ func (c *ShellCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.ID != "" {
 		c.MicrovmID = c.ID
 	}
-	if c.MicrovmID == "" {
-		return nil, render.InvalidArg(taxonomy.FindingShellEndpoint, "missing the MicroVM id (ID, --microvm-id or MICROVM_ID)")
+	if c.MicrovmID == "" && !c.Direct {
+		return nil, render.InvalidArg(taxonomy.FindingShellEndpoint, "missing the MicroVM id (ID, --microvm-id or MICROVM_ID); --direct reaches a daemon by --endpoint alone")
 	}
 	if a.JSON {
 		return nil, render.InvalidArg("", "shell is interactive: its output is a terminal's raw bytes, not JSON; drop --json")
@@ -46,35 +46,22 @@ func (c *ShellCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	// Nothing on the VM is started or stopped but the shell itself: an
 	// interrupt leaves the VM as it was (see app.fail).
 	a.attached = true
-	if _, err := c.fillFromKept(a); err != nil {
-		return nil, err
-	}
-	region, err := c.controlRegion(a.Env)
-	if err != nil {
-		return nil, err
-	}
-	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(c.ControlEndpoint, a.Env),
-		Emulator: emulatorSide(nil), Getenv: a.Env})
-	if err != nil {
-		return nil, err
-	}
-	if err := a.requireAWSCredentials(ctx, pf); err != nil {
-		return nil, err
-	}
 	o := sandbox.ShellOptions{Expires: c.Expires, Agentd: func(ctx context.Context) (*client.Session, error) { return c.session(ctx, a) }}
 	if isTerm {
 		sz := ttySize(int(in.Fd()))
 		o.Rows, o.Cols = sz.Rows, sz.Cols
 	}
-	sh, err := sandbox.OpenShell(ctx, pf.Control(), c.MicrovmID, o)
+	sh, err := c.open(ctx, a, o)
 	if err != nil {
 		return nil, err
 	}
 	defer sh.Close()
 	// Always said, --quiet or not: which terminal this is decides what it
 	// can do (the platform's is the guest's own shell, agentd's an exec).
-	switch sh.Via() {
-	case sandbox.ShellPlatform:
+	switch {
+	case c.Direct:
+		fmt.Fprintf(a.Stderr, "microvm: shell through agentd's PTY at %s (--direct); exit or Ctrl-D ends it\n", c.Endpoint)
+	case sh.Via() == sandbox.ShellPlatform:
 		fmt.Fprintf(a.Stderr, "microvm: shell on MicroVM %s through the platform's shell endpoint (SHELL_INGRESS); exit or Ctrl-D ends it\n", c.MicrovmID)
 	default:
 		fmt.Fprintf(a.Stderr, "microvm: shell on MicroVM %s through agentd's PTY (the MicroVM has no SHELL_INGRESS connector); exit or Ctrl-D ends it\n", c.MicrovmID)
@@ -126,4 +113,32 @@ func (c *ShellCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		return nil, &render.Failure{Err: render.AsClientError(err), Data: cliapi.ShellData{MicrovmID: c.MicrovmID, Via: string(sh.Via()), Bytes: n}}
 	}
 	return &render.Result{Type: cliapi.TypeShell, Data: cliapi.ShellData{MicrovmID: c.MicrovmID, Via: string(sh.Via()), Bytes: n}, Human: func(io.Writer) error { return nil }}, nil
+}
+
+// open is the platform's choice of terminal for the MicroVM, or with
+// --direct agentd's at once: a daemon reached directly has no control plane.
+func (c *ShellCmd) open(ctx context.Context, a *app, o sandbox.ShellOptions) (*sandbox.Shell, error) {
+	if c.Direct {
+		sess, err := c.session(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		return sandbox.AgentdShell(ctx, sess, o)
+	}
+	if _, err := c.fillFromKept(a); err != nil {
+		return nil, err
+	}
+	region, err := c.controlRegion(a.Env)
+	if err != nil {
+		return nil, err
+	}
+	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(c.ControlEndpoint, a.Env),
+		Emulator: emulatorSide(nil), Getenv: a.Env})
+	if err != nil {
+		return nil, err
+	}
+	if err := a.requireAWSCredentials(ctx, pf); err != nil {
+		return nil, err
+	}
+	return sandbox.OpenShell(ctx, pf.Control(), c.MicrovmID, o)
 }

@@ -208,3 +208,14 @@ func TestShellCommandRefusalsAndPipe(t *testing.T) {
 		t.Errorf("shell --pipe: exit %d, stdout %q, stderr %q", inv.code, inv.stdout, inv.stderr)
 	}
 }
+
+// Catches: --direct sent to a control plane it does not have (a daemon
+// reached directly has none), and agentd's terminal not being a PTY.
+func TestShellCommandDirect(t *testing.T) {
+	endpoint, token := startAgentd(t)
+	env := []string{"MICROVM_ENDPOINT=" + endpoint, "MICROVM_AGENT_TOKEN=" + token, "MICROVM_DIRECT=1"}
+	inv := cli(t, env, "tty; echo M$((6*7)); exit\n", "shell", "--pipe")
+	if inv.code != 0 || !strings.Contains(inv.stdout, "M42") || !strings.Contains(inv.stdout, "/dev/pts/") || !strings.Contains(inv.stderr, "(--direct)") {
+		t.Errorf("shell --direct --pipe: exit %d, stdout %q, stderr %q", inv.code, inv.stdout, inv.stderr)
+	}
+}
