@@ -107,7 +107,22 @@ func (c *ShellCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 			}
 		}
 	}()
+	// An interrupt or SIGTERM that reaches this process (a piped session,
+	// or a signal from elsewhere: in raw mode Ctrl-C is a key, not a
+	// signal) ends the session rather than leaving the read blocked.
+	ended := make(chan struct{})
+	defer close(ended)
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = sh.Close()
+		case <-ended:
+		}
+	}()
 	n, err := io.Copy(a.Stdout, sh)
+	if ctx.Err() != nil {
+		err = client.Errorf(taxonomy.KindInterrupted, "", "the shell session was interrupted")
+	}
 	a.Streamed = true
 	if err != nil {
 		return nil, &render.Failure{Err: render.AsClientError(err), Data: cliapi.ShellData{MicrovmID: c.MicrovmID, Via: string(sh.Via()), Bytes: n}}

@@ -219,3 +219,30 @@ func TestShellCommandDirect(t *testing.T) {
 		t.Errorf("shell --direct --pipe: exit %d, stdout %q, stderr %q", inv.code, inv.stdout, inv.stderr)
 	}
 }
+
+// Catches: a piped session that an interrupt cannot end (the read of the
+// shell stays blocked, and the CLI hangs until killed), and one that exits
+// as if the session had ended normally.
+func TestShellCommandInterruptEndsAPipedSession(t *testing.T) {
+	vm := launchShellVM(t, "HTTP_INGRESS", taxonomy.ShellIngressConnector)
+	env := append(awsEnv(), "AWS_REGION=us-east-1", "MICROVM_CONTROL_ENDPOINT="+vm.cpURL)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	s := startCLI(t, 2*time.Minute, env, pr, "shell", "--pipe", vm.id)
+	pr.Close()
+	if _, err := pw.Write([]byte("echo M$((6*7))\n")); err != nil {
+		t.Fatal(err)
+	}
+	s.untilOutput(t, "M42")
+	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	// An attached command's interrupt: the VM is left as it was, which
+	// the CLI reports as ERR_TIMEOUT (hints.go), as for exec.
+	if inv := s.wait(t); inv.code != int(taxonomy.KindTimeout.Exit()) || !strings.Contains(inv.stderr, "nothing on the VM was stopped") {
+		t.Errorf("an interrupted shell exited %d, want %d; stderr %q", inv.code, taxonomy.KindTimeout.Exit(), inv.stderr)
+	}
+}
