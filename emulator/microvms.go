@@ -29,10 +29,12 @@ type microvm struct {
 	lastInbound                     time.Time // by Options.Now: the idle policy's silence counts from here
 
 	// The VM backend (Options.VMs); all zero without it.
-	grants    map[string]grant // proxy token -> what it reaches
-	guest     *Guest           // set once the run hook answered 200: the endpoint forwards
-	launching bool             // the guest is starting or its run hook is in flight
-	freezeErr error            // a failed freeze or thaw: the proxy forwards nothing
+	grants     map[string]grant // proxy token -> what it reaches
+	guest      *Guest           // set once the run hook answered 200: the endpoint forwards
+	launching  bool             // the guest is starting or its run hook is in flight
+	freezeErr  error            // a failed freeze or thaw: the proxy forwards nothing
+	agentPort  int              // the guest port agentd listens on, for the shell endpoint (shell.go)
+	agentToken string           // the run hook's agent token, kept (never answered) for the shell endpoint
 }
 
 // expire applies the platform's clock-driven transitions to vm, by
@@ -484,7 +486,20 @@ func (s *Server) CreateMicrovmShellAuthToken(w http.ResponseWriter, r *http.Requ
 		writeError(w, http.StatusBadRequest, "ValidationException", ptr("Shell access requires SHELL_INGRESS network connector to be configured on the MicroVM."))
 		return
 	}
-	writeJSON(w, http.StatusOK, cp.CreateMicrovmShellAuthTokenResponse{AuthToken: s.mint(vm)})
+	if msg := shellConnectorsRefusal(*vm.req.IngressNetworkConnectors); msg != "" {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr(msg))
+		return
+	}
+	if req.ExpirationInMinutes < 1 || req.ExpirationInMinutes > taxonomy.MaxAuthTokenMinutes {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr(fmt.Sprintf("expirationInMinutes must be between 1 and %d", taxonomy.MaxAuthTokenMinutes)))
+		return
+	}
+	tok := s.mint(vm)
+	if vm.grants == nil {
+		vm.grants = map[string]grant{}
+	}
+	vm.grants[tok[taxonomy.ProxyAuthHeader]] = grant{shell: true, expires: s.opt.Now().Add(time.Duration(req.ExpirationInMinutes) * time.Minute)}
+	writeJSON(w, http.StatusOK, cp.CreateMicrovmShellAuthTokenResponse{AuthToken: tok})
 }
 
 // LiveMicrovms lists the MicroVMs that are not TERMINATED (after applying

@@ -18,6 +18,7 @@ import (
 type grant struct {
 	ports   []cp.PortSpecification
 	expires time.Time
+	shell   bool // a CreateMicrovmShellAuthToken grant: the shell, no port (shell.go)
 }
 
 // covers applies the allowedPorts union: any member admitting port admits
@@ -84,6 +85,10 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 			return
 		case !now.Before(g.expires):
 			http.Error(w, "Token expired", http.StatusForbidden)
+			return
+		}
+		if g.shell {
+			s.serveShell(w, r, vm)
 			return
 		}
 		// The hook prefix is the platform's, reached over loopback from

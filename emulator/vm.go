@@ -201,7 +201,9 @@ func (s *Server) startGuest(vm *microvm, v *version, payload *string) error {
 	body, _ := json.Marshal(wrapped)
 	vm.launching = true
 	s.wg.Add(1)
-	go s.launch(vm, guestSpec(vm, v), body, runHookEnabled(v.spec), runHookTimeout(v.spec))
+	spec := guestSpec(vm, v)
+	vm.agentPort, vm.agentToken = spec.HookPort, shellAgentToken(payload) // for the shell endpoint (shell.go)
+	go s.launch(vm, spec, body, runHookEnabled(v.spec), runHookTimeout(v.spec))
 	return nil
 }
 

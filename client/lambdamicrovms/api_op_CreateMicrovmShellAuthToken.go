@@ -11,10 +11,9 @@ import (
 // running MicroVM. The MicroVM must have been run with the SHELL_INGRESS
 // network connector attached.
 //
-// Client policy (docs/PLATFORM.md, shell-endpoint): Transcribed for the
-// emulator and generated into client/lambdamicrovms for completeness;
-// client/sandbox and cmd/microvm never call it and never request
-// SHELL_INGRESS.
+// Client policy (docs/PLATFORM.md, shell-endpoint): Called by client/sandbox's
+// OpenShell (microvm shell) only, and only for a MicroVM whose connectors list
+// SHELL_INGRESS; the client never requests that connector itself.
 func (c *Client) CreateMicrovmShellAuthToken(ctx context.Context, params *CreateMicrovmShellAuthTokenInput, optFns ...func(*Options)) (*CreateMicrovmShellAuthTokenOutput, error) {
 	if params == nil {
 		params = &CreateMicrovmShellAuthTokenInput{}

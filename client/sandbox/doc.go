@@ -46,6 +46,15 @@
 // when the platform's clocks apply; Options.Warn hears of a Run timeout
 // past the Deadline.
 //
+// # A terminal in the MicroVM
+//
+// Sandbox.Shell (OpenShell, by id) is an interactive terminal: the
+// platform's shell endpoint for a MicroVM launched with a SHELL_INGRESS
+// connector (a WebSocket authorized by CreateMicrovmShellAuthToken), else the
+// guest's shell on a PTY through agentd. Read, Write, Resize and Close work
+// the same on both; Via says which it is. This package never asks for
+// SHELL_INGRESS at launch.
+//
 // # Many sandboxes
 //
 // RunMany launches a fleet (FleetOptions.Count sandboxes, at most Parallel

@@ -30,6 +30,7 @@ const (
 	TypeCopy       = "microvm.copy"
 	TypeState      = "microvm.state"
 	TypeURL        = "microvm.url"
+	TypeShell      = "microvm.shell"
 	TypeForward    = "microvm.forward"
 	TypeKeepalive  = "microvm.keepalive"
 	TypeTeardown   = "microvm.teardown"
@@ -216,6 +217,15 @@ type URLData struct {
 	Subprotocols []string `json:"subprotocols"`
 	// CheckStatus is with url --check, the status one GET through the URL got from the guest's server; null without --check (a refused check is a failure: 403 exits ERR_CREDENTIALS, 502, nothing listening, ERR_PRECONDITION)
 	CheckStatus *int64 `json:"checkStatus"`
+}
+
+// ShellData is the data of a microvm.shell envelope.
+type ShellData struct {
+	MicrovmID string `json:"microvmId"`
+	// Via is which terminal was opened: platform (the SHELL_INGRESS WebSocket) or agentd (a PTY exec through the daemon)
+	Via string `json:"via"`
+	// Bytes is terminal bytes received and written to stdout
+	Bytes int64 `json:"bytes"`
 }
 
 // ForwardData is the data of a microvm.forward envelope.
@@ -749,6 +759,7 @@ var Responses = []Response{
 	{Type: "microvm.copy", Keys: []string{"direction", "bytes", "local", "remote", "tar"}},
 	{Type: "microvm.state", Keys: []string{"microvmId", "state", "endpoint"}},
 	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols", "checkStatus"}},
+	{Type: "microvm.shell", Keys: []string{"microvmId", "via", "bytes"}},
 	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
 	{Type: "microvm.keepalive", Keys: []string{"microvmId", "pings", "heldSeconds"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
@@ -812,6 +823,7 @@ var Commands = []Command{
 	{Name: "watch", Type: "microvm.watch", Ready: true},
 	{Name: "url", Type: "microvm.url", Ready: true},
 	{Name: "forward", Type: "microvm.forward", Ready: true},
+	{Name: "shell", Type: "microvm.shell", Ready: true},
 	{Name: "setup", Type: "microvm.setup", Ready: true},
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
@@ -871,6 +883,10 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "WebSocketSubprotocol", Key: "WEBSOCKET_SUBPROTOCOL", Value: "lambda-microvms", Doc: "the subprotocol a WebSocket offers beside its credentials, and the one the proxy answers with when the guest names none", Finding: "websocket-subprotocols"},
 	{Name: "WebSocketAuthPrefix", Key: "WEBSOCKET_AUTH_PREFIX", Value: "lambda-microvms.authentication.", Doc: "prefix of the offered subprotocol carrying the X-aws-proxy-auth value", Finding: "websocket-subprotocols"},
 	{Name: "WebSocketPortPrefix", Key: "WEBSOCKET_PORT_PREFIX", Value: "lambda-microvms.port.", Doc: "prefix of the offered subprotocol naming the guest port", Finding: "websocket-subprotocols"},
+	{Name: "ShellIngressConnector", Key: "SHELL_INGRESS_CONNECTOR", Value: "SHELL_INGRESS", Doc: "the ingress connector a MicroVM needs before CreateMicrovmShellAuthToken mints for it", Finding: "shell-endpoint"},
+	{Name: "ShellSessionInit", Key: "SHELL_SESSION_INIT", Value: "session_init", Doc: "type of the text frame the shell endpoint sends first, carrying session_id", Finding: "shell-endpoint"},
+	{Name: "ShellResize", Key: "SHELL_RESIZE", Value: "resize", Doc: "type of the text frame that sizes the shell's terminal (cols, rows)", Finding: "shell-endpoint"},
+	{Name: "MaxShellFrameBytes", Key: "MAX_SHELL_FRAME_BYTES", Value: int64(1048576), Doc: "largest shell WebSocket frame payload this client or the emulator reads; a longer one ends the session", Finding: "shell-endpoint"},
 	{Name: "MaxImageNameLen", Key: "MAX_IMAGE_NAME_LEN", Value: int64(64), Doc: "longest image name", Finding: ""},
 	{Name: "MaxImageVersionLen", Key: "MAX_VERSION_LEN", Value: int64(2048), Doc: "longest image version string", Finding: "image-version-form"},
 	{Name: "MinIdleDurationSec", Key: "MIN_IDLE_DURATION_SEC", Value: int64(60), Doc: "shortest idle duration an idlePolicy accepts", Finding: "idle-policy"},

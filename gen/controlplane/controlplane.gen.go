@@ -10482,11 +10482,11 @@ var swaggerSpec = []string{
 	"Cfc4fTxBwXoHTb+agDj4jAcCUWYL8Qul2FIfUnDnAewiwXLvBCDJQvMggC1Qv14MwdgshGBsLhGCkSWu",
 	"9RIRAw0WZK2VYdrdk88ySJytcGceMuajXVYOykzvmQ/L0j2vJAlwGXhNVrE4s+/2sFlKy97AiRx60hiu",
 	"N3XKxnQTOZwYt09DJ7njAjcZSB7Ifq5aTKMnPRJbdsNIv2oKKwikRtkvgKMxZZ9+emg5VYghhKG3tATq",
-	"qW6NGJrh/EW4PAZZNL2iRiDdMTnaBxoLV36GyoAGMSP68Ub9XF+K9fbOL32l8RwCbYEVXkpUNt/k+UNC",
-	"Jat4S031VKsOQQIFIXbSdgLT4Jxdm7cSoyBlC/blQB+HoX73kQb2G0srqPfH3sHB5/2jdyd7vV51RbUK",
-	"9mLMrGquYu2wRuxa2i3Co5G7T0ru5h7BVYNn9N7Rj7WKzoYl1tYNhwFhdNzCEf7CKL4SLZ8p7E+7HHPo",
-	"k2un45gOii44k8xnodNxVPP0T/FD9kynMo2DCxNFkXu+zwRSCHOZ5nQcn0W5aYvc4wfTMd/PPMByZEjP",
-	"rmY8/v8BAAD//w==",
+	"qW6NGJrh/EW4PAZZNL2iRiDdMTnaBxoLV36GyoAGMSP68UZ7zfcGa7vtfJQ+jCYwDc7Z9Y9CP2anzw6t",
+	"WcpBepR1fdlnKlXqaz9jrKUq7tWQCUDZ0wT2TbjeH3sHB5/3j96d7PV6hWfAzLuBli6EsW6z3ohIAWG/",
+	"uoxaBU8xtlU1K7HGVyNrLcEW4dEI2yclbHMv36rBMyLv6BdaRWfDvnbYuuEwIIyOWzjCXxjFV6LlM4X9",
+	"aZdjDn1y7XQc00HRBWeS+Sx0Oo5qnv4pfsje5lT2cHBhQidyb/aZ6AlhbtCcjuOzKDdt8fnFH0zHfD/z",
+	"6sqRIT27mvH4/wcAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -102,7 +102,7 @@ var Findings = []Finding{
 	{ID: FindingGuestKernelOpenat2, Title: "The guest kernel is new enough for openat2"},
 	{ID: FindingMaxDuration, Title: "maximumDurationInSeconds is capped at eight hours"},
 	{ID: FindingImageVersionForm, Title: "Image versions are free text with a length and whitespace rule"},
-	{ID: FindingShellEndpoint, Title: "The shell endpoint is not part of this client"},
+	{ID: FindingShellEndpoint, Title: "The shell endpoint is a PTY over a WebSocket"},
 	{ID: FindingArm64Only, Title: "The platform runs ARM64 guests only"},
 	{ID: FindingAgentPortAgreement, Title: "The image's AGENTD_PORT and the client's port must agree"},
 	{ID: FindingHookTimeoutCeilings, Title: "Run-time hooks allow 60 seconds and build-time hooks 3600"},
@@ -455,6 +455,14 @@ const (
 	WebSocketAuthPrefix = "lambda-microvms.authentication."
 	// WebSocketPortPrefix: prefix of the offered subprotocol naming the guest port. Finding: websocket-subprotocols.
 	WebSocketPortPrefix = "lambda-microvms.port."
+	// ShellIngressConnector: the ingress connector a MicroVM needs before CreateMicrovmShellAuthToken mints for it. Finding: shell-endpoint.
+	ShellIngressConnector = "SHELL_INGRESS"
+	// ShellSessionInit: type of the text frame the shell endpoint sends first, carrying session_id. Finding: shell-endpoint.
+	ShellSessionInit = "session_init"
+	// ShellResize: type of the text frame that sizes the shell's terminal (cols, rows). Finding: shell-endpoint.
+	ShellResize = "resize"
+	// MaxShellFrameBytes: largest shell WebSocket frame payload this client or the emulator reads; a longer one ends the session. Finding: shell-endpoint.
+	MaxShellFrameBytes = 1048576
 	// MaxImageNameLen: longest image name.
 	MaxImageNameLen = 64
 	// MaxImageVersionLen: longest image version string. Finding: image-version-form.
@@ -561,6 +569,10 @@ var ConstantFindings = map[string]FindingID{
 	"WebSocketSubprotocol":          FindingWebsocketSubprotocols,
 	"WebSocketAuthPrefix":           FindingWebsocketSubprotocols,
 	"WebSocketPortPrefix":           FindingWebsocketSubprotocols,
+	"ShellIngressConnector":         FindingShellEndpoint,
+	"ShellSessionInit":              FindingShellEndpoint,
+	"ShellResize":                   FindingShellEndpoint,
+	"MaxShellFrameBytes":            FindingShellEndpoint,
 	"MaxImageVersionLen":            FindingImageVersionForm,
 	"MinIdleDurationSec":            FindingIdlePolicy,
 	"ManagedBaseDockerRef":          FindingBaseImageDockerRef,

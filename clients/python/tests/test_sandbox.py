@@ -50,7 +50,9 @@ class LifecycleTest(unittest.TestCase):
             ok = sb.run("echo hi")
             self.assertEqual((ok.exit_code, ok.stdout, ok.ok), (0, "hi\n", True))
             # Usage rides on the result; the wrong edit is dropping it in _from.
-            self.assertEqual((ok.usage or {}).get("stdoutBytes"), 3)
+            self.assertIsNotNone(ok.usage)
+            assert ok.usage is not None
+            self.assertEqual(ok.usage["stdoutBytes"], 3)
             self.assertFalse(ok.oom_killed)
             # A guest without a delegated cgroup refuses limits rather than
             # run the command unlimited.

@@ -35,6 +35,7 @@ var surface = map[string]string{
 	"Sandbox.MaxIdle":         "op:info",
 	"Sandbox.Deadline":        "op:info",
 	"Sandbox.KeepAwake":       "op:keepalive",
+	"Sandbox.Shell":           "go-only: an interactive terminal (a raw byte stream both ways, no exit status) fits neither a request/reply op nor a tool call; the packages run commands with run, stream and start(pty=...), and `microvm shell` is the CLI's",
 	"Sandbox.Resume":          "op:resume",
 	"Sandbox.Run":             "op:run",
 	"Sandbox.Terminate":       "op:terminate",
