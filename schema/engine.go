@@ -153,6 +153,7 @@ func (m *engineModel) goSource() ([]byte, error) {
 		Ops             any
 		OpIdents, Types []ident
 		Structs         []goStruct
+		Shapes          []string
 	}{ProtocolVersion: m.e.ProtocolVersion, Ops: m.e.Ops}
 	for _, op := range m.e.Ops {
 		view.OpIdents = append(view.OpIdents, ident{goIdent(op.Op), op.Op})
@@ -176,11 +177,11 @@ func (m *engineModel) goSource() ([]byte, error) {
 	for _, r := range m.e.Responses {
 		view.Structs = append(view.Structs, keyStruct(responseIdent(r.Type)+"Data", fmt.Sprintf("is the data of a %s envelope.", r.Type), r.Keys))
 	}
-	// The api/cli.yaml shapes an engine response refers to, so the package
-	// stands alone as the Python and TypeScript contracts do.
+	// The api/cli.yaml shapes an engine response refers to are gen/cliapi's
+	// types under the same names: one Go type per shape.
 	_, shapes := m.usedTypes()
 	for _, sh := range shapes {
-		view.Structs = append(view.Structs, keyStruct(goIdent(sh), fmt.Sprintf("is api/cli.yaml's %s shape.", sh), m.c.Shapes[sh]))
+		view.Shapes = append(view.Shapes, goIdent(sh))
 	}
 	return renderGo("engineapi", "engineapi.go.tmpl", view)
 }

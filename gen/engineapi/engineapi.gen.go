@@ -8,7 +8,11 @@
 // answers with gen/cliapi envelopes.
 package engineapi
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/microvms/microvms/gen/cliapi"
+)
 
 // ProtocolVersion is the engine protocol's version.
 const ProtocolVersion = "1"
@@ -590,113 +594,17 @@ type PoolData struct {
 	ControlEndpoint *string `json:"controlEndpoint"`
 }
 
-// CommandShare is api/cli.yaml's commandShare shape.
-type CommandShare struct {
-	ExecID  string `json:"execId"`
-	Command string `json:"command"`
-	// Seconds is a decimal: running seconds attributed to it (overlaps split 1/k)
-	Seconds string `json:"seconds"`
-	// USD is a decimal, rounded down to 1e-9
-	USD   string     `json:"usd"`
-	Usage *ExecUsage `json:"usage"`
-}
-
-// CostByCommand is api/cli.yaml's costByCommand shape.
-type CostByCommand struct {
-	Rule string `json:"rule"`
-	// TotalUSD is a decimal: the running lines' total
-	TotalUSD string         `json:"totalUsd"`
-	Commands []CommandShare `json:"commands"`
-	// IdleUSD is a decimal: total minus the shares, so shares + idleUsd == totalUsd exactly
-	IdleUSD     string `json:"idleUsd"`
-	IdleSeconds string `json:"idleSeconds"`
-}
-
-// CostComparison is api/cli.yaml's costComparison shape.
-type CostComparison struct {
-	Text        string     `json:"text"`
-	Running     CostReport `json:"running"`
-	Suspended   CostReport `json:"suspended"`
-	PerCycleUSD string     `json:"perCycleUsd"`
-	// BreakEvenSec is null when suspending never pays off
-	BreakEvenSec *float64 `json:"breakEvenSec"`
-}
-
-// CostLine is api/cli.yaml's costLine shape.
-type CostLine struct {
-	Phase   string `json:"phase"`
-	Billing string `json:"billing"`
-	// Quantity is a decimal
-	Quantity string `json:"quantity"`
-	Unit     string `json:"unit"`
-	// USD is a decimal estimate; omitted, never zero, for an unpriced line
-	USD *string `json:"usd,omitempty"`
-	// Unpriced is why the line has no price
-	Unpriced   *string `json:"unpriced,omitempty"`
-	Provenance *string `json:"provenance,omitempty"`
-	Note       *string `json:"note,omitempty"`
-}
-
-// CostReport is api/cli.yaml's costReport shape.
-type CostReport struct {
-	Label string     `json:"label"`
-	Size  string     `json:"size"`
-	Lines []CostLine `json:"lines"`
-	// TotalUSD is a decimal: the sum of the priced lines
-	TotalUSD string `json:"totalUsd"`
-	// IsLowerBound is true when an unpriced line makes the total a floor
-	IsLowerBound bool `json:"isLowerBound"`
-	// Staleness is why the rate table may be out of date, or empty
-	Staleness string `json:"staleness"`
-	Text      string `json:"text"`
-}
-
-// ExecUsage is api/cli.yaml's execUsage shape.
-type ExecUsage struct {
-	// Source is cgroup: the exec's own cgroup v2, every process of it; rusage: wait4's for the leader and the descendants waited for
-	Source          string  `json:"source"`
-	WallSecs        float64 `json:"wallSecs"`
-	UserCPUSecs     float64 `json:"userCpuSecs"`
-	SystemCPUSecs   float64 `json:"systemCpuSecs"`
-	PeakMemoryBytes int64   `json:"peakMemoryBytes"`
-	StdoutBytes     int64   `json:"stdoutBytes"`
-	StderrBytes     int64   `json:"stderrBytes"`
-	// PeakProcesses is most processes alive at once (pids.peak); null where not measured
-	PeakProcesses *int64 `json:"peakProcesses"`
-	// Missing is what the source could not measure; empty when nothing
-	Missing []string `json:"missing"`
-}
-
-// FileEntry is api/cli.yaml's fileEntry shape.
-type FileEntry struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Size int64  `json:"size"`
-	// Mode is four octal digits
-	Mode string `json:"mode"`
-	UID  int64  `json:"uid"`
-	GID  int64  `json:"gid"`
-	// Mtime is RFC 3339
-	Mtime         string  `json:"mtime"`
-	SymlinkTarget *string `json:"symlinkTarget"`
-}
-
-// FleetRun is api/cli.yaml's fleetRun shape.
-type FleetRun struct {
-	Index int64 `json:"index"`
-	// MicrovmID is empty when this MicroVM was never launched
-	MicrovmID string `json:"microvmId"`
-	// ExitCode is the command's exit code; null when it did not run to an exit or a signal ended it
-	ExitCode  *int64 `json:"exitCode"`
-	Stdout    string `json:"stdout"`
-	Stderr    string `json:"stderr"`
-	Truncated bool   `json:"truncated"`
-	// Code is the ERR_* code of this run's failure (ERR_EXEC_FAILED for a non-zero exit), or empty
-	Code string `json:"code"`
-	// Error is this run's failure in words, or empty
-	Error string `json:"error"`
-}
+// The api/cli.yaml shapes engine responses refer to: gen/cliapi's own types.
+type (
+	CommandShare   = cliapi.CommandShare
+	CostByCommand  = cliapi.CostByCommand
+	CostComparison = cliapi.CostComparison
+	CostLine       = cliapi.CostLine
+	CostReport     = cliapi.CostReport
+	ExecUsage      = cliapi.ExecUsage
+	FileEntry      = cliapi.FileEntry
+	FleetRun       = cliapi.FleetRun
+)
 
 // Op is one op: its response type and whether event frames precede the envelope.
 type Op struct {

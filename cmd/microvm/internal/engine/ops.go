@@ -78,7 +78,7 @@ func fileMode(v string) (fs.FileMode, error) {
 func execResult(r client.Result, timeoutSec float64, elapsed time.Duration) engineapi.ExecResultData {
 	d := render.ExecData(r)
 	out := engineapi.ExecResultData{ExecID: d.ExecID, Phase: d.Phase, ExitCode: d.ExitCode, Signal: d.Signal,
-		Stdout: d.Stdout, Stderr: d.Stderr, Truncated: d.Truncated, Usage: (*engineapi.ExecUsage)(d.Usage), OomKilled: d.OomKilled}
+		Stdout: d.Stdout, Stderr: d.Stderr, Truncated: d.Truncated, Usage: d.Usage, OomKilled: d.OomKilled}
 	if timeoutSec > 0 && r.Signal != nil && elapsed >= time.Duration(timeoutSec*float64(time.Second)) {
 		out.TimedOut, out.TimeoutLimit = true, "timeoutSec"
 	}
