@@ -206,7 +206,10 @@ func TestEveryOperationAgainstTheEmulator(t *testing.T) {
 	run, err := c.RunMicrovm(ctx, &RunMicrovmInput{
 		ImageIdentifier:          imageID,
 		ImageVersion:             updated.ImageVersion,
-		IngressNetworkConnectors: []string{ConnectorARN("us-east-1", "ALL_INGRESS"), ConnectorARN("us-east-1", "SHELL_INGRESS")},
+		// HTTP_INGRESS, not ALL_INGRESS: the platform refuses a shell token
+		// for ALL_INGRESS beside another ingress connector (finding
+		// shell-endpoint), and the shell token below is part of the walk.
+		IngressNetworkConnectors: []string{ConnectorARN("us-east-1", "HTTP_INGRESS"), ConnectorARN("us-east-1", "SHELL_INGRESS")},
 		RunHookPayload:           aws.String(`{"agent_token":"t"}`),
 	})
 	must(err)
