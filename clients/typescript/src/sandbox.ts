@@ -394,7 +394,7 @@ export class Files {
 }
 
 export interface CreateOptions {
-  /** Run the emulator inside the engine: no AWS account; Linux and root. */
+  /** Run the emulator inside the engine: Linux only; no AWS account and no root. */
   local?: boolean;
   /** The image's name or ARN (AWS, or a running emulator). */
   image?: string;
