@@ -278,6 +278,11 @@ export interface ExecResult {
   readonly signal: number | null;
   readonly stdout: string;
   readonly stderr: string;
+  /**
+   * The guest kept at most 8 MiB (agentd's AGENTD_MAX_OUTPUT_BYTES, 8388608)
+   * of each stream for this result; true when it dropped bytes past that cap.
+   * Use stream() to see every byte of a larger output.
+   */
   readonly truncated: boolean;
   /** Whether the command exited zero. */
   readonly ok: boolean;
@@ -407,7 +412,7 @@ export class Files {
 }
 
 export interface CreateOptions {
-  /** Run the emulator inside the engine: no AWS account; Linux and root. */
+  /** Run the emulator inside the engine: Linux only; no AWS account and no root. */
   local?: boolean;
   /** The image's name or ARN (AWS, or a running emulator). */
   image?: string;

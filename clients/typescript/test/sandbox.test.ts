@@ -2,7 +2,7 @@
 // real embedded emulator, and the README's blocks compiled under tsc --strict
 // and the quickstart run verbatim. Needs $MICROVM_BIN and $MICROVM_AGENTD
 // (make test-clients sets them, with MICROVMS_REQUIRE_ENGINE, which turns a
-// missing one from a skip into a failure) and root.
+// missing one from a skip into a failure); no root.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
