@@ -200,6 +200,7 @@ func (s *Server) startGuest(vm *microvm, v *version, payload *string) error {
 	}
 	body, _ := json.Marshal(wrapped)
 	vm.launching = true
+	s.trace(vm.id, TraceAccepted)
 	s.wg.Add(1)
 	go s.launch(vm, guestSpec(vm, v), body, runHookEnabled(v.spec), runHookTimeout(v.spec))
 	return nil
@@ -216,11 +217,15 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 	case err != nil:
 		g, reason = nil, "MicroVM failed to start: "+err.Error()
 	case hook:
+		s.trace(vm.id, TraceGuestListening)
 		addr := g.Ports[spec.HookPort]
 		if g.Dial != nil {
 			addr = "127.0.0.1:" + strconv.Itoa(spec.HookPort)
 		}
 		reason = postRunHook(s.ctx, g.roundTripper(), addr, body, timeout)
+		s.trace(vm.id, TraceRunHook)
+	default:
+		s.trace(vm.id, TraceGuestListening)
 	}
 	s.mu.Lock()
 	vm.launching = false
@@ -242,6 +247,7 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 		vm.guest, g = g, nil
 		if s.opt.WallClock && vm.state == cp.MicrovmStatePENDING {
 			vm.state = cp.MicrovmStateRUNNING
+			s.trace(vm.id, TraceRunning)
 		}
 		s.wg.Add(1)
 		go s.watchGuest(vm, vm.guest, spec.HookPort)
