@@ -135,7 +135,7 @@ func (t *launchTrace) of(id string) map[emulator.TracePhase]time.Time {
 	return t.at[id]
 }
 
-var echo = []string{"echo", "hi"}
+var ttiEcho = []string{"echo", "hi"}
 
 // ttiGo is the Go library's row and its phase breakdown.
 func ttiGo(b *testing.B, ctx context.Context, emu *embedded.Emulator, image string, tr *launchTrace, runs int) (ttiRow, string) {
@@ -155,7 +155,7 @@ func ttiGo(b *testing.B, ctx context.Context, emu *embedded.Emulator, image stri
 			}
 			continue
 		}
-		res, err := sb.Run(ctx, echo, client.RunOptions{})
+		res, err := sb.Run(ctx, ttiEcho, client.RunOptions{})
 		tOut := time.Now()
 		if err == nil && res.Stdout != "hi\n" {
 			err = fmt.Errorf("echo printed %q", res.Stdout)
@@ -209,7 +209,7 @@ func ttiPool(b *testing.B, ctx context.Context, emu *embedded.Emulator, runs int
 			row.errs = append(row.errs, err.Error())
 			continue
 		}
-		res, err := sb.Run(ctx, echo, client.RunOptions{})
+		res, err := sb.Run(ctx, ttiEcho, client.RunOptions{})
 		d := time.Since(t0)
 		if err == nil && res.Stdout != "hi\n" {
 			err = fmt.Errorf("echo printed %q", res.Stdout)
@@ -260,9 +260,9 @@ func ttiCLI(b *testing.B, emu *embedded.Emulator, image, bin string, runs int) t
 		werr := cmd.Wait()
 		switch {
 		case line != "hi\n":
-			row.errs = append(row.errs, fmt.Sprintf("first line %q (%v, %v): %s", line, rerr, werr, lastLine(stderr.String())))
+			row.errs = append(row.errs, fmt.Sprintf("first line %q (%v, %v): %s", line, rerr, werr, ttiLastLine(stderr.String())))
 		case werr != nil:
-			row.errs = append(row.errs, fmt.Sprintf("%v: %s", werr, lastLine(stderr.String())))
+			row.errs = append(row.errs, fmt.Sprintf("%v: %s", werr, ttiLastLine(stderr.String())))
 		default:
 			row.ok++
 			row.tti = append(row.tti, d)
@@ -271,7 +271,7 @@ func ttiCLI(b *testing.B, emu *embedded.Emulator, image, bin string, runs int) t
 	return row
 }
 
-func lastLine(s string) string {
+func ttiLastLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
 		s = s[i+1:]
@@ -301,7 +301,7 @@ func ttiScript(b *testing.B, row ttiRow, cmd *exec.Cmd, runs int) ttiRow {
 		row.tti = append(row.tti, time.Duration(r.S*float64(time.Second)))
 	}
 	if err != nil || row.attempts != runs {
-		row.errs = append(row.errs, fmt.Sprintf("the driver exited (%v) after %d of %d runs: %s", err, row.attempts, runs, lastLine(stderr.String())))
+		row.errs = append(row.errs, fmt.Sprintf("the driver exited (%v) after %d of %d runs: %s", err, row.attempts, runs, ttiLastLine(stderr.String())))
 		row.attempts = runs
 	}
 	return row
@@ -314,8 +314,8 @@ func ttiPython(b *testing.B, emu *embedded.Emulator, image, bin string, runs int
 		row.skip = "no python3 on PATH"
 		return row
 	}
-	cmd := exec.Command(py, filepath.Join(repoRoot(b), "scripts", "bench", "tti_python.py"), emu.URL, image, strconv.Itoa(runs))
-	cmd.Env = append(os.Environ(), "MICROVM_BIN="+filepath.Join(bin, "microvm"), "PYTHONPATH="+filepath.Join(repoRoot(b), "clients", "python"),
+	cmd := exec.Command(py, filepath.Join(ttiRepoRoot(b), "scripts", "bench", "tti_python.py"), emu.URL, image, strconv.Itoa(runs))
+	cmd.Env = append(os.Environ(), "MICROVM_BIN="+filepath.Join(bin, "microvm"), "PYTHONPATH="+filepath.Join(ttiRepoRoot(b), "clients", "python"),
 		"PYTHONDONTWRITEBYTECODE=1", "AWS_REGION="+emu.Region().String(), "MICROVM_STATE_DIR="+b.TempDir())
 	return ttiScript(b, row, cmd, runs)
 }
@@ -327,18 +327,18 @@ func ttiTypeScript(b *testing.B, emu *embedded.Emulator, image, bin string, runs
 		row.skip = "no node on PATH"
 		return row
 	}
-	js := filepath.Join(repoRoot(b), "clients", "typescript", "dist", "src", "sandbox.js")
+	js := filepath.Join(ttiRepoRoot(b), "clients", "typescript", "dist", "src", "sandbox.js")
 	if _, err := os.Stat(js); err != nil {
 		row.skip = "clients/typescript is not built (make bench builds it; or cd clients/typescript && node_modules/.bin/tsc -p tsconfig.build.json)"
 		return row
 	}
-	cmd := exec.Command(node, filepath.Join(repoRoot(b), "scripts", "bench", "tti_typescript.mjs"), js, emu.URL, image, strconv.Itoa(runs))
+	cmd := exec.Command(node, filepath.Join(ttiRepoRoot(b), "scripts", "bench", "tti_typescript.mjs"), js, emu.URL, image, strconv.Itoa(runs))
 	cmd.Env = append(os.Environ(), "MICROVM_BIN="+filepath.Join(bin, "microvm"), "AWS_REGION="+emu.Region().String(), "MICROVM_STATE_DIR="+b.TempDir())
 	return ttiScript(b, row, cmd, runs)
 }
 
-// repoRoot is the module's root, two levels above this package.
-func repoRoot(b *testing.B) string {
+// ttiRepoRoot is the module's root, two levels above this package.
+func ttiRepoRoot(b *testing.B) string {
 	wd, err := os.Getwd()
 	if err != nil {
 		b.Fatal(err)
