@@ -6,7 +6,7 @@ BIN     ?= bin
 VERSION ?=
 LDFLAGS := -s -w $(if $(VERSION),-X github.com/microvms/microvms/agentd.Version=$(VERSION))
 
-.PHONY: all preflight check-loaded gen drift fmt vet lint lint-api lint-cfn test test-clients test-boto3 test-dist faults check build dist bench bench-clients fuzz mutate clean demo
+.PHONY: all preflight check-loaded gen drift fmt vet lint lint-api lint-cfn test test-clients test-boto3 test-dist faults check build dist bench bench-clients bench-tti fuzz mutate clean demo
 
 all: build
 
@@ -165,9 +165,20 @@ test-dist:
 demo:
 	bash scripts/demo.sh
 
-bench:
+# The sweep runs BenchmarkTTI too (client/sandbox), whose TypeScript row
+# needs the package compiled first.
+bench: $(TS_DIR)/node_modules/.installed
+	cd $(TS_DIR) && node_modules/.bin/tsc -p tsconfig.build.json
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	$(MAKE) bench-clients
+
+# Time to interactive, the field's form: create -> `echo`'s output,
+# $(MICROVMS_TTI_RUNS) runs per row (100 unset), p50/p95/p99 and success for
+# the Go library, its pool, the CLI, Python and TypeScript on one local
+# emulator, beside launch -> RUNNING, with the Go row's phase breakdown.
+bench-tti: $(TS_DIR)/node_modules/.installed
+	cd $(TS_DIR) && node_modules/.bin/tsc -p tsconfig.build.json
+	$(GO) test ./client/sandbox/ -run '^$$' -bench '^BenchmarkTTI$$' -benchtime 1x -count 1
 
 # Python / TypeScript / Go in one run against one local sandbox each: a
 # 256 MiB file write and read, 256 MiB of streamed stdout, 200 short run()

@@ -32,6 +32,7 @@ type microvm struct {
 	grants     map[string]grant // proxy token -> what it reaches
 	guest      *Guest           // set once the run hook answered 200: the endpoint forwards
 	launching  bool             // the guest is starting or its run hook is in flight
+	launched   chan struct{}    // closed when launching ends (awaitLaunch)
 	freezeErr  error            // a failed freeze or thaw: the proxy forwards nothing
 	agentPort  int              // the guest port agentd listens on, for the shell endpoint (shell.go)
 	agentToken string           // the run hook's agent token, kept (never answered) for the shell endpoint
@@ -282,6 +283,7 @@ func (s *Server) GetMicrovm(w http.ResponseWriter, r *http.Request, microvmIdent
 	if vm == nil {
 		return
 	}
+	s.awaitLaunch(r.Context(), vm)
 	s.observeVM(vm)
 	writeJSON(w, http.StatusOK, s.vmReply(vm))
 }

@@ -78,6 +78,34 @@ type Options struct {
 	// of its resource limits (a rootless emulator on a host that does not
 	// delegate cgroups to it), in words a user can act on.
 	Warn func(msg string)
+	// Trace, if set, is told when a MicroVM's launch passes each of its
+	// phases (TracePhase), for a benchmark's breakdown of where the time
+	// to RUNNING goes. It may be called with the emulator's lock held, so
+	// it must be quick and must not call the Server.
+	Trace func(microvmID string, phase TracePhase)
+}
+
+// TracePhase names one point a launch passes, in order.
+type TracePhase string
+
+// The phases of a launch, as Options.Trace reports them.
+const (
+	// TraceAccepted: RunMicrovm accepted the launch (before its answer).
+	TraceAccepted TracePhase = "accepted"
+	// TraceGuestListening: the launcher's guest is up and agentd accepts
+	// connections on the hook port.
+	TraceGuestListening TracePhase = "guest-listening"
+	// TraceRunHook: the run hook answered.
+	TraceRunHook TracePhase = "run-hook"
+	// TraceRunning: the MicroVM reads RUNNING.
+	TraceRunning TracePhase = "running"
+)
+
+// trace reports phase of id to Options.Trace, if set.
+func (s *Server) trace(id string, phase TracePhase) {
+	if s.opt.Trace != nil {
+		s.opt.Trace(id, phase)
+	}
 }
 
 // BuildPlan is how one image version's builds progress. Each read of the

@@ -95,6 +95,8 @@ type Options struct {
 	// Warn is told of every guest that runs without some of its limits
 	// (emulator.Options.Warn); nil says nothing.
 	Warn func(msg string)
+	// Trace sees each phase of every launch (emulator.Options.Trace).
+	Trace func(microvmID string, phase emulator.TracePhase)
 }
 
 // DefaultBuildCache is where local builds keep base images (by digest)
@@ -163,6 +165,7 @@ func Start(ctx context.Context, o Options) (*Emulator, error) {
 		BaseImage: o.BaseImage, PullBase: !o.NoPull, BuildProgress: o.BuildProgress,
 		BuildCache: cmp.Or(o.BuildCache, DefaultBuildCache(o.Getenv)),
 		Warn:       o.Warn,
+		Trace:      o.Trace,
 	})
 	for _, b := range o.Buckets {
 		srv.CreateBucket(b)
