@@ -204,8 +204,8 @@ func TestEveryOperationAgainstTheEmulator(t *testing.T) {
 
 	// A MicroVM through its whole life.
 	run, err := c.RunMicrovm(ctx, &RunMicrovmInput{
-		ImageIdentifier:          imageID,
-		ImageVersion:             updated.ImageVersion,
+		ImageIdentifier: imageID,
+		ImageVersion:    updated.ImageVersion,
 		// HTTP_INGRESS, not ALL_INGRESS: the platform refuses a shell token
 		// for ALL_INGRESS beside another ingress connector (finding
 		// shell-endpoint), and the shell token below is part of the walk.
