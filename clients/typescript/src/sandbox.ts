@@ -10,7 +10,10 @@
  * (src/contract.ts) are generated. Nothing here decides what Go decides.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { createInterface } from "node:readline";
 
@@ -218,6 +221,9 @@ class Engine extends C.Ops {
     });
   }
 
+  /** The id of the request the last stream() sent: what cancel names. */
+  lastStreamId = 0;
+
   protected stream(op: C.OpName, args: object): AsyncIterable<unknown> {
     const queue: Array<{ ev?: unknown; env?: Record<string, unknown> | null }> = [];
     let wake: (() => void) | undefined;
@@ -226,17 +232,27 @@ class Engine extends C.Ops {
       wake?.();
     };
     this.send(op, args, { event: (ev) => push({ ev }), done: (env) => push({ env }) });
+    const id = (this.lastStreamId = this.nextId);
     const settle = this.settle.bind(this);
+    const cancel = (requestId: number) => this.cancelRequest(requestId);
     return {
       async *[Symbol.asyncIterator]() {
-        for (;;) {
-          while (queue.length === 0) await new Promise<void>((r) => (wake = r));
-          const item = queue.shift()!;
-          if ("env" in item) {
-            yield settle(item.env ?? null);
-            return;
+        let finished = false;
+        try {
+          for (;;) {
+            while (queue.length === 0) await new Promise<void>((r) => (wake = r));
+            const item = queue.shift()!;
+            if ("env" in item) {
+              finished = true;
+              yield settle(item.env ?? null);
+              return;
+            }
+            yield item.ev;
           }
-          yield item.ev;
+        } finally {
+          // Left early (break, return, throw): end the engine's request now,
+          // not when the engine ends; its interrupted answer is nobody's.
+          if (!finished) await cancel(id);
         }
       },
     };
@@ -259,6 +275,37 @@ class Engine extends C.Ops {
   cost() { return this.opCost({}); }
   url(a: C.URLArgs) { return this.opURL(a); }
   runMany(a: C.RunManyArgs) { return this.opRunMany(a); }
+  build(a: C.BuildArgs) { return this.opBuild(a); }
+  start(a: C.StartArgs) { return this.opStart(a); }
+  poll(a: C.PollArgs) { return this.opPoll(a); }
+  wait(a: C.WaitArgs) { return this.opWait(a); }
+  follow(a: C.FollowArgs) { return this.opFollow(a); }
+  kill(a: C.KillArgs) { return this.opKill(a); }
+  signal(a: C.SignalArgs) { return this.opSignal(a); }
+  resize(a: C.ResizeArgs) { return this.opResize(a); }
+  stdinWrite(a: C.StdinWriteArgs) { return this.opStdinWrite(a); }
+  stdinClose(a: C.StdinCloseArgs) { return this.opStdinClose(a); }
+  execs() { return this.opExecs({}); }
+  stat(a: C.StatArgs) { return this.opStat(a); }
+  mkdir(a: C.MkdirArgs) { return this.opMkdir(a); }
+  move(a: C.MoveArgs) { return this.opMove(a); }
+  remove(a: C.RemoveArgs) { return this.opRemove(a); }
+  watch(a: C.WatchArgs) { return this.opWatch(a); }
+  health() { return this.opHealth({}); }
+  metrics() { return this.opMetrics({}); }
+  keepalive(a: C.KeepaliveArgs) { return this.opKeepalive(a); }
+  poolOpen(a: C.PoolOpenArgs) { return this.opPoolOpen(a); }
+  poolWaitReady(a: C.PoolWaitReadyArgs) { return this.opPoolWaitReady(a); }
+  poolAcquire() { return this.opPoolAcquire({}); }
+  poolRelease(a: C.PoolReleaseArgs) { return this.opPoolRelease(a); }
+  poolCost() { return this.opPoolCost({}); }
+  poolClose() { return this.opPoolClose({}); }
+
+  /** End in-flight request requestId (a watch, a follow, a wait); a request already answered, or a gone engine, is no error. */
+  async cancelRequest(requestId: number): Promise<void> {
+    if (this.exited || !this.pending.has(requestId)) return;
+    await this.opCancel({ requestId }).catch(() => undefined);
+  }
 
   /** End the engine: it tears down what it launched and stops its emulator. */
   async close(): Promise<void> {
@@ -285,6 +332,16 @@ export interface ExecResult {
   readonly usage: C.ExecUsage | null;
   /** The guest kernel killed the command for going over limits.memoryBytes. */
   readonly oomKilled: boolean;
+  /** A time limit ended the wait or the command (timeoutLimit says which). */
+  readonly timedOut: boolean;
+  /** "timeoutSec" (agentd killed the command), "wait" (the wait gave up; it runs on), or "". */
+  readonly timeoutLimit: string;
+}
+
+function toResult(d: C.ExecResultData): ExecResult {
+  return { execId: d.execId, phase: d.phase, exitCode: d.exitCode, signal: d.signal, stdout: d.stdout, stderr: d.stderr, truncated: d.truncated,
+    ok: d.phase !== "running" && d.exitCode === 0, usage: d.usage ?? null, oomKilled: d.oomKilled ?? false, timedOut: d.timedOut ?? false,
+    timeoutLimit: d.timeoutLimit ?? "" };
 }
 
 /** Output as it arrived: `text` is UTF-8 with invalid bytes replaced (`lossy` says whether any were). */
@@ -369,19 +426,102 @@ function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunAr
   };
 }
 
+function toEntry(e: C.FileEntry): FileEntry {
+  return { path: e.path, name: e.name, type: e.type, size: e.size, mode: e.mode, mtime: e.mtime, symlinkTarget: e.symlinkTarget ?? null };
+}
+
+/** fn with a fresh host temp file path, removed after. */
+async function withTemp<T>(fn: (path: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(tmpdir(), "microvms-"));
+  try {
+    return await fn(join(dir, "data"));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** One change under a watched directory: op is agentd's (create, write, remove, rename, chmod). */
+export interface FsEvent { readonly kind: "fs"; readonly op: string; readonly path: string; readonly seq: number }
+
 /** The sandbox's filesystem (E2B's sandbox.files). */
 export class Files {
   constructor(private readonly engine: Engine) {}
 
-  /** Write a whole file, creating its parents; mode is four octal digits ("0755"). */
+  /** Write a whole file (any size), creating its parents; mode is four octal digits ("0755"). */
   async write(path: string, data: string | Uint8Array, opts: { mode?: string } = {}): Promise<void> {
-    const dataBase64 = Buffer.from(typeof data === "string" ? Buffer.from(data, "utf8") : data).toString("base64");
-    await this.engine.write({ path, dataBase64, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) });
+    // Through a host file (localPath): the bytes never cross the engine's
+    // line protocol, whose lines are bounded (a 256 MiB base64 line is not).
+    await withTemp(async (local) => {
+      await writeFile(local, data);
+      await this.upload(local, path, opts);
+    });
   }
 
-  /** The whole file at path. */
+  /** Copy one host file to path in the VM, streamed; resolves to its bytes. */
+  async upload(local: string, path: string, opts: { mode?: string } = {}): Promise<number> {
+    return (await this.engine.write({ path, localPath: local, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) })).bytes;
+  }
+
+  /** Copy one VM file to a host file, streamed (any size); resolves to its bytes. */
+  async download(path: string, local: string): Promise<number> {
+    return (await this.engine.read({ path, localPath: local })).bytes;
+  }
+
+  /** The whole file at path (any size). */
   async readBytes(path: string): Promise<Uint8Array> {
-    return new Uint8Array(Buffer.from((await this.engine.read({ path })).dataBase64, "base64"));
+    return withTemp(async (local) => {
+      await this.download(path, local);
+      return new Uint8Array(await readFile(local));
+    });
+  }
+
+  /** path's entry (a final symlink not followed), or null when nothing is there. */
+  async stat(path: string): Promise<FileEntry | null> {
+    const d = await this.engine.stat({ path });
+    return d.exists && d.entry ? toEntry(d.entry as unknown as C.FileEntry) : null;
+  }
+
+  /** Whether anything is at path. */
+  async exists(path: string): Promise<boolean> {
+    return (await this.engine.stat({ path })).exists;
+  }
+
+  /** Make a directory and its parents; false when it already was one. */
+  async mkdir(path: string, opts: { mode?: string } = {}): Promise<boolean> {
+    return (await this.engine.mkdir({ path, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) })).changed;
+  }
+
+  /** Rename from to to; an existing destination is refused unless replace. */
+  async move(from: string, to: string, opts: { replace?: boolean } = {}): Promise<void> {
+    await this.engine.move({ from, to, replace: opts.replace ?? false });
+  }
+
+  /** Remove path (a directory only with recursive); resolves to the entries removed, 0 when nothing was there. */
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<number> {
+    return (await this.engine.remove({ path, recursive: opts.recursive ?? false })).count;
+  }
+
+  /**
+   * Changes under path as they happen (FsEvent, or Gap for dropped ones),
+   * until the loop leaves: breaking out (or an abort of opts.signal) cancels
+   * the engine's watch.
+   */
+  async *watch(path: string, opts: { recursive?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<FsEvent | Gap> {
+    const events = this.engine.watch({ path, recursive: opts.recursive ?? false });
+    const id = this.engine.lastStreamId;
+    const onAbort = () => void this.engine.cancelRequest(id);
+    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      if (opts.signal?.aborted) return;
+      for await (const ev of events as AsyncIterable<Record<string, unknown>>) {
+        if (ev.event === "fs") yield { kind: "fs", op: String(ev.op), path: String(ev.path), seq: Number(ev.seq) };
+        else if (ev.event === "gap") yield { kind: "gap", start: Number(ev.from), end: Number(ev.to) };
+      }
+    } catch (err) {
+      if (!(opts.signal?.aborted && err instanceof InterruptedError)) throw err;
+    } finally {
+      opts.signal?.removeEventListener("abort", onAbort);
+    }
   }
 
   /** The whole file at path as UTF-8 text. */
@@ -391,8 +531,7 @@ export class Files {
 
   /** The entries under path, depth levels deep. */
   async list(path: string, opts: { depth?: number } = {}): Promise<FileEntry[]> {
-    const d = await this.engine.list({ path, depth: opts.depth ?? 1 });
-    return d.entries.map((e) => ({ path: e.path, name: e.name, type: e.type, size: e.size, mode: e.mode, mtime: e.mtime, symlinkTarget: e.symlinkTarget }));
+    return (await this.engine.list({ path, depth: opts.depth ?? 1 })).entries.map(toEntry);
   }
 
   /** Copy a local directory tree into the VM; resolves to the bytes of its files. */
@@ -491,9 +630,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** Run a command and wait: a string through sh -c, an array as argv. */
   async run(cmd: string | readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
-    const d = await this.engine.run(execArgs(cmd, opts));
-    return { execId: d.execId, phase: d.phase, exitCode: d.exitCode, signal: d.signal, stdout: d.stdout, stderr: d.stderr, truncated: d.truncated, ok: d.exitCode === 0,
-      usage: d.usage ?? null, oomKilled: d.oomKilled ?? false };
+    return toResult(await this.engine.run(execArgs(cmd, opts)));
   }
 
   /** Run a command, yielding its output as it arrives (output, gap, then exit). */
