@@ -14,7 +14,7 @@ import { randomUUID } from "node:crypto";
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { delimiter, join } from "node:path";
+import { delimiter, join, resolve as resolvePath } from "node:path";
 import { createInterface } from "node:readline";
 
 import * as C from "./contract.js";
@@ -359,20 +359,25 @@ export class ExecStream implements AsyncIterable<StreamItem> {
   /** The final envelope's summary, once the stream ended. */
   summary: C.ExecStreamData | null = null;
 
-  constructor(private readonly events: AsyncIterable<C.StreamEvent | C.ExecStreamData>) {}
+  /** onEnd runs once the iteration ends, told whether the exit was seen. */
+  constructor(private readonly events: AsyncIterable<C.StreamEvent | C.ExecStreamData>, private readonly onEnd?: (exited: boolean) => Promise<void>) {}
 
   async *[Symbol.asyncIterator](): AsyncIterator<StreamItem> {
-    for await (const ev of this.events) {
-      if (!("event" in ev)) {
-        this.summary = ev;
-      } else if (ev.event === "output") {
-        yield { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy };
-      } else if (ev.event === "gap") {
-        yield { kind: "gap", start: ev.from, end: ev.to };
-      } else {
-        this.exit = { kind: "exit", exitCode: ev.exitCode, signal: ev.signal, truncated: ev.truncated, writersMayBeAlive: ev.writersMayBeAlive, offset: ev.offset };
-        yield this.exit;
+    try {
+      for await (const ev of this.events) {
+        if (!("event" in ev)) {
+          this.summary = ev;
+        } else if (ev.event === "output") {
+          yield { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy };
+        } else if (ev.event === "gap") {
+          yield { kind: "gap", start: ev.from, end: ev.to };
+        } else {
+          this.exit = { kind: "exit", exitCode: ev.exitCode, signal: ev.signal, truncated: ev.truncated, writersMayBeAlive: ev.writersMayBeAlive, offset: ev.offset };
+          yield this.exit;
+        }
       }
+    } finally {
+      await this.onEnd?.(this.exit !== null);
     }
   }
 
@@ -410,7 +415,11 @@ export interface CostReport { readonly label: string; readonly size: string; rea
 /** Per-command limits the guest kernel enforces; a guest that cannot apply them refuses the command rather than run it unlimited. */
 export interface ExecLimits { memoryBytes?: number; cpuMillicores?: number; pids?: number }
 
-export interface ExecOptions { cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string; limits?: ExecLimits }
+export interface ExecOptions {
+  cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string; limits?: ExecLimits;
+  /** run and stream: an abort kills the command (its process group); the run or stream then ends with its exit. */
+  signal?: AbortSignal;
+}
 
 function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunArgs {
   // A string is a shell script (E2B's commands.run); an array is an argv.
@@ -545,6 +554,77 @@ export class Files {
   }
 }
 
+/** Options of start: those of run, plus a writable stdin, a terminal, and the uid/gid to run as. */
+export interface StartOptions extends ExecOptions {
+  /** Give the command a writable stdin (writeStdin, closeStdin). */
+  stdin?: boolean;
+  /** Run it on a pseudo-terminal of this size (its output is all stdout; resize sizes it). */
+  pty?: { rows: number; cols: number };
+  /** Numeric uid; unset keeps the daemon's. */
+  user?: number;
+  /** Numeric gid; unset keeps the daemon's. */
+  group?: number;
+}
+
+/**
+ * A command running in the background, addressed by its exec id: the id is
+ * the whole handle, so sandbox.process(execId) in another process attached
+ * to the same sandbox reaches the same command.
+ */
+export class Process {
+  constructor(private readonly engine: Engine, readonly execId: string) {}
+
+  toString(): string { return `Process(${this.execId})`; }
+
+  /** The record as it stands: phase running, or the outcome. */
+  async poll(): Promise<ExecResult> { return toResult(await this.engine.poll({ execId: this.execId })); }
+
+  /** Wait for the exit and take the record. Past timeoutSec the result has timedOut true, timeoutLimit "wait", and the command runs on. */
+  async wait(opts: { timeoutSec?: number } = {}): Promise<ExecResult> {
+    return toResult(await this.engine.wait({ execId: this.execId, ...(opts.timeoutSec !== undefined ? { timeoutSec: opts.timeoutSec } : {}) }));
+  }
+
+  /** The output from byte offset on as it arrives, until the exit; leaving the loop early ends the follow, not the command. */
+  stream(offset = 0): ExecStream {
+    return new ExecStream(this.engine.follow({ execId: this.execId, offset }) as AsyncIterable<C.StreamEvent | C.ExecStreamData>);
+  }
+
+  /** SIGTERM then SIGKILL to the process group; false when it had already gone. */
+  async kill(): Promise<boolean> { return (await this.engine.kill({ execId: this.execId })).done; }
+
+  /** Send one named signal (TERM, HUP, INT, ...) once; false when the group had gone. */
+  async signal(name: string): Promise<boolean> { return (await this.engine.signal({ execId: this.execId, signal: name })).done; }
+
+  /** Resize a pty command's terminal. */
+  async resize(rows: number, cols: number): Promise<void> { await this.engine.resize({ execId: this.execId, rows, cols }); }
+
+  /** Write to the command's stdin (started with stdin or pty); resolves to the bytes taken. */
+  async writeStdin(data: string | Uint8Array): Promise<number> {
+    const dataBase64 = (typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data)).toString("base64");
+    return (await this.engine.stdinWrite({ execId: this.execId, dataBase64 })).bytes;
+  }
+
+  /** Close the command's stdin: it reads end of file. */
+  async closeStdin(): Promise<void> { await this.engine.stdinClose({ execId: this.execId }); }
+}
+
+/** What holdAwake did: the pings it sent and how long it held the VM. */
+export interface KeepaliveReport { readonly microvmId: string; readonly pings: number; readonly heldSeconds: number }
+
+/** One event of a local image build: a step's start or end, or a line of its output. */
+export interface BuildProgress { readonly step: number; readonly steps: number; readonly instruction: string; readonly text: string; readonly done: boolean; readonly cached: boolean }
+
+export interface BuildOptions extends Omit<CreateOptions, "image" | "imageVersion" | "agentd" | "timeoutSec"> {
+  /** A Dockerfile on this host (its directory is the build context locally); unset builds the default stanza. */
+  dockerfile?: string;
+  /** The size class by its baseline memory in MiB; 0 or unset is the default class. */
+  memoryMib?: number;
+  /** Local: the image FROM stands for, an OCI layout directory or docker-save tarball (offline machines). */
+  baseImage?: string;
+  /** Called with each build event as it arrives. */
+  onProgress?: (p: BuildProgress) => void;
+}
+
 export interface CreateOptions {
   /** Run the emulator inside the engine: no AWS account; Linux and root. */
   local?: boolean;
@@ -595,6 +675,31 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
+  /**
+   * Build an image (from a Dockerfile, or the default stanza at another size
+   * class) and launch a sandbox of it; terminate({ deleteImage: true }) deletes the image.
+   */
+  static async build(opts: BuildOptions = {}): Promise<Sandbox> {
+    const { binary, onProgress, dockerfile, ...rest } = opts;
+    const engine = new Engine(binary);
+    try {
+      let data: C.SandboxData | null = null;
+      for await (const ev of engine.build({ ...rest, ...(dockerfile !== undefined ? { dockerfile: resolvePath(dockerfile) } : {}) }) as AsyncIterable<Record<string, unknown>>) {
+        if (ev.event === "build") {
+          onProgress?.({ step: Number(ev.step), steps: Number(ev.steps), instruction: String(ev.instruction ?? ""), text: String(ev.text ?? ""),
+            done: Boolean(ev.done), cached: Boolean(ev.cached) });
+        } else if (typeof ev.microvmId === "string") {
+          data = ev as unknown as C.SandboxData;
+        }
+      }
+      if (data === null) throw new ProtocolError("the engine's build ended without a sandbox", "ERR_PROTOCOL");
+      return new Sandbox(engine, data);
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+  }
+
   /** Reach a MicroVM another process launched; closing an attached sandbox leaves it running. */
   static async attach(microvmId: string, opts: AttachOptions): Promise<Sandbox> {
     const engine = new Engine(opts.binary);
@@ -630,12 +735,74 @@ export class Sandbox implements AsyncDisposable {
 
   /** Run a command and wait: a string through sh -c, an array as argv. */
   async run(cmd: string | readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
-    return toResult(await this.engine.run(execArgs(cmd, opts)));
+    // The caller mints the id, so an abort can kill the command.
+    const execId = opts.execId ?? `ts-${randomUUID()}`;
+    const unhook = this.killOnAbort(execId, opts.signal);
+    try {
+      return toResult(await this.engine.run(execArgs(cmd, { ...opts, execId })));
+    } finally {
+      unhook();
+    }
   }
 
-  /** Run a command, yielding its output as it arrives (output, gap, then exit). */
+  /**
+   * Run a command, yielding its output as it arrives (output, gap, then
+   * exit). Leaving the loop before the exit (break, throw) kills the
+   * command, as does an abort of opts.signal.
+   */
   stream(cmd: string | readonly string[], opts: ExecOptions = {}): ExecStream {
-    return new ExecStream(this.engine.streamExec(execArgs(cmd, opts)));
+    const execId = opts.execId ?? `ts-${randomUUID()}`;
+    const unhook = this.killOnAbort(execId, opts.signal);
+    const stream = new ExecStream(this.engine.streamExec(execArgs(cmd, { ...opts, execId })), async (exited) => {
+      unhook();
+      if (!exited) await this.engine.kill({ execId }).catch(() => undefined); // the engine or VM gone: nothing to kill
+    });
+    return stream;
+  }
+
+  private killOnAbort(execId: string, signal: AbortSignal | undefined): () => void {
+    if (!signal) return () => {};
+    const onAbort = () => void this.engine.kill({ execId }).catch(() => undefined);
+    if (signal.aborted) queueMicrotask(onAbort);
+    else signal.addEventListener("abort", onAbort, { once: true });
+    return () => signal.removeEventListener("abort", onAbort);
+  }
+
+  /** Start a command in the background: a string through sh -c, an array as argv. */
+  async start(cmd: string | readonly string[], opts: StartOptions = {}): Promise<Process> {
+    const { stdin, pty, user, group, ...exec } = opts;
+    const d = await this.engine.start({
+      ...execArgs(cmd, { ...exec, execId: exec.execId ?? `ts-${randomUUID()}` }),
+      stdin: stdin ?? false,
+      ...(pty ? { tty: true, rows: pty.rows, cols: pty.cols } : {}),
+      ...(user !== undefined ? { user: String(user) } : {}),
+      ...(group !== undefined ? { group: String(group) } : {}),
+    });
+    return new Process(this.engine, d.execId);
+  }
+
+  /** The handle of a command started earlier (by this or another process). */
+  process(execId: string): Process { return new Process(this.engine, execId); }
+
+  /** Every command the daemon holds, oldest first, as agentd's ExecSummary objects. */
+  async processes(): Promise<Record<string, unknown>[]> {
+    return (await this.engine.execs()).execs as Record<string, unknown>[];
+  }
+
+  /** agentd's health answer as its wire object. */
+  async health(): Promise<Record<string, unknown>> { return (await this.engine.health()).probe; }
+
+  /** The guest's CPU, memory, load and disk as agentd samples them, as its wire object. */
+  async metrics(): Promise<Record<string, unknown>> { return (await this.engine.metrics()).probe; }
+
+  /**
+   * Hold the VM awake for forSec seconds for work nothing here waits on (a
+   * started command): a health request through its endpoint every everySec
+   * (unset: a quarter of the idle limit). Runs, streams and transfers are kept awake without it.
+   */
+  async holdAwake(forSec: number, opts: { everySec?: number } = {}): Promise<KeepaliveReport> {
+    const d = await this.engine.keepalive({ forSec, ...(opts.everySec !== undefined ? { everySec: opts.everySec } : {}) });
+    return { microvmId: d.microvmId, pings: d.pings, heldSeconds: d.heldSeconds };
   }
 
   /** Freeze the VM: files, processes and the token survive. Resolves to the new state. */
@@ -749,4 +916,104 @@ export async function runMany(command: string, opts: RunManyOptions): Promise<Fl
   } finally {
     await engine.close();
   }
+}
+
+/** The pool as its engine last saw it. */
+export interface PoolStatus {
+  readonly size: number;
+  /** Members launched, suspended and waiting. */
+  readonly ready: number;
+  /** Members handed out so far. */
+  readonly served: number;
+  readonly closed: boolean;
+  /** After close: what members' teardowns could not delete. */
+  readonly leaked: string[];
+}
+
+export interface PoolOptions extends Omit<CreateOptions, "imageVersion" | "agentToken" | "timeoutSec"> {
+  /** Members kept launched and suspended, 1..MAX_POOL_SIZE. */
+  size: number;
+  /** Launches in flight at once while filling; 0 or unset is the default. */
+  refill?: number;
+  imageVersion?: string;
+  egress?: boolean;
+  /** Delivered at launch, long before an acquire: never one tenant's secrets. */
+  launchEnv?: Record<string, string>;
+  maxIdleSec?: number;
+  /** Keep it longer than members wait in the pool. */
+  suspendedSec?: number;
+  maxDurationSec?: number;
+}
+
+function poolStatus(d: C.PoolData): PoolStatus {
+  return { size: d.size, ready: d.ready, served: d.served, closed: d.closed, leaked: [...d.leaked] };
+}
+
+function costReport(r: C.CostReport): CostReport {
+  return { label: r.label, size: r.size, items: r.lines, totalUsd: r.totalUsd, isLowerBound: r.isLowerBound, staleness: r.staleness, text: r.text };
+}
+
+/**
+ * A warm pool of sandboxes of one image: size MicroVMs launched and
+ * suspended in the background by one engine, so an acquire costs a resume.
+ * A member acquired is a Sandbox attached through its own engine; release
+ * terminates it (it is never put back). close tears down every member.
+ */
+export class Pool implements AsyncDisposable {
+  private final: PoolStatus | null = null;
+
+  private constructor(private readonly engine: Engine, private data: C.PoolData, private readonly binary: string | undefined) {}
+
+  /** Start filling a pool in the background; resolves at once. */
+  static async open(opts: PoolOptions): Promise<Pool> {
+    const { binary, launchEnv, ...rest } = opts;
+    const engine = new Engine(binary);
+    try {
+      const args: C.PoolOpenArgs = { ...rest, ...(launchEnv ? { launchEnv: Object.entries(launchEnv).map(([k, v]) => `${k}=${v}`) } : {}) };
+      return new Pool(engine, await engine.poolOpen(args), binary);
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+  }
+
+  /** The status as of the last call. */
+  get status(): PoolStatus { return poolStatus(this.data); }
+
+  /** Wait until the pool is full; past timeoutSec the status says how full it got. */
+  async waitReady(opts: { timeoutSec?: number } = {}): Promise<PoolStatus> {
+    this.data = await this.engine.poolWaitReady(opts.timeoutSec !== undefined ? { timeoutSec: opts.timeoutSec } : {});
+    return poolStatus(this.data);
+  }
+
+  /** One member, RUNNING, attached through its own engine; release() it when done. */
+  async acquire(): Promise<Sandbox> {
+    const d = await this.engine.poolAcquire();
+    return Sandbox.attach(d.microvmId, { agentToken: d.agentToken, controlEndpoint: d.controlEndpoint, region: d.region, binary: this.binary });
+  }
+
+  /** Close the member's engine and terminate it; never throws for what it could not delete, it names it. */
+  async release(sb: Sandbox): Promise<TeardownReport> {
+    await sb.close();
+    const d = await this.engine.poolRelease({ microvmId: sb.microvmId });
+    const undeleted = [...d.leaked, ...d.undeletedLogGroups];
+    return { microvmId: d.microvmId, lifecycle: d.state, undeleted, leaked: undeleted.length > 0, imageIdentifier: d.imageIdentifier };
+  }
+
+  /** What the pool's whole life cost so far, every member included. */
+  async cost(): Promise<CostReport> { return costReport((await this.engine.poolCost()).report); }
+
+  /** Stop the refill, tear down every member, then end the engine. A second close resolves to the first's status. */
+  async close(): Promise<PoolStatus> {
+    if (this.final) return this.final;
+    try {
+      this.data = await this.engine.poolClose();
+      this.final = poolStatus(this.data);
+      return this.final;
+    } finally {
+      await this.engine.close();
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> { await this.close(); }
 }
