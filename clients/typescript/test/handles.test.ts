@@ -176,7 +176,11 @@ describe("issue 45 harness", { skip }, () => {
         const st = sb.stream("echo spinning; while :; do :; done", { signal: ac.signal, execId: "ts-spin" });
         let exitCode: number | null | undefined;
         for await (const item of st) {
-          if (item.kind === "output") ac.abort();
+          if (item.kind === "output" && !ac.signal.aborted) {
+            // The check below sees the loop while it runs: else "gone" would prove nothing.
+            assert.ok((await sb.run("ps -eo args")).stdout.includes("while :"));
+            ac.abort();
+          }
           if (item.kind === "exit") exitCode = item.exitCode;
         }
         assert.equal(exitCode, null, "a signal ended it");
