@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { InterruptedError, Pool, Sandbox, type FsEvent, type Gap } from "../src/sandbox.js";
+import { Pool, Sandbox, type FsEvent, type Gap } from "../src/sandbox.js";
 
 const missing = ["MICROVM_BIN", "MICROVM_AGENTD"].filter((n) => !process.env[n]);
 const skip = missing.length > 0 && !process.env.MICROVMS_REQUIRE_ENGINE ? `needs ${missing.join(" and ")}` : false;
@@ -200,4 +200,3 @@ describe("issue 45 harness", { skip }, () => {
   });
 });
 
-void InterruptedError;
