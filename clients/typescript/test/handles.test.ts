@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { Pool, Sandbox, type FsEvent, type Gap } from "../src/sandbox.js";
+import { Pool, Sandbox, type BuildProgress, type FsEvent, type Gap } from "../src/sandbox.js";
 
 const missing = ["MICROVM_BIN", "MICROVM_AGENTD"].filter((n) => !process.env[n]);
 const skip = missing.length > 0 && !process.env.MICROVMS_REQUIRE_ENGINE ? `needs ${missing.join(" and ")}` : false;
@@ -129,6 +129,20 @@ describe("handles", { skip }, () => {
     const back = await sb.files.readBytes("/work/big.bin");
     assert.equal(back.length, data.length);
     assert.equal(createHash("sha256").update(back).digest("hex"), sum);
+  });
+
+  test("a build at a size class reports progress", async () => {
+    // Catches: progress never reaching onProgress, or a sandbox of another
+    // image than the one built (the size class is the image's).
+    const seen: BuildProgress[] = [];
+    await using sb = await Sandbox.build({ local: true, memoryMib: 4096, onProgress: (e) => seen.push(e) });
+    assert.ok(seen.length > 0, "no build progress arrived");
+    assert.equal(seen[0]!.step, 1);
+    assert.equal((await sb.run("echo built")).stdout, "built\n");
+    assert.match((await sb.cost()).size, /4096/);
+    const report = await sb.terminate({ deleteImage: true });
+    assert.notEqual(report.imageIdentifier, null);
+    assert.equal(report.leaked, false);
   });
 
   test("a pool member acquired and released", async () => {
