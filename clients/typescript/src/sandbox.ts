@@ -10,8 +10,11 @@
  * (src/contract.ts) are generated. Nothing here decides what Go decides.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
-import { delimiter, join } from "node:path";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { delimiter, join, resolve as resolvePath } from "node:path";
 import { createInterface } from "node:readline";
 
 import * as C from "./contract.js";
@@ -218,6 +221,9 @@ class Engine extends C.Ops {
     });
   }
 
+  /** The id of the request the last stream() sent: what cancel names. */
+  lastStreamId = 0;
+
   protected stream(op: C.OpName, args: object): AsyncIterable<unknown> {
     const queue: Array<{ ev?: unknown; env?: Record<string, unknown> | null }> = [];
     let wake: (() => void) | undefined;
@@ -226,17 +232,27 @@ class Engine extends C.Ops {
       wake?.();
     };
     this.send(op, args, { event: (ev) => push({ ev }), done: (env) => push({ env }) });
+    const id = (this.lastStreamId = this.nextId);
     const settle = this.settle.bind(this);
+    const cancel = (requestId: number) => this.cancelRequest(requestId);
     return {
       async *[Symbol.asyncIterator]() {
-        for (;;) {
-          while (queue.length === 0) await new Promise<void>((r) => (wake = r));
-          const item = queue.shift()!;
-          if ("env" in item) {
-            yield settle(item.env ?? null);
-            return;
+        let finished = false;
+        try {
+          for (;;) {
+            while (queue.length === 0) await new Promise<void>((r) => (wake = r));
+            const item = queue.shift()!;
+            if ("env" in item) {
+              finished = true;
+              yield settle(item.env ?? null);
+              return;
+            }
+            yield item.ev;
           }
-          yield item.ev;
+        } finally {
+          // Left early (break, return, throw): end the engine's request now,
+          // not when the engine ends; its interrupted answer is nobody's.
+          if (!finished) await cancel(id);
         }
       },
     };
@@ -259,6 +275,37 @@ class Engine extends C.Ops {
   cost() { return this.opCost({}); }
   url(a: C.URLArgs) { return this.opURL(a); }
   runMany(a: C.RunManyArgs) { return this.opRunMany(a); }
+  build(a: C.BuildArgs) { return this.opBuild(a); }
+  start(a: C.StartArgs) { return this.opStart(a); }
+  poll(a: C.PollArgs) { return this.opPoll(a); }
+  wait(a: C.WaitArgs) { return this.opWait(a); }
+  follow(a: C.FollowArgs) { return this.opFollow(a); }
+  kill(a: C.KillArgs) { return this.opKill(a); }
+  signal(a: C.SignalArgs) { return this.opSignal(a); }
+  resize(a: C.ResizeArgs) { return this.opResize(a); }
+  stdinWrite(a: C.StdinWriteArgs) { return this.opStdinWrite(a); }
+  stdinClose(a: C.StdinCloseArgs) { return this.opStdinClose(a); }
+  execs() { return this.opExecs({}); }
+  stat(a: C.StatArgs) { return this.opStat(a); }
+  mkdir(a: C.MkdirArgs) { return this.opMkdir(a); }
+  move(a: C.MoveArgs) { return this.opMove(a); }
+  remove(a: C.RemoveArgs) { return this.opRemove(a); }
+  watch(a: C.WatchArgs) { return this.opWatch(a); }
+  health() { return this.opHealth({}); }
+  metrics() { return this.opMetrics({}); }
+  keepalive(a: C.KeepaliveArgs) { return this.opKeepalive(a); }
+  poolOpen(a: C.PoolOpenArgs) { return this.opPoolOpen(a); }
+  poolWaitReady(a: C.PoolWaitReadyArgs) { return this.opPoolWaitReady(a); }
+  poolAcquire() { return this.opPoolAcquire({}); }
+  poolRelease(a: C.PoolReleaseArgs) { return this.opPoolRelease(a); }
+  poolCost() { return this.opPoolCost({}); }
+  poolClose() { return this.opPoolClose({}); }
+
+  /** End in-flight request requestId (a watch, a follow, a wait); a request already answered, or a gone engine, is no error. */
+  async cancelRequest(requestId: number): Promise<void> {
+    if (this.exited || !this.pending.has(requestId)) return;
+    await this.opCancel({ requestId }).catch(() => undefined);
+  }
 
   /** End the engine: it tears down what it launched and stops its emulator. */
   async close(): Promise<void> {
@@ -290,6 +337,16 @@ export interface ExecResult {
   readonly usage: C.ExecUsage | null;
   /** The guest kernel killed the command for going over limits.memoryBytes. */
   readonly oomKilled: boolean;
+  /** A time limit ended the wait or the command (timeoutLimit says which). */
+  readonly timedOut: boolean;
+  /** "timeoutSec" (agentd killed the command), "wait" (the wait gave up; it runs on), or "". */
+  readonly timeoutLimit: string;
+}
+
+function toResult(d: C.ExecResultData): ExecResult {
+  return { execId: d.execId, phase: d.phase, exitCode: d.exitCode, signal: d.signal, stdout: d.stdout, stderr: d.stderr, truncated: d.truncated,
+    ok: d.phase !== "running" && d.exitCode === 0, usage: d.usage ?? null, oomKilled: d.oomKilled ?? false, timedOut: d.timedOut ?? false,
+    timeoutLimit: d.timeoutLimit ?? "" };
 }
 
 /** Output as it arrived: `text` is UTF-8 with invalid bytes replaced (`lossy` says whether any were). */
@@ -307,20 +364,25 @@ export class ExecStream implements AsyncIterable<StreamItem> {
   /** The final envelope's summary, once the stream ended. */
   summary: C.ExecStreamData | null = null;
 
-  constructor(private readonly events: AsyncIterable<C.StreamEvent | C.ExecStreamData>) {}
+  /** onEnd runs once the iteration ends, told whether the exit was seen. */
+  constructor(private readonly events: AsyncIterable<C.StreamEvent | C.ExecStreamData>, private readonly onEnd?: (exited: boolean) => Promise<void>) {}
 
   async *[Symbol.asyncIterator](): AsyncIterator<StreamItem> {
-    for await (const ev of this.events) {
-      if (!("event" in ev)) {
-        this.summary = ev;
-      } else if (ev.event === "output") {
-        yield { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy };
-      } else if (ev.event === "gap") {
-        yield { kind: "gap", start: ev.from, end: ev.to };
-      } else {
-        this.exit = { kind: "exit", exitCode: ev.exitCode, signal: ev.signal, truncated: ev.truncated, writersMayBeAlive: ev.writersMayBeAlive, offset: ev.offset };
-        yield this.exit;
+    try {
+      for await (const ev of this.events) {
+        if (!("event" in ev)) {
+          this.summary = ev;
+        } else if (ev.event === "output") {
+          yield { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy };
+        } else if (ev.event === "gap") {
+          yield { kind: "gap", start: ev.from, end: ev.to };
+        } else {
+          this.exit = { kind: "exit", exitCode: ev.exitCode, signal: ev.signal, truncated: ev.truncated, writersMayBeAlive: ev.writersMayBeAlive, offset: ev.offset };
+          yield this.exit;
+        }
       }
+    } finally {
+      await this.onEnd?.(this.exit !== null);
     }
   }
 
@@ -358,7 +420,11 @@ export interface CostReport { readonly label: string; readonly size: string; rea
 /** Per-command limits the guest kernel enforces; a guest that cannot apply them refuses the command rather than run it unlimited. */
 export interface ExecLimits { memoryBytes?: number; cpuMillicores?: number; pids?: number }
 
-export interface ExecOptions { cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string; limits?: ExecLimits }
+export interface ExecOptions {
+  cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string; limits?: ExecLimits;
+  /** run and stream: an abort kills the command (its process group); the run or stream then ends with its exit. */
+  signal?: AbortSignal;
+}
 
 function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunArgs {
   // A string is a shell script (E2B's commands.run); an array is an argv.
@@ -374,19 +440,102 @@ function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunAr
   };
 }
 
+function toEntry(e: C.FileEntry): FileEntry {
+  return { path: e.path, name: e.name, type: e.type, size: e.size, mode: e.mode, mtime: e.mtime, symlinkTarget: e.symlinkTarget ?? null };
+}
+
+/** fn with a fresh host temp file path, removed after. */
+async function withTemp<T>(fn: (path: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(tmpdir(), "microvms-"));
+  try {
+    return await fn(join(dir, "data"));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** One change under a watched directory: op is agentd's (create, write, remove, rename, chmod). */
+export interface FsEvent { readonly kind: "fs"; readonly op: string; readonly path: string; readonly seq: number }
+
 /** The sandbox's filesystem (E2B's sandbox.files). */
 export class Files {
   constructor(private readonly engine: Engine) {}
 
-  /** Write a whole file, creating its parents; mode is four octal digits ("0755"). */
+  /** Write a whole file (any size), creating its parents; mode is four octal digits ("0755"). */
   async write(path: string, data: string | Uint8Array, opts: { mode?: string } = {}): Promise<void> {
-    const dataBase64 = Buffer.from(typeof data === "string" ? Buffer.from(data, "utf8") : data).toString("base64");
-    await this.engine.write({ path, dataBase64, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) });
+    // Through a host file (localPath): the bytes never cross the engine's
+    // line protocol, whose lines are bounded (a 256 MiB base64 line is not).
+    await withTemp(async (local) => {
+      await writeFile(local, data);
+      await this.upload(local, path, opts);
+    });
   }
 
-  /** The whole file at path. */
+  /** Copy one host file to path in the VM, streamed; resolves to its bytes. */
+  async upload(local: string, path: string, opts: { mode?: string } = {}): Promise<number> {
+    return (await this.engine.write({ path, localPath: local, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) })).bytes;
+  }
+
+  /** Copy one VM file to a host file, streamed (any size); resolves to its bytes. */
+  async download(path: string, local: string): Promise<number> {
+    return (await this.engine.read({ path, localPath: local })).bytes;
+  }
+
+  /** The whole file at path (any size). */
   async readBytes(path: string): Promise<Uint8Array> {
-    return new Uint8Array(Buffer.from((await this.engine.read({ path })).dataBase64, "base64"));
+    return withTemp(async (local) => {
+      await this.download(path, local);
+      return new Uint8Array(await readFile(local));
+    });
+  }
+
+  /** path's entry (a final symlink not followed), or null when nothing is there. */
+  async stat(path: string): Promise<FileEntry | null> {
+    const d = await this.engine.stat({ path });
+    return d.exists && d.entry ? toEntry(d.entry as unknown as C.FileEntry) : null;
+  }
+
+  /** Whether anything is at path. */
+  async exists(path: string): Promise<boolean> {
+    return (await this.engine.stat({ path })).exists;
+  }
+
+  /** Make a directory and its parents; false when it already was one. */
+  async mkdir(path: string, opts: { mode?: string } = {}): Promise<boolean> {
+    return (await this.engine.mkdir({ path, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) })).changed;
+  }
+
+  /** Rename from to to; an existing destination is refused unless replace. */
+  async move(from: string, to: string, opts: { replace?: boolean } = {}): Promise<void> {
+    await this.engine.move({ from, to, replace: opts.replace ?? false });
+  }
+
+  /** Remove path (a directory only with recursive); resolves to the entries removed, 0 when nothing was there. */
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<number> {
+    return (await this.engine.remove({ path, recursive: opts.recursive ?? false })).count;
+  }
+
+  /**
+   * Changes under path as they happen (FsEvent, or Gap for dropped ones),
+   * until the loop leaves: breaking out (or an abort of opts.signal) cancels
+   * the engine's watch.
+   */
+  async *watch(path: string, opts: { recursive?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<FsEvent | Gap> {
+    const events = this.engine.watch({ path, recursive: opts.recursive ?? false });
+    const id = this.engine.lastStreamId;
+    const onAbort = () => void this.engine.cancelRequest(id);
+    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      if (opts.signal?.aborted) return;
+      for await (const ev of events as AsyncIterable<Record<string, unknown>>) {
+        if (ev.event === "fs") yield { kind: "fs", op: String(ev.op), path: String(ev.path), seq: Number(ev.seq) };
+        else if (ev.event === "gap") yield { kind: "gap", start: Number(ev.from), end: Number(ev.to) };
+      }
+    } catch (err) {
+      if (!(opts.signal?.aborted && err instanceof InterruptedError)) throw err;
+    } finally {
+      opts.signal?.removeEventListener("abort", onAbort);
+    }
   }
 
   /** The whole file at path as UTF-8 text. */
@@ -396,8 +545,7 @@ export class Files {
 
   /** The entries under path, depth levels deep. */
   async list(path: string, opts: { depth?: number } = {}): Promise<FileEntry[]> {
-    const d = await this.engine.list({ path, depth: opts.depth ?? 1 });
-    return d.entries.map((e) => ({ path: e.path, name: e.name, type: e.type, size: e.size, mode: e.mode, mtime: e.mtime, symlinkTarget: e.symlinkTarget }));
+    return (await this.engine.list({ path, depth: opts.depth ?? 1 })).entries.map(toEntry);
   }
 
   /** Copy a local directory tree into the VM; resolves to the bytes of its files. */
@@ -409,6 +557,77 @@ export class Files {
   async downloadDir(remote: string, local: string): Promise<number> {
     return (await this.engine.downloadDir({ remote, local })).bytes;
   }
+}
+
+/** Options of start: those of run, plus a writable stdin, a terminal, and the uid/gid to run as. */
+export interface StartOptions extends ExecOptions {
+  /** Give the command a writable stdin (writeStdin, closeStdin). */
+  stdin?: boolean;
+  /** Run it on a pseudo-terminal of this size (its output is all stdout; resize sizes it). */
+  pty?: { rows: number; cols: number };
+  /** Numeric uid; unset keeps the daemon's. */
+  user?: number;
+  /** Numeric gid; unset keeps the daemon's. */
+  group?: number;
+}
+
+/**
+ * A command running in the background, addressed by its exec id: the id is
+ * the whole handle, so sandbox.process(execId) in another process attached
+ * to the same sandbox reaches the same command.
+ */
+export class Process {
+  constructor(private readonly engine: Engine, readonly execId: string) {}
+
+  toString(): string { return `Process(${this.execId})`; }
+
+  /** The record as it stands: phase running, or the outcome. */
+  async poll(): Promise<ExecResult> { return toResult(await this.engine.poll({ execId: this.execId })); }
+
+  /** Wait for the exit and take the record. Past timeoutSec the result has timedOut true, timeoutLimit "wait", and the command runs on. */
+  async wait(opts: { timeoutSec?: number } = {}): Promise<ExecResult> {
+    return toResult(await this.engine.wait({ execId: this.execId, ...(opts.timeoutSec !== undefined ? { timeoutSec: opts.timeoutSec } : {}) }));
+  }
+
+  /** The output from byte offset on as it arrives, until the exit; leaving the loop early ends the follow, not the command. */
+  stream(offset = 0): ExecStream {
+    return new ExecStream(this.engine.follow({ execId: this.execId, offset }) as AsyncIterable<C.StreamEvent | C.ExecStreamData>);
+  }
+
+  /** SIGTERM then SIGKILL to the process group; false when it had already gone. */
+  async kill(): Promise<boolean> { return (await this.engine.kill({ execId: this.execId })).done; }
+
+  /** Send one named signal (TERM, HUP, INT, ...) once; false when the group had gone. */
+  async signal(name: string): Promise<boolean> { return (await this.engine.signal({ execId: this.execId, signal: name })).done; }
+
+  /** Resize a pty command's terminal. */
+  async resize(rows: number, cols: number): Promise<void> { await this.engine.resize({ execId: this.execId, rows, cols }); }
+
+  /** Write to the command's stdin (started with stdin or pty); resolves to the bytes taken. */
+  async writeStdin(data: string | Uint8Array): Promise<number> {
+    const dataBase64 = (typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data)).toString("base64");
+    return (await this.engine.stdinWrite({ execId: this.execId, dataBase64 })).bytes;
+  }
+
+  /** Close the command's stdin: it reads end of file. */
+  async closeStdin(): Promise<void> { await this.engine.stdinClose({ execId: this.execId }); }
+}
+
+/** What holdAwake did: the pings it sent and how long it held the VM. */
+export interface KeepaliveReport { readonly microvmId: string; readonly pings: number; readonly heldSeconds: number }
+
+/** One event of a local image build: a step's start or end, or a line of its output. */
+export interface BuildProgress { readonly step: number; readonly steps: number; readonly instruction: string; readonly text: string; readonly done: boolean; readonly cached: boolean }
+
+export interface BuildOptions extends Omit<CreateOptions, "image" | "imageVersion" | "agentd" | "timeoutSec"> {
+  /** A Dockerfile on this host (its directory is the build context locally); unset builds the default stanza. */
+  dockerfile?: string;
+  /** The size class by its baseline memory in MiB; 0 or unset is the default class. */
+  memoryMib?: number;
+  /** Local: the image FROM stands for, an OCI layout directory or docker-save tarball (offline machines). */
+  baseImage?: string;
+  /** Called with each build event as it arrives. */
+  onProgress?: (p: BuildProgress) => void;
 }
 
 export interface CreateOptions {
@@ -461,6 +680,31 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
+  /**
+   * Build an image (from a Dockerfile, or the default stanza at another size
+   * class) and launch a sandbox of it; terminate({ deleteImage: true }) deletes the image.
+   */
+  static async build(opts: BuildOptions = {}): Promise<Sandbox> {
+    const { binary, onProgress, dockerfile, ...rest } = opts;
+    const engine = new Engine(binary);
+    try {
+      let data: C.SandboxData | null = null;
+      for await (const ev of engine.build({ ...rest, ...(dockerfile !== undefined ? { dockerfile: resolvePath(dockerfile) } : {}) }) as AsyncIterable<Record<string, unknown>>) {
+        if (ev.event === "build") {
+          onProgress?.({ step: Number(ev.step), steps: Number(ev.steps), instruction: String(ev.instruction ?? ""), text: String(ev.text ?? ""),
+            done: Boolean(ev.done), cached: Boolean(ev.cached) });
+        } else if (typeof ev.microvmId === "string") {
+          data = ev as unknown as C.SandboxData;
+        }
+      }
+      if (data === null) throw new ProtocolError("the engine's build ended without a sandbox", "ERR_PROTOCOL");
+      return new Sandbox(engine, data);
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+  }
+
   /** Reach a MicroVM another process launched; closing an attached sandbox leaves it running. */
   static async attach(microvmId: string, opts: AttachOptions): Promise<Sandbox> {
     const engine = new Engine(opts.binary);
@@ -496,14 +740,74 @@ export class Sandbox implements AsyncDisposable {
 
   /** Run a command and wait: a string through sh -c, an array as argv. */
   async run(cmd: string | readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
-    const d = await this.engine.run(execArgs(cmd, opts));
-    return { execId: d.execId, phase: d.phase, exitCode: d.exitCode, signal: d.signal, stdout: d.stdout, stderr: d.stderr, truncated: d.truncated, ok: d.exitCode === 0,
-      usage: d.usage ?? null, oomKilled: d.oomKilled ?? false };
+    // The caller mints the id, so an abort can kill the command.
+    const execId = opts.execId ?? `ts-${randomUUID()}`;
+    const unhook = this.killOnAbort(execId, opts.signal);
+    try {
+      return toResult(await this.engine.run(execArgs(cmd, { ...opts, execId })));
+    } finally {
+      unhook();
+    }
   }
 
-  /** Run a command, yielding its output as it arrives (output, gap, then exit). */
+  /**
+   * Run a command, yielding its output as it arrives (output, gap, then
+   * exit). Leaving the loop before the exit (break, throw) kills the
+   * command, as does an abort of opts.signal.
+   */
   stream(cmd: string | readonly string[], opts: ExecOptions = {}): ExecStream {
-    return new ExecStream(this.engine.streamExec(execArgs(cmd, opts)));
+    const execId = opts.execId ?? `ts-${randomUUID()}`;
+    const unhook = this.killOnAbort(execId, opts.signal);
+    const stream = new ExecStream(this.engine.streamExec(execArgs(cmd, { ...opts, execId })), async (exited) => {
+      unhook();
+      if (!exited) await this.engine.kill({ execId }).catch(() => undefined); // the engine or VM gone: nothing to kill
+    });
+    return stream;
+  }
+
+  private killOnAbort(execId: string, signal: AbortSignal | undefined): () => void {
+    if (!signal) return () => {};
+    const onAbort = () => void this.engine.kill({ execId }).catch(() => undefined);
+    if (signal.aborted) queueMicrotask(onAbort);
+    else signal.addEventListener("abort", onAbort, { once: true });
+    return () => signal.removeEventListener("abort", onAbort);
+  }
+
+  /** Start a command in the background: a string through sh -c, an array as argv. */
+  async start(cmd: string | readonly string[], opts: StartOptions = {}): Promise<Process> {
+    const { stdin, pty, user, group, ...exec } = opts;
+    const d = await this.engine.start({
+      ...execArgs(cmd, { ...exec, execId: exec.execId ?? `ts-${randomUUID()}` }),
+      stdin: stdin ?? false,
+      ...(pty ? { tty: true, rows: pty.rows, cols: pty.cols } : {}),
+      ...(user !== undefined ? { user: String(user) } : {}),
+      ...(group !== undefined ? { group: String(group) } : {}),
+    });
+    return new Process(this.engine, d.execId);
+  }
+
+  /** The handle of a command started earlier (by this or another process). */
+  process(execId: string): Process { return new Process(this.engine, execId); }
+
+  /** Every command the daemon holds, oldest first, as agentd's ExecSummary objects. */
+  async processes(): Promise<Record<string, unknown>[]> {
+    return (await this.engine.execs()).execs as Record<string, unknown>[];
+  }
+
+  /** agentd's health answer as its wire object. */
+  async health(): Promise<Record<string, unknown>> { return (await this.engine.health()).probe; }
+
+  /** The guest's CPU, memory, load and disk as agentd samples them, as its wire object. */
+  async metrics(): Promise<Record<string, unknown>> { return (await this.engine.metrics()).probe; }
+
+  /**
+   * Hold the VM awake for forSec seconds for work nothing here waits on (a
+   * started command): a health request through its endpoint every everySec
+   * (unset: a quarter of the idle limit). Runs, streams and transfers are kept awake without it.
+   */
+  async holdAwake(forSec: number, opts: { everySec?: number } = {}): Promise<KeepaliveReport> {
+    const d = await this.engine.keepalive({ forSec, ...(opts.everySec !== undefined ? { everySec: opts.everySec } : {}) });
+    return { microvmId: d.microvmId, pings: d.pings, heldSeconds: d.heldSeconds };
   }
 
   /** Freeze the VM: files, processes and the token survive. Resolves to the new state. */
@@ -617,4 +921,104 @@ export async function runMany(command: string, opts: RunManyOptions): Promise<Fl
   } finally {
     await engine.close();
   }
+}
+
+/** The pool as its engine last saw it. */
+export interface PoolStatus {
+  readonly size: number;
+  /** Members launched, suspended and waiting. */
+  readonly ready: number;
+  /** Members handed out so far. */
+  readonly served: number;
+  readonly closed: boolean;
+  /** After close: what members' teardowns could not delete. */
+  readonly leaked: string[];
+}
+
+export interface PoolOptions extends Omit<CreateOptions, "imageVersion" | "agentToken" | "timeoutSec"> {
+  /** Members kept launched and suspended, 1..MAX_POOL_SIZE. */
+  size: number;
+  /** Launches in flight at once while filling; 0 or unset is the default. */
+  refill?: number;
+  imageVersion?: string;
+  egress?: boolean;
+  /** Delivered at launch, long before an acquire: never one tenant's secrets. */
+  launchEnv?: Record<string, string>;
+  maxIdleSec?: number;
+  /** Keep it longer than members wait in the pool. */
+  suspendedSec?: number;
+  maxDurationSec?: number;
+}
+
+function poolStatus(d: C.PoolData): PoolStatus {
+  return { size: d.size, ready: d.ready, served: d.served, closed: d.closed, leaked: [...d.leaked] };
+}
+
+function costReport(r: C.CostReport): CostReport {
+  return { label: r.label, size: r.size, items: r.lines, totalUsd: r.totalUsd, isLowerBound: r.isLowerBound, staleness: r.staleness, text: r.text };
+}
+
+/**
+ * A warm pool of sandboxes of one image: size MicroVMs launched and
+ * suspended in the background by one engine, so an acquire costs a resume.
+ * A member acquired is a Sandbox attached through its own engine; release
+ * terminates it (it is never put back). close tears down every member.
+ */
+export class Pool implements AsyncDisposable {
+  private final: PoolStatus | null = null;
+
+  private constructor(private readonly engine: Engine, private data: C.PoolData, private readonly binary: string | undefined) {}
+
+  /** Start filling a pool in the background; resolves at once. */
+  static async open(opts: PoolOptions): Promise<Pool> {
+    const { binary, launchEnv, ...rest } = opts;
+    const engine = new Engine(binary);
+    try {
+      const args: C.PoolOpenArgs = { ...rest, ...(launchEnv ? { launchEnv: Object.entries(launchEnv).map(([k, v]) => `${k}=${v}`) } : {}) };
+      return new Pool(engine, await engine.poolOpen(args), binary);
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+  }
+
+  /** The status as of the last call. */
+  get status(): PoolStatus { return poolStatus(this.data); }
+
+  /** Wait until the pool is full; past timeoutSec the status says how full it got. */
+  async waitReady(opts: { timeoutSec?: number } = {}): Promise<PoolStatus> {
+    this.data = await this.engine.poolWaitReady(opts.timeoutSec !== undefined ? { timeoutSec: opts.timeoutSec } : {});
+    return poolStatus(this.data);
+  }
+
+  /** One member, RUNNING, attached through its own engine; release() it when done. */
+  async acquire(): Promise<Sandbox> {
+    const d = await this.engine.poolAcquire();
+    return Sandbox.attach(d.microvmId, { agentToken: d.agentToken, controlEndpoint: d.controlEndpoint, region: d.region, binary: this.binary });
+  }
+
+  /** Close the member's engine and terminate it; never throws for what it could not delete, it names it. */
+  async release(sb: Sandbox): Promise<TeardownReport> {
+    await sb.close();
+    const d = await this.engine.poolRelease({ microvmId: sb.microvmId });
+    const undeleted = [...d.leaked, ...d.undeletedLogGroups];
+    return { microvmId: d.microvmId, lifecycle: d.state, undeleted, leaked: undeleted.length > 0, imageIdentifier: d.imageIdentifier };
+  }
+
+  /** What the pool's whole life cost so far, every member included. */
+  async cost(): Promise<CostReport> { return costReport((await this.engine.poolCost()).report); }
+
+  /** Stop the refill, tear down every member, then end the engine. A second close resolves to the first's status. */
+  async close(): Promise<PoolStatus> {
+    if (this.final) return this.final;
+    try {
+      this.data = await this.engine.poolClose();
+      this.final = poolStatus(this.data);
+      return this.final;
+    } finally {
+      await this.engine.close();
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> { await this.close(); }
 }

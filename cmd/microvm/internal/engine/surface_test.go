@@ -135,12 +135,7 @@ var surfaceTypes = map[string][]string{
 
 // notYetInTypeScript are ops the TypeScript package does not call yet: the
 // TypeScript helper's branch (issue 45) empties it. Nothing else is tolerated.
-var notYetInTypeScript = map[string]bool{
-	"start": true, "poll": true, "wait": true, "follow": true, "kill": true, "signal": true, "resize": true,
-	"stdin_write": true, "stdin_close": true, "execs": true, "stat": true, "mkdir": true, "move": true,
-	"remove": true, "watch": true, "health": true, "metrics": true, "cancel": true, "build": true, "keepalive": true,
-	"pool_open": true, "pool_wait_ready": true, "pool_acquire": true, "pool_release": true, "pool_close": true, "pool_cost": true,
-}
+var notYetInTypeScript = map[string]bool{}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
