@@ -379,7 +379,7 @@ type MoveArgs struct {
 	Replace bool `json:"replace"`
 }
 
-// RemoveArgs are the arguments of remove: remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there.
+// RemoveArgs are the arguments of remove: remove a path (a directory only with recursive); count is the entries removed. A path that is not there is refused as agentd refuses it (slug path_not_found), as Session.Remove does.
 type RemoveArgs struct {
 	Path      string `json:"path"`
 	Recursive bool   `json:"recursive"`

@@ -654,7 +654,7 @@ RemoveArgs = TypedDict("RemoveArgs", {
     "path": str,
     "recursive": bool,
 }, total=False)
-RemoveArgs.__doc__ = "The arguments of remove: remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there. Every key may be left out."
+RemoveArgs.__doc__ = "The arguments of remove: remove a path (a directory only with recursive); count is the entries removed. A path that is not there is refused as agentd refuses it (slug path_not_found), as Session.Remove does. Every key may be left out."
 
 
 WatchArgs = TypedDict("WatchArgs", {
@@ -877,7 +877,7 @@ class Ops:
         return cast(FsChangedData, self._call("move", args, timeout))
 
     def _op_remove(self, args: RemoveArgs, timeout: Optional[float] = None) -> FsChangedData:
-        """remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there."""
+        """remove a path (a directory only with recursive); count is the entries removed. A path that is not there is refused as agentd refuses it (slug path_not_found), as Session.Remove does."""
         return cast(FsChangedData, self._call("remove", args, timeout))
 
     def _op_watch(self, args: WatchArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
@@ -1055,7 +1055,7 @@ class AsyncOps:
         return cast(FsChangedData, await self._acall("move", args))
 
     async def _aop_remove(self, args: RemoveArgs) -> FsChangedData:
-        """remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there."""
+        """remove a path (a directory only with recursive); count is the entries removed. A path that is not there is refused as agentd refuses it (slug path_not_found), as Session.Remove does."""
         return cast(FsChangedData, await self._acall("remove", args))
 
     def _aop_watch(self, args: WatchArgs) -> AsyncIterator[Union[StreamEvent, ExecStreamData]]:

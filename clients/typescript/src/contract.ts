@@ -732,7 +732,7 @@ export interface MoveArgs {
   readonly "replace"?: boolean;
 }
 
-/** The arguments of remove: remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there. Every key may be left out. */
+/** The arguments of remove: remove a path (a directory only with recursive); count is the entries removed. A path that is not there is refused as agentd refuses it (slug path_not_found), as Session.Remove does. Every key may be left out. */
 export interface RemoveArgs {
   readonly "path"?: string;
   readonly "recursive"?: boolean;
@@ -986,7 +986,7 @@ export abstract class Ops {
     return (await this.call("move", args)) as FsChangedData;
   }
 
-  /** remove a path (a directory only with recursive); count is the entries removed, zero when nothing was there. */
+  /** remove a path (a directory only with recursive); count is the entries removed. A path that is not there is refused as agentd refuses it (slug path_not_found), as Session.Remove does. */
   protected async opRemove(args: RemoveArgs): Promise<FsChangedData> {
     return (await this.call("remove", args)) as FsChangedData;
   }
