@@ -12,7 +12,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { access, mkdtemp, readFile, rm, statfs, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, join, resolve as resolvePath } from "node:path";
 import { createInterface } from "node:readline";
@@ -444,9 +444,29 @@ function toEntry(e: C.FileEntry): FileEntry {
   return { path: e.path, name: e.name, type: e.type, size: e.size, mode: e.mode, mtime: e.mtime, symlinkTarget: e.symlinkTarget ?? null };
 }
 
-/** fn with a fresh host temp file path, removed after. */
-async function withTemp<T>(fn: (path: string) => Promise<T>): Promise<T> {
-  const dir = await mkdtemp(join(tmpdir(), "microvms-"));
+// Where a file that only passes through lives: memory (tmpfs) when there is
+// room, so its bytes are not also written back to a disk nobody reads them
+// from again; SHM_SPARE is left over for the tmpfs's other users (a
+// container's /dev/shm is often 64 MiB).
+const SHM = "/dev/shm";
+const SHM_SPARE = 64 << 20;
+
+async function tempParent(need: number | null): Promise<string> {
+  if (need !== null) {
+    try {
+      const st = await statfs(SHM);
+      await access(SHM, fsConstants.W_OK);
+      if (st.bavail * st.bsize >= need + SHM_SPARE) return SHM;
+    } catch {
+      // no usable /dev/shm: the default temp dir
+    }
+  }
+  return tmpdir();
+}
+
+/** fn with a fresh host temp file path (in memory when need bytes fit), removed after. */
+async function withTemp<T>(need: number | null, fn: (path: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(await tempParent(need), "microvms-"));
   try {
     return await fn(join(dir, "data"));
   } finally {
@@ -465,7 +485,8 @@ export class Files {
   async write(path: string, data: string | Uint8Array, opts: { mode?: string } = {}): Promise<void> {
     // Through a host file (localPath): the bytes never cross the engine's
     // line protocol, whose lines are bounded (a 256 MiB base64 line is not).
-    await withTemp(async (local) => {
+    const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
+    await withTemp(size, async (local) => {
       await writeFile(local, data);
       await this.upload(local, path, opts);
     });
@@ -483,9 +504,15 @@ export class Files {
 
   /** The whole file at path (any size). */
   async readBytes(path: string): Promise<Uint8Array> {
-    return withTemp(async (local) => {
+    // A regular file's size is known before the read: a symlink or device
+    // goes through the default temp dir.
+    const d = await this.engine.stat({ path });
+    const size = d.exists && d.entry && d.entry.type === "file" ? Number(d.entry.size) : null;
+    return withTemp(size, async (local) => {
       await this.download(path, local);
-      return new Uint8Array(await readFile(local));
+      // A view, not a copy: readFile gave this buffer its own memory.
+      const buf = await readFile(local);
+      return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
     });
   }
 
