@@ -14,7 +14,7 @@ import (
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
-	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/client/workflow"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -161,47 +161,12 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 	return res, err
 }
 
-// resolveImage turns --image into an ARN: an ARN passes through, a name is
-// looked up through every page of the listing.
+// resolveImage turns --image into an ARN (workflow.ResolveImage), saying
+// so when a name was looked up.
 func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, err error) {
-	if strings.HasPrefix(id, "arn:") {
-		_, n, _ := strings.Cut(id, ":microvm-image:")
-		return id, n, nil
+	arn, name, err = workflow.ResolveImage(ctx, p.Platform, id)
+	if err == nil && !strings.HasPrefix(id, "arn:") {
+		p.a.Progress("resolved image name %s to %s", id, arn)
 	}
-	arn, err = p.FindImage(ctx, id)
-	if err != nil {
-		return "", "", err
-	}
-	if arn == "" {
-		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageARNColon,
-			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.Region())
-	}
-	p.a.Progress("resolved image name %s to %s", id, arn)
-	return arn, id, nil
-}
-
-// imageClass is the size class an existing image was built with
-// (build.ImageClass): its guests get it whatever a launch asks.
-func (p *plane) imageClass(ctx context.Context, arn, version string) (client.SizeClass, error) {
-	return build.ImageClass(ctx, p.Control(), arn, version)
-}
-
-// teardownImage deletes an image this run built but never launched from, and
-// its build log group; it returns what it could not delete.
-func teardownImage(ctx context.Context, p *plane, arn, group string, logs sandbox.LogGroupDeleter, a *app) []string {
-	ctx = context.WithoutCancel(ctx)
-	var leaked []string
-	if _, err := cplane.ParseImageRef(arn); err == nil {
-		if err := p.DeleteImage(ctx, arn); err != nil {
-			leaked = append(leaked, "image "+arn)
-			a.Warn("could not delete image %s: %v", arn, err)
-		}
-	}
-	if group != "" && logs != nil {
-		if err := p.DeleteLogGroup(ctx, group); err != nil {
-			leaked = append(leaked, "log_group "+group)
-			a.Warn("could not delete the build log group %s: %v", group, err)
-		}
-	}
-	return leaked
+	return arn, name, err
 }

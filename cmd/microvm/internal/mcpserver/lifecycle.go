@@ -50,8 +50,8 @@ func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpS
 		sb, err = s.p.Local.Launch(ctx, o)
 	} else {
 		o.Image, o.ImageName = image, image
-		if strings.HasPrefix(image, "arn:") {
-			_, o.ImageName, _ = strings.Cut(image, ":microvm-image:")
+		if n := cplane.ImageName(image); n != "" {
+			o.ImageName = n
 		}
 		o.Wait = s.p.Wait(10 * time.Minute)
 		sb, err = sandbox.Launch(ctx, s.p.Control(), o)
