@@ -6,17 +6,14 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
-	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // LifecycleFlags choose the control plane a lifecycle command drives: AWS by
@@ -146,26 +143,6 @@ func (p *plane) close() {
 	if p != nil && p.emu != nil {
 		p.emu.Close()
 	}
-}
-
-// uploader is where a build's artifact goes (platform.Uploader); the local
-// store is this user's artifact directory.
-func (p *plane) uploader(ctx context.Context, artifactURI, bucket string) (build.Uploader, error) {
-	return p.Uploader(ctx, artifactURI, bucket, func() (string, error) { return artifactDir(p.a) })
-}
-
-// artifactDir is the local artifact store: $MICROVM_ARTIFACT_DIR, else the
-// user's cache directory. An artifact is a cache entry: the emulator unpacks
-// what it reads into its own state.
-func artifactDir(a *app) (string, error) {
-	if d := a.Env("MICROVM_ARTIFACT_DIR"); d != "" {
-		return d, nil
-	}
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", client.Errorf(taxonomy.KindPrecondition, "", "no local artifact store: %v; set MICROVM_ARTIFACT_DIR", err)
-	}
-	return filepath.Join(dir, "microvm", "artifacts"), nil
 }
 
 // ledgerDir is the run ledger's directory: the flag, else the default.

@@ -19,10 +19,6 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// defaultWorkdir is the WORKDIR the generated Dockerfile sets: the managed
-// base declares none (finding base-images-lack-workdir).
-const defaultWorkdir = "/workspace"
-
 // RunCmd builds (or names) an image, launches a MicroVM, runs one command,
 // reports the cost and tears everything down.
 type RunCmd struct {
