@@ -324,3 +324,13 @@ func LeakedText(l []string) string {
 	}
 	return "leaked: " + strings.Join(l, ", ")
 }
+
+// The launch and wait values `microvm run` defaults to (its flags' tags
+// repeat them; TestRunDefaultsAreTheLibrarys holds them equal), so the
+// engine's run_many launches what `run --count` launches.
+const (
+	DefaultTimeout      = 300 * time.Second
+	DefaultMaxIdle      = 600 * time.Second
+	DefaultSuspendedFor = 600 * time.Second
+	DefaultMaxDuration  = 3600 * time.Second
+)

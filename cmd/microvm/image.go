@@ -3,16 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/workflow"
-	"github.com/microvms/microvms/emulator"
-	"github.com/microvms/microvms/emulator/embedded"
-	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 )
 
 // ImageFlags shape an image build; run and build share them.
@@ -28,16 +25,7 @@ type ImageFlags struct {
 // daemonFor is the agentd an image is built from: BINARY, else (against an
 // emulator) the host agentd the emulator's guests run.
 func (p *plane) daemonFor(binary, agentdFlag string) (string, error) {
-	switch {
-	case binary != "":
-		return binary, nil
-	case p.emu != nil:
-		return p.emu.Agentd, nil
-	case p.Local():
-		return embedded.FindAgentd(agentdFlag, p.a.Env)
-	}
-	return "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingArm64Only,
-		"no BINARY and no --image: a build on AWS bakes an aarch64 agentd into the image (make build writes bin/linux-arm64/agentd), or --image launches an existing one")
+	return planes.Daemon(p.Platform, p.emu, binary, agentdFlag, p.a.Env)
 }
 
 // buildImage runs one build (workflow.Build) with the flags in f and
@@ -103,26 +91,11 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 // warnUnperformed names the steps of a local Dockerfile build the emulator
 // did not perform.
 func (p *plane) warnUnperformed(dockerfile string) {
-	a := p.a
 	if p.steps != nil && p.steps.performed() {
 		return
 	}
-	if p.emu == nil {
-		// A running emulator: whether it ran them is its own base image's
-		// matter, and its build log says.
-		a.Warn("a running emulator performs this Dockerfile's RUN steps only with a base image for FROM: start it with `microvm emulator --base-image PATH` (or where it can pull FROM); its build log names any step it did not perform")
-		return
-	}
-	b, err := os.ReadFile(dockerfile)
-	if err != nil {
-		return
-	}
-	steps, err := emulator.UnperformedSteps(b)
-	if err == nil && len(steps) > 0 {
-		for _, s := range steps {
-			a.Warn("the emulator does not perform this Dockerfile step; its guests run without it: %s", s)
-		}
-		a.Warn("with no base image for FROM (--base-image, or a registry to pull it from), the guests run on this machine's system directories")
+	for _, w := range planes.UnperformedWarnings(p.emu != nil, dockerfile) {
+		p.a.Warn("%s", w)
 	}
 }
 
