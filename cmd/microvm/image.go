@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
@@ -99,12 +98,3 @@ func (p *plane) warnUnperformed(dockerfile string) {
 	}
 }
 
-// resolveImage turns --image into an ARN (workflow.ResolveImage), saying
-// so when a name was looked up.
-func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, err error) {
-	arn, name, err = workflow.ResolveImage(ctx, p.Platform, id)
-	if err == nil && !strings.HasPrefix(id, "arn:") {
-		p.a.Progress("resolved image name %s to %s", id, arn)
-	}
-	return arn, name, err
-}
