@@ -37,8 +37,10 @@ const (
 	ImageResolved
 	// ImageBuilt: Image was built in Took.
 	ImageBuilt
-	// Launching: a launch from Name began (State empty), or polled State.
+	// Launching: a launch from Name began.
 	Launching
+	// LaunchPolled: the launch's poll saw State.
+	LaunchPolled
 	// Launched: the launch returned, whatever it answered.
 	Launched
 	// Running: MicrovmID is RUNNING at Endpoint, Took after the launch began.
@@ -215,7 +217,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			// The same options serve the teardown's waits, which say
 			// their own progress.
 			if launching {
-				o.event(Event{Step: Launching, Name: name, State: pr.State})
+				o.event(Event{Step: LaunchPolled, Name: name, State: pr.State})
 			}
 		}
 		so.Image, so.Version, so.ImageName = arn, o.Image.Version, name

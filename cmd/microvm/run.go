@@ -198,11 +198,9 @@ func runEvents(a *app, what string) func(workflow.Event) {
 		case workflow.ImageBuilt:
 			a.Progress("image %s built in %s", e.Image, render.HumanDuration(e.Took))
 		case workflow.Launching:
-			if e.State == "" {
-				update, stop = a.Waiting("launching a MicroVM from " + e.Name)
-			} else {
-				update("launching a MicroVM: " + e.State)
-			}
+			update, stop = a.Waiting("launching a MicroVM from " + e.Name)
+		case workflow.LaunchPolled:
+			update("launching a MicroVM: " + e.State)
 		case workflow.Launched:
 			stop()
 		case workflow.Running:
