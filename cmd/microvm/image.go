@@ -97,4 +97,3 @@ func (p *plane) warnUnperformed(dockerfile string) {
 		p.a.Warn("%s", w)
 	}
 }
-
