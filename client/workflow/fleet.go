@@ -101,6 +101,9 @@ func (r FleetResult) Worst() error {
 // one report. The error is the fleet's own failure; each run's is in
 // Report (and Worst).
 func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
+	if err := noImage(o.Image); err != nil {
+		return FleetResult{Leaked: []string{}}, err
+	}
 	p, led, rec := o.Platform, o.Ledger, o.Record
 	ro := Options{Events: o.Events, Warn: o.Warn}
 	size := o.Size
@@ -117,7 +120,7 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 			if !strings.HasPrefix(o.Image.Identifier, "arn:") {
 				ro.event(Event{Step: ImageFound, Name: name, Image: arn})
 			}
-			_ = rec.Update(func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
+			update(rec, func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
 			if cls, err := build.ImageClass(ctx, p.Control(), arn, o.Image.Version); err == nil {
 				size = cls // the image's own class, whatever a launch asks
 			}
@@ -139,12 +142,14 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 		fo := sandbox.FleetOptions{
 			Count: o.Count, Parallel: o.Parallel, Launch: sandbox.LaunchOn(p.Control()), Options: so,
 			PerSandbox: func(i int, so *sandbox.Options) error {
-				r, err := led.Begin(p.Region().String())
-				if err != nil {
-					return client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
+				if led != nil {
+					r, err := led.Begin(p.Region().String())
+					if err != nil {
+						return client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
+					}
+					update(r, func(run *ledger.Run) { run.Image, run.ImageARN = name, arn })
+					so.Ledger = r
 				}
-				_ = r.Update(func(run *ledger.Run) { run.Image, run.ImageARN = name, arn })
-				so.Ledger = r
 				ro.event(Event{Step: FleetLaunching, Index: i, Count: o.Count, Name: name})
 				return nil
 			},
@@ -191,7 +196,7 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 			out.Leaked = append(out.Leaked, DeleteImage(ctx, p, built.ImageARN, built.LogGroup, logs, o.Warn)...)
 		}
 	}
-	_ = rec.Update(func(r *ledger.Run) {
+	update(rec, func(r *ledger.Run) {
 		r.ImageOwned = built != nil && !built.Reused
 		r.Leaked, r.Closed = out.Leaked, len(out.Leaked) == 0
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // Image is what a workflow launches from: an existing image (Identifier,
@@ -165,6 +166,9 @@ func (o *Options) warn(format string, args ...any) {
 // failure (a command's non-zero exit included); the result is filled either
 // way, and on every path teardown has run.
 func Run(ctx context.Context, o Options) (Result, error) {
+	if err := noImage(o.Image); err != nil {
+		return Result{Leaked: []string{}}, err
+	}
 	p, rec := o.Platform, o.Ledger
 	out := Result{Leaked: []string{}, Size: o.Size}
 	var sb *sandbox.Sandbox
@@ -183,7 +187,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			if !strings.HasPrefix(o.Image.Identifier, "arn:") {
 				o.event(Event{Step: ImageFound, Name: name, Image: arn})
 			}
-			_ = rec.Update(func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
+			update(rec, func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
 			// Priced and reported at the image's own class.
 			if cls, err := build.ImageClass(ctx, p.Control(), arn, o.Image.Version); err == nil {
 				out.Size = cls
@@ -205,7 +209,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		out.ImageARN, out.ImageName = arn, name
 		// A reused image is recorded too, so terminate --delete-image finds it.
-		_ = rec.Update(func(r *ledger.Run) {
+		update(rec, func(r *ledger.Run) {
 			if r.ImageARN == "" {
 				r.Image, r.ImageARN = name, arn
 			}
@@ -256,7 +260,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		// The ledger keeps what each command used, for `microvm cost ID
 		// --by-command`.
-		_ = rec.Update(func(run *ledger.Run) {
+		update(rec, func(run *ledger.Run) {
 			run.Commands = append(run.Commands, ledger.Command{ExecID: r.ExecID, Command: o.Command, Start: started, End: time.Now(),
 				ExitCode: r.ExitCode, Signal: r.Signal, OOMKilled: r.OOMKilled, Usage: r.Usage})
 		})
@@ -269,13 +273,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		out.RanFor = time.Since(runStart)
 		// The stretch the cost's running lines are billed over, so the
 		// ledger can split them over the commands later.
-		_ = rec.Update(func(r *ledger.Run) {
+		update(rec, func(r *ledger.Run) {
 			r.BaselineMiB = out.Size.BaselineMiB()
 			r.Running = append(r.Running, ledger.Span{Start: runStart, End: runStart.Add(out.RanFor)})
 		})
 	}
 	if (sb != nil || built != nil) && built != nil && !built.Reused {
-		_ = rec.Update(func(r *ledger.Run) { r.ImageOwned = true })
+		update(rec, func(r *ledger.Run) { r.ImageOwned = true })
 	}
 
 	// Teardown: by default, on every path, interrupted or not.
@@ -292,9 +296,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	case built != nil && !built.Reused && built.ImageARN != "":
 		// The build ran but nothing launched: the image is still this run's.
 		out.Leaked = append(out.Leaked, DeleteImage(ctx, p, built.ImageARN, built.LogGroup, logs, o.Warn)...)
-		_ = rec.Update(func(r *ledger.Run) { r.Leaked, r.Closed = out.Leaked, len(out.Leaked) == 0 })
+		update(rec, func(r *ledger.Run) { r.Leaked, r.Closed = out.Leaked, len(out.Leaked) == 0 })
 	default:
-		_ = rec.Update(func(r *ledger.Run) { r.Closed = true })
+		update(rec, func(r *ledger.Run) { r.Closed = true })
 	}
 	if built != nil && !built.Reused && !out.Kept && len(out.Leaked) == 0 && !o.ArtifactGiven {
 		// The image is gone, so the artifact this run put in the local
@@ -317,6 +321,22 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		out.Cost = &rep
 	}
 	return out, err
+}
+
+// update changes the ledger record, when there is one: a library caller
+// may keep none.
+func update(r *ledger.Record, f func(*ledger.Run)) {
+	if r != nil {
+		_ = r.Update(f)
+	}
+}
+
+// noImage refuses a workflow given neither an image nor a way to build one.
+func noImage(im Image) error {
+	if im.Identifier == "" && im.Build == nil {
+		return client.Errorf(taxonomy.KindInvalidArg, "", "no image: name one (Image.Identifier) or give Image.Build")
+	}
+	return nil
 }
 
 // LeakedText says what a teardown left, for a message or a summary line.

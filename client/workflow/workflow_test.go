@@ -171,3 +171,14 @@ func TestImageNameIsParsedOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestNoImageIsRefusedBeforeAnything catches a workflow that calls a nil
+// Build (a panic) when given neither an image nor a build.
+func TestNoImageIsRefusedBeforeAnything(t *testing.T) {
+	if _, err := Run(context.Background(), Options{}); client.KindOf(err) != taxonomy.KindInvalidArg {
+		t.Errorf("Run without an image = %v, want ERR_INVALID_ARG", err)
+	}
+	if _, err := Fleet(context.Background(), FleetOptions{Count: 1}); client.KindOf(err) != taxonomy.KindInvalidArg {
+		t.Errorf("Fleet without an image = %v, want ERR_INVALID_ARG", err)
+	}
+}
