@@ -127,6 +127,26 @@ func (r ImageRef) String() string { return r.id }
 // IsARN reports whether r is an ARN rather than a bare name.
 func (r ImageRef) IsARN() bool { return strings.HasPrefix(r.id, "arn:") }
 
+// Name is the image's name: r itself, or the part of its ARN after
+// ":microvm-image:".
+func (r ImageRef) Name() string {
+	if _, n, ok := strings.Cut(r.id, ":microvm-image:"); ok && r.IsARN() {
+		return n
+	}
+	return r.id
+}
+
+// ImageName is the name s (an image's name or colon-form ARN) refers to, or
+// "" when ParseImageRef refuses s. Every caller that needs an image's name
+// from an identifier reads it here, so the ARN's form is parsed in one place.
+func ImageName(s string) string {
+	r, err := ParseImageRef(s)
+	if err != nil {
+		return ""
+	}
+	return r.Name()
+}
+
 // ---- image versions --------------------------------------------------------
 
 // CheckImageVersion validates an image version string: non-empty, at most

@@ -2,22 +2,24 @@ package sandbox
 
 import (
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // Lifecycle is a MicroVM's state as the sandbox last knew it. It is the
-// control plane's MicrovmState, declared once in api/lambda-microvms.yaml.
-type Lifecycle = controlplane.MicrovmState
+// SDK's MicrovmState (client/lambdamicrovms/types), the type every
+// GetMicrovm answer carries, so no conversion sits between the two; the
+// emulator's generated copy of the enum is not this package's to name.
+type Lifecycle = types.MicrovmState
 
 // The lifecycle values, in the platform's order.
 const (
-	Pending     = controlplane.MicrovmStatePENDING
-	Running     = controlplane.MicrovmStateRUNNING
-	Suspending  = controlplane.MicrovmStateSUSPENDING
-	Suspended   = controlplane.MicrovmStateSUSPENDED
-	Terminating = controlplane.MicrovmStateTERMINATING
-	Terminated  = controlplane.MicrovmStateTERMINATED
+	Pending     = types.MicrovmStatePending
+	Running     = types.MicrovmStateRunning
+	Suspending  = types.MicrovmStateSuspending
+	Suspended   = types.MicrovmStateSuspended
+	Terminating = types.MicrovmStateTerminating
+	Terminated  = types.MicrovmStateTerminated
 )
 
 // model is the specification's state model and nothing else: five variables

@@ -12,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -66,7 +67,7 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	// Nothing is resolved over the network until the first mint.
 	// A loopback control plane is an emulator and needs no AWS credentials.
 	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.Env),
-		Emulator: emulatorSide(nil), Getenv: a.Env})
+		Emulator: planes.EmulatorSide(nil), Getenv: a.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -76,10 +77,6 @@ func (f *AttachFlags) session(ctx context.Context, a *app) (*client.Session, err
 	a.status = func(ctx context.Context) (sandbox.Status, error) { return pf.Handle(f.MicrovmID).Status(ctx) }
 	return client.Proxied(endpoint, f.AgentToken, sandbox.ProxyMinter(pf.Control(), f.MicrovmID), client.WithAgentPort(f.Port))
 }
-
-// regionEnv are the variables that name the control plane's region when no
-// flag does, in the order the AWS SDKs read them.
-var regionEnv = []string{"AWS_REGION", "AWS_DEFAULT_REGION"}
 
 // flagRegion is the region the flags name: --unlisted-region, else --region
 // (which the parser already held to the listed set). ok is false when
@@ -105,29 +102,11 @@ func (f *RegionFlags) controlRegion(getenv func(string) string) (client.Region, 
 	if r, ok, err := f.flagRegion(); ok || err != nil {
 		return r, err
 	}
-	for _, name := range regionEnv {
-		v := getenv(name)
-		if v == "" {
-			continue
-		}
-		r, err := client.ParseRegion(v)
-		if err != nil {
-			return client.Region{}, client.Errorf(taxonomy.KindInvalidArg, taxonomy.RegionFinding,
-				"%s=%s is not a region that carries MicroVMs (%s); pass --region with one that does, or --unlisted-region %s to use it anyway",
-				name, shellQuote(v), strings.Join(taxonomy.Regions, ", "), shellQuote(v)).WithCause(err)
-		}
-		return r, nil
-	}
-	return client.ParseRegion(taxonomy.Regions[0])
+	return planes.EnvRegion(getenv)
 }
 
 // shellQuote makes w one word for a POSIX shell.
-func shellQuote(w string) string {
-	if w != "" && strings.Trim(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
-		return w
-	}
-	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
-}
+func shellQuote(w string) string { return planes.ShellQuote(w) }
 
 // HealthCmd reads the daemon's health.
 type HealthCmd struct {

@@ -7,14 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/shopspring/decimal"
-
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/build"
-	"github.com/microvms/microvms/client/cost"
-	"github.com/microvms/microvms/client/cplane"
-	"github.com/microvms/microvms/client/ledger"
-	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/client/workflow"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -33,35 +27,13 @@ type FleetFlags struct {
 	Parallel int `help:"With --count, at most this many MicroVMs alive at once (1 to MAX_FLEET_PARALLEL); 0 is DEFAULT_FLEET_PARALLEL, or --count when smaller." default:"0"`
 }
 
-// fleetSeverity orders run failures for the fleet's exit status: a
-// command's non-zero exit is the mildest (the sandbox worked), then a
-// transient failure, then a deadline; any other row means the fleet itself
-// could not do what was asked and outranks both.
-func fleetSeverity(k taxonomy.ErrorKind) int {
-	switch k {
-	case taxonomy.KindExecFailed:
-		return 1
-	case taxonomy.KindRetryable:
-		return 2
-	case taxonomy.KindTimeout:
-		return 3
-	}
-	return 4
-}
-
-// runFleet is `run --count N`: build (or name) the image once, run the
-// command in N MicroVMs with sandbox.RunMany, tear every one down, delete
-// the image this run built, and price the whole fleet in one report.
+// runFleet is `run --count N`: workflow.Fleet builds (or names) the image once,
+// runs the command in N MicroVMs, tears every one down, deletes the image
+// it built, and prices the whole fleet in one report.
 func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
-	if c.Count < 1 || c.Count > taxonomy.MaxFleetCount {
-		return nil, render.InvalidArg("", "--count %d is outside 1..%d", c.Count, taxonomy.MaxFleetCount)
-	}
-	parallel := c.Parallel
-	if parallel == 0 {
-		parallel = min(c.Count, taxonomy.DefaultFleetParallel)
-	}
-	if parallel < 1 || parallel > taxonomy.MaxFleetParallel {
-		return nil, render.InvalidArg("", "--parallel %d is outside 1..%d", c.Parallel, taxonomy.MaxFleetParallel)
+	parallel, err := workflow.CheckFleet(c.Count, c.Parallel)
+	if err != nil {
+		return nil, err
 	}
 	if c.Keep {
 		return nil, render.InvalidArg("", "--keep with --count: a fleet is torn down run by run; launch with `run --keep` once per MicroVM to keep them")
@@ -72,192 +44,41 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
 		return nil, err
 	}
 	defer st.p.close()
-	env, size, p, binary, led, rec := st.env, st.size, st.p, st.binary, st.led, st.rec
-	logs := p.LogGroups(ctx)
-	out := cliapi.RunFleetData{Count: int64(c.Count), Parallel: int64(parallel), Runs: []cliapi.FleetRun{}, Leaked: []string{}}
-	var built *build.Result
-	var buildTook time.Duration
-	var fleet sandbox.FleetReport
-	body := func() error {
-		arn, name := "", ""
-		if c.Image != "" {
-			var err error
-			if arn, name, err = p.resolveImage(ctx, c.Image); err != nil {
-				return err
-			}
-			_ = rec.Update(func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
-			if cls, err := p.imageClass(ctx, arn, c.ImageVersion); err == nil {
-				size = cls // the image's own class, whatever a launch asks
-			}
-		} else {
-			start := time.Now()
-			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", false, rec)
-			if res != nil {
-				built = res
-			}
-			if err != nil {
-				return err
-			}
-			buildTook = time.Since(start)
-			arn, name = res.ImageARN, res.Name
-		}
-		out.ImageIdentifier, out.ImageName = arn, name
-		o := sandbox.FleetOptions{
-			Count: c.Count, Parallel: parallel, Launch: sandbox.LaunchOn(p.Control()),
-			Options: sandbox.Options{
-				Image: arn, Version: c.ImageVersion, ImageName: name, ExecutionRoleARN: c.ExecutionRoleARN, Env: env,
-				Idle:        &cplane.IdlePolicy{MaxIdle: time.Duration(c.MaxIdleSec) * time.Second, SuspendedFor: time.Duration(c.SuspendedSec) * time.Second},
-				MaxDuration: time.Duration(c.MaxDurationSec) * time.Second,
-				Connectors:  cplane.Connectors{InternetEgress: c.Egress},
-				Port:        c.Port, Wait: p.Wait(10 * time.Minute),
-			},
-			PerSandbox: func(i int, so *sandbox.Options) error {
-				r, err := led.Begin(p.Region().String())
-				if err != nil {
-					return client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
-				}
-				_ = r.Update(func(run *ledger.Run) { run.Image, run.ImageARN = name, arn })
-				so.Ledger = r
-				a.Progress("launching MicroVM %d of %d from %s", i+1, c.Count, name)
-				return nil
-			},
-		}
-		task := func(ctx context.Context, i int, sb *sandbox.Sandbox) (client.Result, error) {
-			a.Progress("MicroVM %d of %d: %s RUNNING", i+1, c.Count, sb.ID())
-			if c.Exec == "" {
-				return client.Result{}, nil
-			}
-			return sandbox.Command([]string{c.Exec}, client.RunOptions{
-				StartOptions:  client.StartOptions{ExecID: client.NewExecID(), Shell: true},
-				ClientTimeout: time.Duration(c.Timeout * float64(time.Second)),
-			})(ctx, i, sb)
-		}
-		var err error
-		fleet, err = sandbox.RunMany(ctx, o, task)
-		return err
-	}
-	err = body()
-
-	// Priced before the image goes: each MicroVM's size class is read from
-	// its image version.
-	launched := false
-	for _, o := range fleet.Outcomes {
-		launched = launched || o.Sandbox != nil
-	}
-	if rep, cerr := fleetCost(ctx, fleet, out.ImageName, size, p.Region(), buildTook, built != nil && !built.Reused, launched); cerr == nil {
-		cr := render.CostReport(rep)
-		out.Cost = &cr
-		if !a.Quiet && !a.JSON {
-			fmt.Fprintln(a.Stderr, rep.String())
-		} else if rep.Staleness != "" {
-			a.Warn("%s", rep.Staleness)
-		}
-	} else if launched || built != nil {
-		a.Warn("no cost report for the fleet: %v", cerr)
-	}
-	// The fleet's MicroVMs are down (RunMany tore each down); the image is
-	// this run's to delete once none is left that launched from it.
-	for _, l := range fleet.Leaked() {
-		out.Leaked = append(out.Leaked, l.Kind+" "+l.ID)
-		a.Warn("could not delete %s %s, which may still bill: %s", l.Kind, l.ID, l.Reason)
-	}
-	if built != nil && !built.Reused && built.ImageARN != "" {
-		if left := fleetStillUp(fleet); len(left) > 0 {
-			out.Leaked = append(out.Leaked, "image "+built.ImageARN)
-			a.Warn("kept image %s: MicroVMs launched from it may still run (%v)", built.ImageARN, left)
-		} else {
-			out.Leaked = append(out.Leaked, teardownImage(ctx, p, built.ImageARN, built.LogGroup, logs, a)...)
-		}
-	}
-	_ = rec.Update(func(r *ledger.Run) {
-		r.ImageOwned = built != nil && !built.Reused
-		r.Leaked, r.Closed = out.Leaked, len(out.Leaked) == 0
+	res, err := workflow.Fleet(ctx, workflow.FleetOptions{
+		Platform: st.p.Platform, Image: c.image(st.p, st), Launch: c.launch(st.env),
+		Command: c.Exec, Timeout: time.Duration(c.Timeout * float64(time.Second)),
+		Count: c.Count, Parallel: parallel, Size: st.size, Ledger: st.led, Record: st.rec, ArtifactGiven: c.ArtifactURI != "",
+		Events: runEvents(a, "fleet"), Warn: func(msg string) { a.Warn("%s", msg) },
 	})
-	if built != nil && !built.Reused && len(out.Leaked) == 0 && c.ArtifactURI == "" {
-		removeLocalArtifact(built.ArtifactURI)
-	}
-
-	worst := taxonomy.ErrorKind(0)
-	var worstErr error
-	for _, o := range fleet.Outcomes {
-		run := cliapi.FleetRun{Index: int64(o.Index), MicrovmID: o.MicrovmID, Stdout: o.Result.Stdout, Stderr: o.Result.Stderr, Truncated: o.Result.Truncated}
-		if o.Result.ExitCode != nil {
-			v := int64(*o.Result.ExitCode)
-			run.ExitCode = &v
-		}
-		if o.Err != nil {
-			k := client.KindOf(o.Err)
-			run.Code, run.Error = k.Code(), o.Err.Error()
-			if worst == 0 || fleetSeverity(k) > fleetSeverity(worst) {
-				worst, worstErr = k, o.Err
-			}
-		}
-		out.Runs = append(out.Runs, run)
-	}
-	if len(out.Leaked) == 0 && (launched || built != nil) {
-		a.Progress("teardown clean: nothing of this fleet is left")
-	}
-
+	out := render.FleetData(res, c.Count, parallel)
 	human := fleetHuman(out, a)
+	worst := res.Worst()
 	switch {
 	case ctx.Err() != nil:
 		return nil, &render.Failure{Err: client.Errorf(taxonomy.KindInterrupted, taxonomy.FindingBuildLogGroupSurvives,
-			"interrupted; every MicroVM of the fleet was torn down, and anything that could not be deleted is named in data.leaked (%s)", leakedText(out.Leaked)), Data: out, Human: human}
+			"interrupted; every MicroVM of the fleet was torn down, and anything that could not be deleted is named in data.leaked (%s)", workflow.LeakedText(out.Leaked)), Data: out, Human: human}
 	case err != nil:
 		return nil, &render.Failure{Err: render.AsClientError(err), Data: out, Human: human}
-	case worst != 0:
+	case worst != nil:
 		// As a single run's non-zero exit, a failure envelope whose data is
 		// the whole fleet's record.
-		ce := render.AsClientError(worstErr)
-		return nil, &render.Failure{Err: client.Errorf(worst, ce.Finding(), "%d of %d runs failed; the worst: %s", len(fleet.Failed()), c.Count, ce.Message()).WithCause(worstErr), Data: out, Human: human}
+		return nil, &render.Failure{Err: render.FleetFailure(worst, len(res.Report.Failed()), c.Count), Data: out, Human: human}
 	}
 	return &render.Result{Type: cliapi.TypeRunFleet, Data: out, Human: human}, nil
 }
 
-// fleetStillUp names the fleet's MicroVMs whose teardown did not confirm
-// them terminated: the image they launched from must outlive them.
-func fleetStillUp(r sandbox.FleetReport) []string {
-	var ids []string
-	for _, o := range r.Outcomes {
-		if o.MicrovmID != "" && !o.Teardown.MicrovmTerminated {
-			ids = append(ids, o.MicrovmID)
+// fleetPriced says the fleet's cost on stderr as soon as it is known.
+func fleetPriced(a *app, e workflow.Event) {
+	switch {
+	case e.Cost != nil:
+		if !a.Quiet && !a.JSON {
+			fmt.Fprintln(a.Stderr, e.Cost.String())
+		} else if e.Cost.Staleness != "" {
+			a.Warn("%s", e.Cost.Staleness)
 		}
+	case e.Err != nil && e.Made:
+		a.Warn("no cost report for the fleet: %v", e.Err)
 	}
-	return ids
-}
-
-// fleetCost is the fleet's one report: every MicroVM priced from the
-// platform's record of it, and the image this run built (its build
-// unpriced, its storage at the retention floor), summed.
-func fleetCost(ctx context.Context, fleet sandbox.FleetReport, name string, size client.SizeClass, region client.Region, buildFor time.Duration, built, launched bool) (cost.Report, error) {
-	rates := cost.Pinned(region)
-	ctx = context.WithoutCancel(ctx)
-	var reports []cost.Report
-	if launched {
-		rs, err := fleet.Costs(ctx, rates)
-		if err != nil {
-			return cost.Report{}, err
-		}
-		reports = append(reports, rs...)
-		if len(rs) > 0 {
-			size = rs[0].Size
-		}
-	}
-	if built {
-		u := cost.Usage{ImageGB: decimal.NewFromInt(int64(size.BaselineMiB())).Div(decimal.NewFromInt(1024))}
-		if buildFor > 0 {
-			var err error
-			if u.ImageBuild, err = cost.MeasuredDuration(buildFor); err != nil {
-				return cost.Report{}, err
-			}
-		}
-		r, err := cost.RunReport("image "+name, size, u, rates, time.Now())
-		if err != nil {
-			return cost.Report{}, err
-		}
-		reports = append(reports, r)
-	}
-	return cost.Sum(fmt.Sprintf("fleet of %d from %s", len(fleet.Outcomes), name), reports...)
 }
 
 // fleetHuman writes each run's stdout in launch order on stdout (nothing
@@ -280,7 +101,7 @@ func fleetHuman(d cliapi.RunFleetData, a *app) func(io.Writer) error {
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", r.Index, r.MicrovmID, exit, r.Code)
 		}
-		fmt.Fprintf(tw, "image\t%s\nteardown\t%s\n", d.ImageIdentifier, leakedText(d.Leaked))
+		fmt.Fprintf(tw, "image\t%s\nteardown\t%s\n", d.ImageIdentifier, workflow.LeakedText(d.Leaked))
 		return tw.Flush()
 	}
 }

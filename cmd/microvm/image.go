@@ -2,22 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
-	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
-	"github.com/microvms/microvms/client/sandbox"
-	"github.com/microvms/microvms/emulator"
-	"github.com/microvms/microvms/emulator/embedded"
-	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/client/workflow"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 )
 
 // ImageFlags shape an image build; run and build share them.
@@ -30,30 +21,14 @@ type ImageFlags struct {
 	Port           int    `help:"The daemon's port inside the guest." default:"${default_port}"`
 }
 
-// freshName is a per-invocation image name: a fixed one can replay a
-// clientToken (finding client-token-permanent).
-func freshName() string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("microvm-cli-%d-%s", time.Now().Unix(), hex.EncodeToString(b[:]))
-}
-
 // daemonFor is the agentd an image is built from: BINARY, else (against an
 // emulator) the host agentd the emulator's guests run.
 func (p *plane) daemonFor(binary, agentdFlag string) (string, error) {
-	switch {
-	case binary != "":
-		return binary, nil
-	case p.emu != nil:
-		return p.emu.Agentd, nil
-	case p.Local():
-		return embedded.FindAgentd(agentdFlag, p.a.Env)
-	}
-	return "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingArm64Only,
-		"no BINARY and no --image: a build on AWS bakes an aarch64 agentd into the image (make build writes bin/linux-arm64/agentd), or --image launches an existing one")
+	return planes.Daemon(p.Platform, p.emu, binary, agentdFlag, p.a.Env)
 }
 
-// buildImage runs one build with the flags in f and reports its progress.
+// buildImage runs one build (workflow.Build) with the flags in f and
+// reports its progress.
 func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, binary, agentdFlag, baseVersion string, reuse bool, rec *ledger.Record) (*build.Result, error) {
 	a := p.a
 	infra = infra.withSetup(a, p)
@@ -61,78 +36,27 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 	if err != nil {
 		return nil, err
 	}
-	daemon, err := os.ReadFile(daemonPath)
-	if err != nil {
-		return nil, client.Errorf(taxonomy.KindPrecondition, "", "reading the daemon binary: %w", err)
-	}
-	var dockerfile, context string
-	if f.Dockerfile != "" {
-		if p.Local() {
-			// A local build carries what the Dockerfile copies from its
-			// directory; an AWS artifact stays the Dockerfile and the daemon.
-			context = filepath.Dir(f.Dockerfile)
-		}
-		b, err := os.ReadFile(f.Dockerfile)
-		if err != nil {
-			return nil, client.Errorf(taxonomy.KindPrecondition, "", "reading the Dockerfile: %w", err)
-		}
-		dockerfile = string(b)
-		if p.Local() {
-			// Named only if the emulator did not run the Dockerfile after
-			// all (no base image to build from): then its guests run on
-			// the host's system directories without these steps.
-			defer func() {
-				if p.steps != nil && p.steps.performed() {
-					return
-				}
-				if p.emu == nil {
-					// A running emulator: whether it ran them is its own
-					// base image's matter, and its build log says.
-					a.Warn("a running emulator performs this Dockerfile's RUN steps only with a base image for FROM: start it with `microvm emulator --base-image PATH` (or where it can pull FROM); its build log names any step it did not perform")
-					return
-				}
-				steps, err := emulator.UnperformedSteps(b)
-				if err == nil && len(steps) > 0 {
-					for _, s := range steps {
-						a.Warn("the emulator does not perform this Dockerfile step; its guests run without it: %s", s)
-					}
-					a.Warn("with no base image for FROM (--base-image, or a registry to pull it from), the guests run on this machine's system directories")
-				}
-			}()
-		}
-	}
-	if baseVersion != "" {
-		if err := cplane.CheckImageVersion(baseVersion); err != nil {
-			return nil, err
-		}
-	}
 	size, err := client.SizeClassFromBaseline(f.Memory)
 	if err != nil {
 		return nil, err
 	}
-	role, err := p.BuildRole(infra.BuildRoleARN)
-	if err != nil {
-		return nil, err
-	}
-	up, err := p.uploader(ctx, f.ArtifactURI, infra.Bucket)
-	if err != nil {
-		return nil, err
-	}
-	name := f.Name
-	if name == "" {
-		name = freshName()
-		if reuse {
-			name = "microvm-cli" // the stable stem: the hash makes it unique
-		}
+	if f.Dockerfile != "" && p.Local() {
+		// Named only if the emulator did not run the Dockerfile after all
+		// (no base image to build from): then its guests run on the host's
+		// system directories without these steps.
+		defer p.warnUnperformed(f.Dockerfile)
 	}
 	sent, sentDone := a.Transfer("uploading the artifact")
 	update, stop := func(string) {}, func() {}
 	defer func() { stop() }()
 	uploading := false
-	spec := build.Spec{
-		Daemon: daemon, Dockerfile: dockerfile, Context: context, Workdir: defaultWorkdir, Port: f.Port, Name: name, Reuse: reuse,
-		BuildRoleARN: role, BaseImageVersion: baseVersion, Size: size, RepairIdentity: f.RepairIdentity,
-		Machine: p.guestMachine(), Wait: p.Wait(30 * time.Minute), Ledger: rec,
+	var name string
+	o := workflow.BuildOptions{
+		Daemon: daemonPath, Dockerfile: f.Dockerfile, Name: f.Name, Reuse: reuse, Size: size, Port: f.Port,
+		RepairIdentity: f.RepairIdentity, BaseVersion: baseVersion,
+		ArtifactURI: f.ArtifactURI, Bucket: infra.Bucket, BuildRoleARN: infra.BuildRoleARN,
+		ArtifactDir: func() (string, error) { return workflow.ArtifactDir(a.Env) },
+		Machine:     p.guestMachine(), Ledger: rec,
 		Progress: func(pr build.Progress) {
 			switch pr.Stage {
 			case "upload":
@@ -153,55 +77,23 @@ func (p *plane) buildImage(ctx context.Context, f ImageFlags, infra InfraFlags, 
 			}
 		},
 	}
-	a.Progress("building image %s (%s)", name, size)
-	res, err := build.Build(ctx, p.Control(), up, spec)
+	res, err := workflow.Build(ctx, p.Platform, o, func(n string) {
+		name = n
+		a.Progress("building image %s (%s)", name, size)
+	})
 	if uploading {
 		sentDone()
 	}
 	return res, err
 }
 
-// resolveImage turns --image into an ARN: an ARN passes through, a name is
-// looked up through every page of the listing.
-func (p *plane) resolveImage(ctx context.Context, id string) (arn, name string, err error) {
-	if strings.HasPrefix(id, "arn:") {
-		_, n, _ := strings.Cut(id, ":microvm-image:")
-		return id, n, nil
+// warnUnperformed names the steps of a local Dockerfile build the emulator
+// did not perform.
+func (p *plane) warnUnperformed(dockerfile string) {
+	if p.steps != nil && p.steps.performed() {
+		return
 	}
-	arn, err = p.FindImage(ctx, id)
-	if err != nil {
-		return "", "", err
+	for _, w := range planes.UnperformedWarnings(p.emu != nil, dockerfile) {
+		p.a.Warn("%s", w)
 	}
-	if arn == "" {
-		return "", "", client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingImageARNColon,
-			"no image named %s in %s; `microvm build` makes one (the service answers a bare name with a 400 that says nothing about names)", id, p.Region())
-	}
-	p.a.Progress("resolved image name %s to %s", id, arn)
-	return arn, id, nil
-}
-
-// imageClass is the size class an existing image was built with
-// (build.ImageClass): its guests get it whatever a launch asks.
-func (p *plane) imageClass(ctx context.Context, arn, version string) (client.SizeClass, error) {
-	return build.ImageClass(ctx, p.Control(), arn, version)
-}
-
-// teardownImage deletes an image this run built but never launched from, and
-// its build log group; it returns what it could not delete.
-func teardownImage(ctx context.Context, p *plane, arn, group string, logs sandbox.LogGroupDeleter, a *app) []string {
-	ctx = context.WithoutCancel(ctx)
-	var leaked []string
-	if _, err := cplane.ParseImageRef(arn); err == nil {
-		if err := p.DeleteImage(ctx, arn); err != nil {
-			leaked = append(leaked, "image "+arn)
-			a.Warn("could not delete image %s: %v", arn, err)
-		}
-	}
-	if group != "" && logs != nil {
-		if err := p.DeleteLogGroup(ctx, group); err != nil {
-			leaked = append(leaked, "log_group "+group)
-			a.Warn("could not delete the build log group %s: %v", group, err)
-		}
-	}
-	return leaked
 }

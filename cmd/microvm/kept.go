@@ -7,6 +7,7 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/kept"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -70,7 +71,7 @@ func fillControl(endpoint *string, r *RegionFlags, m kept.MicroVM, getenv func(s
 	if _, given, _ := r.flagRegion(); given || m.Region == "" {
 		return
 	}
-	for _, name := range regionEnv {
+	for _, name := range planes.RegionEnv {
 		if getenv(name) != "" {
 			return
 		}

@@ -6,17 +6,14 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/platform"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
-	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
-	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // LifecycleFlags choose the control plane a lifecycle command drives: AWS by
@@ -46,13 +43,6 @@ type plane struct {
 	emu   *embedded.Emulator // --local: the emulator this process runs
 	steps *buildSteps        // --local: the Dockerfile builds' progress
 	a     *app
-}
-
-// emulatorSide is what client/platform needs to know of a local control
-// plane: its placeholder credentials and its pace; createBucket is set for
-// the in-process one.
-func emulatorSide(createBucket func(string)) *platform.Emulator {
-	return &platform.Emulator{Credentials: embedded.Credentials(), Wait: embedded.WaitOptions, CreateBucket: createBucket}
 }
 
 // open resolves the plane. With --local it starts the emulator, which close
@@ -91,11 +81,7 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 			return nil, err
 		}
 		a.Progress("local emulator serving %s (guests run %s)", emu.URL, emu.Agentd)
-		cpc, err := emu.Control(ctx)
-		if err == nil {
-			p.Platform, err = platform.Open(ctx, platform.Options{Region: region, Endpoint: emu.URL, Control: cpc,
-				Emulator: emulatorSide(emu.Server.CreateBucket), Getenv: a.Env})
-		}
+		p.Platform, err = planes.Local(ctx, emu, region, a.Env)
 		if err != nil {
 			emu.Close()
 			return nil, err
@@ -108,7 +94,7 @@ func (f *LifecycleFlags) open(ctx context.Context, a *app) (*plane, error) {
 		return nil, err
 	}
 	p.Platform, err = platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.Env),
-		Emulator: emulatorSide(nil), Getenv: a.Env})
+		Emulator: planes.EmulatorSide(nil), Getenv: a.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -148,26 +134,6 @@ func (p *plane) close() {
 	}
 }
 
-// uploader is where a build's artifact goes (platform.Uploader); the local
-// store is this user's artifact directory.
-func (p *plane) uploader(ctx context.Context, artifactURI, bucket string) (build.Uploader, error) {
-	return p.Uploader(ctx, artifactURI, bucket, func() (string, error) { return artifactDir(p.a) })
-}
-
-// artifactDir is the local artifact store: $MICROVM_ARTIFACT_DIR, else the
-// user's cache directory. An artifact is a cache entry: the emulator unpacks
-// what it reads into its own state.
-func artifactDir(a *app) (string, error) {
-	if d := a.Env("MICROVM_ARTIFACT_DIR"); d != "" {
-		return d, nil
-	}
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", client.Errorf(taxonomy.KindPrecondition, "", "no local artifact store: %v; set MICROVM_ARTIFACT_DIR", err)
-	}
-	return filepath.Join(dir, "microvm", "artifacts"), nil
-}
-
 // ledgerDir is the run ledger's directory: the flag, else the default.
 func ledgerDir(_ *app, flag string) (string, error) {
 	if flag != "" {
@@ -180,11 +146,5 @@ func ledgerDir(_ *app, flag string) (string, error) {
 	return dir, nil
 }
 
-// guestMachine is the ELF machine a daemon baked into an image must be for:
-// the host's for an emulator, aarch64 for the platform.
-func (p *plane) guestMachine() elf.Machine {
-	if p.Local() {
-		return emulator.HostMachine()
-	}
-	return 0
-}
+// guestMachine is the ELF machine a daemon baked into an image must be for.
+func (p *plane) guestMachine() elf.Machine { return planes.GuestMachine(p.Platform) }

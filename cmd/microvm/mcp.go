@@ -5,7 +5,6 @@ import (
 
 	"github.com/microvms/microvms/cmd/microvm/internal/mcpserver"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
-	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // McpCmd serves the tools of api/mcp.yaml until its client goes (stdio) or
@@ -19,7 +18,7 @@ type McpCmd struct {
 }
 
 // run opens the plane and hands it to the server (cmd/microvm/internal/mcpserver),
-// with the two image steps a create may need.
+// which calls the library's image steps itself.
 func (c *McpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.HTTP != "" {
 		if err := mcpserver.CheckListen(c.HTTP, c.AllowRemote); err != nil {
@@ -31,18 +30,7 @@ func (c *McpCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		return nil, err
 	}
 	defer p.close()
-	plane := mcpserver.Plane{Platform: p.Platform, Local: p.emu,
-		ResolveImage: func(ctx context.Context, image string) (string, error) {
-			arn, _, err := p.resolveImage(ctx, image)
-			return arn, err
-		},
-		BuildImage: func(ctx context.Context, memoryMiB int) (string, error) {
-			res, err := p.buildImage(ctx, ImageFlags{Memory: memoryMiB, Port: taxonomy.DefaultAgentPort}, InfraFlags{}, "", c.Agentd, "", true, nil)
-			if err != nil {
-				return "", err
-			}
-			return res.ImageARN, nil
-		}}
+	plane := mcpserver.Plane{Platform: p.Platform, Local: p.emu, Agentd: c.Agentd, Getenv: a.Env}
 	err = mcpserver.Serve(ctx, mcpserver.Options{Plane: plane, Image: c.Image, Role: c.ExecutionRoleARN, Version: version,
 		HTTP: c.HTTP, Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr})
 	if err != nil {

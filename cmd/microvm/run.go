@@ -4,30 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/shopspring/decimal"
-
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
-	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/client/workflow"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
-
-// defaultWorkdir is the WORKDIR the generated Dockerfile sets: the managed
-// base declares none (finding base-images-lack-workdir).
-const defaultWorkdir = "/workspace"
 
 // RunCmd builds (or names) an image, launches a MicroVM, runs one command,
 // reports the cost and tears everything down.
@@ -80,142 +70,35 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		return nil, err
 	}
 	defer st.p.close()
-	env, size, p, binary, rec, dir := st.env, st.size, st.p, st.binary, st.rec, st.dir
-	out := cliapi.RunData{Leaked: []string{}}
-	var sb *sandbox.Sandbox
-	var built *build.Result
-	var runStart time.Time
-	var buildTook, ranFor time.Duration
-	// Without a client (CloudWatch Logs unreachable, or on AWS while the
-	// control plane is local), teardown names the log group as left behind.
-	logs := p.LogGroups(ctx)
-
-	body := func() error {
-		arn, name := "", ""
-		if c.Image != "" {
-			var err error
-			if arn, name, err = p.resolveImage(ctx, c.Image); err != nil {
-				return err
+	p := st.p
+	var limits *cliapi.LocalLimits
+	o := workflow.Options{
+		Platform: p.Platform, Image: c.image(p, st), Launch: c.launch(st.env),
+		Command: c.Exec, Timeout: time.Duration(c.Timeout * float64(time.Second)),
+		Size: st.size, Ledger: st.rec, Keep: c.Keep, ArtifactGiven: c.ArtifactURI != "",
+		Events: runEvents(a, "run"), Warn: func(msg string) { a.Warn("%s", msg) },
+		OnLaunch: func(sb *sandbox.Sandbox) {
+			if p.emu != nil {
+				if l, ok := p.emu.Server.GuestLimits(sb.ID()); ok {
+					// The emulator warned already (lifecycle.go); JSON lists them.
+					limits = &cliapi.LocalLimits{Applied: nonNil(l.Applied), Missing: nonNil(l.Missing)}
+				}
 			}
-			_ = rec.Update(func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
-			// Priced and reported at the image's own class.
-			if cls, err := p.imageClass(ctx, arn, c.ImageVersion); err == nil {
-				size = cls
-			}
-			a.Progress("launching from the existing image %s (%s)", arn, size)
-		} else {
-			start := time.Now()
-			res, err := p.buildImage(ctx, c.ImageFlags, c.InfraFlags, binary, c.Agentd, "", c.Reuse, rec)
-			if res != nil {
-				built = res
-				out.ImageIdentifier, out.ImageName = res.ImageARN, res.Name
-			}
-			if err != nil {
-				return err
-			}
-			buildTook = time.Since(start)
-			arn, name = res.ImageARN, res.Name
-			a.Progress("image %s built in %s", arn, render.HumanDuration(buildTook))
-		}
-		out.ImageIdentifier, out.ImageName = arn, name
-		// A reused image is recorded too, so terminate --delete-image finds it.
-		_ = rec.Update(func(r *ledger.Run) {
-			if r.ImageARN == "" {
-				r.Image, r.ImageARN = name, arn
-			}
-		})
-		update, stop := a.Waiting("launching a MicroVM from " + name)
-		w := p.Wait(10 * time.Minute)
-		launching := true
-		w.Progress = func(pr cplane.Progress) {
-			// The same options serve the teardown's waits, which say
-			// their own progress.
-			if launching {
-				update("launching a MicroVM: " + pr.State)
-			}
-		}
-		o := sandbox.Options{
-			Image: arn, Version: c.ImageVersion, ImageName: name, ImageOwned: built != nil && !built.Reused,
-			ExecutionRoleARN: c.ExecutionRoleARN, Env: env,
-			Idle:        &cplane.IdlePolicy{MaxIdle: time.Duration(c.MaxIdleSec) * time.Second, SuspendedFor: time.Duration(c.SuspendedSec) * time.Second},
-			MaxDuration: time.Duration(c.MaxDurationSec) * time.Second,
-			Connectors:  cplane.Connectors{InternetEgress: c.Egress},
-			Port:        c.Port, Wait: w, Ledger: rec, Logs: logs,
-			Warn: func(msg string) { a.Warn("%s", msg) },
-		}
-		if built != nil {
-			o.LogGroup = built.LogGroup
-		}
-		launched := time.Now()
-		s, err := sandbox.Launch(ctx, p.Control(), o)
-		launching = false
-		stop()
-		sb = s
-		if sb != nil {
-			out.MicrovmID = sb.ID()
-			runStart = launched
-		}
-		if err != nil {
-			return err
-		}
-		out.Endpoint = sb.Endpoint()
-		a.Progress("MicroVM %s RUNNING at %s after %s", sb.ID(), out.Endpoint, render.HumanDuration(time.Since(launched)))
-		if p.emu != nil {
-			if l, ok := p.emu.Server.GuestLimits(sb.ID()); ok {
-				// The emulator warned already (lifecycle.go); JSON lists them.
-				out.LocalLimits = &cliapi.LocalLimits{Applied: nonNil(l.Applied), Missing: nonNil(l.Missing)}
-			}
-		}
-		if c.Exec == "" {
-			return nil
-		}
-		ro := client.RunOptions{StartOptions: client.StartOptions{ExecID: client.NewExecID(), Shell: true}, ClientTimeout: time.Duration(c.Timeout * float64(time.Second))}
-		if !a.JSON && !a.Dense {
-			// The child's bytes, exactly and as they arrive.
-			ro.Stdout, ro.Stderr = a.Stdout, a.Stderr
-		}
-		a.Progress("exec %s: %s", ro.ExecID, c.Exec)
-		started := time.Now()
-		r, err := sb.Run(ctx, []string{c.Exec}, ro)
-		if err != nil {
-			return err
-		}
-		// The ledger keeps what each command used, for `microvm cost ID
-		// --by-command`.
-		_ = rec.Update(func(run *ledger.Run) {
-			run.Commands = append(run.Commands, ledger.Command{ExecID: r.ExecID, Command: c.Exec, Start: started, End: time.Now(),
-				ExitCode: r.ExitCode, Signal: r.Signal, OOMKilled: r.OOMKilled, Usage: r.Usage})
-		})
-		out.Stdout, out.Stderr, out.Truncated = r.Stdout, r.Stderr, r.Truncated
-		if r.ExitCode != nil {
-			v := int64(*r.ExitCode)
-			out.ExecExitCode = &v
-		}
-		return r.Err()
+		},
 	}
-	err = body()
-	if !runStart.IsZero() {
-		ranFor = time.Since(runStart)
-		// The stretch the cost's running lines are billed over, so the
-		// ledger can split them over the commands later.
-		_ = rec.Update(func(r *ledger.Run) {
-			r.BaselineMiB = size.BaselineMiB()
-			r.Running = append(r.Running, ledger.Span{Start: runStart, End: runStart.Add(ranFor)})
-		})
+	if !a.JSON && !a.Dense {
+		// The child's bytes, exactly and as they arrive.
+		o.Stdout, o.Stderr = a.Stdout, a.Stderr
 	}
-	if sb != nil || built != nil {
-		if built != nil && !built.Reused {
-			_ = rec.Update(func(r *ledger.Run) { r.ImageOwned = true })
-		}
-	}
+	res, err := workflow.Run(ctx, o)
+	out := runData(res)
+	out.LocalLimits = limits
 
 	held := false // --keepalive held the kept VM until Ctrl-C: that interrupt is the expected end
-	// Teardown: by default, on every path, interrupted or not.
-	switch {
-	case c.Keep && sb != nil && err == nil:
+	if sb := res.Sandbox; res.Kept {
 		tok := sb.AgentToken()
-		out.AgentToken, out.Kept = &tok, true
-		a.remember(dir, kept.MicroVM{ID: sb.ID(), Endpoint: out.Endpoint, AgentToken: tok, Port: c.Port, ControlEndpoint: p.Endpoint(), Region: p.Region().String()})
+		out.AgentToken = &tok
+		a.remember(st.dir, kept.MicroVM{ID: sb.ID(), Endpoint: out.Endpoint, AgentToken: tok, Port: c.Port, ControlEndpoint: p.Endpoint(), Region: p.Region().String()})
 		a.Progress("keeping MicroVM %s and image %s: both bill until `microvm terminate %s --delete-image`", sb.ID(), out.ImageIdentifier, sb.ID())
 		if c.Keepalive {
 			// Always printed: the command holds the terminal until Ctrl-C.
@@ -225,106 +108,117 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 			}
 			held = true
 		}
-	case sb != nil:
-		a.Progress("tearing down MicroVM %s", sb.ID())
-		rep := sb.Terminate(ctx, sandbox.TeardownOptions{DeleteImage: true, DeleteLogGroup: true})
-		for _, l := range rep.Leaked {
-			out.Leaked = append(out.Leaked, l.Kind+" "+l.ID)
-			a.Warn("could not delete %s %s, which may still bill: %s", l.Kind, l.ID, l.Reason)
-		}
-	case built != nil && !built.Reused && built.ImageARN != "":
-		// The build ran but nothing launched: the image is still this run's.
-		out.Leaked = append(out.Leaked, teardownImage(ctx, p, built.ImageARN, built.LogGroup, logs, a)...)
-		_ = rec.Update(func(r *ledger.Run) { r.Leaked, r.Closed = out.Leaked, len(out.Leaked) == 0 })
-	default:
-		_ = rec.Update(func(r *ledger.Run) { r.Closed = true })
 	}
-	if built != nil && !built.Reused && !out.Kept && len(out.Leaked) == 0 && c.ArtifactURI == "" {
-		// The image is gone, so the artifact this run put in the local
-		// store is nobody's; S3 objects are the bucket's lifecycle's.
-		removeLocalArtifact(built.ArtifactURI)
-	}
-	made := sb != nil || (built != nil && !built.Reused && built.ImageARN != "")
-	if made && len(out.Leaked) == 0 && !out.Kept {
-		a.Progress("teardown clean: nothing of this run is left")
-	}
-
-	// The cost of what ran, every line labelled; nothing ran, nothing to price.
-	label := "run " + out.ImageName
-	if p.Local() {
-		// An emulator bills nothing: the figures are what the same run
-		// would cost on AWS, and the label says so wherever it is read.
-		label += " (local: nothing is billed; priced as AWS would bill it)"
-	}
-	if rep, cerr := runCost(label, size, p.Region(), buildTook, ranFor, built != nil && !built.Reused, sb != nil); cerr == nil && made {
-		c := render.CostReport(rep)
-		out.Cost = &c
+	if rep := res.Cost; rep != nil {
+		cr := render.CostReport(*rep)
+		out.Cost = &cr
 		stale := rep.Staleness
-		rep.Staleness = "" // said once a day at most, by staleRates
+		said := *rep
+		said.Staleness = "" // said once a day at most, by staleRates
 		if !a.Quiet && !a.JSON {
-			fmt.Fprintln(a.Stderr, rep.String())
+			fmt.Fprintln(a.Stderr, said.String())
 		}
 		a.StaleRates(stale)
-	}
-	if ranFor > 0 {
-		v := ranFor.Seconds()
-		out.RunningSeconds = &v
-	}
-	if buildTook > 0 {
-		v := buildTook.Seconds()
-		out.BuildSeconds = &v
 	}
 
 	if ctx.Err() != nil && !held {
 		return nil, &render.Failure{Err: client.Errorf(taxonomy.KindInterrupted, taxonomy.FindingBuildLogGroupSurvives,
-			"interrupted; teardown ran, and anything it could not delete is named in data.leaked (%s)", leakedText(out.Leaked)), Data: out}
+			"interrupted; teardown ran, and anything it could not delete is named in data.leaked (%s)", workflow.LeakedText(out.Leaked)), Data: out}
 	}
 	if err != nil {
 		ce := render.AsClientError(err)
 		return nil, &render.Failure{Err: ce, Data: out, Human: runHuman(out, a, true)}
 	}
-	res := &render.Result{Type: cliapi.TypeRun, Data: out, Human: runHuman(out, a, false)}
+	rr := &render.Result{Type: cliapi.TypeRun, Data: out, Human: runHuman(out, a, false)}
 	if out.Kept && c.Exec == "" {
 		// Like `docker run -d`, the id is the one line on stdout, so a
 		// shell keeps it: export MICROVM_ID=$(microvm run --keep).
-		human := res.Human
-		res.Human = func(w io.Writer) error {
+		human := rr.Human
+		rr.Human = func(w io.Writer) error {
 			if _, err := fmt.Fprintln(w, out.MicrovmID); err != nil {
 				return err
 			}
 			return human(w)
 		}
 	}
-	return res, nil
+	return rr, nil
 }
 
-func leakedText(l []string) string {
-	if len(l) == 0 {
-		return "nothing leaked"
-	}
-	return "leaked: " + strings.Join(l, ", ")
+// image is what a run or fleet launches from: --image, else the image
+// `microvm build` would make from these flags.
+func (c *RunCmd) image(p *plane, st *runSetup) workflow.Image {
+	reuse := c.Reuse && c.Count == 0 && c.Parallel == 0 // a fleet never reuses
+	return workflow.Image{Identifier: c.Image, Version: c.ImageVersion,
+		Build: func(ctx context.Context, rec *ledger.Record) (*build.Result, error) {
+			return p.buildImage(ctx, c.ImageFlags, c.InfraFlags, st.binary, c.Agentd, "", reuse, rec)
+		}}
 }
 
-// runCost prices what a run measured with the pinned rate table.
-func runCost(label string, size client.SizeClass, region client.Region, buildFor, ranFor time.Duration, built, launched bool) (cost.Report, error) {
-	u := cost.Usage{Launched: launched}
-	var err error
-	if ranFor > 0 {
-		if u.Running, err = cost.MeasuredDuration(ranFor); err != nil {
-			return cost.Report{}, err
+// launch is what each MicroVM of the run is launched with.
+func (c *RunCmd) launch(env map[string]string) workflow.Launch {
+	return workflow.Launch{ExecutionRoleARN: c.ExecutionRoleARN, Env: env,
+		MaxIdle: time.Duration(c.MaxIdleSec) * time.Second, SuspendedFor: time.Duration(c.SuspendedSec) * time.Second,
+		MaxDuration: time.Duration(c.MaxDurationSec) * time.Second, Egress: c.Egress, Port: c.Port}
+}
+
+// runData is a run's result as the microvm.run envelope carries it.
+func runData(r workflow.Result) cliapi.RunData {
+	out := cliapi.RunData{ImageIdentifier: r.ImageARN, ImageName: r.ImageName, Endpoint: r.Endpoint, Kept: r.Kept, Leaked: r.Leaked}
+	if r.Sandbox != nil {
+		out.MicrovmID = r.Sandbox.ID()
+	}
+	if x := r.Exec; x != nil {
+		out.Stdout, out.Stderr, out.Truncated = x.Stdout, x.Stderr, x.Truncated
+		if x.ExitCode != nil {
+			v := int64(*x.ExitCode)
+			out.ExecExitCode = &v
 		}
 	}
-	if buildFor > 0 {
-		if u.ImageBuild, err = cost.MeasuredDuration(buildFor); err != nil {
-			return cost.Report{}, err
+	if r.RanFor > 0 {
+		v := r.RanFor.Seconds()
+		out.RunningSeconds = &v
+	}
+	if r.BuildTook > 0 {
+		v := r.BuildTook.Seconds()
+		out.BuildSeconds = &v
+	}
+	return out
+}
+
+// runEvents says a run's or a fleet's progress on stderr; what names the
+// workflow in its last line.
+func runEvents(a *app, what string) func(workflow.Event) {
+	update, stop := func(string) {}, func() {}
+	return func(e workflow.Event) {
+		switch e.Step {
+		case workflow.ImageFound:
+			a.Progress("resolved image name %s to %s", e.Name, e.Image)
+		case workflow.ImageResolved:
+			a.Progress("launching from the existing image %s (%s)", e.Image, e.Size)
+		case workflow.ImageBuilt:
+			a.Progress("image %s built in %s", e.Image, render.HumanDuration(e.Took))
+		case workflow.Launching:
+			update, stop = a.Waiting("launching a MicroVM from " + e.Name)
+		case workflow.LaunchPolled:
+			update("launching a MicroVM: " + e.State)
+		case workflow.Launched:
+			stop()
+		case workflow.Running:
+			a.Progress("MicroVM %s RUNNING at %s after %s", e.MicrovmID, e.Endpoint, render.HumanDuration(e.Took))
+		case workflow.Exec:
+			a.Progress("exec %s: %s", e.ExecID, e.Command)
+		case workflow.TearingDown:
+			a.Progress("tearing down MicroVM %s", e.MicrovmID)
+		case workflow.Clean:
+			a.Progress("teardown clean: nothing of this %s is left", what)
+		case workflow.FleetLaunching:
+			a.Progress("launching MicroVM %d of %d from %s", e.Index+1, e.Count, e.Name)
+		case workflow.FleetRunning:
+			a.Progress("MicroVM %d of %d: %s RUNNING", e.Index+1, e.Count, e.MicrovmID)
+		case workflow.FleetPriced:
+			fleetPriced(a, e)
 		}
 	}
-	if built {
-		// A built image is stored: its size is unknown here, so the
-		// baseline memory stands in, as the reference does.
-		u.ImageGB = decimal.NewFromInt(int64(size.BaselineMiB())).Div(decimal.NewFromInt(1024))
-	}
-	return cost.RunReport(label, size, u, cost.Pinned(region), time.Now())
 }
 
 // runHuman is the human form: the child's bytes already went to stdout as
@@ -342,21 +236,9 @@ func runHuman(d cliapi.RunData, a *app, failed bool) func(io.Writer) error {
 		if d.Kept {
 			fmt.Fprintf(tw, "endpoint\t%s\nkept\tyes: remembered, so attach with --microvm-id %s (or MICROVM_ID) alone; `microvm terminate %s --delete-image` ends it\n", d.Endpoint, d.MicrovmID, d.MicrovmID)
 		} else {
-			fmt.Fprintf(tw, "teardown\t%s\n", leakedText(d.Leaked))
+			fmt.Fprintf(tw, "teardown\t%s\n", workflow.LeakedText(d.Leaked))
 		}
 		return tw.Flush()
-	}
-}
-
-// removeLocalArtifact deletes a file:// artifact and its directory when that
-// is left empty; any other URI is left alone.
-func removeLocalArtifact(uri string) {
-	u, err := url.Parse(uri)
-	if err != nil || u.Scheme != "file" || u.Path == "" {
-		return
-	}
-	if os.Remove(u.Path) == nil {
-		_ = os.Remove(filepath.Dir(u.Path)) // only if empty
 	}
 }
 

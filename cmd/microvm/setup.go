@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"github.com/microvms/microvms/client/setup"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
-	"github.com/microvms/microvms/gen/setupapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -28,9 +26,6 @@ type SetupCmd struct {
 	StateDir string `name:"state-dir" help:"Where setup.env is written; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
 	LifecycleFlags
 }
-
-// setupEnvFile is the state directory's file of setup's env lines.
-const setupEnvFile = "setup.env"
 
 func (c *SetupCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	p, err := c.open(ctx, a)
@@ -67,7 +62,7 @@ func (c *SetupCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		path := filepath.Join(dir, setupEnvFile)
+		path := filepath.Join(dir, setup.EnvFile)
 		if err := writeSetupEnv(path, p.Endpoint(), d.Env); err != nil {
 			return nil, client.Errorf(taxonomy.KindPrecondition, "", "writing %s: %w", path, err)
 		}
@@ -98,79 +93,28 @@ func (c *SetupCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	}}, nil
 }
 
-// setupEndpointKey is the comment line naming the control-plane endpoint
-// setup ran against ("" for AWS's own): the file applies only to commands
-// bound for the same one, so an account's names never reach an emulator
-// or the reverse.
-const setupEndpointKey = "#endpoint"
-
 func writeSetupEnv(path, endpoint string, lines []string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	var b strings.Builder
 	b.WriteString("# written by microvm setup; later commands bound for the same endpoint and region read it for what the environment leaves unset\n")
-	b.WriteString(setupEndpointKey + "=" + endpoint + "\n")
+	b.WriteString(setup.EndpointKey + "=" + endpoint + "\n")
 	for _, l := range lines {
 		b.WriteString(l + "\n")
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
-// setupEnv reads the state directory's setup.env (dir, else
-// $MICROVM_STATE_DIR, else the default), empty when there is none.
-func setupEnv(a *app, dir string) map[string]string {
-	if dir == "" {
-		dir = a.Env("MICROVM_STATE_DIR")
-	}
-	if dir == "" {
-		d, err := ledger.DefaultDir()
-		if err != nil {
-			return nil
-		}
-		dir = d
-	}
-	f, err := os.Open(filepath.Join(dir, setupEnvFile))
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if ok && (k == setupEndpointKey || !strings.HasPrefix(k, "#")) {
-			out[k] = v
-		}
-	}
-	return out
-}
-
 // withSetup fills what the flags and the environment left unset from
 // setup.env, when setup ran against p's endpoint and region.
 func (f InfraFlags) withSetup(a *app, p *plane) InfraFlags { return f.withSetupIn(a, "", p) }
 
-// withSetupIn is withSetup reading the setup.env of state directory dir.
+// withSetupIn is withSetup reading the setup.env of state directory dir
+// (setup.Infra.Filled).
 func (f InfraFlags) withSetupIn(a *app, dir string, p *plane) InfraFlags {
-	env := setupEnv(a, dir)
-	if _, ok := env[setupEndpointKey]; !ok || env[setupEndpointKey] != p.Endpoint() || env["AWS_REGION"] != p.Region().String() {
-		return f
-	}
-	fill := func(v *string, name string) {
-		if *v == "" {
-			*v = env[name]
-		}
-	}
-	fill(&f.Bucket, setupapi.BucketEnv)
-	for _, r := range setupapi.Roles {
-		switch r.ID {
-		case setupapi.RoleBuild:
-			fill(&f.BuildRoleARN, r.Env)
-		case setupapi.RoleExecution:
-			fill(&f.ExecutionRoleARN, r.Env)
-		}
-	}
-	return f
+	i := setup.Infra{Bucket: f.Bucket, BuildRoleARN: f.BuildRoleARN, ExecutionRoleARN: f.ExecutionRoleARN}.Filled(dir, a.Env, p.Endpoint(), p.Region().String())
+	return InfraFlags{Bucket: i.Bucket, BuildRoleARN: i.BuildRoleARN, ExecutionRoleARN: i.ExecutionRoleARN}
 }
 
 // GcCmd lists, and unless --dry-run deletes, this tool's leftovers.

@@ -15,6 +15,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -148,7 +149,7 @@ func (c *ShellCmd) open(ctx context.Context, a *app, o sandbox.ShellOptions) (*s
 		return nil, err
 	}
 	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(c.ControlEndpoint, a.Env),
-		Emulator: emulatorSide(nil), Getenv: a.Env})
+		Emulator: planes.EmulatorSide(nil), Getenv: a.Env})
 	if err != nil {
 		return nil, err
 	}

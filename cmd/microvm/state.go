@@ -186,11 +186,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*render.Result, error) 
 	}
 	name := c.ImageName
 	if name == "" && image != "" {
-		if _, n, ok := strings.Cut(image, ":microvm-image:"); ok {
-			name = n
-		} else if !strings.HasPrefix(image, "arn:") {
-			name = image
-		}
+		name = cplane.ImageName(image)
 	}
 	c.forKept(a, c.StateDir, c.MicrovmID)
 	p, err := c.open(ctx, a)

@@ -13,6 +13,7 @@ import (
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -64,7 +65,7 @@ func (f *GuestPortFlags) minter(ctx context.Context, a *app, port int, expires t
 		return nil, err
 	}
 	pf, err := platform.Open(ctx, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(f.ControlEndpoint, a.Env),
-		Emulator: emulatorSide(nil), Getenv: a.Env})
+		Emulator: planes.EmulatorSide(nil), Getenv: a.Env})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/engineapi"
@@ -89,12 +90,12 @@ func (e *engine) build(ctx context.Context, id int64, args engineapi.BuildArgs) 
 			return "", nil, err
 		}
 		e.emu, e.bound, e.controlEndpoint = emu, true, emu.URL
-		if pf, err = e.hooks.LocalPlatform(life, emu, region); err != nil {
+		if pf, err = planes.Local(life, emu, region, e.a.Env); err != nil {
 			return "", nil, err
 		}
 	} else {
 		if pf, err = platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env),
-			Emulator: e.hooks.EmulatorSide(), Getenv: e.a.Env}); err != nil {
+			Emulator: planes.EmulatorSide(nil), Getenv: e.a.Env}); err != nil {
 			return "", nil, err
 		}
 		e.bound, e.controlEndpoint = true, pf.Endpoint()
@@ -102,7 +103,7 @@ func (e *engine) build(ctx context.Context, id int64, args engineapi.BuildArgs) 
 	e.reqMu.Lock()
 	e.buildEvents = func(v any) { e.send(engineapi.Reply{ID: id, Event: v}) }
 	e.reqMu.Unlock()
-	res, err := e.hooks.BuildImage(ctx, pf, e.emu, args.Dockerfile, args.Agentd, int(memory))
+	res, err := e.buildImage(ctx, pf, args.Dockerfile, args.Agentd, int(memory), nil)
 	e.reqMu.Lock()
 	e.buildEvents = nil
 	e.reqMu.Unlock()

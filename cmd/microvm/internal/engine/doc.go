@@ -5,9 +5,11 @@
 // errors carry the generated code, exit code and wire kind exactly as
 // `microvm --json` does.
 //
-// The steps that belong to the command (its fleet, the region and image
-// rules its flags spell) come in as Hooks. This package must never import
-// the command, parse a flag, or reimplement what the library or those hooks
-// do; stdout carries response frames only, and it must never end with a
-// sandbox it launched still up.
+// It calls the library itself: run_many is client/workflow's Fleet, a build
+// client/workflow's Build, an image name client/workflow's ResolveImage, and
+// the region and the in-process emulator's platform come from
+// cmd/microvm/internal/planes, as the commands' do. This package must never
+// import the command, parse a flag (nor turn a request back into argv), or
+// reimplement what the library does; stdout carries response frames only,
+// and it must never end with a sandbox it launched still up.
 package engine

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
-	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cost"
-	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator/embedded"
@@ -23,29 +21,6 @@ import (
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
-
-// Hooks are the command's own steps the engine calls: the ones that live
-// with the flags that spell them, passed in so this package never reaches
-// back up into the command.
-type Hooks struct {
-	// RunMany answers run_many with the command's own fleet (run --count).
-	RunMany func(ctx context.Context, args engineapi.RunManyArgs) (typ string, data any, err error)
-	// ControlRegion is the region when a request names none: the
-	// environment's (held to the measured set, as --region is), else the
-	// default.
-	ControlRegion func(getenv func(string) string) (client.Region, error)
-	// ResolveImage turns an image's ARN or name into its ARN and name on pf.
-	ResolveImage func(ctx context.Context, pf *platform.Platform, image string) (arn, name string, err error)
-	// EmulatorSide is what client/platform needs of a local control plane.
-	EmulatorSide func() *platform.Emulator
-	// LocalPlatform is the platform over the engine's own emulator, as
-	// `--local` opens it (its artifact bucket included), for a build.
-	LocalPlatform func(ctx context.Context, emu *embedded.Emulator, region client.Region) (*platform.Platform, error)
-	// BuildImage builds an image on pf (emu is its emulator in local mode)
-	// from dockerfile, or the default stanza when empty, at a size class,
-	// as `microvm build` does.
-	BuildImage func(ctx context.Context, pf *platform.Platform, emu *embedded.Emulator, dockerfile, agentd string, memoryMiB int) (*build.Result, error)
-}
 
 // maxEngineLine bounds one request line: a file written through `write`
 // travels inside it as base64, and sandbox.MaxReadFileBytes is the largest
@@ -61,7 +36,6 @@ const engineTeardownBudget = 2 * time.Minute
 // mode the emulator it lives in.
 type engine struct {
 	a       *render.IO
-	hooks   Hooks
 	writeMu sync.Mutex
 	out     *json.Encoder
 
@@ -89,8 +63,8 @@ type engine struct {
 // Serve answers the requests on a's stdin, one response line each on its
 // stdout, until stdin ends or ctx does; then it tears down the sandbox it
 // launched.
-func Serve(ctx context.Context, a *render.IO, hooks Hooks) error {
-	e := &engine{a: a, hooks: hooks, out: json.NewEncoder(a.Stdout), inflight: map[int64]context.CancelFunc{}}
+func Serve(ctx context.Context, a *render.IO) error {
+	e := &engine{a: a, out: json.NewEncoder(a.Stdout), inflight: map[int64]context.CancelFunc{}}
 	e.out.SetEscapeHTML(false)
 	ops, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
@@ -246,7 +220,7 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
 		}
-		return e.hooks.RunMany(ctx, args)
+		return e.runMany(ctx, args)
 	case engineapi.OpPoolOpen:
 		var args engineapi.PoolOpenArgs
 		if err := decodeArgs(req.Args, &args); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -54,11 +55,11 @@ func (e *engine) poolOpen(ctx context.Context, args engineapi.PoolOpenArgs) (str
 			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: an AWS pool needs an image (its ARN or name), or local mode")
 		}
 		pf, err := platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env),
-			Emulator: e.hooks.EmulatorSide(), Getenv: e.a.Env})
+			Emulator: planes.EmulatorSide(nil), Getenv: e.a.Env})
 		if err != nil {
 			return "", nil, err
 		}
-		arn, name, err := e.hooks.ResolveImage(ctx, pf, args.Image)
+		arn, name, err := e.resolveImage(ctx, pf, args.Image)
 		if err != nil {
 			return "", nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -48,7 +49,7 @@ func (e *engine) regionFor(name string) (client.Region, error) {
 	if name != "" {
 		return client.ParseRegion(name)
 	}
-	return e.hooks.ControlRegion(e.a.Env)
+	return planes.EnvRegion(e.a.Env)
 }
 
 func waitFor(local bool, timeoutSec float64) cplane.WaitOptions {
@@ -102,11 +103,11 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: an AWS sandbox needs an image (its ARN or name; `microvm build` makes one), or local mode")
 		}
 		pf, err := platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env),
-			Emulator: e.hooks.EmulatorSide(), Getenv: e.a.Env})
+			Emulator: planes.EmulatorSide(nil), Getenv: e.a.Env})
 		if err != nil {
 			return "", nil, err
 		}
-		arn, name, err := e.hooks.ResolveImage(ctx, pf, args.Image)
+		arn, name, err := e.resolveImage(ctx, pf, args.Image)
 		if err != nil {
 			return "", nil, err
 		}
@@ -140,7 +141,7 @@ func (e *engine) attach(ctx context.Context, args engineapi.AttachArgs) (string,
 		return "", nil, err
 	}
 	endpoint := cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env)
-	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: e.hooks.EmulatorSide(), Getenv: e.a.Env})
+	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: planes.EmulatorSide(nil), Getenv: e.a.Env})
 	if err != nil {
 		return "", nil, err
 	}

@@ -14,8 +14,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/client/setup"
+	"github.com/microvms/microvms/client/workflow"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/mcpapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -50,8 +54,8 @@ func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpS
 		sb, err = s.p.Local.Launch(ctx, o)
 	} else {
 		o.Image, o.ImageName = image, image
-		if strings.HasPrefix(image, "arn:") {
-			_, o.ImageName, _ = strings.Cut(image, ":microvm-image:")
+		if n := cplane.ImageName(image); n != "" {
+			o.ImageName = n
 		}
 		o.Wait = s.p.Wait(10 * time.Minute)
 		sb, err = sandbox.Launch(ctx, s.p.Control(), o)
@@ -91,7 +95,8 @@ func (s *mcpServer) imageFor(ctx context.Context, in mcpapi.SandboxCreateArgs) (
 		image = s.image
 	}
 	if image != "" {
-		return s.p.ResolveImage(ctx, image)
+		arn, _, err := workflow.ResolveImage(ctx, s.p.Platform, image)
+		return arn, err
 	}
 	if !local {
 		return "", client.Errorf(taxonomy.KindPrecondition, "", "no image: pass image to sandbox_create, or start the server with --image (MICROVM_IMAGE); `microvm build` makes one")
@@ -104,10 +109,11 @@ func (s *mcpServer) imageFor(ctx context.Context, in mcpapi.SandboxCreateArgs) (
 	if arn, ok := s.sizeImages[in.SizeMib]; ok {
 		return arn, nil
 	}
-	arn, err := s.p.BuildImage(ctx, int(in.SizeMib))
+	res, err := s.buildImage(ctx, int(in.SizeMib))
 	if err != nil {
 		return "", err
 	}
+	arn := res.ImageARN
 	s.sizeImages[in.SizeMib] = arn
 	return arn, nil
 }
@@ -174,4 +180,26 @@ func (s *mcpServer) list(_ context.Context, _ *mcp.CallToolRequest, st *mcpSessi
 		fmt.Fprintf(&b, "\n%s %s (image %s, created %s)", sb.SandboxID, sb.State, sb.Image, sb.CreatedAt)
 	}
 	return out, b.String(), nil
+}
+
+// buildImage builds the local default image at another size class, or
+// reuses one built from the same inputs (workflow.Build), with the role and
+// bucket setup.env names for this plane.
+func (s *mcpServer) buildImage(ctx context.Context, memoryMiB int) (*build.Result, error) {
+	p := s.p
+	daemon, err := planes.Daemon(p.Platform, p.Local, "", p.Agentd, p.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	size, err := client.SizeClassFromBaseline(memoryMiB)
+	if err != nil {
+		return nil, err
+	}
+	infra := setup.Infra{}.Filled("", p.Getenv, p.Endpoint(), p.Region().String())
+	return workflow.Build(ctx, p.Platform, workflow.BuildOptions{
+		Daemon: daemon, Reuse: true, Size: size, Port: taxonomy.DefaultAgentPort,
+		Bucket: infra.Bucket, BuildRoleARN: infra.BuildRoleARN,
+		ArtifactDir: func() (string, error) { return workflow.ArtifactDir(p.Getenv) },
+		Machine:     planes.GuestMachine(p.Platform),
+	}, func(name string) { s.logf("building image %s (%s)", name, size) })
 }

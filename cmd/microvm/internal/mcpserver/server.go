@@ -36,17 +36,16 @@ func mcpSessionProtocols() []string {
 	return vs
 }
 
-// Plane is the control plane the command opened for the server, and the
-// two image steps of the command's that a create may need.
+// Plane is the control plane the command opened for the server, and what
+// a create's image steps (client/workflow's ResolveImage and Build) need.
 type Plane struct {
 	*platform.Platform
 	// Local is the emulator this process runs for --local; nil otherwise.
 	Local *embedded.Emulator
-	// ResolveImage turns an image's ARN or name into its ARN.
-	ResolveImage func(ctx context.Context, image string) (arn string, err error)
-	// BuildImage builds the local default image at another size class, or
-	// reuses one built from the same inputs.
-	BuildImage func(ctx context.Context, memoryMiB int) (arn string, err error)
+	// Agentd is the host agentd a local build bakes in ("" finds it as the
+	// CLI does); Getenv reads the environment.
+	Agentd string
+	Getenv func(string) string
 }
 
 // Options are one server's: its plane, its defaults for sandbox_create,
