@@ -61,10 +61,10 @@ func directGuest(t *testing.T, spec GuestSpec) (*Guest, *client.Session) {
 	}
 	t.Cleanup(g.Stop)
 	body, _ := json.Marshal(map[string]string{"runHookPayload": payload()})
-	if reason := postRunHook(t.Context(), g.roundTripper(), "127.0.0.1:"+strconv.Itoa(spec.HookPort), body, 10*time.Second); reason != "" {
+	if reason := postRunHook(t.Context(), g.RoundTripper(proxyTransport), "127.0.0.1:"+strconv.Itoa(spec.HookPort), body, 10*time.Second); reason != "" {
 		t.Fatal(reason)
 	}
-	sess, err := client.Direct("http://127.0.0.1:"+strconv.Itoa(spec.HookPort), agentToken, client.WithHTTPClient(&http.Client{Transport: g.roundTripper()}))
+	sess, err := client.Direct("http://127.0.0.1:"+strconv.Itoa(spec.HookPort), agentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(proxyTransport)}))
 	if err != nil {
 		t.Fatal(err)
 	}

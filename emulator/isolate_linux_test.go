@@ -486,15 +486,15 @@ func TestImageRootIsTheLowerLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.stop()
+	defer g.Release()
 	if g.Dial == nil {
 		t.Fatal("a guest without egress must be reached from inside its network namespace")
 	}
 	body, _ := json.Marshal(map[string]string{"runHookPayload": payload()})
-	if reason := postRunHook(t.Context(), g.roundTripper(), "127.0.0.1:9000", body, 10*time.Second); reason != "" {
+	if reason := postRunHook(t.Context(), g.RoundTripper(proxyTransport), "127.0.0.1:9000", body, 10*time.Second); reason != "" {
 		t.Fatal(reason)
 	}
-	sess, err := client.Direct("http://127.0.0.1:9000", agentToken, client.WithHTTPClient(&http.Client{Transport: g.roundTripper()}))
+	sess, err := client.Direct("http://127.0.0.1:9000", agentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(proxyTransport)}))
 	if err != nil {
 		t.Fatal(err)
 	}

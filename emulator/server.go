@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/microvms/microvms/imagebuild"
 	"io"
 	"net"
 	"net/http"
@@ -74,6 +75,10 @@ type Options struct {
 	// BuildProgress, if set, sees every step of every local Dockerfile
 	// build, as it happens.
 	BuildProgress func(image string, e BuildEvent)
+	// Build runs a local build's Dockerfile: the seam to the image builder.
+	// Nil is imagebuild.BuildDockerfile, which runs each RUN in a guest of
+	// the local runtime.
+	Build func(ctx context.Context, b imagebuild.DockerBuild) (*imagebuild.BuiltImage, error)
 	// Warn, if set, is told once per MicroVM whose guest runs without some
 	// of its resource limits (a rootless emulator on a host that does not
 	// delegate cgroups to it), in words a user can act on.
@@ -211,6 +216,9 @@ func New(opt Options) *Server {
 	}
 	if opt.Launches == nil {
 		opt.Launches = func(string) LaunchPlan { return LaunchPlan{} }
+	}
+	if opt.Build == nil {
+		opt.Build = imagebuild.BuildDockerfile
 	}
 	s := &Server{
 		opt:     opt,

@@ -1,6 +1,6 @@
 //go:build linux
 
-package emulator
+package localvm
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -74,7 +75,20 @@ func openSealed(path, name string) (*os.File, error) {
 // mount, then exit 0.
 const probeArg0 = "microvms-emulator-isolation-probe"
 
-func init() {
+// initCalled is set by Init: a process that launches guests without it
+// would re-execute its own main as a guest's init.
+var initCalled atomic.Bool
+
+// Init runs this process as one of the runtime's re-executed stages when
+// argv[0] names one (a guest's init, its second stage, the isolation
+// probe, a user-namespace holder) and never returns then; otherwise it
+// returns at once. Every binary that launches local guests, and every test
+// binary that does (TestMain), calls it first thing in main, as runc's
+// callers call libcontainer's Init: a package's init() must not hijack a
+// process, and the earlier the dispatch, the less of the program a guest's
+// init runs before it (Go's package initialisers still run; see issue #52).
+func Init() {
+	initCalled.Store(true)
 	if len(os.Args) == 0 {
 		return
 	}
@@ -85,6 +99,18 @@ func init() {
 		os.Exit(guestExec())
 	case probeArg0:
 		os.Exit(isolationProbe())
+	case userNamespaceHolderArg0:
+		var b [1]byte
+		_, _ = os.Stdin.Read(b[:])
+		os.Exit(0)
+	}
+}
+
+// mustInit refuses to re-execute a binary whose main did not call Init: its
+// copy would run the program, not the guest.
+func mustInit() {
+	if !initCalled.Load() {
+		panic("localvm: Init was not called at the top of main (or TestMain); a local guest cannot be started")
 	}
 }
 
@@ -118,12 +144,12 @@ type guestConfig struct {
 	// of agentd; its upper layer is on the writable layer, and the init
 	// reports the step's status and holds the layer for the emulator
 	// (stepEnded) instead of exiting.
-	Step *stepCommand `json:",omitempty"`
+	Step *StepCommand `json:",omitempty"`
 }
 
-// stepCommand is one build step's process: its argv, environment, working
+// StepCommand is one build step's process: its argv, environment, working
 // directory and the image user it runs as.
-type stepCommand struct {
+type StepCommand struct {
 	Argv     []string
 	Env      []string
 	Dir      string
@@ -150,6 +176,7 @@ var probe struct {
 // answer means AgentdLauncher's guests are isolated; an error is an
 // *IsolationError naming what is missing.
 func CheckIsolation() error {
+	mustInit()
 	probe.once.Do(func() { probe.err = runProbe() })
 	return probe.err
 }
@@ -308,8 +335,8 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 		if spec.Daemon != "" {
 			daemon = spec.Daemon // the agentd the image's artifact carries
 		}
-		sweepStaleStateOnce()
-		dir, err := os.MkdirTemp("", stateDirPrefix(spec.MicrovmID))
+		SweepStaleStateOnce()
+		dir, err := os.MkdirTemp("", StateDirPrefix(spec.MicrovmID))
 		if err != nil {
 			return nil, err
 		}
@@ -678,19 +705,19 @@ func bindImageRoot(root, dir string, m idMapping, required bool) (string, error)
 	return image, nil
 }
 
-// stateDirPrefix starts the name of every directory an emulator makes under
+// StateDirPrefix starts the name of every directory an emulator makes under
 // the temporary directory: "emulator-<its pid>-<what>-". A directory whose
 // emulator was killed (SIGKILL, or an interrupted run --local) is found by
 // that pid and removed by the next emulator on the host (sweepStaleState),
 // as its cgroups are.
-func stateDirPrefix(what string) string {
+func StateDirPrefix(what string) string {
 	return "emulator-" + strconv.Itoa(os.Getpid()) + "-" + what + "-"
 }
 
 var stateSweep sync.Once
 
-// sweepStaleStateOnce sweeps the temporary directory once per process.
-func sweepStaleStateOnce() { stateSweep.Do(func() { sweepStaleState(os.TempDir()) }) }
+// SweepStaleStateOnce sweeps the temporary directory once per process.
+func SweepStaleStateOnce() { stateSweep.Do(func() { sweepStaleState(os.TempDir()) }) }
 
 // sweepStaleState removes the directories under tmp of emulators that no
 // longer run: state directories of guests and build steps (empty mount

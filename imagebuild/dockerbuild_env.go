@@ -1,4 +1,4 @@
-package emulator
+package imagebuild
 
 // What a local build's steps read: USER resolved against the image's own
 // passwd and group files, ARG and ENV values, the Dockerfile line of a step,

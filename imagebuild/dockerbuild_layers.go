@@ -1,4 +1,4 @@
-package emulator
+package imagebuild
 
 // A local build's layers: each file-changing step is a snapshot named by
 // its parent and its inputs (a repeat build adopts it), made by hard-linking

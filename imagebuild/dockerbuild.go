@@ -1,4 +1,4 @@
-package emulator
+package imagebuild
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/localvm"
 )
 
 // The local builder runs a Dockerfile the way the platform's build does:
@@ -359,10 +360,10 @@ func (b *DockerBuild) runStep(ctx context.Context, s *imageState, c *instruction
 		writable = int64(taxonomy.LocalGuestWritableMiB) << 20
 	}
 	var made bool
-	res, err := runStepGuest(ctx, stepGuest{
-		root: s.root, egress: b.Egress, output: io.MultiWriter(output, tail), writable: writable,
-		cmd: stepCommand{Argv: argv, Env: env, Dir: orSlash(s.Workdir), UID: uid, GID: gid, Groups: groups},
-		collect: func(upper string, idOffset int) error {
+	res, err := localvm.RunStep(ctx, localvm.StepGuest{
+		Root: s.root, Egress: b.Egress, Output: io.MultiWriter(output, tail), Writable: writable,
+		Cmd: localvm.StepCommand{Argv: argv, Env: env, Dir: orSlash(s.Workdir), UID: uid, GID: gid, Groups: groups},
+		Collect: func(upper string, idOffset int) error {
 			_, err := b.commit(s, key, func(root *os.Root) error { return applyUpper(upper, root, idOffset, writable) })
 			made = err == nil
 			return err
@@ -371,9 +372,9 @@ func (b *DockerBuild) runStep(ctx context.Context, s *imageState, c *instruction
 	if err != nil {
 		return false, err
 	}
-	if res.exit != 0 {
-		se := &BuildStepError{Exit: res.exit, Output: tail.String(), Err: fmt.Errorf("exit status %d", res.exit)}
-		if res.full {
+	if res.Exit != 0 {
+		se := &BuildStepError{Exit: res.Exit, Output: tail.String(), Err: fmt.Errorf("exit status %d", res.Exit)}
+		if res.Full {
 			se.FullAtMiB = writable >> 20
 		}
 		return false, se

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package emulator
+package localvm
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"runtime"
 	"strconv"
 )
+
+// Init returns at once: only Linux re-executes this binary as a guest.
+func Init() {}
 
 // CheckIsolation reports that this host cannot confine a guest: the
 // emulator's isolation is built from Linux namespaces.
@@ -31,21 +34,21 @@ func ProbeLimits() LimitsReport {
 	return LimitsReport{Missing: []string{"memory, pids and cpu: local guests need Linux (this host runs " + runtime.GOOS + ")"}}
 }
 
-// runStepGuest refuses on this host: a build step is a confined guest.
-func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
+// RunStep refuses on this host: a build step is a confined guest.
+func RunStep(ctx context.Context, s StepGuest) (*StepResult, error) {
 	return nil, CheckIsolation()
 }
 
-type stepGuest struct {
-	root     string
-	cmd      stepCommand
-	egress   bool
-	output   io.Writer
-	writable int64
-	collect  func(upper string, idOffset int) error
+type StepGuest struct {
+	Root     string
+	Cmd      StepCommand
+	Egress   bool
+	Output   io.Writer
+	Writable int64
+	Collect  func(upper string, idOffset int) error
 }
 
-type stepCommand struct {
+type StepCommand struct {
 	Argv     []string
 	Env      []string
 	Dir      string
@@ -53,15 +56,15 @@ type stepCommand struct {
 	Groups   []uint32
 }
 
-type stepResult struct {
-	exit int
-	full bool
+type StepResult struct {
+	Exit int
+	Full bool
 }
 
-// stateDirPrefix names a temporary directory of this emulator.
-func stateDirPrefix(what string) string {
+// StateDirPrefix names a temporary directory of this emulator.
+func StateDirPrefix(what string) string {
 	return "emulator-" + strconv.Itoa(os.Getpid()) + "-" + what + "-"
 }
 
-// sweepStaleStateOnce sweeps nothing: only Linux runs confined guests.
-func sweepStaleStateOnce() {}
+// SweepStaleStateOnce sweeps nothing: only Linux runs confined guests.
+func SweepStaleStateOnce() {}

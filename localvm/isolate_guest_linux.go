@@ -1,6 +1,6 @@
 //go:build linux
 
-package emulator
+package localvm
 
 // The guest's side of isolation: what the guest's init (the emulator
 // binary re-executed as PID 1 of the guest's namespaces) does before it

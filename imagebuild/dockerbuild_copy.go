@@ -1,4 +1,4 @@
-package emulator
+package imagebuild
 
 // COPY and ADD in a local build: sources read from the build context
 // through an os.Root (never outside it), written into the image's root

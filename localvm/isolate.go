@@ -1,4 +1,4 @@
-package emulator
+package localvm
 
 import "github.com/microvms/microvms/gen/taxonomy"
 

@@ -1,4 +1,4 @@
-package emulator
+package imagebuild
 
 import (
 	"archive/zip"
@@ -27,21 +27,21 @@ const (
 // maxArtifactBytes bounds what the emulator reads from a local artifact.
 const maxArtifactBytes = 512 << 20
 
-// unpacked is what a version's build took from a local (file://) artifact:
+// Unpacked is what a version's build took from a local (file://) artifact:
 // the daemon its guests run, the environment and working directory its
 // Dockerfile sets, and the steps the emulator did not perform.
-type unpacked struct {
-	daemon  string
-	env     map[string]string
-	workdir string
-	skipped []string
+type Unpacked struct {
+	Daemon  string
+	Env     map[string]string
+	Workdir string
+	Skipped []string
 	// dockerfile and context are what a local build runs: the artifact's
 	// Dockerfile, and its entries as the build context.
-	dockerfile []byte
-	context    string
+	Dockerfile []byte
+	Context    string
 	// root is the image's root filesystem once its Dockerfile has been
 	// run; "" leaves its guests on the host's system directories.
-	root string
+	Root string
 }
 
 // HostMachine is the ELF machine of this host: the architecture a daemon
@@ -70,7 +70,7 @@ func HostMachine() elf.Machine {
 
 // artifactPath is the local file a file:// codeArtifact URI names, or "" for
 // any other scheme (s3:// is the platform's; the emulator cannot read it).
-func artifactPath(uri string) string {
+func ArtifactPath(uri string) string {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "file" || (u.Host != "" && u.Host != "localhost") {
 		return ""
@@ -80,7 +80,7 @@ func artifactPath(uri string) string {
 
 // artifactObject is the bucket and key an s3:// codeArtifact URI names, ok
 // false for any other scheme.
-func artifactObject(uri string) (bucket, key string, ok bool) {
+func ArtifactObject(uri string) (bucket, key string, ok bool) {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "s3" || u.Host == "" || len(u.Path) < 2 {
 		return "", "", false
@@ -89,7 +89,7 @@ func artifactObject(uri string) (bucket, key string, ok bool) {
 }
 
 // readArtifactFile reads a local artifact, bounded by maxArtifactBytes.
-func readArtifactFile(src string) ([]byte, error) {
+func ReadArtifactFile(src string) ([]byte, error) {
 	f, err := os.Open(src)
 	if err != nil {
 		return nil, fmt.Errorf("reading the code artifact: %v", err)
@@ -104,7 +104,7 @@ func readArtifactFile(src string) ([]byte, error) {
 
 // unpack reads the artifact zip, checks its daemon runs on this host, and
 // extracts it under dir. The error is the build's stateReason.
-func unpack(artifact []byte, dir string) (*unpacked, error) {
+func Unpack(artifact []byte, dir string) (*Unpacked, error) {
 	zr, err := zip.NewReader(bytes.NewReader(artifact), int64(len(artifact)))
 	if err != nil {
 		return nil, fmt.Errorf("the code artifact is not a zip: %v", err)
@@ -139,19 +139,19 @@ func unpack(artifact []byte, dir string) (*unpacked, error) {
 	if machine != HostMachine() {
 		return nil, fmt.Errorf("the artifact's agentd is built for %s, but emulator guests run on this host (%s); build it for %s/%s", machine, HostMachine(), runtime.GOOS, runtime.GOARCH)
 	}
-	u := &unpacked{env: map[string]string{}}
+	u := &Unpacked{Env: map[string]string{}}
 	if err := u.readDockerfile(df); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	u.daemon = filepath.Join(dir, artifactDaemon)
-	if err := os.WriteFile(u.daemon, daemon, 0o755); err != nil {
+	u.Daemon = filepath.Join(dir, artifactDaemon)
+	if err := os.WriteFile(u.Daemon, daemon, 0o755); err != nil {
 		return nil, err
 	}
-	u.dockerfile, u.context = df, filepath.Join(dir, "context")
-	if err := unpackContext(zr, u.context); err != nil {
+	u.Dockerfile, u.Context = df, filepath.Join(dir, "context")
+	if err := unpackContext(zr, u.Context); err != nil {
 		return nil, fmt.Errorf("unpacking the code artifact: %v", err)
 	}
 	return u, nil
@@ -229,14 +229,14 @@ func unpackContext(zr *zip.Reader, dir string) error {
 // a COPY of other files, USER, VOLUME) is named here so a caller can warn,
 // never dropped in silence.
 func UnperformedSteps(dockerfile []byte) ([]string, error) {
-	u := &unpacked{env: map[string]string{}}
+	u := &Unpacked{Env: map[string]string{}}
 	if err := u.readDockerfile(dockerfile); err != nil {
 		return nil, err
 	}
-	return u.skipped, nil
+	return u.Skipped, nil
 }
 
-func (u *unpacked) readDockerfile(dockerfile []byte) error {
+func (u *Unpacked) readDockerfile(dockerfile []byte) error {
 	res, err := parser.Parse(bytes.NewReader(dockerfile))
 	if err != nil {
 		return fmt.Errorf("the artifact's Dockerfile does not parse: %v", err)
@@ -261,7 +261,7 @@ func (u *unpacked) readDockerfile(dockerfile []byte) error {
 					word = v.Value
 				}
 				env = append(env, k.Value+"="+word)
-				u.env[k.Value] = word
+				u.Env[k.Value] = word
 				k = v.Next
 				if k != nil && (k.Value == "=" || k.Value == "") {
 					k = k.Next
@@ -269,7 +269,7 @@ func (u *unpacked) readDockerfile(dockerfile []byte) error {
 			}
 		case "workdir":
 			if len(args) == 1 && filepath.IsAbs(args[0]) {
-				u.workdir = filepath.Clean(args[0])
+				u.Workdir = filepath.Clean(args[0])
 			} else {
 				performed = false
 			}
@@ -281,7 +281,7 @@ func (u *unpacked) readDockerfile(dockerfile []byte) error {
 			performed = false
 		}
 		if !performed {
-			u.skipped = append(u.skipped, strings.TrimSpace(n.Original))
+			u.Skipped = append(u.Skipped, strings.TrimSpace(n.Original))
 		}
 	}
 	return nil

@@ -1,6 +1,6 @@
 //go:build linux
 
-package emulator
+package localvm
 
 import (
 	"fmt"
@@ -26,16 +26,8 @@ import (
 
 // userNamespaceHolderArg0 is the tiny child that holds a user namespace
 // with a guest's mapping while its descriptor is taken: it waits for its
-// stdin to close, then exits.
+// stdin to close, then exits (Init dispatches it).
 const userNamespaceHolderArg0 = "microvms-emulator-userns-holder"
-
-func init() {
-	if len(os.Args) > 0 && os.Args[0] == userNamespaceHolderArg0 {
-		var b [1]byte
-		_, _ = os.Stdin.Read(b[:])
-		os.Exit(0)
-	}
-}
 
 // mappingNamespace returns a descriptor of a user namespace mapped as m
 // maps a guest. The namespace lives as long as the descriptor.

@@ -1,6 +1,6 @@
 //go:build linux
 
-package emulator
+package localvm
 
 import (
 	"bufio"
@@ -40,43 +40,43 @@ import (
 // host's root, so root and rootless steps have the same bound the same
 // way. Its pages count against the step's memory limit, as a guest's do.
 
-// stepGuest is one RUN to perform.
-type stepGuest struct {
-	root   string // the image's root before the step: the lower layer
-	cmd    stepCommand
-	egress bool
-	output io.Writer // the step's stdout and stderr
+// StepGuest is one RUN to perform.
+type StepGuest struct {
+	Root   string // the image's root before the step: the lower layer
+	Cmd    StepCommand
+	Egress bool
+	Output io.Writer // the step's stdout and stderr
 	// writable bounds the step's upper layer, in bytes.
-	writable int64
+	Writable int64
 	// collect takes the step's changes when its command exited 0: upper
 	// is the layer, owned by host ids idOffset is to be subtracted from
 	// (a root-started guest's range) to get the image's ids. It runs while
-	// the layer is held, before runStepGuest returns.
-	collect func(upper string, idOffset int) error
+	// the layer is held, before RunStep returns.
+	Collect func(upper string, idOffset int) error
 }
 
-// stepResult is how a step ended: its exit status and, for a failure,
+// StepResult is how a step ended: its exit status and, for a failure,
 // whether its writable layer was full.
-type stepResult struct {
-	exit int
-	full bool
+type StepResult struct {
+	Exit int
+	Full bool
 }
 
-// runStepGuest runs s in a confined guest and waits for it. An error means
+// RunStep runs s in a confined guest and waits for it. An error means
 // the step could not be run at all or its changes could not be taken; a
 // command that ran and failed is a result with a non-zero exit.
-func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
+func RunStep(ctx context.Context, s StepGuest) (*StepResult, error) {
 	if err := CheckIsolation(); err != nil {
 		return nil, err
 	}
-	if s.egress {
+	if s.Egress {
 		if err := CheckEgress(); err != nil {
 			return nil, err
 		}
 	}
 	m := guestIDMapping()
-	sweepStaleStateOnce()
-	dir, err := os.MkdirTemp("", stateDirPrefix("build-step"))
+	SweepStaleStateOnce()
+	dir, err := os.MkdirTemp("", StateDirPrefix("build-step"))
 	if err != nil {
 		return nil, err
 	}
@@ -105,16 +105,16 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 			return nil, err
 		}
 	}
-	writable := s.writable
+	writable := s.Writable
 	if writable <= 0 {
 		writable = int64(taxonomy.LocalGuestWritableMiB) << 20
 	}
 	cfg := guestConfig{
-		State: dir, WritableBytes: writable, ImageRoot: s.root, Hostname: "microvm-build",
-		Inherited: inheritedFDs(), Step: &s.cmd,
+		State: dir, WritableBytes: writable, ImageRoot: s.Root, Hostname: "microvm-build",
+		Inherited: inheritedFDs(), Step: &s.Cmd,
 	}
 	if m.byRoot {
-		mounted, err := bindImageRoot(s.root, dir, m, true)
+		mounted, err := bindImageRoot(s.Root, dir, m, true)
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +148,7 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 	cmd.Args = []string{guestInitArg0}
 	cmd.Env = guestInitEnv
 	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = s.output, s.output
+	cmd.Stdout, cmd.Stderr = s.Output, s.Output
 	// fd 3 the config, status and lifeline; no daemon and no dial channel;
 	// fd 6 the init's own binary.
 	cmd.ExtraFiles = []*os.File{theirs, null, null, initExe}
@@ -172,8 +172,8 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 			_ = cmd.Wait()
 		}
 	}()
-	if s.egress {
-		stopEgress, err := startEgress(leader, s.output)
+	if s.Egress {
+		stopEgress, err := startEgress(leader, s.Output)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +198,7 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	res := &stepResult{}
+	res := &StepResult{}
 	if rerr != nil {
 		// The init ended without reporting: it could not set the step up
 		// (its reason is on the step's output), or it was killed; or it
@@ -213,26 +213,26 @@ func runStepGuest(ctx context.Context, s stepGuest) (*stepResult, error) {
 		if !errors.As(werr, &exit) {
 			return nil, fmt.Errorf("the build step's init ended without a status: %v", werr)
 		}
-		res.exit = exit.ExitCode()
+		res.Exit = exit.ExitCode()
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			res.exit = 128 + int(ws.Signal())
+			res.Exit = 128 + int(ws.Signal())
 		}
 		return res, nil
 	}
-	if res.exit, err = strconv.Atoi(strings.TrimSpace(string(line))); err != nil {
+	if res.Exit, err = strconv.Atoi(strings.TrimSpace(string(line))); err != nil {
 		return nil, fmt.Errorf("the build step's init reported %q", line)
 	}
 	// The init's cwd is the layer; nothing of the guest runs any more.
 	upper := fmt.Sprintf("/proc/%d/cwd/.", leader)
-	if res.exit != 0 {
+	if res.Exit != 0 {
 		var st unix.Statfs_t
 		if unix.Statfs(upper, &st) == nil && st.Bavail == 0 {
-			res.full = true
+			res.Full = true
 		}
 		return res, nil
 	}
-	if s.collect != nil {
-		if err := s.collect(upper, idOffset); err != nil {
+	if s.Collect != nil {
+		if err := s.Collect(upper, idOffset); err != nil {
 			return nil, err
 		}
 	}
