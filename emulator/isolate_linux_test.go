@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/microvms/microvms/localvm"
 	"io"
 	"net/http"
 	"os"
@@ -245,7 +246,7 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 
 	// Its own /proc: PID 1 is the guest's init, and only a handful of
 	// processes exist.
-	if got := mustSh(t, sess, "tr '\\0' ' ' < /proc/1/cmdline"); !strings.Contains(got, guestInitArg0) {
+	if got := mustSh(t, sess, "tr '\\0' ' ' < /proc/1/cmdline"); !strings.Contains(got, localvm.GuestInitArg0) {
 		t.Errorf("the guest's PID 1 is %q, want its init", got)
 	}
 	if n, _ := strconv.Atoi(mustSh(t, sess, "ls /proc | grep -c '^[0-9]'")); n == 0 || n > 10 {

@@ -37,6 +37,8 @@ var (
 	CheckIsolation = localvm.CheckIsolation
 	// ProbeLimits is localvm.ProbeLimits.
 	ProbeLimits = localvm.ProbeLimits
+	// CheckEgress is localvm.CheckEgress.
+	CheckEgress = localvm.CheckEgress
 )
 
 // The Dockerfile executor is package imagebuild; the emulator reaches it

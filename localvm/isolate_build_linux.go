@@ -145,7 +145,7 @@ func RunStep(ctx context.Context, s StepGuest) (*StepResult, error) {
 	}
 	defer initExe.Close()
 	cmd := exec.Command(guestInitPath)
-	cmd.Args = []string{guestInitArg0}
+	cmd.Args = []string{GuestInitArg0}
 	cmd.Env = guestInitEnv
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = s.Output, s.Output

@@ -29,7 +29,7 @@ import (
 
 // How a guest is confined. The emulator process re-executes itself (a
 // sealed in-memory copy of its binary, isolate_exec_linux.go) with argv[0]
-// set to guestInitArg0 and the clone flags of a new user, mount, PID, UTS,
+// set to GuestInitArg0 and the clone flags of a new user, mount, PID, UTS,
 // IPC, network and cgroup namespace. That child is PID 1 of the guest: root
 // of the guest's user namespace only (on the host it is an unprivileged uid;
 // isolate_userns_linux.go), not dumpable, it builds the guest's root in the
@@ -47,7 +47,10 @@ import (
 // syscall.SysProcAttr, mount, pivot_root through golang.org/x/sys/unix):
 // no setuid helper to install, no version skew between hosts, and the same
 // code path on CI and on a laptop, as root or not.
-const guestInitArg0 = "microvms-emulator-guest-init"
+//
+// GuestInitArg0 is that init's argv[0]: what a guest sees as its PID 1's
+// command line, and what Init dispatches on.
+const GuestInitArg0 = "microvms-emulator-guest-init"
 
 // guestInitPath is how the launcher executes the guest's init: the sealed
 // copy of the emulator (isolate_exec_linux.go) the child holds at fdInit,
@@ -93,7 +96,7 @@ func Init() {
 		return
 	}
 	switch os.Args[0] {
-	case guestInitArg0:
+	case GuestInitArg0:
 		os.Exit(guestInit())
 	case guestExecArg0:
 		os.Exit(guestExec())
@@ -451,7 +454,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	files[0] = r
 	var logTail tail
 	cmd := exec.Command(guestInitPath)
-	cmd.Args = []string{guestInitArg0}
+	cmd.Args = []string{GuestInitArg0}
 	cmd.Env = guestInitEnv
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(stderr, &logTail), io.MultiWriter(stderr, &logTail)

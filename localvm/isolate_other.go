@@ -68,3 +68,7 @@ func StateDirPrefix(what string) string {
 
 // SweepStaleStateOnce sweeps nothing: only Linux runs confined guests.
 func SweepStaleStateOnce() {}
+
+// CheckEgress reports that this host cannot give a guest egress: there is
+// no guest to give it to.
+func CheckEgress() error { return CheckIsolation() }

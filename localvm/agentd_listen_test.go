@@ -1,6 +1,6 @@
 //go:build unix
 
-package emulator
+package localvm
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package emulator
+package imagebuild
 
 import (
 	"archive/tar"

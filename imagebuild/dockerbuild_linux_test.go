@@ -1,15 +1,15 @@
 //go:build linux
 
-package emulator
+package imagebuild
 
 import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/microvms/microvms/localvm"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -25,7 +25,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/internal/testimage"
 )
 
@@ -66,7 +65,7 @@ func ownerOf(t *testing.T, p string) (uint32, uint32) {
 // a RUN's files given the guest's host ids rather than the image's, and
 // a repeated build that redoes steps instead of finding them made.
 func TestDockerfileRunsEveryStepOnTheImageRoot(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
+	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
 	cache := t.TempDir()
@@ -140,7 +139,7 @@ func TestDockerfileRunsEveryStepOnTheImageRoot(t *testing.T) {
 // does not name the Dockerfile line or the status, and a failed step that
 // leaves a snapshot an image could be made of.
 func TestFailingRunNamesItsLine(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
+	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
 	cache := t.TempDir()
@@ -159,83 +158,12 @@ func TestFailingRunNamesItsLine(t *testing.T) {
 	}
 }
 
-// Catches: guests of a Dockerfile-built image run on the host's /usr
-// instead of the image's root (the RUN's files missing, the host's
-// programs present); image files shown with the guest's host ids (as
-// nobody, read-only) instead of the image's owners; guest root unable to
-// change an image file (no copy-up over an unmapped lower layer); and a
-// build that does not wait for its Dockerfile before reporting CREATED.
-func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
-		t.Fatalf("this host cannot isolate guests: %v", err)
-	}
-	daemon, err := os.ReadFile(agentdBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	df := "FROM example.test/base:1\nCOPY --chmod=0755 agentd /agentd\n" + strings.SplitN(testDockerfile, "\n", 2)[1]
-	df = strings.Replace(df, "COPY --chmod=0750 tool.sh ./bin/\n", "", 1)
-	s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), WallClock: true, StateDir: t.TempDir(), BaseImage: testimage.Base(t, false)})
-	uri := artifactZip(t, df, daemon)
-	enabled := cp.ENABLED
-	create, _ := json.Marshal(cp.CreateMicrovmImageRequest{Name: "dockerfile-root", BaseImageArn: "arn:aws:lambda:us-east-1:aws:microvm-image:al2023-1",
-		BuildRoleArn: "arn:aws:iam::123456789012:role/b", CodeArtifact: cp.CodeArtifact{Uri: &uri}, Hooks: &cp.Hooks{MicrovmHooks: &cp.MicrovmHooks{Run: &enabled}}})
-	if status, _, out := do(t, base, "POST", "/2025-09-09/microvm-images", string(create), auth); status != 201 {
-		t.Fatalf("create: %d %s", status, out)
-	}
-	var out string
-	for i := 0; i < 600; i++ { // bounded: about a minute
-		_, _, out = do(t, base, "GET", "/2025-09-09/microvm-images/dockerfile-root", "", auth)
-		if !strings.Contains(out, `"CREATING"`) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !strings.Contains(out, `"CREATED"`) {
-		_, _, builds := do(t, base, "GET", "/2025-09-09/microvm-images/dockerfile-root/versions/1.0/builds", "", auth)
-		t.Fatalf("the image: %s; builds %s; log %q", out, builds, s.LogLines("/aws/lambda-microvms/dockerfile-root"))
-	}
-	log := strings.Join(s.LogLines("/aws/lambda-microvms/dockerfile-root"), "\n")
-	if !strings.Contains(log, "step 6/10 (line 6): RUN echo") || !strings.Contains(log, "guests run on it") {
-		t.Fatalf("build log: %s", log)
-	}
-	p := payload()
-	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: "arn:aws:lambda:us-east-1:123456789012:microvm-image:dockerfile-root", RunHookPayload: &p})
-	status, _, resp := do(t, base, "POST", "/2025-09-09/microvms", string(body), auth)
-	if status != 200 {
-		t.Fatalf("RunMicrovm: %d %s", status, resp)
-	}
-	var r cp.RunMicrovmResponse
-	if err := json.Unmarshal([]byte(resp), &r); err != nil {
-		t.Fatal(err)
-	}
-	sess := session(t, base, waitState(t, base, r.MicrovmId, cp.MicrovmStateRUNNING))
-	if got := mustSh(t, sess, "pwd; cat made-by-run"); got != "/srv/app\nhello from run, base said yes" {
-		t.Fatalf("the guest's view of the RUN's effects: %q", got)
-	}
-	if got := mustSh(t, sess, "stat -c %u:%g:%U /opt/data/owned-by-builder /home/builder/base-owned"); got != "1000:1000:builder\n1000:1000:builder" {
-		t.Fatalf("image owners inside the guest: %q, want the image's (1000, builder)", got)
-	}
-	if got := mustSh(t, sess, "echo guest >> /srv/app/made-by-run && cat /srv/app/made-by-run && echo x > /home/builder/base-owned && id -u"); !strings.HasSuffix(got, "guest\n0") {
-		t.Fatalf("guest root changing image files: %q", got)
-	}
-	for _, host := range []string{"/usr/bin/python3", "/usr/bin/env", "/usr/bin/git"} {
-		if _, err := os.Stat(host); err != nil {
-			continue
-		}
-		if code, _ := sh(t, sess, "test -e "+host); code == 0 {
-			t.Errorf("the host's %s is visible in a guest of a Dockerfile-built image", host)
-		}
-	}
-	terminate(t, base, r.MicrovmId)
-}
-
 // Catches: a FROM that is not pulled from its registry when no base image
 // is given, a pulled base not kept by digest (a second build offline
 // failing), and an unreachable, never-pulled FROM that is not reported as
 // such. The registry is go-containerregistry's own, on loopback.
 func TestFromIsPulledAndKeptByDigest(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
+	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
 	img, err := imageFromFile(testimage.Base(t, false))
@@ -311,7 +239,7 @@ func checkDeletions(t *testing.T) {
 // Catches: deletions in a RUN (whiteouts, opaque directories) lost when
 // its upper layer becomes the image, so a removed file comes back.
 func TestRunDeletionsReachTheImage(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
+	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
 	checkDeletions(t)
@@ -324,8 +252,8 @@ func TestRunDeletionsReachTheImage(t *testing.T) {
 // become the image.
 func TestUnprivilegedBuildRunsTheDockerfile(t *testing.T) {
 	if os.Getenv("EMULATOR_UNPRIVILEGED_BUILD") == "1" {
-		if err := CheckIsolation(); err != nil {
-			t.Fatalf("CheckIsolation as an unprivileged user: %v", err)
+		if err := localvm.CheckIsolation(); err != nil {
+			t.Fatalf("localvm.CheckIsolation as an unprivileged user: %v", err)
 		}
 		checkDeletions(t)
 		fmt.Println("rootless-build-checked")
@@ -341,7 +269,7 @@ func TestUnprivilegedBuildRunsTheDockerfile(t *testing.T) {
 // state directory while the image's root is still mounted in it, deleting
 // the image (the base, here) through the mount.
 func TestCancelledRunLeavesTheImageWhole(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
+	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
 	cache := t.TempDir()
@@ -377,7 +305,7 @@ func TestCancelledRunLeavesTheImageWhole(t *testing.T) {
 // state directory removed) while the image's root is still mounted in
 // that directory, deleting the image through the mount.
 func TestGuestDyingAtStartLeavesItsImageWhole(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
+	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
 	img, err := BuildDockerfile(t.Context(), DockerBuild{Dockerfile: []byte("FROM example.test/base:1\n"), BaseImage: testimage.Base(t, false), Cache: t.TempDir()})
@@ -388,7 +316,7 @@ func TestGuestDyingAtStartLeavesItsImageWhole(t *testing.T) {
 	if err := os.WriteFile(quitter, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err = AgentdLauncher(agentdBin, nil)(t.Context(), GuestSpec{MicrovmID: "microvm-dies", HookPort: 9000, RootDir: img.Root, Daemon: quitter})
+	_, err = localvm.AgentdLauncher(agentdBin, nil)(t.Context(), localvm.GuestSpec{MicrovmID: "microvm-dies", HookPort: 9000, RootDir: img.Root, Daemon: quitter})
 	if err == nil {
 		t.Fatal("a daemon that exits at once was reported as started")
 	}
@@ -483,7 +411,7 @@ func TestSnapshotCopiesAFileAtTheLinkLimit(t *testing.T) {
 // the host's root), or in the host's network namespace (reaching the
 // host's interfaces without an egress connector).
 func TestBuildStepIsConfinedLikeAGuest(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
+	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
 	probe, err := escapeProbe()
@@ -537,7 +465,7 @@ func TestBuildStepIsConfinedLikeAGuest(t *testing.T) {
 // bytes on the host. The bound is made small here; the default is
 // LOCAL_GUEST_WRITABLE_MIB.
 func TestRunStepWritableLayerIsBounded(t *testing.T) {
-	if err := CheckIsolation(); err != nil {
+	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
 	if os.Getenv("EMULATOR_UNPRIVILEGED_STEP_BOUND") == "1" {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package emulator
+package localvm
 
 // Egress: a local guest reaches outward through slirp4netns, never the
 // host's loopback.
@@ -33,21 +33,19 @@ func TestGuestEgressReachesOutButNeverTheHostsLoopback(t *testing.T) {
 	}
 	loopback := listenCounting(t, "tcp", "127.0.0.1:0")
 	outside, outsideAddr := outsideListener(t)
-	s, base := isolated(t)
 	dial := func(addr string) string {
 		host, port, _ := net.SplitHostPort(addr)
 		return "bash -c 'exec 3<>/dev/tcp/" + host + "/" + port + "'"
 	}
 
-	closed := launchGuest(t, s, base, false)
+	_, closed := directGuest(t, GuestSpec{})
 	for _, addr := range []string{loopback.addr, outsideAddr} {
-		if code, out := sh(t, session(t, base, closed), dial(addr)); code == 0 {
+		if code, out := sh(t, closed, dial(addr)); code == 0 {
 			t.Errorf("a guest without egress connected to %s: %s", addr, out)
 		}
 	}
 
-	open := launchGuest(t, s, base, true)
-	sess := session(t, base, open)
+	_, sess := directGuest(t, GuestSpec{Egress: true})
 	if code, out := sh(t, sess, dial(loopback.addr)); code == 0 {
 		t.Errorf("a guest with egress reached the host's loopback listener %s: %s", loopback.addr, out)
 	}
@@ -170,9 +168,9 @@ func outsideListener(t *testing.T) (chan struct{}, string) {
 // with the package to install.
 func TestEgressWithoutSlirpIsRefusedNamingThePackage(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	_, err := AgentdLauncher(agentdBin, nil)(t.Context(), GuestSpec{MicrovmID: "mv-no-pasta", HookPort: 9000, Egress: true})
+	_, err := AgentdLauncher(agentdBin, nil)(t.Context(), GuestSpec{MicrovmID: "mv-no-slirp", HookPort: 9000, Egress: true})
 	var ie *IsolationError
 	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "slirp4netns") {
-		t.Fatalf("an egress launch without pasta: %v, want an *IsolationError naming the slirp4netns package", err)
+		t.Fatalf("an egress launch without slirp4netns: %v, want an *IsolationError naming the slirp4netns package", err)
 	}
 }
