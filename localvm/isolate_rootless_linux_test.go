@@ -6,6 +6,7 @@ package localvm
 // unprivileged user namespaces.
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,4 +76,19 @@ func TestUserNamespaceRefusalNamesTheSetting(t *testing.T) {
 			t.Errorf("%v: %q, want it to name %q", tc.files, got, tc.want)
 		}
 	}
+}
+
+// Catches: a binary that launches guests without calling Init at the top of
+// its main (the re-exec was a package init() until issue 46): its sealed
+// copy would run the program's own main as the guest's init. The runtime
+// refuses before re-executing anything.
+func TestLaunchWithoutInitIsRefused(t *testing.T) {
+	initCalled.Store(false)
+	defer initCalled.Store(true)
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Init was not called") {
+			t.Fatalf("CheckIsolation without Init: recovered %v, want the refusal naming Init", r)
+		}
+	}()
+	_ = CheckIsolation()
 }
