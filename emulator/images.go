@@ -311,11 +311,11 @@ func (s *Server) localBuild(im *image, v *version) {
 	var err error
 	if path := imagebuild.ArtifactPath(uri); path != "" {
 		artifact, err = imagebuild.ReadArtifactFile(path)
-	} else if bucket, key, ok := imagebuild.ArtifactObject(uri); ok && s.buckets[bucket] != nil {
+	} else if bucket, key, ok := imagebuild.ArtifactObject(uri); ok && s.s3.buckets[bucket] != nil {
 		// A bucket of the emulator's own S3 slice: the build reads the
 		// object as the platform's build reads it from S3, and a missing
 		// object fails the build.
-		obj := s.buckets[bucket].objects[key]
+		obj := s.s3.buckets[bucket].objects[key]
 		if obj == nil {
 			err = fmt.Errorf("reading the code artifact: s3://%s/%s: NoSuchKey: The specified key does not exist", bucket, key)
 		} else {

@@ -184,13 +184,15 @@ type Server struct {
 	runToks  map[string]string // RunMicrovm clientToken -> microvm id
 	faults   map[string][]Fault
 	requests []Request
-	logs     map[string][]logEvent // CloudWatch Logs stand-in, by log group
-	buckets  map[string]*s3Bucket  // the S3 slice
-	uploads  map[string]*s3Upload  // open multipart uploads, by upload id
-	iamRoles map[string]*iamRole   // the IAM slice's roles, by name
-	reqIDs   atomic.Int64          // request ids of S3 and STS answers
-	stateDir string                // resolved Options.StateDir
-	tmpState bool                  // stateDir was made here and goes at Close
+	// Each service slice keeps its own store, as LocalStack's providers
+	// do; s.mu guards them all, since a build reads the S3 slice's
+	// objects and writes the Logs slice's events under it.
+	cwl      logsStore    // the CloudWatch Logs slice (logs.go)
+	s3       s3Store      // the S3 slice (s3.go)
+	iam      iamStore     // the IAM slice (iam.go); STS keeps no state
+	reqIDs   atomic.Int64 // request ids of S3 and STS answers
+	stateDir string       // resolved Options.StateDir
+	tmpState bool         // stateDir was made here and goes at Close
 
 	// The VM backend's resources: launches run under ctx, and Close waits
 	// for them and closes every endpoint proxy.
