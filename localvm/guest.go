@@ -9,13 +9,11 @@ import (
 	"time"
 )
 
-// Launcher starts the guest of one MicroVM. ctx ends when the emulator is
-// closed; a launcher must not return before the guest's hook port accepts
-// connections, since the run hook is posted as soon as it returns.
-//
-// With Options.VMs set, a MicroVM is a real guest: RunMicrovm starts it,
-// delivers the run hook, and serves its endpoint through a token-checking
-// proxy. Without it, MicroVMs are records whose endpoint points nowhere.
+// Launcher starts the guest of one MicroVM. ctx ends when the caller (the
+// emulator) closes; a launcher must not return before the guest's hook port
+// accepts connections, since the run hook is posted as soon as it returns.
+// It is the whole seam between a control plane and a backend: the emulator
+// (emulator.Options.VMs) knows guests only through it.
 type Launcher func(ctx context.Context, spec GuestSpec) (*Guest, error)
 
 // GuestSpec is what a Launcher is asked to start.

@@ -309,9 +309,9 @@ const guestCloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS
 //     guest, as on the platform);
 //   - a syscall filter after Docker's default profile, and no new privileges;
 //   - memory, process and CPU limits from its size class, where the host
-//     lets the emulator set them (GuestLimits says which hold);
+//     lets the emulator set them (Guest.Limits says which hold);
 //   - its own network namespace: only a loopback, or with egress
-//     (GuestSpec.Egress) a user-mode network (pasta) that reaches outward
+//     (GuestSpec.Egress) a user-mode network (slirp4netns) that reaches outward
 //     but never the host's loopback.
 //
 // The emulator reaches the guest's ports through its init, never through a
