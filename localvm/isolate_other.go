@@ -39,6 +39,7 @@ func RunStep(ctx context.Context, s StepGuest) (*StepResult, error) {
 	return nil, CheckIsolation()
 }
 
+// StepGuest is one RUN to perform (see the Linux build).
 type StepGuest struct {
 	Root     string
 	Cmd      StepCommand
@@ -48,6 +49,7 @@ type StepGuest struct {
 	Collect  func(upper string, idOffset int) error
 }
 
+// StepCommand is one build step's process.
 type StepCommand struct {
 	Argv     []string
 	Env      []string
@@ -56,6 +58,7 @@ type StepCommand struct {
 	Groups   []uint32
 }
 
+// StepResult is how a step ended.
 type StepResult struct {
 	Exit int
 	Full bool
