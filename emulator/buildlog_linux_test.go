@@ -116,50 +116,6 @@ func TestBuildLogLinesAreBounded(t *testing.T) {
 	}
 }
 
-// Catches: a line splitter that looks at the pending line again for every
-// chunk (quadratic in a line's length: 16/32/64 MiB without a newline took
-// 1.6/4.2/17 s), one that holds a line without bound, and one that loses or
-// adds bytes. It counts the bytes looked at, not the time taken.
-func TestStepOutputIsScannedOnce(t *testing.T) {
-	const bound = 16 << 10
-	var emitted, longest int
-	var lines int
-	w := &lineWriter{max: bound, emit: func(p []byte) {
-		emitted += len(p)
-		for _, l := range bytes.SplitAfter(p, []byte("\n")) {
-			if len(l) == 0 {
-				continue
-			}
-			if l[len(l)-1] != '\n' {
-				t.Fatalf("an event holds a line without its newline: %q...", l[:min(len(l), 40)])
-			}
-			lines++
-			longest = max(longest, len(l)-1)
-		}
-	}}
-	chunk := bytes.Repeat([]byte("x"), 32<<10)
-	written := 0
-	for written < 64<<20 {
-		_, _ = w.Write(chunk)
-		written += len(chunk)
-	}
-	_, _ = w.Write([]byte("tail"))
-	written += 4
-	w.Flush()
-	if w.scanned != int64(written) {
-		t.Fatalf("%d bytes written, %d looked at: each byte must be looked at once", written, w.scanned)
-	}
-	if longest > bound {
-		t.Fatalf("a %d-byte line passed the %d-byte bound", longest, bound)
-	}
-	if emitted != written+lines {
-		t.Fatalf("%d bytes written into %d lines, %d handed on", written, lines, emitted)
-	}
-	if cap(w.partial) > 2*bound {
-		t.Fatalf("the writer holds %d bytes for a line bounded at %d", cap(w.partial), bound)
-	}
-}
-
 // BenchmarkBuildOutputWithoutNewlines builds, through the emulator, an
 // image whose RUN prints 16 or 64 MiB without a newline (the issue-44.5
 // flood) and reports the process's peak resident memory. Run each size in

@@ -8,7 +8,8 @@
 // after paging, the 400 for an unencoded '=' in a cursor, throttling and a
 // gateway's 5xx HTML page.
 //
-// With Options.VMs set (AgentdLauncher runs a real agentd), a MicroVM is also
+// With Options.VMs set (a localvm.Launcher; AgentdLauncher runs a real
+// agentd), a MicroVM is also
 // a guest: RunMicrovm starts it and posts the wrapped runHookPayload to its
 // run hook before the MicroVM can report RUNNING (a non-200 answer kills the
 // launch with the platform's stateReason); its endpoint is a bare
@@ -59,9 +60,10 @@
 // emulator's own S3 slice, is unpacked into Options.StateDir: that image's
 // guests run the agentd the artifact carries. With a base image for its
 // FROM (Options.BaseImage, or Options.PullBase and a reachable registry)
-// the Dockerfile is run step by step (dockerbuild.go: RUN in a build guest
-// confined as a MicroVM is, COPY/ADD from the artifact, each step's result
-// a content-addressed snapshot under Options.BuildCache) and the guests run
+// the Dockerfile is run step by step (package imagebuild, through
+// Options.Build: RUN in a build guest confined as a MicroVM is, COPY/ADD
+// from the artifact, each step's result a content-addressed snapshot under
+// Options.BuildCache) and the guests run
 // on the root it made; without one they run on the host's system
 // directories with the Dockerfile's ENV and WORKDIR, and UnperformedSteps
 // names the steps not carried out. A missing object fails the build, as on the platform; an
@@ -70,16 +72,12 @@
 // slice, so aws-sdk-go-v2's client reads them. The embedded sub-package
 // runs all of this in-process with one call.
 //
-// AgentdLauncher confines each guest in its own user, mount, PID, UTS, IPC,
-// network and cgroup namespaces, under a seccomp filter and its size
-// class's cgroup limits, as root or not (isolate_*_linux.go); it must never
-// start a guest unconfined on a host that cannot do that, but refuse with
-// an *IsolationError, never give a guest host root, and never share the
-// host's network namespace with one (egress is slirp4netns in the guest's
-// own). UnsafeUnisolatedAgentdLauncher is the old plain-process
-// mode, by name only. A build step never runs on the host either: it is
-// a guest of the same init; and a base image's layers are extracted only
-// inside their root (os.Root), never through a path they planted.
+// The guests themselves are package localvm's (the guest runtime: its
+// namespaces, seccomp filter, cgroup limits, egress) and the Dockerfile
+// executor is package imagebuild's; this package drives them through the
+// Launcher seam and Options.Build, and forwards the names its callers use
+// (runtime.go). It never re-executes its binary itself: a program that
+// launches local guests calls localvm.Init first thing in main.
 //
 // It must never listen on anything but the address its caller gives it (tests
 // use loopback) and, with a VM backend, fresh 127.0.0.1 ports for the

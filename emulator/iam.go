@@ -16,6 +16,11 @@ import (
 	"unicode/utf8"
 )
 
+// iamStore is the IAM slice's state.
+type iamStore struct {
+	roles map[string]*iamRole // by name
+}
+
 // The emulator's slice of IAM: the roles `microvm setup` makes, `doctor`
 // checks and `setup --destroy` removes, in IAM's own awsQuery protocol (a
 // form body naming Action and Version 2010-05-08, an XML answer in IAM's
@@ -548,7 +553,7 @@ func (s *Server) writeIAM(w http.ResponseWriter, action string, result any) {
 func (s *Server) Role(name string) (exists bool, policies []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.iamRoles[name]
+	r := s.iam.roles[name]
 	if r == nil {
 		return false, nil
 	}
@@ -581,8 +586,8 @@ func (s *Server) serveIAM(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.iamRoles == nil {
-		s.iamRoles = map[string]*iamRole{}
+	if s.iam.roles == nil {
+		s.iam.roles = map[string]*iamRole{}
 	}
 	name := in.scalar["RoleName"]
 	if action == "SimulatePrincipalPolicy" {
@@ -594,7 +599,7 @@ func (s *Server) serveIAM(w http.ResponseWriter, r *http.Request, body []byte) {
 		}
 		name = arn[strings.LastIndexByte(arn, '/')+1:]
 	}
-	role := s.iamRoles[name]
+	role := s.iam.roles[name]
 	noRole := iamFail{http.StatusNotFound, "NoSuchEntity", fmt.Sprintf("The role with name %s cannot be found.", name)}
 	if action != "CreateRole" && role == nil {
 		s.writeIAMError(w, noRole)
@@ -618,7 +623,7 @@ func (s *Server) serveIAM(w http.ResponseWriter, r *http.Request, body []byte) {
 		s.seq++
 		role = &iamRole{name: name, id: fmt.Sprintf("AROA%017X", s.seq), path: path, description: in.scalar["Description"],
 			trust: doc, created: s.opt.Now(), tags: in.tags, policies: map[string]string{}}
-		s.iamRoles[name] = role
+		s.iam.roles[name] = role
 		s.writeIAM(w, action, struct {
 			Role iamRoleXML `xml:"Role"`
 		}{s.roleXML(role)})
@@ -631,7 +636,7 @@ func (s *Server) serveIAM(w http.ResponseWriter, r *http.Request, body []byte) {
 			s.writeIAMError(w, iamFail{http.StatusConflict, "DeleteConflict", "Cannot delete entity, must delete policies first."})
 			return
 		}
-		delete(s.iamRoles, name)
+		delete(s.iam.roles, name)
 		s.writeIAM(w, action, nil)
 	case "UpdateAssumeRolePolicy":
 		doc := in.scalar["PolicyDocument"]

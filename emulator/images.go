@@ -3,6 +3,7 @@ package emulator
 import (
 	"encoding/base64"
 	"fmt"
+	"github.com/microvms/microvms/imagebuild"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -40,7 +41,7 @@ type version struct {
 	builds    []*build
 	plan      BuildPlan
 	seen      int
-	local     *unpacked // what a file:// artifact carried; nil for any other
+	local     *imagebuild.Unpacked // what a file:// artifact carried; nil for any other
 	// dockerBuilding is true while the version's Dockerfile is being run.
 	dockerBuilding bool
 }
@@ -183,7 +184,7 @@ func readyHookUnanswered(v *version) (string, bool) {
 	}
 	guest, known := "", false
 	if v.local != nil {
-		guest, known = v.local.env["AGENTD_PORT"], true
+		guest, known = v.local.Env["AGENTD_PORT"], true
 	}
 	if e := v.spec.EnvironmentVariables; e != nil {
 		if p, ok := (*e)["AGENTD_PORT"]; ok {
@@ -308,13 +309,13 @@ func (s *Server) localBuild(im *image, v *version) {
 	s.logf(group, stream, "version %s of %s: building from %s", v.id, im.name, uri)
 	var artifact []byte
 	var err error
-	if path := artifactPath(uri); path != "" {
-		artifact, err = readArtifactFile(path)
-	} else if bucket, key, ok := artifactObject(uri); ok && s.buckets[bucket] != nil {
+	if path := imagebuild.ArtifactPath(uri); path != "" {
+		artifact, err = imagebuild.ReadArtifactFile(path)
+	} else if bucket, key, ok := imagebuild.ArtifactObject(uri); ok && s.s3.buckets[bucket] != nil {
 		// A bucket of the emulator's own S3 slice: the build reads the
 		// object as the platform's build reads it from S3, and a missing
 		// object fails the build.
-		obj := s.buckets[bucket].objects[key]
+		obj := s.s3.buckets[bucket].objects[key]
 		if obj == nil {
 			err = fmt.Errorf("reading the code artifact: s3://%s/%s: NoSuchKey: The specified key does not exist", bucket, key)
 		} else {
@@ -329,7 +330,7 @@ func (s *Server) localBuild(im *image, v *version) {
 		err = derr
 	}
 	if err == nil {
-		v.local, err = unpack(artifact, filepath.Join(dir, "images", im.name, v.id))
+		v.local, err = imagebuild.Unpack(artifact, filepath.Join(dir, "images", im.name, v.id))
 	}
 	if err != nil {
 		v.plan.FailReason = err.Error()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/microvms/microvms/imagebuild"
 	"strings"
 	"sync"
 
@@ -22,7 +23,7 @@ func (s *Server) startDockerBuild(im *image, v *version, defaultCache string) {
 	group, stream := logGroupOf(im.name, v.spec), "build-"+v.id
 	if s.opt.BaseImage == "" && !s.opt.PullBase {
 		s.logf(group, stream, "no base image to build from (the emulator pulls none without being asked); this image's guests run on the host's system directories")
-		for _, step := range u.skipped {
+		for _, step := range u.Skipped {
 			s.logf(group, stream, "not performed by the emulator: %s", step)
 		}
 		return
@@ -65,8 +66,8 @@ func (s *Server) startDockerBuild(im *image, v *version, defaultCache string) {
 				s.mu.Unlock()
 			}
 		}
-		img, err := BuildDockerfile(s.ctx, DockerBuild{
-			Dockerfile: u.dockerfile, Context: u.context, BaseImage: s.opt.BaseImage, Cache: cache,
+		img, err := s.opt.Build(s.ctx, imagebuild.DockerBuild{
+			Dockerfile: u.Dockerfile, Context: u.Context, BaseImage: s.opt.BaseImage, Cache: cache,
 			Egress: egress, Progress: progress,
 		})
 		s.mu.Lock()
@@ -75,20 +76,20 @@ func (s *Server) startDockerBuild(im *image, v *version, defaultCache string) {
 		if note := log.dropped(); note != "" {
 			s.logf(group, stream, "%s", note)
 		}
-		var unavailable *BaseUnavailableError
+		var unavailable *imagebuild.BaseUnavailableError
 		switch {
 		case err == nil:
-			u.root, u.workdir, u.skipped = img.Root, img.Workdir, nil
-			u.env = map[string]string{}
+			u.Root, u.Workdir, u.Skipped = img.Root, img.Workdir, nil
+			u.Env = map[string]string{}
 			for _, kv := range img.Env {
 				k, val, _ := strings.Cut(kv, "=")
-				u.env[k] = val
+				u.Env[k] = val
 			}
 			s.logf(group, stream, "built the image's root from %s: %d steps, %d found made; guests run on it", img.BaseDigest, img.Steps, img.Cached)
 		case errors.As(err, &unavailable) && s.opt.BaseImage == "":
 			s.logf(group, stream, "%v", err)
 			s.logf(group, stream, "this image's guests run on the host's system directories; give the emulator --base-image to build its own root")
-			for _, step := range u.skipped {
+			for _, step := range u.Skipped {
 				s.logf(group, stream, "not performed by the emulator: %s", step)
 			}
 		default:

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/microvms/microvms/localvm"
 	"io"
 	"net/http"
 	"os"
@@ -245,7 +246,7 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 
 	// Its own /proc: PID 1 is the guest's init, and only a handful of
 	// processes exist.
-	if got := mustSh(t, sess, "tr '\\0' ' ' < /proc/1/cmdline"); !strings.Contains(got, guestInitArg0) {
+	if got := mustSh(t, sess, "tr '\\0' ' ' < /proc/1/cmdline"); !strings.Contains(got, localvm.GuestInitArg0) {
 		t.Errorf("the guest's PID 1 is %q, want its init", got)
 	}
 	if n, _ := strconv.Atoi(mustSh(t, sess, "ls /proc | grep -c '^[0-9]'")); n == 0 || n > 10 {
@@ -486,15 +487,15 @@ func TestImageRootIsTheLowerLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.stop()
+	defer g.Release()
 	if g.Dial == nil {
 		t.Fatal("a guest without egress must be reached from inside its network namespace")
 	}
 	body, _ := json.Marshal(map[string]string{"runHookPayload": payload()})
-	if reason := postRunHook(t.Context(), g.roundTripper(), "127.0.0.1:9000", body, 10*time.Second); reason != "" {
+	if reason := postRunHook(t.Context(), g.RoundTripper(proxyTransport), "127.0.0.1:9000", body, 10*time.Second); reason != "" {
 		t.Fatal(reason)
 	}
-	sess, err := client.Direct("http://127.0.0.1:9000", agentToken, client.WithHTTPClient(&http.Client{Transport: g.roundTripper()}))
+	sess, err := client.Direct("http://127.0.0.1:9000", agentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(proxyTransport)}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,11 @@ import (
 	"time"
 )
 
+// logsStore is the CloudWatch Logs slice's state.
+type logsStore struct {
+	groups map[string][]logEvent // by log group
+}
+
 // The emulator's stand-in for CloudWatch Logs: the build log groups the
 // service writes (finding build-logs-location), served on the control
 // plane's own listener in the awsJson1.1 protocol CloudWatch Logs speaks, so
@@ -36,10 +41,10 @@ type logEvent struct {
 
 // logf appends one line to group, called with s.mu held.
 func (s *Server) logf(group, stream, format string, args ...any) {
-	if s.logs == nil {
-		s.logs = map[string][]logEvent{}
+	if s.cwl.groups == nil {
+		s.cwl.groups = map[string][]logEvent{}
 	}
-	s.logs[group] = append(s.logs[group], logEvent{stream: stream, at: s.opt.Now(), message: fmt.Sprintf(format, args...)})
+	s.cwl.groups[group] = append(s.cwl.groups[group], logEvent{stream: stream, at: s.opt.Now(), message: fmt.Sprintf(format, args...)})
 }
 
 // LogLines returns the messages of a log group, oldest first.
@@ -47,7 +52,7 @@ func (s *Server) LogLines(group string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
-	for _, e := range s.logs[group] {
+	for _, e := range s.cwl.groups[group] {
 		out = append(out, e.message)
 	}
 	return out
@@ -233,7 +238,7 @@ func (s *Server) logGroupArn(group string) string {
 func (s *Server) eventsOf(group string) ([]logEvent, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	events, ok := s.logs[group]
+	events, ok := s.cwl.groups[group]
 	return append([]logEvent(nil), events...), ok
 }
 
@@ -295,7 +300,7 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request, body []byte) 
 		}
 		s.mu.Lock()
 		var groups []logGroup
-		for name, events := range s.logs {
+		for name, events := range s.cwl.groups {
 			switch {
 			case req.LogGroupNamePrefix != nil && !strings.HasPrefix(name, *req.LogGroupNamePrefix):
 				continue
@@ -508,8 +513,8 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request, body []byte) 
 			return
 		}
 		s.mu.Lock()
-		_, ok := s.logs[req.LogGroupName]
-		delete(s.logs, req.LogGroupName)
+		_, ok := s.cwl.groups[req.LogGroupName]
+		delete(s.cwl.groups, req.LogGroupName)
 		s.mu.Unlock()
 		if !ok {
 			noGroup()

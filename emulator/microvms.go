@@ -371,7 +371,7 @@ func (s *Server) TerminateMicrovm(w http.ResponseWriter, r *http.Request, microv
 		// Killed after the lock is released (deferred calls run in
 		// reverse): stopping waits for the process to be reaped.
 		if gone != nil {
-			gone.stop()
+			gone.Release()
 		}
 	}()
 	vm := s.findVM(w, microvmIdentifier)

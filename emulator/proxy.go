@@ -149,7 +149,7 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 				}
 				return nil
 			},
-			Transport: guest.roundTripper(),
+			Transport: guest.RoundTripper(proxyTransport),
 			// SSE and tar downloads must reach the caller as they are
 			// written, not when a buffer fills.
 			FlushInterval: -1,

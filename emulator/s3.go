@@ -21,6 +21,12 @@ import (
 	"time"
 )
 
+// s3Store is the S3 slice's state.
+type s3Store struct {
+	buckets map[string]*s3Bucket // by name
+	uploads map[string]*s3Upload // open multipart uploads, by upload id
+}
+
 // The emulator's slice of S3: the buckets and objects the build path uses
 // (client/build.S3Uploader through aws-sdk-go-v2's transfer manager, which
 // sends a PutObject or, past its threshold, a multipart upload) and the
@@ -158,13 +164,13 @@ func (s *Server) CreateBucket(name string) {
 }
 
 func (s *Server) bucketLocked(name string) *s3Bucket {
-	if s.buckets == nil {
-		s.buckets = map[string]*s3Bucket{}
+	if s.s3.buckets == nil {
+		s.s3.buckets = map[string]*s3Bucket{}
 	}
-	b := s.buckets[name]
+	b := s.s3.buckets[name]
 	if b == nil {
 		b = &s3Bucket{created: s.opt.Now(), objects: map[string]*s3Object{}}
-		s.buckets[name] = b
+		s.s3.buckets[name] = b
 	}
 	return b
 }
@@ -173,7 +179,7 @@ func (s *Server) bucketLocked(name string) *s3Bucket {
 func (s *Server) Object(bucket, key string) ([]byte, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.buckets[bucket]
+	b := s.s3.buckets[bucket]
 	if b == nil || b.objects[key] == nil {
 		return nil, false
 	}
@@ -204,7 +210,7 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.buckets[bucket]
+	b := s.s3.buckets[bucket]
 	if op == "CreateBucket" {
 		if b != nil {
 			s.writeS3Error(w, r, s3Fail{http.StatusConflict, "BucketAlreadyOwnedByYou", "Your previous request to create the named bucket succeeded and you already own it."}, bucket, "")
@@ -229,7 +235,7 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 			fail(s3Fail{http.StatusConflict, "BucketNotEmpty", "The bucket you tried to delete is not empty"})
 			return
 		}
-		delete(s.buckets, bucket)
+		delete(s.s3.buckets, bucket)
 		w.WriteHeader(http.StatusNoContent)
 	case "PutObject":
 		obj := &s3Object{body: body, etag: etagOf(body), modified: s.opt.Now(), ctype: r.Header.Get("Content-Type"), checksum: checksumHeaders(r)}
@@ -258,17 +264,17 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		delete(b.objects, key)
 		w.WriteHeader(http.StatusNoContent)
 	case "CreateMultipartUpload":
-		if s.uploads == nil {
-			s.uploads = map[string]*s3Upload{}
+		if s.s3.uploads == nil {
+			s.s3.uploads = map[string]*s3Upload{}
 		}
 		id := base64.RawURLEncoding.EncodeToString([]byte(s.nextID("upload-")))
-		s.uploads[id] = &s3Upload{bucket: bucket, key: key, ctype: r.Header.Get("Content-Type"), parts: map[int32]*s3Object{}}
+		s.s3.uploads[id] = &s3Upload{bucket: bucket, key: key, ctype: r.Header.Get("Content-Type"), parts: map[int32]*s3Object{}}
 		if alg := r.Header.Get("x-amz-checksum-algorithm"); alg != "" {
 			w.Header().Set("x-amz-checksum-algorithm", alg)
 		}
 		writeS3XML(w, initiateMultipartUploadResult{Bucket: bucket, Key: key, UploadID: id})
 	case "UploadPart":
-		up := s.uploads[q.Get("uploadId")]
+		up := s.s3.uploads[q.Get("uploadId")]
 		if up == nil || up.bucket != bucket || up.key != key {
 			fail(errNoSuchUpload)
 			return
@@ -284,7 +290,7 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	case "CompleteMultipartUpload":
 		id := q.Get("uploadId")
-		up := s.uploads[id]
+		up := s.s3.uploads[id]
 		if up == nil || up.bucket != bucket || up.key != key {
 			fail(errNoSuchUpload)
 			return
@@ -316,14 +322,14 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		}
 		etag := fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(sums.Sum(nil)), len(req.Parts))
 		b.objects[key] = &s3Object{body: whole, etag: etag, modified: s.opt.Now(), ctype: up.ctype}
-		delete(s.uploads, id)
+		delete(s.s3.uploads, id)
 		writeS3XML(w, completeMultipartUploadResult{Location: "/" + bucket + "/" + url.PathEscape(key), Bucket: bucket, Key: key, ETag: etag})
 	case "AbortMultipartUpload":
-		if s.uploads[q.Get("uploadId")] == nil {
+		if s.s3.uploads[q.Get("uploadId")] == nil {
 			fail(errNoSuchUpload)
 			return
 		}
-		delete(s.uploads, q.Get("uploadId"))
+		delete(s.s3.uploads, q.Get("uploadId"))
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		s.serveS3BucketConfig(w, r, op, bucket, b, body, q)

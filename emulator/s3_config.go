@@ -251,7 +251,7 @@ func (s *Server) serveS3BucketConfig(w http.ResponseWriter, r *http.Request, op,
 func (s *Server) BucketKeys(bucket string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.buckets[bucket]
+	b := s.s3.buckets[bucket]
 	if b == nil {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/microvms/microvms/imagebuild"
 	"io"
 	"net"
 	"net/http"
@@ -74,6 +75,10 @@ type Options struct {
 	// BuildProgress, if set, sees every step of every local Dockerfile
 	// build, as it happens.
 	BuildProgress func(image string, e BuildEvent)
+	// Build runs a local build's Dockerfile: the seam to the image builder.
+	// Nil is imagebuild.BuildDockerfile, which runs each RUN in a guest of
+	// the local runtime.
+	Build func(ctx context.Context, b imagebuild.DockerBuild) (*imagebuild.BuiltImage, error)
 	// Warn, if set, is told once per MicroVM whose guest runs without some
 	// of its resource limits (a rootless emulator on a host that does not
 	// delegate cgroups to it), in words a user can act on.
@@ -179,13 +184,15 @@ type Server struct {
 	runToks  map[string]string // RunMicrovm clientToken -> microvm id
 	faults   map[string][]Fault
 	requests []Request
-	logs     map[string][]logEvent // CloudWatch Logs stand-in, by log group
-	buckets  map[string]*s3Bucket  // the S3 slice
-	uploads  map[string]*s3Upload  // open multipart uploads, by upload id
-	iamRoles map[string]*iamRole   // the IAM slice's roles, by name
-	reqIDs   atomic.Int64          // request ids of S3 and STS answers
-	stateDir string                // resolved Options.StateDir
-	tmpState bool                  // stateDir was made here and goes at Close
+	// Each service slice keeps its own store, as LocalStack's providers
+	// do; s.mu guards them all, since a build reads the S3 slice's
+	// objects and writes the Logs slice's events under it.
+	cwl      logsStore    // the CloudWatch Logs slice (logs.go)
+	s3       s3Store      // the S3 slice (s3.go)
+	iam      iamStore     // the IAM slice (iam.go); STS keeps no state
+	reqIDs   atomic.Int64 // request ids of S3 and STS answers
+	stateDir string       // resolved Options.StateDir
+	tmpState bool         // stateDir was made here and goes at Close
 
 	// The VM backend's resources: launches run under ctx, and Close waits
 	// for them and closes every endpoint proxy.
@@ -211,6 +218,9 @@ func New(opt Options) *Server {
 	}
 	if opt.Launches == nil {
 		opt.Launches = func(string) LaunchPlan { return LaunchPlan{} }
+	}
+	if opt.Build == nil {
+		opt.Build = imagebuild.BuildDockerfile
 	}
 	s := &Server{
 		opt:     opt,

@@ -70,7 +70,7 @@ func (s *Server) serveShell(w http.ResponseWriter, r *http.Request, vm *microvm)
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	}
-	sess, err := client.Direct("http://"+addr, agentToken, client.WithHTTPClient(&http.Client{Transport: guest.roundTripper()}))
+	sess, err := client.Direct("http://"+addr, agentToken, client.WithHTTPClient(&http.Client{Transport: guest.RoundTripper(proxyTransport)}))
 	if err != nil {
 		w.WriteHeader(http.StatusBadGateway)
 		return

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/microvms/microvms/localvm"
 	"io"
 	"maps"
 	"net"
@@ -12,120 +13,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
+
 	"time"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
-
-// Launcher starts the guest of one MicroVM. ctx ends when the emulator is
-// closed; a launcher must not return before the guest's hook port accepts
-// connections, since the run hook is posted as soon as it returns.
-//
-// With Options.VMs set, a MicroVM is a real guest: RunMicrovm starts it,
-// delivers the run hook, and serves its endpoint through a token-checking
-// proxy. Without it, MicroVMs are records whose endpoint points nowhere.
-type Launcher func(ctx context.Context, spec GuestSpec) (*Guest, error)
-
-// GuestSpec is what a Launcher is asked to start.
-type GuestSpec struct {
-	MicrovmID    string
-	ImageArn     string
-	ImageVersion string
-	// HookPort is the guest port the lifecycle hooks are served on: the
-	// image version's hooks.port, else 9000.
-	HookPort int
-	// Env is the image version's environment: its Dockerfile's ENV lines
-	// (for an image built from a local artifact) overlaid by its
-	// environmentVariables (nil when neither sets anything).
-	Env map[string]string
-	// Daemon is the agentd the image's local artifact carries; empty means
-	// the launcher's own.
-	Daemon string
-	// Workdir is the image's WORKDIR inside the guest's root, made there and
-	// the daemon's working directory; empty when none was set.
-	Workdir string
-	// Egress is true when the launch asked for an egress network connector:
-	// only then may the guest reach anything outside itself.
-	Egress bool
-	// MemoryMiB is the image's minimumMemoryInMiB, which picks the size
-	// class a confined guest is limited to; 0 is the default class.
-	MemoryMiB int
-	// WritableMiB bounds a confined guest's writable layer; 0 is
-	// taxonomy.LocalGuestWritableMiB.
-	WritableMiB int
-	// RootDir is the image's root filesystem on this machine, when the
-	// emulator has one; "" means the guest is built from the host's system
-	// directories.
-	RootDir string
-}
-
-// Guest is one running MicroVM as its Launcher reports it.
-type Guest struct {
-	// Ports maps each guest port that has a listener to the loopback
-	// host:port serving it. The endpoint proxy forwards X-aws-proxy-port P to
-	// Ports[P]; a port in the token's scope but absent here answers 502, as
-	// the platform answers for a scoped port with nothing listening. For a
-	// guest with Dial the addresses are the guest's own, inside its network
-	// namespace: dialing them from the host reaches something else.
-	Ports map[int]string
-	// Dial, when set, is how the emulator reaches guest port P (the run hook
-	// and the endpoint proxy use it instead of Ports): a guest in its own
-	// network namespace is dialed from inside it. A port with nothing
-	// listening fails the dial, which the proxy answers 502.
-	Dial func(ctx context.Context, port int) (net.Conn, error)
-	// Freeze stops every guest process where it stands and Thaw lets them
-	// continue: the platform's suspend is a freeze, not a stop and start
-	// (finding suspend-is-freeze). Nil means the guest cannot be frozen; the
-	// proxy still refuses traffic while the MicroVM is suspended.
-	Freeze, Thaw func() error
-	// Limits says which of a confined guest's resource limits hold.
-	Limits LimitsReport
-	// Stop ends the guest and releases what it holds. The emulator calls it
-	// exactly once.
-	Stop func()
-	// Exited, when set, is closed once the guest's daemon has exited for
-	// any reason (a terminate hook sent from outside, a crash, a kill).
-	// Without it the emulator finds out by dialing the hook port.
-	Exited <-chan struct{}
-
-	transportOnce sync.Once
-	transport     *http.Transport // built from Dial on first use
-}
-
-// roundTripper is how the emulator sends HTTP to g: through Dial when the
-// guest has one, else to the loopback addresses of Ports.
-func (g *Guest) roundTripper() http.RoundTripper {
-	if g.Dial == nil {
-		return proxyTransport
-	}
-	g.transportOnce.Do(func() {
-		g.transport = &http.Transport{
-			Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second, DisableCompression: true,
-			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				_, p, err := net.SplitHostPort(addr)
-				if err != nil {
-					return nil, err
-				}
-				port, err := strconv.Atoi(p)
-				if err != nil {
-					return nil, err
-				}
-				return g.Dial(ctx, port)
-			},
-		}
-	})
-	return g.transport
-}
-
-// stop ends the guest and drops the connections held to it.
-func (g *Guest) stop() {
-	if g.transport != nil {
-		g.transport.CloseIdleConnections()
-	}
-	g.Stop()
-}
 
 // runHookTimeout is how long the emulator waits for the run hook: the
 // image's runTimeoutInSeconds, else the 60-second ceiling.
@@ -154,8 +47,8 @@ func guestSpec(vm *microvm, v *version) GuestSpec {
 	var env map[string]string
 	spec := GuestSpec{MicrovmID: vm.id, ImageArn: vm.imageArn, ImageVersion: vm.version, HookPort: port}
 	if l := v.local; l != nil {
-		env = maps.Clone(l.env)
-		spec.Daemon, spec.Workdir, spec.RootDir = l.daemon, l.workdir, l.root
+		env = maps.Clone(l.Env)
+		spec.Daemon, spec.Workdir, spec.RootDir = l.Daemon, l.Workdir, l.Root
 	}
 	if v.spec.EnvironmentVariables != nil {
 		if env == nil {
@@ -224,7 +117,7 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 		if g.Dial != nil {
 			addr = "127.0.0.1:" + strconv.Itoa(spec.HookPort)
 		}
-		reason = postRunHook(s.ctx, g.roundTripper(), addr, body, timeout)
+		reason = postRunHook(s.ctx, g.RoundTripper(proxyTransport), addr, body, timeout)
 		s.trace(vm.id, TraceRunHook)
 	default:
 		s.trace(vm.id, TraceGuestListening)
@@ -257,7 +150,7 @@ func (s *Server) launch(vm *microvm, spec GuestSpec, body []byte, hook bool, tim
 	}
 	s.mu.Unlock()
 	if g != nil {
-		g.stop()
+		g.Release()
 	}
 }
 
@@ -383,7 +276,7 @@ func (s *Server) guestDied(vm *microvm, g *Guest) {
 		vm.state, vm.reason, vm.terminatedAt = cp.MicrovmStateTERMINATED, ptr(guestExitedReason), &now
 	}
 	s.mu.Unlock()
-	g.stop()
+	g.Release()
 }
 
 // postRunHook delivers the wrapped payload and returns "" on a 200, else
@@ -457,7 +350,7 @@ func (s *Server) Close() {
 	s.proxies = nil
 	s.mu.Unlock()
 	for _, g := range guests {
-		g.stop()
+		g.Release()
 	}
 	for _, p := range proxies {
 		_ = p.Close()
@@ -482,8 +375,8 @@ func (s *Server) state() (string, error) {
 		s.stateDir = s.opt.StateDir
 		return s.stateDir, nil
 	}
-	sweepStaleStateOnce()
-	dir, err := os.MkdirTemp("", "microvm-"+stateDirPrefix("store"))
+	localvm.SweepStaleStateOnce()
+	dir, err := os.MkdirTemp("", "microvm-"+localvm.StateDirPrefix("store"))
 	if err != nil {
 		return "", err
 	}

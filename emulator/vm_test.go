@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/microvms/microvms/localvm"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,7 @@ import (
 var agentdBin string
 
 func TestMain(m *testing.M) {
+	localvm.Init() // this test binary is also every local guest's init
 	if p := os.Getenv("EMULATOR_UNPRIVILEGED_CHILD_AGENTD"); p != "" {
 		// The unprivileged re-run of TestUnprivilegedHostRunsConfinedGuests:
 		// the parent built the daemon.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"github.com/microvms/microvms/localvm"
 	"io"
 	"net"
 	"net/http"
@@ -60,6 +61,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	localvm.Init() // this test binary is also every local guest's init
 	var err error
 	if agentdHost, err = testbin.Build("cmd/agentd", testbin.Options{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -26,9 +26,11 @@ import (
 	"github.com/microvms/microvms/cmd/microvm/internal/argv"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/localvm"
 )
 
 func main() {
+	localvm.Init() // a re-executed guest stage never returns from here
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

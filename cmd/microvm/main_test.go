@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/microvms/microvms/localvm"
 	"io"
 	"net"
 	"net/http"
@@ -33,6 +34,7 @@ var bin string
 var envelopeSchema, eventSchema *jsonschema.Schema
 
 func TestMain(m *testing.M) {
+	localvm.Init() // this test binary is also every local guest's init
 	dir, err := os.MkdirTemp("", "microvm-cli-test")
 	if err != nil {
 		panic(err)

@@ -1,8 +1,13 @@
 // Package layering states the module's dependency direction as data, so a
 // test can hold the code to it:
 //
-//	api, schema → gen (and docs) → agentd | client → emulator → cmd
+//	api, schema → gen (and docs) → agentd | client | localvm → imagebuild → emulator → cmd
 //
+// localvm (the guest runtime: a MicroVM as confined local processes) and
+// imagebuild (the Dockerfile executor over it) sit below the emulator: they
+// know nothing of the control plane it fakes, the library or the daemon's
+// code, so the emulator drives them only through the Launcher seam and
+// Options.Build, and a later backend beside the runtime obeys the same rule.
 // gen/ is generated and imports nothing of ours but gen/; agentd (the daemon
 // inside the VM) and client (the library) never import each other, the
 // emulator or a command; the emulator is a development stand-in that may use
@@ -48,10 +53,16 @@ var rules = []rule{
 	{layer: "internal/", may: []string{"internal/", "gen/"}},
 	{layer: "agentd", may: []string{"agentd", "gen/", "internal/", "docs"}},
 	{layer: "client", may: []string{"client", "gen/", "internal/"}},
-	{layer: "emulator", may: []string{"emulator", "client", "gen/", "internal/"}},
+	// The guest runtime and the image builder are below the control-plane
+	// fake: the runtime imports nothing of this module's but the generated
+	// contracts and internal tools; the builder adds the runtime.
+	{layer: "localvm", may: []string{"localvm", "gen/", "internal/"}},
+	{layer: "imagebuild", may: []string{"imagebuild", "localvm", "gen/", "internal/"}},
+	{layer: "emulator", may: []string{"emulator", "imagebuild", "localvm", "client", "gen/", "internal/"}},
 	// A command parses, calls and renders: the platform is the library's
 	// (client/platform), so the control plane's SDK is out of its reach.
-	{layer: "cmd/", may: []string{"agentd", "client", "emulator", "gen/", "internal/", "api", "schema", "docs"}, mayNot: []string{"client/lambdamicrovms"}},
+	// It may import localvm for Init alone (main's first call).
+	{layer: "cmd/", may: []string{"agentd", "client", "emulator", "localvm", "gen/", "internal/", "api", "schema", "docs"}, mayNot: []string{"client/lambdamicrovms"}},
 }
 
 // Check returns every import in g that points the wrong way, sorted.

@@ -60,6 +60,11 @@ func TestPlantedWrongImportsAreRefused(t *testing.T) {
 		{"client/sandbox", "emulator", "client layer"},                         // the library depending on the dev stand-in
 		{"gen/protocol", "client", "gen/ layer"},                               // generated code importing hand-written code
 		{"emulator", "agentd", "emulator layer"},                               // the emulator linking the daemon instead of running it
+		{"localvm", "emulator", "localvm layer"},                               // the guest runtime reaching up into the control-plane fake
+		{"localvm", "imagebuild", "localvm layer"},                             // the runtime depending on the builder over it
+		{"localvm", "client", "localvm layer"},                                 // the runtime reaching for the library
+		{"imagebuild", "emulator", "imagebuild layer"},                         // the builder reaching into the control plane
+		{"client/sandbox", "localvm", "client layer"},                          // the library depending on the local runtime
 		{"client", "cmd/microvm", "nothing imports cmd/"},                      // anything importing a command
 		{"cmd/microvm", "cmd/agentd", "nothing imports cmd/"},                  // one command importing another
 		{"cmd/agentd", "cmd/microvm/internal/render", "nothing imports cmd/"},  // or another command's parts

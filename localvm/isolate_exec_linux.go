@@ -1,0 +1,125 @@
+//go:build linux
+
+package localvm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// What a guest executes is never a host path. The guest's init and its
+// agentd run from sealed in-memory copies (memfd_create, then
+// F_SEAL_WRITE|F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL), the way runc answered
+// CVE-2019-5736: a guest holding /proc/<pid>/exe of either holds the copy,
+// which nobody can change, and not the emulator's binary or the image
+// store's agentd, which a rootless guest's uid (the caller's) owns and could
+// otherwise rewrite, chmod or date through that descriptor.
+//
+// A copy is made once per process and file version, and kept: the emulator
+// binary is tens of MiB, and copying it at every launch would be most of a
+// launch.
+
+// sealedMax bounds the cache: one copy of the emulator and a few daemons
+// (one per image whose artifact carries its own).
+const sealedMax = 8
+
+type sealedKey struct {
+	dev, ino uint64
+	size     int64
+	mtime    unix.Timespec
+	ctime    unix.Timespec
+}
+
+var sealed struct {
+	sync.Mutex
+	order []sealedKey
+	files map[sealedKey]*os.File
+}
+
+// sealedCopy returns a descriptor of a sealed, executable memfd copy of f
+// (read from its start); the caller closes it.
+func sealedCopy(f *os.File, name string) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	key := sealedKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	sealed.Lock()
+	defer sealed.Unlock()
+	if c, ok := sealed.files[key]; ok {
+		return dupFile(c)
+	}
+	c, err := newSealedCopy(f, name)
+	if err != nil {
+		return nil, err
+	}
+	if sealed.files == nil {
+		sealed.files = map[sealedKey]*os.File{}
+	}
+	if len(sealed.order) >= sealedMax {
+		// A guest started from an evicted copy keeps running: its
+		// mapping holds the pages, not this descriptor.
+		old := sealed.order[0]
+		sealed.order = sealed.order[1:]
+		sealed.files[old].Close()
+		delete(sealed.files, old)
+	}
+	sealed.order = append(sealed.order, key)
+	sealed.files[key] = c
+	return dupFile(c)
+}
+
+// dupFile is a descriptor of its own for f: a launch holds it while an
+// eviction may close the cached one.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+func newSealedCopy(f *os.File, name string) (*os.File, error) {
+	flags := unix.MFD_CLOEXEC | unix.MFD_ALLOW_SEALING
+	fd, err := unix.MemfdCreate(name, flags|unix.MFD_EXEC)
+	if errors.Is(err, unix.EINVAL) {
+		fd, err = unix.MemfdCreate(name, flags) // a kernel before 6.3: every memfd is executable
+	}
+	if err != nil {
+		return nil, isolationError("an executable memfd for the guest's "+name+" (memfd_create; vm.memfd_noexec must be below 2)", err)
+	}
+	c := os.NewFile(uintptr(fd), "memfd:"+name)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if _, err := io.Copy(c, f); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("copying %s into memory: %w", name, err)
+	}
+	if err := unix.Fchmod(fd, 0o555); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_WRITE|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("sealing the copy of %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// sealedSelf is the sealed copy of the running emulator, which the guest's
+// init is executed from.
+func sealedSelf() (*os.File, error) {
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return nil, isolationError("/proc/self/exe (the emulator re-executes itself as the guest's init)", err)
+	}
+	defer self.Close()
+	return sealedCopy(self, "microvms-guest-init")
+}
