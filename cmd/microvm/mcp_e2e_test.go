@@ -26,7 +26,7 @@ import (
 )
 
 // guestInitArg0 is the argv[0] every local guest's init runs under
-// (emulator/isolate_linux.go); a process with it is a guest still up.
+// (localvm/isolate_linux.go); a process with it is a guest still up.
 const mcpGuestInitArg0 = "microvms-emulator-guest-init"
 
 // guestInits are the guest init processes descended from pid, by /proc.
