@@ -426,6 +426,45 @@ type DockerfileData struct {
 	Workdir            *string `json:"workdir"`
 }
 
+// CheckpointLabel is the "checkpointLabel" shape of api/cli.yaml.
+type CheckpointLabel struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// CheckpointManifest is the "checkpointManifest" shape of api/cli.yaml.
+type CheckpointManifest struct {
+	// Format is the manifest's format, 1; a reader refuses a format it does not know
+	Format int64 `json:"format"`
+	// Name is the caller's name for the checkpoint, or empty
+	Name string `json:"name"`
+	// Digest is sha256:<hex> of the stored object's bytes, which is also its key
+	Digest string `json:"digest"`
+	// Size is the stored object's length in bytes (compressed)
+	Size int64 `json:"size"`
+	// TreeBytes is the regular files' bytes as the tar carried them (holes expanded)
+	TreeBytes int64 `json:"treeBytes"`
+	// Files is members of the tree: files, directories, symlinks and hard links
+	Files int64 `json:"files"`
+	// Compression is how the object's tar stream is compressed
+	Compression string `json:"compression"`
+	// Paths is absolute paths in the sandbox the checkpoint holds
+	Paths    []string `json:"paths"`
+	ImageARN string   `json:"imageArn"`
+	// ImageVersion is the image version the sandbox was launched from, or empty when the launch named none
+	ImageVersion string `json:"imageVersion"`
+	// MicrovmID is the MicroVM the files were taken from
+	MicrovmID string `json:"microvmId"`
+	// CreatedAt is RFC 3339
+	CreatedAt     string            `json:"createdAt"`
+	ClientVersion string            `json:"clientVersion"`
+	Labels        []CheckpointLabel `json:"labels"`
+	// WritersPaused is true when the sandbox's running commands were stopped (SIGSTOP) while the files were read
+	WritersPaused bool `json:"writersPaused"`
+	// ChangedUnderneath is paths whose size or mtime differed between the tree's listing before and after it was read; their saved bytes may be torn
+	ChangedUnderneath []string `json:"changedUnderneath"`
+}
+
 // CommandShare is the "commandShare" shape of api/cli.yaml.
 type CommandShare struct {
 	ExecID  string `json:"execId"`
