@@ -270,7 +270,12 @@ func packPaths(ctx context.Context, sess *client.Session, paths []string, w io.W
 			}
 			st.files++
 		}
-		if err := copyTree(ctx, sess, p, tw, &st); err != nil {
+		mtimes, err := listMtimes(ctx, sess, p)
+		if err != nil {
+			zw.Close()
+			return st, err
+		}
+		if err := copyTree(ctx, sess, p, tw, &st, mtimes); err != nil {
 			zw.Close()
 			return st, err
 		}
@@ -282,7 +287,25 @@ func packPaths(ctx context.Context, sess *client.Session, paths []string, w io.W
 	return st, zw.Close()
 }
 
-func copyTree(ctx context.Context, sess *client.Session, p string, tw *tar.Writer, st *packStats) error {
+// listMtimes is every member's mtime to the nanosecond, by archive name:
+// the tar download carries whole seconds (its headers are the narrowest
+// format that holds them), the listing the inode's own time.
+func listMtimes(ctx context.Context, sess *client.Session, p string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	err := sess.List(ctx, p, client.ListOptions{Depth: maxDepth}, func(fi protocol.FileInfo) error {
+		if len(out) >= maxMembers {
+			return client.Errorf(taxonomy.KindInvalidArg, "", "%s holds more than %d members", p, maxMembers)
+		}
+		out[strings.TrimPrefix(path.Clean(fi.Path), "/")] = fi.Mtime
+		return nil
+	})
+	return out, err
+}
+
+// maxDepth is how deep a checkpoint's listing descends.
+const maxDepth = 4096
+
+func copyTree(ctx context.Context, sess *client.Session, p string, tw *tar.Writer, st *packStats, mtimes map[string]time.Time) error {
 	rc, err := sess.OpenTar(ctx, p)
 	if err != nil {
 		return err
@@ -300,12 +323,15 @@ func copyTree(ctx context.Context, sess *client.Session, p string, tw *tar.Write
 		if h.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
-		name := archiveName(p, h.Name)
+		name := archiveName(p, strings.TrimSuffix(h.Name, "/"))
 		if h.Typeflag == tar.TypeDir {
 			name += "/"
 		}
 		if h.Typeflag == tar.TypeLink {
 			h.Linkname = archiveName(p, h.Linkname)
+		}
+		if t, ok := mtimes[strings.TrimSuffix(name, "/")]; ok && t.Unix() == h.ModTime.Unix() {
+			h.ModTime = t
 		}
 		h.Name = name
 		h.Format = tar.FormatPAX
@@ -341,7 +367,7 @@ func fileMode(s string) int64 {
 func changedSince(ctx context.Context, sess *client.Session, paths []string, seen map[string]stamp) ([]string, error) {
 	now := map[string]stamp{}
 	for _, p := range paths {
-		err := sess.List(ctx, p, client.ListOptions{Depth: 64}, func(fi protocol.FileInfo) error {
+		err := sess.List(ctx, p, client.ListOptions{Depth: maxDepth}, func(fi protocol.FileInfo) error {
 			if path.Clean(fi.Path) == p {
 				return nil
 			}
