@@ -32,7 +32,9 @@ type RefusalError struct {
 	Detail string
 }
 
-func (e *RefusalError) Error() string { return fmt.Sprintf("checkpoint refused (%s): %s", e.Reason, e.Detail) }
+func (e *RefusalError) Error() string {
+	return fmt.Sprintf("checkpoint refused (%s): %s", e.Reason, e.Detail)
+}
 
 // refusef is a refusal as the client error every caller sees.
 func refusef(r Reason, format string, args ...any) *client.Error {
