@@ -69,7 +69,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		pack += time.Since(tp)
 		pf.Close()
 		os.Remove(pf.Name())
-		t2 = time.Now()
+		t2u := time.Now()
 		if err := dst.Session().WriteTar(ctx, "/tmp/bench", bytes.NewReader(tarball.Bytes())); err != nil {
 			b.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		}
 		down += t1.Sub(t0)
 		ckpt += t2.Sub(t1)
-		up += t3.Sub(t2)
+		up += t3.Sub(t2u)
 		lay += t5.Sub(t4)
 	}
 	n := time.Duration(b.N)

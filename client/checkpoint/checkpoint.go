@@ -341,7 +341,7 @@ func copyTree(ctx context.Context, sess *client.Session, p string, tw *tar.Write
 		}
 		st.files++
 		st.seen[strings.TrimSuffix(name, "/")] = stamp{size: h.Size, mtime: h.ModTime}
-		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
+		if h.Typeflag == tar.TypeReg {
 			n, err := io.Copy(tw, tr)
 			st.treeBytes += n
 			if err != nil {

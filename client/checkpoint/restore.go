@@ -167,7 +167,7 @@ func verifyArchive(r io.Reader, m Manifest) ([]member, error) {
 		}
 		mb := member{path: name, typ: h.Typeflag, mode: h.Mode, uid: h.Uid, gid: h.Gid, mtime: h.ModTime}
 		switch h.Typeflag {
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg:
 			n, err := io.Copy(io.Discard, io.LimitReader(tr, m.TreeBytes-bytes+1))
 			bytes += n
 			if err != nil {
