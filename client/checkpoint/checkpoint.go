@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -98,10 +99,14 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 		}
 	}
 	h := sha256.New()
-	cw := &countingWriter{w: io.MultiWriter(f, h), limit: store.maxObject()}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	cw := &countingWriter{w: io.MultiWriter(bw, h), limit: store.maxObject()}
 	stats, err := packPaths(ctx, sess, paths, cw)
 	if resume != nil {
 		resume()
+	}
+	if err == nil {
+		err = bw.Flush()
 	}
 	if err != nil {
 		return Manifest{}, err
@@ -311,7 +316,10 @@ func copyTree(ctx context.Context, sess *client.Session, p string, tw *tar.Write
 		return err
 	}
 	defer rc.Close()
-	tr := tar.NewReader(rc)
+	// Large reads and writes: archive/tar reads its source in the sizes it
+	// is asked for, and io.Copy would ask 32 KiB at a time.
+	tr := tar.NewReader(bufio.NewReaderSize(rc, 1<<20))
+	buf := make([]byte, 1<<20)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -342,7 +350,7 @@ func copyTree(ctx context.Context, sess *client.Session, p string, tw *tar.Write
 		st.files++
 		st.seen[strings.TrimSuffix(name, "/")] = stamp{size: h.Size, mtime: h.ModTime}
 		if h.Typeflag == tar.TypeReg {
-			n, err := io.Copy(tw, tr)
+			n, err := io.CopyBuffer(onlyWriter{tw}, onlyReader{tr}, buf)
 			st.treeBytes += n
 			if err != nil {
 				var ce *client.Error
@@ -354,6 +362,11 @@ func copyTree(ctx context.Context, sess *client.Session, p string, tw *tar.Write
 		}
 	}
 }
+
+// onlyWriter and onlyReader hide ReadFrom and WriteTo, so CopyBuffer uses
+// the large buffer it is given.
+type onlyWriter struct{ io.Writer }
+type onlyReader struct{ io.Reader }
 
 // fileMode reads the four octal digits FileInfo.mode carries.
 func fileMode(s string) int64 {
