@@ -45,6 +45,7 @@ const (
 	TypeEmulator   = "microvm.emulator"
 	TypeKill       = "microvm.kill"
 	TypeStat       = "microvm.stat"
+	TypeCheckpoint = "microvm.checkpoint"
 	TypeDir        = "microvm.dir"
 	TypeMkdir      = "microvm.mkdir"
 	TypeMove       = "microvm.move"
@@ -354,6 +355,11 @@ type KillData struct {
 // StatData is the data of a microvm.stat envelope.
 type StatData struct {
 	Entry FileEntry `json:"entry"`
+}
+
+// CheckpointData is the data of a microvm.checkpoint envelope.
+type CheckpointData struct {
+	Checkpoint CheckpointManifest `json:"checkpoint"`
 }
 
 // DirData is the data of a microvm.dir envelope.
@@ -813,6 +819,7 @@ var Responses = []Response{
 	{Type: "microvm.emulator", Keys: []string{"endpoint", "agentd", "stateDir"}},
 	{Type: "microvm.kill", Keys: []string{"execId", "killed", "signal"}},
 	{Type: "microvm.stat", Keys: []string{"entry"}},
+	{Type: "microvm.checkpoint", Keys: []string{"checkpoint"}},
 	{Type: "microvm.dir", Keys: []string{"path", "entries"}},
 	{Type: "microvm.mkdir", Keys: []string{"path", "created"}},
 	{Type: "microvm.move", Keys: []string{"from", "to"}},
@@ -866,6 +873,7 @@ var Commands = []Command{
 	{Name: "setup", Type: "microvm.setup", Ready: true},
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
+	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: false},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.
