@@ -64,7 +64,7 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 	if err != nil {
 		return Manifest{}, err
 	}
-	arn, version, err := sb.Image(ctx)
+	arn, version, err := sandbox.ImageOf(ctx, sb)
 	if err != nil {
 		return Manifest{}, err
 	}
