@@ -70,6 +70,18 @@ func (e *env) launch(t testing.TB) *sandbox.Sandbox {
 	return sb
 }
 
+// runE is run for a fleet's task goroutine, which must not call t.Fatal.
+func runE(sb *sandbox.Sandbox, script string) (string, error) {
+	res, err := sb.Run(context.Background(), []string{"sh", "-c", script}, client.RunOptions{})
+	if err != nil {
+		return "", err
+	}
+	if res.ExitStatus != 0 {
+		return "", fmt.Errorf("%q exited %d: %s%s", script, res.ExitStatus, res.Stdout, res.Stderr)
+	}
+	return res.Stdout, nil
+}
+
 func run(t testing.TB, sb *sandbox.Sandbox, script string) string {
 	t.Helper()
 	res, err := sb.Run(context.Background(), []string{"sh", "-c", script}, client.RunOptions{})
@@ -155,12 +167,17 @@ func TestForkCarriesEveryKindAndForksDiverge(t *testing.T) {
 		Checkpoint: Options{Paths: []string{"/tmp/proj"}, Name: "proj", Labels: map[string]string{"suite": "e2e"}},
 		Fleet:      sandbox.FleetOptions{Parallel: n, Launch: e.emu.Launch},
 	}, func(ctx context.Context, i int, sb *sandbox.Sandbox) (client.Result, error) {
-		got := run(t, sb, describe)
+		got, err := runE(sb, describe)
+		if err != nil {
+			return client.Result{}, err
+		}
 		if got != want {
 			return client.Result{}, fmt.Errorf("fork %d sees another tree:\n%s\nwant:\n%s", i, got, want)
 		}
 		mine := fmt.Sprintf("fork %d\n", i)
-		run(t, sb, fmt.Sprintf("printf '%s' > /tmp/proj/src/a.txt && echo %d > /tmp/proj/only-%d", strings.TrimSuffix(mine, "\n")+`\n`, i, i))
+		if _, err := runE(sb, fmt.Sprintf("printf '%s' > /tmp/proj/src/a.txt && echo %d > /tmp/proj/only-%d", strings.TrimSuffix(mine, "\n")+`\n`, i, i)); err != nil {
+			return client.Result{}, err
+		}
 		mu.Lock()
 		arrived++
 		if arrived == n {
@@ -175,7 +192,10 @@ func TestForkCarriesEveryKindAndForksDiverge(t *testing.T) {
 		if b, err := sb.ReadFile(ctx, "/tmp/proj/src/a-hard"); err != nil || string(b) != mine {
 			return client.Result{}, fmt.Errorf("fork %d reads %q through its hard link, want %q (%v)", i, b, mine, err)
 		}
-		others := run(t, sb, "ls /tmp/proj | grep -c '^only-' || true")
+		others, err := runE(sb, "ls /tmp/proj | grep -c '^only-' || true")
+		if err != nil {
+			return client.Result{}, err
+		}
 		if strings.TrimSpace(others) != "1" {
 			return client.Result{}, fmt.Errorf("fork %d sees %s only-* markers, want its own alone", i, others)
 		}
