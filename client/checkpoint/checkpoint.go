@@ -153,7 +153,14 @@ func checkpointPaths(ctx context.Context, sb *sandbox.Sandbox, in []string) ([]s
 		if err := res.Err(); err != nil {
 			return nil, err
 		}
-		in = []string{strings.TrimSpace(res.Stdout)}
+		wd := strings.TrimSpace(res.Stdout)
+		if wd == "/" || wd == "" {
+			// An image without a WORKDIR starts commands at the root; a
+			// default that saved the whole filesystem would be a surprise.
+			return nil, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingBaseImagesLackWorkdir,
+				"the sandbox's working directory is %q, so there is no default to save; name the paths (Options.Paths)", wd)
+		}
+		in = []string{wd}
 	}
 	if len(in) > maxPaths {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "a checkpoint of %d paths is over %d", len(in), maxPaths)

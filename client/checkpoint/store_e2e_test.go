@@ -2,7 +2,12 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/taxonomy"
 
 	"github.com/microvms/microvms/client/sandbox"
 )
@@ -52,5 +57,27 @@ func TestListAndRemove(t *testing.T) {
 	}
 	if _, err := e.store.Get(ctx, "a"); err == nil {
 		t.Fatal("a removed checkpoint is still found")
+	}
+}
+
+// No paths: the working directory, unless that is "/" (an image without a
+// WORKDIR), which is refused rather than saving the whole filesystem.
+// Catches: a default that checkpoints the root.
+func TestDefaultPathIsTheWorkdir(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.launch(t)
+	wd := strings.TrimSpace(run(t, sb, "pwd"))
+	t.Logf("the guest starts commands in %s", wd)
+	m, err := Checkpoint(ctx, sb, e.store, Options{})
+	if wd == "/" {
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Kind() != taxonomy.KindInvalidArg {
+			t.Fatalf("a checkpoint of the root by default: %+v, %v", m, err)
+		}
+		return
+	}
+	if err != nil || len(m.Paths) != 1 || m.Paths[0] != wd {
+		t.Fatalf("paths %v (%v), want the workdir %s", m.Paths, err, wd)
 	}
 }
