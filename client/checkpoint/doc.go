@@ -29,10 +29,13 @@
 // permission bits (setuid, setgid and sticky included), owners (uid and gid,
 // by number), and modification times; a sparse file costs the object only
 // what its compressed zeros cost and lands sparse again (agentd writes
-// all-zero blocks as holes). Files are laid by agentd's tar upload and
-// their modes, owners and times then applied by one shell script run in the
-// sandbox (chmod, chown -h, touch -h), because the upload masks modes and
-// keeps neither owners nor times. Sockets, fifos and devices are not
+// all-zero blocks as holes). Files are laid by agentd's tar upload, one
+// upload per saved path confined by agentd beneath that path, and their
+// modes, owners and times then applied by one shell script run in the
+// sandbox (chmod, chown -h, touch -h; the image needs sh and those), because
+// the upload masks modes and keeps neither owners nor times. Files the new
+// sandbox's image already has under a saved path and the checkpoint lacks
+// are left in place. Sockets, fifos and devices are not
 // carried (the tar download skips them); extended attributes, ACLs and file
 // capabilities are not carried. Processes, their memory and open
 // descriptors are not carried: suspend and resume keep those, for the one

@@ -103,6 +103,22 @@ func TestVerifyArchiveRefusesClimbingNames(t *testing.T) {
 	}
 }
 
+// Catches: a hard link whose target lies outside the checkpoint's paths
+// (or under another of them) laid as a link to that file.
+func TestVerifyArchiveRefusesLinksOut(t *testing.T) {
+	m := validManifest()
+	m.Paths = []string{"/v", "/w"}
+	m.Files = 2
+	for _, target := range []string{"etc/shadow", "v/f", "w/../etc/shadow"} {
+		obj := archive(t, &tar.Header{Name: "v/f", Typeflag: tar.TypeDir, Mode: 0o755}, &tar.Header{Name: "w/l", Typeflag: tar.TypeLink, Linkname: target})
+		_, err := verifyArchive(bytes.NewReader(obj), m)
+		var re *RefusalError
+		if !errors.As(err, &re) || re.Reason != ReasonForeign {
+			t.Errorf("link to %s: err %v, want a foreign refusal", target, err)
+		}
+	}
+}
+
 // Catches: AllowOtherVersion ignored, or the version check skipped when
 // the caller names the checkpoint's own image and another version.
 func TestCheckVersion(t *testing.T) {

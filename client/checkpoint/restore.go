@@ -176,7 +176,12 @@ func verifyArchive(r io.Reader, m Manifest) ([]member, error) {
 			if bytes > m.TreeBytes {
 				return nil, refusef(ReasonForeign, "the object holds more file bytes than the %d its manifest counts", m.TreeBytes)
 			}
-		case tar.TypeDir, tar.TypeLink:
+		case tar.TypeDir:
+		case tar.TypeLink:
+			target := path.Clean("/" + h.Linkname)
+			if !under(target, m.Paths) || pathOf(target, m.Paths) != pathOf(name, m.Paths) {
+				return nil, refusef(ReasonForeign, "the object's hard link %q leads to %q, outside its own checkpoint path", h.Name, h.Linkname)
+			}
 		case tar.TypeSymlink:
 			if strings.HasPrefix(h.Linkname, "/") {
 				mb.link = h.Linkname
@@ -193,6 +198,16 @@ func verifyArchive(r io.Reader, m Manifest) ([]member, error) {
 		return nil, refusef(ReasonForeign, "the object's compressed stream is damaged after its archive: %v", err)
 	}
 	return members, nil
+}
+
+// pathOf is the checkpoint path name lies beneath ("" for none).
+func pathOf(name string, paths []string) string {
+	for _, p := range paths {
+		if name == p || p == "/" || strings.HasPrefix(name, p+"/") {
+			return p
+		}
+	}
+	return ""
 }
 
 func under(name string, paths []string) bool {
@@ -286,22 +301,12 @@ func Lay(ctx context.Context, sb *sandbox.Sandbox, p *Prepared) error {
 	if sess == nil {
 		return client.Errorf(taxonomy.KindPrecondition, "", "%s has no session: files are laid into a RUNNING sandbox", sb)
 	}
-	f, err := os.Open(p.v.file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	zr, err := zstd.NewReader(f, zstd.WithDecoderMaxMemory(64<<20))
-	if err != nil {
-		return err
-	}
-	defer zr.Close()
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(relayTar(tar.NewReader(zr), pw)) }()
-	err = sess.WriteTar(ctx, "/", pr)
-	pr.CloseWithError(errors.New("upload finished"))
-	if err != nil {
-		return err
+	// One upload per path, each confined by agentd beneath that path, so
+	// no member can land outside the directory it was saved from.
+	for _, dir := range p.v.m.Paths {
+		if err := layPath(ctx, sess, p.v.file, dir); err != nil {
+			return err
+		}
 	}
 	script := fixupScript(p.v.members)
 	name := "/tmp/.microvm-checkpoint-" + randHex() + ".sh"
@@ -318,9 +323,41 @@ func Lay(ctx context.Context, sb *sandbox.Sandbox, p *Prepared) error {
 	return nil
 }
 
-// relayTar copies the verified archive to the upload, leaving out
-// absolute symlinks (agentd refuses them; the script makes them).
-func relayTar(tr *tar.Reader, w io.Writer) error {
+// layPath uploads the members under dir, named relative to it, into dir.
+func layPath(ctx context.Context, sess *client.Session, file, dir string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zr, err := zstd.NewReader(f, zstd.WithDecoderMaxMemory(64<<20))
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(relayTar(tar.NewReader(zr), pw, dir)) }()
+	err = sess.WriteTar(ctx, dir, pr)
+	pr.CloseWithError(errors.New("upload finished"))
+	return err
+}
+
+// relative is name (an archive name: an absolute path without its slash)
+// relative to dir, and whether it lies beneath dir at all.
+func relative(name, dir string) (string, bool) {
+	abs := path.Clean("/" + name)
+	if dir == "/" {
+		return strings.TrimPrefix(abs, "/"), abs != "/"
+	}
+	rel, ok := strings.CutPrefix(abs, dir+"/")
+	return rel, ok
+}
+
+// relayTar copies the verified archive's members beneath dir to the
+// upload, renamed relative to dir, leaving out dir itself (the script sets
+// its metadata) and absolute symlinks (agentd refuses them; the script
+// makes them).
+func relayTar(tr *tar.Reader, w io.Writer, dir string) error {
 	tw := tar.NewWriter(w)
 	for {
 		h, err := tr.Next()
@@ -330,9 +367,19 @@ func relayTar(tr *tar.Reader, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if h.Typeflag == tar.TypeSymlink && strings.HasPrefix(h.Linkname, "/") {
+		rel, ok := relative(h.Name, dir)
+		if !ok || (h.Typeflag == tar.TypeSymlink && strings.HasPrefix(h.Linkname, "/")) {
 			continue
 		}
+		if h.Typeflag == tar.TypeLink {
+			if h.Linkname, ok = relative(h.Linkname, dir); !ok {
+				return fmt.Errorf("hard link %s leads out of %s", h.Name, dir) // verifyArchive refused it already
+			}
+		}
+		if h.Typeflag == tar.TypeDir {
+			rel += "/"
+		}
+		h.Name = rel
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}

@@ -81,3 +81,25 @@ func TestDefaultPathIsTheWorkdir(t *testing.T) {
 		t.Fatalf("paths %v (%v), want the workdir %s", m.Paths, err, wd)
 	}
 }
+
+// Two paths, each laid back under itself (one upload per path, confined
+// there by agentd). Catches: members of one path landing under the other.
+func TestTwoPathsRestoreInPlace(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.launch(t)
+	run(t, sb, "mkdir -p /tmp/a/x /tmp/b && echo A > /tmp/a/x/f && echo B > /tmp/b/f && ln /tmp/b/f /tmp/b/g")
+	m, err := Checkpoint(ctx, sb, e.store, Options{Paths: []string{"/tmp/b", "/tmp/a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(ctx, e.store, m.Digest, RestoreOptions{Launch: e.emu.Launch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Terminate(ctx, teardown)
+	got := run(t, r, "cat /tmp/a/x/f /tmp/b/f /tmp/b/g; ls /tmp/a /tmp/b | tr '\\n' ' '; [ $(stat -c %i /tmp/b/f) = $(stat -c %i /tmp/b/g) ] && echo linked")
+	if got != "A\nB\nB\n/tmp/a: x  /tmp/b: f g linked\n" {
+		t.Fatalf("restored: %q", got)
+	}
+}
