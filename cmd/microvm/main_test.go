@@ -397,7 +397,11 @@ func TestExitRows(t *testing.T) {
 // (no agentd) and TestKeptVMAcrossProcesses (logs of a deleted group).
 // TestUnreachedRowsAreLifecycle turns red if a row is declared unreached
 // while its commands are ready.
-var unreachedRows = map[taxonomy.ErrorKind][]string{}
+var unreachedRows = map[taxonomy.ErrorKind][]string{
+	// Row 14 is the library's (client/checkpoint) until the checkpoint
+	// command exists (issue 47).
+	taxonomy.KindCheckpointRefused: {"checkpoint"},
+}
 
 func TestUnreachedRowsAreLifecycle(t *testing.T) {
 	for kind, cmds := range unreachedRows {

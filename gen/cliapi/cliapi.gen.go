@@ -45,6 +45,7 @@ const (
 	TypeEmulator   = "microvm.emulator"
 	TypeKill       = "microvm.kill"
 	TypeStat       = "microvm.stat"
+	TypeCheckpoint = "microvm.checkpoint"
 	TypeDir        = "microvm.dir"
 	TypeMkdir      = "microvm.mkdir"
 	TypeMove       = "microvm.move"
@@ -356,6 +357,11 @@ type StatData struct {
 	Entry FileEntry `json:"entry"`
 }
 
+// CheckpointData is the data of a microvm.checkpoint envelope.
+type CheckpointData struct {
+	Checkpoint CheckpointManifest `json:"checkpoint"`
+}
+
 // DirData is the data of a microvm.dir envelope.
 type DirData struct {
 	Path string `json:"path"`
@@ -424,6 +430,45 @@ type DockerfileData struct {
 	BaseImageDockerRef string  `json:"baseImageDockerRef"`
 	Port               int64   `json:"port"`
 	Workdir            *string `json:"workdir"`
+}
+
+// CheckpointLabel is the "checkpointLabel" shape of api/cli.yaml.
+type CheckpointLabel struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// CheckpointManifest is the "checkpointManifest" shape of api/cli.yaml.
+type CheckpointManifest struct {
+	// Format is the manifest's format, 1; a reader refuses a format it does not know
+	Format int64 `json:"format"`
+	// Name is the caller's name for the checkpoint, or empty
+	Name string `json:"name"`
+	// Digest is sha256:<hex> of the stored object's bytes, which is also its key
+	Digest string `json:"digest"`
+	// Size is the stored object's length in bytes (compressed)
+	Size int64 `json:"size"`
+	// TreeBytes is the regular files' bytes as the tar carried them (holes expanded)
+	TreeBytes int64 `json:"treeBytes"`
+	// Files is members of the tree: files, directories, symlinks and hard links
+	Files int64 `json:"files"`
+	// Compression is how the object's tar stream is compressed
+	Compression string `json:"compression"`
+	// Paths is absolute paths in the sandbox the checkpoint holds
+	Paths    []string `json:"paths"`
+	ImageARN string   `json:"imageArn"`
+	// ImageVersion is the image version the sandbox was launched from, or empty when the launch named none
+	ImageVersion string `json:"imageVersion"`
+	// MicrovmID is the MicroVM the files were taken from
+	MicrovmID string `json:"microvmId"`
+	// CreatedAt is RFC 3339
+	CreatedAt     string            `json:"createdAt"`
+	ClientVersion string            `json:"clientVersion"`
+	Labels        []CheckpointLabel `json:"labels"`
+	// WritersPaused is true when the sandbox's running commands were stopped (SIGSTOP) while the files were read
+	WritersPaused bool `json:"writersPaused"`
+	// ChangedUnderneath is paths whose size or mtime differed between the tree's listing before and after it was read; their saved bytes may be torn
+	ChangedUnderneath []string `json:"changedUnderneath"`
 }
 
 // CommandShare is the "commandShare" shape of api/cli.yaml.
@@ -774,6 +819,7 @@ var Responses = []Response{
 	{Type: "microvm.emulator", Keys: []string{"endpoint", "agentd", "stateDir"}},
 	{Type: "microvm.kill", Keys: []string{"execId", "killed", "signal"}},
 	{Type: "microvm.stat", Keys: []string{"entry"}},
+	{Type: "microvm.checkpoint", Keys: []string{"checkpoint"}},
 	{Type: "microvm.dir", Keys: []string{"path", "entries"}},
 	{Type: "microvm.mkdir", Keys: []string{"path", "created"}},
 	{Type: "microvm.move", Keys: []string{"from", "to"}},
@@ -827,6 +873,7 @@ var Commands = []Command{
 	{Name: "setup", Type: "microvm.setup", Ready: true},
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
+	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: false},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.

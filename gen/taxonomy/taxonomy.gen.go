@@ -62,6 +62,7 @@ const (
 	FindingDetachedExecOutlivesToken  FindingID = "detached-exec-outlives-token"
 	FindingInactiveRetires            FindingID = "inactive-retires"
 	FindingLaunchWithoutExecutionRole FindingID = "launch-without-execution-role"
+	FindingNoUserSnapshot             FindingID = "no-user-snapshot"
 )
 
 // Finding is one measured platform behaviour.
@@ -121,6 +122,7 @@ var Findings = []Finding{
 	{ID: FindingDetachedExecOutlivesToken, Title: "A detached exec outlives the 60-minute proxy token"},
 	{ID: FindingInactiveRetires, Title: "An INACTIVE version cannot be launched, pinned or not"},
 	{ID: FindingLaunchWithoutExecutionRole, Title: "RunMicrovm without executionRoleArn launches"},
+	{ID: FindingNoUserSnapshot, Title: "The service has no call that saves a MicroVM's files"},
 }
 
 // Title is the docs/PLATFORM.md heading of f, or "" for an unknown id.
@@ -151,10 +153,11 @@ const (
 	KindInterrupted
 	KindPrecondition
 	KindExecFailed
+	KindCheckpointRefused
 )
 
 // ErrorKinds lists every error kind in declaration order.
-var ErrorKinds = []ErrorKind{KindUnexpected, KindInvalidArg, KindRetryable, KindCredentials, KindProtocol, KindBuildWedged, KindLaunchDied, KindWindowClosed, KindPlatform, KindTimeout, KindInterrupted, KindPrecondition, KindExecFailed}
+var ErrorKinds = []ErrorKind{KindUnexpected, KindInvalidArg, KindRetryable, KindCredentials, KindProtocol, KindBuildWedged, KindLaunchDied, KindWindowClosed, KindPlatform, KindTimeout, KindInterrupted, KindPrecondition, KindExecFailed, KindCheckpointRefused}
 
 type errorKindRow struct {
 	name, code, meaning string
@@ -163,19 +166,20 @@ type errorKindRow struct {
 }
 
 var errorKindRows = map[ErrorKind]errorKindRow{
-	KindUnexpected:   {name: "Unexpected", code: "ERR_UNEXPECTED", exit: 1, meaning: "a failure no handler claimed; a bug in this tool, not the platform", finding: ""},
-	KindInvalidArg:   {name: "InvalidArg", code: "ERR_INVALID_ARG", exit: 2, meaning: "the request was refused locally, before any AWS call", finding: ""},
-	KindRetryable:    {name: "Retryable", code: "ERR_RETRYABLE", exit: 3, meaning: "a transient condition; the identical call may succeed", finding: "endpoint-auth"},
-	KindCredentials:  {name: "Credentials", code: "ERR_CREDENTIALS", exit: 4, meaning: "an identity is wrong or missing; waiting will not help", finding: ""},
-	KindProtocol:     {name: "Protocol", code: "ERR_PROTOCOL", exit: 5, meaning: "the daemon refused the request on its merits", finding: ""},
-	KindBuildWedged:  {name: "BuildWedged", code: "ERR_BUILD_WEDGED", exit: 6, meaning: "the image build was never scheduled, the signature of a replayed clientToken", finding: "client-token-permanent"},
-	KindLaunchDied:   {name: "LaunchDied", code: "ERR_LAUNCH_DIED", exit: 7, meaning: "the MicroVM reached a terminal state before RUNNING; see its stateReason", finding: "dead-before-running"},
-	KindWindowClosed: {name: "WindowClosed", code: "ERR_WINDOW_CLOSED", exit: 8, meaning: "the suspended window chosen at launch has passed; nothing is left to resume", finding: "idle-policy"},
-	KindPlatform:     {name: "Platform", code: "ERR_PLATFORM", exit: 9, meaning: "a control-plane failure with no more specific class", finding: ""},
-	KindTimeout:      {name: "Timeout", code: "ERR_TIMEOUT", exit: 10, meaning: "a client-side deadline passed; the VM and the exec were left as they were", finding: ""},
-	KindInterrupted:  {name: "Interrupted", code: "ERR_INTERRUPTED", exit: 11, meaning: "interrupted after launch; teardown ran and any leak is named", finding: "build-log-group-survives"},
-	KindPrecondition: {name: "Precondition", code: "ERR_PRECONDITION", exit: 12, meaning: "a prerequisite is missing; run `microvm doctor`", finding: ""},
-	KindExecFailed:   {name: "ExecFailed", code: "ERR_EXEC_FAILED", exit: 13, meaning: "the sandbox worked and the command in it exited non-zero", finding: ""},
+	KindUnexpected:        {name: "Unexpected", code: "ERR_UNEXPECTED", exit: 1, meaning: "a failure no handler claimed; a bug in this tool, not the platform", finding: ""},
+	KindInvalidArg:        {name: "InvalidArg", code: "ERR_INVALID_ARG", exit: 2, meaning: "the request was refused locally, before any AWS call", finding: ""},
+	KindRetryable:         {name: "Retryable", code: "ERR_RETRYABLE", exit: 3, meaning: "a transient condition; the identical call may succeed", finding: "endpoint-auth"},
+	KindCredentials:       {name: "Credentials", code: "ERR_CREDENTIALS", exit: 4, meaning: "an identity is wrong or missing; waiting will not help", finding: ""},
+	KindProtocol:          {name: "Protocol", code: "ERR_PROTOCOL", exit: 5, meaning: "the daemon refused the request on its merits", finding: ""},
+	KindBuildWedged:       {name: "BuildWedged", code: "ERR_BUILD_WEDGED", exit: 6, meaning: "the image build was never scheduled, the signature of a replayed clientToken", finding: "client-token-permanent"},
+	KindLaunchDied:        {name: "LaunchDied", code: "ERR_LAUNCH_DIED", exit: 7, meaning: "the MicroVM reached a terminal state before RUNNING; see its stateReason", finding: "dead-before-running"},
+	KindWindowClosed:      {name: "WindowClosed", code: "ERR_WINDOW_CLOSED", exit: 8, meaning: "the suspended window chosen at launch has passed; nothing is left to resume", finding: "idle-policy"},
+	KindPlatform:          {name: "Platform", code: "ERR_PLATFORM", exit: 9, meaning: "a control-plane failure with no more specific class", finding: ""},
+	KindTimeout:           {name: "Timeout", code: "ERR_TIMEOUT", exit: 10, meaning: "a client-side deadline passed; the VM and the exec were left as they were", finding: ""},
+	KindInterrupted:       {name: "Interrupted", code: "ERR_INTERRUPTED", exit: 11, meaning: "interrupted after launch; teardown ran and any leak is named", finding: "build-log-group-survives"},
+	KindPrecondition:      {name: "Precondition", code: "ERR_PRECONDITION", exit: 12, meaning: "a prerequisite is missing; run `microvm doctor`", finding: ""},
+	KindExecFailed:        {name: "ExecFailed", code: "ERR_EXEC_FAILED", exit: 13, meaning: "the sandbox worked and the command in it exited non-zero", finding: ""},
+	KindCheckpointRefused: {name: "CheckpointRefused", code: "ERR_CHECKPOINT_REFUSED", exit: 14, meaning: "a checkpoint was refused before any file landed (truncated, corrupted or foreign object, or taken on another image version)", finding: "no-user-snapshot"},
 }
 
 // String is the kind's name, e.g. "InvalidArg".
@@ -336,6 +340,7 @@ var ExitTable = []ExitRow{
 	{Value: 11, Code: "ERR_INTERRUPTED", Meaning: "interrupted after launch; teardown ran"},
 	{Value: 12, Code: "ERR_PRECONDITION", Meaning: "a prerequisite is missing; run microvm doctor"},
 	{Value: 13, Code: "ERR_EXEC_FAILED", Meaning: "the command in the sandbox exited non-zero"},
+	{Value: 14, Code: "ERR_CHECKPOINT_REFUSED", Meaning: "a checkpoint was refused before any file of it landed: its object is truncated, corrupted or foreign, or it was taken on another image version"},
 }
 
 // DaemonError is one of agentd's machine-readable error slugs.

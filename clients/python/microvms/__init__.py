@@ -13,6 +13,7 @@ from ._contract import ERROR_KINDS, PROTOCOL_VERSION
 from ._engine import BINARY_ENV, find_binary
 from .errors import (
     BuildWedgedError,
+    CheckpointRefusedError,
     CredentialsError,
     ExecFailedError,
     InterruptedError,
@@ -59,4 +60,5 @@ __all__ = [
     "MicrovmError", "UnexpectedError", "InvalidArgError", "RetryableError", "CredentialsError",
     "ProtocolError", "BuildWedgedError", "LaunchDiedError", "WindowClosedError", "PlatformError",
     "TimeoutError", "InterruptedError", "PreconditionError", "ExecFailedError",
+    "CheckpointRefusedError",
 ]

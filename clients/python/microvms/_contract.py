@@ -25,6 +25,7 @@ ERROR_KINDS: Dict[str, Tuple[str, int]] = {
     "ERR_INTERRUPTED": ("Interrupted", 11),
     "ERR_PRECONDITION": ("Precondition", 12),
     "ERR_EXEC_FAILED": ("ExecFailed", 13),
+    "ERR_CHECKPOINT_REFUSED": ("CheckpointRefused", 14),
 }
 
 # Each op: the response type its envelope carries, and whether event frames precede it.

@@ -103,6 +103,10 @@ class ExecFailedError(MicrovmError):
     """ERR_EXEC_FAILED: the command's outcome is unknown (a stream ended without its exit)."""
 
 
+class CheckpointRefusedError(MicrovmError):
+    """ERR_CHECKPOINT_REFUSED: a checkpoint was refused before any file of it landed (truncated, corrupted, foreign, or another image version)."""
+
+
 # The class of each code; tests hold it to the generated ERROR_KINDS.
 ERROR_CLASSES: Dict[str, Type[MicrovmError]] = {
     "ERR_UNEXPECTED": UnexpectedError,
@@ -118,6 +122,7 @@ ERROR_CLASSES: Dict[str, Type[MicrovmError]] = {
     "ERR_INTERRUPTED": InterruptedError,
     "ERR_PRECONDITION": PreconditionError,
     "ERR_EXEC_FAILED": ExecFailedError,
+    "ERR_CHECKPOINT_REFUSED": CheckpointRefusedError,
 }
 
 

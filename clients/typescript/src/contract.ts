@@ -24,6 +24,7 @@ export const ERROR_KINDS = {
   ERR_INTERRUPTED: { kind: "Interrupted", exitCode: 11 },
   ERR_PRECONDITION: { kind: "Precondition", exitCode: 12 },
   ERR_EXEC_FAILED: { kind: "ExecFailed", exitCode: 13 },
+  ERR_CHECKPOINT_REFUSED: { kind: "CheckpointRefused", exitCode: 14 },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_KINDS;

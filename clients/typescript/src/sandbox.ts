@@ -73,6 +73,7 @@ export class TimeoutError extends MicrovmError {}
 export class InterruptedError extends MicrovmError {}
 export class PreconditionError extends MicrovmError {}
 export class ExecFailedError extends MicrovmError {}
+export class CheckpointRefusedError extends MicrovmError {}
 
 /** The class of each generated error code; `satisfies` makes a code added to api/errors.yaml a compile error here. */
 export const ERROR_CLASSES = {
@@ -89,6 +90,7 @@ export const ERROR_CLASSES = {
   ERR_INTERRUPTED: InterruptedError,
   ERR_PRECONDITION: PreconditionError,
   ERR_EXEC_FAILED: ExecFailedError,
+  ERR_CHECKPOINT_REFUSED: CheckpointRefusedError,
 } satisfies Record<C.ErrorCode, typeof MicrovmError>;
 
 function fromEnvelope(env: C.FailureEnvelope): MicrovmError {

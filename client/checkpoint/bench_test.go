@@ -1,0 +1,163 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/sandbox"
+)
+
+// benchTree is 256 MiB in a sandbox: 16 random (incompressible) files of
+// 16 MiB in two directories, the worst case for the compressor.
+const benchTree = `set -e; mkdir -p /tmp/bench/a /tmp/bench/b
+for i in $(seq 1 8); do head -c 16777216 /dev/urandom > /tmp/bench/a/f$i; head -c 16777216 /dev/urandom > /tmp/bench/b/f$i; done`
+
+const benchBytes = 256 << 20
+
+func mbps(d time.Duration) float64 { return float64(benchBytes) / (1 << 20) / d.Seconds() }
+
+// BenchmarkCheckpoint reports, in the same run on the same 256 MiB tree:
+// the tar download row (GET /v1/fs/tar to nowhere) beside Checkpoint (the
+// same download, compressed, hashed, spooled and stored in the emulator's
+// S3), and the tar upload row (PUT /v1/fs/tar of the same archive) beside
+// laying the verified checkpoint (upload plus the metadata script), as
+// MB/s and their ratios (target: at least 0.8). pack is the checkpoint
+// without the bucket (read, rename, compress, hash, spool to a host file),
+// so the store's share (the emulator's in-memory S3 slice here, the
+// account's bucket on AWS) can be told from the client's own.
+func BenchmarkCheckpoint(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	src := e.launch(b)
+	dst := e.launch(b)
+	run(b, src, benchTree)
+	var tarball bytes.Buffer
+	if _, err := src.Session().ReadTar(ctx, "/tmp/bench", &tarball); err != nil {
+		b.Fatal(err)
+	}
+	var down, ckpt, pack, up, lay time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := src.Session().ReadTar(ctx, "/tmp/bench", io.Discard); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		m, err := Checkpoint(ctx, src, e.store, Options{Paths: []string{"/tmp/bench"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		// The checkpoint's own share: the same read, renamed, compressed
+		// and hashed into a host file, without the bucket.
+		pf, err := os.CreateTemp(b.TempDir(), "pack")
+		if err != nil {
+			b.Fatal(err)
+		}
+		tp := time.Now()
+		if _, err := packPaths(ctx, src.Session(), []string{"/tmp/bench"}, io.MultiWriter(pf, sha256.New())); err != nil {
+			b.Fatal(err)
+		}
+		pack += time.Since(tp)
+		pf.Close()
+		os.Remove(pf.Name())
+		t2u := time.Now()
+		if err := dst.Session().WriteTar(ctx, "/tmp/bench", bytes.NewReader(tarball.Bytes())); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		run(b, dst, "rm -rf /tmp/bench")
+		p, err := e.store.Prepare(ctx, m.Digest)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t4 := time.Now()
+		if err := Lay(ctx, dst, p); err != nil {
+			b.Fatal(err)
+		}
+		t5 := time.Now()
+		p.Close()
+		run(b, dst, "rm -rf /tmp/bench")
+		if _, err := e.store.Remove(ctx, m.Digest); err != nil {
+			b.Fatal(err)
+		}
+		down += t1.Sub(t0)
+		ckpt += t2.Sub(t1)
+		up += t3.Sub(t2u)
+		lay += t5.Sub(t4)
+	}
+	n := time.Duration(b.N)
+	b.ReportMetric(mbps(down/n), "tar-download-MB/s")
+	b.ReportMetric(mbps(ckpt/n), "checkpoint-MB/s")
+	b.ReportMetric(float64(down)/float64(ckpt), "checkpoint/download")
+	b.ReportMetric(mbps(pack/n), "pack-MB/s")
+	b.ReportMetric(float64(down)/float64(pack), "pack/download")
+	b.ReportMetric(mbps(up/n), "tar-upload-MB/s")
+	b.ReportMetric(mbps(lay/n), "restore-lay-MB/s")
+	b.ReportMetric(float64(up)/float64(lay), "restore/upload")
+}
+
+// BenchmarkFork reports fork-to-first-command (Fork's start to each copy's
+// first command answering, a small project laid first) for n = 1 and 8,
+// beside launch-to-first-command (Launch, then the same command) in the
+// same run: p50 and max over the copies, in milliseconds.
+func BenchmarkFork(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	src := e.launch(b)
+	run(b, src, "mkdir -p /tmp/proj/src && for i in $(seq 1 200); do echo $i > /tmp/proj/src/f$i; done && head -c 4194304 /dev/urandom > /tmp/proj/blob")
+	b.Run("launch", func(b *testing.B) {
+		var all []time.Duration
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			sb, err := e.emu.Launch(ctx, sandbox.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			run(b, sb, "true")
+			all = append(all, time.Since(t0))
+			sb.Terminate(ctx, teardown)
+		}
+		report(b, all)
+	})
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			var all []time.Duration
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				firsts := make([]time.Duration, n)
+				_, rep, err := Fork(ctx, src, e.store, n, ForkOptions{
+					Checkpoint: Options{Paths: []string{"/tmp/proj"}},
+					Fleet:      sandbox.FleetOptions{Parallel: n, Launch: e.emu.Launch},
+				}, func(ctx context.Context, i int, sb *sandbox.Sandbox) (client.Result, error) {
+					res, err := sb.Run(ctx, []string{"true"}, client.RunOptions{})
+					firsts[i] = time.Since(t0)
+					return res, err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if f := rep.Failed(); len(f) != 0 {
+					b.Fatal(f[0].Err)
+				}
+				all = append(all, firsts...)
+			}
+			report(b, all)
+		})
+	}
+}
+
+func report(b *testing.B, all []time.Duration) {
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(all[len(all)-1].Microseconds())/1000, "max-ms")
+	b.ReportMetric(0, "ns/op")
+}

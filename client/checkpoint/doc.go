@@ -1,0 +1,61 @@
+// Package checkpoint saves a sandbox's files once and lays them into any
+// number of new sandboxes: Checkpoint streams chosen paths out of a running
+// sandbox through agentd's tar download (GET /v1/fs/tar), compresses the
+// stream (zstd) while hashing it (sha256) and stores it as one
+// content-addressed object, keyed by that digest, plus a manifest
+// (cliapi.CheckpointManifest) in an S3 bucket: the account's bucket on AWS,
+// the emulator's S3 slice locally, through the same aws-sdk-go-v2 code and
+// its transfer manager (multipart past its threshold, with checksums). The
+// object is written first and the manifest last, so a checkpoint that fails
+// at any point leaves no manifest, and nothing lists or restores it.
+//
+// Restore launches a sandbox from the checkpoint's image ARN and version
+// (through a sandbox.Launcher) and lays the files back before returning it,
+// so its first command sees them. Before anything is launched or written it
+// downloads the object to a bounded host temporary file, checks its length
+// and sha256 against the manifest, and reads the whole archive through once:
+// a truncated, corrupted or foreign object, or a checkpoint of another image
+// version than the one asked for, is refused with ERR_CHECKPOINT_REFUSED
+// naming why (RefusalError.Reason; AllowOtherVersion overrides the version
+// check). Fork is a checkpoint and n restores run by sandbox.RunMany: its
+// concurrency bound, per-sandbox outcomes, teardown, backoff on a throttled
+// RunMicrovm and one cost report. List and Remove manage stored checkpoints
+// by name or digest.
+//
+// # What a checkpoint carries
+//
+// Regular files with their bytes, directories (empty ones too), symbolic
+// links (relative and absolute targets), hard links (a pair stays one inode),
+// permission bits (setuid, setgid and sticky included), owners (uid and gid,
+// by number), and modification times; a sparse file costs the object only
+// what its compressed zeros cost and lands sparse again (agentd writes
+// all-zero blocks as holes). Files are laid by agentd's tar upload, one
+// upload per saved path confined by agentd beneath that path, and their
+// modes, owners and times then applied by one shell script run in the
+// sandbox (chmod, chown -h, touch -h; the image needs sh and those), because
+// the upload masks modes and keeps neither owners nor times. Files the new
+// sandbox's image already has under a saved path and the checkpoint lacks
+// are left in place. Sockets, fifos and devices are not
+// carried (the tar download skips them); extended attributes, ACLs and file
+// capabilities are not carried. Processes, their memory and open
+// descriptors are not carried: suspend and resume keep those, for the one
+// MicroVM suspended.
+//
+// # Files written while a checkpoint runs
+//
+// The writers are paused: every command agentd is running in the sandbox
+// has its process group stopped (SIGSTOP through agentd's signal route)
+// before the first byte is read and continued (SIGCONT) after the last,
+// whatever happens between, so the saved tree is one moment's tree and the
+// manifest says WritersPaused. A process outside agentd's exec groups (a
+// daemon that made itself a new session) is not paused; if the tree changes
+// under the read anyway, the tar download fails (the daemon refuses a file
+// that changed size under its packer) and no manifest is written.
+// NoPause leaves the writers running; then the manifest's
+// ChangedUnderneath lists every path whose size or mtime changed between
+// the read and a listing taken after it.
+//
+// What it must never do: write a manifest before its object is whole, lay
+// a single file from an object it has not verified, log the agent token, or
+// leave a sandbox it launched for a restore that failed running.
+package checkpoint
