@@ -62,6 +62,7 @@ const (
 	FindingDetachedExecOutlivesToken  FindingID = "detached-exec-outlives-token"
 	FindingInactiveRetires            FindingID = "inactive-retires"
 	FindingLaunchWithoutExecutionRole FindingID = "launch-without-execution-role"
+	FindingEgressConnectorOrNone      FindingID = "egress-connector-or-none"
 )
 
 // Finding is one measured platform behaviour.
@@ -121,6 +122,7 @@ var Findings = []Finding{
 	{ID: FindingDetachedExecOutlivesToken, Title: "A detached exec outlives the 60-minute proxy token"},
 	{ID: FindingInactiveRetires, Title: "An INACTIVE version cannot be launched, pinned or not"},
 	{ID: FindingLaunchWithoutExecutionRole, Title: "RunMicrovm without executionRoleArn launches"},
+	{ID: FindingEgressConnectorOrNone, Title: "Egress is one internet connector or none"},
 }
 
 // Title is the docs/PLATFORM.md heading of f, or "" for an unknown id.
@@ -525,6 +527,12 @@ const (
 	MaxListBytes = 268435456
 	// MaxWatchEvents: events and gaps `microvm watch` gathers for its report; past it the watch fails TooLarge naming this bound (a smaller --count or --for reports sooner).
 	MaxWatchEvents = 100000
+	// MaxNetworkRules: most allow rules one network policy holds; a longer policy is refused as InvalidArg naming this bound.
+	MaxNetworkRules = 256
+	// MaxNetworkSecrets: most secret bindings one sandbox holds.
+	MaxNetworkSecrets = 64
+	// NetworkDeniedListed: how many of the most recent denied connections `network show` lists (older ones are only counted).
+	NetworkDeniedListed = 64
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
 	ImageNamePattern = "[a-zA-Z0-9-_]+"
 	// VersionPattern: Version.pattern. Finding: image-version-form.
