@@ -133,4 +133,3 @@ func (s *synthetic) nameOf(a netip.Addr) (string, bool) {
 	n, ok := s.byAddr[a]
 	return n, ok
 }
-

@@ -24,7 +24,9 @@ func NewSecret(name, value string, hosts ...string) Secret {
 	return Secret{Name: name, Hosts: append([]string(nil), hosts...), value: value}
 }
 
-func (s Secret) String() string   { return fmt.Sprintf("secret %s@%s [value redacted]", s.Name, strings.Join(s.Hosts, ",")) }
+func (s Secret) String() string {
+	return fmt.Sprintf("secret %s@%s [value redacted]", s.Name, strings.Join(s.Hosts, ","))
+}
 func (s Secret) GoString() string { return s.String() }
 
 // MarshalJSON never carries the value.
