@@ -24,14 +24,6 @@ import (
 
 const realSecret = "real-secret-value-48-never-in-the-guest"
 
-func hostRule(h string, ports ...int64) cliapi.NetworkRule {
-	r := cliapi.NetworkRule{Host: &h}
-	if len(ports) > 0 {
-		r.Ports = &ports
-	}
-	return r
-}
-
 type world struct {
 	g      *guestNS
 	n      *Net

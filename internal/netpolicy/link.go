@@ -5,12 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"os"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
 	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -20,17 +18,6 @@ import (
 )
 
 const nicID = 1
-
-// Serve serves the guest's network on tun, the host side's descriptor of
-// the guest's tun device (IFF_TUN|IFF_NO_PI), until ctx ends. The caller
-// keeps tun open while Serve runs and closes it afterwards.
-func (n *Net) Serve(ctx context.Context, tun *os.File) error {
-	ep, err := fdbased.New(&fdbased.Options{FDs: []int{int(tun.Fd())}, MTU: n.cfg.MTU})
-	if err != nil {
-		return fmt.Errorf("serving the guest's tun: %v", err)
-	}
-	return n.ServeLink(ctx, ep)
-}
 
 // ServeLink is Serve over any link endpoint carrying bare IP packets.
 func (n *Net) ServeLink(ctx context.Context, link stack.LinkEndpoint) error {

@@ -3,6 +3,7 @@ package netpolicy
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -31,7 +32,10 @@ func (s Secret) GoString() string { return s.String() }
 
 // MarshalJSON never carries the value.
 func (s Secret) MarshalJSON() ([]byte, error) {
-	return []byte(fmt.Sprintf(`{"name":%q,"hosts":%q}`, s.Name, s.Hosts)), nil
+	return json.Marshal(struct {
+		Name  string   `json:"name"`
+		Hosts []string `json:"hosts"`
+	}{s.Name, s.Hosts})
 }
 
 // binding is a Secret with its placeholder.

@@ -3,8 +3,11 @@
 package netpolicy
 
 import (
+	"context"
 	"fmt"
 	"os"
+
+	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,4 +41,15 @@ func OpenTun(name string) (*os.File, error) {
 		return nil, fmt.Errorf("creating the tun device %s: %w", name, err)
 	}
 	return os.NewFile(uintptr(fd), "/dev/net/tun:"+name), nil
+}
+
+// Serve serves the guest's network on tun, the host side's descriptor of
+// the guest's tun device (IFF_TUN|IFF_NO_PI), until ctx ends. The caller
+// keeps tun open while Serve runs and closes it afterwards.
+func (n *Net) Serve(ctx context.Context, tun *os.File) error {
+	ep, err := fdbased.New(&fdbased.Options{FDs: []int{int(tun.Fd())}, MTU: n.cfg.MTU})
+	if err != nil {
+		return fmt.Errorf("serving the guest's tun: %v", err)
+	}
+	return n.ServeLink(ctx, ep)
 }
