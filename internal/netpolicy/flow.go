@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // flow is one guest TCP connection the policy let through.
@@ -109,23 +110,101 @@ func (n *Net) serveFlow(f *flow, guest net.Conn) {
 		n.splice(f, guest, net.JoinHostPort(f.addr.String(), strconv.Itoa(int(f.port))), nil)
 		return
 	}
-	// A name flow is classified by its first bytes: a TLS ClientHello is
-	// terminated, an HTTP request is checked, anything else is carried as
-	// it is. The guest speaks first in all three (see the package doc).
-	br := bufio.NewReader(guest)
-	first, err := br.Peek(1)
-	if err != nil {
-		return
+	// A name flow is classified by the guest's first bytes: a TLS
+	// ClientHello is terminated, an HTTP request is checked, anything else
+	// is carried as it is. A guest silent for serverFirstWait may be
+	// waiting for a server that speaks first (SSH, SMTP): the upstream is
+	// dialled then, and if it speaks before the guest does, the flow is
+	// carried as it is. A TLS or HTTP server never speaks first, so
+	// waiting does not buy a guest an unterminated TLS flow to one.
+	upstream := net.JoinHostPort(f.name, strconv.Itoa(int(f.port)))
+	first := make(chan chunk, 1)
+	go func() {
+		b := make([]byte, 4096)
+		k, err := guest.Read(b)
+		first <- chunk{b[:k], err}
+	}()
+	lf := &lateFirst{ch: first, conn: guest}
+	timer := time.NewTimer(serverFirstWait)
+	defer timer.Stop()
+	var early net.Conn
+	upSpoke := make(chan error, 1)
+	var earlyBR *bufio.Reader
+	for {
+		select {
+		case c := <-first:
+			lf.ch = nil
+			lf.pending, lf.err, lf.got = c.b, c.err, true
+			if early != nil {
+				early.Close() // nothing was exchanged on it
+			}
+			if len(c.b) == 0 {
+				return
+			}
+			br := bufio.NewReader(lf)
+			pc := &peekedConn{Conn: guest, r: br}
+			switch {
+			case c.b[0] == 0x16:
+				n.serveTLS(f, pc)
+			case looksHTTP(br):
+				n.serveHTTP(f, pc, false)
+			default:
+				n.splice(f, pc, upstream, nil)
+			}
+			return
+		case <-timer.C:
+			c, err := n.dial(f.ctx, "tcp", upstream)
+			if err != nil {
+				return
+			}
+			f.hold(c)
+			early, earlyBR = c, bufio.NewReader(c)
+			go func() { _, err := earlyBR.Peek(1); upSpoke <- err }()
+		case err := <-upSpoke:
+			if err != nil {
+				return
+			}
+			n.splice(f, &peekedConn{Conn: guest, r: lf}, "", &peekedConn{Conn: early, r: earlyBR})
+			return
+		case <-f.ctx.Done():
+			return
+		}
 	}
-	pc := &peekedConn{Conn: guest, r: br}
-	switch {
-	case first[0] == 0x16:
-		n.serveTLS(f, pc)
-	case looksHTTP(br):
-		n.serveHTTP(f, pc, false)
-	default:
-		n.splice(f, pc, net.JoinHostPort(f.name, strconv.Itoa(int(f.port))), br)
+}
+
+// serverFirstWait is how long a name flow waits for the guest's first
+// bytes before it looks for a server that speaks first.
+const serverFirstWait = 2 * time.Second
+
+type chunk struct {
+	b   []byte
+	err error
+}
+
+// lateFirst reads the guest's first chunk (read by another goroutine,
+// arriving on ch) and then the connection itself.
+type lateFirst struct {
+	ch      chan chunk
+	got     bool
+	pending []byte
+	err     error
+	conn    net.Conn
+}
+
+func (l *lateFirst) Read(p []byte) (int, error) {
+	if !l.got {
+		c := <-l.ch
+		l.got, l.pending, l.err = true, c.b, c.err
 	}
+	if len(l.pending) > 0 {
+		k := copy(p, l.pending)
+		l.pending = l.pending[k:]
+		return k, nil
+	}
+	if l.err != nil {
+		return 0, l.err
+	}
+	return l.conn.Read(p)
 }
 
 // looksHTTP reports whether the buffered bytes start with an HTTP/1 method
@@ -144,20 +223,29 @@ func looksHTTP(br *bufio.Reader) bool {
 	return true
 }
 
+// peekedConn is a connection whose first bytes were already read into r.
 type peekedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r io.Reader
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
-// splice copies both ways between the guest and addr upstream.
-func (n *Net) splice(f *flow, guest net.Conn, addr string, _ *bufio.Reader) {
-	up, err := n.dial(f.ctx, "tcp", addr)
-	if err != nil {
-		return
+func (c *peekedConn) CloseWrite() error {
+	closeWrite(c.Conn)
+	return nil
+}
+
+// splice copies both ways between the guest and upstream: up when the
+// flow already holds one, else a new connection to addr.
+func (n *Net) splice(f *flow, guest net.Conn, addr string, up net.Conn) {
+	if up == nil {
+		var err error
+		if up, err = n.dial(f.ctx, "tcp", addr); err != nil {
+			return
+		}
+		f.hold(up)
 	}
-	f.hold(up)
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, guest); closeWrite(up); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(guest, up); closeWrite(guest); done <- struct{}{} }()

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -112,13 +113,14 @@ type standIns struct {
 	roots    *x509.CertPool
 	resolver *net.Resolver
 	servers  map[string]*httptest.Server // by name
+	extra    map[string]string           // name -> a plain TCP stand-in's address
 	mu       sync.Mutex
 	got      map[string][]string // name -> Authorization headers received
 }
 
-func newStandIns(t *testing.T, names ...string) *standIns {
+func newStandIns(t *testing.T, extra map[string]string, names ...string) *standIns {
 	t.Helper()
-	s := &standIns{servers: map[string]*httptest.Server{}, got: map[string][]string{}}
+	s := &standIns{servers: map[string]*httptest.Server{}, extra: extra, got: map[string][]string{}}
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caT := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stand-in upstream CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
@@ -171,7 +173,8 @@ func newStandIns(t *testing.T, names ...string) *standIns {
 			}
 			q := m.Questions[0]
 			m.Header.Response, m.Header.RCode = true, dnsmessage.RCodeNameError
-			if _, ok := s.servers[strings.TrimSuffix(q.Name.String(), ".")]; ok {
+			qn := strings.TrimSuffix(q.Name.String(), ".")
+			if _, ok := s.servers[qn]; ok || s.extra[qn] != "" {
 				m.Header.RCode = dnsmessage.RCodeSuccess
 				if q.Type == dnsmessage.TypeA {
 					m.Answers = []dnsmessage.Resource{{Header: dnsmessage.ResourceHeader{Name: q.Name, Type: q.Type, Class: q.Class, TTL: 5},
@@ -193,11 +196,14 @@ func newStandIns(t *testing.T, names ...string) *standIns {
 // dial is Config.Dial: a name's server, on loopback, and nothing else.
 func (s *standIns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, _, _ := net.SplitHostPort(addr)
+	var d net.Dialer
+	if a := s.extra[host]; a != "" {
+		return d.DialContext(ctx, network, a)
+	}
 	srv, ok := s.servers[host]
 	if !ok {
 		return nil, &net.AddrError{Err: "no stand-in for this address", Addr: addr}
 	}
-	var d net.Dialer
 	return d.DialContext(ctx, network, srv.Listener.Addr().String())
 }
 
@@ -235,4 +241,28 @@ func guestLookup(t *testing.T, g *guestNS, name string, typ dnsmessage.Type) (dn
 	}
 	t.Fatalf("no DNS answer for %s from the gateway", name)
 	return 0, nil
+}
+
+// serverFirst is a plain TCP stand-in that greets first, as SSH does, then
+// echoes lines.
+func serverFirst(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Write([]byte("SSH-2.0-standin\r\n"))
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

@@ -37,9 +37,11 @@ type world struct {
 // api.example.test. denied.example.test exists upstream but is not allowed.
 func newWorld(t *testing.T) *world {
 	g := newGuestNS(t)
-	out := newStandIns(t, "api.example.test", "other.example.test", "denied.example.test")
+	out := newStandIns(t, map[string]string{"ssh.example.test": serverFirst(t)},
+		"api.example.test", "other.example.test", "denied.example.test")
 	n, err := New(Config{
-		Policy:   cliapi.NetworkPolicy{Allow: []cliapi.NetworkRule{hostRule("api.example.test", 443), hostRule("other.example.test", 443)}},
+		Policy: cliapi.NetworkPolicy{Allow: []cliapi.NetworkRule{hostRule("api.example.test", 443),
+			hostRule("other.example.test", 443), hostRule("ssh.example.test", 22)}},
 		Secrets:  []Secret{NewSecret("MODEL_KEY", realSecret, "api.example.test")},
 		Resolver: out.resolver,
 		Dial:     out.dial,
@@ -143,6 +145,29 @@ func TestGuestNetworkUnderPolicy(t *testing.T) {
 		}
 		if got := w.out.auths("other.example.test"); len(got) != 1 || got[0] != "Bearer "+placeholder {
 			t.Fatalf("the unbound host received %q, want the placeholder unchanged", got)
+		}
+	})
+
+	// Catches: a name flow that waits for the guest's bytes for ever (a
+	// server that speaks first, as SSH does, would never be reached).
+	t.Run("server that speaks first, carried as it is", func(t *testing.T) {
+		a, err := w.resolve(t, "ssh.example.test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := w.g.dial("tcp", a.String()+":22")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		br := bufio.NewReader(c)
+		if line, err := br.ReadString('\n'); err != nil || line != "SSH-2.0-standin\r\n" {
+			t.Fatalf("greeting: %q, %v", line, err)
+		}
+		fmt.Fprintf(c, "ping\n")
+		if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
+			t.Fatalf("echo: %q, %v", line, err)
 		}
 	})
 
