@@ -307,6 +307,13 @@ func (n *Net) serveHTTP(f *flow, guest net.Conn, overTLS bool) {
 		ForceAttemptHTTP2: true,
 	}
 	defer tr.CloseIdleConnections()
+	// An upgrade (a WebSocket) goes over HTTP/1.1, where a 101 answer hands
+	// back the connection.
+	tr1 := tr.Clone()
+	tr1.ForceAttemptHTTP2 = false
+	tr1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	tr1.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	defer tr1.CloseIdleConnections()
 	var bound []binding
 	if overTLS {
 		// A secret never goes out in clear text.
@@ -343,9 +350,18 @@ func (n *Net) serveHTTP(f *flow, guest net.Conn, overTLS bool) {
 			substitute(req.Header, b)
 		}
 		req.URL.Scheme, req.URL.Host, req.RequestURI = scheme, upstream, ""
-		resp, err := tr.RoundTrip(req.WithContext(f.ctx))
+		rt := tr
+		upgrade := req.Header.Get("Upgrade") != ""
+		if upgrade {
+			rt = tr1
+		}
+		resp, err := rt.RoundTrip(req.WithContext(f.ctx))
 		if err != nil {
 			refuse(guest, http.StatusBadGateway, "the upstream request failed")
+			return
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			n.carryUpgrade(f, guest, br, resp)
 			return
 		}
 		werr := resp.Write(guest)
@@ -379,4 +395,23 @@ func refuse(w io.Writer, status int, msg string) {
 	body := msg + "\n"
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		status, http.StatusText(status), len(body), body)
+}
+
+// carryUpgrade answers the guest with a 101 and carries both directions
+// as they are: after an upgrade the flow is no longer HTTP.
+func (n *Net) carryUpgrade(f *flow, guest net.Conn, br *bufio.Reader, resp *http.Response) {
+	up, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		resp.Body.Close()
+		return
+	}
+	f.hold(up)
+	resp.Body = nil
+	if err := resp.Write(guest); err != nil {
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, br); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(guest, up); done <- struct{}{} }()
+	<-done
 }

@@ -146,6 +146,17 @@ func newStandIns(t *testing.T, extra map[string]string, names ...string) *standI
 			s.mu.Lock()
 			s.got[name] = append(s.got[name], r.Header.Get("Authorization"))
 			s.mu.Unlock()
+			if r.Header.Get("Upgrade") == "echo" {
+				c, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+				brw.Flush()
+				io.Copy(c, brw)
+				return
+			}
 			w.Write([]byte("hello from " + name + " for " + r.Host))
 		}))
 		srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}

@@ -171,6 +171,37 @@ func TestGuestNetworkUnderPolicy(t *testing.T) {
 		}
 	})
 
+	// Catches: an upgrade answered and then dropped, or its request sent
+	// without the secret.
+	t.Run("upgrade to a WebSocket-style stream on the bound host", func(t *testing.T) {
+		before := len(w.out.auths("api.example.test"))
+		a, err := w.resolve(t, "api.example.test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := w.g.dial("tcp", a.String()+":443")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := tls.Client(raw, &tls.Config{ServerName: "api.example.test", RootCAs: w.roots})
+		defer tc.Close()
+		tc.SetDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprintf(tc, "GET /ws HTTP/1.1\r\nHost: api.example.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\nAuthorization: Bearer %s\r\n\r\n", placeholder)
+		br := bufio.NewReader(tc)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade: %v, %v", resp, err)
+		}
+		fmt.Fprintf(tc, "ping\n")
+		if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
+			t.Fatalf("echo after the upgrade: %q, %v", line, err)
+		}
+		got := w.out.auths("api.example.test")
+		if len(got) != before+1 || got[before] != "Bearer "+realSecret {
+			t.Fatalf("the upgrade request carried %q", got[before:])
+		}
+	})
+
 	// Catches: a flow check that lets an address through by default.
 	t.Run("direct connection to an address not allowed", func(t *testing.T) {
 		c, err := w.g.dial("tcp", "192.0.2.10:443")
