@@ -12,8 +12,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 const realSecret = "real-secret-value-48-never-in-the-guest"
 
 type world struct {
+	plain  *recorder // plain.example.test, HTTP on port 80
 	g      *guestNS
 	n      *Net
 	out    *standIns
@@ -37,12 +40,15 @@ type world struct {
 // api.example.test. denied.example.test exists upstream but is not allowed.
 func newWorld(t *testing.T) *world {
 	g := newGuestNS(t)
-	out := newStandIns(t, map[string]string{"ssh.example.test": serverFirst(t)},
+	plain := &recorder{}
+	plainSrv := httptest.NewServer(plain)
+	t.Cleanup(plainSrv.Close)
+	out := newStandIns(t, map[string]string{"ssh.example.test": serverFirst(t), "plain.example.test": plainSrv.Listener.Addr().String()},
 		"api.example.test", "other.example.test", "denied.example.test")
 	n, err := New(Config{
 		Policy: cliapi.NetworkPolicy{Allow: []cliapi.NetworkRule{hostRule("api.example.test", 443),
-			hostRule("other.example.test", 443), hostRule("ssh.example.test", 22)}},
-		Secrets:  []Secret{NewSecret("MODEL_KEY", realSecret, "api.example.test")},
+			hostRule("other.example.test", 443), hostRule("ssh.example.test", 22), hostRule("plain.example.test", 80)}},
+		Secrets:  []Secret{NewSecret("MODEL_KEY", realSecret, "api.example.test", "plain.example.test")},
 		Resolver: out.resolver,
 		Dial:     out.dial,
 		RootCAs:  out.roots,
@@ -59,7 +65,7 @@ func newWorld(t *testing.T) *world {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	w := &world{g: g, n: n, out: out, roots: x509.NewCertPool()}
+	w := &world{g: g, n: n, out: out, roots: x509.NewCertPool(), plain: plain}
 	if !w.roots.AppendCertsFromPEM(n.CACertPEM()) {
 		t.Fatal("the sandbox CA's PEM does not parse")
 	}
@@ -199,6 +205,28 @@ func TestGuestNetworkUnderPolicy(t *testing.T) {
 		got := w.out.auths("api.example.test")
 		if len(got) != before+1 || got[before] != "Bearer "+realSecret {
 			t.Fatalf("the upgrade request carried %q", got[before:])
+		}
+	})
+
+	// Catches: substituting a secret into a request that goes out in clear
+	// text, or a plain-HTTP flow that skips the Host check.
+	t.Run("a bound secret never goes out in clear text", func(t *testing.T) {
+		body, err := w.get(t, "http://plain.example.test/", http.Header{"Authorization": {"Bearer " + placeholder}})
+		if err != nil || body != "plain" {
+			t.Fatalf("plain HTTP to an allowed host: %q, %v", body, err)
+		}
+		if got := w.plain.auths(); len(got) != 1 || got[0] != "Bearer "+placeholder {
+			t.Fatalf("the plain-HTTP server received %q, want the placeholder unchanged", got)
+		}
+		req, _ := http.NewRequest("GET", "http://plain.example.test/", nil)
+		req.Host = "denied.example.test"
+		resp, err := w.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest || len(w.plain.auths()) != 1 {
+			t.Fatalf("a plain-HTTP request with a foreign Host got %d", resp.StatusCode)
 		}
 	})
 
@@ -424,4 +452,23 @@ func TestGuestNetworkUnderPolicy(t *testing.T) {
 			t.Fatal("the secret's value is in a printed state")
 		}
 	})
+}
+
+// recorder is an HTTP stand-in that keeps the Authorization headers it got.
+type recorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	r.got = append(r.got, req.Header.Get("Authorization"))
+	r.mu.Unlock()
+	w.Write([]byte("plain"))
+}
+
+func (r *recorder) auths() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.got...)
 }
