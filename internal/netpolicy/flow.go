@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -172,6 +173,10 @@ func (n *Net) serveFlow(f *flow, guest net.Conn) {
 	}
 }
 
+// maxHeaderBytes bounds a guest request's line and headers (net/http's
+// server default).
+const maxHeaderBytes = http.DefaultMaxHeaderBytes
+
 // serverFirstWait is how long a name flow waits for the guest's first
 // bytes before it looks for a server that speaks first.
 const serverFirstWait = 2 * time.Second
@@ -326,12 +331,20 @@ func (n *Net) serveHTTP(f *flow, guest net.Conn, overTLS bool) {
 			}
 		}
 	}
-	br := bufio.NewReader(guest)
+	// A request's line and headers are read under maxHeaderBytes, as
+	// net/http's server does; its body is streamed upstream.
+	lr := &io.LimitedReader{R: guest}
+	br := bufio.NewReader(lr)
 	for f.ctx.Err() == nil {
+		lr.N = maxHeaderBytes
 		req, err := http.ReadRequest(br)
 		if err != nil {
+			if lr.N <= 0 {
+				refuse(guest, http.StatusRequestHeaderFieldsTooLarge, "the request's headers are over the proxy's bound")
+			}
 			return
 		}
+		lr.N = math.MaxInt64
 		host := strings.ToLower(req.Host)
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h

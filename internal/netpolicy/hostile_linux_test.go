@@ -230,6 +230,30 @@ func TestGuestNetworkUnderPolicy(t *testing.T) {
 		}
 	})
 
+	// Catches: reading a guest's request headers without a bound.
+	t.Run("request headers over the bound", func(t *testing.T) {
+		a, err := w.resolve(t, "api.example.test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := w.g.dial("tcp", a.String()+":443")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := tls.Client(raw, &tls.Config{ServerName: "api.example.test", RootCAs: w.roots})
+		defer tc.Close()
+		tc.SetDeadline(time.Now().Add(20 * time.Second))
+		go fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: api.example.test\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 2*maxHeaderBytes))
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("an over-long header got %d", resp.StatusCode)
+		}
+	})
+
 	// Catches: a flow check that lets an address through by default.
 	t.Run("direct connection to an address not allowed", func(t *testing.T) {
 		c, err := w.g.dial("tcp", "192.0.2.10:443")

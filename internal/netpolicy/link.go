@@ -19,6 +19,10 @@ import (
 
 const nicID = 1
 
+// maxFlows bounds the connections one guest holds open through the host
+// side at once; past it a new one is reset.
+const maxFlows = 4096
+
 // ServeLink is Serve over any link endpoint carrying bare IP packets.
 func (n *Net) ServeLink(ctx context.Context, link stack.LinkEndpoint) error {
 	s := stack.New(stack.Options{
@@ -56,6 +60,10 @@ func (n *Net) ServeLink(ctx context.Context, link stack.LinkEndpoint) error {
 		if fl == nil {
 			n.denied.add(label, id.LocalPort, "tcp", why)
 			r.Complete(true)
+			return
+		}
+		if n.open() >= maxFlows {
+			r.Complete(true) // not a policy refusal: the guest holds too many
 			return
 		}
 		var wq waiter.Queue

@@ -192,3 +192,9 @@ func (n *Net) defaultDial(ctx context.Context, network, addr string) (net.Conn, 
 	}
 	return nil, errors.Join(errs...)
 }
+
+func (n *Net) open() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.flows)
+}
