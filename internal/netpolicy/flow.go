@@ -362,6 +362,14 @@ func (n *Net) serveHTTP(f *flow, guest net.Conn, overTLS bool) {
 		for _, b := range bound {
 			substitute(req.Header, b)
 		}
+		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+			// Answered here so the guest sends its body at once; the
+			// upstream request then carries it whole.
+			req.Header.Del("Expect")
+			if _, err := io.WriteString(guest, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+				return
+			}
+		}
 		req.URL.Scheme, req.URL.Host, req.RequestURI = scheme, upstream, ""
 		rt := tr
 		upgrade := req.Header.Get("Upgrade") != ""
