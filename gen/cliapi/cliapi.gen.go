@@ -32,6 +32,7 @@ const (
 	TypeURL        = "microvm.url"
 	TypeShell      = "microvm.shell"
 	TypeForward    = "microvm.forward"
+	TypeNetwork    = "microvm.network"
 	TypeKeepalive  = "microvm.keepalive"
 	TypeTeardown   = "microvm.teardown"
 	TypeRuns       = "microvm.runs"
@@ -237,6 +238,13 @@ type ForwardData struct {
 	Listen string `json:"listen"`
 	// Mints is proxy tokens minted while forwarding, renewals included
 	Mints int64 `json:"mints"`
+}
+
+// NetworkData is the data of a microvm.network envelope.
+type NetworkData struct {
+	MicrovmID string `json:"microvmId"`
+	// Network is the policy in force, the secrets' bindings (never their values) and the refusals
+	Network NetworkState `json:"network"`
 }
 
 // KeepaliveData is the data of a microvm.keepalive envelope.
@@ -814,6 +822,7 @@ var Responses = []Response{
 	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols", "checkStatus"}},
 	{Type: "microvm.shell", Keys: []string{"microvmId", "via", "bytes"}},
 	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
+	{Type: "microvm.network", Keys: []string{"microvmId", "network"}},
 	{Type: "microvm.keepalive", Keys: []string{"microvmId", "pings", "heldSeconds"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
 	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers"}},
@@ -880,6 +889,7 @@ var Commands = []Command{
 	{Name: "setup", Type: "microvm.setup", Ready: true},
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
+	{Name: "network", Type: "microvm.network", Ready: false},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.
