@@ -381,6 +381,11 @@ func (n *Net) serveHTTP(f *flow, guest net.Conn, overTLS bool) {
 			refuse(guest, http.StatusBadGateway, "the upstream request failed")
 			return
 		}
+		// A bound host that echoes a credential back in a header does
+		// not hand the guest the value: it reads the placeholder there.
+		for _, b := range bound {
+			unsubstitute(resp.Header, b)
+		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			n.carryUpgrade(f, guest, br, resp)
 			return
@@ -409,6 +414,16 @@ func substitute(h http.Header, b binding) {
 			}
 		}
 		h[k] = vs
+	}
+}
+
+// unsubstitute puts b's placeholder back where an answer's header carries
+// its value.
+func unsubstitute(h http.Header, b binding) {
+	for _, vs := range h {
+		for i, v := range vs {
+			vs[i] = strings.ReplaceAll(v, b.value, b.placeholder)
+		}
 	}
 }
 

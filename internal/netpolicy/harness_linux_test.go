@@ -157,6 +157,7 @@ func newStandIns(t *testing.T, extra map[string]string, names ...string) *standI
 				io.Copy(c, brw)
 				return
 			}
+			w.Header().Set("X-Echo-Authorization", r.Header.Get("Authorization"))
 			w.Write([]byte("hello from " + name + " for " + r.Host))
 		}))
 		srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}

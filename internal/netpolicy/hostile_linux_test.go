@@ -119,6 +119,13 @@ func (w *world) get(t *testing.T, url string, hdr http.Header) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			if strings.Contains(v, realSecret) {
+				t.Errorf("the guest was answered the secret's value in %s", k)
+			}
+		}
+	}
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 {
 		return string(b), fmt.Errorf("status %d: %s", resp.StatusCode, b)
