@@ -8,10 +8,11 @@
 // host's kernel. What the guest can do:
 //
 //   - DNS, over UDP to the gateway (GatewayAddr port 53), for A records
-//     only. A name the policy allows is resolved upstream (Config.Resolver)
+//     only (AAAA for an allowed name is answered empty). A name the policy
+//     allows is resolved upstream (Config.Resolver)
 //     and answered with a synthetic address from SyntheticNet that stands
 //     for that name alone; any other name gets NXDOMAIN, and other query
-//     types (TXT, AAAA's data aside, ...) REFUSED, so lookups carry nothing
+//     types (TXT, MX, ANY, ...) REFUSED, so lookups carry nothing
 //     out. Synthetic addresses are the point: a TCP flow names the host it
 //     is for by its destination, so two names sharing a CDN address cannot
 //     be confused, and the host side dials the name itself (Config.Dial),

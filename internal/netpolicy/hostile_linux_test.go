@@ -96,7 +96,7 @@ func (w *world) resolve(t *testing.T, name string) (netip.Addr, error) {
 // waitDenied polls the denied list (bounded) for an entry.
 func (w *world) waitDenied(t *testing.T, proto, why, host string) {
 	t.Helper()
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 200; i++ {
 		_, last := w.n.denied.snapshot()
 		for _, d := range last {
 			if d.Proto == proto && d.Why == why && (host == "" || d.Host == host) {
