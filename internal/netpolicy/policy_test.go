@@ -156,3 +156,23 @@ func FuzzAnswerDNS(f *testing.F) {
 		}
 	})
 }
+
+// Catches: the default dialer reaching the host's own loopback (the
+// emulator's control plane) or a cloud's metadata endpoint because an
+// allowed name resolves there.
+func TestDefaultDialRefusesHostAddresses(t *testing.T) {
+	for _, a := range []string{"127.0.0.1", "169.254.169.254", "0.0.0.0", "224.0.0.1"} {
+		n, err := New(Config{Resolver: fixedResolver{netip.MustParseAddr(a)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := n.dial(context.Background(), "tcp", "allowed.test:443"); err == nil {
+			c.Close()
+			t.Errorf("a name resolving to %s was dialled", a)
+		}
+		if c, err := n.dial(context.Background(), "tcp", a+":443"); err == nil {
+			c.Close()
+			t.Errorf("%s was dialled directly", a)
+		}
+	}
+}
