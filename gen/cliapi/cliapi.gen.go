@@ -32,6 +32,7 @@ const (
 	TypeURL        = "microvm.url"
 	TypeShell      = "microvm.shell"
 	TypeForward    = "microvm.forward"
+	TypeNetwork    = "microvm.network"
 	TypeKeepalive  = "microvm.keepalive"
 	TypeTeardown   = "microvm.teardown"
 	TypeRuns       = "microvm.runs"
@@ -238,6 +239,13 @@ type ForwardData struct {
 	Listen string `json:"listen"`
 	// Mints is proxy tokens minted while forwarding, renewals included
 	Mints int64 `json:"mints"`
+}
+
+// NetworkData is the data of a microvm.network envelope.
+type NetworkData struct {
+	MicrovmID string `json:"microvmId"`
+	// Network is the policy in force, the secrets' bindings (never their values) and the refusals
+	Network NetworkState `json:"network"`
 }
 
 // KeepaliveData is the data of a microvm.keepalive envelope.
@@ -532,6 +540,19 @@ type CostReport struct {
 	Text      string `json:"text"`
 }
 
+// DeniedConnection is the "deniedConnection" shape of api/cli.yaml.
+type DeniedConnection struct {
+	// Host is the name the guest asked for, or the address when it asked for none
+	Host string `json:"host"`
+	// Port is the destination port; 0 for a DNS refusal or a protocol without ports
+	Port  int64  `json:"port"`
+	Proto string `json:"proto"`
+	// At is RFC 3339
+	At string `json:"at"`
+	// Why is host-header-mismatch is a TLS flow whose SNI is allowed but whose HTTP Host is not (domain fronting); policy-changed is an open connection a new policy closed
+	Why string `json:"why"`
+}
+
 // DoctorCheck is the "doctorCheck" shape of api/cli.yaml.
 type DoctorCheck struct {
 	Name   string `json:"name"`
@@ -687,6 +708,36 @@ type ManifestParam struct {
 	Help       string   `json:"help"`
 }
 
+// NetworkPolicy is the "networkPolicy" shape of api/cli.yaml.
+type NetworkPolicy struct {
+	// Allow is the rules; an empty list denies everything
+	Allow []NetworkRule `json:"allow"`
+}
+
+// NetworkRule is the "networkRule" shape of api/cli.yaml.
+type NetworkRule struct {
+	// Host is a host name matched exactly, or *.suffix matching any name under suffix (not suffix itself); lower case, no trailing dot
+	Host *string `json:"host,omitempty"`
+	// Cidr is an IPv4 network in CIDR form (a bare address is a /32); IPv6 is never allowed
+	Cidr *string `json:"cidr,omitempty"`
+	// Ports is TCP ports the rule allows; absent or empty means 443 and 80
+	Ports *[]int64 `json:"ports,omitempty"`
+}
+
+// NetworkState is the "networkState" shape of api/cli.yaml.
+type NetworkState struct {
+	// Enforced is true when a policy is in force; false means the whole network (or none) as launched
+	Enforced bool `json:"enforced"`
+	// Where is where the policy is enforced: emulator is outside the guest, which guest root cannot lift
+	Where   string          `json:"where"`
+	Policy  *NetworkPolicy  `json:"policy"`
+	Secrets []SecretBinding `json:"secrets"`
+	// DeniedCount is every connection and lookup refused since launch
+	DeniedCount int64 `json:"deniedCount"`
+	// Denied is the most recent refusals, newest last, at most NETWORK_DENIED_LISTED
+	Denied []DeniedConnection `json:"denied"`
+}
+
 // Run is the "run" shape of api/cli.yaml.
 type Run struct {
 	ID string `json:"id"`
@@ -715,6 +766,16 @@ type RunStep struct {
 	State  string  `json:"state"`
 	Error  *string `json:"error,omitempty"`
 	At     string  `json:"at"`
+}
+
+// SecretBinding is the "secretBinding" shape of api/cli.yaml.
+type SecretBinding struct {
+	// Name is the environment variable the guest finds the placeholder in
+	Name string `json:"name"`
+	// Hosts is host names (exact or *.suffix) whose HTTPS requests get the placeholder replaced by the real value in their headers
+	Hosts []string `json:"hosts"`
+	// Placeholder is the opaque stand-in the guest holds; the value itself is never in any answer, log or error
+	Placeholder string `json:"placeholder"`
 }
 
 // SetupCall is the "setupCall" shape of api/cli.yaml.
@@ -806,6 +867,7 @@ var Responses = []Response{
 	{Type: "microvm.url", Keys: []string{"microvmId", "port", "url", "headers", "expiresAt", "subprotocols", "checkStatus"}},
 	{Type: "microvm.shell", Keys: []string{"microvmId", "via", "bytes"}},
 	{Type: "microvm.forward", Keys: []string{"microvmId", "port", "listen", "mints"}},
+	{Type: "microvm.network", Keys: []string{"microvmId", "network"}},
 	{Type: "microvm.keepalive", Keys: []string{"microvmId", "pings", "heldSeconds"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
 	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers"}},
@@ -874,6 +936,7 @@ var Commands = []Command{
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
 	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: false},
+	{Name: "network", Type: "microvm.network", Ready: false},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.
@@ -965,6 +1028,9 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "MaxListEntries", Key: "MAX_LIST_ENTRIES", Value: int64(1000000), Doc: "entries one Session.List (`microvm dir`, the engine's list op) visits before it fails TooLarge naming this bound, so endless pages end; one page is at most max_list_page", Finding: ""},
 	{Name: "MaxListBytes", Key: "MAX_LIST_BYTES", Value: int64(268435456), Doc: "bytes of text (path, name, mode, symlink target) one Session.List visits before it fails TooLarge naming this bound: with MAX_LIST_ENTRIES, what a caller gathering a listing holds", Finding: ""},
 	{Name: "MaxWatchEvents", Key: "MAX_WATCH_EVENTS", Value: int64(100000), Doc: "events and gaps `microvm watch` gathers for its report; past it the watch fails TooLarge naming this bound (a smaller --count or --for reports sooner)", Finding: ""},
+	{Name: "MaxNetworkRules", Key: "MAX_NETWORK_RULES", Value: int64(256), Doc: "most allow rules one network policy holds; a longer policy is refused as InvalidArg naming this bound", Finding: ""},
+	{Name: "MaxNetworkSecrets", Key: "MAX_NETWORK_SECRETS", Value: int64(64), Doc: "most secret bindings one sandbox holds", Finding: ""},
+	{Name: "NetworkDeniedListed", Key: "NETWORK_DENIED_LISTED", Value: int64(64), Doc: "how many of the most recent denied connections `network show` lists (older ones are only counted)", Finding: ""},
 	{Name: "ImageNamePattern", Key: "IMAGE_NAME_PATTERN", Value: "[a-zA-Z0-9-_]+", Doc: "ImageName.pattern: no dots and no slashes", Finding: ""},
 	{Name: "VersionPattern", Key: "VERSION_PATTERN", Value: "[^\\s]+", Doc: "Version.pattern", Finding: "image-version-form"},
 	{Name: "MaxNonBlankLen", Key: "MAX_NON_BLANK_LEN", Value: int64(2048), Doc: "NonBlankString.max", Finding: ""},

@@ -63,6 +63,7 @@ const (
 	FindingInactiveRetires            FindingID = "inactive-retires"
 	FindingLaunchWithoutExecutionRole FindingID = "launch-without-execution-role"
 	FindingNoUserSnapshot             FindingID = "no-user-snapshot"
+	FindingEgressConnectorOrNone      FindingID = "egress-connector-or-none"
 )
 
 // Finding is one measured platform behaviour.
@@ -123,6 +124,7 @@ var Findings = []Finding{
 	{ID: FindingInactiveRetires, Title: "An INACTIVE version cannot be launched, pinned or not"},
 	{ID: FindingLaunchWithoutExecutionRole, Title: "RunMicrovm without executionRoleArn launches"},
 	{ID: FindingNoUserSnapshot, Title: "The service has no call that saves a MicroVM's files"},
+	{ID: FindingEgressConnectorOrNone, Title: "Egress is one internet connector or none"},
 }
 
 // Title is the docs/PLATFORM.md heading of f, or "" for an unknown id.
@@ -530,6 +532,12 @@ const (
 	MaxListBytes = 268435456
 	// MaxWatchEvents: events and gaps `microvm watch` gathers for its report; past it the watch fails TooLarge naming this bound (a smaller --count or --for reports sooner).
 	MaxWatchEvents = 100000
+	// MaxNetworkRules: most allow rules one network policy holds; a longer policy is refused as InvalidArg naming this bound.
+	MaxNetworkRules = 256
+	// MaxNetworkSecrets: most secret bindings one sandbox holds.
+	MaxNetworkSecrets = 64
+	// NetworkDeniedListed: how many of the most recent denied connections `network show` lists (older ones are only counted).
+	NetworkDeniedListed = 64
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
 	ImageNamePattern = "[a-zA-Z0-9-_]+"
 	// VersionPattern: Version.pattern. Finding: image-version-form.

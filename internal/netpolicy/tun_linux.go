@@ -1,0 +1,55 @@
+//go:build linux
+
+package netpolicy
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
+
+	"golang.org/x/sys/unix"
+)
+
+// OpenTun creates the tun device name (IFF_TUN|IFF_NO_PI) in the network
+// namespace of the calling thread and answers its descriptor, for Serve.
+// The caller locks its goroutine to a thread inside the guest's network
+// namespace and needs CAP_NET_ADMIN over it: the guest's init, or the
+// emulator joined to it (setns). The guest's own processes, in a user
+// namespace nested inside the one owning that network namespace, hold no
+// such capability, so they cannot reconfigure the link, open another tun
+// or a raw socket there (TestGuestHoldsNoNetworkCapability).
+//
+// The runtime then gives the device GuestAddr/GuestPrefix, brings it up,
+// routes the default through GatewayAddr, writes GatewayAddr as the only
+// name server in the guest's resolv.conf, and installs CACertPEM in the
+// guest's trust store.
+func OpenTun(name string) (*os.File, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("creating the tun device %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/net/tun:"+name), nil
+}
+
+// Serve serves the guest's network on tun, the host side's descriptor of
+// the guest's tun device (IFF_TUN|IFF_NO_PI), until ctx ends. The caller
+// keeps tun open while Serve runs and closes it afterwards.
+func (n *Net) Serve(ctx context.Context, tun *os.File) error {
+	ep, err := fdbased.New(&fdbased.Options{FDs: []int{int(tun.Fd())}, MTU: n.cfg.MTU})
+	if err != nil {
+		return fmt.Errorf("serving the guest's tun: %v", err)
+	}
+	return n.ServeLink(ctx, ep)
+}
