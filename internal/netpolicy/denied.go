@@ -20,6 +20,10 @@ const (
 	whyChanged  = "policy-changed"
 )
 
+// maxDeniedHost is the longest host kept in the list: a DNS name's
+// longest.
+const maxDeniedHost = 253
+
 // deniedLog counts refusals and keeps the last taxonomy.NetworkDeniedListed.
 type deniedLog struct {
 	mu    sync.Mutex
@@ -33,6 +37,9 @@ func (d *deniedLog) add(host string, port uint16, proto, why string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.count++
+	if len(host) > maxDeniedHost {
+		host = host[:maxDeniedHost] // the guest chose it; the list stays small
+	}
 	e := cliapi.DeniedConnection{Host: host, Port: int64(port), Proto: proto, Why: why,
 		At: d.now().UTC().Format(time.RFC3339Nano)}
 	if len(d.ring) < taxonomy.NetworkDeniedListed {

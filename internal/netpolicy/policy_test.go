@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -173,6 +174,27 @@ func TestDefaultDialRefusesHostAddresses(t *testing.T) {
 		if c, err := n.dial(context.Background(), "tcp", a+":443"); err == nil {
 			c.Close()
 			t.Errorf("%s was dialled directly", a)
+		}
+	}
+}
+
+// Catches: the denied list keeping more than its bound, losing the count,
+// or keeping a guest-chosen host of any length.
+func TestDeniedListBounded(t *testing.T) {
+	d := &deniedLog{now: time.Now}
+	for i := 0; i < taxonomy.NetworkDeniedListed+10; i++ {
+		d.add(fmt.Sprintf("h%d", i)+strings.Repeat("x", 1000*(i%2)), 443, "tcp", whyHost)
+	}
+	count, last := d.snapshot()
+	if count != int64(taxonomy.NetworkDeniedListed+10) || len(last) != taxonomy.NetworkDeniedListed {
+		t.Fatalf("count %d, kept %d", count, len(last))
+	}
+	if !strings.HasPrefix(last[0].Host, "h10") || !strings.HasPrefix(last[len(last)-1].Host, fmt.Sprintf("h%d", taxonomy.NetworkDeniedListed+9)) {
+		t.Fatalf("not oldest first: %s .. %s", last[0].Host, last[len(last)-1].Host)
+	}
+	for _, e := range last {
+		if len(e.Host) > maxDeniedHost {
+			t.Fatalf("kept a %d-byte host", len(e.Host))
 		}
 	}
 }
