@@ -85,6 +85,7 @@ type Stream struct {
 	fr       *frames.Reader
 	binary   bool   // the open body is frames, not SSE
 	awake    func() // releases the session's keep-awake hold of the open body
+	pauses   int    // consecutive reattaches that met a paused VM (pause.go)
 }
 
 // Stream follows the exec's output from offset (0 for the start). Nothing is
@@ -340,11 +341,18 @@ func (st *Stream) open() error {
 			return err
 		}
 		if st.attempts > 0 {
-			if st.attempts > st.e.s.maxReattach {
-				_, err := st.fail(st.exhausted())
+			// A VM suspended under the stream is waited out, not counted.
+			paused, err := st.pausedWait()
+			if err != nil {
+				_, err = st.fail(err)
 				return err
 			}
-			if err := sleepCtx(st.ctx, reattachBackoff(st.attempts)); err != nil {
+			if paused {
+				st.attempts = 0
+			} else if st.attempts > st.e.s.maxReattach {
+				_, err := st.fail(st.exhausted())
+				return err
+			} else if err := sleepCtx(st.ctx, reattachBackoff(st.attempts)); err != nil {
 				continue
 			}
 		}
@@ -357,6 +365,7 @@ func (st *Stream) open() error {
 			_, err = st.fail(err)
 			return err
 		}
+		st.pauses = 0
 		if st.body != nil && st.awake == nil {
 			// An open stream is not traffic the idle policy counts.
 			st.awake = st.e.s.busy()
