@@ -84,6 +84,10 @@ type followed struct {
 	got  atomic.Int64 // bytes read so far, for the test to time its suspend
 	err  error
 	exit *protocol.ExitEvent
+	// holdAt, when set, is where the reader stops reading until hold is
+	// closed, so the suspend lands mid-stream however fast the rest flows.
+	holdAt int64
+	hold   chan struct{}
 }
 
 // follow reads st to its exit event, refusing any gap, any stderr, and any
@@ -108,6 +112,10 @@ func follow(st *client.Stream, f *followed) {
 			next += uint64(len(ev.Data))
 			f.out.Write(ev.Data)
 			f.got.Store(int64(next))
+			if f.hold != nil && int64(next) >= f.holdAt {
+				<-f.hold
+				f.hold = nil
+			}
 		case client.EventGap:
 			f.err = fmt.Errorf("gap %+v after %d bytes", ev.Gap, next)
 			return
@@ -184,23 +192,30 @@ func TestStreamAcrossCallerSuspendLosesNoByte(t *testing.T) {
 			f := newFixture(t, emulator.Options{VMs: emulator.AgentdLauncher(agentdHost, nil), WallClock: true})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
+			// A stream that learns of the resume up to 3 s late (it reattaches
+			// to a paused VM at most every poll interval): the thawed writer
+			// runs far past the replay window before the reattach.
 			sb, err := Launch(ctx, f.cp, Options{Image: f.emu.AddImage(fmt.Sprintf("susp-%d", time.Now().UnixNano())), Wait: fast,
-				SessionOptions: []client.Option{client.WithHTTPClient(&http.Client{Transport: tap}), client.WithIdleTimeout(500 * time.Millisecond)}})
+				SessionOptions: []client.Option{client.WithHTTPClient(&http.Client{Transport: tap}), client.WithIdleTimeout(500 * time.Millisecond),
+					client.WithPollInterval(3 * time.Second)}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { sb.Terminate(context.Background(), TeardownOptions{}) })
 
-			// 3.2 MB in 32 batches: past the 1 MiB replay window, so a
-			// resume at offset 0 cannot be hidden by the replay.
-			const batches, per = 32, 10000
-			e, err := sb.Session().Start(ctx, []string{counterScript(batches, per, 30*time.Millisecond)}, client.StartOptions{Shell: true})
+			// 9 MB as fast as seq writes it: far past the 1 MiB replay
+			// window, so neither a resume at offset 0 nor a thawed writer
+			// running ahead of a late reattach can hide in the replay.
+			const batches, per = 90, 10000
+			e, err := sb.Session().Start(ctx, []string{counterScript(batches, per, 0)}, client.StartOptions{Shell: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			st := e.Stream(ctx, 0)
 			defer st.Close()
-			fl := &followed{}
+			// The reader stops at 400 KiB until the VM is suspended: the
+			// writer is then held by the full replay window, not done.
+			fl := &followed{holdAt: 400 << 10, hold: make(chan struct{})}
 			done := make(chan struct{})
 			go func() { defer close(done); follow(st, fl) }()
 
@@ -208,9 +223,13 @@ func TestStreamAcrossCallerSuspendLosesNoByte(t *testing.T) {
 			if err := sb.Suspend(ctx); err != nil {
 				t.Fatalf("suspend: %v", err)
 			}
+			close(fl.hold)
+			// What the connection held when the VM froze still arrives;
+			// then nothing does.
+			time.Sleep(time.Second)
 			at := fl.got.Load()
-			// Frozen for 15 idle timeouts: the stream's connection is cut
-			// and every reattach meets a VM that takes no traffic.
+			// Frozen for six more idle timeouts: the stream's connection is
+			// cut and every reattach meets a VM that takes no traffic.
 			time.Sleep(3 * time.Second)
 			if n := fl.got.Load(); n != at {
 				t.Fatalf("%d bytes arrived while the VM was suspended", n-at)
