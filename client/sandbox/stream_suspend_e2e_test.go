@@ -20,6 +20,7 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/protocol"
+	"github.com/microvms/microvms/gen/taxonomy"
 )
 
 // counterLines is what counterScript prints: batches lines numbered
@@ -307,5 +308,46 @@ func TestStreamAcrossIdleSuspendLosesNoByte(t *testing.T) {
 				t.Fatalf("stream answers by content type %v, want only %s, at least twice (the first attach and a reattach)", saw, m.want)
 			}
 		})
+	}
+}
+
+// Catches: a stream that waits forever for a VM that was terminated while
+// suspended (nothing will ever answer its reattach), and one that fails
+// without saying the VM is gone.
+func TestStreamOfATerminatedSuspendedVMFailsNamingTheState(t *testing.T) {
+	f := newFixture(t, emulator.Options{VMs: emulator.AgentdLauncher(agentdHost, nil), WallClock: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := Launch(ctx, f.cp, Options{Image: f.emu.AddImage(fmt.Sprintf("gone-%d", time.Now().UnixNano())), Wait: fast,
+		SessionOptions: []client.Option{client.WithIdleTimeout(300 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Terminate(context.Background(), TeardownOptions{}) })
+	e, err := sb.Session().Start(ctx, []string{"i=0; while :; do echo $i; i=$((i+1)); sleep 0.01; done"}, client.StartOptions{Shell: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.Stream(ctx, 0)
+	defer st.Close()
+	fl := &followed{}
+	done := make(chan struct{})
+	go func() { defer close(done); follow(st, fl) }()
+	awaitBytes(t, fl, 100, done)
+	if err := sb.Suspend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Past a few idle timeouts the stream is waiting for the resume.
+	time.Sleep(time.Second)
+	if _, err := Open(f.cp, sb.ID()).Terminate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the stream of a terminated VM never ended")
+	}
+	if fl.err == nil || !strings.Contains(fl.err.Error(), "TERMINAT") || client.KindOf(fl.err) != taxonomy.KindPlatform {
+		t.Fatalf("stream of a terminated VM: %v (kind %v), want a Platform error naming the state", fl.err, client.KindOf(fl.err))
 	}
 }
