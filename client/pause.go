@@ -36,40 +36,44 @@ type VMPhaseFunc func(ctx context.Context) (VMPhase, error)
 
 // WithVMPhase tells the session how to read its MicroVM's lifecycle. An
 // exec stream whose reattach fails then asks: while the VM is paused
-// (suspended by the caller or by the idle policy) it keeps reattaching, at
-// a pace that backs off to the poll interval (WithPollInterval), without
-// spending its reattach budget and bounded only by its context, and resumes
-// at its cursor once the VM answers again (after a ResumeMicrovm, or the
-// auto-resume its own reattach triggers). A VM that is gone fails the
-// stream with phase's error. Without it a stream gives up after its
-// reattach budget, however briefly the VM was suspended.
+// (suspended by the caller or by the idle policy) the stream sends nothing
+// to its endpoint, which would auto-resume a VM its owner suspended on
+// purpose, and polls phase instead, backing off to the poll interval
+// (WithPollInterval), without spending its reattach budget and bounded only
+// by its context; once the VM runs again (a ResumeMicrovm, or any inbound
+// request that auto-resumed it) the stream reattaches at its cursor. A VM
+// that is gone fails the stream with phase's error. Without it a stream
+// gives up after its reattach budget, however briefly the VM was suspended.
 func WithVMPhase(phase VMPhaseFunc) Option {
 	return func(s *Session) error { s.phase = phase; return nil }
 }
 
-// pausedWait reports whether the stream's last failure met a paused VM and,
-// if so, waits the next pause step; the caller then reattaches without
-// counting the failure. A VM that is gone is the returned error.
+// pausedWait reports whether the stream's last failure met a paused VM,
+// and then waits until the VM is no longer paused (or the stream's context
+// ends); the caller reattaches without counting the failure. A VM that is
+// gone is the returned error.
 func (st *Stream) pausedWait() (bool, error) {
 	read := st.e.s.phase
 	if read == nil {
 		return false, nil
 	}
-	ph, err := read(st.ctx)
-	switch {
-	case ph == VMGone && err != nil:
-		return false, err
-	case ph != VMPaused:
-		return false, nil
+	for n := 1; ; n++ {
+		ph, err := read(st.ctx)
+		switch {
+		case ph == VMGone && err != nil:
+			return false, err
+		case ph != VMPaused:
+			return n > 1, nil
+		}
+		if sleepCtx(st.ctx, pauseBackoff(n, st.e.s.pollEvery)) != nil {
+			return true, nil
+		}
 	}
-	st.pauses++
-	_ = sleepCtx(st.ctx, pauseBackoff(st.pauses, st.e.s.pollEvery))
-	return true, nil
 }
 
-// pauseBackoff is the wait before the n-th reattach to a paused VM: fast
-// at first, since a resume may already be under way and the frozen
-// command's output piles up once it thaws, then at most every ceiling.
+// pauseBackoff is the wait before the n-th look at a paused VM: fast at
+// first, since a resume may already be under way and the frozen command's
+// output piles up once it thaws, then at most every ceiling.
 func pauseBackoff(n int, ceiling time.Duration) time.Duration {
 	d := 25 * time.Millisecond << min(n-1, 8)
 	if ceiling > 0 && d > ceiling {

@@ -87,7 +87,6 @@ type Stream struct {
 	fr       *frames.Reader
 	binary   bool   // the open body is frames, not SSE
 	awake    func() // releases the session's keep-awake hold of the open body
-	pauses   int    // consecutive reattaches that met a paused VM (pause.go)
 }
 
 // Stream follows the exec's output from offset (0 for the start). Nothing is
@@ -351,6 +350,7 @@ func (st *Stream) open() error {
 			}
 			if paused {
 				st.attempts = 0
+				continue
 			} else if st.attempts > st.e.s.maxReattach {
 				_, err := st.fail(st.exhausted())
 				return err
@@ -367,7 +367,6 @@ func (st *Stream) open() error {
 			_, err = st.fail(err)
 			return err
 		}
-		st.pauses = 0
 		if st.body != nil && st.awake == nil {
 			// An open stream is not traffic the idle policy counts.
 			st.awake = st.e.s.busy()
