@@ -253,61 +253,75 @@ func TestStreamAcrossCallerSuspendLosesNoByte(t *testing.T) {
 }
 
 // Catches: a stream that gives up when the idle policy suspends its VM
-// (no keep-awake: an open stream is not traffic) and nobody resumes it for
-// a while, and one that loses or repeats bytes across that suspend and the
-// caller's ResumeMicrovm.
+// (no keep-awake: an open stream is not traffic) and nobody wakes it for a
+// while, one that loses or repeats bytes across that suspend and the
+// ResumeMicrovm (or, with autoResumeEnabled, the inbound request) that
+// wakes it, and one that never notices an auto-resume it did not send.
 func TestStreamAcrossIdleSuspendLosesNoByte(t *testing.T) {
-	for _, m := range streamMedia {
-		t.Run(m.name, func(t *testing.T) {
-			tap := &mediaTap{sse: m.sse}
-			f, sb := idleSandbox(t, false, Options{NoKeepAwake: true,
-				SessionOptions: []client.Option{client.WithHTTPClient(&http.Client{Transport: tap}), client.WithIdleTimeout(500 * time.Millisecond)}})
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			// Paced to outlast the 60-unit idle window several times over.
-			const batches, per = 32, 10000
-			e, err := sb.Session().Start(ctx, []string{counterScript(batches, per, 5*idleUnit)}, client.StartOptions{Shell: true})
-			if err != nil {
-				t.Fatal(err)
+	for _, auto := range []bool{false, true} {
+		for _, m := range streamMedia {
+			name := m.name + "/ResumeMicrovm"
+			if auto {
+				name = m.name + "/autoResume"
 			}
-			st := e.Stream(ctx, 0)
-			defer st.Close()
-			fl := &followed{}
-			done := make(chan struct{})
-			go func() { defer close(done); follow(st, fl) }()
+			t.Run(name, func(t *testing.T) { streamAcrossIdleSuspend(t, auto, m.sse, m.want) })
+		}
+	}
+}
 
-			stt := awaitState(t, f, sb.ID(), Suspended)
-			if !strings.Contains(stt.StateReason, "maxIdleDurationSeconds") {
-				t.Fatalf("idle suspend reason %q", stt.StateReason)
+func streamAcrossIdleSuspend(t *testing.T, auto, sse bool, want string) {
+	tap := &mediaTap{sse: sse}
+	f, sb := idleSandbox(t, auto, Options{NoKeepAwake: true,
+		SessionOptions: []client.Option{client.WithHTTPClient(&http.Client{Transport: tap}), client.WithIdleTimeout(500 * time.Millisecond)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Paced to outlast the 60-unit idle window several times over.
+	const batches, per = 32, 10000
+	e, err := sb.Session().Start(ctx, []string{counterScript(batches, per, 5*idleUnit)}, client.StartOptions{Shell: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.Stream(ctx, 0)
+	defer st.Close()
+	fl := &followed{}
+	done := make(chan struct{})
+	go func() { defer close(done); follow(st, fl) }()
+
+	stt := awaitState(t, f, sb.ID(), Suspended)
+	if !strings.Contains(stt.StateReason, "maxIdleDurationSeconds") {
+		t.Fatalf("idle suspend reason %q", stt.StateReason)
+	}
+	// Left suspended for six idle timeouts of the stream.
+	time.Sleep(3 * time.Second)
+	select {
+	case <-done:
+		t.Fatalf("the stream ended while the VM was suspended: %v", fl.err)
+	default:
+	}
+	// The command may be suspended again before it ends; each time,
+	// wake it, as its owner would: by ResumeMicrovm, or by any
+	// inbound request when the VM auto-resumes.
+	for i := 0; ; i++ {
+		if auto {
+			if _, err := sb.Session().Health(ctx); err != nil {
+				t.Fatalf("the request that should auto-resume: %v", err)
 			}
-			// Left suspended for six idle timeouts of the stream.
-			time.Sleep(3 * time.Second)
-			select {
-			case <-done:
-				t.Fatalf("the stream ended while the VM was suspended: %v", fl.err)
-			default:
+		} else if _, err := Open(f.cp, sb.ID()).Resume(ctx, fast); err != nil {
+			t.Fatalf("resume: %v", err)
+		}
+		select {
+		case <-done:
+		case <-time.After(100 * idleUnit):
+			if i == 100 {
+				t.Fatal("the stream never finished")
 			}
-			// The command may be suspended again before it ends; each time,
-			// resume it, as its owner would.
-			for i := 0; ; i++ {
-				if _, err := Open(f.cp, sb.ID()).Resume(ctx, fast); err != nil {
-					t.Fatalf("resume: %v", err)
-				}
-				select {
-				case <-done:
-				case <-time.After(100 * idleUnit):
-					if i == 100 {
-						t.Fatal("the stream never finished")
-					}
-					continue
-				}
-				break
-			}
-			checkFollowed(t, fl, counterLines(batches, per))
-			if saw := tap.saw(); len(saw) != 1 || saw[m.want] < 2 {
-				t.Fatalf("stream answers by content type %v, want only %s, at least twice (the first attach and a reattach)", saw, m.want)
-			}
-		})
+			continue
+		}
+		break
+	}
+	checkFollowed(t, fl, counterLines(batches, per))
+	if saw := tap.saw(); len(saw) != 1 || saw[want] < 2 {
+		t.Fatalf("stream answers by content type %v, want only %s, at least twice (the first attach and a reattach)", saw, want)
 	}
 }
 
