@@ -18,6 +18,21 @@ package agentd
 // being written into a connection already gone.
 const ghostSlack = 2 * streamBufferBytes
 
+// maxGhosts bounds the ghosts one exec keeps: readers that drop and never
+// come back (a viewer opened and closed over and over) must not grow the
+// log without end, while a few readers reattaching at once all keep theirs.
+const maxGhosts = 8
+
+func (l *outputLog) ghosts() int {
+	n := 0
+	for s := range l.subs {
+		if s.ghost {
+			n++
+		}
+	}
+	return n
+}
+
 // slack is ghostSlack within half the replay window, so a small window
 // still lets the writer run ahead of a ghost.
 func (l *outputLog) slack() uint64 {
@@ -30,7 +45,7 @@ func (l *outputLog) detachEarly(s *subscriber) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.subs, s)
-	if !l.done && l.stall > 0 && !s.stalled {
+	if !l.done && l.stall > 0 && !s.stalled && l.ghosts() < maxGhosts {
 		cursor := s.cursor - min(s.cursor, l.slack())
 		// mark differs from cursor, so the ghost lives at least one whole
 		// stall period however far the pump's current period has run.

@@ -98,3 +98,18 @@ func TestAGhostNobodyClaimsIsLeftBehind(t *testing.T) {
 		t.Fatalf("a ghost for a finished exec")
 	}
 }
+
+// Catches a log that keeps a ghost for every reader that ever dropped: a
+// viewer opened and closed over and over on a quiet exec would grow it
+// without end.
+func TestGhostsAreBounded(t *testing.T) {
+	l := newOutputLog(4096, 0, time.Hour, 0)
+	l.publish(stdoutKind, []byte("x"))
+	for i := range uint64(10 * maxGhosts) {
+		// Each reader far from every ghost before it: it claims none.
+		l.detachEarly(l.attach(i * 4 * 4096))
+	}
+	if n := l.ghosts(); n > maxGhosts {
+		t.Fatalf("%d ghosts kept, want at most %d", n, maxGhosts)
+	}
+}
