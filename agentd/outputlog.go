@@ -53,6 +53,10 @@ type subscriber struct {
 	// view (it writes to its connection after consumed), so this never waits on
 	// the network.
 	reading bool
+	// ghost: no connection reads through this subscriber; it holds the
+	// bytes a reader that dropped mid-stream was not sent (outputlog_ghost.go).
+	ghost  bool
+	origin uint64 // a ghost's: the cursor of the reader that dropped
 }
 
 // outputLog is one exec's output: the head of each stream, kept for poll and
@@ -211,6 +215,7 @@ func (l *outputLog) makeRoom(n uint64) {
 				}
 				s.mark = s.cursor
 			}
+			l.dropStalledGhosts()
 			timer.Reset(l.stall)
 		}
 	}
@@ -298,6 +303,7 @@ func (l *outputLog) attach(from uint64) *subscriber {
 	if l.subs == nil {
 		l.subs = make(map[*subscriber]struct{})
 	}
+	l.claimGhost(from)
 	l.subs[s] = struct{}{}
 	if !l.everAttached {
 		// A pump held by the attach grace re-checks: this reader now

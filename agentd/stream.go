@@ -147,7 +147,15 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, e *execEntry, fr
 		streamPool.Put(buf)
 	}()
 	sub := e.log.attach(from)
-	defer e.log.detach(sub)
+	sent := false // the exit event was handed to the connection
+	defer func() {
+		if sent {
+			e.log.detach(sub)
+		} else {
+			// The connection ended first: hold its bytes for a reattach.
+			e.log.detachEarly(sub)
+		}
+	}()
 
 	// write hands everything built so far to the connection as one chunk.
 	// settled is true while everything written is on the wire but the
@@ -227,6 +235,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, e *execEntry, fr
 			// that is seen by the request's context (the server reads the
 			// connection in the background); a flush here would catch no
 			// more and cost a write and a wakeup of the client per exec.
+			sent = true
 			return write() && r.Context().Err() == nil
 		}
 		if hold > 0 {

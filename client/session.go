@@ -103,7 +103,8 @@ type Session struct {
 	proxy       *proxyAuth // nil for a Direct session
 	pollEvery   time.Duration
 	maxReattach int
-	awake       *keepAwake // nil: nothing is sent to keep the VM awake
+	awake       *keepAwake  // nil: nothing is sent to keep the VM awake
+	phase       VMPhaseFunc // nil: a stream does not know when its VM is suspended (pause.go)
 
 	// offers is what the daemon serves beyond the reference's protocol v1,
 	// learned once from /v1/schema (see daemonOffers).

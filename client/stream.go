@@ -56,7 +56,9 @@ type Event struct {
 // Stream follows one exec's output over SSE. It reconnects at its byte
 // cursor when the body ends without an exit event or goes silent for longer
 // than the idle timeout, surfaces every gap, and ends with io.EOF after the
-// exit event. It is not safe for concurrent use.
+// exit event. On a session that knows its VM's lifecycle (WithVMPhase, as a
+// sandbox's does) it waits out a suspend, however long, and reattaches at
+// its cursor after the resume. It is not safe for concurrent use.
 type Stream struct {
 	e        *Exec
 	ctx      context.Context
@@ -340,11 +342,19 @@ func (st *Stream) open() error {
 			return err
 		}
 		if st.attempts > 0 {
-			if st.attempts > st.e.s.maxReattach {
-				_, err := st.fail(st.exhausted())
+			// A VM suspended under the stream is waited out, not counted.
+			paused, err := st.pausedWait()
+			if err != nil {
+				_, err = st.fail(err)
 				return err
 			}
-			if err := sleepCtx(st.ctx, reattachBackoff(st.attempts)); err != nil {
+			if paused {
+				st.attempts = 0
+				continue
+			} else if st.attempts > st.e.s.maxReattach {
+				_, err := st.fail(st.exhausted())
+				return err
+			} else if err := sleepCtx(st.ctx, reattachBackoff(st.attempts)); err != nil {
 				continue
 			}
 		}

@@ -46,6 +46,13 @@
 // when the platform's clocks apply; Options.Warn hears of a Run timeout
 // past the Deadline.
 //
+// A stream open when the sandbox is suspended (by Suspend, by another
+// process, or by the idle policy) is not dropped: its session reads the
+// VM's state through GetMicrovm when a reattach fails, waits while the VM
+// is suspended, reattaches at its cursor once it runs again, and agentd
+// holds the bytes it had not sent, so nothing is lost or repeated, over SSE
+// or binary frames. A VM terminated meanwhile ends the stream as Platform.
+//
 // # A terminal in the MicroVM
 //
 // Sandbox.Shell (OpenShell, by id) is an interactive terminal: the

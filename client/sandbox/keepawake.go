@@ -39,10 +39,10 @@ func (s *Sandbox) MaxIdle() time.Duration { s.mu.Lock(); defer s.mu.Unlock(); re
 func (s *Sandbox) Deadline() time.Time { s.mu.Lock(); defer s.mu.Unlock(); return s.deadline }
 
 // sessionOptions are the options of the sandbox's session: the agent port,
-// keep-awake pings while work is in flight when the VM has an idle policy
+// streams that wait out a suspend (phase.go), keep-awake pings while work is in flight when the VM has an idle policy
 // (unless o.NoKeepAwake), then the caller's own, which win.
 func (s *Sandbox) sessionOptions(o Options) []client.Option {
-	opts := []client.Option{client.WithAgentPort(o.Port)}
+	opts := []client.Option{client.WithAgentPort(o.Port), client.WithVMPhase(s.vmPhase)}
 	s.mu.Lock()
 	maxIdle := s.maxIdle
 	s.mu.Unlock()
