@@ -8,6 +8,8 @@ import time
 import unittest
 import urllib.error
 import urllib.request
+from typing import List, Optional
+from unittest import mock
 
 from microvms import (ERROR_KINDS, Exit, InvalidArgError, OutputChunk, PreconditionError, ProtocolError, Sandbox)
 from microvms.errors import ERROR_CLASSES
@@ -93,19 +95,16 @@ class LifecycleTest(unittest.TestCase):
             # room: a write or read that drops the size it knows falls back
             # to the disk-backed temp dir, 0.4 s slower per 256 MiB.
             if os.access("/dev/shm", os.W_OK):
-                made = []
+                made: List[str] = []
                 real = tempfile.mkdtemp
 
-                def recording(*a, **kw):  # type: ignore[no-untyped-def]
-                    d = real(*a, **kw)
+                def recording(suffix: Optional[str] = None, prefix: Optional[str] = None, dir: Optional[str] = None) -> str:
+                    d = real(suffix, prefix, dir)
                     made.append(d)
                     return d
-                tempfile.mkdtemp = recording  # type: ignore[assignment]
-                try:
+                with mock.patch.object(tempfile, "mkdtemp", recording):
                     sb.files.write("/work/shm.dat", b"x" * 4096)
                     self.assertEqual(sb.files.read_bytes("/work/shm.dat"), b"x" * 4096)
-                finally:
-                    tempfile.mkdtemp = real  # type: ignore[assignment]
                 self.assertEqual(len(made), 2)
                 self.assertTrue(all(d.startswith("/dev/shm/") for d in made), made)
                 self.assertFalse(any(os.path.exists(d) for d in made), "a pass-through temp dir was left behind")
