@@ -11,6 +11,7 @@ import (
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/internal/testimage"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // The Dockerfile build seen through the control plane: a built image's
@@ -70,7 +71,7 @@ func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
 	if !strings.Contains(log, "step 6/10 (line 6): RUN echo") || !strings.Contains(log, "guests run on it") {
 		t.Fatalf("build log: %s", log)
 	}
-	p := payload()
+	p := testvm.Payload()
 	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: "arn:aws:lambda:us-east-1:123456789012:microvm-image:dockerfile-root", RunHookPayload: &p})
 	status, _, resp := do(t, base, "POST", "/2025-09-09/microvms", string(body), auth)
 	if status != 200 {
@@ -81,20 +82,20 @@ func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	sess := session(t, base, waitState(t, base, r.MicrovmId, cp.MicrovmStateRUNNING))
-	if got := mustSh(t, sess, "pwd; cat made-by-run"); got != "/srv/app\nhello from run, base said yes" {
+	if got := testvm.MustSh(t, sess, "pwd; cat made-by-run"); got != "/srv/app\nhello from run, base said yes" {
 		t.Fatalf("the guest's view of the RUN's effects: %q", got)
 	}
-	if got := mustSh(t, sess, "stat -c %u:%g:%U /opt/data/owned-by-builder /home/builder/base-owned"); got != "1000:1000:builder\n1000:1000:builder" {
+	if got := testvm.MustSh(t, sess, "stat -c %u:%g:%U /opt/data/owned-by-builder /home/builder/base-owned"); got != "1000:1000:builder\n1000:1000:builder" {
 		t.Fatalf("image owners inside the guest: %q, want the image's (1000, builder)", got)
 	}
-	if got := mustSh(t, sess, "echo guest >> /srv/app/made-by-run && cat /srv/app/made-by-run && echo x > /home/builder/base-owned && id -u"); !strings.HasSuffix(got, "guest\n0") {
+	if got := testvm.MustSh(t, sess, "echo guest >> /srv/app/made-by-run && cat /srv/app/made-by-run && echo x > /home/builder/base-owned && id -u"); !strings.HasSuffix(got, "guest\n0") {
 		t.Fatalf("guest root changing image files: %q", got)
 	}
 	for _, host := range []string{"/usr/bin/python3", "/usr/bin/env", "/usr/bin/git"} {
 		if _, err := os.Stat(host); err != nil {
 			continue
 		}
-		if code, _ := sh(t, sess, "test -e "+host); code == 0 {
+		if code, _ := testvm.Sh(t, sess, "test -e "+host); code == 0 {
 			t.Errorf("the host's %s is visible in a guest of a Dockerfile-built image", host)
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/microvms/microvms/internal/testimage"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 const testDockerfile = `FROM example.test/base:1
@@ -262,7 +263,7 @@ func TestUnprivilegedBuildRunsTheDockerfile(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to become an unprivileged user")
 	}
-	rerunAsNobody(t, "TestUnprivilegedBuildRunsTheDockerfile", "rootless-build-checked", "EMULATOR_UNPRIVILEGED_BUILD=1")
+	testvm.RerunAsNobody(t, "TestUnprivilegedBuildRunsTheDockerfile", "rootless-build-checked", "EMULATOR_UNPRIVILEGED_BUILD=1")
 }
 
 // Catches: a RUN cancelled mid-step whose clean-up removes the step's
@@ -414,7 +415,7 @@ func TestBuildStepIsConfinedLikeAGuest(t *testing.T) {
 	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
-	probe, err := escapeProbe()
+	probe, err := testvm.EscapeProbe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +477,7 @@ func TestRunStepWritableLayerIsBounded(t *testing.T) {
 	checkStepBound(t)
 	if os.Geteuid() == 0 {
 		// The same bound, the same way, for a rootless emulator.
-		rerunAsNobody(t, "TestRunStepWritableLayerIsBounded", "rootless-step-bound-checked", "EMULATOR_UNPRIVILEGED_STEP_BOUND=1")
+		testvm.RerunAsNobody(t, "TestRunStepWritableLayerIsBounded", "rootless-step-bound-checked", "EMULATOR_UNPRIVILEGED_STEP_BOUND=1")
 	}
 }
 
