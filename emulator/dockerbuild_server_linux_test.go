@@ -18,19 +18,6 @@ import (
 // guests run on its root. How the build runs its steps is imagebuild's
 // (dockerbuild_linux_test.go there).
 
-// serverTestDockerfile is imagebuild's testDockerfile.
-const serverTestDockerfile = `FROM example.test/base:1
-ARG GREETING=hello
-ENV APP_HOME=/srv/app
-WORKDIR $APP_HOME
-COPY --chmod=0750 tool.sh ./bin/
-RUN echo "$GREETING from run, base said $FROM_BASE" > made-by-run && mkdir -p /opt/data && chown 1000:1000 /opt/data
-USER builder
-RUN ["/bin/sh", "-c", "echo mine > /opt/data/owned-by-builder; id -u > /opt/data/uid"]
-USER root
-CMD ["/agentd"]
-`
-
 // Catches: guests of a Dockerfile-built image run on the host's /usr
 // instead of the image's root (the RUN's files missing, the host's
 // programs present); image files shown with the guest's host ids (as
@@ -45,7 +32,7 @@ func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	df := "FROM example.test/base:1\nCOPY --chmod=0755 agentd /agentd\n" + strings.SplitN(serverTestDockerfile, "\n", 2)[1]
+	df := "FROM example.test/base:1\nCOPY --chmod=0755 agentd /agentd\n" + strings.SplitN(testvm.Dockerfile, "\n", 2)[1]
 	df = strings.Replace(df, "COPY --chmod=0750 tool.sh ./bin/\n", "", 1)
 	s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), WallClock: true, StateDir: t.TempDir(), BaseImage: testimage.Base(t, false)})
 	uri := artifactZip(t, df, daemon)

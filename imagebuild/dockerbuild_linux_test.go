@@ -29,18 +29,6 @@ import (
 	"github.com/microvms/microvms/internal/testvm"
 )
 
-const testDockerfile = `FROM example.test/base:1
-ARG GREETING=hello
-ENV APP_HOME=/srv/app
-WORKDIR $APP_HOME
-COPY --chmod=0750 tool.sh ./bin/
-RUN echo "$GREETING from run, base said $FROM_BASE" > made-by-run && mkdir -p /opt/data && chown 1000:1000 /opt/data
-USER builder
-RUN ["/bin/sh", "-c", "echo mine > /opt/data/owned-by-builder; id -u > /opt/data/uid"]
-USER root
-CMD ["/agentd"]
-`
-
 func testContext(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -72,7 +60,7 @@ func TestDockerfileRunsEveryStepOnTheImageRoot(t *testing.T) {
 	cache := t.TempDir()
 	var events []BuildEvent
 	b := DockerBuild{
-		Dockerfile: []byte(testDockerfile), Context: testContext(t), BaseImage: testimage.Base(t, false), Cache: cache,
+		Dockerfile: []byte(testvm.Dockerfile), Context: testContext(t), BaseImage: testimage.Base(t, false), Cache: cache,
 		Progress: func(e BuildEvent) { events = append(events, e) },
 	}
 	img, err := BuildDockerfile(t.Context(), b)

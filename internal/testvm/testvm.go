@@ -143,3 +143,18 @@ func CgroupV2Only() bool {
 	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
 	return err == nil
 }
+
+// Dockerfile is the build the Dockerfile tests run on testimage.Base
+// (example.test/base:1, with its user builder) and a context holding
+// tool.sh: ARG, ENV, WORKDIR, COPY --chmod, RUN in both forms, USER.
+const Dockerfile = `FROM example.test/base:1
+ARG GREETING=hello
+ENV APP_HOME=/srv/app
+WORKDIR $APP_HOME
+COPY --chmod=0750 tool.sh ./bin/
+RUN echo "$GREETING from run, base said $FROM_BASE" > made-by-run && mkdir -p /opt/data && chown 1000:1000 /opt/data
+USER builder
+RUN ["/bin/sh", "-c", "echo mine > /opt/data/owned-by-builder; id -u > /opt/data/uid"]
+USER root
+CMD ["/agentd"]
+`
