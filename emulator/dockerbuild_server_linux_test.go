@@ -11,24 +11,12 @@ import (
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/internal/testimage"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // The Dockerfile build seen through the control plane: a built image's
 // guests run on its root. How the build runs its steps is imagebuild's
 // (dockerbuild_linux_test.go there).
-
-// serverTestDockerfile is imagebuild's testDockerfile.
-const serverTestDockerfile = `FROM example.test/base:1
-ARG GREETING=hello
-ENV APP_HOME=/srv/app
-WORKDIR $APP_HOME
-COPY --chmod=0750 tool.sh ./bin/
-RUN echo "$GREETING from run, base said $FROM_BASE" > made-by-run && mkdir -p /opt/data && chown 1000:1000 /opt/data
-USER builder
-RUN ["/bin/sh", "-c", "echo mine > /opt/data/owned-by-builder; id -u > /opt/data/uid"]
-USER root
-CMD ["/agentd"]
-`
 
 // Catches: guests of a Dockerfile-built image run on the host's /usr
 // instead of the image's root (the RUN's files missing, the host's
@@ -44,7 +32,7 @@ func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	df := "FROM example.test/base:1\nCOPY --chmod=0755 agentd /agentd\n" + strings.SplitN(serverTestDockerfile, "\n", 2)[1]
+	df := "FROM example.test/base:1\nCOPY --chmod=0755 agentd /agentd\n" + strings.SplitN(testvm.Dockerfile, "\n", 2)[1]
 	df = strings.Replace(df, "COPY --chmod=0750 tool.sh ./bin/\n", "", 1)
 	s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), WallClock: true, StateDir: t.TempDir(), BaseImage: testimage.Base(t, false)})
 	uri := artifactZip(t, df, daemon)
@@ -70,7 +58,7 @@ func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
 	if !strings.Contains(log, "step 6/10 (line 6): RUN echo") || !strings.Contains(log, "guests run on it") {
 		t.Fatalf("build log: %s", log)
 	}
-	p := payload()
+	p := testvm.Payload()
 	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: "arn:aws:lambda:us-east-1:123456789012:microvm-image:dockerfile-root", RunHookPayload: &p})
 	status, _, resp := do(t, base, "POST", "/2025-09-09/microvms", string(body), auth)
 	if status != 200 {
@@ -81,20 +69,20 @@ func TestGuestRunsOnTheBuiltImageRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	sess := session(t, base, waitState(t, base, r.MicrovmId, cp.MicrovmStateRUNNING))
-	if got := mustSh(t, sess, "pwd; cat made-by-run"); got != "/srv/app\nhello from run, base said yes" {
+	if got := testvm.MustSh(t, sess, "pwd; cat made-by-run"); got != "/srv/app\nhello from run, base said yes" {
 		t.Fatalf("the guest's view of the RUN's effects: %q", got)
 	}
-	if got := mustSh(t, sess, "stat -c %u:%g:%U /opt/data/owned-by-builder /home/builder/base-owned"); got != "1000:1000:builder\n1000:1000:builder" {
+	if got := testvm.MustSh(t, sess, "stat -c %u:%g:%U /opt/data/owned-by-builder /home/builder/base-owned"); got != "1000:1000:builder\n1000:1000:builder" {
 		t.Fatalf("image owners inside the guest: %q, want the image's (1000, builder)", got)
 	}
-	if got := mustSh(t, sess, "echo guest >> /srv/app/made-by-run && cat /srv/app/made-by-run && echo x > /home/builder/base-owned && id -u"); !strings.HasSuffix(got, "guest\n0") {
+	if got := testvm.MustSh(t, sess, "echo guest >> /srv/app/made-by-run && cat /srv/app/made-by-run && echo x > /home/builder/base-owned && id -u"); !strings.HasSuffix(got, "guest\n0") {
 		t.Fatalf("guest root changing image files: %q", got)
 	}
 	for _, host := range []string{"/usr/bin/python3", "/usr/bin/env", "/usr/bin/git"} {
 		if _, err := os.Stat(host); err != nil {
 			continue
 		}
-		if code, _ := sh(t, sess, "test -e "+host); code == 0 {
+		if code, _ := testvm.Sh(t, sess, "test -e "+host); code == 0 {
 			t.Errorf("the host's %s is visible in a guest of a Dockerfile-built image", host)
 		}
 	}

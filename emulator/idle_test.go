@@ -10,6 +10,7 @@ import (
 	"time"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // privateAgentd copies the daemon under a name only this test's guests
@@ -32,7 +33,7 @@ func privateAgentd(t *testing.T, name string) string {
 func runIdle(t *testing.T, s *Server, base string, p cp.IdlePolicy, maxDur int) cp.RunMicrovmResponse {
 	t.Helper()
 	arn := s.AddImage(fmt.Sprintf("img-%d", time.Now().UnixNano()))
-	pl := payload()
+	pl := testvm.Payload()
 	req := cp.RunMicrovmRequest{ImageIdentifier: arn, RunHookPayload: &pl, IdlePolicy: &p}
 	if maxDur != 0 {
 		req.MaximumDurationInSeconds = &maxDur

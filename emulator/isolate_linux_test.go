@@ -24,6 +24,7 @@ import (
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/testbin"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // The tests below run real guests: agentd confined by AgentdLauncher,
@@ -46,7 +47,7 @@ const egressARN = "arn:aws:lambda:us-east-1:aws:network-connector:aws-network-co
 func launchGuest(t *testing.T, s *Server, base string, egress bool) cp.GetMicrovmResponse {
 	t.Helper()
 	arn := s.AddImage(fmt.Sprintf("iso-%d", time.Now().UnixNano()))
-	p := payload()
+	p := testvm.Payload()
 	req := cp.RunMicrovmRequest{ImageIdentifier: arn, RunHookPayload: &p}
 	if egress {
 		req.EgressNetworkConnectors = &[]string{egressARN}
@@ -70,43 +71,11 @@ func session(t *testing.T, base string, vm cp.GetMicrovmResponse) *client.Sessio
 		tok := mintToken(t, base, vm.MicrovmId, 60, `[{"allPorts":{}}]`)
 		return client.NewProxyToken(map[string]string{taxonomy.ProxyAuthHeader: tok}), nil
 	})
-	sess, err := client.Proxied("http://"+vm.Endpoint, agentToken, minter)
+	sess, err := client.Proxied("http://"+vm.Endpoint, testvm.AgentToken, minter)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sess
-}
-
-// sh runs script in the guest through sh -c and returns its exit code and
-// output.
-func sh(t *testing.T, sess *client.Session, script string) (int, string) {
-	t.Helper()
-	return shWithin(t, sess, script, 30*time.Second)
-}
-
-// shWithin is sh with a deadline of its own, for work whose length is the
-// machine's load, not the guest's (thousands of forks on a busy host).
-func shWithin(t *testing.T, sess *client.Session, script string, d time.Duration) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	defer cancel()
-	r, err := sess.Run(ctx, []string{script}, client.RunOptions{StartOptions: client.StartOptions{Shell: true}})
-	if err != nil {
-		t.Fatalf("running %q in the guest: %v", script, err)
-	}
-	if r.ExitCode == nil {
-		t.Fatalf("%q ended without an exit code (signal %v)", script, r.Signal)
-	}
-	return int(*r.ExitCode), r.Stdout + r.Stderr
-}
-
-func mustSh(t *testing.T, sess *client.Session, script string) string {
-	t.Helper()
-	code, out := sh(t, sess, script)
-	if code != 0 {
-		t.Fatalf("%q exited %d: %s", script, code, out)
-	}
-	return strings.TrimSpace(out)
 }
 
 func terminate(t *testing.T, base, id string) {
@@ -167,7 +136,7 @@ func hostUIDOf(t *testing.T, pid int) int {
 func startSleeper(t *testing.T, sess *client.Session, prefix string) (string, int) {
 	t.Helper()
 	name := prefix + strconv.FormatInt(time.Now().UnixNano(), 36)
-	mustSh(t, sess, "cp \"$(command -v sleep)\" /tmp/"+name+" && (setsid /tmp/"+name+" 1000 </dev/null >/dev/null 2>&1 &) ; sleep 0.2")
+	testvm.MustSh(t, sess, "cp \"$(command -v sleep)\" /tmp/"+name+" && (setsid /tmp/"+name+" 1000 </dev/null >/dev/null 2>&1 &) ; sleep 0.2")
 	pids := procsNamed(t, name)
 	if len(pids) != 1 {
 		t.Fatalf("processes named %s on the host: %v, want the guest's one", name, pids)
@@ -205,19 +174,19 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 		secrets = append(secrets, p)
 	}
 	for _, p := range secrets {
-		if code, out := sh(t, sess, "cat "+p); code == 0 || strings.Contains(out, "host secret") {
+		if code, out := testvm.Sh(t, sess, "cat "+p); code == 0 || strings.Contains(out, "host secret") {
 			t.Errorf("the guest read the host's %s: %d %q", p, code, out)
 		}
 	}
-	if out := mustSh(t, sess, "ls -A /root /home | tr '\\n' ' '"); strings.Contains(out, "emulator-isolation-secret") {
+	if out := testvm.MustSh(t, sess, "ls -A /root /home | tr '\\n' ' '"); strings.Contains(out, "emulator-isolation-secret") {
 		t.Errorf("the guest's /root or /home lists the host's files: %s", out)
 	}
 
 	// Writes stay in the guest.
 	files := []string{"/tmp/x-" + nonce, "/etc/x-" + nonce}
 	for _, f := range files {
-		mustSh(t, sess, "echo guest > "+f)
-		if got := mustSh(t, sess, "cat "+f); got != "guest" {
+		testvm.MustSh(t, sess, "echo guest > "+f)
+		if got := testvm.MustSh(t, sess, "cat "+f); got != "guest" {
 			t.Fatalf("the guest reads back %q from %s", got, f)
 		}
 		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
@@ -226,7 +195,7 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 	}
 	// The host's system directories are bound read-only: guest root is not
 	// host root, and a write to /usr is refused, never landing on the host.
-	if code, out := sh(t, sess, "echo guest > /usr/x-"+nonce); code == 0 || !strings.Contains(out, "Read-only file system") {
+	if code, out := testvm.Sh(t, sess, "echo guest > /usr/x-"+nonce); code == 0 || !strings.Contains(out, "Read-only file system") {
 		t.Errorf("a guest write to /usr: %d %q, want a read-only refusal", code, out)
 	}
 	if _, err := os.Stat("/usr/x-" + nonce); !errors.Is(err, os.ErrNotExist) {
@@ -246,24 +215,24 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 
 	// Its own /proc: PID 1 is the guest's init, and only a handful of
 	// processes exist.
-	if got := mustSh(t, sess, "tr '\\0' ' ' < /proc/1/cmdline"); !strings.Contains(got, localvm.GuestInitArg0) {
+	if got := testvm.MustSh(t, sess, "tr '\\0' ' ' < /proc/1/cmdline"); !strings.Contains(got, localvm.GuestInitArg0) {
 		t.Errorf("the guest's PID 1 is %q, want its init", got)
 	}
-	if n, _ := strconv.Atoi(mustSh(t, sess, "ls /proc | grep -c '^[0-9]'")); n == 0 || n > 10 {
+	if n, _ := strconv.Atoi(testvm.MustSh(t, sess, "ls /proc | grep -c '^[0-9]'")); n == 0 || n > 10 {
 		t.Errorf("the guest sees %d processes in /proc, want its own few", n)
 	}
 	// No host sockets: the guest's /run and /var/run are its own.
-	if code, _ := sh(t, sess, "test -e /var/run/docker.sock || test -e /run/docker.sock"); code == 0 {
+	if code, _ := testvm.Sh(t, sess, "test -e /var/run/docker.sock || test -e /run/docker.sock"); code == 0 {
 		t.Error("a Docker socket is visible in the guest")
 	}
 	// Catches the init handing its lifeline to the emulator (fd 3, a pipe)
 	// down to the daemon and so to every guest command. The guest cannot
 	// read the init's descriptors at all (it is not dumpable), so the host
 	// compares them.
-	if code, out := sh(t, sess, "readlink /proc/1/fd/3"); code == 0 {
+	if code, out := testvm.Sh(t, sess, "readlink /proc/1/fd/3"); code == 0 {
 		t.Errorf("the guest reads its init's descriptors: %s", out)
 	}
-	init := guestInitOfThisProcess(t)
+	init := testvm.GuestInitOf(t, localvm.GuestInitArg0)
 	lifeline, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/3", init))
 	if err != nil || !strings.HasPrefix(lifeline, "pipe:") {
 		t.Fatalf("the init's fd 3 is %q (%v), want its lifeline pipe", lifeline, err)
@@ -278,7 +247,7 @@ func TestGuestFilesystemIsItsOwn(t *testing.T) {
 			t.Errorf("the init's lifeline reached %s", f)
 		}
 	}
-	if code, out := sh(t, sess, "test ! -e /etc/shadow && test ! -e /etc/ssh"); code != 0 {
+	if code, out := testvm.Sh(t, sess, "test ! -e /etc/shadow && test ! -e /etc/ssh"); code != 0 {
 		t.Errorf("the guest's /etc carries the host's secrets: %s", out)
 	}
 
@@ -311,13 +280,13 @@ func TestGuestIdentityIsItsOwnAndTheHostsIsUntouched(t *testing.T) {
 	if !h.IdentityRepaired || h.IdentityDegraded {
 		t.Errorf("identity repair in the guest: repaired %v degraded %v, want it to run and succeed", h.IdentityRepaired, h.IdentityDegraded)
 	}
-	name := mustSh(t, sess, "hostname")
+	name := testvm.MustSh(t, sess, "hostname")
 	// microvm-<12 hex> is identity repair's name; the init's own is the
 	// MicroVM id, so this also catches repair not running.
 	if name == hostName || !regexp.MustCompile(`^microvm-[0-9a-f]{12}$`).MatchString(name) {
 		t.Errorf("guest hostname %q (host %q): want its own, from identity repair", name, hostName)
 	}
-	guestID := mustSh(t, sess, "cat /etc/machine-id")
+	guestID := testvm.MustSh(t, sess, "cat /etc/machine-id")
 	if len(guestID) != 32 || guestID == strings.TrimSpace(string(hostID)) {
 		t.Errorf("guest machine-id %q (host %q): want its own", guestID, strings.TrimSpace(string(hostID)))
 	}
@@ -342,7 +311,7 @@ func TestTerminateLeavesNoGuestProcess(t *testing.T) {
 	sess := session(t, base, vm)
 	name := "sleeper-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	// A private copy of sleep, so the host can find exactly this process.
-	mustSh(t, sess, "cp \"$(command -v sleep)\" /tmp/"+name+" && (setsid /tmp/"+name+" 1000 </dev/null >/dev/null 2>&1 &) ; sleep 0.2")
+	testvm.MustSh(t, sess, "cp \"$(command -v sleep)\" /tmp/"+name+" && (setsid /tmp/"+name+" 1000 </dev/null >/dev/null 2>&1 &) ; sleep 0.2")
 	pids := procsNamed(t, name)
 	if len(pids) != 1 {
 		t.Fatalf("processes named %s on the host: %v, want the guest's one", name, pids)
@@ -384,7 +353,7 @@ func TestSuspendResumeKeepsTheGuestsFiles(t *testing.T) {
 	s, base := isolated(t)
 	vm := launchGuest(t, s, base, false)
 	sess := session(t, base, vm)
-	mustSh(t, sess, "echo kept > /tmp/kept && echo kept > /root/kept")
+	testvm.MustSh(t, sess, "echo kept > /tmp/kept && echo kept > /root/kept")
 	if status, _, out := do(t, base, "POST", "/2025-09-09/microvms/"+vm.MicrovmId+"/suspend", "", auth); status != 200 {
 		t.Fatalf("suspend: %d %s", status, out)
 	}
@@ -393,7 +362,7 @@ func TestSuspendResumeKeepsTheGuestsFiles(t *testing.T) {
 		t.Fatalf("resume: %d %s", status, out)
 	}
 	waitState(t, base, vm.MicrovmId, cp.MicrovmStateRUNNING)
-	if got := mustSh(t, sess, "cat /tmp/kept /root/kept"); got != "kept\nkept" {
+	if got := testvm.MustSh(t, sess, "cat /tmp/kept /root/kept"); got != "kept\nkept" {
 		t.Fatalf("after resume the guest reads %q", got)
 	}
 }
@@ -423,7 +392,7 @@ func benchLaunch(b *testing.B, l Launcher) {
 	}
 	defer stop()
 	arn := s.AddImage("bench")
-	p := payload()
+	p := testvm.Payload()
 	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: arn, RunHookPayload: &p})
 	call := func(method, path, body string) (int, []byte) {
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -491,11 +460,11 @@ func TestImageRootIsTheLowerLayer(t *testing.T) {
 	if g.Dial == nil {
 		t.Fatal("a guest without egress must be reached from inside its network namespace")
 	}
-	body, _ := json.Marshal(map[string]string{"runHookPayload": payload()})
+	body, _ := json.Marshal(map[string]string{"runHookPayload": testvm.Payload()})
 	if reason := postRunHook(t.Context(), g.RoundTripper(proxyTransport), "127.0.0.1:9000", body, 10*time.Second); reason != "" {
 		t.Fatal(reason)
 	}
-	sess, err := client.Direct("http://127.0.0.1:9000", agentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(proxyTransport)}))
+	sess, err := client.Direct("http://127.0.0.1:9000", testvm.AgentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(proxyTransport)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,21 +540,21 @@ func TestGuestHoldsNoHostDescriptorAndNoEscapeCapabilities(t *testing.T) {
 	s, base := isolated(t)
 	vm := launchGuest(t, s, base, false)
 	sess := session(t, base, vm)
-	if out := mustSh(t, sess, `for f in /proc/[0-9]*/fd/*; do [ -e "$f/escape-marker" ] && echo "open: $f"; done; true`); out != "" {
+	if out := testvm.MustSh(t, sess, `for f in /proc/[0-9]*/fd/*; do [ -e "$f/escape-marker" ] && echo "open: $f"; done; true`); out != "" {
 		t.Errorf("a guest process holds the host's directory: %s", out)
 	}
 
 	// Probed with test -w (access(2) answers EROFS), never by writing: a
 	// broken guard would otherwise change this machine's kernel settings.
 	for _, p := range []string{"/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger", "/proc/sys/vm/drop_caches"} {
-		if code, _ := sh(t, sess, "test -w "+p); code == 0 {
+		if code, _ := testvm.Sh(t, sess, "test -w "+p); code == 0 {
 			t.Errorf("the guest can write the host kernel's %s", p)
 		}
 	}
-	if code, out := sh(t, sess, "mknod /tmp/disk b 1 0"); code == 0 {
+	if code, out := testvm.Sh(t, sess, "mknod /tmp/disk b 1 0"); code == 0 {
 		t.Errorf("guest root made a block device node: %s", out)
 	}
-	bnd := mustSh(t, sess, "grep CapBnd /proc/self/status | cut -f2")
+	bnd := testvm.MustSh(t, sess, "grep CapBnd /proc/self/status | cut -f2")
 	caps, err := strconv.ParseUint(bnd, 16, 64)
 	if err != nil {
 		t.Fatalf("CapBnd %q: %v", bnd, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // Catches: a GetMicrovm that answers PENDING at once while the guest is
@@ -31,7 +32,7 @@ func TestGetMicrovmMidLaunchAnswersWhenTheLaunchEnds(t *testing.T) {
 		return &Guest{Ports: map[int]string{spec.HookPort: strings.TrimPrefix(hook.URL, "http://")}, Stop: func() {}}, nil
 	}
 	s, base := serve(t, Options{WallClock: true, VMs: launcher, StateDir: t.TempDir()})
-	vm := run(t, s, base, payload())
+	vm := run(t, s, base, testvm.Payload())
 	got := make(chan string, 1)
 	go func() { // no t.Fatal off the test's goroutine: an error is the answer
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", base+"/2025-09-09/microvms/"+vm.MicrovmId, nil)

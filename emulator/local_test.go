@@ -13,6 +13,7 @@ import (
 	"time"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // Catches: a RUN that installs something passed over in silence, the
@@ -98,7 +99,7 @@ func TestWallClockLocalImageAndSuspendedWindow(t *testing.T) {
 		t.Fatalf("a wall-clock build is not done at its first read: %s", out)
 	}
 	arn := "arn:aws:lambda:us-east-1:123456789012:microvm-image:local"
-	p := payload()
+	p := testvm.Payload()
 	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: arn, RunHookPayload: &p, IdlePolicy: &cp.IdlePolicy{MaxIdleDurationSeconds: 60, SuspendedDurationSeconds: 30}})
 	status, _, out := do(t, base, "POST", "/2025-09-09/microvms", string(body), auth)
 	if status != 200 {

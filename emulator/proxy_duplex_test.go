@@ -17,6 +17,7 @@ import (
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // pausingConn holds the writer that sends the bytes containing mark: they
@@ -86,7 +87,7 @@ func TestEndpointProxyAnswerSurvivesTheGuestAnsweringBeforeTheBodyIsDone(t *test
 		}, nil
 	}
 	s, base := serve(t, Options{VMs: launcher})
-	out := run(t, s, base, payload())
+	out := run(t, s, base, testvm.Payload())
 	waitState(t, base, out.MicrovmId, cp.MicrovmStateRUNNING)
 	tok := mintToken(t, base, out.MicrovmId, 5, `[{"port":8080}]`)
 	s.mu.Lock()

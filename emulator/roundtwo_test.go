@@ -16,6 +16,7 @@ import (
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // viaEndpointPost sends POST rawPath to a MicroVM's endpoint with a proxy
@@ -58,7 +59,7 @@ func TestRoundTwoProxyRefusesHooksAndADeadGuestIsTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, base := serve(t, Options{VMs: AgentdLauncher(bin, nil)})
-	vm := run(t, s, base, payload())
+	vm := run(t, s, base, testvm.Payload())
 	waitState(t, base, vm.MicrovmId, cp.MicrovmStateRUNNING)
 	tok := mintToken(t, base, vm.MicrovmId, 60, `[{"allPorts":{}}]`)
 	for _, p := range []string{

@@ -20,28 +20,15 @@ import (
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
-	"github.com/microvms/microvms/internal/testbin"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
-// agentdBin is the real daemon, built once for every test that needs a guest.
+// agentdBin is the real daemon every guest of these tests runs.
 var agentdBin string
 
 func TestMain(m *testing.M) {
 	localvm.Init() // this test binary is also every local guest's init
-	if p := os.Getenv("EMULATOR_UNPRIVILEGED_CHILD_AGENTD"); p != "" {
-		// The unprivileged re-run of TestUnprivilegedHostRunsConfinedGuests:
-		// the parent built the daemon.
-		agentdBin = p
-		os.Exit(m.Run())
-	}
-	var err error
-	if agentdBin, err = testbin.Build("cmd/agentd", testbin.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
+	testvm.Main(m, &agentdBin)
 }
 
 // clock is the emulator's injected clock; tokens expire by it.
@@ -153,13 +140,6 @@ func viaEndpoint(t *testing.T, endpoint, path, token, port string) (int, string)
 	return resp.StatusCode, string(b)
 }
 
-const agentToken = "emulator-test-agent-token"
-
-func payload() string {
-	b, _ := json.Marshal(map[string]any{"agent_token": agentToken})
-	return string(b)
-}
-
 // Catches: a proxy that forwards without a token, accepts any token, ignores
 // the port scope or one of the union's three forms, ignores expiry, or
 // accepts another MicroVM's token; and a run hook that is not delivered (the
@@ -167,8 +147,8 @@ func payload() string {
 func TestEndpointProxyEnforcesTokenScopeAndExpiry(t *testing.T) {
 	clk := &clock{t: time.Unix(1_800_000_000, 0)}
 	s, base := serve(t, Options{Now: clk.Now, VMs: AgentdLauncher(agentdBin, nil)})
-	vm := run(t, s, base, payload())
-	other := run(t, s, base, payload())
+	vm := run(t, s, base, testvm.Payload())
+	other := run(t, s, base, testvm.Payload())
 	if strings.Contains(vm.Endpoint, "://") || !strings.HasPrefix(vm.Endpoint, "127.0.0.1:") {
 		t.Fatalf("endpoint %q: want a bare loopback host (finding endpoint-bare-host)", vm.Endpoint)
 	}
@@ -417,7 +397,7 @@ func TestSuspendFreezesResumeThawsTerminateKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, base := serve(t, Options{VMs: AgentdLauncher(bin, nil)})
-	vm := run(t, s, base, payload())
+	vm := run(t, s, base, testvm.Payload())
 	waitState(t, base, vm.MicrovmId, cp.MicrovmStateRUNNING)
 	pids := agentdPids(t, bin)
 	if len(pids) != 1 {

@@ -14,6 +14,7 @@ import (
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // wsGuest is a guest whose run hook answers 200 and whose port 8081 is a
@@ -66,7 +67,7 @@ func (g *wsGuest) launcher(t *testing.T) Launcher {
 func TestEndpointProxyTakesWebSocketSubprotocols(t *testing.T) {
 	g := &wsGuest{}
 	s, base := serve(t, Options{VMs: g.launcher(t)})
-	vm := run(t, s, base, payload())
+	vm := run(t, s, base, testvm.Payload())
 	waitState(t, base, vm.MicrovmId, cp.MicrovmStateRUNNING)
 	tok := mintToken(t, base, vm.MicrovmId, 5, `[{"port":8081}]`)
 

@@ -26,19 +26,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/microvms/microvms/internal/testimage"
+	"github.com/microvms/microvms/internal/testvm"
 )
-
-const testDockerfile = `FROM example.test/base:1
-ARG GREETING=hello
-ENV APP_HOME=/srv/app
-WORKDIR $APP_HOME
-COPY --chmod=0750 tool.sh ./bin/
-RUN echo "$GREETING from run, base said $FROM_BASE" > made-by-run && mkdir -p /opt/data && chown 1000:1000 /opt/data
-USER builder
-RUN ["/bin/sh", "-c", "echo mine > /opt/data/owned-by-builder; id -u > /opt/data/uid"]
-USER root
-CMD ["/agentd"]
-`
 
 func testContext(t *testing.T) string {
 	t.Helper()
@@ -71,7 +60,7 @@ func TestDockerfileRunsEveryStepOnTheImageRoot(t *testing.T) {
 	cache := t.TempDir()
 	var events []BuildEvent
 	b := DockerBuild{
-		Dockerfile: []byte(testDockerfile), Context: testContext(t), BaseImage: testimage.Base(t, false), Cache: cache,
+		Dockerfile: []byte(testvm.Dockerfile), Context: testContext(t), BaseImage: testimage.Base(t, false), Cache: cache,
 		Progress: func(e BuildEvent) { events = append(events, e) },
 	}
 	img, err := BuildDockerfile(t.Context(), b)
@@ -262,7 +251,7 @@ func TestUnprivilegedBuildRunsTheDockerfile(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to become an unprivileged user")
 	}
-	rerunAsNobody(t, "TestUnprivilegedBuildRunsTheDockerfile", "rootless-build-checked", "EMULATOR_UNPRIVILEGED_BUILD=1")
+	testvm.RerunAsNobody(t, "TestUnprivilegedBuildRunsTheDockerfile", "rootless-build-checked", "EMULATOR_UNPRIVILEGED_BUILD=1")
 }
 
 // Catches: a RUN cancelled mid-step whose clean-up removes the step's
@@ -414,7 +403,7 @@ func TestBuildStepIsConfinedLikeAGuest(t *testing.T) {
 	if err := localvm.CheckIsolation(); err != nil {
 		t.Fatalf("this host cannot isolate guests: %v", err)
 	}
-	probe, err := escapeProbe()
+	probe, err := testvm.EscapeProbe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +465,7 @@ func TestRunStepWritableLayerIsBounded(t *testing.T) {
 	checkStepBound(t)
 	if os.Geteuid() == 0 {
 		// The same bound, the same way, for a rootless emulator.
-		rerunAsNobody(t, "TestRunStepWritableLayerIsBounded", "rootless-step-bound-checked", "EMULATOR_UNPRIVILEGED_STEP_BOUND=1")
+		testvm.RerunAsNobody(t, "TestRunStepWritableLayerIsBounded", "rootless-step-bound-checked", "EMULATOR_UNPRIVILEGED_STEP_BOUND=1")
 	}
 }
 

@@ -4,7 +4,6 @@ package localvm
 
 import (
 	"bufio"
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -23,7 +22,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/taxonomy"
-	"github.com/microvms/microvms/internal/testbin"
+	"github.com/microvms/microvms/internal/testvm"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,13 +31,6 @@ import (
 // limits, and asserts that it now fails. None writes the host's /proc/sys,
 // core_pattern, sysrq or an existing cgroup: a payload that would run on
 // the host only creates a marker under the test's own temporary directory.
-
-var escapeProbe = sync.OnceValues(func() (string, error) {
-	if p := os.Getenv("EMULATOR_ESCAPE_PROBE"); p != "" {
-		return p, nil // a rootless re-run: the parent built it
-	}
-	return testbin.Build("internal/escapeprobe", testbin.Options{})
-})
 
 // directGuest launches spec with the confining launcher and returns it with
 // a session straight to its agentd (no control plane: the spec carries
@@ -59,32 +51,15 @@ func directGuest(t *testing.T, spec GuestSpec) (*Guest, *client.Session) {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Stop)
-	body, _ := json.Marshal(map[string]string{"runHookPayload": payload()})
+	body, _ := json.Marshal(map[string]string{"runHookPayload": testvm.Payload()})
 	if reason := postRunHook(t.Context(), g.RoundTripper(loopback), "127.0.0.1:"+strconv.Itoa(spec.HookPort), body, 10*time.Second); reason != "" {
 		t.Fatal(reason)
 	}
-	sess, err := client.Direct("http://127.0.0.1:"+strconv.Itoa(spec.HookPort), agentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(loopback)}))
+	sess, err := client.Direct("http://127.0.0.1:"+strconv.Itoa(spec.HookPort), testvm.AgentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(loopback)}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return g, sess
-}
-
-// withProbe copies the escape probe into the guest at /tmp/escapeprobe.
-func withProbe(t *testing.T, sess *client.Session) {
-	t.Helper()
-	bin, err := escapeProbe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := sess.WriteFile(t.Context(), "/tmp/escapeprobe", f, 0o755); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // Catches: guest root that is host root (the one-step escape: mount a fresh
@@ -105,7 +80,7 @@ echo "$upper/payload.sh" > /tmp/cg/release_agent
 mkdir -p /tmp/cg/x; echo 1 > /tmp/cg/x/notify_on_release
 sh -c 'echo $$ > /tmp/cg/x/cgroup.procs'
 sleep 1; rmdir /tmp/cg/x; umount /tmp/cg; echo mounted`
-	code, out := sh(t, sess, script)
+	code, out := testvm.Sh(t, sess, script)
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatalf("the release_agent payload ran on the host: %s", out)
 	}
@@ -120,32 +95,32 @@ sleep 1; rmdir /tmp/cg/x; umount /tmp/cg; echo mounted`
 func TestEscapeFilesystemMounts(t *testing.T) {
 	_, sess := directGuest(t, GuestSpec{})
 	for _, fs := range []string{"debugfs", "tracefs", "bpf", "securityfs"} {
-		if code, out := sh(t, sess, "mkdir -p /tmp/m-"+fs+" && mount -t "+fs+" none /tmp/m-"+fs); code == 0 {
+		if code, out := testvm.Sh(t, sess, "mkdir -p /tmp/m-"+fs+" && mount -t "+fs+" none /tmp/m-"+fs); code == 0 {
 			t.Errorf("guest root mounted %s: %s", fs, out)
 		}
 	}
 	// What it may mount is its own: its processes, its interfaces, its
 	// cgroup tree.
-	if code, out := sh(t, sess, "mkdir -p /tmp/p && mount -t proc proc /tmp/p && ls /tmp/p | grep -c '^[0-9]'"); code == 0 {
+	if code, out := testvm.Sh(t, sess, "mkdir -p /tmp/p && mount -t proc proc /tmp/p && ls /tmp/p | grep -c '^[0-9]'"); code == 0 {
 		if n, _ := strconv.Atoi(strings.TrimSpace(out)); n == 0 || n > 20 {
 			t.Errorf("a proc the guest mounted shows %d processes, want its own few", n)
 		}
 	}
-	if code, out := sh(t, sess, "mkdir -p /tmp/s && mount -t sysfs sysfs /tmp/s && ls /tmp/s/class/net"); code == 0 {
+	if code, out := testvm.Sh(t, sess, "mkdir -p /tmp/s && mount -t sysfs sysfs /tmp/s && ls /tmp/s/class/net"); code == 0 {
 		if strings.TrimSpace(out) != "lo" {
 			t.Errorf("a sysfs the guest mounted shows the interfaces %q, want its own lo", out)
 		}
 	}
-	if got := mustSh(t, sess, "cut -d: -f3 /proc/self/cgroup | sort -u | tr '\\n' ' '"); strings.TrimSpace(got) != "/" {
+	if got := testvm.MustSh(t, sess, "cut -d: -f3 /proc/self/cgroup | sort -u | tr '\\n' ' '"); strings.TrimSpace(got) != "/" {
 		t.Errorf("the guest sees its cgroups as %q, want / (a cgroup namespace of its own)", got)
 	}
 	// A rootless emulator on a cgroup v1 host has no unified group of its
 	// own to place the guest in (the unified root is root's), so there the
 	// guest's cgroup2 view starts at the emulator's own group.
-	if os.Geteuid() != 0 && !cgroupV2Only() {
+	if os.Geteuid() != 0 && !testvm.CgroupV2Only() {
 		return
 	}
-	if code, out := sh(t, sess, "mkdir -p /tmp/c2 && mount -t cgroup2 none /tmp/c2 && find /tmp/c2 -mindepth 1 -type d | head -5"); code == 0 && strings.TrimSpace(out) != "" {
+	if code, out := testvm.Sh(t, sess, "mkdir -p /tmp/c2 && mount -t cgroup2 none /tmp/c2 && find /tmp/c2 -mindepth 1 -type d | head -5"); code == 0 && strings.TrimSpace(out) != "" {
 		t.Errorf("a cgroup2 the guest mounted shows groups beyond its own: %s", out)
 	}
 }
@@ -156,12 +131,12 @@ func TestEscapeFilesystemMounts(t *testing.T) {
 // unprivileged process on this host, so EPERM can only be the filter's.
 func TestEscapeKeysUIDMapAndFilteredSyscalls(t *testing.T) {
 	_, sess := directGuest(t, GuestSpec{})
-	if got := mustSh(t, sess, "cat /proc/keys | wc -c"); got != "0" {
+	if got := testvm.MustSh(t, sess, "cat /proc/keys | wc -c"); got != "0" {
 		t.Errorf("the guest reads %s bytes of /proc/keys, want none", got)
 	}
 	// Read from the host: inside, the map of the guest's nested namespace
 	// shows ids of the init's, not of the host's.
-	init := guestInitOfThisProcess(t)
+	init := testvm.GuestInitOf(t, GuestInitArg0)
 	hostPID := 0
 	for _, p := range procsInPidnsOf(t, init) {
 		if p != init {
@@ -173,18 +148,18 @@ func TestEscapeKeysUIDMapAndFilteredSyscalls(t *testing.T) {
 		t.Errorf("the guest's uid map seen from the host is %q (%v), want its root mapped to a host uid other than 0", fields, err)
 	}
 	for _, p := range []string{"/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sysrq-trigger", "/proc/sys/vm/drop_caches"} {
-		if code, _ := sh(t, sess, "test -w "+p); code == 0 {
+		if code, _ := testvm.Sh(t, sess, "test -w "+p); code == 0 {
 			t.Errorf("the guest can write the host kernel's %s", p)
 		}
 	}
-	withProbe(t, sess)
-	out := mustSh(t, sess, "/tmp/escapeprobe syscalls")
+	testvm.WithProbe(t, sess)
+	out := testvm.MustSh(t, sess, "/tmp/escapeprobe syscalls")
 	for _, name := range []string{"keyctl", "add_key", "userfaultfd", "perf_event_open", "io_uring_setup"} {
 		if !strings.Contains(out, name+" EPERM") {
 			t.Errorf("%s in the guest: want EPERM from the filter; the probe said:\n%s", name, out)
 		}
 	}
-	if got := mustSh(t, sess, "grep NoNewPrivs /proc/self/status | cut -f2"); got != "1" {
+	if got := testvm.MustSh(t, sess, "grep NoNewPrivs /proc/self/status | cut -f2"); got != "1" {
 		t.Errorf("NoNewPrivs is %q in the guest, want 1", got)
 	}
 }
@@ -198,14 +173,14 @@ func TestEscapeMemoryHogIsKilledInsideItsLimit(t *testing.T) {
 	if !slicesContainPrefix(g.Limits.Applied, "memory") {
 		t.Skipf("no memory limit on this host: %v", g.Limits.Missing)
 	}
-	withProbe(t, sess)
+	testvm.WithProbe(t, sess)
 	// Touching 2 GiB page by page is the machine's speed, not the guest's:
 	// a loaded host has taken over 30 s, so the hog gets a deadline of its own.
-	code, out := shWithin(t, sess, "/tmp/escapeprobe hog 3072; echo status=$?", 5*time.Minute)
+	code, out := testvm.ShWithin(t, sess, "/tmp/escapeprobe hog 3072; echo status=$?", 5*time.Minute)
 	if code != 0 || strings.Contains(out, "survived") || !strings.Contains(out, "status=137") {
 		t.Fatalf("a 3 GiB hog in a 2 GiB guest: %d %q, want it killed (137)", code, out)
 	}
-	if got := mustSh(t, sess, "echo alive"); got != "alive" {
+	if got := testvm.MustSh(t, sess, "echo alive"); got != "alive" {
 		t.Fatalf("the guest did not carry on after its hog was killed: %q", got)
 	}
 }
@@ -218,10 +193,10 @@ func TestEscapeProcessStormIsBounded(t *testing.T) {
 	if !slicesContainPrefix(g.Limits.Applied, "pids") {
 		t.Skipf("no process limit on this host: %v", g.Limits.Missing)
 	}
-	withProbe(t, sess)
+	testvm.WithProbe(t, sess)
 	// The storm forks thousands of processes: on a loaded two-core host that
 	// alone has taken over 30 s, so it gets a deadline of its own.
-	code, out := shWithin(t, sess, fmt.Sprintf("/tmp/escapeprobe storm %d", taxonomy.LocalGuestMaxPids+200), 5*time.Minute)
+	code, out := testvm.ShWithin(t, sess, fmt.Sprintf("/tmp/escapeprobe storm %d", taxonomy.LocalGuestMaxPids+200), 5*time.Minute)
 	if code != 0 {
 		t.Fatalf("the storm probe exited %d: %s", code, out)
 	}
@@ -230,7 +205,7 @@ func TestEscapeProcessStormIsBounded(t *testing.T) {
 	if _, err := fmt.Sscanf(out, "started %d", &n); err != nil || n < taxonomy.LocalGuestMaxPids/2 || n >= taxonomy.LocalGuestMaxPids {
 		t.Fatalf("the storm: %q, want it stopped by the limit (%d)", out, taxonomy.LocalGuestMaxPids)
 	}
-	if got := mustSh(t, sess, "echo alive"); got != "alive" {
+	if got := testvm.MustSh(t, sess, "echo alive"); got != "alive" {
 		t.Fatalf("the guest did not answer after the storm: %q", got)
 	}
 }
@@ -241,11 +216,11 @@ func TestEscapeProcessStormIsBounded(t *testing.T) {
 // one afterwards.
 func TestEscapeInotifyExhaustionStaysInTheGuest(t *testing.T) {
 	_, sess := directGuest(t, GuestSpec{})
-	withProbe(t, sess)
-	mustSh(t, sess, "(setsid /tmp/escapeprobe inotify 100000 >/tmp/ino.out 2>&1 &); true")
+	testvm.WithProbe(t, sess)
+	testvm.MustSh(t, sess, "(setsid /tmp/escapeprobe inotify 100000 >/tmp/ino.out 2>&1 &); true")
 	var out string
 	for i := 0; i < 200; i++ { // bounded: about ten seconds
-		out = mustSh(t, sess, "cat /tmp/ino.out")
+		out = testvm.MustSh(t, sess, "cat /tmp/ino.out")
 		if strings.HasPrefix(out, "opened") {
 			break
 		}
@@ -265,11 +240,11 @@ func TestEscapeInotifyExhaustionStaysInTheGuest(t *testing.T) {
 // into the host's /tmp): the writable layer is bounded, ENOSPC inside.
 func TestEscapeWritableLayerIsBounded(t *testing.T) {
 	_, sess := directGuest(t, GuestSpec{WritableMiB: 32})
-	code, out := sh(t, sess, "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; echo status=$?")
+	code, out := testvm.Sh(t, sess, "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; echo status=$?")
 	if code != 0 || !strings.Contains(out, "No space left on device") {
 		t.Fatalf("64 MiB into a 32 MiB writable layer: %d %q, want ENOSPC", code, out)
 	}
-	if got := mustSh(t, sess, "rm /tmp/fill && echo ok > /tmp/after && cat /tmp/after"); got != "ok" {
+	if got := testvm.MustSh(t, sess, "rm /tmp/fill && echo ok > /tmp/after && cat /tmp/after"); got != "ok" {
 		t.Fatalf("the guest cannot write after freeing its layer: %q", got)
 	}
 }
@@ -279,8 +254,8 @@ func TestEscapeWritableLayerIsBounded(t *testing.T) {
 func TestEscapeGuestsCannotSeeEachOther(t *testing.T) {
 	_, a := directGuest(t, GuestSpec{Env: map[string]string{"MARKER_A": "guest-a-secret"}})
 	_, b := directGuest(t, GuestSpec{})
-	mustSh(t, a, "(setsid sleep 300 </dev/null >/dev/null 2>&1 &); true")
-	if out := mustSh(t, b, "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c guest-a-secret; true"); out != "0" {
+	testvm.MustSh(t, a, "(setsid sleep 300 </dev/null >/dev/null 2>&1 &); true")
+	if out := testvm.MustSh(t, b, "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c guest-a-secret; true"); out != "0" {
 		t.Errorf("guest b found guest a's environment: %s", out)
 	}
 }
@@ -385,11 +360,6 @@ func TestAGuestDyingAtStartLeavesItsImageWhole(t *testing.T) {
 	}
 }
 
-func cgroupV2Only() bool {
-	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
-	return err == nil
-}
-
 // Catches: a guest frozen (suspended) when its emulator is killed outright
 // staying frozen forever, with its processes, cgroups and uid: the init was
 // stopped too, so it never saw its lifeline close. The test binary re-runs
@@ -400,7 +370,7 @@ func TestAFrozenGuestDiesWithItsEmulator(t *testing.T) {
 		if err := g.Freeze(); err != nil {
 			t.Fatal(err)
 		}
-		fmt.Printf("frozen %d\n", guestInitOfThisProcess(t))
+		fmt.Printf("frozen %d\n", testvm.GuestInitOf(t, GuestInitArg0))
 		time.Sleep(time.Minute) // killed long before
 		return
 	}
@@ -441,30 +411,6 @@ func TestAFrozenGuestDiesWithItsEmulator(t *testing.T) {
 	t.Fatalf("the frozen guest's init %d outlived its emulator (state %s)", init, procStateOf(init))
 }
 
-// guestInitOfThisProcess is the pid of a guest init whose parent is this
-// process (the one directGuest started).
-func guestInitOfThisProcess(t *testing.T) int {
-	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if !strings.HasPrefix(string(cmdline), GuestInitArg0) {
-			continue
-		}
-		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
-			return pid
-		}
-	}
-	t.Fatal("no guest init of this process")
-	return 0
-}
-
 // procsInPidnsOf lists the host pids of the processes in the PID namespace
 // of host process init, init among them.
 func procsInPidnsOf(t *testing.T, init int) []int {
@@ -493,41 +439,6 @@ func procsInPidnsOf(t *testing.T, init int) []int {
 // left. Each runs as this process and, when this is root, again as uid
 // 65534 (rerunAsNobody), whose binaries are its own.
 
-// inBothModes runs check here and, as root, again in a rootless re-run of
-// the test named name.
-func inBothModes(t *testing.T, name string, check func(t *testing.T)) {
-	t.Helper()
-	if os.Getenv("EMULATOR_ESCAPE_ROOTLESS") == "1" {
-		check(t)
-		if !t.Failed() {
-			fmt.Println("rootless-attack-refused")
-		}
-		return
-	}
-	check(t)
-	if os.Geteuid() != 0 {
-		return
-	}
-	probe, err := escapeProbe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "emulator-escapeprobe-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	copyFile(t, probe, filepath.Join(dir, "escapeprobe"), 0o755)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	rerunAsNobody(t, name, "rootless-attack-refused", "EMULATOR_ESCAPE_ROOTLESS=1",
-		"EMULATOR_ESCAPE_PROBE="+filepath.Join(dir, "escapeprobe"), "EMULATOR_NESTED_MOUNT="+os.Getenv("EMULATOR_NESTED_MOUNT"))
-}
-
-// agentdPidScript prints the guest pid of the daemon (argv[0] "agentd").
-const agentdPidScript = `grep -la '^agentd' /proc/[0-9]*/cmdline 2>/dev/null | sed -n 's|^/proc/\([0-9]*\)/cmdline$|\1|p' | head -1`
-
 // fileState is what an attack through /proc/<pid>/exe could change: the
 // contents, mode, times and extended attributes.
 func fileState(t *testing.T, path string) string {
@@ -545,26 +456,6 @@ func fileState(t *testing.T, path string) string {
 	return fmt.Sprintf("sha256=%x mode=%o uid=%d mtime=%d.%d xattrs=%q", sha256.Sum256(raw), st.Mode, st.Uid, st.Mtim.Sec, st.Mtim.Nsec, buf[:max(n, 0)])
 }
 
-func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
-	t.Helper()
-	raw, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, raw, mode); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// startQuietly starts script in the guest and ignores how its session
-// ends: the script may kill the daemon serving it.
-func startQuietly(t *testing.T, sess *client.Session, script string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	_, _ = sess.Run(ctx, []string{script}, client.RunOptions{StartOptions: client.StartOptions{Shell: true}})
-}
-
 // Catches (issue 44, attack 1): a rootless guest rewriting the agentd the
 // next guest of its image runs. It opened /proc/<agentd>/exe, ptrace-stopped
 // its init (PTRACE_SEIZE, PTRACE_INTERRUPT) so the guest outlived its daemon,
@@ -572,20 +463,20 @@ func startQuietly(t *testing.T, sess *client.Session, script string) {
 // and appended. Now the init is not the guest's to trace, the daemon's
 // /proc/<pid>/exe is a sealed copy, and a killed daemon ends its guest.
 func TestEscapeRewriteTheDaemonThroughProcExe(t *testing.T) {
-	inBothModes(t, "TestEscapeRewriteTheDaemonThroughProcExe", func(t *testing.T) {
+	testvm.InBothModes(t, "TestEscapeRewriteTheDaemonThroughProcExe", func(t *testing.T) {
 		daemon := filepath.Join(t.TempDir(), "agentd") // the caller's own, as the image store's copy is
-		copyFile(t, agentdBin, daemon, 0o755)
+		testvm.CopyFile(t, agentdBin, daemon, 0o755)
 		before := fileState(t, daemon)
 		g, sess := directGuest(t, GuestSpec{Daemon: daemon})
-		withProbe(t, sess)
-		out := mustSh(t, sess, "/tmp/escapeprobe ptrace 1; /tmp/escapeprobe exe $("+agentdPidScript+")")
+		testvm.WithProbe(t, sess)
+		out := testvm.MustSh(t, sess, "/tmp/escapeprobe ptrace 1; /tmp/escapeprobe exe $("+testvm.AgentdPidScript+")")
 		if !strings.Contains(out, "seize EPERM") {
 			t.Errorf("guest root ptrace-stopped its init:\n%s", out)
 		}
 		if strings.Contains(out, "link "+daemon) || strings.Contains(out, "write ok") {
 			t.Errorf("the daemon's /proc/<pid>/exe leads to the host's file or can be written:\n%s", out)
 		}
-		startQuietly(t, sess, "setsid /tmp/escapeprobe takeover 1 $("+agentdPidScript+") 9000 </dev/null >/dev/null 2>&1 & sleep 1")
+		testvm.StartQuietly(t, sess, "setsid /tmp/escapeprobe takeover 1 $("+testvm.AgentdPidScript+") 9000 </dev/null >/dev/null 2>&1 & sleep 1")
 		ended := false
 		for i := 0; i < 1000 && !ended; i++ { // bounded: about ten seconds
 			select {
@@ -610,20 +501,20 @@ func TestEscapeRewriteTheDaemonThroughProcExe(t *testing.T) {
 // -rwsrwsrwx, dated 1970). The init is not dumpable and runs from a sealed
 // copy: the guest can open neither its exe nor its descriptors.
 func TestEscapeCallerBinaryThroughProcOneExe(t *testing.T) {
-	inBothModes(t, "TestEscapeCallerBinaryThroughProcOneExe", func(t *testing.T) {
+	testvm.InBothModes(t, "TestEscapeCallerBinaryThroughProcOneExe", func(t *testing.T) {
 		self, err := os.Executable() // the emulator; in the rootless re-run, the caller's own copy
 		if err != nil {
 			t.Fatal(err)
 		}
 		before := fileState(t, self)
 		_, sess := directGuest(t, GuestSpec{})
-		withProbe(t, sess)
-		out := mustSh(t, sess, "/tmp/escapeprobe exe 1")
+		testvm.WithProbe(t, sess)
+		out := testvm.MustSh(t, sess, "/tmp/escapeprobe exe 1")
 		if !strings.HasPrefix(out, "open EACCES") && !strings.HasPrefix(out, "open EPERM") {
 			t.Errorf("the guest opened its init's /proc/1/exe:\n%s", out)
 		}
 		for _, p := range []string{"/proc/1/fd/0", "/proc/1/root/", "/proc/1/cwd/"} {
-			if code, out := sh(t, sess, "ls "+p); code == 0 {
+			if code, out := testvm.Sh(t, sess, "ls "+p); code == 0 {
 				t.Errorf("the guest reads its init's %s: %s", p, out)
 			}
 		}
@@ -669,7 +560,7 @@ func TestEscapeMountsAreLocked(t *testing.T) {
 		}
 		fmt.Println("nested-mount-planted")
 	}
-	inBothModes(t, name, func(t *testing.T) {
+	testvm.InBothModes(t, name, func(t *testing.T) {
 		_, sess := directGuest(t, GuestSpec{})
 		for _, attack := range []string{
 			"mount -o remount,bind,rw /usr",
@@ -679,23 +570,23 @@ func TestEscapeMountsAreLocked(t *testing.T) {
 			"umount -l /proc/sys",
 			"mount -o remount,bind,rw /proc/sys",
 		} {
-			if code, out := sh(t, sess, attack); code == 0 {
+			if code, out := testvm.Sh(t, sess, attack); code == 0 {
 				t.Errorf("guest root ran %q: %s", attack, out)
 			}
 		}
-		if code, out := sh(t, sess, "touch /usr/escape-marker"); code == 0 {
+		if code, out := testvm.Sh(t, sess, "touch /usr/escape-marker"); code == 0 {
 			t.Errorf("guest root wrote /usr: %s", out)
 		}
 		if nested == "" {
 			return
 		}
-		if got := mustSh(t, sess, "cat "+nested+"/nested-marker"); got != "host" {
+		if got := testvm.MustSh(t, sess, "cat "+nested+"/nested-marker"); got != "host" {
 			t.Errorf("the nested mount's file reads %q in the guest", got)
 		}
-		if code, out := sh(t, sess, "touch "+nested+"/escape-marker || mount -o remount,bind,rw "+nested); code == 0 {
+		if code, out := testvm.Sh(t, sess, "touch "+nested+"/escape-marker || mount -o remount,bind,rw "+nested); code == 0 {
 			t.Errorf("the mount nested under /usr is writable from the guest: %s", out)
 		}
-		opts := mustSh(t, sess, "awk '$5 == \""+nested+"\" {print $6}' /proc/self/mountinfo")
+		opts := testvm.MustSh(t, sess, "awk '$5 == \""+nested+"\" {print $6}' /proc/self/mountinfo")
 		for _, want := range []string{"ro", "nosuid", "nodev"} {
 			if !slices.Contains(strings.Split(opts, ","), want) {
 				t.Errorf("the mount nested under /usr has options %q, want %s", opts, want)
@@ -713,10 +604,10 @@ func TestEscapeMountsAreLocked(t *testing.T) {
 // low 32 bits of the family, and a filter that refuses the families every
 // guest needs.
 func TestEscapeSocketFamiliesDockerRefuses(t *testing.T) {
-	inBothModes(t, "TestEscapeSocketFamiliesDockerRefuses", func(t *testing.T) {
+	testvm.InBothModes(t, "TestEscapeSocketFamiliesDockerRefuses", func(t *testing.T) {
 		_, sess := directGuest(t, GuestSpec{})
-		withProbe(t, sess)
-		out := mustSh(t, sess, "/tmp/escapeprobe sockets")
+		testvm.WithProbe(t, sess)
+		out := testvm.MustSh(t, sess, "/tmp/escapeprobe sockets")
 		for _, f := range []string{"AF_VSOCK", "AF_XDP", "AF_ALG", "AF_VSOCK+hi"} {
 			if !strings.Contains(out, "\n"+f+" EPERM") && !strings.HasPrefix(out, f+" EPERM") {
 				t.Errorf("%s in the guest: want EPERM from the filter; the probe said:\n%s", f, out)
@@ -734,10 +625,10 @@ func TestEscapeSocketFamiliesDockerRefuses(t *testing.T) {
 // (the Go runtime's CPU-limit files), a leak through /proc/1/fd.
 func TestEscapeInitHoldsNoHostFile(t *testing.T) {
 	_, sess := directGuest(t, GuestSpec{})
-	if code, out := sh(t, sess, "ls -l /proc/1/fd"); code == 0 {
+	if code, out := testvm.Sh(t, sess, "ls -l /proc/1/fd"); code == 0 {
 		t.Errorf("the guest lists its init's descriptors: %s", out)
 	}
-	init := guestInitOfThisProcess(t)
+	init := testvm.GuestInitOf(t, GuestInitArg0)
 	fds, err := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", init))
 	if err != nil || len(fds) == 0 {
 		t.Fatalf("the init's descriptors: %v %v", fds, err)
@@ -838,9 +729,9 @@ func TestALaunchSweepsDeadEmulatorsState(t *testing.T) {
 // the daemon's port free for any guest process. The emulator watches the
 // daemon itself and ends the guest when it exits.
 func TestADeadDaemonEndsItsGuestWhateverItsInit(t *testing.T) {
-	inBothModes(t, "TestADeadDaemonEndsItsGuestWhateverItsInit", func(t *testing.T) {
+	testvm.InBothModes(t, "TestADeadDaemonEndsItsGuestWhateverItsInit", func(t *testing.T) {
 		g, _ := directGuest(t, GuestSpec{})
-		init := guestInitOfThisProcess(t)
+		init := testvm.GuestInitOf(t, GuestInitArg0)
 		if err := syscall.Kill(init, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}

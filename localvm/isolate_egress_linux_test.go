@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/microvms/microvms/internal/testvm"
 )
 
 // Catches: a guest without egress that can reach anything outside itself;
@@ -40,17 +42,17 @@ func TestGuestEgressReachesOutButNeverTheHostsLoopback(t *testing.T) {
 
 	_, closed := directGuest(t, GuestSpec{})
 	for _, addr := range []string{loopback.addr, outsideAddr} {
-		if code, out := sh(t, closed, dial(addr)); code == 0 {
+		if code, out := testvm.Sh(t, closed, dial(addr)); code == 0 {
 			t.Errorf("a guest without egress connected to %s: %s", addr, out)
 		}
 	}
 
 	_, sess := directGuest(t, GuestSpec{Egress: true})
-	if code, out := sh(t, sess, dial(loopback.addr)); code == 0 {
+	if code, out := testvm.Sh(t, sess, dial(loopback.addr)); code == 0 {
 		t.Errorf("a guest with egress reached the host's loopback listener %s: %s", loopback.addr, out)
 	}
 	if outsideAddr != "" {
-		if code, out := sh(t, sess, dial(outsideAddr)); code != 0 {
+		if code, out := testvm.Sh(t, sess, dial(outsideAddr)); code != 0 {
 			t.Errorf("a guest with egress could not reach %s: %d %s", outsideAddr, code, out)
 		}
 		select {

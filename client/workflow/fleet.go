@@ -2,7 +2,6 @@ package workflow
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/microvms/microvms/client"
@@ -114,15 +113,8 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 		arn, name := "", ""
 		if o.Image.Identifier != "" {
 			var err error
-			if arn, name, err = ResolveImage(ctx, p, o.Image.Identifier); err != nil {
+			if arn, name, err = existingImage(ctx, p, o.Image, rec, ro.event, &size); err != nil {
 				return err
-			}
-			if !strings.HasPrefix(o.Image.Identifier, "arn:") {
-				ro.event(Event{Step: ImageFound, Name: name, Image: arn})
-			}
-			update(rec, func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
-			if cls, err := build.ImageClass(ctx, p.Control(), arn, o.Image.Version); err == nil {
-				size = cls // the image's own class, whatever a launch asks
 			}
 		} else {
 			start := time.Now()

@@ -9,7 +9,9 @@ import (
 	"strings"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -73,4 +75,22 @@ func RemoveLocalArtifact(uri string) {
 	if os.Remove(u.Path) == nil {
 		_ = os.Remove(filepath.Dir(u.Path)) // only if empty
 	}
+}
+
+// existingImage resolves img.Identifier for a run or a fleet, says it was
+// found when it was given by name, records it on rec, and sets *size to
+// the image's own class when the control plane names one (a launch runs
+// at its image's class, whatever it asks).
+func existingImage(ctx context.Context, p *platform.Platform, img Image, rec *ledger.Record, event func(Event), size *client.SizeClass) (arn, name string, err error) {
+	if arn, name, err = ResolveImage(ctx, p, img.Identifier); err != nil {
+		return "", "", err
+	}
+	if !strings.HasPrefix(img.Identifier, "arn:") {
+		event(Event{Step: ImageFound, Name: name, Image: arn})
+	}
+	update(rec, func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
+	if cls, err := build.ImageClass(ctx, p.Control(), arn, img.Version); err == nil {
+		*size = cls
+	}
+	return arn, name, nil
 }

@@ -181,16 +181,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		arn, name := "", ""
 		if o.Image.Identifier != "" {
 			var err error
-			if arn, name, err = ResolveImage(ctx, p, o.Image.Identifier); err != nil {
-				return err
-			}
-			if !strings.HasPrefix(o.Image.Identifier, "arn:") {
-				o.event(Event{Step: ImageFound, Name: name, Image: arn})
-			}
-			update(rec, func(r *ledger.Run) { r.Image, r.ImageARN = name, arn })
 			// Priced and reported at the image's own class.
-			if cls, err := build.ImageClass(ctx, p.Control(), arn, o.Image.Version); err == nil {
-				out.Size = cls
+			if arn, name, err = existingImage(ctx, p, o.Image, rec, o.event, &out.Size); err != nil {
+				return err
 			}
 			o.event(Event{Step: ImageResolved, Image: arn, Size: out.Size})
 		} else {

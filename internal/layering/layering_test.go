@@ -72,6 +72,7 @@ func TestPlantedWrongImportsAreRefused(t *testing.T) {
 		{"cmd/microvm/internal/render", "cmd/microvm", "nothing imports cmd/"}, // a command's part importing the command
 		{"cmd/microvm", "client/lambdamicrovms", "may not import"},             // a command calling the control plane itself
 		{"cmd/microvm", "client/lambdamicrovms/types", "may not import"},       // or naming its types
+		{"internal/frames", "client", "internal/ layer"},                       // a shipped internal package reaching for the library (only the test tool testvm may)
 	}
 	for _, p := range planted {
 		g := moduleGraph(t)
