@@ -538,6 +538,12 @@ const (
 	MaxNetworkSecrets = 64
 	// NetworkDeniedListed: how many of the most recent denied connections `network show` lists (older ones are only counted).
 	NetworkDeniedListed = 64
+	// EmulatorLaunchNetworkPath: the emulator's route registering a launch's network policy and secrets under its RunMicrovm clientToken (PUT, body networkLaunch, 204).
+	EmulatorLaunchNetworkPath = "/_microvms/v1/launch-networks/{clientToken}"
+	// EmulatorNetworkPath: the emulator's route reading (GET) and replacing (PUT, body networkPolicy) a local guest's network policy; both answer networkState.
+	EmulatorNetworkPath = "/_microvms/v1/microvms/{microvmId}/network"
+	// MaxNetworkRequestBytes: largest body the emulator's network routes read.
+	MaxNetworkRequestBytes = 1048576
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
 	ImageNamePattern = "[a-zA-Z0-9-_]+"
 	// VersionPattern: Version.pattern. Finding: image-version-form.
