@@ -65,7 +65,9 @@ func NewSecret(name, value string, hosts ...string) Secret {
 	return Secret{Name: name, Hosts: hosts, value: value}
 }
 
-func (s Secret) String() string   { return fmt.Sprintf("%s=<redacted>@%s", s.Name, strings.Join(s.Hosts, ",")) }
+func (s Secret) String() string {
+	return fmt.Sprintf("%s=<redacted>@%s", s.Name, strings.Join(s.Hosts, ","))
+}
 func (s Secret) GoString() string { return "sandbox.Secret{" + s.String() + "}" }
 
 // MarshalJSON never carries the value.
