@@ -61,6 +61,7 @@ func guestSpec(vm *microvm, v *version) GuestSpec {
 		spec.MemoryMiB = (*r)[0].MinimumMemoryInMiB
 	}
 	spec.Egress = vm.req.EgressNetworkConnectors != nil && len(*vm.req.EgressNetworkConnectors) > 0
+	spec.Network = vm.net
 	return spec
 }
 
