@@ -218,3 +218,35 @@ func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	writeJSON(w, http.StatusOK, n.State())
 }
+
+// withNetworkEnv adds env to the launch environment a run hook payload
+// carries (its "env" object, which agentd gives every command), over the
+// caller's entries of the same names: a secret's name must hold its
+// placeholder, never a value the caller also put there. A payload that is
+// not such an object is sent as it is; the daemon's own environment still
+// has env (the launcher puts it there).
+func withNetworkEnv(payload string, env map[string]string) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal([]byte(payload), &obj) != nil || obj == nil {
+		return payload
+	}
+	merged := map[string]string{}
+	if raw, ok := obj["env"]; ok && string(raw) != "null" {
+		if json.Unmarshal(raw, &merged) != nil {
+			return payload
+		}
+	}
+	for k, v := range env {
+		merged[k] = v
+	}
+	raw, err := json.Marshal(merged)
+	if err != nil {
+		return payload
+	}
+	obj["env"] = raw
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return payload
+	}
+	return string(out)
+}
