@@ -534,6 +534,12 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 			return nil, err
 		}
 	}
+	if spec.Network != nil {
+		if err := offerTun(netConn, leader); err != nil {
+			release()
+			return nil, fmt.Errorf("offering the guest its tun: %w", err)
+		}
+	}
 	if _, err := w.Write(append(raw, '\n')); err != nil {
 		release()
 		return nil, fmt.Errorf("configuring the guest's init: %w", err)

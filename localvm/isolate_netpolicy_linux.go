@@ -56,7 +56,7 @@ var caBundlePaths = []string{
 func setupGuestNetwork(root string, cfg *guestNetConfig) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	tun, err := netpolicy.OpenTun(GuestTunName)
+	tun, err := guestTun()
 	if err != nil {
 		return err
 	}
@@ -74,6 +74,85 @@ func setupGuestNetwork(root string, cfg *guestNetConfig) error {
 		return fmt.Errorf("handing the tun to the emulator: %w", err)
 	}
 	return unix.Close(fdNet)
+}
+
+// guestTun is the init's tun: the /dev/net/tun the emulator opened inside
+// this namespace and offered on fdNet, attached here, or else (the
+// emulator could not enter the namespace: a rootless one) one the init
+// opens itself, which needs /dev/net/tun open to the guest's uid.
+func guestTun() (*os.File, error) {
+	msg := make([]byte, 4)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	var n, oobn int
+	var err error
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(fdNet, msg, oob, unix.MSG_CMSG_CLOEXEC)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the emulator's tun offer: %w", err)
+	}
+	fds := receivedFDs(oob[:oobn])
+	if n != 1 || msg[0] != 0 || len(fds) != 1 {
+		closeAll(fds)
+		return netpolicy.OpenTun(GuestTunName)
+	}
+	f := os.NewFile(uintptr(fds[0]), "/dev/net/tun")
+	if err := netpolicy.AttachTun(f, GuestTunName); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// offerTun is the emulator's first word on fdNet: a /dev/net/tun opened
+// inside the network namespace of the guest's init (leader), for a host
+// whose tun device only root may open, or, when this process cannot enter
+// that namespace (a rootless emulator), a word that the init opens its own.
+func offerTun(conn, leader int) error {
+	f, err := openTunIn(leader)
+	if err != nil {
+		return unix.Sendmsg(conn, []byte{1}, nil, nil, unix.MSG_NOSIGNAL)
+	}
+	defer f.Close()
+	return unix.Sendmsg(conn, []byte{0}, unix.UnixRights(int(f.Fd())), nil, unix.MSG_NOSIGNAL)
+}
+
+// openTunIn opens /dev/net/tun on a thread joined to pid's network
+// namespace: the kernel makes the device, once attached, in the namespace
+// the file was opened in. The thread is never handed back (its goroutine
+// ends locked), so no other goroutine runs in the guest's namespace.
+func openTunIn(pid int) (*os.File, error) {
+	type res struct {
+		f   *os.File
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread()
+		ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- res{nil, err}
+			return
+		}
+		defer unix.Close(ns)
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread() // still in this process's own namespace
+			ch <- res{nil, err}
+			return
+		}
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		ch <- res{os.NewFile(uintptr(fd), "/dev/net/tun"), nil}
+	}()
+	r := <-ch
+	return r.f, r.err
 }
 
 // installCA appends pem to each system bundle the guest's root has and
