@@ -120,6 +120,14 @@ func (s *Server) newNet(l cliapi.NetworkLaunch) (*netpolicy.Net, error) {
 	}
 	secrets := make([]netpolicy.Secret, 0, len(l.Secrets))
 	for _, sv := range l.Secrets {
+		// The name becomes a guest environment variable; the value a
+		// header's bytes.
+		if !envName(sv.Name) {
+			return nil, fmt.Errorf("secret name %q is not an environment variable's name", sv.Name)
+		}
+		if sv.Value == "" || strings.ContainsAny(sv.Value, "\x00\r\n") {
+			return nil, fmt.Errorf("secret %s: the value is empty or holds NUL, CR or LF", sv.Name)
+		}
 		secrets = append(secrets, netpolicy.NewSecret(sv.Name, sv.Value, sv.Hosts...))
 	}
 	o := s.opt.Network
@@ -249,4 +257,16 @@ func withNetworkEnv(payload string, env map[string]string) string {
 		return payload
 	}
 	return string(out)
+}
+
+func envName(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i, c := range s {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }

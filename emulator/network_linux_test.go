@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -365,4 +366,199 @@ func randomHexT(t *testing.T, n int) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// A policy change mid-run closes an open connection to a host it removes
+// before the change is answered, and the next connection is refused.
+func TestNetworkPolicyChangeClosesRemovedHost(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	up := newStandIn(t, "api.allowed.test", "other.allowed.test")
+	s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), Network: up.options()})
+	vm := launchUnderPolicy(t, s, base, cliapi.NetworkLaunch{
+		Policy:  cliapi.NetworkPolicy{Allow: []cliapi.NetworkRule{hostRule("api.allowed.test"), hostRule("other.allowed.test")}},
+		Secrets: []cliapi.SecretValue{},
+	})
+	defer terminate(t, base, vm.MicrovmId)
+	sess := session(t, base, vm)
+
+	held := make(chan struct {
+		code int
+		out  string
+	}, 1)
+	go func() {
+		code, out := sh(t, sess, `curl -sS -N --max-time 60 https://other.allowed.test/hold`)
+		held <- struct {
+			code int
+			out  string
+		}{code, out}
+	}()
+	for i := 0; len(up.auths("other.allowed.test")) == 0; i++ {
+		if i > 3000 { // bounded: about thirty seconds
+			t.Fatal("the guest's held request never reached the stand-in")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	if status, out := setPolicy(t, base, vm.MicrovmId, cliapi.NetworkPolicy{Allow: []cliapi.NetworkRule{hostRule("api.allowed.test")}}); status != 200 {
+		t.Fatalf("set policy: %d %s", status, out)
+	}
+	answered := time.Since(start)
+	select {
+	case name := <-up.held:
+		if name != "other.allowed.test" {
+			t.Fatalf("the stand-in saw %s's connection end", name)
+		}
+	case <-time.After(30 * time.Second): // bounded, not a timing claim
+		t.Fatal("the held connection to the removed host stayed open")
+	}
+	upstreamClosed := time.Since(start)
+	var guestSaw time.Duration
+	select {
+	case r := <-held:
+		guestSaw = time.Since(start)
+		if r.code == 0 {
+			t.Fatalf("the guest's held request ended cleanly: %s", r.out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the guest's held connection stayed open")
+	}
+	t.Logf("policy change answered after %v; the removed host's connection closed upstream after %v, in the guest after %v", answered, upstreamClosed, guestSaw)
+	if code, out := sh(t, sess, `curl -sS -f --max-time 10 https://other.allowed.test/`); code == 0 {
+		t.Fatalf("the removed host is still reachable: %s", out)
+	}
+	if out := mustSh(t, sess, `curl -sS -f --max-time 20 https://api.allowed.test/`); out != "hello from api.allowed.test" {
+		t.Fatalf("the host the policy kept answered %q", out)
+	}
+	st := networkState(t, base, vm.MicrovmId)
+	why := map[string]bool{}
+	for _, d := range st.Denied {
+		why[d.Why] = true
+	}
+	if !why["policy-changed"] || !why["host-not-allowed"] {
+		t.Fatalf("refusals %+v, want policy-changed and host-not-allowed", st.Denied)
+	}
+	if st.Policy == nil || len(st.Policy.Allow) != 1 {
+		t.Fatalf("policy in force: %+v", st.Policy)
+	}
+}
+
+// The routes' refusals: a launch naming an id nothing registered never
+// starts, a policy cannot be added to a MicroVM launched without one, and
+// a bad policy is refused before anything changes.
+func TestNetworkRoutesRefuse(t *testing.T) {
+	s, base := serve(t, Options{})
+	arn := s.AddImage("net-refusals")
+	p := payload()
+	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: arn, RunHookPayload: &p})
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/2025-09-09/microvms", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(taxonomy.EmulatorLaunchNetworkHeader, "0123456789abcdef0123")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 || len(s.LiveMicrovms()) != 0 {
+		t.Fatalf("RunMicrovm naming an unregistered launch network: %d, %d live", resp.StatusCode, len(s.LiveMicrovms()))
+	}
+	for _, bad := range []string{`{"policy":{"allow":[{"host":"bad host.test"}]},"secrets":[]}`, `{"policy":{"allow":[]},"secrets":[{"name":"1X","value":"v","hosts":["a.test"]}]}`, `not json`} {
+		path := strings.Replace(taxonomy.EmulatorLaunchNetworkPath, "{launchId}", "0123456789abcdef0123", 1)
+		if status, _, out := do(t, base, "PUT", path, bad, ""); status != 400 || strings.Contains(out, `"v"`) {
+			t.Fatalf("registering %s: %d %s", bad, status, out)
+		}
+	}
+	status, _, out := do(t, base, "POST", "/2025-09-09/microvms", string(body), auth)
+	if status != 200 {
+		t.Fatalf("RunMicrovm: %d %s", status, out)
+	}
+	var r cp.RunMicrovmResponse
+	json.Unmarshal([]byte(out), &r)
+	if st := networkState(t, base, r.MicrovmId); st.Enforced || st.Where != "none" {
+		t.Fatalf("a MicroVM launched without a policy: %+v", st)
+	}
+	if status, out := setPolicy(t, base, r.MicrovmId, cliapi.NetworkPolicy{Allow: []cliapi.NetworkRule{}}); status != 409 {
+		t.Fatalf("adding a policy after launch: %d %s", status, out)
+	}
+	if status, _, _ := do(t, base, "GET", strings.Replace(taxonomy.EmulatorNetworkPath, "{microvmId}", "microvm-nope", 1), "", ""); status != 404 {
+		t.Fatalf("an unknown MicroVM's network: %d", status)
+	}
+	for _, r := range s.Requests() {
+		if strings.HasPrefix(r.Path, "/_microvms/") {
+			t.Fatalf("a network route was recorded: %s", r.Path)
+		}
+	}
+}
+
+// As an ordinary user: a guest under a policy where /dev/net/tun is open
+// to that user, else a refusal naming it.
+func TestNetworkPolicyRootless(t *testing.T) {
+	if os.Getenv("EMULATOR_NETWORK_ROOTLESS_CHILD") == "1" {
+		if err := CheckNetworkPolicy(); err != nil {
+			if !strings.Contains(err.Error(), "/dev/net/tun") {
+				t.Fatalf("the refusal does not name /dev/net/tun: %v", err)
+			}
+			up := newStandIn(t, "api.allowed.test")
+			s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), Network: up.options()})
+			vm := launchRefused(t, s, base)
+			if !strings.Contains(vm, "/dev/net/tun") {
+				t.Fatalf("the launch died %q, want the missing /dev/net/tun named", vm)
+			}
+			fmt.Println("rootless-network-refused")
+			return
+		}
+		up := newStandIn(t, "api.allowed.test")
+		s, base := serve(t, Options{VMs: AgentdLauncher(agentdBin, nil), Network: up.options()})
+		vm := launchUnderPolicy(t, s, base, cliapi.NetworkLaunch{Policy: cliapi.NetworkPolicy{Allow: []cliapi.NetworkRule{hostRule("api.allowed.test")}}, Secrets: []cliapi.SecretValue{}})
+		defer terminate(t, base, vm.MicrovmId)
+		sess := session(t, base, vm)
+		if out := mustSh(t, sess, `curl -sS -f --max-time 20 https://api.allowed.test/`); out != "hello from api.allowed.test" {
+			t.Fatalf("the allowed host answered %q", out)
+		}
+		if code, out := sh(t, sess, `curl -sS --max-time 10 http://93.184.216.34/`); code == 0 {
+			t.Fatalf("a denied address answered: %s", out)
+		}
+		fmt.Println("rootless-network-checked")
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to become an unprivileged user")
+	}
+	rerunAsNobody(t, "TestNetworkPolicyRootless", "rootless-network-", "EMULATOR_NETWORK_ROOTLESS_CHILD=1")
+}
+
+// launchRefused launches under an empty policy and answers the stateReason
+// of the launch that died.
+func launchRefused(t *testing.T, s *Server, base string) string {
+	t.Helper()
+	b := make([]byte, 16)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	path := strings.Replace(taxonomy.EmulatorLaunchNetworkPath, "{launchId}", id, 1)
+	if status, _, out := do(t, base, "PUT", path, `{"policy":{"allow":[]},"secrets":[]}`, ""); status != 204 {
+		t.Fatalf("registering: %d %s", status, out)
+	}
+	arn := s.AddImage(fmt.Sprintf("net-%d", time.Now().UnixNano()))
+	p := payload()
+	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: arn, RunHookPayload: &p})
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/2025-09-09/microvms", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(taxonomy.EmulatorLaunchNetworkHeader, id)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r cp.RunMicrovmResponse
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&r) != nil {
+		t.Fatalf("RunMicrovm: %d", resp.StatusCode)
+	}
+	g := waitState(t, base, r.MicrovmId, cp.MicrovmStateTERMINATED)
+	if g.StateReason == nil {
+		return ""
+	}
+	return *g.StateReason
 }

@@ -338,6 +338,11 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 				return nil, err
 			}
 		}
+		if spec.Network != nil {
+			if err := CheckNetworkPolicy(); err != nil {
+				return nil, err
+			}
+		}
 		daemon := bin
 		if spec.Daemon != "" {
 			daemon = spec.Daemon // the agentd the image's artifact carries

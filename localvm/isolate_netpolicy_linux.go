@@ -306,3 +306,19 @@ func serveNetwork(n *netpolicy.Net, tun *os.File) (stop func()) {
 		})
 	}
 }
+
+// CheckNetworkPolicy reports whether this host can give a local guest a
+// network under a policy: root opens the guest's tun inside its namespace;
+// any other user's guest opens its own, which needs /dev/net/tun open to
+// that user. The error is an *IsolationError.
+func CheckNetworkPolicy() error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	tun, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
+	if err != nil {
+		return isolationError("read-write access to /dev/net/tun, which a rootless emulator's guest under a network policy opens for its only link (most distributions make it mode 0666; here it is not open to this user)", err)
+	}
+	tun.Close()
+	return nil
+}
