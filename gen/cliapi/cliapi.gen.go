@@ -954,7 +954,7 @@ var Commands = []Command{
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
 	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: false},
-	{Name: "network", Type: "microvm.network", Ready: false},
+	{Name: "network", Type: "microvm.network", Ready: true},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.
