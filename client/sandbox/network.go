@@ -153,14 +153,24 @@ func CheckNetwork(c *lambdamicrovms.Client) error {
 	return err
 }
 
+// CheckNetworkEndpoint is CheckNetwork for a control plane known only by
+// its configured URL ("" is AWS's own), for a caller that refuses before it
+// opens anything.
+func CheckNetworkEndpoint(endpoint string) error {
+	if endpoint == "" || !cplane.IsLoopbackURL(endpoint) {
+		return client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingEgressConnectorOrNone,
+			"a network policy or secret is enforced only by a local emulator (--local): on Lambda MicroVMs egress is one internet connector or none, and inside the VM guest root could lift any policy")
+	}
+	return nil
+}
+
 func emulatorBase(c *lambdamicrovms.Client) (string, error) {
 	base := ""
 	if c != nil {
 		base = aws.ToString(c.Options().BaseEndpoint)
 	}
-	if base == "" || !cplane.IsLoopbackURL(base) {
-		return "", client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingEgressConnectorOrNone,
-			"a network policy or secret is enforced only by a local emulator (--local): on Lambda MicroVMs egress is one internet connector or none, and inside the VM guest root could lift any policy")
+	if err := CheckNetworkEndpoint(base); err != nil {
+		return "", err
 	}
 	return strings.TrimSuffix(base, "/"), nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -94,6 +95,11 @@ func (c *NetworkCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		policy = &cliapi.NetworkPolicy{Allow: rules}
 	}
 	c.forKept(a, "", c.MicrovmID)
+	if !c.Local {
+		if err := sandbox.CheckNetworkEndpoint(cplane.ConfiguredEndpoint(c.ControlEndpoint, a.Env)); err != nil {
+			return nil, err
+		}
+	}
 	p, err := c.open(ctx, a)
 	if err != nil {
 		return nil, err

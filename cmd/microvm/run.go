@@ -291,6 +291,12 @@ func (c *RunCmd) prepare(ctx context.Context, a *app) (*runSetup, error) {
 	if err != nil {
 		return nil, err
 	}
+	if net != nil && !c.Local {
+		// Refused before anything is opened, credentials included.
+		if err := sandbox.CheckNetworkEndpoint(cplane.ConfiguredEndpoint(c.ControlEndpoint, a.Env)); err != nil {
+			return nil, err
+		}
+	}
 	if c.ImageVersion != "" {
 		if err := cplane.CheckImageVersion(c.ImageVersion); err != nil {
 			return nil, err
