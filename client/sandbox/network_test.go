@@ -65,7 +65,11 @@ func (e *exampleCom) options() emulator.NetworkOptions {
 	}}
 }
 
-func (e *exampleCom) keys() []string { e.mu.Lock(); defer e.mu.Unlock(); return append([]string(nil), e.got...) }
+func (e *exampleCom) keys() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.got...)
+}
 
 // Catches: a Launch that drops Options.Network (the guest reaches nothing,
 // or holds the value), Network or SetNetworkPolicy not reaching the
