@@ -210,3 +210,21 @@ func TestRunLocalNetworkAllowReachesTheAllowedHost(t *testing.T) {
 		t.Fatal("the run's output carries the secret's value")
 	}
 }
+
+// Catches: doctor --local that does not say whether this host can give a
+// guest a network under a policy.
+func TestDoctorReportsNetworkPolicy(t *testing.T) {
+	env, _ := lifecycleEnv(t)
+	inv := cli(t, env, "", "--json", "doctor", "--local")
+	m := envelope(t, inv)
+	for _, c := range data(m)["checks"].([]any) {
+		c := c.(map[string]any)
+		if c["name"] == "local-network-policy" {
+			if os.Geteuid() == 0 && c["ok"] != true {
+				t.Fatalf("as root: %v", c)
+			}
+			return
+		}
+	}
+	t.Fatalf("no local-network-policy check: %s", inv.stdout)
+}
