@@ -10,6 +10,7 @@ import (
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/netpolicy"
 )
 
 // microvm is one MicroVM and where its lifecycle stands.
@@ -36,6 +37,7 @@ type microvm struct {
 	freezeErr  error            // a failed freeze or thaw: the proxy forwards nothing
 	agentPort  int              // the guest port agentd listens on, for the shell endpoint (shell.go)
 	agentToken string           // the run hook's agent token, kept (never answered) for the shell endpoint
+	net        *netpolicy.Net   // the guest's network under a policy (network.go); nil without one
 }
 
 // expire applies the platform's clock-driven transitions to vm, by
@@ -256,8 +258,14 @@ func (s *Server) RunMicrovm(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "ResourceNotFoundException", ptr(msg))
 		return
 	}
+	// The policy is made before the MicroVM exists, so its guest starts
+	// under it or not at all.
+	vnet, launchNet, ok := s.claimLaunchNetwork(w, r)
+	if !ok {
+		return
+	}
 	id := s.nextID("microvm-")
-	vm := &microvm{
+	vm := &microvm{net: vnet,
 		id: id, imageArn: im.arn, version: v.id, req: req, state: cp.MicrovmStatePENDING, startedAt: s.now(),
 		started: s.opt.Now(), lastInbound: s.opt.Now(),
 		endpoint: strings.TrimPrefix(id, "microvm-") + ".lambda-microvm." + s.opt.Region + ".on.aws",
@@ -274,6 +282,9 @@ func (s *Server) RunMicrovm(w http.ResponseWriter, r *http.Request) {
 	s.vmOrder = append(s.vmOrder, id)
 	if req.ClientToken != nil {
 		s.runToks[*req.ClientToken] = id
+	}
+	if launchNet != "" {
+		delete(s.launchNets, launchNet)
 	}
 	writeJSON(w, http.StatusOK, cp.RunMicrovmResponse(s.vmReply(vm)))
 }

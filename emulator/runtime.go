@@ -39,6 +39,8 @@ var (
 	ProbeLimits = localvm.ProbeLimits
 	// CheckEgress is localvm.CheckEgress.
 	CheckEgress = localvm.CheckEgress
+	// CheckNetworkPolicy is localvm.CheckNetworkPolicy.
+	CheckNetworkPolicy = localvm.CheckNetworkPolicy
 )
 
 // The Dockerfile executor is package imagebuild; the emulator reaches it

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -83,6 +84,10 @@ type Options struct {
 	// of its resource limits (a rootless emulator on a host that does not
 	// delegate cgroups to it), in words a user can act on.
 	Warn func(msg string)
+	// Network is where the allowed connections of a guest launched under
+	// a network policy go (issue 48, network.go); the zero value is the
+	// host's own resolver, dialer and trust store.
+	Network NetworkOptions
 	// Trace, if set, is told when a MicroVM's launch passes each of its
 	// phases (TracePhase), for a benchmark's breakdown of where the time
 	// to RUNNING goes. It may be called with the emulator's lock held, so
@@ -175,15 +180,18 @@ type Server struct {
 	opt     Options
 	handler http.Handler
 
-	mu       sync.Mutex
-	seq      int
-	images   map[string]*image // by name
-	vms      map[string]*microvm
-	vmOrder  []string
-	tokens   map[string]string // clientToken -> image name, never forgotten
-	runToks  map[string]string // RunMicrovm clientToken -> microvm id
-	faults   map[string][]Fault
-	requests []Request
+	mu      sync.Mutex
+	seq     int
+	images  map[string]*image // by name
+	vms     map[string]*microvm
+	vmOrder []string
+	tokens  map[string]string // clientToken -> image name, never forgotten
+	runToks map[string]string // RunMicrovm clientToken -> microvm id
+	// launchNets are network policies registered for launches not yet
+	// sent, by launch id (network.go); a RunMicrovm claims one.
+	launchNets map[string]cliapi.NetworkLaunch
+	faults     map[string][]Fault
+	requests   []Request
 	// Each service slice keeps its own store, as LocalStack's providers
 	// do; s.mu guards them all, since a build reads the S3 slice's
 	// objects and writes the Logs slice's events under it.
@@ -223,12 +231,13 @@ func New(opt Options) *Server {
 		opt.Build = imagebuild.BuildDockerfile
 	}
 	s := &Server{
-		opt:     opt,
-		images:  map[string]*image{},
-		vms:     map[string]*microvm{},
-		tokens:  map[string]string{},
-		runToks: map[string]string{},
-		faults:  map[string][]Fault{},
+		opt:        opt,
+		images:     map[string]*image{},
+		vms:        map[string]*microvm{},
+		tokens:     map[string]string{},
+		runToks:    map[string]string{},
+		launchNets: map[string]cliapi.NetworkLaunch{},
+		faults:     map[string][]Fault{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if opt.WallClock {
@@ -242,7 +251,7 @@ func New(opt Options) *Server {
 			writeError(w, http.StatusBadRequest, errorName(w, http.StatusBadRequest, "ValidationException"), ptr(err.Error()))
 		},
 	})
-	s.handler = s.gate(s.wire(api))
+	s.handler = s.networkRoutes(s.gate(s.wire(api)))
 	return s
 }
 

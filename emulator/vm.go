@@ -61,6 +61,7 @@ func guestSpec(vm *microvm, v *version) GuestSpec {
 		spec.MemoryMiB = (*r)[0].MinimumMemoryInMiB
 	}
 	spec.Egress = vm.req.EgressNetworkConnectors != nil && len(*vm.req.EgressNetworkConnectors) > 0
+	spec.Network = vm.net
 	return spec
 }
 
@@ -90,6 +91,9 @@ func (s *Server) startGuest(vm *microvm, v *version, payload *string) error {
 	wrapped := map[string]string{}
 	if payload != nil {
 		wrapped["runHookPayload"] = *payload
+		if vm.net != nil {
+			wrapped["runHookPayload"] = withNetworkEnv(*payload, localvm.NetworkEnv(vm.net))
+		}
 	}
 	body, _ := json.Marshal(wrapped)
 	vm.launching, vm.launched = true, make(chan struct{})

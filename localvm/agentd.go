@@ -42,6 +42,11 @@ func UnsafeUnisolatedAgentdLauncher(bin string, stderr io.Writer) Launcher {
 		stderr = io.Discard
 	}
 	return func(ctx context.Context, spec GuestSpec) (*Guest, error) {
+		if spec.Network != nil {
+			// An unconfined guest shares the host's network: no policy
+			// could hold it.
+			return nil, &IsolationError{Missing: "a confined guest (AgentdLauncher) to hold a network policy; the unisolated launcher shares the host's network"}
+		}
 		dir, err := os.MkdirTemp("", "emulator-"+spec.MicrovmID+"-")
 		if err != nil {
 			return nil, err

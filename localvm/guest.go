@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/microvms/microvms/internal/netpolicy"
 )
 
 // Launcher starts the guest of one MicroVM. ctx ends when the caller (the
@@ -37,6 +39,13 @@ type GuestSpec struct {
 	// Egress is true when the launch asked for an egress network connector:
 	// only then may the guest reach anything outside itself.
 	Egress bool
+	// Network, when set, is the guest's network under a policy (issue 48):
+	// its only link besides the loopback is a tun served by Network
+	// outside the guest until the guest ends, its resolver and trust store
+	// are Network's, and Egress is ignored (no slirp4netns). A launcher
+	// that cannot do this must refuse the launch, never run the guest
+	// without its policy.
+	Network *netpolicy.Net
 	// MemoryMiB is the image's minimumMemoryInMiB, which picks the size
 	// class a confined guest is limited to; 0 is the default class.
 	MemoryMiB int

@@ -55,8 +55,8 @@ func guestInit() int {
 	}
 	// Not handed on: the daemon and everything the guest runs must not hold
 	// the emulator's lifeline or its dial channel.
-	for _, fd := range []int{fdConfig, fdAgentd, fdBroker, fdInit} {
-		syscall.CloseOnExec(fd)
+	for _, fd := range []int{fdConfig, fdAgentd, fdBroker, fdInit, fdNet} {
+		syscall.CloseOnExec(fd) // fdNet may be absent: harmless
 	}
 	line, err := readLine(ctl)
 	if err != nil {
@@ -72,7 +72,7 @@ func guestInit() int {
 	// Only the descriptors the launcher saw are closed, never one this
 	// process opened itself.
 	for _, fd := range cfg.Inherited {
-		if fd > fdInit {
+		if fd > fdInit && (cfg.Network == nil || fd != fdNet) {
 			_ = unix.Close(fd)
 		}
 	}
@@ -135,6 +135,13 @@ func guestInit() int {
 	}
 	if err := loopbackUp(); err != nil {
 		return fail("bringing the loopback up", err)
+	}
+	if cfg.Network != nil {
+		// Before the daemon may start (goW below): the guest's only link
+		// is the policy's from its first instruction.
+		if err := setupGuestNetwork(root, cfg.Network); err != nil {
+			return fail("setting up the guest's network under its policy", err)
+		}
 	}
 	// The emulator holds fd 3's other end for the guest's life; its end of
 	// file means the emulator is gone, and so is the guest.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -148,6 +149,9 @@ type guestConfig struct {
 	// reports the step's status and holds the layer for the emulator
 	// (stepEnded) instead of exiting.
 	Step *StepCommand `json:",omitempty"`
+	// Network, for a guest under a network policy, is what its init sets
+	// up before the daemon starts (isolate_netpolicy_linux.go).
+	Network *guestNetConfig `json:",omitempty"`
 }
 
 // StepCommand is one build step's process: its argv, environment, working
@@ -329,8 +333,13 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 		if err := CheckIsolation(); err != nil {
 			return nil, err
 		}
-		if spec.Egress {
+		if spec.Egress && spec.Network == nil {
 			if err := CheckEgress(); err != nil {
+				return nil, err
+			}
+		}
+		if spec.Network != nil {
+			if err := CheckNetworkPolicy(); err != nil {
 				return nil, err
 			}
 		}
@@ -370,6 +379,11 @@ func guestEnv(spec GuestSpec) []string {
 	// which keeps duplicates, and a duplicate's first value is the one read.
 	// An image cannot point the daemon at another port or address: loopback
 	// is all the init dials.
+	if spec.Network != nil {
+		// Over the image's: a placeholder must win over any value of the
+		// same name, and the CA bundle over the image's own.
+		maps.Copy(vars, NetworkEnv(spec.Network))
+	}
 	vars["AGENTD_PORT"] = strconv.Itoa(spec.HookPort)
 	vars["AGENTD_LISTEN"] = "127.0.0.1"
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
@@ -423,6 +437,24 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	defer initExe.Close()
 	files := []*os.File{nil, agentd, nil, initExe}
+	netConn := -1         // the emulator's end of fdNet, for a guest under a policy
+	var guestNet *os.File // the init's end, closed here once the init holds it
+	if spec.Network != nil {
+		cfg.Network = &guestNetConfig{CAPEM: spec.Network.CACertPEM()}
+		np, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		netConn = np[0]
+		guestNet = os.NewFile(uintptr(np[1]), "guest-net")
+		defer guestNet.Close() // on the paths that return before the start
+		files = append(files, guestNet)
+		defer func() {
+			if netConn >= 0 {
+				unix.Close(netConn)
+			}
+		}()
+	}
 	if spec.RootDir != "" && m.byRoot {
 		image, err := bindImageRoot(spec.RootDir, dir, m, false)
 		if err != nil {
@@ -464,6 +496,10 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	err = startOwnedBy(cmd, m)
 	r.Close()
 	guestEnd.Close()
+	if guestNet != nil {
+		// Only the init holds its end now: its death reads as end of file.
+		guestNet.Close()
+	}
 	// The clone copied the image's bind into the guest's mount namespace;
 	// the host's copy goes now, before anything could remove the state
 	// directory through it.
@@ -480,6 +516,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	brokerOpen := true
 	var limits *guestLimits
 	var stopEgress func()
+	var stopNet func()
 	release := func() {
 		_ = syscall.Kill(leader, syscall.SIGKILL)
 		<-exited
@@ -493,20 +530,41 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		if stopEgress != nil {
 			stopEgress()
 		}
+		if stopNet != nil {
+			stopNet()
+		}
 		limits.remove()
 	}
 	// Placed in its cgroups before it reads its config: nothing the guest
 	// starts runs outside its limits, not even for a moment.
 	limits = applyLimits(spec, leader)
-	if spec.Egress {
+	if spec.Egress && spec.Network == nil {
 		if stopEgress, err = startEgress(leader, stderr); err != nil {
 			release()
 			return nil, err
 		}
 	}
+	if spec.Network != nil {
+		if err := offerTun(netConn, leader); err != nil {
+			release()
+			return nil, fmt.Errorf("offering the guest its tun: %w", err)
+		}
+	}
 	if _, err := w.Write(append(raw, '\n')); err != nil {
 		release()
 		return nil, fmt.Errorf("configuring the guest's init: %w", err)
+	}
+	if spec.Network != nil {
+		// The init sends the tun before it lets the daemon start; bounded
+		// as the daemon's listen is.
+		c := netConn
+		netConn = -1 // receiveTun closes it
+		tun, err := receiveTun(c, exited, 30*time.Second)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("setting up the guest's network under its policy: %w: %s", err, logTail.String())
+		}
+		stopNet = serveNetwork(spec.Network, tun)
 	}
 	// The init exits when agentd does (it is the daemon's reaper and returns
 	// with its status): the control plane learns of a dead guest at once.

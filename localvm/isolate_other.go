@@ -75,3 +75,7 @@ func SweepStaleStateOnce() {}
 // CheckEgress reports that this host cannot give a guest egress: there is
 // no guest to give it to.
 func CheckEgress() error { return CheckIsolation() }
+
+// CheckNetworkPolicy reports that this host cannot give a guest a network
+// under a policy: there is no confined guest to give one.
+func CheckNetworkPolicy() error { return CheckIsolation() }

@@ -70,6 +70,11 @@ type Options struct {
 	Ledger *ledger.Record
 	// Logs deletes the build log group at teardown; nil names it as leaked.
 	Logs LogGroupDeleter
+	// Network, when set, launches the guest under a network policy with
+	// secrets kept outside it (issue 48). Only an emulator on this machine
+	// enforces one; on AWS the launch is refused before any call (finding
+	// egress-connector-or-none).
+	Network *Network
 }
 
 // LogGroupDeleter deletes a CloudWatch Logs group; *cloudwatchlogs.Client is

@@ -118,6 +118,12 @@ func Launch(ctx context.Context, c *lambdamicrovms.Client, o Options) (*Sandbox,
 	if err != nil {
 		return nil, err
 	}
+	if o.Network != nil {
+		// Refused on AWS before anything is sent, the ledger included.
+		if err := CheckNetwork(c); err != nil {
+			return nil, err
+		}
+	}
 	s := &Sandbox{cp: c, opts: o, ref: ref, m: newModel(), token: token}
 	var after func(string, error) error
 	if o.Ledger != nil {
@@ -129,7 +135,18 @@ func Launch(ctx context.Context, c *lambdamicrovms.Client, o Options) (*Sandbox,
 	if err != nil {
 		return nil, err
 	}
-	run, err := s.api().RunMicrovm(ctx, in)
+	var runOpts []func(*lambdamicrovms.Options)
+	if o.Network != nil {
+		opt, err := registerLaunchNetwork(ctx, c, o.Network)
+		if err != nil {
+			if after != nil {
+				_ = after("", err)
+			}
+			return nil, err
+		}
+		runOpts = append(runOpts, opt)
+	}
+	run, err := s.api().RunMicrovm(ctx, in, runOpts...)
 	err = cplane.SDKError("RunMicrovm", err)
 	if after != nil {
 		id := ""

@@ -103,6 +103,9 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 	if err := noImage(o.Image); err != nil {
 		return FleetResult{Leaked: []string{}}, err
 	}
+	if err := o.Launch.checkNetwork(o.Platform); err != nil {
+		return FleetResult{Leaked: []string{}}, err
+	}
 	p, led, rec := o.Platform, o.Ledger, o.Record
 	ro := Options{Events: o.Events, Warn: o.Warn}
 	size := o.Size

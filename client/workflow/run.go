@@ -86,6 +86,11 @@ type Launch struct {
 	MaxDuration      time.Duration
 	Egress           bool
 	Port             int
+	// Network, when set, launches each MicroVM under a network policy
+	// with secrets kept outside the guest (sandbox.Network); only a local
+	// emulator enforces one, and on AWS the workflow is refused before it
+	// builds or launches anything (finding egress-connector-or-none).
+	Network *sandbox.Network
 }
 
 func (l Launch) options(p *platform.Platform) sandbox.Options {
@@ -93,7 +98,16 @@ func (l Launch) options(p *platform.Platform) sandbox.Options {
 		Idle:        &cplane.IdlePolicy{MaxIdle: l.MaxIdle, SuspendedFor: l.SuspendedFor},
 		MaxDuration: l.MaxDuration,
 		Connectors:  cplane.Connectors{InternetEgress: l.Egress},
-		Port:        l.Port, Wait: p.Wait(10 * time.Minute)}
+		Port:        l.Port, Wait: p.Wait(10 * time.Minute), Network: l.Network}
+}
+
+// checkNetwork refuses a network policy the platform cannot enforce, before
+// anything is built or launched.
+func (l Launch) checkNetwork(p *platform.Platform) error {
+	if l.Network == nil {
+		return nil
+	}
+	return sandbox.CheckNetwork(p.Control())
 }
 
 // Options are one run's.
@@ -167,6 +181,9 @@ func (o *Options) warn(format string, args ...any) {
 // way, and on every path teardown has run.
 func Run(ctx context.Context, o Options) (Result, error) {
 	if err := noImage(o.Image); err != nil {
+		return Result{Leaked: []string{}}, err
+	}
+	if err := o.Launch.checkNetwork(o.Platform); err != nil {
 		return Result{Leaked: []string{}}, err
 	}
 	p, rec := o.Platform, o.Ledger

@@ -30,6 +30,7 @@ type CLI struct {
 	Forward ForwardCmd `cmd:"" help:"Serve a guest port on a loopback port until Ctrl-C: HTTP and WebSocket, the proxy headers added, the token renewed before it expires."`
 	// keepalive.go: the idle policy counts only inbound requests.
 	Keepalive KeepaliveCmd `cmd:"" help:"Hold a MicroVM awake until Ctrl-C (or --for): a GET /v1/health through its endpoint at a fraction of its idle window, for a detached command nothing else waits on."`
+	Network   NetworkCmd   `cmd:"" help:"Show or replace a MicroVM's network policy (network show|set ID): what it allows, its secrets' bindings (never their values), every refusal; set closes open connections the new policy no longer allows. A local emulator's guests only."`
 	Shell     ShellCmd     `cmd:"" help:"An interactive terminal in a MicroVM: the platform's shell endpoint when it has a SHELL_INGRESS connector, else a PTY through agentd. Resize and Ctrl-C pass through; exit or Ctrl-D ends it."`
 
 	Exec   ExecCmd   `cmd:"" help:"Run one command in a running MicroVM: wait for it, --stream it, --detach it, or --poll an existing exec."`

@@ -45,7 +45,7 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
 	}
 	defer st.p.close()
 	res, err := workflow.Fleet(ctx, workflow.FleetOptions{
-		Platform: st.p.Platform, Image: c.image(st.p, st), Launch: c.launch(st.env),
+		Platform: st.p.Platform, Image: c.image(st.p, st), Launch: c.launch(st.env, st.net),
 		Command: c.Exec, Timeout: time.Duration(c.Timeout * float64(time.Second)),
 		Count: c.Count, Parallel: parallel, Size: st.size, Ledger: st.led, Record: st.rec, ArtifactGiven: c.ArtifactURI != "",
 		Events: runEvents(a, "fleet"), Warn: func(msg string) { a.Warn("%s", msg) },

@@ -41,6 +41,7 @@ type RunCmd struct {
 	InfraFlags
 	LifecycleFlags
 	FleetFlags
+	NetworkFlags
 }
 
 // checkLaunch refuses, before any call, the launch values a finding says
@@ -73,7 +74,7 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	p := st.p
 	var limits *cliapi.LocalLimits
 	o := workflow.Options{
-		Platform: p.Platform, Image: c.image(p, st), Launch: c.launch(st.env),
+		Platform: p.Platform, Image: c.image(p, st), Launch: c.launch(st.env, st.net),
 		Command: c.Exec, Timeout: time.Duration(c.Timeout * float64(time.Second)),
 		Size: st.size, Ledger: st.rec, Keep: c.Keep, ArtifactGiven: c.ArtifactURI != "",
 		Events: runEvents(a, "run"), Warn: func(msg string) { a.Warn("%s", msg) },
@@ -155,8 +156,8 @@ func (c *RunCmd) image(p *plane, st *runSetup) workflow.Image {
 }
 
 // launch is what each MicroVM of the run is launched with.
-func (c *RunCmd) launch(env map[string]string) workflow.Launch {
-	return workflow.Launch{ExecutionRoleARN: c.ExecutionRoleARN, Env: env,
+func (c *RunCmd) launch(env map[string]string, net *sandbox.Network) workflow.Launch {
+	return workflow.Launch{ExecutionRoleARN: c.ExecutionRoleARN, Env: env, Network: net,
 		MaxIdle: time.Duration(c.MaxIdleSec) * time.Second, SuspendedFor: time.Duration(c.SuspendedSec) * time.Second,
 		MaxDuration: time.Duration(c.MaxDurationSec) * time.Second, Egress: c.Egress, Port: c.Port}
 }
@@ -256,6 +257,7 @@ func nonNil(list []string) []string {
 type runSetup struct {
 	dir    string // the ledger's directory
 	env    map[string]string
+	net    *sandbox.Network // --network-allow, --secret...: nil for none
 	size   client.SizeClass
 	p      *plane
 	binary string
@@ -284,6 +286,16 @@ func (c *RunCmd) prepare(ctx context.Context, a *app) (*runSetup, error) {
 	env, err := parseEnv(c.LaunchEnv)
 	if err != nil {
 		return nil, err
+	}
+	net, err := c.NetworkFlags.network(a.Env)
+	if err != nil {
+		return nil, err
+	}
+	if net != nil && !c.Local {
+		// Refused before anything is opened, credentials included.
+		if err := sandbox.CheckNetworkEndpoint(cplane.ConfiguredEndpoint(c.ControlEndpoint, a.Env)); err != nil {
+			return nil, err
+		}
 	}
 	if c.ImageVersion != "" {
 		if err := cplane.CheckImageVersion(c.ImageVersion); err != nil {
@@ -328,5 +340,5 @@ func (c *RunCmd) prepare(ctx context.Context, a *app) (*runSetup, error) {
 		p.close()
 		return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v; pass --state-dir", err)
 	}
-	return &runSetup{dir: dir, env: env, size: size, p: p, binary: binary, led: led, rec: rec}, nil
+	return &runSetup{dir: dir, env: env, net: net, size: size, p: p, binary: binary, led: led, rec: rec}, nil
 }

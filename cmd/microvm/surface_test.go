@@ -333,6 +333,12 @@ func checkDomain(t *testing.T, command, flag string, choices []any) {
 		}
 	case "--region":
 		want = taxonomy.Regions
+	case "action":
+		if command != "network" {
+			t.Errorf("%s %s: an unexpected closed domain %v", command, flag, choices)
+			return
+		}
+		want = []string{"show", "set"} // network show|set ID
 	default:
 		t.Errorf("%s %s: an unexpected closed domain %v", command, flag, choices)
 		return

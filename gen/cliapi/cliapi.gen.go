@@ -708,6 +708,14 @@ type ManifestParam struct {
 	Help       string   `json:"help"`
 }
 
+// NetworkLaunch is the "networkLaunch" shape of api/cli.yaml.
+type NetworkLaunch struct {
+	// Policy is the policy in force from the guest's first instruction
+	Policy NetworkPolicy `json:"policy"`
+	// Secrets is the credentials bound to hosts; sent only from the caller to the emulator, never answered back
+	Secrets []SecretValue `json:"secrets"`
+}
+
 // NetworkPolicy is the "networkPolicy" shape of api/cli.yaml.
 type NetworkPolicy struct {
 	// Allow is the rules; an empty list denies everything
@@ -776,6 +784,16 @@ type SecretBinding struct {
 	Hosts []string `json:"hosts"`
 	// Placeholder is the opaque stand-in the guest holds; the value itself is never in any answer, log or error
 	Placeholder string `json:"placeholder"`
+}
+
+// SecretValue is the "secretValue" shape of api/cli.yaml.
+type SecretValue struct {
+	// Name is the environment variable the guest finds the placeholder in
+	Name string `json:"name"`
+	// Value is the real credential; it travels only in the request registering a launch
+	Value string `json:"value"`
+	// Hosts is host names (exact or *.suffix) the value is sent to
+	Hosts []string `json:"hosts"`
 }
 
 // SetupCall is the "setupCall" shape of api/cli.yaml.
@@ -936,7 +954,7 @@ var Commands = []Command{
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
 	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: false},
-	{Name: "network", Type: "microvm.network", Ready: false},
+	{Name: "network", Type: "microvm.network", Ready: true},
 }
 
 // Alternate is a flag that switches a command to another stdout shape.
@@ -1031,6 +1049,10 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "MaxNetworkRules", Key: "MAX_NETWORK_RULES", Value: int64(256), Doc: "most allow rules one network policy holds; a longer policy is refused as InvalidArg naming this bound", Finding: ""},
 	{Name: "MaxNetworkSecrets", Key: "MAX_NETWORK_SECRETS", Value: int64(64), Doc: "most secret bindings one sandbox holds", Finding: ""},
 	{Name: "NetworkDeniedListed", Key: "NETWORK_DENIED_LISTED", Value: int64(64), Doc: "how many of the most recent denied connections `network show` lists (older ones are only counted)", Finding: ""},
+	{Name: "EmulatorLaunchNetworkPath", Key: "EMULATOR_LAUNCH_NETWORK_PATH", Value: "/_microvms/v1/launch-networks/{launchId}", Doc: "the emulator's route registering a launch's network policy and secrets under a launch id the caller minted (PUT, body networkLaunch, 204)", Finding: ""},
+	{Name: "EmulatorLaunchNetworkHeader", Key: "EMULATOR_LAUNCH_NETWORK_HEADER", Value: "X-Microvms-Launch-Network", Doc: "the RunMicrovm request header naming a registered launch id; only an emulator reads it, and this client never sends it to AWS", Finding: ""},
+	{Name: "EmulatorNetworkPath", Key: "EMULATOR_NETWORK_PATH", Value: "/_microvms/v1/microvms/{microvmId}/network", Doc: "the emulator's route reading (GET) and replacing (PUT, body networkPolicy) a local guest's network policy; both answer networkState", Finding: ""},
+	{Name: "MaxNetworkRequestBytes", Key: "MAX_NETWORK_REQUEST_BYTES", Value: int64(1048576), Doc: "largest body the emulator's network routes read", Finding: ""},
 	{Name: "ImageNamePattern", Key: "IMAGE_NAME_PATTERN", Value: "[a-zA-Z0-9-_]+", Doc: "ImageName.pattern: no dots and no slashes", Finding: ""},
 	{Name: "VersionPattern", Key: "VERSION_PATTERN", Value: "[^\\s]+", Doc: "Version.pattern", Finding: "image-version-form"},
 	{Name: "MaxNonBlankLen", Key: "MAX_NON_BLANK_LEN", Value: int64(2048), Doc: "NonBlankString.max", Finding: ""},

@@ -538,6 +538,14 @@ const (
 	MaxNetworkSecrets = 64
 	// NetworkDeniedListed: how many of the most recent denied connections `network show` lists (older ones are only counted).
 	NetworkDeniedListed = 64
+	// EmulatorLaunchNetworkPath: the emulator's route registering a launch's network policy and secrets under a launch id the caller minted (PUT, body networkLaunch, 204).
+	EmulatorLaunchNetworkPath = "/_microvms/v1/launch-networks/{launchId}"
+	// EmulatorLaunchNetworkHeader: the RunMicrovm request header naming a registered launch id; only an emulator reads it, and this client never sends it to AWS.
+	EmulatorLaunchNetworkHeader = "X-Microvms-Launch-Network"
+	// EmulatorNetworkPath: the emulator's route reading (GET) and replacing (PUT, body networkPolicy) a local guest's network policy; both answer networkState.
+	EmulatorNetworkPath = "/_microvms/v1/microvms/{microvmId}/network"
+	// MaxNetworkRequestBytes: largest body the emulator's network routes read.
+	MaxNetworkRequestBytes = 1048576
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
 	ImageNamePattern = "[a-zA-Z0-9-_]+"
 	// VersionPattern: Version.pattern. Finding: image-version-form.

@@ -30,17 +30,30 @@ func OpenTun(name string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening /dev/net/tun: %w", err)
 	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		unix.Close(fd)
+	f := os.NewFile(uintptr(fd), "/dev/net/tun:"+name)
+	if err := AttachTun(f, name); err != nil {
+		f.Close()
 		return nil, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("creating the tun device %s: %w", name, err)
+	return f, nil
+}
+
+// AttachTun creates the tun device name (IFF_TUN|IFF_NO_PI) on f, an open
+// /dev/net/tun. The device is made in the network namespace f was opened
+// in (the kernel takes it at open), which need not be the caller's: a host
+// whose /dev/net/tun is root's alone has the emulator open it inside the
+// guest's namespace and the guest's init attach it. The caller needs
+// CAP_NET_ADMIN over that namespace.
+func AttachTun(f *os.File, name string) error {
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
 	}
-	return os.NewFile(uintptr(fd), "/dev/net/tun:"+name), nil
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(int(f.Fd()), unix.TUNSETIFF, ifr); err != nil {
+		return fmt.Errorf("creating the tun device %s: %w", name, err)
+	}
+	return nil
 }
 
 // Serve serves the guest's network on tun, the host side's descriptor of
