@@ -32,6 +32,7 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/netpolicy"
 	"github.com/microvms/microvms/internal/testbin"
+	"github.com/microvms/microvms/internal/testvm"
 	"github.com/microvms/microvms/localvm"
 )
 
@@ -138,7 +139,7 @@ func launchUnderPolicy(t *testing.T, s *Server, base string, l cliapi.NetworkLau
 		t.Fatalf("registering the launch's network: %d %s", status, out)
 	}
 	arn := s.AddImage(fmt.Sprintf("net-%d", time.Now().UnixNano()))
-	p := payload()
+	p := testvm.Payload()
 	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: arn, RunHookPayload: &p})
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/2025-09-09/microvms", strings.NewReader(string(body)))
 	req.Header.Set("Authorization", auth)
@@ -265,25 +266,25 @@ func TestNetworkPolicyHostileGuest(t *testing.T) {
 
 	// The guest's side: its resolver, its links, its trust store, its
 	// environment.
-	if out := mustSh(t, sess, "cat /etc/resolv.conf"); out != "nameserver 10.0.2.2" {
+	if out := testvm.MustSh(t, sess, "cat /etc/resolv.conf"); out != "nameserver 10.0.2.2" {
 		t.Fatalf("resolv.conf = %q", out)
 	}
-	links := mustSh(t, sess, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '")
+	links := testvm.MustSh(t, sess, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '")
 	if links != "lo tun0" {
 		t.Fatalf("the guest's links are %q, want only lo and tun0", links)
 	}
-	placeholder := mustSh(t, sess, `printf %s "$SECRET_TOKEN"`)
+	placeholder := testvm.MustSh(t, sess, `printf %s "$SECRET_TOKEN"`)
 	if !strings.HasPrefix(placeholder, "mvp_") || strings.Contains(placeholder, pfx) {
 		t.Fatalf("the guest's SECRET_TOKEN is %q, want a placeholder", placeholder)
 	}
-	if out := mustSh(t, sess, `echo "$SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE"; grep -c 'BEGIN CERTIFICATE' /etc/microvms/ca-bundle.pem`); !strings.HasPrefix(out, "/etc/microvms/ca-bundle.pem /etc/microvms/ca-bundle.pem /etc/microvms/ca-bundle.pem") {
+	if out := testvm.MustSh(t, sess, `echo "$SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE"; grep -c 'BEGIN CERTIFICATE' /etc/microvms/ca-bundle.pem`); !strings.HasPrefix(out, "/etc/microvms/ca-bundle.pem /etc/microvms/ca-bundle.pem /etc/microvms/ca-bundle.pem") {
 		t.Fatalf("CA variables: %q", out)
 	}
 
 	// The allowed host, with the secret bound to it, over the system trust
 	// store (curl reads /etc/ssl/certs/ca-certificates.crt).
 	for i := 0; i < 2; i++ {
-		if out := mustSh(t, sess, `curl -sS -f --max-time 20 -H "Authorization: Bearer $SECRET_TOKEN" https://api.allowed.test/`); out != "hello from api.allowed.test" {
+		if out := testvm.MustSh(t, sess, `curl -sS -f --max-time 20 -H "Authorization: Bearer $SECRET_TOKEN" https://api.allowed.test/`); out != "hello from api.allowed.test" {
 			t.Fatalf("the allowed host answered %q", out)
 		}
 	}
@@ -292,7 +293,7 @@ func TestNetworkPolicyHostileGuest(t *testing.T) {
 			t.Fatalf("the bound host got Authorization %q, want the real value", a)
 		}
 	}
-	if out := mustSh(t, sess, `curl -sS -f --max-time 20 -H "Authorization: Bearer $SECRET_TOKEN" https://other.allowed.test/`); out != "hello from other.allowed.test" {
+	if out := testvm.MustSh(t, sess, `curl -sS -f --max-time 20 -H "Authorization: Bearer $SECRET_TOKEN" https://other.allowed.test/`); out != "hello from other.allowed.test" {
 		t.Fatalf("the other allowed host answered %q", out)
 	}
 	if got := up.auths("other.allowed.test"); len(got) != 1 || got[0] != "Bearer "+placeholder {
@@ -317,12 +318,12 @@ func TestNetworkPolicyHostileGuest(t *testing.T) {
 		{"an allowed host on a port not allowed", `curl -sS -f --max-time 10 https://api.allowed.test:8443/`},
 	}
 	for _, h := range hostile {
-		if code, out := sh(t, sess, h.script); code == 0 {
+		if code, out := testvm.Sh(t, sess, h.script); code == 0 {
 			t.Errorf("%s: exited 0 under the policy: %s", h.name, out)
 		}
 	}
 	for _, q := range []struct{ name, typ string }{{"denied.test", "1"}, {"api.allowed.test", "16"}, {"c2VjcmV0.exfil.test", "16"}, {"api.allowed.test", "255"}} {
-		out := mustSh(t, sess, "QN="+q.name+" QT="+q.typ+" python3 -c \"$(cat <<'PY'\n"+dnsQuery+"PY\n)\"")
+		out := testvm.MustSh(t, sess, "QN="+q.name+" QT="+q.typ+" python3 -c \"$(cat <<'PY'\n"+dnsQuery+"PY\n)\"")
 		if out == "rcode=0 an=1" || !strings.HasSuffix(out, "an=0") {
 			t.Errorf("DNS %s type %s was answered: %s", q.name, q.typ, out)
 		}
@@ -358,7 +359,7 @@ func TestNetworkPolicyHostileGuest(t *testing.T) {
 	t.Logf("refused: %d connections and lookups, %d listed", st.DeniedCount, len(st.Denied))
 
 	// The secret's value is nowhere the guest can read.
-	out := mustSh(t, sess, "PFX="+pfx+" SFX="+sfx+" python3 -c \"$(cat <<'PY'\n"+secretScan+"PY\n)\"")
+	out := testvm.MustSh(t, sess, "PFX="+pfx+" SFX="+sfx+" python3 -c \"$(cat <<'PY'\n"+secretScan+"PY\n)\"")
 	if !strings.HasSuffix(out, "found=[]") {
 		t.Fatalf("the guest found the secret's value: %s", out)
 	}
@@ -394,7 +395,7 @@ func TestNetworkPolicyChangeClosesRemovedHost(t *testing.T) {
 		out  string
 	}, 1)
 	go func() {
-		code, out := sh(t, sess, `curl -sS -N --max-time 60 https://other.allowed.test/hold`)
+		code, out := testvm.Sh(t, sess, `curl -sS -N --max-time 60 https://other.allowed.test/hold`)
 		held <- struct {
 			code int
 			out  string
@@ -431,10 +432,10 @@ func TestNetworkPolicyChangeClosesRemovedHost(t *testing.T) {
 		t.Fatal("the guest's held connection stayed open")
 	}
 	t.Logf("policy change answered after %v; the removed host's connection closed upstream after %v, in the guest after %v", answered, upstreamClosed, guestSaw)
-	if code, out := sh(t, sess, `curl -sS -f --max-time 10 https://other.allowed.test/`); code == 0 {
+	if code, out := testvm.Sh(t, sess, `curl -sS -f --max-time 10 https://other.allowed.test/`); code == 0 {
 		t.Fatalf("the removed host is still reachable: %s", out)
 	}
-	if out := mustSh(t, sess, `curl -sS -f --max-time 20 https://api.allowed.test/`); out != "hello from api.allowed.test" {
+	if out := testvm.MustSh(t, sess, `curl -sS -f --max-time 20 https://api.allowed.test/`); out != "hello from api.allowed.test" {
 		t.Fatalf("the host the policy kept answered %q", out)
 	}
 	st := networkState(t, base, vm.MicrovmId)
@@ -456,7 +457,7 @@ func TestNetworkPolicyChangeClosesRemovedHost(t *testing.T) {
 func TestNetworkRoutesRefuse(t *testing.T) {
 	s, base := serve(t, Options{})
 	arn := s.AddImage("net-refusals")
-	p := payload()
+	p := testvm.Payload()
 	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: arn, RunHookPayload: &p})
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/2025-09-09/microvms", strings.NewReader(string(body)))
 	req.Header.Set("Authorization", auth)
@@ -520,10 +521,10 @@ func TestNetworkPolicyRootless(t *testing.T) {
 		vm := launchUnderPolicy(t, s, base, cliapi.NetworkLaunch{Policy: cliapi.NetworkPolicy{Allow: []cliapi.NetworkRule{hostRule("api.allowed.test")}}, Secrets: []cliapi.SecretValue{}})
 		defer terminate(t, base, vm.MicrovmId)
 		sess := session(t, base, vm)
-		if out := mustSh(t, sess, `curl -sS -f --max-time 20 https://api.allowed.test/`); out != "hello from api.allowed.test" {
+		if out := testvm.MustSh(t, sess, `curl -sS -f --max-time 20 https://api.allowed.test/`); out != "hello from api.allowed.test" {
 			t.Fatalf("the allowed host answered %q", out)
 		}
-		if code, out := sh(t, sess, `curl -sS --max-time 10 http://93.184.216.34/`); code == 0 {
+		if code, out := testvm.Sh(t, sess, `curl -sS --max-time 10 http://93.184.216.34/`); code == 0 {
 			t.Fatalf("a denied address answered: %s", out)
 		}
 		fmt.Println("rootless-network-checked")
@@ -532,7 +533,7 @@ func TestNetworkPolicyRootless(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to become an unprivileged user")
 	}
-	rerunAsNobody(t, "TestNetworkPolicyRootless", "rootless-network-", "EMULATOR_NETWORK_ROOTLESS_CHILD=1")
+	testvm.RerunAsNobody(t, "TestNetworkPolicyRootless", "rootless-network-", "EMULATOR_NETWORK_ROOTLESS_CHILD=1")
 }
 
 // launchRefused launches under an empty policy and answers the stateReason
@@ -547,7 +548,7 @@ func launchRefused(t *testing.T, s *Server, base string) string {
 		t.Fatalf("registering: %d %s", status, out)
 	}
 	arn := s.AddImage(fmt.Sprintf("net-%d", time.Now().UnixNano()))
-	p := payload()
+	p := testvm.Payload()
 	body, _ := json.Marshal(cp.RunMicrovmRequest{ImageIdentifier: arn, RunHookPayload: &p})
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/2025-09-09/microvms", strings.NewReader(string(body)))
 	req.Header.Set("Authorization", auth)
@@ -597,11 +598,11 @@ func TestImageRootGetsTheSandboxCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Release()
-	body, _ := json.Marshal(map[string]string{"runHookPayload": payload()})
+	body, _ := json.Marshal(map[string]string{"runHookPayload": testvm.Payload()})
 	if reason := postRunHook(t.Context(), g.RoundTripper(proxyTransport), "127.0.0.1:9000", body, 10*time.Second); reason != "" {
 		t.Fatal(reason)
 	}
-	sess, err := client.Direct("http://127.0.0.1:9000", agentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(proxyTransport)}))
+	sess, err := client.Direct("http://127.0.0.1:9000", testvm.AgentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(proxyTransport)}))
 	if err != nil {
 		t.Fatal(err)
 	}
