@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/microvms/microvms/gen/cliapi"
@@ -269,4 +271,80 @@ func envName(s string) bool {
 		}
 	}
 	return true
+}
+
+// NetworkResolveEnv names the environment variable that points allowed
+// names at addresses of the caller's choosing, as curl's --resolve does:
+// "NAME=HOST:PORT[,NAME=HOST:PORT...]". A guest's lookup of NAME is
+// answered (with a synthetic address, as always) and each of its
+// connections to NAME, whatever the port, is dialled to HOST:PORT; every
+// other name goes to this host's resolver. For stand-in servers on this
+// machine (tests, a model API's stand-in); a guest cannot set it.
+const NetworkResolveEnv = "MICROVM_NETWORK_RESOLVE"
+
+// NetworkUpstreamCAEnv names a PEM file of certificates upstream TLS is
+// also verified against (beside this host's trust store): a stand-in
+// server's own CA.
+const NetworkUpstreamCAEnv = "MICROVM_NETWORK_UPSTREAM_CA"
+
+// NetworkOptionsFromEnv reads NetworkResolveEnv and NetworkUpstreamCAEnv;
+// with neither set it answers the zero NetworkOptions (this host's own).
+func NetworkOptionsFromEnv(getenv func(string) string) (NetworkOptions, error) {
+	var o NetworkOptions
+	if spec := getenv(NetworkResolveEnv); spec != "" {
+		to := map[string]string{}
+		for _, item := range strings.Split(spec, ",") {
+			name, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
+			if _, _, err := net.SplitHostPort(addr); !ok || name == "" || err != nil {
+				return o, fmt.Errorf("%s: %q is not NAME=HOST:PORT", NetworkResolveEnv, item)
+			}
+			to[strings.ToLower(name)] = addr
+		}
+		r := pinnedResolver{to: to}
+		o.Resolver = r
+		o.Dial = r.dial
+	}
+	if path := getenv(NetworkUpstreamCAEnv); path != "" {
+		pem, err := os.ReadFile(path)
+		if err != nil {
+			return o, fmt.Errorf("%s: %w", NetworkUpstreamCAEnv, err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return o, fmt.Errorf("%s: %s holds no PEM certificate", NetworkUpstreamCAEnv, path)
+		}
+		o.RootCAs = pool
+	}
+	return o, nil
+}
+
+// pinnedResolver answers the pinned names from its table and every other
+// name from this host's resolver; its dial reaches a pinned name's address
+// and dials the rest through netpolicy's guarded default.
+type pinnedResolver struct{ to map[string]string }
+
+func (p pinnedResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if addr, ok := p.to[strings.ToLower(host)]; ok {
+		h, _, _ := net.SplitHostPort(addr)
+		if a, err := netip.ParseAddr(h); err == nil {
+			return []netip.Addr{a}, nil
+		}
+		return net.DefaultResolver.LookupNetIP(ctx, network, h)
+	}
+	return net.DefaultResolver.LookupNetIP(ctx, network, host)
+}
+
+func (p pinnedResolver) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	if to, ok := p.to[strings.ToLower(host)]; ok {
+		return d.DialContext(ctx, network, to)
+	}
+	return netpolicy.GuardedDialer(net.DefaultResolver)(ctx, network, addr)
 }

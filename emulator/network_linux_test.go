@@ -3,6 +3,7 @@
 package emulator
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -19,14 +20,19 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/cliapi"
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/netpolicy"
+	"github.com/microvms/microvms/internal/testbin"
+	"github.com/microvms/microvms/localvm"
 )
 
 // The network policy end to end (issue 48): a real confined guest whose
@@ -561,4 +567,65 @@ func launchRefused(t *testing.T, s *Server, base string) string {
 		return ""
 	}
 	return *g.StateReason
+}
+
+// Catches: a sandbox CA not appended to an image's own bundles (or
+// appended twice to one file two paths lead to), an absolute symlink in
+// the image resolved on the host (the host's bundle written), and a guest
+// under a policy whose resolv.conf is the image's.
+func TestImageRootGetsTheSandboxCA(t *testing.T) {
+	if err := CheckIsolation(); err != nil {
+		t.Fatalf("this host cannot isolate guests: %v", err)
+	}
+	hostBundle, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	image := filepath.Join(t.TempDir(), "image")
+	for _, d := range []string{"etc/ssl/certs", "etc/pki/tls/certs"} {
+		if err := os.MkdirAll(filepath.Join(image, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(image, "etc/ssl/certs/ca-certificates.crt"), []byte("IMAGE BUNDLE"), 0o644)
+	os.Symlink("certs/ca-certificates.crt", filepath.Join(image, "etc/ssl/cert.pem"))
+	os.Symlink("/etc/ssl/certs/ca-certificates.crt", filepath.Join(image, "etc/pki/tls/certs/ca-bundle.crt"))
+	os.WriteFile(filepath.Join(image, "etc/resolv.conf"), []byte("nameserver 192.0.2.53\n"), 0o644)
+	n, err := netpolicy.New(netpolicy.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := AgentdLauncher(testbin.Agentd(t), nil)(t.Context(), GuestSpec{MicrovmID: "microvm-image-ca", HookPort: taxonomy.DefaultAgentPort, RootDir: image, Network: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	body, _ := json.Marshal(map[string]string{"runHookPayload": payload()})
+	if reason := postRunHook(t.Context(), g.RoundTripper(proxyTransport), "127.0.0.1:9000", body, 10*time.Second); reason != "" {
+		t.Fatal(reason)
+	}
+	sess, err := client.Direct("http://127.0.0.1:9000", agentToken, client.WithHTTPClient(&http.Client{Transport: g.RoundTripper(proxyTransport)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) string {
+		var b bytes.Buffer
+		if _, err := sess.ReadFile(t.Context(), p, &b, client.LineRange{}); err != nil {
+			t.Fatalf("reading %s in the guest: %v", p, err)
+		}
+		return b.String()
+	}
+	ca := string(n.CACertPEM())
+	want := "IMAGE BUNDLE\n" + ca
+	for _, p := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/ssl/cert.pem", "/etc/pki/tls/certs/ca-bundle.crt", localvm.GuestCABundlePath} {
+		if got := read(p); got != want {
+			t.Errorf("%s in the guest is %q, want the image's bundle and the CA once", p, got)
+		}
+	}
+	if got := read("/etc/resolv.conf"); got != "nameserver 10.0.2.2\n" {
+		t.Errorf("resolv.conf %q", got)
+	}
+	if b, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); !bytes.Equal(b, hostBundle) {
+		t.Fatal("the host's bundle changed")
+	}
+	if b, _ := os.ReadFile(filepath.Join(image, "etc/ssl/certs/ca-certificates.crt")); string(b) != "IMAGE BUNDLE" {
+		t.Fatalf("the image's bundle changed: %q", b)
+	}
 }

@@ -437,7 +437,8 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	defer initExe.Close()
 	files := []*os.File{nil, agentd, nil, initExe}
-	netConn := -1 // the emulator's end of fdNet, for a guest under a policy
+	netConn := -1         // the emulator's end of fdNet, for a guest under a policy
+	var guestNet *os.File // the init's end, closed here once the init holds it
 	if spec.Network != nil {
 		cfg.Network = &guestNetConfig{CAPEM: spec.Network.CACertPEM()}
 		np, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -445,8 +446,8 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 			return nil, err
 		}
 		netConn = np[0]
-		guestNet := os.NewFile(uintptr(np[1]), "guest-net")
-		defer guestNet.Close() // the child holds its copy
+		guestNet = os.NewFile(uintptr(np[1]), "guest-net")
+		defer guestNet.Close() // on the paths that return before the start
 		files = append(files, guestNet)
 		defer func() {
 			if netConn >= 0 {
@@ -495,6 +496,10 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	err = startOwnedBy(cmd, m)
 	r.Close()
 	guestEnd.Close()
+	if guestNet != nil {
+		// Only the init holds its end now: its death reads as end of file.
+		guestNet.Close()
+	}
 	// The clone copied the image's bind into the guest's mount namespace;
 	// the host's copy goes now, before anything could remove the state
 	// directory through it.

@@ -278,5 +278,10 @@ func localGuestChecks() []check {
 	} else {
 		out = append(out, pass("local-egress", "--egress guests get slirp4netns, with the host's loopback out of reach"))
 	}
+	if err := emulator.CheckNetworkPolicy(); err != nil {
+		out = append(out, advisory(fail("local-network-policy", err.Error(), "only needed for --network-allow and --secret")))
+	} else {
+		out = append(out, pass("local-network-policy", "--network-allow guests get a tun served by the emulator under their policy"))
+	}
 	return out
 }

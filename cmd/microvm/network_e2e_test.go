@@ -1,11 +1,23 @@
 package main_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/gen/cliapi"
@@ -141,4 +153,78 @@ func toJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// exampleTest is an HTTPS stand-in for example.test on loopback, with a
+// self-signed certificate written to a PEM file for
+// MICROVM_NETWORK_UPSTREAM_CA; it records each request's X-Api-Key.
+func exampleTest(t *testing.T) (addr, caFile string, keys func() []string) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "example.test"}, DNSNames: []string{"example.test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("X-Api-Key"))
+		mu.Unlock()
+		w.Write([]byte("stand-in example.test"))
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return srv.Listener.Addr().String(), caFile, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
+}
+
+// Catches: run --local --network-allow whose allowed host is unreachable,
+// whose secret is not put in the bound host's requests, or which lets the
+// guest reach a name the policy does not allow.
+func TestRunLocalNetworkAllowReachesTheAllowedHost(t *testing.T) {
+	env, _ := lifecycleEnv(t)
+	addr, ca, keys := exampleTest(t)
+	env = append(env, "MICROVM_NETWORK_RESOLVE=example.test="+addr+",other.test="+addr, "MICROVM_NETWORK_UPSTREAM_CA="+ca)
+	const value = "sk-allowed-host-6b2e0d"
+	inv := cli(t, env, "", "--json", "run", "--local", "--network-allow", "example.test", "--secret", "API_KEY="+value+"@example.test",
+		"--exec", `curl -sS -f --max-time 20 -H "X-Api-Key: $API_KEY" https://example.test/ && echo && (curl -sS -f --max-time 10 https://other.test/ || echo other-refused)`)
+	m := envelope(t, inv)
+	if inv.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", inv.code, inv.stdout, inv.stderr)
+	}
+	if out := data(m)["stdout"].(string); out != "stand-in example.test\nother-refused\n" {
+		t.Fatalf("the guest saw %q", out)
+	}
+	if got := keys(); len(got) != 1 || got[0] != value {
+		t.Fatalf("the stand-in got %q, want the value once", got)
+	}
+	if strings.Contains(inv.stdout+inv.stderr, value) {
+		t.Fatal("the run's output carries the secret's value")
+	}
+}
+
+// Catches: doctor --local that does not say whether this host can give a
+// guest a network under a policy.
+func TestDoctorReportsNetworkPolicy(t *testing.T) {
+	env, _ := lifecycleEnv(t)
+	inv := cli(t, env, "", "--json", "doctor", "--local")
+	m := envelope(t, inv)
+	for _, c := range data(m)["checks"].([]any) {
+		c := c.(map[string]any)
+		if c["name"] == "local-network-policy" {
+			if os.Geteuid() == 0 && c["ok"] != true {
+				t.Fatalf("as root: %v", c)
+			}
+			return
+		}
+	}
+	t.Fatalf("no local-network-policy check: %s", inv.stdout)
 }

@@ -97,6 +97,11 @@ type Options struct {
 	Warn func(msg string)
 	// Trace sees each phase of every launch (emulator.Options.Trace).
 	Trace func(microvmID string, phase emulator.TracePhase)
+	// Network is where guests under a network policy reach
+	// (emulator.Options.Network); the zero value is what the environment
+	// says (emulator.NetworkOptionsFromEnv: MICROVM_NETWORK_RESOLVE,
+	// MICROVM_NETWORK_UPSTREAM_CA), else this host's own.
+	Network emulator.NetworkOptions
 }
 
 // DefaultBuildCache is where local builds keep base images (by digest)
@@ -157,7 +162,18 @@ func Start(ctx context.Context, o Options) (*Emulator, error) {
 		}
 		launcher = emulator.AgentdLauncher
 	}
+	netOpts := o.Network
+	if netOpts.Resolver == nil && netOpts.Dial == nil && netOpts.RootCAs == nil {
+		getenv := o.Getenv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		if netOpts, err = emulator.NetworkOptionsFromEnv(getenv); err != nil {
+			return nil, client.Errorf(taxonomy.KindInvalidArg, "", "%v", err)
+		}
+	}
 	srv := emulator.New(emulator.Options{
+		Network:   netOpts,
 		Region:    o.Region.String(),
 		VMs:       launcher(bin, o.GuestLog),
 		WallClock: true,

@@ -98,7 +98,7 @@ func New(cfg Config) (*Net, error) {
 	}
 	n.dial = cfg.Dial
 	if n.dial == nil {
-		n.dial = n.defaultDial
+		n.dial = GuardedDialer(n.resolver)
 	}
 	n.policy.Store(pol)
 	return n, nil
@@ -163,7 +163,20 @@ func forbiddenUpstream(a netip.Addr) bool {
 		a.IsUnspecified() || a.IsInterfaceLocalMulticast()
 }
 
-func (n *Net) defaultDial(ctx context.Context, network, addr string) (net.Conn, error) {
+// GuardedDialer is the dial Config.Dial defaults to: names resolved
+// through r (nil is net.DefaultResolver), and never a loopback,
+// link-local, multicast or unspecified address. A runtime that pins some
+// names itself dials the rest through it.
+func GuardedDialer(r Resolver) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return guardedDial(ctx, r, network, addr)
+	}
+}
+
+func guardedDial(ctx context.Context, r Resolver, network, addr string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -171,7 +184,7 @@ func (n *Net) defaultDial(ctx context.Context, network, addr string) (net.Conn, 
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
-	} else if addrs, err = n.resolver.LookupNetIP(ctx, "ip4", host); err != nil {
+	} else if addrs, err = r.LookupNetIP(ctx, "ip4", host); err != nil {
 		return nil, err
 	}
 	var d net.Dialer
