@@ -46,6 +46,14 @@ MANTLE_HOST="bedrock-mantle.$REGION.api.aws"
 ALLOW=(--network-allow "$RUNTIME_HOST" --network-allow "$MANTLE_HOST"
   --network-allow registry.npmjs.org --network-allow pypi.org --network-allow files.pythonhosted.org)
 
+# Only an emulator enforces a policy. On AWS the launch would be refused
+# (egress-connector-or-none), but only after a build had made an image:
+# refuse here, before anything is created.
+if [ -z "${AWS_ENDPOINT_URL:-}${AWS_ENDPOINT_URL_LAMBDA_MICROVMS:-}" ]; then
+  echo "run.sh: no AWS_ENDPOINT_URL: Lambda MicroVMs offers all of the internet or none (docs/PLATFORM.md, egress-connector-or-none), so the policy needs \`microvm emulator\`" >&2
+  exit 2
+fi
+
 # ── the credential: on this machine only ────────────────────────────────────
 # The token is read from this script's environment by the CLI and bound to
 # the two Bedrock hosts. The guest's AWS_BEARER_TOKEN_BEDROCK and
@@ -111,7 +119,8 @@ CFG
 # Each runs in the repository; a failing agent does not stop the other or
 # the patch (whatever it changed before failing is still worth reading).
 IN_REPO=". /workspace/.agent-env && cd /workspace/repo"
-Q=$(printf '%q' "$TASK")
+# The task in single quotes for the guest's sh (POSIX: ' becomes '\'').
+Q="'${TASK//\'/\'\\\'\'}'"
 if [ -n "${AGENT_SCRIPT:-}" ]; then
   "$MICROVM" cp "$AGENT_SCRIPT" vm:/workspace/agent.sh --mode 0755 "${ATTACH[@]}" --json >/dev/null
   echo "--- agent ($AGENT_SCRIPT) ---"
