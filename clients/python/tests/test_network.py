@@ -69,6 +69,13 @@ class NetworkPolicyTest(unittest.TestCase):
             self.assertNotEqual(sb.run(ALLOWED).exit_code, 0)
             self.assertEqual(len(self.standin.got()), 1)
 
+    def test_engine_refusal_quotes_no_value(self) -> None:
+        # Catches: the engine's refusal of a bad binding (a host that is no
+        # name) quoting the NAME=VALUE@HOST spec it was sent.
+        with self.assertRaises(InvalidArgError) as ctx:
+            Sandbox.create(local=True, network_allow=[HOST], secrets={"MODEL_KEY": Secret(VALUE, "not a host")})
+        self.assertNotIn(VALUE, str(ctx.exception) + repr(ctx.exception.data))
+
     def test_async(self) -> None:
         # Catches: AsyncSandbox.create without the network arguments, or its
         # network()/set_network_policy not reaching the engine.
