@@ -263,9 +263,43 @@ func (mm *mcpModel) shapeSchema(name string) map[string]any {
 	if keys, ok := mm.m.Shapes[name]; ok {
 		return mm.objectSchema(keys)
 	}
-	// api/cli.yaml's shape, in that file's own vocabulary.
-	s := objectSchema("", mm.cli.Shapes[name])
-	return s
+	// api/cli.yaml's shape, in that file's own vocabulary, with the shapes
+	// it refers to inlined: a tool's schema has no $defs to point into.
+	return mm.inlineCLIRefs(objectSchema("", mm.cli.Shapes[name]))
+}
+
+// inlineCLIRefs replaces each {"$ref": "#/$defs/shape:NAME"} under v with
+// api/cli.yaml's shape NAME (its own refs inlined too; the shapes nest
+// without cycles), keeping the ref's sibling keys.
+func (mm *mcpModel) inlineCLIRefs(v map[string]any) map[string]any {
+	var walk func(any) any
+	walk = func(x any) any {
+		switch t := x.(type) {
+		case map[string]any:
+			if ref, ok := t["$ref"].(string); ok {
+				if name, ok := strings.CutPrefix(ref, "#/$defs/shape:"); ok && mm.cli.Shapes[name] != nil {
+					in := mm.inlineCLIRefs(objectSchema("", mm.cli.Shapes[name]))
+					for k, sub := range t {
+						if k != "$ref" {
+							in[k] = walk(sub)
+						}
+					}
+					return in
+				}
+			}
+			for k, sub := range t {
+				t[k] = walk(sub)
+			}
+			return t
+		case []any:
+			for i, sub := range t {
+				t[i] = walk(sub)
+			}
+			return t
+		}
+		return x
+	}
+	return walk(v).(map[string]any)
 }
 
 // objectSchema is a closed object: every key required unless optional.

@@ -58,8 +58,9 @@ func TestMCPSchemas(t *testing.T) {
 			}
 		}
 	}
-	if len(doc.Tools) != 9 {
-		t.Fatalf("%d tools, want the issue's 9", len(doc.Tools))
+	// The first issue's 9, and issue 48's sandbox_network_show and _set.
+	if len(doc.Tools) != 11 {
+		t.Fatalf("%d tools, want 11", len(doc.Tools))
 	}
 	byName := map[string]int{}
 	for i, tool := range doc.Tools {
@@ -96,6 +97,17 @@ func TestMCPSchemas(t *testing.T) {
 	size := doc.Tools[byName["sandbox_create"]].InputSchema["properties"].(map[string]any)["size_mib"].(map[string]any)
 	if enum, _ := size["enum"].([]any); len(enum) != 5 || enum[0] != float64(512) {
 		t.Errorf("size_mib's domain is %v, want api/errors.yaml's five baselines", size["enum"])
+	}
+	// A cli.yaml shape that nests others (networkState) is inlined whole:
+	// a tool's schema has no $defs, so a $ref left in it dangles.
+	for _, tool := range doc.Tools {
+		if raw, _ := json.Marshal(tool); bytes.Contains(raw, []byte(`"$ref"`)) {
+			t.Errorf("%s: a $ref is left in its schema", tool.Name)
+		}
+	}
+	denied := doc.Tools[byName["sandbox_network_show"]].OutputSchema["properties"].(map[string]any)["network"].(map[string]any)["properties"].(map[string]any)["denied"].(map[string]any)["items"].(map[string]any)
+	if props, _ := denied["properties"].(map[string]any); props["why"] == nil || denied["additionalProperties"] != false {
+		t.Errorf("a denied connection is not api/cli.yaml's closed deniedConnection: %v", denied)
 	}
 	entry := doc.Tools[byName["sandbox_list_files"]].OutputSchema["properties"].(map[string]any)["entries"].(map[string]any)["items"].(map[string]any)
 	if props, _ := entry["properties"].(map[string]any); props["symlinkTarget"] == nil || entry["additionalProperties"] != false {

@@ -53,6 +53,8 @@ const (
 	OpHealth        = "health"
 	OpMetrics       = "metrics"
 	OpKeepalive     = "keepalive"
+	OpNetworkShow   = "network_show"
+	OpNetworkSet    = "network_set"
 	OpCancel        = "cancel"
 	OpPoolOpen      = "pool_open"
 	OpPoolWaitReady = "pool_wait_ready"
@@ -127,6 +129,12 @@ type CreateArgs struct {
 	SuspendedSec int64 `json:"suspendedSec"`
 	// MaxDurationSec is the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600
 	MaxDurationSec int64 `json:"maxDurationSec"`
+	// NetworkAllow is network policy rules (issue 48), each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] as run --network-allow spells them; any rule or secret puts the guest under a policy that denies everything else. Enforced only by an emulator (local or a control endpoint); on AWS refused (finding egress-connector-or-none)
+	NetworkAllow []string `json:"networkAllow"`
+	// NetworkDenyAll is launch under a policy that allows nothing (no networkAllow rules needed)
+	NetworkDenyAll bool `json:"networkDenyAll"`
+	// Secrets is credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error
+	Secrets []string `json:"secrets"`
 	// NoKeepAwake is true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is
 	NoKeepAwake bool `json:"noKeepAwake"`
 }
@@ -407,6 +415,18 @@ type KeepaliveArgs struct {
 	ForSec float64 `json:"forSec"`
 }
 
+// NetworkShowArgs are the arguments of network_show: the network policy in force, the secrets' names, hosts and placeholders (never values), and the connections refused (sandbox.Sandbox.Network); on AWS refused (finding egress-connector-or-none).
+type NetworkShowArgs struct {
+}
+
+// NetworkSetArgs are the arguments of network_set: replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force.
+type NetworkSetArgs struct {
+	// Allow is the new rules, as networkAllow on create; empty with denyAll allows nothing
+	Allow []string `json:"allow"`
+	// DenyAll is allow nothing; required when allow is empty, so an empty list is never a mistake that cuts the network
+	DenyAll bool `json:"denyAll"`
+}
+
 // CancelArgs are the arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does.
 type CancelArgs struct {
 	RequestID int64 `json:"requestId"`
@@ -596,14 +616,19 @@ type PoolData struct {
 
 // The api/cli.yaml shapes engine responses refer to: gen/cliapi's own types.
 type (
-	CommandShare   = cliapi.CommandShare
-	CostByCommand  = cliapi.CostByCommand
-	CostComparison = cliapi.CostComparison
-	CostLine       = cliapi.CostLine
-	CostReport     = cliapi.CostReport
-	ExecUsage      = cliapi.ExecUsage
-	FileEntry      = cliapi.FileEntry
-	FleetRun       = cliapi.FleetRun
+	CommandShare     = cliapi.CommandShare
+	CostByCommand    = cliapi.CostByCommand
+	CostComparison   = cliapi.CostComparison
+	CostLine         = cliapi.CostLine
+	CostReport       = cliapi.CostReport
+	DeniedConnection = cliapi.DeniedConnection
+	ExecUsage        = cliapi.ExecUsage
+	FileEntry        = cliapi.FileEntry
+	FleetRun         = cliapi.FleetRun
+	NetworkPolicy    = cliapi.NetworkPolicy
+	NetworkRule      = cliapi.NetworkRule
+	NetworkState     = cliapi.NetworkState
+	SecretBinding    = cliapi.SecretBinding
 )
 
 // Op is one op: its response type and whether event frames precede the envelope.
@@ -649,6 +674,8 @@ var Ops = []Op{
 	{Name: "health", Response: "microvm.probe", Streams: false},
 	{Name: "metrics", Response: "microvm.probe", Streams: false},
 	{Name: "keepalive", Response: "microvm.keepalive", Streams: false},
+	{Name: "network_show", Response: "microvm.network", Streams: false},
+	{Name: "network_set", Response: "microvm.network", Streams: false},
 	{Name: "cancel", Response: "microvm.exec.signalled", Streams: false},
 	{Name: "pool_open", Response: "microvm.pool", Streams: false},
 	{Name: "pool_wait_ready", Response: "microvm.pool", Streams: false},

@@ -44,15 +44,17 @@ const (
 
 // The tool names.
 const (
-	ToolSandboxCreate    = "sandbox_create"
-	ToolSandboxExec      = "sandbox_exec"
-	ToolSandboxWriteFile = "sandbox_write_file"
-	ToolSandboxReadFile  = "sandbox_read_file"
-	ToolSandboxListFiles = "sandbox_list_files"
-	ToolSandboxSuspend   = "sandbox_suspend"
-	ToolSandboxResume    = "sandbox_resume"
-	ToolSandboxTerminate = "sandbox_terminate"
-	ToolSandboxList      = "sandbox_list"
+	ToolSandboxCreate      = "sandbox_create"
+	ToolSandboxExec        = "sandbox_exec"
+	ToolSandboxWriteFile   = "sandbox_write_file"
+	ToolSandboxReadFile    = "sandbox_read_file"
+	ToolSandboxListFiles   = "sandbox_list_files"
+	ToolSandboxNetworkShow = "sandbox_network_show"
+	ToolSandboxNetworkSet  = "sandbox_network_set"
+	ToolSandboxSuspend     = "sandbox_suspend"
+	ToolSandboxResume      = "sandbox_resume"
+	ToolSandboxTerminate   = "sandbox_terminate"
+	ToolSandboxList        = "sandbox_list"
 )
 
 // Sandbox is the "sandbox" shape of api/mcp.yaml.
@@ -76,6 +78,12 @@ type SandboxCreateArgs struct {
 	Egress bool `json:"egress,omitempty"`
 	// Env is environment variables for every command in the sandbox, delivered once at launch
 	Env map[string]string `json:"env,omitempty"`
+	// NetworkAllow is launch under a network policy that allows only these destinations, each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] (ports default to 443 and 80); DNS answers only allowed names. Enforced outside the guest by a local emulator (microvm mcp --local, or a control endpoint); refused on AWS
+	NetworkAllow []string `json:"network_allow,omitempty"`
+	// NetworkDenyAll is launch under a policy that allows nothing
+	NetworkDenyAll bool `json:"network_deny_all,omitempty"`
+	// SecretsFromEnv is credentials bound to hosts, each NAME@HOST[,HOST]: the value is the server's own environment variable NAME, never passed through the caller; the sandbox's NAME holds a placeholder, replaced by the value in the headers of HTTPS requests to those hosts, outside the guest
+	SecretsFromEnv []string `json:"secrets_from_env,omitempty"`
 }
 
 // SandboxCreateResult is the structured result of sandbox_create.
@@ -176,6 +184,32 @@ type SandboxListFilesResult struct {
 	Truncated bool `json:"truncated"`
 }
 
+// SandboxNetworkShowArgs are the arguments of sandbox_network_show.
+type SandboxNetworkShowArgs struct {
+	SandboxID string `json:"sandbox_id"`
+}
+
+// SandboxNetworkShowResult is the structured result of sandbox_network_show.
+type SandboxNetworkShowResult struct {
+	SandboxID string              `json:"sandbox_id"`
+	Network   cliapi.NetworkState `json:"network"`
+}
+
+// SandboxNetworkSetArgs are the arguments of sandbox_network_set.
+type SandboxNetworkSetArgs struct {
+	SandboxID string `json:"sandbox_id"`
+	// Allow is the destinations the new policy allows, as network_allow on sandbox_create
+	Allow []string `json:"allow,omitempty"`
+	// DenyAll is allow nothing
+	DenyAll bool `json:"deny_all,omitempty"`
+}
+
+// SandboxNetworkSetResult is the structured result of sandbox_network_set.
+type SandboxNetworkSetResult struct {
+	SandboxID string              `json:"sandbox_id"`
+	Network   cliapi.NetworkState `json:"network"`
+}
+
 // SandboxSuspendArgs are the arguments of sandbox_suspend.
 type SandboxSuspendArgs struct {
 	SandboxID string `json:"sandbox_id"`
@@ -232,7 +266,7 @@ type Tool struct {
 // Tools lists every tool in declaration order.
 var Tools = []Tool{
 	{Name: "sandbox_create", Title: "Create a sandbox", Description: "Launch a new sandbox (a fresh Linux machine) and wait until it runs. Returns the sandbox_id every other tool takes. Each session may hold at most 4 at once; terminate one to make room.", ReadOnly: false, Destructive: false, Idempotent: false,
-		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"egress\":{\"description\":\"give the sandbox outbound network; left out, it has none\",\"type\":\"boolean\"},\"env\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"environment variables for every command in the sandbox, delivered once at launch\",\"type\":\"object\"},\"image\":{\"description\":\"the image's ARN or name; left out, the server's default image (--image, or the local default)\",\"type\":\"string\"},\"size_mib\":{\"description\":\"the size class by its baseline memory in MiB; left out, the default class. Local mode builds an image of that class; an image's class is fixed when it is built, so it is refused with image and on AWS\",\"enum\":[512,1024,2048,4096,8192],\"type\":\"integer\"}},\"required\":[],\"type\":\"object\"}"),
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"egress\":{\"description\":\"give the sandbox outbound network; left out, it has none\",\"type\":\"boolean\"},\"env\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"environment variables for every command in the sandbox, delivered once at launch\",\"type\":\"object\"},\"image\":{\"description\":\"the image's ARN or name; left out, the server's default image (--image, or the local default)\",\"type\":\"string\"},\"network_allow\":{\"description\":\"launch under a network policy that allows only these destinations, each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] (ports default to 443 and 80); DNS answers only allowed names. Enforced outside the guest by a local emulator (microvm mcp --local, or a control endpoint); refused on AWS\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"network_deny_all\":{\"description\":\"launch under a policy that allows nothing\",\"type\":\"boolean\"},\"secrets_from_env\":{\"description\":\"credentials bound to hosts, each NAME@HOST[,HOST]: the value is the server's own environment variable NAME, never passed through the caller; the sandbox's NAME holds a placeholder, replaced by the value in the headers of HTTPS requests to those hosts, outside the guest\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"size_mib\":{\"description\":\"the size class by its baseline memory in MiB; left out, the default class. Local mode builds an image of that class; an image's class is fixed when it is built, so it is refused with image and on AWS\",\"enum\":[512,1024,2048,4096,8192],\"type\":\"integer\"}},\"required\":[],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"image\":{\"type\":\"string\"},\"live_sandboxes\":{\"description\":\"how many sandboxes this session now holds\",\"type\":\"integer\"},\"max_live_sandboxes\":{\"type\":\"integer\"},\"sandbox_id\":{\"type\":\"string\"},\"state\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"state\",\"image\",\"live_sandboxes\",\"max_live_sandboxes\"],\"type\":\"object\"}")},
 	{Name: "sandbox_exec", Title: "Run a command", Description: "Run a shell command (through /bin/sh -c) in a sandbox and wait for it. A non-zero exit is a result with that exit_code, not a tool error. stdout and stderr beyond 65536 bytes each are dropped and the result says so. A long command reports progress when asked.", ReadOnly: false, Destructive: false, Idempotent: false,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"command\":{\"description\":\"a shell command line, e.g. `make test 2\\u003e\\u00261 | tail -50`\",\"type\":\"string\"},\"cwd\":{\"description\":\"the working directory; left out, the image's\",\"type\":\"string\"},\"env\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"variables laid over the sandbox's environment for this command\",\"type\":\"object\"},\"sandbox_id\":{\"type\":\"string\"},\"timeout_sec\":{\"description\":\"kill the command after this many seconds; left out or 0, no limit\",\"minimum\":0,\"type\":\"number\"}},\"required\":[\"sandbox_id\",\"command\"],\"type\":\"object\"}"),
@@ -246,6 +280,12 @@ var Tools = []Tool{
 	{Name: "sandbox_list_files", Title: "List a directory", Description: "List a directory in a sandbox, depth levels deep (left out, its own entries).", ReadOnly: true, Destructive: false, Idempotent: true,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"depth\":{\"description\":\"how many levels to descend; left out or 0 and 1 list the directory's own entries\",\"maximum\":16,\"minimum\":0,\"type\":\"integer\"},\"path\":{\"type\":\"string\"},\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"path\"],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"entries\":{\"description\":\"at most 1000, in the daemon's walk order\",\"items\":{\"additionalProperties\":false,\"properties\":{\"gid\":{\"type\":\"integer\"},\"mode\":{\"description\":\"four octal digits\",\"type\":\"string\"},\"mtime\":{\"description\":\"RFC 3339\",\"type\":\"string\"},\"name\":{\"type\":\"string\"},\"path\":{\"type\":\"string\"},\"size\":{\"type\":\"integer\"},\"symlinkTarget\":{\"type\":[\"string\",\"null\"]},\"type\":{\"enum\":[\"file\",\"directory\",\"symlink\",\"fifo\",\"socket\",\"block_device\",\"char_device\"],\"type\":\"string\"},\"uid\":{\"type\":\"integer\"}},\"required\":[\"path\",\"name\",\"type\",\"size\",\"mode\",\"uid\",\"gid\",\"mtime\",\"symlinkTarget\"],\"type\":\"object\"},\"type\":\"array\"},\"path\":{\"type\":\"string\"},\"truncated\":{\"description\":\"true when entries past 1000 were left out\",\"type\":\"boolean\"}},\"required\":[\"path\",\"entries\",\"truncated\"],\"type\":\"object\"}")},
+	{Name: "sandbox_network_show", Title: "Show a sandbox's network policy", Description: "What the sandbox's network allows, the secrets bound to hosts (names and placeholders, never values), and the connections refused, counted and the latest listed: why an install or a request failed.", ReadOnly: true, Destructive: false, Idempotent: true,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"network\":{\"additionalProperties\":false,\"properties\":{\"denied\":{\"description\":\"the most recent refusals, newest last, at most NETWORK_DENIED_LISTED\",\"items\":{\"additionalProperties\":false,\"properties\":{\"at\":{\"description\":\"RFC 3339\",\"type\":\"string\"},\"host\":{\"description\":\"the name the guest asked for, or the address when it asked for none\",\"type\":\"string\"},\"port\":{\"description\":\"the destination port; 0 for a DNS refusal or a protocol without ports\",\"type\":\"integer\"},\"proto\":{\"enum\":[\"tcp\",\"udp\",\"dns\",\"icmp\",\"ipv6\",\"other\"],\"type\":\"string\"},\"why\":{\"description\":\"host-header-mismatch is a TLS flow whose SNI is allowed but whose HTTP Host is not (domain fronting); policy-changed is an open connection a new policy closed\",\"enum\":[\"host-not-allowed\",\"address-not-allowed\",\"port-not-allowed\",\"protocol-not-allowed\",\"query-type-not-allowed\",\"host-header-mismatch\",\"policy-changed\"],\"type\":\"string\"}},\"required\":[\"host\",\"port\",\"proto\",\"at\",\"why\"],\"type\":\"object\"},\"type\":\"array\"},\"deniedCount\":{\"description\":\"every connection and lookup refused since launch\",\"type\":\"integer\"},\"enforced\":{\"description\":\"true when a policy is in force; false means the whole network (or none) as launched\",\"type\":\"boolean\"},\"policy\":{\"anyOf\":[{\"type\":\"null\"},{\"additionalProperties\":false,\"properties\":{\"allow\":{\"description\":\"the rules; an empty list denies everything\",\"items\":{\"additionalProperties\":false,\"properties\":{\"cidr\":{\"description\":\"an IPv4 network in CIDR form (a bare address is a /32); IPv6 is never allowed\",\"type\":\"string\"},\"host\":{\"description\":\"a host name matched exactly, or *.suffix matching any name under suffix (not suffix itself); lower case, no trailing dot\",\"type\":\"string\"},\"ports\":{\"description\":\"TCP ports the rule allows; absent or empty means 443 and 80\",\"items\":{\"type\":\"integer\"},\"type\":\"array\"}},\"required\":[],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"allow\"],\"type\":\"object\"}],\"description\":\"\"},\"secrets\":{\"items\":{\"additionalProperties\":false,\"properties\":{\"hosts\":{\"description\":\"host names (exact or *.suffix) whose HTTPS requests get the placeholder replaced by the real value in their headers\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"name\":{\"description\":\"the environment variable the guest finds the placeholder in\",\"type\":\"string\"},\"placeholder\":{\"description\":\"the opaque stand-in the guest holds; the value itself is never in any answer, log or error\",\"type\":\"string\"}},\"required\":[\"name\",\"hosts\",\"placeholder\"],\"type\":\"object\"},\"type\":\"array\"},\"where\":{\"description\":\"where the policy is enforced: emulator is outside the guest, which guest root cannot lift\",\"enum\":[\"emulator\",\"none\"],\"type\":\"string\"}},\"required\":[\"enforced\",\"where\",\"policy\",\"secrets\",\"deniedCount\",\"denied\"],\"type\":\"object\"},\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"network\"],\"type\":\"object\"}")},
+	{Name: "sandbox_network_set", Title: "Change a sandbox's network policy", Description: "Replace the sandbox's network policy while it runs: new connections follow it at once, and open connections it no longer allows are closed. An empty allow list needs deny_all.", ReadOnly: false, Destructive: false, Idempotent: true,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"allow\":{\"description\":\"the destinations the new policy allows, as network_allow on sandbox_create\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"deny_all\":{\"description\":\"allow nothing\",\"type\":\"boolean\"},\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"network\":{\"additionalProperties\":false,\"properties\":{\"denied\":{\"description\":\"the most recent refusals, newest last, at most NETWORK_DENIED_LISTED\",\"items\":{\"additionalProperties\":false,\"properties\":{\"at\":{\"description\":\"RFC 3339\",\"type\":\"string\"},\"host\":{\"description\":\"the name the guest asked for, or the address when it asked for none\",\"type\":\"string\"},\"port\":{\"description\":\"the destination port; 0 for a DNS refusal or a protocol without ports\",\"type\":\"integer\"},\"proto\":{\"enum\":[\"tcp\",\"udp\",\"dns\",\"icmp\",\"ipv6\",\"other\"],\"type\":\"string\"},\"why\":{\"description\":\"host-header-mismatch is a TLS flow whose SNI is allowed but whose HTTP Host is not (domain fronting); policy-changed is an open connection a new policy closed\",\"enum\":[\"host-not-allowed\",\"address-not-allowed\",\"port-not-allowed\",\"protocol-not-allowed\",\"query-type-not-allowed\",\"host-header-mismatch\",\"policy-changed\"],\"type\":\"string\"}},\"required\":[\"host\",\"port\",\"proto\",\"at\",\"why\"],\"type\":\"object\"},\"type\":\"array\"},\"deniedCount\":{\"description\":\"every connection and lookup refused since launch\",\"type\":\"integer\"},\"enforced\":{\"description\":\"true when a policy is in force; false means the whole network (or none) as launched\",\"type\":\"boolean\"},\"policy\":{\"anyOf\":[{\"type\":\"null\"},{\"additionalProperties\":false,\"properties\":{\"allow\":{\"description\":\"the rules; an empty list denies everything\",\"items\":{\"additionalProperties\":false,\"properties\":{\"cidr\":{\"description\":\"an IPv4 network in CIDR form (a bare address is a /32); IPv6 is never allowed\",\"type\":\"string\"},\"host\":{\"description\":\"a host name matched exactly, or *.suffix matching any name under suffix (not suffix itself); lower case, no trailing dot\",\"type\":\"string\"},\"ports\":{\"description\":\"TCP ports the rule allows; absent or empty means 443 and 80\",\"items\":{\"type\":\"integer\"},\"type\":\"array\"}},\"required\":[],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"allow\"],\"type\":\"object\"}],\"description\":\"\"},\"secrets\":{\"items\":{\"additionalProperties\":false,\"properties\":{\"hosts\":{\"description\":\"host names (exact or *.suffix) whose HTTPS requests get the placeholder replaced by the real value in their headers\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"name\":{\"description\":\"the environment variable the guest finds the placeholder in\",\"type\":\"string\"},\"placeholder\":{\"description\":\"the opaque stand-in the guest holds; the value itself is never in any answer, log or error\",\"type\":\"string\"}},\"required\":[\"name\",\"hosts\",\"placeholder\"],\"type\":\"object\"},\"type\":\"array\"},\"where\":{\"description\":\"where the policy is enforced: emulator is outside the guest, which guest root cannot lift\",\"enum\":[\"emulator\",\"none\"],\"type\":\"string\"}},\"required\":[\"enforced\",\"where\",\"policy\",\"secrets\",\"deniedCount\",\"denied\"],\"type\":\"object\"},\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"network\"],\"type\":\"object\"}")},
 	{Name: "sandbox_suspend", Title: "Suspend a sandbox", Description: "Freeze a running sandbox; its files, processes and memory survive until sandbox_resume.", ReadOnly: false, Destructive: false, Idempotent: true,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\"],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"sandbox_id\":{\"type\":\"string\"},\"state\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"state\"],\"type\":\"object\"}")},

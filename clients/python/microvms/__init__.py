@@ -51,12 +51,13 @@ from .sandbox import (
     AsyncExecStream,
     TeardownReport,
     KeepaliveReport,
+    Secret,
 )
 
 __all__ = [
     "BINARY_ENV", "ERROR_KINDS", "PROTOCOL_VERSION", "find_binary",
     "Sandbox", "Files", "run_many_async", "BuildProgress", "Pool", "AsyncPool", "PoolStatus", "Process", "FsEvent", "AsyncSandbox", "AsyncFiles", "AsyncProcess", "AsyncExecStream", "run_many", "FleetResult", "FleetRun", "ExecResult", "ExecStream", "OutputChunk", "Gap", "Exit", "FileEntry",
-    "TeardownReport", "KeepaliveReport", "CostReport", "LineItem", "PortURL",
+    "TeardownReport", "KeepaliveReport", "Secret", "CostReport", "LineItem", "PortURL",
     "MicrovmError", "UnexpectedError", "InvalidArgError", "RetryableError", "CredentialsError",
     "ProtocolError", "BuildWedgedError", "LaunchDiedError", "WindowClosedError", "PlatformError",
     "TimeoutError", "InterruptedError", "PreconditionError", "ExecFailedError",

@@ -64,6 +64,8 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "health": ("microvm.probe", False),
     "metrics": ("microvm.probe", False),
     "keepalive": ("microvm.keepalive", False),
+    "network_show": ("microvm.network", False),
+    "network_set": ("microvm.network", False),
     "cancel": ("microvm.exec.signalled", False),
     "pool_open": ("microvm.pool", False),
     "pool_wait_ready": ("microvm.pool", False),
@@ -133,6 +135,16 @@ CostReport = TypedDict("CostReport", {
 CostReport.__doc__ = "The \"costReport\" shape of api/cli.yaml."
 
 
+DeniedConnection = TypedDict("DeniedConnection", {
+    "host": str,
+    "port": int,
+    "proto": Literal["tcp", "udp", "dns", "icmp", "ipv6", "other"],
+    "at": str,
+    "why": Literal["host-not-allowed", "address-not-allowed", "port-not-allowed", "protocol-not-allowed", "query-type-not-allowed", "host-header-mismatch", "policy-changed"],
+})
+DeniedConnection.__doc__ = "The \"deniedConnection\" shape of api/cli.yaml."
+
+
 ExecUsage = TypedDict("ExecUsage", {
     "source": Literal["cgroup", "rusage"],
     "wallSecs": float,
@@ -172,6 +184,39 @@ FleetRun = TypedDict("FleetRun", {
     "error": str,
 })
 FleetRun.__doc__ = "The \"fleetRun\" shape of api/cli.yaml."
+
+
+NetworkPolicy = TypedDict("NetworkPolicy", {
+    "allow": List["NetworkRule"],
+})
+NetworkPolicy.__doc__ = "The \"networkPolicy\" shape of api/cli.yaml."
+
+
+NetworkRule = TypedDict("NetworkRule", {
+    "host": str,
+    "cidr": str,
+    "ports": List[int],
+}, total=False)
+NetworkRule.__doc__ = "The \"networkRule\" shape of api/cli.yaml."
+
+
+NetworkState = TypedDict("NetworkState", {
+    "enforced": bool,
+    "where": Literal["emulator", "none"],
+    "policy": Optional["NetworkPolicy"],
+    "secrets": List["SecretBinding"],
+    "deniedCount": int,
+    "denied": List["DeniedConnection"],
+})
+NetworkState.__doc__ = "The \"networkState\" shape of api/cli.yaml."
+
+
+SecretBinding = TypedDict("SecretBinding", {
+    "name": str,
+    "hosts": List[str],
+    "placeholder": str,
+})
+SecretBinding.__doc__ = "The \"secretBinding\" shape of api/cli.yaml."
 
 
 SandboxData = TypedDict("SandboxData", {
@@ -330,6 +375,13 @@ KeepaliveData = TypedDict("KeepaliveData", {
 KeepaliveData.__doc__ = "The data of a microvm.keepalive envelope."
 
 
+NetworkData = TypedDict("NetworkData", {
+    "microvmId": str,
+    "network": "NetworkState",
+})
+NetworkData.__doc__ = "The data of a microvm.network envelope."
+
+
 PoolData = TypedDict("PoolData", {
     "size": int,
     "ready": int,
@@ -417,6 +469,9 @@ CreateArgs = TypedDict("CreateArgs", {
     "maxIdleSec": int,
     "suspendedSec": int,
     "maxDurationSec": int,
+    "networkAllow": List[str],
+    "networkDenyAll": bool,
+    "secrets": List[str],
     "noKeepAwake": bool,
 }, total=False)
 CreateArgs.__doc__ = "The arguments of create: launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. Every key may be left out."
@@ -682,6 +737,18 @@ KeepaliveArgs = TypedDict("KeepaliveArgs", {
 KeepaliveArgs.__doc__ = "The arguments of keepalive: hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create). Every key may be left out."
 
 
+NetworkShowArgs = TypedDict("NetworkShowArgs", {
+})
+NetworkShowArgs.__doc__ = "The arguments of network_show: the network policy in force, the secrets' names, hosts and placeholders (never values), and the connections refused (sandbox.Sandbox.Network); on AWS refused (finding egress-connector-or-none). Every key may be left out."
+
+
+NetworkSetArgs = TypedDict("NetworkSetArgs", {
+    "allow": List[str],
+    "denyAll": bool,
+}, total=False)
+NetworkSetArgs.__doc__ = "The arguments of network_set: replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force. Every key may be left out."
+
+
 CancelArgs = TypedDict("CancelArgs", {
     "requestId": int,
 }, total=False)
@@ -897,6 +964,14 @@ class Ops:
         """hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create)."""
         return cast(KeepaliveData, self._call("keepalive", args, timeout))
 
+    def _op_network_show(self, args: NetworkShowArgs, timeout: Optional[float] = None) -> NetworkData:
+        """the network policy in force, the secrets' names, hosts and placeholders (never values), and the connections refused (sandbox.Sandbox.Network); on AWS refused (finding egress-connector-or-none)."""
+        return cast(NetworkData, self._call("network_show", args, timeout))
+
+    def _op_network_set(self, args: NetworkSetArgs, timeout: Optional[float] = None) -> NetworkData:
+        """replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force."""
+        return cast(NetworkData, self._call("network_set", args, timeout))
+
     def _op_cancel(self, args: CancelArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, self._call("cancel", args, timeout))
@@ -1074,6 +1149,14 @@ class AsyncOps:
     async def _aop_keepalive(self, args: KeepaliveArgs) -> KeepaliveData:
         """hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create)."""
         return cast(KeepaliveData, await self._acall("keepalive", args))
+
+    async def _aop_network_show(self, args: NetworkShowArgs) -> NetworkData:
+        """the network policy in force, the secrets' names, hosts and placeholders (never values), and the connections refused (sandbox.Sandbox.Network); on AWS refused (finding egress-connector-or-none)."""
+        return cast(NetworkData, await self._acall("network_show", args))
+
+    async def _aop_network_set(self, args: NetworkSetArgs) -> NetworkData:
+        """replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force."""
+        return cast(NetworkData, await self._acall("network_set", args))
 
     async def _aop_cancel(self, args: CancelArgs) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""

@@ -13,7 +13,7 @@ import tempfile
 import uuid
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Union, cast
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
 from . import _contract as c
 from ._engine import AsyncEngine, Engine
@@ -530,6 +530,64 @@ def _create_args(local: bool, image: Optional[str], image_version: Optional[str]
     return args
 
 
+class Secret:
+    """A credential bound to hosts, for Sandbox.create(secrets={NAME: Secret(value, host, ...)}).
+
+    The guest's NAME holds an opaque placeholder; HTTPS requests to a bound
+    host (exact, or *.suffix) get the value in their headers on the way out,
+    outside the guest. Only an emulator enforces this (local=True or a
+    control endpoint); on AWS create refuses it. The value is never in this
+    object's repr or str, nor in any answer or error the engine gives.
+    """
+
+    __slots__ = ("_value", "hosts")
+
+    def __init__(self, value: str, *hosts: str) -> None:
+        if not isinstance(value, str) or not value:
+            raise InvalidArgError("a Secret's value must be a non-empty string", "ERR_INVALID_ARG")
+        if not hosts or not all(isinstance(h, str) and h for h in hosts):
+            raise InvalidArgError("a Secret needs at least one host name", "ERR_INVALID_ARG")
+        self._value = value
+        self.hosts = tuple(hosts)
+
+    def __repr__(self) -> str:
+        return "Secret(<redacted>, %s)" % ", ".join(repr(h) for h in self.hosts)
+
+    __str__ = __repr__
+
+    def _spec(self, name: str) -> str:
+        return "%s=%s@%s" % (name, self._value, ",".join(self.hosts))
+
+
+def _network_args(args: c.CreateArgs, network_allow: Optional[Sequence[str]], network_deny_all: bool,
+                  secrets: Optional[Mapping[str, Secret]]) -> None:
+    """Adds create's network policy (issue 48) to args."""
+    if isinstance(network_allow, str):
+        raise InvalidArgError("network_allow is a list of rules, not one string", "ERR_INVALID_ARG")
+    if network_allow:
+        args["networkAllow"] = list(network_allow)
+    if network_deny_all:
+        args["networkDenyAll"] = True
+    if secrets:
+        specs = []
+        for name, sec in secrets.items():
+            if not isinstance(sec, Secret):
+                # Never format the value: a mistaken str is a secret too.
+                raise InvalidArgError("secrets[%r] must be a microvms.Secret(value, host, ...)" % (name,),
+                                      "ERR_INVALID_ARG")
+            specs.append(sec._spec(name))
+        args["secrets"] = specs
+
+
+def _network_set_args(allow: Sequence[str], deny_all: bool) -> c.NetworkSetArgs:
+    if isinstance(allow, str):
+        raise InvalidArgError("allow is a list of rules, not one string", "ERR_INVALID_ARG")
+    args: c.NetworkSetArgs = {"allow": list(allow)}
+    if deny_all:
+        args["denyAll"] = True
+    return args
+
+
 def _teardown(d: c.TeardownData) -> TeardownReport:
     return TeardownReport(d["microvmId"], d["state"], list(d["leaked"]) + list(d["undeletedLogGroups"]),
                           d["imageIdentifier"])
@@ -629,6 +687,9 @@ class Sandbox:
         suspended_sec: Optional[int] = None,
         max_duration_sec: Optional[int] = None,
         keep_awake: bool = True,
+        network_allow: Optional[Sequence[str]] = None,
+        network_deny_all: bool = False,
+        secrets: Optional[Mapping[str, Secret]] = None,
         binary: Optional[str] = None,
     ) -> "Sandbox":
         """Launch a MicroVM and wait until it runs (timeout_sec bounds that wait).
@@ -642,11 +703,20 @@ class Sandbox:
         one (GET /v1/health) every quarter of that window; keep_awake=False
         turns that off. A detached command nothing waits on is held awake
         with hold_awake().
+
+        network_allow (rules as `microvm run --network-allow` spells them:
+        HOST[:PORTS], *.SUFFIX[:PORTS], CIDR[:PORTS]), network_deny_all and
+        secrets ({NAME: Secret(value, host, ...)}) launch the guest under a
+        network policy that denies everything else, with each secret's
+        value kept outside the guest (its NAME holds a placeholder). Only an
+        emulator enforces a policy; on AWS create refuses it
+        (egress-connector-or-none).
         """
         args = _create_args(local, image, image_version, region, control_endpoint, execution_role_arn, agent_token,
                             agentd, timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
         if not keep_awake:
             args["noKeepAwake"] = True
+        _network_args(args, network_allow, network_deny_all, secrets)
         engine = Engine(binary)
         try:
             return cls(engine, engine._op_create(args))
@@ -789,6 +859,18 @@ class Sandbox:
             args["everySec"] = every_sec
         d = self._engine._op_keepalive(args, timeout if timeout is not None else for_sec + 60)
         return KeepaliveReport(d["microvmId"], d["pings"], d["heldSeconds"])
+
+    def network(self) -> c.NetworkState:
+        """The network in force: the policy, the secrets' names, hosts and
+        placeholders (never their values), and the connections refused,
+        counted and the latest listed."""
+        return self._engine._op_network_show({})["network"]
+
+    def set_network_policy(self, allow: Sequence[str], *, deny_all: bool = False) -> c.NetworkState:
+        """Replace the network policy: new connections follow it at once, and
+        open ones it no longer allows are closed before this returns. An
+        empty allow needs deny_all=True. Returns what is then in force."""
+        return self._engine._op_network_set(_network_set_args(allow, deny_all))["network"]
 
     def __repr__(self) -> str:
         return "Sandbox(%s)" % self._info["microvmId"]  # never the token
@@ -1112,6 +1194,9 @@ class AsyncSandbox:
         suspended_sec: Optional[int] = None,
         max_duration_sec: Optional[int] = None,
         keep_awake: bool = True,
+        network_allow: Optional[Sequence[str]] = None,
+        network_deny_all: bool = False,
+        secrets: Optional[Mapping[str, Secret]] = None,
         binary: Optional[str] = None,
     ) -> "AsyncSandbox":
         """Launch a MicroVM and wait until it runs (Sandbox.create's options)."""
@@ -1119,6 +1204,7 @@ class AsyncSandbox:
                             agentd, timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
         if not keep_awake:
             args["noKeepAwake"] = True
+        _network_args(args, network_allow, network_deny_all, secrets)
         engine = await AsyncEngine.start(binary)
         try:
             return cls(engine, await engine._aop_create(args))
@@ -1228,6 +1314,14 @@ class AsyncSandbox:
             args["everySec"] = every_sec
         d = await self._engine._aop_keepalive(args)
         return KeepaliveReport(d["microvmId"], d["pings"], d["heldSeconds"])
+
+    async def network(self) -> c.NetworkState:
+        """Sandbox.network on asyncio."""
+        return (await self._engine._aop_network_show({}))["network"]
+
+    async def set_network_policy(self, allow: Sequence[str], *, deny_all: bool = False) -> c.NetworkState:
+        """Sandbox.set_network_policy on asyncio."""
+        return (await self._engine._aop_network_set(_network_set_args(allow, deny_all)))["network"]
 
     def __repr__(self) -> str:
         return "AsyncSandbox(%s)" % self._info["microvmId"]

@@ -65,6 +65,8 @@ export const OPS = {
   health: { response: "microvm.probe", streams: false },
   metrics: { response: "microvm.probe", streams: false },
   keepalive: { response: "microvm.keepalive", streams: false },
+  network_show: { response: "microvm.network", streams: false },
+  network_set: { response: "microvm.network", streams: false },
   cancel: { response: "microvm.exec.signalled", streams: false },
   pool_open: { response: "microvm.pool", streams: false },
   pool_wait_ready: { response: "microvm.pool", streams: false },
@@ -138,6 +140,19 @@ export interface CostReport {
   readonly "text": string;
 }
 
+/** The "deniedConnection" shape of api/cli.yaml. */
+export interface DeniedConnection {
+  /** the name the guest asked for, or the address when it asked for none */
+  readonly "host": string;
+  /** the destination port; 0 for a DNS refusal or a protocol without ports */
+  readonly "port": number;
+  readonly "proto": "tcp" | "udp" | "dns" | "icmp" | "ipv6" | "other";
+  /** RFC 3339 */
+  readonly "at": string;
+  /** host-header-mismatch is a TLS flow whose SNI is allowed but whose HTTP Host is not (domain fronting); policy-changed is an open connection a new policy closed */
+  readonly "why": "host-not-allowed" | "address-not-allowed" | "port-not-allowed" | "protocol-not-allowed" | "query-type-not-allowed" | "host-header-mismatch" | "policy-changed";
+}
+
 /** The "execUsage" shape of api/cli.yaml. */
 export interface ExecUsage {
   /** cgroup: the exec's own cgroup v2, every process of it; rusage: wait4's for the leader and the descendants waited for */
@@ -183,6 +198,46 @@ export interface FleetRun {
   readonly "code": string;
   /** this run's failure in words, or empty */
   readonly "error": string;
+}
+
+/** The "networkPolicy" shape of api/cli.yaml. */
+export interface NetworkPolicy {
+  /** the rules; an empty list denies everything */
+  readonly "allow": NetworkRule[];
+}
+
+/** The "networkRule" shape of api/cli.yaml. */
+export interface NetworkRule {
+  /** a host name matched exactly, or *.suffix matching any name under suffix (not suffix itself); lower case, no trailing dot */
+  readonly "host"?: string;
+  /** an IPv4 network in CIDR form (a bare address is a /32); IPv6 is never allowed */
+  readonly "cidr"?: string;
+  /** TCP ports the rule allows; absent or empty means 443 and 80 */
+  readonly "ports"?: number[];
+}
+
+/** The "networkState" shape of api/cli.yaml. */
+export interface NetworkState {
+  /** true when a policy is in force; false means the whole network (or none) as launched */
+  readonly "enforced": boolean;
+  /** where the policy is enforced: emulator is outside the guest, which guest root cannot lift */
+  readonly "where": "emulator" | "none";
+  readonly "policy": (NetworkPolicy) | null;
+  readonly "secrets": SecretBinding[];
+  /** every connection and lookup refused since launch */
+  readonly "deniedCount": number;
+  /** the most recent refusals, newest last, at most NETWORK_DENIED_LISTED */
+  readonly "denied": DeniedConnection[];
+}
+
+/** The "secretBinding" shape of api/cli.yaml. */
+export interface SecretBinding {
+  /** the environment variable the guest finds the placeholder in */
+  readonly "name": string;
+  /** host names (exact or *.suffix) whose HTTPS requests get the placeholder replaced by the real value in their headers */
+  readonly "hosts": string[];
+  /** the opaque stand-in the guest holds; the value itself is never in any answer, log or error */
+  readonly "placeholder": string;
 }
 
 /** The data of a microvm.sandbox envelope. */
@@ -362,6 +417,13 @@ export interface KeepaliveData {
   readonly "heldSeconds": number;
 }
 
+/** The data of a microvm.network envelope. */
+export interface NetworkData {
+  readonly "microvmId": string;
+  /** the policy in force, the secrets' bindings (never their values) and the refusals */
+  readonly "network": NetworkState;
+}
+
 /** The data of a microvm.pool envelope. */
 export interface PoolData {
   readonly "size": number;
@@ -481,6 +543,12 @@ export interface CreateArgs {
   readonly "suspendedSec"?: number;
   /** the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600 */
   readonly "maxDurationSec"?: number;
+  /** network policy rules (issue 48), each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] as run --network-allow spells them; any rule or secret puts the guest under a policy that denies everything else. Enforced only by an emulator (local or a control endpoint); on AWS refused (finding egress-connector-or-none) */
+  readonly "networkAllow"?: string[];
+  /** launch under a policy that allows nothing (no networkAllow rules needed) */
+  readonly "networkDenyAll"?: boolean;
+  /** credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error */
+  readonly "secrets"?: string[];
   /** true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is */
   readonly "noKeepAwake"?: boolean;
 }
@@ -761,6 +829,18 @@ export interface KeepaliveArgs {
   readonly "forSec"?: number;
 }
 
+/** The arguments of network_show: the network policy in force, the secrets' names, hosts and placeholders (never values), and the connections refused (sandbox.Sandbox.Network); on AWS refused (finding egress-connector-or-none). Every key may be left out. */
+export interface NetworkShowArgs {
+}
+
+/** The arguments of network_set: replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force. Every key may be left out. */
+export interface NetworkSetArgs {
+  /** the new rules, as networkAllow on create; empty with denyAll allows nothing */
+  readonly "allow"?: string[];
+  /** allow nothing; required when allow is empty, so an empty list is never a mistake that cuts the network */
+  readonly "denyAll"?: boolean;
+}
+
 /** The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out. */
 export interface CancelArgs {
   readonly "requestId"?: number;
@@ -1010,6 +1090,16 @@ export abstract class Ops {
   /** hold the VM awake for work nothing of this engine waits on (a detached command): a GET /v1/health through its endpoint every everySec until forSec has passed or the request is cancelled; the idle policy counts only inbound requests, and runs, streams and transfers are kept awake without it (noKeepAwake on create). */
   protected async opKeepalive(args: KeepaliveArgs): Promise<KeepaliveData> {
     return (await this.call("keepalive", args)) as KeepaliveData;
+  }
+
+  /** the network policy in force, the secrets' names, hosts and placeholders (never values), and the connections refused (sandbox.Sandbox.Network); on AWS refused (finding egress-connector-or-none). */
+  protected async opNetworkShow(args: NetworkShowArgs): Promise<NetworkData> {
+    return (await this.call("network_show", args)) as NetworkData;
+  }
+
+  /** replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force. */
+  protected async opNetworkSet(args: NetworkSetArgs): Promise<NetworkData> {
+    return (await this.call("network_set", args)) as NetworkData;
   }
 
   /** end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. */

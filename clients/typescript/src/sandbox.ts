@@ -296,6 +296,8 @@ class Engine extends C.Ops {
   health() { return this.opHealth({}); }
   metrics() { return this.opMetrics({}); }
   keepalive(a: C.KeepaliveArgs) { return this.opKeepalive(a); }
+  networkShow() { return this.opNetworkShow({}); }
+  networkSet(a: C.NetworkSetArgs) { return this.opNetworkSet(a); }
   poolOpen(a: C.PoolOpenArgs) { return this.opPoolOpen(a); }
   poolWaitReady(a: C.PoolWaitReadyArgs) { return this.opPoolWaitReady(a); }
   poolAcquire() { return this.opPoolAcquire({}); }
@@ -672,8 +674,61 @@ export interface CreateOptions {
   /** Local mode: the host agentd guests run. */
   agentd?: string;
   timeoutSec?: number;
+  /**
+   * Launch under a network policy (issue 48) that allows only these, each as
+   * `microvm run --network-allow` spells it: HOST[:PORTS], *.SUFFIX[:PORTS]
+   * or CIDR[:PORTS]. Only an emulator enforces one (local, or a control
+   * endpoint); on AWS create refuses it (egress-connector-or-none).
+   */
+  networkAllow?: string[];
+  /** Launch under a policy that allows nothing. */
+  networkDenyAll?: boolean;
+  /**
+   * Credentials bound to hosts, by the environment variable the guest finds
+   * a placeholder in: HTTPS requests to a bound host get the value in their
+   * headers on the way out, outside the guest.
+   */
+  secrets?: Record<string, Secret>;
   /** The microvm binary; unset: $MICROVM_BIN, then PATH. */
   binary?: string;
+}
+
+const secretValues = new WeakMap<Secret, string>();
+
+/**
+ * A credential bound to hosts, for `Sandbox.create({ secrets: { NAME: new Secret(value, host) } })`.
+ * The value is held outside the object's fields: no toString, JSON or
+ * inspection of it shows the value.
+ */
+export class Secret {
+  readonly hosts: readonly string[];
+  constructor(value: string, ...hosts: string[]) {
+    if (typeof value !== "string" || value === "") throw new InvalidArgError("a Secret's value must be a non-empty string", "ERR_INVALID_ARG");
+    if (hosts.length === 0 || hosts.some((h) => typeof h !== "string" || h === "")) throw new InvalidArgError("a Secret needs at least one host name", "ERR_INVALID_ARG");
+    secretValues.set(this, value);
+    this.hosts = Object.freeze([...hosts]);
+  }
+  toString(): string { return `Secret(<redacted>, ${this.hosts.join(", ")})`; }
+  toJSON(): { hosts: readonly string[] } { return { hosts: this.hosts }; }
+  [Symbol.for("nodejs.util.inspect.custom")](): string { return this.toString(); }
+}
+
+/** create's network arguments, the secrets as NAME=VALUE@HOST[,HOST] specs. */
+function networkArgs(o: Pick<CreateOptions, "networkAllow" | "networkDenyAll" | "secrets">): Partial<C.CreateArgs> {
+  const out: { networkAllow?: string[]; networkDenyAll?: boolean; secrets?: string[] } = {};
+  if (o.networkAllow?.length) out.networkAllow = [...o.networkAllow];
+  if (o.networkDenyAll) out.networkDenyAll = true;
+  if (o.secrets) {
+    const specs: string[] = [];
+    for (const [name, sec] of Object.entries(o.secrets)) {
+      const value = sec instanceof Secret ? secretValues.get(sec) : undefined;
+      // Never format what was passed: a mistaken string is a secret too.
+      if (value === undefined) throw new InvalidArgError(`secrets.${name} must be a Secret(value, host, ...)`, "ERR_INVALID_ARG");
+      specs.push(`${name}=${value}@${sec.hosts.join(",")}`);
+    }
+    if (specs.length) out.secrets = specs;
+  }
+  return out;
 }
 
 export interface AttachOptions {
@@ -699,10 +754,11 @@ export class Sandbox implements AsyncDisposable {
   }
 
   static async create(opts: CreateOptions = {}): Promise<Sandbox> {
-    const { binary, ...rest } = opts;
+    const { binary, networkAllow, networkDenyAll, secrets, ...rest } = opts;
+    const net = networkArgs({ networkAllow, networkDenyAll, secrets });
     const engine = new Engine(binary);
     try {
-      return new Sandbox(engine, await engine.create(rest));
+      return new Sandbox(engine, await engine.create({ ...rest, ...net }));
     } catch (err) {
       await engine.close();
       throw err;
@@ -837,6 +893,21 @@ export class Sandbox implements AsyncDisposable {
   async holdAwake(forSec: number, opts: { everySec?: number } = {}): Promise<KeepaliveReport> {
     const d = await this.engine.keepalive({ forSec, ...(opts.everySec !== undefined ? { everySec: opts.everySec } : {}) });
     return { microvmId: d.microvmId, pings: d.pings, heldSeconds: d.heldSeconds };
+  }
+
+  /**
+   * The network in force: the policy, the secrets' names, hosts and
+   * placeholders (never their values), and the connections refused.
+   */
+  async network(): Promise<C.NetworkState> { return (await this.engine.networkShow()).network; }
+
+  /**
+   * Replace the network policy: new connections follow it at once, and open
+   * ones it no longer allows are closed before this resolves. An empty
+   * allow list needs { denyAll: true }. Resolves to what is then in force.
+   */
+  async setNetworkPolicy(allow: string[], opts: { denyAll?: boolean } = {}): Promise<C.NetworkState> {
+    return (await this.engine.networkSet({ allow: [...allow], ...(opts.denyAll ? { denyAll: true } : {}) })).network;
   }
 
   /** Freeze the VM: files, processes and the token survive. Resolves to the new state. */

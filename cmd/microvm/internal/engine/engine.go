@@ -499,6 +499,17 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.watch(ctx, sb, req.ID, args)
+	case engineapi.OpNetworkShow:
+		if err := decodeArgs(req.Args, &engineapi.NetworkShowArgs{}); err != nil {
+			return "", nil, err
+		}
+		return e.networkShow(ctx, sb)
+	case engineapi.OpNetworkSet:
+		var args engineapi.NetworkSetArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.networkSet(ctx, sb, args)
 	case engineapi.OpKeepalive:
 		var args engineapi.KeepaliveArgs
 		if err := decodeArgs(req.Args, &args); err != nil {

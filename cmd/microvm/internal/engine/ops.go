@@ -480,3 +480,33 @@ func writeFrom(ctx context.Context, sb *sandbox.Sandbox, path, local string, mod
 	}
 	return fi.Size(), sess.WriteFile(ctx, path, f, mode)
 }
+
+// networkShow answers the network in force (sandbox.Network): the
+// secrets' names, hosts and placeholders, never their values.
+func (e *engine) networkShow(ctx context.Context, sb *sandbox.Sandbox) (string, any, error) {
+	st, err := sb.Network(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	return cliapi.TypeNetwork, cliapi.NetworkData{MicrovmID: sb.ID(), Network: st}, nil
+}
+
+// networkSet replaces the policy (sandbox.SetNetworkPolicy) and answers
+// what is then in force. An empty allow list must say denyAll, so a list
+// emptied by mistake never cuts the guest's network silently.
+func (e *engine) networkSet(ctx context.Context, sb *sandbox.Sandbox, args engineapi.NetworkSetArgs) (string, any, error) {
+	switch {
+	case len(args.Allow) > 0 && args.DenyAll:
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: network_set with denyAll and allow: a policy either allows these or nothing")
+	case len(args.Allow) == 0 && !args.DenyAll:
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: network_set needs allow rules or denyAll")
+	}
+	rules, err := networkRules(args.Allow)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := sb.SetNetworkPolicy(ctx, cliapi.NetworkPolicy{Allow: rules}); err != nil {
+		return "", nil, err
+	}
+	return e.networkShow(ctx, sb)
+}

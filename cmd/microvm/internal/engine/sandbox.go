@@ -221,7 +221,49 @@ func launchOptions(args engineapi.CreateArgs) (sandbox.Options, error) {
 		}
 		o.Env[k] = v
 	}
+	net, err := launchNetwork(args.NetworkAllow, args.NetworkDenyAll, args.Secrets)
+	if err != nil {
+		return o, err
+	}
+	o.Network = net
 	return o, nil
+}
+
+// launchNetwork turns create's network arguments into the library's: nil
+// when none is given. A secret's refusal never quotes its value (the
+// library's parser says which part is wrong, not what it held).
+func launchNetwork(allow []string, denyAll bool, secrets []string) (*sandbox.Network, error) {
+	if len(allow) == 0 && !denyAll && len(secrets) == 0 {
+		return nil, nil
+	}
+	if denyAll && len(allow) > 0 {
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: networkDenyAll with networkAllow: a policy either allows these or nothing")
+	}
+	rules, err := networkRules(allow)
+	if err != nil {
+		return nil, err
+	}
+	n := &sandbox.Network{Policy: cliapi.NetworkPolicy{Allow: rules}}
+	for _, spec := range secrets {
+		sec, err := sandbox.ParseSecret(spec)
+		if err != nil {
+			return nil, err
+		}
+		n.Secrets = append(n.Secrets, sec)
+	}
+	return n, nil
+}
+
+func networkRules(specs []string) ([]cliapi.NetworkRule, error) {
+	rules := []cliapi.NetworkRule{}
+	for _, spec := range specs {
+		r, err := sandbox.ParseNetworkRule(spec)
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
 }
 
 // startOptions turns an exec's arguments into the library's.

@@ -44,6 +44,11 @@ func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpS
 		st.mu.Unlock()
 	}()
 	o := sandbox.Options{Env: in.Env, Connectors: cplane.Connectors{InternetEgress: in.Egress}, ExecutionRoleARN: s.role}
+	net, err := s.createNetwork(in)
+	if err != nil {
+		return out, "", err
+	}
+	o.Network = net
 	image, err := s.imageFor(ctx, in)
 	if err != nil {
 		return out, "", err

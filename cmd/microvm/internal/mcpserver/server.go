@@ -375,6 +375,8 @@ func (s *mcpServer) server() *mcp.Server {
 	addTool(s, srv, mcpapi.ToolSandboxWriteFile, s.writeFile)
 	addTool(s, srv, mcpapi.ToolSandboxReadFile, s.readFile)
 	addTool(s, srv, mcpapi.ToolSandboxListFiles, s.listFiles)
+	addTool(s, srv, mcpapi.ToolSandboxNetworkShow, s.networkShow)
+	addTool(s, srv, mcpapi.ToolSandboxNetworkSet, s.networkSet)
 	addTool(s, srv, mcpapi.ToolSandboxSuspend, s.suspend)
 	addTool(s, srv, mcpapi.ToolSandboxResume, s.resume)
 	addTool(s, srv, mcpapi.ToolSandboxTerminate, s.terminate)
