@@ -367,7 +367,16 @@ type StatData struct {
 
 // CheckpointData is the data of a microvm.checkpoint envelope.
 type CheckpointData struct {
-	Checkpoint CheckpointManifest `json:"checkpoint"`
+	// Action is save: checkpoint holds the new manifest; ls: checkpoints lists them; rm: removed names the deleted keys
+	Action string `json:"action"`
+	// Checkpoint is the manifest written (save) or removed (rm); null for ls
+	Checkpoint *CheckpointManifest `json:"checkpoint"`
+	// Checkpoints is ls: every stored checkpoint (with --name, that one), newest first; empty otherwise
+	Checkpoints []CheckpointManifest `json:"checkpoints"`
+	// Removed is rm: the bucket keys deleted (the manifest, and the object when no other manifest names it); empty otherwise
+	Removed []string `json:"removed"`
+	// Bucket is the S3 bucket the checkpoints are in (on an emulator, its S3 slice)
+	Bucket string `json:"bucket"`
 }
 
 // DirData is the data of a microvm.dir envelope.
@@ -881,7 +890,7 @@ var Responses = []Response{
 	{Type: "microvm.emulator", Keys: []string{"endpoint", "agentd", "stateDir"}},
 	{Type: "microvm.kill", Keys: []string{"execId", "killed", "signal"}},
 	{Type: "microvm.stat", Keys: []string{"entry"}},
-	{Type: "microvm.checkpoint", Keys: []string{"checkpoint"}},
+	{Type: "microvm.checkpoint", Keys: []string{"action", "checkpoint", "checkpoints", "removed", "bucket"}},
 	{Type: "microvm.dir", Keys: []string{"path", "entries"}},
 	{Type: "microvm.mkdir", Keys: []string{"path", "created"}},
 	{Type: "microvm.move", Keys: []string{"from", "to"}},
@@ -935,7 +944,7 @@ var Commands = []Command{
 	{Name: "setup", Type: "microvm.setup", Ready: true},
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
-	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: false},
+	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: true},
 	{Name: "network", Type: "microvm.network", Ready: false},
 }
 

@@ -1,0 +1,78 @@
+package workflow
+
+import (
+	"context"
+	"strings"
+
+	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/checkpoint"
+	"github.com/microvms/microvms/client/platform"
+	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// CheckpointOptions describe `microvm checkpoint ID`: the running MicroVM
+// (attached by its id and the agent token its launch installed), the store
+// (Platform's checkpoint bucket) and what to save.
+type CheckpointOptions struct {
+	Platform   *platform.Platform
+	Bucket     string
+	MicrovmID  string
+	AgentToken string
+	Save       checkpoint.Options
+}
+
+// Checkpoint attaches to a running MicroVM and saves its paths; it returns
+// the manifest and the bucket it is in. The MicroVM is left running.
+func Checkpoint(ctx context.Context, o CheckpointOptions) (checkpoint.Manifest, string, error) {
+	store, err := o.Platform.CheckpointStore(ctx, o.Bucket)
+	if err != nil {
+		return checkpoint.Manifest{}, "", err
+	}
+	sb, err := sandbox.Attach(ctx, o.Platform.Control(), o.MicrovmID, o.AgentToken, sandbox.Options{})
+	if err != nil {
+		return checkpoint.Manifest{}, store.Bucket, err
+	}
+	m, err := checkpoint.Checkpoint(ctx, sb, store, o.Save)
+	if err != nil && len(o.Save.Paths) == 0 && client.KindOf(err) == taxonomy.KindInvalidArg && strings.Contains(err.Error(), "no default to save") {
+		// The library names its option; a caller of this workflow names
+		// paths with --path (engine: paths), so say what to pass.
+		return m, store.Bucket, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingBaseImagesLackWorkdir,
+			"MicroVM %s runs its commands in \"/\" (its image sets no WORKDIR), and a checkpoint of the whole filesystem is not a default: name what to save with --path /dir (repeatable)", o.MicrovmID)
+	}
+	return m, store.Bucket, err
+}
+
+// Checkpoints lists the stored checkpoints, newest first; name keeps the
+// one of that name (or digest).
+func Checkpoints(ctx context.Context, p *platform.Platform, bucket, name string) ([]checkpoint.Manifest, string, error) {
+	store, err := p.CheckpointStore(ctx, bucket)
+	if err != nil {
+		return nil, "", err
+	}
+	if name != "" {
+		m, err := store.Get(ctx, name)
+		if err != nil {
+			return nil, store.Bucket, err
+		}
+		return []checkpoint.Manifest{m}, store.Bucket, nil
+	}
+	list, err := store.List(ctx)
+	return list, store.Bucket, err
+}
+
+// RemoveCheckpoint deletes a checkpoint by name or digest: its manifest,
+// and its object when no other manifest names it. It returns the manifest
+// removed and the keys deleted.
+func RemoveCheckpoint(ctx context.Context, p *platform.Platform, bucket, ref string) (checkpoint.Manifest, []string, string, error) {
+	store, err := p.CheckpointStore(ctx, bucket)
+	if err != nil {
+		return checkpoint.Manifest{}, nil, "", err
+	}
+	m, err := store.Get(ctx, ref)
+	if err != nil {
+		return m, nil, store.Bucket, err
+	}
+	keys, err := store.Remove(ctx, ref)
+	return m, keys, store.Bucket, err
+}
