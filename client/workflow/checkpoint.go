@@ -8,6 +8,7 @@ import (
 	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -40,7 +41,22 @@ func Checkpoint(ctx context.Context, o CheckpointOptions) (checkpoint.Manifest, 
 		return m, store.Bucket, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingBaseImagesLackWorkdir,
 			"MicroVM %s runs its commands in \"/\" (its image sets no WORKDIR), and a checkpoint of the whole filesystem is not a default: name what to save with --path /dir (repeatable)", o.MicrovmID)
 	}
-	return m, store.Bucket, err
+	return normal(m), store.Bucket, err
+}
+
+// normal gives a manifest's lists as empty, not null, for the closed
+// shapes the envelopes and engine answers declare.
+func normal(m checkpoint.Manifest) checkpoint.Manifest {
+	if m.Labels == nil {
+		m.Labels = []cliapi.CheckpointLabel{}
+	}
+	if m.ChangedUnderneath == nil {
+		m.ChangedUnderneath = []string{}
+	}
+	if m.Paths == nil {
+		m.Paths = []string{}
+	}
+	return m
 }
 
 // Checkpoints lists the stored checkpoints, newest first; name keeps the
@@ -55,9 +71,12 @@ func Checkpoints(ctx context.Context, p *platform.Platform, bucket, name string)
 		if err != nil {
 			return nil, store.Bucket, err
 		}
-		return []checkpoint.Manifest{m}, store.Bucket, nil
+		return []checkpoint.Manifest{normal(m)}, store.Bucket, nil
 	}
 	list, err := store.List(ctx)
+	for i := range list {
+		list[i] = normal(list[i])
+	}
 	return list, store.Bucket, err
 }
 
@@ -74,5 +93,5 @@ func RemoveCheckpoint(ctx context.Context, p *platform.Platform, bucket, ref str
 		return m, nil, store.Bucket, err
 	}
 	keys, err := store.Remove(ctx, ref)
-	return m, keys, store.Bucket, err
+	return normal(m), keys, store.Bucket, err
 }
