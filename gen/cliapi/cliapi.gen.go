@@ -277,6 +277,8 @@ type RunsData struct {
 	ControlPlaneError *string `json:"controlPlaneError"`
 	// Leftovers is with --all, this tool's images, image versions, build log groups and artifacts still in the account (what `microvm gc` would delete); null without --all or when they could not be listed
 	Leftovers []Leftover `json:"leftovers"`
+	// Checkpoints is every stored checkpoint (issue 47: client/checkpoint), newest first, so none bills unseen; null when the store could not be read (on AWS, no bucket is set). Their S3 storage is unpriced: client/cost publishes no S3 rate
+	Checkpoints []CheckpointManifest `json:"checkpoints"`
 }
 
 // LogsData is the data of a microvm.logs envelope.
@@ -643,6 +645,7 @@ type FleetRun struct {
 
 // Leftover is the "leftover" shape of api/cli.yaml.
 type Leftover struct {
+	// Kind is checkpoint: an object or manifest of a checkpoint kept in the artifact bucket (under checkpoints/)
 	Kind string `json:"kind"`
 	// ID is an image's ARN, ARN@version, a log group's name, or s3://bucket/key
 	ID string `json:"id"`
@@ -879,7 +882,7 @@ var Responses = []Response{
 	{Type: "microvm.network", Keys: []string{"microvmId", "network"}},
 	{Type: "microvm.keepalive", Keys: []string{"microvmId", "pings", "heldSeconds"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
-	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers"}},
+	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers", "checkpoints"}},
 	{Type: "microvm.logs", Keys: []string{"logGroup", "lines"}},
 	{Type: "microvm.cost", Keys: []string{"report", "comparison", "byCommand"}},
 	{Type: "microvm.doctor", Keys: []string{"checks", "ok"}},
