@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/microvms/microvms/client/checkpoint"
+	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
 )
 
@@ -49,4 +50,40 @@ func FleetFrom(ctx context.Context, o FromOptions) (FleetResult, checkpoint.Mani
 	}
 	res, err := Fleet(ctx, fo)
 	return res, m, err
+}
+
+// Restore launches one MicroVM from the checkpoint ref with its files laid
+// (checkpoint.Restore, verified first); so names the launch (its Image and
+// Version default to the checkpoint's). The caller owns the sandbox.
+func Restore(ctx context.Context, p *platform.Platform, bucket, ref string, so sandbox.Options, allowOtherVersion bool) (*sandbox.Sandbox, checkpoint.Manifest, error) {
+	store, err := p.CheckpointStore(ctx, bucket)
+	if err != nil {
+		return nil, checkpoint.Manifest{}, err
+	}
+	prep, err := store.Prepare(ctx, ref)
+	if err != nil {
+		return nil, checkpoint.Manifest{}, err
+	}
+	defer prep.Close()
+	sb, err := checkpoint.RestorePrepared(ctx, prep, checkpoint.RestoreOptions{Launch: sandbox.LaunchOn(p.Control()), Options: so, AllowOtherVersion: allowOtherVersion})
+	return sb, normal(prep.Manifest()), err
+}
+
+// Fork checkpoints sb into the platform's store and runs o.Fleet from it
+// (FleetFrom): sb keeps running and the checkpoint stays stored.
+func Fork(ctx context.Context, sb *sandbox.Sandbox, save checkpoint.Options, o FromOptions) (FleetResult, checkpoint.Manifest, error) {
+	store, err := o.Fleet.Platform.CheckpointStore(ctx, o.Bucket)
+	if err != nil {
+		return FleetResult{Leaked: []string{}}, checkpoint.Manifest{}, err
+	}
+	m, err := checkpoint.Checkpoint(ctx, sb, store, save)
+	if err != nil {
+		return FleetResult{Leaked: []string{}}, m, err
+	}
+	o.Ref = m.Digest
+	if m.Name != "" {
+		o.Ref = m.Name
+	}
+	res, _, err := FleetFrom(ctx, o)
+	return res, normal(m), err
 }
