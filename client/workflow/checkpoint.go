@@ -34,14 +34,33 @@ func Checkpoint(ctx context.Context, o CheckpointOptions) (checkpoint.Manifest, 
 	if err != nil {
 		return checkpoint.Manifest{}, store.Bucket, err
 	}
-	m, err := checkpoint.Checkpoint(ctx, sb, store, o.Save)
-	if err != nil && len(o.Save.Paths) == 0 && client.KindOf(err) == taxonomy.KindInvalidArg && strings.Contains(err.Error(), "no default to save") {
-		// The library names its option; a caller of this workflow names
-		// paths with --path (engine: paths), so say what to pass.
-		return m, store.Bucket, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingBaseImagesLackWorkdir,
-			"MicroVM %s runs its commands in \"/\" (its image sets no WORKDIR), and a checkpoint of the whole filesystem is not a default: name what to save with --path /dir (repeatable)", o.MicrovmID)
+	m, err := save(ctx, sb, store, o.Save)
+	return m, store.Bucket, err
+}
+
+// CheckpointSandbox saves paths of a sandbox this process holds into the
+// platform's store (the engine's checkpoint op).
+func CheckpointSandbox(ctx context.Context, p *platform.Platform, bucket string, sb *sandbox.Sandbox, o checkpoint.Options) (checkpoint.Manifest, string, error) {
+	store, err := p.CheckpointStore(ctx, bucket)
+	if err != nil {
+		return checkpoint.Manifest{}, "", err
 	}
-	return normal(m), store.Bucket, err
+	m, err := save(ctx, sb, store, o)
+	return m, store.Bucket, err
+}
+
+// save is checkpoint.Checkpoint with the refusal of a default "/" saying
+// what every surface passes instead of the library's option name.
+func save(ctx context.Context, sb *sandbox.Sandbox, store *checkpoint.Store, o checkpoint.Options) (checkpoint.Manifest, error) {
+	m, err := checkpoint.Checkpoint(ctx, sb, store, o)
+	if err != nil && len(o.Paths) == 0 && client.KindOf(err) == taxonomy.KindInvalidArg && strings.Contains(err.Error(), "no default to save") {
+		return m, client.Errorf(taxonomy.KindInvalidArg, taxonomy.FindingBaseImagesLackWorkdir,
+			"MicroVM %s runs its commands in \"/\" (its image sets no WORKDIR), and the whole filesystem is not a default checkpoint: name what to save (--path /dir, repeatable; paths=[...] in Python and TypeScript)", sb.ID())
+	}
+	if err != nil {
+		return m, err
+	}
+	return normal(m), nil
 }
 
 // normal gives a manifest's lists as empty, not null, for the closed

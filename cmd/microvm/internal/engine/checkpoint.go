@@ -56,19 +56,11 @@ func (e *engine) checkpoint(ctx context.Context, sb *sandbox.Sandbox, args engin
 	if err != nil {
 		return "", nil, err
 	}
-	store, err := pf.CheckpointStore(ctx, e.a.Env("MICROVM_BUCKET"))
+	m, bucket, err := workflow.CheckpointSandbox(ctx, pf, e.a.Env("MICROVM_BUCKET"), sb, save)
 	if err != nil {
 		return "", nil, err
 	}
-	m, err := checkpoint.Checkpoint(ctx, sb, store, save)
-	if err != nil {
-		return "", nil, err
-	}
-	list, _, err := workflow.Checkpoints(ctx, pf, store.Bucket, m.Digest)
-	if err == nil && len(list) == 1 {
-		m = list[0] // the stored manifest, its lists never null
-	}
-	d := checkpointData("save", store.Bucket)
+	d := checkpointData("save", bucket)
 	d.Checkpoint = &m
 	return cliapi.TypeCheckpoint, d, nil
 }
