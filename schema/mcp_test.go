@@ -58,8 +58,9 @@ func TestMCPSchemas(t *testing.T) {
 			}
 		}
 	}
-	if len(doc.Tools) != 9 {
-		t.Fatalf("%d tools, want the issue's 9", len(doc.Tools))
+	// Issue 30's nine, and issue 47's sandbox_checkpoint and sandbox_fork.
+	if len(doc.Tools) != 11 {
+		t.Fatalf("%d tools, want 11 (issue 30's 9, issue 47's 2)", len(doc.Tools))
 	}
 	byName := map[string]int{}
 	for i, tool := range doc.Tools {
