@@ -5,6 +5,7 @@ import asyncio
 import unittest
 
 from microvms import AsyncSandbox, InvalidArgError, Sandbox
+from microvms.errors import MicrovmError
 
 from .engine_env import require_engine
 
@@ -65,3 +66,48 @@ class CheckpointTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RestoreTest(unittest.TestCase):
+    """Sandbox.restore against a running `microvm emulator`, whose S3 slice
+    outlives the engine that took the checkpoint."""
+
+    def setUp(self) -> None:
+        require_engine()
+        import os
+        import subprocess
+        import tempfile
+        env = dict(os.environ, MICROVM_STATE_DIR=tempfile.mkdtemp(), MICROVM_ARTIFACT_DIR=tempfile.mkdtemp())
+        self.emu = subprocess.Popen([os.environ["MICROVM_BIN"], "emulator", "--listen", "127.0.0.1:0", "--json"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        self.addCleanup(self._stop)
+        assert self.emu.stderr is not None
+        self.url = ""
+        for _ in range(200):
+            line = self.emu.stderr.readline()
+            if " at http://" in line:
+                self.url = line[line.index(" at http://") + 4:].strip()
+                break
+        self.assertTrue(self.url, "microvm emulator never said where it serves")
+        os.environ["AWS_ENDPOINT_URL"] = self.url
+        self.addCleanup(os.environ.pop, "AWS_ENDPOINT_URL", None)
+
+    def _stop(self) -> None:
+        import signal
+        self.emu.send_signal(signal.SIGINT)
+        self.emu.wait(60)
+        if self.emu.stderr is not None:
+            self.emu.stderr.close()
+
+    def test_restore_lays_the_files_and_refuses_a_missing_checkpoint(self) -> None:
+        # Catches: a restore that launches without the files, one from
+        # another image, and a missing checkpoint answered with a launch.
+        with Sandbox.build(control_endpoint=self.url) as sb:
+            self.assertEqual(sb.run(SETUP).exit_code, 0)
+            m = sb.checkpoint(paths=[DIR], name="py-restore")
+            with Sandbox.restore("py-restore", control_endpoint=self.url) as copy:
+                self.assertNotEqual(copy.microvm_id, sb.microvm_id)
+                self.assertTrue(copy.run(PROBE).stdout.startswith("one\n750\n"))
+            self.assertEqual(m["name"], "py-restore")
+            with self.assertRaises(MicrovmError):
+                Sandbox.restore("no-such-checkpoint", control_endpoint=self.url)
