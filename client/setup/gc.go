@@ -26,7 +26,15 @@ const (
 	KindImageVersion = "image-version"
 	KindLogGroup     = "log-group"
 	KindArtifact     = "artifact"
+	// KindCheckpoint is an object of a checkpoint (client/checkpoint keeps
+	// them under CheckpointPrefix in the same bucket): named apart from a
+	// build artifact so gc never deletes a checkpoint as one unseen.
+	KindCheckpoint = "checkpoint"
 )
+
+// CheckpointPrefix is the key prefix client/checkpoint's Store uses by
+// default.
+const CheckpointPrefix = "checkpoints/"
 
 // BuildLogGroupPrefix is where the service writes an image's build log
 // (finding build-logs-location).
@@ -154,7 +162,11 @@ func FindLeftovers(ctx context.Context, o GCOptions) ([]Leftover, error) {
 				}
 				for _, obj := range page.Contents {
 					if created := aws.ToTime(obj.LastModified); old(created) {
-						out = append(out, Leftover{Kind: KindArtifact, ID: "s3://" + o.Bucket + "/" + aws.ToString(obj.Key), Created: created, Why: "tag"})
+						kind := KindArtifact
+						if strings.HasPrefix(aws.ToString(obj.Key), CheckpointPrefix) {
+							kind = KindCheckpoint
+						}
+						out = append(out, Leftover{Kind: kind, ID: "s3://" + o.Bucket + "/" + aws.ToString(obj.Key), Created: created, Why: "tag"})
 					}
 				}
 			}
@@ -187,7 +199,7 @@ func Remove(ctx context.Context, o GCOptions, items []Leftover) (removed []Lefto
 			if errors.As(err, &nf) {
 				err = nil
 			}
-		case KindArtifact:
+		case KindArtifact, KindCheckpoint:
 			bucket, key, _ := strings.Cut(strings.TrimPrefix(it.ID, "s3://"), "/")
 			_, err = o.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: &key})
 		}

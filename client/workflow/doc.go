@@ -2,7 +2,9 @@
 // Run (build or name an image, launch one MicroVM, run one command, tear
 // down, close the ledger record, delete this run's local artifact, price
 // what ran) and Fleet (the same over sandbox.RunMany, one image for Count
-// MicroVMs). Each takes typed options and returns a typed result: what was
+// MicroVMs), and issue 47's checkpoint workflows (checkpoint.go, from.go:
+// Checkpoint, Checkpoints, RemoveCheckpoint, FleetFrom for `run --from`,
+// Fork, Restore) over client/checkpoint. Each takes typed options and returns a typed result: what was
 // made, what leaked, and the cost. `microvm run`, `microvm engine`'s
 // run_many and `microvm mcp` call them; none re-implements a step.
 //

@@ -29,6 +29,9 @@ type FleetOptions struct {
 	ArtifactGiven bool
 	Events        func(Event)
 	Warn          func(msg string)
+	// Launcher launches each MicroVM; nil is sandbox.LaunchOn (FleetFrom
+	// sets one that lays a checkpoint's files first).
+	Launcher sandbox.Launcher
 }
 
 // FleetResult is what a fleet made, what it left and what it cost.
@@ -135,7 +138,7 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 		so := o.Launch.options(p)
 		so.Image, so.Version, so.ImageName = arn, o.Image.Version, name
 		fo := sandbox.FleetOptions{
-			Count: o.Count, Parallel: o.Parallel, Launch: sandbox.LaunchOn(p.Control()), Options: so,
+			Count: o.Count, Parallel: o.Parallel, Launch: launcher(o.Launcher, p), Options: so,
 			PerSandbox: func(i int, so *sandbox.Options) error {
 				if led != nil {
 					r, err := led.Begin(p.Region().String())
@@ -202,6 +205,13 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 		ro.event(Event{Step: Clean})
 	}
 	return out, err
+}
+
+func launcher(l sandbox.Launcher, p *platform.Platform) sandbox.Launcher {
+	if l != nil {
+		return l
+	}
+	return sandbox.LaunchOn(p.Control())
 }
 
 // stillUp names the fleet's MicroVMs whose teardown did not confirm them

@@ -25,12 +25,21 @@ import (
 type FleetFlags struct {
 	Count    int `help:"Run the command in this many MicroVMs (1 to MAX_FLEET_COUNT, which microvm constants lists), each launched from the one image and torn down after; the result is the microvm.run.fleet envelope. Unset: one MicroVM." default:"0"`
 	Parallel int `help:"With --count, at most this many MicroVMs alive at once (1 to MAX_FLEET_PARALLEL); 0 is DEFAULT_FLEET_PARALLEL, or --count when smaller." default:"0"`
+	// Issue 47: a fleet (of one, without --count) restored from a checkpoint.
+	From              string `help:"Launch from this checkpoint (its name or digest; microvm checkpoint ls lists them): its image and version, with its files laid before the command runs; verified first, a corrupted or other-version one is refused (exit 14). With --count, a fork of N; the result is the microvm.run.fleet envelope." placeholder:"CHECKPOINT"`
+	AllowOtherVersion bool   `name:"allow-other-version" help:"With --from and --image: lay the checkpoint into another image or version than it was taken on."`
 }
 
 // runFleet is `run --count N`: workflow.Fleet builds (or names) the image once,
 // runs the command in N MicroVMs, tears every one down, deletes the image
 // it built, and prices the whole fleet in one report.
 func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
+	if c.From != "" && c.Count == 0 {
+		c.Count = 1 // a restore is a fleet of one
+	}
+	if c.AllowOtherVersion && c.From == "" {
+		return nil, render.InvalidArg("", "--allow-other-version acts only with --from")
+	}
 	parallel, err := workflow.CheckFleet(c.Count, c.Parallel)
 	if err != nil {
 		return nil, err
@@ -44,12 +53,19 @@ func (c *RunCmd) runFleet(ctx context.Context, a *app) (*render.Result, error) {
 		return nil, err
 	}
 	defer st.p.close()
-	res, err := workflow.Fleet(ctx, workflow.FleetOptions{
+	fo := workflow.FleetOptions{
 		Platform: st.p.Platform, Image: c.image(st.p, st), Launch: c.launch(st.env, st.net),
 		Command: c.Exec, Timeout: time.Duration(c.Timeout * float64(time.Second)),
 		Count: c.Count, Parallel: parallel, Size: st.size, Ledger: st.led, Record: st.rec, ArtifactGiven: c.ArtifactURI != "",
 		Events: runEvents(a, "fleet"), Warn: func(msg string) { a.Warn("%s", msg) },
-	})
+	}
+	var res workflow.FleetResult
+	if c.From != "" {
+		fo.Image = workflow.Image{Identifier: c.Image, Version: c.ImageVersion}
+		res, _, err = workflow.FleetFrom(ctx, workflow.FromOptions{Fleet: fo, Bucket: c.Bucket, Ref: c.From, AllowOtherVersion: c.AllowOtherVersion})
+	} else {
+		res, err = workflow.Fleet(ctx, fo)
+	}
 	out := render.FleetData(res, c.Count, parallel)
 	human := fleetHuman(out, a)
 	worst := res.Worst()

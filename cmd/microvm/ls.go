@@ -122,6 +122,13 @@ func (c *LsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		yes := true
 		d.Runs = append(d.Runs, cliapi.Run{ID: strings.TrimSuffix(name, ".json"), Unreadable: &yes})
 	}
+	if lerr == nil {
+		if cps, err := c.checkpoints(ctx, a); err != nil {
+			a.Warn("the checkpoints could not be listed: %v", err)
+		} else if cps != nil {
+			d.Checkpoints = cps
+		}
+	}
 	if c.All && lerr == nil {
 		left, err := c.leftovers(ctx, a, recorded)
 		if err != nil {
@@ -132,6 +139,9 @@ func (c *LsCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	}
 	return &render.Result{Type: cliapi.TypeRuns, Data: d, Human: func(w io.Writer) error {
 		if err := c.human(w, a, d, listed, unreadable, isKept, len(recorded)); err != nil {
+			return err
+		}
+		if err := checkpointsHuman(w, a, d.Checkpoints); err != nil {
 			return err
 		}
 		if d.Leftovers == nil {

@@ -60,7 +60,7 @@ func checkLaunch(maxDuration, maxIdle, suspended int) error {
 }
 
 func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
-	if c.Count != 0 || c.Parallel != 0 {
+	if c.Count != 0 || c.Parallel != 0 || c.From != "" || c.AllowOtherVersion {
 		return c.runFleet(ctx, a) // fleet.go
 	}
 	if c.Keep && c.Local {
@@ -322,7 +322,7 @@ func (c *RunCmd) prepare(ctx context.Context, a *app) (*runSetup, error) {
 		return nil, err
 	}
 	binary := c.Binary
-	if c.Image == "" {
+	if c.Image == "" && c.From == "" {
 		// Resolved before the ledger begins: a run that cannot build makes
 		// no record and prints no teardown.
 		if binary, err = p.daemonFor(c.Binary, c.Agentd); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -157,8 +158,19 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 		t.Fatalf("run: exit %d %q\n%s", ran.code, ran.stdout, ran.stderr)
 	}
 
+	// A checkpoint in setup's bucket: ls lists it, and gc names it a
+	// checkpoint, not an artifact (issue 47). Catches a checkpoint that
+	// bills unseen, or one gc deletes as a build artifact.
+	keptRun := ok(withSetup, "run", "--keep", "--image", name)
+	ok(withSetup, "checkpoint", keptRun["microvmId"].(string), "--path", "/workspace", "--name", "g")
+	ok(withSetup, "terminate", keptRun["microvmId"].(string), "--wait")
+	if cps, _ := ok(withSetup, "ls")["checkpoints"].([]any); len(cps) != 1 || cps[0].(map[string]any)["name"] != "g" {
+		t.Fatalf("ls does not list the checkpoint: %v", cps)
+	}
+
 	// gc --dry-run lists exactly what was left on purpose: the image, its
-	// version, its build log group, the artifact in setup's bucket.
+	// version, its build log group, the artifact in setup's bucket, the
+	// checkpoint's manifest and object.
 	kinds := func(d map[string]any, key string) []string {
 		var out []string
 		for _, l := range d[key].([]any) {
@@ -167,12 +179,15 @@ func TestSetupDoctorGcDestroy(t *testing.T) {
 			if l["kind"] == "artifact" {
 				id = "s3://…"
 			}
+			if l["kind"] == "checkpoint" {
+				id = "s3://…/" + path.Base(path.Dir(id))
+			}
 			out = append(out, l["kind"].(string)+" "+id)
 		}
 		sort.Strings(out)
 		return out
 	}
-	want := []string{"artifact s3://…", "image " + arn, "image-version " + arn + "@1.0", "log-group " + taxonomy.BuildLogGroupPrefix + name}
+	want := []string{"artifact s3://…", "checkpoint s3://…/manifests", "checkpoint s3://…/objects", "image " + arn, "image-version " + arn + "@1.0", "log-group " + taxonomy.BuildLogGroupPrefix + name}
 	before = len(emu.Requests())
 	listed := ok(withSetup, "gc", "--dry-run")
 	if got := kinds(listed, "leftovers"); !slices.Equal(got, want) || len(kinds(listed, "removed")) != 0 {

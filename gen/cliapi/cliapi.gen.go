@@ -277,6 +277,8 @@ type RunsData struct {
 	ControlPlaneError *string `json:"controlPlaneError"`
 	// Leftovers is with --all, this tool's images, image versions, build log groups and artifacts still in the account (what `microvm gc` would delete); null without --all or when they could not be listed
 	Leftovers []Leftover `json:"leftovers"`
+	// Checkpoints is every stored checkpoint (issue 47: client/checkpoint), newest first, so none bills unseen; null when the store could not be read (on AWS, no bucket is set). Their S3 storage is unpriced: client/cost publishes no S3 rate
+	Checkpoints []CheckpointManifest `json:"checkpoints"`
 }
 
 // LogsData is the data of a microvm.logs envelope.
@@ -367,7 +369,16 @@ type StatData struct {
 
 // CheckpointData is the data of a microvm.checkpoint envelope.
 type CheckpointData struct {
-	Checkpoint CheckpointManifest `json:"checkpoint"`
+	// Action is save: checkpoint holds the new manifest; ls: checkpoints lists them; rm: removed names the deleted keys
+	Action string `json:"action"`
+	// Checkpoint is the manifest written (save) or removed (rm); null for ls
+	Checkpoint *CheckpointManifest `json:"checkpoint"`
+	// Checkpoints is ls: every stored checkpoint (with --name, that one), newest first; empty otherwise
+	Checkpoints []CheckpointManifest `json:"checkpoints"`
+	// Removed is rm: the bucket keys deleted (the manifest, and the object when no other manifest names it); empty otherwise
+	Removed []string `json:"removed"`
+	// Bucket is the S3 bucket the checkpoints are in (on an emulator, its S3 slice)
+	Bucket string `json:"bucket"`
 }
 
 // DirData is the data of a microvm.dir envelope.
@@ -634,6 +645,7 @@ type FleetRun struct {
 
 // Leftover is the "leftover" shape of api/cli.yaml.
 type Leftover struct {
+	// Kind is checkpoint: an object or manifest of a checkpoint kept in the artifact bucket (under checkpoints/)
 	Kind string `json:"kind"`
 	// ID is an image's ARN, ARN@version, a log group's name, or s3://bucket/key
 	ID string `json:"id"`
@@ -888,7 +900,7 @@ var Responses = []Response{
 	{Type: "microvm.network", Keys: []string{"microvmId", "network"}},
 	{Type: "microvm.keepalive", Keys: []string{"microvmId", "pings", "heldSeconds"}},
 	{Type: "microvm.teardown", Keys: []string{"microvmId", "imageIdentifier", "leaked", "undeletedLogGroups", "state"}},
-	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers"}},
+	{Type: "microvm.runs", Keys: []string{"stateDir", "runs", "microvms", "controlPlaneError", "leftovers", "checkpoints"}},
 	{Type: "microvm.logs", Keys: []string{"logGroup", "lines"}},
 	{Type: "microvm.cost", Keys: []string{"report", "comparison", "byCommand"}},
 	{Type: "microvm.doctor", Keys: []string{"checks", "ok"}},
@@ -899,7 +911,7 @@ var Responses = []Response{
 	{Type: "microvm.emulator", Keys: []string{"endpoint", "agentd", "stateDir"}},
 	{Type: "microvm.kill", Keys: []string{"execId", "killed", "signal"}},
 	{Type: "microvm.stat", Keys: []string{"entry"}},
-	{Type: "microvm.checkpoint", Keys: []string{"checkpoint"}},
+	{Type: "microvm.checkpoint", Keys: []string{"action", "checkpoint", "checkpoints", "removed", "bucket"}},
 	{Type: "microvm.dir", Keys: []string{"path", "entries"}},
 	{Type: "microvm.mkdir", Keys: []string{"path", "created"}},
 	{Type: "microvm.move", Keys: []string{"from", "to"}},
@@ -953,7 +965,7 @@ var Commands = []Command{
 	{Name: "setup", Type: "microvm.setup", Ready: true},
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
-	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: false},
+	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: true},
 	{Name: "network", Type: "microvm.network", Ready: true},
 }
 

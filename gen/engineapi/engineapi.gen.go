@@ -63,6 +63,11 @@ const (
 	OpPoolCost      = "pool_cost"
 	OpPoolClose     = "pool_close"
 	OpRunMany       = "run_many"
+	OpCheckpoint    = "checkpoint"
+	OpCheckpointLs  = "checkpoint_ls"
+	OpCheckpointRm  = "checkpoint_rm"
+	OpFork          = "fork"
+	OpRestore       = "restore"
 )
 
 // The engine-only response types.
@@ -503,6 +508,68 @@ type RunManyArgs struct {
 	Agentd string `json:"agentd"`
 }
 
+// CheckpointArgs are the arguments of checkpoint: save paths of the sandbox (its working directory when none, which must not be /) as a checkpoint: the CLI's checkpoint ID.
+type CheckpointArgs struct {
+	// Paths is absolute guest paths to save; empty is the working directory
+	Paths []string `json:"paths"`
+	// Name is the checkpoint's name; empty stores it under its digest
+	Name string `json:"name"`
+	// Labels is KEY=VALUE entries kept in the manifest
+	Labels []string `json:"labels"`
+	// NoPause is leave the sandbox's commands running while its files are read; the manifest's changedUnderneath names what changed
+	NoPause bool `json:"noPause"`
+}
+
+// CheckpointLsArgs are the arguments of checkpoint_ls: the stored checkpoints, newest first: the CLI's checkpoint ls.
+type CheckpointLsArgs struct {
+	// Name is only the checkpoint of this name or digest
+	Name string `json:"name"`
+}
+
+// CheckpointRmArgs are the arguments of checkpoint_rm: remove a checkpoint by name or digest: the CLI's checkpoint rm.
+type CheckpointRmArgs struct {
+	// Ref is the checkpoint's name or digest
+	Ref string `json:"ref"`
+}
+
+// ForkArgs are the arguments of fork: checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running.
+type ForkArgs struct {
+	// Count is how many copies, 1..MAX_FLEET_COUNT
+	Count int64 `json:"count"`
+	// Parallel is at most this many alive at once; zero is DEFAULT_FLEET_PARALLEL, or count when smaller
+	Parallel int64 `json:"parallel"`
+	// Command is a shell command run in each copy; empty only restores and tears down
+	Command string `json:"command"`
+	// TimeoutSec is seconds to wait for each command; zero is the CLI's default
+	TimeoutSec float64 `json:"timeoutSec"`
+	// Paths is as checkpoint's
+	Paths []string `json:"paths"`
+	// Name is as checkpoint's
+	Name string `json:"name"`
+	// Labels is as checkpoint's
+	Labels []string `json:"labels"`
+	// NoPause is as checkpoint's
+	NoPause bool `json:"noPause"`
+}
+
+// RestoreArgs are the arguments of restore: launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches.
+type RestoreArgs struct {
+	// Ref is the checkpoint's name or digest
+	Ref string `json:"ref"`
+	// Local is as create's
+	Local bool `json:"local"`
+	// Region is as create's
+	Region string `json:"region"`
+	// ControlEndpoint is as create's
+	ControlEndpoint string `json:"controlEndpoint"`
+	// Agentd is as create's
+	Agentd string `json:"agentd"`
+	// AllowOtherVersion is lay the files into imageVersion when it is not the checkpoint's
+	AllowOtherVersion bool `json:"allowOtherVersion"`
+	// ImageVersion is another image version to restore into, with allowOtherVersion
+	ImageVersion string `json:"imageVersion"`
+}
+
 // SandboxData is the data of a microvm.sandbox envelope.
 type SandboxData struct {
 	MicrovmID string `json:"microvmId"`
@@ -616,19 +683,21 @@ type PoolData struct {
 
 // The api/cli.yaml shapes engine responses refer to: gen/cliapi's own types.
 type (
-	CommandShare     = cliapi.CommandShare
-	CostByCommand    = cliapi.CostByCommand
-	CostComparison   = cliapi.CostComparison
-	CostLine         = cliapi.CostLine
-	CostReport       = cliapi.CostReport
-	DeniedConnection = cliapi.DeniedConnection
-	ExecUsage        = cliapi.ExecUsage
-	FileEntry        = cliapi.FileEntry
-	FleetRun         = cliapi.FleetRun
-	NetworkPolicy    = cliapi.NetworkPolicy
-	NetworkRule      = cliapi.NetworkRule
-	NetworkState     = cliapi.NetworkState
-	SecretBinding    = cliapi.SecretBinding
+	CheckpointLabel    = cliapi.CheckpointLabel
+	CheckpointManifest = cliapi.CheckpointManifest
+	CommandShare       = cliapi.CommandShare
+	CostByCommand      = cliapi.CostByCommand
+	CostComparison     = cliapi.CostComparison
+	CostLine           = cliapi.CostLine
+	CostReport         = cliapi.CostReport
+	DeniedConnection   = cliapi.DeniedConnection
+	ExecUsage          = cliapi.ExecUsage
+	FileEntry          = cliapi.FileEntry
+	FleetRun           = cliapi.FleetRun
+	NetworkPolicy      = cliapi.NetworkPolicy
+	NetworkRule        = cliapi.NetworkRule
+	NetworkState       = cliapi.NetworkState
+	SecretBinding      = cliapi.SecretBinding
 )
 
 // Op is one op: its response type and whether event frames precede the envelope.
@@ -684,4 +753,9 @@ var Ops = []Op{
 	{Name: "pool_cost", Response: "microvm.cost", Streams: false},
 	{Name: "pool_close", Response: "microvm.pool", Streams: false},
 	{Name: "run_many", Response: "microvm.run.fleet", Streams: false},
+	{Name: "checkpoint", Response: "microvm.checkpoint", Streams: false},
+	{Name: "checkpoint_ls", Response: "microvm.checkpoint", Streams: false},
+	{Name: "checkpoint_rm", Response: "microvm.checkpoint", Streams: false},
+	{Name: "fork", Response: "microvm.run.fleet", Streams: false},
+	{Name: "restore", Response: "microvm.sandbox", Streams: false},
 }

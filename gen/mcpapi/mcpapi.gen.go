@@ -54,8 +54,23 @@ const (
 	ToolSandboxSuspend     = "sandbox_suspend"
 	ToolSandboxResume      = "sandbox_resume"
 	ToolSandboxTerminate   = "sandbox_terminate"
+	ToolSandboxCheckpoint  = "sandbox_checkpoint"
+	ToolSandboxFork        = "sandbox_fork"
 	ToolSandboxList        = "sandbox_list"
 )
+
+// ForkRun is the "forkRun" shape of api/mcp.yaml.
+type ForkRun struct {
+	Index int64 `json:"index"`
+	// SandboxID is the copy's MicroVM id; empty when it never launched
+	SandboxID string `json:"sandbox_id"`
+	ExitCode  *int64 `json:"exit_code"`
+	// Stdout is at most 65536 bytes
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// Error is why the copy failed other than by its exit code; empty otherwise
+	Error string `json:"error"`
+}
 
 // Sandbox is the "sandbox" shape of api/mcp.yaml.
 type Sandbox struct {
@@ -245,6 +260,48 @@ type SandboxTerminateResult struct {
 	Leaked []string `json:"leaked"`
 }
 
+// SandboxCheckpointArgs are the arguments of sandbox_checkpoint.
+type SandboxCheckpointArgs struct {
+	SandboxID string `json:"sandbox_id"`
+	// Paths is absolute paths in the sandbox to save; left out, its working directory
+	Paths []string `json:"paths,omitempty"`
+	// Name is the checkpoint's name; left out, it is known by its digest
+	Name string `json:"name,omitempty"`
+}
+
+// SandboxCheckpointResult is the structured result of sandbox_checkpoint.
+type SandboxCheckpointResult struct {
+	Name string `json:"name"`
+	// Digest is sha256:<hex> of the stored object
+	Digest string   `json:"digest"`
+	Paths  []string `json:"paths"`
+	Files  int64    `json:"files"`
+	// SizeBytes is the stored object's compressed size
+	SizeBytes int64 `json:"size_bytes"`
+}
+
+// SandboxForkArgs are the arguments of sandbox_fork.
+type SandboxForkArgs struct {
+	SandboxID string `json:"sandbox_id"`
+	// Count is how many copies, at most MAX_FLEET_COUNT
+	Count int64 `json:"count"`
+	// Command is the shell command each copy runs
+	Command string `json:"command"`
+	// Paths is as sandbox_checkpoint's
+	Paths []string `json:"paths,omitempty"`
+	// TimeoutSec is seconds to wait for each copy's command; left out, the CLI's default
+	TimeoutSec float64 `json:"timeout_sec,omitempty"`
+}
+
+// SandboxForkResult is the structured result of sandbox_fork.
+type SandboxForkResult struct {
+	// Checkpoint is the digest of the checkpoint the copies came from (it stays stored)
+	Checkpoint string    `json:"checkpoint"`
+	Runs       []ForkRun `json:"runs"`
+	// Leaked is what the copies' teardown could not delete; empty when clean
+	Leaked []string `json:"leaked"`
+}
+
 // SandboxListArgs are the arguments of sandbox_list.
 type SandboxListArgs struct {
 }
@@ -295,6 +352,12 @@ var Tools = []Tool{
 	{Name: "sandbox_terminate", Title: "Terminate a sandbox", Description: "Tear a sandbox down for good; anything that could not be deleted is named.", ReadOnly: false, Destructive: true, Idempotent: true,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\"],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"leaked\":{\"description\":\"resources teardown could not delete, by identifier; empty when clean\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"sandbox_id\":{\"type\":\"string\"},\"state\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"state\",\"leaked\"],\"type\":\"object\"}")},
+	{Name: "sandbox_checkpoint", Title: "Checkpoint a sandbox's files", Description: "Save directories of a sandbox (their files, modes, owners, links and times; not its processes or memory) as a checkpoint that sandbox_fork or `microvm run --from` restores. The sandbox keeps running. Name the paths: a sandbox whose working directory is / has no default.", ReadOnly: false, Destructive: false, Idempotent: false,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"name\":{\"description\":\"the checkpoint's name; left out, it is known by its digest\",\"type\":\"string\"},\"paths\":{\"description\":\"absolute paths in the sandbox to save; left out, its working directory\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"digest\":{\"description\":\"sha256:\\u003chex\\u003e of the stored object\",\"type\":\"string\"},\"files\":{\"type\":\"integer\"},\"name\":{\"type\":\"string\"},\"paths\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"size_bytes\":{\"description\":\"the stored object's compressed size\",\"type\":\"integer\"}},\"required\":[\"name\",\"digest\",\"paths\",\"files\",\"size_bytes\"],\"type\":\"object\"}")},
+	{Name: "sandbox_fork", Title: "Fork a sandbox", Description: "Checkpoint a sandbox's paths and run one shell command in count new sandboxes restored from it, each torn down after; the original keeps running. Each copy's exit code and output come back; a non-zero exit is a result, not a tool error.", ReadOnly: false, Destructive: false, Idempotent: false,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"command\":{\"description\":\"the shell command each copy runs\",\"type\":\"string\"},\"count\":{\"description\":\"how many copies, at most MAX_FLEET_COUNT\",\"minimum\":1,\"type\":\"integer\"},\"paths\":{\"description\":\"as sandbox_checkpoint's\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"sandbox_id\":{\"type\":\"string\"},\"timeout_sec\":{\"description\":\"seconds to wait for each copy's command; left out, the CLI's default\",\"minimum\":0,\"type\":\"number\"}},\"required\":[\"sandbox_id\",\"count\",\"command\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"checkpoint\":{\"description\":\"the digest of the checkpoint the copies came from (it stays stored)\",\"type\":\"string\"},\"leaked\":{\"description\":\"what the copies' teardown could not delete; empty when clean\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"runs\":{\"items\":{\"additionalProperties\":false,\"properties\":{\"error\":{\"description\":\"why the copy failed other than by its exit code; empty otherwise\",\"type\":\"string\"},\"exit_code\":{\"type\":[\"integer\",\"null\"]},\"index\":{\"type\":\"integer\"},\"sandbox_id\":{\"description\":\"the copy's MicroVM id; empty when it never launched\",\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},\"stdout\":{\"description\":\"at most 65536 bytes\",\"type\":\"string\"}},\"required\":[\"index\",\"sandbox_id\",\"exit_code\",\"stdout\",\"stderr\",\"error\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"checkpoint\",\"runs\",\"leaked\"],\"type\":\"object\"}")},
 	{Name: "sandbox_list", Title: "List sandboxes", Description: "The sandboxes this session created and has not terminated.", ReadOnly: true, Destructive: false, Idempotent: true,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{},\"required\":[],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"max_live_sandboxes\":{\"type\":\"integer\"},\"sandboxes\":{\"items\":{\"additionalProperties\":false,\"properties\":{\"created_at\":{\"description\":\"RFC 3339\",\"type\":\"string\"},\"image\":{\"description\":\"the image it was launched from\",\"type\":\"string\"},\"sandbox_id\":{\"type\":\"string\"},\"state\":{\"description\":\"the lifecycle state the server last saw: RUNNING, SUSPENDED, TERMINATED, ...\",\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"state\",\"image\",\"created_at\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"sandboxes\",\"max_live_sandboxes\"],\"type\":\"object\"}")},

@@ -74,7 +74,40 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "pool_cost": ("microvm.cost", False),
     "pool_close": ("microvm.pool", False),
     "run_many": ("microvm.run.fleet", False),
+    "checkpoint": ("microvm.checkpoint", False),
+    "checkpoint_ls": ("microvm.checkpoint", False),
+    "checkpoint_rm": ("microvm.checkpoint", False),
+    "fork": ("microvm.run.fleet", False),
+    "restore": ("microvm.sandbox", False),
 }
+
+
+CheckpointLabel = TypedDict("CheckpointLabel", {
+    "key": str,
+    "value": str,
+})
+CheckpointLabel.__doc__ = "The \"checkpointLabel\" shape of api/cli.yaml."
+
+
+CheckpointManifest = TypedDict("CheckpointManifest", {
+    "format": int,
+    "name": str,
+    "digest": str,
+    "size": int,
+    "treeBytes": int,
+    "files": int,
+    "compression": Literal["zstd"],
+    "paths": List[str],
+    "imageArn": str,
+    "imageVersion": str,
+    "microvmId": str,
+    "createdAt": str,
+    "clientVersion": str,
+    "labels": List["CheckpointLabel"],
+    "writersPaused": bool,
+    "changedUnderneath": List[str],
+})
+CheckpointManifest.__doc__ = "The \"checkpointManifest\" shape of api/cli.yaml."
 
 
 CommandShare = TypedDict("CommandShare", {
@@ -405,6 +438,16 @@ RunFleetData = TypedDict("RunFleetData", {
     "cost": Optional["CostReport"],
 })
 RunFleetData.__doc__ = "The data of a microvm.run.fleet envelope."
+
+
+CheckpointData = TypedDict("CheckpointData", {
+    "action": Literal["save", "ls", "rm"],
+    "checkpoint": Optional["CheckpointManifest"],
+    "checkpoints": List["CheckpointManifest"],
+    "removed": List[str],
+    "bucket": str,
+})
+CheckpointData.__doc__ = "The data of a microvm.checkpoint envelope."
 
 
 StreamOutputLine = TypedDict("StreamOutputLine", {
@@ -816,6 +859,52 @@ RunManyArgs = TypedDict("RunManyArgs", {
 RunManyArgs.__doc__ = "The arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). Every key may be left out."
 
 
+CheckpointArgs = TypedDict("CheckpointArgs", {
+    "paths": List[str],
+    "name": str,
+    "labels": List[str],
+    "noPause": bool,
+}, total=False)
+CheckpointArgs.__doc__ = "The arguments of checkpoint: save paths of the sandbox (its working directory when none, which must not be /) as a checkpoint: the CLI's checkpoint ID. Every key may be left out."
+
+
+CheckpointLsArgs = TypedDict("CheckpointLsArgs", {
+    "name": str,
+}, total=False)
+CheckpointLsArgs.__doc__ = "The arguments of checkpoint_ls: the stored checkpoints, newest first: the CLI's checkpoint ls. Every key may be left out."
+
+
+CheckpointRmArgs = TypedDict("CheckpointRmArgs", {
+    "ref": str,
+}, total=False)
+CheckpointRmArgs.__doc__ = "The arguments of checkpoint_rm: remove a checkpoint by name or digest: the CLI's checkpoint rm. Every key may be left out."
+
+
+ForkArgs = TypedDict("ForkArgs", {
+    "count": int,
+    "parallel": int,
+    "command": str,
+    "timeoutSec": float,
+    "paths": List[str],
+    "name": str,
+    "labels": List[str],
+    "noPause": bool,
+}, total=False)
+ForkArgs.__doc__ = "The arguments of fork: checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running. Every key may be left out."
+
+
+RestoreArgs = TypedDict("RestoreArgs", {
+    "ref": str,
+    "local": bool,
+    "region": str,
+    "controlEndpoint": str,
+    "agentd": str,
+    "allowOtherVersion": bool,
+    "imageVersion": str,
+}, total=False)
+RestoreArgs.__doc__ = "The arguments of restore: launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches. Every key may be left out."
+
+
 class Ops:
     """One typed method per op; a subclass sends the request in _call and _stream.
 
@@ -1004,6 +1093,26 @@ class Ops:
         """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""
         return cast(RunFleetData, self._call("run_many", args, timeout))
 
+    def _op_checkpoint(self, args: CheckpointArgs, timeout: Optional[float] = None) -> CheckpointData:
+        """save paths of the sandbox (its working directory when none, which must not be /) as a checkpoint: the CLI's checkpoint ID."""
+        return cast(CheckpointData, self._call("checkpoint", args, timeout))
+
+    def _op_checkpoint_ls(self, args: CheckpointLsArgs, timeout: Optional[float] = None) -> CheckpointData:
+        """the stored checkpoints, newest first: the CLI's checkpoint ls."""
+        return cast(CheckpointData, self._call("checkpoint_ls", args, timeout))
+
+    def _op_checkpoint_rm(self, args: CheckpointRmArgs, timeout: Optional[float] = None) -> CheckpointData:
+        """remove a checkpoint by name or digest: the CLI's checkpoint rm."""
+        return cast(CheckpointData, self._call("checkpoint_rm", args, timeout))
+
+    def _op_fork(self, args: ForkArgs, timeout: Optional[float] = None) -> RunFleetData:
+        """checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running."""
+        return cast(RunFleetData, self._call("fork", args, timeout))
+
+    def _op_restore(self, args: RestoreArgs, timeout: Optional[float] = None) -> SandboxData:
+        """launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches."""
+        return cast(SandboxData, self._call("restore", args, timeout))
+
 
 class AsyncOps:
     """The same typed methods on asyncio; a subclass sends the request in _acall and _astream."""
@@ -1189,3 +1298,23 @@ class AsyncOps:
     async def _aop_run_many(self, args: RunManyArgs) -> RunFleetData:
         """run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none)."""
         return cast(RunFleetData, await self._acall("run_many", args))
+
+    async def _aop_checkpoint(self, args: CheckpointArgs) -> CheckpointData:
+        """save paths of the sandbox (its working directory when none, which must not be /) as a checkpoint: the CLI's checkpoint ID."""
+        return cast(CheckpointData, await self._acall("checkpoint", args))
+
+    async def _aop_checkpoint_ls(self, args: CheckpointLsArgs) -> CheckpointData:
+        """the stored checkpoints, newest first: the CLI's checkpoint ls."""
+        return cast(CheckpointData, await self._acall("checkpoint_ls", args))
+
+    async def _aop_checkpoint_rm(self, args: CheckpointRmArgs) -> CheckpointData:
+        """remove a checkpoint by name or digest: the CLI's checkpoint rm."""
+        return cast(CheckpointData, await self._acall("checkpoint_rm", args))
+
+    async def _aop_fork(self, args: ForkArgs) -> RunFleetData:
+        """checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running."""
+        return cast(RunFleetData, await self._acall("fork", args))
+
+    async def _aop_restore(self, args: RestoreArgs) -> SandboxData:
+        """launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches."""
+        return cast(SandboxData, await self._acall("restore", args))

@@ -13,12 +13,15 @@ import tempfile
 import uuid
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union, cast
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
 from . import _contract as c
 from ._engine import AsyncEngine, Engine
 from .errors import InvalidArgError
 from .errors import TimeoutError as TimeoutError_
+
+if TYPE_CHECKING:
+    from .fleet import FleetResult
 
 Command = Union[str, Sequence[str]]
 
@@ -649,6 +652,44 @@ class Process:
         self._engine._op_stdin_close({"execId": self.exec_id}, timeout)
 
 
+def _save_args(paths: Optional[Sequence[str]], name: Optional[str], labels: Optional[Dict[str, str]],
+               pause: bool) -> Dict[str, Any]:
+    args: Dict[str, Any] = {"paths": list(paths or []), "name": name or "",
+                            "labels": [f"{k}={v}" for k, v in (labels or {}).items()]}
+    if not pause:
+        args["noPause"] = True
+    return args
+
+
+class Checkpoints:
+    """The stored checkpoints (issue 47), reached through a sandbox's engine:
+    the bucket MICROVM_BUCKET names on AWS, the emulator's S3 slice locally."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def list(self, *, name: Optional[str] = None, timeout: Optional[float] = None) -> List[c.CheckpointManifest]:
+        """Every stored checkpoint's manifest, newest first (with name, that one)."""
+        return self._engine._op_checkpoint_ls({"name": name or ""}, timeout)["checkpoints"]
+
+    def remove(self, ref: str, *, timeout: Optional[float] = None) -> List[str]:
+        """Remove a checkpoint by name or digest; returns the bucket keys deleted."""
+        return self._engine._op_checkpoint_rm({"ref": ref}, timeout)["removed"]
+
+
+class AsyncCheckpoints:
+    """Checkpoints on asyncio."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def list(self, *, name: Optional[str] = None) -> List[c.CheckpointManifest]:
+        return (await self._engine._aop_checkpoint_ls({"name": name or ""}))["checkpoints"]
+
+    async def remove(self, ref: str) -> List[str]:
+        return (await self._engine._aop_checkpoint_rm({"ref": ref}))["removed"]
+
+
 class Sandbox:
     """One MicroVM as a sandbox.
 
@@ -666,6 +707,7 @@ class Sandbox:
         self._engine = engine
         self._info = info
         self.files = Files(engine)
+        self.checkpoints = Checkpoints(engine)
         self._finalizer = weakref.finalize(self, engine.close)
 
     @classmethod
@@ -799,6 +841,63 @@ class Sandbox:
         except BaseException:
             engine.close()
             raise
+
+    @classmethod
+    def restore(
+        cls,
+        checkpoint: str,
+        *,
+        control_endpoint: Optional[str] = None,
+        region: Optional[str] = None,
+        image_version: Optional[str] = None,
+        allow_other_version: bool = False,
+        binary: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> "Sandbox":
+        """Launch a sandbox from a stored checkpoint (its name or digest): its
+        image and version, its files laid before anything runs. A corrupted
+        or other-version checkpoint raises CheckpointRefusedError before
+        anything launches. The store is a running emulator's
+        (control_endpoint) or AWS's; a local engine's new emulator has none,
+        so locally fork() instead."""
+        args: Dict[str, Any] = {"ref": checkpoint, "allowOtherVersion": allow_other_version}
+        if control_endpoint is not None:
+            args["controlEndpoint"] = control_endpoint
+        if region is not None:
+            args["region"] = region
+        if image_version is not None:
+            args["imageVersion"] = image_version
+        engine = Engine(binary)
+        try:
+            return cls(engine, engine._op_restore(cast(c.RestoreArgs, args), timeout))
+        except BaseException:
+            engine.close()
+            raise
+
+    def checkpoint(self, *, paths: Optional[Sequence[str]] = None, name: Optional[str] = None,
+                   labels: Optional[Dict[str, str]] = None, pause: bool = True,
+                   timeout: Optional[float] = None) -> c.CheckpointManifest:
+        """Save paths (default the working directory, which must not be /) as a
+        checkpoint; returns its manifest. The sandbox keeps running."""
+        d = self._engine._op_checkpoint(cast(c.CheckpointArgs, _save_args(paths, name, labels, pause)), timeout)
+        assert d["checkpoint"] is not None
+        return d["checkpoint"]
+
+    def fork(self, n: int, *, command: str = "", parallel: int = 0, timeout_sec: float = 0.0,
+             paths: Optional[Sequence[str]] = None, name: Optional[str] = None,
+             labels: Optional[Dict[str, str]] = None, pause: bool = True,
+             timeout: Optional[float] = None) -> "FleetResult":
+        """Checkpoint this sandbox and run command in n copies restored from it,
+        each torn down after: per-copy outcomes and one cost report, as
+        run_many's FleetResult. This sandbox keeps running."""
+        from .fleet import FleetResult, _fleet_outcome
+        from .errors import MicrovmError
+        args = _save_args(paths, name, labels, pause)
+        args.update({"count": n, "parallel": parallel, "command": command, "timeoutSec": timeout_sec})
+        try:
+            return FleetResult._from(self._engine._op_fork(cast(c.ForkArgs, args), timeout))
+        except MicrovmError as e:
+            return _fleet_outcome(e)
 
     # The reference's names for what identifies the sandbox.
     @property
@@ -1174,6 +1273,7 @@ class AsyncSandbox:
         self._engine = engine
         self._info = info
         self.files = AsyncFiles(engine)
+        self.checkpoints = AsyncCheckpoints(engine)
 
     @classmethod
     async def create(
@@ -1267,6 +1367,45 @@ class AsyncSandbox:
         except BaseException:
             await asyncio.shield(engine.close())
             raise
+
+    @classmethod
+    async def restore(cls, checkpoint: str, *, control_endpoint: Optional[str] = None, region: Optional[str] = None,
+                      image_version: Optional[str] = None, allow_other_version: bool = False,
+                      binary: Optional[str] = None) -> "AsyncSandbox":
+        """Sandbox.restore on asyncio."""
+        args: Dict[str, Any] = {"ref": checkpoint, "allowOtherVersion": allow_other_version}
+        if control_endpoint is not None:
+            args["controlEndpoint"] = control_endpoint
+        if region is not None:
+            args["region"] = region
+        if image_version is not None:
+            args["imageVersion"] = image_version
+        engine = await AsyncEngine.start(binary)
+        try:
+            return cls(engine, await engine._aop_restore(cast(c.RestoreArgs, args)))
+        except BaseException:
+            await asyncio.shield(engine.close())
+            raise
+
+    async def checkpoint(self, *, paths: Optional[Sequence[str]] = None, name: Optional[str] = None,
+                         labels: Optional[Dict[str, str]] = None, pause: bool = True) -> c.CheckpointManifest:
+        """Sandbox.checkpoint on asyncio."""
+        d = await self._engine._aop_checkpoint(cast(c.CheckpointArgs, _save_args(paths, name, labels, pause)))
+        assert d["checkpoint"] is not None
+        return d["checkpoint"]
+
+    async def fork(self, n: int, *, command: str = "", parallel: int = 0, timeout_sec: float = 0.0,
+                   paths: Optional[Sequence[str]] = None, name: Optional[str] = None,
+                   labels: Optional[Dict[str, str]] = None, pause: bool = True) -> "FleetResult":
+        """Sandbox.fork on asyncio."""
+        from .fleet import FleetResult, _fleet_outcome
+        from .errors import MicrovmError
+        args = _save_args(paths, name, labels, pause)
+        args.update({"count": n, "parallel": parallel, "command": command, "timeoutSec": timeout_sec})
+        try:
+            return FleetResult._from(await self._engine._aop_fork(cast(c.ForkArgs, args)))
+        except MicrovmError as e:
+            return _fleet_outcome(e)
 
     @property
     def microvm_id(self) -> str:

@@ -75,9 +75,53 @@ export const OPS = {
   pool_cost: { response: "microvm.cost", streams: false },
   pool_close: { response: "microvm.pool", streams: false },
   run_many: { response: "microvm.run.fleet", streams: false },
+  checkpoint: { response: "microvm.checkpoint", streams: false },
+  checkpoint_ls: { response: "microvm.checkpoint", streams: false },
+  checkpoint_rm: { response: "microvm.checkpoint", streams: false },
+  fork: { response: "microvm.run.fleet", streams: false },
+  restore: { response: "microvm.sandbox", streams: false },
 } as const;
 
 export type OpName = keyof typeof OPS;
+
+/** The "checkpointLabel" shape of api/cli.yaml. */
+export interface CheckpointLabel {
+  readonly "key": string;
+  readonly "value": string;
+}
+
+/** The "checkpointManifest" shape of api/cli.yaml. */
+export interface CheckpointManifest {
+  /** the manifest's format, 1; a reader refuses a format it does not know */
+  readonly "format": number;
+  /** the caller's name for the checkpoint, or empty */
+  readonly "name": string;
+  /** sha256:<hex> of the stored object's bytes, which is also its key */
+  readonly "digest": string;
+  /** the stored object's length in bytes (compressed) */
+  readonly "size": number;
+  /** the regular files' bytes as the tar carried them (holes expanded) */
+  readonly "treeBytes": number;
+  /** members of the tree: files, directories, symlinks and hard links */
+  readonly "files": number;
+  /** how the object's tar stream is compressed */
+  readonly "compression": "zstd";
+  /** absolute paths in the sandbox the checkpoint holds */
+  readonly "paths": string[];
+  readonly "imageArn": string;
+  /** the image version the sandbox was launched from, or empty when the launch named none */
+  readonly "imageVersion": string;
+  /** the MicroVM the files were taken from */
+  readonly "microvmId": string;
+  /** RFC 3339 */
+  readonly "createdAt": string;
+  readonly "clientVersion": string;
+  readonly "labels": CheckpointLabel[];
+  /** true when the sandbox's running commands were stopped (SIGSTOP) while the files were read */
+  readonly "writersPaused": boolean;
+  /** paths whose size or mtime differed between the tree's listing before and after it was read; their saved bytes may be torn */
+  readonly "changedUnderneath": string[];
+}
 
 /** The "commandShare" shape of api/cli.yaml. */
 export interface CommandShare {
@@ -454,6 +498,20 @@ export interface RunFleetData {
   readonly "leaked": string[];
   /** one report for the whole fleet: every MicroVM's lines summed, and the image's */
   readonly "cost": (CostReport) | null;
+}
+
+/** The data of a microvm.checkpoint envelope. */
+export interface CheckpointData {
+  /** save: checkpoint holds the new manifest; ls: checkpoints lists them; rm: removed names the deleted keys */
+  readonly "action": "save" | "ls" | "rm";
+  /** the manifest written (save) or removed (rm); null for ls */
+  readonly "checkpoint": (CheckpointManifest) | null;
+  /** ls: every stored checkpoint (with --name, that one), newest first; empty otherwise */
+  readonly "checkpoints": CheckpointManifest[];
+  /** rm: the bucket keys deleted (the manifest, and the object when no other manifest names it); empty otherwise */
+  readonly "removed": string[];
+  /** the S3 bucket the checkpoints are in (on an emulator, its S3 slice) */
+  readonly "bucket": string;
 }
 
 /** One "output" event of a stream. */
@@ -917,6 +975,68 @@ export interface RunManyArgs {
   readonly "agentd"?: string;
 }
 
+/** The arguments of checkpoint: save paths of the sandbox (its working directory when none, which must not be /) as a checkpoint: the CLI's checkpoint ID. Every key may be left out. */
+export interface CheckpointArgs {
+  /** absolute guest paths to save; empty is the working directory */
+  readonly "paths"?: string[];
+  /** the checkpoint's name; empty stores it under its digest */
+  readonly "name"?: string;
+  /** KEY=VALUE entries kept in the manifest */
+  readonly "labels"?: string[];
+  /** leave the sandbox's commands running while its files are read; the manifest's changedUnderneath names what changed */
+  readonly "noPause"?: boolean;
+}
+
+/** The arguments of checkpoint_ls: the stored checkpoints, newest first: the CLI's checkpoint ls. Every key may be left out. */
+export interface CheckpointLsArgs {
+  /** only the checkpoint of this name or digest */
+  readonly "name"?: string;
+}
+
+/** The arguments of checkpoint_rm: remove a checkpoint by name or digest: the CLI's checkpoint rm. Every key may be left out. */
+export interface CheckpointRmArgs {
+  /** the checkpoint's name or digest */
+  readonly "ref"?: string;
+}
+
+/** The arguments of fork: checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running. Every key may be left out. */
+export interface ForkArgs {
+  /** how many copies, 1..MAX_FLEET_COUNT */
+  readonly "count"?: number;
+  /** at most this many alive at once; zero is DEFAULT_FLEET_PARALLEL, or count when smaller */
+  readonly "parallel"?: number;
+  /** a shell command run in each copy; empty only restores and tears down */
+  readonly "command"?: string;
+  /** seconds to wait for each command; zero is the CLI's default */
+  readonly "timeoutSec"?: number;
+  /** as checkpoint's */
+  readonly "paths"?: string[];
+  /** as checkpoint's */
+  readonly "name"?: string;
+  /** as checkpoint's */
+  readonly "labels"?: string[];
+  /** as checkpoint's */
+  readonly "noPause"?: boolean;
+}
+
+/** The arguments of restore: launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches. Every key may be left out. */
+export interface RestoreArgs {
+  /** the checkpoint's name or digest */
+  readonly "ref"?: string;
+  /** as create's */
+  readonly "local"?: boolean;
+  /** as create's */
+  readonly "region"?: string;
+  /** as create's */
+  readonly "controlEndpoint"?: string;
+  /** as create's */
+  readonly "agentd"?: string;
+  /** lay the files into imageVersion when it is not the checkpoint's */
+  readonly "allowOtherVersion"?: boolean;
+  /** another image version to restore into, with allowOtherVersion */
+  readonly "imageVersion"?: string;
+}
+
 /** One typed method per op; a subclass sends the request in call and stream. */
 export abstract class Ops {
   protected abstract call(op: OpName, args: object): Promise<unknown>;
@@ -1140,5 +1260,30 @@ export abstract class Ops {
   /** run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). */
   protected async opRunMany(args: RunManyArgs): Promise<RunFleetData> {
     return (await this.call("run_many", args)) as RunFleetData;
+  }
+
+  /** save paths of the sandbox (its working directory when none, which must not be /) as a checkpoint: the CLI's checkpoint ID. */
+  protected async opCheckpoint(args: CheckpointArgs): Promise<CheckpointData> {
+    return (await this.call("checkpoint", args)) as CheckpointData;
+  }
+
+  /** the stored checkpoints, newest first: the CLI's checkpoint ls. */
+  protected async opCheckpointLs(args: CheckpointLsArgs): Promise<CheckpointData> {
+    return (await this.call("checkpoint_ls", args)) as CheckpointData;
+  }
+
+  /** remove a checkpoint by name or digest: the CLI's checkpoint rm. */
+  protected async opCheckpointRm(args: CheckpointRmArgs): Promise<CheckpointData> {
+    return (await this.call("checkpoint_rm", args)) as CheckpointData;
+  }
+
+  /** checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running. */
+  protected async opFork(args: ForkArgs): Promise<RunFleetData> {
+    return (await this.call("fork", args)) as RunFleetData;
+  }
+
+  /** launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches. */
+  protected async opRestore(args: RestoreArgs): Promise<SandboxData> {
+    return (await this.call("restore", args)) as SandboxData;
   }
 }

@@ -304,6 +304,11 @@ class Engine extends C.Ops {
   poolRelease(a: C.PoolReleaseArgs) { return this.opPoolRelease(a); }
   poolCost() { return this.opPoolCost({}); }
   poolClose() { return this.opPoolClose({}); }
+  checkpoint(a: C.CheckpointArgs) { return this.opCheckpoint(a); }
+  checkpointLs(a: C.CheckpointLsArgs) { return this.opCheckpointLs(a); }
+  checkpointRm(a: C.CheckpointRmArgs) { return this.opCheckpointRm(a); }
+  fork(a: C.ForkArgs) { return this.opFork(a); }
+  restore(a: C.RestoreArgs) { return this.opRestore(a); }
 
   /** End in-flight request requestId (a watch, a follow, a wait); a request already answered, or a gone engine, is no error. */
   async cancelRequest(requestId: number): Promise<void> {
@@ -749,8 +754,42 @@ export interface AttachOptions {
 export class Sandbox implements AsyncDisposable {
   readonly files: Files;
 
+  /** The stored checkpoints (issue 47): MICROVM_BUCKET on AWS, the emulator's S3 slice locally. */
+  readonly checkpoints: Checkpoints;
+
   private constructor(private readonly engine: Engine, private info: C.SandboxData) {
     this.files = new Files(engine);
+    this.checkpoints = new Checkpoints(engine);
+  }
+
+  /**
+   * Launch a sandbox from a stored checkpoint (name or digest): its image and
+   * version, its files laid before anything runs. A corrupted or
+   * other-version checkpoint throws CheckpointRefusedError before anything
+   * launches. The store is a running emulator's (controlEndpoint) or AWS's.
+   */
+  static async restore(checkpoint: string, opts: RestoreOptions = {}): Promise<Sandbox> {
+    const engine = new Engine(opts.binary);
+    try {
+      return new Sandbox(engine, await engine.restore({
+        ref: checkpoint, local: false, region: opts.region ?? "", controlEndpoint: opts.controlEndpoint ?? "", agentd: "",
+        allowOtherVersion: opts.allowOtherVersion ?? false, imageVersion: opts.imageVersion ?? "",
+      }));
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+  }
+
+  /** Save paths (default the working directory, which must not be /) as a checkpoint; returns its manifest. */
+  async checkpoint(opts: CheckpointOptions = {}): Promise<C.CheckpointManifest> {
+    const d = await this.engine.checkpoint(saveArgs(opts));
+    return d.checkpoint!;
+  }
+
+  /** Checkpoint this sandbox and run command in n copies restored from it, each torn down; this one keeps running. */
+  async fork(n: number, opts: ForkOptions = {}): Promise<FleetResult> {
+    return fleetOf(() => this.engine.fork({ ...saveArgs(opts), count: n, parallel: opts.parallel ?? 0, command: opts.command ?? "", timeoutSec: opts.timeoutSec ?? 0 }));
   }
 
   static async create(opts: CreateOptions = {}): Promise<Sandbox> {
@@ -995,13 +1034,22 @@ export interface RunManyOptions {
 export async function runMany(command: string, opts: RunManyOptions): Promise<FleetResult> {
   const engine = new Engine(opts.binary);
   try {
+    return await fleetOf(() => engine.runMany({
+      count: opts.count, parallel: opts.parallel ?? 0, command, local: opts.local ?? false, image: opts.image ?? "",
+      region: opts.region ?? "", controlEndpoint: opts.controlEndpoint ?? "", executionRoleArn: opts.executionRoleArn ?? "",
+      agentd: opts.agentd ?? "", timeoutSec: opts.timeoutSec ?? 0,
+    }));
+  } finally {
+    await engine.close();
+  }
+}
+
+/** The FleetResult of a fleet op (run_many, fork); a command's non-zero exit is a result, not a throw. */
+async function fleetOf(call: () => Promise<C.RunFleetData>): Promise<FleetResult> {
+  {
     let data: C.RunFleetData;
     try {
-      data = await engine.runMany({
-        count: opts.count, parallel: opts.parallel ?? 0, command, local: opts.local ?? false, image: opts.image ?? "",
-        region: opts.region ?? "", controlEndpoint: opts.controlEndpoint ?? "", executionRoleArn: opts.executionRoleArn ?? "",
-        agentd: opts.agentd ?? "", timeoutSec: opts.timeoutSec ?? 0,
-      });
+      data = await call();
     } catch (err) {
       // The fleet ran; a command exited non-zero (ERR_EXEC_FAILED, the worst
       // run's exit by the exit table): still a result.
@@ -1018,9 +1066,43 @@ export async function runMany(command: string, opts: RunManyOptions): Promise<Fl
     const c = data.cost;
     const cost = c ? { label: c.label, size: c.size, items: c.lines, totalUsd: c.totalUsd, isLowerBound: c.isLowerBound, staleness: c.staleness, text: c.text } : null;
     return { imageIdentifier: data.imageIdentifier, runs, leaked: data.leaked, cost, ok: runs.every((r) => r.ok) && data.leaked.length === 0 };
-  } finally {
-    await engine.close();
   }
+}
+
+export interface CheckpointOptions {
+  /** Absolute guest paths to save; unset, the working directory (which must not be /). */
+  paths?: string[];
+  name?: string;
+  labels?: Record<string, string>;
+  /** false leaves the guest's commands running while its files are read. */
+  pause?: boolean;
+}
+
+export interface ForkOptions extends CheckpointOptions {
+  command?: string;
+  parallel?: number;
+  timeoutSec?: number;
+}
+
+export interface RestoreOptions {
+  controlEndpoint?: string;
+  region?: string;
+  imageVersion?: string;
+  allowOtherVersion?: boolean;
+  binary?: string;
+}
+
+function saveArgs(o: CheckpointOptions): C.CheckpointArgs {
+  return { paths: o.paths ?? [], name: o.name ?? "", labels: Object.entries(o.labels ?? {}).map(([k, v]) => `${k}=${v}`), noPause: o.pause === false };
+}
+
+/** The stored checkpoints, through a sandbox's engine. */
+export class Checkpoints {
+  constructor(private readonly engine: Engine) {}
+  /** Every stored checkpoint's manifest, newest first (with name, that one). */
+  async list(name = ""): Promise<C.CheckpointManifest[]> { return (await this.engine.checkpointLs({ name })).checkpoints; }
+  /** Remove a checkpoint by name or digest; the bucket keys deleted. */
+  async remove(ref: string): Promise<string[]> { return (await this.engine.checkpointRm({ ref })).removed; }
 }
 
 /** The pool as its engine last saw it. */

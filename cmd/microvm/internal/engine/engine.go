@@ -215,6 +215,12 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.attach(ctx, args)
+	case engineapi.OpRestore:
+		var args engineapi.RestoreArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.restore(ctx, args)
 	case engineapi.OpRunMany:
 		var args engineapi.RunManyArgs
 		if err := decodeArgs(req.Args, &args); err != nil {
@@ -274,6 +280,8 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		return "", nil, err
 	}
 	switch req.Op {
+	case engineapi.OpCheckpoint, engineapi.OpCheckpointLs, engineapi.OpCheckpointRm, engineapi.OpFork:
+		return e.checkpointOp(ctx, sb, req)
 	case engineapi.OpInfo:
 		return engineapi.TypeSandbox, e.info(), nil
 	case engineapi.OpRun:

@@ -381,5 +381,7 @@ func (s *mcpServer) server() *mcp.Server {
 	addTool(s, srv, mcpapi.ToolSandboxResume, s.resume)
 	addTool(s, srv, mcpapi.ToolSandboxTerminate, s.terminate)
 	addTool(s, srv, mcpapi.ToolSandboxList, s.list)
+	addTool(s, srv, mcpapi.ToolSandboxCheckpoint, s.checkpoint)
+	addTool(s, srv, mcpapi.ToolSandboxFork, s.fork)
 	return srv
 }

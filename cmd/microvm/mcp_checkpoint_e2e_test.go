@@ -1,0 +1,56 @@
+package main_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/microvms/microvms/gen/mcpapi"
+)
+
+// Catches, through `microvm mcp --local` over stdio: a sandbox_checkpoint
+// that saves nothing or other paths, a sandbox_fork whose copies miss the
+// files or share one copy (each writes a marker the other must not see),
+// a copy's non-zero exit turned into a tool error, and a default of "/"
+// saved instead of refused naming the paths to pass.
+func TestMCPCheckpointAndFork(t *testing.T) {
+	agentdBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, stdin, stdout, _ := startMCP(t, false)
+	cs, _ := connectMCP(t, ctx, &mcp.IOTransport{Reader: stdout, Writer: stdin})
+	var made mcpapi.SandboxCreateResult
+	call(t, ctx, cs, mcpapi.ToolSandboxCreate, map[string]any{}, &made)
+	id := made.SandboxID
+	dir := "/tmp/ckpt-mcp"
+	var ex mcpapi.SandboxExecResult
+	call(t, ctx, cs, mcpapi.ToolSandboxExec, map[string]any{"sandbox_id": id, "command": "mkdir -p " + dir + "/src && echo one > " + dir + "/src/a.txt"}, &ex)
+
+	refused, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpapi.ToolSandboxCheckpoint, Arguments: map[string]any{"sandbox_id": id}})
+	if err != nil || !refused.IsError || !strings.Contains(text(refused), "ERR_INVALID_ARG") || !strings.Contains(text(refused), "paths") {
+		t.Fatalf("a checkpoint of the default / was not refused naming paths: %v %s", err, text(refused))
+	}
+	var cp mcpapi.SandboxCheckpointResult
+	call(t, ctx, cs, mcpapi.ToolSandboxCheckpoint, map[string]any{"sandbox_id": id, "paths": []string{dir}, "name": "mcp-base"}, &cp)
+	if cp.Name != "mcp-base" || len(cp.Paths) != 1 || cp.Paths[0] != dir || cp.Files < 3 || !strings.HasPrefix(cp.Digest, "sha256:") {
+		t.Fatalf("checkpoint: %+v", cp)
+	}
+	var fk mcpapi.SandboxForkResult
+	call(t, ctx, cs, mcpapi.ToolSandboxFork, map[string]any{"sandbox_id": id, "count": 2, "paths": []string{dir},
+		"command": "cat " + dir + "/src/a.txt; ls " + dir + "; touch " + dir + "/mine; exit 3"}, &fk)
+	if len(fk.Runs) != 2 || len(fk.Leaked) != 0 || fk.Checkpoint == "" {
+		t.Fatalf("fork: %+v", fk)
+	}
+	for _, r := range fk.Runs {
+		if r.ExitCode == nil || *r.ExitCode != 3 || r.Stdout != "one\nsrc\n" || r.SandboxID == id {
+			t.Fatalf("a copy: %+v", r)
+		}
+	}
+	call(t, ctx, cs, mcpapi.ToolSandboxExec, map[string]any{"sandbox_id": id, "command": "ls " + dir}, &ex)
+	if ex.Stdout != "src\n" {
+		t.Fatalf("the original changed under its forks: %q", ex.Stdout)
+	}
+}
