@@ -23,9 +23,11 @@ import (
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/testbin"
+	"github.com/microvms/microvms/localvm"
 )
 
 func TestMain(m *testing.M) {
+	localvm.Init() // this test binary is also every local guest's init
 	bin, err := testbin.Build("cmd/agentd", testbin.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
