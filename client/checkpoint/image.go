@@ -230,7 +230,6 @@ func bakeArtifact(old []byte, object string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-
 // bareBaseVersion is a read-back baseImageVersion in the bare integer a
 // create takes: the service reads a pin of 1 back as 1.0 and refuses 1.0
 // in a create (docs/PLATFORM.md, base-image-version-normalised and
