@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/microvms/microvms/client/sandbox"
 )
 
 // fakeClock is the volumes' injected clock: a dead holder's lease expires
@@ -245,4 +247,59 @@ func TestParseMount(t *testing.T) {
 	if m, err := ParseMount("data.v1:/work/data"); err != nil || m != (Mount{Name: "data.v1", Path: "/work/data"}) {
 		t.Fatalf("ParseMount = %+v, %v", m, err)
 	}
+}
+
+// Catches: a launch whose refused attach leaves the sandbox running or the
+// first volume leased, and a Terminate that does not save before it tears
+// down.
+func TestVolumeLaunchAndTerminate(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	v, _ := e.volumes(0)
+	w, err := v.Launch(ctx, e.emu.Launch, sandbox.Options{}, Mount{Name: "a", Path: "/tmp/a"}, Mount{Name: "b", Path: "/tmp/b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w.Sandbox, "echo 1 > /tmp/a/x && echo 2 > /tmp/b/y")
+	before := liveMicrovms(t, e)
+	_, err = v.Launch(ctx, e.emu.Launch, sandbox.Options{}, Mount{Name: "c", Path: "/tmp/c"}, Mount{Name: "b", Path: "/tmp/b"})
+	refusal(t, err, ReasonVolumeLeased)
+	if after := liveMicrovms(t, e); after != before {
+		t.Fatalf("a refused launch left a sandbox running (%d live, %d before)", after, before)
+	}
+	if infos, _ := v.List(ctx); len(infos) != 2 {
+		t.Fatalf("a refused launch left volume c leased: %+v", infos)
+	}
+	rep, saved, err := w.Terminate(ctx, teardown)
+	if err != nil || len(saved) != 2 || !rep.MicrovmTerminated {
+		t.Fatalf("Terminate = %+v, %+v, %v", rep, saved, err)
+	}
+	w2, err := v.Launch(ctx, e.emu.Launch, sandbox.Options{}, Mount{Name: "b", Path: "/tmp/b"}, Mount{Name: "a", Path: "/tmp/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Terminate(ctx, teardown)
+	if got := run(t, w2.Sandbox, "cat /tmp/a/x /tmp/b/y"); got != "1\n2\n" {
+		t.Fatalf("relaunch sees %q", got)
+	}
+}
+
+// liveMicrovms counts the MicroVMs not TERMINATED.
+func liveMicrovms(t *testing.T, e *env) int {
+	t.Helper()
+	c, err := e.emu.Client(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sandbox.List(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range l {
+		if s.State != "TERMINATED" {
+			n++
+		}
+	}
+	return n
 }
