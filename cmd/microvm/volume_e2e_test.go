@@ -1,0 +1,39 @@
+package main_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/microvms/microvms/emulator"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// Catches: a --volume whose files do not outlive the run's teardown (no
+// generation saved, or none laid at the next launch), a volume held by a
+// kept MicroVM that a second run may still attach, and --volume on a
+// fleet (many writers of one volume) accepted.
+func TestRunVolumeAcrossRuns(t *testing.T) {
+	env, _ := lifecycleEnv(t)
+	emu, url := testEmulator(t, emulator.Options{})
+	emu.AddImage("vol")
+	emu.CreateBucket("vols")
+	env = append(env, "AWS_ENDPOINT_URL="+url, "MICROVM_BUCKET=vols")
+	at := []string{"--control-endpoint", url, "--image", "vol", "--volume", "data:/tmp/vol"}
+	first := cli(t, env, "", append([]string{"run", "--exec", "ls -A /tmp/vol | wc -l; echo kept > /tmp/vol/f"}, at...)...)
+	if first.code != 0 || strings.TrimSpace(first.stdout) != "0" {
+		t.Fatalf("first run: exit %d stdout %q\n%s", first.code, first.stdout, first.stderr)
+	}
+	second := cli(t, env, "", append([]string{"run", "--exec", "cat /tmp/vol/f"}, at...)...)
+	if second.code != 0 || second.stdout != "kept\n" {
+		t.Fatalf("second run: exit %d stdout %q\n%s", second.code, second.stdout, second.stderr)
+	}
+	d := data(envelope(t, cli(t, env, "", append([]string{"--json", "run", "--keep"}, at...)...)))
+	holder := d["microvmId"].(string)
+	inv := cli(t, env, "", append([]string{"--json", "run", "--exec", "true"}, at...)...)
+	wantFailure(t, inv, taxonomy.KindCheckpointRefused, taxonomy.FindingNoUserSnapshot)
+	if !strings.Contains(inv.stdout, holder) {
+		t.Fatalf("the refusal does not name the holder %s: %s", holder, inv.stdout)
+	}
+	wantFailure(t, cli(t, env, "", append([]string{"--json", "run", "--count", "2"}, at...)...), taxonomy.KindInvalidArg, "")
+	cli(t, env, "", "terminate", holder, "--control-endpoint", url)
+}
