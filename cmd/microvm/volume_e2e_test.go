@@ -35,5 +35,32 @@ func TestRunVolumeAcrossRuns(t *testing.T) {
 		t.Fatalf("the refusal does not name the holder %s: %s", holder, inv.stdout)
 	}
 	wantFailure(t, cli(t, env, "", append([]string{"--json", "run", "--count", "2"}, at...)...), taxonomy.KindInvalidArg, "")
+
+	ctl := []string{"--control-endpoint", url}
+	vol := func(args ...string) map[string]any {
+		t.Helper()
+		inv := cli(t, env, "", append(append([]string{"--json", "volume"}, args...), ctl...)...)
+		if inv.code != 0 {
+			t.Fatalf("volume %v: exit %d\n%s\n%s", args, inv.code, inv.stdout, inv.stderr)
+		}
+		return data(envelope(t, inv))
+	}
+	ls := vol("ls")["volumes"].([]any)
+	if len(ls) != 1 {
+		t.Fatalf("volume ls: %v", ls)
+	}
+	v := ls[0].(map[string]any)
+	if v["name"] != "data" || v["holder"] != holder || len(v["generations"].([]any)) != 2 || v["leaseExpired"] != false {
+		t.Fatalf("volume ls: %v", v)
+	}
+	if code := cli(t, env, "", append([]string{"exec", "--microvm-id", holder, "echo synced > /tmp/vol/f"}, ctl...)...).code; code != 0 {
+		t.Fatalf("exec in the holder: exit %d", code)
+	}
+	saved := vol("sync", holder)["saved"].([]any)
+	if len(saved) != 1 || saved[0].(map[string]any)["name"] != "g000000003" {
+		t.Fatalf("volume sync: %v", saved)
+	}
+	inv = cli(t, env, "", append([]string{"--json", "volume", "rm", "data"}, ctl...)...)
+	wantFailure(t, inv, taxonomy.KindCheckpointRefused, taxonomy.FindingNoUserSnapshot)
 	cli(t, env, "", "terminate", holder, "--control-endpoint", url)
 }

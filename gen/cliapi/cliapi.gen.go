@@ -962,7 +962,7 @@ var Commands = []Command{
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
 	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: false},
-	{Name: "volume", Type: "microvm.volume", Ready: false},
+	{Name: "volume", Type: "microvm.volume", Ready: true},
 	{Name: "network", Type: "microvm.network", Ready: false},
 }
 

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/microvms/microvms/client/checkpoint"
+	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/cmd/microvm/internal/render"
+	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/gen/taxonomy"
+)
+
+// VolumeCmd lists and removes volumes (client/checkpoint Volumes) and
+// saves a new generation of the volumes a kept MicroVM holds.
+type VolumeCmd struct {
+	Action   string `arg:"" help:"ls: every volume, its generations and lease; rm NAME: delete a volume no live MicroVM holds; sync ID: save a generation of each volume the kept MicroVM ID holds (renewing its leases)."`
+	Target   string `arg:"" optional:"" help:"The volume (rm) or the MicroVM id (sync)."`
+	Bucket   string `help:"The S3 bucket the volumes live in; unset: setup.env's." env:"MICROVM_BUCKET" placeholder:"BUCKET"`
+	StateDir string `name:"state-dir" help:"Where kept MicroVMs are remembered (sync finds the agent token there); defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
+	LifecycleFlags
+}
+
+func (c *VolumeCmd) run(ctx context.Context, a *app) (*render.Result, error) {
+	// The actions are the envelope's action domain (api/cli.yaml), checked
+	// here rather than published as a parser domain of their own.
+	if c.Action != "ls" && c.Action != "rm" && c.Action != "sync" {
+		return nil, render.InvalidArg("", "volume %q: the actions are ls, rm NAME and sync ID", c.Action)
+	}
+	if (c.Action == "ls") != (c.Target == "") {
+		return nil, render.InvalidArg("", "volume ls takes no argument; volume rm takes a NAME and volume sync a MicroVM ID")
+	}
+	p, err := c.open(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	infra := InfraFlags{Bucket: c.Bucket}.withSetupIn(a, c.StateDir, p)
+	v, err := p.Volumes(ctx, infra.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	d := cliapi.VolumeData{Action: c.Action, Volumes: []cliapi.VolumeInfo{}, Removed: []string{}, Saved: []cliapi.CheckpointManifest{}}
+	switch c.Action {
+	case "ls":
+		infos, err := v.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range infos {
+			vi := cliapi.VolumeInfo{Name: i.Name, Generations: []cliapi.CheckpointManifest{}, LeaseExpired: i.Expired}
+			for _, g := range i.Generations {
+				vi.Generations = append(vi.Generations, manifestOut(g))
+			}
+			if i.Lease != nil {
+				holder, exp := i.Lease.Holder, i.Lease.Expires.UTC().Format(time.RFC3339)
+				vi.Holder, vi.LeaseExpires = &holder, &exp
+			}
+			d.Volumes = append(d.Volumes, vi)
+		}
+	case "rm":
+		removed, err := v.Remove(ctx, c.Target)
+		d.Removed = append(d.Removed, removed...)
+		if err != nil {
+			return nil, err
+		}
+	case "sync":
+		saved, err := c.sync(ctx, a, p, v)
+		d.Saved = append(d.Saved, saved...)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &render.Result{Type: cliapi.TypeVolume, Data: d, Human: func(w io.Writer) error { return volumeHuman(w, d) }}, nil
+}
+
+// sync saves a generation of every volume the kept MicroVM c.Target holds.
+func (c *VolumeCmd) sync(ctx context.Context, a *app, p *plane, v *checkpoint.Volumes) ([]cliapi.CheckpointManifest, error) {
+	held, err := v.Held(ctx, c.Target)
+	if err != nil {
+		return nil, err
+	}
+	if len(held) == 0 {
+		return nil, render.InvalidArg("", "MicroVM %s holds no volume (or its leases expired unrenewed: attach them again with run --volume)", c.Target)
+	}
+	f := AttachFlags{MicrovmID: c.Target, StateDir: c.StateDir, Port: taxonomy.DefaultAgentPort}
+	if _, err := f.fillFromKept(a); err != nil {
+		return nil, err
+	}
+	if f.AgentToken == "" {
+		return nil, render.InvalidArg("", "MicroVM %s is not one this user kept (run --keep): its agent token is unknown here", c.Target)
+	}
+	sb, err := sandbox.Attach(ctx, p.Control(), c.Target, f.AgentToken, sandbox.Options{Port: f.Port, Wait: p.Wait(time.Minute)})
+	if err != nil {
+		return nil, err
+	}
+	var out []cliapi.CheckpointManifest
+	for _, l := range held {
+		at, err := v.Resume(ctx, sb, checkpoint.Mount{Name: l.Volume, Path: l.Path})
+		if err != nil {
+			return out, err
+		}
+		m, err := at.Sync(ctx)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, manifestOut(m))
+	}
+	return out, nil
+}
+
+// manifestOut is m with every array present, as the envelope's keys are.
+func manifestOut(m cliapi.CheckpointManifest) cliapi.CheckpointManifest {
+	if m.Paths == nil {
+		m.Paths = []string{}
+	}
+	if m.Labels == nil {
+		m.Labels = []cliapi.CheckpointLabel{}
+	}
+	if m.ChangedUnderneath == nil {
+		m.ChangedUnderneath = []string{}
+	}
+	return m
+}
+
+func volumeHuman(w io.Writer, d cliapi.VolumeData) error {
+	var err error
+	switch d.Action {
+	case "ls":
+		if len(d.Volumes) == 0 {
+			_, err = fmt.Fprintln(w, "no volumes")
+		}
+		for _, v := range d.Volumes {
+			holder := "free"
+			if v.Holder != nil {
+				holder = "held by " + *v.Holder + " until " + *v.LeaseExpires
+				if v.LeaseExpired {
+					holder = "lease of " + *v.Holder + " expired " + *v.LeaseExpires
+				}
+			}
+			if _, err = fmt.Fprintf(w, "%s\t%d generations\t%s\n", v.Name, len(v.Generations), holder); err != nil {
+				return err
+			}
+		}
+	case "rm":
+		_, err = fmt.Fprintf(w, "removed %d keys\n", len(d.Removed))
+	case "sync":
+		for _, m := range d.Saved {
+			if _, err = fmt.Fprintf(w, "saved generation %s of %v (%d files)\n", m.Name, m.Paths, m.Files); err != nil {
+				return err
+			}
+		}
+	}
+	return err
+}
