@@ -78,21 +78,30 @@ func (c *VolumeCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 
 // sync saves a generation of every volume the kept MicroVM c.Target holds.
 func (c *VolumeCmd) sync(ctx context.Context, a *app, p *plane, v *checkpoint.Volumes) ([]cliapi.CheckpointManifest, error) {
-	held, err := v.Held(ctx, c.Target)
+	return saveHeld(ctx, a, p, v, c.Target, c.StateDir, false)
+}
+
+// saveHeld saves a generation of every volume the kept MicroVM id holds,
+// and with release lets go of their leases too (what its terminate does).
+func saveHeld(ctx context.Context, a *app, p *plane, v *checkpoint.Volumes, id, stateDir string, release bool) ([]cliapi.CheckpointManifest, error) {
+	held, err := v.Held(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if len(held) == 0 {
-		return nil, render.InvalidArg("", "MicroVM %s holds no volume (or its leases expired unrenewed: attach them again with run --volume)", c.Target)
+		if release {
+			return nil, nil
+		}
+		return nil, render.InvalidArg("", "MicroVM %s holds no volume (or its leases expired unrenewed: attach them again with run --volume)", id)
 	}
-	f := AttachFlags{MicrovmID: c.Target, StateDir: c.StateDir, Port: taxonomy.DefaultAgentPort}
+	f := AttachFlags{MicrovmID: id, StateDir: stateDir, Port: taxonomy.DefaultAgentPort}
 	if _, err := f.fillFromKept(a); err != nil {
 		return nil, err
 	}
 	if f.AgentToken == "" {
-		return nil, render.InvalidArg("", "MicroVM %s is not one this user kept (run --keep): its agent token is unknown here", c.Target)
+		return nil, render.InvalidArg("", "MicroVM %s is not one this user kept (run --keep): its agent token is unknown here", id)
 	}
-	sb, err := sandbox.Attach(ctx, p.Control(), c.Target, f.AgentToken, sandbox.Options{Port: f.Port, Wait: p.Wait(time.Minute)})
+	sb, err := sandbox.Attach(ctx, p.Control(), id, f.AgentToken, sandbox.Options{Port: f.Port, Wait: p.Wait(time.Minute)})
 	if err != nil {
 		return nil, err
 	}
@@ -102,13 +111,43 @@ func (c *VolumeCmd) sync(ctx context.Context, a *app, p *plane, v *checkpoint.Vo
 		if err != nil {
 			return out, err
 		}
-		m, err := at.Sync(ctx)
+		var m checkpoint.Manifest
+		if release {
+			var saved *checkpoint.Manifest
+			if saved, err = at.Detach(ctx, true); saved != nil {
+				m = *saved
+			}
+		} else {
+			m, err = at.Sync(ctx)
+		}
 		if err != nil {
 			return out, err
 		}
 		out = append(out, manifestOut(m))
 	}
 	return out, nil
+}
+
+// releaseVolumes is terminate's part: the volumes the kept MicroVM id
+// holds get a last generation and their leases back, when a bucket is
+// known (MICROVM_BUCKET or setup.env's). A failure is warned of, never
+// fatal: the teardown goes on, and an unreleased lease expires.
+func releaseVolumes(ctx context.Context, a *app, p *plane, id, stateDir string) {
+	infra := InfraFlags{Bucket: a.Env("MICROVM_BUCKET")}.withSetupIn(a, stateDir, p)
+	if infra.Bucket == "" {
+		return
+	}
+	v, err := p.Volumes(ctx, infra.Bucket)
+	if err == nil {
+		var saved []cliapi.CheckpointManifest
+		saved, err = saveHeld(ctx, a, p, v, id, stateDir, true)
+		for _, m := range saved {
+			a.Progress("saved generation %s of %v and released its volume", m.Name, m.Paths)
+		}
+	}
+	if err != nil {
+		a.Warn("the volumes %s holds were not saved and released (their leases expire unrenewed): %v", id, err)
+	}
 }
 
 // manifestOut is m with every array present, as the envelope's keys are.

@@ -62,5 +62,25 @@ func TestRunVolumeAcrossRuns(t *testing.T) {
 	}
 	inv = cli(t, env, "", append([]string{"--json", "volume", "rm", "data"}, ctl...)...)
 	wantFailure(t, inv, taxonomy.KindCheckpointRefused, taxonomy.FindingNoUserSnapshot)
-	cli(t, env, "", "terminate", holder, "--control-endpoint", url)
+	// Terminating the holder saves a last generation and releases the
+	// lease: the volume is free, and a run sees what the holder last wrote.
+	if code := cli(t, env, "", append([]string{"exec", "--microvm-id", holder, "echo last > /tmp/vol/f"}, ctl...)...).code; code != 0 {
+		t.Fatalf("exec in the holder: exit %d", code)
+	}
+	if inv := cli(t, env, "", "terminate", holder, "--control-endpoint", url); inv.code != 0 {
+		t.Fatalf("terminate: %d %s", inv.code, inv.stderr)
+	}
+	if v := vol("ls")["volumes"].([]any)[0].(map[string]any); v["holder"] != nil {
+		t.Fatalf("terminate left the lease: %v", v)
+	}
+	last := cli(t, env, "", append([]string{"run", "--exec", "cat /tmp/vol/f"}, at...)...)
+	if last.code != 0 || last.stdout != "last\n" {
+		t.Fatalf("after terminate: exit %d stdout %q\n%s", last.code, last.stdout, last.stderr)
+	}
+	if removed := vol("rm", "data")["removed"].([]any); len(removed) == 0 {
+		t.Fatal("volume rm removed nothing")
+	}
+	if ls := vol("ls")["volumes"].([]any); len(ls) != 0 {
+		t.Fatalf("after rm: %v", ls)
+	}
 }
