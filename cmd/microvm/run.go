@@ -67,6 +67,9 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		}
 		return c.runFleet(ctx, a) // fleet.go
 	}
+	if len(c.Volume) > 0 && c.Local {
+		return nil, render.InvalidArg("", "--volume with --local: the in-process emulator's S3 ends with this command, so no generation would outlive the run; run `microvm emulator` and pass --control-endpoint")
+	}
 	var mounts []checkpoint.Mount
 	for _, v := range c.Volume {
 		m, err := checkpoint.ParseMount(v)

@@ -35,6 +35,8 @@ func TestRunVolumeAcrossRuns(t *testing.T) {
 		t.Fatalf("the refusal does not name the holder %s: %s", holder, inv.stdout)
 	}
 	wantFailure(t, cli(t, env, "", append([]string{"--json", "run", "--count", "2"}, at...)...), taxonomy.KindInvalidArg, "")
+	wantFailure(t, cli(t, env, "", "--json", "run", "--local", "--volume", "data:/tmp/vol"), taxonomy.KindInvalidArg, "")
+	wantFailure(t, cli(t, env, "", append([]string{"--json", "run", "--volume", "data:relative"}, at[:4]...)...), taxonomy.KindInvalidArg, "")
 
 	ctl := []string{"--control-endpoint", url}
 	vol := func(args ...string) map[string]any {
