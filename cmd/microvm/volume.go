@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client/checkpoint"
-	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -81,51 +80,22 @@ func (c *VolumeCmd) sync(ctx context.Context, a *app, p *plane, v *checkpoint.Vo
 	return saveHeld(ctx, a, p, v, c.Target, c.StateDir, false)
 }
 
-// saveHeld saves a generation of every volume the kept MicroVM id holds,
-// and with release lets go of their leases too (what its terminate does).
+// saveHeld saves a generation of every volume the kept MicroVM id holds
+// (platform.SaveVolumes), with release letting go of their leases too.
 func saveHeld(ctx context.Context, a *app, p *plane, v *checkpoint.Volumes, id, stateDir string, release bool) ([]cliapi.CheckpointManifest, error) {
-	held, err := v.Held(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if len(held) == 0 {
-		if release {
-			return nil, nil
-		}
-		return nil, render.InvalidArg("", "MicroVM %s holds no volume (or its leases expired unrenewed: attach them again with run --volume)", id)
-	}
 	f := AttachFlags{MicrovmID: id, StateDir: stateDir, Port: taxonomy.DefaultAgentPort}
 	if _, err := f.fillFromKept(a); err != nil {
 		return nil, err
 	}
-	if f.AgentToken == "" {
-		return nil, render.InvalidArg("", "MicroVM %s is not one this user kept (run --keep): its agent token is unknown here", id)
+	saved, err := p.SaveVolumes(ctx, v, id, f.AgentToken, f.Port, release)
+	if err == nil && len(saved) == 0 && !release {
+		err = render.InvalidArg("", "MicroVM %s holds no volume (or its leases expired unrenewed: attach them again with run --volume)", id)
 	}
-	sb, err := sandbox.Attach(ctx, p.Control(), id, f.AgentToken, sandbox.Options{Port: f.Port, Wait: p.Wait(time.Minute)})
-	if err != nil {
-		return nil, err
-	}
-	var out []cliapi.CheckpointManifest
-	for _, l := range held {
-		at, err := v.Resume(ctx, sb, checkpoint.Mount{Name: l.Volume, Path: l.Path})
-		if err != nil {
-			return out, err
-		}
-		var m checkpoint.Manifest
-		if release {
-			var saved *checkpoint.Manifest
-			if saved, err = at.Detach(ctx, true); saved != nil {
-				m = *saved
-			}
-		} else {
-			m, err = at.Sync(ctx)
-		}
-		if err != nil {
-			return out, err
-		}
+	out := []cliapi.CheckpointManifest{}
+	for _, m := range saved {
 		out = append(out, manifestOut(m))
 	}
-	return out, nil
+	return out, err
 }
 
 // releaseVolumes is terminate's part: the volumes the kept MicroVM id
