@@ -238,6 +238,10 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		delete(s.s3.buckets, bucket)
 		w.WriteHeader(http.StatusNoContent)
 	case "PutObject":
+		if f := putPrecondition(r, b.objects[key]); f != nil {
+			fail(*f)
+			return
+		}
 		obj := &s3Object{body: body, etag: etagOf(body), modified: s.opt.Now(), ctype: r.Header.Get("Content-Type"), checksum: checksumHeaders(r)}
 		b.objects[key] = obj
 		obj.writeHeaders(w)

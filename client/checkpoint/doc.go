@@ -55,6 +55,40 @@
 // ChangedUnderneath lists every path whose size or mtime changed between
 // the read and a listing taken after it.
 //
+// # A checkpoint baked into an image
+//
+// BakeImage makes a new image (CreateMicrovmImage, its own name) from the
+// artifact of the image version the checkpoint was taken on: the same
+// Dockerfile, agentd and build context, the same base and base version,
+// hooks, resources, capabilities, egress and environment, plus the
+// checkpoint's files as one plain tar (BakedTar) that a last Dockerfile
+// step ADDs at "/". The platform snapshots the built image, so every launch
+// starts with the files in place and transfers nothing. The source image's
+// artifact must still be readable (s3:// through the store's client, or a
+// local file://).
+//
+// # Volumes
+//
+// A volume is a named chain of checkpoint generations of one directory
+// (Volumes, Mount, "NAME:/path"). Attaching it to a sandbox lays its newest
+// generation at the path, or makes an empty directory on first use; Sync,
+// and the detach at terminate, save a new generation. A volume keeps its
+// newest Keep generations (DefaultKeep, 3): each save removes the oldest
+// beyond that. One sandbox writes a volume at a time: attaching takes a
+// lease object beside the generations with S3's conditional put
+// (If-None-Match "*", or If-Match on the ETag read, so two racing attaches
+// cannot both win), renewed by the holder while it lives (KeepLeased,
+// Renew, Sync) and released at detach. A second attach while the lease is
+// live is refused, ERR_CHECKPOINT_REFUSED with ReasonVolumeLeased naming
+// the holder's MicroVM id (finding no-user-snapshot: the platform has no
+// volume of its own to arbitrate). A holder that dies stops renewing and its
+// lease expires LeaseTTL (DefaultLeaseTTL, 5 minutes) after its last
+// renewal; the next attach then takes the volume over, and the dead
+// holder's late Sync is refused rather than saved. Holders compare their
+// own clocks against the expiry, so clocks skewed by more than the TTL
+// defeat the expiry; the conditional puts still keep two live writers from
+// both holding the lease at once.
+//
 // What it must never do: write a manifest before its object is whole, lay
 // a single file from an object it has not verified, log the agent token, or
 // leave a sandbox it launched for a restore that failed running.

@@ -146,3 +146,16 @@ func TestFixupScriptQuotes(t *testing.T) {
 		t.Fatalf("script:\n%s", s)
 	}
 }
+
+// Catches: a bake that copies the read-back base version ("1.0") into its
+// create, which the service refuses (finding managed-base-versions).
+func TestBareBaseVersion(t *testing.T) {
+	for in, want := range map[string]string{"1.0": "1", "0.00": "0", "1": "1", "1.5": "1.5", "x.0": "x.0", ".0": ".0"} {
+		if got := *bareBaseVersion(&in); got != want {
+			t.Errorf("bareBaseVersion(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if bareBaseVersion(nil) != nil {
+		t.Error("a nil version became one")
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
+	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/ledger"
@@ -136,6 +137,12 @@ type Options struct {
 	Warn           func(msg string)
 	// OnLaunch sees the sandbox as soon as it runs, before the command.
 	OnLaunch func(*sandbox.Sandbox)
+	// Mounts are volumes attached once the sandbox runs, before the
+	// command (each one's newest generation laid at its path), in
+	// Volumes; teardown saves a generation of each before it terminates.
+	// A kept sandbox keeps their leases until they expire unrenewed.
+	Volumes *checkpoint.Volumes
+	Mounts  []checkpoint.Mount
 }
 
 // Result is what a run made, what it left and what it cost.
@@ -152,6 +159,8 @@ type Result struct {
 	Kept bool
 	// Leaked names, as "<kind> <id>", what teardown could not delete.
 	Leaked []string
+	// VolumesSaved are the generations teardown saved of the mounts.
+	VolumesSaved []checkpoint.Manifest
 	// Size is the class the run was priced at.
 	Size              client.SizeClass
 	BuildTook, RanFor time.Duration
@@ -189,6 +198,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	p, rec := o.Platform, o.Ledger
 	out := Result{Leaked: []string{}, Size: o.Size}
 	var sb *sandbox.Sandbox
+	var attached []*checkpoint.Attachment
 	var runStart time.Time
 	// Without a client (CloudWatch Logs unreachable, or on AWS while the
 	// control plane is local), teardown names the log group as left behind.
@@ -257,6 +267,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if o.OnLaunch != nil {
 			o.OnLaunch(sb)
 		}
+		if err := attachVolumes(ctx, o, sb, &attached); err != nil {
+			return err
+		}
 		if o.Command == "" {
 			return nil
 		}
@@ -297,6 +310,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	case o.Keep && sb != nil && err == nil:
 		out.Kept = true
 	case sb != nil:
+		out.VolumesSaved = detachVolumes(ctx, o, attached)
 		o.event(Event{Step: TearingDown, MicrovmID: sb.ID()})
 		rep := sb.Terminate(ctx, sandbox.TeardownOptions{DeleteImage: true, DeleteLogGroup: true})
 		for _, l := range rep.Leaked {

@@ -29,6 +29,8 @@ type CLI struct {
 	URL     URLCmd     `cmd:"" name:"url" help:"Print the endpoint URL and the headers that reach one guest port, with a token minted for that port alone."`
 	Forward ForwardCmd `cmd:"" help:"Serve a guest port on a loopback port until Ctrl-C: HTTP and WebSocket, the proxy headers added, the token renewed before it expires."`
 	// keepalive.go: the idle policy counts only inbound requests.
+	// volume.go: named chains of checkpoint generations (run --volume).
+	Volume    VolumeCmd    `cmd:"" help:"Volumes, named chains of checkpoints of one directory that run --volume attaches: ls, rm NAME, sync ID (save a generation of what a kept MicroVM holds)."`
 	Keepalive KeepaliveCmd `cmd:"" help:"Hold a MicroVM awake until Ctrl-C (or --for): a GET /v1/health through its endpoint at a fraction of its idle window, for a detached command nothing else waits on."`
 	Network   NetworkCmd   `cmd:"" help:"Show or replace a MicroVM's network policy (network show|set ID): what it allows, its secrets' bindings (never their values), every refusal; set closes open connections the new policy no longer allows. A local emulator's guests only."`
 	Shell     ShellCmd     `cmd:"" help:"An interactive terminal in a MicroVM: the platform's shell endpoint when it has a SHELL_INGRESS connector, else a PTY through agentd. Resize and Ctrl-C pass through; exit or Ctrl-D ends it."`

@@ -394,7 +394,8 @@ func TestExitRows(t *testing.T) {
 // now: 6, 7 and 8 by TestLifecycleExitRows through the emulator's fault
 // injection, 11 by TestRunInterrupted (only run interrupts after a launch:
 // an attached command's interrupt is the timeout row), 12 by TestRunLocal
-// (no agentd) and TestKeptVMAcrossProcesses (logs of a deleted group).
+// (no agentd) and TestKeptVMAcrossProcesses (logs of a deleted group),
+// 14 by TestRunVolumeAcrossRuns (a volume another MicroVM holds).
 // TestUnreachedRowsAreLifecycle turns red if a row is declared unreached
 // while its commands are ready.
 var unreachedRows = map[taxonomy.ErrorKind][]string{

@@ -9,6 +9,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
+	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/ledger"
@@ -36,6 +37,7 @@ type RunCmd struct {
 	MaxIdleSec     int           `name:"max-idle-sec" help:"Suspend the VM after this many seconds without inbound traffic." default:"600"`
 	SuspendedSec   int           `name:"suspended-sec" help:"Terminate the VM after this many seconds suspended; a resume after that fails." default:"600"`
 	MaxDurationSec int           `name:"max-duration-sec" help:"Hard ceiling on the VM's life, in seconds (at most 28800)." default:"3600"`
+	Volume         []string      `help:"NAME:/path: attach volume NAME (a chain of checkpoints in --bucket) at /path before the command, its newest generation laid there (empty on first use), and save a new generation at teardown; repeatable. A volume another live MicroVM holds is refused with its id." placeholder:"NAME:/PATH" sep:"none"`
 	StateDir       string        `name:"state-dir" help:"Where the run ledger is written; defaults to $MICROVM_STATE_DIR or the user's state directory." env:"MICROVM_STATE_DIR" placeholder:"DIR" type:"path"`
 	ImageFlags
 	InfraFlags
@@ -61,7 +63,21 @@ func checkLaunch(maxDuration, maxIdle, suspended int) error {
 
 func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	if c.Count != 0 || c.Parallel != 0 || c.From != "" || c.AllowOtherVersion {
+		if len(c.Volume) > 0 {
+			return nil, render.InvalidArg("", "--volume with a fleet or --from: a volume has one writer at a time, so at most one MicroVM of the fleet could attach it")
+		}
 		return c.runFleet(ctx, a) // fleet.go
+	}
+	if len(c.Volume) > 0 && c.Local {
+		return nil, render.InvalidArg("", "--volume with --local: the in-process emulator's S3 ends with this command, so no generation would outlive the run; run `microvm emulator` and pass --control-endpoint")
+	}
+	var mounts []checkpoint.Mount
+	for _, v := range c.Volume {
+		m, err := checkpoint.ParseMount(v)
+		if err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, m)
 	}
 	if c.Keep && c.Local {
 		return nil, render.InvalidArg("", "--keep with --local: the in-process emulator stops when this command exits; run `microvm emulator` and pass --control-endpoint to keep a VM")
@@ -86,6 +102,12 @@ func (c *RunCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 				}
 			}
 		},
+	}
+	if len(mounts) > 0 {
+		if o.Volumes, err = p.Volumes(ctx, c.InfraFlags.withSetup(a, p).Bucket); err != nil {
+			return nil, err
+		}
+		o.Mounts = mounts
 	}
 	if !a.JSON && !a.Dense {
 		// The child's bytes, exactly and as they arrive.

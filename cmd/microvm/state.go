@@ -197,6 +197,7 @@ func (c *TerminateCmd) run(ctx context.Context, a *app) (*render.Result, error) 
 	// Teardown outlives an interrupt: a half-done teardown is the worst leak.
 	ctx = context.WithoutCancel(ctx)
 	d := cliapi.TeardownData{MicrovmID: c.MicrovmID, Leaked: []string{}, UndeletedLogGroups: []string{}}
+	releaseVolumes(ctx, a, p, c.MicrovmID, c.StateDir) // volume.go
 	a.Progress("terminating %s", c.MicrovmID)
 	h := p.Handle(c.MicrovmID)
 	st, err := h.Terminate(ctx)

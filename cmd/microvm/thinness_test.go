@@ -23,6 +23,10 @@ var allowedImports = []string{
 	"github.com/alecthomas/kong",
 	"github.com/microvms/microvms/client",
 	"github.com/microvms/microvms/client/build",
+	// checkpoint: run --volume parses NAME:/path with its ParseMount, and
+	// the volume command names its Volumes and Manifest; every step of
+	// theirs is the library's (client/platform's SaveVolumes, workflow).
+	"github.com/microvms/microvms/client/checkpoint",
 	"github.com/microvms/microvms/client/cost",
 	"github.com/microvms/microvms/client/cplane",
 	"github.com/microvms/microvms/client/kept",

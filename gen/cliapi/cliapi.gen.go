@@ -47,6 +47,7 @@ const (
 	TypeKill       = "microvm.kill"
 	TypeStat       = "microvm.stat"
 	TypeCheckpoint = "microvm.checkpoint"
+	TypeVolume     = "microvm.volume"
 	TypeDir        = "microvm.dir"
 	TypeMkdir      = "microvm.mkdir"
 	TypeMove       = "microvm.move"
@@ -379,6 +380,17 @@ type CheckpointData struct {
 	Removed []string `json:"removed"`
 	// Bucket is the S3 bucket the checkpoints are in (on an emulator, its S3 slice)
 	Bucket string `json:"bucket"`
+}
+
+// VolumeData is the data of a microvm.volume envelope.
+type VolumeData struct {
+	Action string `json:"action"`
+	// Volumes is ls: every volume by name; empty otherwise
+	Volumes []VolumeInfo `json:"volumes"`
+	// Removed is rm: the S3 keys deleted (generations' manifests and objects, the lease)
+	Removed []string `json:"removed"`
+	// Saved is sync: the generation saved of each volume the MicroVM holds
+	Saved []CheckpointManifest `json:"saved"`
 }
 
 // DirData is the data of a microvm.dir envelope.
@@ -822,6 +834,19 @@ type SetupCall struct {
 	Sent bool `json:"sent"`
 }
 
+// VolumeInfo is the "volumeInfo" shape of api/cli.yaml.
+type VolumeInfo struct {
+	Name string `json:"name"`
+	// Generations is newest first; at most the kept number (3 unless configured)
+	Generations []CheckpointManifest `json:"generations"`
+	// Holder is the MicroVM id holding the volume's lease, or null when none is held
+	Holder *string `json:"holder"`
+	// LeaseExpires is RFC 3339 expiry of the lease unless renewed, or null
+	LeaseExpires *string `json:"leaseExpires"`
+	// LeaseExpired is the lease's holder stopped renewing: the next attach takes the volume over
+	LeaseExpired bool `json:"leaseExpired"`
+}
+
 // WatchEvent is the "watchEvent" shape of api/cli.yaml.
 type WatchEvent struct {
 	Seq  int64  `json:"seq"`
@@ -912,6 +937,7 @@ var Responses = []Response{
 	{Type: "microvm.kill", Keys: []string{"execId", "killed", "signal"}},
 	{Type: "microvm.stat", Keys: []string{"entry"}},
 	{Type: "microvm.checkpoint", Keys: []string{"action", "checkpoint", "checkpoints", "removed", "bucket"}},
+	{Type: "microvm.volume", Keys: []string{"action", "volumes", "removed", "saved"}},
 	{Type: "microvm.dir", Keys: []string{"path", "entries"}},
 	{Type: "microvm.mkdir", Keys: []string{"path", "created"}},
 	{Type: "microvm.move", Keys: []string{"from", "to"}},
@@ -966,6 +992,7 @@ var Commands = []Command{
 	{Name: "gc", Type: "microvm.gc", Ready: true},
 	{Name: "keepalive", Type: "microvm.keepalive", Ready: true},
 	{Name: "checkpoint", Type: "microvm.checkpoint", Ready: true},
+	{Name: "volume", Type: "microvm.volume", Ready: true},
 	{Name: "network", Type: "microvm.network", Ready: true},
 }
 
