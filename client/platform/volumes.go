@@ -10,31 +10,10 @@ import (
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
-// checkpointStore is the checkpoint store in bucket on this platform's S3
-// (the account's, or the emulator's slice when S3 resolves to it), for the
-// commands a CLI layer may not build an SDK client for.
-func (p *Platform) checkpointStore(ctx context.Context, bucket string) (*checkpoint.Store, error) {
-	if bucket == "" {
-		return nil, client.Errorf(taxonomy.KindPrecondition, "", "no --bucket (MICROVM_BUCKET): checkpoints and volumes live in an S3 bucket")
-	}
-	if p.local && !IsLocal(p.s3Endpoint) {
-		return nil, client.Errorf(taxonomy.KindPrecondition, "",
-			"the control plane is an emulator at %s but S3 resolves to AWS; set AWS_ENDPOINT_URL (every service) or AWS_ENDPOINT_URL_S3 to the emulator", p.endpoint)
-	}
-	if p.emu != nil && p.emu.CreateBucket != nil {
-		p.emu.CreateBucket(bucket)
-	}
-	s3c, err := p.s3Client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &checkpoint.Store{S3: s3c, Bucket: bucket}, nil
-}
-
 // Volumes is the volumes in bucket (client/checkpoint), with the default
 // generations kept and lease TTL.
 func (p *Platform) Volumes(ctx context.Context, bucket string) (*checkpoint.Volumes, error) {
-	st, err := p.checkpointStore(ctx, bucket)
+	st, err := p.CheckpointStore(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +24,7 @@ func (p *Platform) Volumes(ctx context.Context, bucket string) (*checkpoint.Volu
 // checkpoint's digest) from checkpoint ref in bucket: checkpoint.BakeImage
 // with this platform's control plane, waiting as Wait(0) does.
 func (p *Platform) BakeImage(ctx context.Context, bucket, ref, name string) (checkpoint.Baked, error) {
-	st, err := p.checkpointStore(ctx, bucket)
+	st, err := p.CheckpointStore(ctx, bucket)
 	if err != nil {
 		return checkpoint.Baked{}, err
 	}

@@ -7,19 +7,23 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/workflow"
+	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 )
 
 // CheckpointCmd is `checkpoint ID` (save a running MicroVM's paths),
-// `checkpoint ls` and `checkpoint rm NAME|DIGEST` (client/checkpoint,
-// through client/workflow). A MicroVM id never reads "ls" or "rm".
+// `checkpoint ls`, `checkpoint rm NAME|DIGEST` and `checkpoint image
+// NAME|DIGEST` (bake it into a new image) (client/checkpoint, through
+// client/workflow and client/platform). A MicroVM id never reads "ls", "rm"
+// or "image".
 type CheckpointCmd struct {
-	Args       []string `arg:"" name:"id" help:"The MicroVM to checkpoint; or ls (list the stored checkpoints); or rm NAME|DIGEST (remove one)."`
+	Args       []string `arg:"" name:"id" help:"The MicroVM to checkpoint; or ls (list the stored checkpoints); or rm NAME|DIGEST (remove one); or image NAME|DIGEST (bake one into a new image whose launches start with its files in place)."`
 	Path       []string `name:"path" help:"An absolute guest path to save (repeatable); unset, the guest's working directory, which must not be /." placeholder:"PATH"`
-	Name       string   `help:"With ID: name the checkpoint (a second of the same name replaces the first's manifest). With ls: list only this name or digest." placeholder:"NAME"`
+	Name       string   `help:"With ID: name the checkpoint (a second of the same name replaces the first's manifest). With ls: list only this name or digest. With image: the new image's name (unset, the source image's name and the digest's first 12 characters)." placeholder:"NAME"`
 	Label      []string `help:"With ID: a KEY=VALUE kept in the manifest (repeatable)." placeholder:"KEY=VALUE"`
 	NoPause    bool     `name:"no-pause" help:"With ID: leave the guest's commands running while its files are read; the manifest's changedUnderneath names what changed."`
 	Bucket     string   `help:"The S3 bucket checkpoints are kept in (AWS); against an emulator, its S3 slice's microvm-checkpoints unless named." env:"MICROVM_BUCKET" placeholder:"BUCKET"`
@@ -33,12 +37,13 @@ func (c *CheckpointCmd) run(ctx context.Context, a *app) (*render.Result, error)
 	switch {
 	case verb == "ls" && len(c.Args) == 1:
 	case verb == "rm" && len(c.Args) == 2:
-	case verb == "rm":
-		return nil, render.InvalidArg("", "checkpoint rm takes one checkpoint, by name or digest")
+	case verb == "image" && len(c.Args) == 2:
+	case verb == "rm" || verb == "image":
+		return nil, render.InvalidArg("", "checkpoint %s takes one checkpoint, by name or digest", verb)
 	case len(c.Args) != 1:
 		return nil, render.InvalidArg("", "checkpoint takes one MicroVM id (or ls, or rm NAME|DIGEST); got %s", strings.Join(c.Args, " "))
 	}
-	if verb != "ls" && verb != "rm" {
+	if verb != "ls" && verb != "rm" && verb != "image" {
 		return c.save(ctx, a, verb)
 	}
 	if len(c.Path) > 0 || len(c.Label) > 0 || c.NoPause {
@@ -50,12 +55,26 @@ func (c *CheckpointCmd) run(ctx context.Context, a *app) (*render.Result, error)
 	}
 	defer p.close()
 	d := cliapi.CheckpointData{Action: verb, Checkpoints: []cliapi.CheckpointManifest{}, Removed: []string{}}
-	if verb == "ls" {
+	switch verb {
+	case "image":
+		if p.Platform.Local() {
+			// The bake is one more Dockerfile step (an ADD of the files);
+			// an emulator with no base image for FROM performs none.
+			for _, w := range planes.UnperformedWarnings(false, "") {
+				a.Warn("%s", w)
+			}
+		}
+		var b checkpoint.Baked
+		if b, err = p.Platform.BakeImage(ctx, c.Bucket, c.Args[1], c.Name); err == nil {
+			d.Checkpoint = &b.Checkpoint
+			d.Image = &cliapi.BakedImage{Name: b.Name, ImageARN: b.ImageARN, Version: b.Version, ArtifactURI: b.ArtifactURI}
+		}
+	case "ls":
 		d.Checkpoints, d.Bucket, err = workflow.Checkpoints(ctx, p.Platform, c.Bucket, c.Name)
 		if d.Checkpoints == nil {
 			d.Checkpoints = []cliapi.CheckpointManifest{}
 		}
-	} else {
+	default:
 		var m cliapi.CheckpointManifest
 		m, d.Removed, d.Bucket, err = workflow.RemoveCheckpoint(ctx, p.Platform, c.Bucket, c.Args[1])
 		d.Checkpoint = &m
@@ -115,6 +134,8 @@ func checkpointHuman(d cliapi.CheckpointData) func(io.Writer) error {
 			for _, m := range d.Checkpoints {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", m.Name, m.Digest, render.HumanBytes(m.Size), m.Files, strings.Join(m.Paths, ","), m.CreatedAt)
 			}
+		case "image":
+			fmt.Fprintf(tw, "image\t%s\narn\t%s\nversion\t%s\nartifact\t%s\ncheckpoint\t%s (%s)\n", d.Image.Name, d.Image.ImageARN, d.Image.Version, d.Image.ArtifactURI, d.Checkpoint.Name, d.Checkpoint.Digest)
 		case "rm":
 			for _, k := range d.Removed {
 				fmt.Fprintf(tw, "removed\ts3://%s/%s\n", d.Bucket, k)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,7 +21,8 @@ import (
 // misses a checkpoint, a `run --from --count 2` whose forks do not see
 // the files (or share one copy: each fork writes its own marker), a
 // corrupted object laid instead of refused with exit 14 naming the
-// finding, and rm that leaves the checkpoint listed.
+// finding, a baked image launched without the files, and rm that leaves
+// the checkpoint listed.
 func TestCheckpointAcrossProcesses(t *testing.T) {
 	env, _ := lifecycleEnv(t)
 	emu := startEmulator(t, env)
@@ -41,7 +41,7 @@ func TestCheckpointAcrossProcesses(t *testing.T) {
 	id := kept["microvmId"].(string)
 	defer cli(t, env, "", "terminate", id)
 
-	dir := filepath.Join(t.TempDir(), "proj")
+	dir := "/workspace/proj" // under the WORKDIR, so the default checkpoint carries it too
 	run("exec", "--microvm-id", id, fmt.Sprintf("mkdir -p %[1]s/src && printf 'one\\n' > %[1]s/src/a.txt && ln -s src/a.txt %[1]s/link && chmod 0750 %[1]s/src", dir))
 
 	// Unnamed, a checkpoint saves the guest's working directory (the
@@ -83,6 +83,21 @@ func TestCheckpointAcrossProcesses(t *testing.T) {
 	if lk := data(fm)["leaked"].([]any); len(lk) != 0 {
 		t.Fatalf("leaked: %v", lk)
 	}
+
+	// Baked into an image: a new image version built from the source's
+	// artifact plus an ADD of the checkpoint's files. This emulator has no
+	// base image for FROM, so it performs no Dockerfile step and the CLI
+	// says so; that a launch of a baked image starts with the files is
+	// TestBakedImageLaunchesWithTheFiles (client/checkpoint, on a base).
+	bake := cli(t, env, "", "--json", "checkpoint", "image", "base", "--name", "ckpt-baked")
+	baked := data(envelope(t, bake))
+	if bi, _ := baked["image"].(map[string]any); bake.code != 0 || baked["action"] != "image" || bi == nil || bi["name"] != "ckpt-baked" || !strings.Contains(bi["imageArn"].(string), ":microvm-image:ckpt-baked") {
+		t.Fatalf("checkpoint image: exit %d %v", bake.code, baked)
+	}
+	if !strings.Contains(bake.stderr, "base image") {
+		t.Fatalf("checkpoint image on an emulator does not say its ADD needs a base image:\n%s", bake.stderr)
+	}
+	run("run", "--image", "ckpt-baked", "--exec", "true")
 
 	// Corrupt the stored object: run --from refuses it with row 14 before
 	// anything is launched.

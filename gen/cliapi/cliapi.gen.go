@@ -370,7 +370,7 @@ type StatData struct {
 
 // CheckpointData is the data of a microvm.checkpoint envelope.
 type CheckpointData struct {
-	// Action is save: checkpoint holds the new manifest; ls: checkpoints lists them; rm: removed names the deleted keys
+	// Action is save: checkpoint holds the new manifest; ls: checkpoints lists them; rm: removed names the deleted keys; image: image names the image version baked from the checkpoint
 	Action string `json:"action"`
 	// Checkpoint is the manifest written (save) or removed (rm); null for ls
 	Checkpoint *CheckpointManifest `json:"checkpoint"`
@@ -380,6 +380,8 @@ type CheckpointData struct {
 	Removed []string `json:"removed"`
 	// Bucket is the S3 bucket the checkpoints are in (on an emulator, its S3 slice)
 	Bucket string `json:"bucket"`
+	// Image is image: the new image whose launches start with the checkpoint's files in place; null otherwise
+	Image *BakedImage `json:"image"`
 }
 
 // VolumeData is the data of a microvm.volume envelope.
@@ -461,6 +463,17 @@ type DockerfileData struct {
 	BaseImageDockerRef string  `json:"baseImageDockerRef"`
 	Port               int64   `json:"port"`
 	Workdir            *string `json:"workdir"`
+}
+
+// BakedImage is the "bakedImage" shape of api/cli.yaml.
+type BakedImage struct {
+	// Name is the new image's name
+	Name     string `json:"name"`
+	ImageARN string `json:"imageArn"`
+	// Version is the version built
+	Version string `json:"version"`
+	// ArtifactURI is the artifact the build read: the source image's plus the checkpoint's tar
+	ArtifactURI string `json:"artifactUri"`
 }
 
 // CheckpointLabel is the "checkpointLabel" shape of api/cli.yaml.
@@ -936,7 +949,7 @@ var Responses = []Response{
 	{Type: "microvm.emulator", Keys: []string{"endpoint", "agentd", "stateDir"}},
 	{Type: "microvm.kill", Keys: []string{"execId", "killed", "signal"}},
 	{Type: "microvm.stat", Keys: []string{"entry"}},
-	{Type: "microvm.checkpoint", Keys: []string{"action", "checkpoint", "checkpoints", "removed", "bucket"}},
+	{Type: "microvm.checkpoint", Keys: []string{"action", "checkpoint", "checkpoints", "removed", "bucket", "image"}},
 	{Type: "microvm.volume", Keys: []string{"action", "volumes", "removed", "saved"}},
 	{Type: "microvm.dir", Keys: []string{"path", "entries"}},
 	{Type: "microvm.mkdir", Keys: []string{"path", "created"}},

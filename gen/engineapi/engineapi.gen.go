@@ -683,6 +683,7 @@ type PoolData struct {
 
 // The api/cli.yaml shapes engine responses refer to: gen/cliapi's own types.
 type (
+	BakedImage         = cliapi.BakedImage
 	CheckpointLabel    = cliapi.CheckpointLabel
 	CheckpointManifest = cliapi.CheckpointManifest
 	CommandShare       = cliapi.CommandShare

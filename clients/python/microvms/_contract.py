@@ -82,6 +82,15 @@ OPS: Dict[str, Tuple[str, bool]] = {
 }
 
 
+BakedImage = TypedDict("BakedImage", {
+    "name": str,
+    "imageArn": str,
+    "version": str,
+    "artifactUri": str,
+})
+BakedImage.__doc__ = "The \"bakedImage\" shape of api/cli.yaml."
+
+
 CheckpointLabel = TypedDict("CheckpointLabel", {
     "key": str,
     "value": str,
@@ -441,11 +450,12 @@ RunFleetData.__doc__ = "The data of a microvm.run.fleet envelope."
 
 
 CheckpointData = TypedDict("CheckpointData", {
-    "action": Literal["save", "ls", "rm"],
+    "action": Literal["save", "ls", "rm", "image"],
     "checkpoint": Optional["CheckpointManifest"],
     "checkpoints": List["CheckpointManifest"],
     "removed": List[str],
     "bucket": str,
+    "image": Optional["BakedImage"],
 })
 CheckpointData.__doc__ = "The data of a microvm.checkpoint envelope."
 

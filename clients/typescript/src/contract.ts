@@ -84,6 +84,17 @@ export const OPS = {
 
 export type OpName = keyof typeof OPS;
 
+/** The "bakedImage" shape of api/cli.yaml. */
+export interface BakedImage {
+  /** the new image's name */
+  readonly "name": string;
+  readonly "imageArn": string;
+  /** the version built */
+  readonly "version": string;
+  /** the artifact the build read: the source image's plus the checkpoint's tar */
+  readonly "artifactUri": string;
+}
+
 /** The "checkpointLabel" shape of api/cli.yaml. */
 export interface CheckpointLabel {
   readonly "key": string;
@@ -502,8 +513,8 @@ export interface RunFleetData {
 
 /** The data of a microvm.checkpoint envelope. */
 export interface CheckpointData {
-  /** save: checkpoint holds the new manifest; ls: checkpoints lists them; rm: removed names the deleted keys */
-  readonly "action": "save" | "ls" | "rm";
+  /** save: checkpoint holds the new manifest; ls: checkpoints lists them; rm: removed names the deleted keys; image: image names the image version baked from the checkpoint */
+  readonly "action": "save" | "ls" | "rm" | "image";
   /** the manifest written (save) or removed (rm); null for ls */
   readonly "checkpoint": (CheckpointManifest) | null;
   /** ls: every stored checkpoint (with --name, that one), newest first; empty otherwise */
@@ -512,6 +523,8 @@ export interface CheckpointData {
   readonly "removed": string[];
   /** the S3 bucket the checkpoints are in (on an emulator, its S3 slice) */
   readonly "bucket": string;
+  /** image: the new image whose launches start with the checkpoint's files in place; null otherwise */
+  readonly "image": (BakedImage) | null;
 }
 
 /** One "output" event of a stream. */
