@@ -23,9 +23,12 @@ import (
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/testbin"
+	"github.com/microvms/microvms/localvm"
 )
 
 func TestMain(m *testing.M) {
+	// This test binary is every local guest's init as well.
+	localvm.Init()
 	bin, err := testbin.Build("cmd/agentd", testbin.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
