@@ -85,6 +85,9 @@ func (s *Store) platformErr(what string, err error) error {
 	return client.Errorf(taxonomy.KindPlatform, "", "%s in s3://%s: %w", what, s.Bucket, err).WithCause(err)
 }
 
+// partBytes is a multipart upload's part size.
+const partBytes = 32 << 20
+
 // putObject uploads the local file f (size bytes, already hashed) under its
 // digest's key through the transfer manager, unless that key is already
 // there: the same bytes are never stored twice.
@@ -96,7 +99,11 @@ func (s *Store) putObject(ctx context.Context, f *os.File, size int64, digest st
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	tm := transfermanager.New(s.S3)
+	tm := transfermanager.New(s.S3, func(o *transfermanager.Options) {
+		// Fewer, larger parts: each part is a request with its own
+		// checksum pass and buffers on both ends.
+		o.PartSizeBytes = partBytes
+	})
 	_, err := tm.UploadObject(ctx, &transfermanager.UploadObjectInput{
 		Bucket: aws.String(s.Bucket), Key: aws.String(key),
 		Body: io.NewSectionReader(f, 0, size), ContentLength: aws.Int64(size),
