@@ -10,10 +10,13 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	tmtypes "github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -99,7 +102,12 @@ func (s *Store) putObject(ctx context.Context, f *os.File, size int64, digest st
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	tm := transfermanager.New(s.S3, func(o *transfermanager.Options) {
+	// The object's own sha256 is its key and is checked at every restore,
+	// and each part still carries a signed CRC32 that S3 verifies; a
+	// second sha256 per part for the signature over plain http is a pass
+	// over every byte that buys nothing more.
+	c := s3.New(s.S3.Options(), func(o *s3.Options) { o.APIOptions = append(o.APIOptions, unsignedOverHTTP) })
+	tm := transfermanager.New(c, func(o *transfermanager.Options) {
 		// Fewer, larger parts: each part is a request with its own
 		// checksum pass and buffers on both ends.
 		o.PartSizeBytes = partBytes
@@ -114,6 +122,20 @@ func (s *Store) putObject(ctx context.Context, f *os.File, size int64, digest st
 		return s.platformErr("storing the checkpoint object "+key, err)
 	}
 	return nil
+}
+
+// unsignedOverHTTP marks a request's payload UNSIGNED-PAYLOAD before the
+// SDK's checksum step, when the request goes over plain http (an
+// emulator's endpoint): the SDK then computes the payload's CRC32 alone.
+// Over https the SDK already streams a trailing checksum unsigned.
+func unsignedOverHTTP(stack *middleware.Stack) error {
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("microvm:UnsignedPayloadOverHTTP",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			if req, ok := in.Request.(*smithyhttp.Request); ok && !req.IsHTTPS() {
+				ctx = v4.SetPayloadHash(ctx, "UNSIGNED-PAYLOAD")
+			}
+			return next.HandleFinalize(ctx, in)
+		}), middleware.Before)
 }
 
 func (s *Store) putManifest(ctx context.Context, m Manifest) error {
