@@ -203,15 +203,13 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 	var etag string
 	if r.Method == http.MethodPut || r.Method == http.MethodPost {
 		var f *s3Fail
-		body, f = readS3Body(r)
+		// Hashed as it is read, before the lock: parts arrive
+		// concurrently, and one part's MD5 must not hold up every other
+		// request.
+		body, etag, f = readS3Body(r)
 		if f != nil {
 			s.writeS3Error(w, r, *f, bucket, key)
 			return
-		}
-		if op == "PutObject" || op == "UploadPart" {
-			// Hashed before the lock: parts arrive concurrently, and one
-			// part's MD5 must not hold up every other request.
-			etag = etagOf(body)
 		}
 	}
 	s.mu.Lock()
@@ -384,11 +382,6 @@ func s3Operation(method, key string, q url.Values) string {
 	return map[string]string{http.MethodPut: "PutObject", http.MethodGet: "GetObject", http.MethodHead: "HeadObject", http.MethodDelete: "DeleteObject"}[method]
 }
 
-func etagOf(b []byte) string {
-	sum := md5.Sum(b)
-	return `"` + hex.EncodeToString(sum[:]) + `"`
-}
-
 func (o *s3Object) writeHeaders(w http.ResponseWriter) {
 	w.Header().Set("ETag", o.etag)
 	for k, v := range o.checksum {
@@ -411,47 +404,72 @@ func checksumHeaders(r *http.Request) map[string]string {
 // readS3Body reads an object or part: plain, or aws-chunked as the SDK
 // sends a streamed body with a trailing checksum. A checksum the request
 // names (CRC32, CRC32C) is verified, as S3 verifies it.
-func readS3Body(r *http.Request) ([]byte, *s3Fail) {
+func readS3Body(r *http.Request) ([]byte, string, *s3Fail) {
 	tooBig := &s3Fail{http.StatusBadRequest, "EntityTooLarge", "Your proposed upload exceeds the maximum allowed size"}
-	raw, err := readAllSized(r.Body, r.ContentLength, maxObjectBytes+1<<20)
+	sums := map[string]hash.Hash32{}
+	for name, h := range s3Checksums {
+		if r.Header.Get(name) != "" {
+			sums[name] = h()
+		}
+	}
+	chunked := strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") || strings.HasPrefix(r.Header.Get("X-Amz-Content-Sha256"), "STREAMING-")
+	md := md5.New()
+	// A plain body is hashed (MD5 for its ETag, and the checksums its
+	// headers name) while each piece is fresh from the socket, in the one
+	// pass that reads it; an aws-chunked one after it is decoded.
+	var src io.Reader = r.Body
+	if !chunked {
+		ws := []io.Writer{md}
+		for _, h := range sums {
+			ws = append(ws, h)
+		}
+		src = io.TeeReader(r.Body, io.MultiWriter(ws...))
+	}
+	raw, err := readAllSized(src, r.ContentLength, maxObjectBytes+1<<20)
 	if err != nil {
-		return nil, &s3Fail{http.StatusBadRequest, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header."}
+		return nil, "", &s3Fail{http.StatusBadRequest, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header."}
 	}
 	body := raw
-	if strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") || strings.HasPrefix(r.Header.Get("X-Amz-Content-Sha256"), "STREAMING-") {
+	if chunked {
 		var trailer map[string]string
 		hint, _ := strconv.Atoi(r.Header.Get("X-Amz-Decoded-Content-Length"))
 		body, trailer, err = decodeAWSChunkedSized(raw, maxObjectBytes, hint)
 		if err != nil {
-			return nil, &s3Fail{http.StatusBadRequest, "IncompleteBody", "The aws-chunked body could not be decoded: " + err.Error()}
+			return nil, "", &s3Fail{http.StatusBadRequest, "IncompleteBody", "The aws-chunked body could not be decoded: " + err.Error()}
 		}
 		if dl := r.Header.Get("X-Amz-Decoded-Content-Length"); dl != "" && dl != strconv.Itoa(len(body)) {
-			return nil, &s3Fail{http.StatusBadRequest, "IncompleteBody", "The decoded length is not x-amz-decoded-content-length."}
+			return nil, "", &s3Fail{http.StatusBadRequest, "IncompleteBody", "The decoded length is not x-amz-decoded-content-length."}
 		}
 		for k, v := range trailer {
 			r.Header.Set(k, v)
 		}
+		md.Write(body)
+		for name, h := range s3Checksums {
+			if r.Header.Get(name) != "" {
+				sums[name] = h()
+				sums[name].Write(body)
+			}
+		}
 	}
 	if len(body) > maxObjectBytes {
-		return nil, tooBig
+		return nil, "", tooBig
 	}
-	for name, h := range map[string]func() hash.Hash32{
-		"X-Amz-Checksum-Crc32":  crc32.NewIEEE,
-		"X-Amz-Checksum-Crc32c": func() hash.Hash32 { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) },
-	} {
+	for name, sum := range sums {
 		want := r.Header.Get(name)
-		if want == "" {
-			continue
-		}
-		sum := h()
-		sum.Write(body)
 		var got [4]byte
 		binary.BigEndian.PutUint32(got[:], sum.Sum32())
 		if base64.StdEncoding.EncodeToString(got[:]) != want {
-			return nil, &s3Fail{http.StatusBadRequest, "BadDigest", "The " + strings.ToUpper(strings.TrimPrefix(strings.ToLower(name), "x-amz-checksum-")) + " you specified did not match the calculated checksum."}
+			return nil, "", &s3Fail{http.StatusBadRequest, "BadDigest", "The " + strings.ToUpper(strings.TrimPrefix(strings.ToLower(name), "x-amz-checksum-")) + " you specified did not match the calculated checksum."}
 		}
 	}
-	return body, nil
+	return body, `"` + hex.EncodeToString(md.Sum(nil)) + `"`, nil
+}
+
+// s3Checksums are the x-amz-checksum-* a request may name that the slice
+// verifies, as S3 verifies them.
+var s3Checksums = map[string]func() hash.Hash32{
+	"X-Amz-Checksum-Crc32":  crc32.NewIEEE,
+	"X-Amz-Checksum-Crc32c": func() hash.Hash32 { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) },
 }
 
 // decodeAWSChunked decodes the aws-chunked content encoding: hex-sized
