@@ -200,9 +200,13 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body []byte
+	var etag string
 	if r.Method == http.MethodPut || r.Method == http.MethodPost {
 		var f *s3Fail
-		body, f = readS3Body(r)
+		// Hashed as it is read, before the lock: parts arrive
+		// concurrently, and one part's MD5 must not hold up every other
+		// request.
+		body, etag, f = readS3Body(r)
 		if f != nil {
 			s.writeS3Error(w, r, *f, bucket, key)
 			return
@@ -242,7 +246,7 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 			fail(*f)
 			return
 		}
-		obj := &s3Object{body: body, etag: etagOf(body), modified: s.opt.Now(), ctype: r.Header.Get("Content-Type"), checksum: checksumHeaders(r)}
+		obj := &s3Object{body: body, etag: etag, modified: s.opt.Now(), ctype: r.Header.Get("Content-Type"), checksum: checksumHeaders(r)}
 		b.objects[key] = obj
 		obj.writeHeaders(w)
 		w.WriteHeader(http.StatusOK)
@@ -288,7 +292,7 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 			fail(s3Fail{http.StatusBadRequest, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive"})
 			return
 		}
-		part := &s3Object{body: body, etag: etagOf(body), checksum: checksumHeaders(r)}
+		part := &s3Object{body: body, etag: etag, checksum: checksumHeaders(r)}
 		up.parts[int32(n)] = part
 		part.writeHeaders(w)
 		w.WriteHeader(http.StatusOK)
@@ -304,8 +308,8 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 			fail(s3Fail{http.StatusBadRequest, "MalformedXML", "The XML you provided was not well-formed or did not validate against our published schema"})
 			return
 		}
-		var whole []byte
 		sums := md5.New()
+		total := 0
 		for i, p := range req.Parts {
 			part := up.parts[p.PartNumber]
 			if i > 0 && p.PartNumber <= req.Parts[i-1].PartNumber {
@@ -320,9 +324,15 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 				fail(s3Fail{http.StatusBadRequest, "EntityTooSmall", "Your proposed upload is smaller than the minimum allowed object size."})
 				return
 			}
-			whole = append(whole, part.body...)
+			total += len(part.body)
 			raw, _ := hex.DecodeString(strings.Trim(part.etag, `"`))
 			sums.Write(raw)
+		}
+		// One allocation of the whole object, not a slice regrown part by
+		// part (each regrowth copied everything before it).
+		whole := make([]byte, 0, total)
+		for _, p := range req.Parts {
+			whole = append(whole, up.parts[p.PartNumber].body...)
 		}
 		etag := fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(sums.Sum(nil)), len(req.Parts))
 		b.objects[key] = &s3Object{body: whole, etag: etag, modified: s.opt.Now(), ctype: up.ctype}
@@ -376,11 +386,6 @@ func s3Operation(method, key string, q url.Values) string {
 	return map[string]string{http.MethodPut: "PutObject", http.MethodGet: "GetObject", http.MethodHead: "HeadObject", http.MethodDelete: "DeleteObject"}[method]
 }
 
-func etagOf(b []byte) string {
-	sum := md5.Sum(b)
-	return `"` + hex.EncodeToString(sum[:]) + `"`
-}
-
 func (o *s3Object) writeHeaders(w http.ResponseWriter) {
 	w.Header().Set("ETag", o.etag)
 	for k, v := range o.checksum {
@@ -403,46 +408,72 @@ func checksumHeaders(r *http.Request) map[string]string {
 // readS3Body reads an object or part: plain, or aws-chunked as the SDK
 // sends a streamed body with a trailing checksum. A checksum the request
 // names (CRC32, CRC32C) is verified, as S3 verifies it.
-func readS3Body(r *http.Request) ([]byte, *s3Fail) {
+func readS3Body(r *http.Request) ([]byte, string, *s3Fail) {
 	tooBig := &s3Fail{http.StatusBadRequest, "EntityTooLarge", "Your proposed upload exceeds the maximum allowed size"}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, maxObjectBytes+1<<20))
+	sums := map[string]hash.Hash32{}
+	for name, h := range s3Checksums {
+		if r.Header.Get(name) != "" {
+			sums[name] = h()
+		}
+	}
+	chunked := strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") || strings.HasPrefix(r.Header.Get("X-Amz-Content-Sha256"), "STREAMING-")
+	md := md5.New()
+	// A plain body is hashed (MD5 for its ETag, and the checksums its
+	// headers name) while each piece is fresh from the socket, in the one
+	// pass that reads it; an aws-chunked one after it is decoded.
+	var src io.Reader = r.Body
+	if !chunked {
+		ws := []io.Writer{md}
+		for _, h := range sums {
+			ws = append(ws, h)
+		}
+		src = io.TeeReader(r.Body, io.MultiWriter(ws...))
+	}
+	raw, err := readAllSized(src, r.ContentLength, maxObjectBytes+1<<20)
 	if err != nil {
-		return nil, &s3Fail{http.StatusBadRequest, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header."}
+		return nil, "", &s3Fail{http.StatusBadRequest, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header."}
 	}
 	body := raw
-	if strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") || strings.HasPrefix(r.Header.Get("X-Amz-Content-Sha256"), "STREAMING-") {
+	if chunked {
 		var trailer map[string]string
-		body, trailer, err = decodeAWSChunked(raw, maxObjectBytes)
+		hint, _ := strconv.Atoi(r.Header.Get("X-Amz-Decoded-Content-Length"))
+		body, trailer, err = decodeAWSChunkedSized(raw, maxObjectBytes, hint)
 		if err != nil {
-			return nil, &s3Fail{http.StatusBadRequest, "IncompleteBody", "The aws-chunked body could not be decoded: " + err.Error()}
+			return nil, "", &s3Fail{http.StatusBadRequest, "IncompleteBody", "The aws-chunked body could not be decoded: " + err.Error()}
 		}
 		if dl := r.Header.Get("X-Amz-Decoded-Content-Length"); dl != "" && dl != strconv.Itoa(len(body)) {
-			return nil, &s3Fail{http.StatusBadRequest, "IncompleteBody", "The decoded length is not x-amz-decoded-content-length."}
+			return nil, "", &s3Fail{http.StatusBadRequest, "IncompleteBody", "The decoded length is not x-amz-decoded-content-length."}
 		}
 		for k, v := range trailer {
 			r.Header.Set(k, v)
 		}
+		md.Write(body)
+		for name, h := range s3Checksums {
+			if r.Header.Get(name) != "" {
+				sums[name] = h()
+				sums[name].Write(body)
+			}
+		}
 	}
 	if len(body) > maxObjectBytes {
-		return nil, tooBig
+		return nil, "", tooBig
 	}
-	for name, h := range map[string]func() hash.Hash32{
-		"X-Amz-Checksum-Crc32":  crc32.NewIEEE,
-		"X-Amz-Checksum-Crc32c": func() hash.Hash32 { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) },
-	} {
+	for name, sum := range sums {
 		want := r.Header.Get(name)
-		if want == "" {
-			continue
-		}
-		sum := h()
-		sum.Write(body)
 		var got [4]byte
 		binary.BigEndian.PutUint32(got[:], sum.Sum32())
 		if base64.StdEncoding.EncodeToString(got[:]) != want {
-			return nil, &s3Fail{http.StatusBadRequest, "BadDigest", "The " + strings.ToUpper(strings.TrimPrefix(strings.ToLower(name), "x-amz-checksum-")) + " you specified did not match the calculated checksum."}
+			return nil, "", &s3Fail{http.StatusBadRequest, "BadDigest", "The " + strings.ToUpper(strings.TrimPrefix(strings.ToLower(name), "x-amz-checksum-")) + " you specified did not match the calculated checksum."}
 		}
 	}
-	return body, nil
+	return body, `"` + hex.EncodeToString(md.Sum(nil)) + `"`, nil
+}
+
+// s3Checksums are the x-amz-checksum-* a request may name that the slice
+// verifies, as S3 verifies them.
+var s3Checksums = map[string]func() hash.Hash32{
+	"X-Amz-Checksum-Crc32":  crc32.NewIEEE,
+	"X-Amz-Checksum-Crc32c": func() hash.Hash32 { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) },
 }
 
 // decodeAWSChunked decodes the aws-chunked content encoding: hex-sized
@@ -450,6 +481,13 @@ func readS3Body(r *http.Request) ([]byte, *s3Fail) {
 // chunk, then trailer lines up to an empty line. It returns the payload and
 // the trailers by lower-case name; at most limit payload bytes.
 func decodeAWSChunked(raw []byte, limit int) ([]byte, map[string]string, error) {
+	return decodeAWSChunkedSized(raw, limit, 0)
+}
+
+// decodeAWSChunkedSized is decodeAWSChunked with the payload's expected
+// length (x-amz-decoded-content-length), allocated once when it is within
+// limit; the chunks are still counted and bounded as they come.
+func decodeAWSChunkedSized(raw []byte, limit, hint int) ([]byte, map[string]string, error) {
 	br := bufio.NewReader(bytes.NewReader(raw))
 	line := func() (string, error) {
 		l, err := br.ReadString('\n')
@@ -459,6 +497,9 @@ func decodeAWSChunked(raw []byte, limit int) ([]byte, map[string]string, error) 
 		return strings.TrimRight(l, "\r\n"), nil
 	}
 	var out []byte
+	if hint > 0 && hint <= limit {
+		out = make([]byte, 0, hint)
+	}
 	for {
 		l, err := line()
 		if err != nil {
@@ -475,11 +516,11 @@ func decodeAWSChunked(raw []byte, limit int) ([]byte, map[string]string, error) 
 		if len(out)+int(size) > limit {
 			return nil, nil, errors.New("payload too large")
 		}
-		chunk := make([]byte, size)
-		if _, err := io.ReadFull(br, chunk); err != nil {
+		n := len(out)
+		out = slices.Grow(out, int(size))[:n+int(size)]
+		if _, err := io.ReadFull(br, out[n:]); err != nil {
 			return nil, nil, errors.New("truncated chunk")
 		}
-		out = append(out, chunk...)
 		if end, err := line(); err != nil || end != "" {
 			return nil, nil, errors.New("chunk not followed by CRLF")
 		}
@@ -505,4 +546,21 @@ func decodeAWSChunked(raw []byte, limit int) ([]byte, map[string]string, error) 
 			return nil, nil, errors.New("too many trailers")
 		}
 	}
+}
+
+// readAllSized reads r to its end, at most limit bytes plus one (so an
+// over-long body shows); a known length (Content-Length) within the limit
+// is allocated once instead of grown by doubling.
+func readAllSized(r io.Reader, length int64, limit int) ([]byte, error) {
+	lr := io.LimitReader(r, int64(limit)+1)
+	if length <= 0 || length > int64(limit) {
+		return io.ReadAll(lr)
+	}
+	buf := make([]byte, length, length+1)
+	if _, err := io.ReadFull(lr, buf); err != nil {
+		return nil, err
+	}
+	// Anything past the stated length is read on, as ReadAll would.
+	rest, err := io.ReadAll(lr)
+	return append(buf, rest...), err
 }

@@ -359,6 +359,9 @@ func relative(name, dir string) (string, bool) {
 // makes them).
 func relayTar(tr *tar.Reader, w io.Writer, dir string) error {
 	tw := tar.NewWriter(w)
+	// Large copies: io.Copy would move 32 KiB at a time through the pipe
+	// to the upload, one pipe handoff each.
+	buf := make([]byte, 1<<20)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -383,7 +386,7 @@ func relayTar(tr *tar.Reader, w io.Writer, dir string) error {
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		if _, err := io.Copy(tw, tr); err != nil {
+		if _, err := io.CopyBuffer(onlyWriter{tw}, onlyReader{tr}, buf); err != nil {
 			return err
 		}
 	}

@@ -10,10 +10,13 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	tmtypes "github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -85,6 +88,11 @@ func (s *Store) platformErr(what string, err error) error {
 	return client.Errorf(taxonomy.KindPlatform, "", "%s in s3://%s: %w", what, s.Bucket, err).WithCause(err)
 }
 
+// partBytes is a multipart upload's part size: twice the transfer
+// manager's default, so half the requests, while its buffers in flight (one
+// part per concurrent upload, five by default) stay near 80 MiB.
+const partBytes = 16 << 20
+
 // putObject uploads the local file f (size bytes, already hashed) under its
 // digest's key through the transfer manager, unless that key is already
 // there: the same bytes are never stored twice.
@@ -96,7 +104,16 @@ func (s *Store) putObject(ctx context.Context, f *os.File, size int64, digest st
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	tm := transfermanager.New(s.S3)
+	// The object's own sha256 is its key and is checked at every restore,
+	// and each part still carries a signed CRC32 that S3 verifies; a
+	// second sha256 per part for the signature over plain http is a pass
+	// over every byte that buys nothing more.
+	c := s3.New(s.S3.Options(), func(o *s3.Options) { o.APIOptions = append(o.APIOptions, unsignedOverHTTP) })
+	tm := transfermanager.New(c, func(o *transfermanager.Options) {
+		// Fewer, larger parts: each part is a request with its own
+		// checksum pass and buffers on both ends.
+		o.PartSizeBytes = partBytes
+	})
 	_, err := tm.UploadObject(ctx, &transfermanager.UploadObjectInput{
 		Bucket: aws.String(s.Bucket), Key: aws.String(key),
 		Body: io.NewSectionReader(f, 0, size), ContentLength: aws.Int64(size),
@@ -107,6 +124,20 @@ func (s *Store) putObject(ctx context.Context, f *os.File, size int64, digest st
 		return s.platformErr("storing the checkpoint object "+key, err)
 	}
 	return nil
+}
+
+// unsignedOverHTTP marks a request's payload UNSIGNED-PAYLOAD before the
+// SDK's checksum step, when the request goes over plain http (an
+// emulator's endpoint): the SDK then computes the payload's CRC32 alone.
+// Over https the SDK already streams a trailing checksum unsigned.
+func unsignedOverHTTP(stack *middleware.Stack) error {
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("microvm:UnsignedPayloadOverHTTP",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			if req, ok := in.Request.(*smithyhttp.Request); ok && !req.IsHTTPS() {
+				ctx = v4.SetPayloadHash(ctx, "UNSIGNED-PAYLOAD")
+			}
+			return next.HandleFinalize(ctx, in)
+		}), middleware.Before)
 }
 
 func (s *Store) putManifest(ctx context.Context, m Manifest) error {
