@@ -112,6 +112,9 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 		return Manifest{}, err
 	}
 	if opts.NoPause {
+		if afterPack != nil {
+			afterPack()
+		}
 		if m.ChangedUnderneath, err = changedSince(ctx, sess, paths, stats.seen); err != nil {
 			return Manifest{}, err
 		}
@@ -384,6 +387,11 @@ func fileMode(s string) int64 {
 
 // changedSince lists paths again and names every member whose size or
 // mtime differs from what the tar carried, or that appeared or vanished.
+// afterPack, set only by this package's tests, runs between the read and
+// the listing that finds what changed under it: a guest's writer is not
+// scheduled on demand, so a test makes its change there instead.
+var afterPack func()
+
 func changedSince(ctx context.Context, sess *client.Session, paths []string, seen map[string]stamp) ([]string, error) {
 	now := map[string]stamp{}
 	for _, p := range paths {

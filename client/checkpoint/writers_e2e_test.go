@@ -71,6 +71,11 @@ func TestCheckpointWithoutPauseNamesWhatChanged(t *testing.T) {
 	}
 	defer x.Kill(ctx)
 	run(t, sb, "for i in $(seq 1 200); do [ -s /tmp/w/log ] && exit 0; sleep 0.05; done; exit 1")
+	// The writer runs through the read, but a busy machine may not schedule
+	// it between the read and the listing after it: one more line there
+	// makes the change the manifest must name certain.
+	afterPack = func() { run(t, sb, "echo after >> /tmp/w/log") }
+	defer func() { afterPack = nil }()
 	m, err := Checkpoint(ctx, sb, e.store, Options{Paths: []string{"/tmp/w"}, NoPause: true, Name: "nopause"})
 	if err != nil {
 		var ce *client.Error
