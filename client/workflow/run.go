@@ -14,6 +14,7 @@ import (
 	"github.com/microvms/microvms/client/ledger"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -161,6 +162,10 @@ type Result struct {
 	Leaked []string
 	// VolumesSaved are the generations teardown saved of the mounts.
 	VolumesSaved []checkpoint.Manifest
+	// Network is, under a network policy, what the policy allowed and
+	// refused by the time the command ended (read before teardown, which
+	// takes it away): the place to see why a download failed.
+	Network *cliapi.NetworkState
 	// Size is the class the run was priced at.
 	Size              client.SizeClass
 	BuildTook, RanFor time.Duration
@@ -291,6 +296,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return r.Err()
 	}
 	err := body()
+	if sb != nil && o.Launch.Network != nil {
+		if st, nerr := sb.Network(ctx); nerr == nil {
+			out.Network = &st
+		} else {
+			o.warn("could not read the network policy's refusals: %v", nerr)
+		}
+	}
 	built := out.Built
 	if !runStart.IsZero() {
 		out.RanFor = time.Since(runStart)

@@ -44,7 +44,7 @@ type CLI struct {
 	// setup.go: the account resources an AWS run needs, and gc of leftovers.
 	Setup      SetupCmd      `cmd:"" help:"Make the artifact bucket and the build and execution roles an AWS run needs (tagged, idempotent), print the env lines and write them to the state directory; --destroy removes them."`
 	Gc         GcCmd         `cmd:"" help:"List and delete this tool's leftovers (images, their versions, build log groups, artifacts), known by its tag or the run ledger; --dry-run only lists."`
-	Checkpoint CheckpointCmd `cmd:"" help:"Save a running MicroVM's files as a checkpoint (checkpoint ID --path P), list them (checkpoint ls) or remove one (checkpoint rm NAME|DIGEST); run --from restores one."`
+	Checkpoint CheckpointCmd `cmd:"" help:"Save a running MicroVM's files as a checkpoint (checkpoint ID --path P), list them (checkpoint ls), remove one (checkpoint rm NAME|DIGEST) or bake one into a new image (checkpoint image NAME|DIGEST); run --from restores one."`
 
 	Ls         LsCmd         `cmd:"" help:"List what is alive (state, age, cost so far) and the ledger's open runs; --all adds the closed ones."`
 	Cost       CostCmd       `cmd:"" help:"Estimate what a run cost or a plan will cost, every line labelled."`

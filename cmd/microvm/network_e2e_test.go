@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -30,7 +31,8 @@ import (
 
 // Catches: run --local that ignores --network-allow (a guest with no tun,
 // the host's resolver, the real value in its environment), or a secret's
-// value reaching the envelope, stderr or the ledger.
+// value reaching the envelope, stderr or the ledger, or a run that does not
+// report what the policy refused.
 func TestRunLocalUnderNetworkPolicy(t *testing.T) {
 	env, stateDir := lifecycleEnv(t)
 	const value = "sk-cli-9f1c2e7a5b3d4c6e8a0b"
@@ -60,6 +62,13 @@ func TestRunLocalUnderNetworkPolicy(t *testing.T) {
 	}
 	if len(strings.Fields(lines[2])) != 3 {
 		t.Fatalf("placeholders: %q", lines[2])
+	}
+	// The refusals come back with the run, read before the teardown that
+	// takes `network show` away: catches a run that drops them, or reads
+	// them after the MicroVM is gone.
+	nw, _ := data(m)["network"].(map[string]any)
+	if nw == nil || nw["enforced"] != true || nw["deniedCount"].(float64) < 1 || !strings.Contains(fmt.Sprint(nw["denied"]), "denied.test") {
+		t.Fatalf("the run's network: %v", nw)
 	}
 	for _, v := range []string{value, "env-secret-7c1e9a3b5d", "file-secret-4a7d2c9e1b"} {
 		if strings.Contains(inv.stdout+inv.stderr, v) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -186,7 +187,7 @@ func (c *RunCmd) launch(env map[string]string, net *sandbox.Network) workflow.La
 
 // runData is a run's result as the microvm.run envelope carries it.
 func runData(r workflow.Result) cliapi.RunData {
-	out := cliapi.RunData{ImageIdentifier: r.ImageARN, ImageName: r.ImageName, Endpoint: r.Endpoint, Kept: r.Kept, Leaked: r.Leaked}
+	out := cliapi.RunData{ImageIdentifier: r.ImageARN, ImageName: r.ImageName, Endpoint: r.Endpoint, Kept: r.Kept, Leaked: r.Leaked, Network: r.Network}
 	if r.Sandbox != nil {
 		out.MicrovmID = r.Sandbox.ID()
 	}
@@ -255,6 +256,15 @@ func runHuman(d cliapi.RunData, a *app, failed bool) func(io.Writer) error {
 		fmt.Fprintf(tw, "microvm\t%s\nimage\t%s\n", d.MicrovmID, d.ImageIdentifier)
 		if d.ExecExitCode != nil {
 			fmt.Fprintf(tw, "exit\t%d\n", *d.ExecExitCode)
+		}
+		if n := d.Network; n != nil && n.DeniedCount > 0 {
+			// Why a download failed, before the MicroVM (and its
+			// `network show`) is gone.
+			var last []string
+			for _, x := range n.Denied[max(0, len(n.Denied)-3):] {
+				last = append(last, fmt.Sprintf("%s:%d %s", x.Host, x.Port, x.Why))
+			}
+			fmt.Fprintf(tw, "network\t%d refused by the policy (latest: %s)\n", n.DeniedCount, strings.Join(last, ", "))
 		}
 		if d.Kept {
 			fmt.Fprintf(tw, "endpoint\t%s\nkept\tyes: remembered, so attach with --microvm-id %s (or MICROVM_ID) alone; `microvm terminate %s --delete-image` ends it\n", d.Endpoint, d.MicrovmID, d.MicrovmID)

@@ -109,6 +109,8 @@ type RunData struct {
 	Cost           *CostReport `json:"cost"`
 	// LocalLimits is local mode only: the guest's resource limits in force, and those this host could not set
 	LocalLimits *LocalLimits `json:"localLimits"`
+	// Network is under a network policy (--network-allow, --secret): what it allowed and every refusal by the time the command ended, read before teardown; null otherwise
+	Network *NetworkState `json:"network"`
 }
 
 // RunFleetData is the data of a microvm.run.fleet envelope.
@@ -923,7 +925,7 @@ type Response struct {
 
 // Responses lists every response type in declaration order.
 var Responses = []Response{
-	{Type: "microvm.run", Keys: []string{"imageIdentifier", "imageName", "microvmId", "endpoint", "agentToken", "execExitCode", "stdout", "stderr", "truncated", "buildSeconds", "runningSeconds", "kept", "leaked", "cost", "localLimits"}},
+	{Type: "microvm.run", Keys: []string{"imageIdentifier", "imageName", "microvmId", "endpoint", "agentToken", "execExitCode", "stdout", "stderr", "truncated", "buildSeconds", "runningSeconds", "kept", "leaked", "cost", "localLimits", "network"}},
 	{Type: "microvm.run.fleet", Keys: []string{"imageIdentifier", "imageName", "count", "parallel", "runs", "leaked", "cost"}},
 	{Type: "microvm.image", Keys: []string{"imageIdentifier", "imageName", "buildLogGroup", "size", "reused"}},
 	{Type: "microvm.exec", Keys: []string{"execId", "phase", "exitCode", "signal", "stdout", "stderr", "truncated", "usage", "oomKilled"}},
