@@ -89,6 +89,20 @@ func ParseNetworkRule(spec string) (cliapi.NetworkRule, error) {
 	return r, nil
 }
 
+// ParseNetworkRules reads each spec as ParseNetworkRule does; no specs is
+// an empty list (a policy allowing nothing), never nil.
+func ParseNetworkRules(specs []string) ([]cliapi.NetworkRule, error) {
+	rules := []cliapi.NetworkRule{}
+	for _, spec := range specs {
+		r, err := ParseNetworkRule(spec)
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
+}
+
 // ParseSecret reads NAME=VALUE@HOST[,HOST...] (the last @ ends the value,
 // which may hold one). A refusal never quotes the value.
 func ParseSecret(spec string) (Secret, error) {

@@ -28,7 +28,7 @@ func (f NetworkFlags) network(getenv func(string) string) (*sandbox.Network, err
 	if len(f.NetworkAllow)+len(f.Secret)+len(f.SecretEnv)+len(f.SecretFile) == 0 {
 		return nil, nil
 	}
-	rules, err := parseRules(f.NetworkAllow)
+	rules, err := sandbox.ParseNetworkRules(f.NetworkAllow)
 	if err != nil {
 		return nil, err
 	}
@@ -57,18 +57,6 @@ func (f NetworkFlags) network(getenv func(string) string) (*sandbox.Network, err
 	return n, nil
 }
 
-func parseRules(specs []string) ([]cliapi.NetworkRule, error) {
-	rules := []cliapi.NetworkRule{}
-	for _, s := range specs {
-		r, err := sandbox.ParseNetworkRule(s)
-		if err != nil {
-			return nil, err
-		}
-		rules = append(rules, r)
-	}
-	return rules, nil
-}
-
 // NetworkCmd shows or replaces a MicroVM's network policy.
 type NetworkCmd struct {
 	Action    string   `arg:"" enum:"show,set" help:"show: what is in force (the policy, the secrets' bindings without their values, the refusals); set: replace the policy, closing open connections it no longer allows."`
@@ -88,7 +76,7 @@ func (c *NetworkCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	case c.Action == "set" && len(c.Allow) == 0 && !c.DenyAll:
 		return nil, render.InvalidArg("", "network set needs --allow RULE (repeatable) or --deny-all")
 	case c.Action == "set":
-		rules, err := parseRules(c.Allow)
+		rules, err := sandbox.ParseNetworkRules(c.Allow)
 		if err != nil {
 			return nil, err
 		}

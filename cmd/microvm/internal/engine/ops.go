@@ -501,7 +501,7 @@ func (e *engine) networkSet(ctx context.Context, sb *sandbox.Sandbox, args engin
 	case len(args.Allow) == 0 && !args.DenyAll:
 		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: network_set needs allow rules or denyAll")
 	}
-	rules, err := networkRules(args.Allow)
+	rules, err := sandbox.ParseNetworkRules(args.Allow)
 	if err != nil {
 		return "", nil, err
 	}

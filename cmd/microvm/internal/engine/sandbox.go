@@ -239,7 +239,7 @@ func launchNetwork(allow []string, denyAll bool, secrets []string) (*sandbox.Net
 	if denyAll && len(allow) > 0 {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: networkDenyAll with networkAllow: a policy either allows these or nothing")
 	}
-	rules, err := networkRules(allow)
+	rules, err := sandbox.ParseNetworkRules(allow)
 	if err != nil {
 		return nil, err
 	}
@@ -252,18 +252,6 @@ func launchNetwork(allow []string, denyAll bool, secrets []string) (*sandbox.Net
 		n.Secrets = append(n.Secrets, sec)
 	}
 	return n, nil
-}
-
-func networkRules(specs []string) ([]cliapi.NetworkRule, error) {
-	rules := []cliapi.NetworkRule{}
-	for _, spec := range specs {
-		r, err := sandbox.ParseNetworkRule(spec)
-		if err != nil {
-			return nil, err
-		}
-		rules = append(rules, r)
-	}
-	return rules, nil
 }
 
 // startOptions turns an exec's arguments into the library's.

@@ -26,7 +26,7 @@ func (s *mcpServer) createNetwork(in mcpapi.SandboxCreateArgs) (*sandbox.Network
 	if in.NetworkDenyAll && len(in.NetworkAllow) > 0 {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "network_deny_all with network_allow: a policy either allows these or nothing")
 	}
-	rules, err := rulesOf(in.NetworkAllow)
+	rules, err := sandbox.ParseNetworkRules(in.NetworkAllow)
 	if err != nil {
 		return nil, err
 	}
@@ -39,18 +39,6 @@ func (s *mcpServer) createNetwork(in mcpapi.SandboxCreateArgs) (*sandbox.Network
 		n.Secrets = append(n.Secrets, sec)
 	}
 	return n, nil
-}
-
-func rulesOf(specs []string) ([]cliapi.NetworkRule, error) {
-	rules := []cliapi.NetworkRule{}
-	for _, spec := range specs {
-		r, err := sandbox.ParseNetworkRule(spec)
-		if err != nil {
-			return nil, err
-		}
-		rules = append(rules, r)
-	}
-	return rules, nil
 }
 
 func (s *mcpServer) networkShow(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxNetworkShowArgs) (mcpapi.SandboxNetworkShowResult, string, error) {
@@ -73,7 +61,7 @@ func (s *mcpServer) networkSet(ctx context.Context, _ *mcp.CallToolRequest, st *
 	case len(in.Allow) == 0 && !in.DenyAll:
 		return out, "", client.Errorf(taxonomy.KindInvalidArg, "", "sandbox_network_set needs allow rules or deny_all, so an empty list never cuts the network by mistake")
 	}
-	rules, err := rulesOf(in.Allow)
+	rules, err := sandbox.ParseNetworkRules(in.Allow)
 	if err != nil {
 		return out, "", err
 	}
