@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"encoding/xml"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -226,7 +227,7 @@ func (s *Server) serveS3BucketConfig(w http.ResponseWriter, r *http.Request, op,
 		if tok := q.Get("continuation-token"); tok != "" {
 			after = tok
 		}
-		keys := slices.Sorted(mapKeys(b.objects))
+		keys := slices.Sorted(maps.Keys(b.objects))
 		res := listBucketResult{Name: bucket, Prefix: q.Get("prefix"), MaxKeys: max, ContinuationToken: q.Get("continuation-token")}
 		for _, k := range keys {
 			if !strings.HasPrefix(k, res.Prefix) || k <= after {
@@ -255,5 +256,5 @@ func (s *Server) BucketKeys(bucket string) []string {
 	if b == nil {
 		return nil
 	}
-	return slices.Sorted(mapKeys(b.objects))
+	return slices.Sorted(maps.Keys(b.objects))
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/microvms/microvms/emulator/iam"
 	"github.com/microvms/microvms/imagebuild"
 	"io"
 	"net"
@@ -197,7 +198,7 @@ type Server struct {
 	// objects and writes the Logs slice's events under it.
 	cwl      logsStore    // the CloudWatch Logs slice (logs.go)
 	s3       s3Store      // the S3 slice (s3.go)
-	iam      iamStore     // the IAM slice (iam.go); STS keeps no state
+	iam      *iam.Service // the IAM slice (package emulator/iam); STS keeps no state
 	reqIDs   atomic.Int64 // request ids of S3 and STS answers
 	stateDir string       // resolved Options.StateDir
 	tmpState bool         // stateDir was made here and goes at Close
@@ -239,6 +240,7 @@ func New(opt Options) *Server {
 		launchNets: map[string]cliapi.NetworkLaunch{},
 		faults:     map[string][]Fault{},
 	}
+	s.iam = &iam.Service{Account: opt.Account, Now: opt.Now, RequestID: s.stsRequestID, Fault: s.fault}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if opt.WallClock {
 		// By the clock, an idle guest is frozen when it is due, not when
@@ -360,8 +362,8 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		case ok && service == serviceSTS:
 			s.serveSTS(w, r, body)
 			return
-		case ok && service == serviceIAM:
-			s.serveIAM(w, r, body)
+		case ok && service == iam.SigningName:
+			s.iam.Serve(w, r, body)
 			return
 		case strings.HasPrefix(r.Header.Get("X-Amz-Target"), logsTargetPrefix):
 			// A CloudWatch Logs call signed for another service (or not at

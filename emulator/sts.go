@@ -87,3 +87,7 @@ func (s *Server) serveSTS(w http.ResponseWriter, r *http.Request, body []byte) {
 		Metadata: stsResponseMetadata{RequestID: s.stsRequestID()},
 	})
 }
+
+// Role reports whether the IAM slice holds a role named name, and the names
+// of its inline policies.
+func (s *Server) Role(name string) (exists bool, policies []string) { return s.iam.Role(name) }

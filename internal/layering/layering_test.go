@@ -64,6 +64,7 @@ func TestPlantedWrongImportsAreRefused(t *testing.T) {
 		{"localvm", "imagebuild", "localvm layer"},                             // the runtime depending on the builder over it
 		{"localvm", "client", "localvm layer"},                                 // the runtime reaching for the library
 		{"imagebuild", "emulator", "imagebuild layer"},                         // the builder reaching into the control plane
+		{"emulator/iam", "emulator", "emulator/iam layer"},                     // the IAM slice reaching into the rest of the emulator
 		{"client/sandbox", "localvm", "client layer"},                          // the library depending on the local runtime
 		{"client", "cmd/microvm", "nothing imports cmd/"},                      // anything importing a command
 		{"cmd/microvm", "cmd/agentd", "nothing imports cmd/"},                  // one command importing another

@@ -1,4 +1,4 @@
-package emulator
+package iam
 
 import (
 	"net/url"

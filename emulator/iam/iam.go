@@ -1,4 +1,4 @@
-package emulator
+package iam
 
 import (
 	"encoding/json"
@@ -12,12 +12,25 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
 
-// iamStore is the IAM slice's state.
-type iamStore struct {
+// Service is the emulator's IAM slice: its own roles under its own lock
+// (no other slice reads them), served from the emulator's one endpoint.
+type Service struct {
+	// Account is the account the roles belong to.
+	Account string
+	// Now is the emulator's clock; RequestID mints the answers' request
+	// ids (shared with STS); Fault, when set, answers an injected fault
+	// for an action and reports whether it did.
+	Now       func() time.Time
+	RequestID func() string
+	Fault     func(w http.ResponseWriter, action string) bool
+
+	mu    sync.Mutex
+	seq   uint64
 	roles map[string]*iamRole // by name
 }
 
@@ -49,8 +62,10 @@ type iamStore struct {
 // with IAM's * and ? wildcards (actions case-insensitively). A statement
 // with a Condition never matches here (the slice evaluates no context).
 
+// SigningName is the service name a request for this slice is signed for.
+const SigningName = "iam"
+
 const (
-	serviceIAM   = "iam"
 	iamVersion   = "2010-05-08"
 	iamNamespace = "https://iam.amazonaws.com/doc/2010-05-08/"
 )
@@ -508,23 +523,23 @@ type (
 	}
 )
 
-func (s *Server) roleXML(r *iamRole) iamRoleXML {
+func (s *Service) roleXML(r *iamRole) iamRoleXML {
 	return iamRoleXML{Path: r.path, RoleName: r.name, RoleID: r.id, Arn: s.roleARN(r),
 		CreateDate: r.created.UTC().Format(time.RFC3339), AssumeRolePolicyDocument: url.QueryEscape(r.trust),
 		Description: r.description, MaxSessionDuration: 3600, Tags: r.tags}
 }
 
-func (s *Server) roleARN(r *iamRole) string {
-	return "arn:aws:iam::" + s.opt.Account + ":role" + r.path + r.name
+func (s *Service) roleARN(r *iamRole) string {
+	return "arn:aws:iam::" + s.Account + ":role" + r.path + r.name
 }
 
-func (s *Server) writeIAMError(w http.ResponseWriter, f iamFail) {
+func (s *Service) writeIAMError(w http.ResponseWriter, f iamFail) {
 	var e iamErrorResponse
 	e.Error.Type, e.Error.Code, e.Error.Message = "Sender", f.code, f.message
 	if f.status >= 500 {
 		e.Error.Type = "Receiver"
 	}
-	e.RequestID = s.stsRequestID()
+	e.RequestID = s.RequestID()
 	w.Header().Set("Content-Type", "text/xml")
 	w.WriteHeader(f.status)
 	_ = xml.NewEncoder(w).Encode(e)
@@ -532,7 +547,7 @@ func (s *Server) writeIAMError(w http.ResponseWriter, f iamFail) {
 
 // writeIAM answers action's <ActionResponse> with result inside
 // <ActionResult>, or only the metadata when result is nil.
-func (s *Server) writeIAM(w http.ResponseWriter, action string, result any) {
+func (s *Service) writeIAM(w http.ResponseWriter, action string, result any) {
 	w.Header().Set("Content-Type", "text/xml")
 	w.WriteHeader(http.StatusOK)
 	var b strings.Builder
@@ -544,16 +559,16 @@ func (s *Server) writeIAM(w http.ResponseWriter, action string, result any) {
 		_ = xml.NewEncoder(&inner).EncodeElement(result, xml.StartElement{Name: xml.Name{Local: action + "Result"}})
 		b.WriteString(inner.String())
 	}
-	fmt.Fprintf(&b, "<ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata></%sResponse>", s.stsRequestID(), action)
+	fmt.Fprintf(&b, "<ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata></%sResponse>", s.RequestID(), action)
 	_, _ = io.WriteString(w, b.String())
 }
 
 // Role returns whether the IAM slice holds a role of that name, and its
 // inline policies' names; tests read it.
-func (s *Server) Role(name string) (exists bool, policies []string) {
+func (s *Service) Role(name string) (exists bool, policies []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.iam.roles[name]
+	r := s.roles[name]
 	if r == nil {
 		return false, nil
 	}
@@ -561,7 +576,7 @@ func (s *Server) Role(name string) (exists bool, policies []string) {
 }
 
 // serveIAM answers one request signed for iam.
-func (s *Server) serveIAM(w http.ResponseWriter, r *http.Request, body []byte) {
+func (s *Service) Serve(w http.ResponseWriter, r *http.Request, body []byte) {
 	if r.Method != http.MethodPost {
 		s.writeIAMError(w, iamFail{http.StatusBadRequest, "InvalidAction", "IAM answers POST with a form body"})
 		return
@@ -572,7 +587,7 @@ func (s *Server) serveIAM(w http.ResponseWriter, r *http.Request, body []byte) {
 		return
 	}
 	action := form.Get("Action")
-	if s.fault(w, action) {
+	if s.Fault != nil && s.Fault(w, action) {
 		return
 	}
 	if _, ok := iamActions[action]; !ok || form.Get("Version") != iamVersion {
@@ -586,20 +601,20 @@ func (s *Server) serveIAM(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.iam.roles == nil {
-		s.iam.roles = map[string]*iamRole{}
+	if s.roles == nil {
+		s.roles = map[string]*iamRole{}
 	}
 	name := in.scalar["RoleName"]
 	if action == "SimulatePrincipalPolicy" {
 		arn := in.scalar["PolicySourceArn"]
-		prefix := "arn:aws:iam::" + s.opt.Account + ":role/"
+		prefix := "arn:aws:iam::" + s.Account + ":role/"
 		if !strings.HasPrefix(arn, prefix) {
-			s.writeIAMError(w, iamFail{http.StatusBadRequest, "InvalidInput", "Invalid ARN: " + arn + " (this slice simulates roles of account " + s.opt.Account + ")"})
+			s.writeIAMError(w, iamFail{http.StatusBadRequest, "InvalidInput", "Invalid ARN: " + arn + " (this slice simulates roles of account " + s.Account + ")"})
 			return
 		}
 		name = arn[strings.LastIndexByte(arn, '/')+1:]
 	}
-	role := s.iam.roles[name]
+	role := s.roles[name]
 	noRole := iamFail{http.StatusNotFound, "NoSuchEntity", fmt.Sprintf("The role with name %s cannot be found.", name)}
 	if action != "CreateRole" && role == nil {
 		s.writeIAMError(w, noRole)
@@ -622,8 +637,8 @@ func (s *Server) serveIAM(w http.ResponseWriter, r *http.Request, body []byte) {
 		}
 		s.seq++
 		role = &iamRole{name: name, id: fmt.Sprintf("AROA%017X", s.seq), path: path, description: in.scalar["Description"],
-			trust: doc, created: s.opt.Now(), tags: in.tags, policies: map[string]string{}}
-		s.iam.roles[name] = role
+			trust: doc, created: s.Now(), tags: in.tags, policies: map[string]string{}}
+		s.roles[name] = role
 		s.writeIAM(w, action, struct {
 			Role iamRoleXML `xml:"Role"`
 		}{s.roleXML(role)})
@@ -636,7 +651,7 @@ func (s *Server) serveIAM(w http.ResponseWriter, r *http.Request, body []byte) {
 			s.writeIAMError(w, iamFail{http.StatusConflict, "DeleteConflict", "Cannot delete entity, must delete policies first."})
 			return
 		}
-		delete(s.iam.roles, name)
+		delete(s.roles, name)
 		s.writeIAM(w, action, nil)
 	case "UpdateAssumeRolePolicy":
 		doc := in.scalar["PolicyDocument"]
