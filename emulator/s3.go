@@ -34,7 +34,8 @@ type s3Store struct {
 // restXml protocol on the same listener for requests signed for "s3". The
 // operations are CreateBucket, HeadBucket, DeleteBucket, PutObject,
 // GetObject, HeadObject, DeleteObject, CreateMultipartUpload, UploadPart,
-// CompleteMultipartUpload and AbortMultipartUpload; anything else is refused
+// CompleteMultipartUpload, AbortMultipartUpload and CopyObject (a PUT
+// carrying x-amz-copy-source); anything else is refused
 // with S3's own 501 NotImplemented. The XML element names are the members
 // of the S3 model's shapes (the aws-sdk-go-v2 s3 package's types), and the
 // tests read every answer through that package's own client.
@@ -99,6 +100,12 @@ type (
 		Bucket   string   `xml:"Bucket"`
 		Key      string   `xml:"Key"`
 		ETag     string   `xml:"ETag"`
+	}
+	copyObjectResult struct {
+		XMLName       xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ CopyObjectResult"`
+		ETag          string   `xml:"ETag"`
+		LastModified  string   `xml:"LastModified"`
+		ChecksumCRC32 string   `xml:"ChecksumCRC32,omitempty"`
 	}
 )
 
@@ -192,6 +199,9 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	q.Del("x-id") // aws-sdk-go-v2 names the operation in the query
 	op := s3Operation(r.Method, key, q)
+	if op == "PutObject" && r.Header.Get("x-amz-copy-source") != "" {
+		op = "CopyObject"
+	}
 	if op == "" {
 		s.writeS3Error(w, r, errNotImplemented, bucket, key)
 		return
@@ -250,6 +260,8 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		b.objects[key] = obj
 		obj.writeHeaders(w)
 		w.WriteHeader(http.StatusOK)
+	case "CopyObject":
+		s.copyObjectLocked(w, r, b, key, fail)
 	case "GetObject", "HeadObject":
 		obj := b.objects[key]
 		if obj == nil {
@@ -563,4 +575,40 @@ func readAllSized(r io.Reader, length int64, limit int) ([]byte, error) {
 	// Anything past the stated length is read on, as ReadAll would.
 	rest, err := io.ReadAll(lr)
 	return append(buf, rest...), err
+}
+
+// copyObjectLocked answers CopyObject: the object named by
+// x-amz-copy-source ("bucket/key", URL-encoded, an optional leading slash
+// and ?versionId) is stored again under key in b, with the same ETag,
+// content type and checksums, and a CopyObjectResult body. The bodies are
+// never written in place, so the copy shares its source's bytes. S3 copies
+// up to 5 GB in one call; this slice's objects are far smaller.
+func (s *Server) copyObjectLocked(w http.ResponseWriter, r *http.Request, b *s3Bucket, key string, fail func(s3Fail)) {
+	src := strings.TrimPrefix(r.Header.Get("x-amz-copy-source"), "/")
+	if i := strings.Index(src, "?"); i >= 0 {
+		src = src[:i]
+	}
+	src, err := url.PathUnescape(src)
+	srcBucket, srcKey, ok := strings.Cut(src, "/")
+	if err != nil || !ok || srcBucket == "" || srcKey == "" {
+		fail(s3Fail{http.StatusBadRequest, "InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey"})
+		return
+	}
+	sb := s.s3.buckets[srcBucket]
+	if sb == nil {
+		fail(errNoSuchBucket)
+		return
+	}
+	from := sb.objects[srcKey]
+	if from == nil {
+		fail(errNoSuchKey)
+		return
+	}
+	now := s.opt.Now()
+	obj := &s3Object{body: from.body, etag: from.etag, modified: now, ctype: from.ctype, checksum: from.checksum}
+	if r.Header.Get("x-amz-metadata-directive") == "REPLACE" {
+		obj.ctype = r.Header.Get("Content-Type")
+	}
+	b.objects[key] = obj
+	writeS3XML(w, copyObjectResult{ETag: obj.etag, LastModified: now.UTC().Format("2006-01-02T15:04:05.000Z"), ChecksumCRC32: obj.checksum["x-amz-checksum-crc32"]})
 }
