@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"runtime/debug"
 	"sort"
@@ -68,13 +67,6 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 	if err != nil {
 		return Manifest{}, err
 	}
-	f, err := os.CreateTemp(store.TempDir, "microvm-checkpoint-*.tar.zst")
-	if err != nil {
-		return Manifest{}, client.Errorf(taxonomy.KindPrecondition, "", "a host temporary file for the checkpoint: %w", err).WithCause(err)
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-
 	m := Manifest{Format: Format, Name: opts.Name, Compression: "zstd", Paths: paths, ImageARN: arn, ImageVersion: version,
 		MicrovmID: sb.ID(), ClientVersion: clientVersion(), WritersPaused: !opts.NoPause}
 	now := time.Now
@@ -98,17 +90,25 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 			return Manifest{}, err
 		}
 	}
+	up, err := store.stage(ctx)
+	if err != nil {
+		if resume != nil {
+			resume()
+		}
+		return Manifest{}, err
+	}
 	h := sha256.New()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	cw := &countingWriter{w: io.MultiWriter(bw, h), limit: store.maxObject()}
+	cw := &countingWriter{w: io.MultiWriter(h, up), limit: store.maxObject()}
 	stats, err := packPaths(ctx, sess, paths, cw)
 	if resume != nil {
 		resume()
 	}
-	if err == nil {
-		err = bw.Flush()
-	}
 	if err != nil {
+		up.abort(err)
+		return Manifest{}, err
+	}
+	if err := up.finish(); err != nil {
+		up.abort(err)
 		return Manifest{}, err
 	}
 	if opts.NoPause {
@@ -116,12 +116,13 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 			afterPack()
 		}
 		if m.ChangedUnderneath, err = changedSince(ctx, sess, paths, stats.seen); err != nil {
+			store.removeStaging(up.key)
 			return Manifest{}, err
 		}
 	}
 	m.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	m.Size, m.TreeBytes, m.Files = cw.n, stats.treeBytes, stats.files
-	if err := store.putObject(ctx, f, cw.n, m.Digest); err != nil {
+	if err := up.commit(ctx, cw.n, m.Digest); err != nil {
 		return Manifest{}, err
 	}
 	if err := store.putManifest(ctx, m); err != nil {
