@@ -2,10 +2,10 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"sort"
