@@ -9,6 +9,19 @@
 // object is written first and the manifest last, so a checkpoint that fails
 // at any point leaves no manifest, and nothing lists or restores it.
 //
+// The object's key is its digest, known only when packing ends, yet the
+// upload runs beside the packing (no host file between them): the bytes go
+// to Prefix+"staging/<random>" as they are packed, are copied inside the
+// bucket to the digest's key (CopyObject; over 5 GB, read back and stored
+// again), unless that key already holds them, and the staging object is
+// deleted. A checkpoint that fails aborts its multipart upload and deletes
+// its staging object. A process that dies mid-checkpoint cannot: it leaves
+// an incomplete multipart upload (S3 keeps its parts, and bills them, until
+// a bucket lifecycle rule's AbortIncompleteMultipartUpload or a caller
+// aborts it) or a whole staging object under Prefix+"staging/", which no
+// manifest names and nothing restores; deleting that prefix is always safe
+// when no checkpoint is running.
+//
 // Restore launches a sandbox from the checkpoint's image ARN and version
 // (through a sandbox.Launcher) and lays the files back before returning it,
 // so its first command sees them. Before anything is launched or written it
