@@ -68,6 +68,9 @@ const (
 	OpCheckpointRm  = "checkpoint_rm"
 	OpFork          = "fork"
 	OpRestore       = "restore"
+	OpVolumeSync    = "volume_sync"
+	OpVolumeLs      = "volume_ls"
+	OpVolumeRm      = "volume_rm"
 )
 
 // The engine-only response types.
@@ -140,6 +143,8 @@ type CreateArgs struct {
 	NetworkDenyAll bool `json:"networkDenyAll"`
 	// Secrets is credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error
 	Secrets []string `json:"secrets"`
+	// Volumes is NAME:/path entries (run --volume): each volume's newest generation is laid at /path before create answers (an empty directory on first use) under a lease this sandbox holds until terminate, which saves a last generation; a volume another live sandbox holds is refused (ERR_CHECKPOINT_REFUSED naming the holder). Volumes live where checkpoints do: MICROVM_BUCKET, else the emulator's microvm-checkpoints
+	Volumes []string `json:"volumes"`
 	// NoKeepAwake is true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is
 	NoKeepAwake bool `json:"noKeepAwake"`
 }
@@ -570,6 +575,20 @@ type RestoreArgs struct {
 	ImageVersion string `json:"imageVersion"`
 }
 
+// VolumeSyncArgs are the arguments of volume_sync: save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID.
+type VolumeSyncArgs struct {
+}
+
+// VolumeLsArgs are the arguments of volume_ls: every stored volume with its generations and lease: the CLI's volume ls.
+type VolumeLsArgs struct {
+}
+
+// VolumeRmArgs are the arguments of volume_rm: delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm.
+type VolumeRmArgs struct {
+	// Name is the volume's name
+	Name string `json:"name"`
+}
+
 // SandboxData is the data of a microvm.sandbox envelope.
 type SandboxData struct {
 	MicrovmID string `json:"microvmId"`
@@ -699,6 +718,7 @@ type (
 	NetworkRule        = cliapi.NetworkRule
 	NetworkState       = cliapi.NetworkState
 	SecretBinding      = cliapi.SecretBinding
+	VolumeInfo         = cliapi.VolumeInfo
 )
 
 // Op is one op: its response type and whether event frames precede the envelope.
@@ -759,4 +779,7 @@ var Ops = []Op{
 	{Name: "checkpoint_rm", Response: "microvm.checkpoint", Streams: false},
 	{Name: "fork", Response: "microvm.run.fleet", Streams: false},
 	{Name: "restore", Response: "microvm.sandbox", Streams: false},
+	{Name: "volume_sync", Response: "microvm.volume", Streams: false},
+	{Name: "volume_ls", Response: "microvm.volume", Streams: false},
+	{Name: "volume_rm", Response: "microvm.volume", Streams: false},
 }

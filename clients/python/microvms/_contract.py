@@ -79,6 +79,9 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "checkpoint_rm": ("microvm.checkpoint", False),
     "fork": ("microvm.run.fleet", False),
     "restore": ("microvm.sandbox", False),
+    "volume_sync": ("microvm.volume", False),
+    "volume_ls": ("microvm.volume", False),
+    "volume_rm": ("microvm.volume", False),
 }
 
 
@@ -259,6 +262,16 @@ SecretBinding = TypedDict("SecretBinding", {
     "placeholder": str,
 })
 SecretBinding.__doc__ = "The \"secretBinding\" shape of api/cli.yaml."
+
+
+VolumeInfo = TypedDict("VolumeInfo", {
+    "name": str,
+    "generations": List["CheckpointManifest"],
+    "holder": Optional[str],
+    "leaseExpires": Optional[str],
+    "leaseExpired": bool,
+})
+VolumeInfo.__doc__ = "The \"volumeInfo\" shape of api/cli.yaml."
 
 
 SandboxData = TypedDict("SandboxData", {
@@ -460,6 +473,15 @@ CheckpointData = TypedDict("CheckpointData", {
 CheckpointData.__doc__ = "The data of a microvm.checkpoint envelope."
 
 
+VolumeData = TypedDict("VolumeData", {
+    "action": Literal["ls", "rm", "sync"],
+    "volumes": List["VolumeInfo"],
+    "removed": List[str],
+    "saved": List["CheckpointManifest"],
+})
+VolumeData.__doc__ = "The data of a microvm.volume envelope."
+
+
 StreamOutputLine = TypedDict("StreamOutputLine", {
     "event": Literal["output"],
     "stream": str,
@@ -525,6 +547,7 @@ CreateArgs = TypedDict("CreateArgs", {
     "networkAllow": List[str],
     "networkDenyAll": bool,
     "secrets": List[str],
+    "volumes": List[str],
     "noKeepAwake": bool,
 }, total=False)
 CreateArgs.__doc__ = "The arguments of create: launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. Every key may be left out."
@@ -915,6 +938,22 @@ RestoreArgs = TypedDict("RestoreArgs", {
 RestoreArgs.__doc__ = "The arguments of restore: launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches. Every key may be left out."
 
 
+VolumeSyncArgs = TypedDict("VolumeSyncArgs", {
+})
+VolumeSyncArgs.__doc__ = "The arguments of volume_sync: save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID. Every key may be left out."
+
+
+VolumeLsArgs = TypedDict("VolumeLsArgs", {
+})
+VolumeLsArgs.__doc__ = "The arguments of volume_ls: every stored volume with its generations and lease: the CLI's volume ls. Every key may be left out."
+
+
+VolumeRmArgs = TypedDict("VolumeRmArgs", {
+    "name": str,
+}, total=False)
+VolumeRmArgs.__doc__ = "The arguments of volume_rm: delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm. Every key may be left out."
+
+
 class Ops:
     """One typed method per op; a subclass sends the request in _call and _stream.
 
@@ -1123,6 +1162,18 @@ class Ops:
         """launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches."""
         return cast(SandboxData, self._call("restore", args, timeout))
 
+    def _op_volume_sync(self, args: VolumeSyncArgs, timeout: Optional[float] = None) -> VolumeData:
+        """save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID."""
+        return cast(VolumeData, self._call("volume_sync", args, timeout))
+
+    def _op_volume_ls(self, args: VolumeLsArgs, timeout: Optional[float] = None) -> VolumeData:
+        """every stored volume with its generations and lease: the CLI's volume ls."""
+        return cast(VolumeData, self._call("volume_ls", args, timeout))
+
+    def _op_volume_rm(self, args: VolumeRmArgs, timeout: Optional[float] = None) -> VolumeData:
+        """delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm."""
+        return cast(VolumeData, self._call("volume_rm", args, timeout))
+
 
 class AsyncOps:
     """The same typed methods on asyncio; a subclass sends the request in _acall and _astream."""
@@ -1328,3 +1379,15 @@ class AsyncOps:
     async def _aop_restore(self, args: RestoreArgs) -> SandboxData:
         """launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches."""
         return cast(SandboxData, await self._acall("restore", args))
+
+    async def _aop_volume_sync(self, args: VolumeSyncArgs) -> VolumeData:
+        """save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID."""
+        return cast(VolumeData, await self._acall("volume_sync", args))
+
+    async def _aop_volume_ls(self, args: VolumeLsArgs) -> VolumeData:
+        """every stored volume with its generations and lease: the CLI's volume ls."""
+        return cast(VolumeData, await self._acall("volume_ls", args))
+
+    async def _aop_volume_rm(self, args: VolumeRmArgs) -> VolumeData:
+        """delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm."""
+        return cast(VolumeData, await self._acall("volume_rm", args))

@@ -690,6 +690,51 @@ class AsyncCheckpoints:
         return (await self._engine._aop_checkpoint_rm({"ref": ref}))["removed"]
 
 
+class Volumes:
+    """The volumes (issue 47) reached through a sandbox's engine: the ones
+    it holds (Sandbox.create(volumes={NAME: "/path"})) and the stored ones,
+    in the bucket MICROVM_BUCKET names, else the emulator's
+    microvm-checkpoints. A volume is a chain of generations; one sandbox
+    writes it at a time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def sync(self, *, timeout: Optional[float] = None) -> List[c.CheckpointManifest]:
+        """Save a new generation of every volume this sandbox holds; returns their manifests."""
+        return self._engine._op_volume_sync({}, timeout)["saved"]
+
+    def list(self, *, timeout: Optional[float] = None) -> List[c.VolumeInfo]:
+        """Every stored volume with its generations (newest first) and lease holder."""
+        return self._engine._op_volume_ls({}, timeout)["volumes"]
+
+    def remove(self, name: str, *, timeout: Optional[float] = None) -> List[str]:
+        """Delete a volume no live sandbox holds; returns the bucket keys deleted."""
+        return self._engine._op_volume_rm({"name": name}, timeout)["removed"]
+
+
+class AsyncVolumes:
+    """Volumes on asyncio."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def sync(self) -> List[c.CheckpointManifest]:
+        return (await self._engine._aop_volume_sync({}))["saved"]
+
+    async def list(self) -> List[c.VolumeInfo]:
+        return (await self._engine._aop_volume_ls({}))["volumes"]
+
+    async def remove(self, name: str) -> List[str]:
+        return (await self._engine._aop_volume_rm({"name": name}))["removed"]
+
+
+def _volume_args(args: c.CreateArgs, volumes: Optional[Mapping[str, str]]) -> None:
+    # {NAME: "/path"}: a mapping, since one sandbox attaches a volume once.
+    if volumes:
+        args["volumes"] = ["%s:%s" % kv for kv in volumes.items()]
+
+
 class Sandbox:
     """One MicroVM as a sandbox.
 
@@ -708,6 +753,7 @@ class Sandbox:
         self._info = info
         self.files = Files(engine)
         self.checkpoints = Checkpoints(engine)
+        self.volumes = Volumes(engine)
         self._finalizer = weakref.finalize(self, engine.close)
 
     @classmethod
@@ -732,6 +778,7 @@ class Sandbox:
         network_allow: Optional[Sequence[str]] = None,
         network_deny_all: bool = False,
         secrets: Optional[Mapping[str, Secret]] = None,
+        volumes: Optional[Mapping[str, str]] = None,
         binary: Optional[str] = None,
     ) -> "Sandbox":
         """Launch a MicroVM and wait until it runs (timeout_sec bounds that wait).
@@ -753,12 +800,21 @@ class Sandbox:
         value kept outside the guest (its NAME holds a placeholder). Only an
         emulator enforces a policy; on AWS create refuses it
         (egress-connector-or-none).
+
+        volumes ({NAME: "/path"}, `microvm run --volume NAME:/path`) lays
+        each volume's newest generation at its path before create returns
+        (an empty directory on first use), under a lease this sandbox holds:
+        sb.volumes.sync() saves a generation, terminate saves a last one and
+        lets the lease go. A volume another live sandbox holds is refused
+        (CheckpointRefusedError naming the holder). Volumes live in the bucket
+        MICROVM_BUCKET names, else the emulator's own store.
         """
         args = _create_args(local, image, image_version, region, control_endpoint, execution_role_arn, agent_token,
                             agentd, timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
         if not keep_awake:
             args["noKeepAwake"] = True
         _network_args(args, network_allow, network_deny_all, secrets)
+        _volume_args(args, volumes)
         engine = Engine(binary)
         try:
             return cls(engine, engine._op_create(args))
@@ -1274,6 +1330,7 @@ class AsyncSandbox:
         self._info = info
         self.files = AsyncFiles(engine)
         self.checkpoints = AsyncCheckpoints(engine)
+        self.volumes = AsyncVolumes(engine)
 
     @classmethod
     async def create(
@@ -1297,6 +1354,7 @@ class AsyncSandbox:
         network_allow: Optional[Sequence[str]] = None,
         network_deny_all: bool = False,
         secrets: Optional[Mapping[str, Secret]] = None,
+        volumes: Optional[Mapping[str, str]] = None,
         binary: Optional[str] = None,
     ) -> "AsyncSandbox":
         """Launch a MicroVM and wait until it runs (Sandbox.create's options)."""
@@ -1305,6 +1363,7 @@ class AsyncSandbox:
         if not keep_awake:
             args["noKeepAwake"] = True
         _network_args(args, network_allow, network_deny_all, secrets)
+        _volume_args(args, volumes)
         engine = await AsyncEngine.start(binary)
         try:
             return cls(engine, await engine._aop_create(args))

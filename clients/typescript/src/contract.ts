@@ -80,6 +80,9 @@ export const OPS = {
   checkpoint_rm: { response: "microvm.checkpoint", streams: false },
   fork: { response: "microvm.run.fleet", streams: false },
   restore: { response: "microvm.sandbox", streams: false },
+  volume_sync: { response: "microvm.volume", streams: false },
+  volume_ls: { response: "microvm.volume", streams: false },
+  volume_rm: { response: "microvm.volume", streams: false },
 } as const;
 
 export type OpName = keyof typeof OPS;
@@ -293,6 +296,19 @@ export interface SecretBinding {
   readonly "hosts": string[];
   /** the opaque stand-in the guest holds; the value itself is never in any answer, log or error */
   readonly "placeholder": string;
+}
+
+/** The "volumeInfo" shape of api/cli.yaml. */
+export interface VolumeInfo {
+  readonly "name": string;
+  /** newest first; at most the kept number (3 unless configured) */
+  readonly "generations": CheckpointManifest[];
+  /** the MicroVM id holding the volume's lease, or null when none is held */
+  readonly "holder": (string) | null;
+  /** RFC 3339 expiry of the lease unless renewed, or null */
+  readonly "leaseExpires": (string) | null;
+  /** the lease's holder stopped renewing: the next attach takes the volume over */
+  readonly "leaseExpired": boolean;
 }
 
 /** The data of a microvm.sandbox envelope. */
@@ -527,6 +543,17 @@ export interface CheckpointData {
   readonly "image": (BakedImage) | null;
 }
 
+/** The data of a microvm.volume envelope. */
+export interface VolumeData {
+  readonly "action": "ls" | "rm" | "sync";
+  /** ls: every volume by name; empty otherwise */
+  readonly "volumes": VolumeInfo[];
+  /** rm: the S3 keys deleted (generations' manifests and objects, the lease) */
+  readonly "removed": string[];
+  /** sync: the generation saved of each volume the MicroVM holds */
+  readonly "saved": CheckpointManifest[];
+}
+
 /** One "output" event of a stream. */
 export interface StreamOutputLine {
   readonly "event": "output";
@@ -620,6 +647,8 @@ export interface CreateArgs {
   readonly "networkDenyAll"?: boolean;
   /** credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error */
   readonly "secrets"?: string[];
+  /** NAME:/path entries (run --volume): each volume's newest generation is laid at /path before create answers (an empty directory on first use) under a lease this sandbox holds until terminate, which saves a last generation; a volume another live sandbox holds is refused (ERR_CHECKPOINT_REFUSED naming the holder). Volumes live where checkpoints do: MICROVM_BUCKET, else the emulator's microvm-checkpoints */
+  readonly "volumes"?: string[];
   /** true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is */
   readonly "noKeepAwake"?: boolean;
 }
@@ -1050,6 +1079,20 @@ export interface RestoreArgs {
   readonly "imageVersion"?: string;
 }
 
+/** The arguments of volume_sync: save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID. Every key may be left out. */
+export interface VolumeSyncArgs {
+}
+
+/** The arguments of volume_ls: every stored volume with its generations and lease: the CLI's volume ls. Every key may be left out. */
+export interface VolumeLsArgs {
+}
+
+/** The arguments of volume_rm: delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm. Every key may be left out. */
+export interface VolumeRmArgs {
+  /** the volume's name */
+  readonly "name"?: string;
+}
+
 /** One typed method per op; a subclass sends the request in call and stream. */
 export abstract class Ops {
   protected abstract call(op: OpName, args: object): Promise<unknown>;
@@ -1298,5 +1341,20 @@ export abstract class Ops {
   /** launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches. */
   protected async opRestore(args: RestoreArgs): Promise<SandboxData> {
     return (await this.call("restore", args)) as SandboxData;
+  }
+
+  /** save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID. */
+  protected async opVolumeSync(args: VolumeSyncArgs): Promise<VolumeData> {
+    return (await this.call("volume_sync", args)) as VolumeData;
+  }
+
+  /** every stored volume with its generations and lease: the CLI's volume ls. */
+  protected async opVolumeLs(args: VolumeLsArgs): Promise<VolumeData> {
+    return (await this.call("volume_ls", args)) as VolumeData;
+  }
+
+  /** delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm. */
+  protected async opVolumeRm(args: VolumeRmArgs): Promise<VolumeData> {
+    return (await this.call("volume_rm", args)) as VolumeData;
   }
 }

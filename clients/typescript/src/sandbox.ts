@@ -307,6 +307,9 @@ class Engine extends C.Ops {
   checkpoint(a: C.CheckpointArgs) { return this.opCheckpoint(a); }
   checkpointLs(a: C.CheckpointLsArgs) { return this.opCheckpointLs(a); }
   checkpointRm(a: C.CheckpointRmArgs) { return this.opCheckpointRm(a); }
+  volumeSync() { return this.opVolumeSync({}); }
+  volumeLs() { return this.opVolumeLs({}); }
+  volumeRm(a: C.VolumeRmArgs) { return this.opVolumeRm(a); }
   fork(a: C.ForkArgs) { return this.opFork(a); }
   restore(a: C.RestoreArgs) { return this.opRestore(a); }
 
@@ -655,7 +658,7 @@ export interface KeepaliveReport { readonly microvmId: string; readonly pings: n
 /** One event of a local image build: a step's start or end, or a line of its output. */
 export interface BuildProgress { readonly step: number; readonly steps: number; readonly instruction: string; readonly text: string; readonly done: boolean; readonly cached: boolean }
 
-export interface BuildOptions extends Omit<CreateOptions, "image" | "imageVersion" | "agentd" | "timeoutSec"> {
+export interface BuildOptions extends Omit<CreateOptions, "image" | "imageVersion" | "agentd" | "timeoutSec" | "volumes"> {
   /** A Dockerfile on this host (its directory is the build context locally); unset builds the default stanza. */
   dockerfile?: string;
   /** The size class by its baseline memory in MiB; 0 or unset is the default class. */
@@ -694,6 +697,15 @@ export interface CreateOptions {
    * headers on the way out, outside the guest.
    */
   secrets?: Record<string, Secret>;
+  /**
+   * Volumes (issue 47) as { NAME: "/path" } (`microvm run --volume NAME:/path`):
+   * each one's newest generation is laid at its path before create resolves
+   * (an empty directory on first use), under a lease this sandbox holds until
+   * terminate, which saves a last generation; `sb.volumes.sync()` saves one
+   * sooner. A volume another live sandbox holds throws CheckpointRefusedError
+   * naming the holder. They live in MICROVM_BUCKET, else the emulator's store.
+   */
+  volumes?: Record<string, string>;
   /** The microvm binary; unset: $MICROVM_BIN, then PATH. */
   binary?: string;
 }
@@ -757,9 +769,13 @@ export class Sandbox implements AsyncDisposable {
   /** The stored checkpoints (issue 47): MICROVM_BUCKET on AWS, the emulator's S3 slice locally. */
   readonly checkpoints: Checkpoints;
 
+  /** The volumes this sandbox holds (create's volumes) and the stored ones. */
+  readonly volumes: Volumes;
+
   private constructor(private readonly engine: Engine, private info: C.SandboxData) {
     this.files = new Files(engine);
     this.checkpoints = new Checkpoints(engine);
+    this.volumes = new Volumes(engine);
   }
 
   /**
@@ -793,11 +809,12 @@ export class Sandbox implements AsyncDisposable {
   }
 
   static async create(opts: CreateOptions = {}): Promise<Sandbox> {
-    const { binary, networkAllow, networkDenyAll, secrets, ...rest } = opts;
+    const { binary, networkAllow, networkDenyAll, secrets, volumes, ...rest } = opts;
     const net = networkArgs({ networkAllow, networkDenyAll, secrets });
+    const vols = volumes ? { volumes: Object.entries(volumes).map(([name, path]) => `${name}:${path}`) } : {};
     const engine = new Engine(binary);
     try {
-      return new Sandbox(engine, await engine.create({ ...rest, ...net }));
+      return new Sandbox(engine, await engine.create({ ...rest, ...net, ...vols }));
     } catch (err) {
       await engine.close();
       throw err;
@@ -1105,6 +1122,17 @@ export class Checkpoints {
   async remove(ref: string): Promise<string[]> { return (await this.engine.checkpointRm({ ref })).removed; }
 }
 
+/** The volumes, through a sandbox's engine: one sandbox writes a volume at a time. */
+export class Volumes {
+  constructor(private readonly engine: Engine) {}
+  /** Save a new generation of every volume this sandbox holds; their manifests. */
+  async sync(): Promise<C.CheckpointManifest[]> { return (await this.engine.volumeSync()).saved; }
+  /** Every stored volume with its generations (newest first) and lease holder. */
+  async list(): Promise<C.VolumeInfo[]> { return (await this.engine.volumeLs()).volumes; }
+  /** Delete a volume no live sandbox holds; the bucket keys deleted. */
+  async remove(name: string): Promise<string[]> { return (await this.engine.volumeRm({ name })).removed; }
+}
+
 /** The pool as its engine last saw it. */
 export interface PoolStatus {
   readonly size: number;
@@ -1117,7 +1145,7 @@ export interface PoolStatus {
   readonly leaked: string[];
 }
 
-export interface PoolOptions extends Omit<CreateOptions, "imageVersion" | "agentToken" | "timeoutSec"> {
+export interface PoolOptions extends Omit<CreateOptions, "imageVersion" | "agentToken" | "timeoutSec" | "volumes"> {
   /** Members kept launched and suspended, 1..MAX_POOL_SIZE. */
   size: number;
   /** Launches in flight at once while filling; 0 or unset is the default. */

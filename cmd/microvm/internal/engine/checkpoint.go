@@ -23,8 +23,13 @@ import (
 // control plane create or attach chose.
 func (e *engine) platformOf(ctx context.Context) (*platform.Platform, error) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.platformLocked(ctx)
+}
+
+// platformLocked is platformOf for a caller holding e.mu.
+func (e *engine) platformLocked(ctx context.Context) (*platform.Platform, error) {
 	emu, region, endpoint := e.emu, e.region, e.controlEndpoint
-	e.mu.Unlock()
 	if emu != nil {
 		return planes.Local(ctx, emu, region, e.a.Env)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
@@ -47,6 +48,11 @@ type engine struct {
 	controlEndpoint string
 	launched        bool // this engine launched sb, so it tears it down when its caller goes
 	imageARN        string
+
+	// The volumes sb holds (create's volumes), saved and released at
+	// terminate, and the store they live in.
+	vols     *checkpoint.Volumes
+	attached []*checkpoint.Attachment
 
 	// A pool instead of a sandbox (pool_open), and the members it handed out.
 	pool       *sandbox.Pool
@@ -122,6 +128,7 @@ func (e *engine) shutdown() {
 	defer e.mu.Unlock()
 	if e.sb != nil && e.launched && !e.sb.WasTerminated() {
 		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
+		e.detachVolumesLocked(ctx)
 		rep := e.sb.Terminate(ctx, sandbox.TeardownOptions{})
 		cancel()
 		if !rep.Clean() {
@@ -282,6 +289,8 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 	switch req.Op {
 	case engineapi.OpCheckpoint, engineapi.OpCheckpointLs, engineapi.OpCheckpointRm, engineapi.OpFork:
 		return e.checkpointOp(ctx, sb, req)
+	case engineapi.OpVolumeSync, engineapi.OpVolumeLs, engineapi.OpVolumeRm:
+		return e.volumeOp(ctx, req)
 	case engineapi.OpInfo:
 		return engineapi.TypeSandbox, e.info(), nil
 	case engineapi.OpRun:
@@ -397,6 +406,10 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		// Teardown outlives the caller's cancel: a half-done one is the worst leak.
+		// The volumes sb holds get a last generation first, as the CLI's terminate does.
+		e.mu.Lock()
+		e.detachVolumesLocked(ctx)
+		e.mu.Unlock()
 		rep := sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{DeleteImage: args.DeleteImage})
 		d := teardownData(sb, rep)
 		if rep.ImageDeleted != sandbox.ImageNotAsked && e.imageARN != "" {
