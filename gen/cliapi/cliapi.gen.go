@@ -705,6 +705,16 @@ type LiveMicrovm struct {
 	EndsAt *string `json:"endsAt"`
 }
 
+// LocalBuild is the "localBuild" shape of api/cli.yaml.
+type LocalBuild struct {
+	// Root is image: the version's guests run on the root its Dockerfile build made; host: on this machine's system directories (no base image for FROM), so its steps were not performed
+	Root string `json:"root"`
+	// Building is true while the version's Dockerfile is still being run
+	Building bool `json:"building"`
+	// NotPerformed is the Dockerfile lines the emulator did not perform, as written
+	NotPerformed []string `json:"notPerformed"`
+}
+
 // LocalLimits is the "localLimits" shape of api/cli.yaml.
 type LocalLimits struct {
 	// Applied is each limit in force, e.g. memory 8192 MiB
@@ -1106,6 +1116,7 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "EmulatorLaunchNetworkPath", Key: "EMULATOR_LAUNCH_NETWORK_PATH", Value: "/_microvms/v1/launch-networks/{launchId}", Doc: "the emulator's route registering a launch's network policy and secrets under a launch id the caller minted (PUT, body networkLaunch, 204)", Finding: ""},
 	{Name: "EmulatorLaunchNetworkHeader", Key: "EMULATOR_LAUNCH_NETWORK_HEADER", Value: "X-Microvms-Launch-Network", Doc: "the RunMicrovm request header naming a registered launch id; only an emulator reads it, and this client never sends it to AWS", Finding: ""},
 	{Name: "EmulatorNetworkPath", Key: "EMULATOR_NETWORK_PATH", Value: "/_microvms/v1/microvms/{microvmId}/network", Doc: "the emulator's route reading (GET) and replacing (PUT, body networkPolicy) a local guest's network policy; both answer networkState", Finding: ""},
+	{Name: "EmulatorImageBuildPath", Key: "EMULATOR_IMAGE_BUILD_PATH", Value: "/_microvms/v1/images/{imageName}/versions/{imageVersion}/build", Doc: "the emulator's route (GET) answering localBuild: whether a local image version's guests run on a root its build made or on the host's system directories, and the Dockerfile steps it did not perform", Finding: ""},
 	{Name: "MaxNetworkRequestBytes", Key: "MAX_NETWORK_REQUEST_BYTES", Value: int64(1048576), Doc: "largest body the emulator's network routes read", Finding: ""},
 	{Name: "ImageNamePattern", Key: "IMAGE_NAME_PATTERN", Value: "[a-zA-Z0-9-_]+", Doc: "ImageName.pattern: no dots and no slashes", Finding: ""},
 	{Name: "VersionPattern", Key: "VERSION_PATTERN", Value: "[^\\s]+", Doc: "Version.pattern", Finding: "image-version-form"},

@@ -544,6 +544,8 @@ const (
 	EmulatorLaunchNetworkHeader = "X-Microvms-Launch-Network"
 	// EmulatorNetworkPath: the emulator's route reading (GET) and replacing (PUT, body networkPolicy) a local guest's network policy; both answer networkState.
 	EmulatorNetworkPath = "/_microvms/v1/microvms/{microvmId}/network"
+	// EmulatorImageBuildPath: the emulator's route (GET) answering localBuild: whether a local image version's guests run on a root its build made or on the host's system directories, and the Dockerfile steps it did not perform.
+	EmulatorImageBuildPath = "/_microvms/v1/images/{imageName}/versions/{imageVersion}/build"
 	// MaxNetworkRequestBytes: largest body the emulator's network routes read.
 	MaxNetworkRequestBytes = 1048576
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.
