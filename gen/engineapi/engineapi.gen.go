@@ -19,58 +19,59 @@ const ProtocolVersion = "1"
 
 // The ops.
 const (
-	OpCreate        = "create"
-	OpBuild         = "build"
-	OpAttach        = "attach"
-	OpInfo          = "info"
-	OpRun           = "run"
-	OpStream        = "stream"
-	OpWrite         = "write"
-	OpRead          = "read"
-	OpList          = "list"
-	OpUploadDir     = "upload_dir"
-	OpDownloadDir   = "download_dir"
-	OpSuspend       = "suspend"
-	OpResume        = "resume"
-	OpTerminate     = "terminate"
-	OpCost          = "cost"
-	OpURL           = "url"
-	OpStart         = "start"
-	OpPoll          = "poll"
-	OpWait          = "wait"
-	OpFollow        = "follow"
-	OpKill          = "kill"
-	OpSignal        = "signal"
-	OpResize        = "resize"
-	OpStdinWrite    = "stdin_write"
-	OpStdinClose    = "stdin_close"
-	OpExecs         = "execs"
-	OpStat          = "stat"
-	OpMkdir         = "mkdir"
-	OpMove          = "move"
-	OpRemove        = "remove"
-	OpWatch         = "watch"
-	OpHealth        = "health"
-	OpMetrics       = "metrics"
-	OpKeepalive     = "keepalive"
-	OpNetworkShow   = "network_show"
-	OpNetworkSet    = "network_set"
-	OpCancel        = "cancel"
-	OpPoolOpen      = "pool_open"
-	OpPoolWaitReady = "pool_wait_ready"
-	OpPoolAcquire   = "pool_acquire"
-	OpPoolRelease   = "pool_release"
-	OpPoolCost      = "pool_cost"
-	OpPoolClose     = "pool_close"
-	OpRunMany       = "run_many"
-	OpCheckpoint    = "checkpoint"
-	OpCheckpointLs  = "checkpoint_ls"
-	OpCheckpointRm  = "checkpoint_rm"
-	OpFork          = "fork"
-	OpRestore       = "restore"
-	OpVolumeSync    = "volume_sync"
-	OpVolumeLs      = "volume_ls"
-	OpVolumeRm      = "volume_rm"
+	OpCreate          = "create"
+	OpBuild           = "build"
+	OpAttach          = "attach"
+	OpInfo            = "info"
+	OpRun             = "run"
+	OpStream          = "stream"
+	OpWrite           = "write"
+	OpRead            = "read"
+	OpList            = "list"
+	OpUploadDir       = "upload_dir"
+	OpDownloadDir     = "download_dir"
+	OpSuspend         = "suspend"
+	OpResume          = "resume"
+	OpTerminate       = "terminate"
+	OpCost            = "cost"
+	OpURL             = "url"
+	OpStart           = "start"
+	OpPoll            = "poll"
+	OpWait            = "wait"
+	OpFollow          = "follow"
+	OpKill            = "kill"
+	OpSignal          = "signal"
+	OpResize          = "resize"
+	OpStdinWrite      = "stdin_write"
+	OpStdinClose      = "stdin_close"
+	OpExecs           = "execs"
+	OpStat            = "stat"
+	OpMkdir           = "mkdir"
+	OpMove            = "move"
+	OpRemove          = "remove"
+	OpWatch           = "watch"
+	OpHealth          = "health"
+	OpMetrics         = "metrics"
+	OpKeepalive       = "keepalive"
+	OpNetworkShow     = "network_show"
+	OpNetworkSet      = "network_set"
+	OpCancel          = "cancel"
+	OpPoolOpen        = "pool_open"
+	OpPoolWaitReady   = "pool_wait_ready"
+	OpPoolAcquire     = "pool_acquire"
+	OpPoolRelease     = "pool_release"
+	OpPoolCost        = "pool_cost"
+	OpPoolClose       = "pool_close"
+	OpRunMany         = "run_many"
+	OpCheckpoint      = "checkpoint"
+	OpCheckpointLs    = "checkpoint_ls"
+	OpCheckpointRm    = "checkpoint_rm"
+	OpCheckpointImage = "checkpoint_image"
+	OpFork            = "fork"
+	OpRestore         = "restore"
+	OpVolumeSync      = "volume_sync"
+	OpVolumeLs        = "volume_ls"
+	OpVolumeRm        = "volume_rm"
 )
 
 // The engine-only response types.
@@ -537,6 +538,14 @@ type CheckpointRmArgs struct {
 	Ref string `json:"ref"`
 }
 
+// CheckpointImageArgs are the arguments of checkpoint_image: bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left.
+type CheckpointImageArgs struct {
+	// Ref is the checkpoint's name or digest
+	Ref string `json:"ref"`
+	// Name is the new image's name; empty is the source image's name and the digest's first 12 characters
+	Name string `json:"name"`
+}
+
 // ForkArgs are the arguments of fork: checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running.
 type ForkArgs struct {
 	// Count is how many copies, 1..MAX_FLEET_COUNT
@@ -777,6 +786,7 @@ var Ops = []Op{
 	{Name: "checkpoint", Response: "microvm.checkpoint", Streams: false},
 	{Name: "checkpoint_ls", Response: "microvm.checkpoint", Streams: false},
 	{Name: "checkpoint_rm", Response: "microvm.checkpoint", Streams: false},
+	{Name: "checkpoint_image", Response: "microvm.checkpoint", Streams: false},
 	{Name: "fork", Response: "microvm.run.fleet", Streams: false},
 	{Name: "restore", Response: "microvm.sandbox", Streams: false},
 	{Name: "volume_sync", Response: "microvm.volume", Streams: false},

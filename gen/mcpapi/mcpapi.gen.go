@@ -56,6 +56,7 @@ const (
 	ToolSandboxTerminate   = "sandbox_terminate"
 	ToolSandboxCheckpoint  = "sandbox_checkpoint"
 	ToolSandboxFork        = "sandbox_fork"
+	ToolCheckpointImage    = "checkpoint_image"
 	ToolSandboxVolumeSync  = "sandbox_volume_sync"
 	ToolSandboxList        = "sandbox_list"
 )
@@ -315,6 +316,24 @@ type SandboxForkResult struct {
 	Leaked []string `json:"leaked"`
 }
 
+// CheckpointImageArgs are the arguments of checkpoint_image.
+type CheckpointImageArgs struct {
+	// Checkpoint is the checkpoint's name or digest
+	Checkpoint string `json:"checkpoint"`
+	// Name is the new image's name; left out, the source image's name and the digest's first 12 characters
+	Name string `json:"name,omitempty"`
+}
+
+// CheckpointImageResult is the structured result of checkpoint_image.
+type CheckpointImageResult struct {
+	// Image is the new image's name, for sandbox_create's image
+	Image    string `json:"image"`
+	ImageARN string `json:"image_arn"`
+	Version  string `json:"version"`
+	// Checkpoint is the digest of the checkpoint baked in
+	Checkpoint string `json:"checkpoint"`
+}
+
 // SandboxVolumeSyncArgs are the arguments of sandbox_volume_sync.
 type SandboxVolumeSyncArgs struct {
 	SandboxID string `json:"sandbox_id"`
@@ -381,6 +400,9 @@ var Tools = []Tool{
 	{Name: "sandbox_fork", Title: "Fork a sandbox", Description: "Checkpoint a sandbox's paths and run one shell command in count new sandboxes restored from it, each torn down after; the original keeps running. Each copy's exit code and output come back; a non-zero exit is a result, not a tool error.", ReadOnly: false, Destructive: false, Idempotent: false,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"command\":{\"description\":\"the shell command each copy runs\",\"type\":\"string\"},\"count\":{\"description\":\"how many copies, at most MAX_FLEET_COUNT\",\"minimum\":1,\"type\":\"integer\"},\"paths\":{\"description\":\"as sandbox_checkpoint's\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"sandbox_id\":{\"type\":\"string\"},\"timeout_sec\":{\"description\":\"seconds to wait for each copy's command; left out, the CLI's default\",\"minimum\":0,\"type\":\"number\"}},\"required\":[\"sandbox_id\",\"count\",\"command\"],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"checkpoint\":{\"description\":\"the digest of the checkpoint the copies came from (it stays stored)\",\"type\":\"string\"},\"leaked\":{\"description\":\"what the copies' teardown could not delete; empty when clean\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"runs\":{\"items\":{\"additionalProperties\":false,\"properties\":{\"error\":{\"description\":\"why the copy failed other than by its exit code; empty otherwise\",\"type\":\"string\"},\"exit_code\":{\"type\":[\"integer\",\"null\"]},\"index\":{\"type\":\"integer\"},\"sandbox_id\":{\"description\":\"the copy's MicroVM id; empty when it never launched\",\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},\"stdout\":{\"description\":\"at most 65536 bytes\",\"type\":\"string\"}},\"required\":[\"index\",\"sandbox_id\",\"exit_code\",\"stdout\",\"stderr\",\"error\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"checkpoint\",\"runs\",\"leaked\"],\"type\":\"object\"}")},
+	{Name: "checkpoint_image", Title: "Bake a checkpoint into an image", Description: "Make a new image from a stored checkpoint (sandbox_checkpoint's name or digest): every sandbox_create of it starts with the checkpoint's files already in place, with no copy per launch. On the local emulator it needs a base image for the Dockerfile's FROM (`microvm emulator --base-image`); without one it is refused and nothing is left.", ReadOnly: false, Destructive: false, Idempotent: false,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"checkpoint\":{\"description\":\"the checkpoint's name or digest\",\"type\":\"string\"},\"name\":{\"description\":\"the new image's name; left out, the source image's name and the digest's first 12 characters\",\"type\":\"string\"}},\"required\":[\"checkpoint\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"checkpoint\":{\"description\":\"the digest of the checkpoint baked in\",\"type\":\"string\"},\"image\":{\"description\":\"the new image's name, for sandbox_create's image\",\"type\":\"string\"},\"image_arn\":{\"type\":\"string\"},\"version\":{\"type\":\"string\"}},\"required\":[\"image\",\"image_arn\",\"version\",\"checkpoint\"],\"type\":\"object\"}")},
 	{Name: "sandbox_volume_sync", Title: "Save a sandbox's volumes", Description: "Save a new generation of every volume the sandbox holds (sandbox_create's volumes) now, rather than only at sandbox_terminate. The sandbox keeps running and keeps its volumes.", ReadOnly: false, Destructive: false, Idempotent: false,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\"],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"saved\":{\"items\":{\"additionalProperties\":false,\"properties\":{\"digest\":{\"description\":\"sha256:\\u003chex\\u003e of the stored object\",\"type\":\"string\"},\"files\":{\"type\":\"integer\"},\"generation\":{\"description\":\"the generation's checkpoint name\",\"type\":\"string\"},\"volume\":{\"type\":\"string\"}},\"required\":[\"volume\",\"generation\",\"digest\",\"files\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"saved\"],\"type\":\"object\"}")},

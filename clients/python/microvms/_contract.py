@@ -77,6 +77,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "checkpoint": ("microvm.checkpoint", False),
     "checkpoint_ls": ("microvm.checkpoint", False),
     "checkpoint_rm": ("microvm.checkpoint", False),
+    "checkpoint_image": ("microvm.checkpoint", False),
     "fork": ("microvm.run.fleet", False),
     "restore": ("microvm.sandbox", False),
     "volume_sync": ("microvm.volume", False),
@@ -913,6 +914,13 @@ CheckpointRmArgs = TypedDict("CheckpointRmArgs", {
 CheckpointRmArgs.__doc__ = "The arguments of checkpoint_rm: remove a checkpoint by name or digest: the CLI's checkpoint rm. Every key may be left out."
 
 
+CheckpointImageArgs = TypedDict("CheckpointImageArgs", {
+    "ref": str,
+    "name": str,
+}, total=False)
+CheckpointImageArgs.__doc__ = "The arguments of checkpoint_image: bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left. Every key may be left out."
+
+
 ForkArgs = TypedDict("ForkArgs", {
     "count": int,
     "parallel": int,
@@ -1154,6 +1162,10 @@ class Ops:
         """remove a checkpoint by name or digest: the CLI's checkpoint rm."""
         return cast(CheckpointData, self._call("checkpoint_rm", args, timeout))
 
+    def _op_checkpoint_image(self, args: CheckpointImageArgs, timeout: Optional[float] = None) -> CheckpointData:
+        """bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left."""
+        return cast(CheckpointData, self._call("checkpoint_image", args, timeout))
+
     def _op_fork(self, args: ForkArgs, timeout: Optional[float] = None) -> RunFleetData:
         """checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running."""
         return cast(RunFleetData, self._call("fork", args, timeout))
@@ -1371,6 +1383,10 @@ class AsyncOps:
     async def _aop_checkpoint_rm(self, args: CheckpointRmArgs) -> CheckpointData:
         """remove a checkpoint by name or digest: the CLI's checkpoint rm."""
         return cast(CheckpointData, await self._acall("checkpoint_rm", args))
+
+    async def _aop_checkpoint_image(self, args: CheckpointImageArgs) -> CheckpointData:
+        """bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left."""
+        return cast(CheckpointData, await self._acall("checkpoint_image", args))
 
     async def _aop_fork(self, args: ForkArgs) -> RunFleetData:
         """checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running."""

@@ -78,6 +78,7 @@ export const OPS = {
   checkpoint: { response: "microvm.checkpoint", streams: false },
   checkpoint_ls: { response: "microvm.checkpoint", streams: false },
   checkpoint_rm: { response: "microvm.checkpoint", streams: false },
+  checkpoint_image: { response: "microvm.checkpoint", streams: false },
   fork: { response: "microvm.run.fleet", streams: false },
   restore: { response: "microvm.sandbox", streams: false },
   volume_sync: { response: "microvm.volume", streams: false },
@@ -1041,6 +1042,14 @@ export interface CheckpointRmArgs {
   readonly "ref"?: string;
 }
 
+/** The arguments of checkpoint_image: bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left. Every key may be left out. */
+export interface CheckpointImageArgs {
+  /** the checkpoint's name or digest */
+  readonly "ref"?: string;
+  /** the new image's name; empty is the source image's name and the digest's first 12 characters */
+  readonly "name"?: string;
+}
+
 /** The arguments of fork: checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running. Every key may be left out. */
 export interface ForkArgs {
   /** how many copies, 1..MAX_FLEET_COUNT */
@@ -1331,6 +1340,11 @@ export abstract class Ops {
   /** remove a checkpoint by name or digest: the CLI's checkpoint rm. */
   protected async opCheckpointRm(args: CheckpointRmArgs): Promise<CheckpointData> {
     return (await this.call("checkpoint_rm", args)) as CheckpointData;
+  }
+
+  /** bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left. */
+  protected async opCheckpointImage(args: CheckpointImageArgs): Promise<CheckpointData> {
+    return (await this.call("checkpoint_image", args)) as CheckpointData;
   }
 
   /** checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running. */

@@ -307,6 +307,7 @@ class Engine extends C.Ops {
   checkpoint(a: C.CheckpointArgs) { return this.opCheckpoint(a); }
   checkpointLs(a: C.CheckpointLsArgs) { return this.opCheckpointLs(a); }
   checkpointRm(a: C.CheckpointRmArgs) { return this.opCheckpointRm(a); }
+  checkpointImage(a: C.CheckpointImageArgs) { return this.opCheckpointImage(a); }
   volumeSync() { return this.opVolumeSync({}); }
   volumeLs() { return this.opVolumeLs({}); }
   volumeRm(a: C.VolumeRmArgs) { return this.opVolumeRm(a); }
@@ -1120,6 +1121,14 @@ export class Checkpoints {
   async list(name = ""): Promise<C.CheckpointManifest[]> { return (await this.engine.checkpointLs({ name })).checkpoints; }
   /** Remove a checkpoint by name or digest; the bucket keys deleted. */
   async remove(ref: string): Promise<string[]> { return (await this.engine.checkpointRm({ ref })).removed; }
+  /**
+   * Bake checkpoint ref into a new image whose launches start with its files
+   * in place (`microvm checkpoint image`); name defaults to the source
+   * image's name and the digest's first 12 characters. Locally the emulator
+   * needs a base image for FROM (Sandbox.build's baseImage); without one it
+   * throws PreconditionError and leaves nothing behind.
+   */
+  async bake(ref: string, name = ""): Promise<C.BakedImage> { return (await this.engine.checkpointImage({ ref, name })).image!; }
 }
 
 /** The volumes, through a sandbox's engine: one sandbox writes a volume at a time. */

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
-import { CheckpointRefusedError, InvalidArgError, MicrovmError, Sandbox } from "../src/sandbox.js";
+import { CheckpointRefusedError, InvalidArgError, MicrovmError, PreconditionError, Sandbox } from "../src/sandbox.js";
 
 const missing = ["MICROVM_BIN", "MICROVM_AGENTD"].filter((n) => !process.env[n]);
 const skip = missing.length > 0 && !process.env.MICROVMS_REQUIRE_ENGINE ? `needs ${missing.join(" and ")}` : false;
@@ -42,6 +42,21 @@ describe("checkpoints", { skip }, () => {
       assert.ok((await sb.checkpoints.remove("ts-base")).length >= 1);
       assert.ok(!(await sb.checkpoints.list()).some((c) => c.name === "ts-base"));
       assert.equal((await sb.run(`ls ${DIR}`)).stdout, "link\nsrc\n");
+    } finally {
+      await sb.close();
+    }
+  });
+
+  // Catches: a bake on an emulator with no base image for FROM handed back
+  // as an image (its launches would lack the files), and a refusal that
+  // does not say what it needs.
+  test("a bake without a base image is refused", async () => {
+    const sb = await Sandbox.build({ local: true });
+    try {
+      assert.equal((await sb.run(SETUP)).exitCode, 0);
+      await sb.checkpoint({ paths: [DIR], name: "ts-bake" });
+      await assert.rejects(sb.checkpoints.bake("ts-bake", "ts-baked"),
+        (e: unknown) => e instanceof PreconditionError && e.exitCode === 12 && e.message.includes("--base-image"));
     } finally {
       await sb.close();
     }

@@ -287,7 +287,7 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		return "", nil, err
 	}
 	switch req.Op {
-	case engineapi.OpCheckpoint, engineapi.OpCheckpointLs, engineapi.OpCheckpointRm, engineapi.OpFork:
+	case engineapi.OpCheckpoint, engineapi.OpCheckpointLs, engineapi.OpCheckpointRm, engineapi.OpCheckpointImage, engineapi.OpFork:
 		return e.checkpointOp(ctx, sb, req)
 	case engineapi.OpVolumeSync, engineapi.OpVolumeLs, engineapi.OpVolumeRm:
 		return e.volumeOp(ctx, req)

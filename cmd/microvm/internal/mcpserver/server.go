@@ -388,6 +388,7 @@ func (s *mcpServer) server() *mcp.Server {
 	addTool(s, srv, mcpapi.ToolSandboxList, s.list)
 	addTool(s, srv, mcpapi.ToolSandboxCheckpoint, s.checkpoint)
 	addTool(s, srv, mcpapi.ToolSandboxFork, s.fork)
+	addTool(s, srv, mcpapi.ToolCheckpointImage, s.checkpointImage)
 	addTool(s, srv, mcpapi.ToolSandboxVolumeSync, s.volumeSync)
 	return srv
 }
