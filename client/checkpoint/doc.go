@@ -84,7 +84,10 @@
 // volume of its own to arbitrate). A holder that dies stops renewing and its
 // lease expires LeaseTTL (DefaultLeaseTTL, 5 minutes) after its last
 // renewal; the next attach then takes the volume over, and the dead
-// holder's late Sync is refused rather than saved. Holders compare their
+// holder's late Sync is refused rather than saved. "Dies" is the MicroVM's
+// death where HolderAlive can ask the control plane (client/platform sets
+// it): a lapsed lease whose holder is still up (kept by `run --keep`, its
+// attaching process gone) still holds until it ends. Holders compare their
 // own clocks against the expiry, so clocks skewed by more than the TTL
 // defeat the expiry; the conditional puts still keep two live writers from
 // both holding the lease at once.
