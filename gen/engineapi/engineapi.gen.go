@@ -215,29 +215,31 @@ type RunArgs struct {
 	PidsLimit int64 `json:"pidsLimit"`
 }
 
-// StreamArgs are the arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection.
+// StreamArgs are the arguments of stream: run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection.
 type StreamArgs struct {
-	// Command is argv; with shell, one script string
+	// Command is as run's
 	Command []string `json:"command"`
-	// Shell is run the command through /bin/sh -c
+	// Shell is as run's
 	Shell bool   `json:"shell"`
 	Cwd   string `json:"cwd"`
-	// Env is NAME=value entries added to the command's environment
+	// Env is as run's
 	Env []string `json:"env"`
-	// TimeoutSec is agentd kills the child after this long; zero is no limit
+	// TimeoutSec is as run's
 	TimeoutSec float64 `json:"timeoutSec"`
-	// ExecID is the idempotency key; empty mints one
+	// ExecID is as run's
 	ExecID string `json:"execId"`
-	// User is the numeric uid the command runs as; empty keeps the daemon's
+	// User is as run's
 	User string `json:"user"`
-	// Group is the numeric gid the command runs as; empty keeps the daemon's
+	// Group is as run's
 	Group string `json:"group"`
-	// MemoryLimitBytes is limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive)
+	// MemoryLimitBytes is as run's
 	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
-	// CPUMillicores is limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive)
+	// CPUMillicores is as run's
 	CPUMillicores int64 `json:"cpuMillicores"`
-	// PidsLimit is limits.pids: most processes and threads alive at once; zero is no limit (additive)
+	// PidsLimit is as run's
 	PidsLimit int64 `json:"pidsLimit"`
+	// Sink is a FIFO (or file) on the engine's host the caller opened for reading: every output, gap and exit event goes there as agentd's binary frames (api/openapi.yaml x-frames: raw bytes, no text encoding, nothing lossy), exit last, and no event frame is sent; the final envelope still ends the request. Empty sends event frames
+	Sink string `json:"sink"`
 }
 
 // WriteArgs are the arguments of write: write a whole file, creating its parent directories.
@@ -343,6 +345,8 @@ type FollowArgs struct {
 	ExecID string `json:"execId"`
 	// Offset is the first output byte to send; nextOffset of an earlier stream resumes it
 	Offset int64 `json:"offset"`
+	// Sink is a FIFO (or file) on the engine's host the caller opened for reading: every output, gap and exit event goes there as agentd's binary frames (api/openapi.yaml x-frames: raw bytes, no text encoding, nothing lossy), exit last, and no event frame is sent; the final envelope still ends the request. Empty sends event frames
+	Sink string `json:"sink"`
 }
 
 // KillArgs are the arguments of kill: signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success).

@@ -617,8 +617,9 @@ StreamArgs = TypedDict("StreamArgs", {
     "memoryLimitBytes": int,
     "cpuMillicores": int,
     "pidsLimit": int,
+    "sink": str,
 }, total=False)
-StreamArgs.__doc__ = "The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out."
+StreamArgs.__doc__ = "The arguments of stream: run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection. Every key may be left out."
 
 
 WriteArgs = TypedDict("WriteArgs", {
@@ -719,6 +720,7 @@ WaitArgs.__doc__ = "The arguments of wait: wait until an exec exits, then take i
 FollowArgs = TypedDict("FollowArgs", {
     "execId": str,
     "offset": int,
+    "sink": str,
 }, total=False)
 FollowArgs.__doc__ = "The arguments of follow: an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process. Every key may be left out."
 
@@ -995,7 +997,7 @@ class Ops:
         return cast(ExecResultData, self._call("run", args, timeout))
 
     def _op_stream(self, args: StreamArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
-        """run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
+        """run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
         return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("stream", args))
 
     def _op_write(self, args: WriteArgs, timeout: Optional[float] = None) -> CopyData:
@@ -1217,7 +1219,7 @@ class AsyncOps:
         return cast(ExecResultData, await self._acall("run", args))
 
     def _aop_stream(self, args: StreamArgs) -> AsyncIterator[Union[StreamEvent, ExecStreamData]]:
-        """run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
+        """run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
         return cast(AsyncIterator[Union[StreamEvent, ExecStreamData]], self._astream("stream", args))
 
     async def _aop_write(self, args: WriteArgs) -> CopyData:

@@ -15,6 +15,7 @@ import threading
 import queue
 from typing import Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Tuple, Union
 
+from . import _sink
 from .packaged import bundled_binary
 from ._contract import AsyncOps, Ops, StreamEvent
 from .errors import MicrovmError, PreconditionError, UnexpectedError, from_envelope
@@ -23,6 +24,9 @@ from .errors import TimeoutError as TimeoutError_
 BINARY_ENV = "MICROVM_BIN"
 
 _EOF = object()
+
+# How many frames a sink's reader thread runs ahead of an asyncio consumer.
+_SINK_WINDOW = 64
 
 
 def find_binary(explicit: Optional[str] = None) -> str:
@@ -184,6 +188,44 @@ class Engine(Ops):
                 with self._lock:
                     self._pending.pop(rid, None)
 
+    def _sink_stream(self, op: str, args: Mapping[str, Any]) -> Iterator[Any]:
+        """_stream with the events read as binary frames from a FIFO the
+        engine writes (the op's sink), each output event carrying its exact
+        bytes under "data"; _stream where there are no FIFOs."""
+        if not _sink.supported():
+            yield from self._stream(op, args)
+            return
+        d, path, fd = _sink.open_sink()
+        rid: Optional[int] = None
+        done = False
+        try:
+            rid, q = self._send(op, dict(args, sink=path))
+            early: "list[Any]" = []
+
+            def answered() -> bool:
+                # The envelope came without the sink being opened: a refusal.
+                try:
+                    early.append(q.get_nowait())
+                except queue.Empty:
+                    return False
+                return True
+
+            if _sink.wait_for_writer(fd, answered):
+                yield from _sink.frames(fd)
+            frame = early[0] if early else q.get()
+            while frame is not _EOF and "envelope" not in frame:
+                frame = q.get()  # no event frames come with a sink; skip any
+            done = True
+            yield self._finish(rid, frame)
+        finally:
+            # Closing the read end first: an engine still writing gets EPIPE
+            # and ends the request, even before the cancel arrives.
+            _sink.close_sink(d, fd)
+            if not done and rid is not None:
+                self.cancel(rid)
+                with self._lock:
+                    self._pending.pop(rid, None)
+
     def close(self, timeout: float = 120.0) -> None:
         """End the engine: it tears down what it launched and stops its emulator."""
         stdin = self._proc.stdin
@@ -308,6 +350,59 @@ class AsyncEngine(AsyncOps):
                 yield frame["event"]
         finally:
             if not done:
+                await asyncio.shield(self.cancel(rid))
+                self._pending.pop(rid, None)
+
+    async def _asink_stream(self, op: str, args: Mapping[str, Any]) -> AsyncIterator[Any]:
+        """Engine._sink_stream on asyncio: a thread reads the FIFO's frames
+        (at most _SINK_WINDOW ahead of the consumer) while the loop awaits
+        them and then the envelope."""
+        if not _sink.supported():
+            async for x in self._astream(op, args):
+                yield x
+            return
+        d, path, fd = _sink.open_sink()
+        loop = asyncio.get_running_loop()
+        events: "asyncio.Queue[Any]" = asyncio.Queue()
+        window = threading.Semaphore(_SINK_WINDOW)
+        stop = threading.Event()
+        rid: Optional[int] = None
+        done = False
+        try:
+            rid, q = await self._send(op, dict(args, sink=path))
+            envelope = asyncio.ensure_future(q.get())
+
+            def pump() -> None:
+                try:
+                    if _sink.wait_for_writer(fd, lambda: envelope.done() or stop.is_set()):
+                        for ev in _sink.frames(fd):
+                            while not window.acquire(timeout=0.1):
+                                if stop.is_set():
+                                    return
+                            loop.call_soon_threadsafe(events.put_nowait, ev)
+                    loop.call_soon_threadsafe(events.put_nowait, _EOF)
+                except BaseException as e:  # handed to the consumer, never lost in this thread
+                    if not stop.is_set():
+                        loop.call_soon_threadsafe(events.put_nowait, e)
+
+            threading.Thread(target=pump, name="microvm-sink", daemon=True).start()
+            while True:
+                item = await events.get()
+                if item is _EOF:
+                    break
+                window.release()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+            frame = await envelope
+            while frame is not _EOF and "envelope" not in frame:
+                frame = await q.get()
+            done = True
+            yield self._finish(rid, frame)
+        finally:
+            stop.set()
+            _sink.close_sink(d, fd)
+            if not done and rid is not None:
                 await asyncio.shield(self.cancel(rid))
                 self._pending.pop(rid, None)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
 from . import _contract as c
+from . import _sink
 from ._engine import AsyncEngine, Engine
 from .errors import InvalidArgError
 from .errors import TimeoutError as TimeoutError_
@@ -71,6 +72,7 @@ class OutputChunk:
     text: str  # UTF-8, invalid bytes replaced (lossy says whether any were)
     size: int
     lossy: bool
+    data: bytes = b""  # the exact bytes (Sandbox.stream and Process.stream on POSIX); text is them decoded
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ class ExecStream:
 def _item(owner: Any, ev: Any) -> Optional[StreamItem]:
     kind = ev.get("event")
     if kind == "output":
-        return OutputChunk(ev["stream"], ev["offset"], ev["text"], ev["bytes"], ev["lossy"])
+        return OutputChunk(ev["stream"], ev["offset"], ev["text"], ev["bytes"], ev["lossy"], ev.get("data", b""))
     if kind == "gap":
         return Gap(ev["from"], ev["to"])
     if kind == "exit":
@@ -627,7 +629,8 @@ class Process:
 
     def stream(self, offset: int = 0) -> ExecStream:
         """The output from byte offset on, as it arrives, until the exit."""
-        return ExecStream(self._engine._op_follow({"execId": self.exec_id, "offset": offset}))
+        args: c.FollowArgs = {"execId": self.exec_id, "offset": offset}
+        return ExecStream(self._engine._sink_stream("follow", args) if _sink.supported() else self._engine._op_follow(args))
 
     def kill(self, *, timeout: Optional[float] = None) -> bool:
         """SIGTERM then SIGKILL to the process group; False when it had already gone."""
@@ -1080,7 +1083,11 @@ class Sandbox:
         are run()'s.
         """
         args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group, limits)
-        return _KillingStream(self._engine, args["execId"], self._engine._op_stream(args))
+        # The engine's sink (binary frames through a FIFO) where there are
+        # FIFOs; its event lines elsewhere.
+        sargs = cast(c.StreamArgs, args)  # the same keys; a sink is added by _sink_stream
+        events = self._engine._sink_stream("stream", sargs) if _sink.supported() else self._engine._op_stream(sargs)
+        return _KillingStream(self._engine, args["execId"], events)
 
     def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
               timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
@@ -1286,7 +1293,8 @@ class AsyncProcess:
 
     def stream(self, offset: int = 0) -> AsyncExecStream:
         """The output from byte offset on, until the exit."""
-        return AsyncExecStream(self._engine._aop_follow({"execId": self.exec_id, "offset": offset}))
+        args: c.FollowArgs = {"execId": self.exec_id, "offset": offset}
+        return AsyncExecStream(self._engine._asink_stream("follow", args) if _sink.supported() else self._engine._aop_follow(args))
 
     async def kill(self) -> bool:
         """SIGTERM then SIGKILL to the process group; False when it had already gone."""
@@ -1556,7 +1564,9 @@ class AsyncSandbox:
                group: Optional[int] = None, limits: Optional[Dict[str, int]] = None) -> AsyncExecStream:
         """Sandbox.stream; leaving the `async for` early, or cancelling it, kills the command."""
         args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group, limits)
-        return _AsyncKillingStream(self._engine, args["execId"], self._engine._aop_stream(args))
+        sargs = cast(c.StreamArgs, args)  # the same keys; a sink is added by _asink_stream
+        events = self._engine._asink_stream("stream", sargs) if _sink.supported() else self._engine._aop_stream(sargs)
+        return _AsyncKillingStream(self._engine, args["execId"], events)
 
     async def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                     timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,

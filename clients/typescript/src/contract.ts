@@ -719,29 +719,31 @@ export interface RunArgs {
   readonly "pidsLimit"?: number;
 }
 
-/** The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out. */
+/** The arguments of stream: run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection. Every key may be left out. */
 export interface StreamArgs {
-  /** argv; with shell, one script string */
+  /** as run's */
   readonly "command"?: string[];
-  /** run the command through /bin/sh -c */
+  /** as run's */
   readonly "shell"?: boolean;
   readonly "cwd"?: string;
-  /** NAME=value entries added to the command's environment */
+  /** as run's */
   readonly "env"?: string[];
-  /** agentd kills the child after this long; zero is no limit */
+  /** as run's */
   readonly "timeoutSec"?: number;
-  /** the idempotency key; empty mints one */
+  /** as run's */
   readonly "execId"?: string;
-  /** the numeric uid the command runs as; empty keeps the daemon's */
+  /** as run's */
   readonly "user"?: string;
-  /** the numeric gid the command runs as; empty keeps the daemon's */
+  /** as run's */
   readonly "group"?: string;
-  /** limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive) */
+  /** as run's */
   readonly "memoryLimitBytes"?: number;
-  /** limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive) */
+  /** as run's */
   readonly "cpuMillicores"?: number;
-  /** limits.pids: most processes and threads alive at once; zero is no limit (additive) */
+  /** as run's */
   readonly "pidsLimit"?: number;
+  /** a FIFO (or file) on the engine's host the caller opened for reading: every output, gap and exit event goes there as agentd's binary frames (api/openapi.yaml x-frames: raw bytes, no text encoding, nothing lossy), exit last, and no event frame is sent; the final envelope still ends the request. Empty sends event frames */
+  readonly "sink"?: string;
 }
 
 /** The arguments of write: write a whole file, creating its parent directories. Every key may be left out. */
@@ -847,6 +849,8 @@ export interface FollowArgs {
   readonly "execId"?: string;
   /** the first output byte to send; nextOffset of an earlier stream resumes it */
   readonly "offset"?: number;
+  /** a FIFO (or file) on the engine's host the caller opened for reading: every output, gap and exit event goes there as agentd's binary frames (api/openapi.yaml x-frames: raw bytes, no text encoding, nothing lossy), exit last, and no event frame is sent; the final envelope still ends the request. Empty sends event frames */
+  readonly "sink"?: string;
 }
 
 /** The arguments of kill: signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success). Every key may be left out. */
@@ -1132,7 +1136,7 @@ export abstract class Ops {
     return (await this.call("run", args)) as ExecResultData;
   }
 
-  /** run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data. */
+  /** run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data. */
   protected opStream(args: StreamArgs): AsyncIterable<StreamEvent | ExecStreamData> {
     return this.stream("stream", args) as AsyncIterable<StreamEvent | ExecStreamData>;
   }

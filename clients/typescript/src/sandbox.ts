@@ -15,10 +15,13 @@ import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import { access, mkdtemp, readFile, rm, statfs, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, join, resolve as resolvePath } from "node:path";
+import { createServer, type Socket } from "node:net";
 import { createInterface } from "node:readline";
 
 import * as C from "./contract.js";
 import { bundledBinary } from "./packaged.js";
+import { FrameError, FrameReader, type Frame } from "./frames.js";
+import { FRAME } from "./wire.js";
 
 export * as contract from "./contract.js";
 export { ERROR_KINDS, PROTOCOL_VERSION, type ErrorCode } from "./contract.js";
@@ -260,12 +263,80 @@ class Engine extends C.Ops {
     };
   }
 
+  /**
+   * stream() with the events read as binary frames from a Unix socket the
+   * engine dials (the op's sink, api/engine.yaml): the output's exact bytes
+   * (data beside text), never JSON-escaped onto the engine pipe. The
+   * request is sent at once, as stream() sends it.
+   */
+  protected sinkStream(op: C.OpName, args: object): AsyncIterable<unknown> {
+    let envelope: Promise<Record<string, unknown> | null> = Promise.resolve(null);
+    let id = 0;
+    const setup = (async () => {
+      const dir = await mkdtemp(join(tmpdir(), "microvm-sink-"));
+      const path = join(dir, "s");
+      const server = createServer();
+      const conn = new Promise<Socket>((resolve) => server.once("connection", resolve));
+      try {
+        await new Promise<void>((resolve, reject) => {
+          server.once("error", reject);
+          server.listen(path, () => resolve());
+        });
+      } catch (err) {
+        await rm(dir, { recursive: true, force: true });
+        throw err;
+      }
+      envelope = new Promise((resolve) => this.send(op, { ...args, sink: path }, { event: () => {}, done: resolve }));
+      id = this.nextId;
+      return { dir, server, conn };
+    })();
+    setup.catch(() => undefined); // surfaced when iterated
+    const settle = this.settle.bind(this);
+    const cancel = (requestId: number) => this.cancelRequest(requestId);
+    return {
+      async *[Symbol.asyncIterator]() {
+        const { dir, server, conn } = await setup;
+        let sock: Socket | undefined;
+        let finished = false;
+        try {
+          const first = await Promise.race([conn, envelope.then(() => undefined)]);
+          // The engine closes the sink before it answers, so an answer can
+          // overtake the connection's accept: a success, or a failure that
+          // had sent events, means a connection is there to read.
+          sock = first ?? (sinkWasUsed(await envelope) ? await conn : undefined);
+          if (sock) {
+            const chunks = sock[Symbol.asyncIterator]();
+            const reader = new FrameReader({
+              read: async () => {
+                const r = await chunks.next();
+                return r.done ? { done: true } : { done: false, value: r.value as Uint8Array };
+              },
+            });
+            for (let f = await reader.next(); f; f = await reader.next()) yield sinkEvent(f);
+          }
+          const env = await envelope;
+          finished = true;
+          yield settle(env);
+        } finally {
+          sock?.destroy();
+          server.close();
+          await rm(dir, { recursive: true, force: true });
+          // Left early: end the engine's request now; its write to the
+          // closed socket fails anyway.
+          if (!finished) await cancel(id);
+        }
+      },
+    };
+  }
+
   // The generated per-op methods, opened to this module.
   create(a: C.CreateArgs) { return this.opCreate(a); }
   attach(a: C.AttachArgs) { return this.opAttach(a); }
   info() { return this.opInfo({}); }
   run(a: C.RunArgs) { return this.opRun(a); }
-  streamExec(a: C.StreamArgs) { return this.opStream(a); }
+  // The engine's sink (binary frames over a Unix socket) where there are
+  // Unix sockets; its event lines on Windows.
+  streamExec(a: C.StreamArgs) { return (SINKS ? this.sinkStream("stream", a) : this.opStream(a)) as AsyncIterable<C.StreamEvent | C.ExecStreamData>; }
   write(a: C.WriteArgs) { return this.opWrite(a); }
   read(a: C.ReadArgs) { return this.opRead(a); }
   list(a: C.ListArgs) { return this.opList(a); }
@@ -281,7 +352,7 @@ class Engine extends C.Ops {
   start(a: C.StartArgs) { return this.opStart(a); }
   poll(a: C.PollArgs) { return this.opPoll(a); }
   wait(a: C.WaitArgs) { return this.opWait(a); }
-  follow(a: C.FollowArgs) { return this.opFollow(a); }
+  follow(a: C.FollowArgs) { return SINKS ? this.sinkStream("follow", a) : this.opFollow(a); }
   kill(a: C.KillArgs) { return this.opKill(a); }
   signal(a: C.SignalArgs) { return this.opSignal(a); }
   resize(a: C.ResizeArgs) { return this.opResize(a); }
@@ -363,7 +434,11 @@ function toResult(d: C.ExecResultData): ExecResult {
 }
 
 /** Output as it arrived: `text` is UTF-8 with invalid bytes replaced (`lossy` says whether any were). */
-export interface OutputChunk { readonly kind: "output"; readonly stream: string; readonly offset: number; readonly text: string; readonly size: number; readonly lossy: boolean }
+export interface OutputChunk {
+  readonly kind: "output"; readonly stream: string; readonly offset: number; readonly text: string; readonly size: number; readonly lossy: boolean;
+  /** The exact bytes (text is them decoded, lossy when they are not UTF-8). */
+  readonly data?: Uint8Array;
+}
 /** Output [start, end) was lost before it was read. */
 export interface Gap { readonly kind: "gap"; readonly start: number; readonly end: number }
 /** The terminal event: its absence is what tells a cut stream from a finished command. */
@@ -386,7 +461,8 @@ export class ExecStream implements AsyncIterable<StreamItem> {
         if (!("event" in ev)) {
           this.summary = ev;
         } else if (ev.event === "output") {
-          yield { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy };
+          const data = (ev as { data?: Uint8Array }).data;
+          yield { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy, ...(data ? { data } : {}) };
         } else if (ev.event === "gap") {
           yield { kind: "gap", start: ev.from, end: ev.to };
         } else {
@@ -437,6 +513,42 @@ export interface ExecOptions {
   cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string; limits?: ExecLimits;
   /** run and stream: an abort kills the command (its process group); the run or stream then ends with its exit. */
   signal?: AbortSignal;
+}
+
+/** Whether streams go through the engine's sink (a Unix socket path). */
+const SINKS = process.platform !== "win32";
+
+const strictUTF8 = new TextDecoder("utf-8", { fatal: true });
+
+/** One sink frame as the engine's event line would carry it, with the exact bytes of an output frame under data. */
+function sinkEvent(f: Frame): Record<string, unknown> {
+  if (f.type === FRAME.stdout || f.type === FRAME.stderr) {
+    const data = f.payload;
+    let text: string;
+    let lossy = false;
+    try {
+      text = strictUTF8.decode(data);
+    } catch {
+      text = Buffer.from(data.buffer, data.byteOffset, data.length).toString("utf8");
+      lossy = true;
+    }
+    return { event: "output", stream: f.type === FRAME.stdout ? "stdout" : "stderr", offset: Number(f.offset), bytes: data.length, text, lossy, data };
+  }
+  const doc = JSON.parse(Buffer.from(f.payload.buffer, f.payload.byteOffset, f.payload.length).toString("utf8")) as Record<string, unknown>;
+  if (f.type === FRAME.gap) return { event: "gap", from: doc.from, to: doc.to };
+  if (f.type === FRAME.exit) {
+    return { event: "exit", exitCode: doc.exit_code ?? null, signal: doc.signal ?? null, truncated: doc.truncated === true,
+      writersMayBeAlive: doc.writers_may_be_alive === true, offset: doc.offset ?? Number(f.offset) };
+  }
+  throw new FrameError(`a sink frame of type ${f.type}`);
+}
+
+/** Whether the engine's answer says it opened the sink: a success, or a failure after events. */
+function sinkWasUsed(env: Record<string, unknown> | null): boolean {
+  if (env === null) return false;
+  if (env.status === "ok") return true;
+  const data = env.data as { events?: number } | undefined;
+  return (data?.events ?? 0) > 0;
 }
 
 function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunArgs {

@@ -304,7 +304,7 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
 		}
-		return e.stream(ctx, sb, req.ID, engineapi.RunArgs(args))
+		return e.stream(ctx, sb, req.ID, args)
 	case engineapi.OpWrite:
 		var args engineapi.WriteArgs
 		if err := decodeArgs(req.Args, &args); err != nil {

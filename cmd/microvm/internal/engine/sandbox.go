@@ -354,8 +354,9 @@ func (e *engine) runCommand(ctx context.Context, sb *sandbox.Sandbox, args engin
 
 // stream sends the exec's output as event frames while it runs. The
 // library's Stream reconnects at its byte cursor when a connection drops.
-func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args engineapi.RunArgs) (string, any, error) {
-	o, err := startOptions(args)
+func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args engineapi.StreamArgs) (string, any, error) {
+	o, err := startOptions(engineapi.RunArgs{Command: args.Command, Shell: args.Shell, Cwd: args.Cwd, Env: args.Env, TimeoutSec: args.TimeoutSec,
+		ExecID: args.ExecID, User: args.User, Group: args.Group, MemoryLimitBytes: args.MemoryLimitBytes, CPUMillicores: args.CPUMillicores, PidsLimit: args.PidsLimit})
 	if err != nil {
 		return "", nil, err
 	}
@@ -363,13 +364,20 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 	if sess == nil {
 		return "", nil, client.Errorf(taxonomy.KindPrecondition, "", "engine: %s is %s, not RUNNING; resume it first", sb.ID(), sb.Lifecycle())
 	}
+	// Opened before the command starts: a sink nobody reads refuses the
+	// request with nothing started.
+	sink, err := openSink(args.Sink)
+	if err != nil {
+		return "", nil, err
+	}
+	defer sink.close()
 	// One exchange where the daemon offers the run route.
 	ex, st, err := sess.StartStream(ctx, args.Command, o)
 	if err != nil {
 		return "", nil, err
 	}
 	defer st.Close()
-	sum, sawExit, err := e.pump(id, st, ex.ID())
+	sum, sawExit, err := e.pump(id, st, ex.ID(), sink)
 	if err != nil {
 		return "", nil, err
 	}
