@@ -9,6 +9,7 @@
  * process over the line protocol of api/engine.yaml, whose types
  * (src/contract.ts) are generated. Nothing here decides what Go decides.
  */
+import { isUtf8 } from "node:buffer";
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
@@ -445,6 +446,28 @@ export interface Gap { readonly kind: "gap"; readonly start: number; readonly en
 export interface Exit { readonly kind: "exit"; readonly exitCode: number | null; readonly signal: number | null; readonly truncated: boolean; readonly writersMayBeAlive: boolean; readonly offset: number }
 export type StreamItem = OutputChunk | Gap | Exit;
 
+/**
+ * An output chunk that came as exact bytes (the engine's sink): text is
+ * decoded only when read, since a consumer of data alone should not pay for
+ * a string of every byte.
+ */
+class ExactOutputChunk implements OutputChunk {
+  readonly kind = "output" as const;
+  readonly size: number;
+  readonly lossy: boolean;
+  declare readonly text: string;
+  constructor(readonly stream: string, readonly offset: number, readonly data: Uint8Array) {
+    this.size = data.length;
+    this.lossy = !isUtf8(data);
+    let decoded: string | undefined;
+    // An own, enumerable getter: JSON.stringify and spreads still see text.
+    Object.defineProperty(this, "text", {
+      enumerable: true,
+      get: () => (decoded ??= Buffer.from(data.buffer, data.byteOffset, data.length).toString("utf8")),
+    });
+  }
+}
+
 /** A command's output as it arrives; the engine's stream resumes at its byte offset after a dropped connection. */
 export class ExecStream implements AsyncIterable<StreamItem> {
   /** The Exit event, once seen. */
@@ -462,7 +485,7 @@ export class ExecStream implements AsyncIterable<StreamItem> {
           this.summary = ev;
         } else if (ev.event === "output") {
           const data = (ev as { data?: Uint8Array }).data;
-          yield { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy, ...(data ? { data } : {}) };
+          yield data ? new ExactOutputChunk(ev.stream, ev.offset, data) : { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy };
         } else if (ev.event === "gap") {
           yield { kind: "gap", start: ev.from, end: ev.to };
         } else {
@@ -518,21 +541,12 @@ export interface ExecOptions {
 /** Whether streams go through the engine's sink (a Unix socket path). */
 const SINKS = process.platform !== "win32";
 
-const strictUTF8 = new TextDecoder("utf-8", { fatal: true });
-
 /** One sink frame as the engine's event line would carry it, with the exact bytes of an output frame under data. */
 function sinkEvent(f: Frame): Record<string, unknown> {
   if (f.type === FRAME.stdout || f.type === FRAME.stderr) {
-    const data = f.payload;
-    let text: string;
-    let lossy = false;
-    try {
-      text = strictUTF8.decode(data);
-    } catch {
-      text = Buffer.from(data.buffer, data.byteOffset, data.length).toString("utf8");
-      lossy = true;
-    }
-    return { event: "output", stream: f.type === FRAME.stdout ? "stdout" : "stderr", offset: Number(f.offset), bytes: data.length, text, lossy, data };
+    // text and lossy are ExecStream's ExactOutputChunk's, computed from data
+    // when asked for.
+    return { event: "output", stream: f.type === FRAME.stdout ? "stdout" : "stderr", offset: Number(f.offset), bytes: f.payload.length, data: f.payload };
   }
   const doc = JSON.parse(Buffer.from(f.payload.buffer, f.payload.byteOffset, f.payload.length).toString("utf8")) as Record<string, unknown>;
   if (f.type === FRAME.gap) return { event: "gap", from: doc.from, to: doc.to };
