@@ -257,6 +257,8 @@ type ReadArgs struct {
 	Path string `json:"path"`
 	// LocalPath is a host file to write the bytes to instead of dataBase64 (which is then empty): the bytes never cross the engine pipe
 	LocalPath string `json:"localPath"`
+	// Sink is a FIFO, file or Unix socket on the engine's host (as stream's sink) the file's bytes are written to as they arrive, raw (no frames), instead of dataBase64 or localPath; at most DEFAULT_MAX_DOWNLOAD_BYTES. The answer's bytes says how many were sent: a reader that got fewer lost the rest
+	Sink string `json:"sink"`
 }
 
 // ListArgs are the arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries or MAX_LIST_BYTES of their text it fails TooLarge naming the bound.

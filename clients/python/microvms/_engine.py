@@ -226,6 +226,59 @@ class Engine(Ops):
                 with self._lock:
                     self._pending.pop(rid, None)
 
+    def _sink_read(self, path: str, size_hint: Optional[int], timeout: Optional[float]) -> bytes:
+        """The file at path through the read op's sink: the engine writes
+        its bytes into a FIFO while this process reads them, instead of a
+        whole host file written and then read back."""
+        d, fifo, fd = _sink.open_sink()
+        rid: Optional[int] = None
+        done = False
+        try:
+            rid, q = self._send("read", {"path": path, "sink": fifo})
+            early: "list[Any]" = []
+
+            def answered() -> bool:
+                try:
+                    early.append(q.get_nowait())
+                except queue.Empty:
+                    return False
+                return True
+
+            # timeout bounds the whole read: past it the request is
+            # cancelled, which ends the engine's copy and so this read.
+            expired = threading.Event()
+            timer: Optional[threading.Timer] = None
+            if timeout is not None:
+                sent_rid = rid
+
+                def expire() -> None:
+                    expired.set()
+                    self.cancel(sent_rid)
+
+                timer = threading.Timer(timeout, expire)
+                timer.daemon = True
+                timer.start()
+            try:
+                data = _sink.read_all(fd, size_hint) if _sink.wait_for_writer(fd, answered) else b""
+                frame = early[0] if early else q.get()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if expired.is_set():
+                done = True  # the cancel was sent; its answer is nobody's
+                raise TimeoutError_("read %s did not finish within %gs; the request was cancelled" % (path, timeout or 0), "ERR_TIMEOUT")
+            done = True
+            sent = self._finish(rid, frame)["bytes"]
+            if sent != len(data):
+                raise UnexpectedError("read %s: the engine sent %d bytes and %d arrived" % (path, sent, len(data)), "ERR_UNEXPECTED")
+            return data
+        finally:
+            _sink.close_sink(d, fd)
+            if not done and rid is not None:
+                self.cancel(rid)
+                with self._lock:
+                    self._pending.pop(rid, None)
+
     def close(self, timeout: float = 120.0) -> None:
         """End the engine: it tears down what it launched and stops its emulator."""
         stdin = self._proc.stdin
@@ -405,6 +458,35 @@ class AsyncEngine(AsyncOps):
             if not done and rid is not None:
                 await asyncio.shield(self.cancel(rid))
                 self._pending.pop(rid, None)
+
+    async def _asink_read(self, path: str, size_hint: Optional[int]) -> bytes:
+        """Engine._sink_read on asyncio: the FIFO is read in a thread while
+        the loop awaits the answer; cancelling the task cancels the read."""
+        d, fifo, fd = _sink.open_sink()
+        rid: Optional[int] = None
+        done = False
+        try:
+            rid, q = await self._send("read", {"path": path, "sink": fifo})
+            envelope = asyncio.ensure_future(q.get())
+
+            def pull() -> bytes:
+                if _sink.wait_for_writer(fd, envelope.done):
+                    return _sink.read_all(fd, size_hint)
+                return b""
+
+            data = await asyncio.get_running_loop().run_in_executor(None, pull)
+            frame = await envelope
+            done = True
+            sent = self._finish(rid, frame)["bytes"]
+            if sent != len(data):
+                raise UnexpectedError("read %s: the engine sent %d bytes and %d arrived" % (path, sent, len(data)), "ERR_UNEXPECTED")
+            return data
+        finally:
+            if not done and rid is not None:
+                # Ends the engine's copy, and with it the thread's read.
+                await asyncio.shield(self.cancel(rid))
+                self._pending.pop(rid, None)
+            _sink.close_sink(d, fd)
 
     async def close(self, timeout: float = 120.0) -> None:
         """End the engine: it tears down what it launched and stops its emulator."""

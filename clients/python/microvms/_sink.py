@@ -10,7 +10,7 @@ import os
 import select
 import shutil
 import tempfile
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 # The frames are read by the generated agentd client's FrameReader (bounded,
 # fuzzed), reached at run time: that package is not written to mypy
@@ -31,6 +31,12 @@ def supported() -> bool:
     return hasattr(os, "mkfifo") and hasattr(select, "poll")
 
 
+# fcntl's F_SETPIPE_SZ (Linux): a 1 MiB FIFO buffer lets the engine write a
+# whole frame before this process must wake to read it.
+_F_SETPIPE_SZ = 1031
+_PIPE_BYTES = 1 << 20
+
+
 def open_sink() -> Tuple[str, str, int]:
     """A fresh FIFO in a private directory, opened for reading without
     blocking (so the engine's open for writing finds a reader): (dir, path, fd)."""
@@ -42,6 +48,11 @@ def open_sink() -> Tuple[str, str, int]:
     except BaseException:
         shutil.rmtree(d, ignore_errors=True)
         raise
+    try:
+        import fcntl
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BYTES)
+    except (ImportError, OSError):
+        pass  # not Linux, or over pipe-max-size: the default buffer works
     return d, path, fd
 
 
@@ -106,3 +117,15 @@ def event_of(f: Any) -> Dict[str, Any]:
                 "offset": doc.get("offset", f.offset)}
     raise ValueError("a sink frame of type %d" % f.type)
 
+
+
+def read_all(fd: int, size_hint: Optional[int]) -> bytes:
+    """Every byte a writer sends into fd until it closes, read straight into
+    one bytes object when the size is known (no second copy)."""
+    os.set_blocking(fd, True)
+    with os.fdopen(os.dup(fd), "rb", buffering=1 << 20) as src:
+        if size_hint is None:
+            return src.read()
+        data = src.read(size_hint)
+        more = src.read()  # the file grew since its size was read
+        return data + more if more else data

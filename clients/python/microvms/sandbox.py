@@ -406,7 +406,11 @@ class Files:
 
     def read_bytes(self, path: str, *, timeout: Optional[float] = None) -> bytes:
         """The whole file at path (any size)."""
-        tmp = _tempdir(_read_size(self._engine._op_stat({"path": path}, timeout)))
+        size = _read_size(self._engine._op_stat({"path": path}, timeout))
+        if _sink.supported():
+            # Through a FIFO the engine writes while this process reads.
+            return self._engine._sink_read(path, size, timeout)
+        tmp = _tempdir(size)
         try:
             local = os.path.join(tmp, "data")
             self._engine._op_read({"path": path, "localPath": local}, timeout)
@@ -1196,7 +1200,10 @@ class AsyncFiles:
 
     async def read_bytes(self, path: str) -> bytes:
         """The whole file at path (any size)."""
-        tmp = _tempdir(_read_size(await self._engine._aop_stat({"path": path})))
+        size = _read_size(await self._engine._aop_stat({"path": path}))
+        if _sink.supported():
+            return await self._engine._asink_read(path, size)
+        tmp = _tempdir(size)
         try:
             local = os.path.join(tmp, "data")
             await self._engine._aop_read({"path": path, "localPath": local})

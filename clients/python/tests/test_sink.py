@@ -9,13 +9,15 @@ import unittest
 from typing import List
 
 from microvms import AsyncSandbox, Exit, InvalidArgError, OutputChunk, Sandbox
+from microvms.errors import MicrovmError
+from microvms.errors import TimeoutError as MicrovmTimeoutError
 from microvms import _sink
 
 from .engine_env import require_engine
 
 # 3 MiB of bytes that are not UTF-8 (so text is lossy and only data is
 # exact), across several frames, then a line on stderr.
-MAKE = "head -c 3145728 /dev/urandom > /tmp/blob; sha256sum /tmp/blob | cut -c1-64 > /tmp/blob.sum"
+MAKE = "head -c 3145728 /dev/urandom > /tmp/blob; sha256sum /tmp/blob | cut -c1-64 > /tmp/blob.sum; truncate -s 512M /tmp/sparse"
 EMIT = "cat /tmp/blob; echo done >&2"
 
 
@@ -72,6 +74,36 @@ class SinkTest(unittest.TestCase):
                     h2.update(item.data)
             self.assertEqual(h2.hexdigest(), want)
         self.assertEqual(sink_dirs(), before)
+
+    def test_read_bytes_through_the_sink(self) -> None:
+        # Catches: a read through the FIFO that loses or adds bytes (the
+        # digest differs), one that hangs on a refused path instead of
+        # raising, a timeout that does not end the read (or leaves the
+        # sandbox unusable), and an asyncio read whose cancel leaves it
+        # running.
+        with Sandbox.create(local=True) as sb:
+            self.assertEqual(sb.run(MAKE).exit_code, 0)
+            want = sb.run("cat /tmp/blob.sum").stdout.strip()
+            self.assertEqual(hashlib.sha256(sb.files.read_bytes("/tmp/blob")).hexdigest(), want)
+            self.assertEqual(sb.files.read_bytes("/tmp/blob.sum"), (want + "\n").encode())
+            with self.assertRaises(MicrovmError):
+                sb.files.read_bytes("/no/such/file")
+            with self.assertRaises(MicrovmTimeoutError):
+                sb.files.read_bytes("/tmp/sparse", timeout=0.02)  # 512 MiB: far longer than 20 ms anywhere
+            self.assertEqual(sb.run("echo alive").stdout, "alive\n")
+
+        async def flow() -> None:
+            async with await AsyncSandbox.create(local=True) as sb:
+                self.assertEqual((await sb.run(MAKE)).exit_code, 0)
+                want = (await sb.run("cat /tmp/blob.sum")).stdout.strip()
+                self.assertEqual(hashlib.sha256(await sb.files.read_bytes("/tmp/blob")).hexdigest(), want)
+                task = asyncio.ensure_future(sb.files.read_bytes("/tmp/sparse"))
+                await asyncio.sleep(0.02)  # 512 MiB takes far longer than 20 ms anywhere
+                task.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await task
+                self.assertEqual((await sb.run("echo alive")).stdout, "alive\n")
+        asyncio.run(flow())
 
     def test_async(self) -> None:
         # Catches: the asyncio reader losing or reordering frames, and a

@@ -337,6 +337,13 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
 		}
+		if args.Sink != "" {
+			n, err := readToSink(ctx, sb, args.Path, args.Sink)
+			if err != nil {
+				return "", nil, err
+			}
+			return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: n}, nil
+		}
 		if args.LocalPath != "" {
 			n, err := readTo(ctx, sb, args.Path, args.LocalPath)
 			if err != nil {

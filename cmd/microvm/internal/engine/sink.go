@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -103,4 +105,27 @@ func (s *frameSink) close() {
 	if s != nil {
 		_ = s.f.Close()
 	}
+}
+
+// readToSink copies the file at path into the sink at sinkPath as it
+// arrives: raw bytes, the sink's close their end. It is bounded as a
+// download is (DEFAULT_MAX_DOWNLOAD_BYTES), so a guest cannot pour without
+// end into a reader that trusted the file's size.
+func readToSink(ctx context.Context, sb *sandbox.Sandbox, path, sinkPath string) (int64, error) {
+	sess, err := session(sb)
+	if err != nil {
+		return 0, err
+	}
+	sink, err := openSink(sinkPath)
+	if err != nil {
+		return 0, err
+	}
+	defer sink.close()
+	bw := &client.BoundedWriter{W: sink.f, Limit: taxonomy.DefaultMaxDownloadBytes, Key: "DEFAULT_MAX_DOWNLOAD_BYTES",
+		Op: "engine: reading " + path, What: "the file", Hint: "copy a larger file with `microvm cp --max-bytes N`"}
+	n, err := sess.ReadFile(ctx, path, bw, client.LineRange{})
+	if err != nil {
+		return n, err
+	}
+	return n, nil
 }
