@@ -91,6 +91,7 @@ class _Process:
         self.lock = threading.Lock()
         self.next_id = 0
         self.next_handle = 0
+        self.live = 0  # handles not yet released
         self.pending: Dict[int, "queue.Queue[Any]"] = {}
         self.closed = False
         self.reader = threading.Thread(target=self._read, name="microvm-engine-reader", daemon=True)
@@ -167,11 +168,18 @@ class _Process:
             self.proc.stdout.close()
 
 
-# The engines this process shares among its sandboxes, one per binary
-# (api/engine.yaml request sandbox): a create then costs a request, not a Go
-# process start. Each is closed at exit, which tears down what it launched.
+# The engines this process shares among its sandboxes, one per binary and
+# environment (api/engine.yaml request sandbox): a create then costs a
+# request, not a Go process start. The engine reads its settings (region,
+# endpoints, bucket) from the environment it started with, so a changed
+# os.environ starts another; one left behind ends with its last sandbox.
+# Each is closed at exit, which tears down what it launched.
 _shared_lock = threading.Lock()
-_shared: Dict[str, _Process] = {}
+_shared: Dict[Tuple[str, int], _Process] = {}
+
+
+def _env_key() -> int:
+    return hash(frozenset(os.environ.items()))
 
 
 def _close_shared() -> None:
@@ -196,6 +204,7 @@ class Engine(Ops):
                  _handle: Optional[str] = None) -> None:
         self._p = _process if _process is not None else _Process(find_binary(binary))
         self._handle = _handle
+        self._released = False
         self.binary = self._p.binary
 
     @classmethod
@@ -203,15 +212,17 @@ class Engine(Ops):
         """A new sandbox handle on this process's engine for binary, started
         (or restarted, when it died) on first use."""
         path = find_binary(binary)
+        key = (path, _env_key())
         with _shared_lock:
-            p = _shared.get(path)
+            p = _shared.get(key)
             if p is None or not p.usable():
                 if p is not None and p.owner == os.getpid():
                     p.close(5.0)  # dead already: reap it and its pipes
                 p = _Process(path)
-                _shared[path] = p
+                _shared[key] = p
             with p.lock:
                 p.next_handle += 1
+                p.live += 1
                 handle = "sb-%d" % p.next_handle
         return cls(_process=p, _handle=handle)
 
@@ -287,12 +298,24 @@ class Engine(Ops):
         if self._handle is None:
             self._p.close(timeout)
             return
-        if not self._p.usable():
-            return  # a dead engine took what it launched with it
-        try:
-            self._op_release({}, timeout)
-        except MicrovmError:
-            pass
+        if self._released:
+            return
+        self._released = True
+        if self._p.usable():
+            try:
+                self._op_release({}, timeout)
+            except MicrovmError:
+                pass  # a dead engine took what it launched with it
+        with _shared_lock:
+            with self._p.lock:
+                self._p.live -= 1
+                idle = self._p.live == 0
+            current = _shared.get((self._p.binary, _env_key())) is self._p
+            if idle and not current:
+                for k in [k for k, v in _shared.items() if v is self._p]:
+                    del _shared[k]
+        if idle and not current and self._p.owner == os.getpid():
+            self._p.close(timeout)  # an engine of an environment no longer current, now unused
 
 
 class _AsyncProcess:
@@ -304,6 +327,7 @@ class _AsyncProcess:
         self.proc = proc
         self.next_id = 0
         self.next_handle = 0
+        self.live = 0
         self.pending: Dict[int, "asyncio.Queue[Any]"] = {}
         self.closed = False
         self.write_lock = asyncio.Lock()
@@ -380,7 +404,7 @@ class _AsyncProcess:
 # The engine each event loop shares among its sandboxes, by binary: a
 # future, so concurrent creates start one. The loop's end (asyncio.run's
 # shutdown of async generators) closes it through _until_loop_ends.
-_loop_engines: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[str, asyncio.Future[_AsyncProcess]]]" = (
+_loop_engines: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[Tuple[str, int], asyncio.Future[_AsyncProcess]]]" = (
     weakref.WeakKeyDictionary()
 )
 
@@ -401,6 +425,7 @@ class AsyncEngine(AsyncOps):
     def __init__(self, process: _AsyncProcess, handle: Optional[str] = None) -> None:
         self._p = process
         self._handle = handle
+        self._released = False
         self.binary = process.binary
 
     @classmethod
@@ -415,16 +440,17 @@ class AsyncEngine(AsyncOps):
         path = find_binary(binary)
         loop = asyncio.get_running_loop()
         byloop = _loop_engines.setdefault(loop, {})
-        fut = byloop.get(path)
+        key = (path, _env_key())
+        fut = byloop.get(key)
         if fut is not None and fut.done() and (fut.cancelled() or fut.exception() is not None or not fut.result().usable()):
             fut = None
         if fut is None:
             fut = loop.create_future()
-            byloop[path] = fut
+            byloop[key] = fut
             try:
                 p = await _AsyncProcess.start(path)
             except BaseException as e:
-                del byloop[path]
+                del byloop[key]
                 fut.set_exception(e)
                 fut.exception()  # retrieved: the waiters, if any, re-raise it
                 raise
@@ -434,6 +460,7 @@ class AsyncEngine(AsyncOps):
             fut.set_result(p)
         p = await asyncio.shield(fut)
         p.next_handle += 1
+        p.live += 1
         return cls(p, "sb-%d" % p.next_handle)
 
     @property
@@ -497,12 +524,22 @@ class AsyncEngine(AsyncOps):
         if self._handle is None:
             await self._p.close(timeout)
             return
-        if not self._p.usable():
+        if self._released:
             return
-        try:
-            await asyncio.wait_for(self._aop_release({}), timeout)
-        except (MicrovmError, asyncio.TimeoutError):
-            pass
+        self._released = True
+        if self._p.usable():
+            try:
+                await asyncio.wait_for(self._aop_release({}), timeout)
+            except (MicrovmError, asyncio.TimeoutError):
+                pass
+        self._p.live -= 1
+        byloop = _loop_engines.get(asyncio.get_running_loop(), {})
+        f = byloop.get((self._p.binary, _env_key()))
+        current = f is not None and f.done() and not f.cancelled() and f.exception() is None and f.result() is self._p
+        if self._p.live == 0 and not current:
+            for k in [k for k, v in byloop.items() if v.done() and not v.cancelled() and v.exception() is None and v.result() is self._p]:
+                del byloop[k]
+            await self._p.close(timeout)  # an engine of an environment no longer current, now unused
 
 
 __all__ = ["Engine", "AsyncEngine", "find_binary", "BINARY_ENV", "MicrovmError"]

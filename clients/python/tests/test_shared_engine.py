@@ -9,6 +9,7 @@ import threading
 import time
 import unittest
 from typing import List, Optional
+from unittest import mock
 
 from microvms import AsyncSandbox, Sandbox, UnexpectedError
 from .engine_env import alive, guest_inits_of, require_engine
@@ -85,6 +86,27 @@ class SharedEngineTest(unittest.TestCase):
         finally:
             a.close()
             b.close()
+
+    def test_a_changed_environment_gets_its_own_engine(self) -> None:
+        # The engine reads its settings (endpoints, region, bucket) from the
+        # environment it started with. Catches: a shared engine that ignores
+        # an os.environ changed since (a test pointing S3 at an emulator
+        # would reach AWS instead).
+        a = Sandbox.create(local=True)
+        try:
+            with mock.patch.dict(os.environ, {"MICROVMS_SHARED_ENGINE_TEST": "1"}):
+                b = Sandbox.create(local=True)
+            try:
+                self.assertNotEqual(a.engine_pid, b.engine_pid)
+                self.assertEqual(b.run("echo b").stdout, "b\n")
+            finally:
+                b.close()
+            # Its environment is gone and so is its last sandbox: it ends,
+            # and a's engine still serves.
+            self.assertFalse(alive(b.engine_pid))
+            self.assertEqual(a.run("echo a").stdout, "a\n")
+        finally:
+            a.close()
 
     def test_a_killed_caller_takes_every_sandbox_down(self) -> None:
         # Catches: an engine whose end of stdin tears down only the default

@@ -142,12 +142,17 @@ class EngineProcess {
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
   private nextHandle = 0;
+  /** Handles not yet released. */
+  live = 0;
   exited = false;
   private closing = false;
   private readonly exit: Promise<void>;
 
   constructor(readonly binary: string) {
     this.proc = spawn(binary, ["engine"], { stdio: ["pipe", "pipe", "inherit"] });
+    // A write to an engine that just died fails EPIPE; its "close" answers
+    // every pending request with the error naming it, so this one is not news.
+    this.proc.stdin!.on("error", () => {});
     this.exit = new Promise((resolve) => {
       this.proc.once("close", () => {
         this.exited = true;
@@ -233,8 +238,20 @@ class EngineProcess {
  */
 const sharedEngines = new Map<string, EngineProcess>();
 
+/**
+ * The key of the shared engine for binary: the engine reads its settings
+ * (region, endpoints, bucket) from the environment it started with, so a
+ * changed process.env gets another one; one left behind ends with its last
+ * sandbox.
+ */
+function sharedKey(binary: string): string {
+  return JSON.stringify([binary, Object.entries(process.env).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))]);
+}
+
 /** A `microvm engine` as one sandbox sees it: its own process, or a handle on the shared one. */
 class Engine extends C.Ops {
+  private released = false;
+
   private constructor(private readonly p: EngineProcess, private readonly sandbox?: string) {
     super();
   }
@@ -247,11 +264,13 @@ class Engine extends C.Ops {
   /** A new sandbox handle on this process's engine for binary, started (or restarted, when it died) on first use. */
   static shared(binary?: string): Engine {
     const path = findBinary(binary);
-    let p = sharedEngines.get(path);
+    const key = sharedKey(path);
+    let p = sharedEngines.get(key);
     if (p === undefined || p.exited) {
       p = new EngineProcess(path);
-      sharedEngines.set(path, p);
+      sharedEngines.set(key, p);
     }
+    p.live++;
     return new Engine(p, p.handle());
   }
 
@@ -394,8 +413,17 @@ class Engine extends C.Ops {
       await this.p.close();
       return;
     }
-    if (this.p.exited) return; // a dead engine took what it launched with it
-    await this.opRelease({}).catch(() => undefined);
+    if (this.released) return;
+    this.released = true;
+    // A dead engine took what it launched with it.
+    if (!this.p.exited) await this.opRelease({}).catch(() => undefined);
+    this.p.live--;
+    const key = sharedKey(this.p.binary);
+    if (this.p.live === 0 && sharedEngines.get(key) !== this.p) {
+      // An engine of an environment no longer current, now unused.
+      for (const [k, v] of sharedEngines) if (v === this.p) sharedEngines.delete(k);
+      await this.p.close();
+    }
   }
 }
 

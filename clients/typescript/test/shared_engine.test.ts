@@ -102,6 +102,29 @@ describe("shared engine", { skip }, () => {
     }
   });
 
+  test("a changed environment gets its own engine", async () => {
+    // Catches: a shared engine that ignores a process.env changed since it
+    // started (its endpoints, region and bucket come from there).
+    const a = await Sandbox.create({ local: true });
+    try {
+      process.env.MICROVMS_SHARED_ENGINE_TEST = "1";
+      let b: Sandbox;
+      try {
+        b = await Sandbox.create({ local: true });
+      } finally {
+        delete process.env.MICROVMS_SHARED_ENGINE_TEST;
+      }
+      assert.notEqual(a.enginePid, b.enginePid);
+      assert.equal((await b.run("echo b")).stdout, "b\n");
+      await b.close();
+      // Its environment is gone and so is its last sandbox: it ends.
+      assert.equal(alive(b.enginePid!), false);
+      assert.equal((await a.run("echo a")).stdout, "a\n");
+    } finally {
+      await a.close();
+    }
+  });
+
   test("a killed caller takes every sandbox down", async () => {
     // Catches: an engine whose end of stdin tears down only the default sandbox.
     const child = spawn(process.execPath, ["--input-type=module", "-e", TWO_THEN_WAIT], { cwd: pkg, stdio: ["ignore", "pipe", "inherit"] });
