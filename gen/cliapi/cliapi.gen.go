@@ -1096,6 +1096,7 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "LocalBuildLogLines", Key: "LOCAL_BUILD_LOG_LINES", Value: int64(10000), Doc: "most lines of step output one local build's log keeps; past it (or LocalBuildLogBytes) lines are counted, not kept, and the log says how many", Finding: ""},
 	{Name: "LocalBuildLogBytes", Key: "LOCAL_BUILD_LOG_BYTES", Value: int64(8388608), Doc: "most bytes of step output one local build's log keeps", Finding: ""},
 	{Name: "MaxPoolSize", Key: "MAX_POOL_SIZE", Value: int64(64), Doc: "most sandboxes a sandbox.Pool keeps launched and suspended (its N)", Finding: ""},
+	{Name: "MaxEngineSandboxes", Key: "MAX_ENGINE_SANDBOXES", Value: int64(1024), Doc: "most sandbox handles one `microvm engine` holds at once (api/engine.yaml request sandbox); a create under one more is refused until one is released", Finding: ""},
 	{Name: "MaxFleetCount", Key: "MAX_FLEET_COUNT", Value: int64(256), Doc: "most sandboxes one RunMany or `microvm run --count` launches", Finding: ""},
 	{Name: "MaxFleetParallel", Key: "MAX_FLEET_PARALLEL", Value: int64(32), Doc: "most launches (and runs) a fleet, or a pool's refill, has in flight at once (its K)", Finding: ""},
 	{Name: "DefaultFleetParallel", Key: "DEFAULT_FLEET_PARALLEL", Value: int64(4), Doc: "the concurrency bound of a fleet or a pool's refill when none is given", Finding: ""},

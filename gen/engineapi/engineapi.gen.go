@@ -55,6 +55,7 @@ const (
 	OpKeepalive       = "keepalive"
 	OpNetworkShow     = "network_show"
 	OpNetworkSet      = "network_set"
+	OpRelease         = "release"
 	OpCancel          = "cancel"
 	OpPoolOpen        = "pool_open"
 	OpPoolWaitReady   = "pool_wait_ready"
@@ -76,6 +77,7 @@ const (
 
 // The engine-only response types.
 const (
+	TypeReleased      = "microvm.released"
 	TypeSandbox       = "microvm.sandbox"
 	TypeFile          = "microvm.file"
 	TypeExecStarted   = "microvm.exec.started"
@@ -96,6 +98,8 @@ type Request struct {
 	Op string `json:"op"`
 	// Args is the op's arguments; a key left out takes its zero value
 	Args json.RawMessage `json:"args"`
+	// Sandbox is the caller's handle for one of the engine's sandboxes (at most MAX_ENGINE_SANDBOXES live at once, each at most 128 bytes): one engine serves many, each with its own state, so a process starts one engine instead of one per sandbox. Requests naming the same handle address the same sandbox; a handle springs up at create, build, attach, restore, pool_open or run_many and ends at release. Left out (or empty), the request addresses the engine's own sandbox, as before handles existed. cancel and request ids are the engine's, across handles
+	Sandbox *string `json:"sandbox,omitempty"`
 }
 
 // Reply is one line on the engine's stdout: exactly one of event and envelope is present.
@@ -444,6 +448,10 @@ type NetworkSetArgs struct {
 	DenyAll bool `json:"denyAll"`
 }
 
+// ReleaseArgs are the arguments of release: end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine.
+type ReleaseArgs struct {
+}
+
 // CancelArgs are the arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does.
 type CancelArgs struct {
 	RequestID int64 `json:"requestId"`
@@ -602,6 +610,16 @@ type VolumeLsArgs struct {
 type VolumeRmArgs struct {
 	// Name is the volume's name
 	Name string `json:"name"`
+}
+
+// ReleasedData is the data of a microvm.released envelope.
+type ReleasedData struct {
+	// Sandbox is the handle released
+	Sandbox string `json:"sandbox"`
+	// Terminated is release tore down a sandbox this handle launched and nobody had terminated
+	Terminated bool `json:"terminated"`
+	// Leaked is what that teardown could not delete
+	Leaked []string `json:"leaked"`
 }
 
 // SandboxData is the data of a microvm.sandbox envelope.
@@ -781,6 +799,7 @@ var Ops = []Op{
 	{Name: "keepalive", Response: "microvm.keepalive", Streams: false},
 	{Name: "network_show", Response: "microvm.network", Streams: false},
 	{Name: "network_set", Response: "microvm.network", Streams: false},
+	{Name: "release", Response: "microvm.released", Streams: false},
 	{Name: "cancel", Response: "microvm.exec.signalled", Streams: false},
 	{Name: "pool_open", Response: "microvm.pool", Streams: false},
 	{Name: "pool_wait_ready", Response: "microvm.pool", Streams: false},

@@ -504,6 +504,8 @@ const (
 	LocalBuildLogBytes = 8388608
 	// MaxPoolSize: most sandboxes a sandbox.Pool keeps launched and suspended (its N).
 	MaxPoolSize = 64
+	// MaxEngineSandboxes: most sandbox handles one `microvm engine` holds at once (api/engine.yaml request sandbox); a create under one more is refused until one is released.
+	MaxEngineSandboxes = 1024
 	// MaxFleetCount: most sandboxes one RunMany or `microvm run --count` launches.
 	MaxFleetCount = 256
 	// MaxFleetParallel: most launches (and runs) a fleet, or a pool's refill, has in flight at once (its K).

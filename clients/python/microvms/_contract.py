@@ -66,6 +66,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "keepalive": ("microvm.keepalive", False),
     "network_show": ("microvm.network", False),
     "network_set": ("microvm.network", False),
+    "release": ("microvm.released", False),
     "cancel": ("microvm.exec.signalled", False),
     "pool_open": ("microvm.pool", False),
     "pool_wait_ready": ("microvm.pool", False),
@@ -436,6 +437,14 @@ NetworkData = TypedDict("NetworkData", {
     "network": "NetworkState",
 })
 NetworkData.__doc__ = "The data of a microvm.network envelope."
+
+
+ReleasedData = TypedDict("ReleasedData", {
+    "sandbox": str,
+    "terminated": bool,
+    "leaked": List[str],
+})
+ReleasedData.__doc__ = "The data of a microvm.released envelope."
 
 
 PoolData = TypedDict("PoolData", {
@@ -829,6 +838,11 @@ NetworkSetArgs = TypedDict("NetworkSetArgs", {
 NetworkSetArgs.__doc__ = "The arguments of network_set: replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force. Every key may be left out."
 
 
+ReleaseArgs = TypedDict("ReleaseArgs", {
+})
+ReleaseArgs.__doc__ = "The arguments of release: end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine. Every key may be left out."
+
+
 CancelArgs = TypedDict("CancelArgs", {
     "requestId": int,
 }, total=False)
@@ -1121,6 +1135,10 @@ class Ops:
         """replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force."""
         return cast(NetworkData, self._call("network_set", args, timeout))
 
+    def _op_release(self, args: ReleaseArgs, timeout: Optional[float] = None) -> ReleasedData:
+        """end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine."""
+        return cast(ReleasedData, self._call("release", args, timeout))
+
     def _op_cancel(self, args: CancelArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, self._call("cancel", args, timeout))
@@ -1342,6 +1360,10 @@ class AsyncOps:
     async def _aop_network_set(self, args: NetworkSetArgs) -> NetworkData:
         """replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force."""
         return cast(NetworkData, await self._acall("network_set", args))
+
+    async def _aop_release(self, args: ReleaseArgs) -> ReleasedData:
+        """end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine."""
+        return cast(ReleasedData, await self._acall("release", args))
 
     async def _aop_cancel(self, args: CancelArgs) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""

@@ -838,7 +838,7 @@ class Sandbox:
             args["noKeepAwake"] = True
         _network_args(args, network_allow, network_deny_all, secrets)
         _volume_args(args, volumes)
-        engine = Engine(binary)
+        engine = Engine.shared(binary)
         try:
             return cls(engine, engine._op_create(args))
         except BaseException:
@@ -878,7 +878,7 @@ class Sandbox:
         create = _create_args(local, None, None, region, control_endpoint, execution_role_arn, agent_token, agentd,
                               timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
         args = _build_args(local, dockerfile, memory_mib, base_image, create)
-        engine = Engine(binary)
+        engine = Engine.shared(binary)
         try:
             info: Optional[c.SandboxData] = None
             for ev in engine._op_build(args):
@@ -914,7 +914,7 @@ class Sandbox:
             args["controlEndpoint"] = control_endpoint
         if region is not None:
             args["region"] = region
-        engine = Engine(binary)
+        engine = Engine.shared(binary)
         try:
             return cls(engine, engine._op_attach(args, timeout))
         except BaseException:
@@ -946,7 +946,7 @@ class Sandbox:
             args["region"] = region
         if image_version is not None:
             args["imageVersion"] = image_version
-        engine = Engine(binary)
+        engine = Engine.shared(binary)
         try:
             return cls(engine, engine._op_restore(cast(c.RestoreArgs, args), timeout))
         except BaseException:
@@ -1138,7 +1138,8 @@ class Sandbox:
         return CostReport._from(self._engine._op_cost({}, timeout)["report"])
 
     def close(self) -> None:
-        """End the engine: a sandbox this process launched is terminated, a local emulator stops."""
+        """Let the sandbox go: one this process launched is terminated (a local
+        one's emulator stops); the process's engine lives on for the next."""
         self._finalizer()
 
     def __enter__(self) -> "Sandbox":
@@ -1395,7 +1396,7 @@ class AsyncSandbox:
             args["noKeepAwake"] = True
         _network_args(args, network_allow, network_deny_all, secrets)
         _volume_args(args, volumes)
-        engine = await AsyncEngine.start(binary)
+        engine = await AsyncEngine.shared(binary)
         try:
             return cls(engine, await engine._aop_create(args))
         except BaseException:
@@ -1428,7 +1429,7 @@ class AsyncSandbox:
         create = _create_args(local, None, None, region, control_endpoint, execution_role_arn, agent_token, agentd,
                               timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
         args = _build_args(local, dockerfile, memory_mib, base_image, create)
-        engine = await AsyncEngine.start(binary)
+        engine = await AsyncEngine.shared(binary)
         try:
             info: Optional[c.SandboxData] = None
             async for ev in engine._aop_build(args):
@@ -1451,7 +1452,7 @@ class AsyncSandbox:
             args["controlEndpoint"] = control_endpoint
         if region is not None:
             args["region"] = region
-        engine = await AsyncEngine.start(binary)
+        engine = await AsyncEngine.shared(binary)
         try:
             return cls(engine, await engine._aop_attach(args))
         except BaseException:
@@ -1470,7 +1471,7 @@ class AsyncSandbox:
             args["region"] = region
         if image_version is not None:
             args["imageVersion"] = image_version
-        engine = await AsyncEngine.start(binary)
+        engine = await AsyncEngine.shared(binary)
         try:
             return cls(engine, await engine._aop_restore(cast(c.RestoreArgs, args)))
         except BaseException:
@@ -1620,7 +1621,8 @@ class AsyncSandbox:
         return CostReport._from((await self._engine._aop_cost({}))["report"])
 
     async def close(self) -> None:
-        """End the engine: a sandbox this process launched is terminated, a local emulator stops."""
+        """Let the sandbox go: one this process launched is terminated (a local
+        one's emulator stops); the loop's engine lives on for the next."""
         await self._engine.close()
 
     async def __aenter__(self) -> "AsyncSandbox":

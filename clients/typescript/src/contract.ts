@@ -67,6 +67,7 @@ export const OPS = {
   keepalive: { response: "microvm.keepalive", streams: false },
   network_show: { response: "microvm.network", streams: false },
   network_set: { response: "microvm.network", streams: false },
+  release: { response: "microvm.released", streams: false },
   cancel: { response: "microvm.exec.signalled", streams: false },
   pool_open: { response: "microvm.pool", streams: false },
   pool_wait_ready: { response: "microvm.pool", streams: false },
@@ -494,6 +495,16 @@ export interface NetworkData {
   readonly "microvmId": string;
   /** the policy in force, the secrets' bindings (never their values) and the refusals */
   readonly "network": NetworkState;
+}
+
+/** The data of a microvm.released envelope. */
+export interface ReleasedData {
+  /** the handle released */
+  readonly "sandbox": string;
+  /** release tore down a sandbox this handle launched and nobody had terminated */
+  readonly "terminated": boolean;
+  /** what that teardown could not delete */
+  readonly "leaked": string[];
 }
 
 /** The data of a microvm.pool envelope. */
@@ -948,6 +959,10 @@ export interface NetworkSetArgs {
   readonly "denyAll"?: boolean;
 }
 
+/** The arguments of release: end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine. Every key may be left out. */
+export interface ReleaseArgs {
+}
+
 /** The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out. */
 export interface CancelArgs {
   readonly "requestId"?: number;
@@ -1291,6 +1306,11 @@ export abstract class Ops {
   /** replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force. */
   protected async opNetworkSet(args: NetworkSetArgs): Promise<NetworkData> {
     return (await this.call("network_set", args)) as NetworkData;
+  }
+
+  /** end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine. */
+  protected async opRelease(args: ReleaseArgs): Promise<ReleasedData> {
+    return (await this.call("release", args)) as ReleasedData;
   }
 
   /** end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. */

@@ -137,18 +137,26 @@ interface Pending {
   done(env: Record<string, unknown> | null): void;
 }
 
-/** A running `microvm engine`: requests out on stdin, frames routed back by id. */
-class Engine extends C.Ops {
-  private readonly proc: ChildProcess;
+/**
+ * A running `microvm engine` process: requests out on stdin, frames routed
+ * back by id. Every Engine on it (one per sandbox handle) shares its ids.
+ */
+class EngineProcess {
+  readonly proc: ChildProcess;
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
-  private exited = false;
+  private nextHandle = 0;
+  /** Handles not yet released. */
+  live = 0;
+  exited = false;
   private closing = false;
   private readonly exit: Promise<void>;
 
-  constructor(binary?: string) {
-    super();
-    this.proc = spawn(findBinary(binary), ["engine"], { stdio: ["pipe", "pipe", "inherit"] });
+  constructor(readonly binary: string) {
+    this.proc = spawn(binary, ["engine"], { stdio: ["pipe", "pipe", "inherit"] });
+    // A write to an engine that just died fails EPIPE; its "close" answers
+    // every pending request with the error naming it, so this one is not news.
+    this.proc.stdin!.on("error", () => {});
     this.exit = new Promise((resolve) => {
       this.proc.once("close", () => {
         this.exited = true;
@@ -179,8 +187,9 @@ class Engine extends C.Ops {
     this.refresh();
   }
 
-  get pid(): number | undefined {
-    return this.proc.pid;
+  /** A new sandbox handle on this engine. */
+  handle(): string {
+    return `sb-${++this.nextHandle}`;
   }
 
   /** Keep Node alive only while a request waits, so a forgotten Sandbox does not hang the process. */
@@ -193,21 +202,97 @@ class Engine extends C.Ops {
     }
   }
 
-  private send(op: C.OpName, args: object, p: Pending): void {
+  /** Send one request; the id it went under (0 when the engine is gone and p was told so). */
+  send(op: C.OpName, args: object, p: Pending, sandbox?: string): number {
     if (this.exited) {
       p.done(null);
-      return;
+      return 0;
     }
     const id = ++this.nextId;
     this.pending.set(id, p);
     this.refresh();
-    this.proc.stdin!.write(JSON.stringify({ id, op, args }) + "\n");
+    const req: Record<string, unknown> = { id, op, args };
+    if (sandbox !== undefined) req.sandbox = sandbox;
+    this.proc.stdin!.write(JSON.stringify(req) + "\n");
+    return id;
+  }
+
+  inFlight(id: number): boolean {
+    return !this.exited && this.pending.has(id);
+  }
+
+  dead(): UnexpectedError {
+    return new UnexpectedError(`the microvm engine (${this.binary}, pid ${this.proc.pid}) exited before answering (exit status ${this.proc.exitCode}); its stderr says why`, "ERR_UNEXPECTED");
+  }
+
+  /** End the engine: it tears down what it launched under every handle, and stops its emulators. */
+  async close(): Promise<void> {
+    this.closing = true;
+    this.refresh();
+    if (!this.exited) this.proc.stdin!.end();
+    await this.exit;
+  }
+}
+
+/**
+ * The engines this process shares among its sandboxes, one per binary
+ * (api/engine.yaml request sandbox): a create costs a request, not a Go
+ * process start. Node's exit closes the pipe, which ends each engine and
+ * tears down what it launched.
+ */
+const sharedEngines = new Map<string, EngineProcess>();
+
+/**
+ * The key of the shared engine for binary: the engine reads its settings
+ * (region, endpoints, bucket) from the environment it started with, so a
+ * changed process.env gets another one; one left behind ends with its last
+ * sandbox.
+ */
+function sharedKey(binary: string): string {
+  return JSON.stringify([binary, Object.entries(process.env).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))]);
+}
+
+/** A `microvm engine` as one sandbox sees it: its own process, or a handle on the shared one. */
+class Engine extends C.Ops {
+  private released = false;
+
+  private constructor(private readonly p: EngineProcess, private readonly sandbox?: string) {
+    super();
+  }
+
+  /** An engine of its own, ended by close. */
+  static own(binary?: string): Engine {
+    return new Engine(new EngineProcess(findBinary(binary)));
+  }
+
+  /** A new sandbox handle on this process's engine for binary, started (or restarted, when it died) on first use. */
+  static shared(binary?: string): Engine {
+    const path = findBinary(binary);
+    const key = sharedKey(path);
+    let p = sharedEngines.get(key);
+    if (p === undefined || p.exited) {
+      p = new EngineProcess(path);
+      sharedEngines.set(key, p);
+    }
+    p.live++;
+    return new Engine(p, p.handle());
+  }
+
+  get pid(): number | undefined {
+    return this.p.proc.pid;
+  }
+
+  /** The sandbox handle on a shared engine; undefined when the engine is this sandbox's own. */
+  get handle(): string | undefined {
+    return this.sandbox;
+  }
+
+  private send(op: C.OpName, args: object, p: Pending): number {
+    return this.p.send(op, args, p, this.sandbox);
   }
 
   private settle(env: Record<string, unknown> | null): unknown {
-    if (env === null) {
-      throw new UnexpectedError(`the microvm engine exited before answering (exit status ${this.proc.exitCode}); its stderr says why`, "ERR_UNEXPECTED");
-    }
+    if (env === null) throw this.p.dead();
     if (env.status !== "ok") throw fromEnvelope(env as unknown as C.FailureEnvelope);
     return env.data;
   }
@@ -237,8 +322,7 @@ class Engine extends C.Ops {
       queue.push(item);
       wake?.();
     };
-    this.send(op, args, { event: (ev) => push({ ev }), done: (env) => push({ env }) });
-    const id = (this.lastStreamId = this.nextId);
+    const id = (this.lastStreamId = this.send(op, args, { event: (ev) => push({ ev }), done: (env) => push({ env }) }));
     const settle = this.settle.bind(this);
     const cancel = (requestId: number) => this.cancelRequest(requestId);
     return {
@@ -287,8 +371,9 @@ class Engine extends C.Ops {
         await rm(dir, { recursive: true, force: true });
         throw err;
       }
-      envelope = new Promise((resolve) => this.send(op, { ...args, sink: path }, { event: () => {}, done: resolve }));
-      id = this.nextId;
+      envelope = new Promise((resolve) => {
+        id = this.send(op, { ...args, sink: path }, { event: () => {}, done: resolve });
+      });
       return { dir, server, conn };
     })();
     setup.catch(() => undefined); // surfaced when iterated
@@ -388,16 +473,31 @@ class Engine extends C.Ops {
 
   /** End in-flight request requestId (a watch, a follow, a wait); a request already answered, or a gone engine, is no error. */
   async cancelRequest(requestId: number): Promise<void> {
-    if (this.exited || !this.pending.has(requestId)) return;
+    if (!this.p.inFlight(requestId)) return;
     await this.opCancel({ requestId }).catch(() => undefined);
   }
 
-  /** End the engine: it tears down what it launched and stops its emulator. */
+  /**
+   * End this sandbox's part: an own engine ends (tearing down what it
+   * launched and its emulator); a shared one releases the handle, which does
+   * the same for this sandbox alone, and lives on for the next.
+   */
   async close(): Promise<void> {
-    this.closing = true;
-    this.refresh();
-    if (!this.exited) this.proc.stdin!.end();
-    await this.exit;
+    if (this.sandbox === undefined) {
+      await this.p.close();
+      return;
+    }
+    if (this.released) return;
+    this.released = true;
+    // A dead engine took what it launched with it.
+    if (!this.p.exited) await this.opRelease({}).catch(() => undefined);
+    this.p.live--;
+    const key = sharedKey(this.p.binary);
+    if (this.p.live === 0 && sharedEngines.get(key) !== this.p) {
+      // An engine of an environment no longer current, now unused.
+      for (const [k, v] of sharedEngines) if (v === this.p) sharedEngines.delete(k);
+      await this.p.close();
+    }
   }
 }
 
@@ -912,7 +1012,7 @@ export class Sandbox implements AsyncDisposable {
    * launches. The store is a running emulator's (controlEndpoint) or AWS's.
    */
   static async restore(checkpoint: string, opts: RestoreOptions = {}): Promise<Sandbox> {
-    const engine = new Engine(opts.binary);
+    const engine = Engine.shared(opts.binary);
     try {
       return new Sandbox(engine, await engine.restore({
         ref: checkpoint, local: false, region: opts.region ?? "", controlEndpoint: opts.controlEndpoint ?? "", agentd: "",
@@ -939,7 +1039,7 @@ export class Sandbox implements AsyncDisposable {
     const { binary, networkAllow, networkDenyAll, secrets, volumes, ...rest } = opts;
     const net = networkArgs({ networkAllow, networkDenyAll, secrets });
     const vols = volumes ? { volumes: Object.entries(volumes).map(([name, path]) => `${name}:${path}`) } : {};
-    const engine = new Engine(binary);
+    const engine = Engine.shared(binary);
     try {
       return new Sandbox(engine, await engine.create({ ...rest, ...net, ...vols }));
     } catch (err) {
@@ -954,7 +1054,7 @@ export class Sandbox implements AsyncDisposable {
    */
   static async build(opts: BuildOptions = {}): Promise<Sandbox> {
     const { binary, onProgress, dockerfile, ...rest } = opts;
-    const engine = new Engine(binary);
+    const engine = Engine.shared(binary);
     try {
       let data: C.SandboxData | null = null;
       for await (const ev of engine.build({ ...rest, ...(dockerfile !== undefined ? { dockerfile: resolvePath(dockerfile) } : {}) }) as AsyncIterable<Record<string, unknown>>) {
@@ -975,7 +1075,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** Reach a MicroVM another process launched; closing an attached sandbox leaves it running. */
   static async attach(microvmId: string, opts: AttachOptions): Promise<Sandbox> {
-    const engine = new Engine(opts.binary);
+    const engine = Engine.shared(opts.binary);
     try {
       return new Sandbox(engine, await engine.attach({
         microvmId, agentToken: opts.agentToken,
@@ -1124,7 +1224,7 @@ export class Sandbox implements AsyncDisposable {
     return { label: r.label, size: r.size, items: r.lines, totalUsd: r.totalUsd, isLowerBound: r.isLowerBound, staleness: r.staleness, text: r.text };
   }
 
-  /** End the engine: a sandbox this process launched is terminated, a local emulator stops. */
+  /** Let the sandbox go: one this process launched is terminated (a local one's emulator stops); the process's engine lives on for the next. */
   async close(): Promise<void> { await this.engine.close(); }
 
   async [Symbol.asyncDispose](): Promise<void> { await this.close(); }
@@ -1176,7 +1276,7 @@ export interface RunManyOptions {
  * non-zero exit is a result in its run, not a throw.
  */
 export async function runMany(command: string, opts: RunManyOptions): Promise<FleetResult> {
-  const engine = new Engine(opts.binary);
+  const engine = Engine.own(opts.binary);
   try {
     return await fleetOf(() => engine.runMany({
       count: opts.count, parallel: opts.parallel ?? 0, command, local: opts.local ?? false, image: opts.image ?? "",
@@ -1317,7 +1417,7 @@ export class Pool implements AsyncDisposable {
   /** Start filling a pool in the background; resolves at once. */
   static async open(opts: PoolOptions): Promise<Pool> {
     const { binary, launchEnv, ...rest } = opts;
-    const engine = new Engine(binary);
+    const engine = Engine.own(binary);
     try {
       const args: C.PoolOpenArgs = { ...rest, ...(launchEnv ? { launchEnv: Object.entries(launchEnv).map(([k, v]) => `${k}=${v}`) } : {}) };
       return new Pool(engine, await engine.poolOpen(args), binary);

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -33,12 +34,29 @@ const maxEngineLine = 4*sandbox.MaxReadFileBytes/3 + 1<<20
 // on it, but a VM left running bills.
 const engineTeardownBudget = 2 * time.Minute
 
-// engine is one engine process's state: at most one sandbox, and in local
-// mode the emulator it lives in.
-type engine struct {
+// server is one engine process: the reply stream, the requests in flight
+// (cancel's targets, by request id across every handle) and the sandboxes
+// it serves by the caller's handle (api/engine.yaml request sandbox).
+type server struct {
 	a       *render.IO
 	writeMu sync.Mutex
 	out     *json.Encoder
+
+	reqMu    sync.Mutex
+	inflight map[int64]context.CancelFunc
+
+	// handles are the engine's sandboxes by handle; "" is the default one a
+	// request without a handle addresses. Each has its own lock, so a long
+	// op on one never waits on another's.
+	hMu     sync.Mutex
+	handles map[string]*engine
+}
+
+// engine is one sandbox handle's state: at most one sandbox (or a pool),
+// and in local mode the emulator it lives in.
+type engine struct {
+	a *render.IO
+	s *server
 
 	mu              sync.Mutex
 	sb              *sandbox.Sandbox
@@ -62,16 +80,27 @@ type engine struct {
 	members    map[string]*sandbox.Sandbox
 
 	reqMu       sync.Mutex
-	inflight    map[int64]context.CancelFunc // the cancel op's targets, by request id
-	buildEvents func(any)                    // the running build's event sender, if any
+	buildEvents func(any) // the running build's event sender, if any
+}
+
+// maxHandle bounds a sandbox handle's length (api/engine.yaml request sandbox).
+const maxHandle = 128
+
+// bindingOps are the ops a new handle may start with: they bind a sandbox
+// (or a pool) to it, or need none. Any other op under an unknown handle is
+// refused, so a released handle is never silently a fresh, empty one.
+var bindingOps = map[string]bool{
+	engineapi.OpCreate: true, engineapi.OpBuild: true, engineapi.OpAttach: true,
+	engineapi.OpRestore: true, engineapi.OpPoolOpen: true, engineapi.OpRunMany: true,
 }
 
 // Serve answers the requests on a's stdin, one response line each on its
-// stdout, until stdin ends or ctx does; then it tears down the sandbox it
-// launched.
+// stdout, until stdin ends or ctx does; then it tears down every sandbox it
+// launched, under every handle.
 func Serve(ctx context.Context, a *render.IO) error {
-	e := &engine{a: a, out: json.NewEncoder(a.Stdout), inflight: map[int64]context.CancelFunc{}}
-	e.out.SetEscapeHTML(false)
+	s := &server{a: a, out: json.NewEncoder(a.Stdout), inflight: map[int64]context.CancelFunc{}, handles: map[string]*engine{}}
+	s.handles[""] = s.newEngine()
+	s.out.SetEscapeHTML(false)
 	ops, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
 	lines := make(chan []byte)
@@ -102,7 +131,7 @@ loop:
 			inflight.Add(1)
 			go func() {
 				defer inflight.Done()
-				e.serve(ops, req)
+				s.serve(ops, req)
 			}()
 		case rerr := <-readErr:
 			if rerr != nil {
@@ -114,61 +143,156 @@ loop:
 		}
 	}
 	// The caller is gone (stdin ended, or a signal): stop what is in flight,
-	// then tear down what this engine launched.
+	// then tear down what this engine launched, every handle at once (each
+	// bounded by engineTeardownBudget).
 	cancel()
 	inflight.Wait()
-	e.shutdown()
+	s.hMu.Lock()
+	all := make([]*engine, 0, len(s.handles))
+	for _, e := range s.handles {
+		all = append(all, e)
+	}
+	s.handles = map[string]*engine{}
+	s.hMu.Unlock()
+	var down sync.WaitGroup
+	for _, e := range all {
+		down.Add(1)
+		go func() {
+			defer down.Done()
+			e.shutdown()
+		}()
+	}
+	down.Wait()
 	return err
 }
 
+func (s *server) newEngine() *engine {
+	return &engine{a: s.a, s: s}
+}
+
+// engineFor is the state a request's handle names, made at a binding op.
+func (s *server) engineFor(req engineapi.Request) (*engine, error) {
+	h := ""
+	if req.Sandbox != nil {
+		h = *req.Sandbox
+	}
+	if req.Op == engineapi.OpCancel {
+		h = "" // request ids are the engine's: a cancel reaches any handle's request
+	}
+	if len(h) > maxHandle {
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: a sandbox handle is at most %d bytes; this one is %d", maxHandle, len(h))
+	}
+	s.hMu.Lock()
+	defer s.hMu.Unlock()
+	if e, ok := s.handles[h]; ok {
+		return e, nil
+	}
+	if !bindingOps[req.Op] {
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: no sandbox %q in this engine: it was released, or nothing was created under it", h)
+	}
+	if len(s.handles) > taxonomy.MaxEngineSandboxes { // the default handle is not counted
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: this engine holds MAX_ENGINE_SANDBOXES (%d) sandbox handles; release one first", taxonomy.MaxEngineSandboxes)
+	}
+	e := s.newEngine()
+	s.handles[h] = e
+	return e, nil
+}
+
+// release ends a handle: its sandbox (or pool) torn down as the engine's
+// end would, and the handle forgotten.
+func (s *server) release(req engineapi.Request) (string, any, error) {
+	if err := decodeArgs(req.Args, &engineapi.ReleaseArgs{}); err != nil {
+		return "", nil, err
+	}
+	if req.Sandbox == nil || *req.Sandbox == "" {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: release names a sandbox handle; the default sandbox ends with the engine (close its stdin)")
+	}
+	h := *req.Sandbox
+	s.hMu.Lock()
+	e, ok := s.handles[h]
+	delete(s.handles, h)
+	s.hMu.Unlock()
+	if !ok {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: no sandbox %q in this engine: it was released, or nothing was created under it", h)
+	}
+	terminated, leaked := e.shutdown()
+	return engineapi.TypeReleased, engineapi.ReleasedData{Sandbox: h, Terminated: terminated, Leaked: leaked}, nil
+}
+
 // shutdown terminates a sandbox this engine launched and stops its emulator,
-// which stops every guest it holds.
-func (e *engine) shutdown() {
+// which stops every guest it holds. It says whether it tore a sandbox down
+// and what that left.
+func (e *engine) shutdown() (terminated bool, leaked []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	leaked = []string{}
 	if e.sb != nil && e.launched && !e.sb.WasTerminated() {
 		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
 		e.detachVolumesLocked(ctx)
 		rep := e.sb.Terminate(ctx, sandbox.TeardownOptions{})
 		cancel()
+		terminated = true
 		if !rep.Clean() {
 			e.a.Warn("engine: teardown of %s left %v", e.sb.ID(), rep.Leaked)
+			for _, l := range rep.Leaked {
+				leaked = append(leaked, fmt.Sprint(l))
+			}
 		}
 	}
 	if e.pool != nil && !e.poolClosed {
 		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
 		rep := e.pool.Close(ctx)
+		e.poolClosed = true
 		cancel()
 		if !rep.Clean() {
 			e.a.Warn("engine: the pool's teardown left %v", rep.Leaked())
+			for _, l := range rep.Leaked() {
+				leaked = append(leaked, fmt.Sprint(l))
+			}
 		}
 	}
 	if e.emu != nil {
 		e.emu.Close()
+		e.emu = nil
 	}
+	return terminated, leaked
 }
 
 // send writes one reply frame as one line.
-func (e *engine) send(r engineapi.Reply) {
-	e.writeMu.Lock()
-	defer e.writeMu.Unlock()
-	_ = e.out.Encode(r)
+func (s *server) send(r engineapi.Reply) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	_ = s.out.Encode(r)
 }
+
+// send writes one reply frame on the engine's stdout.
+func (e *engine) send(r engineapi.Reply) { e.s.send(r) }
 
 // serve answers one request with its final envelope. The request's context
 // is the cancel op's to end.
-func (e *engine) serve(ctx context.Context, req engineapi.Request) {
+func (s *server) serve(ctx context.Context, req engineapi.Request) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	e.reqMu.Lock()
-	e.inflight[req.ID] = cancel
-	e.reqMu.Unlock()
+	s.reqMu.Lock()
+	s.inflight[req.ID] = cancel
+	s.reqMu.Unlock()
 	defer func() {
-		e.reqMu.Lock()
-		delete(e.inflight, req.ID)
-		e.reqMu.Unlock()
+		s.reqMu.Lock()
+		delete(s.inflight, req.ID)
+		s.reqMu.Unlock()
 	}()
-	typ, data, err := e.dispatch(ctx, req)
+	var typ string
+	var data any
+	var err error
+	switch req.Op {
+	case engineapi.OpRelease:
+		typ, data, err = s.release(req)
+	default:
+		var e *engine
+		if e, err = s.engineFor(req); err == nil {
+			typ, data, err = e.dispatch(ctx, req)
+		}
+	}
 	if err != nil {
 		ce := render.AsClientError(err)
 		var partial any
@@ -180,10 +304,10 @@ func (e *engine) serve(ctx context.Context, req engineapi.Request) {
 		// The CLI's suggestions name its own commands and flags, which a
 		// package's caller does not type; the message says what to do.
 		env.Suggestions = []string{}
-		e.send(engineapi.Reply{ID: req.ID, Envelope: env})
+		s.send(engineapi.Reply{ID: req.ID, Envelope: env})
 		return
 	}
-	e.send(engineapi.Reply{ID: req.ID, Envelope: cliapi.Success{Status: cliapi.StatusOK, APIVersion: cliapi.APIVersion, Type: typ, Data: data}})
+	s.send(engineapi.Reply{ID: req.ID, Envelope: cliapi.Success{Status: cliapi.StatusOK, APIVersion: cliapi.APIVersion, Type: typ, Data: data}})
 }
 
 // decodeArgs reads an op's arguments, refusing keys the contract does not declare.
@@ -272,9 +396,9 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
 		}
-		e.reqMu.Lock()
-		cancel, ok := e.inflight[args.RequestID]
-		e.reqMu.Unlock()
+		e.s.reqMu.Lock()
+		cancel, ok := e.s.inflight[args.RequestID]
+		e.s.reqMu.Unlock()
 		if ok && args.RequestID != req.ID {
 			cancel()
 		}
