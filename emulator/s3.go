@@ -77,6 +77,16 @@ type (
 		Resource   string   `xml:"Resource,omitempty"`
 		RequestID  string   `xml:"RequestId"`
 	}
+	copyObjectResult struct {
+		XMLName      xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ CopyObjectResult"`
+		ETag         string   `xml:"ETag"`
+		LastModified string   `xml:"LastModified"`
+	}
+	copyPartResult struct {
+		XMLName      xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ CopyPartResult"`
+		ETag         string   `xml:"ETag"`
+		LastModified string   `xml:"LastModified"`
+	}
 	initiateMultipartUploadResult struct {
 		XMLName  xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ InitiateMultipartUploadResult"`
 		Bucket   string   `xml:"Bucket"`
@@ -192,6 +202,9 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	q.Del("x-id") // aws-sdk-go-v2 names the operation in the query
 	op := s3Operation(r.Method, key, q)
+	if op == "PutObject" && r.Header.Get("x-amz-copy-source") != "" {
+		op = "CopyObject"
+	}
 	if op == "" {
 		s.writeS3Error(w, r, errNotImplemented, bucket, key)
 		return
@@ -250,6 +263,23 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		b.objects[key] = obj
 		obj.writeHeaders(w)
 		w.WriteHeader(http.StatusOK)
+	case "CopyObject":
+		// A server-side copy of a whole object, as S3 does it: the source
+		// is bucket/key (URL-encoded, a leading slash allowed), its body,
+		// type and checksums carried over (the default COPY directive).
+		// Bodies are never changed in place, so the copy shares the bytes.
+		from, f := s.copySourceLocked(r)
+		if f != nil {
+			fail(*f)
+			return
+		}
+		if f := putPrecondition(r, b.objects[key]); f != nil {
+			fail(*f)
+			return
+		}
+		obj := &s3Object{body: from.body, etag: from.etag, modified: s.opt.Now(), ctype: from.ctype, checksum: from.checksum}
+		b.objects[key] = obj
+		writeS3XML(w, copyObjectResult{ETag: obj.etag, LastModified: obj.modified.UTC().Format("2006-01-02T15:04:05.000Z")})
 	case "GetObject", "HeadObject":
 		obj := b.objects[key]
 		if obj == nil {
@@ -290,6 +320,24 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.Atoi(q.Get("partNumber"))
 		if err != nil || n < 1 || n > 10000 {
 			fail(s3Fail{http.StatusBadRequest, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive"})
+			return
+		}
+		if r.Header.Get("x-amz-copy-source") != "" {
+			// UploadPartCopy: the part is a byte range of an object here.
+			from, f := s.copySourceLocked(r)
+			if f != nil {
+				fail(*f)
+				return
+			}
+			lo, hi, ok := copyRange(r.Header.Get("x-amz-copy-source-range"), int64(len(from.body)))
+			if !ok {
+				fail(s3Fail{http.StatusBadRequest, "InvalidArgument", "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy"})
+				return
+			}
+			sum := md5.Sum(from.body[lo : hi+1])
+			part := &s3Object{body: from.body[lo : hi+1], etag: `"` + hex.EncodeToString(sum[:]) + `"`, checksum: map[string]string{}}
+			up.parts[int32(n)] = part
+			writeS3XML(w, copyPartResult{ETag: part.etag, LastModified: s.opt.Now().UTC().Format("2006-01-02T15:04:05.000Z")})
 			return
 		}
 		part := &s3Object{body: body, etag: etag, checksum: checksumHeaders(r)}
@@ -563,4 +611,41 @@ func readAllSized(r io.Reader, length int64, limit int) ([]byte, error) {
 	// Anything past the stated length is read on, as ReadAll would.
 	rest, err := io.ReadAll(lr)
 	return append(buf, rest...), err
+}
+
+// copySourceLocked is the object a copy's x-amz-copy-source names
+// (bucket/key, URL-encoded, a leading slash allowed). Called with s.mu held.
+func (s *Server) copySourceLocked(r *http.Request) (*s3Object, *s3Fail) {
+	src, err := url.PathUnescape(strings.TrimPrefix(r.Header.Get("x-amz-copy-source"), "/"))
+	srcBucket, srcKey, ok := strings.Cut(src, "/")
+	if err != nil || !ok || srcKey == "" || strings.Contains(srcKey, "?versionId=") {
+		return nil, &s3Fail{http.StatusBadRequest, "InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey"}
+	}
+	b := s.s3.buckets[srcBucket]
+	if b == nil {
+		return nil, &errNoSuchBucket
+	}
+	obj := b.objects[srcKey]
+	if obj == nil {
+		return nil, &errNoSuchKey
+	}
+	return obj, nil
+}
+
+// copyRange reads an UploadPartCopy range "bytes=first-last" within size;
+// none is the whole object.
+func copyRange(v string, size int64) (lo, hi int64, ok bool) {
+	if v == "" {
+		return 0, size - 1, size > 0
+	}
+	first, last, cut := strings.Cut(strings.TrimPrefix(v, "bytes="), "-")
+	if !cut || !strings.HasPrefix(v, "bytes=") {
+		return 0, 0, false
+	}
+	lo, err1 := strconv.ParseInt(first, 10, 64)
+	hi, err2 := strconv.ParseInt(last, 10, 64)
+	if err1 != nil || err2 != nil || lo < 0 || hi < lo || hi >= size {
+		return 0, 0, false
+	}
+	return lo, hi, true
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"runtime/debug"
 	"sort"
@@ -68,13 +67,6 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 	if err != nil {
 		return Manifest{}, err
 	}
-	f, err := os.CreateTemp(store.TempDir, "microvm-checkpoint-*.tar.zst")
-	if err != nil {
-		return Manifest{}, client.Errorf(taxonomy.KindPrecondition, "", "a host temporary file for the checkpoint: %w", err).WithCause(err)
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-
 	m := Manifest{Format: Format, Name: opts.Name, Compression: "zstd", Paths: paths, ImageARN: arn, ImageVersion: version,
 		MicrovmID: sb.ID(), ClientVersion: clientVersion(), WritersPaused: !opts.NoPause}
 	now := time.Now
@@ -98,8 +90,19 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 			return Manifest{}, err
 		}
 	}
+	// The packed bytes leave for the bucket as they are made, under a
+	// staging key (their digest, the final key, is known only at the end),
+	// and are hashed on the way; nothing is spooled on this machine.
+	staging := store.stagingKey()
+	pr, pw := io.Pipe()
+	uploaded := make(chan error, 1)
+	go func() {
+		err := store.putStaging(ctx, staging, pr)
+		pr.CloseWithError(errors.New("the checkpoint's upload ended"))
+		uploaded <- err
+	}()
 	h := sha256.New()
-	bw := bufio.NewWriterSize(f, 1<<20)
+	bw := bufio.NewWriterSize(pw, 1<<20)
 	cw := &countingWriter{w: io.MultiWriter(bw, h), limit: store.maxObject()}
 	stats, err := packPaths(ctx, sess, paths, cw)
 	if resume != nil {
@@ -108,9 +111,20 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 	if err == nil {
 		err = bw.Flush()
 	}
+	pw.CloseWithError(err) // nil: the object's end
+	if uerr := <-uploaded; err == nil {
+		err = uerr
+	}
 	if err != nil {
+		store.dropStaging(ctx, staging)
 		return Manifest{}, err
 	}
+	promoted := false // promote removes the staging key itself
+	defer func() {
+		if !promoted {
+			store.dropStaging(ctx, staging)
+		}
+	}()
 	if opts.NoPause {
 		if afterPack != nil {
 			afterPack()
@@ -121,7 +135,8 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 	}
 	m.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	m.Size, m.TreeBytes, m.Files = cw.n, stats.treeBytes, stats.files
-	if err := store.putObject(ctx, f, cw.n, m.Digest); err != nil {
+	promoted = true
+	if err := store.promote(ctx, staging, cw.n, m.Digest); err != nil {
 		return Manifest{}, err
 	}
 	if err := store.putManifest(ctx, m); err != nil {

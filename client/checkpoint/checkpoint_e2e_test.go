@@ -362,6 +362,12 @@ func TestFailedCheckpointLeavesNoManifest(t *testing.T) {
 	if _, err := Checkpoint(ctx, sb, e.store, Options{Paths: []string{"/tmp/w"}, Name: "failed-upload"}); err == nil {
 		t.Fatal("a checkpoint whose upload failed succeeded")
 	}
+	// The bytes are up, under the staging key, but the copy to the digest's
+	// key fails: the staging object goes too.
+	e.emu.Server.Inject("CopyObject", emulator.FaultInternal, emulator.FaultInternal, emulator.FaultInternal, emulator.FaultInternal, emulator.FaultInternal)
+	if _, err := Checkpoint(ctx, sb, e.store, Options{Paths: []string{"/tmp/w"}, Name: "failed-copy"}); err == nil {
+		t.Fatal("a checkpoint whose copy failed succeeded")
+	}
 	list, err := e.store.List(ctx)
 	if err != nil {
 		t.Fatal(err)

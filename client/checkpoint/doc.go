@@ -6,8 +6,16 @@
 // (cliapi.CheckpointManifest) in an S3 bucket: the account's bucket on AWS,
 // the emulator's S3 slice locally, through the same aws-sdk-go-v2 code and
 // its transfer manager (multipart past its threshold, with checksums). The
-// object is written first and the manifest last, so a checkpoint that fails
-// at any point leaves no manifest, and nothing lists or restores it.
+// bytes go up while they are packed, under a staging key (Prefix +
+// "staging/<random>.tar.zst"), since the digest that names the object is
+// known only at the end; one server-side copy (CopyObject, or UploadPartCopy
+// parts past 5 GiB) then puts it under its digest and the staging key is
+// deleted, so no byte is spooled on the host or sent twice. The object is
+// written first and the manifest last, so a checkpoint that fails at any
+// point leaves no manifest, and nothing lists or restores it; a failure it
+// sees removes its staging object too, and only a process killed mid-way
+// leaves one (or an unfinished multipart upload) under staging/, which
+// nothing reads.
 //
 // Restore launches a sandbox from the checkpoint's image ARN and version
 // (through a sandbox.Launcher) and lays the files back before returning it,

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"net/url"
 	"sort"
 	"strings"
 
@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	tmtypes "github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -93,17 +94,12 @@ func (s *Store) platformErr(what string, err error) error {
 // part per concurrent upload, five by default) stay near 80 MiB.
 const partBytes = 16 << 20
 
-// putObject uploads the local file f (size bytes, already hashed) under its
-// digest's key through the transfer manager, unless that key is already
-// there: the same bytes are never stored twice.
-func (s *Store) putObject(ctx context.Context, f *os.File, size int64, digest string) error {
-	key := s.objectKey(digest)
-	if h, err := s.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key)}); err == nil && aws.ToInt64(h.ContentLength) == size {
-		return nil
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
+// putStaging uploads r, of a size not known yet, under a staging key as it
+// is written (the transfer manager cuts it into parts and sends them while
+// the rest is still being packed), so the object's digest, which names its
+// final key, need not be known before its bytes leave. A failed upload
+// leaves no parts behind (the transfer manager aborts it).
+func (s *Store) putStaging(ctx context.Context, key string, r io.Reader) error {
 	// The object's own sha256 is its key and is checked at every restore,
 	// and each part still carries a signed CRC32 that S3 verifies; a
 	// second sha256 per part for the signature over plain http is a pass
@@ -115,8 +111,7 @@ func (s *Store) putObject(ctx context.Context, f *os.File, size int64, digest st
 		o.PartSizeBytes = partBytes
 	})
 	_, err := tm.UploadObject(ctx, &transfermanager.UploadObjectInput{
-		Bucket: aws.String(s.Bucket), Key: aws.String(key),
-		Body: io.NewSectionReader(f, 0, size), ContentLength: aws.Int64(size),
+		Bucket: aws.String(s.Bucket), Key: aws.String(key), Body: r,
 		ContentType:       aws.String("application/zstd"),
 		ChecksumAlgorithm: tmtypes.ChecksumAlgorithmCrc32,
 	})
@@ -125,6 +120,61 @@ func (s *Store) putObject(ctx context.Context, f *os.File, size int64, digest st
 	}
 	return nil
 }
+
+// maxCopyBytes is the largest object one CopyObject copies (the S3 limit,
+// 5 GiB); a larger one is copied part by part (UploadPartCopy). A variable
+// so a test can take the part path with a small object.
+var maxCopyBytes int64 = 5 << 30
+
+// promote puts the staged object under its digest's key, server-side (no
+// byte crosses this machine again), unless an object of that size is there
+// already (the same bytes are never stored twice), and removes the staging
+// key either way.
+func (s *Store) promote(ctx context.Context, staging string, size int64, digest string) error {
+	defer s.dropStaging(ctx, staging)
+	key := s.objectKey(digest)
+	if h, err := s.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key)}); err == nil && aws.ToInt64(h.ContentLength) == size {
+		return nil
+	}
+	src := s.Bucket + "/" + url.PathEscape(staging)
+	src = strings.ReplaceAll(src, "%2F", "/")
+	if size <= maxCopyBytes {
+		_, err := s.S3.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), CopySource: aws.String(src)})
+		if err != nil {
+			return s.platformErr("copying the checkpoint object to "+key, err)
+		}
+		return nil
+	}
+	up, err := s.S3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), ContentType: aws.String("application/zstd")})
+	if err != nil {
+		return s.platformErr("copying the checkpoint object to "+key, err)
+	}
+	var parts []s3types.CompletedPart
+	for n, off := int32(1), int64(0); off < size; n, off = n+1, off+maxCopyBytes {
+		end := min(off+maxCopyBytes, size) - 1
+		out, err := s.S3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId,
+			PartNumber: aws.Int32(n), CopySource: aws.String(src), CopySourceRange: aws.String(fmt.Sprintf("bytes=%d-%d", off, end))})
+		if err != nil {
+			_, _ = s.S3.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId})
+			return s.platformErr("copying the checkpoint object to "+key, err)
+		}
+		parts = append(parts, s3types.CompletedPart{PartNumber: aws.Int32(n), ETag: out.CopyPartResult.ETag})
+	}
+	if _, err := s.S3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId,
+		MultipartUpload: &s3types.CompletedMultipartUpload{Parts: parts}}); err != nil {
+		_, _ = s.S3.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId})
+		return s.platformErr("copying the checkpoint object to "+key, err)
+	}
+	return nil
+}
+
+// dropStaging removes a staging object, even when ctx has ended: a
+// checkpoint leaves nothing of itself but its object and manifest.
+func (s *Store) dropStaging(ctx context.Context, staging string) {
+	_, _ = s.S3.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(staging)})
+}
+
+func (s *Store) stagingKey() string { return s.prefix() + "staging/" + randHex() + ".tar.zst" }
 
 // unsignedOverHTTP marks a request's payload UNSIGNED-PAYLOAD before the
 // SDK's checksum step, when the request goes over plain http (an
