@@ -3,7 +3,6 @@ package engine
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/engineapi"
-	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -429,92 +427,6 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.stream(ctx, sb, req.ID, args)
-	case engineapi.OpWrite:
-		var args engineapi.WriteArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		mode, err := fileMode(args.Mode)
-		if err != nil {
-			return "", nil, err
-		}
-		if args.LocalPath != "" {
-			if args.DataBase64 != "" {
-				return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: write takes dataBase64 or localPath, not both")
-			}
-			n, err := writeFrom(ctx, sb, args.Path, args.LocalPath, mode)
-			if err != nil {
-				return "", nil, err
-			}
-			return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: n, Local: args.LocalPath, Remote: args.Path}, nil
-		}
-		data, err := base64.StdEncoding.DecodeString(args.DataBase64)
-		if err != nil {
-			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: dataBase64: %v", err)
-		}
-		if err := sb.WriteFile(ctx, args.Path, data, mode); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: int64(len(data)), Local: "", Remote: args.Path}, nil
-	case engineapi.OpRead:
-		var args engineapi.ReadArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if args.Sink != "" {
-			n, err := readToSink(ctx, sb, args.Path, args.Sink)
-			if err != nil {
-				return "", nil, err
-			}
-			return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: n}, nil
-		}
-		if args.LocalPath != "" {
-			n, err := readTo(ctx, sb, args.Path, args.LocalPath)
-			if err != nil {
-				return "", nil, err
-			}
-			return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: n}, nil
-		}
-		data, err := sb.ReadFile(ctx, args.Path)
-		if err != nil {
-			return "", nil, err
-		}
-		return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: int64(len(data)), DataBase64: base64.StdEncoding.EncodeToString(data)}, nil
-	case engineapi.OpList:
-		var args engineapi.ListArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if args.Depth < 0 || args.Depth > 1<<16 {
-			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: depth %d is out of range", args.Depth)
-		}
-		d := cliapi.DirData{Path: args.Path, Entries: []cliapi.FileEntry{}}
-		err := sb.Session().List(ctx, args.Path, client.ListOptions{Depth: uint32(args.Depth)}, func(fi protocol.FileInfo) error {
-			d.Entries = append(d.Entries, render.FileEntry(fi))
-			return nil
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeDir, d, nil
-	case engineapi.OpUploadDir:
-		var args engineapi.UploadDirArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if err := sb.UploadDir(ctx, args.Local, args.Remote); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: treeBytes(args.Local), Local: args.Local, Remote: args.Remote, Tar: true}, nil
-	case engineapi.OpDownloadDir:
-		var args engineapi.DownloadDirArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if err := sb.DownloadDir(ctx, args.Remote, args.Local); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCopy, cliapi.CopyData{Direction: "download", Bytes: treeBytes(args.Local), Local: args.Local, Remote: args.Remote, Tar: true}, nil
 	case engineapi.OpSuspend:
 		if err := decodeArgs(req.Args, &engineapi.SuspendArgs{}); err != nil {
 			return "", nil, err
@@ -562,95 +474,6 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return engineURL(ctx, sb, args)
-	case engineapi.OpStart:
-		var args engineapi.StartArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.start(ctx, sb, args)
-	case engineapi.OpPoll:
-		var args engineapi.PollArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.poll(ctx, sb, args)
-	case engineapi.OpWait:
-		var args engineapi.WaitArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.wait(ctx, sb, args)
-	case engineapi.OpFollow:
-		var args engineapi.FollowArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.follow(ctx, sb, req.ID, args)
-	case engineapi.OpKill:
-		var args engineapi.KillArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.kill(ctx, sb, args)
-	case engineapi.OpSignal:
-		var args engineapi.SignalArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.signal(ctx, sb, args)
-	case engineapi.OpResize:
-		var args engineapi.ResizeArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.resize(ctx, sb, args)
-	case engineapi.OpStdinWrite:
-		var args engineapi.StdinWriteArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.stdinWrite(ctx, sb, args)
-	case engineapi.OpStdinClose:
-		var args engineapi.StdinCloseArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.stdinClose(ctx, sb, args)
-	case engineapi.OpExecs:
-		if err := decodeArgs(req.Args, &engineapi.ExecsArgs{}); err != nil {
-			return "", nil, err
-		}
-		return e.execs(ctx, sb)
-	case engineapi.OpStat:
-		var args engineapi.StatArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.stat(ctx, sb, args)
-	case engineapi.OpMkdir:
-		var args engineapi.MkdirArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.mkdir(ctx, sb, args)
-	case engineapi.OpMove:
-		var args engineapi.MoveArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.move(ctx, sb, args)
-	case engineapi.OpRemove:
-		var args engineapi.RemoveArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.remove(ctx, sb, args)
-	case engineapi.OpWatch:
-		var args engineapi.WatchArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.watch(ctx, sb, req.ID, args)
 	case engineapi.OpNetworkShow:
 		if err := decodeArgs(req.Args, &engineapi.NetworkShowArgs{}); err != nil {
 			return "", nil, err
@@ -673,6 +496,10 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.probe(ctx, sb, req.Op == engineapi.OpMetrics)
+	case engineapi.OpWrite, engineapi.OpRead, engineapi.OpList, engineapi.OpUploadDir, engineapi.OpDownloadDir, engineapi.OpStat, engineapi.OpMkdir, engineapi.OpMove, engineapi.OpRemove, engineapi.OpWatch:
+		return e.fileOp(ctx, sb, req)
+	case engineapi.OpStart, engineapi.OpPoll, engineapi.OpWait, engineapi.OpFollow, engineapi.OpKill, engineapi.OpSignal, engineapi.OpResize, engineapi.OpStdinWrite, engineapi.OpStdinClose, engineapi.OpExecs:
+		return e.execOp(ctx, sb, req)
 	}
 	return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
 }
