@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/microvms/microvms/imagebuild"
+	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
+	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/imagebuild"
 )
 
 // startDockerBuild runs version v's Dockerfile (dockerbuild.go) in the
@@ -143,4 +146,43 @@ func (l *buildLog) dropped() string {
 	}
 	return fmt.Sprintf("%d further lines of step output (%d bytes) are not kept: a local build's log keeps %d lines and %d bytes of it (LOCAL_BUILD_LOG_LINES, LOCAL_BUILD_LOG_BYTES)",
 		l.droppedN, l.droppedSize, taxonomy.LocalBuildLogLines, taxonomy.LocalBuildLogBytes)
+}
+
+// getLocalBuild answers GET taxonomy.EmulatorImageBuildPath (rest is what
+// follows its /images/ prefix): where the version's guests get their root
+// and which of its Dockerfile's lines were not performed. A version with no
+// artifact the emulator unpacked (AddImage's, or one it cannot read) runs
+// on the host's directories and performed nothing.
+func (s *Server) getLocalBuild(w http.ResponseWriter, r *http.Request, rest string) {
+	if r.Method != http.MethodGet {
+		writeError(w, http.StatusMethodNotAllowed, "ValidationException", ptr("GET only"))
+		return
+	}
+	_, suffix, _ := strings.Cut(taxonomy.EmulatorImageBuildPath, "{imageVersion}")
+	name, tail, ok := strings.Cut(rest, "/versions/")
+	if !ok || !strings.HasSuffix(tail, suffix) || name == "" {
+		writeError(w, http.StatusNotFound, "UnknownOperationException", ptr("no operation serves GET "+r.URL.EscapedPath()))
+		return
+	}
+	name, nerr := url.PathUnescape(name)
+	ver, verr := url.PathUnescape(strings.TrimSuffix(tail, suffix))
+	if nerr != nil || verr != nil || ver == "" {
+		writeError(w, http.StatusBadRequest, "ValidationException", ptr("the image name or version is not a path segment"))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, v := s.findVersion(w, "GetLocalBuild", name, ver)
+	if v == nil {
+		return
+	}
+	_ = im
+	out := cliapi.LocalBuild{Root: "host", Building: v.dockerBuilding, NotPerformed: []string{}}
+	if u := v.local; u != nil {
+		if u.Root != "" {
+			out.Root = "image"
+		}
+		out.NotPerformed = append(out.NotPerformed, u.Skipped...)
+	}
+	writeJSON(w, http.StatusOK, out)
 }

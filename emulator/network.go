@@ -61,6 +61,7 @@ const networkRoutePrefix = "/_microvms/"
 func (s *Server) networkRoutes(next http.Handler) http.Handler {
 	launchPrefix, _, _ := strings.Cut(taxonomy.EmulatorLaunchNetworkPath, "{")
 	vmPrefix, vmSuffix, _ := strings.Cut(taxonomy.EmulatorNetworkPath, "{microvmId}")
+	imagesPrefix, _, _ := strings.Cut(taxonomy.EmulatorImageBuildPath, "{")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
 		if !strings.HasPrefix(p, networkRoutePrefix) {
@@ -68,6 +69,8 @@ func (s *Server) networkRoutes(next http.Handler) http.Handler {
 			return
 		}
 		switch {
+		case strings.HasPrefix(p, imagesPrefix):
+			s.getLocalBuild(w, r, strings.TrimPrefix(p, imagesPrefix))
 		case strings.HasPrefix(p, launchPrefix) && r.Method == http.MethodPut:
 			s.putLaunchNetwork(w, r, strings.TrimPrefix(p, launchPrefix))
 		case strings.HasPrefix(p, vmPrefix) && strings.HasSuffix(p, vmSuffix) && len(p) > len(vmPrefix)+len(vmSuffix):

@@ -34,8 +34,7 @@ type s3Store struct {
 // restXml protocol on the same listener for requests signed for "s3". The
 // operations are CreateBucket, HeadBucket, DeleteBucket, PutObject,
 // GetObject, HeadObject, DeleteObject, CreateMultipartUpload, UploadPart,
-// CompleteMultipartUpload, AbortMultipartUpload and CopyObject (a PUT
-// carrying x-amz-copy-source); anything else is refused
+// CompleteMultipartUpload and AbortMultipartUpload; anything else is refused
 // with S3's own 501 NotImplemented. The XML element names are the members
 // of the S3 model's shapes (the aws-sdk-go-v2 s3 package's types), and the
 // tests read every answer through that package's own client.
@@ -78,6 +77,18 @@ type (
 		Resource   string   `xml:"Resource,omitempty"`
 		RequestID  string   `xml:"RequestId"`
 	}
+	copyObjectResult struct {
+		XMLName      xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ CopyObjectResult"`
+		ETag         string   `xml:"ETag"`
+		LastModified string   `xml:"LastModified"`
+		// The copy's CRC32 when its source was stored with one.
+		ChecksumCRC32 string `xml:"ChecksumCRC32,omitempty"`
+	}
+	copyPartResult struct {
+		XMLName      xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ CopyPartResult"`
+		ETag         string   `xml:"ETag"`
+		LastModified string   `xml:"LastModified"`
+	}
 	initiateMultipartUploadResult struct {
 		XMLName  xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ InitiateMultipartUploadResult"`
 		Bucket   string   `xml:"Bucket"`
@@ -100,12 +111,6 @@ type (
 		Bucket   string   `xml:"Bucket"`
 		Key      string   `xml:"Key"`
 		ETag     string   `xml:"ETag"`
-	}
-	copyObjectResult struct {
-		XMLName       xml.Name `xml:"http://s3.amazonaws.com/doc/2006-03-01/ CopyObjectResult"`
-		ETag          string   `xml:"ETag"`
-		LastModified  string   `xml:"LastModified"`
-		ChecksumCRC32 string   `xml:"ChecksumCRC32,omitempty"`
 	}
 )
 
@@ -261,7 +266,22 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		obj.writeHeaders(w)
 		w.WriteHeader(http.StatusOK)
 	case "CopyObject":
-		s.copyObjectLocked(w, r, b, key, fail)
+		// A server-side copy of a whole object, as S3 does it: the source
+		// is bucket/key (URL-encoded, a leading slash allowed), its body,
+		// type and checksums carried over (the default COPY directive).
+		// Bodies are never changed in place, so the copy shares the bytes.
+		from, f := s.copySourceLocked(r)
+		if f != nil {
+			fail(*f)
+			return
+		}
+		if f := putPrecondition(r, b.objects[key]); f != nil {
+			fail(*f)
+			return
+		}
+		obj := &s3Object{body: from.body, etag: from.etag, modified: s.opt.Now(), ctype: from.ctype, checksum: from.checksum}
+		b.objects[key] = obj
+		writeS3XML(w, copyObjectResult{ETag: obj.etag, LastModified: obj.modified.UTC().Format("2006-01-02T15:04:05.000Z"), ChecksumCRC32: obj.checksum["x-amz-checksum-crc32"]})
 	case "GetObject", "HeadObject":
 		obj := b.objects[key]
 		if obj == nil {
@@ -302,6 +322,24 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.Atoi(q.Get("partNumber"))
 		if err != nil || n < 1 || n > 10000 {
 			fail(s3Fail{http.StatusBadRequest, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive"})
+			return
+		}
+		if r.Header.Get("x-amz-copy-source") != "" {
+			// UploadPartCopy: the part is a byte range of an object here.
+			from, f := s.copySourceLocked(r)
+			if f != nil {
+				fail(*f)
+				return
+			}
+			lo, hi, ok := copyRange(r.Header.Get("x-amz-copy-source-range"), int64(len(from.body)))
+			if !ok {
+				fail(s3Fail{http.StatusBadRequest, "InvalidArgument", "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy"})
+				return
+			}
+			sum := md5.Sum(from.body[lo : hi+1])
+			part := &s3Object{body: from.body[lo : hi+1], etag: `"` + hex.EncodeToString(sum[:]) + `"`, checksum: map[string]string{}}
+			up.parts[int32(n)] = part
+			writeS3XML(w, copyPartResult{ETag: part.etag, LastModified: s.opt.Now().UTC().Format("2006-01-02T15:04:05.000Z")})
 			return
 		}
 		part := &s3Object{body: body, etag: etag, checksum: checksumHeaders(r)}
@@ -577,38 +615,39 @@ func readAllSized(r io.Reader, length int64, limit int) ([]byte, error) {
 	return append(buf, rest...), err
 }
 
-// copyObjectLocked answers CopyObject: the object named by
-// x-amz-copy-source ("bucket/key", URL-encoded, an optional leading slash
-// and ?versionId) is stored again under key in b, with the same ETag,
-// content type and checksums, and a CopyObjectResult body. The bodies are
-// never written in place, so the copy shares its source's bytes. S3 copies
-// up to 5 GB in one call; this slice's objects are far smaller.
-func (s *Server) copyObjectLocked(w http.ResponseWriter, r *http.Request, b *s3Bucket, key string, fail func(s3Fail)) {
-	src := strings.TrimPrefix(r.Header.Get("x-amz-copy-source"), "/")
-	if i := strings.Index(src, "?"); i >= 0 {
-		src = src[:i]
-	}
-	src, err := url.PathUnescape(src)
+// copySourceLocked is the object a copy's x-amz-copy-source names
+// (bucket/key, URL-encoded, a leading slash allowed). Called with s.mu held.
+func (s *Server) copySourceLocked(r *http.Request) (*s3Object, *s3Fail) {
+	src, err := url.PathUnescape(strings.TrimPrefix(r.Header.Get("x-amz-copy-source"), "/"))
 	srcBucket, srcKey, ok := strings.Cut(src, "/")
-	if err != nil || !ok || srcBucket == "" || srcKey == "" {
-		fail(s3Fail{http.StatusBadRequest, "InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey"})
-		return
+	if err != nil || !ok || srcKey == "" || strings.Contains(srcKey, "?versionId=") {
+		return nil, &s3Fail{http.StatusBadRequest, "InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey"}
 	}
-	sb := s.s3.buckets[srcBucket]
-	if sb == nil {
-		fail(errNoSuchBucket)
-		return
+	b := s.s3.buckets[srcBucket]
+	if b == nil {
+		return nil, &errNoSuchBucket
 	}
-	from := sb.objects[srcKey]
-	if from == nil {
-		fail(errNoSuchKey)
-		return
+	obj := b.objects[srcKey]
+	if obj == nil {
+		return nil, &errNoSuchKey
 	}
-	now := s.opt.Now()
-	obj := &s3Object{body: from.body, etag: from.etag, modified: now, ctype: from.ctype, checksum: from.checksum}
-	if r.Header.Get("x-amz-metadata-directive") == "REPLACE" {
-		obj.ctype = r.Header.Get("Content-Type")
+	return obj, nil
+}
+
+// copyRange reads an UploadPartCopy range "bytes=first-last" within size;
+// none is the whole object.
+func copyRange(v string, size int64) (lo, hi int64, ok bool) {
+	if v == "" {
+		return 0, size - 1, size > 0
 	}
-	b.objects[key] = obj
-	writeS3XML(w, copyObjectResult{ETag: obj.etag, LastModified: now.UTC().Format("2006-01-02T15:04:05.000Z"), ChecksumCRC32: obj.checksum["x-amz-checksum-crc32"]})
+	first, last, cut := strings.Cut(strings.TrimPrefix(v, "bytes="), "-")
+	if !cut || !strings.HasPrefix(v, "bytes=") {
+		return 0, 0, false
+	}
+	lo, err1 := strconv.ParseInt(first, 10, 64)
+	hi, err2 := strconv.ParseInt(last, 10, 64)
+	if err1 != nil || err2 != nil || lo < 0 || hi < lo || hi >= size {
+		return 0, 0, false
+	}
+	return lo, hi, true
 }

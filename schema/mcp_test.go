@@ -58,10 +58,10 @@ func TestMCPSchemas(t *testing.T) {
 			}
 		}
 	}
-	// Issue 30's nine, issue 47's sandbox_checkpoint and sandbox_fork, and
-	// issue 48's sandbox_network_show and _set.
-	if len(doc.Tools) != 13 {
-		t.Fatalf("%d tools, want 13 (issue 30's 9, issue 47's 2, issue 48's 2)", len(doc.Tools))
+	// Issue 30's nine, issue 47's sandbox_checkpoint, sandbox_fork and
+	// sandbox_volume_sync, and issue 48's sandbox_network_show and _set.
+	if len(doc.Tools) != 15 {
+		t.Fatalf("%d tools, want 15 (issue 30's 9, issue 47's 4, issue 48's 2)", len(doc.Tools))
 	}
 	byName := map[string]int{}
 	for i, tool := range doc.Tools {

@@ -90,39 +90,53 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 			return Manifest{}, err
 		}
 	}
-	up, err := store.stage(ctx)
-	if err != nil {
-		if resume != nil {
-			resume()
-		}
-		return Manifest{}, err
-	}
+	// The packed bytes leave for the bucket as they are made, under a
+	// staging key (their digest, the final key, is known only at the end),
+	// and are hashed on the way; nothing is spooled on this machine.
+	staging := store.stagingKey()
+	pr, pw := io.Pipe()
+	uploaded := make(chan error, 1)
+	go func() {
+		err := store.putStaging(ctx, staging, pr)
+		pr.CloseWithError(errors.New("the checkpoint's upload ended"))
+		uploaded <- err
+	}()
 	h := sha256.New()
-	cw := &countingWriter{w: io.MultiWriter(h, up), limit: store.maxObject()}
+	bw := bufio.NewWriterSize(pw, 1<<20)
+	cw := &countingWriter{w: io.MultiWriter(bw, h), limit: store.maxObject()}
 	stats, err := packPaths(ctx, sess, paths, cw)
 	if resume != nil {
 		resume()
 	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	pw.CloseWithError(err) // nil: the object's end
+	if uerr := <-uploaded; err == nil {
+		err = uerr
+	}
 	if err != nil {
-		up.abort(err)
+		store.dropStaging(ctx, staging)
 		return Manifest{}, err
 	}
-	if err := up.finish(); err != nil {
-		up.abort(err)
-		return Manifest{}, err
-	}
+	promoted := false // promote removes the staging key itself
+	defer func() {
+		if !promoted {
+			store.dropStaging(ctx, staging)
+		}
+	}()
 	if opts.NoPause {
 		if afterPack != nil {
 			afterPack()
 		}
 		if m.ChangedUnderneath, err = changedSince(ctx, sess, paths, stats.seen); err != nil {
-			store.removeStaging(up.key)
 			return Manifest{}, err
 		}
 	}
 	m.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	m.Size, m.TreeBytes, m.Files = cw.n, stats.treeBytes, stats.files
-	if err := up.commit(ctx, cw.n, m.Digest); err != nil {
+	promoted = true
+	if err := store.promote(ctx, staging, cw.n, m.Digest); err != nil {
 		return Manifest{}, err
 	}
 	if err := store.putManifest(ctx, m); err != nil {

@@ -6,21 +6,16 @@
 // (cliapi.CheckpointManifest) in an S3 bucket: the account's bucket on AWS,
 // the emulator's S3 slice locally, through the same aws-sdk-go-v2 code and
 // its transfer manager (multipart past its threshold, with checksums). The
-// object is written first and the manifest last, so a checkpoint that fails
-// at any point leaves no manifest, and nothing lists or restores it.
-//
-// The object's key is its digest, known only when packing ends, yet the
-// upload runs beside the packing (no host file between them): the bytes go
-// to Prefix+"staging/<random>" as they are packed, are copied inside the
-// bucket to the digest's key (CopyObject; over 5 GB, read back and stored
-// again), unless that key already holds them, and the staging object is
-// deleted. A checkpoint that fails aborts its multipart upload and deletes
-// its staging object. A process that dies mid-checkpoint cannot: it leaves
-// an incomplete multipart upload (S3 keeps its parts, and bills them, until
-// a bucket lifecycle rule's AbortIncompleteMultipartUpload or a caller
-// aborts it) or a whole staging object under Prefix+"staging/", which no
-// manifest names and nothing restores; deleting that prefix is always safe
-// when no checkpoint is running.
+// bytes go up while they are packed, under a staging key (Prefix +
+// "staging/<random>.tar.zst"), since the digest that names the object is
+// known only at the end; one server-side copy (CopyObject, or UploadPartCopy
+// parts past 5 GiB) then puts it under its digest and the staging key is
+// deleted, so no byte is spooled on the host or sent twice. The object is
+// written first and the manifest last, so a checkpoint that fails at any
+// point leaves no manifest, and nothing lists or restores it; a failure it
+// sees removes its staging object too, and only a process killed mid-way
+// leaves one (or an unfinished multipart upload) under staging/, which
+// nothing reads.
 //
 // Restore launches a sandbox from the checkpoint's image ARN and version
 // (through a sandbox.Launcher) and lays the files back before returning it,
@@ -97,7 +92,10 @@
 // volume of its own to arbitrate). A holder that dies stops renewing and its
 // lease expires LeaseTTL (DefaultLeaseTTL, 5 minutes) after its last
 // renewal; the next attach then takes the volume over, and the dead
-// holder's late Sync is refused rather than saved. Holders compare their
+// holder's late Sync is refused rather than saved. "Dies" is the MicroVM's
+// death where HolderAlive can ask the control plane (client/platform sets
+// it): a lapsed lease whose holder is still up (kept by `run --keep`, its
+// attaching process gone) still holds until it ends. Holders compare their
 // own clocks against the expiry, so clocks skewed by more than the TTL
 // defeat the expiry; the conditional puts still keep two live writers from
 // both holding the lease at once.

@@ -122,7 +122,33 @@ func BakeImage(ctx context.Context, store *Store, ref string, o BakeOptions) (Ba
 	if err := build.WaitBuilt(ctx, o.Control, b.ImageARN, b.Version, o.Wait); err != nil {
 		return b, err
 	}
-	return b, nil
+	return b, refuseUnperformedBake(ctx, o.Control, store, b)
+}
+
+// refuseUnperformedBake deletes a baked image an emulator built without
+// performing its steps, and says why: with no base image for FROM it runs
+// guests on this machine's system directories and performs no ADD, so
+// every launch would start without the checkpoint's files. AWS performs
+// every step or fails the build, and is never asked.
+func refuseUnperformedBake(ctx context.Context, c *lambdamicrovms.Client, store *Store, b Baked) error {
+	lb, local, err := build.LocalBuild(ctx, c, b.Name, b.Version)
+	if err != nil || !local || lb.Root == "image" {
+		return err
+	}
+	life := context.WithoutCancel(ctx)
+	_, derr := c.DeleteMicrovmImage(life, &lambdamicrovms.DeleteMicrovmImageInput{ImageIdentifier: aws.String(b.ImageARN)})
+	if derr == nil && strings.HasPrefix(b.ArtifactURI, "s3://") {
+		// Its artifact goes too; nothing else reads it.
+		bucket, key, _ := strings.Cut(strings.TrimPrefix(b.ArtifactURI, "s3://"), "/")
+		_, derr = store.S3.DeleteObject(life, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	}
+	left := "deleted it and its artifact"
+	if derr != nil {
+		left = fmt.Sprintf("deleting it failed (%v), so image %s or its artifact %s is left", derr, b.Name, b.ArtifactURI)
+	}
+	return client.Errorf(taxonomy.KindPrecondition, taxonomy.FindingNoUserSnapshot,
+		"the emulator built image %s without its checkpoint's files: it has no base image for FROM, so it performed none of %q and its guests would run on this machine's system directories; %s. Start the emulator with `microvm emulator --base-image PATH` (the checkpoint's base as an OCI layout or docker-save tarball) and bake again",
+		b.Name, lb.NotPerformed, left)
 }
 
 // readArtifact reads the source image's artifact: an s3:// object through

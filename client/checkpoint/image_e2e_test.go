@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"debug/elf"
+	"errors"
 	"os"
 	"runtime"
 	"strings"
@@ -12,11 +13,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
 	"github.com/microvms/microvms/client/lambdamicrovms"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/emulator"
 	"github.com/microvms/microvms/emulator/embedded"
+	"github.com/microvms/microvms/gen/taxonomy"
 	"github.com/microvms/microvms/internal/testimage"
 )
 
@@ -38,11 +41,18 @@ func hostMachine() elf.Machine {
 
 func newBakeEnv(t testing.TB) *bakeEnv {
 	t.Helper()
+	return newBakeEnvOn(t, testimage.Base(t, false))
+}
+
+// newBakeEnvOn is newBakeEnv on an emulator whose base image for FROM is
+// base ("" for none: it then performs no Dockerfile step).
+func newBakeEnvOn(t testing.TB, base string) *bakeEnv {
+	t.Helper()
 	if err := emulator.CheckIsolation(); err != nil {
 		t.Skipf("this host cannot confine a guest: %v", err)
 	}
 	ctx := context.Background()
-	emu, err := embedded.Start(ctx, embedded.Options{Buckets: []string{bucket}, BaseImage: testimage.Base(t, false), BuildCache: t.TempDir()})
+	emu, err := embedded.Start(ctx, embedded.Options{Buckets: []string{bucket}, BaseImage: base, BuildCache: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +128,34 @@ func TestBakedImageLaunchesWithTheFiles(t *testing.T) {
 	}
 	if _, err := BakeImage(ctx, e.store, "baked", BakeOptions{Control: e.control, Wait: e.emu.Wait(time.Minute)}); err == nil {
 		t.Fatal("a second bake under the same name was not refused")
+	}
+}
+
+// Catches: an emulator with no base image for FROM handing back a baked
+// image that performed no ADD (every launch without the checkpoint's
+// files, found only when a command fails), or leaving that image behind.
+func TestBakeOnAnEmulatorWithoutABaseIsRefusedAndRemoved(t *testing.T) {
+	e := newBakeEnvOn(t, "")
+	ctx := context.Background()
+	sb, err := e.emu.Launch(ctx, sandbox.Options{Image: e.source.ImageARN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Terminate(context.Background(), teardown) })
+	run(t, sb, "mkdir -p /work/state && echo baked > /work/state/f")
+	if _, err := Checkpoint(ctx, sb, e.store, Options{Paths: []string{"/work/state"}, Name: "unbaked"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := BakeImage(ctx, e.store, "unbaked", BakeOptions{Control: e.control, Name: "unbaked-image", Wait: e.emu.Wait(2 * time.Minute)})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Kind() != taxonomy.KindPrecondition || ce.Finding() != taxonomy.FindingNoUserSnapshot || !strings.Contains(err.Error(), "--base-image") || !strings.Contains(err.Error(), "ADD") {
+		t.Fatalf("BakeImage = %+v, %v; want ERR_PRECONDITION (no-user-snapshot) naming the ADD and --base-image", b, err)
+	}
+	if _, gerr := e.control.GetMicrovmImage(ctx, &lambdamicrovms.GetMicrovmImageInput{ImageIdentifier: aws.String("unbaked-image")}); gerr == nil {
+		t.Fatal("the image baked without its files was left behind")
+	}
+	bkt, key, _ := strings.Cut(strings.TrimPrefix(b.ArtifactURI, "s3://"), "/")
+	if _, herr := e.store.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bkt), Key: aws.String(key)}); b.ArtifactURI == "" || herr == nil {
+		t.Fatalf("the refused bake's artifact %q was left behind", b.ArtifactURI)
 	}
 }

@@ -2,22 +2,19 @@ package checkpoint
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"sort"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	tmtypes "github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -38,9 +35,8 @@ type Store struct {
 	Bucket string
 	// Prefix is the key prefix; empty is "checkpoints/".
 	Prefix string
-	// TempDir holds a restore's object on this host between the bucket
-	// and the sandbox (a checkpoint streams its object straight to the
-	// bucket); empty is os.TempDir().
+	// TempDir holds a checkpoint's object on this host between the sandbox
+	// and the bucket; empty is os.TempDir().
 	TempDir string
 	// MaxObjectBytes bounds one object (compressed) held on this host;
 	// zero is DefaultMaxObjectBytes.
@@ -98,112 +94,24 @@ func (s *Store) platformErr(what string, err error) error {
 // part per concurrent upload, five by default) stay near 80 MiB.
 const partBytes = 16 << 20
 
-// stagedUpload is an object streamed to the bucket while it is packed:
-// its key is its digest, known only at its end, so it goes first under a
-// staging key (Prefix+"staging/<random>") and is copied in the bucket to
-// its digest's key once packing is done. Writes block while the upload
-// catches up, so no more than the transfer manager's parts in flight are
-// held on this host.
-type stagedUpload struct {
-	s    *Store
-	key  string
-	pw   *io.PipeWriter
-	done chan error
-	once sync.Once
-	err  error // the upload's outcome, once wait has it
-}
-
-// wait is the upload's outcome, once it has ended.
-func (u *stagedUpload) wait() error {
-	u.once.Do(func() { u.err = <-u.done })
-	return u.err
-}
-
-// stage starts the staging upload; every byte written to it is stored.
-// Finish or abort it.
-func (s *Store) stage(ctx context.Context) (*stagedUpload, error) {
-	var r [16]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return nil, err
-	}
-	u := &stagedUpload{s: s, key: s.prefix() + "staging/" + hex.EncodeToString(r[:]), done: make(chan error, 1)}
-	pr, pw := io.Pipe()
-	u.pw = pw
-	tm := s.transfer()
-	go func() {
-		_, err := tm.UploadObject(ctx, &transfermanager.UploadObjectInput{
-			Bucket: aws.String(s.Bucket), Key: aws.String(u.key), Body: pr,
-			ContentType:       aws.String("application/zstd"),
-			ChecksumAlgorithm: tmtypes.ChecksumAlgorithmCrc32,
-		})
-		if err != nil {
-			// A writer still packing stops at its next write. The
-			// transfer manager has aborted its multipart upload.
-			pr.CloseWithError(s.platformErr("storing the checkpoint object", err))
-		}
-		u.done <- err
-	}()
-	return u, nil
-}
-
-func (u *stagedUpload) Write(p []byte) (int, error) { return u.pw.Write(p) }
-
-// finish ends the upload and waits for its last part.
-func (u *stagedUpload) finish() error {
-	u.pw.Close()
-	if err := u.wait(); err != nil {
-		return u.s.platformErr("storing the checkpoint object "+u.key, err)
-	}
-	return nil
-}
-
-// abort stops the upload (the transfer manager aborts its multipart
-// upload on the read error) and removes the staging object, should it
-// have been completed already.
-func (u *stagedUpload) abort(cause error) {
-	u.pw.CloseWithError(cause)
-	_ = u.wait()
-	u.s.removeStaging(u.key)
-}
-
-func (s *Store) removeStaging(key string) {
-	// The caller's context may be what failed; a staging object left
-	// behind is a leak.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_, _ = s.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key)})
-}
-
-// maxCopyBytes is the largest object S3 copies in one CopyObject call
-// (5 GB); a larger one needs a multipart copy.
-var maxCopyBytes int64 = 5_000_000_000
-
-// commit stores the finished staging upload (size bytes) under its
-// digest's key, unless that key already holds it (the same bytes are
-// never stored twice), and removes the staging object either way.
-func (u *stagedUpload) commit(ctx context.Context, size int64, digest string) error {
-	s := u.s
-	defer s.removeStaging(u.key)
-	key := s.objectKey(digest)
-	if h, err := s.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key)}); err == nil && aws.ToInt64(h.ContentLength) == size {
-		return nil
-	}
-	if size <= maxCopyBytes {
-		src := url.PathEscape(s.Bucket) + "/" + escapeKey(u.key)
-		if _, err := s.S3.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), CopySource: aws.String(src)}); err != nil {
-			return s.platformErr("storing the checkpoint object "+key, err)
-		}
-		return nil
-	}
-	// Past one copy's limit the object is read back and stored again: a
-	// second transfer, but only for objects over 5 GB.
-	out, err := s.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(u.key)})
-	if err != nil {
-		return s.platformErr("reading the staged checkpoint object "+u.key, err)
-	}
-	defer out.Body.Close()
-	_, err = s.transfer().UploadObject(ctx, &transfermanager.UploadObjectInput{
-		Bucket: aws.String(s.Bucket), Key: aws.String(key), Body: out.Body,
+// putStaging uploads r, of a size not known yet, under a staging key as it
+// is written (the transfer manager cuts it into parts and sends them while
+// the rest is still being packed), so the object's digest, which names its
+// final key, need not be known before its bytes leave. A failed upload
+// leaves no parts behind (the transfer manager aborts it).
+func (s *Store) putStaging(ctx context.Context, key string, r io.Reader) error {
+	// The object's own sha256 is its key and is checked at every restore,
+	// and each part still carries a signed CRC32 that S3 verifies; a
+	// second sha256 per part for the signature over plain http is a pass
+	// over every byte that buys nothing more.
+	c := s3.New(s.S3.Options(), func(o *s3.Options) { o.APIOptions = append(o.APIOptions, unsignedOverHTTP) })
+	tm := transfermanager.New(c, func(o *transfermanager.Options) {
+		// Fewer, larger parts: each part is a request with its own
+		// checksum pass and buffers on both ends.
+		o.PartSizeBytes = partBytes
+	})
+	_, err := tm.UploadObject(ctx, &transfermanager.UploadObjectInput{
+		Bucket: aws.String(s.Bucket), Key: aws.String(key), Body: r,
 		ContentType:       aws.String("application/zstd"),
 		ChecksumAlgorithm: tmtypes.ChecksumAlgorithmCrc32,
 	})
@@ -213,28 +121,60 @@ func (u *stagedUpload) commit(ctx context.Context, size int64, digest string) er
 	return nil
 }
 
-// escapeKey URL-encodes a key for x-amz-copy-source, segment by segment.
-func escapeKey(key string) string {
-	parts := strings.Split(key, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
+// maxCopyBytes is the largest object one CopyObject copies (the S3 limit,
+// 5 GiB); a larger one is copied part by part (UploadPartCopy). A variable
+// so a test can take the part path with a small object.
+var maxCopyBytes int64 = 5 << 30
+
+// promote puts the staged object under its digest's key, server-side (no
+// byte crosses this machine again), unless an object of that size is there
+// already (the same bytes are never stored twice), and removes the staging
+// key either way.
+func (s *Store) promote(ctx context.Context, staging string, size int64, digest string) error {
+	defer s.dropStaging(ctx, staging)
+	key := s.objectKey(digest)
+	if h, err := s.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key)}); err == nil && aws.ToInt64(h.ContentLength) == size {
+		return nil
 	}
-	return strings.Join(parts, "/")
+	src := s.Bucket + "/" + url.PathEscape(staging)
+	src = strings.ReplaceAll(src, "%2F", "/")
+	if size <= maxCopyBytes {
+		_, err := s.S3.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), CopySource: aws.String(src)})
+		if err != nil {
+			return s.platformErr("copying the checkpoint object to "+key, err)
+		}
+		return nil
+	}
+	up, err := s.S3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), ContentType: aws.String("application/zstd")})
+	if err != nil {
+		return s.platformErr("copying the checkpoint object to "+key, err)
+	}
+	var parts []s3types.CompletedPart
+	for n, off := int32(1), int64(0); off < size; n, off = n+1, off+maxCopyBytes {
+		end := min(off+maxCopyBytes, size) - 1
+		out, err := s.S3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId,
+			PartNumber: aws.Int32(n), CopySource: aws.String(src), CopySourceRange: aws.String(fmt.Sprintf("bytes=%d-%d", off, end))})
+		if err != nil {
+			_, _ = s.S3.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId})
+			return s.platformErr("copying the checkpoint object to "+key, err)
+		}
+		parts = append(parts, s3types.CompletedPart{PartNumber: aws.Int32(n), ETag: out.CopyPartResult.ETag})
+	}
+	if _, err := s.S3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId,
+		MultipartUpload: &s3types.CompletedMultipartUpload{Parts: parts}}); err != nil {
+		_, _ = s.S3.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId})
+		return s.platformErr("copying the checkpoint object to "+key, err)
+	}
+	return nil
 }
 
-// transfer is the transfer manager a checkpoint's object goes through.
-func (s *Store) transfer() *transfermanager.Client {
-	// The object's own sha256 is its key and is checked at every restore,
-	// and each part still carries a signed CRC32 that S3 verifies; a
-	// second sha256 per part for the signature over plain http is a pass
-	// over every byte that buys nothing more.
-	c := s3.New(s.S3.Options(), func(o *s3.Options) { o.APIOptions = append(o.APIOptions, unsignedOverHTTP) })
-	return transfermanager.New(c, func(o *transfermanager.Options) {
-		// Fewer, larger parts: each part is a request with its own
-		// checksum pass and buffers on both ends.
-		o.PartSizeBytes = partBytes
-	})
+// dropStaging removes a staging object, even when ctx has ended: a
+// checkpoint leaves nothing of itself but its object and manifest.
+func (s *Store) dropStaging(ctx context.Context, staging string) {
+	_, _ = s.S3.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(staging)})
 }
+
+func (s *Store) stagingKey() string { return s.prefix() + "staging/" + randHex() + ".tar.zst" }
 
 // unsignedOverHTTP marks a request's payload UNSIGNED-PAYLOAD before the
 // SDK's checksum step, when the request goes over plain http (an

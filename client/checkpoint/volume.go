@@ -19,6 +19,9 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/cplane"
+	"github.com/microvms/microvms/client/lambdamicrovms"
+	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
@@ -38,7 +41,9 @@ import (
 // other is refused with ReasonVolumeLeased naming the holder's MicroVM id.
 // A lease names an expiry LeaseTTL after its last renewal: a holder that
 // dies without detaching stops renewing, and after the TTL the next attach
-// takes the volume over rather than finding it locked for ever.
+// takes the volume over rather than finding it locked for ever, unless
+// HolderAlive says the holder MicroVM is still up (a kept one nobody
+// renews for): then it stays the holder until it ends.
 
 const (
 	// DefaultKeep is how many generations a volume keeps: a new generation
@@ -93,6 +98,44 @@ type Volumes struct {
 	LeaseTTL time.Duration
 	// Now is the leases' and generations' clock; nil is time.Now.
 	Now func() time.Time
+	// HolderAlive, when set, is asked about a lease past its expiry before
+	// it is taken over or its volume removed: a holder MicroVM that is still
+	// up (kept by `run --keep`, whose process no longer renews) keeps its
+	// lease until it ends, since its files would otherwise be saved over
+	// the taker's. HolderAliveOn answers from the control plane; nil trusts
+	// the expiry alone.
+	HolderAlive func(ctx context.Context, microvmID string) (bool, error)
+}
+
+// HolderAliveOn is a Volumes.HolderAlive asking c: a MicroVM the control
+// plane does not know, or knows as TERMINATING or TERMINATED, is gone.
+func HolderAliveOn(c *lambdamicrovms.Client) func(context.Context, string) (bool, error) {
+	return func(ctx context.Context, id string) (bool, error) {
+		out, err := c.GetMicrovm(ctx, &lambdamicrovms.GetMicrovmInput{MicrovmIdentifier: aws.String(id)})
+		var nf *types.ResourceNotFoundException
+		switch {
+		case errors.As(err, &nf):
+			return false, nil
+		case err != nil:
+			return false, cplane.SDKError("GetMicrovm "+id+" (the holder of a lapsed volume lease)", err)
+		}
+		return out.State != types.MicrovmStateTerminated && out.State != types.MicrovmStateTerminating, nil
+	}
+}
+
+// heldBy reports whether lease l keeps its volume from holder: unexpired,
+// or lapsed with its holder MicroVM still up (HolderAlive).
+func (v *Volumes) heldBy(ctx context.Context, l *Lease, holder string) (bool, error) {
+	if l == nil || l.Holder == "" || l.Holder == holder {
+		return false, nil
+	}
+	if v.now().Before(l.Expires) {
+		return true, nil
+	}
+	if v.HolderAlive == nil {
+		return false, nil
+	}
+	return v.HolderAlive(ctx, l.Holder)
 }
 
 // Lease is the lease object's body.
@@ -203,6 +246,15 @@ func leasedBy(l *Lease) error {
 	return refusef(ReasonVolumeLeased, "volume %s is attached for writing by MicroVM %s (lease until %s)", l.Volume, l.Holder, l.Expires.UTC().Format(time.RFC3339))
 }
 
+// leasedBy is the refusal for a lease heldBy found holding: a lapsed one
+// says its holder is still up and what ends the hold.
+func (v *Volumes) leasedBy(l *Lease) error {
+	if v.now().Before(l.Expires) {
+		return leasedBy(l)
+	}
+	return refusef(ReasonVolumeLeased, "volume %s is attached for writing by MicroVM %s, which is still up though its lease lapsed at %s (nothing renews it since the process that attached it ended): terminate it, which saves a last generation and lets go, or `microvm volume sync %s` to save and renew", l.Volume, l.Holder, l.Expires.UTC().Format(time.RFC3339), l.Holder)
+}
+
 // acquire takes name's lease for holder, or refuses naming the live holder.
 // A lease the same holder already has is taken again (a re-attach).
 func (v *Volumes) acquire(ctx context.Context, m Mount, holder string) (string, error) {
@@ -211,8 +263,12 @@ func (v *Volumes) acquire(ctx context.Context, m Mount, holder string) (string, 
 		if err != nil {
 			return "", err
 		}
-		if cur != nil && cur.Holder != holder && v.now().Before(cur.Expires) {
-			return "", leasedBy(cur)
+		held, err := v.heldBy(ctx, cur, holder)
+		if err != nil {
+			return "", err
+		}
+		if held {
+			return "", v.leasedBy(cur)
 		}
 		l := Lease{Volume: m.Name, Holder: holder, Path: m.Path, Expires: v.now().Add(v.ttl())}
 		tag, won, err := v.putLease(ctx, l, etag)
@@ -529,8 +585,10 @@ func (v *Volumes) Remove(ctx context.Context, name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l != nil && l.Holder != "" && v.now().Before(l.Expires) {
-		return nil, leasedBy(l)
+	if held, err := v.heldBy(ctx, l, ""); err != nil {
+		return nil, err
+	} else if held {
+		return nil, v.leasedBy(l)
 	}
 	gens, err := v.Generations(ctx, name)
 	if err != nil {

@@ -303,3 +303,39 @@ func liveMicrovms(t *testing.T, e *env) int {
 	}
 	return n
 }
+
+// Catches: a lapsed lease taken over while its holder MicroVM is still up
+// (a `run --keep` holder nobody renews for, whose later terminate would
+// then save its files over the taker's), Remove deleting such a volume,
+// and a holder that is gone keeping the volume locked.
+func TestVolumeLapsedLeaseOfALiveHolderHolds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	v, clk := e.volumes(0)
+	control, err := e.emu.Control(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.HolderAlive = HolderAliveOn(control)
+	m := Mount{Name: "kept", Path: volPath}
+	kept, next := e.launch(t), e.launch(t)
+	if _, err := v.Attach(ctx, kept, m); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(v.LeaseTTL + time.Minute) // lapsed: nothing renewed it
+	_, err = v.Attach(ctx, next, m)
+	refusal(t, err, ReasonVolumeLeased)
+	if !strings.Contains(err.Error(), kept.ID()) || !strings.Contains(err.Error(), "still up") {
+		t.Fatalf("the refusal does not say the lapsed holder %s is still up: %v", kept.ID(), err)
+	}
+	if _, err := v.Remove(ctx, "kept"); err == nil {
+		t.Fatal("Remove deleted a volume whose holder is still up")
+	}
+	// The holder ends without detaching: the volume is free.
+	kept.Terminate(ctx, sandbox.TeardownOptions{})
+	a, err := v.Attach(ctx, next, m)
+	if err != nil {
+		t.Fatalf("a gone holder's lapsed lease still holds: %v", err)
+	}
+	a.Detach(ctx, false)
+}

@@ -11,13 +11,14 @@ import (
 )
 
 // Volumes is the volumes in bucket (client/checkpoint), with the default
-// generations kept and lease TTL.
+// generations kept and lease TTL, and a lapsed lease kept by a holder the
+// control plane still has up.
 func (p *Platform) Volumes(ctx context.Context, bucket string) (*checkpoint.Volumes, error) {
 	st, err := p.CheckpointStore(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}
-	return &checkpoint.Volumes{Store: st}, nil
+	return &checkpoint.Volumes{Store: st, HolderAlive: checkpoint.HolderAliveOn(p.cp)}, nil
 }
 
 // BakeImage makes image name (empty: named after the source image and the

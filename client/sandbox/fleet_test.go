@@ -403,3 +403,82 @@ func TestPoolCostPricesIdleMembersAsTheyAreBilled(t *testing.T) {
 		t.Fatal("a resume billed for members never handed out")
 	}
 }
+
+// Catches: Acquire starting the replacement at once whatever RefillAfter
+// says (the tenant's first command then queues behind a local guest start),
+// a delayed refill that never comes, and one that launches after Close.
+func TestPoolRefillWaitsRefillAfterAndNotAfterClose(t *testing.T) {
+	emu := startEmbedded(t)
+	ctx := context.Background()
+	launches := func() int { return runMicrovmCalls(emu) }
+	// waitLaunches polls (bounded) for n launches; false if they never came.
+	waitLaunches := func(n int) bool {
+		for range 400 {
+			if launches() >= n {
+				return true
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		return false
+	}
+
+	// A refill held for an hour: none starts while the tenant works.
+	held, err := sandbox.NewPool(ctx, sandbox.PoolOptions{Size: 1, Launch: emu.Launch, RefillAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := held.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Run(ctx, []string{"true"}, client.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := launches(); n != 1 {
+		t.Fatalf("%d launches with RefillAfter an hour: the replacement did not wait", n)
+	}
+	held.Close(ctx)
+
+	// Closed with its refill still pending: that refill must never launch.
+	pending, err := sandbox.NewPool(ctx, sandbox.PoolOptions{Size: 1, Launch: emu.Launch, RefillAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pending.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pending.Close(ctx)
+	time.Sleep(1500 * time.Millisecond)
+	if n := launches(); n != 2 {
+		t.Fatalf("%d launches, want 2: the closed pool's pending refill launched", n)
+	}
+
+	// A short delay: the replacement comes.
+	quick, err := sandbox.NewPool(ctx, sandbox.PoolOptions{Size: 1, Launch: emu.Launch, RefillAfter: 30 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quick.Close(ctx)
+	if err := quick.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := quick.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !waitLaunches(4) {
+		t.Fatalf("%d launches: the delayed refill never started", launches())
+	}
+	if err := quick.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := launches(); n != 4 {
+		t.Fatalf("%d launches, want 4", n)
+	}
+}

@@ -48,7 +48,7 @@ func BenchmarkTTI(b *testing.B) {
 	}
 	ctx := context.Background()
 	tr := &launchTrace{at: map[string]map[emulator.TracePhase]time.Time{}}
-	emu, err := embedded.Start(ctx, embedded.Options{Trace: tr.record})
+	emu, err := embedded.Start(ctx, embedded.Options{Trace: tr.record, Buckets: []string{ttiForkBucket}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,6 +60,7 @@ func BenchmarkTTI(b *testing.B) {
 		goRow, phases := ttiGo(b, ctx, emu, image, tr, runs)
 		rows = append(rows, goRow)
 		rows = append(rows, ttiPool(b, ctx, emu, runs))
+		rows = append(rows, ttiFork(b, ctx, emu, runs))
 		bin := ttiBuild(b)
 		rows = append(rows, ttiCLI(b, emu, image, bin, runs))
 		rows = append(rows, ttiPython(b, emu, image, bin, runs))

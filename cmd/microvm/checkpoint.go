@@ -10,7 +10,6 @@ import (
 	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/kept"
 	"github.com/microvms/microvms/client/workflow"
-	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/gen/cliapi"
 )
@@ -57,13 +56,8 @@ func (c *CheckpointCmd) run(ctx context.Context, a *app) (*render.Result, error)
 	d := cliapi.CheckpointData{Action: verb, Checkpoints: []cliapi.CheckpointManifest{}, Removed: []string{}}
 	switch verb {
 	case "image":
-		if p.Platform.Local() {
-			// The bake is one more Dockerfile step (an ADD of the files);
-			// an emulator with no base image for FROM performs none.
-			for _, w := range planes.UnperformedWarnings(false, "") {
-				a.Warn("%s", w)
-			}
-		}
+		// An emulator with no base image for FROM performs no step, so
+		// the library refuses (and deletes) an image baked without the files.
 		var b checkpoint.Baked
 		if b, err = p.Platform.BakeImage(ctx, c.Bucket, c.Args[1], c.Name); err == nil {
 			d.Checkpoint = &b.Checkpoint

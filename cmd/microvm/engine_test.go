@@ -5,8 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/microvms/microvms/internal/testbin"
 )
 
 // TestEngineRefusesBeforeAnySandbox drives `microvm engine` in-process with
@@ -101,4 +108,191 @@ func TestEngineLaunchPolicyRefusals(t *testing.T) {
 			}
 		}
 	}
+}
+
+// engineConn drives an in-process `microvm engine` one request at a time.
+type engineConn struct {
+	t       *testing.T
+	in      *io.PipeWriter
+	mu      sync.Mutex
+	replies map[int64]chan json.RawMessage
+	done    chan int
+}
+
+func startEngine(t *testing.T) *engineConn {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	c := &engineConn{t: t, in: inW, replies: map[int64]chan json.RawMessage{}, done: make(chan int, 1)}
+	var errOut bytes.Buffer
+	go func() {
+		code := run(context.Background(), []string{"engine"}, inR, outW, &errOut)
+		outW.Close()
+		c.done <- code
+	}()
+	go func() {
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			var r struct {
+				ID       int64           `json:"id"`
+				Envelope json.RawMessage `json:"envelope"`
+			}
+			if json.Unmarshal(sc.Bytes(), &r) != nil || r.Envelope == nil {
+				continue
+			}
+			c.reply(r.ID) <- r.Envelope
+		}
+	}()
+	return c
+}
+
+func (c *engineConn) reply(id int64) chan json.RawMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.replies[id] == nil {
+		c.replies[id] = make(chan json.RawMessage, 1)
+	}
+	return c.replies[id]
+}
+
+// send writes one request line; wait takes its envelope.
+func (c *engineConn) send(line string) {
+	c.t.Helper()
+	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *engineConn) wait(id int64) string {
+	c.t.Helper()
+	select {
+	case env := <-c.reply(id):
+		return string(env)
+	case <-time.After(2 * time.Minute): // bounded: a hung engine fails, not hangs
+		c.t.Fatalf("no answer to request %d", id)
+		return ""
+	}
+}
+
+func (c *engineConn) call(id int64, line string) string {
+	c.t.Helper()
+	c.send(line)
+	return c.wait(id)
+}
+
+// TestEngineHandles drives one engine serving two local sandboxes under
+// handles: each is its own (its own MicroVM, runs at once with the other),
+// release ends one and leaves the other, a released handle is refused, not
+// a fresh sandbox, a request without a handle keeps its meaning, and the end
+// of stdin tears down what is left.
+func TestEngineHandles(t *testing.T) {
+	agentd, err := testbin.Build("cmd/agentd", testbin.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startEngine(t)
+	ok := func(env string) {
+		t.Helper()
+		if !strings.Contains(env, `"status":"ok"`) {
+			t.Fatalf("want success, got %s", env)
+		}
+	}
+	ok(c.call(1, `{"id":1,"op":"create","sandbox":"a","args":{"local":true,"agentd":"`+agentd+`"}}`))
+	ok(c.call(2, `{"id":2,"op":"create","sandbox":"b","args":{"local":true,"agentd":"`+agentd+`"}}`))
+	idA := c.call(3, `{"id":3,"op":"info","sandbox":"a","args":{}}`)
+	idB := c.call(4, `{"id":4,"op":"info","sandbox":"b","args":{}}`)
+	if idA == idB {
+		// Catches: handles that all address one sandbox.
+		t.Fatalf("handles a and b answer the same sandbox: %s", idA)
+	}
+	// Catches: a second create refused as if the engine held one sandbox.
+	ok(idB)
+	// a runs a command that waits for /tmp/go (bounded); b's run must answer
+	// meanwhile. Catches: one lock across handles serializing their ops.
+	c.send(`{"id":5,"op":"run","sandbox":"a","args":{"shell":true,"command":["for i in $(seq 1200); do [ -f /tmp/go ] && { echo released; exit 0; }; sleep 0.05; done; echo expired"]}}`)
+	if env := c.call(6, `{"id":6,"op":"run","sandbox":"b","args":{"command":["echo","b"]}}`); !strings.Contains(env, `"stdout":"b\n"`) {
+		t.Fatalf("b's run: %s", env)
+	}
+	ok(c.call(7, `{"id":7,"op":"write","sandbox":"a","args":{"path":"/tmp/go","dataBase64":""}}`))
+	if env := c.wait(5); !strings.Contains(env, `"stdout":"released\n"`) {
+		t.Fatalf("a's gated run did not run beside b's: %s", env)
+	}
+	// The default sandbox (no handle) is still unbound: a request without a
+	// handle keeps today's meaning.
+	if env := c.call(8, `{"id":8,"op":"run","args":{"command":["true"]}}`); !strings.Contains(env, "send create or attach first") {
+		t.Fatalf("no-handle run: %s", env)
+	}
+	guests := guestInitsOf(os.Getpid())
+	if len(guests) < 2 {
+		t.Fatalf("want the two guests under this process, got %v", guests)
+	}
+	if env := c.call(9, `{"id":9,"op":"release","sandbox":"a","args":{}}`); !strings.Contains(env, `"terminated":true`) {
+		t.Fatalf("release: %s", env)
+	}
+	if env := c.call(10, `{"id":10,"op":"run","sandbox":"a","args":{"command":["true"]}}`); !strings.Contains(env, "released") {
+		t.Fatalf("a released handle must be refused naming it: %s", env)
+	}
+	if env := c.call(11, `{"id":11,"op":"run","sandbox":"b","args":{"command":["echo","still"]}}`); !strings.Contains(env, `"stdout":"still\n"`) {
+		t.Fatalf("b after a's release: %s", env)
+	}
+	for id, line := range map[int64]string{
+		12: `{"id":12,"op":"release","args":{}}`,
+		13: `{"id":13,"op":"release","sandbox":"nope","args":{}}`,
+		14: `{"id":14,"op":"create","sandbox":"` + strings.Repeat("x", 129) + `","args":{"local":true}}`,
+	} {
+		if env := c.call(id, line); !strings.Contains(env, `"code":"ERR_INVALID_ARG"`) {
+			t.Errorf("request %d: want ERR_INVALID_ARG, got %s", id, env)
+		}
+	}
+	c.in.Close()
+	select {
+	case code := <-c.done:
+		if code != 0 {
+			t.Fatalf("engine exited %d", code)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the engine did not end with its stdin")
+	}
+	// Catches: an end of stdin that tears down only the default sandbox.
+	for _, g := range guests {
+		if processAlive(g) {
+			t.Errorf("guest %d outlived the engine", g)
+		}
+	}
+}
+
+// guestInitsOf is the emulator guest init processes whose parent is pid.
+func guestInitsOf(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err1 := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		stat, err2 := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+		i := strings.LastIndexByte(string(stat), ')')
+		f := strings.Fields(string(stat)[i+1:])
+		if len(f) > 1 && argv0 == "microvms-emulator-guest-init" && f[1] == strconv.Itoa(pid) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// processAlive: pid is a process that is not a zombie.
+func processAlive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	f := strings.Fields(string(stat)[i+1:])
+	return len(f) > 0 && f[0] != "Z"
 }

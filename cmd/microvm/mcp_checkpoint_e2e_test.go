@@ -15,7 +15,8 @@ import (
 // that saves nothing or other paths, a sandbox_fork whose copies miss the
 // files or share one copy (each writes a marker the other must not see),
 // a copy's non-zero exit turned into a tool error, and a default of "/"
-// saved instead of refused naming the paths to pass.
+// saved instead of refused naming the paths to pass, and a checkpoint_image
+// that hands back an image without the files.
 func TestMCPCheckpointAndFork(t *testing.T) {
 	agentdBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -52,5 +53,12 @@ func TestMCPCheckpointAndFork(t *testing.T) {
 	call(t, ctx, cs, mcpapi.ToolSandboxExec, map[string]any{"sandbox_id": id, "command": "ls " + dir}, &ex)
 	if ex.Stdout != "src\n" {
 		t.Fatalf("the original changed under its forks: %q", ex.Stdout)
+	}
+	// checkpoint_image reaches the library's bake, whose refusal here (this
+	// local emulator has no base image for FROM, nor an artifact for its
+	// default image) is a tool error, not an image without the files.
+	baked, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpapi.ToolCheckpointImage, Arguments: map[string]any{"checkpoint": "mcp-base"}})
+	if err != nil || !baked.IsError || !strings.Contains(text(baked), "ERR_PRECONDITION") {
+		t.Fatalf("checkpoint_image on an emulator without a base was not refused: %v %s", err, text(baked))
 	}
 }

@@ -705,6 +705,16 @@ type LiveMicrovm struct {
 	EndsAt *string `json:"endsAt"`
 }
 
+// LocalBuild is the "localBuild" shape of api/cli.yaml.
+type LocalBuild struct {
+	// Root is image: the version's guests run on the root its Dockerfile build made; host: on this machine's system directories (no base image for FROM), so its steps were not performed
+	Root string `json:"root"`
+	// Building is true while the version's Dockerfile is still being run
+	Building bool `json:"building"`
+	// NotPerformed is the Dockerfile lines the emulator did not perform, as written
+	NotPerformed []string `json:"notPerformed"`
+}
+
 // LocalLimits is the "localLimits" shape of api/cli.yaml.
 type LocalLimits struct {
 	// Applied is each limit in force, e.g. memory 8192 MiB
@@ -1086,6 +1096,7 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "LocalBuildLogLines", Key: "LOCAL_BUILD_LOG_LINES", Value: int64(10000), Doc: "most lines of step output one local build's log keeps; past it (or LocalBuildLogBytes) lines are counted, not kept, and the log says how many", Finding: ""},
 	{Name: "LocalBuildLogBytes", Key: "LOCAL_BUILD_LOG_BYTES", Value: int64(8388608), Doc: "most bytes of step output one local build's log keeps", Finding: ""},
 	{Name: "MaxPoolSize", Key: "MAX_POOL_SIZE", Value: int64(64), Doc: "most sandboxes a sandbox.Pool keeps launched and suspended (its N)", Finding: ""},
+	{Name: "MaxEngineSandboxes", Key: "MAX_ENGINE_SANDBOXES", Value: int64(1024), Doc: "most sandbox handles one `microvm engine` holds at once (api/engine.yaml request sandbox); a create under one more is refused until one is released", Finding: ""},
 	{Name: "MaxFleetCount", Key: "MAX_FLEET_COUNT", Value: int64(256), Doc: "most sandboxes one RunMany or `microvm run --count` launches", Finding: ""},
 	{Name: "MaxFleetParallel", Key: "MAX_FLEET_PARALLEL", Value: int64(32), Doc: "most launches (and runs) a fleet, or a pool's refill, has in flight at once (its K)", Finding: ""},
 	{Name: "DefaultFleetParallel", Key: "DEFAULT_FLEET_PARALLEL", Value: int64(4), Doc: "the concurrency bound of a fleet or a pool's refill when none is given", Finding: ""},
@@ -1106,6 +1117,7 @@ var ServiceConstants = []ServiceConstant{
 	{Name: "EmulatorLaunchNetworkPath", Key: "EMULATOR_LAUNCH_NETWORK_PATH", Value: "/_microvms/v1/launch-networks/{launchId}", Doc: "the emulator's route registering a launch's network policy and secrets under a launch id the caller minted (PUT, body networkLaunch, 204)", Finding: ""},
 	{Name: "EmulatorLaunchNetworkHeader", Key: "EMULATOR_LAUNCH_NETWORK_HEADER", Value: "X-Microvms-Launch-Network", Doc: "the RunMicrovm request header naming a registered launch id; only an emulator reads it, and this client never sends it to AWS", Finding: ""},
 	{Name: "EmulatorNetworkPath", Key: "EMULATOR_NETWORK_PATH", Value: "/_microvms/v1/microvms/{microvmId}/network", Doc: "the emulator's route reading (GET) and replacing (PUT, body networkPolicy) a local guest's network policy; both answer networkState", Finding: ""},
+	{Name: "EmulatorImageBuildPath", Key: "EMULATOR_IMAGE_BUILD_PATH", Value: "/_microvms/v1/images/{imageName}/versions/{imageVersion}/build", Doc: "the emulator's route (GET) answering localBuild: whether a local image version's guests run on a root its build made or on the host's system directories, and the Dockerfile steps it did not perform", Finding: ""},
 	{Name: "MaxNetworkRequestBytes", Key: "MAX_NETWORK_REQUEST_BYTES", Value: int64(1048576), Doc: "largest body the emulator's network routes read", Finding: ""},
 	{Name: "ImageNamePattern", Key: "IMAGE_NAME_PATTERN", Value: "[a-zA-Z0-9-_]+", Doc: "ImageName.pattern: no dots and no slashes", Finding: ""},
 	{Name: "VersionPattern", Key: "VERSION_PATTERN", Value: "[^\\s]+", Doc: "Version.pattern", Finding: "image-version-form"},

@@ -19,59 +19,65 @@ const ProtocolVersion = "1"
 
 // The ops.
 const (
-	OpCreate        = "create"
-	OpBuild         = "build"
-	OpAttach        = "attach"
-	OpInfo          = "info"
-	OpRun           = "run"
-	OpStream        = "stream"
-	OpWrite         = "write"
-	OpRead          = "read"
-	OpList          = "list"
-	OpUploadDir     = "upload_dir"
-	OpDownloadDir   = "download_dir"
-	OpSuspend       = "suspend"
-	OpResume        = "resume"
-	OpTerminate     = "terminate"
-	OpCost          = "cost"
-	OpURL           = "url"
-	OpStart         = "start"
-	OpPoll          = "poll"
-	OpWait          = "wait"
-	OpFollow        = "follow"
-	OpKill          = "kill"
-	OpSignal        = "signal"
-	OpResize        = "resize"
-	OpStdinWrite    = "stdin_write"
-	OpStdinClose    = "stdin_close"
-	OpExecs         = "execs"
-	OpStat          = "stat"
-	OpMkdir         = "mkdir"
-	OpMove          = "move"
-	OpRemove        = "remove"
-	OpWatch         = "watch"
-	OpHealth        = "health"
-	OpMetrics       = "metrics"
-	OpKeepalive     = "keepalive"
-	OpNetworkShow   = "network_show"
-	OpNetworkSet    = "network_set"
-	OpCancel        = "cancel"
-	OpPoolOpen      = "pool_open"
-	OpPoolWaitReady = "pool_wait_ready"
-	OpPoolAcquire   = "pool_acquire"
-	OpPoolRelease   = "pool_release"
-	OpPoolCost      = "pool_cost"
-	OpPoolClose     = "pool_close"
-	OpRunMany       = "run_many"
-	OpCheckpoint    = "checkpoint"
-	OpCheckpointLs  = "checkpoint_ls"
-	OpCheckpointRm  = "checkpoint_rm"
-	OpFork          = "fork"
-	OpRestore       = "restore"
+	OpCreate          = "create"
+	OpBuild           = "build"
+	OpAttach          = "attach"
+	OpInfo            = "info"
+	OpRun             = "run"
+	OpStream          = "stream"
+	OpWrite           = "write"
+	OpRead            = "read"
+	OpList            = "list"
+	OpUploadDir       = "upload_dir"
+	OpDownloadDir     = "download_dir"
+	OpSuspend         = "suspend"
+	OpResume          = "resume"
+	OpTerminate       = "terminate"
+	OpCost            = "cost"
+	OpURL             = "url"
+	OpStart           = "start"
+	OpPoll            = "poll"
+	OpWait            = "wait"
+	OpFollow          = "follow"
+	OpKill            = "kill"
+	OpSignal          = "signal"
+	OpResize          = "resize"
+	OpStdinWrite      = "stdin_write"
+	OpStdinClose      = "stdin_close"
+	OpExecs           = "execs"
+	OpStat            = "stat"
+	OpMkdir           = "mkdir"
+	OpMove            = "move"
+	OpRemove          = "remove"
+	OpWatch           = "watch"
+	OpHealth          = "health"
+	OpMetrics         = "metrics"
+	OpKeepalive       = "keepalive"
+	OpNetworkShow     = "network_show"
+	OpNetworkSet      = "network_set"
+	OpRelease         = "release"
+	OpCancel          = "cancel"
+	OpPoolOpen        = "pool_open"
+	OpPoolWaitReady   = "pool_wait_ready"
+	OpPoolAcquire     = "pool_acquire"
+	OpPoolRelease     = "pool_release"
+	OpPoolCost        = "pool_cost"
+	OpPoolClose       = "pool_close"
+	OpRunMany         = "run_many"
+	OpCheckpoint      = "checkpoint"
+	OpCheckpointLs    = "checkpoint_ls"
+	OpCheckpointRm    = "checkpoint_rm"
+	OpCheckpointImage = "checkpoint_image"
+	OpFork            = "fork"
+	OpRestore         = "restore"
+	OpVolumeSync      = "volume_sync"
+	OpVolumeLs        = "volume_ls"
+	OpVolumeRm        = "volume_rm"
 )
 
 // The engine-only response types.
 const (
+	TypeReleased      = "microvm.released"
 	TypeSandbox       = "microvm.sandbox"
 	TypeFile          = "microvm.file"
 	TypeExecStarted   = "microvm.exec.started"
@@ -92,6 +98,8 @@ type Request struct {
 	Op string `json:"op"`
 	// Args is the op's arguments; a key left out takes its zero value
 	Args json.RawMessage `json:"args"`
+	// Sandbox is the caller's handle for one of the engine's sandboxes (at most MAX_ENGINE_SANDBOXES live at once, each at most 128 bytes): one engine serves many, each with its own state, so a process starts one engine instead of one per sandbox. Requests naming the same handle address the same sandbox; a handle springs up at create, build, attach, restore, pool_open or run_many and ends at release. Left out (or empty), the request addresses the engine's own sandbox, as before handles existed. cancel and request ids are the engine's, across handles
+	Sandbox *string `json:"sandbox,omitempty"`
 }
 
 // Reply is one line on the engine's stdout: exactly one of event and envelope is present.
@@ -140,6 +148,8 @@ type CreateArgs struct {
 	NetworkDenyAll bool `json:"networkDenyAll"`
 	// Secrets is credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error
 	Secrets []string `json:"secrets"`
+	// Volumes is NAME:/path entries (run --volume): each volume's newest generation is laid at /path before create answers (an empty directory on first use) under a lease this sandbox holds until terminate, which saves a last generation; a volume another live sandbox holds is refused (ERR_CHECKPOINT_REFUSED naming the holder). Volumes live where checkpoints do: MICROVM_BUCKET, else the emulator's microvm-checkpoints
+	Volumes []string `json:"volumes"`
 	// NoKeepAwake is true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is
 	NoKeepAwake bool `json:"noKeepAwake"`
 }
@@ -209,29 +219,31 @@ type RunArgs struct {
 	PidsLimit int64 `json:"pidsLimit"`
 }
 
-// StreamArgs are the arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection.
+// StreamArgs are the arguments of stream: run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection.
 type StreamArgs struct {
-	// Command is argv; with shell, one script string
+	// Command is as run's
 	Command []string `json:"command"`
-	// Shell is run the command through /bin/sh -c
+	// Shell is as run's
 	Shell bool   `json:"shell"`
 	Cwd   string `json:"cwd"`
-	// Env is NAME=value entries added to the command's environment
+	// Env is as run's
 	Env []string `json:"env"`
-	// TimeoutSec is agentd kills the child after this long; zero is no limit
+	// TimeoutSec is as run's
 	TimeoutSec float64 `json:"timeoutSec"`
-	// ExecID is the idempotency key; empty mints one
+	// ExecID is as run's
 	ExecID string `json:"execId"`
-	// User is the numeric uid the command runs as; empty keeps the daemon's
+	// User is as run's
 	User string `json:"user"`
-	// Group is the numeric gid the command runs as; empty keeps the daemon's
+	// Group is as run's
 	Group string `json:"group"`
-	// MemoryLimitBytes is limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive)
+	// MemoryLimitBytes is as run's
 	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
-	// CPUMillicores is limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive)
+	// CPUMillicores is as run's
 	CPUMillicores int64 `json:"cpuMillicores"`
-	// PidsLimit is limits.pids: most processes and threads alive at once; zero is no limit (additive)
+	// PidsLimit is as run's
 	PidsLimit int64 `json:"pidsLimit"`
+	// Sink is a FIFO (or file) on the engine's host the caller opened for reading: every output, gap and exit event goes there as agentd's binary frames (api/openapi.yaml x-frames: raw bytes, no text encoding, nothing lossy), exit last, and no event frame is sent; the final envelope still ends the request. Empty sends event frames
+	Sink string `json:"sink"`
 }
 
 // WriteArgs are the arguments of write: write a whole file, creating its parent directories.
@@ -249,6 +261,8 @@ type ReadArgs struct {
 	Path string `json:"path"`
 	// LocalPath is a host file to write the bytes to instead of dataBase64 (which is then empty): the bytes never cross the engine pipe
 	LocalPath string `json:"localPath"`
+	// Sink is a FIFO, file or Unix socket on the engine's host (as stream's sink) the file's bytes are written to as they arrive, raw (no frames), instead of dataBase64 or localPath; at most DEFAULT_MAX_DOWNLOAD_BYTES. The answer's bytes says how many were sent: a reader that got fewer lost the rest
+	Sink string `json:"sink"`
 }
 
 // ListArgs are the arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries or MAX_LIST_BYTES of their text it fails TooLarge naming the bound.
@@ -337,6 +351,8 @@ type FollowArgs struct {
 	ExecID string `json:"execId"`
 	// Offset is the first output byte to send; nextOffset of an earlier stream resumes it
 	Offset int64 `json:"offset"`
+	// Sink is a FIFO (or file) on the engine's host the caller opened for reading: every output, gap and exit event goes there as agentd's binary frames (api/openapi.yaml x-frames: raw bytes, no text encoding, nothing lossy), exit last, and no event frame is sent; the final envelope still ends the request. Empty sends event frames
+	Sink string `json:"sink"`
 }
 
 // KillArgs are the arguments of kill: signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success).
@@ -430,6 +446,10 @@ type NetworkSetArgs struct {
 	Allow []string `json:"allow"`
 	// DenyAll is allow nothing; required when allow is empty, so an empty list is never a mistake that cuts the network
 	DenyAll bool `json:"denyAll"`
+}
+
+// ReleaseArgs are the arguments of release: end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine.
+type ReleaseArgs struct {
 }
 
 // CancelArgs are the arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does.
@@ -532,6 +552,14 @@ type CheckpointRmArgs struct {
 	Ref string `json:"ref"`
 }
 
+// CheckpointImageArgs are the arguments of checkpoint_image: bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left.
+type CheckpointImageArgs struct {
+	// Ref is the checkpoint's name or digest
+	Ref string `json:"ref"`
+	// Name is the new image's name; empty is the source image's name and the digest's first 12 characters
+	Name string `json:"name"`
+}
+
 // ForkArgs are the arguments of fork: checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running.
 type ForkArgs struct {
 	// Count is how many copies, 1..MAX_FLEET_COUNT
@@ -568,6 +596,30 @@ type RestoreArgs struct {
 	AllowOtherVersion bool `json:"allowOtherVersion"`
 	// ImageVersion is another image version to restore into, with allowOtherVersion
 	ImageVersion string `json:"imageVersion"`
+}
+
+// VolumeSyncArgs are the arguments of volume_sync: save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID.
+type VolumeSyncArgs struct {
+}
+
+// VolumeLsArgs are the arguments of volume_ls: every stored volume with its generations and lease: the CLI's volume ls.
+type VolumeLsArgs struct {
+}
+
+// VolumeRmArgs are the arguments of volume_rm: delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm.
+type VolumeRmArgs struct {
+	// Name is the volume's name
+	Name string `json:"name"`
+}
+
+// ReleasedData is the data of a microvm.released envelope.
+type ReleasedData struct {
+	// Sandbox is the handle released
+	Sandbox string `json:"sandbox"`
+	// Terminated is release tore down a sandbox this handle launched and nobody had terminated
+	Terminated bool `json:"terminated"`
+	// Leaked is what that teardown could not delete
+	Leaked []string `json:"leaked"`
 }
 
 // SandboxData is the data of a microvm.sandbox envelope.
@@ -699,6 +751,7 @@ type (
 	NetworkRule        = cliapi.NetworkRule
 	NetworkState       = cliapi.NetworkState
 	SecretBinding      = cliapi.SecretBinding
+	VolumeInfo         = cliapi.VolumeInfo
 )
 
 // Op is one op: its response type and whether event frames precede the envelope.
@@ -746,6 +799,7 @@ var Ops = []Op{
 	{Name: "keepalive", Response: "microvm.keepalive", Streams: false},
 	{Name: "network_show", Response: "microvm.network", Streams: false},
 	{Name: "network_set", Response: "microvm.network", Streams: false},
+	{Name: "release", Response: "microvm.released", Streams: false},
 	{Name: "cancel", Response: "microvm.exec.signalled", Streams: false},
 	{Name: "pool_open", Response: "microvm.pool", Streams: false},
 	{Name: "pool_wait_ready", Response: "microvm.pool", Streams: false},
@@ -757,6 +811,10 @@ var Ops = []Op{
 	{Name: "checkpoint", Response: "microvm.checkpoint", Streams: false},
 	{Name: "checkpoint_ls", Response: "microvm.checkpoint", Streams: false},
 	{Name: "checkpoint_rm", Response: "microvm.checkpoint", Streams: false},
+	{Name: "checkpoint_image", Response: "microvm.checkpoint", Streams: false},
 	{Name: "fork", Response: "microvm.run.fleet", Streams: false},
 	{Name: "restore", Response: "microvm.sandbox", Streams: false},
+	{Name: "volume_sync", Response: "microvm.volume", Streams: false},
+	{Name: "volume_ls", Response: "microvm.volume", Streams: false},
+	{Name: "volume_rm", Response: "microvm.volume", Streams: false},
 }

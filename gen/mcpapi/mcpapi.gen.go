@@ -56,6 +56,8 @@ const (
 	ToolSandboxTerminate   = "sandbox_terminate"
 	ToolSandboxCheckpoint  = "sandbox_checkpoint"
 	ToolSandboxFork        = "sandbox_fork"
+	ToolCheckpointImage    = "checkpoint_image"
+	ToolSandboxVolumeSync  = "sandbox_volume_sync"
 	ToolSandboxList        = "sandbox_list"
 )
 
@@ -83,6 +85,16 @@ type Sandbox struct {
 	CreatedAt string `json:"created_at"`
 }
 
+// SavedVolume is the "savedVolume" shape of api/mcp.yaml.
+type SavedVolume struct {
+	Volume string `json:"volume"`
+	// Generation is the generation's checkpoint name
+	Generation string `json:"generation"`
+	// Digest is sha256:<hex> of the stored object
+	Digest string `json:"digest"`
+	Files  int64  `json:"files"`
+}
+
 // SandboxCreateArgs are the arguments of sandbox_create.
 type SandboxCreateArgs struct {
 	// Image is the image's ARN or name; left out, the server's default image (--image, or the local default)
@@ -99,6 +111,8 @@ type SandboxCreateArgs struct {
 	NetworkDenyAll bool `json:"network_deny_all,omitempty"`
 	// SecretsFromEnv is credentials bound to hosts, each NAME@HOST[,HOST]: the value is the server's own environment variable NAME, never passed through the caller; the sandbox's NAME holds a placeholder, replaced by the value in the headers of HTTPS requests to those hosts, outside the guest
 	SecretsFromEnv []string `json:"secrets_from_env,omitempty"`
+	// Volumes is volumes to attach, each NAME:/path (microvm run --volume): the volume's newest generation is laid at /path before the sandbox is handed over (an empty directory on first use), and sandbox_terminate saves a last generation. A volume another live sandbox holds is refused naming the holder. They live in MICROVM_BUCKET, else the emulator's store
+	Volumes []string `json:"volumes,omitempty"`
 }
 
 // SandboxCreateResult is the structured result of sandbox_create.
@@ -302,6 +316,34 @@ type SandboxForkResult struct {
 	Leaked []string `json:"leaked"`
 }
 
+// CheckpointImageArgs are the arguments of checkpoint_image.
+type CheckpointImageArgs struct {
+	// Checkpoint is the checkpoint's name or digest
+	Checkpoint string `json:"checkpoint"`
+	// Name is the new image's name; left out, the source image's name and the digest's first 12 characters
+	Name string `json:"name,omitempty"`
+}
+
+// CheckpointImageResult is the structured result of checkpoint_image.
+type CheckpointImageResult struct {
+	// Image is the new image's name, for sandbox_create's image
+	Image    string `json:"image"`
+	ImageARN string `json:"image_arn"`
+	Version  string `json:"version"`
+	// Checkpoint is the digest of the checkpoint baked in
+	Checkpoint string `json:"checkpoint"`
+}
+
+// SandboxVolumeSyncArgs are the arguments of sandbox_volume_sync.
+type SandboxVolumeSyncArgs struct {
+	SandboxID string `json:"sandbox_id"`
+}
+
+// SandboxVolumeSyncResult is the structured result of sandbox_volume_sync.
+type SandboxVolumeSyncResult struct {
+	Saved []SavedVolume `json:"saved"`
+}
+
 // SandboxListArgs are the arguments of sandbox_list.
 type SandboxListArgs struct {
 }
@@ -323,7 +365,7 @@ type Tool struct {
 // Tools lists every tool in declaration order.
 var Tools = []Tool{
 	{Name: "sandbox_create", Title: "Create a sandbox", Description: "Launch a new sandbox (a fresh Linux machine) and wait until it runs. Returns the sandbox_id every other tool takes. Each session may hold at most 4 at once; terminate one to make room.", ReadOnly: false, Destructive: false, Idempotent: false,
-		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"egress\":{\"description\":\"give the sandbox outbound network; left out, it has none\",\"type\":\"boolean\"},\"env\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"environment variables for every command in the sandbox, delivered once at launch\",\"type\":\"object\"},\"image\":{\"description\":\"the image's ARN or name; left out, the server's default image (--image, or the local default)\",\"type\":\"string\"},\"network_allow\":{\"description\":\"launch under a network policy that allows only these destinations, each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] (ports default to 443 and 80); DNS answers only allowed names. Enforced outside the guest by a local emulator (microvm mcp --local, or a control endpoint); refused on AWS\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"network_deny_all\":{\"description\":\"launch under a policy that allows nothing\",\"type\":\"boolean\"},\"secrets_from_env\":{\"description\":\"credentials bound to hosts, each NAME@HOST[,HOST]: the value is the server's own environment variable NAME, never passed through the caller; the sandbox's NAME holds a placeholder, replaced by the value in the headers of HTTPS requests to those hosts, outside the guest\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"size_mib\":{\"description\":\"the size class by its baseline memory in MiB; left out, the default class. Local mode builds an image of that class; an image's class is fixed when it is built, so it is refused with image and on AWS\",\"enum\":[512,1024,2048,4096,8192],\"type\":\"integer\"}},\"required\":[],\"type\":\"object\"}"),
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"egress\":{\"description\":\"give the sandbox outbound network; left out, it has none\",\"type\":\"boolean\"},\"env\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"environment variables for every command in the sandbox, delivered once at launch\",\"type\":\"object\"},\"image\":{\"description\":\"the image's ARN or name; left out, the server's default image (--image, or the local default)\",\"type\":\"string\"},\"network_allow\":{\"description\":\"launch under a network policy that allows only these destinations, each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] (ports default to 443 and 80); DNS answers only allowed names. Enforced outside the guest by a local emulator (microvm mcp --local, or a control endpoint); refused on AWS\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"network_deny_all\":{\"description\":\"launch under a policy that allows nothing\",\"type\":\"boolean\"},\"secrets_from_env\":{\"description\":\"credentials bound to hosts, each NAME@HOST[,HOST]: the value is the server's own environment variable NAME, never passed through the caller; the sandbox's NAME holds a placeholder, replaced by the value in the headers of HTTPS requests to those hosts, outside the guest\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"size_mib\":{\"description\":\"the size class by its baseline memory in MiB; left out, the default class. Local mode builds an image of that class; an image's class is fixed when it is built, so it is refused with image and on AWS\",\"enum\":[512,1024,2048,4096,8192],\"type\":\"integer\"},\"volumes\":{\"description\":\"volumes to attach, each NAME:/path (microvm run --volume): the volume's newest generation is laid at /path before the sandbox is handed over (an empty directory on first use), and sandbox_terminate saves a last generation. A volume another live sandbox holds is refused naming the holder. They live in MICROVM_BUCKET, else the emulator's store\",\"items\":{\"type\":\"string\"},\"type\":\"array\"}},\"required\":[],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"image\":{\"type\":\"string\"},\"live_sandboxes\":{\"description\":\"how many sandboxes this session now holds\",\"type\":\"integer\"},\"max_live_sandboxes\":{\"type\":\"integer\"},\"sandbox_id\":{\"type\":\"string\"},\"state\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"state\",\"image\",\"live_sandboxes\",\"max_live_sandboxes\"],\"type\":\"object\"}")},
 	{Name: "sandbox_exec", Title: "Run a command", Description: "Run a shell command (through /bin/sh -c) in a sandbox and wait for it. A non-zero exit is a result with that exit_code, not a tool error. stdout and stderr beyond 65536 bytes each are dropped and the result says so. A long command reports progress when asked.", ReadOnly: false, Destructive: false, Idempotent: false,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"command\":{\"description\":\"a shell command line, e.g. `make test 2\\u003e\\u00261 | tail -50`\",\"type\":\"string\"},\"cwd\":{\"description\":\"the working directory; left out, the image's\",\"type\":\"string\"},\"env\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"variables laid over the sandbox's environment for this command\",\"type\":\"object\"},\"sandbox_id\":{\"type\":\"string\"},\"timeout_sec\":{\"description\":\"kill the command after this many seconds; left out or 0, no limit\",\"minimum\":0,\"type\":\"number\"}},\"required\":[\"sandbox_id\",\"command\"],\"type\":\"object\"}"),
@@ -358,6 +400,12 @@ var Tools = []Tool{
 	{Name: "sandbox_fork", Title: "Fork a sandbox", Description: "Checkpoint a sandbox's paths and run one shell command in count new sandboxes restored from it, each torn down after; the original keeps running. Each copy's exit code and output come back; a non-zero exit is a result, not a tool error.", ReadOnly: false, Destructive: false, Idempotent: false,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"command\":{\"description\":\"the shell command each copy runs\",\"type\":\"string\"},\"count\":{\"description\":\"how many copies, at most MAX_FLEET_COUNT\",\"minimum\":1,\"type\":\"integer\"},\"paths\":{\"description\":\"as sandbox_checkpoint's\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"sandbox_id\":{\"type\":\"string\"},\"timeout_sec\":{\"description\":\"seconds to wait for each copy's command; left out, the CLI's default\",\"minimum\":0,\"type\":\"number\"}},\"required\":[\"sandbox_id\",\"count\",\"command\"],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"checkpoint\":{\"description\":\"the digest of the checkpoint the copies came from (it stays stored)\",\"type\":\"string\"},\"leaked\":{\"description\":\"what the copies' teardown could not delete; empty when clean\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"runs\":{\"items\":{\"additionalProperties\":false,\"properties\":{\"error\":{\"description\":\"why the copy failed other than by its exit code; empty otherwise\",\"type\":\"string\"},\"exit_code\":{\"type\":[\"integer\",\"null\"]},\"index\":{\"type\":\"integer\"},\"sandbox_id\":{\"description\":\"the copy's MicroVM id; empty when it never launched\",\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},\"stdout\":{\"description\":\"at most 65536 bytes\",\"type\":\"string\"}},\"required\":[\"index\",\"sandbox_id\",\"exit_code\",\"stdout\",\"stderr\",\"error\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"checkpoint\",\"runs\",\"leaked\"],\"type\":\"object\"}")},
+	{Name: "checkpoint_image", Title: "Bake a checkpoint into an image", Description: "Make a new image from a stored checkpoint (sandbox_checkpoint's name or digest): every sandbox_create of it starts with the checkpoint's files already in place, with no copy per launch. On the local emulator it needs a base image for the Dockerfile's FROM (`microvm emulator --base-image`); without one it is refused and nothing is left.", ReadOnly: false, Destructive: false, Idempotent: false,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"checkpoint\":{\"description\":\"the checkpoint's name or digest\",\"type\":\"string\"},\"name\":{\"description\":\"the new image's name; left out, the source image's name and the digest's first 12 characters\",\"type\":\"string\"}},\"required\":[\"checkpoint\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"checkpoint\":{\"description\":\"the digest of the checkpoint baked in\",\"type\":\"string\"},\"image\":{\"description\":\"the new image's name, for sandbox_create's image\",\"type\":\"string\"},\"image_arn\":{\"type\":\"string\"},\"version\":{\"type\":\"string\"}},\"required\":[\"image\",\"image_arn\",\"version\",\"checkpoint\"],\"type\":\"object\"}")},
+	{Name: "sandbox_volume_sync", Title: "Save a sandbox's volumes", Description: "Save a new generation of every volume the sandbox holds (sandbox_create's volumes) now, rather than only at sandbox_terminate. The sandbox keeps running and keeps its volumes.", ReadOnly: false, Destructive: false, Idempotent: false,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"saved\":{\"items\":{\"additionalProperties\":false,\"properties\":{\"digest\":{\"description\":\"sha256:\\u003chex\\u003e of the stored object\",\"type\":\"string\"},\"files\":{\"type\":\"integer\"},\"generation\":{\"description\":\"the generation's checkpoint name\",\"type\":\"string\"},\"volume\":{\"type\":\"string\"}},\"required\":[\"volume\",\"generation\",\"digest\",\"files\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"saved\"],\"type\":\"object\"}")},
 	{Name: "sandbox_list", Title: "List sandboxes", Description: "The sandboxes this session created and has not terminated.", ReadOnly: true, Destructive: false, Idempotent: true,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{},\"required\":[],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"max_live_sandboxes\":{\"type\":\"integer\"},\"sandboxes\":{\"items\":{\"additionalProperties\":false,\"properties\":{\"created_at\":{\"description\":\"RFC 3339\",\"type\":\"string\"},\"image\":{\"description\":\"the image it was launched from\",\"type\":\"string\"},\"sandbox_id\":{\"type\":\"string\"},\"state\":{\"description\":\"the lifecycle state the server last saw: RUNNING, SUSPENDED, TERMINATED, ...\",\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"state\",\"image\",\"created_at\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"sandboxes\",\"max_live_sandboxes\"],\"type\":\"object\"}")},

@@ -504,6 +504,8 @@ const (
 	LocalBuildLogBytes = 8388608
 	// MaxPoolSize: most sandboxes a sandbox.Pool keeps launched and suspended (its N).
 	MaxPoolSize = 64
+	// MaxEngineSandboxes: most sandbox handles one `microvm engine` holds at once (api/engine.yaml request sandbox); a create under one more is refused until one is released.
+	MaxEngineSandboxes = 1024
 	// MaxFleetCount: most sandboxes one RunMany or `microvm run --count` launches.
 	MaxFleetCount = 256
 	// MaxFleetParallel: most launches (and runs) a fleet, or a pool's refill, has in flight at once (its K).
@@ -544,6 +546,8 @@ const (
 	EmulatorLaunchNetworkHeader = "X-Microvms-Launch-Network"
 	// EmulatorNetworkPath: the emulator's route reading (GET) and replacing (PUT, body networkPolicy) a local guest's network policy; both answer networkState.
 	EmulatorNetworkPath = "/_microvms/v1/microvms/{microvmId}/network"
+	// EmulatorImageBuildPath: the emulator's route (GET) answering localBuild: whether a local image version's guests run on a root its build made or on the host's system directories, and the Dockerfile steps it did not perform.
+	EmulatorImageBuildPath = "/_microvms/v1/images/{imageName}/versions/{imageVersion}/build"
 	// MaxNetworkRequestBytes: largest body the emulator's network routes read.
 	MaxNetworkRequestBytes = 1048576
 	// ImageNamePattern: ImageName.pattern: no dots and no slashes.

@@ -66,6 +66,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "keepalive": ("microvm.keepalive", False),
     "network_show": ("microvm.network", False),
     "network_set": ("microvm.network", False),
+    "release": ("microvm.released", False),
     "cancel": ("microvm.exec.signalled", False),
     "pool_open": ("microvm.pool", False),
     "pool_wait_ready": ("microvm.pool", False),
@@ -77,8 +78,12 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "checkpoint": ("microvm.checkpoint", False),
     "checkpoint_ls": ("microvm.checkpoint", False),
     "checkpoint_rm": ("microvm.checkpoint", False),
+    "checkpoint_image": ("microvm.checkpoint", False),
     "fork": ("microvm.run.fleet", False),
     "restore": ("microvm.sandbox", False),
+    "volume_sync": ("microvm.volume", False),
+    "volume_ls": ("microvm.volume", False),
+    "volume_rm": ("microvm.volume", False),
 }
 
 
@@ -261,6 +266,16 @@ SecretBinding = TypedDict("SecretBinding", {
 SecretBinding.__doc__ = "The \"secretBinding\" shape of api/cli.yaml."
 
 
+VolumeInfo = TypedDict("VolumeInfo", {
+    "name": str,
+    "generations": List["CheckpointManifest"],
+    "holder": Optional[str],
+    "leaseExpires": Optional[str],
+    "leaseExpired": bool,
+})
+VolumeInfo.__doc__ = "The \"volumeInfo\" shape of api/cli.yaml."
+
+
 SandboxData = TypedDict("SandboxData", {
     "microvmId": str,
     "agentToken": str,
@@ -424,6 +439,14 @@ NetworkData = TypedDict("NetworkData", {
 NetworkData.__doc__ = "The data of a microvm.network envelope."
 
 
+ReleasedData = TypedDict("ReleasedData", {
+    "sandbox": str,
+    "terminated": bool,
+    "leaked": List[str],
+})
+ReleasedData.__doc__ = "The data of a microvm.released envelope."
+
+
 PoolData = TypedDict("PoolData", {
     "size": int,
     "ready": int,
@@ -458,6 +481,15 @@ CheckpointData = TypedDict("CheckpointData", {
     "image": Optional["BakedImage"],
 })
 CheckpointData.__doc__ = "The data of a microvm.checkpoint envelope."
+
+
+VolumeData = TypedDict("VolumeData", {
+    "action": Literal["ls", "rm", "sync"],
+    "volumes": List["VolumeInfo"],
+    "removed": List[str],
+    "saved": List["CheckpointManifest"],
+})
+VolumeData.__doc__ = "The data of a microvm.volume envelope."
 
 
 StreamOutputLine = TypedDict("StreamOutputLine", {
@@ -525,6 +557,7 @@ CreateArgs = TypedDict("CreateArgs", {
     "networkAllow": List[str],
     "networkDenyAll": bool,
     "secrets": List[str],
+    "volumes": List[str],
     "noKeepAwake": bool,
 }, total=False)
 CreateArgs.__doc__ = "The arguments of create: launch a MicroVM and wait for RUNNING; local starts the embedded emulator first. Every key may be left out."
@@ -593,8 +626,9 @@ StreamArgs = TypedDict("StreamArgs", {
     "memoryLimitBytes": int,
     "cpuMillicores": int,
     "pidsLimit": int,
+    "sink": str,
 }, total=False)
-StreamArgs.__doc__ = "The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out."
+StreamArgs.__doc__ = "The arguments of stream: run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection. Every key may be left out."
 
 
 WriteArgs = TypedDict("WriteArgs", {
@@ -609,6 +643,7 @@ WriteArgs.__doc__ = "The arguments of write: write a whole file, creating its pa
 ReadArgs = TypedDict("ReadArgs", {
     "path": str,
     "localPath": str,
+    "sink": str,
 }, total=False)
 ReadArgs.__doc__ = "The arguments of read: read a whole file: at most MAX_READ_FILE_BYTES (`microvm constants`) into dataBase64, a larger one refused with ERR_INVALID_ARG naming that bound; with localPath, up to DEFAULT_MAX_DOWNLOAD_BYTES streamed into that host file. Every key may be left out."
 
@@ -695,6 +730,7 @@ WaitArgs.__doc__ = "The arguments of wait: wait until an exec exits, then take i
 FollowArgs = TypedDict("FollowArgs", {
     "execId": str,
     "offset": int,
+    "sink": str,
 }, total=False)
 FollowArgs.__doc__ = "The arguments of follow: an exec's output from a byte offset as event frames until its exit event (or, when the record is already gone, a gap); for a reattach from another process. Every key may be left out."
 
@@ -802,6 +838,11 @@ NetworkSetArgs = TypedDict("NetworkSetArgs", {
 NetworkSetArgs.__doc__ = "The arguments of network_set: replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force. Every key may be left out."
 
 
+ReleaseArgs = TypedDict("ReleaseArgs", {
+})
+ReleaseArgs.__doc__ = "The arguments of release: end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine. Every key may be left out."
+
+
 CancelArgs = TypedDict("CancelArgs", {
     "requestId": int,
 }, total=False)
@@ -890,6 +931,13 @@ CheckpointRmArgs = TypedDict("CheckpointRmArgs", {
 CheckpointRmArgs.__doc__ = "The arguments of checkpoint_rm: remove a checkpoint by name or digest: the CLI's checkpoint rm. Every key may be left out."
 
 
+CheckpointImageArgs = TypedDict("CheckpointImageArgs", {
+    "ref": str,
+    "name": str,
+}, total=False)
+CheckpointImageArgs.__doc__ = "The arguments of checkpoint_image: bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left. Every key may be left out."
+
+
 ForkArgs = TypedDict("ForkArgs", {
     "count": int,
     "parallel": int,
@@ -913,6 +961,22 @@ RestoreArgs = TypedDict("RestoreArgs", {
     "imageVersion": str,
 }, total=False)
 RestoreArgs.__doc__ = "The arguments of restore: launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches. Every key may be left out."
+
+
+VolumeSyncArgs = TypedDict("VolumeSyncArgs", {
+})
+VolumeSyncArgs.__doc__ = "The arguments of volume_sync: save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID. Every key may be left out."
+
+
+VolumeLsArgs = TypedDict("VolumeLsArgs", {
+})
+VolumeLsArgs.__doc__ = "The arguments of volume_ls: every stored volume with its generations and lease: the CLI's volume ls. Every key may be left out."
+
+
+VolumeRmArgs = TypedDict("VolumeRmArgs", {
+    "name": str,
+}, total=False)
+VolumeRmArgs.__doc__ = "The arguments of volume_rm: delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm. Every key may be left out."
 
 
 class Ops:
@@ -948,7 +1012,7 @@ class Ops:
         return cast(ExecResultData, self._call("run", args, timeout))
 
     def _op_stream(self, args: StreamArgs) -> Iterator[Union[StreamEvent, ExecStreamData]]:
-        """run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
+        """run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
         return cast(Iterator[Union[StreamEvent, ExecStreamData]], self._stream("stream", args))
 
     def _op_write(self, args: WriteArgs, timeout: Optional[float] = None) -> CopyData:
@@ -1071,6 +1135,10 @@ class Ops:
         """replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force."""
         return cast(NetworkData, self._call("network_set", args, timeout))
 
+    def _op_release(self, args: ReleaseArgs, timeout: Optional[float] = None) -> ReleasedData:
+        """end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine."""
+        return cast(ReleasedData, self._call("release", args, timeout))
+
     def _op_cancel(self, args: CancelArgs, timeout: Optional[float] = None) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, self._call("cancel", args, timeout))
@@ -1115,6 +1183,10 @@ class Ops:
         """remove a checkpoint by name or digest: the CLI's checkpoint rm."""
         return cast(CheckpointData, self._call("checkpoint_rm", args, timeout))
 
+    def _op_checkpoint_image(self, args: CheckpointImageArgs, timeout: Optional[float] = None) -> CheckpointData:
+        """bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left."""
+        return cast(CheckpointData, self._call("checkpoint_image", args, timeout))
+
     def _op_fork(self, args: ForkArgs, timeout: Optional[float] = None) -> RunFleetData:
         """checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running."""
         return cast(RunFleetData, self._call("fork", args, timeout))
@@ -1122,6 +1194,18 @@ class Ops:
     def _op_restore(self, args: RestoreArgs, timeout: Optional[float] = None) -> SandboxData:
         """launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches."""
         return cast(SandboxData, self._call("restore", args, timeout))
+
+    def _op_volume_sync(self, args: VolumeSyncArgs, timeout: Optional[float] = None) -> VolumeData:
+        """save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID."""
+        return cast(VolumeData, self._call("volume_sync", args, timeout))
+
+    def _op_volume_ls(self, args: VolumeLsArgs, timeout: Optional[float] = None) -> VolumeData:
+        """every stored volume with its generations and lease: the CLI's volume ls."""
+        return cast(VolumeData, self._call("volume_ls", args, timeout))
+
+    def _op_volume_rm(self, args: VolumeRmArgs, timeout: Optional[float] = None) -> VolumeData:
+        """delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm."""
+        return cast(VolumeData, self._call("volume_rm", args, timeout))
 
 
 class AsyncOps:
@@ -1154,7 +1238,7 @@ class AsyncOps:
         return cast(ExecResultData, await self._acall("run", args))
 
     def _aop_stream(self, args: StreamArgs) -> AsyncIterator[Union[StreamEvent, ExecStreamData]]:
-        """run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
+        """run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data."""
         return cast(AsyncIterator[Union[StreamEvent, ExecStreamData]], self._astream("stream", args))
 
     async def _aop_write(self, args: WriteArgs) -> CopyData:
@@ -1277,6 +1361,10 @@ class AsyncOps:
         """replace the network policy of the running guest (sandbox.Sandbox.SetNetworkPolicy): new connections follow it at once and open ones it no longer allows are closed before the answer; answers what is then in force."""
         return cast(NetworkData, await self._acall("network_set", args))
 
+    async def _aop_release(self, args: ReleaseArgs) -> ReleasedData:
+        """end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine."""
+        return cast(ReleasedData, await self._acall("release", args))
+
     async def _aop_cancel(self, args: CancelArgs) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, await self._acall("cancel", args))
@@ -1321,6 +1409,10 @@ class AsyncOps:
         """remove a checkpoint by name or digest: the CLI's checkpoint rm."""
         return cast(CheckpointData, await self._acall("checkpoint_rm", args))
 
+    async def _aop_checkpoint_image(self, args: CheckpointImageArgs) -> CheckpointData:
+        """bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left."""
+        return cast(CheckpointData, await self._acall("checkpoint_image", args))
+
     async def _aop_fork(self, args: ForkArgs) -> RunFleetData:
         """checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running."""
         return cast(RunFleetData, await self._acall("fork", args))
@@ -1328,3 +1420,15 @@ class AsyncOps:
     async def _aop_restore(self, args: RestoreArgs) -> SandboxData:
         """launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches."""
         return cast(SandboxData, await self._acall("restore", args))
+
+    async def _aop_volume_sync(self, args: VolumeSyncArgs) -> VolumeData:
+        """save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID."""
+        return cast(VolumeData, await self._acall("volume_sync", args))
+
+    async def _aop_volume_ls(self, args: VolumeLsArgs) -> VolumeData:
+        """every stored volume with its generations and lease: the CLI's volume ls."""
+        return cast(VolumeData, await self._acall("volume_ls", args))
+
+    async def _aop_volume_rm(self, args: VolumeRmArgs) -> VolumeData:
+        """delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm."""
+        return cast(VolumeData, await self._acall("volume_rm", args))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
 from . import _contract as c
+from . import _sink
 from ._engine import AsyncEngine, Engine
 from .errors import InvalidArgError
 from .errors import TimeoutError as TimeoutError_
@@ -71,6 +72,7 @@ class OutputChunk:
     text: str  # UTF-8, invalid bytes replaced (lossy says whether any were)
     size: int
     lossy: bool
+    data: bytes = b""  # the exact bytes (Sandbox.stream and Process.stream on POSIX); text is them decoded
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ class ExecStream:
 def _item(owner: Any, ev: Any) -> Optional[StreamItem]:
     kind = ev.get("event")
     if kind == "output":
-        return OutputChunk(ev["stream"], ev["offset"], ev["text"], ev["bytes"], ev["lossy"])
+        return OutputChunk(ev["stream"], ev["offset"], ev["text"], ev["bytes"], ev["lossy"], ev.get("data", b""))
     if kind == "gap":
         return Gap(ev["from"], ev["to"])
     if kind == "exit":
@@ -404,7 +406,11 @@ class Files:
 
     def read_bytes(self, path: str, *, timeout: Optional[float] = None) -> bytes:
         """The whole file at path (any size)."""
-        tmp = _tempdir(_read_size(self._engine._op_stat({"path": path}, timeout)))
+        size = _read_size(self._engine._op_stat({"path": path}, timeout))
+        if _sink.supported():
+            # Through a FIFO the engine writes while this process reads.
+            return self._engine._sink_read(path, size, timeout)
+        tmp = _tempdir(size)
         try:
             local = os.path.join(tmp, "data")
             self._engine._op_read({"path": path, "localPath": local}, timeout)
@@ -627,7 +633,8 @@ class Process:
 
     def stream(self, offset: int = 0) -> ExecStream:
         """The output from byte offset on, as it arrives, until the exit."""
-        return ExecStream(self._engine._op_follow({"execId": self.exec_id, "offset": offset}))
+        args: c.FollowArgs = {"execId": self.exec_id, "offset": offset}
+        return ExecStream(self._engine._sink_stream("follow", args) if _sink.supported() else self._engine._op_follow(args))
 
     def kill(self, *, timeout: Optional[float] = None) -> bool:
         """SIGTERM then SIGKILL to the process group; False when it had already gone."""
@@ -676,6 +683,17 @@ class Checkpoints:
         """Remove a checkpoint by name or digest; returns the bucket keys deleted."""
         return self._engine._op_checkpoint_rm({"ref": ref}, timeout)["removed"]
 
+    def bake(self, ref: str, *, name: Optional[str] = None, timeout: Optional[float] = None) -> c.BakedImage:
+        """Bake checkpoint ref into a new image whose launches start with its
+        files in place (`microvm checkpoint image`); name defaults to the
+        source image's name and the digest's first 12 characters. Locally
+        the emulator needs a base image for FROM (Sandbox.build's
+        base_image); without one it raises PreconditionError and leaves
+        nothing behind."""
+        d = self._engine._op_checkpoint_image({"ref": ref, "name": name or ""}, timeout)
+        assert d["image"] is not None
+        return d["image"]
+
 
 class AsyncCheckpoints:
     """Checkpoints on asyncio."""
@@ -688,6 +706,56 @@ class AsyncCheckpoints:
 
     async def remove(self, ref: str) -> List[str]:
         return (await self._engine._aop_checkpoint_rm({"ref": ref}))["removed"]
+
+    async def bake(self, ref: str, *, name: Optional[str] = None) -> c.BakedImage:
+        d = await self._engine._aop_checkpoint_image({"ref": ref, "name": name or ""})
+        assert d["image"] is not None
+        return d["image"]
+
+
+class Volumes:
+    """The volumes (issue 47) reached through a sandbox's engine: the ones
+    it holds (Sandbox.create(volumes={NAME: "/path"})) and the stored ones,
+    in the bucket MICROVM_BUCKET names, else the emulator's
+    microvm-checkpoints. A volume is a chain of generations; one sandbox
+    writes it at a time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def sync(self, *, timeout: Optional[float] = None) -> List[c.CheckpointManifest]:
+        """Save a new generation of every volume this sandbox holds; returns their manifests."""
+        return self._engine._op_volume_sync({}, timeout)["saved"]
+
+    def list(self, *, timeout: Optional[float] = None) -> List[c.VolumeInfo]:
+        """Every stored volume with its generations (newest first) and lease holder."""
+        return self._engine._op_volume_ls({}, timeout)["volumes"]
+
+    def remove(self, name: str, *, timeout: Optional[float] = None) -> List[str]:
+        """Delete a volume no live sandbox holds; returns the bucket keys deleted."""
+        return self._engine._op_volume_rm({"name": name}, timeout)["removed"]
+
+
+class AsyncVolumes:
+    """Volumes on asyncio."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def sync(self) -> List[c.CheckpointManifest]:
+        return (await self._engine._aop_volume_sync({}))["saved"]
+
+    async def list(self) -> List[c.VolumeInfo]:
+        return (await self._engine._aop_volume_ls({}))["volumes"]
+
+    async def remove(self, name: str) -> List[str]:
+        return (await self._engine._aop_volume_rm({"name": name}))["removed"]
+
+
+def _volume_args(args: c.CreateArgs, volumes: Optional[Mapping[str, str]]) -> None:
+    # {NAME: "/path"}: a mapping, since one sandbox attaches a volume once.
+    if volumes:
+        args["volumes"] = ["%s:%s" % kv for kv in volumes.items()]
 
 
 class Sandbox:
@@ -708,6 +776,7 @@ class Sandbox:
         self._info = info
         self.files = Files(engine)
         self.checkpoints = Checkpoints(engine)
+        self.volumes = Volumes(engine)
         self._finalizer = weakref.finalize(self, engine.close)
 
     @classmethod
@@ -732,6 +801,7 @@ class Sandbox:
         network_allow: Optional[Sequence[str]] = None,
         network_deny_all: bool = False,
         secrets: Optional[Mapping[str, Secret]] = None,
+        volumes: Optional[Mapping[str, str]] = None,
         binary: Optional[str] = None,
     ) -> "Sandbox":
         """Launch a MicroVM and wait until it runs (timeout_sec bounds that wait).
@@ -753,13 +823,22 @@ class Sandbox:
         value kept outside the guest (its NAME holds a placeholder). Only an
         emulator enforces a policy; on AWS create refuses it
         (egress-connector-or-none).
+
+        volumes ({NAME: "/path"}, `microvm run --volume NAME:/path`) lays
+        each volume's newest generation at its path before create returns
+        (an empty directory on first use), under a lease this sandbox holds:
+        sb.volumes.sync() saves a generation, terminate saves a last one and
+        lets the lease go. A volume another live sandbox holds is refused
+        (CheckpointRefusedError naming the holder). Volumes live in the bucket
+        MICROVM_BUCKET names, else the emulator's own store.
         """
         args = _create_args(local, image, image_version, region, control_endpoint, execution_role_arn, agent_token,
                             agentd, timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
         if not keep_awake:
             args["noKeepAwake"] = True
         _network_args(args, network_allow, network_deny_all, secrets)
-        engine = Engine(binary)
+        _volume_args(args, volumes)
+        engine = Engine.shared(binary)
         try:
             return cls(engine, engine._op_create(args))
         except BaseException:
@@ -799,7 +878,7 @@ class Sandbox:
         create = _create_args(local, None, None, region, control_endpoint, execution_role_arn, agent_token, agentd,
                               timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
         args = _build_args(local, dockerfile, memory_mib, base_image, create)
-        engine = Engine(binary)
+        engine = Engine.shared(binary)
         try:
             info: Optional[c.SandboxData] = None
             for ev in engine._op_build(args):
@@ -835,7 +914,7 @@ class Sandbox:
             args["controlEndpoint"] = control_endpoint
         if region is not None:
             args["region"] = region
-        engine = Engine(binary)
+        engine = Engine.shared(binary)
         try:
             return cls(engine, engine._op_attach(args, timeout))
         except BaseException:
@@ -867,7 +946,7 @@ class Sandbox:
             args["region"] = region
         if image_version is not None:
             args["imageVersion"] = image_version
-        engine = Engine(binary)
+        engine = Engine.shared(binary)
         try:
             return cls(engine, engine._op_restore(cast(c.RestoreArgs, args), timeout))
         except BaseException:
@@ -1008,7 +1087,11 @@ class Sandbox:
         are run()'s.
         """
         args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group, limits)
-        return _KillingStream(self._engine, args["execId"], self._engine._op_stream(args))
+        # The engine's sink (binary frames through a FIFO) where there are
+        # FIFOs; its event lines elsewhere.
+        sargs = cast(c.StreamArgs, args)  # the same keys; a sink is added by _sink_stream
+        events = self._engine._sink_stream("stream", sargs) if _sink.supported() else self._engine._op_stream(sargs)
+        return _KillingStream(self._engine, args["execId"], events)
 
     def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
               timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
@@ -1055,7 +1138,8 @@ class Sandbox:
         return CostReport._from(self._engine._op_cost({}, timeout)["report"])
 
     def close(self) -> None:
-        """End the engine: a sandbox this process launched is terminated, a local emulator stops."""
+        """Let the sandbox go: one this process launched is terminated (a local
+        one's emulator stops); the process's engine lives on for the next."""
         self._finalizer()
 
     def __enter__(self) -> "Sandbox":
@@ -1117,7 +1201,10 @@ class AsyncFiles:
 
     async def read_bytes(self, path: str) -> bytes:
         """The whole file at path (any size)."""
-        tmp = _tempdir(_read_size(await self._engine._aop_stat({"path": path})))
+        size = _read_size(await self._engine._aop_stat({"path": path}))
+        if _sink.supported():
+            return await self._engine._asink_read(path, size)
+        tmp = _tempdir(size)
         try:
             local = os.path.join(tmp, "data")
             await self._engine._aop_read({"path": path, "localPath": local})
@@ -1214,7 +1301,8 @@ class AsyncProcess:
 
     def stream(self, offset: int = 0) -> AsyncExecStream:
         """The output from byte offset on, until the exit."""
-        return AsyncExecStream(self._engine._aop_follow({"execId": self.exec_id, "offset": offset}))
+        args: c.FollowArgs = {"execId": self.exec_id, "offset": offset}
+        return AsyncExecStream(self._engine._asink_stream("follow", args) if _sink.supported() else self._engine._aop_follow(args))
 
     async def kill(self) -> bool:
         """SIGTERM then SIGKILL to the process group; False when it had already gone."""
@@ -1274,6 +1362,7 @@ class AsyncSandbox:
         self._info = info
         self.files = AsyncFiles(engine)
         self.checkpoints = AsyncCheckpoints(engine)
+        self.volumes = AsyncVolumes(engine)
 
     @classmethod
     async def create(
@@ -1297,6 +1386,7 @@ class AsyncSandbox:
         network_allow: Optional[Sequence[str]] = None,
         network_deny_all: bool = False,
         secrets: Optional[Mapping[str, Secret]] = None,
+        volumes: Optional[Mapping[str, str]] = None,
         binary: Optional[str] = None,
     ) -> "AsyncSandbox":
         """Launch a MicroVM and wait until it runs (Sandbox.create's options)."""
@@ -1305,7 +1395,8 @@ class AsyncSandbox:
         if not keep_awake:
             args["noKeepAwake"] = True
         _network_args(args, network_allow, network_deny_all, secrets)
-        engine = await AsyncEngine.start(binary)
+        _volume_args(args, volumes)
+        engine = await AsyncEngine.shared(binary)
         try:
             return cls(engine, await engine._aop_create(args))
         except BaseException:
@@ -1338,7 +1429,7 @@ class AsyncSandbox:
         create = _create_args(local, None, None, region, control_endpoint, execution_role_arn, agent_token, agentd,
                               timeout_sec, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec)
         args = _build_args(local, dockerfile, memory_mib, base_image, create)
-        engine = await AsyncEngine.start(binary)
+        engine = await AsyncEngine.shared(binary)
         try:
             info: Optional[c.SandboxData] = None
             async for ev in engine._aop_build(args):
@@ -1361,7 +1452,7 @@ class AsyncSandbox:
             args["controlEndpoint"] = control_endpoint
         if region is not None:
             args["region"] = region
-        engine = await AsyncEngine.start(binary)
+        engine = await AsyncEngine.shared(binary)
         try:
             return cls(engine, await engine._aop_attach(args))
         except BaseException:
@@ -1380,7 +1471,7 @@ class AsyncSandbox:
             args["region"] = region
         if image_version is not None:
             args["imageVersion"] = image_version
-        engine = await AsyncEngine.start(binary)
+        engine = await AsyncEngine.shared(binary)
         try:
             return cls(engine, await engine._aop_restore(cast(c.RestoreArgs, args)))
         except BaseException:
@@ -1481,7 +1572,9 @@ class AsyncSandbox:
                group: Optional[int] = None, limits: Optional[Dict[str, int]] = None) -> AsyncExecStream:
         """Sandbox.stream; leaving the `async for` early, or cancelling it, kills the command."""
         args = _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group, limits)
-        return _AsyncKillingStream(self._engine, args["execId"], self._engine._aop_stream(args))
+        sargs = cast(c.StreamArgs, args)  # the same keys; a sink is added by _asink_stream
+        events = self._engine._asink_stream("stream", sargs) if _sink.supported() else self._engine._aop_stream(sargs)
+        return _AsyncKillingStream(self._engine, args["execId"], events)
 
     async def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                     timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
@@ -1528,7 +1621,8 @@ class AsyncSandbox:
         return CostReport._from((await self._engine._aop_cost({}))["report"])
 
     async def close(self) -> None:
-        """End the engine: a sandbox this process launched is terminated, a local emulator stops."""
+        """Let the sandbox go: one this process launched is terminated (a local
+        one's emulator stops); the loop's engine lives on for the next."""
         await self._engine.close()
 
     async def __aenter__(self) -> "AsyncSandbox":

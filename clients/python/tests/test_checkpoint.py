@@ -5,7 +5,7 @@ import asyncio
 import unittest
 
 from microvms import AsyncSandbox, InvalidArgError, Sandbox
-from microvms.errors import MicrovmError
+from microvms.errors import MicrovmError, PreconditionError
 
 from .engine_env import require_engine
 
@@ -61,6 +61,26 @@ class CheckpointTest(unittest.TestCase):
                     self.assertTrue(r.stdout.startswith("one\n750\n"), r.stdout)
                 self.assertIn("py-async", [c["name"] for c in await sb.checkpoints.list()])
                 self.assertGreaterEqual(len(await sb.checkpoints.remove("py-async")), 1)
+        asyncio.run(flow())
+
+    def test_bake_without_a_base_is_refused(self) -> None:
+        # Catches: a bake on an emulator with no base image for FROM handed
+        # back as an image (its launches would lack the files), sync and
+        # async alike, and a refusal that does not say what it needs.
+        with Sandbox.build(local=True) as sb:
+            self.assertEqual(sb.run(SETUP).exit_code, 0)
+            sb.checkpoint(paths=[DIR], name="py-bake")
+            with self.assertRaises(PreconditionError) as refused:
+                sb.checkpoints.bake("py-bake", name="py-baked")
+            self.assertIn("--base-image", str(refused.exception))
+            self.assertEqual(refused.exception.exit_code, 12)
+
+        async def flow() -> None:
+            async with await AsyncSandbox.build(local=True) as sb:
+                self.assertEqual((await sb.run(SETUP)).exit_code, 0)
+                await sb.checkpoint(paths=[DIR], name="py-abake")
+                with self.assertRaises(PreconditionError):
+                    await sb.checkpoints.bake("py-abake")
         asyncio.run(flow())
 
 

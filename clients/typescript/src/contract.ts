@@ -67,6 +67,7 @@ export const OPS = {
   keepalive: { response: "microvm.keepalive", streams: false },
   network_show: { response: "microvm.network", streams: false },
   network_set: { response: "microvm.network", streams: false },
+  release: { response: "microvm.released", streams: false },
   cancel: { response: "microvm.exec.signalled", streams: false },
   pool_open: { response: "microvm.pool", streams: false },
   pool_wait_ready: { response: "microvm.pool", streams: false },
@@ -78,8 +79,12 @@ export const OPS = {
   checkpoint: { response: "microvm.checkpoint", streams: false },
   checkpoint_ls: { response: "microvm.checkpoint", streams: false },
   checkpoint_rm: { response: "microvm.checkpoint", streams: false },
+  checkpoint_image: { response: "microvm.checkpoint", streams: false },
   fork: { response: "microvm.run.fleet", streams: false },
   restore: { response: "microvm.sandbox", streams: false },
+  volume_sync: { response: "microvm.volume", streams: false },
+  volume_ls: { response: "microvm.volume", streams: false },
+  volume_rm: { response: "microvm.volume", streams: false },
 } as const;
 
 export type OpName = keyof typeof OPS;
@@ -295,6 +300,19 @@ export interface SecretBinding {
   readonly "placeholder": string;
 }
 
+/** The "volumeInfo" shape of api/cli.yaml. */
+export interface VolumeInfo {
+  readonly "name": string;
+  /** newest first; at most the kept number (3 unless configured) */
+  readonly "generations": CheckpointManifest[];
+  /** the MicroVM id holding the volume's lease, or null when none is held */
+  readonly "holder": (string) | null;
+  /** RFC 3339 expiry of the lease unless renewed, or null */
+  readonly "leaseExpires": (string) | null;
+  /** the lease's holder stopped renewing: the next attach takes the volume over */
+  readonly "leaseExpired": boolean;
+}
+
 /** The data of a microvm.sandbox envelope. */
 export interface SandboxData {
   readonly "microvmId": string;
@@ -479,6 +497,16 @@ export interface NetworkData {
   readonly "network": NetworkState;
 }
 
+/** The data of a microvm.released envelope. */
+export interface ReleasedData {
+  /** the handle released */
+  readonly "sandbox": string;
+  /** release tore down a sandbox this handle launched and nobody had terminated */
+  readonly "terminated": boolean;
+  /** what that teardown could not delete */
+  readonly "leaked": string[];
+}
+
 /** The data of a microvm.pool envelope. */
 export interface PoolData {
   readonly "size": number;
@@ -525,6 +553,17 @@ export interface CheckpointData {
   readonly "bucket": string;
   /** image: the new image whose launches start with the checkpoint's files in place; null otherwise */
   readonly "image": (BakedImage) | null;
+}
+
+/** The data of a microvm.volume envelope. */
+export interface VolumeData {
+  readonly "action": "ls" | "rm" | "sync";
+  /** ls: every volume by name; empty otherwise */
+  readonly "volumes": VolumeInfo[];
+  /** rm: the S3 keys deleted (generations' manifests and objects, the lease) */
+  readonly "removed": string[];
+  /** sync: the generation saved of each volume the MicroVM holds */
+  readonly "saved": CheckpointManifest[];
 }
 
 /** One "output" event of a stream. */
@@ -620,6 +659,8 @@ export interface CreateArgs {
   readonly "networkDenyAll"?: boolean;
   /** credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error */
   readonly "secrets"?: string[];
+  /** NAME:/path entries (run --volume): each volume's newest generation is laid at /path before create answers (an empty directory on first use) under a lease this sandbox holds until terminate, which saves a last generation; a volume another live sandbox holds is refused (ERR_CHECKPOINT_REFUSED naming the holder). Volumes live where checkpoints do: MICROVM_BUCKET, else the emulator's microvm-checkpoints */
+  readonly "volumes"?: string[];
   /** true turns off the keep-awake GET /v1/health the library sends through the endpoint while a run, stream or transfer is in flight; by default a MicroVM with an idle policy gets one at a quarter of maxIdleDurationSeconds, since the platform suspends it after that long without an inbound request however busy it is */
   readonly "noKeepAwake"?: boolean;
 }
@@ -689,29 +730,31 @@ export interface RunArgs {
   readonly "pidsLimit"?: number;
 }
 
-/** The arguments of stream: run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection. Every key may be left out. */
+/** The arguments of stream: run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection. Every key may be left out. */
 export interface StreamArgs {
-  /** argv; with shell, one script string */
+  /** as run's */
   readonly "command"?: string[];
-  /** run the command through /bin/sh -c */
+  /** as run's */
   readonly "shell"?: boolean;
   readonly "cwd"?: string;
-  /** NAME=value entries added to the command's environment */
+  /** as run's */
   readonly "env"?: string[];
-  /** agentd kills the child after this long; zero is no limit */
+  /** as run's */
   readonly "timeoutSec"?: number;
-  /** the idempotency key; empty mints one */
+  /** as run's */
   readonly "execId"?: string;
-  /** the numeric uid the command runs as; empty keeps the daemon's */
+  /** as run's */
   readonly "user"?: string;
-  /** the numeric gid the command runs as; empty keeps the daemon's */
+  /** as run's */
   readonly "group"?: string;
-  /** limits.memory_bytes: over it the guest kernel OOM-kills this command alone; zero is no limit. A guest that cannot apply a limit refuses the command (limits_unavailable) rather than run it unlimited (additive) */
+  /** as run's */
   readonly "memoryLimitBytes"?: number;
-  /** limits.cpu_millicores: thousandths of a CPU (500 is half a CPU); zero is no limit (additive) */
+  /** as run's */
   readonly "cpuMillicores"?: number;
-  /** limits.pids: most processes and threads alive at once; zero is no limit (additive) */
+  /** as run's */
   readonly "pidsLimit"?: number;
+  /** a FIFO (or file) on the engine's host the caller opened for reading: every output, gap and exit event goes there as agentd's binary frames (api/openapi.yaml x-frames: raw bytes, no text encoding, nothing lossy), exit last, and no event frame is sent; the final envelope still ends the request. Empty sends event frames */
+  readonly "sink"?: string;
 }
 
 /** The arguments of write: write a whole file, creating its parent directories. Every key may be left out. */
@@ -729,6 +772,8 @@ export interface ReadArgs {
   readonly "path"?: string;
   /** a host file to write the bytes to instead of dataBase64 (which is then empty): the bytes never cross the engine pipe */
   readonly "localPath"?: string;
+  /** a FIFO, file or Unix socket on the engine's host (as stream's sink) the file's bytes are written to as they arrive, raw (no frames), instead of dataBase64 or localPath; at most DEFAULT_MAX_DOWNLOAD_BYTES. The answer's bytes says how many were sent: a reader that got fewer lost the rest */
+  readonly "sink"?: string;
 }
 
 /** The arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries or MAX_LIST_BYTES of their text it fails TooLarge naming the bound. Every key may be left out. */
@@ -817,6 +862,8 @@ export interface FollowArgs {
   readonly "execId"?: string;
   /** the first output byte to send; nextOffset of an earlier stream resumes it */
   readonly "offset"?: number;
+  /** a FIFO (or file) on the engine's host the caller opened for reading: every output, gap and exit event goes there as agentd's binary frames (api/openapi.yaml x-frames: raw bytes, no text encoding, nothing lossy), exit last, and no event frame is sent; the final envelope still ends the request. Empty sends event frames */
+  readonly "sink"?: string;
 }
 
 /** The arguments of kill: signal the exec's process group, SIGTERM then SIGKILL after the daemon's grace; killed false means it had already gone (also success). Every key may be left out. */
@@ -910,6 +957,10 @@ export interface NetworkSetArgs {
   readonly "allow"?: string[];
   /** allow nothing; required when allow is empty, so an empty list is never a mistake that cuts the network */
   readonly "denyAll"?: boolean;
+}
+
+/** The arguments of release: end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine. Every key may be left out. */
+export interface ReleaseArgs {
 }
 
 /** The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out. */
@@ -1012,6 +1063,14 @@ export interface CheckpointRmArgs {
   readonly "ref"?: string;
 }
 
+/** The arguments of checkpoint_image: bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left. Every key may be left out. */
+export interface CheckpointImageArgs {
+  /** the checkpoint's name or digest */
+  readonly "ref"?: string;
+  /** the new image's name; empty is the source image's name and the digest's first 12 characters */
+  readonly "name"?: string;
+}
+
 /** The arguments of fork: checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running. Every key may be left out. */
 export interface ForkArgs {
   /** how many copies, 1..MAX_FLEET_COUNT */
@@ -1050,6 +1109,20 @@ export interface RestoreArgs {
   readonly "imageVersion"?: string;
 }
 
+/** The arguments of volume_sync: save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID. Every key may be left out. */
+export interface VolumeSyncArgs {
+}
+
+/** The arguments of volume_ls: every stored volume with its generations and lease: the CLI's volume ls. Every key may be left out. */
+export interface VolumeLsArgs {
+}
+
+/** The arguments of volume_rm: delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm. Every key may be left out. */
+export interface VolumeRmArgs {
+  /** the volume's name */
+  readonly "name"?: string;
+}
+
 /** One typed method per op; a subclass sends the request in call and stream. */
 export abstract class Ops {
   protected abstract call(op: OpName, args: object): Promise<unknown>;
@@ -1080,7 +1153,7 @@ export abstract class Ops {
     return (await this.call("run", args)) as ExecResultData;
   }
 
-  /** run a command and send its output as event frames while it runs; the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data. */
+  /** run a command and send its output as event frames while it runs (or, with sink, as binary frames into that host FIFO or file); the stream resumes at its byte offset after a dropped connection; the last item is the envelope's data. */
   protected opStream(args: StreamArgs): AsyncIterable<StreamEvent | ExecStreamData> {
     return this.stream("stream", args) as AsyncIterable<StreamEvent | ExecStreamData>;
   }
@@ -1235,6 +1308,11 @@ export abstract class Ops {
     return (await this.call("network_set", args)) as NetworkData;
   }
 
+  /** end the sandbox handle the request names: what it launched is torn down (volumes saved and released, a pool closed, a local emulator stopped) as the engine's end would, and the handle is forgotten, so it can be reused. Never a failure once the handle exists; the default sandbox (no handle) ends only with the engine. */
+  protected async opRelease(args: ReleaseArgs): Promise<ReleasedData> {
+    return (await this.call("release", args)) as ReleasedData;
+  }
+
   /** end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. */
   protected async opCancel(args: CancelArgs): Promise<ExecSignalledData> {
     return (await this.call("cancel", args)) as ExecSignalledData;
@@ -1290,6 +1368,11 @@ export abstract class Ops {
     return (await this.call("checkpoint_rm", args)) as CheckpointData;
   }
 
+  /** bake a stored checkpoint into a new image whose launches start with its files in place: the CLI's checkpoint image. Locally the engine's emulator needs a base image for FROM (build's baseImage); without one the bake is refused (ERR_PRECONDITION) and nothing is left. */
+  protected async opCheckpointImage(args: CheckpointImageArgs): Promise<CheckpointData> {
+    return (await this.call("checkpoint_image", args)) as CheckpointData;
+  }
+
   /** checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running. */
   protected async opFork(args: ForkArgs): Promise<RunFleetData> {
     return (await this.call("fork", args)) as RunFleetData;
@@ -1298,5 +1381,20 @@ export abstract class Ops {
   /** launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches. */
   protected async opRestore(args: RestoreArgs): Promise<SandboxData> {
     return (await this.call("restore", args)) as SandboxData;
+  }
+
+  /** save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID. */
+  protected async opVolumeSync(args: VolumeSyncArgs): Promise<VolumeData> {
+    return (await this.call("volume_sync", args)) as VolumeData;
+  }
+
+  /** every stored volume with its generations and lease: the CLI's volume ls. */
+  protected async opVolumeLs(args: VolumeLsArgs): Promise<VolumeData> {
+    return (await this.call("volume_ls", args)) as VolumeData;
+  }
+
+  /** delete a volume (every generation and its lease); one a live sandbox holds is refused naming the holder: the CLI's volume rm. */
+  protected async opVolumeRm(args: VolumeRmArgs): Promise<VolumeData> {
+    return (await this.call("volume_rm", args)) as VolumeData;
   }
 }

@@ -9,16 +9,20 @@
  * process over the line protocol of api/engine.yaml, whose types
  * (src/contract.ts) are generated. Nothing here decides what Go decides.
  */
+import { isUtf8 } from "node:buffer";
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import { access, mkdtemp, readFile, rm, statfs, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, join, resolve as resolvePath } from "node:path";
+import { createServer, type Socket } from "node:net";
 import { createInterface } from "node:readline";
 
 import * as C from "./contract.js";
 import { bundledBinary } from "./packaged.js";
+import { FrameError, FrameReader, type Frame } from "./frames.js";
+import { FRAME } from "./wire.js";
 
 export * as contract from "./contract.js";
 export { ERROR_KINDS, PROTOCOL_VERSION, type ErrorCode } from "./contract.js";
@@ -133,18 +137,26 @@ interface Pending {
   done(env: Record<string, unknown> | null): void;
 }
 
-/** A running `microvm engine`: requests out on stdin, frames routed back by id. */
-class Engine extends C.Ops {
-  private readonly proc: ChildProcess;
+/**
+ * A running `microvm engine` process: requests out on stdin, frames routed
+ * back by id. Every Engine on it (one per sandbox handle) shares its ids.
+ */
+class EngineProcess {
+  readonly proc: ChildProcess;
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
-  private exited = false;
+  private nextHandle = 0;
+  /** Handles not yet released. */
+  live = 0;
+  exited = false;
   private closing = false;
   private readonly exit: Promise<void>;
 
-  constructor(binary?: string) {
-    super();
-    this.proc = spawn(findBinary(binary), ["engine"], { stdio: ["pipe", "pipe", "inherit"] });
+  constructor(readonly binary: string) {
+    this.proc = spawn(binary, ["engine"], { stdio: ["pipe", "pipe", "inherit"] });
+    // A write to an engine that just died fails EPIPE; its "close" answers
+    // every pending request with the error naming it, so this one is not news.
+    this.proc.stdin!.on("error", () => {});
     this.exit = new Promise((resolve) => {
       this.proc.once("close", () => {
         this.exited = true;
@@ -175,8 +187,9 @@ class Engine extends C.Ops {
     this.refresh();
   }
 
-  get pid(): number | undefined {
-    return this.proc.pid;
+  /** A new sandbox handle on this engine. */
+  handle(): string {
+    return `sb-${++this.nextHandle}`;
   }
 
   /** Keep Node alive only while a request waits, so a forgotten Sandbox does not hang the process. */
@@ -189,21 +202,97 @@ class Engine extends C.Ops {
     }
   }
 
-  private send(op: C.OpName, args: object, p: Pending): void {
+  /** Send one request; the id it went under (0 when the engine is gone and p was told so). */
+  send(op: C.OpName, args: object, p: Pending, sandbox?: string): number {
     if (this.exited) {
       p.done(null);
-      return;
+      return 0;
     }
     const id = ++this.nextId;
     this.pending.set(id, p);
     this.refresh();
-    this.proc.stdin!.write(JSON.stringify({ id, op, args }) + "\n");
+    const req: Record<string, unknown> = { id, op, args };
+    if (sandbox !== undefined) req.sandbox = sandbox;
+    this.proc.stdin!.write(JSON.stringify(req) + "\n");
+    return id;
+  }
+
+  inFlight(id: number): boolean {
+    return !this.exited && this.pending.has(id);
+  }
+
+  dead(): UnexpectedError {
+    return new UnexpectedError(`the microvm engine (${this.binary}, pid ${this.proc.pid}) exited before answering (exit status ${this.proc.exitCode}); its stderr says why`, "ERR_UNEXPECTED");
+  }
+
+  /** End the engine: it tears down what it launched under every handle, and stops its emulators. */
+  async close(): Promise<void> {
+    this.closing = true;
+    this.refresh();
+    if (!this.exited) this.proc.stdin!.end();
+    await this.exit;
+  }
+}
+
+/**
+ * The engines this process shares among its sandboxes, one per binary
+ * (api/engine.yaml request sandbox): a create costs a request, not a Go
+ * process start. Node's exit closes the pipe, which ends each engine and
+ * tears down what it launched.
+ */
+const sharedEngines = new Map<string, EngineProcess>();
+
+/**
+ * The key of the shared engine for binary: the engine reads its settings
+ * (region, endpoints, bucket) from the environment it started with, so a
+ * changed process.env gets another one; one left behind ends with its last
+ * sandbox.
+ */
+function sharedKey(binary: string): string {
+  return JSON.stringify([binary, Object.entries(process.env).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))]);
+}
+
+/** A `microvm engine` as one sandbox sees it: its own process, or a handle on the shared one. */
+class Engine extends C.Ops {
+  private released = false;
+
+  private constructor(private readonly p: EngineProcess, private readonly sandbox?: string) {
+    super();
+  }
+
+  /** An engine of its own, ended by close. */
+  static own(binary?: string): Engine {
+    return new Engine(new EngineProcess(findBinary(binary)));
+  }
+
+  /** A new sandbox handle on this process's engine for binary, started (or restarted, when it died) on first use. */
+  static shared(binary?: string): Engine {
+    const path = findBinary(binary);
+    const key = sharedKey(path);
+    let p = sharedEngines.get(key);
+    if (p === undefined || p.exited) {
+      p = new EngineProcess(path);
+      sharedEngines.set(key, p);
+    }
+    p.live++;
+    return new Engine(p, p.handle());
+  }
+
+  get pid(): number | undefined {
+    return this.p.proc.pid;
+  }
+
+  /** The sandbox handle on a shared engine; undefined when the engine is this sandbox's own. */
+  get handle(): string | undefined {
+    return this.sandbox;
+  }
+
+  private send(op: C.OpName, args: object, p: Pending): number {
+    return this.p.send(op, args, p, this.sandbox);
   }
 
   private settle(env: Record<string, unknown> | null): unknown {
-    if (env === null) {
-      throw new UnexpectedError(`the microvm engine exited before answering (exit status ${this.proc.exitCode}); its stderr says why`, "ERR_UNEXPECTED");
-    }
+    if (env === null) throw this.p.dead();
     if (env.status !== "ok") throw fromEnvelope(env as unknown as C.FailureEnvelope);
     return env.data;
   }
@@ -233,8 +322,7 @@ class Engine extends C.Ops {
       queue.push(item);
       wake?.();
     };
-    this.send(op, args, { event: (ev) => push({ ev }), done: (env) => push({ env }) });
-    const id = (this.lastStreamId = this.nextId);
+    const id = (this.lastStreamId = this.send(op, args, { event: (ev) => push({ ev }), done: (env) => push({ env }) }));
     const settle = this.settle.bind(this);
     const cancel = (requestId: number) => this.cancelRequest(requestId);
     return {
@@ -260,12 +348,81 @@ class Engine extends C.Ops {
     };
   }
 
+  /**
+   * stream() with the events read as binary frames from a Unix socket the
+   * engine dials (the op's sink, api/engine.yaml): the output's exact bytes
+   * (data beside text), never JSON-escaped onto the engine pipe. The
+   * request is sent at once, as stream() sends it.
+   */
+  protected sinkStream(op: C.OpName, args: object): AsyncIterable<unknown> {
+    let envelope: Promise<Record<string, unknown> | null> = Promise.resolve(null);
+    let id = 0;
+    const setup = (async () => {
+      const dir = await mkdtemp(join(tmpdir(), "microvm-sink-"));
+      const path = join(dir, "s");
+      const server = createServer();
+      const conn = new Promise<Socket>((resolve) => server.once("connection", resolve));
+      try {
+        await new Promise<void>((resolve, reject) => {
+          server.once("error", reject);
+          server.listen(path, () => resolve());
+        });
+      } catch (err) {
+        await rm(dir, { recursive: true, force: true });
+        throw err;
+      }
+      envelope = new Promise((resolve) => {
+        id = this.send(op, { ...args, sink: path }, { event: () => {}, done: resolve });
+      });
+      return { dir, server, conn };
+    })();
+    setup.catch(() => undefined); // surfaced when iterated
+    const settle = this.settle.bind(this);
+    const cancel = (requestId: number) => this.cancelRequest(requestId);
+    return {
+      async *[Symbol.asyncIterator]() {
+        const { dir, server, conn } = await setup;
+        let sock: Socket | undefined;
+        let finished = false;
+        try {
+          const first = await Promise.race([conn, envelope.then(() => undefined)]);
+          // The engine closes the sink before it answers, so an answer can
+          // overtake the connection's accept: a success, or a failure that
+          // had sent events, means a connection is there to read.
+          sock = first ?? (sinkWasUsed(await envelope) ? await conn : undefined);
+          if (sock) {
+            const chunks = sock[Symbol.asyncIterator]();
+            const reader = new FrameReader({
+              read: async () => {
+                const r = await chunks.next();
+                return r.done ? { done: true } : { done: false, value: r.value as Uint8Array };
+              },
+            });
+            for (let f = await reader.next(); f; f = await reader.next()) yield sinkEvent(f);
+          }
+          const env = await envelope;
+          finished = true;
+          yield settle(env);
+        } finally {
+          sock?.destroy();
+          server.close();
+          await rm(dir, { recursive: true, force: true });
+          // Left early: end the engine's request now; its write to the
+          // closed socket fails anyway.
+          if (!finished) await cancel(id);
+        }
+      },
+    };
+  }
+
   // The generated per-op methods, opened to this module.
   create(a: C.CreateArgs) { return this.opCreate(a); }
   attach(a: C.AttachArgs) { return this.opAttach(a); }
   info() { return this.opInfo({}); }
   run(a: C.RunArgs) { return this.opRun(a); }
-  streamExec(a: C.StreamArgs) { return this.opStream(a); }
+  // The engine's sink (binary frames over a Unix socket) where there are
+  // Unix sockets; its event lines on Windows.
+  streamExec(a: C.StreamArgs) { return (SINKS ? this.sinkStream("stream", a) : this.opStream(a)) as AsyncIterable<C.StreamEvent | C.ExecStreamData>; }
   write(a: C.WriteArgs) { return this.opWrite(a); }
   read(a: C.ReadArgs) { return this.opRead(a); }
   list(a: C.ListArgs) { return this.opList(a); }
@@ -281,7 +438,7 @@ class Engine extends C.Ops {
   start(a: C.StartArgs) { return this.opStart(a); }
   poll(a: C.PollArgs) { return this.opPoll(a); }
   wait(a: C.WaitArgs) { return this.opWait(a); }
-  follow(a: C.FollowArgs) { return this.opFollow(a); }
+  follow(a: C.FollowArgs) { return SINKS ? this.sinkStream("follow", a) : this.opFollow(a); }
   kill(a: C.KillArgs) { return this.opKill(a); }
   signal(a: C.SignalArgs) { return this.opSignal(a); }
   resize(a: C.ResizeArgs) { return this.opResize(a); }
@@ -307,21 +464,40 @@ class Engine extends C.Ops {
   checkpoint(a: C.CheckpointArgs) { return this.opCheckpoint(a); }
   checkpointLs(a: C.CheckpointLsArgs) { return this.opCheckpointLs(a); }
   checkpointRm(a: C.CheckpointRmArgs) { return this.opCheckpointRm(a); }
+  checkpointImage(a: C.CheckpointImageArgs) { return this.opCheckpointImage(a); }
+  volumeSync() { return this.opVolumeSync({}); }
+  volumeLs() { return this.opVolumeLs({}); }
+  volumeRm(a: C.VolumeRmArgs) { return this.opVolumeRm(a); }
   fork(a: C.ForkArgs) { return this.opFork(a); }
   restore(a: C.RestoreArgs) { return this.opRestore(a); }
 
   /** End in-flight request requestId (a watch, a follow, a wait); a request already answered, or a gone engine, is no error. */
   async cancelRequest(requestId: number): Promise<void> {
-    if (this.exited || !this.pending.has(requestId)) return;
+    if (!this.p.inFlight(requestId)) return;
     await this.opCancel({ requestId }).catch(() => undefined);
   }
 
-  /** End the engine: it tears down what it launched and stops its emulator. */
+  /**
+   * End this sandbox's part: an own engine ends (tearing down what it
+   * launched and its emulator); a shared one releases the handle, which does
+   * the same for this sandbox alone, and lives on for the next.
+   */
   async close(): Promise<void> {
-    this.closing = true;
-    this.refresh();
-    if (!this.exited) this.proc.stdin!.end();
-    await this.exit;
+    if (this.sandbox === undefined) {
+      await this.p.close();
+      return;
+    }
+    if (this.released) return;
+    this.released = true;
+    // A dead engine took what it launched with it.
+    if (!this.p.exited) await this.opRelease({}).catch(() => undefined);
+    this.p.live--;
+    const key = sharedKey(this.p.binary);
+    if (this.p.live === 0 && sharedEngines.get(key) !== this.p) {
+      // An engine of an environment no longer current, now unused.
+      for (const [k, v] of sharedEngines) if (v === this.p) sharedEngines.delete(k);
+      await this.p.close();
+    }
   }
 }
 
@@ -359,12 +535,38 @@ function toResult(d: C.ExecResultData): ExecResult {
 }
 
 /** Output as it arrived: `text` is UTF-8 with invalid bytes replaced (`lossy` says whether any were). */
-export interface OutputChunk { readonly kind: "output"; readonly stream: string; readonly offset: number; readonly text: string; readonly size: number; readonly lossy: boolean }
+export interface OutputChunk {
+  readonly kind: "output"; readonly stream: string; readonly offset: number; readonly text: string; readonly size: number; readonly lossy: boolean;
+  /** The exact bytes (text is them decoded, lossy when they are not UTF-8). */
+  readonly data?: Uint8Array;
+}
 /** Output [start, end) was lost before it was read. */
 export interface Gap { readonly kind: "gap"; readonly start: number; readonly end: number }
 /** The terminal event: its absence is what tells a cut stream from a finished command. */
 export interface Exit { readonly kind: "exit"; readonly exitCode: number | null; readonly signal: number | null; readonly truncated: boolean; readonly writersMayBeAlive: boolean; readonly offset: number }
 export type StreamItem = OutputChunk | Gap | Exit;
+
+/**
+ * An output chunk that came as exact bytes (the engine's sink): text is
+ * decoded only when read, since a consumer of data alone should not pay for
+ * a string of every byte.
+ */
+class ExactOutputChunk implements OutputChunk {
+  readonly kind = "output" as const;
+  readonly size: number;
+  readonly lossy: boolean;
+  declare readonly text: string;
+  constructor(readonly stream: string, readonly offset: number, readonly data: Uint8Array) {
+    this.size = data.length;
+    this.lossy = !isUtf8(data);
+    let decoded: string | undefined;
+    // An own, enumerable getter: JSON.stringify and spreads still see text.
+    Object.defineProperty(this, "text", {
+      enumerable: true,
+      get: () => (decoded ??= Buffer.from(data.buffer, data.byteOffset, data.length).toString("utf8")),
+    });
+  }
+}
 
 /** A command's output as it arrives; the engine's stream resumes at its byte offset after a dropped connection. */
 export class ExecStream implements AsyncIterable<StreamItem> {
@@ -382,7 +584,8 @@ export class ExecStream implements AsyncIterable<StreamItem> {
         if (!("event" in ev)) {
           this.summary = ev;
         } else if (ev.event === "output") {
-          yield { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy };
+          const data = (ev as { data?: Uint8Array }).data;
+          yield data ? new ExactOutputChunk(ev.stream, ev.offset, data) : { kind: "output", stream: ev.stream, offset: ev.offset, text: ev.text, size: ev.bytes, lossy: ev.lossy };
         } else if (ev.event === "gap") {
           yield { kind: "gap", start: ev.from, end: ev.to };
         } else {
@@ -433,6 +636,33 @@ export interface ExecOptions {
   cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string; limits?: ExecLimits;
   /** run and stream: an abort kills the command (its process group); the run or stream then ends with its exit. */
   signal?: AbortSignal;
+}
+
+/** Whether streams go through the engine's sink (a Unix socket path). */
+const SINKS = process.platform !== "win32";
+
+/** One sink frame as the engine's event line would carry it, with the exact bytes of an output frame under data. */
+function sinkEvent(f: Frame): Record<string, unknown> {
+  if (f.type === FRAME.stdout || f.type === FRAME.stderr) {
+    // text and lossy are ExecStream's ExactOutputChunk's, computed from data
+    // when asked for.
+    return { event: "output", stream: f.type === FRAME.stdout ? "stdout" : "stderr", offset: Number(f.offset), bytes: f.payload.length, data: f.payload };
+  }
+  const doc = JSON.parse(Buffer.from(f.payload.buffer, f.payload.byteOffset, f.payload.length).toString("utf8")) as Record<string, unknown>;
+  if (f.type === FRAME.gap) return { event: "gap", from: doc.from, to: doc.to };
+  if (f.type === FRAME.exit) {
+    return { event: "exit", exitCode: doc.exit_code ?? null, signal: doc.signal ?? null, truncated: doc.truncated === true,
+      writersMayBeAlive: doc.writers_may_be_alive === true, offset: doc.offset ?? Number(f.offset) };
+  }
+  throw new FrameError(`a sink frame of type ${f.type}`);
+}
+
+/** Whether the engine's answer says it opened the sink: a success, or a failure after events. */
+function sinkWasUsed(env: Record<string, unknown> | null): boolean {
+  if (env === null) return false;
+  if (env.status === "ok") return true;
+  const data = env.data as { events?: number } | undefined;
+  return (data?.events ?? 0) > 0;
 }
 
 function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunArgs {
@@ -655,7 +885,7 @@ export interface KeepaliveReport { readonly microvmId: string; readonly pings: n
 /** One event of a local image build: a step's start or end, or a line of its output. */
 export interface BuildProgress { readonly step: number; readonly steps: number; readonly instruction: string; readonly text: string; readonly done: boolean; readonly cached: boolean }
 
-export interface BuildOptions extends Omit<CreateOptions, "image" | "imageVersion" | "agentd" | "timeoutSec"> {
+export interface BuildOptions extends Omit<CreateOptions, "image" | "imageVersion" | "agentd" | "timeoutSec" | "volumes"> {
   /** A Dockerfile on this host (its directory is the build context locally); unset builds the default stanza. */
   dockerfile?: string;
   /** The size class by its baseline memory in MiB; 0 or unset is the default class. */
@@ -694,6 +924,15 @@ export interface CreateOptions {
    * headers on the way out, outside the guest.
    */
   secrets?: Record<string, Secret>;
+  /**
+   * Volumes (issue 47) as { NAME: "/path" } (`microvm run --volume NAME:/path`):
+   * each one's newest generation is laid at its path before create resolves
+   * (an empty directory on first use), under a lease this sandbox holds until
+   * terminate, which saves a last generation; `sb.volumes.sync()` saves one
+   * sooner. A volume another live sandbox holds throws CheckpointRefusedError
+   * naming the holder. They live in MICROVM_BUCKET, else the emulator's store.
+   */
+  volumes?: Record<string, string>;
   /** The microvm binary; unset: $MICROVM_BIN, then PATH. */
   binary?: string;
 }
@@ -757,9 +996,13 @@ export class Sandbox implements AsyncDisposable {
   /** The stored checkpoints (issue 47): MICROVM_BUCKET on AWS, the emulator's S3 slice locally. */
   readonly checkpoints: Checkpoints;
 
+  /** The volumes this sandbox holds (create's volumes) and the stored ones. */
+  readonly volumes: Volumes;
+
   private constructor(private readonly engine: Engine, private info: C.SandboxData) {
     this.files = new Files(engine);
     this.checkpoints = new Checkpoints(engine);
+    this.volumes = new Volumes(engine);
   }
 
   /**
@@ -769,7 +1012,7 @@ export class Sandbox implements AsyncDisposable {
    * launches. The store is a running emulator's (controlEndpoint) or AWS's.
    */
   static async restore(checkpoint: string, opts: RestoreOptions = {}): Promise<Sandbox> {
-    const engine = new Engine(opts.binary);
+    const engine = Engine.shared(opts.binary);
     try {
       return new Sandbox(engine, await engine.restore({
         ref: checkpoint, local: false, region: opts.region ?? "", controlEndpoint: opts.controlEndpoint ?? "", agentd: "",
@@ -793,11 +1036,12 @@ export class Sandbox implements AsyncDisposable {
   }
 
   static async create(opts: CreateOptions = {}): Promise<Sandbox> {
-    const { binary, networkAllow, networkDenyAll, secrets, ...rest } = opts;
+    const { binary, networkAllow, networkDenyAll, secrets, volumes, ...rest } = opts;
     const net = networkArgs({ networkAllow, networkDenyAll, secrets });
-    const engine = new Engine(binary);
+    const vols = volumes ? { volumes: Object.entries(volumes).map(([name, path]) => `${name}:${path}`) } : {};
+    const engine = Engine.shared(binary);
     try {
-      return new Sandbox(engine, await engine.create({ ...rest, ...net }));
+      return new Sandbox(engine, await engine.create({ ...rest, ...net, ...vols }));
     } catch (err) {
       await engine.close();
       throw err;
@@ -810,7 +1054,7 @@ export class Sandbox implements AsyncDisposable {
    */
   static async build(opts: BuildOptions = {}): Promise<Sandbox> {
     const { binary, onProgress, dockerfile, ...rest } = opts;
-    const engine = new Engine(binary);
+    const engine = Engine.shared(binary);
     try {
       let data: C.SandboxData | null = null;
       for await (const ev of engine.build({ ...rest, ...(dockerfile !== undefined ? { dockerfile: resolvePath(dockerfile) } : {}) }) as AsyncIterable<Record<string, unknown>>) {
@@ -831,7 +1075,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** Reach a MicroVM another process launched; closing an attached sandbox leaves it running. */
   static async attach(microvmId: string, opts: AttachOptions): Promise<Sandbox> {
-    const engine = new Engine(opts.binary);
+    const engine = Engine.shared(opts.binary);
     try {
       return new Sandbox(engine, await engine.attach({
         microvmId, agentToken: opts.agentToken,
@@ -980,7 +1224,7 @@ export class Sandbox implements AsyncDisposable {
     return { label: r.label, size: r.size, items: r.lines, totalUsd: r.totalUsd, isLowerBound: r.isLowerBound, staleness: r.staleness, text: r.text };
   }
 
-  /** End the engine: a sandbox this process launched is terminated, a local emulator stops. */
+  /** Let the sandbox go: one this process launched is terminated (a local one's emulator stops); the process's engine lives on for the next. */
   async close(): Promise<void> { await this.engine.close(); }
 
   async [Symbol.asyncDispose](): Promise<void> { await this.close(); }
@@ -1032,7 +1276,7 @@ export interface RunManyOptions {
  * non-zero exit is a result in its run, not a throw.
  */
 export async function runMany(command: string, opts: RunManyOptions): Promise<FleetResult> {
-  const engine = new Engine(opts.binary);
+  const engine = Engine.own(opts.binary);
   try {
     return await fleetOf(() => engine.runMany({
       count: opts.count, parallel: opts.parallel ?? 0, command, local: opts.local ?? false, image: opts.image ?? "",
@@ -1103,6 +1347,25 @@ export class Checkpoints {
   async list(name = ""): Promise<C.CheckpointManifest[]> { return (await this.engine.checkpointLs({ name })).checkpoints; }
   /** Remove a checkpoint by name or digest; the bucket keys deleted. */
   async remove(ref: string): Promise<string[]> { return (await this.engine.checkpointRm({ ref })).removed; }
+  /**
+   * Bake checkpoint ref into a new image whose launches start with its files
+   * in place (`microvm checkpoint image`); name defaults to the source
+   * image's name and the digest's first 12 characters. Locally the emulator
+   * needs a base image for FROM (Sandbox.build's baseImage); without one it
+   * throws PreconditionError and leaves nothing behind.
+   */
+  async bake(ref: string, name = ""): Promise<C.BakedImage> { return (await this.engine.checkpointImage({ ref, name })).image!; }
+}
+
+/** The volumes, through a sandbox's engine: one sandbox writes a volume at a time. */
+export class Volumes {
+  constructor(private readonly engine: Engine) {}
+  /** Save a new generation of every volume this sandbox holds; their manifests. */
+  async sync(): Promise<C.CheckpointManifest[]> { return (await this.engine.volumeSync()).saved; }
+  /** Every stored volume with its generations (newest first) and lease holder. */
+  async list(): Promise<C.VolumeInfo[]> { return (await this.engine.volumeLs()).volumes; }
+  /** Delete a volume no live sandbox holds; the bucket keys deleted. */
+  async remove(name: string): Promise<string[]> { return (await this.engine.volumeRm({ name })).removed; }
 }
 
 /** The pool as its engine last saw it. */
@@ -1117,7 +1380,7 @@ export interface PoolStatus {
   readonly leaked: string[];
 }
 
-export interface PoolOptions extends Omit<CreateOptions, "imageVersion" | "agentToken" | "timeoutSec"> {
+export interface PoolOptions extends Omit<CreateOptions, "imageVersion" | "agentToken" | "timeoutSec" | "volumes"> {
   /** Members kept launched and suspended, 1..MAX_POOL_SIZE. */
   size: number;
   /** Launches in flight at once while filling; 0 or unset is the default. */
@@ -1154,7 +1417,7 @@ export class Pool implements AsyncDisposable {
   /** Start filling a pool in the background; resolves at once. */
   static async open(opts: PoolOptions): Promise<Pool> {
     const { binary, launchEnv, ...rest } = opts;
-    const engine = new Engine(binary);
+    const engine = Engine.own(binary);
     try {
       const args: C.PoolOpenArgs = { ...rest, ...(launchEnv ? { launchEnv: Object.entries(launchEnv).map(([k, v]) => `${k}=${v}`) } : {}) };
       return new Pool(engine, await engine.poolOpen(args), binary);

@@ -1,10 +1,15 @@
 // Checkpoints through the real `microvm engine` in local mode (issue 47):
 // checkpoint, fork, list, remove. The emulator's guests start in /, which
 // a checkpoint refuses as a default, so paths are named.
-import { describe, test } from "node:test";
+import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
 
-import { InvalidArgError, Sandbox } from "../src/sandbox.js";
+import { CheckpointRefusedError, InvalidArgError, MicrovmError, PreconditionError, Sandbox } from "../src/sandbox.js";
 
 const missing = ["MICROVM_BIN", "MICROVM_AGENTD"].filter((n) => !process.env[n]);
 const skip = missing.length > 0 && !process.env.MICROVMS_REQUIRE_ENGINE ? `needs ${missing.join(" and ")}` : false;
@@ -37,6 +42,87 @@ describe("checkpoints", { skip }, () => {
       assert.ok((await sb.checkpoints.remove("ts-base")).length >= 1);
       assert.ok(!(await sb.checkpoints.list()).some((c) => c.name === "ts-base"));
       assert.equal((await sb.run(`ls ${DIR}`)).stdout, "link\nsrc\n");
+    } finally {
+      await sb.close();
+    }
+  });
+
+  // Catches: a bake on an emulator with no base image for FROM handed back
+  // as an image (its launches would lack the files), and a refusal that
+  // does not say what it needs.
+  test("a bake without a base image is refused", async () => {
+    const sb = await Sandbox.build({ local: true });
+    try {
+      assert.equal((await sb.run(SETUP)).exitCode, 0);
+      await sb.checkpoint({ paths: [DIR], name: "ts-bake" });
+      await assert.rejects(sb.checkpoints.bake("ts-bake", "ts-baked"),
+        (e: unknown) => e instanceof PreconditionError && e.exitCode === 12 && e.message.includes("--base-image"));
+    } finally {
+      await sb.close();
+    }
+  });
+});
+
+// Sandbox.restore against a running `microvm emulator`, whose S3 slice
+// outlives the engine that took the checkpoint.
+describe("restore", { skip }, () => {
+  let emu: ChildProcess | undefined;
+  let url = "";
+
+  before(async () => {
+    emu = spawn(process.env.MICROVM_BIN!, ["emulator", "--listen", "127.0.0.1:0", "--json"], {
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, MICROVM_STATE_DIR: mkdtempSync(join(tmpdir(), "rst-state-")), MICROVM_ARTIFACT_DIR: mkdtempSync(join(tmpdir(), "rst-art-")) },
+    });
+    const lines = createInterface({ input: emu.stderr! });
+    let n = 0;
+    for await (const line of lines) {
+      const at = line.indexOf(" at http://");
+      if (at >= 0) { url = line.slice(at + 4).trim(); break; }
+      if (++n > 200) break;
+    }
+    assert.ok(url, "microvm emulator never said where it serves");
+    process.env.AWS_ENDPOINT_URL = url;
+  });
+
+  after(async () => {
+    delete process.env.AWS_ENDPOINT_URL;
+    if (emu && emu.exitCode === null) {
+      const gone = new Promise((resolve) => emu!.once("exit", resolve));
+      emu.kill("SIGINT");
+      await gone;
+    }
+  });
+
+  // Catches: a restore that launches without the files (or shares the
+  // source's: the copy writes a marker the source must not see), one bound
+  // to the source's MicroVM, a corrupted object laid instead of refused,
+  // and a missing checkpoint answered with a launch.
+  test("restore lays the files; a missing or corrupted checkpoint is refused", async () => {
+    const sb = await Sandbox.build({ controlEndpoint: url });
+    try {
+      assert.equal((await sb.run(SETUP)).exitCode, 0);
+      const m = await sb.checkpoint({ paths: [DIR], name: "ts-restore" });
+      const copy = await Sandbox.restore("ts-restore", { controlEndpoint: url });
+      try {
+        assert.notEqual(copy.microvmId, sb.microvmId);
+        const out = (await copy.run(PROBE)).stdout;
+        assert.ok(out.startsWith("one\n750\n") && !out.includes("mine-"), out);
+      } finally {
+        await copy.close();
+      }
+      assert.ok(!(await sb.run(`ls ${DIR}`)).stdout.includes("mine-"));
+      await assert.rejects(Sandbox.restore("no-such-checkpoint", { controlEndpoint: url }), (e: unknown) => e instanceof MicrovmError);
+      // The object, overwritten in the emulator's S3 slice: refused before
+      // anything launches, naming the finding.
+      const digest = m.digest.replace("sha256:", "");
+      const put = await fetch(`${url}/microvm-checkpoints/checkpoints/objects/sha256-${digest}.tar.zst`, {
+        method: "PUT", body: "not the checkpoint",
+        headers: { authorization: "AWS4-HMAC-SHA256 Credential=AKID/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00", "x-amz-content-sha256": "UNSIGNED-PAYLOAD" },
+      });
+      assert.ok(put.ok, `overwriting the object: HTTP ${put.status} ${await put.text()}`);
+      await assert.rejects(Sandbox.restore("ts-restore", { controlEndpoint: url }),
+        (e: unknown) => e instanceof CheckpointRefusedError && e.exitCode === 14);
     } finally {
       await sb.close();
     }

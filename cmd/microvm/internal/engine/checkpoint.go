@@ -23,8 +23,13 @@ import (
 // control plane create or attach chose.
 func (e *engine) platformOf(ctx context.Context) (*platform.Platform, error) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.platformLocked(ctx)
+}
+
+// platformLocked is platformOf for a caller holding e.mu.
+func (e *engine) platformLocked(ctx context.Context) (*platform.Platform, error) {
 	emu, region, endpoint := e.emu, e.region, e.controlEndpoint
-	e.mu.Unlock()
 	if emu != nil {
 		return planes.Local(ctx, emu, region, e.a.Env)
 	}
@@ -92,6 +97,25 @@ func (e *engine) checkpointRm(ctx context.Context, args engineapi.CheckpointRmAr
 	}
 	d := checkpointData("rm", bucket)
 	d.Checkpoint, d.Removed = &m, keys
+	return cliapi.TypeCheckpoint, d, nil
+}
+
+// checkpointImage bakes a stored checkpoint into a new image (the CLI's
+// checkpoint image): client/checkpoint verifies it first, and refuses an
+// emulator's image built without its files.
+func (e *engine) checkpointImage(ctx context.Context, args engineapi.CheckpointImageArgs) (string, any, error) {
+	pf, err := e.platformOf(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	bucket := e.a.Env("MICROVM_BUCKET")
+	b, err := pf.BakeImage(ctx, bucket, args.Ref, args.Name)
+	if err != nil {
+		return "", nil, err
+	}
+	d := checkpointData("image", bucket)
+	d.Checkpoint = &b.Checkpoint
+	d.Image = &cliapi.BakedImage{Name: b.Name, ImageARN: b.ImageARN, Version: b.Version, ArtifactURI: b.ArtifactURI}
 	return cliapi.TypeCheckpoint, d, nil
 }
 
@@ -187,6 +211,12 @@ func (e *engine) checkpointOp(ctx context.Context, sb *sandbox.Sandbox, req engi
 			return "", nil, err
 		}
 		return e.checkpointRm(ctx, args)
+	case engineapi.OpCheckpointImage:
+		var args engineapi.CheckpointImageArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		return e.checkpointImage(ctx, args)
 	}
 	var args engineapi.ForkArgs
 	if err := decodeArgs(req.Args, &args); err != nil {

@@ -3,22 +3,22 @@ package engine
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/cost"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/engineapi"
-	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -32,12 +32,29 @@ const maxEngineLine = 4*sandbox.MaxReadFileBytes/3 + 1<<20
 // on it, but a VM left running bills.
 const engineTeardownBudget = 2 * time.Minute
 
-// engine is one engine process's state: at most one sandbox, and in local
-// mode the emulator it lives in.
-type engine struct {
+// server is one engine process: the reply stream, the requests in flight
+// (cancel's targets, by request id across every handle) and the sandboxes
+// it serves by the caller's handle (api/engine.yaml request sandbox).
+type server struct {
 	a       *render.IO
 	writeMu sync.Mutex
 	out     *json.Encoder
+
+	reqMu    sync.Mutex
+	inflight map[int64]context.CancelFunc
+
+	// handles are the engine's sandboxes by handle; "" is the default one a
+	// request without a handle addresses. Each has its own lock, so a long
+	// op on one never waits on another's.
+	hMu     sync.Mutex
+	handles map[string]*engine
+}
+
+// engine is one sandbox handle's state: at most one sandbox (or a pool),
+// and in local mode the emulator it lives in.
+type engine struct {
+	a *render.IO
+	s *server
 
 	mu              sync.Mutex
 	sb              *sandbox.Sandbox
@@ -48,6 +65,11 @@ type engine struct {
 	launched        bool // this engine launched sb, so it tears it down when its caller goes
 	imageARN        string
 
+	// The volumes sb holds (create's volumes), saved and released at
+	// terminate, and the store they live in.
+	vols     *checkpoint.Volumes
+	attached []*checkpoint.Attachment
+
 	// A pool instead of a sandbox (pool_open), and the members it handed out.
 	pool       *sandbox.Pool
 	poolSize   int64
@@ -56,16 +78,27 @@ type engine struct {
 	members    map[string]*sandbox.Sandbox
 
 	reqMu       sync.Mutex
-	inflight    map[int64]context.CancelFunc // the cancel op's targets, by request id
-	buildEvents func(any)                    // the running build's event sender, if any
+	buildEvents func(any) // the running build's event sender, if any
+}
+
+// maxHandle bounds a sandbox handle's length (api/engine.yaml request sandbox).
+const maxHandle = 128
+
+// bindingOps are the ops a new handle may start with: they bind a sandbox
+// (or a pool) to it, or need none. Any other op under an unknown handle is
+// refused, so a released handle is never silently a fresh, empty one.
+var bindingOps = map[string]bool{
+	engineapi.OpCreate: true, engineapi.OpBuild: true, engineapi.OpAttach: true,
+	engineapi.OpRestore: true, engineapi.OpPoolOpen: true, engineapi.OpRunMany: true,
 }
 
 // Serve answers the requests on a's stdin, one response line each on its
-// stdout, until stdin ends or ctx does; then it tears down the sandbox it
-// launched.
+// stdout, until stdin ends or ctx does; then it tears down every sandbox it
+// launched, under every handle.
 func Serve(ctx context.Context, a *render.IO) error {
-	e := &engine{a: a, out: json.NewEncoder(a.Stdout), inflight: map[int64]context.CancelFunc{}}
-	e.out.SetEscapeHTML(false)
+	s := &server{a: a, out: json.NewEncoder(a.Stdout), inflight: map[int64]context.CancelFunc{}, handles: map[string]*engine{}}
+	s.handles[""] = s.newEngine()
+	s.out.SetEscapeHTML(false)
 	ops, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
 	lines := make(chan []byte)
@@ -96,7 +129,7 @@ loop:
 			inflight.Add(1)
 			go func() {
 				defer inflight.Done()
-				e.serve(ops, req)
+				s.serve(ops, req)
 			}()
 		case rerr := <-readErr:
 			if rerr != nil {
@@ -108,60 +141,156 @@ loop:
 		}
 	}
 	// The caller is gone (stdin ended, or a signal): stop what is in flight,
-	// then tear down what this engine launched.
+	// then tear down what this engine launched, every handle at once (each
+	// bounded by engineTeardownBudget).
 	cancel()
 	inflight.Wait()
-	e.shutdown()
+	s.hMu.Lock()
+	all := make([]*engine, 0, len(s.handles))
+	for _, e := range s.handles {
+		all = append(all, e)
+	}
+	s.handles = map[string]*engine{}
+	s.hMu.Unlock()
+	var down sync.WaitGroup
+	for _, e := range all {
+		down.Add(1)
+		go func() {
+			defer down.Done()
+			e.shutdown()
+		}()
+	}
+	down.Wait()
 	return err
 }
 
+func (s *server) newEngine() *engine {
+	return &engine{a: s.a, s: s}
+}
+
+// engineFor is the state a request's handle names, made at a binding op.
+func (s *server) engineFor(req engineapi.Request) (*engine, error) {
+	h := ""
+	if req.Sandbox != nil {
+		h = *req.Sandbox
+	}
+	if req.Op == engineapi.OpCancel {
+		h = "" // request ids are the engine's: a cancel reaches any handle's request
+	}
+	if len(h) > maxHandle {
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: a sandbox handle is at most %d bytes; this one is %d", maxHandle, len(h))
+	}
+	s.hMu.Lock()
+	defer s.hMu.Unlock()
+	if e, ok := s.handles[h]; ok {
+		return e, nil
+	}
+	if !bindingOps[req.Op] {
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: no sandbox %q in this engine: it was released, or nothing was created under it", h)
+	}
+	if len(s.handles) > taxonomy.MaxEngineSandboxes { // the default handle is not counted
+		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: this engine holds MAX_ENGINE_SANDBOXES (%d) sandbox handles; release one first", taxonomy.MaxEngineSandboxes)
+	}
+	e := s.newEngine()
+	s.handles[h] = e
+	return e, nil
+}
+
+// release ends a handle: its sandbox (or pool) torn down as the engine's
+// end would, and the handle forgotten.
+func (s *server) release(req engineapi.Request) (string, any, error) {
+	if err := decodeArgs(req.Args, &engineapi.ReleaseArgs{}); err != nil {
+		return "", nil, err
+	}
+	if req.Sandbox == nil || *req.Sandbox == "" {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: release names a sandbox handle; the default sandbox ends with the engine (close its stdin)")
+	}
+	h := *req.Sandbox
+	s.hMu.Lock()
+	e, ok := s.handles[h]
+	delete(s.handles, h)
+	s.hMu.Unlock()
+	if !ok {
+		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: no sandbox %q in this engine: it was released, or nothing was created under it", h)
+	}
+	terminated, leaked := e.shutdown()
+	return engineapi.TypeReleased, engineapi.ReleasedData{Sandbox: h, Terminated: terminated, Leaked: leaked}, nil
+}
+
 // shutdown terminates a sandbox this engine launched and stops its emulator,
-// which stops every guest it holds.
-func (e *engine) shutdown() {
+// which stops every guest it holds. It says whether it tore a sandbox down
+// and what that left.
+func (e *engine) shutdown() (terminated bool, leaked []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	leaked = []string{}
 	if e.sb != nil && e.launched && !e.sb.WasTerminated() {
 		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
+		e.detachVolumesLocked(ctx)
 		rep := e.sb.Terminate(ctx, sandbox.TeardownOptions{})
 		cancel()
+		terminated = true
 		if !rep.Clean() {
 			e.a.Warn("engine: teardown of %s left %v", e.sb.ID(), rep.Leaked)
+			for _, l := range rep.Leaked {
+				leaked = append(leaked, fmt.Sprint(l))
+			}
 		}
 	}
 	if e.pool != nil && !e.poolClosed {
 		ctx, cancel := context.WithTimeout(context.Background(), engineTeardownBudget)
 		rep := e.pool.Close(ctx)
+		e.poolClosed = true
 		cancel()
 		if !rep.Clean() {
 			e.a.Warn("engine: the pool's teardown left %v", rep.Leaked())
+			for _, l := range rep.Leaked() {
+				leaked = append(leaked, fmt.Sprint(l))
+			}
 		}
 	}
 	if e.emu != nil {
 		e.emu.Close()
+		e.emu = nil
 	}
+	return terminated, leaked
 }
 
 // send writes one reply frame as one line.
-func (e *engine) send(r engineapi.Reply) {
-	e.writeMu.Lock()
-	defer e.writeMu.Unlock()
-	_ = e.out.Encode(r)
+func (s *server) send(r engineapi.Reply) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	_ = s.out.Encode(r)
 }
+
+// send writes one reply frame on the engine's stdout.
+func (e *engine) send(r engineapi.Reply) { e.s.send(r) }
 
 // serve answers one request with its final envelope. The request's context
 // is the cancel op's to end.
-func (e *engine) serve(ctx context.Context, req engineapi.Request) {
+func (s *server) serve(ctx context.Context, req engineapi.Request) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	e.reqMu.Lock()
-	e.inflight[req.ID] = cancel
-	e.reqMu.Unlock()
+	s.reqMu.Lock()
+	s.inflight[req.ID] = cancel
+	s.reqMu.Unlock()
 	defer func() {
-		e.reqMu.Lock()
-		delete(e.inflight, req.ID)
-		e.reqMu.Unlock()
+		s.reqMu.Lock()
+		delete(s.inflight, req.ID)
+		s.reqMu.Unlock()
 	}()
-	typ, data, err := e.dispatch(ctx, req)
+	var typ string
+	var data any
+	var err error
+	switch req.Op {
+	case engineapi.OpRelease:
+		typ, data, err = s.release(req)
+	default:
+		var e *engine
+		if e, err = s.engineFor(req); err == nil {
+			typ, data, err = e.dispatch(ctx, req)
+		}
+	}
 	if err != nil {
 		ce := render.AsClientError(err)
 		var partial any
@@ -173,10 +302,10 @@ func (e *engine) serve(ctx context.Context, req engineapi.Request) {
 		// The CLI's suggestions name its own commands and flags, which a
 		// package's caller does not type; the message says what to do.
 		env.Suggestions = []string{}
-		e.send(engineapi.Reply{ID: req.ID, Envelope: env})
+		s.send(engineapi.Reply{ID: req.ID, Envelope: env})
 		return
 	}
-	e.send(engineapi.Reply{ID: req.ID, Envelope: cliapi.Success{Status: cliapi.StatusOK, APIVersion: cliapi.APIVersion, Type: typ, Data: data}})
+	s.send(engineapi.Reply{ID: req.ID, Envelope: cliapi.Success{Status: cliapi.StatusOK, APIVersion: cliapi.APIVersion, Type: typ, Data: data}})
 }
 
 // decodeArgs reads an op's arguments, refusing keys the contract does not declare.
@@ -265,9 +394,9 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
 		}
-		e.reqMu.Lock()
-		cancel, ok := e.inflight[args.RequestID]
-		e.reqMu.Unlock()
+		e.s.reqMu.Lock()
+		cancel, ok := e.s.inflight[args.RequestID]
+		e.s.reqMu.Unlock()
 		if ok && args.RequestID != req.ID {
 			cancel()
 		}
@@ -280,8 +409,10 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		return "", nil, err
 	}
 	switch req.Op {
-	case engineapi.OpCheckpoint, engineapi.OpCheckpointLs, engineapi.OpCheckpointRm, engineapi.OpFork:
+	case engineapi.OpCheckpoint, engineapi.OpCheckpointLs, engineapi.OpCheckpointRm, engineapi.OpCheckpointImage, engineapi.OpFork:
 		return e.checkpointOp(ctx, sb, req)
+	case engineapi.OpVolumeSync, engineapi.OpVolumeLs, engineapi.OpVolumeRm:
+		return e.volumeOp(ctx, req)
 	case engineapi.OpInfo:
 		return engineapi.TypeSandbox, e.info(), nil
 	case engineapi.OpRun:
@@ -295,86 +426,7 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
 		}
-		return e.stream(ctx, sb, req.ID, engineapi.RunArgs(args))
-	case engineapi.OpWrite:
-		var args engineapi.WriteArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		mode, err := fileMode(args.Mode)
-		if err != nil {
-			return "", nil, err
-		}
-		if args.LocalPath != "" {
-			if args.DataBase64 != "" {
-				return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: write takes dataBase64 or localPath, not both")
-			}
-			n, err := writeFrom(ctx, sb, args.Path, args.LocalPath, mode)
-			if err != nil {
-				return "", nil, err
-			}
-			return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: n, Local: args.LocalPath, Remote: args.Path}, nil
-		}
-		data, err := base64.StdEncoding.DecodeString(args.DataBase64)
-		if err != nil {
-			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: dataBase64: %v", err)
-		}
-		if err := sb.WriteFile(ctx, args.Path, data, mode); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: int64(len(data)), Local: "", Remote: args.Path}, nil
-	case engineapi.OpRead:
-		var args engineapi.ReadArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if args.LocalPath != "" {
-			n, err := readTo(ctx, sb, args.Path, args.LocalPath)
-			if err != nil {
-				return "", nil, err
-			}
-			return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: n}, nil
-		}
-		data, err := sb.ReadFile(ctx, args.Path)
-		if err != nil {
-			return "", nil, err
-		}
-		return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: int64(len(data)), DataBase64: base64.StdEncoding.EncodeToString(data)}, nil
-	case engineapi.OpList:
-		var args engineapi.ListArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if args.Depth < 0 || args.Depth > 1<<16 {
-			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: depth %d is out of range", args.Depth)
-		}
-		d := cliapi.DirData{Path: args.Path, Entries: []cliapi.FileEntry{}}
-		err := sb.Session().List(ctx, args.Path, client.ListOptions{Depth: uint32(args.Depth)}, func(fi protocol.FileInfo) error {
-			d.Entries = append(d.Entries, render.FileEntry(fi))
-			return nil
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeDir, d, nil
-	case engineapi.OpUploadDir:
-		var args engineapi.UploadDirArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if err := sb.UploadDir(ctx, args.Local, args.Remote); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: treeBytes(args.Local), Local: args.Local, Remote: args.Remote, Tar: true}, nil
-	case engineapi.OpDownloadDir:
-		var args engineapi.DownloadDirArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		if err := sb.DownloadDir(ctx, args.Remote, args.Local); err != nil {
-			return "", nil, err
-		}
-		return cliapi.TypeCopy, cliapi.CopyData{Direction: "download", Bytes: treeBytes(args.Local), Local: args.Local, Remote: args.Remote, Tar: true}, nil
+		return e.stream(ctx, sb, req.ID, args)
 	case engineapi.OpSuspend:
 		if err := decodeArgs(req.Args, &engineapi.SuspendArgs{}); err != nil {
 			return "", nil, err
@@ -397,6 +449,10 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		// Teardown outlives the caller's cancel: a half-done one is the worst leak.
+		// The volumes sb holds get a last generation first, as the CLI's terminate does.
+		e.mu.Lock()
+		e.detachVolumesLocked(ctx)
+		e.mu.Unlock()
 		rep := sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{DeleteImage: args.DeleteImage})
 		d := teardownData(sb, rep)
 		if rep.ImageDeleted != sandbox.ImageNotAsked && e.imageARN != "" {
@@ -418,95 +474,6 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return engineURL(ctx, sb, args)
-	case engineapi.OpStart:
-		var args engineapi.StartArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.start(ctx, sb, args)
-	case engineapi.OpPoll:
-		var args engineapi.PollArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.poll(ctx, sb, args)
-	case engineapi.OpWait:
-		var args engineapi.WaitArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.wait(ctx, sb, args)
-	case engineapi.OpFollow:
-		var args engineapi.FollowArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.follow(ctx, sb, req.ID, args)
-	case engineapi.OpKill:
-		var args engineapi.KillArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.kill(ctx, sb, args)
-	case engineapi.OpSignal:
-		var args engineapi.SignalArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.signal(ctx, sb, args)
-	case engineapi.OpResize:
-		var args engineapi.ResizeArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.resize(ctx, sb, args)
-	case engineapi.OpStdinWrite:
-		var args engineapi.StdinWriteArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.stdinWrite(ctx, sb, args)
-	case engineapi.OpStdinClose:
-		var args engineapi.StdinCloseArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.stdinClose(ctx, sb, args)
-	case engineapi.OpExecs:
-		if err := decodeArgs(req.Args, &engineapi.ExecsArgs{}); err != nil {
-			return "", nil, err
-		}
-		return e.execs(ctx, sb)
-	case engineapi.OpStat:
-		var args engineapi.StatArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.stat(ctx, sb, args)
-	case engineapi.OpMkdir:
-		var args engineapi.MkdirArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.mkdir(ctx, sb, args)
-	case engineapi.OpMove:
-		var args engineapi.MoveArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.move(ctx, sb, args)
-	case engineapi.OpRemove:
-		var args engineapi.RemoveArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.remove(ctx, sb, args)
-	case engineapi.OpWatch:
-		var args engineapi.WatchArgs
-		if err := decodeArgs(req.Args, &args); err != nil {
-			return "", nil, err
-		}
-		return e.watch(ctx, sb, req.ID, args)
 	case engineapi.OpNetworkShow:
 		if err := decodeArgs(req.Args, &engineapi.NetworkShowArgs{}); err != nil {
 			return "", nil, err
@@ -529,6 +496,10 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 			return "", nil, err
 		}
 		return e.probe(ctx, sb, req.Op == engineapi.OpMetrics)
+	case engineapi.OpWrite, engineapi.OpRead, engineapi.OpList, engineapi.OpUploadDir, engineapi.OpDownloadDir, engineapi.OpStat, engineapi.OpMkdir, engineapi.OpMove, engineapi.OpRemove, engineapi.OpWatch:
+		return e.fileOp(ctx, sb, req)
+	case engineapi.OpStart, engineapi.OpPoll, engineapi.OpWait, engineapi.OpFollow, engineapi.OpKill, engineapi.OpSignal, engineapi.OpResize, engineapi.OpStdinWrite, engineapi.OpStdinClose, engineapi.OpExecs:
+		return e.execOp(ctx, sb, req)
 	}
 	return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: unknown op %q", req.Op)
 }

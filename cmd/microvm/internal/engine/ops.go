@@ -185,9 +185,14 @@ func (e *engine) follow(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 	if args.Offset < 0 {
 		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: offset %d is negative", args.Offset)
 	}
+	sink, err := openSink(args.Sink)
+	if err != nil {
+		return "", nil, err
+	}
+	defer sink.close()
 	st := ex.Stream(ctx, uint64(args.Offset))
 	defer st.Close()
-	sum, sawExit, err := e.pump(id, st, ex.ID())
+	sum, sawExit, err := e.pump(id, st, ex.ID(), sink)
 	if err != nil {
 		return "", nil, err
 	}
@@ -197,9 +202,11 @@ func (e *engine) follow(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 	return cliapi.TypeExecStream, sum, nil
 }
 
-// pump sends a stream's events as event frames until it ends. truncated
-// is true only when bytes were dropped: a gap, or the daemon's cap.
-func (e *engine) pump(id int64, st *client.Stream, execID string) (cliapi.ExecStreamData, bool, error) {
+// pump sends a stream's events as event frames until it ends, or, with a
+// sink, writes them there as binary frames (exit last) and sends none.
+// truncated is true only when bytes were dropped: a gap, or the daemon's
+// cap.
+func (e *engine) pump(id int64, st *client.Stream, execID string, sink *frameSink) (cliapi.ExecStreamData, bool, error) {
 	sum := cliapi.ExecStreamData{ExecID: execID}
 	event := func(v any) {
 		sum.Events++
@@ -214,6 +221,28 @@ func (e *engine) pump(id int64, st *client.Stream, execID string) (cliapi.ExecSt
 		if err != nil {
 			sum.NextOffset = int64(st.Cursor())
 			return sum, false, &render.Failure{Err: render.AsClientError(err), Data: sum}
+		}
+		if sink != nil {
+			sum.Events++
+			switch ev.Kind {
+			case client.EventOutput:
+				sum.Bytes += int64(len(ev.Data))
+				err = sink.output(ev.Stream, ev.Offset, ev.Data)
+			case client.EventGap:
+				sum.Gaps++
+				err = sink.event(protocol.FrameGap, ev.Gap.From, ev.Gap)
+			case client.EventExit:
+				sawExit = true
+				sum.ExitCode = render.ExitLine(ev.Exit).ExitCode
+				t := sum.Gaps > 0 || (ev.Exit.Truncated && int64(ev.Exit.Offset) > sum.Bytes)
+				sum.Truncated = &t
+				err = sink.event(protocol.FrameExit, ev.Exit.Offset, ev.Exit)
+			}
+			if err != nil {
+				sum.NextOffset = int64(st.Cursor())
+				return sum, false, &render.Failure{Err: render.AsClientError(err), Data: sum}
+			}
+			continue
 		}
 		switch ev.Kind {
 		case client.EventOutput:

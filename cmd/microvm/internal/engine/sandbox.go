@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
@@ -83,6 +84,27 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 	if err != nil {
 		return "", nil, err
 	}
+	mounts, err := parseMounts(args.Volumes)
+	if err != nil {
+		return "", nil, err
+	}
+	// withVolumes lays the volumes once sb runs; their store is opened
+	// before the launch, so a missing bucket is refused with nothing up.
+	var vols *checkpoint.Volumes
+	openVolumes := func() error {
+		if len(mounts) == 0 {
+			return nil
+		}
+		e.region = region
+		vols, err = e.volumesLocked(life)
+		return err
+	}
+	withVolumes := func(sb *sandbox.Sandbox) error {
+		if len(mounts) == 0 {
+			return nil
+		}
+		return e.attachVolumesLocked(ctx, vols, sb, mounts)
+	}
 	var sb *sandbox.Sandbox
 	if args.Local {
 		emu, err := embedded.Start(life, embedded.Options{Agentd: args.Agentd, Region: region, Getenv: e.a.Env})
@@ -90,12 +112,18 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 			return "", nil, err
 		}
 		e.emu, e.bound, e.controlEndpoint = emu, true, emu.URL
+		if err := openVolumes(); err != nil {
+			return "", nil, err
+		}
 		launch.AgentToken, launch.Wait, launch.NoKeepAwake = args.AgentToken, waitFor(true, args.TimeoutSec), args.NoKeepAwake
 		sb, err = emu.Launch(ctx, launch)
 		if sb != nil {
 			e.sb, e.launched = sb, true
 		}
 		if err != nil {
+			return "", nil, err
+		}
+		if err := withVolumes(sb); err != nil {
 			return "", nil, err
 		}
 	} else {
@@ -112,6 +140,9 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 			return "", nil, err
 		}
 		e.bound, e.controlEndpoint, e.imageARN = true, pf.Endpoint(), arn
+		if err := openVolumes(); err != nil {
+			return "", nil, err
+		}
 		launch.Image, launch.Version, launch.ImageName = arn, args.ImageVersion, name
 		launch.ExecutionRoleARN, launch.AgentToken, launch.Wait = args.ExecutionRoleARN, args.AgentToken, waitFor(pf.Local(), args.TimeoutSec)
 		launch.NoKeepAwake = args.NoKeepAwake
@@ -120,6 +151,9 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 			e.sb, e.launched = sb, true
 		}
 		if err != nil {
+			return "", nil, err
+		}
+		if err := withVolumes(sb); err != nil {
 			return "", nil, err
 		}
 	}
@@ -320,8 +354,9 @@ func (e *engine) runCommand(ctx context.Context, sb *sandbox.Sandbox, args engin
 
 // stream sends the exec's output as event frames while it runs. The
 // library's Stream reconnects at its byte cursor when a connection drops.
-func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args engineapi.RunArgs) (string, any, error) {
-	o, err := startOptions(args)
+func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args engineapi.StreamArgs) (string, any, error) {
+	o, err := startOptions(engineapi.RunArgs{Command: args.Command, Shell: args.Shell, Cwd: args.Cwd, Env: args.Env, TimeoutSec: args.TimeoutSec,
+		ExecID: args.ExecID, User: args.User, Group: args.Group, MemoryLimitBytes: args.MemoryLimitBytes, CPUMillicores: args.CPUMillicores, PidsLimit: args.PidsLimit})
 	if err != nil {
 		return "", nil, err
 	}
@@ -329,13 +364,20 @@ func (e *engine) stream(ctx context.Context, sb *sandbox.Sandbox, id int64, args
 	if sess == nil {
 		return "", nil, client.Errorf(taxonomy.KindPrecondition, "", "engine: %s is %s, not RUNNING; resume it first", sb.ID(), sb.Lifecycle())
 	}
+	// Opened before the command starts: a sink nobody reads refuses the
+	// request with nothing started.
+	sink, err := openSink(args.Sink)
+	if err != nil {
+		return "", nil, err
+	}
+	defer sink.close()
 	// One exchange where the daemon offers the run route.
 	ex, st, err := sess.StartStream(ctx, args.Command, o)
 	if err != nil {
 		return "", nil, err
 	}
 	defer st.Close()
-	sum, sawExit, err := e.pump(id, st, ex.ID())
+	sum, sawExit, err := e.pump(id, st, ex.ID(), sink)
 	if err != nil {
 		return "", nil, err
 	}

@@ -30,6 +30,18 @@ func (s *mcpServer) checkpoint(ctx context.Context, _ *mcp.CallToolRequest, st *
 	return out, fmt.Sprintf("checkpoint %s of %s: %d entries, %d bytes stored", m.Digest, strings.Join(m.Paths, ", "), m.Files, m.Size), nil
 }
 
+// checkpointImage is checkpoint_image: client/checkpoint's BakeImage on
+// the session's platform, which refuses (and removes) an emulator's image
+// built without the files.
+func (s *mcpServer) checkpointImage(ctx context.Context, _ *mcp.CallToolRequest, _ *mcpSession, in mcpapi.CheckpointImageArgs) (mcpapi.CheckpointImageResult, string, error) {
+	b, err := s.p.Platform.BakeImage(ctx, s.bucket(), in.Checkpoint, in.Name)
+	if err != nil {
+		return mcpapi.CheckpointImageResult{}, "", err
+	}
+	out := mcpapi.CheckpointImageResult{Image: b.Name, ImageARN: b.ImageARN, Version: b.Version, Checkpoint: b.Checkpoint.Digest}
+	return out, fmt.Sprintf("image %s version %s starts with checkpoint %s's files", b.Name, b.Version, b.Checkpoint.Digest), nil
+}
+
 // fork is sandbox_fork: checkpoint then workflow.FleetFrom, each copy torn
 // down after its command.
 func (s *mcpServer) fork(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxForkArgs) (mcpapi.SandboxForkResult, string, error) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/build"
+	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/client/setup"
@@ -49,6 +50,18 @@ func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpS
 		return out, "", err
 	}
 	o.Network = net
+	mounts, err := parseVolumes(in.Volumes)
+	if err != nil {
+		return out, "", err
+	}
+	// The store is opened before the launch: a missing bucket is refused
+	// with nothing up.
+	var vols *checkpoint.Volumes
+	if len(mounts) > 0 {
+		if vols, err = s.p.Platform.Volumes(ctx, s.bucket()); err != nil {
+			return out, "", err
+		}
+	}
 	image, err := s.imageFor(ctx, in)
 	if err != nil {
 		return out, "", err
@@ -84,6 +97,19 @@ func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpS
 			return out, "", fmt.Errorf("%w (sandbox %s is kept in this session so sandbox_terminate can clean it up)", err, sb.ID())
 		}
 		return out, "", err
+	}
+	if len(mounts) > 0 {
+		b, berr := st.box(sb.ID())
+		if berr == nil {
+			berr = s.attachVolumes(ctx, st, vols, b, mounts)
+		}
+		if berr != nil {
+			// attachVolumes terminated the sandbox: it leaves the session.
+			st.mu.Lock()
+			delete(st.boxes, sb.ID())
+			st.mu.Unlock()
+			return out, "", berr
+		}
 	}
 	s.logf("%s: created %s from %s", st.name, sb.ID(), image)
 	out.SandboxID, out.State, out.Image, out.MaxLiveSandboxes = sb.ID(), string(sb.Lifecycle()), image, mcpapi.MaxLiveSandboxes
@@ -151,6 +177,8 @@ func (s *mcpServer) terminate(ctx context.Context, _ *mcp.CallToolRequest, st *m
 		return mcpapi.SandboxTerminateResult{}, "", err
 	}
 	// Teardown outlives the caller's cancel: a half-done one is the worst leak.
+	// The volumes it holds get a last generation first.
+	s.detachVolumes(ctx, b)
 	rep := b.sb.Terminate(context.WithoutCancel(ctx), sandbox.TeardownOptions{})
 	out := mcpapi.SandboxTerminateResult{SandboxID: b.sb.ID(), State: string(b.sb.Lifecycle()), Leaked: []string{}}
 	for _, l := range rep.Leaked {

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
@@ -176,6 +177,9 @@ type mcpBox struct {
 	sb      *sandbox.Sandbox
 	image   string
 	created time.Time
+
+	vmu      sync.Mutex
+	attached []*checkpoint.Attachment // the volumes sb holds, saved at terminate
 }
 
 func (s *mcpServer) logf(format string, args ...any) {
@@ -266,6 +270,7 @@ func (s *mcpServer) endSession(st *mcpSession, why string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			s.detachVolumes(ctx, b)
 			rep := b.sb.Terminate(ctx, sandbox.TeardownOptions{})
 			if rep.Clean() {
 				lines[i] = b.sb.ID() + " terminated"
@@ -383,5 +388,7 @@ func (s *mcpServer) server() *mcp.Server {
 	addTool(s, srv, mcpapi.ToolSandboxList, s.list)
 	addTool(s, srv, mcpapi.ToolSandboxCheckpoint, s.checkpoint)
 	addTool(s, srv, mcpapi.ToolSandboxFork, s.fork)
+	addTool(s, srv, mcpapi.ToolCheckpointImage, s.checkpointImage)
+	addTool(s, srv, mcpapi.ToolSandboxVolumeSync, s.volumeSync)
 	return srv
 }
