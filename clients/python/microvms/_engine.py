@@ -17,7 +17,7 @@ import subprocess
 import threading
 import queue
 import weakref
-from typing import Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 from . import _sink
 from .packaged import bundled_binary
@@ -60,6 +60,19 @@ def _request_line(rid: int, op: str, args: Mapping[str, Any], handle: Optional[s
     if handle is not None:
         req["sandbox"] = handle
     return (json.dumps(req, separators=(",", ":")) + "\n").encode()
+
+
+def _answered_into(q: "queue.Queue[Any]", early: "list[Any]") -> "Callable[[], bool]":
+    """A check, for a wait on a sink, of whether the request's answer came
+    already (a refusal before the engine opened the sink); the answer is
+    kept in early."""
+    def answered() -> bool:
+        try:
+            early.append(q.get_nowait())
+        except queue.Empty:
+            return False
+        return True
+    return answered
 
 
 def _dead(binary: str, pid: int, status: Optional[int]) -> UnexpectedError:
@@ -298,24 +311,14 @@ class Engine(Ops):
     def _sink_stream(self, op: str, args: Mapping[str, Any]) -> Iterator[Any]:
         """_stream with the events read as binary frames from a FIFO the
         engine writes (the op's sink), each output event carrying its exact
-        bytes under "data"; _stream where there are no FIFOs."""
-        if not _sink.supported():
-            yield from self._stream(op, args)
-            return
+        bytes under "data". Callers use it where _sink.supported()."""
         d, path, fd = _sink.open_sink()
         rid: Optional[int] = None
         done = False
         try:
             rid, q = self._send(op, dict(args, sink=path))
             early: "list[Any]" = []
-
-            def answered() -> bool:
-                # The envelope came without the sink being opened: a refusal.
-                try:
-                    early.append(q.get_nowait())
-                except queue.Empty:
-                    return False
-                return True
+            answered = _answered_into(q, early)
 
             if _sink.wait_for_writer(fd, answered):
                 yield from _sink.frames(fd)
@@ -342,13 +345,7 @@ class Engine(Ops):
         try:
             rid, q = self._send("read", {"path": path, "sink": fifo})
             early: "list[Any]" = []
-
-            def answered() -> bool:
-                try:
-                    early.append(q.get_nowait())
-                except queue.Empty:
-                    return False
-                return True
+            answered = _answered_into(q, early)
 
             # timeout bounds the whole read: past it the request is
             # cancelled, which ends the engine's copy and so this read.
@@ -616,10 +613,6 @@ class AsyncEngine(AsyncOps):
         """Engine._sink_stream on asyncio: a thread reads the FIFO's frames
         (at most _SINK_WINDOW ahead of the consumer) while the loop awaits
         them and then the envelope."""
-        if not _sink.supported():
-            async for x in self._astream(op, args):
-                yield x
-            return
         d, path, fd = _sink.open_sink()
         loop = asyncio.get_running_loop()
         events: "asyncio.Queue[Any]" = asyncio.Queue()

@@ -6,6 +6,7 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs"
 import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 import { createAgentdClient } from "../src/index.js";
@@ -91,3 +92,33 @@ export class Daemon {
   }
 }
 
+
+/**
+ * A running `microvm emulator` ($MICROVM_BIN) on a free loopback port, with
+ * AWS_ENDPOINT_URL pointed at it (so engines' S3 is its slice too) until
+ * stop(), which also ends it. Its S3 slice outlives each engine.
+ */
+export async function startEmulator(prefix: string): Promise<{ url: string; stop: () => Promise<void> }> {
+  const emu = spawn(process.env.MICROVM_BIN!, ["emulator", "--listen", "127.0.0.1:0", "--json"], {
+    stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, MICROVM_STATE_DIR: mkdtempSync(join(tmpdir(), `${prefix}-state-`)), MICROVM_ARTIFACT_DIR: mkdtempSync(join(tmpdir(), `${prefix}-art-`)) },
+  });
+  let url = "";
+  let n = 0;
+  for await (const line of createInterface({ input: emu.stderr! })) {
+    const at = line.indexOf(" at http://");
+    if (at >= 0) { url = line.slice(at + 4).trim(); break; }
+    if (++n > 200) break;
+  }
+  if (!url) throw new Error("microvm emulator never said where it serves");
+  process.env.AWS_ENDPOINT_URL = url;
+  const stop = async () => {
+    delete process.env.AWS_ENDPOINT_URL;
+    if (emu.exitCode === null) {
+      const gone = new Promise((resolve) => emu.once("exit", resolve));
+      emu.kill("SIGINT");
+      await gone;
+    }
+  };
+  return { url, stop };
+}

@@ -3,46 +3,22 @@
 // by one sandbox's terminate is there for the next create.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { createInterface } from "node:readline";
 
 import { CheckpointRefusedError, Sandbox } from "../src/sandbox.js";
+import { startEmulator } from "./daemon.js";
 
 const missing = ["MICROVM_BIN", "MICROVM_AGENTD"].filter((n) => !process.env[n]);
 const skip = missing.length > 0 && !process.env.MICROVMS_REQUIRE_ENGINE ? `needs ${missing.join(" and ")}` : false;
 
 describe("volumes", { skip }, () => {
-  let emu: ChildProcess | undefined;
   let url = "";
+  let stop: () => Promise<void> = async () => {};
 
   before(async () => {
-    emu = spawn(process.env.MICROVM_BIN!, ["emulator", "--listen", "127.0.0.1:0", "--json"], {
-      stdio: ["ignore", "ignore", "pipe"],
-      env: { ...process.env, MICROVM_STATE_DIR: mkdtempSync(join(tmpdir(), "vol-state-")), MICROVM_ARTIFACT_DIR: mkdtempSync(join(tmpdir(), "vol-art-")) },
-    });
-    const lines = createInterface({ input: emu.stderr! });
-    let n = 0;
-    for await (const line of lines) {
-      const at = line.indexOf(" at http://");
-      if (at >= 0) { url = line.slice(at + 4).trim(); break; }
-      if (++n > 200) break;
-    }
-    assert.ok(url, "microvm emulator never said where it serves");
-    // The engines' S3 (the volumes' store) is the emulator's too.
-    process.env.AWS_ENDPOINT_URL = url;
+    ({ url, stop } = await startEmulator("vol"));
   });
 
-  after(async () => {
-    delete process.env.AWS_ENDPOINT_URL;
-    if (emu && emu.exitCode === null) {
-      const gone = new Promise((resolve) => emu!.once("exit", resolve));
-      emu.kill("SIGINT");
-      await gone;
-    }
-  });
+  after(() => stop());
 
   // Catches: a create that ignores volumes (the file is missing after
   // relaunch), a terminate that releases without saving, a second live

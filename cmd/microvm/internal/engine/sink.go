@@ -123,9 +123,5 @@ func readToSink(ctx context.Context, sb *sandbox.Sandbox, path, sinkPath string)
 	defer sink.close()
 	bw := &client.BoundedWriter{W: sink.f, Limit: taxonomy.DefaultMaxDownloadBytes, Key: "DEFAULT_MAX_DOWNLOAD_BYTES",
 		Op: "engine: reading " + path, What: "the file", Hint: "copy a larger file with `microvm cp --max-bytes N`"}
-	n, err := sess.ReadFile(ctx, path, bw, client.LineRange{})
-	if err != nil {
-		return n, err
-	}
-	return n, nil
+	return sess.ReadFile(ctx, path, bw, client.LineRange{})
 }
