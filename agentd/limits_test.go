@@ -61,7 +61,12 @@ func TestMemoryLimitOOMKillsOnlyThatExec(t *testing.T) {
 	if o.OomKilled == nil || !*o.OomKilled || o.Signal == nil || *o.Signal != int32(unix.SIGKILL) {
 		t.Fatalf("hog: oom_killed %v signal %v exit %v usage %+v, want true and SIGKILL", o.OomKilled, o.Signal, o.ExitCode, o.Usage)
 	}
-	if o.Usage == nil || o.Usage.PeakMemoryBytes > mem || o.Usage.PeakMemoryBytes < mem/2 {
+	// The kernel's high-water mark may pass the limit by what it charges
+	// ahead in one go (the memory cgroup's per-CPU charge batch, 64 pages)
+	// before the OOM killer runs: seen at limit + 4 KiB on a busy host. A
+	// peak read from the wrong cgroup would be off by far more.
+	slack := uint64(64 * os.Getpagesize())
+	if o.Usage == nil || o.Usage.PeakMemoryBytes > mem+slack || o.Usage.PeakMemoryBytes < mem/2 {
 		t.Fatalf("hog usage %+v, want a peak near the 64 MiB limit, not over it", o.Usage)
 	}
 	s := waitExitedLong(d, "steady")
