@@ -319,7 +319,7 @@ func (s *Server) localBuild(im *image, v *version) {
 		if obj == nil {
 			err = fmt.Errorf("reading the code artifact: s3://%s/%s: NoSuchKey: The specified key does not exist", bucket, key)
 		} else {
-			artifact = obj.body
+			artifact = obj.bytes()
 		}
 	} else {
 		s.logf(group, stream, "the emulator cannot read %s; this image's guests run the emulator's own agentd", uri)

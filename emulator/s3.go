@@ -46,7 +46,11 @@ const maxObjectBytes = 512 << 20
 const minPartBytes = 5 << 20
 
 type s3Object struct {
-	body     []byte
+	// body is the object's bytes in the pieces they arrived in (a
+	// completed multipart upload keeps its parts as they are rather than
+	// copying them into one slice). A body is never changed once stored,
+	// so a copy shares it.
+	body     [][]byte
 	etag     string
 	modified time.Time
 	ctype    string
@@ -195,7 +199,40 @@ func (s *Server) Object(bucket, key string) ([]byte, bool) {
 	if b == nil || b.objects[key] == nil {
 		return nil, false
 	}
-	return slices.Clone(b.objects[key].body), true
+	return b.objects[key].bytes(), true
+}
+
+// size is the object's length in bytes.
+func (o *s3Object) size() int {
+	n := 0
+	for _, p := range o.body {
+		n += len(p)
+	}
+	return n
+}
+
+// bytes is a new slice holding the whole object.
+func (o *s3Object) bytes() []byte {
+	out := make([]byte, 0, o.size())
+	for _, p := range o.body {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// span is bytes lo to hi (inclusive) of the object, as the pieces of its
+// body that hold them (shared, not copied).
+func (o *s3Object) span(lo, hi int64) [][]byte {
+	var out [][]byte
+	off := int64(0)
+	for _, p := range o.body {
+		end := off + int64(len(p))
+		if end > lo && off <= hi {
+			out = append(out, p[max(lo-off, 0):min(hi+1, end)-off])
+		}
+		off = end
+	}
+	return out
 }
 
 // serveS3 answers one request signed for s3.
@@ -261,7 +298,7 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 			fail(*f)
 			return
 		}
-		obj := &s3Object{body: body, etag: etag, modified: s.opt.Now(), ctype: r.Header.Get("Content-Type"), checksum: checksumHeaders(r)}
+		obj := &s3Object{body: [][]byte{body}, etag: etag, modified: s.opt.Now(), ctype: r.Header.Get("Content-Type"), checksum: checksumHeaders(r)}
 		b.objects[key] = obj
 		obj.writeHeaders(w)
 		w.WriteHeader(http.StatusOK)
@@ -289,7 +326,7 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		obj.writeHeaders(w)
-		w.Header().Set("Content-Length", strconv.Itoa(len(obj.body)))
+		w.Header().Set("Content-Length", strconv.Itoa(obj.size()))
 		w.Header().Set("Last-Modified", obj.modified.UTC().Format(http.TimeFormat))
 		ct := obj.ctype
 		if ct == "" {
@@ -298,7 +335,11 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", ct)
 		w.WriteHeader(http.StatusOK)
 		if op == "GetObject" {
-			_, _ = w.Write(obj.body)
+			for _, p := range obj.body {
+				if _, err := w.Write(p); err != nil {
+					break
+				}
+			}
 		}
 	case "DeleteObject":
 		delete(b.objects, key)
@@ -331,18 +372,22 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 				fail(*f)
 				return
 			}
-			lo, hi, ok := copyRange(r.Header.Get("x-amz-copy-source-range"), int64(len(from.body)))
+			lo, hi, ok := copyRange(r.Header.Get("x-amz-copy-source-range"), int64(from.size()))
 			if !ok {
 				fail(s3Fail{http.StatusBadRequest, "InvalidArgument", "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy"})
 				return
 			}
-			sum := md5.Sum(from.body[lo : hi+1])
-			part := &s3Object{body: from.body[lo : hi+1], etag: `"` + hex.EncodeToString(sum[:]) + `"`, checksum: map[string]string{}}
+			span := from.span(lo, hi)
+			sum := md5.New()
+			for _, p := range span {
+				sum.Write(p)
+			}
+			part := &s3Object{body: span, etag: `"` + hex.EncodeToString(sum.Sum(nil)) + `"`, checksum: map[string]string{}}
 			up.parts[int32(n)] = part
 			writeS3XML(w, copyPartResult{ETag: part.etag, LastModified: s.opt.Now().UTC().Format("2006-01-02T15:04:05.000Z")})
 			return
 		}
-		part := &s3Object{body: body, etag: etag, checksum: checksumHeaders(r)}
+		part := &s3Object{body: [][]byte{body}, etag: etag, checksum: checksumHeaders(r)}
 		up.parts[int32(n)] = part
 		part.writeHeaders(w)
 		w.WriteHeader(http.StatusOK)
@@ -359,7 +404,6 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		sums := md5.New()
-		total := 0
 		for i, p := range req.Parts {
 			part := up.parts[p.PartNumber]
 			if i > 0 && p.PartNumber <= req.Parts[i-1].PartNumber {
@@ -370,17 +414,16 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 				fail(s3Fail{http.StatusBadRequest, "InvalidPart", "One or more of the specified parts could not be found.  The part may not have been uploaded, or the specified entity tag may not match the part's entity tag."})
 				return
 			}
-			if i < len(req.Parts)-1 && len(part.body) < minPartBytes {
+			if i < len(req.Parts)-1 && part.size() < minPartBytes {
 				fail(s3Fail{http.StatusBadRequest, "EntityTooSmall", "Your proposed upload is smaller than the minimum allowed object size."})
 				return
 			}
-			total += len(part.body)
 			raw, _ := hex.DecodeString(strings.Trim(part.etag, `"`))
 			sums.Write(raw)
 		}
-		// One allocation of the whole object, not a slice regrown part by
-		// part (each regrowth copied everything before it).
-		whole := make([]byte, 0, total)
+		// The parts are the object's pieces as they are: joining them
+		// would copy the whole object once more in memory.
+		var whole [][]byte
 		for _, p := range req.Parts {
 			whole = append(whole, up.parts[p.PartNumber].body...)
 		}

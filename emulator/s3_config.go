@@ -239,7 +239,7 @@ func (s *Server) serveS3BucketConfig(w http.ResponseWriter, r *http.Request, op,
 				break
 			}
 			o := b.objects[k]
-			res.Contents = append(res.Contents, listedS3Object{Key: k, LastModified: o.modified.UTC().Format(time.RFC3339), ETag: o.etag, Size: len(o.body), StorageClass: "STANDARD"})
+			res.Contents = append(res.Contents, listedS3Object{Key: k, LastModified: o.modified.UTC().Format(time.RFC3339), ETag: o.etag, Size: o.size(), StorageClass: "STANDARD"})
 		}
 		res.KeyCount = len(res.Contents)
 		writeS3XML(w, res)
