@@ -92,24 +92,24 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 	}
 	// The packed bytes leave for the bucket as they are made, under a
 	// staging key (their digest, the final key, is known only at the end),
-	// and are hashed on the way; nothing is spooled on this machine.
+	// and are hashed on the way; nothing is spooled on this machine. The
+	// compressor's blocks go straight into the upload's part buffers (the
+	// pipe copies each once), and the sha256 is taken on the pipe's
+	// reading side, by the upload's goroutine, so it runs beside the
+	// compressor rather than before each of its writes.
 	staging := store.stagingKey()
 	pr, pw := io.Pipe()
+	h := sha256.New()
 	uploaded := make(chan error, 1)
 	go func() {
-		err := store.putStaging(ctx, staging, pr)
+		err := store.putStaging(ctx, staging, io.TeeReader(pr, h))
 		pr.CloseWithError(errors.New("the checkpoint's upload ended"))
 		uploaded <- err
 	}()
-	h := sha256.New()
-	bw := bufio.NewWriterSize(pw, 1<<20)
-	cw := &countingWriter{w: io.MultiWriter(bw, h), limit: store.maxObject()}
+	cw := &countingWriter{w: pw, limit: store.maxObject()}
 	stats, err := packPaths(ctx, sess, paths, cw)
 	if resume != nil {
 		resume()
-	}
-	if err == nil {
-		err = bw.Flush()
 	}
 	pw.CloseWithError(err) // nil: the object's end
 	if uerr := <-uploaded; err == nil {
