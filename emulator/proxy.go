@@ -1,17 +1,21 @@
 package emulator
 
 import (
+	"context"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/internal/wideconn"
 )
 
 // grant is what one CreateMicrovmAuthToken answer lets its bearer reach.
@@ -52,7 +56,40 @@ var discardLog = log.New(io.Discard, "", 0)
 
 // proxyTransport reaches guests on loopback. It never consults a proxy
 // environment variable: the guest is on this machine.
-var proxyTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
+// Its connections write an upload through wideconn's buffer.
+var proxyTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second, DisableCompression: true,
+	DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wideconn.Conn(c), nil
+	}}
+
+// proxyCopyBytes is the proxy's copy buffer, both ways. net/http's own is
+// 32 KiB, and with FlushInterval -1 every read is a write and a flush: a
+// 256 MiB download went to the caller as 8,192 chunks, and a chunked upload
+// reached agentd as 32 KiB chunks to parse one by one. A read still returns
+// what the connection holds, so a stream's bytes are not held back.
+const proxyCopyBytes = 256 << 10
+
+// proxyBuffers are the copy buffers, reused across requests.
+var proxyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, proxyCopyBytes); return &b }}}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte  { return *b.p.Get().(*[]byte) }
+func (b *bufferPool) Put(x []byte) { b.p.Put(&x) }
+
+// bigCopyBody is a request body the transport copies to the guest through
+// one of proxyBuffers (its WriteTo) rather than io.Copy's 32 KiB.
+type bigCopyBody struct{ io.ReadCloser }
+
+func (b bigCopyBody) WriteTo(w io.Writer) (int64, error) {
+	buf := proxyBuffers.Get()
+	defer proxyBuffers.Put(buf)
+	return io.CopyBuffer(w, struct{ io.Reader }{b.ReadCloser}, buf)
+}
 
 // endpointHandler is vm's endpoint: the platform's proxy in front of the
 // guest. It checks, in this order, the token (minted for this MicroVM and
@@ -130,6 +167,9 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.Out.URL.Scheme, pr.Out.URL.Host = "http", addr
 				pr.Out.Host = ""
+				if pr.Out.Body != nil && pr.Out.Body != http.NoBody {
+					pr.Out.Body = bigCopyBody{pr.Out.Body}
+				}
 				pr.Out.Header.Del(taxonomy.ProxyAuthHeader)
 				pr.Out.Header.Del(taxonomy.ProxyPortHeader)
 				// The proxy's own subprotocols never reach the guest; an
@@ -153,6 +193,7 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 			// SSE and tar downloads must reach the caller as they are
 			// written, not when a buffer fills.
 			FlushInterval: -1,
+			BufferPool:    proxyBuffers,
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				http.Error(w, "Bad gateway: "+err.Error(), http.StatusBadGateway)
 			},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/internal/netpolicy"
+	"github.com/microvms/microvms/internal/wideconn"
 )
 
 // Launcher starts the guest of one MicroVM. ctx ends when the caller (the
@@ -110,7 +111,11 @@ func (g *Guest) RoundTripper(loopback http.RoundTripper) http.RoundTripper {
 				if err != nil {
 					return nil, err
 				}
-				return g.Dial(ctx, port)
+				c, err := g.Dial(ctx, port)
+				if err != nil {
+					return nil, err
+				}
+				return wideconn.Conn(c), nil
 			},
 		}
 	})
