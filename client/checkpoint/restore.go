@@ -355,9 +355,9 @@ func Lay(ctx context.Context, sb *sandbox.Sandbox, p *Prepared) error {
 
 // layPath uploads the members under dir, named relative to it, into dir,
 // with the archive's length as the upload's Content-Length: a chunked
-// body was re-chunked at 32 KiB by a proxy in front of agentd and parsed
-// chunk by chunk by agentd, which cost the lay about a quarter of the
-// upload's throughput. The archive is read from the decoder as the upload
+// body was re-chunked at 32 KiB by the proxy in front of agentd (the
+// emulator's, here) and parsed chunk by chunk by agentd: the same archive
+// sent chunked from memory had 0.74-0.93 of the sized upload's throughput. The archive is read from the decoder as the upload
 // asks for it, with no goroutine or pipe between them.
 func layPath(ctx context.Context, sess *client.Session, file, dir string, size int64) error {
 	f, err := os.Open(file)
