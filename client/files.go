@@ -213,6 +213,20 @@ func (u *uploadBody) Close() error {
 	return nil
 }
 
+// SizedReader is r declared to hold exactly n bytes. An upload of it
+// (WriteFile, WriteTar) is sent with n as its Content-Length instead of
+// chunked, so a proxy in front of agentd forwards it as it is rather than
+// re-chunking it, and agentd reads it without parsing chunks. An upload
+// whose reader ends before n bytes, or holds more, fails.
+func SizedReader(r io.Reader, n int64) io.Reader { return &sizedReader{r: r, n: n} }
+
+type sizedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) { return s.r.Read(p) }
+
 // newUploadBody wraps r for an upload; nil and a known-length reader (which
 // the request gives a Content-Length, and the transport copies as is) stay
 // as they are. A regular file is sent as itself with its remaining size as
@@ -223,6 +237,8 @@ func newUploadBody(r io.Reader) (body io.Reader, size int64) {
 	switch f := r.(type) {
 	case nil, *bytes.Buffer, *bytes.Reader, *strings.Reader:
 		return r, -1
+	case *sizedReader:
+		return &uploadBody{r: f.r}, f.n
 	case *os.File:
 		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {

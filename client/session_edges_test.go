@@ -389,6 +389,38 @@ func TestFileUploadsCarryTheirLength(t *testing.T) {
 	}
 }
 
+// A SizedReader is uploaded with its declared length as the Content-Length,
+// never chunked, even when it is a pipe; one that ends short fails the
+// upload instead of sending a cut body as whole. Catches newUploadBody
+// missing the sizedReader case (sent chunked) or sending its size as -1.
+func TestSizedUploadsCarryTheirLength(t *testing.T) {
+	type seen struct {
+		length  int64
+		chunked bool
+		n       int
+	}
+	got := make(chan seen, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got <- seen{r.ContentLength, len(r.TransferEncoding) > 0, int(n)}
+		writeJSON(w, map[string]any{"path": "/w"})
+	}))
+	defer srv.Close()
+	s := direct(t, srv.URL, "tok")
+	ctx := context.Background()
+	pr, pw := io.Pipe()
+	go func() { pw.Write([]byte(strings.Repeat("t", 3000))); pw.Close() }()
+	if err := s.WriteTar(ctx, "/w", SizedReader(pr, 3000)); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g.length != 3000 || g.chunked || g.n != 3000 {
+		t.Fatalf("a 3000-byte sized pipe went as %+v", g)
+	}
+	if err := s.WriteTar(ctx, "/w", SizedReader(strings.NewReader("short"), 3000)); err == nil {
+		t.Fatal("a sized reader that ended short was uploaded")
+	}
+}
+
 // Resize returns the daemon's refusal (an exec on pipes is not_a_tty, a
 // Conflict). Catches its `err != nil` negated (the refusal's missing
 // answer then decoded).

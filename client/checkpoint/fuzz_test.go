@@ -61,7 +61,8 @@ func archive(t testing.TB, members ...*tar.Header) []byte {
 // FuzzVerifyArchive: verifyArchive reads any object within the manifest's
 // counts (bounded: never more file bytes than TreeBytes, never more members
 // than Files) and answers members or a refusal, never a panic. A member
-// outside the checkpoint's paths is never among the answered members.
+// outside the checkpoint's paths is never among the answered members, and
+// what layPath would upload of an accepted one is as long as counted.
 func FuzzVerifyArchive(f *testing.F) {
 	f.Add(archive(f, &tar.Header{Name: "w/", Typeflag: tar.TypeDir, Mode: 0o755}, &tar.Header{Name: "w/f", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644}), int64(2), int64(3))
 	f.Add(archive(f, &tar.Header{Name: "etc/passwd", Typeflag: tar.TypeReg, Size: 1}), int64(1), int64(1))
@@ -70,7 +71,7 @@ func FuzzVerifyArchive(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, files, treeBytes int64) {
 		m := validManifest()
 		m.Files, m.TreeBytes = files%64, treeBytes%(1<<20)
-		members, err := verifyArchive(bytes.NewReader(b), m)
+		members, sizes, err := verifyArchive(bytes.NewReader(b), m)
 		if err != nil {
 			var re *RefusalError
 			if !errors.As(err, &re) {
@@ -86,6 +87,7 @@ func FuzzVerifyArchive(f *testing.F) {
 				t.Fatalf("member %s outside %v", mb.path, m.Paths)
 			}
 		}
+		checkRelay(t, b, m, sizes)
 	})
 }
 
@@ -95,7 +97,7 @@ func TestVerifyArchiveRefusesClimbingNames(t *testing.T) {
 	m := validManifest()
 	m.Files, m.TreeBytes = 1, 1
 	for _, name := range []string{"w/../etc/passwd", "etc/passwd", "w2/f", "/w/f"} {
-		_, err := verifyArchive(bytes.NewReader(archive(t, &tar.Header{Name: name, Typeflag: tar.TypeReg, Size: 1})), m)
+		_, _, err := verifyArchive(bytes.NewReader(archive(t, &tar.Header{Name: name, Typeflag: tar.TypeReg, Size: 1})), m)
 		var re *RefusalError
 		if !errors.As(err, &re) || re.Reason != ReasonForeign {
 			t.Errorf("%s: err %v, want a foreign refusal", name, err)
@@ -111,7 +113,7 @@ func TestVerifyArchiveRefusesLinksOut(t *testing.T) {
 	m.Files = 2
 	for _, target := range []string{"etc/shadow", "v/f", "w/../etc/shadow"} {
 		obj := archive(t, &tar.Header{Name: "v/f", Typeflag: tar.TypeDir, Mode: 0o755}, &tar.Header{Name: "w/l", Typeflag: tar.TypeLink, Linkname: target})
-		_, err := verifyArchive(bytes.NewReader(obj), m)
+		_, _, err := verifyArchive(bytes.NewReader(obj), m)
 		var re *RefusalError
 		if !errors.As(err, &re) || re.Reason != ReasonForeign {
 			t.Errorf("link to %s: err %v, want a foreign refusal", target, err)
