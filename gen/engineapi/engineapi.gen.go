@@ -57,6 +57,7 @@ const (
 	OpNetworkSet      = "network_set"
 	OpRelease         = "release"
 	OpCancel          = "cancel"
+	OpMkfifo          = "mkfifo"
 	OpPoolOpen        = "pool_open"
 	OpPoolWaitReady   = "pool_wait_ready"
 	OpPoolAcquire     = "pool_acquire"
@@ -457,6 +458,11 @@ type CancelArgs struct {
 	RequestID int64 `json:"requestId"`
 }
 
+// MkfifoArgs are the arguments of mkfifo: make a FIFO (mode 0600) at path on the engine's host, for a sink (read's, stream's, follow's) from a caller whose runtime cannot make one (Node): the caller opens it for reading, without blocking, before the request that names it, and removes it after. Its directory must exist and path must not. Needs no sandbox.
+type MkfifoArgs struct {
+	Path string `json:"path"`
+}
+
 // PoolOpenArgs are the arguments of pool_open: hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine.
 type PoolOpenArgs struct {
 	// Size is members kept launched and suspended, 1..MAX_POOL_SIZE
@@ -801,6 +807,7 @@ var Ops = []Op{
 	{Name: "network_set", Response: "microvm.network", Streams: false},
 	{Name: "release", Response: "microvm.released", Streams: false},
 	{Name: "cancel", Response: "microvm.exec.signalled", Streams: false},
+	{Name: "mkfifo", Response: "microvm.file", Streams: false},
 	{Name: "pool_open", Response: "microvm.pool", Streams: false},
 	{Name: "pool_wait_ready", Response: "microvm.pool", Streams: false},
 	{Name: "pool_acquire", Response: "microvm.sandbox", Streams: false},

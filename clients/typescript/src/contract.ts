@@ -69,6 +69,7 @@ export const OPS = {
   network_set: { response: "microvm.network", streams: false },
   release: { response: "microvm.released", streams: false },
   cancel: { response: "microvm.exec.signalled", streams: false },
+  mkfifo: { response: "microvm.file", streams: false },
   pool_open: { response: "microvm.pool", streams: false },
   pool_wait_ready: { response: "microvm.pool", streams: false },
   pool_acquire: { response: "microvm.sandbox", streams: false },
@@ -968,6 +969,11 @@ export interface CancelArgs {
   readonly "requestId"?: number;
 }
 
+/** The arguments of mkfifo: make a FIFO (mode 0600) at path on the engine's host, for a sink (read's, stream's, follow's) from a caller whose runtime cannot make one (Node): the caller opens it for reading, without blocking, before the request that names it, and removes it after. Its directory must exist and path must not. Needs no sandbox. Every key may be left out. */
+export interface MkfifoArgs {
+  readonly "path"?: string;
+}
+
 /** The arguments of pool_open: hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine. Every key may be left out. */
 export interface PoolOpenArgs {
   /** members kept launched and suspended, 1..MAX_POOL_SIZE */
@@ -1316,6 +1322,11 @@ export abstract class Ops {
   /** end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. */
   protected async opCancel(args: CancelArgs): Promise<ExecSignalledData> {
     return (await this.call("cancel", args)) as ExecSignalledData;
+  }
+
+  /** make a FIFO (mode 0600) at path on the engine's host, for a sink (read's, stream's, follow's) from a caller whose runtime cannot make one (Node): the caller opens it for reading, without blocking, before the request that names it, and removes it after. Its directory must exist and path must not. Needs no sandbox. */
+  protected async opMkfifo(args: MkfifoArgs): Promise<FileData> {
+    return (await this.call("mkfifo", args)) as FileData;
   }
 
   /** hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine. */

@@ -1,6 +1,7 @@
-// Streams through the engine's sink (api/engine.yaml, stream and follow's
-// sink): the output's exact bytes arrive over a Unix socket as binary
-// frames, against the real engine and a local sandbox.
+// Streams and reads through the engine's sink (api/engine.yaml, stream,
+// follow and read's sink): the output's exact bytes arrive through a FIFO
+// the engine made (mkfifo) as binary frames, a file's as raw bytes,
+// against the real engine and a local sandbox.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -22,7 +23,8 @@ describe("sink", { skip }, () => {
   // Catches: output turned into text on the way (the digest of data
   // differs), frames lost or out of order (offsets not contiguous), a
   // missing exit, a break that leaves the command running, a refused
-  // request that hangs on a socket nobody dials, and sockets left behind.
+  // request that hangs on a FIFO the engine never opened, and FIFOs left
+  // behind.
   test("exact bytes, break kills, refusal prompt", async () => {
     const before = sinkDirs();
     const sb = await Sandbox.create({ local: true });
@@ -60,6 +62,29 @@ describe("sink", { skip }, () => {
       const h2 = createHash("sha256");
       for await (const it of p.stream()) if (it.kind === "output" && it.stream === "stdout") h2.update(it.data!);
       assert.equal(h2.digest("hex"), want);
+    } finally {
+      await sb.close();
+    }
+    assert.deepEqual(sinkDirs(), before);
+  });
+
+  // Catches: a read through the FIFO that loses or reorders bytes (the
+  // digest differs), that hangs or returns short on an empty file or one
+  // larger than a read, a missing file that hangs on a FIFO the engine
+  // closed before answering instead of failing, and FIFOs left behind.
+  test("read: exact bytes, empty, missing", async () => {
+    const before = sinkDirs();
+    const sb = await Sandbox.create({ local: true });
+    try {
+      assert.equal((await sb.run(MAKE + "; : > /tmp/empty")).exitCode, 0);
+      const want = (await sb.run("cat /tmp/blob.sum")).stdout.trim();
+      const got = await sb.files.readBytes("/tmp/blob");
+      assert.equal(got.length, 3145728);
+      assert.equal(createHash("sha256").update(got).digest("hex"), want);
+      assert.equal((await sb.files.readBytes("/tmp/empty")).length, 0);
+      await assert.rejects(sb.files.readBytes("/tmp/missing"), (e: unknown) => e instanceof Error && /does not exist/.test(e.message));
+      // The sandbox still answers after the failed read.
+      assert.equal((await sb.run("echo ok")).stdout, "ok\n");
     } finally {
       await sb.close();
     }
