@@ -213,6 +213,31 @@ func (u *uploadBody) Close() error {
 	return nil
 }
 
+// SizedBody is an upload body of exactly n bytes read from r (a socket
+// another process sends a file's bytes through), sent with n as its
+// Content-Length rather than chunked: an r that ends sooner fails the
+// upload with nothing written, and what r holds past n is not read.
+func SizedBody(r io.Reader, n int64) io.Reader { return &sizedBody{r: r, n: n} }
+
+type sizedBody struct {
+	r io.Reader
+	n int64
+}
+
+// Read ends at n bytes: the transport reads a body on past its length to
+// refuse extra bytes, after the daemon has taken the whole file.
+func (b *sizedBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	k, err := b.r.Read(p)
+	b.n -= int64(k)
+	return k, err
+}
+
 // newUploadBody wraps r for an upload; nil and a known-length reader (which
 // the request gives a Content-Length, and the transport copies as is) stay
 // as they are. A regular file is sent as itself with its remaining size as
@@ -223,6 +248,8 @@ func newUploadBody(r io.Reader) (body io.Reader, size int64) {
 	switch f := r.(type) {
 	case nil, *bytes.Buffer, *bytes.Reader, *strings.Reader:
 		return r, -1
+	case *sizedBody:
+		return f, f.n
 	case *os.File:
 		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {

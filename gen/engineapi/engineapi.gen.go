@@ -253,8 +253,10 @@ type WriteArgs struct {
 	DataBase64 string `json:"dataBase64"`
 	// Mode is four octal digits; empty leaves the daemon's default
 	Mode string `json:"mode"`
-	// LocalPath is a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files)
+	// LocalPath is a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files). A Unix socket the caller listens on (how Node hands over bytes it holds) is dialled instead, and size bytes are read from it as they are sent
 	LocalPath string `json:"localPath"`
+	// Size is with a socket localPath, how many bytes to read from it: a socket that ends sooner fails the write with nothing written, and bytes past size are not read (additive)
+	Size int64 `json:"size"`
 }
 
 // ReadArgs are the arguments of read: read a whole file: at most MAX_READ_FILE_BYTES (`microvm constants`) into dataBase64, a larger one refused with ERR_INVALID_ARG naming that bound; with localPath, up to DEFAULT_MAX_DOWNLOAD_BYTES streamed into that host file.

@@ -637,6 +637,7 @@ WriteArgs = TypedDict("WriteArgs", {
     "dataBase64": str,
     "mode": str,
     "localPath": str,
+    "size": int,
 }, total=False)
 WriteArgs.__doc__ = "The arguments of write: write a whole file, creating its parent directories. Every key may be left out."
 

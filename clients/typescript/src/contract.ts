@@ -764,8 +764,10 @@ export interface WriteArgs {
   readonly "dataBase64"?: string;
   /** four octal digits; empty leaves the daemon's default */
   readonly "mode"?: string;
-  /** a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files) */
+  /** a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files). A Unix socket the caller listens on (how Node hands over bytes it holds) is dialled instead, and size bytes are read from it as they are sent */
   readonly "localPath"?: string;
+  /** with a socket localPath, how many bytes to read from it: a socket that ends sooner fails the write with nothing written, and bytes past size are not read (additive) */
+  readonly "size"?: number;
 }
 
 /** The arguments of read: read a whole file: at most MAX_READ_FILE_BYTES (`microvm constants`) into dataBase64, a larger one refused with ERR_INVALID_ARG naming that bound; with localPath, up to DEFAULT_MAX_DOWNLOAD_BYTES streamed into that host file. Every key may be left out. */
