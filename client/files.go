@@ -213,11 +213,12 @@ func (u *uploadBody) Close() error {
 	return nil
 }
 
-// SizedReader is r declared to hold exactly n bytes. An upload of it
+// SizedReader is r declared to hold exactly n bytes: an upload of it
 // (WriteFile, WriteTar) is sent with n as its Content-Length instead of
 // chunked, so a proxy in front of agentd forwards it as it is rather than
-// re-chunking it, and agentd reads it without parsing chunks. An upload
-// whose reader ends before n bytes, or holds more, fails.
+// re-chunking it, and agentd reads it without parsing chunks. An r that
+// ends before n bytes fails the upload with nothing written; what r holds
+// past n is never read (r may be a socket another process keeps open).
 func SizedReader(r io.Reader, n int64) io.Reader { return &sizedReader{r: r, n: n} }
 
 type sizedReader struct {
@@ -225,7 +226,19 @@ type sizedReader struct {
 	n int64
 }
 
-func (s *sizedReader) Read(p []byte) (int, error) { return s.r.Read(p) }
+// Read ends at n bytes: the transport reads a body on past its length to
+// refuse extra bytes, after the daemon has taken the whole file.
+func (b *sizedReader) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	k, err := b.r.Read(p)
+	b.n -= int64(k)
+	return k, err
+}
 
 // newUploadBody wraps r for an upload; nil and a known-length reader (which
 // the request gives a Content-Length, and the transport copies as is) stay
@@ -238,7 +251,8 @@ func newUploadBody(r io.Reader) (body io.Reader, size int64) {
 	case nil, *bytes.Buffer, *bytes.Reader, *strings.Reader:
 		return r, -1
 	case *sizedReader:
-		return &uploadBody{r: f.r}, f.n
+		// Through uploadBody: its WriteTo copies in large pieces.
+		return &uploadBody{r: f}, f.n
 	case *os.File:
 		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {

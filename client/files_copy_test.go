@@ -131,3 +131,21 @@ type closeCounter struct {
 }
 
 func (c *closeCounter) Close() error { c.closed++; return nil }
+
+// A SizedReader is sent with its size as the Content-Length and read no
+// further than it. Catches: the size lost (sent chunked), and bytes past it
+// read, which the transport would refuse after the daemon had the file.
+func TestSizedReaderKeepsItsSizeAndStops(t *testing.T) {
+	data := strings.Repeat("s", 5000)
+	body, size := newUploadBody(SizedReader(iotest.HalfReader(strings.NewReader(data)), 3000))
+	if size != 3000 {
+		t.Fatalf("size %d, want 3000", size)
+	}
+	got, err := io.ReadAll(body)
+	if err != nil || len(got) != 3000 {
+		t.Fatalf("read %d bytes (%v), want 3000", len(got), err)
+	}
+	if got, _ := io.ReadAll(body); len(got) != 0 {
+		t.Fatalf("read %d bytes past the size", len(got))
+	}
+}

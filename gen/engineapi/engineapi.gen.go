@@ -57,6 +57,7 @@ const (
 	OpNetworkSet      = "network_set"
 	OpRelease         = "release"
 	OpCancel          = "cancel"
+	OpMkfifo          = "mkfifo"
 	OpPoolOpen        = "pool_open"
 	OpPoolWaitReady   = "pool_wait_ready"
 	OpPoolAcquire     = "pool_acquire"
@@ -252,8 +253,10 @@ type WriteArgs struct {
 	DataBase64 string `json:"dataBase64"`
 	// Mode is four octal digits; empty leaves the daemon's default
 	Mode string `json:"mode"`
-	// LocalPath is a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files)
+	// LocalPath is a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files). A Unix socket the caller listens on (how Node hands over bytes it holds) is dialled instead, and size bytes are read from it as they are sent
 	LocalPath string `json:"localPath"`
+	// Size is with a socket localPath, how many bytes to read from it: a socket that ends sooner fails the write with nothing written, and bytes past size are not read (additive)
+	Size int64 `json:"size"`
 }
 
 // ReadArgs are the arguments of read: read a whole file: at most MAX_READ_FILE_BYTES (`microvm constants`) into dataBase64, a larger one refused with ERR_INVALID_ARG naming that bound; with localPath, up to DEFAULT_MAX_DOWNLOAD_BYTES streamed into that host file.
@@ -455,6 +458,11 @@ type ReleaseArgs struct {
 // CancelArgs are the arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does.
 type CancelArgs struct {
 	RequestID int64 `json:"requestId"`
+}
+
+// MkfifoArgs are the arguments of mkfifo: make a FIFO (mode 0600) at path on the engine's host, for a sink (read's, stream's, follow's) from a caller whose runtime cannot make one (Node): the caller opens it for reading, without blocking, before the request that names it, and removes it after. Its directory must exist and path must not. Needs no sandbox.
+type MkfifoArgs struct {
+	Path string `json:"path"`
 }
 
 // PoolOpenArgs are the arguments of pool_open: hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine.
@@ -801,6 +809,7 @@ var Ops = []Op{
 	{Name: "network_set", Response: "microvm.network", Streams: false},
 	{Name: "release", Response: "microvm.released", Streams: false},
 	{Name: "cancel", Response: "microvm.exec.signalled", Streams: false},
+	{Name: "mkfifo", Response: "microvm.file", Streams: false},
 	{Name: "pool_open", Response: "microvm.pool", Streams: false},
 	{Name: "pool_wait_ready", Response: "microvm.pool", Streams: false},
 	{Name: "pool_acquire", Response: "microvm.sandbox", Streams: false},

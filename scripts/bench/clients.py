@@ -6,11 +6,17 @@ The Go row is BenchmarkClientRows (client/sandbox: the library straight to
 agentd); the Python and TypeScript rows (rows_python.py, rows_typescript.mjs)
 go through their package's `microvm engine`, and the engine floor
 (rows_engine.py) is that engine driven by the least client there is: what
-no package on top of it can beat. Each language runs alone, one
-after the other, so they do not share the machine's cores, for
-$MICROVMS_BENCH_ROUNDS rounds (3 unset); the table gives each cell's median
-in seconds and, per language, Go's time over its time (1.00 = as fast as
-Go; the issue asks for at least 0.80).
+no package on top of it can beat. The runtime floors (floor_python.py,
+floor_typescript.mjs) are each language's own least code moving the same
+bytes to or from another process (floorpeer, a Go process as the engine
+is) through each channel it has, with no engine and no package: the row's
+fastest channel is its floor, what no package in that language can beat
+however thin the engine (for run, 200 JSON-line round trips). Each
+language runs alone, one after the other, so they do not share the
+machine's cores, for $MICROVMS_BENCH_ROUNDS rounds (3 unset); the table
+gives each cell's median in seconds and, per language, Go's time over its
+time (1.00 = as fast as Go; the issue asks for at least 0.80), and for a
+package row its floor's time over its own (1.00 = at the floor).
 
     python3 scripts/bench/clients.py BINDIR   (BINDIR holds microvm and agentd)
 """
@@ -67,6 +73,21 @@ def median(values: list):
     return values[len(values) // 2]
 
 
+def floor_rows(rounds: list) -> dict:
+    """{row: (fastest channel, its median, {channel: median})} of a runtime
+    floor's rounds, whose keys are "row@channel"."""
+    per: dict = {}
+    for key in rounds[0]:
+        name, _, channel = key.partition("@")
+        per.setdefault(name, {})[channel] = median([r.get(key, {"error": "no result"}) for r in rounds])
+    out = {}
+    for name, channels in per.items():
+        ok = {ch: v for ch, v in channels.items() if not isinstance(v, dict)}
+        best = min(ok, key=ok.__getitem__) if ok else next(iter(channels))
+        out[name] = (best, channels[best], channels)
+    return out
+
+
 def main() -> None:
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -75,36 +96,53 @@ def main() -> None:
     # Rounds, each language once per round in turn, and the median of each
     # cell: the machine is shared, and one pass swings by 2x.
     rounds = int(os.environ.get("MICROVMS_BENCH_ROUNDS", "3"))
-    samples: dict = {"Go": [], "engine floor": [], "Python": [], "TypeScript": []}
+    peer = os.path.join(bindir, "floorpeer")
+    built = subprocess.run(["go", "build", "-o", peer, "./scripts/bench/floorpeer"], cwd=REPO, env=env, capture_output=True, text=True)
+    if built.returncode != 0:
+        sys.exit("building floorpeer failed:\n" + built.stderr)
+    samples: dict = {"Go": [], "engine floor": [], "Python": [], "Python floor": [], "TypeScript": [], "Node floor": []}
     for _ in range(rounds):
         samples["Go"].append(go_row(env))
         GO_NAMES[:] = [n for n in samples["Go"][0] if "#" not in n]
         samples["engine floor"].append(run_row([sys.executable, os.path.join(HERE, "rows_engine.py")], env, "engine floor", partial=True))
         samples["Python"].append(run_row([sys.executable, os.path.join(HERE, "rows_python.py")],
                                          dict(env, PYTHONPATH=os.path.join(REPO, "clients", "python"), PYTHONDONTWRITEBYTECODE="1"), "Python"))
+        samples["Python floor"].append(run_row([sys.executable, os.path.join(HERE, "floor_python.py"), peer], env, "Python floor", partial=True))
         samples["TypeScript"].append(run_row(["node", os.path.join(HERE, "rows_typescript.mjs"),
                                               os.path.join(REPO, "clients", "typescript", "dist", "src", "sandbox.js")], env, "TypeScript"))
+        samples["Node floor"].append(run_row(["node", os.path.join(HERE, "floor_typescript.mjs"), peer], env, "Node floor", partial=True))
+    floors = {lang: floor_rows(samples.pop(lang)) for lang in ("Python floor", "Node floor")}
     rows = {lang: {name: median([r.get(name, {"error": "no result"}) for r in rs]) for name in GO_NAMES if lang != "engine floor" or name in rs[0]}
             for lang, rs in samples.items()}
     print("%d rounds, median of each cell" % rounds)
     names = list(rows["Go"])
-    langs = ("engine floor", "Python", "TypeScript")
+    langs = ("engine floor", "Python", "Python floor", "TypeScript", "Node floor")
+    floor_of = {"Python": "Python floor", "TypeScript": "Node floor"}
     print("| operation | Go | %s |" % " | ".join(langs))
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     failed = []
     for name in names:
         go = rows["Go"][name]
         cells = ["%.2f s" % go]
         for lang in langs:
-            v = rows[lang].get(name)
+            v = floors[lang][name][1] if lang in floors and name in floors[lang] else rows.get(lang, {}).get(name)
             if v is None:
                 cells.append("-")
             elif isinstance(v, dict):
                 failed.append("%s %s: %s" % (lang, name, v["error"]))
                 cells.append("fails (below)")
+            elif lang in floor_of and name in floors[floor_of[lang]]:
+                # How near the package comes to its language's floor.
+                cells.append("%.2f s (%.2fx; %.2f of floor)" % (v, go / v, floors[floor_of[lang]][name][1] / v))
             else:
                 cells.append("%.2f s (%.2fx)" % (v, go / v))
         print("| %s | %s |" % (name, " | ".join(cells)))
+    print("(x: Go's time over the language's; 1.00 is as fast as Go. of floor: the language's floor's time over the package's; 1.00 is at the floor)")
+    print("Runtime floors, each row's channels (median s; * the row's floor):")
+    for lang, per in floors.items():
+        for name, (best, _, channels) in per.items():
+            print("- %s %s: %s" % (lang, name, "; ".join("%s%s %s" % ("*" if ch == best else "", ch, "%.3f s" % v if not isinstance(v, dict) else "fails: " + v["error"])
+                                                           for ch, v in channels.items())))
     # Output a reader lost behind agentd's bounded per-exec window (a loaded
     # machine): the time stands, but says less than it seems to.
     for lang, rs in samples.items():
@@ -112,7 +150,6 @@ def main() -> None:
             for key, lost in r.items():
                 if key.endswith("#lost"):
                     print("- %s %s round %d: %d bytes lost behind agentd's output window" % (lang, key[:-5], i + 1, lost))
-    print("(x: Go's time over the language's; 1.00 is as fast as Go)")
     for line in failed:
         print("- " + line)
     if failed:

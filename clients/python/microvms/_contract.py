@@ -68,6 +68,7 @@ OPS: Dict[str, Tuple[str, bool]] = {
     "network_set": ("microvm.network", False),
     "release": ("microvm.released", False),
     "cancel": ("microvm.exec.signalled", False),
+    "mkfifo": ("microvm.file", False),
     "pool_open": ("microvm.pool", False),
     "pool_wait_ready": ("microvm.pool", False),
     "pool_acquire": ("microvm.sandbox", False),
@@ -636,6 +637,7 @@ WriteArgs = TypedDict("WriteArgs", {
     "dataBase64": str,
     "mode": str,
     "localPath": str,
+    "size": int,
 }, total=False)
 WriteArgs.__doc__ = "The arguments of write: write a whole file, creating its parent directories. Every key may be left out."
 
@@ -847,6 +849,12 @@ CancelArgs = TypedDict("CancelArgs", {
     "requestId": int,
 }, total=False)
 CancelArgs.__doc__ = "The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out."
+
+
+MkfifoArgs = TypedDict("MkfifoArgs", {
+    "path": str,
+}, total=False)
+MkfifoArgs.__doc__ = "The arguments of mkfifo: make a FIFO (mode 0600) at path on the engine's host, for a sink (read's, stream's, follow's) from a caller whose runtime cannot make one (Node): the caller opens it for reading, without blocking, before the request that names it, and removes it after. Its directory must exist and path must not. Needs no sandbox. Every key may be left out."
 
 
 PoolOpenArgs = TypedDict("PoolOpenArgs", {
@@ -1143,6 +1151,10 @@ class Ops:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, self._call("cancel", args, timeout))
 
+    def _op_mkfifo(self, args: MkfifoArgs, timeout: Optional[float] = None) -> FileData:
+        """make a FIFO (mode 0600) at path on the engine's host, for a sink (read's, stream's, follow's) from a caller whose runtime cannot make one (Node): the caller opens it for reading, without blocking, before the request that names it, and removes it after. Its directory must exist and path must not. Needs no sandbox."""
+        return cast(FileData, self._call("mkfifo", args, timeout))
+
     def _op_pool_open(self, args: PoolOpenArgs, timeout: Optional[float] = None) -> PoolData:
         """hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine."""
         return cast(PoolData, self._call("pool_open", args, timeout))
@@ -1368,6 +1380,10 @@ class AsyncOps:
     async def _aop_cancel(self, args: CancelArgs) -> ExecSignalledData:
         """end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does."""
         return cast(ExecSignalledData, await self._acall("cancel", args))
+
+    async def _aop_mkfifo(self, args: MkfifoArgs) -> FileData:
+        """make a FIFO (mode 0600) at path on the engine's host, for a sink (read's, stream's, follow's) from a caller whose runtime cannot make one (Node): the caller opens it for reading, without blocking, before the request that names it, and removes it after. Its directory must exist and path must not. Needs no sandbox."""
+        return cast(FileData, await self._acall("mkfifo", args))
 
     async def _aop_pool_open(self, args: PoolOpenArgs) -> PoolData:
         """hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine."""

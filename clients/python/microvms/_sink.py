@@ -9,6 +9,7 @@ import json
 import os
 import select
 import shutil
+import socket
 import tempfile
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
@@ -129,3 +130,54 @@ def read_all(fd: int, size_hint: Optional[int]) -> bytes:
         data = src.read(size_hint)
         more = src.read()  # the file grew since its size was read
         return data + more if more else data
+
+
+def sockets_supported() -> bool:
+    return hasattr(socket, "AF_UNIX")
+
+
+def open_socket() -> Tuple[str, str, socket.socket]:
+    """A fresh Unix socket listening in a private directory, for a write's
+    socket localPath (api/engine.yaml write): (dir, path, server)."""
+    d = tempfile.mkdtemp(prefix="microvm-sink-")
+    path = os.path.join(d, "s")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        srv.bind(path)
+        srv.listen(1)
+        srv.settimeout(_POLL_SECONDS)
+    except BaseException:
+        srv.close()
+        shutil.rmtree(d, ignore_errors=True)
+        raise
+    return d, path, srv
+
+
+def close_socket(d: str, srv: socket.socket) -> None:
+    srv.close()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def send_through(srv: socket.socket, data: bytes, answered: Callable[[], bool], timeout: Optional[float]) -> None:
+    """Send data to the engine once it dials srv, then end it; return at
+    once when the engine answered without dialling (a refusal). A send the
+    engine cut short (it failed midway and closed its end) is left to its
+    answer, which says why; one that takes longer than timeout raises
+    socket.timeout."""
+    while True:
+        try:
+            conn, _ = srv.accept()
+            break
+        except socket.timeout:
+            if answered():
+                return
+    with conn:
+        conn.settimeout(timeout)
+        try:
+            conn.sendall(data)
+            conn.shutdown(socket.SHUT_WR)
+        except socket.timeout:
+            raise
+        except OSError:
+            pass
+

@@ -1,6 +1,8 @@
-"""Streams through the engine's sink (api/engine.yaml, stream and follow's
-sink): the output's exact bytes arrive through a FIFO as binary frames, in
-sync and asyncio alike, against the real engine and a local sandbox."""
+"""Streams and reads through the engine's sink (api/engine.yaml, stream,
+follow and read's sink): the output's exact bytes arrive through a FIFO as
+binary frames, a file's raw, and writes through a Unix socket the engine
+dials (write's socket localPath), in sync and asyncio alike, against the
+real engine and a local sandbox."""
 import asyncio
 import hashlib
 import os
@@ -133,6 +135,40 @@ class SinkTest(unittest.TestCase):
                     await task
                 self.assertEqual((await sb.run("pgrep -c yes || true")).stdout.strip(), "0")
         asyncio.run(flow())
+
+    def test_write_through_a_socket(self) -> None:
+        # Catches: a write through the engine's socket that loses, reorders
+        # or transcodes bytes (the digest differs; not UTF-8 on purpose),
+        # drops the mode or the parents, hangs on an empty file or a refused
+        # path instead of raising, a timeout that does not end the write (or
+        # leaves the sandbox unusable), an asyncio write that does the same,
+        # and socket directories left behind.
+        before = sink_dirs()
+        blob = os.urandom(3 << 20)
+        want = hashlib.sha256(blob).hexdigest()
+        with Sandbox.create(local=True) as sb:
+            sb.files.write("/tmp/w/a/blob", blob, mode="0640")
+            self.assertEqual(sb.run("sha256sum /tmp/w/a/blob | cut -c1-64; stat -c %a /tmp/w/a/blob").stdout, want + "\n640\n")
+            sb.files.write("/tmp/w/empty", b"")
+            self.assertEqual(sb.run("stat -c %s /tmp/w/empty").stdout, "0\n")
+            with self.assertRaises(MicrovmError):
+                sb.files.write("/proc/none/x", b"a")
+            with self.assertRaises(MicrovmTimeoutError):
+                sb.files.write("/tmp/w/big", bytes(512 << 20), timeout=0.02)  # 512 MiB: far longer than 20 ms anywhere
+            self.assertEqual(sb.run("echo alive").stdout, "alive\n")
+
+        async def flow() -> None:
+            async with await AsyncSandbox.create(local=True) as sb:
+                await sb.files.write("/tmp/w/blob", blob)
+                self.assertEqual((await sb.run("sha256sum /tmp/w/blob | cut -c1-64")).stdout.strip(), want)
+                task = asyncio.ensure_future(sb.files.write("/tmp/w/big", bytes(512 << 20)))
+                await asyncio.sleep(0.02)
+                task.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await task
+                self.assertEqual((await sb.run("echo alive")).stdout, "alive\n")
+        asyncio.run(flow())
+        self.assertEqual(sink_dirs(), before)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ export const OPS = {
   network_set: { response: "microvm.network", streams: false },
   release: { response: "microvm.released", streams: false },
   cancel: { response: "microvm.exec.signalled", streams: false },
+  mkfifo: { response: "microvm.file", streams: false },
   pool_open: { response: "microvm.pool", streams: false },
   pool_wait_ready: { response: "microvm.pool", streams: false },
   pool_acquire: { response: "microvm.sandbox", streams: false },
@@ -763,8 +764,10 @@ export interface WriteArgs {
   readonly "dataBase64"?: string;
   /** four octal digits; empty leaves the daemon's default */
   readonly "mode"?: string;
-  /** a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files) */
+  /** a file on the engine's host to send instead of dataBase64: the bytes never cross the engine pipe (how the packages move large files). A Unix socket the caller listens on (how Node hands over bytes it holds) is dialled instead, and size bytes are read from it as they are sent */
   readonly "localPath"?: string;
+  /** with a socket localPath, how many bytes to read from it: a socket that ends sooner fails the write with nothing written, and bytes past size are not read (additive) */
+  readonly "size"?: number;
 }
 
 /** The arguments of read: read a whole file: at most MAX_READ_FILE_BYTES (`microvm constants`) into dataBase64, a larger one refused with ERR_INVALID_ARG naming that bound; with localPath, up to DEFAULT_MAX_DOWNLOAD_BYTES streamed into that host file. Every key may be left out. */
@@ -966,6 +969,11 @@ export interface ReleaseArgs {
 /** The arguments of cancel: end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. Every key may be left out. */
 export interface CancelArgs {
   readonly "requestId"?: number;
+}
+
+/** The arguments of mkfifo: make a FIFO (mode 0600) at path on the engine's host, for a sink (read's, stream's, follow's) from a caller whose runtime cannot make one (Node): the caller opens it for reading, without blocking, before the request that names it, and removes it after. Its directory must exist and path must not. Needs no sandbox. Every key may be left out. */
+export interface MkfifoArgs {
+  readonly "path"?: string;
 }
 
 /** The arguments of pool_open: hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine. Every key may be left out. */
@@ -1316,6 +1324,11 @@ export abstract class Ops {
   /** end an in-flight request of this engine (a watch, a follow, a wait): it answers with an interrupted failure. It does not kill a command; kill does. */
   protected async opCancel(args: CancelArgs): Promise<ExecSignalledData> {
     return (await this.call("cancel", args)) as ExecSignalledData;
+  }
+
+  /** make a FIFO (mode 0600) at path on the engine's host, for a sink (read's, stream's, follow's) from a caller whose runtime cannot make one (Node): the caller opens it for reading, without blocking, before the request that names it, and removes it after. Its directory must exist and path must not. Needs no sandbox. */
+  protected async opMkfifo(args: MkfifoArgs): Promise<FileData> {
+    return (await this.call("mkfifo", args)) as FileData;
   }
 
   /** hold a warm pool instead of a sandbox (sandbox.Pool): size MicroVMs of one image launched and suspended in the background, so an acquire costs a resume; a member acquired is reached by attach from another engine. */

@@ -13,7 +13,7 @@ import { isUtf8 } from "node:buffer";
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
-import { access, mkdtemp, readFile, rm, statfs, writeFile } from "node:fs/promises";
+import { access, mkdtemp, open, readFile, rm, statfs, writeFile, type FileHandle } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, join, resolve as resolvePath } from "node:path";
 import { createServer, type Socket } from "node:net";
@@ -349,70 +349,124 @@ class Engine extends C.Ops {
   }
 
   /**
-   * stream() with the events read as binary frames from a Unix socket the
-   * engine dials (the op's sink, api/engine.yaml): the output's exact bytes
-   * (data beside text), never JSON-escaped onto the engine pipe. The
-   * request is sent at once, as stream() sends it.
+   * A FIFO for a sink in a private directory, made by the engine (Node has
+   * no mkfifo: api/engine.yaml mkfifo) and held open for reading without
+   * blocking, so the engine's open for writing, which refuses a FIFO with
+   * no reader, finds one. Read through fifoReader, ended by closeFifo.
+   */
+  private async openFifo(): Promise<Fifo> {
+    const dir = await mkdtemp(join(tmpdir(), "microvm-sink-"));
+    try {
+      const path = join(dir, "f");
+      await this.opMkfifo({ path });
+      return { dir, path, hold: await open(path, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK) };
+    } catch (err) {
+      await rm(dir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /**
+   * stream() with the events read as binary frames from a FIFO the engine
+   * writes (the op's sink, api/engine.yaml) in large reads: the output's
+   * exact bytes (data beside text), never JSON-escaped onto the engine
+   * pipe. The request is sent at once, as stream() sends it.
    */
   protected sinkStream(op: C.OpName, args: object): AsyncIterable<unknown> {
     let envelope: Promise<Record<string, unknown> | null> = Promise.resolve(null);
     let id = 0;
     const setup = (async () => {
-      const dir = await mkdtemp(join(tmpdir(), "microvm-sink-"));
-      const path = join(dir, "s");
-      const server = createServer();
-      const conn = new Promise<Socket>((resolve) => server.once("connection", resolve));
-      try {
-        await new Promise<void>((resolve, reject) => {
-          server.once("error", reject);
-          server.listen(path, () => resolve());
-        });
-      } catch (err) {
-        await rm(dir, { recursive: true, force: true });
-        throw err;
-      }
+      const fifo = await this.openFifo();
       envelope = new Promise((resolve) => {
-        id = this.send(op, { ...args, sink: path }, { event: () => {}, done: resolve });
+        id = this.send(op, { ...args, sink: fifo.path }, { event: () => {}, done: resolve });
       });
-      return { dir, server, conn };
+      return fifo;
     })();
     setup.catch(() => undefined); // surfaced when iterated
     const settle = this.settle.bind(this);
     const cancel = (requestId: number) => this.cancelRequest(requestId);
     return {
       async *[Symbol.asyncIterator]() {
-        const { dir, server, conn } = await setup;
-        let sock: Socket | undefined;
+        const fifo = await setup;
         let finished = false;
         try {
-          const first = await Promise.race([conn, envelope.then(() => undefined)]);
-          // The engine closes the sink before it answers, so an answer can
-          // overtake the connection's accept: a success, or a failure that
-          // had sent events, means a connection is there to read.
-          sock = first ?? (sinkWasUsed(await envelope) ? await conn : undefined);
-          if (sock) {
-            const chunks = sock[Symbol.asyncIterator]();
-            const reader = new FrameReader({
-              read: async () => {
-                const r = await chunks.next();
-                return r.done ? { done: true } : { done: false, value: r.value as Uint8Array };
-              },
-            });
-            for (let f = await reader.next(); f; f = await reader.next()) yield sinkEvent(f);
-          }
+          const fh = await fifoReader(fifo, envelope);
+          const reader = new FrameReader({ read: () => readChunk(fh) });
+          for (let f = await reader.next(); f; f = await reader.next()) yield sinkEvent(f);
           const env = await envelope;
           finished = true;
           yield settle(env);
         } finally {
-          sock?.destroy();
-          server.close();
-          await rm(dir, { recursive: true, force: true });
-          // Left early: end the engine's request now; its write to the
-          // closed socket fails anyway.
+          // Both read ends closed first: an engine still writing gets EPIPE
+          // and ends the request, even before the cancel arrives.
+          await closeFifo(fifo);
           if (!finished) await cancel(id);
         }
       },
     };
+  }
+
+  /**
+   * The file at path through the read op's sink: the engine writes its
+   * bytes into a FIFO while this process reads them, in large reads into
+   * one Buffer of the file's size when that is known (size), instead of a
+   * whole host file written and then read back.
+   */
+  async sinkRead(path: string, size: number | null): Promise<Uint8Array> {
+    const fifo = await this.openFifo();
+    try {
+      let done!: (env: Record<string, unknown> | null) => void;
+      const envelope = new Promise<Record<string, unknown> | null>((resolve) => { done = resolve; });
+      const id = this.send("read", { path, sink: fifo.path }, { event: () => {}, done });
+      let data: Buffer;
+      try {
+        data = await readAll(await fifoReader(fifo, envelope), size);
+      } catch (err) {
+        await closeFifo(fifo);
+        await this.cancelRequest(id);
+        throw err;
+      }
+      const sent = (this.settle(await envelope) as C.FileData).bytes;
+      if (sent !== data.length) throw new UnexpectedError(`read ${path}: the engine sent ${sent} bytes and ${data.length} arrived`, "ERR_UNEXPECTED");
+      return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    } finally {
+      await closeFifo(fifo);
+    }
+  }
+
+  /**
+   * A whole file written from bytes this process holds, through a Unix
+   * socket the engine dials (api/engine.yaml write, a socket localPath
+   * with size): the bytes go to the engine as its upload takes them, with
+   * no host file written first.
+   */
+  async writeSocket(path: string, data: Uint8Array, mode?: string): Promise<void> {
+    const dir = await mkdtemp(join(tmpdir(), "microvm-sink-"));
+    const server = createServer();
+    let sock: Socket | undefined;
+    try {
+      const sockPath = join(dir, "s");
+      const conn = new Promise<Socket>((resolve) => server.once("connection", resolve));
+      await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(sockPath, () => resolve());
+      });
+      const envelope = new Promise<Record<string, unknown> | null>((done) => {
+        this.send("write", { path, localPath: sockPath, size: data.byteLength, ...(mode !== undefined ? { mode } : {}) }, { event: () => {}, done });
+      });
+      sock = await Promise.race([conn, envelope.then(() => undefined)]);
+      if (sock) {
+        // An engine that fails midway closes the socket: the write's error
+        // is its answer's, not this socket's.
+        sock.on("error", () => {});
+        sock.end(data);
+      }
+      this.settle(await envelope);
+    } finally {
+      sock?.destroy();
+      server.close();
+      await rm(dir, { recursive: true, force: true });
+    }
   }
 
   // The generated per-op methods, opened to this module.
@@ -420,8 +474,8 @@ class Engine extends C.Ops {
   attach(a: C.AttachArgs) { return this.opAttach(a); }
   info() { return this.opInfo({}); }
   run(a: C.RunArgs) { return this.opRun(a); }
-  // The engine's sink (binary frames over a Unix socket) where there are
-  // Unix sockets; its event lines on Windows.
+  // The engine's sink (binary frames through a FIFO) where there are
+  // FIFOs; its event lines on Windows.
   streamExec(a: C.StreamArgs) { return (SINKS ? this.sinkStream("stream", a) : this.opStream(a)) as AsyncIterable<C.StreamEvent | C.ExecStreamData>; }
   write(a: C.WriteArgs) { return this.opWrite(a); }
   read(a: C.ReadArgs) { return this.opRead(a); }
@@ -638,8 +692,70 @@ export interface ExecOptions {
   signal?: AbortSignal;
 }
 
-/** Whether streams go through the engine's sink (a Unix socket path). */
+/** Whether streams and reads go through the engine's sink (a FIFO). */
 const SINKS = process.platform !== "win32";
+
+/** A sink FIFO: its private directory, its path, and the read end held open without blocking. */
+interface Fifo { readonly dir: string; readonly path: string; readonly hold: FileHandle; reader?: Promise<FileHandle> }
+
+/** One read of a FIFO: up to a frame's worth, straight from the engine's 1 MiB pipe buffer. */
+const FIFO_READ = 1 << 20;
+
+/**
+ * The FIFO's blocking read end, open once the engine has opened its write
+ * end: reads then wait for bytes and end at the engine's close. When the
+ * engine answers first it has closed its end or never opened it, and the
+ * open waiting for a writer is let through by one of this process's own,
+ * opened and closed at once: what is in the FIFO is read, then its end.
+ */
+async function fifoReader(f: Fifo, answered: Promise<unknown>): Promise<FileHandle> {
+  f.reader ??= open(f.path, "r");
+  const first = await Promise.race([f.reader, answered.then(() => undefined)]);
+  if (first) return first;
+  await (await open(f.path, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK)).close();
+  return f.reader;
+}
+
+/** Both read ends closed (an engine still writing gets EPIPE) and the directory removed. */
+async function closeFifo(f: Fifo): Promise<void> {
+  const reader = f.reader;
+  f.reader = undefined;
+  if (reader) {
+    // An open still waiting for a writer is let through first, as fifoReader does.
+    const w = await open(f.path, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK).catch(() => undefined);
+    await (await reader.catch(() => undefined))?.close().catch(() => undefined);
+    await w?.close();
+  }
+  await f.hold.close().catch(() => undefined);
+  await rm(f.dir, { recursive: true, force: true });
+}
+
+/** The next chunk of a sink FIFO, its own memory (frames' payloads are views of it); done at the engine's close. */
+async function readChunk(fh: FileHandle): Promise<{ done: boolean; value?: Uint8Array }> {
+  const b = Buffer.allocUnsafe(FIFO_READ);
+  const { bytesRead } = await fh.read(b, 0, FIFO_READ, null);
+  if (bytesRead === 0) return { done: true };
+  // A small read is copied out, so a chunk kept by a frame does not hold a whole 1 MiB.
+  return { done: false, value: bytesRead < FIFO_READ >> 4 ? Buffer.from(b.subarray(0, bytesRead)) : b.subarray(0, bytesRead) };
+}
+
+/** Every byte until the engine's close: into one Buffer of size when it is known (a file that grew since gets the rest after it). */
+async function readAll(fh: FileHandle, size: number | null): Promise<Buffer> {
+  const buf = Buffer.allocUnsafe(size ?? 0);
+  let n = 0;
+  while (n < buf.length) {
+    const { bytesRead } = await fh.read(buf, n, Math.min(8 * FIFO_READ, buf.length - n), null);
+    if (bytesRead === 0) return buf.subarray(0, n);
+    n += bytesRead;
+  }
+  const more: Buffer[] = [];
+  for (;;) {
+    const c = await readChunk(fh);
+    if (c.done) break;
+    more.push(c.value as Buffer);
+  }
+  return more.length ? Buffer.concat([buf, ...more]) : buf;
+}
 
 /** One sink frame as the engine's event line would carry it, with the exact bytes of an output frame under data. */
 function sinkEvent(f: Frame): Record<string, unknown> {
@@ -655,14 +771,6 @@ function sinkEvent(f: Frame): Record<string, unknown> {
       writersMayBeAlive: doc.writers_may_be_alive === true, offset: doc.offset ?? Number(f.offset) };
   }
   throw new FrameError(`a sink frame of type ${f.type}`);
-}
-
-/** Whether the engine's answer says it opened the sink: a success, or a failure after events. */
-function sinkWasUsed(env: Record<string, unknown> | null): boolean {
-  if (env === null) return false;
-  if (env.status === "ok") return true;
-  const data = env.data as { events?: number } | undefined;
-  return (data?.events ?? 0) > 0;
 }
 
 function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunArgs {
@@ -722,8 +830,10 @@ export class Files {
 
   /** Write a whole file (any size), creating its parents; mode is four octal digits ("0755"). */
   async write(path: string, data: string | Uint8Array, opts: { mode?: string } = {}): Promise<void> {
-    // Through a host file (localPath): the bytes never cross the engine's
-    // line protocol, whose lines are bounded (a 256 MiB base64 line is not).
+    // Never across the engine's line protocol, whose lines are bounded (a
+    // 256 MiB base64 line is not): through a Unix socket the engine dials
+    // where there are Unix sockets, else a host file (localPath).
+    if (SINKS) return this.engine.writeSocket(path, typeof data === "string" ? Buffer.from(data) : data, opts.mode);
     const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
     await withTemp(size, async (local) => {
       await writeFile(local, data);
@@ -747,6 +857,8 @@ export class Files {
     // goes through the default temp dir.
     const d = await this.engine.stat({ path });
     const size = d.exists && d.entry && d.entry.type === "file" ? Number(d.entry.size) : null;
+    // Through a FIFO the engine writes while this process reads.
+    if (SINKS) return this.engine.sinkRead(path, size);
     return withTemp(size, async (local) => {
       await this.download(path, local);
       // A view, not a copy: readFile gave this buffer its own memory.

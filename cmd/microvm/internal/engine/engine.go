@@ -403,6 +403,15 @@ func (e *engine) dispatch(ctx context.Context, req engineapi.Request) (string, a
 		// A request that already finished is no failure: the caller cannot
 		// know it lost that race.
 		return engineapi.TypeExecSignalled, engineapi.ExecSignalledData{Done: ok}, nil
+	case engineapi.OpMkfifo:
+		var args engineapi.MkfifoArgs
+		if err := decodeArgs(req.Args, &args); err != nil {
+			return "", nil, err
+		}
+		if err := makeFIFO(args.Path); err != nil {
+			return "", nil, err
+		}
+		return engineapi.TypeFile, engineapi.FileData{Path: args.Path}, nil
 	}
 	sb, err := e.sandbox()
 	if err != nil {

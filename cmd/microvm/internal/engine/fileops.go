@@ -29,11 +29,14 @@ func (e *engine) fileOp(ctx context.Context, sb *sandbox.Sandbox, req engineapi.
 			if args.DataBase64 != "" {
 				return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: write takes dataBase64 or localPath, not both")
 			}
-			n, err := writeFrom(ctx, sb, args.Path, args.LocalPath, mode)
+			n, err := writeFrom(ctx, sb, args.Path, args.LocalPath, args.Size, mode)
 			if err != nil {
 				return "", nil, err
 			}
 			return cliapi.TypeCopy, cliapi.CopyData{Direction: "upload", Bytes: n, Local: args.LocalPath, Remote: args.Path}, nil
+		}
+		if args.Size != 0 {
+			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: size is for a socket localPath")
 		}
 		data, err := base64.StdEncoding.DecodeString(args.DataBase64)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -492,11 +493,27 @@ func readTo(ctx context.Context, sb *sandbox.Sandbox, path, local string) (int64
 	return sess.Download(ctx, path, local, client.DownloadOptions{})
 }
 
-// writeFrom sends a host file as a whole file in the VM.
-func writeFrom(ctx context.Context, sb *sandbox.Sandbox, path, local string, mode fs.FileMode) (int64, error) {
+// writeFrom sends a host file as a whole file in the VM; a Unix socket at
+// local is dialled and size bytes read from it as they are sent (how Node
+// hands over bytes it holds, with no host file written first).
+func writeFrom(ctx context.Context, sb *sandbox.Sandbox, path, local string, size int64, mode fs.FileMode) (int64, error) {
 	sess, err := session(sb)
 	if err != nil {
 		return 0, err
+	}
+	if size < 0 {
+		return 0, client.Errorf(taxonomy.KindInvalidArg, "", "engine: size %d is negative", size)
+	}
+	if fi, err := os.Stat(local); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		c, err := net.Dial("unix", local)
+		if err != nil {
+			return 0, client.Errorf(taxonomy.KindInvalidArg, "", "engine: nobody listens on the socket %s: %v", local, err)
+		}
+		defer c.Close()
+		return size, sess.WriteFile(ctx, path, client.SizedReader(c, size), mode)
+	}
+	if size != 0 {
+		return 0, client.Errorf(taxonomy.KindInvalidArg, "", "engine: size is for a socket localPath; %s is not one", local)
 	}
 	f, err := os.Open(local)
 	if err != nil {

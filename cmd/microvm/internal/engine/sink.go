@@ -25,7 +25,7 @@ import (
 type frameSink struct {
 	path string
 	f    io.WriteCloser
-	hdr  [protocol.FrameHeaderBytes]byte
+	buf  []byte // one frame, header and payload, written at once
 }
 
 // openSink opens path for writing: a Unix socket the caller listens on
@@ -53,17 +53,38 @@ func openSink(path string) (*frameSink, error) {
 	if err != nil {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: opening the sink: %v", err)
 	}
+	if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeNamedPipe != 0 {
+		widenPipe(f)
+	}
 	return &frameSink{path: path, f: f}, nil
 }
 
-func (s *frameSink) write(typ uint8, offset uint64, payload []byte) error {
-	s.hdr[0] = typ
-	binary.BigEndian.PutUint64(s.hdr[1:9], offset)
-	binary.BigEndian.PutUint32(s.hdr[9:13], uint32(len(payload)))
-	if _, err := s.f.Write(s.hdr[:]); err != nil {
-		return s.lost(err)
+// makeFIFO is the mkfifo op: a FIFO at path for a caller that cannot make
+// one (Node has no mkfifo), which then uses it as a sink as if it had.
+func makeFIFO(path string) error {
+	if path == "" {
+		return client.Errorf(taxonomy.KindInvalidArg, "", "engine: mkfifo needs a path")
 	}
-	if _, err := s.f.Write(payload); err != nil {
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		return client.Errorf(taxonomy.KindInvalidArg, "", "engine: making the FIFO %s: %v", path, err)
+	}
+	return nil
+}
+
+// write sends one frame in one write: a reader woken by a header written
+// alone pays a read for its 13 bytes (in Node, a trip through the thread
+// pool), one per frame.
+func (s *frameSink) write(typ uint8, offset uint64, payload []byte) error {
+	n := protocol.FrameHeaderBytes + len(payload)
+	if cap(s.buf) < n {
+		s.buf = make([]byte, n)
+	}
+	b := s.buf[:n]
+	b[0] = typ
+	binary.BigEndian.PutUint64(b[1:9], offset)
+	binary.BigEndian.PutUint32(b[9:13], uint32(len(payload)))
+	copy(b[protocol.FrameHeaderBytes:], payload)
+	if _, err := s.f.Write(b); err != nil {
 		return s.lost(err)
 	}
 	return nil
@@ -123,5 +144,17 @@ func readToSink(ctx context.Context, sb *sandbox.Sandbox, path, sinkPath string)
 	defer sink.close()
 	bw := &client.BoundedWriter{W: sink.f, Limit: taxonomy.DefaultMaxDownloadBytes, Key: "DEFAULT_MAX_DOWNLOAD_BYTES",
 		Op: "engine: reading " + path, What: "the file", Hint: "copy a larger file with `microvm cp --max-bytes N`"}
-	return sess.ReadFile(ctx, path, bw, client.LineRange{})
+	rc, err := sess.OpenFile(ctx, path, client.LineRange{})
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	// Each read of the body up to sinkChunk, written as it comes: io.Copy's
+	// 32 KiB would wake the reader (a trip through Node's thread pool or
+	// Python's interpreter) for every 32 KiB.
+	return io.CopyBuffer(struct{ io.Writer }{bw}, struct{ io.Reader }{rc}, make([]byte, sinkChunk))
 }
+
+// sinkChunk is the most one write of a read's sink carries: a FIFO sink's
+// buffer (sinkPipeBytes on Linux).
+const sinkChunk = 1 << 20

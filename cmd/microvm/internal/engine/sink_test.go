@@ -8,9 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/microvms/microvms/gen/protocol"
 )
@@ -119,5 +122,60 @@ func TestSinkWritesXFrames(t *testing.T) {
 	}
 	if s, err := openSink(""); s != nil || err != nil {
 		t.Fatalf("no sink: %v %v", s, err)
+	}
+}
+
+// Catches: mkfifo making something other than a private FIFO, taking a
+// path that exists (another FIFO or file the caller did not mean) or an
+// empty one, and a FIFO sink left at the 64 KiB default buffer, which
+// holds a reader that cannot set it (Node) to 64 KiB reads.
+func TestMakeFIFOSink(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if err := makeFIFO(path); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeNamedPipe == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("made %v, want a FIFO with mode 0600", fi.Mode())
+	}
+	if err := makeFIFO(path); err == nil || !strings.Contains(err.Error(), "making the FIFO") {
+		t.Fatalf("a path that exists: %v", err)
+	}
+	if err := makeFIFO(""); err == nil {
+		t.Fatal("an empty path was taken")
+	}
+	r, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, err := openSink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOOS == "linux" {
+		rc, err := r.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var size int
+		var ferr error
+		if err := rc.Control(func(fd uintptr) { size, ferr = unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0) }); err != nil || ferr != nil {
+			t.Fatal(err, ferr)
+		}
+		if size < sinkPipeBytes {
+			t.Fatalf("the sink FIFO's buffer is %d bytes, want %d", size, sinkPipeBytes)
+		}
+	}
+	if err := s.output(protocol.StreamStdout, 0, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	got, err := io.ReadAll(r)
+	if err != nil || len(got) != protocol.FrameHeaderBytes+2 || string(got[13:]) != "hi" {
+		t.Fatalf("through the FIFO: %q %v", got, err)
 	}
 }
