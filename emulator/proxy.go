@@ -10,7 +10,6 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
@@ -56,7 +55,10 @@ var discardLog = log.New(io.Discard, "", 0)
 
 // proxyTransport reaches guests on loopback. It never consults a proxy
 // environment variable: the guest is on this machine.
-// Its connections write an upload through wideconn's buffer.
+// Its connections write an upload through wideconn's buffer. net/http's
+// own copy buffer is 32 KiB, and with FlushInterval -1 every read is a
+// write and a flush: a 256 MiB download went to the caller as 8,192
+// chunks, and an upload reached agentd in 32 KiB writes or chunks.
 var proxyTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second, DisableCompression: true,
 	DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -65,31 +67,6 @@ var proxyTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleCo
 		}
 		return wideconn.Conn(c), nil
 	}}
-
-// proxyCopyBytes is the proxy's copy buffer, both ways. net/http's own is
-// 32 KiB, and with FlushInterval -1 every read is a write and a flush: a
-// 256 MiB download went to the caller as 8,192 chunks, and a chunked upload
-// reached agentd as 32 KiB chunks to parse one by one. A read still returns
-// what the connection holds, so a stream's bytes are not held back.
-const proxyCopyBytes = 256 << 10
-
-// proxyBuffers are the copy buffers, reused across requests.
-var proxyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, proxyCopyBytes); return &b }}}
-
-type bufferPool struct{ p sync.Pool }
-
-func (b *bufferPool) Get() []byte  { return *b.p.Get().(*[]byte) }
-func (b *bufferPool) Put(x []byte) { b.p.Put(&x) }
-
-// bigCopyBody is a request body the transport copies to the guest through
-// one of proxyBuffers (its WriteTo) rather than io.Copy's 32 KiB.
-type bigCopyBody struct{ io.ReadCloser }
-
-func (b bigCopyBody) WriteTo(w io.Writer) (int64, error) {
-	buf := proxyBuffers.Get()
-	defer proxyBuffers.Put(buf)
-	return io.CopyBuffer(w, struct{ io.Reader }{b.ReadCloser}, buf)
-}
 
 // endpointHandler is vm's endpoint: the platform's proxy in front of the
 // guest. It checks, in this order, the token (minted for this MicroVM and
@@ -168,7 +145,7 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 				pr.Out.URL.Scheme, pr.Out.URL.Host = "http", addr
 				pr.Out.Host = ""
 				if pr.Out.Body != nil && pr.Out.Body != http.NoBody {
-					pr.Out.Body = bigCopyBody{pr.Out.Body}
+					pr.Out.Body = wideconn.Body(pr.Out.Body)
 				}
 				pr.Out.Header.Del(taxonomy.ProxyAuthHeader)
 				pr.Out.Header.Del(taxonomy.ProxyPortHeader)
@@ -193,7 +170,7 @@ func (s *Server) endpointHandler(vm *microvm) http.Handler {
 			// SSE and tar downloads must reach the caller as they are
 			// written, not when a buffer fills.
 			FlushInterval: -1,
-			BufferPool:    proxyBuffers,
+			BufferPool:    wideconn.Buffers,
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				http.Error(w, "Bad gateway: "+err.Error(), http.StatusBadGateway)
 			},

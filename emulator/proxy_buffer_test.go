@@ -8,14 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
-	"github.com/microvms/microvms/internal/testvm"
 )
 
 // writeSizes is a net.Conn that remembers its largest Write.
@@ -47,15 +44,15 @@ func (l recordingListener) Accept() (net.Conn, error) {
 }
 
 // The endpoint proxy moves a large body in pieces bigger than net/http's
-// 32 KiB copy buffer, both ways: an upload reaches the guest, and a
-// download the caller, in writes of up to proxyCopyBytes. The guest waits
-// before it reads the upload, so the bytes are waiting for the proxy's
-// reads, and answers the download with its length in one write. Catches:
-// the ReverseProxy's BufferPool dropped (every response write is at most
-// 32 KiB, and with FlushInterval -1 each is a flush), and the guest's
-// connection left unwrapped by wideconn (the transport's ReadFrom copies
-// the upload through io.Copy's 32 KiB: every write to the guest is at most
-// that).
+// 32 KiB copy buffer, both ways: an upload, sized or chunked, reaches the
+// guest, and a download the caller, in writes of up to wideconn.Bytes. The
+// guest waits before it reads an upload, so the bytes are waiting for the
+// proxy's reads, and answers the download with its length in one write.
+// Catches: the ReverseProxy's BufferPool dropped (every response write is
+// at most 32 KiB, and with FlushInterval -1 each is a flush); the guest's
+// connection left unwrapped by wideconn (the transport's ReadFrom copies a
+// sized upload through io.Copy's 32 KiB); and the forwarded body left
+// unwrapped (a chunked upload re-chunked at 32 KiB).
 func TestEndpointProxyCopiesInLargePieces(t *testing.T) {
 	const size = 8 << 20
 	payload := bytes.Repeat([]byte("0123456789abcdef"), size/16)
@@ -76,25 +73,7 @@ func TestEndpointProxyCopiesInLargePieces(t *testing.T) {
 		}
 	}))
 	t.Cleanup(app.Close)
-	launcher := func(ctx context.Context, spec GuestSpec) (*Guest, error) {
-		return &Guest{
-			Dial: func(ctx context.Context, port int) (net.Conn, error) {
-				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", strings.TrimPrefix(app.URL, "http://"))
-				if err != nil {
-					return nil, err
-				}
-				return writeSizes{c, &mu, &toGuest}, nil
-			},
-			Stop: func() {},
-		}, nil
-	}
-	s, base := serve(t, Options{VMs: launcher})
-	out := run(t, s, base, testvm.Payload())
-	waitState(t, base, out.MicrovmId, cp.MicrovmStateRUNNING)
-	tok := mintToken(t, base, out.MicrovmId, 5, `[{"port":8080}]`)
-	s.mu.Lock()
-	vm := s.vms[out.MicrovmId]
-	s.mu.Unlock()
+	s, vm, tok := proxiedTo(t, app.URL, func(c net.Conn) net.Conn { return writeSizes{c, &mu, &toGuest} })
 	front := httptest.NewUnstartedServer(s.endpointHandler(vm))
 	front.Listener = recordingListener{front.Listener, &mu, &toCaller}
 	front.Start()
@@ -117,15 +96,28 @@ func TestEndpointProxyCopiesInLargePieces(t *testing.T) {
 		}
 		return got
 	}
+	largest := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := toGuest
+		toGuest = 0
+		return n
+	}
 	do(http.MethodPut, "/up", bytes.NewReader(payload))
+	if n := largest(); n <= 32<<10 {
+		t.Errorf("a sized upload reached the guest in writes of at most %d bytes: it went through io.Copy's 32 KiB buffer", n)
+	}
+	// No length: sent chunked, one chunk (a MultiReader hands the transport
+	// the bytes.Reader's WriteTo).
+	do(http.MethodPut, "/up", io.MultiReader(bytes.NewReader(payload)))
+	if n := largest(); n <= 32<<10 {
+		t.Errorf("a chunked upload reached the guest in writes of at most %d bytes: it was re-chunked at io.Copy's 32 KiB", n)
+	}
 	if got := do(http.MethodGet, "/down", nil); !bytes.Equal(got, payload) {
 		t.Fatalf("the download arrived as %d bytes, not the %d sent", len(got), size)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if toGuest <= 32<<10 {
-		t.Errorf("the upload reached the guest in writes of at most %d bytes: the request body went through io.Copy's 32 KiB buffer", toGuest)
-	}
 	if toCaller <= 32<<10 {
 		t.Errorf("the download reached the caller in writes of at most %d bytes: the proxy's copy buffer is net/http's 32 KiB", toCaller)
 	}

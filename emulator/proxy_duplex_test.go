@@ -74,25 +74,9 @@ func TestEndpointProxyAnswerSurvivesTheGuestAnsweringBeforeTheBodyIsDone(t *test
 		_, _ = io.WriteString(w, "tail")
 	}))
 	t.Cleanup(app.Close)
-	launcher := func(ctx context.Context, spec GuestSpec) (*Guest, error) {
-		return &Guest{
-			Dial: func(ctx context.Context, port int) (net.Conn, error) {
-				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", strings.TrimPrefix(app.URL, "http://"))
-				if err != nil {
-					return nil, err
-				}
-				return &pausingConn{Conn: c, mark: mark, release: release, paused: paused}, nil
-			},
-			Stop: func() {},
-		}, nil
-	}
-	s, base := serve(t, Options{VMs: launcher})
-	out := run(t, s, base, testvm.Payload())
-	waitState(t, base, out.MicrovmId, cp.MicrovmStateRUNNING)
-	tok := mintToken(t, base, out.MicrovmId, 5, `[{"port":8080}]`)
-	s.mu.Lock()
-	vm := s.vms[out.MicrovmId]
-	s.mu.Unlock()
+	s, vm, tok := proxiedTo(t, app.URL, func(c net.Conn) net.Conn {
+		return &pausingConn{Conn: c, mark: mark, release: release, paused: paused}
+	})
 
 	// The endpoint handler served with a trace in every request's context:
 	// the proxy's transport reports through it when it has finished writing
@@ -145,6 +129,32 @@ func TestEndpointProxyAnswerSurvivesTheGuestAnsweringBeforeTheBodyIsDone(t *test
 	if line := stderr.String(); line != "" {
 		t.Errorf("the proxy logged to the standard logger (a user's stderr): %q", line)
 	}
+}
+
+// proxiedTo runs a MicroVM whose guest is the server at appURL, every
+// connection to it passed through wrap, and answers the emulator, the VM
+// (for its endpointHandler) and a token for port 8080.
+func proxiedTo(t *testing.T, appURL string, wrap func(net.Conn) net.Conn) (*Server, *microvm, string) {
+	t.Helper()
+	launcher := func(ctx context.Context, spec GuestSpec) (*Guest, error) {
+		return &Guest{
+			Dial: func(ctx context.Context, port int) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", strings.TrimPrefix(appURL, "http://"))
+				if err != nil {
+					return nil, err
+				}
+				return wrap(c), nil
+			},
+			Stop: func() {},
+		}, nil
+	}
+	s, base := serve(t, Options{VMs: launcher})
+	out := run(t, s, base, testvm.Payload())
+	waitState(t, base, out.MicrovmId, cp.MicrovmStateRUNNING)
+	tok := mintToken(t, base, out.MicrovmId, 5, `[{"port":8080}]`)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s, s.vms[out.MicrovmId], tok
 }
 
 // syncBuffer is a bytes.Buffer the standard logger may write from any
