@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/microvms/microvms/localvm"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/microvms/microvms/localvm"
 
 	cp "github.com/microvms/microvms/gen/controlplane"
 	"github.com/microvms/microvms/gen/taxonomy"
@@ -354,7 +355,12 @@ func agentdPids(t *testing.T, bin string) []int {
 		if err != nil {
 			continue
 		}
-		// A confined guest's daemon runs from a sealed copy named after it.
+		// A confined guest's daemon runs from a sealed copy named after it,
+		// and so does its init when the daemon is of this build
+		// (localvm/guestinit), told apart by its argv[0].
+		if cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline"); strings.HasPrefix(string(cmdline), localvm.GuestInitArg0) {
+			continue
+		}
 		if exe, err := os.Readlink("/proc/" + e.Name() + "/exe"); err == nil && (exe == bin || exe == "/memfd:"+filepath.Base(bin)+" (deleted)") {
 			out = append(out, pid)
 		}

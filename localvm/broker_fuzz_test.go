@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/microvms/microvms/localvm/guestinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,7 +25,7 @@ func FuzzBrokerReply(f *testing.F) {
 		var closed []int
 		closeFD = func(fd int) error { closed = append(closed, fd); return nil }
 		defer func() { closeFD = unix.Close }()
-		received := receivedFDs(oob)
+		received := guestinit.ReceivedFDs(oob)
 		fd, err := parseBrokerReply(msg, oob)
 		if err == nil {
 			if len(msg) == 0 || msg[0] != 0 || len(received) != 1 || fd != received[0] || len(closed) != 0 {

@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/microvms/microvms/localvm/guestinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,9 +29,6 @@ import (
 // socket of its own, which reaches nothing but that guest. The emulator
 // accepts only a stream socket and never reads the request channel.
 
-// brokerRequestLen is a request's size: the guest port, big-endian.
-const brokerRequestLen = 2
-
 // brokerDial asks the init behind ctl for a connection to guest port port.
 func brokerDial(ctx context.Context, ctl int, port int) (net.Conn, error) {
 	if port <= 0 || port > 65535 {
@@ -43,7 +40,7 @@ func brokerDial(ctx context.Context, ctl int, port int) (net.Conn, error) {
 	}
 	mine := os.NewFile(uintptr(pair[0]), "guest-dial")
 	defer mine.Close()
-	var req [brokerRequestLen]byte
+	var req [guestinit.BrokerRequestLen]byte
 	binary.BigEndian.PutUint16(req[:], uint16(port))
 	err = unix.Sendmsg(ctl, req[:], unix.UnixRights(pair[1]), nil, unix.MSG_NOSIGNAL)
 	unix.Close(pair[1])
@@ -93,7 +90,7 @@ func brokerDial(ctx context.Context, ctl int, port int) (net.Conn, error) {
 // exactly one, which the caller owns. The bytes come from the guest, which
 // may be hostile: FuzzBrokerReply.
 func parseBrokerReply(msg, oob []byte) (int, error) {
-	fds := receivedFDs(oob)
+	fds := guestinit.ReceivedFDs(oob)
 	if len(msg) < 1 || msg[0] != 0 {
 		closeAll(fds)
 		why := "no answer"
@@ -113,69 +110,8 @@ func parseBrokerReply(msg, oob []byte) (int, error) {
 // keep made-up descriptor numbers away from the real close.
 var closeFD = unix.Close
 
-func receivedFDs(oob []byte) []int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for _, m := range msgs {
-		// ParseUnixRights indexes past a payload that is not whole
-		// descriptors (found by FuzzBrokerReply); the kernel never builds
-		// one, but nothing here trusts the bytes.
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS || len(m.Data)%4 != 0 {
-			continue
-		}
-		if got, err := unix.ParseUnixRights(&m); err == nil {
-			fds = append(fds, got...)
-		}
-	}
-	return fds
-}
-
 func closeAll(fds []int) {
 	for _, fd := range fds {
 		_ = closeFD(fd)
 	}
-}
-
-// serveBroker is the init's side: it answers dial requests on ctl until the
-// channel closes. Each request is served on its own goroutine so a slow
-// connect holds up nobody else.
-func serveBroker(ctl int) {
-	for {
-		req := make([]byte, brokerRequestLen+1)
-		oob := make([]byte, unix.CmsgSpace(4*4))
-		n, oobn, _, _, err := unix.Recvmsg(ctl, req, oob, unix.MSG_CMSG_CLOEXEC)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil || (n == 0 && oobn == 0) {
-			return // the emulator is gone
-		}
-		fds := receivedFDs(oob[:oobn])
-		if n != brokerRequestLen || len(fds) != 1 {
-			closeAll(fds)
-			continue
-		}
-		go answerDial(fds[0], int(binary.BigEndian.Uint16(req)))
-	}
-}
-
-func answerDial(reply, port int) {
-	defer unix.Close(reply)
-	d := net.Dialer{Timeout: 5 * time.Second}
-	c, err := d.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		_ = unix.Sendmsg(reply, append([]byte{1}, err.Error()...), nil, nil, unix.MSG_NOSIGNAL)
-		return
-	}
-	defer c.Close()
-	f, err := c.(*net.TCPConn).File()
-	if err != nil {
-		_ = unix.Sendmsg(reply, append([]byte{1}, err.Error()...), nil, nil, unix.MSG_NOSIGNAL)
-		return
-	}
-	defer f.Close()
-	_ = unix.Sendmsg(reply, []byte{0}, unix.UnixRights(int(f.Fd())), nil, unix.MSG_NOSIGNAL)
 }

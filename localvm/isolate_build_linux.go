@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/localvm/guestinit"
 
 	"golang.org/x/sys/unix"
 )
@@ -109,9 +110,12 @@ func RunStep(ctx context.Context, s StepGuest) (*StepResult, error) {
 	if writable <= 0 {
 		writable = int64(taxonomy.LocalGuestWritableMiB) << 20
 	}
-	cfg := guestConfig{
+	cfg := guestinit.Config{
 		State: dir, WritableBytes: writable, ImageRoot: s.Root, Hostname: "microvm-build",
 		Inherited: inheritedFDs(), Step: &s.Cmd,
+	}
+	if cfg.Filter, err = guestFilter(); err != nil {
+		return nil, isolationError("a syscall table for this architecture", err)
 	}
 	if m.byRoot {
 		mounted, err := bindImageRoot(s.Root, dir, m, true)
@@ -144,7 +148,7 @@ func RunStep(ctx context.Context, s StepGuest) (*StepResult, error) {
 		return nil, err
 	}
 	defer initExe.Close()
-	cmd := exec.Command(guestInitPath)
+	cmd := exec.Command(guestinit.InitPath)
 	cmd.Args = []string{GuestInitArg0}
 	cmd.Env = guestInitEnv
 	cmd.Dir = "/"

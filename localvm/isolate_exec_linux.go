@@ -3,12 +3,14 @@
 package localvm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 
+	"github.com/microvms/microvms/localvm/guestinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,27 +41,37 @@ var sealed struct {
 	sync.Mutex
 	order []sealedKey
 	files map[sealedKey]*os.File
+	// abi says whether the copy holds guestinit.ABI (guestInitBinary).
+	abi map[sealedKey]bool
 }
 
 // sealedCopy returns a descriptor of a sealed, executable memfd copy of f
-// (read from its start); the caller closes it.
-func sealedCopy(f *os.File, name string) (*os.File, error) {
+// (read from its start), and whether it holds this build's guest ABI; the
+// caller closes it.
+func sealedCopy(f *os.File, name string) (*os.File, bool, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	key := sealedKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 	sealed.Lock()
 	defer sealed.Unlock()
 	if c, ok := sealed.files[key]; ok {
-		return dupFile(c)
+		d, err := dupFile(c)
+		return d, sealed.abi[key], err
 	}
 	c, err := newSealedCopy(f, name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	abi, err := holdsGuestABI(c)
+	if err != nil {
+		c.Close()
+		return nil, false, err
 	}
 	if sealed.files == nil {
 		sealed.files = map[sealedKey]*os.File{}
+		sealed.abi = map[sealedKey]bool{}
 	}
 	if len(sealed.order) >= sealedMax {
 		// A guest started from an evicted copy keeps running: its
@@ -68,10 +80,46 @@ func sealedCopy(f *os.File, name string) (*os.File, error) {
 		sealed.order = sealed.order[1:]
 		sealed.files[old].Close()
 		delete(sealed.files, old)
+		delete(sealed.abi, old)
 	}
 	sealed.order = append(sealed.order, key)
 	sealed.files[key] = c
-	return dupFile(c)
+	sealed.abi[key] = abi
+	d, err := dupFile(c)
+	return d, abi, err
+}
+
+// holdsGuestABI reports whether the sealed copy c contains guestinit.ABI:
+// an agentd linked with this build's guestinit (cmd/agentd calls its Main
+// first), which can then be the guest's init (guestInitBinary). A binary
+// without it (the reference daemon, an agentd of other sources) is never
+// executed as an init.
+func holdsGuestABI(c *os.File) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(c.Fd()), &st); err != nil {
+		return false, err
+	}
+	if st.Size == 0 {
+		return false, nil
+	}
+	b, err := unix.Mmap(int(c.Fd()), 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return false, fmt.Errorf("reading the sealed copy: %w", err)
+	}
+	defer unix.Munmap(b)
+	return bytes.Contains(b, []byte(guestinit.ABI)), nil
+}
+
+// guestInitBinary is what a guest's init runs from: the daemon's own
+// sealed copy when it holds this build's guest ABI, because it starts in a
+// few milliseconds where the emulator's binary spends tens in package
+// initialisers, twice per guest (the init and its second stage; issue 52);
+// otherwise the emulator's sealed copy of itself, as before.
+func guestInitBinary(daemon *os.File, daemonABI bool) (*os.File, error) {
+	if daemonABI {
+		return dupFile(daemon)
+	}
+	return sealedSelf()
 }
 
 // dupFile is a descriptor of its own for f: a launch holds it while an
@@ -121,5 +169,6 @@ func sealedSelf() (*os.File, error) {
 		return nil, isolationError("/proc/self/exe (the emulator re-executes itself as the guest's init)", err)
 	}
 	defer self.Close()
-	return sealedCopy(self, "microvms-guest-init")
+	c, _, err := sealedCopy(self, "microvms-guest-init")
+	return c, err
 }

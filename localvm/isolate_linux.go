@@ -24,13 +24,15 @@ import (
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/microvms/microvms/gen/taxonomy"
+	"github.com/microvms/microvms/localvm/guestinit"
 
 	"golang.org/x/sys/unix"
 )
 
-// How a guest is confined. The emulator process re-executes itself (a
-// sealed in-memory copy of its binary, isolate_exec_linux.go) with argv[0]
-// set to GuestInitArg0 and the clone flags of a new user, mount, PID, UTS,
+// How a guest is confined. The emulator executes a sealed in-memory copy
+// of the daemon's binary when it is of this build, else of its own
+// (guestInitBinary, isolate_exec_linux.go), with argv[0] set to
+// GuestInitArg0 and the clone flags of a new user, mount, PID, UTS,
 // IPC, network and cgroup namespace. That child is PID 1 of the guest: root
 // of the guest's user namespace only (on the host it is an unprivileged uid;
 // isolate_userns_linux.go), not dumpable, it builds the guest's root in the
@@ -51,25 +53,25 @@ import (
 //
 // GuestInitArg0 is that init's argv[0]: what a guest sees as its PID 1's
 // command line, and what Init dispatches on.
-const GuestInitArg0 = "microvms-emulator-guest-init"
+const GuestInitArg0 = guestinit.InitArg0
 
-// guestInitPath is how the launcher executes the guest's init: the sealed
-// copy of the emulator (isolate_exec_linux.go) the child holds at fdInit,
-// never the emulator's own file.
-var guestInitPath = "/proc/self/fd/" + strconv.Itoa(fdInit)
+// StepCommand is one build step's process: its argv, environment, working
+// directory and the image user it runs as.
+type StepCommand = guestinit.StepCommand
 
 // guestInitEnv is the init's whole environment. The Go runtime would
 // otherwise keep the emulator's cgroup-v1 CPU files open for the init's
 // life to follow a limit (containermaxprocs); the init's GOMAXPROCS does not
 // matter, and a guest must find no host file open in its PID 1.
-var guestInitEnv = []string{"GODEBUG=containermaxprocs=0"}
+var guestInitEnv = []string{"GODEBUG=containermaxprocs=0", guestinit.ABIEnv + "=" + guestinit.ABI}
 
 // openSealed opens the file at path as the emulator (the guest's uid need
-// not be able to read it) and returns its sealed copy.
-func openSealed(path, name string) (*os.File, error) {
+// not be able to read it) and returns its sealed copy and whether the copy
+// holds this build's guest ABI (sealedCopy).
+func openSealed(path, name string) (*os.File, bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", name, err)
+		return nil, false, fmt.Errorf("opening %s: %w", name, err)
 	}
 	defer f.Close()
 	return sealedCopy(f, name)
@@ -96,11 +98,8 @@ func Init() {
 	if len(os.Args) == 0 {
 		return
 	}
+	guestinit.Main() // a guest's init or second stage: never returns
 	switch os.Args[0] {
-	case GuestInitArg0:
-		os.Exit(guestInit())
-	case guestExecArg0:
-		os.Exit(guestExec())
 	case probeArg0:
 		os.Exit(isolationProbe())
 	case userNamespaceHolderArg0:
@@ -116,52 +115,6 @@ func mustInit() {
 	if !initCalled.Load() {
 		panic("localvm: Init was not called at the top of main (or TestMain); a local guest cannot be started")
 	}
-}
-
-// hostSystemDirs are the host directories a guest without an image root
-// sees, read-only under a copy-on-write overlay; a symlink among them (a
-// merged /usr) is recreated as the same symlink.
-var hostSystemDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
-
-// etcAllowed are the host /etc entries a guest without an image root gets a
-// copy of: what name resolution, the dynamic loader, TLS and a shell need.
-// Everything else stays behind: shadow files, ssh host keys, sudoers, the
-// host's machine-id and hostname, package-manager credentials, /etc/ssl/private.
-var etcAllowed = []string{
-	"passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "host.conf", "gai.conf",
-	"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "os-release", "debian_version", "system-release",
-	"localtime", "timezone", "alternatives", "ssl/certs", "ssl/openssl.cnf", "ca-certificates.conf",
-	"pki/tls/certs", "pki/ca-trust", "profile", "bash.bashrc", "inputrc", "shells", "login.defs",
-	"protocols", "services", "networks", "mime.types",
-}
-
-// guestConfig is what the launcher tells the guest's init, as JSON on fd 3.
-type guestConfig struct {
-	State         string   // the MicroVM's state directory: the writable layer is mounted over it
-	WritableBytes int64    // the writable layer's size
-	ImageRoot     string   // the image's root filesystem as the guest reaches it; "" means the host's system directories
-	Env           []string // the daemon's whole environment
-	Hostname      string   // the name before identity repair renames it
-	Workdir       string   // the image's WORKDIR inside the guest root; "" is /
-	Inherited     []int    // descriptors the init inherited from the emulator's parent, to close
-	// Step, for a build step's guest, is the command the init runs instead
-	// of agentd; its upper layer is on the writable layer, and the init
-	// reports the step's status and holds the layer for the emulator
-	// (stepEnded) instead of exiting.
-	Step *StepCommand `json:",omitempty"`
-	// Network, for a guest under a network policy, is what its init sets
-	// up before the daemon starts (isolate_netpolicy_linux.go).
-	Network *guestNetConfig `json:",omitempty"`
-}
-
-// StepCommand is one build step's process: its argv, environment, working
-// directory and the image user it runs as.
-type StepCommand struct {
-	Argv     []string
-	Env      []string
-	Dir      string
-	UID, GID uint32
-	Groups   []uint32
 }
 
 // isolationError is the refusal of a host that cannot confine a guest. It
@@ -417,30 +370,35 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	if writable <= 0 {
 		writable = taxonomy.LocalGuestWritableMiB
 	}
-	cfg := guestConfig{
+	cfg := guestinit.Config{
 		State: dir, WritableBytes: int64(writable) << 20, ImageRoot: spec.RootDir,
 		Env: guestEnv(spec), Hostname: spec.MicrovmID, Workdir: spec.Workdir, Inherited: inheritedFDs(),
 	}
 	if cfg.Hostname == "" {
 		cfg.Hostname = "microvm"
 	}
+	filter, err := guestFilter()
+	if err != nil {
+		return nil, isolationError("a syscall table for this architecture", err)
+	}
+	cfg.Filter = filter
 	// Opened here, as the emulator: the guest's uid need not be able to
 	// read the daemon's binary or reach the image's directory.
-	agentd, err := openSealed(bin, filepath.Base(bin))
+	agentd, agentdABI, err := openSealed(bin, filepath.Base(bin))
 	if err != nil {
 		return nil, err
 	}
 	defer agentd.Close()
-	initExe, err := sealedSelf()
+	initExe, err := guestInitBinary(agentd, agentdABI)
 	if err != nil {
 		return nil, err
 	}
 	defer initExe.Close()
 	files := []*os.File{nil, agentd, nil, initExe}
-	netConn := -1         // the emulator's end of fdNet, for a guest under a policy
+	netConn := -1         // the emulator's end of guestinit.FDNet, for a guest under a policy
 	var guestNet *os.File // the init's end, closed here once the init holds it
 	if spec.Network != nil {
-		cfg.Network = &guestNetConfig{CAPEM: spec.Network.CACertPEM()}
+		cfg.Network = &guestinit.NetConfig{CAPEM: spec.Network.CACertPEM()}
 		np, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return nil, err
@@ -485,7 +443,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	}
 	files[0] = r
 	var logTail tail
-	cmd := exec.Command(guestInitPath)
+	cmd := exec.Command(guestinit.InitPath)
 	cmd.Args = []string{GuestInitArg0}
 	cmd.Env = guestInitEnv
 	cmd.Dir = "/"

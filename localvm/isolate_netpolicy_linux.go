@@ -3,13 +3,10 @@
 package localvm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -17,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/microvms/microvms/internal/netpolicy"
+	"github.com/microvms/microvms/localvm/guestinit"
 )
 
 // A guest under a network policy (issue 48; GuestSpec.Network). Its network
@@ -24,90 +22,13 @@ import (
 // that namespace (the guest's own processes, nested one user namespace
 // deeper, hold none), makes a tun device there, gives it the guest's
 // address and default route, and passes the tun's descriptor to the
-// emulator over its own socket pair (fdNet); the emulator serves it with
+// emulator over its own socket pair (guestinit.FDNet); the emulator serves it with
 // netpolicy.Net.Serve until the guest ends. All of it happens before the
 // init lets the daemon start, so no guest program runs before its only
 // link is the policy's. The init also writes the resolver (the policy's
 // gateway) and the sandbox's CA into the guest's root.
 
-// fdNet is the init's end of the socket pair the tun's descriptor leaves
-// by; present only for a guest under a policy.
-const fdNet = 7
-
-// guestNetConfig is what the init needs to set a policy's network up.
-type guestNetConfig struct {
-	CAPEM []byte // the sandbox CA's certificate, for the guest's trust store
-}
-
-// caBundlePaths are the system trust bundles distributions read (Debian,
-// Ubuntu, Alpine; Fedora, RHEL, Amazon Linux; openSUSE; Alpine's cert.pem).
-// Each one the image has gets the CA appended, once per file.
-var caBundlePaths = []string{
-	"/etc/ssl/certs/ca-certificates.crt",
-	"/etc/pki/tls/certs/ca-bundle.crt",
-	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-	"/etc/ssl/ca-bundle.pem",
-	"/etc/ssl/cert.pem",
-}
-
-// setupGuestNetwork is the init's half, before the daemon starts: the tun,
-// its link, the resolver, the trust store, and the tun's descriptor sent
-// to the emulator.
-func setupGuestNetwork(root string, cfg *guestNetConfig) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	tun, err := guestTun()
-	if err != nil {
-		return err
-	}
-	defer tun.Close()
-	if err := netpolicy.ConfigureGuestLink(GuestTunName); err != nil {
-		return err
-	}
-	if err := writeFileReplacing(filepath.Join(root, "etc/resolv.conf"), "nameserver "+netpolicy.GatewayAddr.String()+"\n", 0o644); err != nil {
-		return fmt.Errorf("writing the guest's resolv.conf: %w", err)
-	}
-	if err := installCA(root, cfg.CAPEM); err != nil {
-		return fmt.Errorf("installing the sandbox CA: %w", err)
-	}
-	if err := unix.Sendmsg(fdNet, []byte{0}, unix.UnixRights(int(tun.Fd())), nil, unix.MSG_NOSIGNAL); err != nil {
-		return fmt.Errorf("handing the tun to the emulator: %w", err)
-	}
-	return unix.Close(fdNet)
-}
-
-// guestTun is the init's tun: the /dev/net/tun the emulator opened inside
-// this namespace and offered on fdNet, attached here, or else (the
-// emulator could not enter the namespace: a rootless one) one the init
-// opens itself, which needs /dev/net/tun open to the guest's uid.
-func guestTun() (*os.File, error) {
-	msg := make([]byte, 4)
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	var n, oobn int
-	var err error
-	for {
-		n, oobn, _, _, err = unix.Recvmsg(fdNet, msg, oob, unix.MSG_CMSG_CLOEXEC)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the emulator's tun offer: %w", err)
-	}
-	fds := receivedFDs(oob[:oobn])
-	if n != 1 || msg[0] != 0 || len(fds) != 1 {
-		closeAll(fds)
-		return netpolicy.OpenTun(GuestTunName)
-	}
-	f := os.NewFile(uintptr(fds[0]), "/dev/net/tun")
-	if err := netpolicy.AttachTun(f, GuestTunName); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-// offerTun is the emulator's first word on fdNet: a /dev/net/tun opened
+// offerTun is the emulator's first word on guestinit.FDNet: a /dev/net/tun opened
 // inside the network namespace of the guest's init (leader), for a host
 // whose tun device only root may open, or, when this process cannot enter
 // that namespace (a rootless emulator), a word that the init opens its own.
@@ -155,77 +76,6 @@ func openTunIn(pid int) (*os.File, error) {
 	return r.f, r.err
 }
 
-// installCA appends pem to each system bundle the guest's root has and
-// writes GuestCABundlePath (the first bundle, then pem). Paths resolve
-// inside root (RESOLVE_IN_ROOT): an image's symlinked bundle reaches the
-// image's file, never the host's.
-func installCA(root string, pem []byte) error {
-	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dir)
-	open := func(p string, flags uint64, mode uint64) (*os.File, error) {
-		fd, err := unix.Openat2(dir, p, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Mode: mode, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
-		if err != nil {
-			return nil, err
-		}
-		return os.NewFile(uintptr(fd), p), nil
-	}
-	var system []byte
-	type fileID struct{ dev, ino uint64 }
-	done := map[fileID]bool{}
-	for _, p := range caBundlePaths {
-		f, err := open(p, unix.O_RDWR|unix.O_APPEND, 0)
-		if err != nil {
-			continue // absent, or not the guest's to write
-		}
-		var st unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || done[fileID{st.Dev, st.Ino}] {
-			f.Close()
-			continue
-		}
-		done[fileID{st.Dev, st.Ino}] = true
-		b, err := io.ReadAll(io.LimitReader(f, 64<<20))
-		if err == nil && system == nil {
-			system = b
-		}
-		if err == nil {
-			sep := []byte{}
-			if len(b) > 0 && !bytes.HasSuffix(b, []byte("\n")) {
-				sep = []byte("\n")
-			}
-			_, err = f.Write(append(sep, pem...))
-		}
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-	}
-	etc, err := open("/etc", unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return err
-	}
-	defer etc.Close()
-	if err := unix.Mkdirat(int(etc.Fd()), "microvms", 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-		return err
-	}
-	bundle := append(system, pem...)
-	if len(system) > 0 && !bytes.HasSuffix(system, []byte("\n")) {
-		bundle = append(append(system, '\n'), pem...)
-	}
-	_ = unix.Unlinkat(int(etc.Fd()), "microvms/ca-bundle.pem", 0)
-	f, err := open(GuestCABundlePath, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(bundle)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // receiveTun is the emulator's half: it waits, bounded, for the init to
 // send the tun's descriptor on conn. The init is the emulator's own code
 // and nothing of the guest has run yet, but the answer is still checked: a
@@ -250,7 +100,7 @@ func receiveTun(conn int, exited <-chan struct{}, limit time.Duration) (*os.File
 				ch <- got{-1, err}
 				return
 			}
-			fds := receivedFDs(oob[:oobn])
+			fds := guestinit.ReceivedFDs(oob[:oobn])
 			if n != 1 || msg[0] != 0 || len(fds) != 1 {
 				closeAll(fds)
 				ch <- got{-1, errors.New("the init did not send the guest's tun")}

@@ -7,9 +7,12 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"sync"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
+	"github.com/microvms/microvms/localvm/guestinit"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -122,23 +125,35 @@ func socketConditions() []seccomp.NameWithConditions {
 	}})
 }
 
-// loadGuestFilter sets no_new_privs and installs the guest filter on every
-// thread of the calling process (TSYNC), so the daemon and everything it
-// starts inherit it and no setuid binary in the guest gains anything.
-func loadGuestFilter() error {
+// guestFilter is the guest filter assembled once per process: the
+// launcher hands the program to the guest's second stage (guestinit), which
+// sets no_new_privs and installs it on every thread (TSYNC) before it
+// executes the daemon, so the daemon and everything it starts inherit it
+// and no setuid binary in the guest gains anything. Assembled here, not in
+// the guest, so the guest's binary carries no syscall tables.
+var guestFilter = sync.OnceValues(func() ([]guestinit.FilterInstruction, error) {
 	denied, err := guestDeniedSyscalls()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return seccomp.LoadFilter(seccomp.Filter{
-		NoNewPrivs: true,
-		Flag:       seccomp.FilterFlagTSync,
-		Policy: seccomp.Policy{
-			DefaultAction: seccomp.ActionAllow,
-			Syscalls: []seccomp.SyscallGroup{{
-				Names: denied, NamesWithCondtions: socketConditions(),
-				Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM),
-			}},
-		},
-	})
-}
+	policy := seccomp.Policy{
+		DefaultAction: seccomp.ActionAllow,
+		Syscalls: []seccomp.SyscallGroup{{
+			Names: denied, NamesWithCondtions: socketConditions(),
+			Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM),
+		}},
+	}
+	insts, err := policy.Assemble()
+	if err != nil {
+		return nil, fmt.Errorf("assembling the guest's syscall filter: %w", err)
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return nil, fmt.Errorf("assembling the guest's syscall filter: %w", err)
+	}
+	prog := make([]guestinit.FilterInstruction, len(raw))
+	for i, r := range raw {
+		prog[i] = guestinit.FilterInstruction{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	return prog, nil
+})

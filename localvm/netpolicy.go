@@ -4,6 +4,7 @@ import (
 	"maps"
 
 	"github.com/microvms/microvms/internal/netpolicy"
+	"github.com/microvms/microvms/localvm/guestinit"
 )
 
 // GuestCABundlePath is where a guest under a network policy finds its trust
@@ -12,10 +13,10 @@ import (
 // (internal/netpolicy). SSL_CERT_FILE, NODE_EXTRA_CA_CERTS and
 // REQUESTS_CA_BUNDLE name it; the system bundles the image has get the CA
 // appended too, for programs that read only those.
-const GuestCABundlePath = "/etc/microvms/ca-bundle.pem"
+const GuestCABundlePath = guestinit.CABundlePath
 
 // GuestTunName is the guest's one link besides the loopback under a policy.
-const GuestTunName = "tun0"
+const GuestTunName = guestinit.TunName
 
 // NetworkEnv is what a guest's environment gets under the network n: each
 // secret's name with its placeholder (never the value) and the variables

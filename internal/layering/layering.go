@@ -60,6 +60,9 @@ var rules = []rule{
 	// The guest runtime and the image builder are below the control-plane
 	// fake: the runtime imports nothing of this module's but the generated
 	// contracts and internal tools; the builder adds the runtime.
+	// What runs inside a guest before its program is linked into agentd
+	// too, so it must stay small: nothing of the module, nothing heavy.
+	{layer: "localvm/guestinit", may: []string{"internal/netpolicy/guestlink"}},
 	{layer: "localvm", may: []string{"localvm", "gen/", "internal/"}},
 	{layer: "imagebuild", may: []string{"imagebuild", "localvm", "gen/", "internal/"}},
 	// The emulator's IAM slice is a service of its own (LocalStack's

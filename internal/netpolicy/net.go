@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/microvms/microvms/gen/cliapi"
+	"github.com/microvms/microvms/internal/netpolicy/guestlink"
 )
 
 // The guest's side of the link. The runtime gives the guest's tun GuestAddr
@@ -19,9 +20,9 @@ import (
 // only name server.
 var (
 	guestNet     = netip.MustParsePrefix("10.0.2.0/24")
-	GatewayAddr  = netip.MustParseAddr("10.0.2.2")
-	GuestAddr    = netip.MustParseAddr("10.0.2.15")
-	GuestPrefix  = 24
+	GatewayAddr  = guestlink.GatewayAddr
+	GuestAddr    = guestlink.GuestAddr
+	GuestPrefix  = guestlink.GuestPrefix
 	SyntheticNet = netip.MustParsePrefix("198.18.0.0/15") // RFC 2544's benchmarking range: routed nowhere real
 )
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package netpolicy
+package guestlink
 
 import (
 	"encoding/binary"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package localvm
+package guestinit
 
 import (
 	"os"

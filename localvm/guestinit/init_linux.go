@@ -1,10 +1,10 @@
 //go:build linux
 
-package localvm
+package guestinit
 
-// The guest's side of isolation: what the guest's init (the emulator
-// binary re-executed as PID 1 of the guest's namespaces) does before it
-// starts agentd. Everything here runs inside the guest's user namespace,
+// The guest's side of isolation: what the guest's init (PID 1 of the
+// guest's namespaces, run from agentd's binary or the emulator's) does
+// before it starts agentd. Everything here runs inside the guest's user namespace,
 // with capabilities over the guest's namespaces only.
 
 import (
@@ -22,7 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,6 +35,59 @@ const (
 	fdBroker = 5 // dial requests from the emulator
 	fdInit   = 6 // the init's own binary, a sealed copy, which it runs from
 )
+
+// InitPath is how the launcher executes the guest's init, and how the init
+// executes its second stage: the sealed copy the child holds at fdInit,
+// never a host path.
+var InitPath = "/proc/self/fd/" + strconv.Itoa(fdInit)
+
+// Main runs the guest stage os.Args[0] names and exits; for any other
+// argv[0] it returns at once. A binary that links this package calls it
+// first thing in main.
+func Main() {
+	if len(os.Args) == 0 {
+		return
+	}
+	switch os.Args[0] {
+	case InitArg0:
+		if got := os.Getenv(ABIEnv); got != ABI {
+			fmt.Fprintf(os.Stderr, "guest init: the launcher speaks guest ABI %q and this binary %q\n", got, ABI)
+			os.Exit(1)
+		}
+		os.Exit(guestInit())
+	case execArg0:
+		os.Exit(guestExec())
+	}
+}
+
+// guestExecArg0 is the init's second stage: the first process of the
+// nested user namespace (nestedAttr). It takes a mount namespace of its own
+// (a copy of the init's, every mount locked), leaves the host's tree, loads
+// the syscall filter, drops the capabilities no guest needs from its
+// bounding set (full again in a new user namespace), takes a step's ids,
+// and executes the guest's program: the daemon, or a build step's command.
+// (execArg0).
+
+// loadFilter sets no_new_privs and installs prog on every thread of the
+// calling process (TSYNC). An empty program is refused: the daemon never
+// runs unfiltered.
+func loadFilter(prog []FilterInstruction) error {
+	if len(prog) == 0 || len(prog) > 0xffff {
+		return fmt.Errorf("the launcher sent a filter of %d instructions", len(prog))
+	}
+	raw := make([]unix.SockFilter, len(prog))
+	for i, in := range prog {
+		raw[i] = unix.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("setting no_new_privs: %w", err)
+	}
+	fprog := unix.SockFprog{Len: uint16(len(raw)), Filter: &raw[0]}
+	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
+		return fmt.Errorf("installing the syscall filter: %w", errno)
+	}
+	return nil
+}
 
 // guestInit is PID 1 of a guest. It returns the process's exit status.
 func guestInit() int {
@@ -56,14 +109,14 @@ func guestInit() int {
 	}
 	// Not handed on: the daemon and everything the guest runs must not hold
 	// the emulator's lifeline or its dial channel.
-	for _, fd := range []int{fdConfig, fdAgentd, fdBroker, fdInit, fdNet} {
-		syscall.CloseOnExec(fd) // fdNet may be absent: harmless
+	for _, fd := range []int{fdConfig, fdAgentd, fdBroker, fdInit, FDNet} {
+		syscall.CloseOnExec(fd) // FDNet may be absent: harmless
 	}
 	line, err := readLine(ctl)
 	if err != nil {
 		return fail("reading the config", err)
 	}
-	var cfg guestConfig
+	var cfg Config
 	if err := json.Unmarshal(line, &cfg); err != nil {
 		return fail("reading the config", err)
 	}
@@ -73,7 +126,7 @@ func guestInit() int {
 	// Only the descriptors the launcher saw are closed, never one this
 	// process opened itself.
 	for _, fd := range cfg.Inherited {
-		if fd > fdInit && (cfg.Network == nil || fd != fdNet) {
+		if fd > fdInit && (cfg.Network == nil || fd != FDNet) {
 			_ = unix.Close(fd)
 		}
 	}
@@ -119,7 +172,7 @@ func guestInit() int {
 	if st := cfg.Step; st != nil {
 		env, files, what = st.Env, files[:5], "the step's command "+st.Argv[0]
 	}
-	proc, err := os.StartProcess(guestInitPath, []string{guestExecArg0}, &os.ProcAttr{
+	proc, err := os.StartProcess(InitPath, []string{execArg0}, &os.ProcAttr{
 		Dir: "/", Env: env, Files: files, Sys: attr,
 	})
 	goR.Close()
@@ -151,11 +204,11 @@ func guestInit() int {
 		os.Exit(137)
 	}()
 	go serveBroker(fdBroker)
-	run := execSpec{Root: root, Dir: cfg.Workdir, Argv: []string{"agentd"}}
+	run := execSpec{Root: root, Dir: cfg.Workdir, Argv: []string{"agentd"}, Filter: cfg.Filter}
 	if st := cfg.Step; st != nil {
 		// A build step: the image's command as the image's user, its
 		// output the step's output; nothing of the emulator's is run.
-		run = execSpec{Root: root, Dir: st.Dir, Path: st.Argv[0], Argv: st.Argv, Step: true, UID: st.UID, GID: st.GID, Groups: st.Groups}
+		run = execSpec{Root: root, Dir: st.Dir, Path: st.Argv[0], Argv: st.Argv, Step: true, UID: st.UID, GID: st.GID, Groups: st.Groups, Filter: cfg.Filter}
 	}
 	raw, err := json.Marshal(run)
 	if err == nil {
@@ -199,14 +252,6 @@ func guestInit() int {
 	}
 }
 
-// guestExecArg0 is the init's second stage: the first process of the
-// nested user namespace (nestedAttr). It takes a mount namespace of its own
-// (a copy of the init's, every mount locked), leaves the host's tree, loads
-// the syscall filter, drops the capabilities no guest needs from its
-// bounding set (full again in a new user namespace), takes a step's ids,
-// and executes the guest's program: the daemon, or a build step's command.
-const guestExecArg0 = "microvms-emulator-guest-exec"
-
 // execSpec is what guestExec runs, as a JSON line on its fd 3. Its fd 4 is
 // the init's wait: closed once guestExec has its mount namespace.
 type execSpec struct {
@@ -219,6 +264,8 @@ type execSpec struct {
 	Step     bool // take UID, GID and Groups before the exec
 	UID, GID uint32
 	Groups   []uint32
+	// Filter is the syscall filter the launcher assembled (Config.Filter).
+	Filter []FilterInstruction
 }
 
 // guestExec is the second stage's whole life: it returns only on failure,
@@ -251,7 +298,7 @@ func guestExec() int {
 	if err := enterRoot(spec.Root); err != nil {
 		return fail("entering the guest root", err)
 	}
-	if err := loadGuestFilter(); err != nil {
+	if err := loadFilter(spec.Filter); err != nil {
 		return fail("loading the syscall filter", err)
 	}
 	if err := dropCapabilities(); err != nil {
@@ -410,17 +457,19 @@ func dropCapabilities() error {
 	return nil
 }
 
+// readLine reads the one line the launcher (or the init) writes on f, a
+// pipe or socket that carries nothing else towards this process, in
+// pieces: the config holds the syscall filter, tens of KiB that a byte at a
+// time would take thousands of reads.
 func readLine(f *os.File) ([]byte, error) {
 	var out []byte
-	b := make([]byte, 1)
+	buf := make([]byte, 64<<10)
 	for len(out) < 1<<20 {
-		n, err := f.Read(b)
-		if n == 1 {
-			if b[0] == '\n' {
-				return out, nil
-			}
-			out = append(out, b[0])
+		n, err := f.Read(buf)
+		if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
+			return append(out, buf[:i]...), nil
 		}
+		out = append(out, buf[:n]...)
 		if err != nil {
 			return nil, err
 		}
@@ -441,7 +490,7 @@ func readLine(f *os.File) ([]byte, error) {
 // /etc entries, with each host system directory bound read-only over its
 // mount point: the guest's root is not the host's root, so the host's files
 // are not the guest's to change.
-func buildRoot(cfg guestConfig) (string, error) {
+func buildRoot(cfg Config) (string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return "", fmt.Errorf("making mounts private: %w", err)
 	}
@@ -855,39 +904,6 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
-}
-
-// waitStopped polls until every pid is stopped (T, t), a zombie or gone,
-// bounded by limit.
-func waitStopped(pids []int, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for _, pid := range pids {
-		for {
-			st := procStateOf(pid)
-			if st == "T" || st == "t" || st == "Z" || st == "" {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the guest's process %d did not stop within %s (state %s)", pid, limit, st)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	return nil
-}
-
-// procStateOf is the state letter of /proc/PID/stat, or "" for a process
-// that is gone.
-func procStateOf(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+3 > len(b) {
-		return ""
-	}
-	return string(b[i+2])
 }
 
 // lookStepPath resolves a step's command as the image's shell would: a name

@@ -1,0 +1,13 @@
+package guestinit
+
+// ABI names this package's sources: the launcher runs a guest's init from
+// the daemon's binary only when that binary holds this exact string, and
+// the init checks it again against ABIEnv. It is the sha256 of this
+// package's non-test Go files (TestABINamesTheSources keeps it so), so any
+// change to what the init does or how it is spoken to gives a new ABI, and
+// an agentd built before the change is never used as a newer emulator's
+// init: the emulator's own binary is, as before.
+const ABI = "microvms-guest-abi:" + abiSum
+
+// abiSum is set by hand from TestABINamesTheSources's failure message.
+const abiSum = "0fa77d70b8765e6bd291b05a99fba36037ba69c3cc730c15a6cbaf512f8ac94b"

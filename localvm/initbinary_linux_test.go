@@ -1,0 +1,89 @@
+//go:build linux
+
+package localvm
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/microvms/microvms/internal/testvm"
+	"github.com/microvms/microvms/localvm/guestinit"
+)
+
+// initExe is what the guest's PID 1 was executed from, as the host sees it.
+func initExe(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(testvm.GuestInitOf(t, GuestInitArg0)) + "/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// foreignDaemon is a copy of agentdBin whose guest ABI reads differently:
+// an agentd built from other sources, as far as the launcher can tell.
+func foreignDaemon(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(agentdBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := []byte(guestinit.ABI)
+	if bytes.Count(b, marker) == 0 {
+		t.Fatalf("%s does not hold this build's guest ABI", agentdBin)
+	}
+	other := bytes.Clone(marker)
+	other[len("microvms-guest-abi:")] ^= 1 // '0'..'f' stays a hex digit or becomes another byte: either way not ours
+	path := filepath.Join(t.TempDir(), "agentd-foreign")
+	if err := os.WriteFile(path, bytes.ReplaceAll(b, marker, other), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Catches: the launcher running every guest's init from the emulator's own
+// binary (twenty-odd milliseconds of package initialisers, twice per guest:
+// issue 52's guest start), and the opposite wrong edit, running any daemon
+// binary as the init (a reference agentd, or one of other sources, would
+// then be PID 1 of a guest whose root nobody built). A daemon of this
+// build is the init; a foreign one is not, and its guest still starts.
+func TestGuestInitRunsFromTheDaemonOnlyWhenItIsOfThisBuild(t *testing.T) {
+	t.Run("this build", func(t *testing.T) {
+		_, sess := directGuest(t, GuestSpec{})
+		if got := initExe(t); !strings.Contains(got, "memfd:"+filepath.Base(agentdBin)) {
+			t.Errorf("a guest of this build's agentd ran its init from %q, want the daemon's sealed copy", got)
+		}
+		testvm.MustSh(t, sess, "true")
+	})
+	t.Run("foreign", func(t *testing.T) {
+		saved := agentdBin
+		agentdBin = foreignDaemon(t)
+		t.Cleanup(func() { agentdBin = saved })
+		_, sess := directGuest(t, GuestSpec{})
+		if got := initExe(t); !strings.Contains(got, "memfd:microvms-guest-init") {
+			t.Errorf("a guest of a foreign agentd ran its init from %q, want the emulator's own sealed copy", got)
+		}
+		if got := testvm.MustSh(t, sess, "echo started"); got != "started" {
+			t.Errorf("a guest of a foreign agentd answered %q", got)
+		}
+	})
+}
+
+// Catches: an init that does not check the ABI it was launched with (the
+// scan alone would then be all that keeps a daemon of other sources from
+// setting up a guest). Run on the host, the foreign copy must refuse before
+// anything else: its Main is the first thing agentd's main calls.
+func TestGuestInitRefusesAnotherABI(t *testing.T) {
+	cmd := exec.Command(foreignDaemon(t))
+	cmd.Args = []string{GuestInitArg0}
+	cmd.Env = []string{guestinit.ABIEnv + "=" + guestinit.ABI, "AGENTD_REPAIR_IDENTITY=0"}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "guest ABI") {
+		t.Fatalf("a foreign init given this build's ABI: %v, %q; want a refusal naming the ABI", err, out)
+	}
+}
