@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,5 +86,43 @@ func TestGuestInitRefusesAnotherABI(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "guest ABI") {
 		t.Fatalf("a foreign init given this build's ABI: %v, %q; want a refusal naming the ABI", err, out)
+	}
+}
+
+// Catches: the init starting its second stage before the launcher has
+// placed it in the guest's cgroups (it is placed while it builds the root,
+// and a process is moved with its threads, not its children), or the
+// launcher sending the go-ahead before it placed it: the daemon and all it
+// starts would then run outside the guest's limits.
+func TestTheDaemonRunsInsideTheGuestsCgroups(t *testing.T) {
+	g, _ := directGuest(t, GuestSpec{})
+	if len(g.Limits.Applied) == 0 {
+		t.Skipf("no limits on this host: %v", g.Limits.Missing)
+	}
+	init := testvm.GuestInitOf(t, GuestInitArg0)
+	checked := 0
+	for _, pid := range procsInPidnsOf(t, init) {
+		raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		if err != nil {
+			continue // gone since the scan
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) != 3 {
+				continue
+			}
+			for _, ctrl := range []string{"memory", "pids", "cpu"} {
+				if !slicesContainPrefix(g.Limits.Applied, ctrl) || !slices.Contains(strings.Split(f[1], ","), ctrl) {
+					continue
+				}
+				checked++
+				if !strings.Contains(f[2], cgroupPrefix) {
+					t.Errorf("pid %d of the guest is in %s group %q, outside the guest's", pid, ctrl, f[2])
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatalf("no guest process's cgroups were checked (limits %v)", g.Limits.Applied)
 	}
 }

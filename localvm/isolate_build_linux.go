@@ -183,7 +183,9 @@ func RunStep(ctx context.Context, s StepGuest) (*StepResult, error) {
 		}
 		defer stopEgress()
 	}
-	if _, err := ours.Write(append(raw, '\n')); err != nil {
+	// The config, then the empty line that lets the init start the step:
+	// it was placed in its cgroups above.
+	if _, err := ours.Write(append(raw, '\n', '\n')); err != nil {
 		return nil, fmt.Errorf("configuring the build step's init: %w", err)
 	}
 	done := make(chan struct{})

@@ -493,8 +493,16 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 		}
 		limits.remove()
 	}
-	// Placed in its cgroups before it reads its config: nothing the guest
-	// starts runs outside its limits, not even for a moment.
+	// The config first: the init builds the guest's root (the emulator's
+	// work) while it is placed in its cgroups here. It starts nothing of
+	// the guest's until the empty line below says it is placed: nothing the
+	// guest starts runs outside its limits, not even for a moment. (The
+	// memory group's attach alone waited 7.5 ms for the kernel on this
+	// 2-core host, all of it on the launch's path before.)
+	if _, err := w.Write(append(raw, '\n')); err != nil {
+		release()
+		return nil, fmt.Errorf("configuring the guest's init: %w", err)
+	}
 	limits = applyLimits(spec, leader)
 	if spec.Egress && spec.Network == nil {
 		if stopEgress, err = startEgress(leader, stderr); err != nil {
@@ -508,7 +516,7 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 			return nil, fmt.Errorf("offering the guest its tun: %w", err)
 		}
 	}
-	if _, err := w.Write(append(raw, '\n')); err != nil {
+	if _, err := w.Write([]byte{'\n'}); err != nil {
 		release()
 		return nil, fmt.Errorf("configuring the guest's init: %w", err)
 	}

@@ -8,7 +8,7 @@ package guestinit
 // with capabilities over the guest's namespaces only.
 
 import (
-	"bytes"
+	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -112,7 +112,11 @@ func guestInit() int {
 	for _, fd := range []int{fdConfig, fdAgentd, fdBroker, fdInit, FDNet} {
 		syscall.CloseOnExec(fd) // FDNet may be absent: harmless
 	}
-	line, err := readLine(ctl)
+	// fd 3 carries the config line, then an empty line once the launcher
+	// has placed this init in the guest's cgroups, then nothing until the
+	// launcher's end closes.
+	ctlR := bufio.NewReaderSize(ctl, 64<<10)
+	line, err := readLine(ctlR)
 	if err != nil {
 		return fail("reading the config", err)
 	}
@@ -146,9 +150,10 @@ func guestInit() int {
 		return fail("mounting the init's /proc", err)
 	}
 	// Every guest process is started through guestExec, from the init's
-	// own sealed binary (fdInit), in the nested namespaces. It starts now,
-	// so its runtime starts while the init builds the root, and from the
-	// host's tree, so an emulator linked dynamically finds its loader; it
+	// own sealed binary (fdInit), in the nested namespaces. It starts while
+	// the init builds the root (once the init is in its cgroups, below),
+	// and from the host's tree, so an emulator linked dynamically finds its
+	// loader; it
 	// waits on fd 3 for what to run, then takes its mount namespace and
 	// leaves the host's tree itself (guestExec).
 	attr, err := nestedAttr()
@@ -172,18 +177,37 @@ func guestInit() int {
 	if st := cfg.Step; st != nil {
 		env, files, what = st.Env, files[:5], "the step's command "+st.Argv[0]
 	}
-	proc, err := os.StartProcess(InitPath, []string{execArg0}, &os.ProcAttr{
-		Dir: "/", Env: env, Files: files, Sys: attr,
-	})
-	goR.Close()
-	ackW.Close()
-	if err != nil {
-		return fail("starting "+what, err)
+	// The second stage starts once the launcher says this init is in the
+	// guest's cgroups (a process is placed with its threads, not its
+	// children: one forked before would run the daemon outside its
+	// limits); the launcher places it while the root is built here, which
+	// is the emulator's work, not the guest's.
+	type started struct {
+		proc *os.Process
+		err  error
 	}
+	second := make(chan started, 1)
+	go func() {
+		if b, err := ctlR.ReadByte(); err != nil || b != '\n' {
+			second <- started{err: fmt.Errorf("waiting for the launcher to place the guest in its cgroups: %q, %v", b, err)}
+			return
+		}
+		p, err := os.StartProcess(InitPath, []string{execArg0}, &os.ProcAttr{
+			Dir: "/", Env: env, Files: files, Sys: attr,
+		})
+		second <- started{p, err}
+	}()
 	root, err := buildRoot(cfg)
 	if err != nil {
 		return fail("building the guest root", err)
 	}
+	st := <-second
+	goR.Close()
+	ackW.Close()
+	if st.err != nil {
+		return fail("starting "+what, st.err)
+	}
+	proc := st.proc
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fail("setting the hostname", err)
 	}
@@ -200,7 +224,7 @@ func guestInit() int {
 	// The emulator holds fd 3's other end for the guest's life; its end of
 	// file means the emulator is gone, and so is the guest.
 	go func() {
-		_, _ = io.Copy(io.Discard, ctl)
+		_, _ = io.Copy(io.Discard, ctlR)
 		os.Exit(137)
 	}()
 	go serveBroker(fdBroker)
@@ -279,7 +303,7 @@ func guestExec() int {
 	// set are its own, and it is the thread that executes the program.
 	runtime.LockOSThread()
 	spec3 := os.NewFile(3, "guest-exec")
-	line, err := readLine(spec3)
+	line, err := readLine(bufio.NewReaderSize(spec3, 64<<10))
 	spec3.Close()
 	if err != nil {
 		return fail("reading what to run", err)
@@ -457,20 +481,18 @@ func dropCapabilities() error {
 	return nil
 }
 
-// readLine reads the one line the launcher (or the init) writes on f, a
-// pipe or socket that carries nothing else towards this process, in
-// pieces: the config holds the syscall filter, tens of KiB that a byte at a
-// time would take thousands of reads.
-func readLine(f *os.File) ([]byte, error) {
+// readLine reads one line of at most 1 MiB from r: the config, which
+// holds the syscall filter (tens of KiB; never a byte per read), or the
+// second stage's spec.
+func readLine(r *bufio.Reader) ([]byte, error) {
 	var out []byte
-	buf := make([]byte, 64<<10)
 	for len(out) < 1<<20 {
-		n, err := f.Read(buf)
-		if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
-			return append(out, buf[:i]...), nil
+		chunk, err := r.ReadSlice('\n')
+		out = append(out, chunk...)
+		if err == nil {
+			return out[:len(out)-1], nil
 		}
-		out = append(out, buf[:n]...)
-		if err != nil {
+		if err != bufio.ErrBufferFull {
 			return nil, err
 		}
 	}
