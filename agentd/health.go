@@ -43,13 +43,42 @@ func (s *Server) Schema(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(doc)
 }
 
-// schemaDocument is docs.SchemaJSON byte for byte when every limit is at its
-// default and the build kept the declared version, and otherwise the same
-// document with its limits object rewritten to the values this daemon is
-// actually running with and daemon_version set to Version, so the document
-// never disagrees with the header and /v1/health.
-func schemaDocument(cfg *Config) ([]byte, error) {
-	limits := map[string]float64{}
+// Capabilities serves the few members of the protocol document a client
+// needs before its first exec (api/openapi.yaml), built from the generated
+// route table and the running limits, never from the 124 KB document: the
+// first exchange of every session waits for it.
+func (s *Server) Capabilities(w http.ResponseWriter, r *http.Request) {
+	doc, err := s.capabilities()
+	if err != nil {
+		s.log.Error("cannot build /v1/capabilities", "err", err.Error())
+		http.Error(w, "the capabilities could not be built", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(doc)
+}
+
+// capabilitiesDocument is /v1/capabilities's body for cfg.
+func capabilitiesDocument(cfg *Config) ([]byte, error) {
+	limits, _ := runningLimits(cfg)
+	doc := protocol.Capabilities{
+		ProtocolVersion: protocol.ProtocolVersion,
+		DaemonVersion:   Version,
+		Routes:          make([]protocol.CapabilityRoute, 0, len(protocol.Operations)),
+		Frames:          protocol.CapabilityFrames{MediaType: protocol.FramesMediaType},
+		Limits:          limits,
+	}
+	for _, op := range protocol.Operations {
+		doc.Routes = append(doc.Routes, protocol.CapabilityRoute{Method: op.Method, Path: op.Pattern})
+	}
+	return json.Marshal(doc)
+}
+
+// runningLimits is every declared limit at the value this daemon runs with,
+// and whether any differs from its default.
+func runningLimits(cfg *Config) (map[string]float64, bool) {
+	limits := make(map[string]float64, len(protocol.Limits))
 	changed := false
 	for _, l := range protocol.Limits {
 		v := l.Default
@@ -61,6 +90,16 @@ func schemaDocument(cfg *Config) ([]byte, error) {
 		}
 		limits[l.Name] = v
 	}
+	return limits, changed
+}
+
+// schemaDocument is docs.SchemaJSON byte for byte when every limit is at its
+// default and the build kept the declared version, and otherwise the same
+// document with its limits object rewritten to the values this daemon is
+// actually running with and daemon_version set to Version, so the document
+// never disagrees with the header and /v1/health.
+func schemaDocument(cfg *Config) ([]byte, error) {
+	limits, changed := runningLimits(cfg)
 	if !changed && Version == protocol.DaemonVersion {
 		return docs.SchemaJSON, nil
 	}

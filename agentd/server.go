@@ -50,8 +50,10 @@ type Server struct {
 	// schema is /v1/schema's body, built at the first request: with any
 	// limit changed it is the embedded document re-encoded, about 650 KB of
 	// allocation that an idle daemon would otherwise keep resident.
-	schema  func() ([]byte, error)
-	metrics metricsSampler // GET /v1/metrics (metrics_linux.go)
+	schema func() ([]byte, error)
+	// capabilities is /v1/capabilities's body, built at the first request.
+	capabilities func() ([]byte, error)
+	metrics      metricsSampler // GET /v1/metrics (metrics_linux.go)
 
 	// inner is the routed application; Handler wraps it in the rules that hold
 	// for every response. A field so a test can route to a handler that panics.
@@ -102,6 +104,7 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		watchSlots:     make(chan struct{}, max(cfg.MaxWatches, 0)),
 	}
 	s.schema = sync.OnceValues(func() ([]byte, error) { return schemaDocument(&s.cfg) })
+	s.capabilities = sync.OnceValues(func() ([]byte, error) { return capabilitiesDocument(&s.cfg) })
 	s.identity = RepairIdentity(cfg.Identity, log)
 	logIdentityDecision(log, cfg.Identity, s.identity)
 	s.execs = newRegistry(&s.cfg, log, devNull)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -571,6 +572,50 @@ func TestSchemaIsTheGeneratedDocument(t *testing.T) {
 	}
 	if doc.Limits["stream_replay_bytes"] != 4096 || doc.Limits["kill_grace_secs"] != 2 || doc.Limits["port"] != 9000 {
 		t.Fatalf("limits not from the running config: %v", doc.Limits)
+	}
+}
+
+// Catches: /v1/capabilities drifting from the protocol document it
+// abridges (a route added to the spec but not listed, a limit not taken from
+// the running configuration, a version or frames type of its own), which a
+// client trusts instead of fetching the document.
+func TestCapabilitiesAreTheSchemasMembers(t *testing.T) {
+	type abridged struct {
+		ProtocolVersion string `json:"protocol_version"`
+		DaemonVersion   string `json:"daemon_version"`
+		Routes          []struct {
+			Method string `json:"method"`
+			Path   string `json:"path"`
+		} `json:"routes"`
+		Frames struct {
+			MediaType string `json:"media_type"`
+		} `json:"frames"`
+		Limits map[string]float64 `json:"limits"`
+	}
+	for _, mod := range []func(*Config){nil, func(c *Config) { c.MaxOutputBytes = 10_000_001; c.KillGrace = 3 * time.Second }} {
+		d := startDaemon(t, mod)
+		ctx := context.Background()
+		schema, err := d.client.SchemaWithResponse(ctx)
+		if err != nil || schema.StatusCode() != 200 {
+			t.Fatal(err)
+		}
+		caps, err := d.client.CapabilitiesWithResponse(ctx)
+		if err != nil || caps.StatusCode() != 200 {
+			t.Fatal(err)
+		}
+		var want, got abridged
+		if err := json.Unmarshal(schema.Body, &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(caps.Body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("/v1/capabilities is not /v1/schema's members:\n got %+v\nwant %+v", got, want)
+		}
+		if len(caps.Body) > 8<<10 {
+			t.Errorf("/v1/capabilities is %d bytes; it exists to be small", len(caps.Body))
+		}
 	}
 }
 

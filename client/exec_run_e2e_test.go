@@ -19,8 +19,8 @@ import (
 
 // wiretap is a reverse proxy in front of a real agentd recording each
 // exchange (method, path, the answer's content type). With reference set it
-// plays a daemon without issue 35's additions: POST /v1/exec/run is 404,
-// /v1/schema lists neither the route nor frames, and the Accept header is
+// plays a daemon without issue 35's additions: POST /v1/exec/run and
+// GET /v1/capabilities are 404, /v1/schema lists neither the route nor frames, and the Accept header is
 // cut to SSE, as a daemon that ignores it would answer.
 type wiretap struct {
 	url       string
@@ -49,6 +49,9 @@ func newWiretap(t *testing.T, target string, reference bool, schemaLies ...bool)
 			switch {
 			case r.URL.Path == "/v1/exec/run":
 				http.NotFound(rec, r)
+				return
+			case r.URL.Path == "/v1/capabilities" && !w.schemaLies:
+				http.NotFound(rec, r) // the reference has no such route
 				return
 			case r.URL.Path == "/v1/schema" && !w.schemaLies:
 				w.referenceSchema(t, rec, target)
@@ -147,7 +150,8 @@ func TestRunTakesOneExchangeWhenTheDaemonOffersTheRoute(t *testing.T) {
 		got := tap.take()
 		want := []string{"POST /v1/exec/run " + protocol.FramesMediaType}
 		if i == 0 {
-			want = append([]string{"GET /v1/schema application/json"}, want...)
+			// The capabilities, not the 124 KB document.
+			want = append([]string{"GET /v1/capabilities application/json"}, want...)
 		}
 		if strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Fatalf("run %d exchanges %q, want %q", i, got, want)
@@ -176,7 +180,7 @@ func TestRunFallsBackAgainstADaemonWithoutTheRoutes(t *testing.T) {
 		t.Fatalf("fallback run: %+v", r)
 	}
 	got := strings.Join(tap.take(), "|")
-	for _, want := range []string{"GET /v1/schema", "POST /v1/exec/start", "/stream text/event-stream", "POST /v1/exec/" + r.ExecID + "/ack"} {
+	for _, want := range []string{"GET /v1/capabilities text/plain", "GET /v1/schema", "POST /v1/exec/start", "/stream text/event-stream", "POST /v1/exec/" + r.ExecID + "/ack"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("fallback exchanges %s lack %q", got, want)
 		}
@@ -332,7 +336,7 @@ func TestSpawnWaitOverTheRunRoute(t *testing.T) {
 		t.Fatalf("readers %q %q, record %+v", stdout, stderr, r)
 	}
 	got := strings.Join(tap.take(), "|")
-	if got != "GET /v1/schema application/json|POST /v1/exec/run "+protocol.FramesMediaType {
+	if got != "GET /v1/capabilities application/json|POST /v1/exec/run "+protocol.FramesMediaType {
 		t.Fatalf("exchanges %s", got)
 	}
 }

@@ -604,18 +604,26 @@ type daemonOffers struct {
 }
 
 // daemonOffers learns, once per session, whether the daemon serves the run
-// route and binary frames, from its /v1/schema document: a reference daemon
-// lists neither (or has no such document) and gets protocol v1's routes. A
-// schema fetch that fails in transport is not remembered, so the next exec
-// asks again; until then the exec uses protocol v1's routes, which every
-// daemon serves.
+// route and binary frames, from its /v1/capabilities (a few hundred bytes)
+// or, where that is 404 (the reference's daemon, an older one of ours), its
+// /v1/schema document (about 124 KB, which took 3 ms of a local session's
+// first exchange to fetch and decode; issue 52): a reference daemon lists
+// neither and gets protocol v1's routes. A fetch that fails in transport is
+// not remembered, so the next exec asks again; until then the exec uses
+// protocol v1's routes, which every daemon serves.
 func (s *Session) daemonOffers(ctx context.Context) daemonOffers {
 	s.offersMu.Lock()
 	defer s.offersMu.Unlock()
 	if s.offersKnown {
 		return s.offers
 	}
-	resp, err := s.send(ctx, call{op: protocol.OpSchema, build: protocol.NewSchemaRequest})
+	op := protocol.OpCapabilities
+	resp, err := s.send(ctx, call{op: op, build: protocol.NewCapabilitiesRequest})
+	var werr *Error
+	if errors.As(err, &werr) && werr.wire == taxonomy.WireNotFound {
+		op = protocol.OpSchema
+		resp, err = s.send(ctx, call{op: op, build: protocol.NewSchemaRequest})
+	}
 	if err != nil {
 		if KindOf(err) != taxonomy.KindRetryable && ctx.Err() == nil {
 			s.offersKnown = true // the daemon answered: it has no such document
@@ -632,7 +640,9 @@ func (s *Session) daemonOffers(ctx context.Context) daemonOffers {
 		} `json:"frames"`
 		Limits map[string]float64 `json:"limits"`
 	}
-	if decodeJSON(protocol.OpSchema, resp, &doc) == nil {
+	// Both documents name these members alike (api/openapi.yaml's
+	// Capabilities is the schema's, abridged).
+	if decodeJSON(op, resp, &doc) == nil {
 		run, _ := protocol.OperationByID(protocol.OpExecRun)
 		for _, r := range doc.Routes {
 			if r.Method == run.Method && r.Path == run.Pattern {

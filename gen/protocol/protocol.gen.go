@@ -276,6 +276,37 @@ type CPUMetrics struct {
 	WindowSecs float64 `json:"window_secs"`
 }
 
+// Capabilities what GET /v1/capabilities answers; each member is the same member of the protocol document (docs/schema.json), routes reduced to method and path
+type Capabilities struct {
+	// DaemonVersion the running daemon's version, as its version header and /v1/health carry it
+	DaemonVersion string `json:"daemon_version"`
+
+	// Frames the binary frames the stream and run routes answer (x-frames)
+	Frames CapabilityFrames `json:"frames"`
+
+	// Limits the running limits by name, as the protocol document's limits
+	Limits map[string]float64 `json:"limits"`
+
+	// ProtocolVersion the protocol document's protocol_version
+	ProtocolVersion string `json:"protocol_version"`
+
+	// Routes every route this daemon serves, hooks included
+	Routes []CapabilityRoute `json:"routes"`
+}
+
+// CapabilityFrames the binary frames the stream and run routes answer (x-frames)
+type CapabilityFrames struct {
+	MediaType string `json:"media_type"`
+}
+
+// CapabilityRoute one route, as the protocol document's routes name it
+type CapabilityRoute struct {
+	Method string `json:"method"`
+
+	// Path the path, with {name} placeholders
+	Path string `json:"path"`
+}
+
 // DiskHealth free space on the daemon's working filesystem, as Health.disk reports it; null when it could not be measured, which is not the same as full
 type DiskHealth struct {
 	// AvailableBytes bytes an unprivileged writer can still use
@@ -1514,6 +1545,13 @@ type ClientInterface interface {
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 	HookValidate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// Capabilities What this daemon serves, in a few hundred bytes; ours, not the reference's: additive
+	//
+	// The part of GET /v1/schema's document a client needs before its first exec: every route's method and path, the frames media type and the running limits, with the protocol and daemon versions. A client asks here first and falls back to /v1/schema on 404 (the reference's daemon, or an older one): the whole document is about 124 KB, which a session would otherwise fetch and decode before its first command. Open, as /v1/schema is
+	//
+	// Corresponds with GET /v1/capabilities (the `Capabilities` operationId).
+	Capabilities(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExecRunWithBody Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
 	//
 	// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
@@ -1826,6 +1864,23 @@ func (c *Client) HookTerminate(ctx context.Context, reqEditors ...RequestEditorF
 // Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 func (c *Client) HookValidate(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHookValidateRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Capabilities What this daemon serves, in a few hundred bytes; ours, not the reference's: additive
+//
+// The part of GET /v1/schema's document a client needs before its first exec: every route's method and path, the frames media type and the running limits, with the protocol and daemon versions. A client asks here first and falls back to /v1/schema on 404 (the reference's daemon, or an older one): the whole document is about 124 KB, which a session would otherwise fetch and decode before its first command. Open, as /v1/schema is
+//
+// Corresponds with GET /v1/capabilities (the `Capabilities` operationId).
+func (c *Client) Capabilities(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCapabilitiesRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2462,6 +2517,33 @@ func NewHookValidateRequest(server string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCapabilitiesRequest constructs an http.Request for the Capabilities method
+func NewCapabilitiesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/capabilities")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3755,6 +3837,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /aws/lambda-microvms/runtime/v1/validate (the `HookValidate` operationId).
 	HookValidateWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HookValidateReply, error)
 
+	// CapabilitiesWithResponse What this daemon serves, in a few hundred bytes; ours, not the reference's: additive
+	//
+	// The part of GET /v1/schema's document a client needs before its first exec: every route's method and path, the frames media type and the running limits, with the protocol and daemon versions. A client asks here first and falls back to /v1/schema on 404 (the reference's daemon, or an older one): the whole document is about 124 KB, which a session would otherwise fetch and decode before its first command. Open, as /v1/schema is
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/capabilities (the `Capabilities` operationId).
+	CapabilitiesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CapabilitiesReply, error)
+
 	// ExecRunWithBodyWithResponse Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
 	//
 	// Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
@@ -4251,6 +4342,54 @@ func (r HookValidateReply) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HookValidateReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CapabilitiesReply200Headers the declared response headers of an HTTP 200 response for Capabilities
+type CapabilitiesReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type CapabilitiesReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Capabilities
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CapabilitiesReply200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CapabilitiesReply) GetJSON200() *Capabilities {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r CapabilitiesReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CapabilitiesReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CapabilitiesReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CapabilitiesReply) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6530,6 +6669,21 @@ func (c *ClientWithResponses) HookValidateWithResponse(ctx context.Context, reqE
 	return ParseHookValidateReply(rsp)
 }
 
+// CapabilitiesWithResponse What this daemon serves, in a few hundred bytes; ours, not the reference's: additive
+//
+// The part of GET /v1/schema's document a client needs before its first exec: every route's method and path, the frames media type and the running limits, with the protocol and daemon versions. A client asks here first and falls back to /v1/schema on 404 (the reference's daemon, or an older one): the whole document is about 124 KB, which a session would otherwise fetch and decode before its first command. Open, as /v1/schema is
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/capabilities (the `Capabilities` operationId).
+func (c *ClientWithResponses) CapabilitiesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CapabilitiesReply, error) {
+	rsp, err := c.Capabilities(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCapabilitiesReply(rsp)
+}
+
 // ExecRunWithBodyWithResponse Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
 //
 // Starts the command under the caller's exec_id exactly as POST /v1/exec/start does (a repeat never spawns a second child; the refusals are start's), then answers with exactly what GET /v1/exec/{id}/stream would send from offset 0, exit last. Once the exit event is written the exec is released as by POST /v1/exec/{id}/ack; a connection lost before the exit event leaves the exec unacked, and the stream, poll and ack routes resume it. With Accept application/vnd.microvms.frames the answer is binary frames (x-frames) instead of Server-Sent Events
@@ -7111,6 +7265,45 @@ func ParseHookValidateReply(rsp *http.Response) (*HookValidateReply, error) {
 	switch {
 	case rsp.StatusCode == 200:
 		var headers HookValidateReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCapabilitiesReply parses an HTTP response from a CapabilitiesWithResponse call
+func ParseCapabilitiesReply(rsp *http.Response) (*CapabilitiesReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CapabilitiesReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Capabilities
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CapabilitiesReply200Headers
 		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -9522,6 +9715,9 @@ type ServerInterface interface {
 	// HookValidate Validation hook
 	// (POST /aws/lambda-microvms/runtime/v1/validate)
 	HookValidate(w http.ResponseWriter, r *http.Request)
+	// Capabilities What this daemon serves, in a few hundred bytes; ours, not the reference's: additive
+	// (GET /v1/capabilities)
+	Capabilities(w http.ResponseWriter, r *http.Request)
 	// ExecRun Start an exec and follow it to its exit in one exchange; ours, not the reference's: additive
 	// (POST /v1/exec/run)
 	ExecRun(w http.ResponseWriter, r *http.Request)
@@ -9677,6 +9873,20 @@ func (siw *ServerInterfaceWrapper) HookValidate(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.HookValidate(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Capabilities operation middleware
+func (siw *ServerInterfaceWrapper) Capabilities(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Capabilities(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -10795,6 +11005,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/remove", wrapper.FsRemove)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/health", wrapper.Health)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schema", wrapper.Schema)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/capabilities", wrapper.Capabilities)
 
 	return m
 }

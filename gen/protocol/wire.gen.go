@@ -101,6 +101,7 @@ const (
 	OpFsRemove      = "fsRemove"
 	OpHealth        = "health"
 	OpSchema        = "schema"
+	OpCapabilities  = "capabilities"
 )
 
 // Operations lists every route in document order.
@@ -134,6 +135,7 @@ var Operations = []Operation{
 	{ID: OpFsRemove, Method: "POST", Pattern: "/v1/fs/remove", Bearer: true, Idempotent: false, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 409: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpHealth, Method: "GET", Pattern: "/v1/health", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 	{ID: OpSchema, Method: "GET", Pattern: "/v1/schema", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
+	{ID: OpCapabilities, Method: "GET", Pattern: "/v1/capabilities", Bearer: false, Idempotent: true, ErrorMedia: map[int]string{}},
 }
 
 // OperationByID returns the operation with id, and false for an unknown id.

@@ -755,3 +755,17 @@ class Client:
             v = json.loads(_read_all(_resp))
             return v
         raise _api_error("schema", _resp, json_statuses=())
+
+    def capabilities(self) -> Capabilities:
+        """GET /v1/capabilities. What this daemon serves, in a few hundred bytes; ours, not the reference's: additive: The part of GET /v1/schema's document a client needs before its first exec: every route's method and path, the frames media type and the running limits, with the protocol and daemon versions. A client asks here first and falls back to /v1/schema on 404 (the reference's daemon, or an older one): the whole document is about 124 KB, which a session would otherwise fetch and decode before its first command. Open, as /v1/schema is"""
+        _path = "/v1/capabilities"
+        _query: List[Tuple[str, str]] = []
+        _data = None
+        _resp = self._send("GET", _path, _query, _data, "", bearer=False, stream=False, operation="capabilities")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("capabilities", _resp, json_statuses=())
+        if _status == 200:
+            v = json.loads(_read_all(_resp))
+            return (None if v is None else Capabilities.from_dict(v))
+        raise _api_error("capabilities", _resp, json_statuses=())

@@ -99,6 +99,87 @@ class CPUMetrics:
 
 
 @dataclass
+class Capabilities:
+    """what GET /v1/capabilities answers; each member is the same member of the protocol document (docs/schema.json), routes reduced to method and path"""
+
+    # the protocol document's protocol_version
+    protocol_version: str
+    # the running daemon's version, as its version header and /v1/health carry it
+    daemon_version: str
+    # every route this daemon serves, hooks included
+    routes: List[CapabilityRoute]
+    # the binary frames the stream and run routes answer (x-frames)
+    frames: CapabilityFrames
+    # the running limits by name, as the protocol document's limits
+    limits: Dict[str, float]
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> Capabilities:
+        if not isinstance(d, dict):
+            raise ValueError("Capabilities: expected a JSON object")
+        return cls(
+            protocol_version=_required(d, "protocol_version", "Capabilities"),
+            daemon_version=_required(d, "daemon_version", "Capabilities"),
+            routes=(lambda v: (None if v is None else [(None if x is None else CapabilityRoute.from_dict(x)) for x in v]))(_required(d, "routes", "Capabilities")),
+            frames=(lambda v: (None if v is None else CapabilityFrames.from_dict(v)))(_required(d, "frames", "Capabilities")),
+            limits=_required(d, "limits", "Capabilities"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["protocol_version"] = self.protocol_version
+        out["daemon_version"] = self.daemon_version
+        out["routes"] = (None if self.routes is None else [(None if x is None else x.to_dict()) for x in self.routes])
+        out["frames"] = (None if self.frames is None else self.frames.to_dict())
+        out["limits"] = self.limits
+        return out
+
+
+@dataclass
+class CapabilityFrames:
+    """the binary frames the stream and run routes answer (x-frames)"""
+
+    media_type: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> CapabilityFrames:
+        if not isinstance(d, dict):
+            raise ValueError("CapabilityFrames: expected a JSON object")
+        return cls(
+            media_type=_required(d, "media_type", "CapabilityFrames"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["media_type"] = self.media_type
+        return out
+
+
+@dataclass
+class CapabilityRoute:
+    """one route, as the protocol document's routes name it"""
+
+    method: str
+    # the path, with {name} placeholders
+    path: str
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> CapabilityRoute:
+        if not isinstance(d, dict):
+            raise ValueError("CapabilityRoute: expected a JSON object")
+        return cls(
+            method=_required(d, "method", "CapabilityRoute"),
+            path=_required(d, "path", "CapabilityRoute"),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        out["method"] = self.method
+        out["path"] = self.path
+        return out
+
+
+@dataclass
 class DiskHealth:
     """free space on the daemon's working filesystem, as Health.disk reports it; null when it could not be measured, which is not the same as full"""
 

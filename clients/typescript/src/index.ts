@@ -298,14 +298,17 @@ interface Offers {
 const offersCache = new WeakMap<AgentdClient, Offers>();
 
 /** What the daemon serves beyond the reference's protocol v1, read once per
- * client from its /v1/schema document: the run route and binary frames (a
- * reference daemon lists neither). A failed read is not remembered. */
+ * client from its /v1/capabilities (a few hundred bytes) or, where that is
+ * 404 (the reference's daemon, an older one), its /v1/schema document (about
+ * 124 KB): the run route and binary frames (a reference daemon lists
+ * neither). A failed read is not remembered. */
 async function offers(client: AgentdClient): Promise<Offers> {
   const known = offersCache.get(client);
   if (known !== undefined) return known;
   let doc: unknown;
   try {
-    const result = await client.GET("/v1/schema", {});
+    const caps = await client.GET("/v1/capabilities", {});
+    const result = caps.response.status === 404 ? await client.GET("/v1/schema", {}) : caps;
     if (!result.response.ok) {
       const none = { run: false, frames: false };
       offersCache.set(client, none);
@@ -324,13 +327,14 @@ async function offers(client: AgentdClient): Promise<Offers> {
   return found;
 }
 
-/** Whether the daemon serves POST /v1/exec/run (its /v1/schema lists it). */
+/** Whether the daemon serves POST /v1/exec/run (its /v1/capabilities or
+ * /v1/schema lists it). */
 export async function offersRun(client: AgentdClient): Promise<boolean> {
   return (await offers(client)).run;
 }
 
-/** Whether the daemon's /v1/schema lists binary frames (x-frames) for the
- * stream and run routes. */
+/** Whether the daemon lists binary frames (x-frames) for the stream and run
+ * routes. */
 export async function offersFrames(client: AgentdClient): Promise<boolean> {
   return (await offers(client)).frames;
 }

@@ -552,6 +552,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/capabilities": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What this daemon serves, in a few hundred bytes; ours, not the reference's: additive
+         * @description The part of GET /v1/schema's document a client needs before its first exec: every route's method and path, the frames media type and the running limits, with the protocol and daemon versions. A client asks here first and falls back to /v1/schema on 404 (the reference's daemon, or an older one): the whole document is about 124 KB, which a session would otherwise fetch and decode before its first command. Open, as /v1/schema is
+         */
+        get: operations["capabilities"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -876,6 +896,30 @@ export interface components {
         /** @description the document GET /v1/schema returns; its shape is docs/schema.json's */
         ProtocolDocument: {
             [key: string]: unknown;
+        };
+        /** @description what GET /v1/capabilities answers; each member is the same member of the protocol document (docs/schema.json), routes reduced to method and path */
+        Capabilities: {
+            /** @description the protocol document's protocol_version */
+            protocol_version: string;
+            /** @description the running daemon's version, as its version header and /v1/health carry it */
+            daemon_version: string;
+            /** @description every route this daemon serves, hooks included */
+            routes: components["schemas"]["CapabilityRoute"][];
+            frames: components["schemas"]["CapabilityFrames"];
+            /** @description the running limits by name, as the protocol document's limits */
+            limits: {
+                [key: string]: number;
+            };
+        };
+        /** @description one route, as the protocol document's routes name it */
+        CapabilityRoute: {
+            method: string;
+            /** @description the path, with {name} placeholders */
+            path: string;
+        };
+        /** @description the binary frames the stream and run routes answer (x-frames) */
+        CapabilityFrames: {
+            media_type: string;
         };
         /**
          * @description what kind of entry a path names
@@ -1440,6 +1484,9 @@ export type StreamQuery = components['schemas']['StreamQuery'];
 export type FsQuery = components['schemas']['FsQuery'];
 export type FileReadQuery = components['schemas']['FileReadQuery'];
 export type ProtocolDocument = components['schemas']['ProtocolDocument'];
+export type Capabilities = components['schemas']['Capabilities'];
+export type CapabilityRoute = components['schemas']['CapabilityRoute'];
+export type CapabilityFrames = components['schemas']['CapabilityFrames'];
 export type FileType = components['schemas']['FileType'];
 export type FileInfo = components['schemas']['FileInfo'];
 export type ListResponse = components['schemas']['ListResponse'];
@@ -3034,6 +3081,46 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["ProtocolDocument"];
+                };
+            };
+        };
+    };
+    capabilities: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the capabilities, with limits taken from the running configuration; each member equals the same member of GET /v1/schema's document (routes reduced to method and path) */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "protocol_version": "1",
+                     *       "daemon_version": "0.1.0",
+                     *       "routes": [
+                     *         {
+                     *           "method": "POST",
+                     *           "path": "/v1/exec/run"
+                     *         }
+                     *       ],
+                     *       "frames": {
+                     *         "media_type": "application/vnd.microvms.frames"
+                     *       },
+                     *       "limits": {
+                     *         "max_output_bytes": 8388608,
+                     *         "port": 9000
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Capabilities"];
                 };
             };
         };

@@ -117,6 +117,8 @@ describe("a bootstrapped daemon", () => {
       baseUrl: d.base,
       token,
       fetch: async (req) => {
+        // The reference has no /v1/capabilities: its document is all there is.
+        if (new URL(req.url).pathname.endsWith("/v1/capabilities")) return new Response(null, { status: 404 });
         const resp = await fetch(req);
         if (!new URL(req.url).pathname.endsWith("/v1/schema")) return resp;
         const doc = (await resp.json()) as { routes: { path: string }[] };

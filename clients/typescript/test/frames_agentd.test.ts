@@ -1,7 +1,7 @@
 // run() and follow() over binary frames against a real agentd on 127.0.0.1,
 // compared with the same calls over Server-Sent Events. A recording HTTP
 // proxy in front of the daemon shows what went over the wire: frames asked
-// for and answered where the daemon's /v1/schema lists them, run in one
+// for and answered where the daemon's /v1/capabilities (or /v1/schema) lists them, run in one
 // exchange, and (with the document's frames entry removed, or the frames
 // preference dropped from Accept on the way) SSE with every byte still there.
 import { after, before, describe, test } from "node:test";
@@ -20,6 +20,13 @@ type Rec = [method: string, path: string, accept: string, contentType: string];
 async function recorder(port: number, opts: { stripFrames?: boolean; sseOnly?: boolean } = {}) {
   const log: Rec[] = [];
   const server: Server = createServer((req, res) => {
+    if (opts.stripFrames && (req.url ?? "").split("?")[0] === "/v1/capabilities") {
+      // A daemon whose document lists no frames predates the route too.
+      log.push([req.method ?? "", "/v1/capabilities", req.headers.accept ?? "", ""]);
+      res.writeHead(404);
+      res.end();
+      return;
+    }
     const headers = { ...req.headers };
     if (opts.sseOnly && headers.accept) headers.accept = "text/event-stream";
     const up = request({ host: "127.0.0.1", port, method: req.method, path: req.url, headers }, (ur) => {
@@ -124,7 +131,7 @@ describe("frames against SSE on a real agentd", () => {
       const got = await collect(run(via, { exec_id: "rec-1", command: ["printf", "a\\377b"] }));
       assert.deepEqual([...got.stdout], [0x61, 0xff, 0x62]);
       const accept = `${FRAMES_MEDIA_TYPE}, text/event-stream;q=0.5`;
-      assert.deepEqual(rec.take(), [["GET", "/v1/schema", "*/*", "application/json"], ["POST", "/v1/exec/run", accept, FRAMES_MEDIA_TYPE]]);
+      assert.deepEqual(rec.take(), [["GET", "/v1/capabilities", "*/*", "application/json"], ["POST", "/v1/exec/run", accept, FRAMES_MEDIA_TYPE]]);
       unwrap(await c.POST("/v1/exec/start", { body: { exec_id: "rec-2", command: ["printf", "xyz"] } }));
       assert.equal((await collect(follow(via, "rec-2"))).stdout.toString(), "xyz");
       assert.deepEqual(rec.take(), [["GET", "/v1/exec/rec-2/stream", accept, FRAMES_MEDIA_TYPE]]);
@@ -141,9 +148,9 @@ describe("frames against SSE on a real agentd", () => {
       const ref = await collect(run(c, { exec_id: "plain-1f", command: [PY, "-c", BINARY] }));
       assert.deepEqual(got, ref);
       const log = rec.take();
-      assert.deepEqual(log.map((r) => `${r[0]} ${r[1]}`), ["GET /v1/schema", "POST /v1/exec/run"]);
-      assert.ok(!log[1][2].includes(FRAMES_MEDIA_TYPE));
-      assert.equal(log[1][3], "text/event-stream");
+      assert.deepEqual(log.map((r) => `${r[0]} ${r[1]}`), ["GET /v1/capabilities", "GET /v1/schema", "POST /v1/exec/run"]);
+      assert.ok(!log[2][2].includes(FRAMES_MEDIA_TYPE));
+      assert.equal(log[2][3], "text/event-stream");
     } finally {
       await rec.close();
     }
