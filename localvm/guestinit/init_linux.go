@@ -836,19 +836,36 @@ func copyEtc(dst string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
+	// Two at a time: the copy is system calls on a tmpfs, about 680
+	// symlinks, and while the init builds the root the other core mostly
+	// waits (the launcher's cgroup attach, the second stage's start).
+	// 8.1 ms one at a time on this host's /etc.
+	names := make(chan string, len(etcAllowed))
 	for _, name := range etcAllowed {
-		src := filepath.Join("/etc", name)
-		if _, err := os.Lstat(src); err != nil {
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, name)), 0o755); err != nil {
-			return err
-		}
-		if err := copyTree(src, filepath.Join(dst, name)); err != nil {
-			return err
-		}
+		names <- name
 	}
-	return nil
+	close(names)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			for name := range names {
+				src := filepath.Join("/etc", name)
+				if _, err := os.Lstat(src); err != nil {
+					continue
+				}
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, name)), 0o755); err != nil {
+					errs <- err
+					return
+				}
+				if err := copyTree(src, filepath.Join(dst, name)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	return errors.Join(<-errs, <-errs)
 }
 
 // copyTree copies src to dst: regular files, directories and symlinks as
@@ -856,44 +873,135 @@ func copyEtc(dst string) error {
 // does not exist leaves an empty directory at dst. A file the guest cannot
 // read is skipped: it stays the image's, out of the guest's reach.
 func copyTree(src, dst string) error {
-	if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+	fi, err := os.Lstat(src)
+	if errors.Is(err, os.ErrNotExist) {
 		return os.MkdirAll(dst, 0o755)
 	}
-	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		link, err := os.Readlink(src)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(src, p)
-		out := filepath.Join(dst, rel)
-		// A symlink is known from the directory entry itself: most of a
-		// host's copied /etc is symlinks (alternatives, ssl/certs), and an
-		// lstat each was a third of the copy's system calls.
-		if d.Type()&fs.ModeSymlink != 0 {
-			link, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(link, out)
+		return os.Symlink(link, dst)
+	case fi.Mode().IsRegular():
+		b, err := os.ReadFile(src)
+		if errors.Is(err, os.ErrPermission) {
+			return nil
 		}
-		fi, err := d.Info()
 		if err != nil {
 			return err
 		}
-		switch {
-		case fi.IsDir():
-			return os.MkdirAll(out, fi.Mode().Perm()|0o700)
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if errors.Is(err, os.ErrPermission) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(out, b, fi.Mode().Perm())
-		}
+		return os.WriteFile(dst, b, fi.Mode().Perm())
+	case !fi.IsDir():
 		return nil
-	})
+	}
+	if err := os.MkdirAll(dst, fi.Mode().Perm()|0o700); err != nil {
+		return err
+	}
+	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(sfd)
+	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	return copyDirAt(sfd, dfd, src)
+}
+
+// copyDirAt copies the entries of the directory open at sfd into the one
+// open at dfd, each named relative to its directory's descriptor: most of a
+// host's copied /etc is symlinks (alternatives, ssl/certs, about 680 of
+// 713 entries), and resolving the guest root's long path for each took most
+// of the copy. src names sfd in errors.
+func copyDirAt(sfd, dfd int, src string) error {
+	// ReadDir through a duplicate: the File closes what it holds.
+	dup, err := unix.Dup(sfd)
+	if err != nil {
+		return err
+	}
+	d := os.NewFile(uintptr(dup), src)
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, unix.PathMax)
+	for _, e := range entries {
+		name := e.Name()
+		switch t := e.Type(); {
+		case t&fs.ModeSymlink != 0:
+			n, err := unix.Readlinkat(sfd, name, buf)
+			if err != nil {
+				return fmt.Errorf("%s/%s: %w", src, name, err)
+			}
+			if err := unix.Symlinkat(string(buf[:n]), dfd, name); err != nil {
+				return fmt.Errorf("%s/%s: %w", src, name, err)
+			}
+		case t.IsDir():
+			var st unix.Stat_t
+			if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fmt.Errorf("%s/%s: %w", src, name, err)
+			}
+			if err := unix.Mkdirat(dfd, name, (st.Mode&0o777)|0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+				return fmt.Errorf("%s/%s: %w", src, name, err)
+			}
+			csfd, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("%s/%s: %w", src, name, err)
+			}
+			cdfd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				unix.Close(csfd)
+				return fmt.Errorf("%s/%s: %w", src, name, err)
+			}
+			err = copyDirAt(csfd, cdfd, src+"/"+name)
+			unix.Close(csfd)
+			unix.Close(cdfd)
+			if err != nil {
+				return err
+			}
+		case t.IsRegular():
+			if err := copyFileAt(sfd, dfd, name); err != nil {
+				return fmt.Errorf("%s/%s: %w", src, name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// copyFileAt copies the regular file name from sfd's directory to dfd's,
+// with its permission bits; one the guest cannot read is skipped.
+func copyFileAt(sfd, dfd int, name string) error {
+	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	src := os.NewFile(uintptr(in), name)
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(fi.Mode().Perm()))
+	if err != nil {
+		return err
+	}
+	dst := os.NewFile(uintptr(out), name)
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }
 
 func writeFileReplacing(path, content string, mode os.FileMode) error {

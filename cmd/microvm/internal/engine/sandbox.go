@@ -11,7 +11,6 @@ import (
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/cplane"
-	"github.com/microvms/microvms/client/platform"
 	"github.com/microvms/microvms/client/sandbox"
 	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
@@ -130,8 +129,7 @@ func (e *engine) create(ctx context.Context, args engineapi.CreateArgs) (string,
 		if args.Image == "" {
 			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: an AWS sandbox needs an image (its ARN or name; `microvm build` makes one), or local mode")
 		}
-		pf, err := platform.Open(life, platform.Options{Region: region, Endpoint: cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env),
-			Emulator: planes.EmulatorSide(nil), Getenv: e.a.Env})
+		pf, err := e.s.platform(region, cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env))
 		if err != nil {
 			return "", nil, err
 		}
@@ -175,7 +173,7 @@ func (e *engine) attach(ctx context.Context, args engineapi.AttachArgs) (string,
 		return "", nil, err
 	}
 	endpoint := cplane.ConfiguredEndpoint(args.ControlEndpoint, e.a.Env)
-	pf, err := platform.Open(context.WithoutCancel(ctx), platform.Options{Region: region, Endpoint: endpoint, Emulator: planes.EmulatorSide(nil), Getenv: e.a.Env})
+	pf, err := e.s.platform(region, endpoint)
 	if err != nil {
 		return "", nil, err
 	}
