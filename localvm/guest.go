@@ -10,6 +10,7 @@ import (
 
 	"github.com/microvms/microvms/internal/netpolicy"
 	"github.com/microvms/microvms/internal/wideconn"
+	"github.com/microvms/microvms/localvm/guestinit"
 )
 
 // Launcher starts the guest of one MicroVM. ctx ends when the caller (the
@@ -130,3 +131,7 @@ func (g *Guest) Release() {
 	}
 	g.Stop()
 }
+
+// StepCommand is one build step's process: its argv, environment, working
+// directory and the image user it runs as (the guest's init runs it).
+type StepCommand = guestinit.StepCommand

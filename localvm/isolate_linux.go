@@ -55,10 +55,6 @@ import (
 // command line, and what Init dispatches on.
 const GuestInitArg0 = guestinit.InitArg0
 
-// StepCommand is one build step's process: its argv, environment, working
-// directory and the image user it runs as.
-type StepCommand = guestinit.StepCommand
-
 // guestInitEnv is the init's whole environment. The Go runtime would
 // otherwise keep the emulator's cgroup-v1 CPU files open for the init's
 // life to follow a limit (containermaxprocs); the init's GOMAXPROCS does not

@@ -49,15 +49,6 @@ type StepGuest struct {
 	Collect  func(upper string, idOffset int) error
 }
 
-// StepCommand is one build step's process.
-type StepCommand struct {
-	Argv     []string
-	Env      []string
-	Dir      string
-	UID, GID uint32
-	Groups   []uint32
-}
-
 // StepResult is how a step ended.
 type StepResult struct {
 	Exit int
