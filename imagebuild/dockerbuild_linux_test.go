@@ -435,7 +435,7 @@ func TestBuildStepIsConfinedLikeAGuest(t *testing.T) {
 	_, after, _ := strings.Cut(got, "uidmap=")
 	line, _, _ := strings.Cut(after, "\n")
 	// A step runs in a user namespace nested in its init's, mapped onto the
-	// init's ids as they are (isolate_guest_linux.go, nestedAttr): seen from
+	// init's ids as they are (localvm/guestinit, nestedAttr): seen from
 	// inside, its map is "0 0 N". The host's namespace maps every id; which
 	// host uid the init's root is, the launch tests check from the host
 	// (TestEscapeKeysUIDMapAndFilteredSyscalls; steps start the same way).

@@ -8,7 +8,7 @@
 // network and cgroup namespaces, under a seccomp filter after Docker's
 // default profile and its size class's cgroup limits, as root or not
 // (isolate_*_linux.go): the guest init and its second stage
-// (isolate_guest_linux.go), id mappings (isolate_idmap_linux.go,
+// (localvm/guestinit), id mappings (isolate_idmap_linux.go,
 // isolate_userns_linux.go), the socket broker the caller reaches guest
 // ports through (isolate_broker_linux.go), limits
 // (isolate_limits_linux.go) and egress through slirp4netns in the guest's
