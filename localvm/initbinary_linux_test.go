@@ -49,17 +49,47 @@ func foreignDaemon(t *testing.T) string {
 
 // Catches: the launcher running every guest's init from the emulator's own
 // binary (twenty-odd milliseconds of package initialisers, twice per guest:
-// issue 52's guest start), and the opposite wrong edit, running any daemon
+// issue 52's guest start), and the opposite wrong edits: running any daemon
 // binary as the init (a reference agentd, or one of other sources, would
-// then be PID 1 of a guest whose root nobody built). A daemon of this
-// build is the init; a foreign one is not, and its guest still starts.
-func TestGuestInitRunsFromTheDaemonOnlyWhenItIsOfThisBuild(t *testing.T) {
+// then be PID 1 of a guest whose root nobody built), or the agentd an
+// image's artifact carries (code from the image, which sees the host's tree
+// as the init, before the filter). The launcher's own agentd of this build
+// is the init; an image's is not; a foreign one is not, and its guest still
+// starts.
+func TestGuestInitRunsFromTheLaunchersAgentdOnlyWhenOfThisBuild(t *testing.T) {
 	t.Run("this build", func(t *testing.T) {
 		_, sess := directGuest(t, GuestSpec{})
 		if got := initExe(t); !strings.Contains(got, "memfd:"+filepath.Base(agentdBin)) {
 			t.Errorf("a guest of this build's agentd ran its init from %q, want the daemon's sealed copy", got)
 		}
 		testvm.MustSh(t, sess, "true")
+	})
+	t.Run("an image's own", func(t *testing.T) {
+		// A daemon the image's artifact carries (spec.Daemon) holds the ABI
+		// here, being a copy of this build's: it still runs only as the
+		// daemon, and the init comes from the launcher's own agentd.
+		b, err := os.ReadFile(agentdBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs := filepath.Join(t.TempDir(), "agentd-of-the-image")
+		if err := os.WriteFile(theirs, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, sess := directGuest(t, GuestSpec{Daemon: theirs})
+		if got := initExe(t); !strings.Contains(got, "memfd:"+filepath.Base(agentdBin)) {
+			t.Errorf("a guest of an image's own agentd ran its init from %q, want the launcher's agentd %s", got, filepath.Base(agentdBin))
+		}
+		testvm.MustSh(t, sess, "true")
+		daemon := false
+		for _, pid := range procsInPidnsOf(t, testvm.GuestInitOf(t, GuestInitArg0)) {
+			if exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); strings.Contains(exe, "memfd:agentd-of-the-image") {
+				daemon = true
+			}
+		}
+		if !daemon {
+			t.Error("no process of the guest runs the image's agentd: the test did not launch what it meant to")
+		}
 	})
 	t.Run("foreign", func(t *testing.T) {
 		saved := agentdBin

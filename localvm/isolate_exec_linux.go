@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/microvms/microvms/localvm/guestinit"
@@ -110,15 +111,25 @@ func holdsGuestABI(c *os.File) (bool, error) {
 	return bytes.Contains(b, []byte(guestinit.ABI)), nil
 }
 
-// guestInitBinary is what a guest's init runs from: the daemon's own
-// sealed copy when it holds this build's guest ABI, because it starts in a
+// guestInitBinary is what a guest's init runs from: the sealed copy of the
+// launcher's own agentd (own, the AgentdLauncher's bin, which this install
+// configured) when it holds this build's guest ABI, because it starts in a
 // few milliseconds where the emulator's binary spends tens in package
 // initialisers, twice per guest (the init and its second stage; issue 52);
-// otherwise the emulator's sealed copy of itself, as before.
-func guestInitBinary(daemon *os.File, daemonABI bool) (*os.File, error) {
-	if daemonABI {
-		return dupFile(daemon)
+// otherwise the emulator's sealed copy of itself, as before. Never the
+// agentd an image's artifact carries, whatever it holds: the init sees the
+// host's tree before it pivots and runs before the syscall filter, so only
+// code this install shipped may be it (an artifact's daemon runs where it
+// always did, confined, as the second stage's program).
+func guestInitBinary(own string) (*os.File, error) {
+	f, abi, err := openSealed(own, filepath.Base(own))
+	if err != nil {
+		return nil, err
 	}
+	if abi {
+		return f, nil
+	}
+	f.Close()
 	return sealedSelf()
 }
 

@@ -30,8 +30,8 @@ import (
 )
 
 // How a guest is confined. The emulator executes a sealed in-memory copy
-// of the daemon's binary when it is of this build, else of its own
-// (guestInitBinary, isolate_exec_linux.go), with argv[0] set to
+// of its own configured agentd when that is of this build, else of its own
+// binary (guestInitBinary, isolate_exec_linux.go), with argv[0] set to
 // GuestInitArg0 and the clone flags of a new user, mount, PID, UTS,
 // IPC, network and cgroup namespace. That child is PID 1 of the guest: root
 // of the guest's user namespace only (on the host it is an unprivileged uid;
@@ -301,7 +301,7 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 		if err != nil {
 			return nil, err
 		}
-		g, err := startIsolated(ctx, daemon, dir, spec, stderr)
+		g, err := startIsolated(ctx, daemon, bin, dir, spec, stderr)
 		if err != nil {
 			_ = removeState(dir)
 			return nil, err
@@ -349,7 +349,9 @@ func guestEnv(spec GuestSpec) []string {
 	return env
 }
 
-func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr io.Writer) (*Guest, error) {
+// startIsolated starts a guest whose daemon is the agentd at bin, its init
+// run from own's when that is of this build (guestInitBinary).
+func startIsolated(ctx context.Context, bin, own, dir string, spec GuestSpec, stderr io.Writer) (*Guest, error) {
 	m := guestIDMapping()
 	for _, d := range []string{filepath.Join(dir, "rw"), filepath.Join(dir, "image")} {
 		if err := os.Mkdir(d, 0o700); err != nil {
@@ -380,12 +382,12 @@ func startIsolated(ctx context.Context, bin, dir string, spec GuestSpec, stderr 
 	cfg.Filter = filter
 	// Opened here, as the emulator: the guest's uid need not be able to
 	// read the daemon's binary or reach the image's directory.
-	agentd, agentdABI, err := openSealed(bin, filepath.Base(bin))
+	agentd, _, err := openSealed(bin, filepath.Base(bin))
 	if err != nil {
 		return nil, err
 	}
 	defer agentd.Close()
-	initExe, err := guestInitBinary(agentd, agentdABI)
+	initExe, err := guestInitBinary(own)
 	if err != nil {
 		return nil, err
 	}

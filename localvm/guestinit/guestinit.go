@@ -6,10 +6,12 @@
 //
 // It is linked into two binaries: the emulator's, which re-executes itself
 // as the init when it must, and agentd's, whose main calls Main first.
-// The launcher (localvm) prefers the daemon's binary when it carries this
-// build's ABI: a guest's first two processes then start from a binary a
-// fifth the size, with a few package initialisers instead of hundreds, which
-// was most of a guest's start (issue 52). So this package imports nothing
+// The launcher (localvm) prefers its own configured agentd when that
+// carries this build's ABI (never an agentd an image's artifact carries: the
+// init sees the host's tree before it pivots): a guest's first two
+// processes then start from a binary a fifth the size, with a few package
+// initialisers instead of hundreds, which was most of a guest's start
+// (issue 52). So this package imports nothing
 // of the module and nothing heavy (layering holds it), and must never grow
 // host-side code: the host's half of every exchange is localvm's.
 package guestinit
