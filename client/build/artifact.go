@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"io/fs"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/microvms/microvms/client"
@@ -109,7 +110,7 @@ func ContentHash(dockerfile string, daemon []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-var imageNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+var imageNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`) })
 
 // ReuseName is the content-addressed image name <prefix>-<first 12 hex of
 // hash>. An image already existing under exactly this name was built from the
@@ -119,7 +120,7 @@ func ReuseName(prefix, hash string) (string, error) {
 		return "", client.Errorf(taxonomy.KindInvalidArg, "", "content hash %q is shorter than 12 hex digits", hash)
 	}
 	name := prefix + "-" + hash[:12]
-	if !imageNameRE.MatchString(prefix) || len(name) > taxonomy.MaxImageNameLen {
+	if !imageNameRE().MatchString(prefix) || len(name) > taxonomy.MaxImageNameLen {
 		return "", client.Errorf(taxonomy.KindInvalidArg, "",
 			"image prefix %q must be letters, digits, '-' or '_' and leave room for the 13-character hash suffix within %d characters", prefix, taxonomy.MaxImageNameLen)
 	}

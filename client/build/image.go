@@ -6,9 +6,10 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"slices"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/cplane"

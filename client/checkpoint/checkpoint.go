@@ -52,7 +52,7 @@ func Checkpoint(ctx context.Context, sb *sandbox.Sandbox, store *Store, opts Opt
 	if err := store.check(); err != nil {
 		return Manifest{}, err
 	}
-	if opts.Name != "" && !namePattern.MatchString(opts.Name) {
+	if opts.Name != "" && !namePattern().MatchString(opts.Name) {
 		return Manifest{}, client.Errorf(taxonomy.KindInvalidArg, "", "checkpoint name %q: use 1 to 128 of A-Z a-z 0-9 . _ - starting with a letter or digit", opts.Name)
 	}
 	sess := sb.Session()

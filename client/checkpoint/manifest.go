@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/microvms/microvms/gen/cliapi"
 )
@@ -21,11 +22,11 @@ const Format = 1
 const MaxManifestBytes = 1 << 20
 
 // digestPattern is a sha256 digest as manifests and keys spell it.
-var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+var digestPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
 
 // namePattern is what a checkpoint name may be: it becomes part of an S3
 // key, so nothing that needs escaping and no path separators.
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var namePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
 
 // decodeManifest reads a manifest strictly: unknown keys, a format it does
 // not know, or fields that cannot describe a real object are refused as
@@ -46,7 +47,7 @@ func decodeManifest(b []byte) (Manifest, error) {
 	switch {
 	case m.Format != Format:
 		return Manifest{}, refusef(ReasonForeign, "the manifest's format is %d; this client reads format %d", m.Format, Format)
-	case !digestPattern.MatchString(m.Digest):
+	case !digestPattern().MatchString(m.Digest):
 		return Manifest{}, refusef(ReasonForeign, "the manifest's digest %q is not sha256:<64 hex>", m.Digest)
 	case m.Size <= 0 || m.TreeBytes < 0 || m.Files < 0:
 		return Manifest{}, refusef(ReasonForeign, "the manifest's sizes (object %d, tree %d, files %d) describe no object", m.Size, m.TreeBytes, m.Files)
@@ -54,7 +55,7 @@ func decodeManifest(b []byte) (Manifest, error) {
 		return Manifest{}, refusef(ReasonForeign, "the manifest's compression %q is not zstd", m.Compression)
 	case m.ImageARN == "":
 		return Manifest{}, refusef(ReasonForeign, "the manifest names no image")
-	case m.Name != "" && !namePattern.MatchString(m.Name):
+	case m.Name != "" && !namePattern().MatchString(m.Name):
 		return Manifest{}, refusef(ReasonForeign, "the manifest's name %q is not a checkpoint name", m.Name)
 	}
 	for _, p := range m.Paths {

@@ -212,13 +212,13 @@ func (s *Store) Get(ctx context.Context, ref string) (Manifest, error) {
 		return Manifest{}, err
 	}
 	id := ref
-	if digestPattern.MatchString(ref) {
+	if digestPattern().MatchString(ref) {
 		id = strings.Replace(ref, ":", "-", 1)
-	} else if !namePattern.MatchString(ref) {
+	} else if !namePattern().MatchString(ref) {
 		return Manifest{}, client.Errorf(taxonomy.KindInvalidArg, "", "%q is neither a checkpoint name nor a sha256:<hex> digest", ref)
 	}
 	m, err := s.getKey(ctx, s.prefix()+"manifests/"+id+".json")
-	if err == nil || !notFound(errors.Unwrap(err)) || !digestPattern.MatchString(ref) {
+	if err == nil || !notFound(errors.Unwrap(err)) || !digestPattern().MatchString(ref) {
 		if err != nil && notFound(errors.Unwrap(err)) {
 			return Manifest{}, client.Errorf(taxonomy.KindPrecondition, "", "no checkpoint %q in s3://%s/%s", ref, s.Bucket, s.prefix())
 		}

@@ -59,7 +59,7 @@ const (
 // sandbox (RefusalError.Detail names its MicroVM id).
 const ReasonVolumeLeased Reason = "volume-leased"
 
-var volumeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+var volumeName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 
 // Mount is one volume attached at one absolute path in the sandbox.
 type Mount struct {
@@ -78,7 +78,7 @@ func ParseMount(s string) (Mount, error) {
 }
 
 func (m Mount) check() error {
-	if !volumeName.MatchString(m.Name) {
+	if !volumeName().MatchString(m.Name) {
 		return client.Errorf(taxonomy.KindInvalidArg, "", "volume name %q is not [A-Za-z0-9][A-Za-z0-9._-]{0,62}", m.Name)
 	}
 	if !path.IsAbs(m.Path) || path.Clean(m.Path) != m.Path || m.Path == "/" {
@@ -549,7 +549,7 @@ func (v *Volumes) List(ctx context.Context) ([]VolumeInfo, error) {
 		}
 		for _, o := range page.Contents {
 			name, _, _ := strings.Cut(strings.TrimPrefix(aws.ToString(o.Key), v.root()), "/")
-			if volumeName.MatchString(name) {
+			if volumeName().MatchString(name) {
 				names = append(names, name)
 			}
 		}

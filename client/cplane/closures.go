@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -93,7 +94,7 @@ type IdlePolicy struct {
 
 // ---- image references ------------------------------------------------------
 
-var imageNameRE = regexp.MustCompile("^" + taxonomy.ImageNamePattern + "$")
+var imageNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile("^" + taxonomy.ImageNamePattern + "$") })
 
 // colonImageARN is the only image ARN spelling the service accepts.
 var colonImageARN = regexp.MustCompile(`^arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:(\d{12}|aws):microvm-image:[a-zA-Z0-9-_]+$`)
@@ -115,7 +116,7 @@ func ParseImageRef(s string) (ImageRef, error) {
 		if !colonImageARN.MatchString(s) {
 			return ImageRef{}, refuse(taxonomy.FindingImageARNColon, "%q is not an image ARN of the form arn:aws:lambda:<region>:<account>:microvm-image:<name>", s)
 		}
-	case s == "" || len(s) > taxonomy.MaxImageNameLen || !imageNameRE.MatchString(s):
+	case s == "" || len(s) > taxonomy.MaxImageNameLen || !imageNameRE().MatchString(s):
 		return ImageRef{}, refuse(taxonomy.FindingImageARNColon, "%q is neither an image name (1..%d of [a-zA-Z0-9-_]) nor a colon-form image ARN", s, taxonomy.MaxImageNameLen)
 	}
 	return ImageRef{id: s}, nil

@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -48,13 +49,13 @@ var ErrNotKept = errors.New("no kept MicroVM by that id")
 
 // validID is an id that is a plain file name: the service's ids are
 // letters, digits and dashes.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var validID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
 
 // Dir is the kept folder under a state directory.
 func Dir(stateDir string) string { return filepath.Join(stateDir, "kept") }
 
 func path(stateDir, id string) (string, error) {
-	if !validID.MatchString(id) {
+	if !validID().MatchString(id) {
 		return "", fmt.Errorf("kept: %q is not a MicroVM id", id)
 	}
 	return filepath.Join(Dir(stateDir), id+".json"), nil
@@ -157,7 +158,7 @@ func IDs(stateDir string) ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() && validID.MatchString(id) {
+		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() && validID().MatchString(id) {
 			ids = append(ids, id)
 		}
 	}

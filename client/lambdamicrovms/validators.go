@@ -9,18 +9,24 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	"github.com/microvms/microvms/client/lambdamicrovms/types"
 	"regexp"
+	"sync"
 )
 
-// The model's patterns, one regexp each.
-var modelPatterns = []*regexp.Regexp{
-	regexp.MustCompile("^([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)$"),
-	regexp.MustCompile("^[^:*]*$"),
-	regexp.MustCompile("^[^\\s]+$"),
-	regexp.MustCompile("^[a-zA-Z0-9-_]+$"),
-	regexp.MustCompile("^[a-zA-Z0-9_\\-/.#]+$"),
-	regexp.MustCompile("^arn:(aws[a-zA-Z-]*):lambda:(eusc-)?[a-z]{2}((-gov)|(-iso([a-z]?)))?-[a-z]+-\\d{1}:\\d{12}:(function:[a-zA-Z0-9-_]+(:(\\$LATEST|[a-zA-Z0-9-_]+))?|layer:([a-zA-Z0-9-_]+)|code-signing-config:csc-[a-z0-9]{17}|event-source-mapping:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|(capacity-provider|network-connector|microvm-image):[a-zA-Z0-9-_]+)$"),
-	regexp.MustCompile("^arn:aws[a-z\\-]*:iam::[0-9]{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+$"),
-}
+// The model's patterns, one regexp each, compiled at the first validation:
+// compiled at init they cost every process that links the SDK (each CLI
+// run, each engine, each guest init the emulator's binary starts) about a
+// millisecond before main.
+var modelPatterns = sync.OnceValue(func() []*regexp.Regexp {
+	return []*regexp.Regexp{
+		regexp.MustCompile("^([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)$"),
+		regexp.MustCompile("^[^:*]*$"),
+		regexp.MustCompile("^[^\\s]+$"),
+		regexp.MustCompile("^[a-zA-Z0-9-_]+$"),
+		regexp.MustCompile("^[a-zA-Z0-9_\\-/.#]+$"),
+		regexp.MustCompile("^arn:(aws[a-zA-Z-]*):lambda:(eusc-)?[a-z]{2}((-gov)|(-iso([a-z]?)))?-[a-z]+-\\d{1}:\\d{12}:(function:[a-zA-Z0-9-_]+(:(\\$LATEST|[a-zA-Z0-9-_]+))?|layer:([a-zA-Z0-9-_]+)|code-signing-config:csc-[a-z0-9]{17}|event-source-mapping:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|(capacity-provider|network-connector|microvm-image):[a-zA-Z0-9-_]+)$"),
+		regexp.MustCompile("^arn:aws[a-z\\-]*:iam::[0-9]{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+$"),
+	}
+})
 
 type validateOpCreateMicrovmAuthToken struct{}
 
@@ -100,17 +106,17 @@ func validateOpCreateMicrovmImageInput(v *CreateMicrovmImageInput) error {
 		invalidParams.Add(smithy.NewErrParamRequired("BaseImageArn"))
 	} else {
 		checkLength(&invalidParams, "BaseImageArn", *v.BaseImageArn, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "BaseImageArn", *v.BaseImageArn, modelPatterns[2])
+		checkPattern(&invalidParams, "BaseImageArn", *v.BaseImageArn, modelPatterns()[2])
 	}
 	if !(v.BaseImageVersion == nil) {
 		checkLength(&invalidParams, "BaseImageVersion", *v.BaseImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "BaseImageVersion", *v.BaseImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "BaseImageVersion", *v.BaseImageVersion, modelPatterns()[2])
 	}
 	if v.BuildRoleArn == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("BuildRoleArn"))
 	} else {
 		checkLength(&invalidParams, "BuildRoleArn", *v.BuildRoleArn, ptrInt64(20), ptrInt64(2048))
-		checkPattern(&invalidParams, "BuildRoleArn", *v.BuildRoleArn, modelPatterns[6])
+		checkPattern(&invalidParams, "BuildRoleArn", *v.BuildRoleArn, modelPatterns()[6])
 	}
 	if !(v.Description == nil) {
 	}
@@ -162,7 +168,7 @@ func validateOpCreateMicrovmImageInput(v *CreateMicrovmImageInput) error {
 		for k, mv := range v.EnvironmentVariables {
 			_ = mv
 			checkLength(&invalidParams, "EnvironmentVariables key", k, ptrInt64(1), ptrInt64(256))
-			checkPattern(&invalidParams, "EnvironmentVariables key", k, modelPatterns[2])
+			checkPattern(&invalidParams, "EnvironmentVariables key", k, modelPatterns()[2])
 			checkLength(&invalidParams, "EnvironmentVariables value", mv, ptrInt64(0), ptrInt64(4096))
 		}
 	}
@@ -170,15 +176,15 @@ func validateOpCreateMicrovmImageInput(v *CreateMicrovmImageInput) error {
 		invalidParams.Add(smithy.NewErrParamRequired("Name"))
 	} else {
 		checkLength(&invalidParams, "Name", *v.Name, ptrInt64(1), ptrInt64(64))
-		checkPattern(&invalidParams, "Name", *v.Name, modelPatterns[3])
+		checkPattern(&invalidParams, "Name", *v.Name, modelPatterns()[3])
 	}
 	if !(v.Tags == nil) {
 		for k, mv := range v.Tags {
 			_ = mv
 			checkLength(&invalidParams, "Tags key", k, ptrInt64(1), ptrInt64(128))
-			checkPattern(&invalidParams, "Tags key", k, modelPatterns[0])
+			checkPattern(&invalidParams, "Tags key", k, modelPatterns()[0])
 			checkLength(&invalidParams, "Tags value", mv, ptrInt64(0), ptrInt64(256))
-			checkPattern(&invalidParams, "Tags value", mv, modelPatterns[0])
+			checkPattern(&invalidParams, "Tags value", mv, modelPatterns()[0])
 		}
 	}
 	if invalidParams.Len() > 0 {
@@ -295,7 +301,7 @@ func validateOpDeleteMicrovmImageVersionInput(v *DeleteMicrovmImageVersionInput)
 		invalidParams.Add(smithy.NewErrParamRequired("ImageVersion"))
 	} else {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if invalidParams.Len() > 0 {
 		return invalidParams
@@ -406,13 +412,13 @@ func validateOpGetMicrovmImageBuildInput(v *GetMicrovmImageBuildInput) error {
 		invalidParams.Add(smithy.NewErrParamRequired("ImageVersion"))
 	} else {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if v.BuildId == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("BuildId"))
 	} else {
 		checkLength(&invalidParams, "BuildId", *v.BuildId, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "BuildId", *v.BuildId, modelPatterns[2])
+		checkPattern(&invalidParams, "BuildId", *v.BuildId, modelPatterns()[2])
 	}
 	if invalidParams.Len() > 0 {
 		return invalidParams
@@ -453,7 +459,7 @@ func validateOpGetMicrovmImageVersionInput(v *GetMicrovmImageVersionInput) error
 		invalidParams.Add(smithy.NewErrParamRequired("ImageVersion"))
 	} else {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if invalidParams.Len() > 0 {
 		return invalidParams
@@ -574,7 +580,7 @@ func validateOpListMicrovmImageBuildsInput(v *ListMicrovmImageBuildsInput) error
 		invalidParams.Add(smithy.NewErrParamRequired("ImageVersion"))
 	} else {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if !(len(v.Architecture) == 0) {
 		checkEnum(&invalidParams, "Architecture", v.Architecture)
@@ -584,7 +590,7 @@ func validateOpListMicrovmImageBuildsInput(v *ListMicrovmImageBuildsInput) error
 	}
 	if !(v.ChipsetGeneration == nil) {
 		checkLength(&invalidParams, "ChipsetGeneration", *v.ChipsetGeneration, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ChipsetGeneration", *v.ChipsetGeneration, modelPatterns[2])
+		checkPattern(&invalidParams, "ChipsetGeneration", *v.ChipsetGeneration, modelPatterns()[2])
 	}
 	if invalidParams.Len() > 0 {
 		return invalidParams
@@ -663,7 +669,7 @@ func validateOpListMicrovmImagesInput(v *ListMicrovmImagesInput) error {
 	}
 	if !(v.NameFilter == nil) {
 		checkLength(&invalidParams, "NameFilter", *v.NameFilter, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "NameFilter", *v.NameFilter, modelPatterns[2])
+		checkPattern(&invalidParams, "NameFilter", *v.NameFilter, modelPatterns()[2])
 	}
 	if invalidParams.Len() > 0 {
 		return invalidParams
@@ -739,7 +745,7 @@ func validateOpListTagsInput(v *ListTagsInput) error {
 		invalidParams.Add(smithy.NewErrParamRequired("Resource"))
 	} else {
 		checkLength(&invalidParams, "Resource", *v.Resource, ptrInt64(1), ptrInt64(10000))
-		checkPattern(&invalidParams, "Resource", *v.Resource, modelPatterns[5])
+		checkPattern(&invalidParams, "Resource", *v.Resource, modelPatterns()[5])
 	}
 	if invalidParams.Len() > 0 {
 		return invalidParams
@@ -825,11 +831,11 @@ func validateOpRunMicrovmInput(v *RunMicrovmInput) error {
 	}
 	if !(v.ImageVersion == nil) {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if !(v.ExecutionRoleArn == nil) {
 		checkLength(&invalidParams, "ExecutionRoleArn", *v.ExecutionRoleArn, ptrInt64(20), ptrInt64(2048))
-		checkPattern(&invalidParams, "ExecutionRoleArn", *v.ExecutionRoleArn, modelPatterns[6])
+		checkPattern(&invalidParams, "ExecutionRoleArn", *v.ExecutionRoleArn, modelPatterns()[6])
 	}
 	if !(v.IdlePolicy == nil) {
 		if err := validateIdlePolicy(v.IdlePolicy); err != nil {
@@ -916,7 +922,7 @@ func validateOpTagResourceInput(v *TagResourceInput) error {
 		invalidParams.Add(smithy.NewErrParamRequired("Resource"))
 	} else {
 		checkLength(&invalidParams, "Resource", *v.Resource, ptrInt64(1), ptrInt64(10000))
-		checkPattern(&invalidParams, "Resource", *v.Resource, modelPatterns[5])
+		checkPattern(&invalidParams, "Resource", *v.Resource, modelPatterns()[5])
 	}
 	if v.Tags == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("Tags"))
@@ -924,9 +930,9 @@ func validateOpTagResourceInput(v *TagResourceInput) error {
 		for k, mv := range v.Tags {
 			_ = mv
 			checkLength(&invalidParams, "Tags key", k, ptrInt64(1), ptrInt64(128))
-			checkPattern(&invalidParams, "Tags key", k, modelPatterns[0])
+			checkPattern(&invalidParams, "Tags key", k, modelPatterns()[0])
 			checkLength(&invalidParams, "Tags value", mv, ptrInt64(0), ptrInt64(256))
-			checkPattern(&invalidParams, "Tags value", mv, modelPatterns[0])
+			checkPattern(&invalidParams, "Tags value", mv, modelPatterns()[0])
 		}
 	}
 	if invalidParams.Len() > 0 {
@@ -998,14 +1004,14 @@ func validateOpUntagResourceInput(v *UntagResourceInput) error {
 		invalidParams.Add(smithy.NewErrParamRequired("Resource"))
 	} else {
 		checkLength(&invalidParams, "Resource", *v.Resource, ptrInt64(1), ptrInt64(10000))
-		checkPattern(&invalidParams, "Resource", *v.Resource, modelPatterns[5])
+		checkPattern(&invalidParams, "Resource", *v.Resource, modelPatterns()[5])
 	}
 	if v.TagKeys == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("TagKeys"))
 	} else {
 		for i2 := range v.TagKeys {
 			checkLength(&invalidParams, "TagKeys[]", v.TagKeys[i2], ptrInt64(1), ptrInt64(128))
-			checkPattern(&invalidParams, "TagKeys[]", v.TagKeys[i2], modelPatterns[0])
+			checkPattern(&invalidParams, "TagKeys[]", v.TagKeys[i2], modelPatterns()[0])
 		}
 	}
 	if invalidParams.Len() > 0 {
@@ -1047,17 +1053,17 @@ func validateOpUpdateMicrovmImageInput(v *UpdateMicrovmImageInput) error {
 		invalidParams.Add(smithy.NewErrParamRequired("BaseImageArn"))
 	} else {
 		checkLength(&invalidParams, "BaseImageArn", *v.BaseImageArn, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "BaseImageArn", *v.BaseImageArn, modelPatterns[2])
+		checkPattern(&invalidParams, "BaseImageArn", *v.BaseImageArn, modelPatterns()[2])
 	}
 	if !(v.BaseImageVersion == nil) {
 		checkLength(&invalidParams, "BaseImageVersion", *v.BaseImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "BaseImageVersion", *v.BaseImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "BaseImageVersion", *v.BaseImageVersion, modelPatterns()[2])
 	}
 	if v.BuildRoleArn == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("BuildRoleArn"))
 	} else {
 		checkLength(&invalidParams, "BuildRoleArn", *v.BuildRoleArn, ptrInt64(20), ptrInt64(2048))
-		checkPattern(&invalidParams, "BuildRoleArn", *v.BuildRoleArn, modelPatterns[6])
+		checkPattern(&invalidParams, "BuildRoleArn", *v.BuildRoleArn, modelPatterns()[6])
 	}
 	if !(v.Description == nil) {
 	}
@@ -1109,7 +1115,7 @@ func validateOpUpdateMicrovmImageInput(v *UpdateMicrovmImageInput) error {
 		for k, mv := range v.EnvironmentVariables {
 			_ = mv
 			checkLength(&invalidParams, "EnvironmentVariables key", k, ptrInt64(1), ptrInt64(256))
-			checkPattern(&invalidParams, "EnvironmentVariables key", k, modelPatterns[2])
+			checkPattern(&invalidParams, "EnvironmentVariables key", k, modelPatterns()[2])
 			checkLength(&invalidParams, "EnvironmentVariables value", mv, ptrInt64(0), ptrInt64(4096))
 		}
 	}
@@ -1152,7 +1158,7 @@ func validateOpUpdateMicrovmImageVersionInput(v *UpdateMicrovmImageVersionInput)
 		invalidParams.Add(smithy.NewErrParamRequired("ImageVersion"))
 	} else {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if len(v.Status) == 0 {
 		invalidParams.Add(smithy.NewErrParamRequired("Status"))
@@ -1183,11 +1189,11 @@ func validateCloudWatchLogging(v *types.CloudWatchLogging) error {
 	invalidParams := smithy.InvalidParamsError{Context: "CloudWatchLogging"}
 	if !(v.LogGroup == nil) {
 		checkLength(&invalidParams, "LogGroup", *v.LogGroup, ptrInt64(1), ptrInt64(512))
-		checkPattern(&invalidParams, "LogGroup", *v.LogGroup, modelPatterns[4])
+		checkPattern(&invalidParams, "LogGroup", *v.LogGroup, modelPatterns()[4])
 	}
 	if !(v.LogStream == nil) {
 		checkLength(&invalidParams, "LogStream", *v.LogStream, ptrInt64(1), ptrInt64(512))
-		checkPattern(&invalidParams, "LogStream", *v.LogStream, modelPatterns[1])
+		checkPattern(&invalidParams, "LogStream", *v.LogStream, modelPatterns()[1])
 	}
 	if invalidParams.Len() > 0 {
 		return invalidParams
@@ -1200,7 +1206,7 @@ func validateCodeArtifact(v types.CodeArtifact) error {
 	switch uv := v.(type) {
 	case *types.CodeArtifactMemberUri:
 		checkLength(&invalidParams, "Uri", uv.Value, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "Uri", uv.Value, modelPatterns[2])
+		checkPattern(&invalidParams, "Uri", uv.Value, modelPatterns()[2])
 	}
 	if invalidParams.Len() > 0 {
 		return invalidParams
@@ -1311,7 +1317,7 @@ func validateManagedMicrovmImageSummary(v *types.ManagedMicrovmImageSummary) err
 		invalidParams.Add(smithy.NewErrParamRequired("ImageArn"))
 	} else {
 		checkLength(&invalidParams, "ImageArn", *v.ImageArn, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns()[2])
 	}
 	if v.CreatedAt == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("CreatedAt"))
@@ -1334,13 +1340,13 @@ func validateManagedMicrovmImageVersion(v *types.ManagedMicrovmImageVersion) err
 		invalidParams.Add(smithy.NewErrParamRequired("ImageArn"))
 	} else {
 		checkLength(&invalidParams, "ImageArn", *v.ImageArn, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns()[2])
 	}
 	if v.ImageVersion == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("ImageVersion"))
 	} else {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if v.CreatedAt == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("CreatedAt"))
@@ -1398,19 +1404,19 @@ func validateMicrovmImageBuildSummary(v *types.MicrovmImageBuildSummary) error {
 		invalidParams.Add(smithy.NewErrParamRequired("ImageArn"))
 	} else {
 		checkLength(&invalidParams, "ImageArn", *v.ImageArn, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns()[2])
 	}
 	if v.ImageVersion == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("ImageVersion"))
 	} else {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if v.BuildId == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("BuildId"))
 	} else {
 		checkLength(&invalidParams, "BuildId", *v.BuildId, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "BuildId", *v.BuildId, modelPatterns[2])
+		checkPattern(&invalidParams, "BuildId", *v.BuildId, modelPatterns()[2])
 	}
 	if len(v.BuildState) == 0 {
 		invalidParams.Add(smithy.NewErrParamRequired("BuildState"))
@@ -1431,7 +1437,7 @@ func validateMicrovmImageBuildSummary(v *types.MicrovmImageBuildSummary) error {
 		invalidParams.Add(smithy.NewErrParamRequired("ChipsetGeneration"))
 	} else {
 		checkLength(&invalidParams, "ChipsetGeneration", *v.ChipsetGeneration, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ChipsetGeneration", *v.ChipsetGeneration, modelPatterns[2])
+		checkPattern(&invalidParams, "ChipsetGeneration", *v.ChipsetGeneration, modelPatterns()[2])
 	}
 	if !(v.StateReason == nil) {
 	}
@@ -1477,13 +1483,13 @@ func validateMicrovmImageSummary(v *types.MicrovmImageSummary) error {
 		invalidParams.Add(smithy.NewErrParamRequired("ImageArn"))
 	} else {
 		checkLength(&invalidParams, "ImageArn", *v.ImageArn, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns()[2])
 	}
 	if v.Name == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("Name"))
 	} else {
 		checkLength(&invalidParams, "Name", *v.Name, ptrInt64(1), ptrInt64(64))
-		checkPattern(&invalidParams, "Name", *v.Name, modelPatterns[3])
+		checkPattern(&invalidParams, "Name", *v.Name, modelPatterns()[3])
 	}
 	if len(v.State) == 0 {
 		invalidParams.Add(smithy.NewErrParamRequired("State"))
@@ -1492,11 +1498,11 @@ func validateMicrovmImageSummary(v *types.MicrovmImageSummary) error {
 	}
 	if !(v.LatestActiveImageVersion == nil) {
 		checkLength(&invalidParams, "LatestActiveImageVersion", *v.LatestActiveImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "LatestActiveImageVersion", *v.LatestActiveImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "LatestActiveImageVersion", *v.LatestActiveImageVersion, modelPatterns()[2])
 	}
 	if !(v.LatestFailedImageVersion == nil) {
 		checkLength(&invalidParams, "LatestFailedImageVersion", *v.LatestFailedImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "LatestFailedImageVersion", *v.LatestFailedImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "LatestFailedImageVersion", *v.LatestFailedImageVersion, modelPatterns()[2])
 	}
 	if v.CreatedAt == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("CreatedAt"))
@@ -1517,17 +1523,17 @@ func validateMicrovmImageVersionSummary(v *types.MicrovmImageVersionSummary) err
 		invalidParams.Add(smithy.NewErrParamRequired("BaseImageArn"))
 	} else {
 		checkLength(&invalidParams, "BaseImageArn", *v.BaseImageArn, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "BaseImageArn", *v.BaseImageArn, modelPatterns[2])
+		checkPattern(&invalidParams, "BaseImageArn", *v.BaseImageArn, modelPatterns()[2])
 	}
 	if !(v.BaseImageVersion == nil) {
 		checkLength(&invalidParams, "BaseImageVersion", *v.BaseImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "BaseImageVersion", *v.BaseImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "BaseImageVersion", *v.BaseImageVersion, modelPatterns()[2])
 	}
 	if v.BuildRoleArn == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("BuildRoleArn"))
 	} else {
 		checkLength(&invalidParams, "BuildRoleArn", *v.BuildRoleArn, ptrInt64(20), ptrInt64(2048))
-		checkPattern(&invalidParams, "BuildRoleArn", *v.BuildRoleArn, modelPatterns[6])
+		checkPattern(&invalidParams, "BuildRoleArn", *v.BuildRoleArn, modelPatterns()[6])
 	}
 	if !(v.Description == nil) {
 	}
@@ -1579,7 +1585,7 @@ func validateMicrovmImageVersionSummary(v *types.MicrovmImageVersionSummary) err
 		for k, mv := range v.EnvironmentVariables {
 			_ = mv
 			checkLength(&invalidParams, "EnvironmentVariables key", k, ptrInt64(1), ptrInt64(256))
-			checkPattern(&invalidParams, "EnvironmentVariables key", k, modelPatterns[2])
+			checkPattern(&invalidParams, "EnvironmentVariables key", k, modelPatterns()[2])
 			checkLength(&invalidParams, "EnvironmentVariables value", mv, ptrInt64(0), ptrInt64(4096))
 		}
 	}
@@ -1587,13 +1593,13 @@ func validateMicrovmImageVersionSummary(v *types.MicrovmImageVersionSummary) err
 		invalidParams.Add(smithy.NewErrParamRequired("ImageArn"))
 	} else {
 		checkLength(&invalidParams, "ImageArn", *v.ImageArn, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageArn", *v.ImageArn, modelPatterns()[2])
 	}
 	if v.ImageVersion == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("ImageVersion"))
 	} else {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if len(v.State) == 0 {
 		invalidParams.Add(smithy.NewErrParamRequired("State"))
@@ -1617,9 +1623,9 @@ func validateMicrovmImageVersionSummary(v *types.MicrovmImageVersionSummary) err
 		for k, mv := range v.Tags {
 			_ = mv
 			checkLength(&invalidParams, "Tags key", k, ptrInt64(1), ptrInt64(128))
-			checkPattern(&invalidParams, "Tags key", k, modelPatterns[0])
+			checkPattern(&invalidParams, "Tags key", k, modelPatterns()[0])
 			checkLength(&invalidParams, "Tags value", mv, ptrInt64(0), ptrInt64(256))
-			checkPattern(&invalidParams, "Tags value", mv, modelPatterns[0])
+			checkPattern(&invalidParams, "Tags value", mv, modelPatterns()[0])
 		}
 	}
 	if invalidParams.Len() > 0 {
@@ -1652,7 +1658,7 @@ func validateMicrovmItem(v *types.MicrovmItem) error {
 		invalidParams.Add(smithy.NewErrParamRequired("ImageVersion"))
 	} else {
 		checkLength(&invalidParams, "ImageVersion", *v.ImageVersion, ptrInt64(1), ptrInt64(2048))
-		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns[2])
+		checkPattern(&invalidParams, "ImageVersion", *v.ImageVersion, modelPatterns()[2])
 	}
 	if v.StartedAt == nil {
 		invalidParams.Add(smithy.NewErrParamRequired("StartedAt"))
