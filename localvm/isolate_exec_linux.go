@@ -42,33 +42,37 @@ var sealed struct {
 	sync.Mutex
 	order []sealedKey
 	files map[sealedKey]*os.File
-	// abi says whether the copy holds guestinit.ABI (guestInitBinary).
+	// abi says, for a copy guestInitBinary asked about, whether it holds
+	// guestinit.ABI; asked of the launcher's own agentd only, so no other
+	// binary (the emulator's own, an image's daemon) is ever scanned.
 	abi map[sealedKey]bool
 }
 
-// sealedCopy returns a descriptor of a sealed, executable memfd copy of f
-// (read from its start), and whether it holds this build's guest ABI; the
-// caller closes it.
-func sealedCopy(f *os.File, name string) (*os.File, bool, error) {
+// sealedKeyOf is f's identity as the cache keys it: a file changed or
+// replaced in place gets a new copy.
+func sealedKeyOf(f *os.File) (sealedKey, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, false, err
+		return sealedKey{}, err
 	}
-	key := sealedKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	return sealedKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+}
+
+// sealedCopy returns a descriptor of a sealed, executable memfd copy of f
+// (read from its start); the caller closes it.
+func sealedCopy(f *os.File, name string) (*os.File, error) {
+	key, err := sealedKeyOf(f)
+	if err != nil {
+		return nil, err
+	}
 	sealed.Lock()
 	defer sealed.Unlock()
 	if c, ok := sealed.files[key]; ok {
-		d, err := dupFile(c)
-		return d, sealed.abi[key], err
+		return dupFile(c)
 	}
 	c, err := newSealedCopy(f, name)
 	if err != nil {
-		return nil, false, err
-	}
-	abi, err := holdsGuestABI(c)
-	if err != nil {
-		c.Close()
-		return nil, false, err
+		return nil, err
 	}
 	if sealed.files == nil {
 		sealed.files = map[sealedKey]*os.File{}
@@ -85,9 +89,7 @@ func sealedCopy(f *os.File, name string) (*os.File, bool, error) {
 	}
 	sealed.order = append(sealed.order, key)
 	sealed.files[key] = c
-	sealed.abi[key] = abi
-	d, err := dupFile(c)
-	return d, abi, err
+	return dupFile(c)
 }
 
 // holdsGuestABI reports whether the sealed copy c contains guestinit.ABI:
@@ -122,14 +124,37 @@ func holdsGuestABI(c *os.File) (bool, error) {
 // code this install shipped may be it (an artifact's daemon runs where it
 // always did, confined, as the second stage's program).
 func guestInitBinary(own string) (*os.File, error) {
-	f, abi, err := openSealed(own, filepath.Base(own))
+	src, err := os.Open(own)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", filepath.Base(own), err)
+	}
+	defer src.Close()
+	key, err := sealedKeyOf(src)
 	if err != nil {
 		return nil, err
 	}
-	if abi {
-		return f, nil
+	c, err := sealedCopy(src, filepath.Base(own))
+	if err != nil {
+		return nil, err
 	}
-	f.Close()
+	sealed.Lock()
+	abi, known := sealed.abi[key]
+	sealed.Unlock()
+	if !known {
+		if abi, err = holdsGuestABI(c); err != nil {
+			c.Close()
+			return nil, err
+		}
+		sealed.Lock()
+		if _, cached := sealed.files[key]; cached {
+			sealed.abi[key] = abi
+		}
+		sealed.Unlock()
+	}
+	if abi {
+		return c, nil
+	}
+	c.Close()
 	return sealedSelf()
 }
 
@@ -180,6 +205,5 @@ func sealedSelf() (*os.File, error) {
 		return nil, isolationError("/proc/self/exe (the emulator re-executes itself as the guest's init)", err)
 	}
 	defer self.Close()
-	c, _, err := sealedCopy(self, "microvms-guest-init")
-	return c, err
+	return sealedCopy(self, "microvms-guest-init")
 }

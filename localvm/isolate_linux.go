@@ -62,12 +62,11 @@ const GuestInitArg0 = guestinit.InitArg0
 var guestInitEnv = []string{"GODEBUG=containermaxprocs=0", guestinit.ABIEnv + "=" + guestinit.ABI}
 
 // openSealed opens the file at path as the emulator (the guest's uid need
-// not be able to read it) and returns its sealed copy and whether the copy
-// holds this build's guest ABI (sealedCopy).
-func openSealed(path, name string) (*os.File, bool, error) {
+// not be able to read it) and returns its sealed copy.
+func openSealed(path, name string) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("opening %s: %w", name, err)
+		return nil, fmt.Errorf("opening %s: %w", name, err)
 	}
 	defer f.Close()
 	return sealedCopy(f, name)
@@ -382,7 +381,7 @@ func startIsolated(ctx context.Context, bin, own, dir string, spec GuestSpec, st
 	cfg.Filter = filter
 	// Opened here, as the emulator: the guest's uid need not be able to
 	// read the daemon's binary or reach the image's directory.
-	agentd, _, err := openSealed(bin, filepath.Base(bin))
+	agentd, err := openSealed(bin, filepath.Base(bin))
 	if err != nil {
 		return nil, err
 	}
