@@ -88,7 +88,7 @@ CLIENTS_BIN    := $(abspath $(BIN))/clients-test
 CLIENTS_AGENTD := $(CLIENTS_BIN)/agentd
 CLIENTS_ENV    := AGENTD_BIN=$(CLIENTS_AGENTD) MICROVM_BIN=$(CLIENTS_BIN)/microvm MICROVM_AGENTD=$(CLIENTS_AGENTD) MICROVMS_REQUIRE_ENGINE=1
 test-clients: $(TS_DIR)/node_modules/.installed
-	$(GO) build -o $(CLIENTS_BIN)/ ./cmd/agentd ./cmd/microvm
+	$(GO) build -o $(CLIENTS_BIN)/ ./cmd/agentd ./cmd/microvm ./cmd/microvm-guest-init
 	cd clients/python && $(CLIENTS_ENV) PYTHONDONTWRITEBYTECODE=1 python3 -m unittest -v
 	cd $(TS_DIR) && node_modules/.bin/tsc -p . && $(CLIENTS_ENV) node --test dist/test/
 
@@ -134,8 +134,8 @@ build:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/agentd ./cmd/agentd
 
 # What installs on a machine with no Go and no clone, into $(DIST): per
-# architecture a platform wheel (static microvm and agentd in microvms/_bin,
-# the botocore model in microvms/_botocore) and an npm platform sub-package
+# architecture a platform wheel (static microvm, agentd and its guest init
+# in microvms/_bin, the botocore model in microvms/_botocore) and an npm platform sub-package
 # (@microvms/linux-<cpu>), plus the microvms npm package naming every
 # sub-package as an optional dependency, as esbuild does. Standard library
 # Python and npm pack only: no package index. DIST_ARCHES=amd64 builds one.
@@ -146,7 +146,7 @@ NPM_CPU_arm64 := arm64
 dist: $(TS_DIR)/node_modules/.installed
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	for a in $(DIST_ARCHES); do \
-	  CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/go/linux-$$a/ ./cmd/microvm ./cmd/agentd && \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/go/linux-$$a/ ./cmd/microvm ./cmd/agentd ./cmd/microvm-guest-init && \
 	  python3 clients/python/_build/backend.py $(DIST) $$a $(DIST)/go/linux-$$a || exit 1; \
 	done
 	node $(TS_DIR)/npm/pack.mjs $(DIST) $(foreach a,$(DIST_ARCHES),linux-$(NPM_CPU_$(a))=$(DIST)/go/linux-$(a))
@@ -185,7 +185,7 @@ bench-tti: $(TS_DIR)/node_modules/.installed
 # calls, as ratios to Go (scripts/bench/clients.py; MICROVMS_BENCH_MIB=16
 # for a quick look).
 bench-clients: $(TS_DIR)/node_modules/.installed
-	$(GO) build -o $(CLIENTS_BIN)/ ./cmd/agentd ./cmd/microvm
+	$(GO) build -o $(CLIENTS_BIN)/ ./cmd/agentd ./cmd/microvm ./cmd/microvm-guest-init
 	cd $(TS_DIR) && node_modules/.bin/tsc -p tsconfig.build.json
 	python3 scripts/bench/clients.py $(CLIENTS_BIN)
 

@@ -41,6 +41,8 @@ var (
 	CheckEgress = localvm.CheckEgress
 	// CheckNetworkPolicy is localvm.CheckNetworkPolicy.
 	CheckNetworkPolicy = localvm.CheckNetworkPolicy
+	// GuestInitBeside is localvm.GuestInitBeside.
+	GuestInitBeside = localvm.GuestInitBeside
 )
 
 // The Dockerfile executor is package imagebuild; the emulator reaches it

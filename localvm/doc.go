@@ -22,11 +22,12 @@
 // one, as localvm/firecracker implementing the same Launcher, so the
 // emulator picks a backend and changes nothing else.
 //
-// A guest's init and its second stage are localvm/guestinit, which agentd
-// links too: the launcher runs them from its own configured agentd's
-// sealed copy (never an image's agentd) when it holds this build's guest
-// ABI (a few milliseconds to start against the emulator's tens), and
-// otherwise re-executes its own binary, as it does for the isolation probe
+// A guest's init and its second stage are localvm/guestinit, which
+// cmd/microvm-guest-init links alone: the launcher runs them from the
+// sealed copy of the one beside its own configured agentd (never one beside
+// an image's agentd) when it holds this build's guest ABI (about a
+// millisecond to start against the emulator's tens), and otherwise
+// re-executes its own binary, as it does for the isolation probe
 // and a user-namespace holder; all are told apart by argv[0]. That dispatch is Init, which each binary calls first
 // thing in main (and each test binary in TestMain), as runc's callers call
 // libcontainer's Init; no init() of this package re-executes anything, and

@@ -26,64 +26,87 @@ func initExe(t *testing.T) string {
 	return exe
 }
 
-// foreignDaemon is a copy of agentdBin whose guest ABI reads differently:
-// an agentd built from other sources, as far as the launcher can tell.
-func foreignDaemon(t *testing.T) string {
+// Where a guest's init ran from, as /proc/PID/exe names the sealed copy.
+const (
+	fromGuestInit = "memfd:" + guestinit.BinaryName // cmd/microvm-guest-init
+	fromEmulator  = "memfd:microvms-emulator"       // the emulator's own binary (here, this test binary)
+)
+
+// thisBuildsInit is the microvm-guest-init testbin built beside agentdBin.
+func thisBuildsInit(t *testing.T) []byte {
 	t.Helper()
-	b, err := os.ReadFile(agentdBin)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(agentdBin), guestinit.BinaryName))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no guest init beside the test's agentd: %v", err)
 	}
+	if !bytes.Contains(b, []byte(guestinit.ABI)) {
+		t.Fatalf("the guest init beside the test's agentd does not hold this build's ABI")
+	}
+	return b
+}
+
+// foreignInit is this build's init with its ABI reading differently: an
+// init built from other sources, as far as the launcher can tell.
+func foreignInit(t *testing.T) []byte {
+	t.Helper()
 	marker := []byte(guestinit.ABI)
-	if bytes.Count(b, marker) == 0 {
-		t.Fatalf("%s does not hold this build's guest ABI", agentdBin)
-	}
 	other := bytes.Clone(marker)
 	other[len("microvms-guest-abi:")] ^= 1 // '0'..'f' stays a hex digit or becomes another byte: either way not ours
-	path := filepath.Join(t.TempDir(), "agentd-foreign")
-	if err := os.WriteFile(path, bytes.ReplaceAll(b, marker, other), 0o755); err != nil {
-		t.Fatal(err)
+	return bytes.ReplaceAll(thisBuildsInit(t), marker, other)
+}
+
+// installAt makes a directory holding a copy of this build's agentd and,
+// unless init is nil, a guest init of those bytes beside it, and returns
+// the agentd's path.
+func installAt(t *testing.T, init []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	testvm.CopyFile(t, agentdBin, filepath.Join(dir, "agentd"), 0o755)
+	if init != nil {
+		if err := os.WriteFile(filepath.Join(dir, guestinit.BinaryName), init, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return path
+	return filepath.Join(dir, "agentd")
+}
+
+// launcherAgentd points the launcher of directGuest at path for one test.
+func launcherAgentd(t *testing.T, path string) {
+	saved := agentdBin
+	agentdBin = path
+	t.Cleanup(func() { agentdBin = saved })
 }
 
 // Catches: the launcher running every guest's init from the emulator's own
 // binary (twenty-odd milliseconds of package initialisers, twice per guest:
-// issue 52's guest start), and the opposite wrong edits: running any daemon
-// binary as the init (a reference agentd, or one of other sources, would
-// then be PID 1 of a guest whose root nobody built), or the agentd an
+// issue 52's guest start), and the opposite wrong edits: running an init of
+// other sources (it would be PID 1 of a guest whose root nobody built the
+// way this emulator expects), taking the init from beside the agentd an
 // image's artifact carries (code from the image, which sees the host's tree
-// as the init, before the filter). The launcher's own agentd of this build
-// is the init; an image's is not; a foreign one is not, and its guest still
-// starts.
-func TestGuestInitRunsFromTheLaunchersAgentdOnlyWhenOfThisBuild(t *testing.T) {
+// as the init, before the filter), failing a launch when no init is
+// installed, or looking beside a symlink rather than the binary it names.
+func TestGuestInitRunsFromBesideTheLaunchersAgentdOnlyWhenOfThisBuild(t *testing.T) {
 	t.Run("this build", func(t *testing.T) {
 		_, sess := directGuest(t, GuestSpec{})
-		if got := initExe(t); !strings.Contains(got, "memfd:"+filepath.Base(agentdBin)) {
-			t.Errorf("a guest of this build's agentd ran its init from %q, want the daemon's sealed copy", got)
+		if got := initExe(t); !strings.Contains(got, fromGuestInit) {
+			t.Errorf("a guest with this build's init beside its agentd ran its init from %q, want %s", got, fromGuestInit)
 		}
 		testvm.MustSh(t, sess, "true")
 	})
-	t.Run("an image's own", func(t *testing.T) {
-		// A daemon the image's artifact carries (spec.Daemon) holds the ABI
-		// here, being a copy of this build's: it still runs only as the
-		// daemon, and the init comes from the launcher's own agentd.
-		b, err := os.ReadFile(agentdBin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		theirs := filepath.Join(t.TempDir(), "agentd-of-the-image")
-		if err := os.WriteFile(theirs, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	t.Run("beside an image's own agentd", func(t *testing.T) {
+		// The image's daemon (spec.Daemon) has this build's init beside
+		// it, the launcher's has none: the init is the emulator's, and the
+		// image's daemon still runs as the daemon.
+		theirs := installAt(t, thisBuildsInit(t))
+		launcherAgentd(t, installAt(t, nil))
 		_, sess := directGuest(t, GuestSpec{Daemon: theirs})
-		if got := initExe(t); !strings.Contains(got, "memfd:"+filepath.Base(agentdBin)) {
-			t.Errorf("a guest of an image's own agentd ran its init from %q, want the launcher's agentd %s", got, filepath.Base(agentdBin))
+		if got := initExe(t); !strings.Contains(got, fromEmulator) {
+			t.Errorf("a guest whose image's agentd has an init beside it ran its init from %q, want %s", got, fromEmulator)
 		}
 		testvm.MustSh(t, sess, "true")
 		daemon := false
 		for _, pid := range procsInPidnsOf(t, testvm.GuestInitOf(t, GuestInitArg0)) {
-			if exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); strings.Contains(exe, "memfd:agentd-of-the-image") {
+			if exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); strings.Contains(exe, "memfd:agentd") {
 				daemon = true
 			}
 		}
@@ -92,30 +115,57 @@ func TestGuestInitRunsFromTheLaunchersAgentdOnlyWhenOfThisBuild(t *testing.T) {
 		}
 	})
 	t.Run("foreign", func(t *testing.T) {
-		saved := agentdBin
-		agentdBin = foreignDaemon(t)
-		t.Cleanup(func() { agentdBin = saved })
+		launcherAgentd(t, installAt(t, foreignInit(t)))
 		_, sess := directGuest(t, GuestSpec{})
-		if got := initExe(t); !strings.Contains(got, "memfd:microvms-guest-init") {
-			t.Errorf("a guest of a foreign agentd ran its init from %q, want the emulator's own sealed copy", got)
+		if got := initExe(t); !strings.Contains(got, fromEmulator) {
+			t.Errorf("a guest with a foreign init beside its agentd ran its init from %q, want %s", got, fromEmulator)
 		}
 		if got := testvm.MustSh(t, sess, "echo started"); got != "started" {
-			t.Errorf("a guest of a foreign agentd answered %q", got)
+			t.Errorf("a guest with a foreign init answered %q", got)
+		}
+	})
+	t.Run("none installed", func(t *testing.T) {
+		launcherAgentd(t, installAt(t, nil))
+		_, sess := directGuest(t, GuestSpec{})
+		if got := initExe(t); !strings.Contains(got, fromEmulator) {
+			t.Errorf("a guest with no init installed ran its init from %q, want %s", got, fromEmulator)
+		}
+		if got := testvm.MustSh(t, sess, "echo started"); got != "started" {
+			t.Errorf("a guest with no init installed answered %q", got)
+		}
+	})
+	t.Run("through a symlink", func(t *testing.T) {
+		link := filepath.Join(t.TempDir(), "agentd")
+		if err := os.Symlink(agentdBin, link); err != nil {
+			t.Fatal(err)
+		}
+		launcherAgentd(t, link)
+		directGuest(t, GuestSpec{})
+		if got := initExe(t); !strings.Contains(got, fromGuestInit) {
+			t.Errorf("a guest of a symlinked agentd ran its init from %q, want the %s beside the binary it names", got, fromGuestInit)
 		}
 	})
 }
 
 // Catches: an init that does not check the ABI it was launched with (the
-// scan alone would then be all that keeps a daemon of other sources from
+// scan alone would then be all that keeps an init of other sources from
 // setting up a guest). Run on the host, the foreign copy must refuse before
-// anything else: its Main is the first thing agentd's main calls.
+// anything else; run by hand, the init only explains itself.
 func TestGuestInitRefusesAnotherABI(t *testing.T) {
-	cmd := exec.Command(foreignDaemon(t))
+	path := filepath.Join(t.TempDir(), guestinit.BinaryName)
+	if err := os.WriteFile(path, foreignInit(t), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(path)
 	cmd.Args = []string{GuestInitArg0}
-	cmd.Env = []string{guestinit.ABIEnv + "=" + guestinit.ABI, "AGENTD_REPAIR_IDENTITY=0"}
+	cmd.Env = []string{guestinit.ABIEnv + "=" + guestinit.ABI}
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "guest ABI") {
 		t.Fatalf("a foreign init given this build's ABI: %v, %q; want a refusal naming the ABI", err, out)
+	}
+	out, err = exec.Command(filepath.Join(filepath.Dir(agentdBin), guestinit.BinaryName)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "only the microvm emulator runs it") {
+		t.Fatalf("the init run by hand: %v, %q; want it to explain itself and fail", err, out)
 	}
 }
 

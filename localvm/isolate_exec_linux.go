@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/microvms/microvms/localvm/guestinit"
@@ -93,10 +93,9 @@ func sealedCopy(f *os.File, name string) (*os.File, error) {
 }
 
 // holdsGuestABI reports whether the sealed copy c contains guestinit.ABI:
-// an agentd linked with this build's guestinit (cmd/agentd calls its Main
-// first), which can then be the guest's init (guestInitBinary). A binary
-// without it (the reference daemon, an agentd of other sources) is never
-// executed as an init.
+// a microvm-guest-init of this build, which can then be the guest's init
+// (guestInitBinary). A binary without it (one of other sources, an older
+// build) is never executed as an init.
 func holdsGuestABI(c *os.File) (bool, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(c.Fd()), &st); err != nil {
@@ -114,26 +113,30 @@ func holdsGuestABI(c *os.File) (bool, error) {
 }
 
 // guestInitBinary is what a guest's init runs from: the sealed copy of the
-// launcher's own agentd (own, the AgentdLauncher's bin, which this install
-// configured) when it holds this build's guest ABI, because it starts in a
-// few milliseconds where the emulator's binary spends tens in package
-// initialisers, twice per guest (the init and its second stage; issue 52);
-// otherwise the emulator's sealed copy of itself, as before. Never the
-// agentd an image's artifact carries, whatever it holds: the init sees the
-// host's tree before it pivots and runs before the syscall filter, so only
-// code this install shipped may be it (an artifact's daemon runs where it
-// always did, confined, as the second stage's program).
+// microvm-guest-init beside the launcher's own agentd (own, the
+// AgentdLauncher's bin, which this install configured; make build, the
+// wheel and the npm packages put the two together) when it holds this
+// build's guest ABI, because it starts in about a millisecond where the
+// emulator's binary spends tens in package initialisers, twice per guest
+// (the init and its second stage; issue 52); otherwise the emulator's
+// sealed copy of itself, as before. Never one beside the agentd an image's
+// artifact carries, whatever it holds: the init sees the host's tree before
+// it pivots and runs before the syscall filter, so only code this install
+// shipped may be it.
 func guestInitBinary(own string) (*os.File, error) {
-	src, err := os.Open(own)
+	src, err := os.Open(guestInitPath(own))
+	if errors.Is(err, fs.ErrNotExist) {
+		return sealedSelf() // an install without it (a bare go build of agentd)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", filepath.Base(own), err)
+		return nil, fmt.Errorf("opening %s: %w", guestinit.BinaryName, err)
 	}
 	defer src.Close()
 	key, err := sealedKeyOf(src)
 	if err != nil {
 		return nil, err
 	}
-	c, err := sealedCopy(src, filepath.Base(own))
+	c, err := sealedCopy(src, guestinit.BinaryName)
 	if err != nil {
 		return nil, err
 	}
@@ -205,5 +208,5 @@ func sealedSelf() (*os.File, error) {
 		return nil, isolationError("/proc/self/exe (the emulator re-executes itself as the guest's init)", err)
 	}
 	defer self.Close()
-	return sealedCopy(self, "microvms-guest-init")
+	return sealedCopy(self, "microvms-emulator")
 }

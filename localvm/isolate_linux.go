@@ -30,8 +30,8 @@ import (
 )
 
 // How a guest is confined. The emulator executes a sealed in-memory copy
-// of its own configured agentd when that is of this build, else of its own
-// binary (guestInitBinary, isolate_exec_linux.go), with argv[0] set to
+// of the microvm-guest-init beside its own configured agentd when that is
+// of this build, else of its own binary (guestInitBinary, isolate_exec_linux.go), with argv[0] set to
 // GuestInitArg0 and the clone flags of a new user, mount, PID, UTS,
 // IPC, network and cgroup namespace. That child is PID 1 of the guest: root
 // of the guest's user namespace only (on the host it is an unprivileged uid;
@@ -349,7 +349,8 @@ func guestEnv(spec GuestSpec) []string {
 }
 
 // startIsolated starts a guest whose daemon is the agentd at bin, its init
-// run from own's when that is of this build (guestInitBinary).
+// run from the microvm-guest-init beside own when that is of this build
+// (guestInitBinary).
 func startIsolated(ctx context.Context, bin, own, dir string, spec GuestSpec, stderr io.Writer) (*Guest, error) {
 	m := guestIDMapping()
 	for _, d := range []string{filepath.Join(dir, "rw"), filepath.Join(dir, "image")} {

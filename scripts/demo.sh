@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== CGO_ENABLED=0 go build -o bin/ ./cmd/agentd ./cmd/microvm" >&2
-CGO_ENABLED=0 go build -o bin/ ./cmd/agentd ./cmd/microvm
+echo "== CGO_ENABLED=0 go build -o bin/ ./cmd/agentd ./cmd/microvm ./cmd/microvm-guest-init" >&2
+CGO_ENABLED=0 go build -o bin/ ./cmd/agentd ./cmd/microvm ./cmd/microvm-guest-init
 
 state=$(mktemp -d)
 trap 'rm -rf "$state"' EXIT

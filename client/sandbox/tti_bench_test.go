@@ -263,11 +263,12 @@ func ttiPool(b *testing.B, ctx context.Context, emu *embedded.Emulator, runs int
 	return row
 }
 
-// ttiBuild builds microvm (the CLI and the packages' engine) and agentd
-// into a temporary directory.
+// ttiBuild builds microvm (the CLI and the packages' engine), agentd and
+// the local guests' init beside it into a temporary directory, as make
+// build lays them out.
 func ttiBuild(b *testing.B) string {
 	dir := b.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "github.com/microvms/microvms/cmd/microvm", "github.com/microvms/microvms/cmd/agentd")
+	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "github.com/microvms/microvms/cmd/microvm", "github.com/microvms/microvms/cmd/agentd", "github.com/microvms/microvms/cmd/microvm-guest-init")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("building microvm: %v\n%s", err, out)
 	}

@@ -25,14 +25,9 @@ import (
 
 	"github.com/microvms/microvms/agentd"
 	"github.com/microvms/microvms/gen/protocol"
-	"github.com/microvms/microvms/localvm/guestinit"
 )
 
 func main() {
-	// A local guest's init and second stage run from this binary when the
-	// emulator finds it is of its build (localvm/guestinit): dispatched on
-	// argv[0] before anything of the daemon's runs.
-	guestinit.Main()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

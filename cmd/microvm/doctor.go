@@ -66,6 +66,7 @@ func (c *DoctorCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 	checks = append(checks, c.binary(p))
 	if p != nil && p.Local() {
 		checks = append(checks, localGuestChecks()...)
+		checks = append(checks, c.guestInit(p))
 	}
 	ok := true
 	for _, ch := range checks {
@@ -250,6 +251,21 @@ func (c *DoctorCmd) binary(p *plane) check {
 		f.Close()
 	}
 	return pass("binary", fmt.Sprintf("%s is an ELF executable for %s", path, arch))
+}
+
+// guestInit says whether local guests of the agentd the emulator would run
+// start from the init installed beside it, or (slower, still confined) from
+// the microvm binary.
+func (c *DoctorCmd) guestInit(p *plane) check {
+	found, err := embedded.FindAgentd(c.Agentd, p.a.Env)
+	if err != nil {
+		return advisory(fail("guest-init", err.Error(), "make build"))
+	}
+	init, err := emulator.GuestInitBeside(found)
+	if err != nil {
+		return advisory(fail("guest-init", "local guests start from the microvm binary, tens of milliseconds slower each: "+err.Error(), "make build (bin/microvm-guest-init beside bin/agentd)"))
+	}
+	return pass("guest-init", "local guests start from "+init)
 }
 
 // localGuestChecks say whether this host confines local guests, and which

@@ -73,7 +73,9 @@ func TestPlantedWrongImportsAreRefused(t *testing.T) {
 		{"cmd/microvm/internal/render", "cmd/microvm", "nothing imports cmd/"}, // a command's part importing the command
 		{"cmd/microvm", "client/lambdamicrovms", "may not import"},             // a command calling the control plane itself
 		{"cmd/microvm", "client/lambdamicrovms/types", "may not import"},       // or naming its types
-		{"internal/frames", "client", "internal/ layer"},                       // a shipped internal package reaching for the library (only the test tool testvm may)
+		{"internal/frames", "client", "internal/ layer"},
+		{"cmd/agentd", "localvm/guestinit", "cmd/agentd layer"},               // the init linked back into every image's daemon
+		{"cmd/microvm-guest-init", "localvm", "cmd/microvm-guest-init layer"}, // the init growing the launcher's host side                       // a shipped internal package reaching for the library (only the test tool testvm may)
 	}
 	for _, p := range planted {
 		g := moduleGraph(t)

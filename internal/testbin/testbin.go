@@ -19,6 +19,9 @@ import (
 // Module is this module's import path.
 const Module = "github.com/microvms/microvms"
 
+// GuestInit is the local guest init's package, built beside a host agentd.
+const GuestInit = "cmd/microvm-guest-init"
+
 // Options is one build variant.
 type Options struct {
 	GOOS, GOARCH string // empty: the host's
@@ -41,6 +44,9 @@ var (
 
 // Build builds the package at pkg (relative to the module root, e.g.
 // "cmd/agentd") with o, once per process, and returns the binary's path.
+// Each variant gets a directory of its own; a host agentd gets the local
+// guest init beside it (cmd/microvm-guest-init), as every install puts it,
+// so guests of the tests start the way a user's do.
 func Build(pkg string, o Options) (string, error) {
 	key := fmt.Sprintf("%s|%+v", pkg, o)
 	mu.Lock()
@@ -57,12 +63,21 @@ func Build(pkg string, o Options) (string, error) {
 			return
 		}
 		name := strings.NewReplacer("/", "-", "|", "-").Replace(pkg) + fmt.Sprintf("-%d", b.index)
-		b.path = filepath.Join(d, name)
-		args := []string{"build", "-o", b.path}
+		out := filepath.Join(d, name)
+		if err := os.Mkdir(out, 0o755); err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(out, filepath.Base(pkg))
+		args := []string{"build", "-o", out + string(os.PathSeparator)}
 		if o.LDFlags != "" {
 			args = append(args, "-ldflags", o.LDFlags)
 		}
-		cmd := exec.Command("go", append(args, Module+"/"+pkg)...)
+		args = append(args, Module+"/"+pkg)
+		if pkg == "cmd/agentd" && o.GOOS == "" && o.GOARCH == "" {
+			args = append(args, Module+"/"+GuestInit)
+		}
+		cmd := exec.Command("go", args...)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if o.CGO {
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=1")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/microvms/microvms/internal/testbin"
 )
 
 // RerunAsNobody runs this test binary's test name as uid 65534, with a
@@ -29,7 +31,11 @@ func RerunAsNobody(t *testing.T, name, marker string, env ...string) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "emulator.test")
-	for src, dst := range map[string]string{self: bin, agentd: filepath.Join(dir, "agentd")} {
+	copies := map[string]string{self: bin, agentd: filepath.Join(dir, "agentd")}
+	if init := filepath.Join(filepath.Dir(agentd), filepath.Base(testbin.GuestInit)); fileExists(init) {
+		copies[init] = filepath.Join(dir, filepath.Base(testbin.GuestInit)) // beside agentd, as the parent's was
+	}
+	for src, dst := range copies {
 		raw, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
@@ -113,3 +119,5 @@ func GuestInitOf(t *testing.T, arg0 string) int {
 	t.Fatal("no guest init of this process")
 	return 0
 }
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -5,20 +5,25 @@
 // and executes the daemon or a build step's command.
 //
 // It is linked into two binaries: the emulator's, which re-executes itself
-// as the init when it must, and agentd's, whose main calls Main first.
-// The launcher (localvm) prefers its own configured agentd when that
-// carries this build's ABI (never an agentd an image's artifact carries: the
-// init sees the host's tree before it pivots): a guest's first two
-// processes then start from a binary a fifth the size, with a few package
-// initialisers instead of hundreds, which was most of a guest's start
-// (issue 52). So this package imports nothing
-// of the module and nothing heavy (layering holds it), and must never grow
-// host-side code: the host's half of every exchange is localvm's.
+// as the init when it must, and cmd/microvm-guest-init (BinaryName), which
+// the launcher (localvm) prefers when one of this build's ABI sits beside
+// its own configured agentd (never beside an agentd an image's artifact
+// carries: the init sees the host's tree before it pivots). A guest's first
+// two processes then start from a binary a tenth the size, with a few
+// package initialisers instead of hundreds, which was most of a guest's
+// start (issue 52). Never agentd's: the daemon of every image would carry
+// it, and its resident size is a measured target. So this package imports
+// nothing of the module and nothing heavy (layering holds it), and must
+// never grow host-side code: the host's half of every exchange is localvm's.
 package guestinit
 
 // InitArg0 is the init's argv[0]: what a guest sees as its PID 1's command
 // line, and what Main dispatches on.
 const InitArg0 = "microvms-emulator-guest-init"
+
+// BinaryName is cmd/microvm-guest-init's file name: the launcher looks for
+// it beside its configured agentd, where every install puts it.
+const BinaryName = "microvm-guest-init"
 
 // execArg0 is the init's second stage (guestExec).
 const execArg0 = "microvms-emulator-guest-exec"

@@ -3,7 +3,7 @@
 package guestinit
 
 // The guest's side of isolation: what the guest's init (PID 1 of the
-// guest's namespaces, run from agentd's binary or the emulator's) does
+// guest's namespaces, run from microvm-guest-init or the emulator's binary) does
 // before it starts agentd. Everything here runs inside the guest's user namespace,
 // with capabilities over the guest's namespaces only.
 

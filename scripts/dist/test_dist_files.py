@@ -44,7 +44,7 @@ class DistFilesTest(unittest.TestCase):
                 want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
                 self.assertEqual(record[name], (want, str(len(data))), name)
             # Catches: binaries that pip unpacks without the executable bit.
-            for b in ("microvm", "agentd"):
+            for b in ("microvm", "agentd", "microvm-guest-init"):
                 self.assertEqual(zf.getinfo("microvms/_bin/" + b).external_attr >> 16, 0o100755)
             # Catches: a WHEEL file whose tags disagree with the file name, or a
             # platform wheel marked pure (installed where binaries do not belong).
@@ -71,7 +71,7 @@ class DistFilesTest(unittest.TestCase):
         self.assertNotIn("prepare", pkg.get("scripts", {}))
         with tarfile.open(os.path.join(DIST, "microvms-linux-%s-1.0.0.tgz" % NPM_CPU)) as tf:
             sub = json.load(tf.extractfile("package/package.json"))  # type: ignore[arg-type]
-            for b in ("microvm", "agentd"):
+            for b in ("microvm", "agentd", "microvm-guest-init"):
                 self.assertEqual(tf.getmember("package/bin/" + b).mode & 0o111, 0o111)
         self.assertEqual((sub["os"], sub["cpu"], sub["version"]), (["linux"], [NPM_CPU], pkg["version"]))
 

@@ -1,7 +1,7 @@
 """What a platform wheel carries beside the Python code, and where it is (public: `microvms.packaged`).
 
 `make dist` builds one wheel per Linux architecture holding the static
-`microvm` and `agentd` binaries in microvms/_bin, and every wheel (pure or
+`microvm`, `agentd` and `microvm-guest-init` binaries in microvms/_bin, and every wheel (pure or
 platform) holds the botocore model in microvms/_botocore. This module only
 locates them; it must never download, build or choose a binary for another
 architecture. A wheel built from a clone (`pip install ./clients/python`)
@@ -16,7 +16,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 def bundled_binary() -> Optional[str]:
     """The microvm binary this wheel carries, or None (a wheel built from a clone has none).
 
-    The agentd beside it is found by microvm itself (it looks next to its own executable).
+    The agentd beside it is found by microvm itself (it looks next to its own executable),
+    and the local guests' init beside that agentd.
     """
     path = os.path.join(_HERE, "_bin", "microvm")
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else None

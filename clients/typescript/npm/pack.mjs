@@ -3,7 +3,7 @@
 //
 //   node npm/pack.mjs OUTDIR linux-x64=BINDIR [linux-arm64=BINDIR ...]
 //
-// Each BINDIR holds the static microvm and agentd for that platform. The
+// Each BINDIR holds the static microvm, agentd and microvm-guest-init for that platform. The
 // sub-packages (npm/<platform>/package.json) carry os/cpu fields, so npm
 // installs only the matching one. The optionalDependencies naming them are
 // added to the main package here, at pack time, and never to the committed
@@ -50,7 +50,7 @@ for (const target of targets) {
   mkdirSync(join(dir, "bin"), { recursive: true });
   copyFileSync(join(here, platform, "package.json"), join(dir, "package.json"));
   copyFileSync(join(here, platform, "README.md"), join(dir, "README.md"));
-  for (const bin of ["microvm", "agentd"]) {
+  for (const bin of ["microvm", "agentd", "microvm-guest-init"]) {
     copyFileSync(join(binDir, bin), join(dir, "bin", bin));
     chmodSync(join(dir, "bin", bin), 0o755);
   }
