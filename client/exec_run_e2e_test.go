@@ -3,12 +3,14 @@ package client_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -339,4 +341,81 @@ func TestSpawnWaitOverTheRunRoute(t *testing.T) {
 	if got != "GET /v1/capabilities application/json|POST /v1/exec/run "+protocol.FramesMediaType {
 		t.Fatalf("exchanges %s", got)
 	}
+}
+
+// Catches: a stream's pooled reader handed back twice (the exit path and
+// then Close, with the stream still pointing at it) or while the stream can
+// still read it: two streams then read through one buffer, and one run's
+// output lands in another's. Runs and explicitly closed streams go at once,
+// each output larger than the reader's buffer and different in every byte
+// position from the others'.
+func TestConcurrentStreamsKeepTheirOwnOutput(t *testing.T) {
+	d := startAgentd(t)
+	d.bootstrap(t, token)
+	ctx := testCtx(t)
+	s := session(t, d.base, token)
+	const workers, each, size = 6, 4, 300_000
+	errs := make(chan error, workers*each)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			line := strings.Repeat(string(rune('a'+w)), 15) + "\n"
+			want := strings.Repeat(line, size/len(line))
+			cmd := []string{"yes " + strings.TrimSpace(line) + " | head -c " + strconv.Itoa(len(want))}
+			for i := range each {
+				var got string
+				if i%2 == 0 {
+					r, err := s.Run(ctx, cmd, client.RunOptions{StartOptions: client.StartOptions{Shell: true}})
+					if err != nil {
+						errs <- err
+						return
+					}
+					got = r.Stdout
+				} else {
+					_, st, err := s.StartStream(ctx, cmd, client.StartOptions{Shell: true})
+					if err != nil {
+						errs <- err
+						return
+					}
+					var b strings.Builder
+					for {
+						ev, err := st.Next()
+						if err == io.EOF {
+							break
+						}
+						if err != nil {
+							st.Close()
+							errs <- err
+							return
+						}
+						if ev.Kind == client.EventOutput {
+							b.Write(ev.Data)
+						}
+					}
+					st.Close() // after the exit event handed the readers back
+					got = b.String()
+				}
+				if got != want {
+					errs <- fmt.Errorf("worker %d run %d: %d bytes, want %d of %q (first difference at %d)", w, i, len(got), len(want), line[:1], firstDiff(got, want))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func firstDiff(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
