@@ -24,9 +24,10 @@ import (
 // with no per-guest copy or chown, and the files on disk never change
 // owner.
 
-// userNamespaceHolderArg0 is the tiny child that holds a user namespace
-// with a guest's mapping while its descriptor is taken: it waits for its
-// stdin to close, then exits (Init dispatches it).
+// userNamespaceHolderArg0 is the child whose clone makes a user namespace
+// with a guest's mapping: its descriptor is taken, then the child is
+// killed. Were it to run, it would read its stdin (/dev/null) and exit
+// (Init dispatches it).
 const userNamespaceHolderArg0 = "microvms-emulator-userns-holder"
 
 // mappingNamespace returns a descriptor of a user namespace mapped as m
@@ -35,17 +36,17 @@ func mappingNamespace(m idMapping) (*os.File, error) {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{userNamespaceHolderArg0}
 	cmd.Env = []string{}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER,
 		UidMappings: m.uids, GidMappings: m.gids, GidMappingsEnableSetgroups: m.setgroups}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("making a user namespace with the guest's mapping: %w", err)
 	}
 	ns, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user")
-	stdin.Close()
+	// Killed, not asked to exit: the namespace lives on in ns, and the
+	// child would otherwise start the emulator's whole runtime (its package
+	// initialisers: tens of milliseconds for the microvm binary) before it
+	// could read a byte, on every launch of an image guest as root.
+	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	if err != nil {
 		return nil, fmt.Errorf("opening the mapping's user namespace: %w", err)
