@@ -35,6 +35,8 @@ var (
 	UnsafeUnisolatedAgentdLauncher = localvm.UnsafeUnisolatedAgentdLauncher
 	// CheckIsolation is localvm.CheckIsolation.
 	CheckIsolation = localvm.CheckIsolation
+	// CheckIsolationFor is localvm.CheckIsolationFor.
+	CheckIsolationFor = localvm.CheckIsolationFor
 	// ProbeLimits is localvm.ProbeLimits.
 	ProbeLimits = localvm.ProbeLimits
 	// CheckEgress is localvm.CheckEgress.

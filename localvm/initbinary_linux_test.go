@@ -206,3 +206,28 @@ func TestTheDaemonRunsInsideTheGuestsCgroups(t *testing.T) {
 		t.Fatalf("no guest process's cgroups were checked (limits %v)", g.Limits.Applied)
 	}
 }
+
+// Catches: the isolation probe still re-executing the emulator's own
+// binary where this build's init is installed (a copy of the whole
+// emulator and its package initialisers before every `microvm run
+// --local`'s first launch), or probing from a foreign init; and a probe
+// that fails from either binary, which would refuse a host that can
+// confine guests.
+func TestTheIsolationProbeRunsFromTheGuestInit(t *testing.T) {
+	for _, c := range []struct {
+		what, own, want string
+	}{
+		{"this build's init beside agentd", agentdBin, fromGuestInit},
+		{"no init installed", installAt(t, nil), fromEmulator},
+		{"a foreign init", installAt(t, foreignInit(t)), fromEmulator},
+		{"no agentd named", "", fromEmulator},
+	} {
+		from, err := runProbe(c.own)
+		if err != nil {
+			t.Errorf("%s: the probe failed: %v", c.what, err)
+		}
+		if !strings.Contains(from, c.want) {
+			t.Errorf("%s: the probe ran from %q, want %s", c.what, from, c.want)
+		}
+	}
+}

@@ -72,9 +72,9 @@ func openSealed(path, name string) (*os.File, error) {
 	return sealedCopy(f, name)
 }
 
-// probeArg0 runs the isolation probe: the same namespaces and an overlay
-// mount, then exit 0.
-const probeArg0 = "microvms-emulator-isolation-probe"
+// probeArg0 runs the isolation probe (guestinit.Probe): the same
+// namespaces and an overlay mount, then exit 0.
+const probeArg0 = guestinit.ProbeArg0
 
 // initCalled is set by Init: a process that launches guests without it
 // would re-execute its own main as a guest's init.
@@ -93,10 +93,8 @@ func Init() {
 	if len(os.Args) == 0 {
 		return
 	}
-	guestinit.Main() // a guest's init or second stage: never returns
+	guestinit.Main() // a guest's init, its second stage or the probe: never returns
 	switch os.Args[0] {
-	case probeArg0:
-		os.Exit(isolationProbe())
 	case userNamespaceHolderArg0:
 		var b [1]byte
 		_, _ = os.Stdin.Read(b[:])
@@ -132,42 +130,64 @@ var probe struct {
 // *IsolationError naming what is missing.
 func CheckIsolation() error {
 	mustInit()
-	probe.once.Do(func() { probe.err = runProbe() })
+	probe.once.Do(func() { _, probe.err = runProbe("") })
 	return probe.err
 }
 
-func runProbe() error {
+// CheckIsolationFor is CheckIsolation with the probe run from the
+// microvm-guest-init beside agentd when that is of this build
+// (guestInitBinary), as that agentd's guests' inits are: a copy of a binary
+// a tenth the emulator's size, which starts in about a millisecond,
+// where the emulator's own re-execution costs tens (issue 52: every
+// `microvm run --local` probes once before it launches). The answer is the
+// same one CheckIsolation keeps.
+func CheckIsolationFor(agentd string) error {
+	mustInit()
+	probe.once.Do(func() { _, probe.err = runProbe(agentd) })
+	return probe.err
+}
+
+// runProbe runs the probe from the init beside own (the emulator's own
+// binary when own is empty or holds none of this build) and returns the
+// name of the sealed copy it ran, which a test checks.
+func runProbe(own string) (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return isolationError("/proc/self/exe (the emulator re-executes itself as the guest's init)", err)
+		return "", isolationError("/proc/self/exe (the emulator re-executes itself as the guest's init)", err)
 	}
 	if _, err := os.Stat("/proc/self/exe"); err != nil {
-		return isolationError("/proc/self/exe (the emulator re-executes itself as the guest's init)", err)
+		return "", isolationError("/proc/self/exe (the emulator re-executes itself as the guest's init)", err)
 	}
 	if !seccomp.Supported() {
-		return isolationError("seccomp filters (a kernel built with CONFIG_SECCOMP_FILTER)", nil)
+		return "", isolationError("seccomp filters (a kernel built with CONFIG_SECCOMP_FILTER)", nil)
 	}
 	if _, err := guestDeniedSyscalls(); err != nil {
-		return isolationError("a syscall table for this architecture", err)
+		return "", isolationError("a syscall table for this architecture", err)
 	}
 	dir, err := os.MkdirTemp("", "emulator-probe-")
 	if err != nil {
-		return isolationError("a writable temporary directory", err)
+		return "", isolationError("a writable temporary directory", err)
 	}
 	defer os.RemoveAll(dir)
 	m := guestIDMapping()
 	if m.byRoot {
 		if err := os.Chown(dir, m.ownerUID, m.ownerGID); err != nil {
-			return isolationError("permission to hand a directory to the guest's uid", err)
+			return "", isolationError("permission to hand a directory to the guest's uid", err)
 		}
 	}
 	// The probe runs as a guest's init does: from the sealed copy, which
 	// a host forbidding executable memfds (vm.memfd_noexec=2) refuses here.
-	initExe, err := sealedSelf()
+	var initExe *os.File
+	if own != "" {
+		initExe, err = guestInitBinary(own)
+	} else {
+		initExe, err = sealedSelf()
+	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer initExe.Close()
+	from, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(initExe.Fd())))
 	cmd := exec.Command("/proc/self/fd/3", dir)
 	cmd.Args[0] = probeArg0
 	cmd.ExtraFiles = []*os.File{initExe}
@@ -184,56 +204,16 @@ func runProbe() error {
 		} else if errors.Is(err, syscall.EINVAL) {
 			what = "kernel support for user, mount, PID, UTS, IPC, network and cgroup namespaces"
 		}
-		return isolationError(what, fmt.Errorf("starting %s: %w", exe, err))
+		return "", isolationError(what, fmt.Errorf("starting %s: %w", exe, err))
 	}
 	if err := cmd.Wait(); err != nil {
 		msg := strings.TrimSpace(out.String())
 		if msg == "" {
 			msg = err.Error()
 		}
-		return isolationError(msg, nil)
+		return "", isolationError(msg, nil)
 	}
-	return nil
-}
-
-// isolationProbe is the probe child: it is in the new namespaces already
-// (clone made them), root of its user namespace only; it checks it can do
-// what a guest's init does: make its mounts private, mount a tmpfs, an
-// overlay on it and a /proc, and name its UTS namespace.
-func isolationProbe() int {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, "the probe needs a directory")
-		return 2
-	}
-	dir := os.Args[1]
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		fmt.Fprintf(os.Stderr, "permission to make mounts private in a new mount namespace: %v", err)
-		return 1
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m"); err != nil {
-		fmt.Fprintf(os.Stderr, "permission to mount a tmpfs in a user namespace under %s: %v", os.TempDir(), err)
-		return 1
-	}
-	for _, d := range []string{"lower", "upper", "work", "merged", "proc"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			fmt.Fprintf(os.Stderr, "a writable temporary directory: %v", err)
-			return 1
-		}
-	}
-	opts := "lowerdir=" + filepath.Join(dir, "lower") + ",upperdir=" + filepath.Join(dir, "upper") + ",workdir=" + filepath.Join(dir, "work")
-	if err := unix.Mount("overlay", filepath.Join(dir, "merged"), "overlay", 0, opts); err != nil {
-		fmt.Fprintf(os.Stderr, "the overlay filesystem in a user namespace (Linux 5.11 or later; modprobe overlay): %v", err)
-		return 1
-	}
-	if err := unix.Mount("proc", filepath.Join(dir, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		fmt.Fprintf(os.Stderr, "permission to mount /proc for a new PID namespace (a /proc with nothing mounted over parts of it, as container runtimes leave it): %v", err)
-		return 1
-	}
-	if err := unix.Sethostname([]byte("probe")); err != nil {
-		fmt.Fprintf(os.Stderr, "permission to set the hostname of a UTS namespace: %v", err)
-		return 1
-	}
-	return 0
+	return from, nil
 }
 
 // guestCloneFlags are the namespaces every guest gets besides its user
@@ -278,7 +258,7 @@ func AgentdLauncher(bin string, stderr io.Writer) Launcher {
 		stderr = io.Discard
 	}
 	return func(ctx context.Context, spec GuestSpec) (*Guest, error) {
-		if err := CheckIsolation(); err != nil {
+		if err := CheckIsolationFor(bin); err != nil {
 			return nil, err
 		}
 		if spec.Egress && spec.Network == nil {

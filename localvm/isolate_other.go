@@ -19,6 +19,9 @@ func CheckIsolation() error {
 	return &IsolationError{Missing: "Linux namespaces (this host runs " + runtime.GOOS + ")"}
 }
 
+// CheckIsolationFor is CheckIsolation.
+func CheckIsolationFor(agentd string) error { return CheckIsolation() }
+
 // AgentdLauncher refuses every launch on this host: there are no Linux
 // namespaces to confine the guest in, and an unconfined guest is only ever
 // started through UnsafeUnisolatedAgentdLauncher, by name.

@@ -157,7 +157,7 @@ func Start(ctx context.Context, o Options) (*Emulator, error) {
 	if launcher == nil {
 		// Refused before anything listens: a host that cannot confine a
 		// guest never gets an unconfined one.
-		if err := emulator.CheckIsolation(); err != nil {
+		if err := emulator.CheckIsolationFor(bin); err != nil {
 			return nil, client.Errorf(taxonomy.KindPrecondition, "", "%v", err).WithCause(err)
 		}
 		launcher = emulator.AgentdLauncher

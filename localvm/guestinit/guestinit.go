@@ -25,6 +25,10 @@ const InitArg0 = "microvms-emulator-guest-init"
 // it beside its configured agentd, where every install puts it.
 const BinaryName = "microvm-guest-init"
 
+// ProbeArg0 is the isolation probe's child: the namespaces and mounts a
+// guest's init makes, tried once per emulator before its first launch.
+const ProbeArg0 = "microvms-emulator-isolation-probe"
+
 // execArg0 is the init's second stage (guestExec).
 const execArg0 = "microvms-emulator-guest-exec"
 

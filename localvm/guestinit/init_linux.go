@@ -57,6 +57,8 @@ func Main() {
 		os.Exit(guestInit())
 	case execArg0:
 		os.Exit(guestExec())
+	case ProbeArg0:
+		os.Exit(probe())
 	}
 }
 
