@@ -114,26 +114,24 @@ func TestGuestInitRunsFromBesideTheLaunchersAgentdOnlyWhenOfThisBuild(t *testing
 			t.Error("no process of the guest runs the image's agentd: the test did not launch what it meant to")
 		}
 	})
-	t.Run("foreign", func(t *testing.T) {
-		launcherAgentd(t, installAt(t, foreignInit(t)))
-		_, sess := directGuest(t, GuestSpec{})
-		if got := initExe(t); !strings.Contains(got, fromEmulator) {
-			t.Errorf("a guest with a foreign init beside its agentd ran its init from %q, want %s", got, fromEmulator)
-		}
-		if got := testvm.MustSh(t, sess, "echo started"); got != "started" {
-			t.Errorf("a guest with a foreign init answered %q", got)
-		}
-	})
-	t.Run("none installed", func(t *testing.T) {
-		launcherAgentd(t, installAt(t, nil))
-		_, sess := directGuest(t, GuestSpec{})
-		if got := initExe(t); !strings.Contains(got, fromEmulator) {
-			t.Errorf("a guest with no init installed ran its init from %q, want %s", got, fromEmulator)
-		}
-		if got := testvm.MustSh(t, sess, "echo started"); got != "started" {
-			t.Errorf("a guest with no init installed answered %q", got)
-		}
-	})
+	for _, c := range []struct {
+		name string
+		init func(t *testing.T) []byte // beside the launcher's agentd; nil: none
+	}{
+		{"a foreign init", foreignInit},
+		{"no init installed", func(*testing.T) []byte { return nil }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			launcherAgentd(t, installAt(t, c.init(t)))
+			_, sess := directGuest(t, GuestSpec{})
+			if got := initExe(t); !strings.Contains(got, fromEmulator) {
+				t.Errorf("a guest with %s ran its init from %q, want %s", c.name, got, fromEmulator)
+			}
+			if got := testvm.MustSh(t, sess, "echo started"); got != "started" {
+				t.Errorf("a guest with %s answered %q", c.name, got)
+			}
+		})
+	}
 	t.Run("through a symlink", func(t *testing.T) {
 		link := filepath.Join(t.TempDir(), "agentd")
 		if err := os.Symlink(agentdBin, link); err != nil {
