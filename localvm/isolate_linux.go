@@ -31,9 +31,10 @@ import (
 
 // How a guest is confined. The emulator executes a sealed in-memory copy
 // of the microvm-guest-init beside its own configured agentd when that is
-// of this build, else of its own binary (guestInitBinary, isolate_exec_linux.go), with argv[0] set to
-// GuestInitArg0 and the clone flags of a new user, mount, PID, UTS,
-// IPC, network and cgroup namespace. That child is PID 1 of the guest: root
+// of this build, else of its own binary (guestInitBinary,
+// isolate_exec_linux.go), with argv[0] set to GuestInitArg0 and the clone
+// flags of a new user, mount, PID, UTS, IPC, network and cgroup namespace.
+// That child is PID 1 of the guest: root
 // of the guest's user namespace only (on the host it is an unprivileged uid;
 // isolate_userns_linux.go), not dumpable, it builds the guest's root in the
 // MicroVM's state directory and starts agentd through its second stage
@@ -72,8 +73,8 @@ func openSealed(path, name string) (*os.File, error) {
 	return sealedCopy(f, name)
 }
 
-// probeArg0 runs the isolation probe (guestinit.Probe): the same
-// namespaces and an overlay mount, then exit 0.
+// probeArg0 runs the isolation probe (guestinit's probe_linux.go): the
+// same namespaces and an overlay mount, then exit 0.
 const probeArg0 = guestinit.ProbeArg0
 
 // initCalled is set by Init: a process that launches guests without it
