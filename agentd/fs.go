@@ -500,17 +500,19 @@ func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTa
 }
 
 // WriteTar spools the uploaded archive to an unlinked temp file, then
-// extracts it under ?path= with the confinement tarx enforces.
-func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWriteTarParams) {
-	if p.Path == "" {
+// extracts it under path with the confinement tarx enforces; exact keeps
+// the archive's own modes, owners, times and symlink targets
+// (tarx.Options.Exact) instead of the data filter's.
+func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, path string, exact bool) {
+	if path == "" {
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 		return
 	}
-	if bad := fsPathFault(p.Path); bad != "" {
+	if bad := fsPathFault(path); bad != "" {
 		fsFail(w, http.StatusBadRequest, bad)
 		return
 	}
-	root := filepath.Clean(p.Path)
+	root := filepath.Clean(path)
 	// Checked against the root before spooling, so an upload aimed at a full
 	// filesystem is refused without spending the wire time to receive it.
 	if perr := f.guard.preflight(root, r.ContentLength); perr != nil {
@@ -542,12 +544,13 @@ func (f *FS) WriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWrite
 		Pace:    pace.add,
 		Log:     f.log,
 		Openat2: f.openat2,
+		Exact:   exact,
 	})
 	if err != nil {
 		f.extractFailed(w, root, err)
 		return
 	}
-	f.log.Info("archive extracted", "path", root, "members", res.Members, "bytes", res.Bytes)
+	f.log.Info("archive extracted", "path", root, "members", res.Members, "bytes", res.Bytes, "exact", exact)
 	w.WriteHeader(http.StatusNoContent)
 }
 

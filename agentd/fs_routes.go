@@ -38,5 +38,10 @@ func (s *Server) FsReadTar(w http.ResponseWriter, r *http.Request, p protocol.Fs
 
 // FsWriteTar delegates to FS.
 func (s *Server) FsWriteTar(w http.ResponseWriter, r *http.Request, p protocol.FsWriteTarParams) {
-	s.fs.WriteTar(w, r, p)
+	s.fs.WriteTar(w, r, p.Path, false)
+}
+
+// FsWriteTarExact delegates to FS.
+func (s *Server) FsWriteTarExact(w http.ResponseWriter, r *http.Request, p protocol.FsWriteTarExactParams) {
+	s.fs.WriteTar(w, r, p.Path, true)
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -321,5 +322,51 @@ func TestReadTarStatuses(t *testing.T) {
 	os.Mkdir(filepath.Join(tree, "d"), 0o755)
 	if r := fsDo(t, srv, "GET", "/v1/fs/tar", fsQuery("path", tree), nil); r.status != 413 || !strings.Contains(r.body, "max_tar_members") {
 		t.Errorf("over members: %d %q", r.status, r.body)
+	}
+}
+
+// PUT /v1/fs/tar/exact, on a real daemon over HTTP, keeps what the data
+// filter drops (a setuid bit, a foreign owner, a nanosecond time, an
+// absolute symlink), while PUT /v1/fs/tar refuses the same archive.
+// Catches: the route wired to the data-filter extraction, or Exact not
+// passed through to tarx.
+func TestTarExactRouteKeepsTheArchivesMetadata(t *testing.T) {
+	uid, gid := os.Getuid(), os.Getgid()
+	if uid == 0 {
+		uid, gid = 1000, 1001
+	}
+	mtime := time.Unix(1600000000, 123456789)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "bin/tool", Typeflag: tar.TypeReg, Mode: 0o4755, Size: 3},
+		{Name: "bin/passwd", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"},
+	} {
+		h.Uid, h.Gid, h.ModTime, h.Format = uid, gid, mtime, tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte("hi\n")[:h.Size])
+	}
+	tw.Close()
+	archive := buf.Bytes()
+	d := bootedDaemon(t, nil)
+	if r := daemonPut(t, d, "/v1/fs/tar", t.TempDir(), bytes.NewReader(archive), int64(len(archive))); r.status != 400 || !strings.Contains(r.body, "bin/passwd") {
+		t.Fatalf("the data-filter route answered %d %q, want a 400 naming bin/passwd", r.status, r.body)
+	}
+	root := t.TempDir()
+	if r := daemonPut(t, d, "/v1/fs/tar/exact", root, bytes.NewReader(archive), int64(len(archive))); r.status != 204 {
+		t.Fatalf("%d %q", r.status, r.body)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(root, "bin/tool"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o7777 != 0o4755 || int(st.Uid) != uid || int(st.Gid) != gid || st.Mtim.Nano() != mtime.UnixNano() {
+		t.Fatalf("bin/tool: mode %o owner %d:%d mtime %d; want 4755 %d:%d %d", st.Mode&0o7777, st.Uid, st.Gid, st.Mtim.Nano(), uid, gid, mtime.UnixNano())
+	}
+	if got, _ := os.Readlink(filepath.Join(root, "bin/passwd")); got != "/etc/passwd" {
+		t.Fatalf("bin/passwd -> %q", got)
 	}
 }

@@ -59,7 +59,7 @@ func fsServer(t testing.TB, f *FS) *httptest.Server {
 		f.ReadTar(w, r, protocol.FsReadTarParams{Path: r.URL.Query().Get("path")})
 	})
 	mux.HandleFunc("PUT /v1/fs/tar", func(w http.ResponseWriter, r *http.Request) {
-		f.WriteTar(w, r, protocol.FsWriteTarParams{Path: r.URL.Query().Get("path")})
+		f.WriteTar(w, r, r.URL.Query().Get("path"), false)
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -300,7 +300,7 @@ func daemonPutCtx(ctx context.Context, t testing.TB, d *daemon, route, path stri
 	req.ContentLength = length
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	req.Header.Set("Content-Type", "application/octet-stream")
-	if route == "/v1/fs/tar" {
+	if strings.HasPrefix(route, "/v1/fs/tar") {
 		req.Header.Set("Content-Type", "application/x-tar")
 	}
 	resp, err := d.http.Do(req)

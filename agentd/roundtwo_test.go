@@ -87,7 +87,7 @@ func TestRoundTwoRelativePathsAre400(t *testing.T) {
 			route{"GET", "/v1/fs/stat?" + q}, route{"GET", "/v1/fs/list?" + q}, route{"GET", "/v1/fs/watch?" + q})
 	}
 	q := url.Values{"path": {intoScratch}}.Encode()
-	routes = append(routes, route{"PUT", "/v1/fs/file?" + q}, route{"PUT", "/v1/fs/tar?" + q},
+	routes = append(routes, route{"PUT", "/v1/fs/file?" + q}, route{"PUT", "/v1/fs/tar?" + q}, route{"PUT", "/v1/fs/tar/exact?" + q},
 		route{"POST", "/v1/fs/mkdir?" + url.Values{"path": {intoScratch + "-dir"}}.Encode()},
 		route{"POST", "/v1/fs/remove?" + q},
 		route{"POST", "/v1/fs/move?" + url.Values{"from": {intoScratch}, "to": {filepath.Join(scratch, "g")}}.Encode()},

@@ -60,6 +60,8 @@ var routes = []route{
 	{"PUT", "/v1/fs/file", "fsWriteFile", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
 	{"GET", "/v1/fs/tar", "fsReadTar", true, []int{200, 400, 401, 404, 413, 500, 503}, nil},
 	{"PUT", "/v1/fs/tar", "fsWriteTar", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
+	// Ours (a checkpoint's restore): the archive's own modes, owners, times and links.
+	{"PUT", "/v1/fs/tar/exact", "fsWriteTarExact", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
 	// Ours, not the reference's (issue 21): additive filesystem operations.
 	{"GET", "/v1/fs/stat", "fsStat", true, []int{200, 400, 401, 404, 500, 503},
 		map[int][]string{400: {"malformed_request", "not_a_directory"}, 404: {"path_not_found"}, 500: {"fs_failed"}}},

@@ -141,6 +141,30 @@ func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
 	return nil
 }
 
+// WriteTarExact streams the uncompressed tar r into dir through the
+// daemon's exact extraction (PUT /v1/fs/tar/exact): confined beneath dir
+// as WriteTar is, but keeping the archive's own modes (setuid, setgid and
+// sticky too), owners, nanosecond times and symlink targets instead of the
+// data filter's defaults; a "./" directory member sets dir's own. It is
+// for putting back a tree this system saved (a checkpoint's restore). A
+// daemon without the route (the reference's, an older one) answers
+// NotFound: ask Serves(ctx, protocol.OpFsWriteTarExact) first.
+func (s *Session) WriteTarExact(ctx context.Context, dir string, r io.Reader) error {
+	defer s.busy()()
+	params := protocol.FsWriteTarExactParams{Path: dir}
+	body, size := newUploadBody(r)
+	resp, err := s.send(ctx, call{op: protocol.OpFsWriteTarExact, oneShot: true, path: dir,
+		build: func(server string) (*http.Request, error) {
+			req, err := protocol.NewFsWriteTarExactRequestWithBody(server, &params, "application/x-tar", body)
+			return withSize(req, size), err
+		}})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // transportBody classifies a failure mid-body as a Transport error.
 type transportBody struct {
 	op    string

@@ -601,6 +601,25 @@ type daemonOffers struct {
 	// maxOutput is the daemon's running max_output_bytes, 0 when unknown:
 	// a run's record keeps that much of each stream, and so does Run.
 	maxOutput int
+	// routes is every route the daemon listed, as "METHOD /pattern".
+	routes map[string]bool
+}
+
+// Serves reports whether this session's daemon serves the operation op (a
+// protocol.Op* name), as its /v1/capabilities (or /v1/schema) lists it,
+// asked once per session. A route beyond the reference's protocol v1 is
+// not there on the reference's daemon or an older one of ours, so a caller
+// with a fallback asks here first instead of sending a body to a 404. False
+// when the daemon's routes cannot be learnt (it may still serve op).
+func (s *Session) Serves(ctx context.Context, op string) bool {
+	o, ok := protocol.OperationByID(op)
+	if !ok {
+		return false
+	}
+	s.daemonOffers(ctx)
+	s.offersMu.Lock()
+	defer s.offersMu.Unlock()
+	return s.offers.routes[o.Method+" "+o.Pattern]
 }
 
 // daemonOffers learns, once per session, whether the daemon serves the run
@@ -644,10 +663,12 @@ func (s *Session) daemonOffers(ctx context.Context) daemonOffers {
 	// Capabilities is the schema's, abridged).
 	if decodeJSON(op, resp, &doc) == nil {
 		run, _ := protocol.OperationByID(protocol.OpExecRun)
+		s.offers.routes = make(map[string]bool, len(doc.Routes))
 		for _, r := range doc.Routes {
 			if r.Method == run.Method && r.Path == run.Pattern {
 				s.offers.run = true
 			}
+			s.offers.routes[r.Method+" "+r.Path] = true
 		}
 		s.offers.frames = doc.Frames.MediaType == protocol.FramesMediaType
 		if v := doc.Limits["max_output_bytes"]; v >= 0 && v < 1<<40 {

@@ -14,20 +14,21 @@ import (
 // paths and fails unless it is exactly the length verifyArchive counted
 // (the upload's Content-Length) and a whole archive of the members beneath
 // that path, renamed relative to it, with their contents.
-func checkRelay(t testing.TB, b []byte, m Manifest, sizes map[string]int64) {
+func checkRelay(t testing.TB, b []byte, m Manifest, sizes map[layKey]int64) {
 	t.Helper()
-	for _, dir := range m.Paths {
+	for k := range sizes {
+		dir, exact := k.dir, k.exact
 		zr, err := zstd.NewReader(bytes.NewReader(b))
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := io.ReadAll(&relay{tr: tar.NewReader(zr), dir: dir})
+		out, err := io.ReadAll(&relay{tr: tar.NewReader(zr), dir: dir, exact: exact})
 		zr.Close()
 		if err != nil {
 			t.Fatalf("%s: relay: %v", dir, err)
 		}
-		if int64(len(out)) != sizes[dir] {
-			t.Fatalf("%s: relay read %d bytes, verifyArchive counted %d", dir, len(out), sizes[dir])
+		if int64(len(out)) != sizes[k] {
+			t.Fatalf("%s (exact %v): relay read %d bytes, verifyArchive counted %d", dir, exact, len(out), sizes[k])
 		}
 		// What the relay must carry: the source's members beneath dir,
 		// renamed, in order, with the same contents.
@@ -43,7 +44,7 @@ func checkRelay(t testing.TB, b []byte, m Manifest, sizes map[string]int64) {
 				t.Fatal(err)
 			}
 			want, _ := io.ReadAll(src)
-			keep, err := renameFor(h, dir)
+			keep, err := renameFor(h, dir, exact)
 			if err != nil || !keep {
 				continue
 			}
@@ -114,4 +115,26 @@ func TestRelayIsWhatVerifyCounted(t *testing.T) {
 		t.Fatalf("%d members", len(members))
 	}
 	checkRelay(t, z.Bytes(), m, sizes)
+	// What each kind of upload carries of /w beyond the plain members: the
+	// exact one its own directory as ./ and the absolute symlink, the data
+	// filter's neither. Catches renameFor ignoring exact either way.
+	for _, exact := range []bool{false, true} {
+		zr, _ := zstd.NewReader(bytes.NewReader(z.Bytes()))
+		out, err := io.ReadAll(&relay{tr: tar.NewReader(zr), dir: "/w", exact: exact})
+		zr.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for tr := tar.NewReader(bytes.NewReader(out)); ; {
+			h, err := tr.Next()
+			if err != nil {
+				break
+			}
+			names[h.Name] = true
+		}
+		if names["./"] != exact || names["abs"] != exact || !names["rel"] {
+			t.Errorf("exact %v: the relay of /w holds ./ %v, abs %v, rel %v", exact, names["./"], names["abs"], names["rel"])
+		}
+	}
 }

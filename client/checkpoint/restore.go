@@ -20,6 +20,7 @@ import (
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -57,9 +58,17 @@ type verified struct {
 	m       Manifest
 	file    string
 	members []member
-	// sizes is, per manifest path, the length of the archive layPath
-	// uploads there, so the upload carries a Content-Length.
-	sizes map[string]int64
+	// sizes is, per manifest path and upload kind, the length of the
+	// archive layPath uploads there, so the upload carries a Content-Length.
+	sizes map[layKey]int64
+}
+
+// layKey names one upload: a manifest path, and whether it goes through
+// agentd's exact extraction (which takes the absolute symlinks and the
+// path's own directory too) or the data filter's.
+type layKey struct {
+	dir   string
+	exact bool
 }
 
 func (v *verified) close() { os.Remove(v.file) }
@@ -142,8 +151,9 @@ func (s *Store) fetch(ctx context.Context, m Manifest) (*verified, error) {
 // anything: it must be zstd, a tar through its end, hold exactly the
 // members and regular-file bytes the manifest counts, and every name must
 // lie under one of the manifest's paths. It returns the members' metadata
-// and, per manifest path, the length of the archive layPath uploads there.
-func verifyArchive(r io.Reader, m Manifest) ([]member, map[string]int64, error) {
+// and, per manifest path and upload kind, the length of the archive layPath
+// uploads there.
+func verifyArchive(r io.Reader, m Manifest) ([]member, map[layKey]int64, error) {
 	zr, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(64<<20), zstd.WithDecoderConcurrency(1))
 	if err != nil {
 		return nil, nil, refusef(ReasonForeign, "the object does not decompress as zstd: %v", err)
@@ -152,9 +162,11 @@ func verifyArchive(r io.Reader, m Manifest) ([]member, map[string]int64, error) 
 	tr := tar.NewReader(zr)
 	var members []member
 	var files, bytes int64
-	sizes := map[string]int64{}
+	sizes := map[layKey]int64{}
 	for _, dir := range m.Paths {
-		sizes[dir] = 2 * blockSize // the end-of-archive blocks
+		for _, exact := range []bool{false, true} {
+			sizes[layKey{dir, exact}] = 2 * blockSize // the end-of-archive blocks
+		}
 	}
 	var hdr []byte
 	for {
@@ -206,9 +218,9 @@ func verifyArchive(r io.Reader, m Manifest) ([]member, map[string]int64, error) 
 		members = append(members, mb)
 		// What layPath sends for this member to each path: the renamed
 		// header as it encodes it, then the contents, padded.
-		for _, dir := range m.Paths {
+		for k := range sizes {
 			rh := *h
-			keep, err := renameFor(&rh, dir)
+			keep, err := renameFor(&rh, k.dir, k.exact)
 			if err != nil {
 				return nil, nil, refusef(ReasonForeign, "the object's %s: %v", h.Name, err)
 			}
@@ -216,9 +228,9 @@ func verifyArchive(r io.Reader, m Manifest) ([]member, map[string]int64, error) 
 				continue
 			}
 			if hdr, err = encodeHeader(hdr[:0], &rh); err != nil {
-				return nil, nil, refusef(ReasonForeign, "the object's %s cannot be renamed beneath %s: %v", h.Name, dir, err)
+				return nil, nil, refusef(ReasonForeign, "the object's %s cannot be renamed beneath %s: %v", h.Name, k.dir, err)
 			}
-			sizes[dir] += int64(len(hdr)) + padded(contentSize(&rh))
+			sizes[k] += int64(len(hdr)) + padded(contentSize(&rh))
 		}
 	}
 	if files != m.Files || bytes != m.TreeBytes {
@@ -323,20 +335,29 @@ func launchInto(ctx context.Context, p *Prepared, o RestoreOptions) (*sandbox.Sa
 	return sb, nil
 }
 
-// Lay writes a verified checkpoint's files into a running sandbox: the
-// archive through agentd's tar upload at "/", then one script for the
-// modes, owners, times and absolute symlinks the upload does not keep.
+// Lay writes a verified checkpoint's files into a running sandbox, one
+// upload per checkpoint path. Where agentd serves the exact extraction
+// (PUT /v1/fs/tar/exact), that upload keeps every mode, owner, time and
+// symlink, and nothing else runs in the guest: no shell, no process per
+// distinct time. Otherwise (an image's older agentd, or the reference's)
+// the data filter's upload is followed by one script for the modes,
+// owners, times and absolute symlinks it does not keep, which needs sh,
+// chown, chmod, touch and ln in the image.
 func Lay(ctx context.Context, sb *sandbox.Sandbox, p *Prepared) error {
 	sess := sb.Session()
 	if sess == nil {
 		return client.Errorf(taxonomy.KindPrecondition, "", "%s has no session: files are laid into a RUNNING sandbox", sb)
 	}
+	exact := exactServed(ctx, sess)
 	// One upload per path, each confined by agentd beneath that path, so
 	// no member can land outside the directory it was saved from.
 	for _, dir := range p.v.m.Paths {
-		if err := layPath(ctx, sess, p.v.file, dir, p.v.sizes[dir]); err != nil {
+		if err := layPath(ctx, sess, p.v.file, dir, p.v.sizes[layKey{dir, exact}], exact); err != nil {
 			return err
 		}
+	}
+	if exact {
+		return nil
 	}
 	script := fixupScript(p.v.members)
 	name := "/tmp/.microvm-checkpoint-" + randHex() + ".sh"
@@ -353,13 +374,22 @@ func Lay(ctx context.Context, sb *sandbox.Sandbox, p *Prepared) error {
 	return nil
 }
 
+// exactServed is whether sess's agentd serves the exact extraction; a
+// variable only so this package's tests can take the fallback with this
+// build's agentd.
+var exactServed = servesExact
+
+func servesExact(ctx context.Context, sess *client.Session) bool {
+	return sess.Serves(ctx, protocol.OpFsWriteTarExact)
+}
+
 // layPath uploads the members under dir, named relative to it, into dir,
 // with the archive's length as the upload's Content-Length: a chunked
 // body was re-chunked at 32 KiB by the proxy in front of agentd (the
 // emulator's, here) and parsed chunk by chunk by agentd: the same archive
 // sent chunked from memory had 0.74-0.93 of the sized upload's throughput. The archive is read from the decoder as the upload
 // asks for it, with no goroutine or pipe between them.
-func layPath(ctx context.Context, sess *client.Session, file, dir string, size int64) error {
+func layPath(ctx context.Context, sess *client.Session, file, dir string, size int64, exact bool) error {
 	f, err := os.Open(file)
 	if err != nil {
 		return err
@@ -373,7 +403,11 @@ func layPath(ctx context.Context, sess *client.Session, file, dir string, size i
 		return err
 	}
 	defer zr.Close()
-	return sess.WriteTar(ctx, dir, client.SizedReader(&relay{tr: tar.NewReader(zr), dir: dir}, size))
+	body := client.SizedReader(&relay{tr: tar.NewReader(zr), dir: dir, exact: exact}, size)
+	if exact {
+		return sess.WriteTarExact(ctx, dir, body)
+	}
+	return sess.WriteTar(ctx, dir, body)
 }
 
 // relative is name (an archive name: an absolute path without its slash)
@@ -389,12 +423,17 @@ func relative(name, dir string) (string, bool) {
 
 // renameFor makes h the header layPath sends for it into dir: named
 // relative to dir, a hard link's target too. It reports false for the
-// members left out: those not beneath dir, dir itself (the script sets its
-// metadata) and absolute symlinks (agentd refuses them; the script makes
-// them).
-func renameFor(h *tar.Header, dir string) (bool, error) {
+// members left out: those not beneath dir and, unless the upload is exact,
+// dir itself (the script sets its metadata) and absolute symlinks (the
+// data filter refuses them; the script makes them). An exact upload names
+// dir itself "./", which sets dir's own metadata.
+func renameFor(h *tar.Header, dir string, exact bool) (bool, error) {
+	if exact && h.Typeflag == tar.TypeDir && path.Clean("/"+h.Name) == dir {
+		h.Name = "./"
+		return true, nil
+	}
 	rel, ok := relative(h.Name, dir)
-	if !ok || (h.Typeflag == tar.TypeSymlink && strings.HasPrefix(h.Linkname, "/")) {
+	if !ok || (!exact && h.Typeflag == tar.TypeSymlink && strings.HasPrefix(h.Linkname, "/")) {
 		return false, nil
 	}
 	if h.Typeflag == tar.TypeLink {
@@ -442,6 +481,7 @@ func (w *appendWriter) Write(p []byte) (int, error) { w.b = append(w.b, p...); r
 type relay struct {
 	tr      *tar.Reader
 	dir     string
+	exact   bool   // for agentd's exact extraction (renameFor)
 	pending []byte // header bytes not yet read
 	hdr     []byte // the storage pending slices
 	name    string // the member whose contents are being read
@@ -485,7 +525,7 @@ func (r *relay) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		keep, err := renameFor(h, r.dir)
+		keep, err := renameFor(h, r.dir, r.exact)
 		if err != nil {
 			return 0, err
 		}

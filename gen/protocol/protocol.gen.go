@@ -1042,6 +1042,12 @@ type FsWriteTarParams struct {
 	Path FsPath `form:"path" json:"path"`
 }
 
+// FsWriteTarExactParams defines parameters for FsWriteTarExact.
+type FsWriteTarExactParams struct {
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
+	Path FsPath `form:"path" json:"path"`
+}
+
 // FsWatchParams defines parameters for FsWatch.
 type FsWatchParams struct {
 	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
@@ -1722,6 +1728,15 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// FsWriteTarExactWithBody Extract a tar keeping what it says (ours, not the reference's: additive)
+	//
+	// extracts an uncompressed tar under path as PUT /v1/fs/tar does (the same checks before anything is written, the same kernel confinement, each regular member whole or not at all), except that the archive's own metadata is kept instead of the data filter's defaults: every mode bit (setuid, setgid, sticky, group and other write), each member's owner (uid and gid), modification and access times to the nanosecond (directories' applied after every member, deepest first), and symlink targets as written, absolute or climbing (a symlink is never followed during the extraction, so none can redirect a write). A directory member named ./ sets path's own mode, owner and times. Hard links still must name a member inside the tree. An owner or time the daemon may not set is a 500 naming the member. It is for putting back a tree this system saved, such as a checkpoint's restore, in a guest with no shell.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/fs/tar/exact (the `FsWriteTarExact` operationId).
+	FsWriteTarExactWithBody(ctx context.Context, params *FsWriteTarExactParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// FsWatch follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
 	//
 	// The stream begins with a ready event once the watch is in place, so a change made after ready is never missed. Events queue in a bounded buffer of limits.watch_queue_events; when a slow reader lets it fill, the events that did not fit are counted and reported as one gap event before the next event, as exec streams report lost output. With recursive true every directory under path is watched, and one created later is added when its create event arrives (anything made inside it before that is not reported). The stream ends when the client goes, at shutdown, or after the watched directory itself is removed.
@@ -2271,6 +2286,25 @@ func (c *Client) FsReadTar(ctx context.Context, params *FsReadTarParams, reqEdit
 // Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 func (c *Client) FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFsWriteTarRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsWriteTarExactWithBody Extract a tar keeping what it says (ours, not the reference's: additive)
+//
+// extracts an uncompressed tar under path as PUT /v1/fs/tar does (the same checks before anything is written, the same kernel confinement, each regular member whole or not at all), except that the archive's own metadata is kept instead of the data filter's defaults: every mode bit (setuid, setgid, sticky, group and other write), each member's owner (uid and gid), modification and access times to the nanosecond (directories' applied after every member, deepest first), and symlink targets as written, absolute or climbing (a symlink is never followed during the extraction, so none can redirect a write). A directory member named ./ sets path's own mode, owner and times. Hard links still must name a member inside the tree. An owner or time the daemon may not set is a 500 naming the member. It is for putting back a tree this system saved, such as a checkpoint's restore, in a guest with no shell.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/fs/tar/exact (the `FsWriteTarExact` operationId).
+func (c *Client) FsWriteTarExactWithBody(ctx context.Context, params *FsWriteTarExactParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsWriteTarExactRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3587,6 +3621,58 @@ func NewFsWriteTarRequestWithBody(server string, params *FsWriteTarParams, conte
 	return req, nil
 }
 
+// NewFsWriteTarExactRequestWithBody constructs an http.Request for the FsWriteTarExact method, with any body, and a specified content type
+func NewFsWriteTarExactRequestWithBody(server string, params *FsWriteTarExactParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/tar/exact")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewFsWatchRequest constructs an http.Request for the FsWatch method
 func NewFsWatchRequest(server string, params *FsWatchParams) (*http.Request, error) {
 	var err error
@@ -4043,6 +4129,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBodyWithResponse(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteTarReply, error)
+
+	// FsWriteTarExactWithBodyWithResponse Extract a tar keeping what it says (ours, not the reference's: additive)
+	//
+	// extracts an uncompressed tar under path as PUT /v1/fs/tar does (the same checks before anything is written, the same kernel confinement, each regular member whole or not at all), except that the archive's own metadata is kept instead of the data filter's defaults: every mode bit (setuid, setgid, sticky, group and other write), each member's owner (uid and gid), modification and access times to the nanosecond (directories' applied after every member, deepest first), and symlink targets as written, absolute or climbing (a symlink is never followed during the extraction, so none can redirect a write). A directory member named ./ sets path's own mode, owner and times. Hard links still must name a member inside the tree. An owner or time the daemon may not set is a 500 naming the member. It is for putting back a tree this system saved, such as a checkpoint's restore, in a guest with no shell.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/fs/tar/exact (the `FsWriteTarExact` operationId).
+	FsWriteTarExactWithBodyWithResponse(ctx context.Context, params *FsWriteTarExactParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteTarExactReply, error)
 
 	// FsWatchWithResponse follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
 	//
@@ -6281,6 +6376,89 @@ func (r FsWriteTarReply) ContentType() string {
 	return ""
 }
 
+// FsWriteTarExactReply204Headers the declared response headers of an HTTP 204 response for FsWriteTarExact
+type FsWriteTarExactReply204Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWriteTarExactReply400Headers the declared response headers of an HTTP 400 response for FsWriteTarExact
+type FsWriteTarExactReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWriteTarExactReply401Headers the declared response headers of an HTTP 401 response for FsWriteTarExact
+type FsWriteTarExactReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWriteTarExactReply413Headers the declared response headers of an HTTP 413 response for FsWriteTarExact
+type FsWriteTarExactReply413Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWriteTarExactReply500Headers the declared response headers of an HTTP 500 response for FsWriteTarExact
+type FsWriteTarExactReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWriteTarExactReply503Headers the declared response headers of an HTTP 503 response for FsWriteTarExact
+type FsWriteTarExactReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsWriteTarExactReply507Headers the declared response headers of an HTTP 507 response for FsWriteTarExact
+type FsWriteTarExactReply507Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsWriteTarExactReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *FsWriteTarExactReply204Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsWriteTarExactReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsWriteTarExactReply401Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *FsWriteTarExactReply413Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsWriteTarExactReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsWriteTarExactReply503Headers
+	// Headers507 the parsed response headers for an HTTP 507 response
+	Headers507 *FsWriteTarExactReply507Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r FsWriteTarExactReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsWriteTarExactReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsWriteTarExactReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsWriteTarExactReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // FsWatchReply200Headers the declared response headers of an HTTP 200 response for FsWatch
 type FsWatchReply200Headers struct {
 	MicrovmsAgentdVersion string
@@ -7012,6 +7190,21 @@ func (c *ClientWithResponses) FsWriteTarWithBodyWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseFsWriteTarReply(rsp)
+}
+
+// FsWriteTarExactWithBodyWithResponse Extract a tar keeping what it says (ours, not the reference's: additive)
+//
+// extracts an uncompressed tar under path as PUT /v1/fs/tar does (the same checks before anything is written, the same kernel confinement, each regular member whole or not at all), except that the archive's own metadata is kept instead of the data filter's defaults: every mode bit (setuid, setgid, sticky, group and other write), each member's owner (uid and gid), modification and access times to the nanosecond (directories' applied after every member, deepest first), and symlink targets as written, absolute or climbing (a symlink is never followed during the extraction, so none can redirect a write). A directory member named ./ sets path's own mode, owner and times. Hard links still must name a member inside the tree. An owner or time the daemon may not set is a 500 naming the member. It is for putting back a tree this system saved, such as a checkpoint's restore, in a guest with no shell.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/fs/tar/exact (the `FsWriteTarExact` operationId).
+func (c *ClientWithResponses) FsWriteTarExactWithBodyWithResponse(ctx context.Context, params *FsWriteTarExactParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteTarExactReply, error) {
+	rsp, err := c.FsWriteTarExactWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsWriteTarExactReply(rsp)
 }
 
 // FsWatchWithResponse follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
@@ -9409,6 +9602,95 @@ func ParseFsWriteTarReply(rsp *http.Response) (*FsWriteTarReply, error) {
 	return response, nil
 }
 
+// ParseFsWriteTarExactReply parses an HTTP response from a FsWriteTarExactWithResponse call
+func ParseFsWriteTarExactReply(rsp *http.Response) (*FsWriteTarExactReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsWriteTarExactReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		var headers FsWriteTarExactReply204Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers204 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsWriteTarExactReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsWriteTarExactReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 413:
+		var headers FsWriteTarExactReply413Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsWriteTarExactReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsWriteTarExactReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 507:
+		var headers FsWriteTarExactReply507Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers507 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseFsWatchReply parses an HTTP response from a FsWatchWithResponse call
 func ParseFsWatchReply(rsp *http.Response) (*FsWatchReply, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9775,6 +10057,9 @@ type ServerInterface interface {
 	// FsWriteTar Extract a tar
 	// (PUT /v1/fs/tar)
 	FsWriteTar(w http.ResponseWriter, r *http.Request, params FsWriteTarParams)
+	// FsWriteTarExact Extract a tar keeping what it says (ours, not the reference's: additive)
+	// (PUT /v1/fs/tar/exact)
+	FsWriteTarExact(w http.ResponseWriter, r *http.Request, params FsWriteTarExactParams)
 	// FsWatch follows create, write, remove and rename events under a directory as Server-Sent Events, through inotify; ours, not the reference's: additive
 	// (GET /v1/fs/watch)
 	FsWatch(w http.ResponseWriter, r *http.Request, params FsWatchParams)
@@ -10756,6 +11041,45 @@ func (siw *ServerInterfaceWrapper) FsWriteTar(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// FsWriteTarExact operation middleware
+func (siw *ServerInterfaceWrapper) FsWriteTarExact(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsWriteTarExactParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsWriteTarExact(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // FsWatch operation middleware
 func (siw *ServerInterfaceWrapper) FsWatch(w http.ResponseWriter, r *http.Request) {
 
@@ -10997,6 +11321,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/file", wrapper.FsWriteFile)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/tar", wrapper.FsReadTar)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/tar", wrapper.FsWriteTar)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/tar/exact", wrapper.FsWriteTarExact)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/stat", wrapper.FsStat)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/list", wrapper.FsList)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/fs/mkdir", wrapper.FsMkdir)

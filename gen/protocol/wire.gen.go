@@ -72,36 +72,37 @@ type Operation struct {
 
 // The operation ids.
 const (
-	OpHookReady     = "hookReady"
-	OpHookValidate  = "hookValidate"
-	OpHookRun       = "hookRun"
-	OpHookSuspend   = "hookSuspend"
-	OpHookResume    = "hookResume"
-	OpHookTerminate = "hookTerminate"
-	OpExecStart     = "execStart"
-	OpExecRun       = "execRun"
-	OpExecPoll      = "execPoll"
-	OpExecStream    = "execStream"
-	OpExecStdin     = "execStdin"
-	OpExecAck       = "execAck"
-	OpExecKill      = "execKill"
-	OpExecResize    = "execResize"
-	OpExecSignal    = "execSignal"
-	OpExecList      = "execList"
-	OpMetrics       = "metrics"
-	OpFsReadFile    = "fsReadFile"
-	OpFsWriteFile   = "fsWriteFile"
-	OpFsReadTar     = "fsReadTar"
-	OpFsWriteTar    = "fsWriteTar"
-	OpFsStat        = "fsStat"
-	OpFsList        = "fsList"
-	OpFsMkdir       = "fsMkdir"
-	OpFsMove        = "fsMove"
-	OpFsWatch       = "fsWatch"
-	OpFsRemove      = "fsRemove"
-	OpHealth        = "health"
-	OpSchema        = "schema"
-	OpCapabilities  = "capabilities"
+	OpHookReady       = "hookReady"
+	OpHookValidate    = "hookValidate"
+	OpHookRun         = "hookRun"
+	OpHookSuspend     = "hookSuspend"
+	OpHookResume      = "hookResume"
+	OpHookTerminate   = "hookTerminate"
+	OpExecStart       = "execStart"
+	OpExecRun         = "execRun"
+	OpExecPoll        = "execPoll"
+	OpExecStream      = "execStream"
+	OpExecStdin       = "execStdin"
+	OpExecAck         = "execAck"
+	OpExecKill        = "execKill"
+	OpExecResize      = "execResize"
+	OpExecSignal      = "execSignal"
+	OpExecList        = "execList"
+	OpMetrics         = "metrics"
+	OpFsReadFile      = "fsReadFile"
+	OpFsWriteFile     = "fsWriteFile"
+	OpFsReadTar       = "fsReadTar"
+	OpFsWriteTar      = "fsWriteTar"
+	OpFsWriteTarExact = "fsWriteTarExact"
+	OpFsStat          = "fsStat"
+	OpFsList          = "fsList"
+	OpFsMkdir         = "fsMkdir"
+	OpFsMove          = "fsMove"
+	OpFsWatch         = "fsWatch"
+	OpFsRemove        = "fsRemove"
+	OpHealth          = "health"
+	OpSchema          = "schema"
+	OpCapabilities    = "capabilities"
 )
 
 // Operations lists every route in document order.
@@ -127,6 +128,7 @@ var Operations = []Operation{
 	{ID: OpFsWriteFile, Method: "PUT", Pattern: "/v1/fs/file", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
 	{ID: OpFsReadTar, Method: "GET", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 404: "text/plain", 413: "text/plain", 500: "text/plain", 503: ""}},
 	{ID: OpFsWriteTar, Method: "PUT", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
+	{ID: OpFsWriteTarExact, Method: "PUT", Pattern: "/v1/fs/tar/exact", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
 	{ID: OpFsStat, Method: "GET", Pattern: "/v1/fs/stat", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpFsList, Method: "GET", Pattern: "/v1/fs/list", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpFsMkdir, Method: "POST", Pattern: "/v1/fs/mkdir", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 409: "application/json", 500: "application/json", 503: ""}},

@@ -228,20 +228,8 @@ func lastElem(p string) string {
 // own directory, stays inside root. It checks the disk, not the verdict, so
 // it cannot be satisfied by restating the code under test.
 func Confined(base, root, outside string) error {
-	entries, err := os.ReadDir(base)
-	if err != nil {
+	if err := WroteOnlyInside(base, root, outside); err != nil {
 		return err
-	}
-	for _, e := range entries {
-		p := filepath.Join(base, e.Name())
-		if p != root && p != outside {
-			return fmt.Errorf("%s was created outside the extraction root", p)
-		}
-	}
-	if inside, err := os.ReadDir(outside); err != nil {
-		return err
-	} else if len(inside) > 0 {
-		return fmt.Errorf("%s was written into the sentinel directory", filepath.Join(outside, inside[0].Name()))
 	}
 	if _, err := os.Lstat(root); os.IsNotExist(err) {
 		return nil
@@ -325,4 +313,27 @@ func Resolve(p string) (string, error) {
 		queue = append(strings.Split(link, "/"), queue...)
 	}
 	return cur, nil
+}
+
+// WroteOnlyInside is Confined's half about writes: nothing beside root and
+// the sentinel under base, and the sentinel empty. An exact extraction,
+// which keeps an absolute or climbing symlink as the archive has it, is
+// judged by this alone.
+func WroteOnlyInside(base, root, outside string) error {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		p := filepath.Join(base, e.Name())
+		if p != root && p != outside {
+			return fmt.Errorf("%s was created outside the extraction root", p)
+		}
+	}
+	if inside, err := os.ReadDir(outside); err != nil {
+		return err
+	} else if len(inside) > 0 {
+		return fmt.Errorf("%s was written into the sentinel directory", filepath.Join(outside, inside[0].Name()))
+	}
+	return nil
 }

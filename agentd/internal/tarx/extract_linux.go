@@ -23,6 +23,9 @@
 // above the root; device and fifo members
 // are refused; member count and total size are capped; modes are masked to
 // 0755 and directory modes are applied only after every member has landed.
+// Options.Exact sets those rules aside for a tree this system saved: every
+// mode bit, owners, times and symlink targets as the archive has them, the
+// kernel's confinement unchanged.
 //
 // A regular member is atomic: its content goes to an anonymous O_TMPFILE in
 // its directory and takes the name (link, or link beside and rename over)
@@ -80,6 +83,18 @@ type Options struct {
 	Log  *slog.Logger
 	// Openat2 replaces unix.Openat2, so a test can play an old kernel.
 	Openat2 func(dirfd int, path string, how *unix.OpenHow) (int, error)
+	// Exact keeps what the archive says instead of the data filter's
+	// defaults: every mode bit (setuid, setgid, sticky, group and other
+	// write), owners, modification times to the nanosecond (each file's as
+	// its content lands, directories' after every member, deepest first, so
+	// a child's arrival never moves its parent's), symlink targets as
+	// written (absolute or climbing: a link is never followed while
+	// extracting, the kernel's confinement sees to that), and a directory
+	// member naming the root sets the root's own. Hard links stay confined
+	// to the tree. It is for putting back a tree this system saved (a
+	// checkpoint's restore), which must not need a shell and one process
+	// per distinct time in the guest to finish the job.
+	Exact bool
 }
 
 // Result counts what was extracted.
@@ -153,7 +168,8 @@ type extractor struct {
 	buf  []byte
 	res  Result
 	// modes of directories, replayed after all content: a 0500 directory
-	// applied at creation would block writes of its own children.
+	// applied at creation would block writes of its own children (and,
+	// with Exact, their owners and times, which a child's arrival moves).
 	dirModes map[string]dirMode
 	// links are the symlinks written so far, by path; dependents maps a
 	// tree path to the links whose resolution consulted it.
@@ -165,6 +181,24 @@ type extractor struct {
 type dirMode struct {
 	parts []string
 	mode  uint32
+	meta  *meta // with Exact only
+}
+
+// meta is what Exact applies beyond the mode: the member's owner and times.
+type meta struct {
+	uid, gid int
+	times    [2]unix.Timespec // access, modification
+}
+
+func metaOf(hdr *tar.Header) *meta {
+	m := &meta{uid: hdr.Uid, gid: hdr.Gid}
+	at := hdr.AccessTime
+	if at.IsZero() {
+		at = hdr.ModTime // as tar and touch -d leave it
+	}
+	m.times[0] = unix.NsecToTimespec(at.UnixNano())
+	m.times[1] = unix.NsecToTimespec(hdr.ModTime.UnixNano())
+	return m
 }
 
 func (x *extractor) open2(dirfd int, path string, how *unix.OpenHow) (int, error) {
@@ -255,7 +289,9 @@ func (x *extractor) run(r io.Reader) (Result, error) {
 			return x.res, &MalformedError{Err: err}
 		}
 	}
-	x.applyDirModes()
+	if err := x.applyDirModes(); err != nil {
+		return x.res, err
+	}
 	return x.res, nil
 }
 
@@ -270,11 +306,18 @@ func (x *extractor) member(tr *tar.Reader, hdr *tar.Header) error {
 		// directory it is the root, which exists. Anything else here would
 		// replace the root and redirect every later member.
 		if hdr.Typeflag == tar.TypeDir {
+			if x.opt.Exact {
+				x.dirModes[""] = dirMode{nil, uint32(hdr.Mode & 0o7777), metaOf(hdr)}
+			}
 			return nil
 		}
 		return &MemberError{name, "only a directory member may name the extraction root"}
 	}
 	mode := uint32(hdr.Mode&0o7777) & 0o755
+	var m *meta
+	if x.opt.Exact {
+		mode, m = uint32(hdr.Mode&0o7777), metaOf(hdr)
+	}
 	switch hdr.Typeflag {
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 		return &MemberError{name, "device and fifo members are not extractable"}
@@ -282,14 +325,14 @@ func (x *extractor) member(tr *tar.Reader, hdr *tar.Header) error {
 		if _, werr := x.makeDirs(parts, true); werr != nil {
 			return werr.refusal(name, "")
 		}
-		x.dirModes[strings.Join(parts, "/")] = dirMode{parts, mode}
+		x.dirModes[strings.Join(parts, "/")] = dirMode{parts, mode, m}
 		return nil
 	case tar.TypeSymlink:
-		return x.symlink(name, parts, hdr.Linkname)
+		return x.symlink(name, parts, hdr.Linkname, m)
 	case tar.TypeLink:
 		return x.hardlink(name, parts, hdr.Linkname)
 	case tar.TypeReg, '\x00', tar.TypeCont, tar.TypeGNUSparse:
-		return x.file(tr, name, parts, hdr.Size, mode)
+		return x.file(tr, name, parts, hdr.Size, mode, m)
 	default:
 		return &MemberError{name, fmt.Sprintf("member type %q is not extractable", hdr.Typeflag)}
 	}

@@ -17,11 +17,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64, mode uint32) error {
+func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64, mode uint32, m *meta) error {
 	if size < 0 {
 		return &MemberError{name, "negative size"}
 	}
@@ -92,7 +93,12 @@ func (x *extractor) file(tr *tar.Reader, name string, parts []string, size int64
 	}
 	// Applied once the content is in: a 0444 file written at 0444 is fine for
 	// this process, but the order keeps one rule for every member kind.
-	if err := unix.Fchmod(fd, mode); err != nil {
+	if m != nil {
+		// The owner first: a chown clears setuid and setgid.
+		if err := applyMeta(fd, mode, m); err != nil {
+			return fmt.Errorf("extract %s: %w", name, err)
+		}
+	} else if err := unix.Fchmod(fd, mode); err != nil {
 		x.opt.Log.Warn("could not apply archive mode", "member", name, "err", err)
 	}
 	if err := x.commit(fd, named, parent, leaf); err != nil {
@@ -336,28 +342,71 @@ func (x *extractor) trimCache() {
 // applyDirModes replays directory modes deepest first, so a directory made
 // read-only cannot block the chmod of something beneath it. A failure is
 // logged, not fatal: the content is already right.
-func (x *extractor) applyDirModes() {
+func (x *extractor) applyDirModes() error {
 	list := make([]dirMode, 0, len(x.dirModes))
 	for _, d := range x.dirModes {
 		list = append(list, d)
 	}
 	sort.Slice(list, func(i, j int) bool { return len(list[i].parts) > len(list[j].parts) })
 	for _, d := range list {
-		parent, leaf, werr := x.parentOf(d.parts)
-		if werr != nil {
-			x.opt.Log.Warn("could not apply archive mode", "dir", strings.Join(d.parts, "/"), "err", werr.err)
-			continue
-		}
+		var fd int
+		var err error
 		how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: confinement}
-		fd, err := x.open2(parent, leaf, &how)
+		if len(d.parts) == 0 {
+			fd, err = x.open2(x.dirs[""], ".", &how) // the root, named by an Exact archive's "./"
+		} else {
+			parent, leaf, werr := x.parentOf(d.parts)
+			if werr != nil {
+				if d.meta != nil {
+					return fmt.Errorf("extract %s/: %w", strings.Join(d.parts, "/"), werr.err)
+				}
+				x.opt.Log.Warn("could not apply archive mode", "dir", strings.Join(d.parts, "/"), "err", werr.err)
+				continue
+			}
+			fd, err = x.open2(parent, leaf, &how)
+		}
 		if err == nil {
-			err = unix.Fchmod(fd, d.mode)
+			if d.meta != nil {
+				err = applyMeta(fd, d.mode, d.meta)
+			} else {
+				err = unix.Fchmod(fd, d.mode)
+			}
 			unix.Close(fd)
+		}
+		if err != nil && d.meta != nil {
+			return fmt.Errorf("extract %s/: %w", strings.Join(d.parts, "/"), err)
 		}
 		if err != nil {
 			x.opt.Log.Warn("could not apply archive mode", "dir", strings.Join(d.parts, "/"), "err", err)
 		}
 	}
+	return nil
+}
+
+// applyMeta gives the open file or directory fd an Exact member's owner,
+// mode and times, in that order: a chown clears setuid and setgid, and the
+// times go last so nothing after them moves the change they record.
+func applyMeta(fd int, mode uint32, m *meta) error {
+	if err := unix.Fchown(fd, m.uid, m.gid); err != nil {
+		return fmt.Errorf("owner %d:%d: %w", m.uid, m.gid, err)
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return fmt.Errorf("mode %04o: %w", mode, err)
+	}
+	if err := futimens(fd, &m.times); err != nil {
+		return fmt.Errorf("times: %w", err)
+	}
+	return nil
+}
+
+// futimens sets fd's access and modification times (utimensat with a NULL
+// path: x/sys has no nanosecond call on a descriptor).
+func futimens(fd int, ts *[2]unix.Timespec) error {
+	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // walkError is a confined lookup or creation that stopped, and where.

@@ -64,9 +64,12 @@ func TargetInTree(baseDepth int, target string) bool {
 	return true
 }
 
-func (x *extractor) symlink(name string, parts []string, target string) error {
+func (x *extractor) symlink(name string, parts []string, target string, m *meta) error {
 	if target == "" {
 		return &MemberError{name, "link member has no target"}
+	}
+	if m != nil {
+		return x.exactSymlink(name, parts, target, m)
 	}
 	if strings.HasPrefix(target, "/") {
 		return &MemberError{name, "absolute link target " + target}
@@ -104,6 +107,32 @@ func (x *extractor) symlink(name string, parts []string, target string) error {
 	x.forget(parts)
 	for path, rec := range recs {
 		x.setLink(path, rec)
+	}
+	return nil
+}
+
+// exactSymlink writes an Exact archive's symlink with its target as
+// written, then its owner and times (the link's own: never followed). No
+// target is judged: nothing in an extraction follows a symlink (every
+// lookup refuses them), and what the tree was is what Exact restores.
+func (x *extractor) exactSymlink(name string, parts []string, target string, m *meta) error {
+	parent, leaf, werr := x.parentOf(parts)
+	if werr != nil {
+		return werr.refusal(name, "")
+	}
+	if err := x.clear(parent, leaf); err != nil {
+		return (&walkError{leaf, err}).refusal(name, "")
+	}
+	if err := unix.Symlinkat(target, parent, leaf); err != nil {
+		return (&walkError{leaf, err}).refusal(name, "")
+	}
+	x.forget(parts)
+	x.setLink(strings.Join(parts, "/"), nil)
+	if err := unix.Fchownat(parent, leaf, m.uid, m.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("extract %s: owner %d:%d: %w", name, m.uid, m.gid, err)
+	}
+	if err := unix.UtimesNanoAt(parent, leaf, m.times[:], unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("extract %s: times: %w", name, err)
 	}
 	return nil
 }

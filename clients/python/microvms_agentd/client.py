@@ -617,6 +617,22 @@ class Client:
             return None
         raise _api_error("fsWriteTar", _resp, json_statuses=())
 
+    def fs_write_tar_exact(self, body: Union[bytes, BinaryIO], *, path: str) -> None:
+        """PUT /v1/fs/tar/exact. Extract a tar keeping what it says (ours, not the reference's: additive): extracts an uncompressed tar under path as PUT /v1/fs/tar does (the same checks before anything is written, the same kernel confinement, each regular member whole or not at all), except that the archive's own metadata is kept instead of the data filter's defaults: every mode bit (setuid, setgid, sticky, group and other write), each member's owner (uid and gid), modification and access times to the nanosecond (directories' applied after every member, deepest first), and symlink targets as written, absolute or climbing (a symlink is never followed during the extraction, so none can redirect a write). A directory member named ./ sets path's own mode, owner and times. Hard links still must name a member inside the tree. An owner or time the daemon may not set is a 500 naming the member. It is for putting back a tree this system saved, such as a checkpoint's restore, in a guest with no shell."""
+        _path = "/v1/fs/tar/exact"
+        _query: List[Tuple[str, str]] = []
+        if path is not None:
+            _query.append(("path", _query_value(path)))
+        _data = body
+        _resp = self._send("PUT", _path, _query, _data, "application/x-tar", bearer=True, stream=False, operation="fsWriteTarExact")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("fsWriteTarExact", _resp, json_statuses=())
+        if _status == 204:
+            _read_all(_resp)
+            return None
+        raise _api_error("fsWriteTarExact", _resp, json_statuses=())
+
     def fs_stat(self, *, path: str) -> FileInfo:
         """GET /v1/fs/stat. describes one path without following a final symlink: type, size, mode, owner, mtime and a symlink's target (ours, not the reference's: additive): lstat of path: a final symlink is described, with its target, never followed. Path rules are the single-file routes': any path the daemon can reach, a missing path query is 400."""
         _path = "/v1/fs/stat"

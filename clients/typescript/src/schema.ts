@@ -392,6 +392,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/fs/tar/exact": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Extract a tar keeping what it says (ours, not the reference's: additive)
+         * @description extracts an uncompressed tar under path as PUT /v1/fs/tar does (the same checks before anything is written, the same kernel confinement, each regular member whole or not at all), except that the archive's own metadata is kept instead of the data filter's defaults: every mode bit (setuid, setgid, sticky, group and other write), each member's owner (uid and gid), modification and access times to the nanosecond (directories' applied after every member, deepest first), and symlink targets as written, absolute or climbing (a symlink is never followed during the extraction, so none can redirect a write). A directory member named ./ sets path's own mode, owner and times. Hard links still must name a member inside the tree. An owner or time the daemon may not set is a 500 naming the member. It is for putting back a tree this system saved, such as a checkpoint's restore, in a guest with no shell.
+         */
+        put: operations["fsWriteTarExact"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/fs/stat": {
         parameters: {
             query?: never;
@@ -2658,6 +2678,68 @@ export interface operations {
                 };
                 content: {
                     /** @example cannot create /srv/app/data: read-only file system */
+                    "text/plain": string;
+                };
+            };
+            503: components["responses"]["NotBootstrapped"];
+            507: components["responses"]["InsufficientStorage"];
+        };
+    };
+    fsWriteTarExact: {
+        parameters: {
+            query: {
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
+                path: components["parameters"]["FsPath"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-tar": string;
+            };
+        };
+        responses: {
+            /** @description every member was extracted under path with its metadata */
+            204: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description path is missing, relative, holds a NUL or a component over 255 bytes; the archive is truncated or malformed; or a member breaks the rules kept (escape, a hard link out of the tree, device, fifo, a name over 255 bytes, a device node, fifo or socket in the way); the text names the member */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example member ../escape leaves the extraction root */
+                    "text/plain": string;
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description the upload is over limits.max_body_bytes on the wire, or its members exceed limits.max_tar_members or limits.max_tar_bytes */
+            413: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example request body exceeds limits.max_body_bytes (536870912) */
+                    "text/plain": string;
+                };
+            };
+            /** @description extraction hit a filesystem error, or an owner or time could not be set */
+            500: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example cannot extract d/tool: owner 1000:1001: operation not permitted */
                     "text/plain": string;
                 };
             };
