@@ -31,7 +31,7 @@ func mbps(d time.Duration) float64 { return float64(benchBytes) / (1 << 20) / d.
 // the tar download row (GET /v1/fs/tar to nowhere) beside Checkpoint (the
 // same download, compressed, hashed, spooled and stored in the emulator's
 // S3), and the tar upload row (PUT /v1/fs/tar of the same archive) beside
-// laying the verified checkpoint (upload plus the metadata script), as
+// laying the verified checkpoint (the exact upload this build's agentd serves), as
 // MB/s and their ratios (target: at least 0.8). pack is the checkpoint
 // without the bucket (read, rename, compress, hash, spool to a host file),
 // so the store's share (the emulator's in-memory S3 slice here, the

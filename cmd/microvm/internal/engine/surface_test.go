@@ -93,6 +93,8 @@ var surface = map[string]string{
 	"Session.OpenTar":          "op:download_dir",
 	"Session.ReadTar":          "op:download_dir",
 	"Session.WriteTar":         "op:upload_dir",
+	"Session.WriteTarExact":    "go-only: a checkpoint's restore is what it is for, and the packages restore (and fork) through the restore and fork ops, which lay the files with it",
+	"Session.Serves":           "go-only: asks which routes the sandbox's agentd serves, so the library picks a route with a fallback; the engine's ops make that choice themselves",
 	"Session.Endpoint":         "op:info",
 	"Session.String":           "go-only: fmt.Stringer",
 	"Session.GoString":         "go-only: fmt.GoStringer",
