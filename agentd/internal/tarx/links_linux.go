@@ -92,23 +92,33 @@ func (x *extractor) symlink(name string, parts []string, target string, m *meta)
 		return err
 	}
 	// Looked up again: the walk may have trimmed the descriptor cache.
-	parent, leaf, werr := x.parentOf(parts)
-	if werr != nil {
-		return werr.refusal(name, "")
+	if _, _, err := x.placeSymlink(name, parts, target); err != nil {
+		return err
 	}
-	if err := x.clear(parent, leaf); err != nil {
-		return (&walkError{leaf, err}).refusal(name, "")
-	}
-	// Written verbatim and never resolved: a tree may carry a symlink whose
-	// target arrives later, or never, and that is still what the tree was.
-	if err := unix.Symlinkat(target, parent, leaf); err != nil {
-		return (&walkError{leaf, err}).refusal(name, "")
-	}
-	x.forget(parts)
 	for path, rec := range recs {
 		x.setLink(path, rec)
 	}
 	return nil
+}
+
+// placeSymlink writes the symlink member name at parts, replacing what is
+// there (but never a device, fifo or socket), and returns its directory and
+// leaf. The target is written verbatim and never resolved: a tree may
+// carry a symlink whose target arrives later, or never, and that is still
+// what the tree was.
+func (x *extractor) placeSymlink(name string, parts []string, target string) (int, string, error) {
+	parent, leaf, werr := x.parentOf(parts)
+	if werr != nil {
+		return -1, "", werr.refusal(name, "")
+	}
+	if err := x.clear(parent, leaf); err != nil {
+		return -1, "", (&walkError{leaf, err}).refusal(name, "")
+	}
+	if err := unix.Symlinkat(target, parent, leaf); err != nil {
+		return -1, "", (&walkError{leaf, err}).refusal(name, "")
+	}
+	x.forget(parts)
+	return parent, leaf, nil
 }
 
 // exactSymlink writes an Exact archive's symlink with its target as
@@ -116,17 +126,10 @@ func (x *extractor) symlink(name string, parts []string, target string, m *meta)
 // target is judged: nothing in an extraction follows a symlink (every
 // lookup refuses them), and what the tree was is what Exact restores.
 func (x *extractor) exactSymlink(name string, parts []string, target string, m *meta) error {
-	parent, leaf, werr := x.parentOf(parts)
-	if werr != nil {
-		return werr.refusal(name, "")
+	parent, leaf, err := x.placeSymlink(name, parts, target)
+	if err != nil {
+		return err
 	}
-	if err := x.clear(parent, leaf); err != nil {
-		return (&walkError{leaf, err}).refusal(name, "")
-	}
-	if err := unix.Symlinkat(target, parent, leaf); err != nil {
-		return (&walkError{leaf, err}).refusal(name, "")
-	}
-	x.forget(parts)
 	x.setLink(strings.Join(parts, "/"), nil)
 	if err := unix.Fchownat(parent, leaf, m.uid, m.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("extract %s: owner %d:%d: %w", name, m.uid, m.gid, err)
