@@ -440,23 +440,24 @@ func (f *FS) pressure(w http.ResponseWriter, perr *PressureError) {
 	fsFail(w, http.StatusInsufficientStorage, perr.Error())
 }
 
-// ReadTar streams the tree at ?path= as an uncompressed tar.
-func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTarParams) {
-	if p.Path == "" {
+// ReadTar streams the tree at path as an uncompressed tar; exact writes
+// every member in PAX with its times' nanoseconds (tarx.Pack).
+func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, path string, exact bool) {
+	if path == "" {
 		fsFail(w, http.StatusBadRequest, fsMissingPath)
 		return
 	}
-	if bad := fsPathFault(p.Path); bad != "" {
+	if bad := fsPathFault(path); bad != "" {
 		fsFail(w, http.StatusBadRequest, bad)
 		return
 	}
-	info, err := os.Stat(p.Path)
+	info, err := os.Stat(path)
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		fsFail(w, http.StatusNotFound, "no such directory")
 		return
 	case err != nil:
-		f.log.Warn("cannot stat tar root", "path", p.Path, "err", err)
+		f.log.Warn("cannot stat tar root", "path", path, "err", err)
 		fsFail(w, http.StatusInternalServerError, "cannot read directory")
 		return
 	case !info.IsDir():
@@ -465,7 +466,7 @@ func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTa
 	}
 	// The caller's own path may run through symlinks; the walk below does
 	// not follow any, so it has to start from the real directory.
-	root, err := filepath.EvalSymlinks(p.Path)
+	root, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		fsFail(w, http.StatusInternalServerError, "cannot read directory")
 		return
@@ -486,7 +487,7 @@ func (f *FS) ReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTa
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 256<<10)
-	err = tarx.Pack(bw, root, caps)
+	err = tarx.Pack(bw, root, caps, exact)
 	if err == nil {
 		err = bw.Flush()
 	}

@@ -33,7 +33,12 @@ func (s *Server) FsWriteFile(w http.ResponseWriter, r *http.Request, p protocol.
 
 // FsReadTar delegates to FS.
 func (s *Server) FsReadTar(w http.ResponseWriter, r *http.Request, p protocol.FsReadTarParams) {
-	s.fs.ReadTar(w, r, p)
+	s.fs.ReadTar(w, r, p.Path, false)
+}
+
+// FsReadTarExact delegates to FS.
+func (s *Server) FsReadTarExact(w http.ResponseWriter, r *http.Request, p protocol.FsReadTarExactParams) {
+	s.fs.ReadTar(w, r, p.Path, true)
 }
 
 // FsWriteTar delegates to FS.

@@ -370,3 +370,61 @@ func TestTarExactRouteKeepsTheArchivesMetadata(t *testing.T) {
 		t.Fatalf("bin/passwd -> %q", got)
 	}
 }
+
+// GET /v1/fs/tar/exact carries each member's modification time to the
+// nanosecond (PAX), and what it carries, PUT /v1/fs/tar/exact puts back:
+// a tree round-trips with every time exact. GET /v1/fs/tar keeps whole
+// seconds. Catches: the exact route wired to the narrowest-format packer
+// (nanoseconds lost), the plain route made PAX (its bytes change for every
+// reference client), or the access or change time sent (reading the tree
+// moves access times, and a checkpoint of the same tree twice would differ).
+func TestTarExactDownloadRoundTripsNanoseconds(t *testing.T) {
+	srv := fsServer(t, testFS(protocol.LimitSet{}))
+	src := t.TempDir()
+	want := map[string]time.Time{"a": time.Unix(1600000000, 123456789), "d": time.Unix(1500000000, 987654321), "d/b": time.Unix(1400000000, 5)}
+	os.Mkdir(filepath.Join(src, "d"), 0o755)
+	for name := range want {
+		if name != "d" {
+			os.WriteFile(filepath.Join(src, name), []byte(name), 0o644)
+		}
+	}
+	for _, name := range []string{"a", "d/b", "d"} { // d last: writing d/b moves it
+		os.Chtimes(filepath.Join(src, name), want[name], want[name])
+	}
+	headers := func(route string) (map[string]*tar.Header, []byte) {
+		r := fsDo(t, srv, "GET", route, fsQuery("path", src), nil)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %q", route, r.status, r.body)
+		}
+		out := map[string]*tar.Header{}
+		tr := tar.NewReader(strings.NewReader(r.body))
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				break
+			}
+			out[strings.TrimSuffix(h.Name, "/")] = h
+		}
+		return out, []byte(r.body)
+	}
+	plain, _ := headers("/v1/fs/tar")
+	exact, archive := headers("/v1/fs/tar/exact")
+	for name, mt := range want {
+		if p := plain[name]; p == nil || p.ModTime.Nanosecond() != 0 || p.ModTime.Sub(mt).Abs() >= time.Second {
+			t.Errorf("GET /v1/fs/tar %s: %v, want %v in whole seconds", name, p, mt)
+		}
+		if e := exact[name]; e == nil || !e.ModTime.Equal(mt) || !e.ChangeTime.IsZero() || !e.AccessTime.IsZero() {
+			t.Errorf("GET /v1/fs/tar/exact %s: %+v, want mtime %v and no atime or ctime", name, e, mt)
+		}
+	}
+	dst := t.TempDir()
+	if r := fsDo(t, srv, "PUT", "/v1/fs/tar/exact", fsQuery("path", dst), bytes.NewReader(archive)); r.status != 204 {
+		t.Fatalf("exact upload: %d %q", r.status, r.body)
+	}
+	for name, mt := range want {
+		fi, err := os.Lstat(filepath.Join(dst, name))
+		if err != nil || !fi.ModTime().Equal(mt) {
+			t.Errorf("%s round-tripped to %v (%v), want %v", name, fi.ModTime(), err, mt)
+		}
+	}
+}

@@ -56,10 +56,16 @@ func fsServer(t testing.TB, f *FS) *httptest.Server {
 		f.WriteFile(w, r, protocol.FsWriteFileParams{Path: q.Get("path"), Mode: str(q, "mode")})
 	})
 	mux.HandleFunc("GET /v1/fs/tar", func(w http.ResponseWriter, r *http.Request) {
-		f.ReadTar(w, r, protocol.FsReadTarParams{Path: r.URL.Query().Get("path")})
+		f.ReadTar(w, r, r.URL.Query().Get("path"), false)
 	})
 	mux.HandleFunc("PUT /v1/fs/tar", func(w http.ResponseWriter, r *http.Request) {
 		f.WriteTar(w, r, r.URL.Query().Get("path"), false)
+	})
+	mux.HandleFunc("GET /v1/fs/tar/exact", func(w http.ResponseWriter, r *http.Request) {
+		f.ReadTar(w, r, r.URL.Query().Get("path"), true)
+	})
+	mux.HandleFunc("PUT /v1/fs/tar/exact", func(w http.ResponseWriter, r *http.Request) {
+		f.WriteTar(w, r, r.URL.Query().Get("path"), true)
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)

@@ -83,7 +83,7 @@ func TestRoundTwoRelativePathsAre400(t *testing.T) {
 	var routes []route
 	for _, rel := range []string{strings.Repeat("../", 40) + "etc", "./", ".", intoScratch} {
 		q := url.Values{"path": {rel}}.Encode()
-		routes = append(routes, route{"GET", "/v1/fs/file?" + q}, route{"GET", "/v1/fs/tar?" + q},
+		routes = append(routes, route{"GET", "/v1/fs/file?" + q}, route{"GET", "/v1/fs/tar?" + q}, route{"GET", "/v1/fs/tar/exact?" + q},
 			route{"GET", "/v1/fs/stat?" + q}, route{"GET", "/v1/fs/list?" + q}, route{"GET", "/v1/fs/watch?" + q})
 	}
 	q := url.Values{"path": {intoScratch}}.Encode()

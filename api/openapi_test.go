@@ -60,7 +60,8 @@ var routes = []route{
 	{"PUT", "/v1/fs/file", "fsWriteFile", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
 	{"GET", "/v1/fs/tar", "fsReadTar", true, []int{200, 400, 401, 404, 413, 500, 503}, nil},
 	{"PUT", "/v1/fs/tar", "fsWriteTar", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
-	// Ours (a checkpoint's restore): the archive's own modes, owners, times and links.
+	// Ours (a checkpoint's save and restore): nanosecond times out, the archive's own modes, owners, times and links in.
+	{"GET", "/v1/fs/tar/exact", "fsReadTarExact", true, []int{200, 400, 401, 404, 413, 500, 503}, nil},
 	{"PUT", "/v1/fs/tar/exact", "fsWriteTarExact", true, []int{204, 400, 401, 413, 500, 503, 507}, nil},
 	// Ours, not the reference's (issue 21): additive filesystem operations.
 	{"GET", "/v1/fs/stat", "fsStat", true, []int{200, 400, 401, 404, 500, 503},

@@ -112,6 +112,24 @@ func (s *Session) OpenTar(ctx context.Context, dir string) (io.ReadCloser, error
 	return &transportBody{op: protocol.OpFsReadTar, rc: resp.Body, awake: awake}, nil
 }
 
+// OpenTarExact streams the directory tree at dir as OpenTar does, through
+// the daemon's GET /v1/fs/tar/exact: every member in PAX, its modification
+// and access times to the nanosecond (OpenTar's carry whole seconds). What
+// WriteTarExact puts back. A daemon without the route (the reference's, an
+// older one) answers NotFound: ask Serves(ctx, protocol.OpFsReadTarExact)
+// first.
+func (s *Session) OpenTarExact(ctx context.Context, dir string) (io.ReadCloser, error) {
+	awake := s.busy()
+	params := protocol.FsReadTarExactParams{Path: dir}
+	resp, err := s.send(ctx, call{op: protocol.OpFsReadTarExact, file: true, path: dir,
+		build: func(server string) (*http.Request, error) { return protocol.NewFsReadTarExactRequest(server, &params) }})
+	if err != nil {
+		awake()
+		return nil, err
+	}
+	return &transportBody{op: protocol.OpFsReadTarExact, rc: resp.Body, awake: awake}, nil
+}
+
 // ReadTar copies the tar of dir to w, with no bound of its own (see
 // ReadFile).
 func (s *Session) ReadTar(ctx context.Context, dir string, w io.Writer) (int64, error) {

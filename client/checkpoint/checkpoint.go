@@ -272,9 +272,12 @@ func archiveName(p, rel string) string {
 
 // packPaths streams each path's tar from agentd into one archive, its
 // members renamed beneath their absolute paths, compressed with zstd, and
-// written to w.
+// written to w. Where agentd serves the exact tar (GET /v1/fs/tar/exact),
+// its headers carry the nanoseconds; otherwise each path is also listed
+// for them (listMtimes), a second walk of the tree.
 func packPaths(ctx context.Context, sess *client.Session, paths []string, w io.Writer) (packStats, error) {
 	st := packStats{seen: map[string]stamp{}}
+	exact := serves(sess, ctx, protocol.OpFsReadTarExact)
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(2))
 	if err != nil {
 		return st, err
@@ -300,12 +303,14 @@ func packPaths(ctx context.Context, sess *client.Session, paths []string, w io.W
 			}
 			st.files++
 		}
-		mtimes, err := listMtimes(ctx, sess, p)
-		if err != nil {
-			zw.Close()
-			return st, err
+		var mtimes map[string]time.Time
+		if !exact {
+			if mtimes, err = listMtimes(ctx, sess, p); err != nil {
+				zw.Close()
+				return st, err
+			}
 		}
-		if err := copyTree(ctx, sess, p, tw, &st, mtimes); err != nil {
+		if err := copyTree(ctx, sess, p, tw, &st, exact, mtimes); err != nil {
 			zw.Close()
 			return st, err
 		}
@@ -317,9 +322,10 @@ func packPaths(ctx context.Context, sess *client.Session, paths []string, w io.W
 	return st, zw.Close()
 }
 
-// listMtimes is every member's mtime to the nanosecond, by archive name:
-// the tar download carries whole seconds (its headers are the narrowest
-// format that holds them), the listing the inode's own time.
+// listMtimes is every member's mtime to the nanosecond, by archive name,
+// for an agentd without the exact tar: the plain tar download carries
+// whole seconds (its headers are the narrowest format that holds them),
+// the listing the inode's own time.
 func listMtimes(ctx context.Context, sess *client.Session, p string) (map[string]time.Time, error) {
 	out := map[string]time.Time{}
 	err := sess.List(ctx, p, client.ListOptions{Depth: maxDepth}, func(fi protocol.FileInfo) error {
@@ -335,8 +341,12 @@ func listMtimes(ctx context.Context, sess *client.Session, p string) (map[string
 // maxDepth is how deep a checkpoint's listing descends.
 const maxDepth = 4096
 
-func copyTree(ctx context.Context, sess *client.Session, p string, tw *tar.Writer, st *packStats, mtimes map[string]time.Time) error {
-	rc, err := sess.OpenTar(ctx, p)
+func copyTree(ctx context.Context, sess *client.Session, p string, tw *tar.Writer, st *packStats, exact bool, mtimes map[string]time.Time) error {
+	open := sess.OpenTar
+	if exact {
+		open = sess.OpenTarExact
+	}
+	rc, err := open(ctx, p)
 	if err != nil {
 		return err
 	}

@@ -5,42 +5,48 @@ import (
 	"testing"
 
 	"github.com/microvms/microvms/client"
+	"github.com/microvms/microvms/gen/protocol"
 )
 
-// A restore puts back every kind of member the same way whether agentd
-// serves the exact extraction (this build's does) or not (an image's older
-// agentd: the data filter's upload, then the fixup script), and the exact
-// path starts no command in the guest, so it needs no shell there.
-// Catches: a kind the exact extraction drops (a setuid bit, an owner, a
-// nanosecond time, an absolute symlink, the path's own directory's time),
-// Lay still running the script after an exact upload, or the fallback
-// broken for old daemons.
-func TestRestoreKeepsEveryKindWithAndWithoutExactExtraction(t *testing.T) {
+// A checkpoint saves, and a restore puts back, every kind of member the
+// same way whether agentd serves the exact tar routes (this build's does)
+// or not (an image's older agentd: the plain download plus a listing for
+// the nanoseconds, then the data filter's upload plus the fixup script),
+// and the exact restore starts no command in the guest, so it needs no
+// shell there. Catches: a kind the exact routes drop (a setuid bit, an
+// owner, a nanosecond time, an absolute symlink, the path's own
+// directory's time), Lay still running the script after an exact upload,
+// or either fallback broken for old daemons.
+func TestCheckpointAndRestoreKeepEveryKindWithAndWithoutExactTar(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	orig := e.launch(t)
 	run(t, orig, project)
 	want := run(t, orig, describe)
-	m, err := Checkpoint(ctx, orig, e.store, Options{Paths: []string{"/tmp/proj"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.store.Prepare(ctx, m.Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	for _, exact := range []bool{true, false} {
-		sb := e.launch(t)
-		if !sb.Session().Serves(ctx, "fsWriteTarExact") {
-			t.Fatal("this build's agentd does not list PUT /v1/fs/tar/exact")
+	for _, op := range []string{protocol.OpFsReadTarExact, protocol.OpFsWriteTarExact} {
+		if !orig.Session().Serves(ctx, op) {
+			t.Fatalf("this build's agentd does not list %s", op)
 		}
-		exactServed = func(context.Context, *client.Session) bool { return exact }
+	}
+	defer func(was func(*client.Session, context.Context, string) bool) { serves = was }(serves)
+	for _, exact := range []bool{true, false} {
+		serves = func(*client.Session, context.Context, string) bool { return exact }
+		m, err := Checkpoint(ctx, orig, e.store, Options{Paths: []string{"/tmp/proj"}})
+		if err != nil {
+			t.Fatalf("exact %v: %v", exact, err)
+		}
+		p, err := e.store.Prepare(ctx, m.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := e.launch(t)
 		before, err := sb.Session().Execs(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := Lay(ctx, sb, p); err != nil {
+		err = Lay(ctx, sb, p)
+		p.Close()
+		if err != nil {
 			t.Fatalf("exact %v: %v", exact, err)
 		}
 		after, err := sb.Session().Execs(ctx)
@@ -56,5 +62,4 @@ func TestRestoreKeepsEveryKindWithAndWithoutExactExtraction(t *testing.T) {
 			t.Errorf("exact %v: the restored tree differs:\n%s\nwant:\n%s", exact, got, want)
 		}
 	}
-	exactServed = servesExact
 }

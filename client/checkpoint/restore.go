@@ -348,7 +348,7 @@ func Lay(ctx context.Context, sb *sandbox.Sandbox, p *Prepared) error {
 	if sess == nil {
 		return client.Errorf(taxonomy.KindPrecondition, "", "%s has no session: files are laid into a RUNNING sandbox", sb)
 	}
-	exact := exactServed(ctx, sess)
+	exact := serves(sess, ctx, protocol.OpFsWriteTarExact)
 	// One upload per path, each confined by agentd beneath that path, so
 	// no member can land outside the directory it was saved from.
 	for _, dir := range p.v.m.Paths {
@@ -374,14 +374,10 @@ func Lay(ctx context.Context, sb *sandbox.Sandbox, p *Prepared) error {
 	return nil
 }
 
-// exactServed is whether sess's agentd serves the exact extraction; a
-// variable only so this package's tests can take the fallback with this
-// build's agentd.
-var exactServed = servesExact
-
-func servesExact(ctx context.Context, sess *client.Session) bool {
-	return sess.Serves(ctx, protocol.OpFsWriteTarExact)
-}
+// serves is whether sess's agentd serves the route op (the exact tar
+// routes); a variable only so this package's tests can take the fallbacks
+// an older agentd gets with this build's.
+var serves = (*client.Session).Serves
 
 // layPath uploads the members under dir, named relative to it, into dir,
 // with the archive's length as the upload's Content-Length: a chunked

@@ -1042,6 +1042,12 @@ type FsWriteTarParams struct {
 	Path FsPath `form:"path" json:"path"`
 }
 
+// FsReadTarExactParams defines parameters for FsReadTarExact.
+type FsReadTarExactParams struct {
+	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
+	Path FsPath `form:"path" json:"path"`
+}
+
 // FsWriteTarExactParams defines parameters for FsWriteTarExact.
 type FsWriteTarExactParams struct {
 	// Path absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory
@@ -1728,6 +1734,13 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// FsReadTarExact Read a directory as tar with nanosecond times (ours, not the reference's: additive)
+	//
+	// streams a directory tree as GET /v1/fs/tar does (the same walk, caps and answers), every member in PAX format so its modification time keeps its nanoseconds (GET /v1/fs/tar writes the narrowest format, whole seconds). Access and change times are left out: reading the tree moves access times, so the same tree read twice would differ, and no extraction can set a change time. What PUT /v1/fs/tar/exact puts back, so a saved tree (a checkpoint) needs no second listing for its times
+	//
+	// Corresponds with GET /v1/fs/tar/exact (the `FsReadTarExact` operationId).
+	FsReadTarExact(ctx context.Context, params *FsReadTarExactParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// FsWriteTarExactWithBody Extract a tar keeping what it says (ours, not the reference's: additive)
 	//
 	// extracts an uncompressed tar under path as PUT /v1/fs/tar does (the same checks before anything is written, the same kernel confinement, each regular member whole or not at all), except that the archive's own metadata is kept instead of the data filter's defaults: every mode bit (setuid, setgid, sticky, group and other write), each member's owner (uid and gid), modification and access times to the nanosecond (directories' applied after every member, deepest first), and symlink targets as written, absolute or climbing (a symlink is never followed during the extraction, so none can redirect a write). A directory member named ./ sets path's own mode, owner and times. Hard links still must name a member inside the tree. An owner or time the daemon may not set is a 500 naming the member. It is for putting back a tree this system saved, such as a checkpoint's restore, in a guest with no shell.
@@ -2286,6 +2299,23 @@ func (c *Client) FsReadTar(ctx context.Context, params *FsReadTarParams, reqEdit
 // Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 func (c *Client) FsWriteTarWithBody(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFsWriteTarRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FsReadTarExact Read a directory as tar with nanosecond times (ours, not the reference's: additive)
+//
+// streams a directory tree as GET /v1/fs/tar does (the same walk, caps and answers), every member in PAX format so its modification time keeps its nanoseconds (GET /v1/fs/tar writes the narrowest format, whole seconds). Access and change times are left out: reading the tree moves access times, so the same tree read twice would differ, and no extraction can set a change time. What PUT /v1/fs/tar/exact puts back, so a saved tree (a checkpoint) needs no second listing for its times
+//
+// Corresponds with GET /v1/fs/tar/exact (the `FsReadTarExact` operationId).
+func (c *Client) FsReadTarExact(ctx context.Context, params *FsReadTarExactParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFsReadTarExactRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3621,6 +3651,56 @@ func NewFsWriteTarRequestWithBody(server string, params *FsWriteTarParams, conte
 	return req, nil
 }
 
+// NewFsReadTarExactRequest constructs an http.Request for the FsReadTarExact method
+func NewFsReadTarExactRequest(server string, params *FsReadTarExactParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fs/tar/exact")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewFsWriteTarExactRequestWithBody constructs an http.Request for the FsWriteTarExact method, with any body, and a specified content type
 func NewFsWriteTarExactRequestWithBody(server string, params *FsWriteTarExactParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
@@ -4129,6 +4209,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/fs/tar (the `FsWriteTar` operationId).
 	FsWriteTarWithBodyWithResponse(ctx context.Context, params *FsWriteTarParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FsWriteTarReply, error)
+
+	// FsReadTarExactWithResponse Read a directory as tar with nanosecond times (ours, not the reference's: additive)
+	//
+	// streams a directory tree as GET /v1/fs/tar does (the same walk, caps and answers), every member in PAX format so its modification time keeps its nanoseconds (GET /v1/fs/tar writes the narrowest format, whole seconds). Access and change times are left out: reading the tree moves access times, so the same tree read twice would differ, and no extraction can set a change time. What PUT /v1/fs/tar/exact puts back, so a saved tree (a checkpoint) needs no second listing for its times
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/fs/tar/exact (the `FsReadTarExact` operationId).
+	FsReadTarExactWithResponse(ctx context.Context, params *FsReadTarExactParams, reqEditors ...RequestEditorFn) (*FsReadTarExactReply, error)
 
 	// FsWriteTarExactWithBodyWithResponse Extract a tar keeping what it says (ours, not the reference's: additive)
 	//
@@ -6376,6 +6465,89 @@ func (r FsWriteTarReply) ContentType() string {
 	return ""
 }
 
+// FsReadTarExactReply200Headers the declared response headers of an HTTP 200 response for FsReadTarExact
+type FsReadTarExactReply200Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsReadTarExactReply400Headers the declared response headers of an HTTP 400 response for FsReadTarExact
+type FsReadTarExactReply400Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsReadTarExactReply401Headers the declared response headers of an HTTP 401 response for FsReadTarExact
+type FsReadTarExactReply401Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsReadTarExactReply404Headers the declared response headers of an HTTP 404 response for FsReadTarExact
+type FsReadTarExactReply404Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsReadTarExactReply413Headers the declared response headers of an HTTP 413 response for FsReadTarExact
+type FsReadTarExactReply413Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsReadTarExactReply500Headers the declared response headers of an HTTP 500 response for FsReadTarExact
+type FsReadTarExactReply500Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+// FsReadTarExactReply503Headers the declared response headers of an HTTP 503 response for FsReadTarExact
+type FsReadTarExactReply503Headers struct {
+	MicrovmsAgentdVersion string
+}
+
+type FsReadTarExactReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *FsReadTarExactReply200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *FsReadTarExactReply400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *FsReadTarExactReply401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *FsReadTarExactReply404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *FsReadTarExactReply413Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *FsReadTarExactReply500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *FsReadTarExactReply503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r FsReadTarExactReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FsReadTarExactReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FsReadTarExactReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FsReadTarExactReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // FsWriteTarExactReply204Headers the declared response headers of an HTTP 204 response for FsWriteTarExact
 type FsWriteTarExactReply204Headers struct {
 	MicrovmsAgentdVersion string
@@ -7190,6 +7362,21 @@ func (c *ClientWithResponses) FsWriteTarWithBodyWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseFsWriteTarReply(rsp)
+}
+
+// FsReadTarExactWithResponse Read a directory as tar with nanosecond times (ours, not the reference's: additive)
+//
+// streams a directory tree as GET /v1/fs/tar does (the same walk, caps and answers), every member in PAX format so its modification time keeps its nanoseconds (GET /v1/fs/tar writes the narrowest format, whole seconds). Access and change times are left out: reading the tree moves access times, so the same tree read twice would differ, and no extraction can set a change time. What PUT /v1/fs/tar/exact puts back, so a saved tree (a checkpoint) needs no second listing for its times
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/fs/tar/exact (the `FsReadTarExact` operationId).
+func (c *ClientWithResponses) FsReadTarExactWithResponse(ctx context.Context, params *FsReadTarExactParams, reqEditors ...RequestEditorFn) (*FsReadTarExactReply, error) {
+	rsp, err := c.FsReadTarExact(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFsReadTarExactReply(rsp)
 }
 
 // FsWriteTarExactWithBodyWithResponse Extract a tar keeping what it says (ours, not the reference's: additive)
@@ -9602,6 +9789,95 @@ func ParseFsWriteTarReply(rsp *http.Response) (*FsWriteTarReply, error) {
 	return response, nil
 }
 
+// ParseFsReadTarExactReply parses an HTTP response from a FsReadTarExactWithResponse call
+func ParseFsReadTarExactReply(rsp *http.Response) (*FsReadTarExactReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FsReadTarExactReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers FsReadTarExactReply200Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers FsReadTarExactReply400Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers FsReadTarExactReply401Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers FsReadTarExactReply404Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 413:
+		var headers FsReadTarExactReply413Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 500:
+		var headers FsReadTarExactReply500Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers FsReadTarExactReply503Headers
+		if values := rsp.Header.Values("microvms-agentd-version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "microvms-agentd-version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MicrovmsAgentdVersion = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseFsWriteTarExactReply parses an HTTP response from a FsWriteTarExactWithResponse call
 func ParseFsWriteTarExactReply(rsp *http.Response) (*FsWriteTarExactReply, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -10057,6 +10333,9 @@ type ServerInterface interface {
 	// FsWriteTar Extract a tar
 	// (PUT /v1/fs/tar)
 	FsWriteTar(w http.ResponseWriter, r *http.Request, params FsWriteTarParams)
+	// FsReadTarExact Read a directory as tar with nanosecond times (ours, not the reference's: additive)
+	// (GET /v1/fs/tar/exact)
+	FsReadTarExact(w http.ResponseWriter, r *http.Request, params FsReadTarExactParams)
 	// FsWriteTarExact Extract a tar keeping what it says (ours, not the reference's: additive)
 	// (PUT /v1/fs/tar/exact)
 	FsWriteTarExact(w http.ResponseWriter, r *http.Request, params FsWriteTarExactParams)
@@ -11041,6 +11320,45 @@ func (siw *ServerInterfaceWrapper) FsWriteTar(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// FsReadTarExact operation middleware
+func (siw *ServerInterfaceWrapper) FsReadTarExact(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BearerAuthScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FsReadTarExactParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.FsReadTarExact(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // FsWriteTarExact operation middleware
 func (siw *ServerInterfaceWrapper) FsWriteTarExact(w http.ResponseWriter, r *http.Request) {
 
@@ -11321,6 +11639,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/file", wrapper.FsWriteFile)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/tar", wrapper.FsReadTar)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/tar", wrapper.FsWriteTar)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/tar/exact", wrapper.FsReadTarExact)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/fs/tar/exact", wrapper.FsWriteTarExact)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/stat", wrapper.FsStat)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/fs/list", wrapper.FsList)

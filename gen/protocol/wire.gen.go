@@ -93,6 +93,7 @@ const (
 	OpFsWriteFile     = "fsWriteFile"
 	OpFsReadTar       = "fsReadTar"
 	OpFsWriteTar      = "fsWriteTar"
+	OpFsReadTarExact  = "fsReadTarExact"
 	OpFsWriteTarExact = "fsWriteTarExact"
 	OpFsStat          = "fsStat"
 	OpFsList          = "fsList"
@@ -128,6 +129,7 @@ var Operations = []Operation{
 	{ID: OpFsWriteFile, Method: "PUT", Pattern: "/v1/fs/file", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
 	{ID: OpFsReadTar, Method: "GET", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 404: "text/plain", 413: "text/plain", 500: "text/plain", 503: ""}},
 	{ID: OpFsWriteTar, Method: "PUT", Pattern: "/v1/fs/tar", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
+	{ID: OpFsReadTarExact, Method: "GET", Pattern: "/v1/fs/tar/exact", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 404: "text/plain", 413: "text/plain", 500: "text/plain", 503: ""}},
 	{ID: OpFsWriteTarExact, Method: "PUT", Pattern: "/v1/fs/tar/exact", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "text/plain", 401: "", 413: "text/plain", 500: "text/plain", 503: "", 507: "text/plain"}},
 	{ID: OpFsStat, Method: "GET", Pattern: "/v1/fs/stat", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},
 	{ID: OpFsList, Method: "GET", Pattern: "/v1/fs/list", Bearer: true, Idempotent: true, ErrorMedia: map[int]string{400: "application/json", 401: "", 404: "application/json", 500: "application/json", 503: ""}},

@@ -477,7 +477,7 @@ func TestCancelledContextStopsTheWork(t *testing.T) {
 	if _, _, err := Measure(root, caps); !errors.Is(err, context.Canceled) {
 		t.Fatalf("measure: %v", err)
 	}
-	if err := Pack(io.Discard, root, caps); !errors.Is(err, context.Canceled) {
+	if err := Pack(io.Discard, root, caps, false); !errors.Is(err, context.Canceled) {
 		t.Fatalf("pack: %v", err)
 	}
 }

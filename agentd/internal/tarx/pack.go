@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // Measure walks root without following symlinks and refuses a tree over the
@@ -62,7 +63,13 @@ var ErrTreeChanged = errors.New("the tree changed while it was being packed")
 // Pack writes an uncompressed tar of the tree under root to w: symlinks as
 // symlinks, repeated inodes as hard links, names relative to root. The root
 // itself is not a member; extraction treats it as the destination anyway.
-func Pack(w io.Writer, root string, caps Caps) error {
+// Without exact each header takes the narrowest format that holds it
+// (USTAR for most: whole seconds); with exact every header is PAX, so the
+// modification time keeps its nanoseconds. The access and change times
+// are left out: reading a tree moves its access times (so the same tree
+// read twice would pack differently, and a checkpoint's digest would
+// change), and no extraction can set a change time.
+func Pack(w io.Writer, root string, caps Caps, exact bool) error {
 	tw := tar.NewWriter(w)
 	seen := map[[2]uint64]string{}
 	buf := make([]byte, 256<<10)
@@ -107,6 +114,9 @@ func Pack(w io.Writer, root string, caps Caps) error {
 		// PAX keeps long and non-ASCII names exact; the writer picks the
 		// narrowest format that can hold each header.
 		hdr.Format = tar.FormatUnknown
+		if exact {
+			hdr.Format, hdr.AccessTime, hdr.ChangeTime = tar.FormatPAX, time.Time{}, time.Time{}
+		}
 		if st, ok := info.Sys().(*syscall.Stat_t); ok && info.Mode().IsRegular() && st.Nlink > 1 {
 			key := [2]uint64{uint64(st.Dev), st.Ino}
 			if first, ok := seen[key]; ok {

@@ -617,6 +617,21 @@ class Client:
             return None
         raise _api_error("fsWriteTar", _resp, json_statuses=())
 
+    def fs_read_tar_exact(self, *, path: str, stream: bool = False) -> Any:
+        """GET /v1/fs/tar/exact. Read a directory as tar with nanosecond times (ours, not the reference's: additive): streams a directory tree as GET /v1/fs/tar does (the same walk, caps and answers), every member in PAX format so its modification time keeps its nanoseconds (GET /v1/fs/tar writes the narrowest format, whole seconds). Access and change times are left out: reading the tree moves access times, so the same tree read twice would differ, and no extraction can set a change time. What PUT /v1/fs/tar/exact puts back, so a saved tree (a checkpoint) needs no second listing for its times With stream=True the open response is returned to read from (close it); otherwise its bytes."""
+        _path = "/v1/fs/tar/exact"
+        _query: List[Tuple[str, str]] = []
+        if path is not None:
+            _query.append(("path", _query_value(path)))
+        _data = None
+        _resp = self._send("GET", _path, _query, _data, "", bearer=True, stream=stream, operation="fsReadTarExact")
+        _status = _resp.status
+        if _status < 200 or _status >= 300:
+            raise _api_error("fsReadTarExact", _resp, json_statuses=())
+        if _status == 200:
+            return _resp if stream else _read_all(_resp)
+        raise _api_error("fsReadTarExact", _resp, json_statuses=())
+
     def fs_write_tar_exact(self, body: Union[bytes, BinaryIO], *, path: str) -> None:
         """PUT /v1/fs/tar/exact. Extract a tar keeping what it says (ours, not the reference's: additive): extracts an uncompressed tar under path as PUT /v1/fs/tar does (the same checks before anything is written, the same kernel confinement, each regular member whole or not at all), except that the archive's own metadata is kept instead of the data filter's defaults: every mode bit (setuid, setgid, sticky, group and other write), each member's owner (uid and gid), modification and access times to the nanosecond (directories' applied after every member, deepest first), and symlink targets as written, absolute or climbing (a symlink is never followed during the extraction, so none can redirect a write). A directory member named ./ sets path's own mode, owner and times. Hard links still must name a member inside the tree. An owner or time the daemon may not set is a 500 naming the member. It is for putting back a tree this system saved, such as a checkpoint's restore, in a guest with no shell."""
         _path = "/v1/fs/tar/exact"

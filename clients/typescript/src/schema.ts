@@ -399,7 +399,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Read a directory as tar with nanosecond times (ours, not the reference's: additive)
+         * @description streams a directory tree as GET /v1/fs/tar does (the same walk, caps and answers), every member in PAX format so its modification time keeps its nanoseconds (GET /v1/fs/tar writes the narrowest format, whole seconds). Access and change times are left out: reading the tree moves access times, so the same tree read twice would differ, and no extraction can set a change time. What PUT /v1/fs/tar/exact puts back, so a saved tree (a checkpoint) needs no second listing for its times
+         */
+        get: operations["fsReadTarExact"];
         /**
          * Extract a tar keeping what it says (ours, not the reference's: additive)
          * @description extracts an uncompressed tar under path as PUT /v1/fs/tar does (the same checks before anything is written, the same kernel confinement, each regular member whole or not at all), except that the archive's own metadata is kept instead of the data filter's defaults: every mode bit (setuid, setgid, sticky, group and other write), each member's owner (uid and gid), modification and access times to the nanosecond (directories' applied after every member, deepest first), and symlink targets as written, absolute or climbing (a symlink is never followed during the extraction, so none can redirect a write). A directory member named ./ sets path's own mode, owner and times. Hard links still must name a member inside the tree. An owner or time the daemon may not set is a 500 naming the member. It is for putting back a tree this system saved, such as a checkpoint's restore, in a guest with no shell.
@@ -2683,6 +2687,76 @@ export interface operations {
             };
             503: components["responses"]["NotBootstrapped"];
             507: components["responses"]["InsufficientStorage"];
+        };
+    };
+    fsReadTarExact: {
+        parameters: {
+            query: {
+                /** @description absolute path in the guest; missing or relative (../x, ./, x/y) is 400, never 404 and never resolved against the daemon's working directory */
+                path: components["parameters"]["FsPath"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description an uncompressed tar of the tree, streamed from a spool file */
+            200: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            /** @description path is missing or is not a directory, or holds a NUL or a component over 255 bytes */
+            400: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example path is not a directory; use /v1/fs/file */
+                    "text/plain": string;
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description no directory exists at path */
+            404: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example no such directory */
+                    "text/plain": string;
+                };
+            };
+            /** @description the tree has more than limits.max_tar_members entries or limits.max_tar_bytes of content, found by walking it first */
+            413: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example the tree has more than 100000 members */
+                    "text/plain": string;
+                };
+            };
+            /** @description walking or archiving the tree failed */
+            500: {
+                headers: {
+                    "microvms-agentd-version": components["headers"]["AgentdVersion"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example cannot read directory */
+                    "text/plain": string;
+                };
+            };
+            503: components["responses"]["NotBootstrapped"];
         };
     };
     fsWriteTarExact: {

@@ -92,6 +92,7 @@ var surface = map[string]string{
 	"Session.WriteFileDurable": "go-only: fsync before the answer; the packages' write is the plain one",
 	"Session.OpenTar":          "op:download_dir",
 	"Session.ReadTar":          "op:download_dir",
+	"Session.OpenTarExact":     "go-only: a checkpoint's save is what it is for, and the packages save through the checkpoint, fork and volume ops, which read the tree with it",
 	"Session.WriteTar":         "op:upload_dir",
 	"Session.WriteTarExact":    "go-only: a checkpoint's restore is what it is for, and the packages restore (and fork) through the restore and fork ops, which lay the files with it",
 	"Session.Serves":           "go-only: asks which routes the sandbox's agentd serves, so the library picks a route with a fallback; the engine's ops make that choice themselves",
