@@ -32,9 +32,19 @@ def main() -> None:
         print(json.dumps({name: out[name]}), flush=True)
         return True
 
+    read_back: Dict[str, bytes] = {}
+
     def read() -> None:
-        got = sb.files.read_bytes(path)
-        assert got == data, "read %d bytes, wrote %d" % (len(got), size)
+        # Only the read is on the clock, as in the Go row, which checks the
+        # length alone: comparing 256 MiB takes 25 ms here, a twelfth of the
+        # row. The bytes are still compared, after the clock (checked()).
+        read_back["got"] = sb.files.read_bytes(path)
+
+    def checked(name: str) -> None:
+        got = read_back.pop("got", b"")
+        if got != data:
+            out[name] = {"error": "read %d bytes that are not the %d written" % (len(got), size)}
+            print(json.dumps({name: out[name]}), flush=True)
 
     def stream() -> None:
         n = 0
@@ -59,7 +69,8 @@ def main() -> None:
         timed("stream-%dMiB" % mib, stream)
         timed("run-x200", runs)
         sb.run(FILL % (size, path))
-        timed("read-%dMiB" % mib, read)
+        if timed("read-%dMiB" % mib, read):
+            checked("read-%dMiB" % mib)
         timed("write-%dMiB" % mib, lambda: sb.files.write(path, data))
     finally:
         try:

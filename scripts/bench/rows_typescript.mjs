@@ -44,10 +44,17 @@ try {
     }
   });
   await sb.run(`yes 0123456789abcdef | tr -d '\\n' | head -c ${size} > ${path}`);
-  await timed(`read-${mib}MiB`, async () => {
-    const got = await sb.files.readBytes(path);
-    if (!Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(data)) throw new Error(`read ${got.length} bytes, wrote ${size}`);
-  });
+  // Only the read is on the clock, as in the Go row, which checks the length
+  // alone: comparing 256 MiB takes 22 ms here, a twentieth of the row. The
+  // bytes are still compared, after the clock.
+  let got = new Uint8Array(0);
+  if (await timed(`read-${mib}MiB`, async () => { got = await sb.files.readBytes(path); })) {
+    if (!Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(data)) {
+      out[`read-${mib}MiB`] = { error: `read ${got.length} bytes that are not the ${size} written` };
+      console.log(JSON.stringify({ [`read-${mib}MiB`]: out[`read-${mib}MiB`] }));
+    }
+    got = new Uint8Array(0);
+  }
   await timed(`write-${mib}MiB`, () => sb.files.write(path, data));
 } finally {
   await sb.terminate().catch(() => {});
