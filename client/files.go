@@ -101,33 +101,35 @@ func (s *Session) writeFile(ctx context.Context, path string, r io.Reader, mode 
 
 // OpenTar streams the directory tree at dir as an uncompressed tar.
 func (s *Session) OpenTar(ctx context.Context, dir string) (io.ReadCloser, error) {
-	awake := s.busy()
 	params := protocol.FsReadTarParams{Path: dir}
-	resp, err := s.send(ctx, call{op: protocol.OpFsReadTar, file: true, path: dir,
-		build: func(server string) (*http.Request, error) { return protocol.NewFsReadTarRequest(server, &params) }})
-	if err != nil {
-		awake()
-		return nil, err
-	}
-	return &transportBody{op: protocol.OpFsReadTar, rc: resp.Body, awake: awake}, nil
+	return s.openTar(ctx, protocol.OpFsReadTar, dir, func(server string) (*http.Request, error) {
+		return protocol.NewFsReadTarRequest(server, &params)
+	})
 }
 
 // OpenTarExact streams the directory tree at dir as OpenTar does, through
 // the daemon's GET /v1/fs/tar/exact: every member in PAX, its modification
-// and access times to the nanosecond (OpenTar's carry whole seconds). What
-// WriteTarExact puts back. A daemon without the route (the reference's, an
-// older one) answers NotFound: ask Serves(ctx, protocol.OpFsReadTarExact)
-// first.
+// time to the nanosecond (OpenTar's carry whole seconds), no access or
+// change time. What WriteTarExact puts back. A daemon without the route
+// (the reference's, an older one) answers 404, which reads as a missing
+// directory: ask Serves(ctx, protocol.OpFsReadTarExact) first.
 func (s *Session) OpenTarExact(ctx context.Context, dir string) (io.ReadCloser, error) {
-	awake := s.busy()
 	params := protocol.FsReadTarExactParams{Path: dir}
-	resp, err := s.send(ctx, call{op: protocol.OpFsReadTarExact, file: true, path: dir,
-		build: func(server string) (*http.Request, error) { return protocol.NewFsReadTarExactRequest(server, &params) }})
+	return s.openTar(ctx, protocol.OpFsReadTarExact, dir, func(server string) (*http.Request, error) {
+		return protocol.NewFsReadTarExactRequest(server, &params)
+	})
+}
+
+// openTar is OpenTar and OpenTarExact: the request build makes, its body
+// held open with the session kept awake until Close.
+func (s *Session) openTar(ctx context.Context, op, dir string, build func(server string) (*http.Request, error)) (io.ReadCloser, error) {
+	awake := s.busy()
+	resp, err := s.send(ctx, call{op: op, file: true, path: dir, build: build})
 	if err != nil {
 		awake()
 		return nil, err
 	}
-	return &transportBody{op: protocol.OpFsReadTarExact, rc: resp.Body, awake: awake}, nil
+	return &transportBody{op: op, rc: resp.Body, awake: awake}, nil
 }
 
 // ReadTar copies the tar of dir to w, with no bound of its own (see
@@ -144,19 +146,10 @@ func (s *Session) ReadTar(ctx context.Context, dir string, w io.Writer) (int64, 
 // WriteTar streams the uncompressed tar r into dir, where the daemon extracts
 // it confined beneath dir.
 func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
-	defer s.busy()()
 	params := protocol.FsWriteTarParams{Path: dir}
-	body, size := newUploadBody(r)
-	resp, err := s.send(ctx, call{op: protocol.OpFsWriteTar, oneShot: true, path: dir,
-		build: func(server string) (*http.Request, error) {
-			req, err := protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", body)
-			return withSize(req, size), err
-		}})
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return s.writeTar(ctx, protocol.OpFsWriteTar, dir, r, func(server string, body io.Reader) (*http.Request, error) {
+		return protocol.NewFsWriteTarRequestWithBody(server, &params, "application/x-tar", body)
+	})
 }
 
 // WriteTarExact streams the uncompressed tar r into dir through the
@@ -168,12 +161,20 @@ func (s *Session) WriteTar(ctx context.Context, dir string, r io.Reader) error {
 // daemon without the route (the reference's, an older one) answers
 // NotFound: ask Serves(ctx, protocol.OpFsWriteTarExact) first.
 func (s *Session) WriteTarExact(ctx context.Context, dir string, r io.Reader) error {
-	defer s.busy()()
 	params := protocol.FsWriteTarExactParams{Path: dir}
+	return s.writeTar(ctx, protocol.OpFsWriteTarExact, dir, r, func(server string, body io.Reader) (*http.Request, error) {
+		return protocol.NewFsWriteTarExactRequestWithBody(server, &params, "application/x-tar", body)
+	})
+}
+
+// writeTar is WriteTar and WriteTarExact: r is the caller's reader, so the
+// call is oneShot, and its length goes with it when it is known.
+func (s *Session) writeTar(ctx context.Context, op, dir string, r io.Reader, build func(server string, body io.Reader) (*http.Request, error)) error {
+	defer s.busy()()
 	body, size := newUploadBody(r)
-	resp, err := s.send(ctx, call{op: protocol.OpFsWriteTarExact, oneShot: true, path: dir,
+	resp, err := s.send(ctx, call{op: op, oneShot: true, path: dir,
 		build: func(server string) (*http.Request, error) {
-			req, err := protocol.NewFsWriteTarExactRequestWithBody(server, &params, "application/x-tar", body)
+			req, err := build(server, body)
 			return withSize(req, size), err
 		}})
 	if err != nil {
