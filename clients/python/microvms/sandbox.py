@@ -6,6 +6,7 @@ request, and its answer is the CLI envelope's data, wrapped in a small class.
 """
 import asyncio
 import base64
+import codecs
 import dataclasses
 import os
 import shutil
@@ -126,16 +127,49 @@ class ExecStream:
             close()
 
     def lines(self, stream: str = "stdout") -> Iterator[str]:
-        """Complete lines of one stream (without their newline) as each arrives."""
-        pending = ""
+        """Complete lines of one stream (without their newline) as each
+        arrives, decoded as UTF-8 across chunks: a character split between
+        two chunks comes out whole; invalid bytes are replaced."""
+        split = _LineSplitter()
         for item in self:
             if isinstance(item, OutputChunk) and item.stream == stream:
-                pending += item.text
-                while "\n" in pending:
-                    line, pending = pending.split("\n", 1)
-                    yield line
-        if pending:
-            yield pending
+                yield from split.feed(item)
+            elif isinstance(item, Gap):
+                split.gap()
+        yield from split.end()
+
+
+class _LineSplitter:
+    """ExecStream.lines' state: one incremental UTF-8 decoder over the
+    chunks' exact bytes (a chunk's own text is decoded alone, so a
+    character cut by a chunk boundary would be two replacement marks), and
+    the line still open. Each chunk is split once, so a chunk of many short
+    lines costs its length, not its length per line."""
+
+    def __init__(self) -> None:
+        self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+        self._open = ""
+
+    def feed(self, item: OutputChunk) -> List[str]:
+        # Only the engine's sink carries the bytes; its event lines (where
+        # there are no FIFOs) carry text alone.
+        text = self._decode(item.data) if item.data or not item.size else item.text
+        if "\n" not in text:
+            self._open += text
+            return []
+        done = (self._open + text).split("\n")
+        self._open = done.pop()
+        return done
+
+    def gap(self) -> None:
+        # Bytes were lost here: a character begun before the gap does not
+        # take its continuation from after it.
+        self._open += self._decode(b"", True)
+
+    def end(self) -> List[str]:
+        rest = self._open + self._decode(b"", True)
+        self._open = ""
+        return [rest] if rest else []
 
 
 def _item(owner: Any, ev: Any) -> Optional[StreamItem]:
@@ -175,6 +209,18 @@ class AsyncExecStream:
         aclose = getattr(self._events, "aclose", None)
         if aclose is not None:
             await aclose()
+
+    async def lines(self, stream: str = "stdout") -> AsyncIterator[str]:
+        """ExecStream.lines: `async for line in stream.lines()`."""
+        split = _LineSplitter()
+        async for item in self:
+            if isinstance(item, OutputChunk) and item.stream == stream:
+                for line in split.feed(item):
+                    yield line
+            elif isinstance(item, Gap):
+                split.gap()
+        for line in split.end():
+            yield line
 
 
 @dataclass(frozen=True)
@@ -1522,6 +1568,11 @@ class AsyncSandbox:
     @property
     def region(self) -> str:
         return self._info["region"]
+
+    @property
+    def endpoint(self) -> Optional[str]:
+        """Sandbox.endpoint: the VM's agentd URL as the platform gave it."""
+        return self._info["endpoint"]
 
     @property
     def engine_pid(self) -> int:

@@ -8,7 +8,7 @@ import time
 import unittest
 import urllib.error
 import urllib.request
-from typing import List, Optional
+from typing import Any, AsyncIterator, Dict, List, Optional
 from unittest import mock
 
 from microvms import _sink
@@ -36,6 +36,52 @@ class ErrorTableTest(unittest.TestCase):
             Sandbox.create(local=True, binary="/nonexistent/microvm")
         self.assertEqual(ctx.exception.exit_code, 12)
         self.assertIn("/nonexistent/microvm", str(ctx.exception))
+
+
+def _out(data: bytes, offset: int, stream: str = "stdout") -> Dict[str, Any]:
+    return {"event": "output", "stream": stream, "offset": offset, "text": data.decode("utf-8", "replace"),
+            "bytes": len(data), "lossy": False, "data": data}
+
+
+class LinesTest(unittest.TestCase):
+    """ExecStream.lines over events as the engine's sink hands them over."""
+
+    # "é café" and a second line, cut inside both é's and between lines; a
+    # stderr chunk between the halves; then a gap, and a character begun
+    # before it whose continuation byte is after it.
+    EVENTS: List[Any] = [_out(b"\xc3", 0), _out(b"err\xc3", 1, "stderr"), _out(b"\xa9 caf\xc3", 5), _out(b"\xa9\nab\nc", 12),
+              _out(b"d\n\xe2\x82", 19), {"event": "gap", "from": 23, "to": 40}, _out(b"\xacx", 40),
+              {"event": "exit", "exitCode": 0, "signal": None, "truncated": False, "writersMayBeAlive": False, "offset": 42}]
+    WANT = ["\u00e9 caf\u00e9", "ab", "cd", "\ufffd\ufffdx"]
+
+    def test_a_character_split_between_chunks_comes_out_whole(self) -> None:
+        # Catches: lines() joining each chunk's own text (decoded alone),
+        # which makes each split é two U+FFFD; and a gap that lets the bytes
+        # after it finish a character begun before it.
+        from microvms.sandbox import ExecStream
+        self.assertEqual(list(ExecStream(iter(self.EVENTS)).lines()), self.WANT)
+        self.assertEqual(list(ExecStream(iter(self.EVENTS)).lines("stderr")), ["err\ufffd"])
+
+    def test_async_lines_match(self) -> None:
+        # Catches: AsyncExecStream without lines(), or with a splitter of its own.
+        import asyncio
+        from microvms.sandbox import AsyncExecStream
+
+        async def events() -> AsyncIterator[Dict[str, Any]]:
+            for ev in self.EVENTS:
+                yield ev
+
+        async def collect() -> List[str]:
+            return [line async for line in AsyncExecStream(events()).lines()]
+
+        self.assertEqual(asyncio.run(collect()), self.WANT)
+
+    def test_text_alone_still_splits(self) -> None:
+        # The engine's event lines (no FIFOs) carry text without data.
+        from microvms.sandbox import ExecStream
+        evs: List[Any] = [{k: v for k, v in _out(b"one\ntw", 0).items() if k != "data"}, {**_out(b"o\n", 7)}]
+        del evs[1]["data"]
+        self.assertEqual(list(ExecStream(iter(evs)).lines()), ["one", "two"])
 
 
 class LifecycleTest(unittest.TestCase):
@@ -83,6 +129,10 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(seen, ["one", "two"])
             assert st.exit is not None
             self.assertEqual(st.exit.exit_code, 0)
+            # A character whose bytes leave the guest in two writes, so in
+            # two chunks: lines() puts it back together.
+            split = list(sb.stream("printf '\\303'; sleep 0.4; printf '\\251t\\n'").lines())
+            self.assertEqual(split, ["\u00e9t"])
             items = list(sb.stream("echo x; exit 4"))
             self.assertIsInstance(items[0], OutputChunk)
             self.assertIsInstance(items[-1], Exit)

@@ -652,19 +652,40 @@ export class ExecStream implements AsyncIterable<StreamItem> {
     }
   }
 
-  /** Complete lines of one stream (without their newline) as each arrives. */
+  /**
+   * Complete lines of one stream (without their newline) as each arrives,
+   * decoded as UTF-8 across chunks: a character split between two chunks
+   * comes out whole; invalid bytes are replaced.
+   */
   async *lines(stream = "stdout"): AsyncGenerator<string> {
-    let pending = "";
+    // One streaming decoder over the chunks' exact bytes: a chunk's own
+    // text is decoded alone, so a character cut by a chunk boundary would
+    // be two replacement marks. The engine's event lines (where there are
+    // no FIFOs) carry text alone.
+    let decoder = new TextDecoder("utf-8");
+    let open = "";
     for await (const item of this) {
-      if (item.kind !== "output" || item.stream !== stream) continue;
-      pending += item.text;
-      let nl: number;
-      while ((nl = pending.indexOf("\n")) >= 0) {
-        yield pending.slice(0, nl);
-        pending = pending.slice(nl + 1);
+      if (item.kind === "gap") {
+        // Bytes were lost here: a character begun before the gap does not
+        // take its continuation from after it.
+        open += decoder.decode();
+        decoder = new TextDecoder("utf-8");
+        continue;
       }
+      if (item.kind !== "output" || item.stream !== stream) continue;
+      const text = item.data ? decoder.decode(item.data, { stream: true }) : item.text;
+      // Each chunk is split once, so a chunk of many short lines costs its
+      // length, not its length per line.
+      let from = 0;
+      for (let nl = text.indexOf("\n"); nl >= 0; nl = text.indexOf("\n", from)) {
+        yield open + text.slice(from, nl);
+        open = "";
+        from = nl + 1;
+      }
+      open += text.slice(from);
     }
-    if (pending) yield pending;
+    open += decoder.decode();
+    if (open) yield open;
   }
 }
 

@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import {
-  ERROR_CLASSES, ERROR_KINDS, InvalidArgError, PreconditionError, ProtocolError, Sandbox, type StreamItem,
+  ERROR_CLASSES, ERROR_KINDS, ExecStream, InvalidArgError, PreconditionError, ProtocolError, Sandbox, type StreamItem,
 } from "../src/sandbox.js";
 
 // dist/test/sandbox.test.js -> the package directory.
@@ -21,6 +21,41 @@ const pkg = resolve(fileURLToPath(import.meta.url), "../../..");
 const missing = ["MICROVM_BIN", "MICROVM_AGENTD"].filter((n) => !process.env[n]);
 const skip = missing.length > 0 && !process.env.MICROVMS_REQUIRE_ENGINE ? `needs ${missing.join(" and ")}` : false;
 if (missing.length > 0 && process.env.MICROVMS_REQUIRE_ENGINE) throw new Error(`MICROVMS_REQUIRE_ENGINE: ${missing.join(" and ")} unset`);
+
+/** An output event as the engine's sink hands it over: its exact bytes, and their text decoded alone. */
+function out(bytes: number[], offset: number, stream = "stdout"): Record<string, unknown> {
+  const data = Uint8Array.from(bytes);
+  return { event: "output", stream, offset, text: Buffer.from(data).toString("utf8"), bytes: data.length, lossy: false, data };
+}
+
+async function linesOf(events: Record<string, unknown>[], stream?: string): Promise<string[]> {
+  async function* gen() { for (const ev of events) yield ev; }
+  const got: string[] = [];
+  for await (const line of new ExecStream(gen() as AsyncIterable<never>).lines(stream)) got.push(line);
+  return got;
+}
+
+describe("ExecStream.lines", () => {
+  // "é café" and a second line, cut inside both é's and between lines; a
+  // stderr chunk between the halves; then a gap, and a character begun
+  // before it whose continuation byte is after it.
+  const events = [out([0xc3], 0), out([0x65, 0x72, 0x72, 0xc3], 1, "stderr"), out([0xa9, 0x20, 0x63, 0x61, 0x66, 0xc3], 5),
+    out([0xa9, 0x0a, 0x61, 0x62, 0x0a, 0x63], 12), out([0x64, 0x0a, 0xe2, 0x82], 19), { event: "gap", from: 23, to: 40 },
+    out([0xac, 0x78], 40), { event: "exit", exitCode: 0, signal: null, truncated: false, writersMayBeAlive: false, offset: 42 }];
+
+  test("a character split between chunks comes out whole", async () => {
+    // Catches: lines() joining each chunk's own text (decoded alone), which
+    // makes each split é two U+FFFD; and a gap that lets the bytes after it
+    // finish a character begun before it.
+    assert.deepEqual(await linesOf(events), ["\u00e9 caf\u00e9", "ab", "cd", "\ufffd\ufffdx"]);
+    assert.deepEqual(await linesOf(events, "stderr"), ["err\ufffd"]);
+  });
+
+  test("text alone (the engine's event lines) still splits", async () => {
+    const strip = (ev: Record<string, unknown>) => { const { data: _data, ...rest } = ev; return rest; };
+    assert.deepEqual(await linesOf([strip(out([0x6f, 0x6e, 0x65, 0x0a, 0x74, 0x77], 0)), strip(out([0x6f, 0x0a], 6))]), ["one", "two"]);
+  });
+});
 
 /** The emulator guest init processes whose parent is pid (the engine). */
 function guestInitsOf(pid: number): number[] {
@@ -95,6 +130,11 @@ describe("sandbox", { skip }, () => {
       }
       assert.deepEqual(seen, ["one", "two"]);
       assert.equal(st.exit?.exitCode, 0);
+      // A character whose bytes leave the guest in two writes, so in two
+      // chunks: lines() puts it back together.
+      const split: string[] = [];
+      for await (const line of sb.stream("printf '\\303'; sleep 0.4; printf '\\251t\\n'").lines()) split.push(line);
+      assert.deepEqual(split, ["\u00e9t"]);
       const items: StreamItem[] = [];
       for await (const item of sb.stream("echo x; exit 4")) items.push(item);
       assert.equal(items[0]?.kind, "output");
