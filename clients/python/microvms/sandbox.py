@@ -97,6 +97,10 @@ class Exit:
 
 StreamItem = Union[OutputChunk, Gap, Exit]
 
+# MAX_LINE is ExecStream.lines' default bound on one line, in characters:
+# the daemon's cap on a run's output per stream (8 MiB).
+MAX_LINE = 8 << 20
+
 
 class ExecStream:
     """An iterator over a command's output as it arrives.
@@ -126,11 +130,13 @@ class ExecStream:
         if close is not None:
             close()
 
-    def lines(self, stream: str = "stdout") -> Iterator[str]:
+    def lines(self, stream: str = "stdout", *, max_line: int = MAX_LINE) -> Iterator[str]:
         """Complete lines of one stream (without their newline) as each
         arrives, decoded as UTF-8 across chunks: a character split between
-        two chunks comes out whole; invalid bytes are replaced."""
-        split = _LineSplitter()
+        two chunks comes out whole; invalid bytes are replaced. A line longer
+        than max_line characters comes out in pieces of max_line, so output
+        without newlines never grows this process without bound."""
+        split = _LineSplitter(max_line)
         for item in self:
             if isinstance(item, OutputChunk) and item.stream == stream:
                 yield from split.feed(item)
@@ -146,9 +152,12 @@ class _LineSplitter:
     the line still open. Each chunk is split once, so a chunk of many short
     lines costs its length, not its length per line."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int) -> None:
+        if max_line < 1:
+            raise InvalidArgError("max_line must be at least 1 character, got %d" % max_line, "ERR_INVALID_ARG")
         self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
         self._open = ""
+        self._max = max_line
 
     def feed(self, item: OutputChunk) -> List[str]:
         # Only the engine's sink carries the bytes; its event lines (where
@@ -156,9 +165,18 @@ class _LineSplitter:
         text = self._decode(item.data) if item.data or not item.size else item.text
         if "\n" not in text:
             self._open += text
-            return []
-        done = (self._open + text).split("\n")
-        self._open = done.pop()
+            done: List[str] = []
+        else:
+            done = (self._open + text).split("\n")
+            self._open = done.pop()
+        if len(self._open) > self._max or any(len(line) > self._max for line in done):
+            done = [line[i:i + self._max] for line in done for i in range(0, max(len(line), 1), self._max)]
+            # The open line keeps its last piece (up to max_line), which its
+            # newline may still end: cutting it to nothing would make that
+            # newline an empty line of its own.
+            cut = (len(self._open) - 1) // self._max * self._max if self._open else 0
+            done += [self._open[i:i + self._max] for i in range(0, cut, self._max)]
+            self._open = self._open[cut:]
         return done
 
     def gap(self) -> None:
@@ -210,9 +228,9 @@ class AsyncExecStream:
         if aclose is not None:
             await aclose()
 
-    async def lines(self, stream: str = "stdout") -> AsyncIterator[str]:
+    async def lines(self, stream: str = "stdout", *, max_line: int = MAX_LINE) -> AsyncIterator[str]:
         """ExecStream.lines: `async for line in stream.lines()`."""
-        split = _LineSplitter()
+        split = _LineSplitter(max_line)
         async for item in self:
             if isinstance(item, OutputChunk) and item.stream == stream:
                 for line in split.feed(item):

@@ -76,6 +76,18 @@ class LinesTest(unittest.TestCase):
 
         self.assertEqual(asyncio.run(collect()), self.WANT)
 
+    def test_a_line_past_max_line_comes_out_in_pieces(self) -> None:
+        # Catches: lines() holding a line until its newline whatever its
+        # length, so a guest printing without newlines grows this process
+        # without bound; and a cut that turns the newline ending an exactly
+        # full last piece into an empty line.
+        from microvms import InvalidArgError
+        from microvms.sandbox import ExecStream
+        evs: List[Any] = [_out(b"abcde", 0), _out(b"fghij", 5), _out(b"k\n\nlmnopqrs", 10), _out(b"\n", 21)]
+        self.assertEqual(list(ExecStream(iter(evs)).lines(max_line=4)), ["abcd", "efgh", "ijk", "", "lmno", "pqrs"])
+        with self.assertRaises(InvalidArgError):
+            list(ExecStream(iter(evs)).lines(max_line=0))
+
     def test_text_alone_still_splits(self) -> None:
         # The engine's event lines (no FIFOs) carry text without data.
         from microvms.sandbox import ExecStream
@@ -133,6 +145,9 @@ class LifecycleTest(unittest.TestCase):
             # two chunks: lines() puts it back together.
             split = list(sb.stream("printf '\\303'; sleep 0.4; printf '\\251t\\n'").lines())
             self.assertEqual(split, ["\u00e9t"])
+            # 100,000 bytes with no newline, bounded at 30,000 characters.
+            cut = [len(line) for line in sb.stream("head -c 100000 /dev/zero | tr '\\0' a").lines(max_line=30000)]
+            self.assertEqual(cut, [30000, 30000, 30000, 10000])
             items = list(sb.stream("echo x; exit 4"))
             self.assertIsInstance(items[0], OutputChunk)
             self.assertIsInstance(items[-1], Exit)

@@ -622,6 +622,9 @@ class ExactOutputChunk implements OutputChunk {
   }
 }
 
+/** ExecStream.lines' default bound on one line: the daemon's cap on a run's output per stream (8 MiB). */
+export const MAX_LINE = 8 << 20;
+
 /** A command's output as it arrives; the engine's stream resumes at its byte offset after a dropped connection. */
 export class ExecStream implements AsyncIterable<StreamItem> {
   /** The Exit event, once seen. */
@@ -655,9 +658,12 @@ export class ExecStream implements AsyncIterable<StreamItem> {
   /**
    * Complete lines of one stream (without their newline) as each arrives,
    * decoded as UTF-8 across chunks: a character split between two chunks
-   * comes out whole; invalid bytes are replaced.
+   * comes out whole; invalid bytes are replaced. A line longer than maxLine
+   * UTF-16 code units comes out in pieces of maxLine, so output without
+   * newlines never grows this process without bound.
    */
-  async *lines(stream = "stdout"): AsyncGenerator<string> {
+  async *lines(stream = "stdout", maxLine = MAX_LINE): AsyncGenerator<string> {
+    if (!Number.isInteger(maxLine) || maxLine < 1) throw new InvalidArgError(`maxLine must be a whole number of at least 1, got ${maxLine}`, "ERR_INVALID_ARG");
     // One streaming decoder over the chunks' exact bytes: a chunk's own
     // text is decoded alone, so a character cut by a chunk boundary would
     // be two replacement marks. The engine's event lines (where there are
@@ -678,14 +684,24 @@ export class ExecStream implements AsyncIterable<StreamItem> {
       // length, not its length per line.
       let from = 0;
       for (let nl = text.indexOf("\n"); nl >= 0; nl = text.indexOf("\n", from)) {
-        yield open + text.slice(from, nl);
+        const line = open + text.slice(from, nl);
         open = "";
         from = nl + 1;
+        for (let i = 0; i < line.length; i += maxLine) yield line.slice(i, i + maxLine);
+        if (line.length === 0) yield line;
       }
       open += text.slice(from);
+      // The open line keeps its last piece (up to maxLine), which its
+      // newline may still end: cutting it to nothing would make that
+      // newline an empty line of its own.
+      if (open.length > maxLine) {
+        const cut = Math.floor((open.length - 1) / maxLine) * maxLine;
+        for (let i = 0; i < cut; i += maxLine) yield open.slice(i, i + maxLine);
+        open = open.slice(cut);
+      }
     }
     open += decoder.decode();
-    if (open) yield open;
+    for (let i = 0; i < open.length; i += maxLine) yield open.slice(i, i + maxLine);
   }
 }
 

@@ -51,6 +51,20 @@ describe("ExecStream.lines", () => {
     assert.deepEqual(await linesOf(events, "stderr"), ["err\ufffd"]);
   });
 
+  test("a line past maxLine comes out in pieces", async () => {
+    // Catches: lines() holding a line until its newline whatever its length,
+    // so a guest printing without newlines grows this process without bound;
+    // and a cut that turns the newline ending an exactly full last piece into
+    // an empty line.
+    const ascii = (s: string, offset: number) => out([...Buffer.from(s)], offset);
+    const evs = [ascii("abcde", 0), ascii("fghij", 5), ascii("k\n\nlmnopqrs", 10), ascii("\n", 21)];
+    const got: string[] = [];
+    async function* gen() { for (const ev of evs) yield ev; }
+    for await (const line of new ExecStream(gen() as AsyncIterable<never>).lines("stdout", 4)) got.push(line);
+    assert.deepEqual(got, ["abcd", "efgh", "ijk", "", "lmno", "pqrs"]);
+    await assert.rejects(async () => { for await (const _ of new ExecStream(gen() as AsyncIterable<never>).lines("stdout", 0)) { /* none */ } }, InvalidArgError);
+  });
+
   test("text alone (the engine's event lines) still splits", async () => {
     const strip = (ev: Record<string, unknown>) => { const { data: _data, ...rest } = ev; return rest; };
     assert.deepEqual(await linesOf([strip(out([0x6f, 0x6e, 0x65, 0x0a, 0x74, 0x77], 0)), strip(out([0x6f, 0x0a], 6))]), ["one", "two"]);
@@ -135,6 +149,10 @@ describe("sandbox", { skip }, () => {
       const split: string[] = [];
       for await (const line of sb.stream("printf '\\303'; sleep 0.4; printf '\\251t\\n'").lines()) split.push(line);
       assert.deepEqual(split, ["\u00e9t"]);
+      // 100,000 bytes with no newline, bounded at 30,000 code units.
+      const cut: number[] = [];
+      for await (const line of sb.stream("head -c 100000 /dev/zero | tr '\\0' a").lines("stdout", 30000)) cut.push(line.length);
+      assert.deepEqual(cut, [30000, 30000, 30000, 10000]);
       const items: StreamItem[] = [];
       for await (const item of sb.stream("echo x; exit 4")) items.push(item);
       assert.equal(items[0]?.kind, "output");
