@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -295,4 +297,62 @@ func processAlive(pid int) bool {
 	i := strings.LastIndexByte(string(stat), ')')
 	f := strings.Fields(string(stat)[i+1:])
 	return len(f) > 0 && f[0] != "Z"
+}
+
+// TestEngineReadMaxBytes reads one 100-byte guest file through each of the
+// read op's modes under maxBytes: at the file's size it is read whole, one
+// under it fails ERR_INVALID_ARG naming maxBytes with nothing past the bound handed
+// over (the sink holds no byte, the localPath is never written), and a
+// negative bound is refused.
+func TestEngineReadMaxBytes(t *testing.T) {
+	agentd, err := testbin.Build("cmd/agentd", testbin.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startEngine(t)
+	t.Cleanup(func() { c.in.Close() })
+	if env := c.call(1, `{"id":1,"op":"create","sandbox":"r","args":{"local":true,"agentd":"`+agentd+`"}}`); !strings.Contains(env, `"status":"ok"`) {
+		t.Fatalf("create: %s", env)
+	}
+	if env := c.call(2, `{"id":2,"op":"run","sandbox":"r","args":{"shell":true,"command":["head -c 100 /dev/zero | tr '\\0' x > /tmp/f"]}}`); !strings.Contains(env, `"exitCode":0`) {
+		t.Fatalf("making the file: %s", env)
+	}
+	dir := t.TempDir()
+	sink, local := filepath.Join(dir, "sink"), filepath.Join(dir, "local")
+	if err := os.WriteFile(sink, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := int64(10)
+	read := func(args string) string {
+		t.Helper()
+		id++
+		return c.call(id, fmt.Sprintf(`{"id":%d,"op":"read","sandbox":"r","args":{"path":"/tmp/f",%s}}`, id, args))
+	}
+	// Catches: maxBytes ignored in any one mode (each would answer ok), or
+	// compared with >= (the file at exactly its bound refused).
+	for _, mode := range []string{`"maxBytes":100`, `"maxBytes":100,"localPath":"` + local + `"`, `"maxBytes":100,"sink":"` + sink + `"`} {
+		if env := read(mode); !strings.Contains(env, `"bytes":100`) {
+			t.Errorf("%s: want the whole file, got %s", mode, env)
+		}
+	}
+	if err := os.Remove(local); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(sink, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{`"maxBytes":99`, `"maxBytes":99,"localPath":"` + local + `"`, `"maxBytes":99,"sink":"` + sink + `"`} {
+		if env := read(mode); !strings.Contains(env, `"code":"ERR_INVALID_ARG"`) || !strings.Contains(env, "maxBytes") {
+			t.Errorf("%s: want ERR_INVALID_ARG naming maxBytes, got %s", mode, env)
+		}
+	}
+	if fi, err := os.Stat(sink); err != nil || fi.Size() != 0 {
+		t.Errorf("the sink holds bytes of a read past its bound: %v %v", fi, err)
+	}
+	if _, err := os.Stat(local); !os.IsNotExist(err) {
+		t.Errorf("a read past its bound left %s: %v", local, err)
+	}
+	if env := read(`"maxBytes":-1`); !strings.Contains(env, `"code":"ERR_INVALID_ARG"`) {
+		t.Errorf("a negative maxBytes: %s", env)
+	}
 }

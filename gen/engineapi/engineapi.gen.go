@@ -266,6 +266,8 @@ type ReadArgs struct {
 	LocalPath string `json:"localPath"`
 	// Sink is a FIFO, file or Unix socket on the engine's host (as stream's sink) the file's bytes are written to as they arrive, raw (no frames), instead of dataBase64 or localPath; at most DEFAULT_MAX_DOWNLOAD_BYTES. The answer's bytes says how many were sent: a reader that got fewer lost the rest
 	Sink string `json:"sink"`
+	// MaxBytes is the most this read takes: past it the op fails ERR_INVALID_ARG naming maxBytes (as a dataBase64 read past MAX_READ_FILE_BYTES does), having handed over at most that many (a localPath is then left unwritten). Zero or absent is the mode's own bound (MAX_READ_FILE_BYTES into dataBase64, DEFAULT_MAX_DOWNLOAD_BYTES otherwise), which maxBytes can lower but never raise. A guest decides its files' sizes, so a caller holding the bytes in memory bounds them here (additive)
+	MaxBytes int64 `json:"maxBytes"`
 }
 
 // ListArgs are the arguments of list: list a directory, depth levels deep (0 and 1 are its own entries); past MAX_LIST_ENTRIES entries or MAX_LIST_BYTES of their text it fails TooLarge naming the bound.

@@ -646,6 +646,7 @@ ReadArgs = TypedDict("ReadArgs", {
     "path": str,
     "localPath": str,
     "sink": str,
+    "maxBytes": int,
 }, total=False)
 ReadArgs.__doc__ = "The arguments of read: read a whole file: at most MAX_READ_FILE_BYTES (`microvm constants`) into dataBase64, a larger one refused with ERR_INVALID_ARG naming that bound; with localPath, up to DEFAULT_MAX_DOWNLOAD_BYTES streamed into that host file. Every key may be left out."
 

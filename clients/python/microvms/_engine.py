@@ -336,7 +336,8 @@ class Engine(Ops):
                 self.cancel(rid)
                 self._p.forget(rid)
 
-    def _sink_read(self, path: str, size_hint: Optional[int], timeout: Optional[float]) -> bytes:
+    def _sink_read(self, path: str, size_hint: Optional[int], timeout: Optional[float],
+                   extra: Optional[Dict[str, Any]] = None) -> bytes:
         """The file at path through the read op's sink: the engine writes
         its bytes into a FIFO while this process reads them, instead of a
         whole host file written and then read back."""
@@ -344,7 +345,7 @@ class Engine(Ops):
         rid: Optional[int] = None
         done = False
         try:
-            rid, q = self._send("read", {"path": path, "sink": fifo})
+            rid, q = self._send("read", {"path": path, "sink": fifo, **(extra or {})})
             early: "list[Any]" = []
             answered = _answered_into(q, early)
 
@@ -684,14 +685,14 @@ class AsyncEngine(AsyncOps):
                 await asyncio.shield(self.cancel(rid))
                 self._p.pending.pop(rid, None)
 
-    async def _asink_read(self, path: str, size_hint: Optional[int]) -> bytes:
+    async def _asink_read(self, path: str, size_hint: Optional[int], extra: Optional[Dict[str, Any]] = None) -> bytes:
         """Engine._sink_read on asyncio: the FIFO is read in a thread while
         the loop awaits the answer; cancelling the task cancels the read."""
         d, fifo, fd = _sink.open_sink()
         rid: Optional[int] = None
         done = False
         try:
-            rid, q = await self._send("read", {"path": path, "sink": fifo})
+            rid, q = await self._send("read", {"path": path, "sink": fifo, **(extra or {})})
             envelope = asyncio.ensure_future(q.get())
 
             def pull() -> bytes:

@@ -415,6 +415,30 @@ def _tempdir(need: Optional[int] = None) -> str:
     return tempfile.mkdtemp(prefix="microvms-")
 
 
+def _max_args(max_bytes: Optional[int]) -> Dict[str, int]:
+    """The read op's maxBytes for a caller's max_bytes (None: the op's own bound)."""
+    if max_bytes is None:
+        return {}
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise InvalidArgError("max_bytes must be a whole number of bytes, at least 1, got %r" % (max_bytes,), "ERR_INVALID_ARG")
+    return {"maxBytes": max_bytes}
+
+
+def _read_args(path: str, local: str, max_bytes: Optional[int]) -> c.ReadArgs:
+    args: c.ReadArgs = {"path": path, "localPath": local}
+    if "maxBytes" in _max_args(max_bytes):
+        args["maxBytes"] = cast(int, max_bytes)
+    return args
+
+
+def _refuse_over(path: str, size: Optional[int], max_bytes: Optional[int]) -> None:
+    # A file whose size already says it is over the bound is refused before
+    # the read starts; one that grows past it fails in the engine.
+    if max_bytes is not None and size is not None and size > max_bytes:
+        raise InvalidArgError("%s is %d bytes, over max_bytes (%d); raise max_bytes, or download it to a host file"
+                              % (path, size, max_bytes), "ERR_INVALID_ARG")
+
+
 def _read_size(d: c.PathData) -> Optional[int]:
     # A regular file's size is known before the read starts; anything else
     # (a symlink's target, a device) goes through the default temp dir.
@@ -468,28 +492,36 @@ class Files:
         """Copy one host file to path in the VM, streamed; returns its bytes."""
         return self._engine._op_write(_write_args(path, os.fspath(local), mode), timeout)["bytes"]
 
-    def download(self, path: str, local: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None) -> int:
-        """Copy one VM file to a host file, streamed (any size); returns its bytes."""
-        return self._engine._op_read({"path": path, "localPath": os.fspath(local)}, timeout)["bytes"]
+    def download(self, path: str, local: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int] = None,
+                 timeout: Optional[float] = None) -> int:
+        """Copy one VM file to a host file, streamed (up to max_bytes, else
+        DEFAULT_MAX_DOWNLOAD_BYTES; past it InvalidArgError and nothing is
+        left at local); returns its bytes."""
+        return self._engine._op_read(_read_args(path, os.fspath(local), max_bytes), timeout)["bytes"]
 
-    def read_bytes(self, path: str, *, timeout: Optional[float] = None) -> bytes:
-        """The whole file at path (any size)."""
+    def read_bytes(self, path: str, *, max_bytes: Optional[int] = None, timeout: Optional[float] = None) -> bytes:
+        """The whole file at path. The guest decides how large that is:
+        max_bytes bounds what this process takes (a file over it raises
+        InvalidArgError, before any byte when its size says so, else as the
+        read passes it); without it, up to DEFAULT_MAX_DOWNLOAD_BYTES (8 GiB)."""
+        extra = _max_args(max_bytes)
         size = _read_size(self._engine._op_stat({"path": path}, timeout))
+        _refuse_over(path, size, max_bytes)
         if _sink.supported():
             # Through a FIFO the engine writes while this process reads.
-            return self._engine._sink_read(path, size, timeout)
+            return self._engine._sink_read(path, size, timeout, extra)
         tmp = _tempdir(size)
         try:
             local = os.path.join(tmp, "data")
-            self._engine._op_read({"path": path, "localPath": local}, timeout)
+            self._engine._op_read(_read_args(path, local, max_bytes), timeout)
             with open(local, "rb") as f:
                 return f.read()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def read(self, path: str, *, timeout: Optional[float] = None) -> str:
-        """The whole file at path as UTF-8 text."""
-        return self.read_bytes(path, timeout=timeout).decode()
+    def read(self, path: str, *, max_bytes: Optional[int] = None, timeout: Optional[float] = None) -> str:
+        """The whole file at path as UTF-8 text (max_bytes as read_bytes)."""
+        return self.read_bytes(path, max_bytes=max_bytes, timeout=timeout).decode()
 
     def list(self, path: str, *, depth: int = 1, timeout: Optional[float] = None) -> List[FileEntry]:
         """The entries under path, depth levels deep."""
@@ -1267,27 +1299,29 @@ class AsyncFiles:
         """Copy one host file to path in the VM; returns its bytes."""
         return (await self._engine._aop_write(_write_args(path, os.fspath(local), mode)))["bytes"]
 
-    async def download(self, path: str, local: Union[str, "os.PathLike[str]"]) -> int:
-        """Copy one VM file to a host file (any size); returns its bytes."""
-        return (await self._engine._aop_read({"path": path, "localPath": os.fspath(local)}))["bytes"]
+    async def download(self, path: str, local: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int] = None) -> int:
+        """Files.download: up to max_bytes, else DEFAULT_MAX_DOWNLOAD_BYTES; returns its bytes."""
+        return (await self._engine._aop_read(_read_args(path, os.fspath(local), max_bytes)))["bytes"]
 
-    async def read_bytes(self, path: str) -> bytes:
-        """The whole file at path (any size)."""
+    async def read_bytes(self, path: str, *, max_bytes: Optional[int] = None) -> bytes:
+        """Files.read_bytes: the whole file, max_bytes bounding what this process takes."""
+        extra = _max_args(max_bytes)
         size = _read_size(await self._engine._aop_stat({"path": path}))
+        _refuse_over(path, size, max_bytes)
         if _sink.supported():
-            return await self._engine._asink_read(path, size)
+            return await self._engine._asink_read(path, size, extra)
         tmp = _tempdir(size)
         try:
             local = os.path.join(tmp, "data")
-            await self._engine._aop_read({"path": path, "localPath": local})
+            await self._engine._aop_read(_read_args(path, local, max_bytes))
             with open(local, "rb") as f:
                 return f.read()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    async def read(self, path: str) -> str:
-        """The whole file at path as UTF-8 text."""
-        return (await self.read_bytes(path)).decode()
+    async def read(self, path: str, *, max_bytes: Optional[int] = None) -> str:
+        """The whole file at path as UTF-8 text (max_bytes as read_bytes)."""
+        return (await self.read_bytes(path, max_bytes=max_bytes)).decode()
 
     async def list(self, path: str, *, depth: int = 1) -> List[FileEntry]:
         """The entries under path, depth levels deep."""

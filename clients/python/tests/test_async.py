@@ -136,6 +136,15 @@ class AsyncHarnessTest(unittest.TestCase):
                 await watch.aclose()
                 self.assertIsInstance(first, FsEvent)
                 self.assertTrue((await sb.health())["bootstrapped"])
+                # max_bytes, as Files: the engine bounds a read its stat
+                # could not (a symlink's size is the link's), and lines()
+                # exists on asyncio and puts a split character together.
+                await sb.run("head -c 100 /dev/zero > /tmp/h; ln -sf /tmp/h /tmp/hl")
+                self.assertEqual(len(await sb.files.read_bytes("/tmp/hl", max_bytes=100)), 100)
+                with self.assertRaises(InvalidArgError):
+                    await sb.files.read_bytes("/tmp/hl", max_bytes=99)
+                got = [line async for line in sb.stream("printf '\\303'; sleep 0.4; printf '\\251\\n'").lines()]
+                self.assertEqual(got, ["\u00e9"])
                 # Catches: the async hold answering without pinging.
                 held = await sb.hold_awake(0.6, every_sec=0.2)
                 self.assertGreaterEqual(held.pings, 2)

@@ -157,6 +157,26 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(sb.files.read("/work/notes.txt"), "kept\n")
             sb.files.write("/work/bin.dat", b"\x00\xff\x01", mode="0600")
             self.assertEqual(sb.files.read_bytes("/work/bin.dat"), b"\x00\xff\x01")
+            # max_bytes bounds what this process takes of a guest's file:
+            # refused before the read when its size says so, and by the
+            # engine as the read passes it when it does not (a symlink's
+            # size is the link's). Catches: max_bytes not sent to the engine,
+            # or checked against the stat alone.
+            sb.run("head -c 100 /dev/zero > /tmp/hundred; ln -sf /tmp/hundred /tmp/hundred-link")
+            self.assertEqual(len(sb.files.read_bytes("/tmp/hundred", max_bytes=100)), 100)
+            self.assertEqual(len(sb.files.read_bytes("/tmp/hundred-link", max_bytes=100)), 100)
+            for p in ("/tmp/hundred", "/tmp/hundred-link"):
+                with self.assertRaises(InvalidArgError) as over:
+                    sb.files.read_bytes(p, max_bytes=99)
+                self.assertIn("max", over.exception.message)
+            with tempfile.TemporaryDirectory() as host:
+                dst = os.path.join(host, "got")
+                with self.assertRaises(InvalidArgError):
+                    sb.files.download("/tmp/hundred", dst, max_bytes=99)
+                self.assertFalse(os.path.exists(dst), "a download past max_bytes left its file")
+                self.assertEqual(sb.files.download("/tmp/hundred", dst, max_bytes=100), 100)
+            with self.assertRaises(InvalidArgError):
+                sb.files.read_bytes("/tmp/hundred", max_bytes=0)
             # Bytes that only pass through hold no host file: a write's go
             # through a Unix socket the engine dials, a read's through a
             # FIFO (each in a microvm-sink-* directory), both removed after.

@@ -412,12 +412,12 @@ class Engine extends C.Ops {
    * one Buffer of the file's size when that is known (size), instead of a
    * whole host file written and then read back.
    */
-  async sinkRead(path: string, size: number | null): Promise<Uint8Array> {
+  async sinkRead(path: string, size: number | null, extra: { maxBytes?: number } = {}): Promise<Uint8Array> {
     const fifo = await this.openFifo();
     try {
       let done!: (env: Record<string, unknown> | null) => void;
       const envelope = new Promise<Record<string, unknown> | null>((resolve) => { done = resolve; });
-      const id = this.send("read", { path, sink: fifo.path }, { event: () => {}, done });
+      const id = this.send("read", { path, sink: fifo.path, ...extra }, { event: () => {}, done });
       let data: Buffer;
       try {
         data = await readAll(await fifoReader(fifo, envelope), size);
@@ -881,6 +881,21 @@ async function withTemp<T>(need: number | null, fn: (path: string) => Promise<T>
 /** One change under a watched directory: op is agentd's (create, write, remove, rename, chmod). */
 export interface FsEvent { readonly kind: "fs"; readonly op: string; readonly path: string; readonly seq: number }
 
+/** Options of a whole-file read (readBytes, read, download). */
+export interface ReadOptions {
+  /** The most bytes this read takes (at least 1); past it the read rejects with InvalidArgError. */
+  maxBytes?: number;
+}
+
+/** The read op's maxBytes for a caller's maxBytes (undefined: the op's own bound). */
+function maxArgs(opts: ReadOptions): { maxBytes?: number } {
+  if (opts.maxBytes === undefined) return {};
+  if (!Number.isSafeInteger(opts.maxBytes) || opts.maxBytes < 1) {
+    throw new InvalidArgError(`maxBytes must be a whole number of bytes, at least 1, got ${opts.maxBytes}`, "ERR_INVALID_ARG");
+  }
+  return { maxBytes: opts.maxBytes };
+}
+
 /** The sandbox's filesystem (E2B's sandbox.files). */
 export class Files {
   constructor(private readonly engine: Engine) {}
@@ -903,21 +918,32 @@ export class Files {
     return (await this.engine.write({ path, localPath: local, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) })).bytes;
   }
 
-  /** Copy one VM file to a host file, streamed (any size); resolves to its bytes. */
-  async download(path: string, local: string): Promise<number> {
-    return (await this.engine.read({ path, localPath: local })).bytes;
+  /** Copy one VM file to a host file, streamed (up to maxBytes, else DEFAULT_MAX_DOWNLOAD_BYTES; past it nothing is left at local); resolves to its bytes. */
+  async download(path: string, local: string, opts: ReadOptions = {}): Promise<number> {
+    return (await this.engine.read({ path, localPath: local, ...maxArgs(opts) })).bytes;
   }
 
-  /** The whole file at path (any size). */
-  async readBytes(path: string): Promise<Uint8Array> {
+  /**
+   * The whole file at path. The guest decides how large that is: maxBytes
+   * bounds what this process takes (a file over it rejects with
+   * InvalidArgError, before any byte when its size says so, else as the read
+   * passes it); without it, up to DEFAULT_MAX_DOWNLOAD_BYTES (8 GiB).
+   */
+  async readBytes(path: string, opts: ReadOptions = {}): Promise<Uint8Array> {
+    const extra = maxArgs(opts);
     // A regular file's size is known before the read: a symlink or device
     // goes through the default temp dir.
     const d = await this.engine.stat({ path });
     const size = d.exists && d.entry && d.entry.type === "file" ? Number(d.entry.size) : null;
+    if (opts.maxBytes !== undefined && size !== null && size > opts.maxBytes) {
+      // Refused before the read starts; a file that grows past the bound
+      // fails in the engine.
+      throw new InvalidArgError(`${path} is ${size} bytes, over maxBytes (${opts.maxBytes}); raise maxBytes, or download it to a host file`, "ERR_INVALID_ARG");
+    }
     // Through a FIFO the engine writes while this process reads.
-    if (SINKS) return this.engine.sinkRead(path, size);
+    if (SINKS) return this.engine.sinkRead(path, size, extra);
     return withTemp(size, async (local) => {
-      await this.download(path, local);
+      await this.download(path, local, opts);
       // A view, not a copy: readFile gave this buffer its own memory.
       const buf = await readFile(local);
       return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
@@ -974,8 +1000,8 @@ export class Files {
   }
 
   /** The whole file at path as UTF-8 text. */
-  async read(path: string): Promise<string> {
-    return Buffer.from(await this.readBytes(path)).toString("utf8");
+  async read(path: string, opts: ReadOptions = {}): Promise<string> {
+    return Buffer.from(await this.readBytes(path, opts)).toString("utf8");
   }
 
   /** The entries under path, depth levels deep. */

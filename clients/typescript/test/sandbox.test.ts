@@ -163,6 +163,25 @@ describe("sandbox", { skip }, () => {
       assert.equal(await sb.files.read("/work/notes.txt"), "kept\n");
       await sb.files.write("/work/bin.dat", new Uint8Array([0, 255, 1]), { mode: "0600" });
       assert.deepEqual([...(await sb.files.readBytes("/work/bin.dat"))], [0, 255, 1]);
+      // maxBytes bounds what this process takes of a guest's file: refused
+      // before the read when its size says so, and by the engine as the read
+      // passes it when it does not (a symlink's size is the link's).
+      // Catches: maxBytes not sent to the engine, or checked against the stat alone.
+      await sb.run("head -c 100 /dev/zero > /tmp/hundred; ln -sf /tmp/hundred /tmp/hundred-link");
+      assert.equal((await sb.files.readBytes("/tmp/hundred", { maxBytes: 100 })).length, 100);
+      assert.equal((await sb.files.readBytes("/tmp/hundred-link", { maxBytes: 100 })).length, 100);
+      for (const p of ["/tmp/hundred", "/tmp/hundred-link"]) {
+        await assert.rejects(sb.files.readBytes(p, { maxBytes: 99 }), (e: unknown) => e instanceof InvalidArgError && /max/i.test(e.message));
+      }
+      const host = mkdtempSync(join(tmpdir(), "maxbytes-"));
+      try {
+        await assert.rejects(sb.files.download("/tmp/hundred", join(host, "got"), { maxBytes: 99 }), InvalidArgError);
+        assert.deepEqual(readdirSync(host), [], "a download past maxBytes left its file");
+        assert.equal(await sb.files.download("/tmp/hundred", join(host, "got"), { maxBytes: 100 }), 100);
+      } finally {
+        rmSync(host, { recursive: true, force: true });
+      }
+      await assert.rejects(sb.files.readBytes("/tmp/hundred", { maxBytes: 0 }), InvalidArgError);
       const entries = await sb.files.list("/work");
       assert.deepEqual(entries.map((e) => e.name).sort(), ["bin.dat", "notes.txt"]);
       const bin = entries.find((e) => e.name === "bin.dat")!;

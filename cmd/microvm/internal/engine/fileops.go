@@ -51,21 +51,24 @@ func (e *engine) fileOp(ctx context.Context, sb *sandbox.Sandbox, req engineapi.
 		if err := decodeArgs(req.Args, &args); err != nil {
 			return "", nil, err
 		}
+		if args.MaxBytes < 0 {
+			return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "engine: maxBytes %d is negative; leave it out for the mode's own bound", args.MaxBytes)
+		}
 		if args.Sink != "" {
-			n, err := readToSink(ctx, sb, args.Path, args.Sink)
+			n, err := readToSink(ctx, sb, args.Path, args.Sink, args.MaxBytes)
 			if err != nil {
 				return "", nil, err
 			}
 			return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: n}, nil
 		}
 		if args.LocalPath != "" {
-			n, err := readTo(ctx, sb, args.Path, args.LocalPath)
+			n, err := readTo(ctx, sb, args.Path, args.LocalPath, args.MaxBytes)
 			if err != nil {
 				return "", nil, err
 			}
 			return engineapi.TypeFile, engineapi.FileData{Path: args.Path, Bytes: n}, nil
 		}
-		data, err := sb.ReadFile(ctx, args.Path)
+		data, err := readWhole(ctx, sb, args.Path, args.MaxBytes)
 		if err != nil {
 			return "", nil, err
 		}

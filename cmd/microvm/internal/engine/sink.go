@@ -132,7 +132,7 @@ func (s *frameSink) close() {
 // arrives: raw bytes, the sink's close their end. It is bounded as a
 // download is (DEFAULT_MAX_DOWNLOAD_BYTES), so a guest cannot pour without
 // end into a reader that trusted the file's size.
-func readToSink(ctx context.Context, sb *sandbox.Sandbox, path, sinkPath string) (int64, error) {
+func readToSink(ctx context.Context, sb *sandbox.Sandbox, path, sinkPath string, maxBytes int64) (int64, error) {
 	sess, err := session(sb)
 	if err != nil {
 		return 0, err
@@ -144,6 +144,8 @@ func readToSink(ctx context.Context, sb *sandbox.Sandbox, path, sinkPath string)
 	defer sink.close()
 	bw := &client.BoundedWriter{W: sink.f, Limit: taxonomy.DefaultMaxDownloadBytes, Key: "DEFAULT_MAX_DOWNLOAD_BYTES",
 		Op: "engine: reading " + path, What: "the file", Hint: "copy a larger file with `microvm cp --max-bytes N`"}
+	limit := readBound(maxBytes, bw.Limit)
+	bw.Limit = limit
 	rc, err := sess.OpenFile(ctx, path, client.LineRange{})
 	if err != nil {
 		return 0, err
@@ -152,7 +154,11 @@ func readToSink(ctx context.Context, sb *sandbox.Sandbox, path, sinkPath string)
 	// Each read of the body up to sinkChunk, written as it comes: io.Copy's
 	// 32 KiB would wake the reader (a trip through Node's thread pool or
 	// Python's interpreter) for every 32 KiB.
-	return io.CopyBuffer(struct{ io.Writer }{bw}, struct{ io.Reader }{rc}, make([]byte, sinkChunk))
+	n, err := io.CopyBuffer(struct{ io.Writer }{bw}, struct{ io.Reader }{rc}, make([]byte, sinkChunk))
+	if limit < taxonomy.DefaultMaxDownloadBytes && errors.Is(err, client.ErrOverBound) {
+		return n, overMaxBytes(path, limit)
+	}
+	return n, err
 }
 
 // sinkChunk is the most one write of a read's sink carries: a FIFO sink's

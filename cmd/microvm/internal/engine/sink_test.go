@@ -179,3 +179,15 @@ func TestMakeFIFOSink(t *testing.T) {
 		t.Fatalf("through the FIFO: %q %v", got, err)
 	}
 }
+
+// TestReadBoundOnlyLowers: maxBytes lowers a read mode's own bound and never
+// raises it. Catches: a caller's maxBytes above MAX_READ_FILE_BYTES or
+// DEFAULT_MAX_DOWNLOAD_BYTES taken as the bound, which would let one request
+// hold more in the engine than any read may.
+func TestReadBoundOnlyLowers(t *testing.T) {
+	for _, c := range []struct{ max, own, want int64 }{{0, 64, 64}, {10, 64, 10}, {64, 64, 64}, {65, 64, 64}, {1 << 40, 64, 64}} {
+		if got := readBound(c.max, c.own); got != c.want {
+			t.Errorf("readBound(%d, %d) = %d, want %d", c.max, c.own, got, c.want)
+		}
+	}
+}
