@@ -40,15 +40,23 @@ func TestMCPCheckpointAndFork(t *testing.T) {
 		t.Fatalf("checkpoint: %+v", cp)
 	}
 	var fk mcpapi.SandboxForkResult
-	call(t, ctx, cs, mcpapi.ToolSandboxFork, map[string]any{"sandbox_id": id, "count": 2, "paths": []string{dir},
-		"command": "cat " + dir + "/src/a.txt; ls " + dir + "; touch " + dir + "/mine; exit 3"}, &fk)
+	// env reaches each copy (sandbox_create's launch arguments): the wrong
+	// edit is a fork that launches its copies with none.
+	call(t, ctx, cs, mcpapi.ToolSandboxFork, map[string]any{"sandbox_id": id, "count": 2, "paths": []string{dir}, "env": map[string]string{"WHO": "a copy"},
+		"command": "cat " + dir + "/src/a.txt; ls " + dir + "; echo \"$WHO\"; touch " + dir + "/mine; exit 3"}, &fk)
 	if len(fk.Runs) != 2 || len(fk.Leaked) != 0 || fk.Checkpoint == "" {
 		t.Fatalf("fork: %+v", fk)
 	}
 	for _, r := range fk.Runs {
-		if r.ExitCode == nil || *r.ExitCode != 3 || r.Stdout != "one\nsrc\n" || r.SandboxID == id {
+		if r.ExitCode == nil || *r.ExitCode != 3 || r.Stdout != "one\nsrc\na copy\n" || r.SandboxID == id {
 			t.Fatalf("a copy: %+v", r)
 		}
+	}
+	// Refused as sandbox_create refuses it, before any copy launches.
+	bad, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpapi.ToolSandboxFork, Arguments: map[string]any{"sandbox_id": id, "count": 1,
+		"command": "true", "paths": []string{dir}, "network_allow": []string{"example.com"}, "network_deny_all": true}})
+	if err != nil || !bad.IsError || !strings.Contains(text(bad), "ERR_INVALID_ARG") {
+		t.Fatalf("a fork with an allow list and deny-all was not refused: %v %s", err, text(bad))
 	}
 	call(t, ctx, cs, mcpapi.ToolSandboxExec, map[string]any{"sandbox_id": id, "command": "ls " + dir}, &ex)
 	if ex.Stdout != "src\n" {

@@ -536,6 +536,22 @@ type RunManyArgs struct {
 	ExecutionRoleARN string `json:"executionRoleArn"`
 	// Agentd is local mode: the host agentd the guests run
 	Agentd string `json:"agentd"`
+	// Egress is give the VM outbound network (run --egress); left out, it has none
+	Egress bool `json:"egress"`
+	// LaunchEnv is NAME=value entries for every exec in the VM, delivered once at launch (run --launch-env)
+	LaunchEnv []string `json:"launchEnv"`
+	// MaxIdleSec is suspend the VM after this many seconds without inbound traffic; zero is run's default, 600
+	MaxIdleSec int64 `json:"maxIdleSec"`
+	// SuspendedSec is terminate the VM after this many seconds suspended; zero is run's default, 600
+	SuspendedSec int64 `json:"suspendedSec"`
+	// MaxDurationSec is the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600
+	MaxDurationSec int64 `json:"maxDurationSec"`
+	// NetworkAllow is network policy rules (issue 48), each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] as run --network-allow spells them; any rule or secret puts the guest under a policy that denies everything else. Enforced only by an emulator (local or a control endpoint); on AWS refused (finding egress-connector-or-none)
+	NetworkAllow []string `json:"networkAllow"`
+	// NetworkDenyAll is launch under a policy that allows nothing (no networkAllow rules needed)
+	NetworkDenyAll bool `json:"networkDenyAll"`
+	// Secrets is credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error
+	Secrets []string `json:"secrets"`
 }
 
 // CheckpointArgs are the arguments of checkpoint: save paths of the sandbox (its working directory when none, which must not be /) as a checkpoint: the CLI's checkpoint ID.
@@ -588,6 +604,22 @@ type ForkArgs struct {
 	Labels []string `json:"labels"`
 	// NoPause is as checkpoint's
 	NoPause bool `json:"noPause"`
+	// Egress is give the VM outbound network (run --egress); left out, it has none
+	Egress bool `json:"egress"`
+	// LaunchEnv is NAME=value entries for every exec in the VM, delivered once at launch (run --launch-env)
+	LaunchEnv []string `json:"launchEnv"`
+	// MaxIdleSec is suspend the VM after this many seconds without inbound traffic; zero is run's default, 600
+	MaxIdleSec int64 `json:"maxIdleSec"`
+	// SuspendedSec is terminate the VM after this many seconds suspended; zero is run's default, 600
+	SuspendedSec int64 `json:"suspendedSec"`
+	// MaxDurationSec is the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600
+	MaxDurationSec int64 `json:"maxDurationSec"`
+	// NetworkAllow is network policy rules (issue 48), each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] as run --network-allow spells them; any rule or secret puts the guest under a policy that denies everything else. Enforced only by an emulator (local or a control endpoint); on AWS refused (finding egress-connector-or-none)
+	NetworkAllow []string `json:"networkAllow"`
+	// NetworkDenyAll is launch under a policy that allows nothing (no networkAllow rules needed)
+	NetworkDenyAll bool `json:"networkDenyAll"`
+	// Secrets is credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error
+	Secrets []string `json:"secrets"`
 }
 
 // RestoreArgs are the arguments of restore: launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches.
@@ -606,6 +638,24 @@ type RestoreArgs struct {
 	AllowOtherVersion bool `json:"allowOtherVersion"`
 	// ImageVersion is another image version to restore into, with allowOtherVersion
 	ImageVersion string `json:"imageVersion"`
+	// ExecutionRoleARN is as create's
+	ExecutionRoleARN string `json:"executionRoleArn"`
+	// Egress is give the VM outbound network (run --egress); left out, it has none
+	Egress bool `json:"egress"`
+	// LaunchEnv is NAME=value entries for every exec in the VM, delivered once at launch (run --launch-env)
+	LaunchEnv []string `json:"launchEnv"`
+	// MaxIdleSec is suspend the VM after this many seconds without inbound traffic; zero is run's default, 600
+	MaxIdleSec int64 `json:"maxIdleSec"`
+	// SuspendedSec is terminate the VM after this many seconds suspended; zero is run's default, 600
+	SuspendedSec int64 `json:"suspendedSec"`
+	// MaxDurationSec is the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600
+	MaxDurationSec int64 `json:"maxDurationSec"`
+	// NetworkAllow is network policy rules (issue 48), each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] as run --network-allow spells them; any rule or secret puts the guest under a policy that denies everything else. Enforced only by an emulator (local or a control endpoint); on AWS refused (finding egress-connector-or-none)
+	NetworkAllow []string `json:"networkAllow"`
+	// NetworkDenyAll is launch under a policy that allows nothing (no networkAllow rules needed)
+	NetworkDenyAll bool `json:"networkDenyAll"`
+	// Secrets is credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error
+	Secrets []string `json:"secrets"`
 }
 
 // VolumeSyncArgs are the arguments of volume_sync: save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID.

@@ -915,6 +915,14 @@ RunManyArgs = TypedDict("RunManyArgs", {
     "controlEndpoint": str,
     "executionRoleArn": str,
     "agentd": str,
+    "egress": bool,
+    "launchEnv": List[str],
+    "maxIdleSec": int,
+    "suspendedSec": int,
+    "maxDurationSec": int,
+    "networkAllow": List[str],
+    "networkDenyAll": bool,
+    "secrets": List[str],
 }, total=False)
 RunManyArgs.__doc__ = "The arguments of run_many: run one command in count MicroVMs launched from one image, at most parallel alive at once, each torn down after: the CLI's run --count, through the same code (needs no sandbox of this engine and touches none). Every key may be left out."
 
@@ -956,6 +964,14 @@ ForkArgs = TypedDict("ForkArgs", {
     "name": str,
     "labels": List[str],
     "noPause": bool,
+    "egress": bool,
+    "launchEnv": List[str],
+    "maxIdleSec": int,
+    "suspendedSec": int,
+    "maxDurationSec": int,
+    "networkAllow": List[str],
+    "networkDenyAll": bool,
+    "secrets": List[str],
 }, total=False)
 ForkArgs.__doc__ = "The arguments of fork: checkpoint the sandbox, then run command in count new MicroVMs restored from it (the CLI's run --from --count): per-sandbox outcomes, each torn down, one cost report; the checkpoint stays stored and this sandbox keeps running. Every key may be left out."
 
@@ -968,6 +984,15 @@ RestoreArgs = TypedDict("RestoreArgs", {
     "agentd": str,
     "allowOtherVersion": bool,
     "imageVersion": str,
+    "executionRoleArn": str,
+    "egress": bool,
+    "launchEnv": List[str],
+    "maxIdleSec": int,
+    "suspendedSec": int,
+    "maxDurationSec": int,
+    "networkAllow": List[str],
+    "networkDenyAll": bool,
+    "secrets": List[str],
 }, total=False)
 RestoreArgs.__doc__ = "The arguments of restore: launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches. Every key may be left out."
 

@@ -12,13 +12,13 @@ non-zero exit is a result in its run, not an exception.
 """
 import asyncio
 from dataclasses import dataclass
-from typing import List, Optional, cast
+from typing import Any, Dict, List, Mapping, Optional, Sequence, cast
 
 from . import _contract as c
 from ._engine import AsyncEngine, Engine
 from ._contract import RunFleetData, RunManyArgs
 from .errors import MicrovmError
-from .sandbox import CostReport
+from .sandbox import CostReport, Secret, _launch_into
 
 
 @dataclass(frozen=True)
@@ -94,16 +94,28 @@ def run_many(
     execution_role_arn: str = "",
     agentd: str = "",
     timeout_sec: float = 0.0,
+    egress: bool = False,
+    launch_env: Optional[Dict[str, str]] = None,
+    max_idle_sec: Optional[int] = None,
+    suspended_sec: Optional[int] = None,
+    max_duration_sec: Optional[int] = None,
+    network_allow: Optional[Sequence[str]] = None,
+    network_deny_all: bool = False,
+    secrets: Optional[Mapping[str, Secret]] = None,
     binary: Optional[str] = None,
 ) -> FleetResult:
     """Run `command` (through /bin/sh -c) in `count` MicroVMs, at most
-    `parallel` alive at once (0: the default), each torn down after.
+    `parallel` alive at once (0: the default), each torn down after; each
+    launched with the launch options given (egress through secrets, as
+    Sandbox.create's).
 
     Commands that exit non-zero are results (FleetRun.exit_code); a fleet
     that could not run at all (bad bounds, no image, no credentials) raises
     the typed error the CLI would exit with."""
     args = _fleet_args(command, count, parallel, local, image, region, control_endpoint, execution_role_arn,
                        agentd, timeout_sec)
+    _launch_into(cast(Dict[str, Any], args), egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec,
+                 network_allow, network_deny_all, secrets)
     engine = Engine(binary)
     try:
         try:
@@ -126,12 +138,22 @@ async def run_many_async(
     execution_role_arn: str = "",
     agentd: str = "",
     timeout_sec: float = 0.0,
+    egress: bool = False,
+    launch_env: Optional[Dict[str, str]] = None,
+    max_idle_sec: Optional[int] = None,
+    suspended_sec: Optional[int] = None,
+    max_duration_sec: Optional[int] = None,
+    network_allow: Optional[Sequence[str]] = None,
+    network_deny_all: bool = False,
+    secrets: Optional[Mapping[str, Secret]] = None,
     binary: Optional[str] = None,
 ) -> FleetResult:
     """run_many on asyncio: its own engine, awaited; cancelling the task ends
     the engine, which tears down every MicroVM of the fleet."""
     args = _fleet_args(command, count, parallel, local, image, region, control_endpoint, execution_role_arn,
                        agentd, timeout_sec)
+    _launch_into(cast(Dict[str, Any], args), egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec,
+                 network_allow, network_deny_all, secrets)
     engine = await AsyncEngine.start(binary)
     try:
         try:

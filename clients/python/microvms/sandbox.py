@@ -688,6 +688,22 @@ def _network_args(args: c.CreateArgs, network_allow: Optional[Sequence[str]], ne
         args["secrets"] = specs
 
 
+def _launch_into(args: Dict[str, Any], egress: bool, launch_env: Optional[Dict[str, str]], max_idle_sec: Optional[int],
+                 suspended_sec: Optional[int], max_duration_sec: Optional[int], network_allow: Optional[Sequence[str]],
+                 network_deny_all: bool, secrets: Optional[Mapping[str, Secret]]) -> Dict[str, Any]:
+    """create's launch options (outbound network, environment, idle and
+    duration policy, network policy and secrets) for an op that launches
+    from something else: restore, fork, run_many. Checked as create's are."""
+    launch = _create_args(False, None, None, None, None, None, None, None, None, egress, launch_env, max_idle_sec,
+                          suspended_sec, max_duration_sec)
+    del launch["local"]
+    if not egress:
+        del launch["egress"]
+    _network_args(launch, network_allow, network_deny_all, secrets)
+    args.update(launch)
+    return args
+
+
 def _network_set_args(allow: Sequence[str], deny_all: bool) -> c.NetworkSetArgs:
     if isinstance(allow, str):
         raise InvalidArgError("allow is a list of rules, not one string", "ERR_INVALID_ARG")
@@ -1030,6 +1046,15 @@ class Sandbox:
         region: Optional[str] = None,
         image_version: Optional[str] = None,
         allow_other_version: bool = False,
+        execution_role_arn: Optional[str] = None,
+        egress: bool = False,
+        launch_env: Optional[Dict[str, str]] = None,
+        max_idle_sec: Optional[int] = None,
+        suspended_sec: Optional[int] = None,
+        max_duration_sec: Optional[int] = None,
+        network_allow: Optional[Sequence[str]] = None,
+        network_deny_all: bool = False,
+        secrets: Optional[Mapping[str, Secret]] = None,
         binary: Optional[str] = None,
         timeout: Optional[float] = None,
     ) -> "Sandbox":
@@ -1038,8 +1063,12 @@ class Sandbox:
         or other-version checkpoint raises CheckpointRefusedError before
         anything launches. The store is a running emulator's
         (control_endpoint) or AWS's; a local engine's new emulator has none,
-        so locally fork() instead."""
+        so locally fork() instead. The launch options (egress through
+        secrets) are create's, with its defaults."""
         args: Dict[str, Any] = {"ref": checkpoint, "allowOtherVersion": allow_other_version}
+        if execution_role_arn is not None:
+            args["executionRoleArn"] = execution_role_arn
+        _launch_into(args, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec, network_allow, network_deny_all, secrets)
         if control_endpoint is not None:
             args["controlEndpoint"] = control_endpoint
         if region is not None:
@@ -1065,14 +1094,21 @@ class Sandbox:
     def fork(self, n: int, *, command: str = "", parallel: int = 0, timeout_sec: float = 0.0,
              paths: Optional[Sequence[str]] = None, name: Optional[str] = None,
              labels: Optional[Dict[str, str]] = None, pause: bool = True,
+             egress: bool = False, launch_env: Optional[Dict[str, str]] = None,
+             max_idle_sec: Optional[int] = None, suspended_sec: Optional[int] = None, max_duration_sec: Optional[int] = None,
+             network_allow: Optional[Sequence[str]] = None, network_deny_all: bool = False,
+             secrets: Optional[Mapping[str, "Secret"]] = None,
              timeout: Optional[float] = None) -> "FleetResult":
         """Checkpoint this sandbox and run command in n copies restored from it,
         each torn down after: per-copy outcomes and one cost report, as
-        run_many's FleetResult. This sandbox keeps running."""
+        run_many's FleetResult. This sandbox keeps running. Each copy is
+        launched with the launch options given (egress through secrets, as
+        create's), not this sandbox's."""
         from .fleet import FleetResult, _fleet_outcome
         from .errors import MicrovmError
         args = _save_args(paths, name, labels, pause)
         args.update({"count": n, "parallel": parallel, "command": command, "timeoutSec": timeout_sec})
+        _launch_into(args, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec, network_allow, network_deny_all, secrets)
         try:
             return FleetResult._from(self._engine._op_fork(cast(c.ForkArgs, args), timeout))
         except MicrovmError as e:
@@ -1568,9 +1604,16 @@ class AsyncSandbox:
     @classmethod
     async def restore(cls, checkpoint: str, *, control_endpoint: Optional[str] = None, region: Optional[str] = None,
                       image_version: Optional[str] = None, allow_other_version: bool = False,
+                      execution_role_arn: Optional[str] = None, egress: bool = False, launch_env: Optional[Dict[str, str]] = None,
+                      max_idle_sec: Optional[int] = None, suspended_sec: Optional[int] = None, max_duration_sec: Optional[int] = None,
+                      network_allow: Optional[Sequence[str]] = None, network_deny_all: bool = False,
+                      secrets: Optional[Mapping[str, "Secret"]] = None,
                       binary: Optional[str] = None) -> "AsyncSandbox":
         """Sandbox.restore on asyncio."""
         args: Dict[str, Any] = {"ref": checkpoint, "allowOtherVersion": allow_other_version}
+        if execution_role_arn is not None:
+            args["executionRoleArn"] = execution_role_arn
+        _launch_into(args, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec, network_allow, network_deny_all, secrets)
         if control_endpoint is not None:
             args["controlEndpoint"] = control_endpoint
         if region is not None:
@@ -1593,12 +1636,17 @@ class AsyncSandbox:
 
     async def fork(self, n: int, *, command: str = "", parallel: int = 0, timeout_sec: float = 0.0,
                    paths: Optional[Sequence[str]] = None, name: Optional[str] = None,
-                   labels: Optional[Dict[str, str]] = None, pause: bool = True) -> "FleetResult":
+                   labels: Optional[Dict[str, str]] = None, pause: bool = True,
+                   egress: bool = False, launch_env: Optional[Dict[str, str]] = None,
+                   max_idle_sec: Optional[int] = None, suspended_sec: Optional[int] = None, max_duration_sec: Optional[int] = None,
+                   network_allow: Optional[Sequence[str]] = None, network_deny_all: bool = False,
+                   secrets: Optional[Mapping[str, "Secret"]] = None) -> "FleetResult":
         """Sandbox.fork on asyncio."""
         from .fleet import FleetResult, _fleet_outcome
         from .errors import MicrovmError
         args = _save_args(paths, name, labels, pause)
         args.update({"count": n, "parallel": parallel, "command": command, "timeoutSec": timeout_sec})
+        _launch_into(args, egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec, network_allow, network_deny_all, secrets)
         try:
             return FleetResult._from(await self._engine._aop_fork(cast(c.ForkArgs, args)))
         except MicrovmError as e:

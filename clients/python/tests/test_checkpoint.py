@@ -33,12 +33,22 @@ class CheckpointTest(unittest.TestCase):
             self.assertEqual(m["paths"], [DIR])
             self.assertEqual(m["labels"], [{"key": "team", "value": "a"}])
             self.assertTrue(m["writersPaused"])
-            fleet = sb.fork(2, command=PROBE, paths=[DIR], name="py-fork")
+            # Each copy gets the launch options the fork names (create's):
+            # the wrong edit is a fork op that launches its copies with
+            # none, as it did.
+            fleet = sb.fork(2, command=PROBE + '; echo "who=$WHO"', paths=[DIR], name="py-fork",
+                            launch_env={"WHO": "a copy"})
             self.assertTrue(fleet.ok, [(r.error_code, r.stderr) for r in fleet.runs])
             self.assertEqual(len(fleet.runs), 2)
             for r in fleet.runs:
                 self.assertTrue(r.stdout.startswith("one\n750\n"), r.stdout)
                 self.assertNotIn("mine-", r.stdout)
+                self.assertIn("who=a copy\n", r.stdout)
+            # Refused as create refuses it, before any copy launches.
+            with self.assertRaises(InvalidArgError):
+                sb.fork(1, command="true", paths=[DIR], network_allow=["example.com"], network_deny_all=True)
+            with self.assertRaises(InvalidArgError):
+                sb.fork(1, command="true", paths=[DIR], max_duration_sec=28801)
             self.assertEqual(fleet.leaked, [])
             names = [c["name"] for c in sb.checkpoints.list()]
             self.assertIn("py-base", names)
@@ -125,9 +135,13 @@ class RestoreTest(unittest.TestCase):
         with Sandbox.build(control_endpoint=self.url) as sb:
             self.assertEqual(sb.run(SETUP).exit_code, 0)
             m = sb.checkpoint(paths=[DIR], name="py-restore")
-            with Sandbox.restore("py-restore", control_endpoint=self.url) as copy:
+            with Sandbox.restore("py-restore", control_endpoint=self.url, launch_env={"WHO": "restored"},
+                                 max_idle_sec=900) as copy:
                 self.assertNotEqual(copy.microvm_id, sb.microvm_id)
                 self.assertTrue(copy.run(PROBE).stdout.startswith("one\n750\n"))
+                # create's launch options reach a restore too.
+                self.assertEqual(copy.run('echo "$WHO"').stdout, "restored\n")
+                self.assertEqual(copy.max_idle_seconds, 900)
             self.assertEqual(m["name"], "py-restore")
             with self.assertRaises(MicrovmError):
                 Sandbox.restore("no-such-checkpoint", control_endpoint=self.url)

@@ -1047,6 +1047,22 @@ export interface RunManyArgs {
   readonly "executionRoleArn"?: string;
   /** local mode: the host agentd the guests run */
   readonly "agentd"?: string;
+  /** give the VM outbound network (run --egress); left out, it has none */
+  readonly "egress"?: boolean;
+  /** NAME=value entries for every exec in the VM, delivered once at launch (run --launch-env) */
+  readonly "launchEnv"?: string[];
+  /** suspend the VM after this many seconds without inbound traffic; zero is run's default, 600 */
+  readonly "maxIdleSec"?: number;
+  /** terminate the VM after this many seconds suspended; zero is run's default, 600 */
+  readonly "suspendedSec"?: number;
+  /** the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600 */
+  readonly "maxDurationSec"?: number;
+  /** network policy rules (issue 48), each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] as run --network-allow spells them; any rule or secret puts the guest under a policy that denies everything else. Enforced only by an emulator (local or a control endpoint); on AWS refused (finding egress-connector-or-none) */
+  readonly "networkAllow"?: string[];
+  /** launch under a policy that allows nothing (no networkAllow rules needed) */
+  readonly "networkDenyAll"?: boolean;
+  /** credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error */
+  readonly "secrets"?: string[];
 }
 
 /** The arguments of checkpoint: save paths of the sandbox (its working directory when none, which must not be /) as a checkpoint: the CLI's checkpoint ID. Every key may be left out. */
@@ -1099,6 +1115,22 @@ export interface ForkArgs {
   readonly "labels"?: string[];
   /** as checkpoint's */
   readonly "noPause"?: boolean;
+  /** give the VM outbound network (run --egress); left out, it has none */
+  readonly "egress"?: boolean;
+  /** NAME=value entries for every exec in the VM, delivered once at launch (run --launch-env) */
+  readonly "launchEnv"?: string[];
+  /** suspend the VM after this many seconds without inbound traffic; zero is run's default, 600 */
+  readonly "maxIdleSec"?: number;
+  /** terminate the VM after this many seconds suspended; zero is run's default, 600 */
+  readonly "suspendedSec"?: number;
+  /** the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600 */
+  readonly "maxDurationSec"?: number;
+  /** network policy rules (issue 48), each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] as run --network-allow spells them; any rule or secret puts the guest under a policy that denies everything else. Enforced only by an emulator (local or a control endpoint); on AWS refused (finding egress-connector-or-none) */
+  readonly "networkAllow"?: string[];
+  /** launch under a policy that allows nothing (no networkAllow rules needed) */
+  readonly "networkDenyAll"?: boolean;
+  /** credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error */
+  readonly "secrets"?: string[];
 }
 
 /** The arguments of restore: launch a MicroVM from a checkpoint (its image and version) with its files laid before anything runs, and bind it as this engine's sandbox, as create does; a corrupted or other-version checkpoint is refused (ERR_CHECKPOINT_REFUSED) before anything launches. Every key may be left out. */
@@ -1117,6 +1149,24 @@ export interface RestoreArgs {
   readonly "allowOtherVersion"?: boolean;
   /** another image version to restore into, with allowOtherVersion */
   readonly "imageVersion"?: string;
+  /** as create's */
+  readonly "executionRoleArn"?: string;
+  /** give the VM outbound network (run --egress); left out, it has none */
+  readonly "egress"?: boolean;
+  /** NAME=value entries for every exec in the VM, delivered once at launch (run --launch-env) */
+  readonly "launchEnv"?: string[];
+  /** suspend the VM after this many seconds without inbound traffic; zero is run's default, 600 */
+  readonly "maxIdleSec"?: number;
+  /** terminate the VM after this many seconds suspended; zero is run's default, 600 */
+  readonly "suspendedSec"?: number;
+  /** the hard ceiling on the VM's life in seconds, at most 28800; zero is run's default, 3600 */
+  readonly "maxDurationSec"?: number;
+  /** network policy rules (issue 48), each HOST[:PORTS], *.SUFFIX[:PORTS] or CIDR[:PORTS] as run --network-allow spells them; any rule or secret puts the guest under a policy that denies everything else. Enforced only by an emulator (local or a control endpoint); on AWS refused (finding egress-connector-or-none) */
+  readonly "networkAllow"?: string[];
+  /** launch under a policy that allows nothing (no networkAllow rules needed) */
+  readonly "networkDenyAll"?: boolean;
+  /** credentials bound to hosts, each NAME=VALUE@HOST[,HOST] as run --secret spells it: the guest's NAME holds a placeholder, replaced by VALUE in the headers of HTTPS requests to those hosts, outside the guest. Never echoed back in any answer or error */
+  readonly "secrets"?: string[];
 }
 
 /** The arguments of volume_sync: save a new generation of every volume the sandbox holds (renewing its leases): the CLI's volume sync ID. Every key may be left out. */

@@ -1080,7 +1080,7 @@ export interface KeepaliveReport { readonly microvmId: string; readonly pings: n
 /** One event of a local image build: a step's start or end, or a line of its output. */
 export interface BuildProgress { readonly step: number; readonly steps: number; readonly instruction: string; readonly text: string; readonly done: boolean; readonly cached: boolean }
 
-export interface BuildOptions extends Omit<CreateOptions, "image" | "imageVersion" | "agentd" | "timeoutSec" | "volumes"> {
+export interface BuildOptions extends Omit<CreateOptions, "image" | "imageVersion" | "volumes" | "keepAwake" | NetworkKeys> {
   /** A Dockerfile on this host (its directory is the build context locally); unset builds the default stanza. */
   dockerfile?: string;
   /** The size class by its baseline memory in MiB; 0 or unset is the default class. */
@@ -1091,19 +1091,21 @@ export interface BuildOptions extends Omit<CreateOptions, "image" | "imageVersio
   onProgress?: (p: BuildProgress) => void;
 }
 
-export interface CreateOptions {
-  /** Run the emulator inside the engine: Linux only; no AWS account and no root. */
-  local?: boolean;
-  /** The image's name or ARN (AWS, or a running emulator). */
-  image?: string;
-  imageVersion?: string;
-  region?: string;
-  controlEndpoint?: string;
-  executionRoleArn?: string;
-  agentToken?: string;
-  /** Local mode: the host agentd guests run. */
-  agentd?: string;
-  timeoutSec?: number;
+/**
+ * What a launch is given: create's, and restore's, fork's and runMany's for
+ * each MicroVM they launch (build and Pool.open take the first five).
+ */
+export interface LaunchOptions {
+  /** Give the VM outbound network (run --egress); unset: none. */
+  egress?: boolean;
+  /** The environment of every command, delivered once at launch (run --launch-env). */
+  launchEnv?: Record<string, string>;
+  /** Suspend the VM after this many seconds without an inbound request (default 600). */
+  maxIdleSec?: number;
+  /** Terminate it after this many seconds suspended (default 600). */
+  suspendedSec?: number;
+  /** The hard ceiling on its life in seconds (default 3600, at most 28800). */
+  maxDurationSec?: number;
   /**
    * Launch under a network policy (issue 48) that allows only these, each as
    * `microvm run --network-allow` spells it: HOST[:PORTS], *.SUFFIX[:PORTS]
@@ -1119,6 +1121,31 @@ export interface CreateOptions {
    * headers on the way out, outside the guest.
    */
   secrets?: Record<string, Secret>;
+}
+
+/** The network policy and secrets of LaunchOptions, which build and Pool.open do not take. */
+type NetworkKeys = "networkAllow" | "networkDenyAll" | "secrets";
+
+export interface CreateOptions extends LaunchOptions {
+  /** Run the emulator inside the engine: Linux only; no AWS account and no root. */
+  local?: boolean;
+  /** The image's name or ARN (AWS, or a running emulator). */
+  image?: string;
+  imageVersion?: string;
+  region?: string;
+  controlEndpoint?: string;
+  executionRoleArn?: string;
+  agentToken?: string;
+  /** Local mode: the host agentd guests run. */
+  agentd?: string;
+  timeoutSec?: number;
+  /**
+   * Keep the VM awake while a run, stream or transfer is in flight (a GET
+   * /v1/health every quarter of maxIdleSec: the platform suspends after
+   * maxIdleSec without an inbound request however busy the VM is); false
+   * turns that off. Default true.
+   */
+  keepAwake?: boolean;
   /**
    * Volumes (issue 47) as { NAME: "/path" } (`microvm run --volume NAME:/path`):
    * each one's newest generation is laid at its path before create resolves
@@ -1152,9 +1179,17 @@ export class Secret {
   [Symbol.for("nodejs.util.inspect.custom")](): string { return this.toString(); }
 }
 
-/** create's network arguments, the secrets as NAME=VALUE@HOST[,HOST] specs. */
-function networkArgs(o: Pick<CreateOptions, "networkAllow" | "networkDenyAll" | "secrets">): Partial<C.CreateArgs> {
-  const out: { networkAllow?: string[]; networkDenyAll?: boolean; secrets?: string[] } = {};
+/** LaunchOptions as the engine's ops take them: launchEnv as NAME=value entries, the secrets as NAME=VALUE@HOST[,HOST] specs. */
+function launchArgs(o: LaunchOptions): Partial<C.CreateArgs> {
+  const out: {
+    egress?: boolean; launchEnv?: string[]; maxIdleSec?: number; suspendedSec?: number; maxDurationSec?: number;
+    networkAllow?: string[]; networkDenyAll?: boolean; secrets?: string[];
+  } = {};
+  if (o.egress) out.egress = true;
+  if (o.launchEnv) out.launchEnv = Object.entries(o.launchEnv).map(([k, v]) => `${k}=${v}`);
+  if (o.maxIdleSec !== undefined) out.maxIdleSec = o.maxIdleSec;
+  if (o.suspendedSec !== undefined) out.suspendedSec = o.suspendedSec;
+  if (o.maxDurationSec !== undefined) out.maxDurationSec = o.maxDurationSec;
   if (o.networkAllow?.length) out.networkAllow = [...o.networkAllow];
   if (o.networkDenyAll) out.networkDenyAll = true;
   if (o.secrets) {
@@ -1212,6 +1247,7 @@ export class Sandbox implements AsyncDisposable {
       return new Sandbox(engine, await engine.restore({
         ref: checkpoint, local: false, region: opts.region ?? "", controlEndpoint: opts.controlEndpoint ?? "", agentd: "",
         allowOtherVersion: opts.allowOtherVersion ?? false, imageVersion: opts.imageVersion ?? "",
+        ...(opts.executionRoleArn !== undefined ? { executionRoleArn: opts.executionRoleArn } : {}), ...launchArgs(opts),
       }));
     } catch (err) {
       await engine.close();
@@ -1227,16 +1263,16 @@ export class Sandbox implements AsyncDisposable {
 
   /** Checkpoint this sandbox and run command in n copies restored from it, each torn down; this one keeps running. */
   async fork(n: number, opts: ForkOptions = {}): Promise<FleetResult> {
-    return fleetOf(() => this.engine.fork({ ...saveArgs(opts), count: n, parallel: opts.parallel ?? 0, command: opts.command ?? "", timeoutSec: opts.timeoutSec ?? 0 }));
+    return fleetOf(() => this.engine.fork({ ...saveArgs(opts), ...launchArgs(opts), count: n, parallel: opts.parallel ?? 0, command: opts.command ?? "", timeoutSec: opts.timeoutSec ?? 0 }));
   }
 
   static async create(opts: CreateOptions = {}): Promise<Sandbox> {
-    const { binary, networkAllow, networkDenyAll, secrets, volumes, ...rest } = opts;
-    const net = networkArgs({ networkAllow, networkDenyAll, secrets });
+    const { binary, volumes, keepAwake, egress, launchEnv, maxIdleSec, suspendedSec, maxDurationSec, networkAllow, networkDenyAll, secrets, ...rest } = opts;
+    const launch = launchArgs({ egress, launchEnv, maxIdleSec, suspendedSec, maxDurationSec, networkAllow, networkDenyAll, secrets });
     const vols = volumes ? { volumes: Object.entries(volumes).map(([name, path]) => `${name}:${path}`) } : {};
     const engine = Engine.shared(binary);
     try {
-      return new Sandbox(engine, await engine.create({ ...rest, ...net, ...vols }));
+      return new Sandbox(engine, await engine.create({ ...rest, ...launch, ...vols, ...(keepAwake === false ? { noKeepAwake: true } : {}) }));
     } catch (err) {
       await engine.close();
       throw err;
@@ -1248,11 +1284,12 @@ export class Sandbox implements AsyncDisposable {
    * class) and launch a sandbox of it; terminate({ deleteImage: true }) deletes the image.
    */
   static async build(opts: BuildOptions = {}): Promise<Sandbox> {
-    const { binary, onProgress, dockerfile, ...rest } = opts;
+    const { binary, onProgress, dockerfile, egress, launchEnv, maxIdleSec, suspendedSec, maxDurationSec, ...rest } = opts;
+    const launch = launchArgs({ egress, launchEnv, maxIdleSec, suspendedSec, maxDurationSec });
     const engine = Engine.shared(binary);
     try {
       let data: C.SandboxData | null = null;
-      for await (const ev of engine.build({ ...rest, ...(dockerfile !== undefined ? { dockerfile: resolvePath(dockerfile) } : {}) }) as AsyncIterable<Record<string, unknown>>) {
+      for await (const ev of engine.build({ ...rest, ...launch, ...(dockerfile !== undefined ? { dockerfile: resolvePath(dockerfile) } : {}) }) as AsyncIterable<Record<string, unknown>>) {
         if (ev.event === "build") {
           onProgress?.({ step: Number(ev.step), steps: Number(ev.steps), instruction: String(ev.instruction ?? ""), text: String(ev.text ?? ""),
             done: Boolean(ev.done), cached: Boolean(ev.cached) });
@@ -1289,6 +1326,10 @@ export class Sandbox implements AsyncDisposable {
   get controlEndpoint(): string | null { return this.info.controlEndpoint; }
   get region(): string { return this.info.region; }
   get endpoint(): string | null { return this.info.endpoint; }
+  /** The idle policy's window in force: suspended after this many seconds without an inbound request. */
+  get maxIdleSeconds(): number { return this.info.maxIdleSeconds; }
+  /** When the platform ends the VM at its maximum duration (RFC 3339), null when not known. */
+  get endsAt(): string | null { return this.info.endsAt; }
   /** The engine's pid, for a caller checking what it left behind. */
   get enginePid(): number | undefined { return this.engine.pid; }
 
@@ -1448,7 +1489,8 @@ export interface FleetResult {
   readonly ok: boolean;
 }
 
-export interface RunManyOptions {
+/** The fleet, and each MicroVM's launch (create's options). */
+export interface RunManyOptions extends LaunchOptions {
   /** How many MicroVMs (1..MAX_FLEET_COUNT). */
   count: number;
   /** At most this many alive at once; 0 or unset takes the default. */
@@ -1476,7 +1518,7 @@ export async function runMany(command: string, opts: RunManyOptions): Promise<Fl
     return await fleetOf(() => engine.runMany({
       count: opts.count, parallel: opts.parallel ?? 0, command, local: opts.local ?? false, image: opts.image ?? "",
       region: opts.region ?? "", controlEndpoint: opts.controlEndpoint ?? "", executionRoleArn: opts.executionRoleArn ?? "",
-      agentd: opts.agentd ?? "", timeoutSec: opts.timeoutSec ?? 0,
+      agentd: opts.agentd ?? "", timeoutSec: opts.timeoutSec ?? 0, ...launchArgs(opts),
     }));
   } finally {
     await engine.close();
@@ -1517,17 +1559,20 @@ export interface CheckpointOptions {
   pause?: boolean;
 }
 
-export interface ForkOptions extends CheckpointOptions {
+/** The checkpoint, the command, and each copy's launch (create's options, not this sandbox's). */
+export interface ForkOptions extends CheckpointOptions, LaunchOptions {
   command?: string;
   parallel?: number;
   timeoutSec?: number;
 }
 
-export interface RestoreOptions {
+/** Where the checkpoint is stored, and the launch (create's options, with its defaults). */
+export interface RestoreOptions extends LaunchOptions {
   controlEndpoint?: string;
   region?: string;
   imageVersion?: string;
   allowOtherVersion?: boolean;
+  executionRoleArn?: string;
   binary?: string;
 }
 
@@ -1575,19 +1620,13 @@ export interface PoolStatus {
   readonly leaked: string[];
 }
 
-export interface PoolOptions extends Omit<CreateOptions, "imageVersion" | "agentToken" | "timeoutSec" | "volumes"> {
+/** launchEnv is delivered at launch, long before an acquire: never one tenant's secrets; keep suspendedSec longer than members wait. */
+export interface PoolOptions extends Omit<CreateOptions, "imageVersion" | "agentToken" | "timeoutSec" | "volumes" | "keepAwake" | NetworkKeys> {
   /** Members kept launched and suspended, 1..MAX_POOL_SIZE. */
   size: number;
   /** Launches in flight at once while filling; 0 or unset is the default. */
   refill?: number;
   imageVersion?: string;
-  egress?: boolean;
-  /** Delivered at launch, long before an acquire: never one tenant's secrets. */
-  launchEnv?: Record<string, string>;
-  maxIdleSec?: number;
-  /** Keep it longer than members wait in the pool. */
-  suspendedSec?: number;
-  maxDurationSec?: number;
 }
 
 function poolStatus(d: C.PoolData): PoolStatus {

@@ -27,12 +27,16 @@ describe("checkpoints", { skip }, () => {
       assert.deepEqual(m.paths, [DIR]);
       assert.deepEqual(m.labels, [{ key: "team", value: "a" }]);
       assert.equal(m.writersPaused, true);
-      const fleet = await sb.fork(2, { command: PROBE, paths: [DIR] });
+      // Each copy gets the launch options the fork names (create's): the
+      // wrong edit is a fork that launches its copies with none.
+      const fleet = await sb.fork(2, { command: `${PROBE}; echo "who=$WHO"`, paths: [DIR], launchEnv: { WHO: "a copy" } });
       assert.equal(fleet.runs.length, 2);
       for (const r of fleet.runs) {
         assert.ok(r.ok, `${r.errorCode} ${r.stderr}`);
         assert.ok(r.stdout.startsWith("one\n750\n") && !r.stdout.includes("mine-"), r.stdout);
+        assert.ok(r.stdout.includes("who=a copy\n"), r.stdout);
       }
+      await assert.rejects(sb.fork(1, { command: "true", paths: [DIR], networkAllow: ["example.com"], networkDenyAll: true }), InvalidArgError);
       assert.deepEqual(fleet.leaked, []);
       assert.ok((await sb.checkpoints.list()).some((c) => c.name === "ts-base"));
       assert.ok((await sb.checkpoints.remove("ts-base")).length >= 1);
@@ -80,11 +84,14 @@ describe("restore", { skip }, () => {
     try {
       assert.equal((await sb.run(SETUP)).exitCode, 0);
       const m = await sb.checkpoint({ paths: [DIR], name: "ts-restore" });
-      const copy = await Sandbox.restore("ts-restore", { controlEndpoint: url });
+      const copy = await Sandbox.restore("ts-restore", { controlEndpoint: url, launchEnv: { WHO: "restored" }, maxIdleSec: 900 });
       try {
         assert.notEqual(copy.microvmId, sb.microvmId);
         const out = (await copy.run(PROBE)).stdout;
         assert.ok(out.startsWith("one\n750\n") && !out.includes("mine-"), out);
+        // create's launch options reach a restore too.
+        assert.equal((await copy.run('echo "$WHO"')).stdout, "restored\n");
+        assert.equal(copy.maxIdleSeconds, 900);
       } finally {
         await copy.close();
       }

@@ -13,7 +13,9 @@ import { fileURLToPath } from "node:url";
 
 import {
   ERROR_CLASSES, ERROR_KINDS, ExecStream, InvalidArgError, PreconditionError, ProtocolError, Sandbox, type StreamItem,
+  type BuildOptions, type CreateOptions, type ForkOptions, type PoolOptions, type RestoreOptions, type RunManyOptions,
 } from "../src/sandbox.js";
+import type * as C from "../src/contract.js";
 
 // dist/test/sandbox.test.js -> the package directory.
 const pkg = resolve(fileURLToPath(import.meta.url), "../../..");
@@ -21,6 +23,24 @@ const pkg = resolve(fileURLToPath(import.meta.url), "../../..");
 const missing = ["MICROVM_BIN", "MICROVM_AGENTD"].filter((n) => !process.env[n]);
 const skip = missing.length > 0 && !process.env.MICROVMS_REQUIRE_ENGINE ? `needs ${missing.join(" and ")}` : false;
 if (missing.length > 0 && process.env.MICROVMS_REQUIRE_ENGINE) throw new Error(`MICROVMS_REQUIRE_ENGINE: ${missing.join(" and ")} unset`);
+
+// Every argument the engine's launching ops take has its option here, by
+// the same name, or is named below as the package's own business: a field
+// added to api/engine.yaml's create, build, restore, fork, run_many or
+// pool_open without its TypeScript option fails this file's compile (each
+// Missing is then the names it lacks, and the const's type is false). The
+// wrong edit caught: restore, fork and runMany launching with no egress,
+// env or policy because their options never had the fields.
+type Missing<Args, Opts, Own extends string = never> = Exclude<keyof Args, keyof Opts | Own>;
+type None<T> = [T] extends [never] ? true : false;
+export const launchOptionsCovered: [
+  None<Missing<C.CreateArgs, CreateOptions, "noKeepAwake">>,
+  None<Missing<C.BuildArgs, BuildOptions>>,
+  None<Missing<C.RestoreArgs, RestoreOptions, "ref" | "local" | "agentd">>,
+  None<Missing<C.ForkArgs, ForkOptions, "count" | "noPause">>,
+  None<Missing<C.RunManyArgs, RunManyOptions, "command">>,
+  None<Missing<C.PoolOpenArgs, PoolOptions>>,
+] = [true, true, true, true, true, true];
 
 /** An output event as the engine's sink hands it over: its exact bytes, and their text decoded alone. */
 function out(bytes: number[], offset: number, stream = "stdout"): Record<string, unknown> {

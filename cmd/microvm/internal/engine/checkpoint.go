@@ -133,13 +133,19 @@ func (e *engine) fork(ctx context.Context, sb *sandbox.Sandbox, args engineapi.F
 	if timeout <= 0 {
 		timeout = workflow.DefaultTimeout.Seconds()
 	}
+	launch, err := fleetLaunch(engineapi.CreateArgs{Egress: args.Egress, LaunchEnv: args.LaunchEnv, MaxIdleSec: args.MaxIdleSec,
+		SuspendedSec: args.SuspendedSec, MaxDurationSec: args.MaxDurationSec, NetworkAllow: args.NetworkAllow,
+		NetworkDenyAll: args.NetworkDenyAll, Secrets: args.Secrets})
+	if err != nil {
+		return "", nil, err
+	}
 	pf, err := e.platformOf(ctx)
 	if err != nil {
 		return "", nil, err
 	}
 	res, _, err := workflow.Fork(ctx, sb, save, workflow.FromOptions{Bucket: e.a.Env("MICROVM_BUCKET"), Fleet: workflow.FleetOptions{
 		Platform: pf, Command: args.Command, Timeout: time.Duration(timeout * float64(time.Second)), Count: count, Parallel: parallel,
-		Launch: workflow.Launch{MaxIdle: workflow.DefaultMaxIdle, SuspendedFor: workflow.DefaultSuspendedFor, MaxDuration: workflow.DefaultMaxDuration, Port: taxonomy.DefaultAgentPort},
+		Launch: launch,
 		Warn:   func(msg string) { e.a.Warn("%s", msg) },
 	}})
 	out := render.FleetData(res, count, parallel)
@@ -174,11 +180,13 @@ func (e *engine) restore(ctx context.Context, args engineapi.RestoreArgs) (strin
 	if err != nil {
 		return "", nil, err
 	}
-	launch, err := launchOptions(engineapi.CreateArgs{})
+	launch, err := launchOptions(engineapi.CreateArgs{Egress: args.Egress, LaunchEnv: args.LaunchEnv, MaxIdleSec: args.MaxIdleSec,
+		SuspendedSec: args.SuspendedSec, MaxDurationSec: args.MaxDurationSec, NetworkAllow: args.NetworkAllow,
+		NetworkDenyAll: args.NetworkDenyAll, Secrets: args.Secrets})
 	if err != nil {
 		return "", nil, err
 	}
-	launch.Version, launch.Wait = args.ImageVersion, waitFor(pf.Local(), 0)
+	launch.Version, launch.Wait, launch.ExecutionRoleARN = args.ImageVersion, waitFor(pf.Local(), 0), args.ExecutionRoleARN
 	sb, m, err := workflow.Restore(ctx, pf, e.a.Env("MICROVM_BUCKET"), args.Ref, launch, args.AllowOtherVersion)
 	if sb != nil {
 		e.sb, e.launched = sb, true

@@ -12,6 +12,7 @@ import (
 	"github.com/microvms/microvms/client/checkpoint"
 	"github.com/microvms/microvms/client/cplane"
 	"github.com/microvms/microvms/client/sandbox"
+	"github.com/microvms/microvms/client/workflow"
 	"github.com/microvms/microvms/cmd/microvm/internal/planes"
 	"github.com/microvms/microvms/cmd/microvm/internal/render"
 	"github.com/microvms/microvms/emulator/embedded"
@@ -259,6 +260,18 @@ func launchOptions(args engineapi.CreateArgs) (sandbox.Options, error) {
 	}
 	o.Network = net
 	return o, nil
+}
+
+// fleetLaunch is create's launch arguments as each copy of a fleet gets
+// them (run_many, fork): the same checks and defaults as create's, in the
+// workflow's form.
+func fleetLaunch(args engineapi.CreateArgs) (workflow.Launch, error) {
+	o, err := launchOptions(args)
+	if err != nil {
+		return workflow.Launch{}, err
+	}
+	return workflow.Launch{ExecutionRoleARN: args.ExecutionRoleARN, Env: o.Env, MaxIdle: o.Idle.MaxIdle, SuspendedFor: o.Idle.SuspendedFor,
+		MaxDuration: o.MaxDuration, Egress: o.Connectors.InternetEgress, Port: taxonomy.DefaultAgentPort, Network: o.Network}, nil
 }
 
 // launchNetwork turns create's network arguments into the library's: nil

@@ -82,8 +82,15 @@ func (e *engine) runMany(ctx context.Context, args engineapi.RunManyArgs) (strin
 	if timeout < 0 {
 		return "", nil, client.Errorf(taxonomy.KindInvalidArg, "", "--timeout must be positive seconds, got %v", timeout)
 	}
-	if args.Command != "" && timeout > workflow.DefaultMaxDuration.Seconds() {
-		e.a.Warn("--timeout %vs is longer than --max-duration-sec %d: the platform ends the VM at its maximum duration, before the command's timeout (finding max-duration)", timeout, int(workflow.DefaultMaxDuration.Seconds()))
+	// Checked before any emulator starts or image builds.
+	launch, err := fleetLaunch(engineapi.CreateArgs{Egress: args.Egress, LaunchEnv: args.LaunchEnv, MaxIdleSec: args.MaxIdleSec,
+		SuspendedSec: args.SuspendedSec, MaxDurationSec: args.MaxDurationSec, NetworkAllow: args.NetworkAllow,
+		NetworkDenyAll: args.NetworkDenyAll, Secrets: args.Secrets})
+	if err != nil {
+		return "", nil, err
+	}
+	if args.Command != "" && timeout > launch.MaxDuration.Seconds() {
+		e.a.Warn("--timeout %vs is longer than --max-duration-sec %d: the platform ends the VM at its maximum duration, before the command's timeout (finding max-duration)", timeout, int(launch.MaxDuration.Seconds()))
 	}
 	size, err := client.SizeClassFromBaseline(taxonomy.DefaultBaselineMiB)
 	if err != nil {
@@ -147,6 +154,7 @@ func (e *engine) runMany(ctx context.Context, args engineapi.RunManyArgs) (strin
 	}
 	infra := setup.Infra{Bucket: e.a.Env("MICROVM_BUCKET"), BuildRoleARN: e.a.Env("MICROVM_BUILD_ROLE_ARN"),
 		ExecutionRoleARN: env(args.ExecutionRoleARN, "MICROVM_EXECUTION_ROLE_ARN")}.Filled(dir, e.a.Env, pf.Endpoint(), pf.Region().String())
+	launch.ExecutionRoleARN = infra.ExecutionRoleARN
 	res, err := workflow.Fleet(ctx, workflow.FleetOptions{
 		Platform: pf,
 		Image: workflow.Image{Identifier: args.Image, Build: func(ctx context.Context, rec *ledger.Record) (*build.Result, error) {
@@ -156,8 +164,7 @@ func (e *engine) runMany(ctx context.Context, args engineapi.RunManyArgs) (strin
 				Machine:     planes.GuestMachine(pf), Ledger: rec,
 			}, func(name string) { e.a.Progress("building image %s (%s)", name, size) })
 		}},
-		Launch: workflow.Launch{ExecutionRoleARN: infra.ExecutionRoleARN, MaxIdle: workflow.DefaultMaxIdle,
-			SuspendedFor: workflow.DefaultSuspendedFor, MaxDuration: workflow.DefaultMaxDuration, Port: taxonomy.DefaultAgentPort},
+		Launch:  launch,
 		Command: args.Command, Timeout: time.Duration(timeout * float64(time.Second)),
 		Count: count, Parallel: parallel, Size: size, Ledger: led, Record: rec,
 		Warn: func(msg string) { e.a.Warn("%s", msg) },

@@ -57,9 +57,16 @@ func (s *mcpServer) fork(ctx context.Context, _ *mcp.CallToolRequest, st *mcpSes
 	if in.TimeoutSec > 0 {
 		timeout = time.Duration(in.TimeoutSec * float64(time.Second))
 	}
+	// Each copy is launched as sandbox_create would launch it with these
+	// arguments, not with the forked sandbox's own.
+	net, err := s.launchNetwork(in.NetworkAllow, in.NetworkDenyAll, in.SecretsFromEnv)
+	if err != nil {
+		return mcpapi.SandboxForkResult{}, "", err
+	}
 	res, m, err := workflow.Fork(ctx, b.sb, checkpoint.Options{Paths: in.Paths}, workflow.FromOptions{Bucket: s.bucket(), Fleet: workflow.FleetOptions{
 		Platform: s.p.Platform, Command: in.Command, Timeout: timeout, Count: int(in.Count), Parallel: parallel,
-		Launch: workflow.Launch{MaxIdle: workflow.DefaultMaxIdle, SuspendedFor: workflow.DefaultSuspendedFor, MaxDuration: workflow.DefaultMaxDuration, Port: taxonomy.DefaultAgentPort},
+		Launch: workflow.Launch{ExecutionRoleARN: s.role, Env: in.Env, Egress: in.Egress, Network: net, MaxIdle: workflow.DefaultMaxIdle,
+			SuspendedFor: workflow.DefaultSuspendedFor, MaxDuration: workflow.DefaultMaxDuration, Port: taxonomy.DefaultAgentPort},
 	}})
 	if err != nil && m.Digest == "" {
 		return mcpapi.SandboxForkResult{}, "", err

@@ -45,7 +45,7 @@ func (s *mcpServer) create(ctx context.Context, _ *mcp.CallToolRequest, st *mcpS
 		st.mu.Unlock()
 	}()
 	o := sandbox.Options{Env: in.Env, Connectors: cplane.Connectors{InternetEgress: in.Egress}, ExecutionRoleARN: s.role}
-	net, err := s.createNetwork(in)
+	net, err := s.launchNetwork(in.NetworkAllow, in.NetworkDenyAll, in.SecretsFromEnv)
 	if err != nil {
 		return out, "", err
 	}

@@ -18,20 +18,21 @@ import (
 // attacker may have written: sandbox_create names the server's own
 // environment variable, and the answers carry only placeholders.
 
-// createNetwork is sandbox_create's policy; nil when it asks for none.
-func (s *mcpServer) createNetwork(in mcpapi.SandboxCreateArgs) (*sandbox.Network, error) {
-	if len(in.NetworkAllow) == 0 && !in.NetworkDenyAll && len(in.SecretsFromEnv) == 0 {
+// launchNetwork is the policy sandbox_create or sandbox_fork asks for; nil
+// when it asks for none.
+func (s *mcpServer) launchNetwork(allow []string, denyAll bool, secretsFromEnv []string) (*sandbox.Network, error) {
+	if len(allow) == 0 && !denyAll && len(secretsFromEnv) == 0 {
 		return nil, nil
 	}
-	if in.NetworkDenyAll && len(in.NetworkAllow) > 0 {
+	if denyAll && len(allow) > 0 {
 		return nil, client.Errorf(taxonomy.KindInvalidArg, "", "network_deny_all with network_allow: a policy either allows these or nothing")
 	}
-	rules, err := sandbox.ParseNetworkRules(in.NetworkAllow)
+	rules, err := sandbox.ParseNetworkRules(allow)
 	if err != nil {
 		return nil, err
 	}
 	n := &sandbox.Network{Policy: cliapi.NetworkPolicy{Allow: rules}}
-	for _, spec := range in.SecretsFromEnv {
+	for _, spec := range secretsFromEnv {
 		sec, err := sandbox.ParseSecretEnv(spec, s.p.Getenv)
 		if err != nil {
 			return nil, err

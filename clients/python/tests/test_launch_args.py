@@ -1,0 +1,47 @@
+"""Every argument the engine's launching ops take (api/engine.yaml, generated
+into _contract) has its parameter, by the same name in snake_case, on the
+sync and the async call that sends the op, or is named here as the call's
+own business. No engine is needed: this reads signatures.
+
+Catches: a field added to create, build, restore, fork, run_many or
+pool_open without its Python parameter, as restore, fork and run_many once
+launched every copy with no egress, environment or network policy because
+their signatures never had them."""
+import inspect
+import re
+import unittest
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from microvms import AsyncPool, AsyncSandbox, Pool, Sandbox, run_many, run_many_async
+from microvms import _contract as c
+
+# (the op's generated argument type, the calls that send it, the fields
+# spelled otherwise: a parameter name, or None for a field the call sets
+# itself).
+CASES: List[Tuple[str, List[Callable[..., Any]], Dict[str, Optional[str]]]] = [
+    ("CreateArgs", [Sandbox.create, AsyncSandbox.create], {"noKeepAwake": "keep_awake"}),
+    ("BuildArgs", [Sandbox.build, AsyncSandbox.build], {}),
+    ("RestoreArgs", [Sandbox.restore, AsyncSandbox.restore], {"ref": "checkpoint", "local": None, "agentd": None}),
+    ("ForkArgs", [Sandbox.fork, AsyncSandbox.fork], {"count": "n", "noPause": "pause"}),
+    ("RunManyArgs", [run_many, run_many_async], {}),
+    ("PoolOpenArgs", [Pool.open, AsyncPool.open], {}),
+]
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class LaunchArgsTest(unittest.TestCase):
+    def test_every_launch_field_has_its_parameter(self) -> None:
+        for typed, calls, own in CASES:
+            fields = list(getattr(c, typed).__annotations__)
+            self.assertTrue(fields, typed)
+            for call in calls:
+                params = set(inspect.signature(call).parameters)
+                missing = [f for f in fields if own.get(f, snake(f)) is not None and own.get(f, snake(f)) not in params]
+                self.assertEqual(missing, [], "%s lacks parameters for %s's %s" % (call.__qualname__, typed, missing))
+
+
+if __name__ == "__main__":
+    unittest.main()
