@@ -337,6 +337,12 @@ type StartArgs struct {
 	Rows int64 `json:"rows"`
 	// Cols is the terminal's columns with tty; zero is 80
 	Cols int64 `json:"cols"`
+	// MemoryLimitBytes is as run's (additive)
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	// CPUMillicores is as run's (additive)
+	CPUMillicores int64 `json:"cpuMillicores"`
+	// PidsLimit is as run's (additive)
+	PidsLimit int64 `json:"pidsLimit"`
 }
 
 // PollArgs are the arguments of poll: an exec's record, unchanged: phase running or exited, and the outcome once exited.

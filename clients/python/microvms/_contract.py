@@ -713,6 +713,9 @@ StartArgs = TypedDict("StartArgs", {
     "tty": bool,
     "rows": int,
     "cols": int,
+    "memoryLimitBytes": int,
+    "cpuMillicores": int,
+    "pidsLimit": int,
 }, total=False)
 StartArgs.__doc__ = "The arguments of start: start a command in the background and answer at once with its exec id, the handle every exec op below takes (from this or any other process attached to the sandbox). Every key may be left out."
 

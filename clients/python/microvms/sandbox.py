@@ -607,8 +607,8 @@ def _exec_args(cmd: Command, cwd: Optional[str], env: Optional[Dict[str, str]],
 
 def _start_args(cmd: Command, cwd: Optional[str], env: Optional[Dict[str, str]], timeout_sec: Optional[float],
                 exec_id: Optional[str], user: Optional[int], group: Optional[int], stdin: bool,
-                pty: Optional["tuple[int, int]"]) -> c.StartArgs:
-    args = cast(c.StartArgs, _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group))
+                pty: Optional["tuple[int, int]"], limits: Optional[Dict[str, int]] = None) -> c.StartArgs:
+    args = cast(c.StartArgs, _exec_args(cmd, cwd, env, timeout_sec, exec_id, user, group, limits))
     args["stdin"] = stdin
     if pty is not None:
         args["tty"], args["rows"], args["cols"] = True, pty[0], pty[1]
@@ -1232,9 +1232,10 @@ class Sandbox:
     def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
               timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
               group: Optional[int] = None, stdin: bool = False, pty: Optional["tuple[int, int]"] = None,
-              timeout: Optional[float] = None) -> Process:
-        """Start a command in the background; pty=(rows, cols) runs it on a terminal."""
-        args = _start_args(cmd, cwd, env, timeout_sec, exec_id, user, group, stdin, pty)
+              limits: Optional[Dict[str, int]] = None, timeout: Optional[float] = None) -> Process:
+        """Start a command in the background; pty=(rows, cols) runs it on a
+        terminal; limits as run's (the guest refuses what it cannot apply)."""
+        args = _start_args(cmd, cwd, env, timeout_sec, exec_id, user, group, stdin, pty, limits)
         return Process(self._engine, self._engine._op_start(args, timeout)["execId"])
 
     def process(self, exec_id: str) -> Process:
@@ -1738,9 +1739,9 @@ class AsyncSandbox:
     async def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                     timeout_sec: Optional[float] = None, exec_id: Optional[str] = None, user: Optional[int] = None,
                     group: Optional[int] = None, stdin: bool = False,
-                    pty: Optional["tuple[int, int]"] = None) -> AsyncProcess:
-        """Start a command in the background."""
-        args = _start_args(cmd, cwd, env, timeout_sec, exec_id, user, group, stdin, pty)
+                    pty: Optional["tuple[int, int]"] = None, limits: Optional[Dict[str, int]] = None) -> AsyncProcess:
+        """Start a command in the background (Sandbox.start)."""
+        args = _start_args(cmd, cwd, env, timeout_sec, exec_id, user, group, stdin, pty, limits)
         return AsyncProcess(self._engine, (await self._engine._aop_start(args))["execId"])
 
     def process(self, exec_id: str) -> AsyncProcess:

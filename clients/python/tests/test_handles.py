@@ -6,7 +6,7 @@ import time
 import unittest
 from typing import Callable, List
 
-from microvms import BuildProgress, FsEvent, Pool, InvalidArgError, OutputChunk, Sandbox, TimeoutError, UnexpectedError
+from microvms import BuildProgress, FsEvent, Pool, InvalidArgError, OutputChunk, ProtocolError, Sandbox, TimeoutError, UnexpectedError
 
 from .engine_env import require_engine
 
@@ -74,6 +74,14 @@ class HandlesTest(unittest.TestCase):
     def test_user_and_group(self) -> None:
         r = self.sb.run("id -u; id -g", user=65534, group=65534)
         self.assertEqual(r.stdout.split(), ["65534", "65534"])
+
+    def test_start_takes_limits(self) -> None:
+        # Catches: start without limits, or an engine start op that drops
+        # them (the command would then run unlimited): this guest has no
+        # delegated cgroup, so limits that reach it are refused, as run's.
+        with self.assertRaises(ProtocolError) as refused:
+            self.sb.start("true", limits={"memory_bytes": 64 << 20})
+        self.assertIn("limits", refused.exception.message)
 
     def test_timeouts_say_so(self) -> None:
         r = self.sb.run("sleep 30", timeout_sec=0.3)

@@ -1,12 +1,13 @@
-"""Every argument the engine's launching ops take (api/engine.yaml, generated
+"""Every argument the engine's launching and exec ops take (api/engine.yaml, generated
 into _contract) has its parameter, by the same name in snake_case, on the
 sync and the async call that sends the op, or is named here as the call's
 own business. No engine is needed: this reads signatures.
 
-Catches: a field added to create, build, restore, fork, run_many or
-pool_open without its Python parameter, as restore, fork and run_many once
-launched every copy with no egress, environment or network policy because
-their signatures never had them."""
+Catches: a field added to create, build, restore, fork, run_many,
+pool_open, run, stream or start without its Python parameter, as restore,
+fork and run_many once launched every copy with no egress, environment or
+network policy, and start ran without limits, because their signatures never
+had them."""
 import inspect
 import re
 import unittest
@@ -14,6 +15,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from microvms import AsyncPool, AsyncSandbox, Pool, Sandbox, run_many, run_many_async
 from microvms import _contract as c
+
+EXEC: Dict[str, Optional[str]] = {"command": "cmd", "shell": "cmd", "memoryLimitBytes": "limits", "cpuMillicores": "limits",
+                                  "pidsLimit": "limits"}
 
 # (the op's generated argument type, the calls that send it, the fields
 # spelled otherwise: a parameter name, or None for a field the call sets
@@ -25,6 +29,12 @@ CASES: List[Tuple[str, List[Callable[..., Any]], Dict[str, Optional[str]]]] = [
     ("ForkArgs", [Sandbox.fork, AsyncSandbox.fork], {"count": "n", "noPause": "pause"}),
     ("RunManyArgs", [run_many, run_many_async], {}),
     ("PoolOpenArgs", [Pool.open, AsyncPool.open], {}),
+    # The exec ops: an argv or a script is cmd, the three limits are one
+    # limits mapping, a terminal is pty=(rows, cols), and the sink is the
+    # package's own FIFO.
+    ("RunArgs", [Sandbox.run, AsyncSandbox.run], EXEC),
+    ("StreamArgs", [Sandbox.stream, AsyncSandbox.stream], {**EXEC, "sink": None}),
+    ("StartArgs", [Sandbox.start, AsyncSandbox.start], {**EXEC, "tty": "pty", "rows": "pty", "cols": "pty"}),
 ]
 
 

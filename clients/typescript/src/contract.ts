@@ -848,6 +848,12 @@ export interface StartArgs {
   readonly "rows"?: number;
   /** the terminal's columns with tty; zero is 80 */
   readonly "cols"?: number;
+  /** as run's (additive) */
+  readonly "memoryLimitBytes"?: number;
+  /** as run's (additive) */
+  readonly "cpuMillicores"?: number;
+  /** as run's (additive) */
+  readonly "pidsLimit"?: number;
 }
 
 /** The arguments of poll: an exec's record, unchanged: phase running or exited, and the outcome once exited. Every key may be left out. */

@@ -725,6 +725,10 @@ export interface ExecLimits { memoryBytes?: number; cpuMillicores?: number; pids
 
 export interface ExecOptions {
   cwd?: string; env?: Record<string, string>; timeoutSec?: number; execId?: string; limits?: ExecLimits;
+  /** Numeric uid to run as; unset keeps the daemon's. */
+  user?: number;
+  /** Numeric gid to run as; unset keeps the daemon's. */
+  group?: number;
   /** run and stream: an abort kills the command (its process group); the run or stream then ends with its exit. */
   signal?: AbortSignal;
 }
@@ -838,6 +842,8 @@ function execArgs(cmd: string | readonly string[], o: ExecOptions = {}): C.RunAr
     ...(o.env ? { env: Object.entries(o.env).map(([k, v]) => `${k}=${v}`) } : {}),
     ...(o.timeoutSec !== undefined ? { timeoutSec: o.timeoutSec } : {}),
     ...(o.execId !== undefined ? { execId: o.execId } : {}),
+    ...(o.user !== undefined ? { user: String(o.user) } : {}),
+    ...(o.group !== undefined ? { group: String(o.group) } : {}),
     ...(o.limits?.memoryBytes !== undefined ? { memoryLimitBytes: o.limits.memoryBytes } : {}),
     ...(o.limits?.cpuMillicores !== undefined ? { cpuMillicores: o.limits.cpuMillicores } : {}),
     ...(o.limits?.pids !== undefined ? { pidsLimit: o.limits.pids } : {}),
@@ -1020,16 +1026,12 @@ export class Files {
   }
 }
 
-/** Options of start: those of run, plus a writable stdin, a terminal, and the uid/gid to run as. */
+/** Options of start: those of run, plus a writable stdin and a terminal. */
 export interface StartOptions extends ExecOptions {
   /** Give the command a writable stdin (writeStdin, closeStdin). */
   stdin?: boolean;
   /** Run it on a pseudo-terminal of this size (its output is all stdout; resize sizes it). */
   pty?: { rows: number; cols: number };
-  /** Numeric uid; unset keeps the daemon's. */
-  user?: number;
-  /** Numeric gid; unset keeps the daemon's. */
-  group?: number;
 }
 
 /**
@@ -1379,13 +1381,11 @@ export class Sandbox implements AsyncDisposable {
 
   /** Start a command in the background: a string through sh -c, an array as argv. */
   async start(cmd: string | readonly string[], opts: StartOptions = {}): Promise<Process> {
-    const { stdin, pty, user, group, ...exec } = opts;
+    const { stdin, pty, ...exec } = opts;
     const d = await this.engine.start({
       ...execArgs(cmd, { ...exec, execId: exec.execId ?? `ts-${randomUUID()}` }),
       stdin: stdin ?? false,
       ...(pty ? { tty: true, rows: pty.rows, cols: pty.cols } : {}),
-      ...(user !== undefined ? { user: String(user) } : {}),
-      ...(group !== undefined ? { group: String(group) } : {}),
     });
     return new Process(this.engine, d.execId);
   }

@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { Pool, Sandbox, type BuildProgress, type FsEvent, type Gap } from "../src/sandbox.js";
+import { Pool, ProtocolError, Sandbox, type BuildProgress, type FsEvent, type Gap } from "../src/sandbox.js";
 
 const missing = ["MICROVM_BIN", "MICROVM_AGENTD"].filter((n) => !process.env[n]);
 const skip = missing.length > 0 && !process.env.MICROVMS_REQUIRE_ENGINE ? `needs ${missing.join(" and ")}` : false;
@@ -56,6 +56,16 @@ describe("handles", { skip }, () => {
     assert.equal(await cat.writeStdin("hello\n"), 6);
     await cat.closeStdin();
     assert.equal((await cat.wait({ timeoutSec: 60 })).stdout, "HELLO\neof\n");
+
+    // run and stream take user and group, start takes limits (this guest
+    // has no delegated cgroup, so limits that reach it are refused). Catches:
+    // options the type allowed and the call dropped, or an engine start op
+    // refusing limits as an unknown field.
+    assert.deepEqual((await sb.run("id -u; id -g", { user: 65534, group: 65534 })).stdout.split("\n").slice(0, 2), ["65534", "65534"]);
+    let ids = "";
+    for await (const item of sb.stream("id -u", { user: 65534 })) if (item.kind === "output") ids += item.text;
+    assert.equal(ids, "65534\n");
+    await assert.rejects(sb.start("true", { limits: { memoryBytes: 64 << 20 } }), (e: unknown) => e instanceof ProtocolError && /limits/.test(e.message));
 
     // pty: the size asked for, then the size resize sets.
     const tty = await sb.start("stty size; read x; stty size", { pty: { rows: 33, cols: 101 } });

@@ -13,7 +13,8 @@ import { fileURLToPath } from "node:url";
 
 import {
   ERROR_CLASSES, ERROR_KINDS, ExecStream, InvalidArgError, PreconditionError, ProtocolError, Sandbox, type StreamItem,
-  type BuildOptions, type CreateOptions, type ForkOptions, type PoolOptions, type RestoreOptions, type RunManyOptions,
+  type BuildOptions, type CreateOptions, type ExecOptions, type ForkOptions, type PoolOptions, type RestoreOptions, type RunManyOptions,
+  type StartOptions,
 } from "../src/sandbox.js";
 import type * as C from "../src/contract.js";
 
@@ -26,13 +27,16 @@ if (missing.length > 0 && process.env.MICROVMS_REQUIRE_ENGINE) throw new Error(`
 
 // Every argument the engine's launching ops take has its option here, by
 // the same name, or is named below as the package's own business: a field
-// added to api/engine.yaml's create, build, restore, fork, run_many or
-// pool_open without its TypeScript option fails this file's compile (each
+// added to api/engine.yaml's create, build, restore, fork, run_many,
+// pool_open, run, stream or start without its TypeScript option fails this
+// file's compile (each
 // Missing is then the names it lacks, and the const's type is false). The
 // wrong edit caught: restore, fork and runMany launching with no egress,
-// env or policy because their options never had the fields.
+// env or policy, and run and stream with no user or group, because their
+// options never had the fields.
 type Missing<Args, Opts, Own extends string = never> = Exclude<keyof Args, keyof Opts | Own>;
 type None<T> = [T] extends [never] ? true : false;
+type ExecOwn = "command" | "shell" | "memoryLimitBytes" | "cpuMillicores" | "pidsLimit";
 export const launchOptionsCovered: [
   None<Missing<C.CreateArgs, CreateOptions, "noKeepAwake">>,
   None<Missing<C.BuildArgs, BuildOptions>>,
@@ -40,7 +44,12 @@ export const launchOptionsCovered: [
   None<Missing<C.ForkArgs, ForkOptions, "count" | "noPause">>,
   None<Missing<C.RunManyArgs, RunManyOptions, "command">>,
   None<Missing<C.PoolOpenArgs, PoolOptions>>,
-] = [true, true, true, true, true, true];
+  // The exec ops: an argv or a script is cmd, the three limits are one
+  // limits object, a terminal is pty, and the sink is the package's own.
+  None<Missing<C.RunArgs, ExecOptions, ExecOwn>>,
+  None<Missing<C.StreamArgs, ExecOptions, ExecOwn | "sink">>,
+  None<Missing<C.StartArgs, StartOptions, ExecOwn | "tty" | "rows" | "cols">>,
+] = [true, true, true, true, true, true, true, true, true];
 
 /** An output event as the engine's sink hands it over: its exact bytes, and their text decoded alone. */
 function out(bytes: number[], offset: number, stream = "stdout"): Record<string, unknown> {

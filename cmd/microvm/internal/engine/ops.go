@@ -88,7 +88,8 @@ func execResult(r client.Result, timeoutSec float64, elapsed time.Duration) engi
 
 func (e *engine) start(ctx context.Context, sb *sandbox.Sandbox, args engineapi.StartArgs) (string, any, error) {
 	o, err := startOptions(engineapi.RunArgs{Command: args.Command, Shell: args.Shell, Cwd: args.Cwd, Env: args.Env,
-		TimeoutSec: args.TimeoutSec, ExecID: args.ExecID, User: args.User, Group: args.Group})
+		TimeoutSec: args.TimeoutSec, ExecID: args.ExecID, User: args.User, Group: args.Group,
+		MemoryLimitBytes: args.MemoryLimitBytes, CPUMillicores: args.CPUMillicores, PidsLimit: args.PidsLimit})
 	if err != nil {
 		return "", nil, err
 	}
