@@ -1,8 +1,8 @@
 """Pool and AsyncPool: the Go library's warm pool (sandbox.Pool), held by one
 `microvm engine`. Members wait launched and suspended, so an acquire costs
-a resume; an acquired member is a Sandbox attached through an engine of its
-own, and leaving its block (or release) terminates it: a member is never
-put back, the pool launches a fresh one in its place.
+a resume; an acquired member is a Sandbox attached under its own handle on
+the process's shared engine, and leaving its block (or release) terminates
+it: a member is never put back, the pool launches a fresh one in its place.
 
     from microvms import Pool
     with Pool.open(size=2, local=True) as pool:
@@ -82,7 +82,7 @@ class Pool:
         return PoolStatus._from(self._data)
 
     def take(self, *, timeout: Optional[float] = None) -> Sandbox:
-        """One member, RUNNING, attached through its own engine; release() it when done."""
+        """One member, RUNNING, attached through this process's shared engine; release() it when done."""
         d = self._engine._op_pool_acquire({}, timeout)
         return Sandbox.attach(d["microvmId"], agent_token=d["agentToken"], control_endpoint=d["controlEndpoint"],
                               region=d["region"], binary=self._binary)
@@ -156,7 +156,7 @@ class AsyncPool:
         return PoolStatus._from(self._data)
 
     async def take(self) -> AsyncSandbox:
-        """One member, RUNNING, attached through its own engine; release() it when done."""
+        """One member, RUNNING, attached through this process's shared engine; release() it when done."""
         d = await self._engine._aop_pool_acquire({})
         return await AsyncSandbox.attach(d["microvmId"], agent_token=d["agentToken"],
                                          control_endpoint=d["controlEndpoint"], region=d["region"],

@@ -1174,17 +1174,18 @@ class Sandbox:
         d = self._engine._op_keepalive(args, timeout if timeout is not None else for_sec + 60)
         return KeepaliveReport(d["microvmId"], d["pings"], d["heldSeconds"])
 
-    def network(self) -> c.NetworkState:
+    def network(self, *, timeout: Optional[float] = None) -> c.NetworkState:
         """The network in force: the policy, the secrets' names, hosts and
         placeholders (never their values), and the connections refused,
         counted and the latest listed."""
-        return self._engine._op_network_show({})["network"]
+        return self._engine._op_network_show({}, timeout)["network"]
 
-    def set_network_policy(self, allow: Sequence[str], *, deny_all: bool = False) -> c.NetworkState:
+    def set_network_policy(self, allow: Sequence[str], *, deny_all: bool = False,
+                           timeout: Optional[float] = None) -> c.NetworkState:
         """Replace the network policy: new connections follow it at once, and
         open ones it no longer allows are closed before this returns. An
         empty allow needs deny_all=True. Returns what is then in force."""
-        return self._engine._op_network_set(_network_set_args(allow, deny_all))["network"]
+        return self._engine._op_network_set(_network_set_args(allow, deny_all), timeout)["network"]
 
     def __repr__(self) -> str:
         return "Sandbox(%s)" % self._info["microvmId"]  # never the token

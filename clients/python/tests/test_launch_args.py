@@ -55,3 +55,33 @@ class LaunchArgsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SyncTimeoutTest(unittest.TestCase):
+    # Why each call without a timeout= parameter is bounded otherwise.
+    UNBOUNDED_BY_DESIGN = {
+        "Sandbox.create": "timeout_sec bounds the wait for RUNNING",
+        "Sandbox.build": "timeout_sec bounds the wait for RUNNING; the build reports progress",
+        "Sandbox.close": "a finalizer's teardown, bounded by the engine's own budget",
+        "Sandbox.process": "makes no call: a handle by exec id",
+        "Sandbox.stream": "an iterator: each item comes as the command writes; close() stops it",
+        "Files.watch": "an iterator of events; close() stops it",
+        "Process.stream": "an iterator from an offset; close() stops it",
+    }
+
+    def test_every_blocking_sync_call_takes_timeout(self) -> None:
+        # Catches: a sync call added (or left, as network() and
+        # set_network_policy() were) with no timeout=, which blocks its
+        # caller for as long as the engine takes.
+        from microvms import Files, Process
+        from microvms.sandbox import Checkpoints, Volumes
+        missing = []
+        for cls in (Sandbox, Files, Process, Pool, Checkpoints, Volumes):
+            for name in dir(cls):
+                attr = inspect.getattr_static(cls, name)
+                if name.startswith("_") or isinstance(attr, property) or not callable(getattr(cls, name)):
+                    continue
+                key = "%s.%s" % (cls.__name__, name)
+                if key not in self.UNBOUNDED_BY_DESIGN and "timeout" not in inspect.signature(getattr(cls, name)).parameters:
+                    missing.append(key)
+        self.assertEqual(missing, [])

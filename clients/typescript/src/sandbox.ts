@@ -1640,7 +1640,7 @@ function costReport(r: C.CostReport): CostReport {
 /**
  * A warm pool of sandboxes of one image: size MicroVMs launched and
  * suspended in the background by one engine, so an acquire costs a resume.
- * A member acquired is a Sandbox attached through its own engine; release
+ * A member acquired is a Sandbox attached under its own handle on the shared engine; release
  * terminates it (it is never put back). close tears down every member.
  */
 export class Pool implements AsyncDisposable {
@@ -1670,7 +1670,7 @@ export class Pool implements AsyncDisposable {
     return poolStatus(this.data);
   }
 
-  /** One member, RUNNING, attached through its own engine; release() it when done. */
+  /** One member, RUNNING, attached under its own handle on the shared engine; release() it when done. */
   async acquire(): Promise<Sandbox> {
     const d = await this.engine.poolAcquire();
     return Sandbox.attach(d.microvmId, { agentToken: d.agentToken, controlEndpoint: d.controlEndpoint, region: d.region, binary: this.binary });
