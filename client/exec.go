@@ -51,6 +51,33 @@ type StartOptions struct {
 	Limits *protocol.ExecLimits
 }
 
+// NewExecLimits is StartOptions.Limits from counts a caller gives as plain
+// integers (a flag, an MCP argument, an engine field): nil when all are
+// zero (no limit), an InvalidArg error for a negative one. CPU and process
+// counts past what the wire's 32 bits hold are clamped, never wrapped.
+func NewExecLimits(memoryBytes, cpuMillicores, pids int64) (*protocol.ExecLimits, error) {
+	if memoryBytes < 0 || cpuMillicores < 0 || pids < 0 {
+		return nil, Errorf(taxonomy.KindInvalidArg, "", "a limit cannot be negative (memory %d, cpu %d, pids %d); zero is no limit", memoryBytes, cpuMillicores, pids)
+	}
+	if memoryBytes == 0 && cpuMillicores == 0 && pids == 0 {
+		return nil, nil
+	}
+	l := &protocol.ExecLimits{}
+	if memoryBytes > 0 {
+		v := uint64(memoryBytes)
+		l.MemoryBytes = &v
+	}
+	if cpuMillicores > 0 {
+		v := uint32(min(cpuMillicores, 1<<20))
+		l.CPUMillicores = &v
+	}
+	if pids > 0 {
+		v := uint32(min(pids, 1<<22))
+		l.Pids = &v
+	}
+	return l, nil
+}
+
 // Exec addresses one exec by its caller-minted id. The id is the whole
 // handle: rebuild one with Session.Exec after a restart and it still
 // addresses the same server-side record.

@@ -168,6 +168,19 @@ func TestEndToEndAgainstAgentd(t *testing.T) {
 		// A typo before the command is still refused as a flag.
 		wantFailure(t, cli(t, nil, "", append(append([]string{"--json", "exec", "--tiemout", "3"}, addr...), "true")...), taxonomy.KindInvalidArg, "")
 	})
+	// Catches: the limit flags parsed and dropped (the command would run
+	// unlimited and exit 0): this daemon has no delegated cgroup, so limits
+	// that reach it are refused, never ignored.
+	t.Run("exec limits reach the daemon", func(t *testing.T) {
+		for _, flag := range []string{"--memory-limit", "--cpu-millicores", "--pids-limit"} {
+			inv := cli(t, env, "", "--json", "exec", flag, "67108864", "true")
+			wantFailure(t, inv, taxonomy.KindProtocol, "")
+			if !strings.Contains(inv.stdout, "limit") {
+				t.Fatalf("%s: the refusal does not name the limits: %s", flag, inv.stdout)
+			}
+		}
+		wantFailure(t, cli(t, env, "", "--json", "exec", "--memory-limit", "-1", "true"), taxonomy.KindInvalidArg, "")
+	})
 	t.Run("exec wait, raw bytes without --json", func(t *testing.T) {
 		inv := cli(t, env, "", "exec", "printf 'a\\000b'")
 		if inv.code != 0 || inv.stdout != "a\x00b" {

@@ -28,12 +28,17 @@ type ExecCmd struct {
 	User       *uint32  `help:"Numeric uid to run as; omitted keeps the daemon's." placeholder:"UID" xor:"poll-user"`
 	Group      *uint32  `help:"Numeric gid to run as; omitted keeps the daemon's." placeholder:"GID" xor:"poll-group"`
 	ExecID     string   `name:"exec-id" help:"Use this exec id instead of a fresh one, so a retry never spawns twice." placeholder:"ID" xor:"poll-execid"`
-	Poll       string   `help:"Read an existing exec's status and output; read-only, does not ack." placeholder:"ID" xor:"poll-execid,poll-stream,poll-stdin,poll-cwd,poll-detach,poll-env,poll-user,poll-group,poll-tty"`
+	Poll       string   `help:"Read an existing exec's status and output; read-only, does not ack." placeholder:"ID" xor:"poll-execid,poll-stream,poll-stdin,poll-cwd,poll-detach,poll-env,poll-user,poll-group,poll-tty,poll-memlimit,poll-cpulimit,poll-pidslimit"`
 	Detach     bool     `help:"Start the command and return at once with its exec id, without waiting or acking." xor:"poll-detach,detach-stream,detach-stdin,detach-tty"`
 	Stream     bool     `help:"Stream output as it arrives; under --json each event is one NDJSON line, then a compact envelope." xor:"poll-stream,detach-stream,stream-tty"`
 	FromOffset uint64   `name:"from-offset" help:"Resume a stream at this byte offset; requires --stream." placeholder:"BYTES"`
 	Stdin      bool     `help:"Give the command a stdin pipe, feed it this process's stdin, then close it." xor:"poll-stdin,detach-stdin,stdin-tty"`
 	TTY        bool     `name:"tty" help:"Run the command on a remote terminal of this terminal's size, interactively: this terminal goes raw (Ctrl-C goes to the command) and resizes follow. Needs a terminal on stdin; not with --json. --timeout does not apply: the session lasts until the command exits." xor:"poll-tty,detach-tty,stream-tty,stdin-tty"`
+	// Per-command limits the guest kernel enforces (additive to the
+	// reference's flags); a guest that cannot apply one refuses the command.
+	MemoryLimit   int64 `name:"memory-limit" help:"Bytes of memory the command may use; over it the guest kernel kills it alone (oom_killed). A guest that cannot apply a limit refuses the command rather than run it unlimited." placeholder:"BYTES" xor:"poll-memlimit"`
+	CPUMillicores int64 `name:"cpu-millicores" help:"Thousandths of a CPU the command may use (500 is half a CPU)." placeholder:"N" xor:"poll-cpulimit"`
+	PidsLimit     int64 `name:"pids-limit" help:"The most processes and threads the command may have alive at once." placeholder:"N" xor:"poll-pidslimit"`
 }
 
 // parseEnv splits each KEY=VALUE at its first '=': a value may contain '=',
@@ -145,7 +150,11 @@ func (c *ExecCmd) run(ctx context.Context, a *app) (*render.Result, error) {
 		return execOutcome(r, execHuman(render.ExecData(r))), nil
 	}
 
-	opts := client.StartOptions{ExecID: c.ExecID, Shell: len(c.Command) == 1, Cwd: c.Cwd, Env: env, User: c.User, Group: c.Group, Stdin: c.Stdin}
+	limits, err := client.NewExecLimits(c.MemoryLimit, c.CPUMillicores, c.PidsLimit)
+	if err != nil {
+		return nil, err
+	}
+	opts := client.StartOptions{ExecID: c.ExecID, Shell: len(c.Command) == 1, Cwd: c.Cwd, Env: env, User: c.User, Group: c.Group, Stdin: c.Stdin, Limits: limits}
 	if opts.ExecID == "" {
 		opts.ExecID = client.NewExecID()
 	}

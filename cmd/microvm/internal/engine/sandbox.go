@@ -18,7 +18,6 @@ import (
 	"github.com/microvms/microvms/emulator/embedded"
 	"github.com/microvms/microvms/gen/cliapi"
 	"github.com/microvms/microvms/gen/engineapi"
-	"github.com/microvms/microvms/gen/protocol"
 	"github.com/microvms/microvms/gen/taxonomy"
 )
 
@@ -316,24 +315,8 @@ func startOptions(args engineapi.RunArgs) (client.StartOptions, error) {
 	if o.Group, err = numericID("group", args.Group); err != nil {
 		return o, err
 	}
-	if args.MemoryLimitBytes < 0 || args.CPUMillicores < 0 || args.PidsLimit < 0 {
-		return o, client.Errorf(taxonomy.KindInvalidArg, "", "engine: a limit cannot be negative")
-	}
-	if args.MemoryLimitBytes > 0 || args.CPUMillicores > 0 || args.PidsLimit > 0 {
-		// Zero is no limit; the guest refuses what it cannot apply.
-		o.Limits = &protocol.ExecLimits{}
-		if args.MemoryLimitBytes > 0 {
-			v := uint64(args.MemoryLimitBytes)
-			o.Limits.MemoryBytes = &v
-		}
-		if args.CPUMillicores > 0 {
-			v := uint32(min(args.CPUMillicores, 1<<20))
-			o.Limits.CPUMillicores = &v
-		}
-		if args.PidsLimit > 0 {
-			v := uint32(min(args.PidsLimit, 4194304))
-			o.Limits.Pids = &v
-		}
+	if o.Limits, err = client.NewExecLimits(args.MemoryLimitBytes, args.CPUMillicores, args.PidsLimit); err != nil {
+		return o, err
 	}
 	for _, kv := range args.Env {
 		k, v, ok := strings.Cut(kv, "=")

@@ -83,6 +83,11 @@ func execStartOptions(in mcpapi.SandboxExecArgs) (client.StartOptions, error) {
 		return client.StartOptions{}, render.InvalidArg("", "timeout_sec %v is negative", in.TimeoutSec)
 	}
 	o := client.StartOptions{Shell: true, Cwd: in.Cwd, DaemonTimeout: time.Duration(in.TimeoutSec * float64(time.Second))}
+	limits, err := client.NewExecLimits(in.MemoryLimitBytes, in.CPUMillicores, in.PidsLimit)
+	if err != nil {
+		return o, err
+	}
+	o.Limits = limits
 	for k, v := range in.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return o, render.InvalidArg("", "env name %q is not a variable name", k)
