@@ -300,14 +300,6 @@ func exercise(t *testing.T, ctx context.Context, cs *mcp.ClientSession, ps *prog
 		t.Fatalf("capped output: %d bytes kept of %d, truncated %v, text ends %q", len(ex.Stdout), ex.StdoutBytes, ex.Truncated, text(res)[max(0, len(text(res))-120):])
 	}
 
-	// Catches: the limit arguments accepted and dropped (the command would
-	// run unlimited): this guest has no delegated cgroup, so limits that
-	// reach it are refused as a tool error naming them.
-	limited, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpapi.ToolSandboxExec, Arguments: map[string]any{"sandbox_id": id, "command": "true", "memory_limit_bytes": 64 << 20}})
-	if err != nil || !limited.IsError || !strings.Contains(text(limited), "limit") {
-		t.Fatalf("an exec with a memory limit this guest cannot apply was not refused: %v %s", err, text(limited))
-	}
-
 	// A long exec reports progress to a caller that asked for it: the start,
 	// then the interval's ticks.
 	params := &mcp.CallToolParams{Name: mcpapi.ToolSandboxExec, Arguments: map[string]any{"sandbox_id": id, "command": "sleep 2.5; echo slept"}}
