@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +17,7 @@ import (
 // saved instead of refused naming the paths to pass, and a checkpoint_image
 // that hands back an image without the files.
 func TestMCPCheckpointAndFork(t *testing.T) {
-	agentdBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	_, stdin, stdout, _ := startMCP(t, false)
-	cs, _ := connectMCP(t, ctx, &mcp.IOTransport{Reader: stdout, Writer: stdin})
+	ctx, cs := stdioMCP(t, 3*time.Minute)
 	var made mcpapi.SandboxCreateResult
 	call(t, ctx, cs, mcpapi.ToolSandboxCreate, map[string]any{}, &made)
 	id := made.SandboxID

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +15,7 @@ import (
 // guest has no delegated cgroup, so limits that reach it are refused as a
 // tool error naming them, and an exec without limits still runs.
 func TestMCPExecLimits(t *testing.T) {
-	agentdBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	_, stdin, stdout, _ := startMCP(t, false)
-	cs, _ := connectMCP(t, ctx, &mcp.IOTransport{Reader: stdout, Writer: stdin})
+	ctx, cs := stdioMCP(t, 2*time.Minute)
 	var made mcpapi.SandboxCreateResult
 	call(t, ctx, cs, mcpapi.ToolSandboxCreate, map[string]any{}, &made)
 	for _, arg := range []string{"memory_limit_bytes", "cpu_millicores", "pids_limit"} {

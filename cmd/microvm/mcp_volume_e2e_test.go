@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -17,11 +16,7 @@ import (
 // holder's id, a sandbox_volume_sync that saves nothing, and a
 // sandbox_terminate that releases the volume without its last generation.
 func TestMCPVolumes(t *testing.T) {
-	agentdBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	_, stdin, stdout, _ := startMCP(t, false)
-	cs, _ := connectMCP(t, ctx, &mcp.IOTransport{Reader: stdout, Writer: stdin})
+	ctx, cs := stdioMCP(t, 3*time.Minute)
 	vol := map[string]any{"volumes": []string{"mcpvol:/data"}}
 	var first mcpapi.SandboxCreateResult
 	call(t, ctx, cs, mcpapi.ToolSandboxCreate, vol, &first)
