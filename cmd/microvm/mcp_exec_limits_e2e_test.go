@@ -11,10 +11,10 @@ import (
 )
 
 // Catches, through `microvm mcp --local` over stdio: sandbox_exec's limit
-// arguments accepted and dropped (the command would run unlimited). This
+// (and user and group) arguments accepted and dropped (the command would run unlimited). This
 // guest has no delegated cgroup, so limits that reach it are refused as a
 // tool error naming them, and an exec without limits still runs.
-func TestMCPExecLimits(t *testing.T) {
+func TestMCPExecLimitsUserGroup(t *testing.T) {
 	ctx, cs := stdioMCP(t, 2*time.Minute)
 	var made mcpapi.SandboxCreateResult
 	call(t, ctx, cs, mcpapi.ToolSandboxCreate, map[string]any{}, &made)
@@ -28,5 +28,11 @@ func TestMCPExecLimits(t *testing.T) {
 	call(t, ctx, cs, mcpapi.ToolSandboxExec, map[string]any{"sandbox_id": made.SandboxID, "command": "echo unlimited"}, &ex)
 	if ex.Stdout != "unlimited\n" {
 		t.Fatalf("an exec without limits: %+v", ex)
+	}
+	// user and group reach the guest. Catches: the arguments accepted and
+	// dropped (the command would run as the daemon's root).
+	call(t, ctx, cs, mcpapi.ToolSandboxExec, map[string]any{"sandbox_id": made.SandboxID, "command": "id -u; id -g", "user": 65534, "group": 65534}, &ex)
+	if ex.Stdout != "65534\n65534\n" {
+		t.Fatalf("an exec as 65534:65534 ran as %q", ex.Stdout)
 	}
 }

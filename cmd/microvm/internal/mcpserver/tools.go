@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,19 @@ func execStartOptions(in mcpapi.SandboxExecArgs) (client.StartOptions, error) {
 		return o, err
 	}
 	o.Limits = limits
+	for _, id := range []struct {
+		name string
+		v    int64
+		to   **uint32
+	}{{"user", in.User, &o.User}, {"group", in.Group, &o.Group}} {
+		if id.v < 0 || id.v > math.MaxUint32 {
+			return o, render.InvalidArg("", "%s %d is not a numeric id (0..%d)", id.name, id.v, uint32(math.MaxUint32))
+		}
+		if id.v > 0 {
+			n := uint32(id.v)
+			*id.to = &n
+		}
+	}
 	for k, v := range in.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return o, render.InvalidArg("", "env name %q is not a variable name", k)
