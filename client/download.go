@@ -30,6 +30,11 @@ type DownloadOptions struct {
 	Progress func(written int64)
 }
 
+// DownloadMaxBytesKey is the BoundError key of a download stopped at its
+// DownloadOptions.MaxBytes (not at DEFAULT_MAX_DOWNLOAD_BYTES or the disk's
+// free space), so a caller that set the bound can tell it apart.
+const DownloadMaxBytesKey = "the download's MaxBytes (cp --max-bytes)"
+
 // Download copies the file at remote (with Tar, the tree at remote as a tar)
 // into the local file local and reports how many bytes it wrote. The bytes
 // go to a temporary sibling of local that is renamed over it only once the
@@ -41,7 +46,7 @@ type DownloadOptions struct {
 // started, less a reserve (the download stops before it, not at ENOSPC).
 func (s *Session) Download(ctx context.Context, remote, local string, o DownloadOptions) (int64, error) {
 	defer s.busy()()
-	limit, key := o.MaxBytes, "the download's MaxBytes (cp --max-bytes)"
+	limit, key := o.MaxBytes, DownloadMaxBytesKey
 	if limit <= 0 {
 		limit, key = taxonomy.DefaultMaxDownloadBytes, "DEFAULT_MAX_DOWNLOAD_BYTES"
 	}

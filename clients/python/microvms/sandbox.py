@@ -620,7 +620,7 @@ def _create_args(local: bool, image: Optional[str], image_version: Optional[str]
                  agentd: Optional[str], timeout_sec: Optional[float], egress: bool,
                  launch_env: Optional[Dict[str, str]], max_idle_sec: Optional[int], suspended_sec: Optional[int],
                  max_duration_sec: Optional[int]) -> c.CreateArgs:
-    args: c.CreateArgs = {"local": local, "egress": egress}
+    args: c.CreateArgs = {"local": local}
     for key, value in (("image", image), ("imageVersion", image_version), ("region", region),
                        ("controlEndpoint", control_endpoint), ("executionRoleArn", execution_role_arn),
                        ("agentToken", agent_token), ("agentd", agentd)):
@@ -628,14 +628,8 @@ def _create_args(local: bool, image: Optional[str], image_version: Optional[str]
             args[key] = value  # type: ignore[literal-required]
     if timeout_sec is not None:
         args["timeoutSec"] = timeout_sec
-    if launch_env:
-        args["launchEnv"] = ["%s=%s" % kv for kv in launch_env.items()]
-    if max_idle_sec is not None:
-        args["maxIdleSec"] = max_idle_sec
-    if suspended_sec is not None:
-        args["suspendedSec"] = suspended_sec
-    if max_duration_sec is not None:
-        args["maxDurationSec"] = max_duration_sec
+    _launch_into(cast(Dict[str, Any], args), egress, launch_env, max_idle_sec, suspended_sec, max_duration_sec,
+                 None, False, None)
     return args
 
 
@@ -690,17 +684,18 @@ def _network_args(args: c.CreateArgs, network_allow: Optional[Sequence[str]], ne
 
 def _launch_into(args: Dict[str, Any], egress: bool, launch_env: Optional[Dict[str, str]], max_idle_sec: Optional[int],
                  suspended_sec: Optional[int], max_duration_sec: Optional[int], network_allow: Optional[Sequence[str]],
-                 network_deny_all: bool, secrets: Optional[Mapping[str, Secret]]) -> Dict[str, Any]:
+                 network_deny_all: bool, secrets: Optional[Mapping[str, "Secret"]]) -> Dict[str, Any]:
     """create's launch options (outbound network, environment, idle and
-    duration policy, network policy and secrets) for an op that launches
-    from something else: restore, fork, run_many. Checked as create's are."""
-    launch = _create_args(False, None, None, None, None, None, None, None, None, egress, launch_env, max_idle_sec,
-                          suspended_sec, max_duration_sec)
-    del launch["local"]
-    if not egress:
-        del launch["egress"]
-    _network_args(launch, network_allow, network_deny_all, secrets)
-    args.update(launch)
+    duration policy, network policy and secrets) into args, for every op
+    that launches: create, build, pool_open, restore, fork, run_many."""
+    if egress:
+        args["egress"] = True
+    if launch_env:
+        args["launchEnv"] = ["%s=%s" % kv for kv in launch_env.items()]
+    for key, value in (("maxIdleSec", max_idle_sec), ("suspendedSec", suspended_sec), ("maxDurationSec", max_duration_sec)):
+        if value is not None:
+            args[key] = value
+    _network_args(cast(c.CreateArgs, args), network_allow, network_deny_all, secrets)
     return args
 
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
 
 	"github.com/microvms/microvms/client"
 	"github.com/microvms/microvms/client/sandbox"
@@ -28,7 +27,7 @@ func readTo(ctx context.Context, sb *sandbox.Sandbox, path, local string, maxByt
 	limit := readBound(maxBytes, taxonomy.DefaultMaxDownloadBytes)
 	n, err := sess.Download(ctx, path, local, client.DownloadOptions{MaxBytes: limit})
 	var be *client.BoundError
-	if limit < taxonomy.DefaultMaxDownloadBytes && errors.As(err, &be) && be.Limit == limit && strings.Contains(be.Key, "MaxBytes") {
+	if errors.As(err, &be) && be.Key == client.DownloadMaxBytesKey && limit < taxonomy.DefaultMaxDownloadBytes {
 		// The bound is the engine caller's, so the failure names it as
 		// they set it, not as cp spells it.
 		return n, overMaxBytes(path, limit)
