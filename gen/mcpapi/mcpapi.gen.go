@@ -21,7 +21,7 @@ const APIVersion = "1"
 const (
 	ServerName         = "microvm"
 	ServerTitle        = "MicroVM sandboxes"
-	ServerInstructions = "Each sandbox is a disposable Linux machine (an AWS Lambda MicroVM, or a local guest with --local). Create one with sandbox_create, run shell commands with sandbox_exec (a non-zero exit is an answer, not a failure), move files with sandbox_write_file, sandbox_read_file and sandbox_list_files, and terminate it when done. Every sandbox this session created is terminated when the session ends."
+	ServerInstructions = "Each sandbox is a disposable Linux machine (an AWS Lambda MicroVM, or a local guest with --local). Create one with sandbox_create, run shell commands with sandbox_exec (a non-zero exit is an answer, not a failure) or in the background with sandbox_exec_start, move files with sandbox_write_file, sandbox_read_file and sandbox_list_files, and terminate it when done. Every sandbox this session created is terminated when the session ends."
 )
 
 // The limits the server enforces.
@@ -34,6 +34,8 @@ const (
 	MaxFileBytes = 1048576
 	// MaxListEntries is entries sandbox_list_files returns; the rest are counted and the result says so.
 	MaxListEntries = 1000
+	// MaxWaitSec is the longest sandbox_exec_output waits for a background command's output or exit in one call.
+	MaxWaitSec = 300
 	// ProgressIntervalMs is how often a running exec reports progress when the caller asked for it, besides each output chunk.
 	ProgressIntervalMs = 1000
 	// HTTPSessionIdleSec is with --http, how long a session may send no request before it is closed and its sandboxes are terminated: a client that vanished without deleting its session.
@@ -46,6 +48,9 @@ const (
 const (
 	ToolSandboxCreate      = "sandbox_create"
 	ToolSandboxExec        = "sandbox_exec"
+	ToolSandboxExecStart   = "sandbox_exec_start"
+	ToolSandboxExecOutput  = "sandbox_exec_output"
+	ToolSandboxExecKill    = "sandbox_exec_kill"
 	ToolSandboxWriteFile   = "sandbox_write_file"
 	ToolSandboxReadFile    = "sandbox_read_file"
 	ToolSandboxListFiles   = "sandbox_list_files"
@@ -167,6 +172,82 @@ type SandboxExecResult struct {
 	Usage *cliapi.ExecUsage `json:"usage"`
 	// OomKilled is true when the sandbox's kernel killed the command for going over a memory limit
 	OomKilled bool `json:"oom_killed"`
+}
+
+// SandboxExecStartArgs are the arguments of sandbox_exec_start.
+type SandboxExecStartArgs struct {
+	SandboxID string `json:"sandbox_id"`
+	// Command is a shell command line, e.g. `make test 2>&1 | tail -50`
+	Command string `json:"command"`
+	// Cwd is the working directory; left out, the image's
+	Cwd string `json:"cwd,omitempty"`
+	// Env is variables laid over the sandbox's environment for this command
+	Env map[string]string `json:"env,omitempty"`
+	// TimeoutSec is kill the command after this many seconds; left out or 0, no limit
+	TimeoutSec float64 `json:"timeout_sec,omitempty"`
+	// MemoryLimitBytes is over it the sandbox's kernel kills this command alone (oom_killed says so); a sandbox that cannot apply a limit refuses the command rather than run it unlimited
+	MemoryLimitBytes int64 `json:"memory_limit_bytes,omitempty"`
+	// CPUMillicores is thousandths of a CPU this command may use (500 is half a CPU)
+	CPUMillicores int64 `json:"cpu_millicores,omitempty"`
+	// PidsLimit is the most processes and threads this command may have alive at once
+	PidsLimit int64 `json:"pids_limit,omitempty"`
+	// User is the numeric uid to run the command as; 0 or left out, the daemon's (root, which agentd runs as)
+	User int64 `json:"user,omitempty"`
+	// Group is the numeric gid to run the command as; 0 or left out, the daemon's
+	Group int64 `json:"group,omitempty"`
+}
+
+// SandboxExecStartResult is the structured result of sandbox_exec_start.
+type SandboxExecStartResult struct {
+	// ExecID is the command's id for sandbox_exec_output and sandbox_exec_kill
+	ExecID    string `json:"exec_id"`
+	SandboxID string `json:"sandbox_id"`
+}
+
+// SandboxExecOutputArgs are the arguments of sandbox_exec_output.
+type SandboxExecOutputArgs struct {
+	SandboxID string `json:"sandbox_id"`
+	ExecID    string `json:"exec_id"`
+	// Offset is where to read from, in the command's one byte count over stdout and stderr together: 0 (left out) from its first byte, else the last result's next_offset
+	Offset int64 `json:"offset,omitempty"`
+	// WaitSec is how long to wait for output or the exit when the command still runs, at most 300; left out or 0, a fifth of a second (what it has printed already comes back at once)
+	WaitSec float64 `json:"wait_sec,omitempty"`
+}
+
+// SandboxExecOutputResult is the structured result of sandbox_exec_output.
+type SandboxExecOutputResult struct {
+	ExecID string `json:"exec_id"`
+	// Running is true while the command runs (as far as this read saw)
+	Running bool `json:"running"`
+	// ExitCode is its exit status once it has ended; null while it runs or when a signal ended it
+	ExitCode *int64 `json:"exit_code"`
+	// Signal is the signal that ended it, or null
+	Signal *int64 `json:"signal"`
+	// Stdout is UTF-8, invalid bytes replaced; at most 65536 bytes
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// NextOffset is the offset to read on from
+	NextOffset int64 `json:"next_offset"`
+	// LostBytes is bytes between offset and next_offset the daemon no longer held (its window moved past them); 0 when nothing was lost
+	LostBytes int64 `json:"lost_bytes"`
+	// More is true when output past next_offset is already waiting: this call stopped at 65536
+	More bool `json:"more"`
+	// OomKilled is true when the sandbox's kernel killed it for going over memory_limit_bytes
+	OomKilled bool `json:"oom_killed"`
+}
+
+// SandboxExecKillArgs are the arguments of sandbox_exec_kill.
+type SandboxExecKillArgs struct {
+	SandboxID string `json:"sandbox_id"`
+	ExecID    string `json:"exec_id"`
+	// Signal is send this one signal once instead (the command may handle it and go on)
+	Signal string `json:"signal,omitempty"`
+}
+
+// SandboxExecKillResult is the structured result of sandbox_exec_kill.
+type SandboxExecKillResult struct {
+	ExecID    string `json:"exec_id"`
+	Delivered bool   `json:"delivered"`
 }
 
 // SandboxWriteFileArgs are the arguments of sandbox_write_file.
@@ -390,6 +471,15 @@ var Tools = []Tool{
 	{Name: "sandbox_exec", Title: "Run a command", Description: "Run a shell command (through /bin/sh -c) in a sandbox and wait for it. A non-zero exit is a result with that exit_code, not a tool error. stdout and stderr beyond 65536 bytes each are dropped and the result says so. A long command reports progress when asked.", ReadOnly: false, Destructive: false, Idempotent: false,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"command\":{\"description\":\"a shell command line, e.g. `make test 2\\u003e\\u00261 | tail -50`\",\"type\":\"string\"},\"cpu_millicores\":{\"description\":\"thousandths of a CPU this command may use (500 is half a CPU)\",\"minimum\":0,\"type\":\"integer\"},\"cwd\":{\"description\":\"the working directory; left out, the image's\",\"type\":\"string\"},\"env\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"variables laid over the sandbox's environment for this command\",\"type\":\"object\"},\"group\":{\"description\":\"the numeric gid to run the command as; 0 or left out, the daemon's\",\"minimum\":0,\"type\":\"integer\"},\"memory_limit_bytes\":{\"description\":\"over it the sandbox's kernel kills this command alone (oom_killed says so); a sandbox that cannot apply a limit refuses the command rather than run it unlimited\",\"minimum\":0,\"type\":\"integer\"},\"pids_limit\":{\"description\":\"the most processes and threads this command may have alive at once\",\"minimum\":0,\"type\":\"integer\"},\"sandbox_id\":{\"type\":\"string\"},\"timeout_sec\":{\"description\":\"kill the command after this many seconds; left out or 0, no limit\",\"minimum\":0,\"type\":\"number\"},\"user\":{\"description\":\"the numeric uid to run the command as; 0 or left out, the daemon's (root, which agentd runs as)\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"sandbox_id\",\"command\"],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"exec_id\":{\"type\":\"string\"},\"exit_code\":{\"description\":\"the command's exit status; null when a signal ended it\",\"type\":[\"integer\",\"null\"]},\"oom_killed\":{\"description\":\"true when the sandbox's kernel killed the command for going over a memory limit\",\"type\":\"boolean\"},\"signal\":{\"description\":\"the signal that ended the command (a timeout kills it), or null\",\"type\":[\"integer\",\"null\"]},\"stderr\":{\"type\":\"string\"},\"stderr_bytes\":{\"type\":\"integer\"},\"stdout\":{\"description\":\"UTF-8, invalid bytes replaced; at most 65536 bytes\",\"type\":\"string\"},\"stdout_bytes\":{\"description\":\"the command's whole stdout in bytes, kept or not\",\"type\":\"integer\"},\"truncated\":{\"description\":\"true when stdout or stderr lost bytes: past 65536 bytes here, or past the daemon's own cap\",\"type\":\"boolean\"},\"usage\":{\"additionalProperties\":false,\"description\":\"what the command used (wall time, CPU, peak memory, output bytes) and how it was measured; null from a daemon that reports none\",\"properties\":{\"missing\":{\"description\":\"what the source could not measure; empty when nothing\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"peakMemoryBytes\":{\"type\":\"integer\"},\"peakProcesses\":{\"description\":\"most processes alive at once (pids.peak); null where not measured\",\"type\":[\"integer\",\"null\"]},\"source\":{\"description\":\"cgroup: the exec's own cgroup v2, every process of it; rusage: wait4's for the leader and the descendants waited for\",\"enum\":[\"cgroup\",\"rusage\"],\"type\":\"string\"},\"stderrBytes\":{\"type\":\"integer\"},\"stdoutBytes\":{\"type\":\"integer\"},\"systemCpuSecs\":{\"type\":\"number\"},\"userCpuSecs\":{\"type\":\"number\"},\"wallSecs\":{\"type\":\"number\"}},\"required\":[\"source\",\"wallSecs\",\"userCpuSecs\",\"systemCpuSecs\",\"peakMemoryBytes\",\"stdoutBytes\",\"stderrBytes\",\"peakProcesses\",\"missing\"],\"type\":[\"object\",\"null\"]}},\"required\":[\"exec_id\",\"exit_code\",\"signal\",\"stdout\",\"stderr\",\"stdout_bytes\",\"stderr_bytes\",\"truncated\",\"usage\",\"oom_killed\"],\"type\":\"object\"}")},
+	{Name: "sandbox_exec_start", Title: "Start a background command", Description: "Start a shell command (through /bin/sh -c) in a sandbox and return at once with its exec_id: a server, a watcher, a long build. Read what it prints with sandbox_exec_output, stop it with sandbox_exec_kill; it ends with its sandbox at the latest. The daemon keeps a bounded window of its recent output, so read it now and then.", ReadOnly: false, Destructive: false, Idempotent: false,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"command\":{\"description\":\"a shell command line, e.g. `make test 2\\u003e\\u00261 | tail -50`\",\"type\":\"string\"},\"cpu_millicores\":{\"description\":\"thousandths of a CPU this command may use (500 is half a CPU)\",\"minimum\":0,\"type\":\"integer\"},\"cwd\":{\"description\":\"the working directory; left out, the image's\",\"type\":\"string\"},\"env\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"variables laid over the sandbox's environment for this command\",\"type\":\"object\"},\"group\":{\"description\":\"the numeric gid to run the command as; 0 or left out, the daemon's\",\"minimum\":0,\"type\":\"integer\"},\"memory_limit_bytes\":{\"description\":\"over it the sandbox's kernel kills this command alone (oom_killed says so); a sandbox that cannot apply a limit refuses the command rather than run it unlimited\",\"minimum\":0,\"type\":\"integer\"},\"pids_limit\":{\"description\":\"the most processes and threads this command may have alive at once\",\"minimum\":0,\"type\":\"integer\"},\"sandbox_id\":{\"type\":\"string\"},\"timeout_sec\":{\"description\":\"kill the command after this many seconds; left out or 0, no limit\",\"minimum\":0,\"type\":\"number\"},\"user\":{\"description\":\"the numeric uid to run the command as; 0 or left out, the daemon's (root, which agentd runs as)\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"sandbox_id\",\"command\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"exec_id\":{\"description\":\"the command's id for sandbox_exec_output and sandbox_exec_kill\",\"type\":\"string\"},\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"exec_id\",\"sandbox_id\"],\"type\":\"object\"}")},
+	{Name: "sandbox_exec_output", Title: "Read a background command's output", Description: "What a command sandbox_exec_start started has printed from offset on, waiting up to wait_sec for more or for its exit, and whether it still runs. Call again with next_offset to read on. Each call returns at most 65536 bytes of stdout and of stderr; more says output remains. Once a result carries the exit, the daemon's copy of the output is released.", ReadOnly: true, Destructive: false, Idempotent: false,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"exec_id\":{\"type\":\"string\"},\"offset\":{\"description\":\"where to read from, in the command's one byte count over stdout and stderr together: 0 (left out) from its first byte, else the last result's next_offset\",\"minimum\":0,\"type\":\"integer\"},\"sandbox_id\":{\"type\":\"string\"},\"wait_sec\":{\"description\":\"how long to wait for output or the exit when the command still runs, at most 300; left out or 0, a fifth of a second (what it has printed already comes back at once)\",\"minimum\":0,\"type\":\"number\"}},\"required\":[\"sandbox_id\",\"exec_id\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"exec_id\":{\"type\":\"string\"},\"exit_code\":{\"description\":\"its exit status once it has ended; null while it runs or when a signal ended it\",\"type\":[\"integer\",\"null\"]},\"lost_bytes\":{\"description\":\"bytes between offset and next_offset the daemon no longer held (its window moved past them); 0 when nothing was lost\",\"type\":\"integer\"},\"more\":{\"description\":\"true when output past next_offset is already waiting: this call stopped at 65536\",\"type\":\"boolean\"},\"next_offset\":{\"description\":\"the offset to read on from\",\"type\":\"integer\"},\"oom_killed\":{\"description\":\"true when the sandbox's kernel killed it for going over memory_limit_bytes\",\"type\":\"boolean\"},\"running\":{\"description\":\"true while the command runs (as far as this read saw)\",\"type\":\"boolean\"},\"signal\":{\"description\":\"the signal that ended it, or null\",\"type\":[\"integer\",\"null\"]},\"stderr\":{\"type\":\"string\"},\"stdout\":{\"description\":\"UTF-8, invalid bytes replaced; at most 65536 bytes\",\"type\":\"string\"}},\"required\":[\"exec_id\",\"running\",\"exit_code\",\"signal\",\"stdout\",\"stderr\",\"next_offset\",\"lost_bytes\",\"more\",\"oom_killed\"],\"type\":\"object\"}")},
+	{Name: "sandbox_exec_kill", Title: "Stop a background command", Description: "Signal a command sandbox_exec_start started, with every process it started. Left without a signal it is stopped for good: TERM, then KILL after the daemon's grace period. delivered is false when it had already ended, which is not an error.", ReadOnly: false, Destructive: true, Idempotent: true,
+		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"exec_id\":{\"type\":\"string\"},\"sandbox_id\":{\"type\":\"string\"},\"signal\":{\"description\":\"send this one signal once instead (the command may handle it and go on)\",\"enum\":[\"TERM\",\"KILL\",\"INT\",\"HUP\",\"QUIT\",\"USR1\",\"USR2\"],\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"exec_id\"],\"type\":\"object\"}"),
+		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"delivered\":{\"type\":\"boolean\"},\"exec_id\":{\"type\":\"string\"}},\"required\":[\"exec_id\",\"delivered\"],\"type\":\"object\"}")},
 	{Name: "sandbox_write_file", Title: "Write a file", Description: "Write a whole file (at most 1048576 bytes) in a sandbox, creating its parent directories and replacing any file there.", ReadOnly: false, Destructive: false, Idempotent: false,
 		InputSchema:  json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"content\":{\"type\":\"string\"},\"encoding\":{\"description\":\"how content is written: text (UTF-8, the default) or base64 for bytes\",\"enum\":[\"text\",\"base64\"],\"type\":\"string\"},\"mode\":{\"description\":\"permission bits as four octal digits, e.g. 0755; left out, 0644\",\"type\":\"string\"},\"path\":{\"description\":\"an absolute path in the sandbox\",\"type\":\"string\"},\"sandbox_id\":{\"type\":\"string\"}},\"required\":[\"sandbox_id\",\"path\",\"content\"],\"type\":\"object\"}"),
 		OutputSchema: json.RawMessage("{\"additionalProperties\":false,\"properties\":{\"bytes\":{\"description\":\"bytes written\",\"type\":\"integer\"},\"path\":{\"type\":\"string\"}},\"required\":[\"path\",\"bytes\"],\"type\":\"object\"}")},
