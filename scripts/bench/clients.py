@@ -150,12 +150,20 @@ def main() -> None:
                 failed.append("%s %s: %s" % (lang, name, v["error"]))
                 cells.append("fails (below)")
             elif lang in floor_of and name in floors[floor_of[lang]]:
-                # How near the package comes to its language's floor.
-                cells.append("%.2f s (%.2fx; %.2f of floor)" % (v, go / v, floors[floor_of[lang]][name][1] / v))
+                # How near the package comes to its language's floor, and
+                # to the engine floor both packages stand on.
+                eng = rows.get("engine floor", {}).get(name)
+                cells.append("%.2f s (%.2fx; %.2f of floor%s)" % (v, go / v, floors[floor_of[lang]][name][1] / v,
+                                                                 "; %.2f of engine" % (eng / v) if isinstance(eng, float) else ""))
             else:
                 cells.append("%.2f s (%.2fx)" % (v, go / v))
         print("| %s | %s |" % (name, " | ".join(cells)))
-    print("(x: Go's time over the language's; 1.00 is as fast as Go. of floor: the language's floor's time over the package's; 1.00 is at the floor)")
+    print("(x: Go's time over the language's; 1.00 is as fast as Go. of floor: the language's floor's time over the package's,"
+          " of engine: the engine floor's; 1.00 is at the floor)")
+    hostfile = [r[k] for r in samples["engine floor"] for k in r if k.endswith("#hostfile")]
+    if hostfile:
+        print("- engine floor write from a host file (sendfile; a caller whose bytes are already in a file): %.2f s, %.2fx"
+              % (median(hostfile), rows["Go"][[n for n in names if n.startswith("write-")][0]] / median(hostfile)))
     print("Runtime floors, each row's channels (median s; * the row's floor):")
     for lang, per in floors.items():
         for name, (best, _, channels) in per.items():

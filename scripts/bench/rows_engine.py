@@ -1,16 +1,21 @@
 """The floor under the Python and TypeScript rows of `make bench-clients`:
 the `microvm engine` both packages drive, spoken to by the least client
 there is (requests written whole, answer frames read in 1 MiB buffers and
-only counted or matched by id, never parsed). The write row is the
-engine's write from a host file (api/engine.yaml localPath), as the
-packages write, without the package's own write of that file; the read
-and stream rows read the engine's sink (a FIFO: the file's raw bytes, the
-stream's binary frames) as the packages do, only counting the bytes. Prints {"row": seconds} per operation."""
+only counted or matched by id, never parsed). The write row hands the
+engine bytes this process holds through a Unix socket it dials
+(api/engine.yaml write: a socket localPath with size), as both packages
+write, sent with one sendall; the same write from a host file written
+before the clock (localPath alone, which net/http sends with sendfile) is
+reported beside it as write-...#hostfile, the floor of a caller whose bytes
+are already in a file. The read and stream rows read the engine's sink (a
+FIFO: the file's raw bytes, the stream's binary frames) as the packages
+do, only counting the bytes. Prints {"row": seconds} per operation."""
 import json
 import os
 import select
 import subprocess
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -99,11 +104,30 @@ def main() -> None:
         os.close(fd)
         ok = b'"status":"ok"' in line and n == size
         print(json.dumps({"read-%dMiB" % mib: took if ok else {"error": line[:300].decode(errors="replace")}}), flush=True)
+        # The write from bytes in memory, through a socket the engine
+        # dials: the packages' path, without their own code.
+        data = b"0123456789abcdef" * (size // 16)
+        sock = os.path.join(tmp, "s")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(sock)
+        srv.listen(1)
+        t = time.perf_counter()
+        end = send("write", {"path": path, "localPath": sock, "size": size})
+        conn, _ = srv.accept()
+        with conn:
+            conn.sendall(data)
+            conn.shutdown(socket.SHUT_WR)
+        line = answer(end)
+        took = time.perf_counter() - t
+        srv.close()
+        ok = b'"status":"ok"' in line
+        print(json.dumps({"write-%dMiB" % mib: took if ok else {"error": line[:300].decode(errors="replace")}}), flush=True)
+        del data
         t = time.perf_counter()
         line = answer(send("write", {"path": path, "localPath": local}))
         took = time.perf_counter() - t
-        ok = b'"status":"ok"' in line
-        print(json.dumps({"write-%dMiB" % mib: took if ok else {"error": line[:300].decode(errors="replace")}}), flush=True)
+        if b'"status":"ok"' in line:
+            print(json.dumps({"write-%dMiB#hostfile" % mib: took}), flush=True)
         answer(send("run", {"command": ["rm", "-f", path], "execId": "floor-rm"}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
