@@ -59,9 +59,10 @@ func TestMCPSchemas(t *testing.T) {
 		}
 	}
 	// Issue 30's nine, issue 47's sandbox_checkpoint, sandbox_fork and
-	// sandbox_volume_sync, and issue 48's sandbox_network_show and _set.
-	if len(doc.Tools) != 15 {
-		t.Fatalf("%d tools, want 15 (issue 30's 9, issue 47's 4, issue 48's 2)", len(doc.Tools))
+	// sandbox_volume_sync, issue 48's sandbox_network_show and _set, and
+	// issue 45's background commands (sandbox_exec_start, _output, _kill).
+	if len(doc.Tools) != 18 {
+		t.Fatalf("%d tools, want 18 (issue 30's 9, issue 47's 4, issue 48's 2, issue 45's 3)", len(doc.Tools))
 	}
 	byName := map[string]int{}
 	for i, tool := range doc.Tools {
