@@ -94,14 +94,7 @@ func (s *mcpServer) execOutput(ctx context.Context, _ *mcp.CallToolRequest, st *
 	out.NextOffset, out.LostBytes, out.More = int64(r.next), int64(r.lost), r.more
 	if e := r.exit; e != nil {
 		out.Running = false
-		if e.ExitCode != nil {
-			v := int64(*e.ExitCode)
-			out.ExitCode = &v
-		}
-		if e.Signal != nil {
-			v := int64(*e.Signal)
-			out.Signal = &v
-		}
+		out.ExitCode, out.Signal = render.Int64Of(e.ExitCode), render.Int64Of(e.Signal)
 		out.OomKilled = e.OomKilled != nil && *e.OomKilled
 		// Every byte up to the exit was handed over: release the daemon's
 		// copy, as sandbox_exec does, so finished commands do not pile up.
@@ -156,7 +149,7 @@ func readWindow(stream interface {
 			}
 		case client.EventGap:
 			if ev.Gap.To > w.next {
-				w.lost += ev.Gap.To - max(ev.Gap.From, w.next)
+				w.lost += ev.Gap.To - w.next
 				w.next = ev.Gap.To
 			}
 		case client.EventExit:

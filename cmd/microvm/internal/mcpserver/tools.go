@@ -116,17 +116,13 @@ func execStartOptions(in mcpapi.SandboxExecArgs) (client.StartOptions, error) {
 
 func (s *mcpServer) exec(ctx context.Context, req *mcp.CallToolRequest, st *mcpSession, in mcpapi.SandboxExecArgs) (mcpapi.SandboxExecResult, string, error) {
 	var out mcpapi.SandboxExecResult
-	b, err := st.box(in.SandboxID)
+	sess, err := st.runningSession(in.SandboxID)
 	if err != nil {
 		return out, "", err
 	}
 	o, err := execStartOptions(in)
 	if err != nil {
 		return out, "", err
-	}
-	sess := b.sb.Session()
-	if sess == nil || b.sb.Lifecycle() != "RUNNING" {
-		return out, "", client.Errorf(taxonomy.KindPrecondition, "", "sandbox %s is %s, not RUNNING; sandbox_resume it first", b.sb.ID(), b.sb.Lifecycle())
 	}
 	// Start, stream, then ack: not the run route's single exchange. The run
 	// route releases the exec once its exit event is written, so an answer
@@ -142,7 +138,7 @@ func (s *mcpServer) exec(ctx context.Context, req *mcp.CallToolRequest, st *mcpS
 	defer stream.Close()
 	out.ExecID = ex.ID()
 	prog := newProgress(ctx, req)
-	prog.send("started %s in %s", ex.ID(), b.sb.ID())
+	prog.send("started %s in %s", ex.ID(), in.SandboxID)
 	var stdout, stderr cappedOutput
 	var outMu sync.Mutex
 	started := time.Now()
@@ -205,14 +201,7 @@ func (s *mcpServer) exec(ctx context.Context, req *mcp.CallToolRequest, st *mcpS
 	if err := ex.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, client.WireKindError(taxonomy.WireConflict)) {
 		s.logf("%s: releasing %s: %v", st.name, ex.ID(), err)
 	}
-	if exit.ExitCode != nil {
-		v := int64(*exit.ExitCode)
-		out.ExitCode = &v
-	}
-	if exit.Signal != nil {
-		v := int64(*exit.Signal)
-		out.Signal = &v
-	}
+	out.ExitCode, out.Signal = render.Int64Of(exit.ExitCode), render.Int64Of(exit.Signal)
 	outMu.Lock()
 	defer outMu.Unlock()
 	out.Stdout = strings.ToValidUTF8(string(stdout.kept), "\uFFFD")

@@ -38,17 +38,20 @@ func InvalidArg(finding taxonomy.FindingID, format string, args ...any) error {
 	return client.Errorf(taxonomy.KindInvalidArg, finding, format, args...)
 }
 
+// Int64Of is an exit code or signal as the schemas' integers carry it; nil
+// stays nil (no code: a signal ended it, or it runs).
+func Int64Of(p *int32) *int64 {
+	if p == nil {
+		return nil
+	}
+	v := int64(*p)
+	return &v
+}
+
 // ExecData is an exec's record as the microvm.exec envelope carries it.
 func ExecData(r client.Result) cliapi.ExecData {
-	d := cliapi.ExecData{ExecID: r.ExecID, Phase: string(r.Phase), Stdout: r.Stdout, Stderr: r.Stderr, Truncated: r.Truncated}
-	if r.ExitCode != nil {
-		v := int64(*r.ExitCode)
-		d.ExitCode = &v
-	}
-	if r.Signal != nil {
-		v := int64(*r.Signal)
-		d.Signal = &v
-	}
+	d := cliapi.ExecData{ExecID: r.ExecID, Phase: string(r.Phase), Stdout: r.Stdout, Stderr: r.Stderr, Truncated: r.Truncated,
+		ExitCode: Int64Of(r.ExitCode), Signal: Int64Of(r.Signal)}
 	d.Usage, d.OomKilled = ExecUsage(r.Usage), r.OOMKilled
 	return d
 }
@@ -134,15 +137,6 @@ func URLData(u sandbox.PortURL) cliapi.URLData {
 // ExitLine is an exec's exit event as a streamed JSON line, the same for
 // `microvm exec --stream --json` and the engine's stream.
 func ExitLine(e protocol.ExitEvent) cliapi.StreamExitLine {
-	var code, sig *int64
-	if e.ExitCode != nil {
-		v := int64(*e.ExitCode)
-		code = &v
-	}
-	if e.Signal != nil {
-		v := int64(*e.Signal)
-		sig = &v
-	}
-	return cliapi.StreamExitLine{Event: cliapi.EventExit, ExitCode: code, Signal: sig, Truncated: e.Truncated,
+	return cliapi.StreamExitLine{Event: cliapi.EventExit, ExitCode: Int64Of(e.ExitCode), Signal: Int64Of(e.Signal), Truncated: e.Truncated,
 		WritersMayBeAlive: e.WritersMayBeAlive, Offset: int64(e.Offset)}
 }
