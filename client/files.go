@@ -294,7 +294,9 @@ func newUploadBody(r io.Reader) (body io.Reader, size int64) {
 	case nil, *bytes.Buffer, *bytes.Reader, *strings.Reader:
 		return r, -1
 	case *sizedReader:
-		// Through uploadBody: its WriteTo copies in large pieces.
+		// Through uploadBody, as any other reader. Its WriteTo is not
+		// reached here: the transport wraps a body of known length in an
+		// io.LimitReader, which hides it, and copies 32 KiB at a time.
 		return &uploadBody{r: f}, f.n
 	case *os.File:
 		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
