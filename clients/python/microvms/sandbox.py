@@ -878,8 +878,10 @@ class Sandbox:
     context manager: leaving the block terminates it, and a process that
     dies without leaving takes its engine, and so its MicroVM, with it.
     Every method that blocks takes timeout (seconds to wait for the answer;
-    TimeoutError past it, None waits). A dead engine raises UnexpectedError
-    naming it.
+    TimeoutError past it, None waits), but three: create and build bound
+    their wait for RUNNING with timeout_sec, and close() is the teardown,
+    bounded by the engine's own 120 s budget (stopping it sooner could leave
+    a MicroVM running). A dead engine raises UnexpectedError naming it.
     """
 
     def __init__(self, engine: Engine, info: c.SandboxData) -> None:
