@@ -408,19 +408,25 @@ class Engine(Ops):
                 self.cancel(rid)
                 self._p.forget(rid)
 
-    def close(self, timeout: float = 120.0) -> None:
+    def close(self, timeout: float = 120.0, *, raise_timeout: bool = False) -> None:
         """End this sandbox's part: an own engine ends (tearing down what it
         launched and its emulator); a shared one releases the handle, which
-        does the same for this sandbox alone."""
+        does the same for this sandbox alone. With raise_timeout, a release
+        that takes longer than timeout raises TimeoutError once this side's
+        bookkeeping is done; the engine goes on with it (a release takes no
+        cancel), and an engine it leaves idle is not stopped under it."""
         if self._handle is None:
             self._p.close(timeout)
             return
         if self._released:
             return
         self._released = True
+        late: Optional[TimeoutError_] = None
         if self._p.usable():
             try:
                 self._op_release({}, timeout)
+            except TimeoutError_ as err:
+                late = err
             except MicrovmError:
                 pass  # a dead engine took what it launched with it
         with _shared_lock:
@@ -431,8 +437,12 @@ class Engine(Ops):
             if idle and not current:
                 for k in [k for k, v in _shared.items() if v is self._p]:
                     del _shared[k]
-        if idle and not current and self._p.owner == os.getpid():
+        if idle and not current and self._p.owner == os.getpid() and late is None:
             self._p.close(timeout)  # an engine of an environment no longer current, now unused
+        if late is not None and raise_timeout:
+            raise TimeoutError_(
+                "the teardown did not finish within %gs; it goes on in the engine, which never abandons a release" % timeout,
+                "ERR_TIMEOUT") from None
 
 
 class _AsyncProcess:

@@ -878,10 +878,9 @@ class Sandbox:
     context manager: leaving the block terminates it, and a process that
     dies without leaving takes its engine, and so its MicroVM, with it.
     Every method that blocks takes timeout (seconds to wait for the answer;
-    TimeoutError past it, None waits), but three: create and build bound
-    their wait for RUNNING with timeout_sec, and close() is the teardown,
-    bounded by the engine's own 120 s budget (stopping it sooner could leave
-    a MicroVM running). A dead engine raises UnexpectedError naming it.
+    TimeoutError past it, None waits), but create and build, which bound
+    their wait for RUNNING with timeout_sec. A dead engine raises
+    UnexpectedError naming it.
     """
 
     def __init__(self, engine: Engine, info: c.SandboxData) -> None:
@@ -1272,10 +1271,17 @@ class Sandbox:
         """What the run cost so far, from what the platform reports (also after terminate)."""
         return CostReport._from(self._engine._op_cost({}, timeout)["report"])
 
-    def close(self) -> None:
+    def close(self, *, timeout: Optional[float] = None) -> None:
         """Let the sandbox go: one this process launched is terminated (a local
-        one's emulator stops); the process's engine lives on for the next."""
-        self._finalizer()
+        one's emulator stops); the process's engine lives on for the next.
+        timeout bounds the wait for that teardown (None: the engine's own
+        budget, 120 s); past it TimeoutError is raised and the teardown goes
+        on in the engine, which never abandons it. A second close does
+        nothing."""
+        if timeout is None:
+            self._finalizer()
+        elif self._finalizer.detach() is not None:
+            self._engine.close(timeout, raise_timeout=True)
 
     def __enter__(self) -> "Sandbox":
         return self

@@ -62,7 +62,6 @@ class SyncTimeoutTest(unittest.TestCase):
     UNBOUNDED_BY_DESIGN = {
         "Sandbox.create": "timeout_sec bounds the wait for RUNNING",
         "Sandbox.build": "timeout_sec bounds the wait for RUNNING; the build reports progress",
-        "Sandbox.close": "a finalizer's teardown, bounded by the engine's own budget",
         "Sandbox.process": "makes no call: a handle by exec id",
         "Sandbox.stream": "an iterator: each item comes as the command writes; close() stops it",
         "Files.watch": "an iterator of events; close() stops it",

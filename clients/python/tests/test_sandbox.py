@@ -252,6 +252,23 @@ class LifecycleTest(unittest.TestCase):
         # sandbox's guest does not (close released its handle).
         self.assertEqual([p for p in guests if alive(p)], [], "no guest is left behind")
 
+    def test_close_with_a_timeout_leaves_the_teardown_going(self) -> None:
+        # Catches: close(timeout=) that swallows its timeout (the caller
+        # believes the guest gone), and one that abandons the teardown on it
+        # (the guest would live on until the interpreter exits).
+        from microvms.errors import TimeoutError as MicrovmTimeout
+        sb = Sandbox.create(local=True)
+        guests = guest_inits_of(sb._engine.pid)
+        self.assertEqual(len(guests), 1)
+        with self.assertRaises(MicrovmTimeout) as cm:
+            sb.close(timeout=0)
+        self.assertIn("goes on in the engine", str(cm.exception))
+        sb.close(timeout=0)  # a second close does nothing, and raises nothing
+        deadline = time.monotonic() + 120
+        while [p for p in guests if alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual([p for p in guests if alive(p)], [], "the guest outlived its teardown")
+
     def test_leaving_the_block_stops_every_guest(self) -> None:
         # Catches: a context manager that does not close the engine (the
         # guest would outlive the block until the interpreter exits).
