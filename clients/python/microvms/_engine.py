@@ -421,12 +421,12 @@ class Engine(Ops):
         if self._released:
             return
         self._released = True
-        late: Optional[TimeoutError_] = None
+        late = False  # the release outlived timeout, and goes on in the engine
         if self._p.usable():
             try:
                 self._op_release({}, timeout)
-            except TimeoutError_ as err:
-                late = err
+            except TimeoutError_:
+                late = True
             except MicrovmError:
                 pass  # a dead engine took what it launched with it
         with _shared_lock:
@@ -437,9 +437,9 @@ class Engine(Ops):
             if idle and not current:
                 for k in [k for k, v in _shared.items() if v is self._p]:
                     del _shared[k]
-        if idle and not current and self._p.owner == os.getpid() and late is None:
+        if idle and not current and self._p.owner == os.getpid() and not late:
             self._p.close(timeout)  # an engine of an environment no longer current, now unused
-        if late is not None and raise_timeout:
+        if late and raise_timeout:
             raise TimeoutError_(
                 "the teardown did not finish within %gs; it goes on in the engine, which never abandons a release" % timeout,
                 "ERR_TIMEOUT") from None
